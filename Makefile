@@ -1,0 +1,106 @@
+# tokenscope build. `make` builds everything; `make check` runs every test; `make demo` runs the
+# tracer against the bundled reference server; `make bench` prints the overhead figures.
+# V=1 shows the commands. STATIC=1 links tokenscope statically.
+
+OUTPUT := .output
+ARCH := $(shell uname -m | sed -e 's/x86_64/x86/' -e 's/aarch64/arm64/')
+CLANG ?= clang
+LLVM_STRIP ?= llvm-strip
+BPFTOOL ?= bpftool
+CC ?= cc
+
+CFLAGS ?= -O2 -g
+WARN := -Wall -Wextra -Werror
+USER_CFLAGS := $(CFLAGS) $(WARN) -std=gnu11 -D_GNU_SOURCE -Iinclude -Iuser -I$(OUTPUT)
+BPF_CFLAGS := -g -O2 -Wall -Werror -target bpf -mcpu=v3 -D__TARGET_ARCH_$(ARCH) \
+	-Ivmlinux/$(ARCH) -Iinclude
+
+ifeq ($(STATIC),1)
+LDLIBS := -static -lbpf -lelf -lz -lzstd -lcjson -lm
+else
+LDLIBS := -lbpf -lelf -lz -lcjson -lm
+endif
+
+ifeq ($(V),1)
+Q :=
+msg :=
+else
+Q := @
+msg = @printf '  %-8s %s\n' "$(1)" "$(2)";
+endif
+
+# Every user/ file but main.c is a pipeline stage that tests link too.
+LIB_SRCS := $(filter-out user/main.c user/trace.c,$(wildcard user/*.c))
+LIB_OBJS := $(patsubst user/%.c,$(OUTPUT)/user/%.o,$(LIB_SRCS))
+TOOL_OBJS := $(OUTPUT)/user/trace.o $(OUTPUT)/user/main.o
+UNIT_TESTS := $(patsubst tests/unit/%.c,$(OUTPUT)/tests/%,$(wildcard tests/unit/test_*.c))
+BPF_TESTS := $(patsubst tests/bpf/%.c,$(OUTPUT)/tests/%,$(wildcard tests/bpf/test_*.c))
+TOOLS := $(OUTPUT)/refserver $(OUTPUT)/gtclient
+
+.DELETE_ON_ERROR:
+.PHONY: all check demo bench deps clean format vmlinux
+
+all: $(OUTPUT)/tokenscope $(TOOLS) $(UNIT_TESTS) $(BPF_TESTS)
+
+$(OUTPUT) $(OUTPUT)/user $(OUTPUT)/tests:
+	$(Q)mkdir -p $@
+
+$(OUTPUT)/tokenscope.bpf.o: bpf/tokenscope.bpf.c include/events.h vmlinux/$(ARCH)/vmlinux.h | $(OUTPUT)
+	$(call msg,BPF,$@)
+	$(Q)$(CLANG) $(BPF_CFLAGS) -c $< -o $@.tmp
+	$(Q)$(LLVM_STRIP) -g $@.tmp -o $@
+	$(Q)rm -f $@.tmp
+
+$(OUTPUT)/tokenscope.skel.h: $(OUTPUT)/tokenscope.bpf.o
+	$(call msg,GEN-SKEL,$@)
+	$(Q)$(BPFTOOL) gen skeleton $< name tokenscope_bpf > $@
+
+$(OUTPUT)/user/trace.o: $(OUTPUT)/tokenscope.skel.h
+
+$(OUTPUT)/user/%.o: user/%.c $(wildcard user/*.h) include/events.h | $(OUTPUT)/user
+	$(call msg,CC,$@)
+	$(Q)$(CC) $(USER_CFLAGS) -c $< -o $@
+
+$(OUTPUT)/tokenscope: $(LIB_OBJS) $(TOOL_OBJS)
+	$(call msg,LINK,$@)
+	$(Q)$(CC) $(CFLAGS) $^ $(LDLIBS) -o $@
+
+$(OUTPUT)/refserver: tests/refserver.c | $(OUTPUT)
+	$(call msg,CC,$@)
+	$(Q)$(CC) $(CFLAGS) $(WARN) -std=gnu11 -pthread $< -o $@ -lcjson -lm
+
+$(OUTPUT)/gtclient: tests/gtclient.c | $(OUTPUT)
+	$(call msg,CC,$@)
+	$(Q)$(CC) $(CFLAGS) $(WARN) -std=gnu11 -pthread $< -o $@ -lcjson -lm
+
+$(OUTPUT)/tests/%: tests/unit/%.c tests/unit/check.h $(LIB_OBJS) | $(OUTPUT)/tests
+	$(call msg,TEST,$@)
+	$(Q)$(CC) $(USER_CFLAGS) -Itests/unit $< $(LIB_OBJS) -o $@ -lcjson -lm
+
+$(OUTPUT)/tests/%: tests/bpf/%.c tests/unit/check.h $(LIB_OBJS) $(OUTPUT)/tokenscope.skel.h | $(OUTPUT)/tests
+	$(call msg,TEST,$@)
+	$(Q)$(CC) $(USER_CFLAGS) -Itests/unit $< $(LIB_OBJS) -o $@ $(LDLIBS)
+
+deps:
+	$(Q)scripts/deps.sh
+
+check: deps
+	$(Q)$(MAKE) --no-print-directory all
+	$(Q)tests/run.sh
+
+demo: deps
+	$(Q)$(MAKE) --no-print-directory all
+	$(Q)scripts/demo.sh
+
+bench: deps
+	$(Q)$(MAKE) --no-print-directory all
+	$(Q)scripts/bench.sh
+
+vmlinux:
+	$(Q)scripts/gen-vmlinux.sh
+
+format:
+	$(Q)clang-format -i bpf/*.c include/*.h user/*.c user/*.h tests/*.c tests/unit/*.[ch] tests/bpf/*.c
+
+clean:
+	$(Q)rm -rf $(OUTPUT)

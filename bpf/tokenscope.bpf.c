@@ -1,0 +1,549 @@
+// SPDX-License-Identifier: GPL-2.0 OR MIT
+/*
+ * Kernel side of tokenscope: socket I/O of traced processes, at the syscall layer.
+ *
+ * Filters by traced tgid first (map `traced`), then keeps only fds that are stream sockets,
+ * timestamps enter and exit with bpf_ktime_get_ns(), copies a bounded slice of the bytes into
+ * the ring buffer and counts whatever it could not copy or submit. It parses nothing.
+ * The process tree is followed through sched_process_fork/exit.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_endian.h>
+#include "events.h"
+
+char LICENSE[] SEC("license") = "Dual MIT/GPL";
+
+/* x86_64 syscall numbers (arch/x86/entry/syscalls/syscall_64.tbl). */
+#define NR_READ 0
+#define NR_WRITE 1
+#define NR_CLOSE 3
+#define NR_READV 19
+#define NR_WRITEV 20
+#define NR_CONNECT 42
+#define NR_ACCEPT 43
+#define NR_SENDTO 44
+#define NR_RECVFROM 45
+#define NR_SENDMSG 46
+#define NR_RECVMSG 47
+#define NR_ACCEPT4 288
+
+#define S_IFMT 00170000
+#define S_IFSOCK 0140000
+#define SOCK_STREAM 1
+#define AF_UNIX 1
+#define AF_INET 2
+#define AF_INET6 10
+
+#define MAX_TRACED_PROCS 16384
+#define MAX_INFLIGHT_SYSCALLS 16384
+#define MAX_CONNS 65536
+/* Loop bound: one iteration per copied piece; pieces end at chunk or iovec boundaries. */
+#define COPY_LOOPS (2 * (TS_CAPTURE_MAX / TS_CHUNK_BYTES) + TS_IOV_MAX + 4)
+
+/* Set by user space between open and load. */
+const volatile __u32 capture_bytes = TS_CAPTURE_DEFAULT;
+/* Wake the consumer only when this much is waiting; it also drains on a short timer. */
+const volatile __u64 wakeup_bytes = 256 * 1024;
+
+__u64 next_conn_id = 0;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_TRACED_PROCS);
+	__type(key, __u32);
+	__type(value, __u8);
+} traced SEC(".maps");
+
+/* Arguments saved at sys_enter, keyed by tid, for sys_exit. LRU: a thread that dies inside a
+ * syscall never reaches sys_exit, and its entry must not stay forever. */
+struct stash {
+	__u64 enter_ns;
+	__u64 buf; /* buffer, iovec array, or msghdr's iovec array */
+	__u64 iovcnt; /* 0: buf is a plain buffer */
+	__s32 fd;
+	__u8 sys; /* enum ts_syscall */
+	__u8 pad[3];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, MAX_INFLIGHT_SYSCALLS);
+	__type(key, __u32);
+	__type(value, struct stash);
+} stash SEC(".maps");
+
+struct conn {
+	__u64 conn_id;
+	__u64 file; /* struct file *: a different file on the same fd is a new connection */
+	__u64 pos[2]; /* bytes so far per direction, indexed by enum ts_dir */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_CONNS);
+	__type(key, struct ts_conn_key);
+	__type(value, struct conn);
+} conns SEC(".maps");
+
+struct copy_ctx {
+	__u64 iov; /* user iovec array, or 0 for a plain buffer */
+	__u64 iovcnt;
+	__u64 iov_idx;
+	__u64 seg; /* user address of the current segment's next byte */
+	__u64 seg_left; /* bytes left in the current segment (already capped) */
+	__u64 remaining; /* bytes still to capture from this syscall */
+	__u64 pos; /* stream offset of the next byte */
+	__u32 fill; /* bytes in scratch data */
+	__u32 pad;
+};
+
+/* data[] directly follows the record header, so the pair is one ring-buffer record. */
+#pragma clang diagnostic ignored "-Wgnu-variable-sized-type-not-at-end"
+struct scratch {
+	/* The copy loop's state lives in map memory, not on the stack: the verifier then treats it
+	 * as unknown and checks the loop body once instead of once per concrete value. */
+	struct copy_ctx cc;
+	struct ts_data_event ev;
+	/* Room past a chunk so that the verifier can prove offset + masked length stays inside. */
+	__u8 data[3 * TS_CHUNK_BYTES];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct scratch);
+} scratch SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, TS_STAT_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} stats SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 16 * 1024 * 1024);
+} events SEC(".maps");
+
+static __always_inline void stat_add(__u32 which, __u64 n)
+{
+	__u64 *v = bpf_map_lookup_elem(&stats, &which);
+
+	if (v)
+		*v += n;
+}
+
+static __always_inline __u64 rb_flags(void)
+{
+	return bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes ? BPF_RB_FORCE_WAKEUP
+									       : BPF_RB_NO_WAKEUP;
+}
+
+/* Submit a record, or count it lost with its payload. */
+static __always_inline void emit(void *rec, __u64 size, __u64 payload)
+{
+	if (bpf_ringbuf_output(&events, rec, size, rb_flags())) {
+		stat_add(TS_STAT_LOST_EVENTS, 1);
+		stat_add(TS_STAT_LOST_BYTES, payload);
+	} else {
+		stat_add(TS_STAT_EVENTS, 1);
+	}
+}
+
+static __always_inline __u8 syscall_kind(long id)
+{
+	switch (id) {
+	case NR_READ:
+		return TS_SYS_READ;
+	case NR_READV:
+		return TS_SYS_READV;
+	case NR_RECVFROM:
+		return TS_SYS_RECVFROM;
+	case NR_RECVMSG:
+		return TS_SYS_RECVMSG;
+	case NR_WRITE:
+		return TS_SYS_WRITE;
+	case NR_WRITEV:
+		return TS_SYS_WRITEV;
+	case NR_SENDTO:
+		return TS_SYS_SENDTO;
+	case NR_SENDMSG:
+		return TS_SYS_SENDMSG;
+	case NR_CLOSE:
+		return TS_SYS_CLOSE;
+	case NR_ACCEPT:
+	case NR_ACCEPT4:
+		return TS_SYS_ACCEPT;
+	default:
+		return 0;
+	}
+}
+
+static __always_inline __u8 syscall_dir(__u8 sys)
+{
+	return sys >= TS_SYS_WRITE ? TS_DIR_OUT : TS_DIR_IN;
+}
+
+/* The struct file behind fd in the current process, or NULL. */
+static __always_inline struct file *fd_file(__s32 fd)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
+	struct file **fds;
+	struct file *f = NULL;
+
+	if (!fdt || fd < 0 || (__u32)fd >= BPF_CORE_READ(fdt, max_fds))
+		return NULL;
+	fds = BPF_CORE_READ(fdt, fd);
+	bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]);
+	return f;
+}
+
+/* The stream socket's struct sock behind a file, or NULL when it is anything else. */
+static __always_inline struct sock *file_stream_sock(struct file *f)
+{
+	struct socket *sock;
+	struct sock *sk;
+	__u16 family;
+
+	if ((BPF_CORE_READ(f, f_inode, i_mode) & S_IFMT) != S_IFSOCK)
+		return NULL;
+	sock = BPF_CORE_READ(f, private_data);
+	if (!sock || BPF_CORE_READ(sock, type) != SOCK_STREAM)
+		return NULL;
+	sk = BPF_CORE_READ(sock, sk);
+	if (!sk)
+		return NULL;
+	family = BPF_CORE_READ(sk, __sk_common.skc_family);
+	if (family != AF_INET && family != AF_INET6 && family != AF_UNIX)
+		return NULL;
+	return sk;
+}
+
+static __always_inline void conn_fill_addrs(struct ts_conn_event *ce, struct sock *sk)
+{
+	ce->family = BPF_CORE_READ(sk, __sk_common.skc_family);
+	if (ce->family == AF_INET) {
+		__u32 l = BPF_CORE_READ(sk, __sk_common.skc_rcv_saddr);
+		__u32 p = BPF_CORE_READ(sk, __sk_common.skc_daddr);
+
+		__builtin_memcpy(ce->local_addr, &l, 4);
+		__builtin_memcpy(ce->peer_addr, &p, 4);
+	} else if (ce->family == AF_INET6) {
+		bpf_core_read(ce->local_addr, 16, &sk->__sk_common.skc_v6_rcv_saddr);
+		bpf_core_read(ce->peer_addr, 16, &sk->__sk_common.skc_v6_daddr);
+	}
+	if (ce->family != AF_UNIX) {
+		ce->local_port = BPF_CORE_READ(sk, __sk_common.skc_num);
+		ce->peer_port = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
+	}
+}
+
+/*
+ * The traced connection on (tgid, fd), created (and announced) on first sight. NULL when the fd
+ * is not a stream socket or the table is full (counted).
+ */
+static __always_inline struct conn *conn_get(__u32 tgid, __u32 tid, __s32 fd, __u8 sys,
+					     __u64 ts)
+{
+	struct ts_conn_key key = { .pid = tgid, .fd = fd };
+	struct file *f = fd_file(fd);
+	struct conn *c;
+	struct sock *sk;
+
+	if (!f)
+		return NULL;
+	c = bpf_map_lookup_elem(&conns, &key);
+	if (c && c->file == (__u64)f)
+		return c;
+	sk = file_stream_sock(f);
+	if (!sk)
+		return NULL;
+
+	struct conn fresh = { .file = (__u64)f };
+	fresh.conn_id = __sync_fetch_and_add(&next_conn_id, 1) + 1;
+	if (bpf_map_update_elem(&conns, &key, &fresh, BPF_ANY)) {
+		stat_add(TS_STAT_CONN_TABLE_FULL, 1);
+		return NULL;
+	}
+
+	struct ts_conn_event ce = {};
+	ce.hdr.type = TS_EV_CONN_OPEN;
+	ce.hdr.size = sizeof(ce);
+	ce.hdr.pid = tgid;
+	ce.hdr.tid = tid;
+	ce.conn_id = fresh.conn_id;
+	ce.ts_ns = ts;
+	ce.fd = fd;
+	ce.syscall = sys;
+	conn_fill_addrs(&ce, sk);
+	emit(&ce, sizeof(ce), 0);
+	return bpf_map_lookup_elem(&conns, &key);
+}
+
+
+static __always_inline void copy_flush(struct scratch *s, struct copy_ctx *cc, bool last)
+{
+	__u32 n = cc->fill;
+
+	if (n > TS_CHUNK_BYTES)
+		n = TS_CHUNK_BYTES;
+	s->ev.data_bytes = n;
+	s->ev.pos = cc->pos - n;
+	s->ev.last = last;
+	s->ev.hdr.size = sizeof(s->ev) + n;
+	emit(&s->ev, sizeof(s->ev) + n, n);
+	cc->fill = 0;
+}
+
+static long copy_step(__u32 i, void *arg)
+{
+	__u32 zero = 0;
+	struct scratch *s = bpf_map_lookup_elem(&scratch, &zero);
+	struct copy_ctx *cc;
+
+	if (!s)
+		return 1;
+	cc = &s->cc;
+	if (cc->remaining == 0) {
+		copy_flush(s, cc, true);
+		return 1;
+	}
+	if (cc->seg_left == 0) {
+		struct iovec v;
+
+		if (!cc->iov || cc->iov_idx >= cc->iovcnt || cc->iov_idx >= TS_IOV_MAX) {
+			/* The returned bytes lie beyond the iovecs we walk. */
+			stat_add(TS_STAT_UNCAPTURED_BYTES, cc->remaining);
+			if (cc->fill)
+				copy_flush(s, cc, false);
+			cc->pos += cc->remaining;
+			cc->remaining = 0;
+			return 0;
+		}
+		if (bpf_probe_read_user(&v, sizeof(v), (void *)(cc->iov + cc->iov_idx * sizeof(v))))
+			v.iov_len = 0, v.iov_base = NULL;
+		cc->iov_idx++;
+		cc->seg = (__u64)v.iov_base;
+		cc->seg_left = v.iov_len < cc->remaining ? v.iov_len : cc->remaining;
+		return 0;
+	}
+
+	__u32 off = cc->fill & (TS_CHUNK_BYTES - 1);
+	__u64 n = TS_CHUNK_BYTES - off;
+
+	if (n > cc->seg_left)
+		n = cc->seg_left;
+	/* Hide n's known range from clang so the mask stays for the verifier. */
+	asm volatile("" : "+r"(n));
+	n &= 2 * TS_CHUNK_BYTES - 1;
+	if (bpf_probe_read_user(&s->data[off], n, (void *)cc->seg)) {
+		/* Unreadable user memory: what is left of the syscall becomes a gap. */
+		stat_add(TS_STAT_COPY_FAILED, 1);
+		stat_add(TS_STAT_UNCAPTURED_BYTES, cc->remaining);
+		copy_flush(s, cc, false);
+		cc->pos += cc->remaining;
+		cc->remaining = 0;
+		return 0;
+	}
+	cc->fill = off + n;
+	cc->seg += n;
+	cc->seg_left -= n;
+	cc->remaining -= n;
+	cc->pos += n;
+	if (cc->fill >= TS_CHUNK_BYTES && cc->remaining)
+		copy_flush(s, cc, false);
+	return 0;
+}
+
+static __always_inline void emit_data(struct stash *st, struct conn *c, __u64 pid_tgid,
+				      __u64 ret, __u64 exit_ns)
+{
+	__u32 zero = 0;
+	struct scratch *s = bpf_map_lookup_elem(&scratch, &zero);
+	__u8 dir = syscall_dir(st->sys);
+	__u64 want = ret < capture_bytes ? ret : capture_bytes;
+	struct copy_ctx *cc;
+
+	if (!s)
+		return;
+	cc = &s->cc;
+	s->ev.hdr.type = TS_EV_DATA;
+	s->ev.hdr.pid = pid_tgid >> 32;
+	s->ev.hdr.tid = (__u32)pid_tgid;
+	s->ev.conn_id = c->conn_id;
+	s->ev.enter_ns = st->enter_ns;
+	s->ev.exit_ns = exit_ns;
+	s->ev.syscall_pos = __sync_fetch_and_add(&c->pos[dir & 1], ret);
+	s->ev.syscall_bytes = ret;
+	s->ev.fd = st->fd;
+	s->ev.dir = dir;
+	s->ev.syscall = st->sys;
+	s->ev.pad = 0;
+
+	cc->pos = s->ev.syscall_pos;
+	cc->remaining = want;
+	cc->fill = 0;
+	cc->iov_idx = 0;
+	if (st->iovcnt) {
+		cc->iov = st->buf;
+		cc->iovcnt = st->iovcnt;
+		cc->seg = 0;
+		cc->seg_left = 0;
+	} else {
+		cc->iov = 0;
+		cc->iovcnt = 0;
+		cc->seg = st->buf;
+		cc->seg_left = want;
+	}
+	if (ret > want)
+		stat_add(TS_STAT_UNCAPTURED_BYTES, ret - want);
+	bpf_loop(COPY_LOOPS, copy_step, NULL, 0);
+	stat_add(TS_STAT_SYSCALLS, 1);
+}
+
+static __always_inline void emit_close(__u64 pid_tgid, __s32 fd, __u64 ts)
+{
+	struct ts_conn_key key = { .pid = pid_tgid >> 32, .fd = fd };
+	struct conn *c = bpf_map_lookup_elem(&conns, &key);
+	struct ts_conn_event ce = {};
+
+	if (!c)
+		return;
+	ce.hdr.type = TS_EV_CONN_CLOSE;
+	ce.hdr.size = sizeof(ce);
+	ce.hdr.pid = key.pid;
+	ce.hdr.tid = (__u32)pid_tgid;
+	ce.conn_id = c->conn_id;
+	ce.ts_ns = ts;
+	ce.fd = fd;
+	ce.syscall = TS_SYS_CLOSE;
+	ce.rx_bytes = c->pos[TS_DIR_IN];
+	ce.tx_bytes = c->pos[TS_DIR_OUT];
+	bpf_map_delete_elem(&conns, &key);
+	emit(&ce, sizeof(ce), 0);
+}
+
+SEC("raw_tracepoint/sys_enter")
+int ts_sys_enter(struct bpf_raw_tracepoint_args *ctx)
+{
+	__u8 sys = syscall_kind(ctx->args[1]);
+	__u64 pid_tgid, ts;
+	__u32 tgid, tid;
+	struct pt_regs *regs;
+	struct stash st = {};
+
+	if (!sys)
+		return 0;
+	pid_tgid = bpf_get_current_pid_tgid();
+	tgid = pid_tgid >> 32;
+	if (!bpf_map_lookup_elem(&traced, &tgid))
+		return 0;
+	ts = bpf_ktime_get_ns();
+	regs = (struct pt_regs *)ctx->args[0];
+	st.fd = (__s32)PT_REGS_PARM1_CORE_SYSCALL(regs);
+	if (sys == TS_SYS_CLOSE) {
+		/* The fd is gone after close(); a failed close of a socket is vanishingly rare. */
+		emit_close(pid_tgid, st.fd, ts);
+		return 0;
+	}
+	st.enter_ns = ts;
+	st.sys = sys;
+	st.buf = PT_REGS_PARM2_CORE_SYSCALL(regs);
+	if (sys == TS_SYS_READV || sys == TS_SYS_WRITEV) {
+		st.iovcnt = PT_REGS_PARM3_CORE_SYSCALL(regs);
+	} else if (sys == TS_SYS_RECVMSG || sys == TS_SYS_SENDMSG) {
+		struct user_msghdr msg;
+
+		if (bpf_probe_read_user(&msg, sizeof(msg), (void *)st.buf))
+			return 0;
+		st.buf = (__u64)msg.msg_iov;
+		st.iovcnt = msg.msg_iovlen;
+	}
+	tid = (__u32)pid_tgid;
+	bpf_map_update_elem(&stash, &tid, &st, BPF_ANY);
+	return 0;
+}
+
+SEC("raw_tracepoint/sys_exit")
+int ts_sys_exit(struct bpf_raw_tracepoint_args *ctx)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 tid = (__u32)pid_tgid;
+	struct stash *sp = bpf_map_lookup_elem(&stash, &tid);
+	long ret = ctx->args[1];
+	struct stash st;
+	struct conn *c;
+	__u64 ts;
+
+	if (!sp)
+		return 0;
+	st = *sp;
+	bpf_map_delete_elem(&stash, &tid);
+	if (ret <= 0 && !(st.sys == TS_SYS_ACCEPT && ret == 0))
+		return 0;
+	ts = bpf_ktime_get_ns();
+	if (st.sys == TS_SYS_ACCEPT) {
+		conn_get(pid_tgid >> 32, tid, (__s32)ret, TS_SYS_ACCEPT, ts);
+		return 0;
+	}
+	c = conn_get(pid_tgid >> 32, tid, st.fd, st.sys, st.enter_ns);
+	if (!c)
+		return 0;
+	emit_data(&st, c, pid_tgid, ret, ts);
+	return 0;
+}
+
+SEC("raw_tracepoint/sched_process_fork")
+int ts_fork(struct bpf_raw_tracepoint_args *ctx)
+{
+	struct task_struct *parent = (struct task_struct *)ctx->args[0];
+	struct task_struct *child = (struct task_struct *)ctx->args[1];
+	__u32 ptgid = BPF_CORE_READ(parent, tgid);
+	__u32 ctgid = BPF_CORE_READ(child, tgid);
+	__u8 one = 1;
+	struct ts_proc_event pe = {};
+
+	/* Threads share the tgid and are already covered. */
+	if (ptgid == ctgid || !bpf_map_lookup_elem(&traced, &ptgid))
+		return 0;
+	bpf_map_update_elem(&traced, &ctgid, &one, BPF_ANY);
+	pe.hdr.type = TS_EV_PROC_FORK;
+	pe.hdr.size = sizeof(pe);
+	pe.hdr.pid = ctgid;
+	pe.hdr.tid = BPF_CORE_READ(child, pid);
+	pe.ts_ns = bpf_ktime_get_ns();
+	pe.ppid = ptgid;
+	BPF_CORE_READ_STR_INTO(&pe.comm, parent, comm);
+	emit(&pe, sizeof(pe), 0);
+	return 0;
+}
+
+SEC("raw_tracepoint/sched_process_exit")
+int ts_exit(struct bpf_raw_tracepoint_args *ctx)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 tgid = pid_tgid >> 32;
+	struct task_struct *task = (struct task_struct *)ctx->args[0];
+	struct ts_proc_event pe = {};
+
+	/* Only the group leader's exit ends the process for us. */
+	if ((__u32)pid_tgid != tgid || !bpf_map_lookup_elem(&traced, &tgid))
+		return 0;
+	bpf_map_delete_elem(&traced, &tgid);
+	pe.hdr.type = TS_EV_PROC_EXIT;
+	pe.hdr.size = sizeof(pe);
+	pe.hdr.pid = tgid;
+	pe.hdr.tid = tgid;
+	pe.ts_ns = bpf_ktime_get_ns();
+	pe.ppid = BPF_CORE_READ(task, real_parent, tgid);
+	pe.exit_code = BPF_CORE_READ(task, exit_code);
+	BPF_CORE_READ_STR_INTO(&pe.comm, task, comm);
+	emit(&pe, sizeof(pe), 0);
+	return 0;
+}

@@ -1,0 +1,133 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The event stream: every record that crosses the ring buffer, shared by bpf/ and user/.
+ *
+ * Each record starts with struct ts_event_hdr; `type` selects the rest. All times are
+ * bpf_ktime_get_ns() (CLOCK_MONOTONIC) nanoseconds. Sizes are asserted so that both sides and
+ * recorded files agree byte for byte. Only fixed-width types; nothing is included.
+ */
+#ifndef TS_EVENTS_H
+#define TS_EVENTS_H
+
+/* Bytes of payload one data record can carry; a larger syscall becomes several records. */
+#define TS_CHUNK_BYTES 4096
+/* Default bytes copied from one syscall; the rest is counted, never copied (a gap). */
+#define TS_CAPTURE_DEFAULT 65536
+/* Hard upper bound for --capture-bytes: bounds the kernel loop. */
+#define TS_CAPTURE_MAX (1 << 20)
+/* iovecs walked per readv/writev/sendmsg; bytes in later iovecs are counted as a gap. */
+#define TS_IOV_MAX 64
+
+enum ts_event_type {
+	TS_EV_DATA = 1, /* bytes read from or written to a traced socket */
+	TS_EV_CONN_OPEN = 2, /* first sight of a socket fd (accept, connect or first I/O) */
+	TS_EV_CONN_CLOSE = 3, /* close() of a traced socket fd */
+	TS_EV_PROC_FORK = 4, /* a traced process forked: the child is traced too */
+	TS_EV_PROC_EXIT = 5, /* a traced process exited */
+};
+
+enum ts_dir {
+	TS_DIR_IN = 0, /* the traced process read the bytes */
+	TS_DIR_OUT = 1, /* the traced process wrote the bytes */
+};
+
+enum ts_syscall {
+	TS_SYS_READ = 1,
+	TS_SYS_READV,
+	TS_SYS_RECVFROM,
+	TS_SYS_RECVMSG,
+	TS_SYS_WRITE,
+	TS_SYS_WRITEV,
+	TS_SYS_SENDTO,
+	TS_SYS_SENDMSG,
+	TS_SYS_CLOSE,
+	TS_SYS_ACCEPT,
+	TS_SYS_CONNECT,
+	TS_SYS_MAX,
+};
+
+struct ts_event_hdr {
+	__u32 type; /* enum ts_event_type */
+	__u32 size; /* bytes of the whole record, header included */
+	__u32 pid; /* tgid */
+	__u32 tid;
+};
+
+/*
+ * One piece of one read or write syscall. A syscall whose bytes exceed TS_CHUNK_BYTES is sent as
+ * several records with the same times; `pos` is the offset of data[0] in this direction of the
+ * connection, so user space knows exactly where bytes are missing (lost records, capture limit).
+ */
+struct ts_data_event {
+	struct ts_event_hdr hdr;
+	__u64 conn_id; /* unique for the tracer's lifetime: survives fd reuse */
+	__u64 enter_ns; /* sys_enter of the syscall */
+	__u64 exit_ns; /* sys_exit of the syscall */
+	__u64 pos; /* stream offset of data[0] in direction `dir` */
+	__u64 syscall_pos; /* stream offset of the syscall's first byte */
+	__u32 syscall_bytes; /* bytes the syscall returned (all of them, copied or not) */
+	__u32 data_bytes; /* bytes in data[] */
+	__s32 fd;
+	__u8 dir; /* enum ts_dir */
+	__u8 syscall; /* enum ts_syscall */
+	__u8 last; /* 1 on the syscall's last record */
+	__u8 pad;
+	__u8 data[]; /* data_bytes bytes */
+};
+
+/* Address family values as in the kernel: AF_UNIX 1, AF_INET 2, AF_INET6 10. */
+struct ts_conn_event {
+	struct ts_event_hdr hdr;
+	__u64 conn_id;
+	__u64 ts_ns;
+	__s32 fd;
+	__u16 family;
+	__u16 local_port; /* host byte order */
+	__u16 peer_port;
+	__u8 syscall; /* what revealed it: accept, connect, or the first read/write */
+	__u8 pad[5];
+	__u8 local_addr[16]; /* IPv4 in the first 4 bytes */
+	__u8 peer_addr[16];
+	/* close only: final offsets, so bytes lost at the end of a stream are known */
+	__u64 rx_bytes;
+	__u64 tx_bytes;
+};
+
+struct ts_proc_event {
+	struct ts_event_hdr hdr; /* pid: the child (fork) or the exiting process */
+	__u64 ts_ns;
+	__u32 ppid; /* fork: parent tgid */
+	__s32 exit_code; /* exit: the wait status */
+	char comm[16];
+};
+
+/* Counters kept per CPU in the kernel and summed by user space (map `stats`). */
+enum ts_stat {
+	TS_STAT_EVENTS, /* records submitted */
+	TS_STAT_LOST_EVENTS, /* records the ring buffer had no room for */
+	TS_STAT_LOST_BYTES, /* payload bytes in those records */
+	TS_STAT_UNCAPTURED_BYTES, /* bytes past the capture limit or the iovec limit */
+	TS_STAT_COPY_FAILED, /* bpf_probe_read_user failures (bytes are counted uncaptured) */
+	TS_STAT_SYSCALLS, /* traced socket syscalls */
+	TS_STAT_CONN_TABLE_FULL, /* sockets not traced because map `conns` was full */
+	TS_STAT_MAX,
+};
+
+#define TS_STAT_NAMES                                                                            \
+	{                                                                                        \
+		"events", "lost_events", "lost_bytes", "uncaptured_bytes", "copy_failed",        \
+			"syscalls", "conn_table_full"                                            \
+	}
+
+/* Key of map `conns`: user space deletes the entries of a process that exited. */
+struct ts_conn_key {
+	__u32 pid;
+	__s32 fd;
+};
+
+_Static_assert(sizeof(struct ts_event_hdr) == 16, "ts_event_hdr layout");
+_Static_assert(sizeof(struct ts_data_event) == 72, "ts_data_event layout");
+_Static_assert(sizeof(struct ts_conn_event) == 96, "ts_conn_event layout");
+_Static_assert(sizeof(struct ts_proc_event) == 48, "ts_proc_event layout");
+
+#endif

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs the Debian packages tokenscope needs to build, test, demo and benchmark.
+# Idempotent: installs only what is missing, and says what it installs.
+set -euo pipefail
+
+PKGS=(
+	# build
+	clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev libzstd-dev libcjson-dev make gcc
+	# end-to-end test servers and tools
+	python3 python3-fastapi python3-uvicorn python3-uvloop python3-httptools python3-aiohttp
+	golang-go nodejs strace bpftrace iproute2 procps
+)
+
+missing=()
+for p in "${PKGS[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+	exit 0
+fi
+if [ "$(id -u)" -ne 0 ]; then
+	echo "deps.sh: missing packages: ${missing[*]}; run as root to install them" >&2
+	exit 1
+fi
+echo "deps.sh: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -q >/dev/null
+apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null

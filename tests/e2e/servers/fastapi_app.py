@@ -1,0 +1,61 @@
+#!/usr/bin/python3
+"""FastAPI + uvicorn e2e server (run with Debian's /usr/bin/python3).
+
+--stack h11:        asyncio loop, h11 protocol (sends with sendto)
+--stack httptools:  uvloop loop, httptools protocol, vLLM's own setup (sends with write/writev)
+Usage: fastapi_app.py PORT [--stack h11|httptools]; PORT 0 picks a free port.
+"""
+import os
+import socket
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import uvicorn  # noqa: E402
+from fastapi import FastAPI, Request as HTTPRequest  # noqa: E402
+from fastapi.responses import JSONResponse, StreamingResponse  # noqa: E402
+
+import common  # noqa: E402
+
+STACKS = {"h11": ("asyncio", "h11"), "httptools": ("uvloop", "httptools")}
+
+app = FastAPI()
+
+
+@app.post(common.CHAT_PATH)
+async def chat(http: HTTPRequest):
+    try:
+        req = common.Request(await http.body())
+    except common.BadRequest as e:
+        return JSONResponse({"error": {"message": str(e), "type": "invalid_request_error",
+                                       "code": 400}}, status_code=400)
+    if req.fail == "http":
+        return JSONResponse(common.ERROR_HTTP, status_code=500)
+    if not req.stream:
+        return JSONResponse(await req.completion())
+    return StreamingResponse(req.frames(), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache"})
+
+
+class Server(uvicorn.Server):
+    async def startup(self, sockets=None):
+        await super().startup(sockets=sockets)
+        if not self.should_exit:
+            common.announce(sockets[0].getsockname()[1])
+
+
+def main():
+    args = common.parse_args(__doc__, lambda ap: ap.add_argument(
+        "--stack", choices=sorted(STACKS), default="h11"))
+    loop, http = STACKS[args.stack]
+    # Bind here so that port 0 works and the printed port is the bound one.
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", args.port))
+    config = uvicorn.Config(app, loop=loop, http=http, lifespan="off", log_level="warning",
+                            access_log=False)
+    Server(config).run(sockets=[sock])
+
+
+if __name__ == "__main__":
+    main()

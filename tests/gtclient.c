@@ -1,0 +1,1063 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * gtclient: the ground-truth client. It streams completions and records, on CLOCK_MONOTONIC
+ * (the clock bpf_ktime_get_ns reads), when each request was sent and when each content frame
+ * arrived, so the tracer's numbers can be checked against what a client really saw.
+ *
+ * One thread per connection, blocking sockets, TCP_NODELAY. The HTTP response is parsed here
+ * (status, headers, chunked / Content-Length / close-delimited body) and the body is split
+ * into SSE frames or NDJSON lines; every frame completed by one recv() gets the timestamp
+ * taken right after that recv(), because that is the moment the bytes reached user space.
+ *
+ * Output: one JSON object per request per line (see tests/README-tools.md).
+ */
+#define _GNU_SOURCE
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define NS_PER_MS 1000000ULL
+#define NS_PER_S 1000000000ULL
+#define RECV_BUF 65536
+/* A response head larger than this is treated as a broken server. */
+#define HEAD_MAX 65536
+/* 1000 threads with the default 8 MiB stacks would reserve 8 GiB of address space. */
+#define THREAD_STACK (256 * 1024)
+#define DEFAULT_PORT 8000
+#define DEFAULT_REQUESTS 10
+#define DEFAULT_MAX_TOKENS 16
+#define DEFAULT_PROMPT_BYTES 64
+#define DEFAULT_TIMEOUT_S 30
+
+enum outcome { OUT_OK, OUT_HTTP_ERROR, OUT_STREAM_ERROR, OUT_ABORTED, OUT_TIMEOUT, OUT_ERROR, OUT_N };
+
+static const char *const outcome_names[OUT_N] = {
+	"ok", "http_error", "stream_error", "aborted", "timeout", "error",
+};
+
+enum body_kind { BODY_SSE, BODY_NDJSON, BODY_JSON };
+enum body_framing { FRAMING_NONE, FRAMING_CHUNKED, FRAMING_LENGTH, FRAMING_CLOSE };
+enum chunk_state { CS_SIZE, CS_DATA, CS_DATA_END, CS_TRAILER };
+
+struct opts {
+	const char *host;
+	int port;
+	const char *path;
+	unsigned requests;
+	unsigned conns;
+	unsigned per_conn;
+	const char *model;
+	unsigned max_tokens;
+	bool usage;
+	size_t prompt_bytes;
+	double token_ms; /* < 0: not sent */
+	double prefill_ms; /* < 0: not sent */
+	unsigned abort_every;
+	unsigned abort_after;
+	unsigned http_error_every;
+	unsigned stream_error_every;
+	unsigned no_stream_every;
+	bool ndjson;
+	const char *out_path;
+	double timeout_s;
+};
+
+struct dbuf {
+	char *p;
+	size_t len, cap;
+};
+
+struct u64vec {
+	uint64_t *v;
+	size_t len, cap;
+};
+
+/* Everything parsed from one response and everything printed for it. */
+struct resp {
+	/* HTTP */
+	struct dbuf head;
+	bool head_done;
+	int status;
+	bool conn_close;
+	enum body_kind kind;
+	enum body_framing framing;
+	enum chunk_state cs;
+	uint64_t left; /* bytes left in this chunk or in the Content-Length body */
+	struct dbuf cline; /* chunk-size or trailer line being assembled */
+	bool body_done;
+	bool bad;
+	/* framing inside the body */
+	struct dbuf line;
+	struct dbuf data;
+	bool have_data;
+	bool done_seen;
+	/* classification */
+	bool stream_error;
+	bool usage_seen;
+	uint64_t usage_tokens;
+	unsigned frames;
+	uint64_t first_ns;
+	struct u64vec token_ns;
+	unsigned abort_after; /* 0: never */
+	bool abort_now;
+};
+
+struct shared {
+	const struct opts *o;
+	struct addrinfo *ai;
+	char *prompt;
+	unsigned next_id;
+	pthread_mutex_t lock;
+	FILE *out;
+	unsigned counts[OUT_N];
+	double *ttft_ms; /* per request id, NAN when no content frame */
+};
+
+struct result {
+	unsigned id;
+	unsigned port;
+	unsigned seq;
+	bool stream;
+	enum outcome outcome;
+	uint64_t send_ns;
+	uint64_t end_ns;
+};
+
+static uint64_t clock_mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * NS_PER_S + (uint64_t)ts.tv_nsec;
+}
+
+/* A measuring tool that runs out of memory cannot produce trustworthy numbers: stop. */
+static void *mem_realloc(void *p, size_t n)
+{
+	p = realloc(p, n);
+	if (!p) {
+		fprintf(stderr, "gtclient: out of memory\n");
+		exit(1);
+	}
+	return p;
+}
+
+static void dbuf_append(struct dbuf *b, const void *d, size_t n)
+{
+	if (b->len + n + 1 > b->cap) {
+		size_t cap = b->cap ? b->cap : 256;
+
+		while (cap < b->len + n + 1)
+			cap *= 2;
+		b->p = mem_realloc(b->p, cap);
+		b->cap = cap;
+	}
+	memcpy(b->p + b->len, d, n);
+	b->len += n;
+	/* always NUL-terminated so lines and JSON can be handed to string functions */
+	b->p[b->len] = '\0';
+}
+
+static void vec_push(struct u64vec *v, uint64_t x)
+{
+	if (v->len == v->cap) {
+		v->cap = v->cap ? v->cap * 2 : 64;
+		v->v = mem_realloc(v->v, v->cap * sizeof(*v->v));
+	}
+	v->v[v->len++] = x;
+}
+
+static void resp_reset(struct resp *r, unsigned abort_after)
+{
+	struct resp keep = *r;
+
+	memset(r, 0, sizeof(*r));
+	/* keep the allocations, drop the contents */
+	r->head = keep.head;
+	r->cline = keep.cline;
+	r->line = keep.line;
+	r->data = keep.data;
+	r->token_ns = keep.token_ns;
+	r->head.len = r->cline.len = r->line.len = r->data.len = 0;
+	r->token_ns.len = 0;
+	r->abort_after = abort_after;
+}
+
+static void resp_free(struct resp *r)
+{
+	free(r->head.p);
+	free(r->cline.p);
+	free(r->line.p);
+	free(r->data.p);
+	free(r->token_ns.v);
+}
+
+/* ---- frame classification: the exact rules the tracer implements ---- */
+
+static const cJSON *jget(const cJSON *o, const char *k)
+{
+	return cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, k) : NULL;
+}
+
+static bool str_nonempty(const cJSON *v)
+{
+	return cJSON_IsString(v) && v->valuestring[0];
+}
+
+static bool json_has_content(const cJSON *j)
+{
+	const cJSON *ch;
+
+	cJSON_ArrayForEach(ch, jget(j, "choices"))
+	{
+		const cJSON *d = jget(ch, "delta"), *tc = jget(d, "tool_calls");
+
+		if (str_nonempty(jget(d, "content")) || str_nonempty(jget(d, "reasoning_content")) ||
+		    str_nonempty(jget(d, "reasoning")) || (cJSON_IsArray(tc) && tc->child) ||
+		    str_nonempty(jget(ch, "text")))
+			return true;
+	}
+	/* TGI */
+	if (cJSON_IsString(jget(jget(j, "token"), "text")))
+		return true;
+	/* Ollama /api/generate and /api/chat */
+	return str_nonempty(jget(j, "response")) || str_nonempty(jget(jget(j, "message"), "content"));
+}
+
+static void frame_classify(struct resp *r, const char *text, size_t len, uint64_t ts)
+{
+	const cJSON *v, *e;
+	cJSON *j;
+
+	if (r->abort_now)
+		return;
+	if (len == 6 && !memcmp(text, "[DONE]", 6)) {
+		r->done_seen = true;
+		return;
+	}
+	j = cJSON_ParseWithLength(text, len);
+	if (!j)
+		return;
+	e = jget(j, "error");
+	if (e && !cJSON_IsNull(e))
+		r->stream_error = true;
+	v = jget(jget(j, "usage"), "completion_tokens");
+	if (!cJSON_IsNumber(v))
+		v = jget(j, "eval_count");
+	if (cJSON_IsNumber(v)) {
+		r->usage_seen = true;
+		r->usage_tokens = (uint64_t)v->valuedouble;
+	}
+	/* A whole JSON body (stream:false, errors) has no frames: it arrives all at once. */
+	if (r->kind != BODY_JSON && json_has_content(j)) {
+		if (!r->frames)
+			r->first_ns = ts;
+		r->frames++;
+		vec_push(&r->token_ns, ts);
+		if (r->abort_after && r->frames >= r->abort_after)
+			r->abort_now = true;
+	}
+	cJSON_Delete(j);
+}
+
+/* One body line (without '\n'). SSE: fields until a blank line; NDJSON: one object. */
+static void line_handle(struct resp *r, char *l, size_t n, uint64_t ts)
+{
+	const char *v;
+	size_t vl;
+
+	if (n && l[n - 1] == '\r')
+		l[--n] = '\0';
+	if (r->kind == BODY_NDJSON) {
+		if (n)
+			frame_classify(r, l, n, ts);
+		return;
+	}
+	if (!n) {
+		if (r->have_data)
+			frame_classify(r, r->data.p, r->data.len, ts);
+		r->have_data = false;
+		r->data.len = 0;
+		return;
+	}
+	/* "event:" names an Anthropic-style event; the data line that follows carries it all. */
+	if (n < 5 || strncmp(l, "data:", 5))
+		return;
+	v = l + 5;
+	vl = n - 5;
+	if (vl && *v == ' ') {
+		v++;
+		vl--;
+	}
+	/* SSE joins the data lines of one event with newlines */
+	if (r->have_data)
+		dbuf_append(&r->data, "\n", 1);
+	dbuf_append(&r->data, v, vl);
+	r->have_data = true;
+}
+
+static void content_feed(struct resp *r, const char *p, size_t n, uint64_t ts)
+{
+	if (r->kind == BODY_JSON) {
+		dbuf_append(&r->data, p, n);
+		return;
+	}
+	while (n) {
+		const char *nl = memchr(p, '\n', n);
+		size_t k = nl ? (size_t)(nl - p) : n;
+
+		dbuf_append(&r->line, p, k);
+		if (!nl)
+			return;
+		line_handle(r, r->line.p, r->line.len, ts);
+		r->line.len = 0;
+		p += k + 1;
+		n -= k + 1;
+	}
+}
+
+static void body_end(struct resp *r, uint64_t ts)
+{
+	r->body_done = true;
+	if (r->kind == BODY_JSON && r->data.len)
+		frame_classify(r, r->data.p, r->data.len, ts);
+	/* Ollama's last line is newline-terminated, but be lenient with a bare last object. */
+	else if (r->kind == BODY_NDJSON && r->line.len)
+		frame_classify(r, r->line.p, r->line.len, ts);
+}
+
+/* Decodes Transfer-Encoding: chunked, passing chunk data on to content_feed. */
+static void chunked_feed(struct resp *r, const char *p, size_t n, uint64_t ts)
+{
+	while (n && !r->body_done && !r->bad) {
+		const char *nl;
+		size_t k;
+
+		switch (r->cs) {
+		case CS_DATA:
+			k = n < r->left ? n : (size_t)r->left;
+			content_feed(r, p, k, ts);
+			p += k;
+			n -= k;
+			r->left -= k;
+			if (!r->left)
+				r->cs = CS_DATA_END;
+			break;
+		case CS_DATA_END:
+		case CS_SIZE:
+		case CS_TRAILER:
+			nl = memchr(p, '\n', n);
+			k = nl ? (size_t)(nl - p) + 1 : n;
+			dbuf_append(&r->cline, p, k);
+			p += k;
+			n -= k;
+			if (!nl) {
+				if (r->cline.len > HEAD_MAX)
+					r->bad = true;
+				break;
+			}
+			if (r->cs == CS_DATA_END) {
+				r->cs = CS_SIZE;
+			} else if (r->cs == CS_SIZE) {
+				char *end;
+
+				r->left = strtoull(r->cline.p, &end, 16);
+				if (end == r->cline.p)
+					r->bad = true;
+				r->cs = r->left ? CS_DATA : CS_TRAILER;
+			} else if (r->cline.len <= 2) {
+				/* the empty line after the last chunk and any trailers */
+				body_end(r, ts);
+			}
+			r->cline.len = 0;
+			break;
+		}
+	}
+}
+
+static void head_parse(struct resp *r, bool want_ndjson)
+{
+	char *line = r->head.p, *eol, *sp = strchr(r->head.p, ' ');
+	bool has_len = false, chunked = false;
+	const char *ctype = "";
+
+	r->status = sp ? atoi(sp + 1) : 0;
+	if (r->status < 100)
+		r->bad = true;
+	r->conn_close = !strncmp(r->head.p, "HTTP/1.0", 8);
+	/* the head ends with its last header's CRLF; the status line is skipped */
+	for (eol = strstr(line, "\r\n"); eol; eol = strstr(line, "\r\n")) {
+		char *val;
+
+		*eol = '\0';
+		val = line == r->head.p ? NULL : strchr(line, ':');
+		if (val) {
+			*val++ = '\0';
+			while (*val == ' ' || *val == '\t')
+				val++;
+			if (!strcasecmp(line, "content-length")) {
+				has_len = true;
+				r->left = strtoull(val, NULL, 10);
+			} else if (!strcasecmp(line, "transfer-encoding")) {
+				chunked = strcasestr(val, "chunked") != NULL;
+			} else if (!strcasecmp(line, "connection")) {
+				if (strcasestr(val, "close"))
+					r->conn_close = true;
+				else if (strcasestr(val, "keep-alive"))
+					r->conn_close = false;
+			} else if (!strcasecmp(line, "content-type")) {
+				ctype = val;
+			}
+		}
+		line = eol + 2;
+	}
+	if (want_ndjson || strcasestr(ctype, "ndjson"))
+		r->kind = BODY_NDJSON;
+	else if (strcasestr(ctype, "event-stream"))
+		r->kind = BODY_SSE;
+	else
+		r->kind = BODY_JSON;
+	if (r->status == 204 || r->status == 304)
+		r->framing = FRAMING_NONE;
+	else if (chunked)
+		r->framing = FRAMING_CHUNKED;
+	else if (has_len)
+		r->framing = FRAMING_LENGTH;
+	else
+		r->framing = FRAMING_CLOSE;
+}
+
+static void body_feed(struct resp *r, const char *p, size_t n, uint64_t ts)
+{
+	switch (r->framing) {
+	case FRAMING_CHUNKED:
+		chunked_feed(r, p, n, ts);
+		break;
+	case FRAMING_LENGTH: {
+		size_t k = n < r->left ? n : (size_t)r->left;
+
+		content_feed(r, p, k, ts);
+		r->left -= k;
+		if (!r->left)
+			body_end(r, ts);
+		break;
+	}
+	case FRAMING_CLOSE:
+		content_feed(r, p, n, ts);
+		break;
+	default:
+		break;
+	}
+}
+
+/* Feeds the bytes of one recv(); ts was taken right after it returned. */
+static void resp_feed(struct resp *r, const char *p, size_t n, uint64_t ts, bool want_ndjson)
+{
+	while (n && !r->head_done) {
+		char *end;
+		size_t old = r->head.len, used;
+
+		dbuf_append(&r->head, p, n);
+		end = strstr(r->head.p, "\r\n\r\n");
+		if (!end) {
+			if (r->head.len > HEAD_MAX)
+				r->bad = true;
+			return;
+		}
+		used = (size_t)(end + 4 - r->head.p) - old;
+		end[2] = '\0';
+		head_parse(r, want_ndjson);
+		p += used;
+		n -= used;
+		if (r->status >= 100 && r->status < 200) {
+			/* 100 Continue and friends: the real response follows */
+			r->head.len = 0;
+			continue;
+		}
+		r->head_done = true;
+		if (r->framing == FRAMING_NONE || (r->framing == FRAMING_LENGTH && !r->left))
+			body_end(r, ts);
+	}
+	if (n && !r->body_done)
+		body_feed(r, p, n, ts);
+}
+
+/* ---- one request ---- */
+
+static char *body_build(const struct shared *sh, unsigned id, bool *stream)
+{
+	const struct opts *o = sh->o;
+	bool prompt_style = strstr(o->path, "/completions") && !strstr(o->path, "chat");
+	cJSON *j = cJSON_CreateObject(), *m, *msgs;
+	char *s;
+
+	prompt_style |= strstr(o->path, "/api/generate") != NULL;
+	*stream = !(o->no_stream_every && (id + 1) % o->no_stream_every == 0);
+	cJSON_AddStringToObject(j, "model", o->model);
+	cJSON_AddBoolToObject(j, "stream", *stream);
+	cJSON_AddNumberToObject(j, "max_tokens", o->max_tokens);
+	if (prompt_style) {
+		cJSON_AddStringToObject(j, "prompt", sh->prompt);
+	} else {
+		msgs = cJSON_AddArrayToObject(j, "messages");
+		m = cJSON_CreateObject();
+		cJSON_AddStringToObject(m, "role", "user");
+		cJSON_AddStringToObject(m, "content", sh->prompt);
+		cJSON_AddItemToArray(msgs, m);
+	}
+	if (o->usage)
+		cJSON_AddBoolToObject(cJSON_AddObjectToObject(j, "stream_options"), "include_usage",
+				      true);
+	/* Ollama reads its limit from options.num_predict */
+	if (o->ndjson)
+		cJSON_AddNumberToObject(cJSON_AddObjectToObject(j, "options"), "num_predict",
+					o->max_tokens);
+	if (o->token_ms >= 0)
+		cJSON_AddNumberToObject(j, "x_token_ms", o->token_ms);
+	if (o->prefill_ms >= 0)
+		cJSON_AddNumberToObject(j, "x_prefill_ms", o->prefill_ms);
+	if (o->http_error_every && (id + 1) % o->http_error_every == 0)
+		cJSON_AddStringToObject(j, "x_fail", "http");
+	else if (o->stream_error_every && (id + 1) % o->stream_error_every == 0)
+		cJSON_AddStringToObject(j, "x_fail", "stream");
+	s = cJSON_PrintUnformatted(j);
+	cJSON_Delete(j);
+	if (!s) {
+		fprintf(stderr, "gtclient: out of memory\n");
+		exit(1);
+	}
+	return s;
+}
+
+/* Returns a connected socket or -errno. */
+static int conn_open(const struct shared *sh, unsigned *port)
+{
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	int one = 1, err = -ECONNREFUSED;
+
+	for (struct addrinfo *a = sh->ai; a; a = a->ai_next) {
+		int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, 0);
+
+		if (fd < 0) {
+			err = -errno;
+			continue;
+		}
+		if (connect(fd, a->ai_addr, a->ai_addrlen)) {
+			err = -errno;
+			close(fd);
+			continue;
+		}
+		/* frames must leave the client's request unbatched, as real SDKs do */
+		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		getsockname(fd, (struct sockaddr *)&ss, &sl);
+		*port = ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
+						 : ntohs(((struct sockaddr_in *)&ss)->sin_port);
+		return fd;
+	}
+	return err;
+}
+
+static int send_all(int fd, const char *p, size_t n)
+{
+	while (n) {
+		ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
+
+		if (k < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		p += k;
+		n -= (size_t)k;
+	}
+	return 0;
+}
+
+/*
+ * Sends one request on *fd and reads its response. Leaves *fd open only when the connection
+ * can carry the next request.
+ */
+static void request_run(struct shared *sh, int *fd, struct resp *r, struct result *res,
+			char *rbuf)
+{
+	const struct opts *o = sh->o;
+	char *body = body_build(sh, res->id, &res->stream), *req;
+	uint64_t deadline, ts;
+	bool abort_this = o->abort_every && (res->id + 1) % o->abort_every == 0;
+	bool timed_out = false, failed = false;
+	int n;
+
+	resp_reset(r, abort_this ? o->abort_after : 0);
+	n = asprintf(&req,
+		     "POST %s HTTP/1.1\r\nHost: %s:%d\r\nUser-Agent: gtclient\r\n"
+		     "Content-Type: application/json\r\nAccept: %s\r\nContent-Length: %zu\r\n\r\n%s",
+		     o->path, o->host, o->port, o->ndjson ? "application/x-ndjson" : "text/event-stream",
+		     strlen(body), body);
+	free(body);
+	if (n < 0) {
+		fprintf(stderr, "gtclient: out of memory\n");
+		exit(1);
+	}
+	failed = send_all(*fd, req, (size_t)n) < 0;
+	free(req);
+	res->send_ns = clock_mono_ns();
+	deadline = res->send_ns + (uint64_t)(o->timeout_s * (double)NS_PER_S);
+	while (!failed) {
+		struct pollfd pfd = { .fd = *fd, .events = POLLIN };
+		uint64_t now = clock_mono_ns();
+		ssize_t k;
+		int pr;
+
+		if (now >= deadline) {
+			timed_out = true;
+			break;
+		}
+		pr = poll(&pfd, 1, (int)((deadline - now + NS_PER_MS - 1) / NS_PER_MS));
+		if (pr < 0 && errno == EINTR)
+			continue;
+		if (pr == 0)
+			continue; /* the deadline check above decides */
+		k = recv(*fd, rbuf, RECV_BUF, 0);
+		ts = clock_mono_ns();
+		if (k < 0) {
+			if (errno == EINTR)
+				continue;
+			failed = true;
+			break;
+		}
+		if (k == 0) {
+			/* close-delimited bodies end here; any other body ending here is cut short */
+			if (r->head_done && r->framing == FRAMING_CLOSE) {
+				body_end(r, ts);
+				r->conn_close = true;
+			} else {
+				failed = true;
+			}
+			res->end_ns = ts;
+			break;
+		}
+		resp_feed(r, rbuf, (size_t)k, ts, o->ndjson);
+		if (r->abort_now || r->body_done || r->bad) {
+			failed = r->bad;
+			res->end_ns = ts;
+			break;
+		}
+	}
+	if (r->abort_now) {
+		close(*fd);
+		*fd = -1;
+		res->end_ns = clock_mono_ns();
+		res->outcome = OUT_ABORTED;
+		return;
+	}
+	if (!res->end_ns)
+		res->end_ns = clock_mono_ns();
+	if (timed_out)
+		res->outcome = OUT_TIMEOUT;
+	else if (r->status >= 400 && r->head_done)
+		res->outcome = OUT_HTTP_ERROR;
+	else if (r->stream_error)
+		res->outcome = OUT_STREAM_ERROR;
+	else if (failed || !r->body_done)
+		res->outcome = OUT_ERROR;
+	else
+		res->outcome = OUT_OK;
+	if (timed_out || failed || !r->body_done || r->conn_close) {
+		close(*fd);
+		*fd = -1;
+	}
+}
+
+static void json_ms(FILE *f, uint64_t from, uint64_t to)
+{
+	fprintf(f, "%.3f", (double)(to - from) / (double)NS_PER_MS);
+}
+
+static void result_print(struct shared *sh, const struct result *res, const struct resp *r)
+{
+	FILE *f = sh->out;
+	bool first = r->frames > 0;
+
+	pthread_mutex_lock(&sh->lock);
+	fprintf(f,
+		"{\"id\":%u,\"port\":%u,\"seq\":%u,\"status\":%d,\"outcome\":\"%s\",\"stream\":%s,"
+		"\"send_ns\":%" PRIu64 ",",
+		res->id, res->port, res->seq, r->status, outcome_names[res->outcome],
+		res->stream ? "true" : "false", res->send_ns);
+	if (first)
+		fprintf(f, "\"first_token_ns\":%" PRIu64 ",", r->first_ns);
+	else
+		fprintf(f, "\"first_token_ns\":null,");
+	fprintf(f, "\"end_ns\":%" PRIu64 ",\"ttft_ms\":", res->end_ns);
+	if (first)
+		json_ms(f, res->send_ns, r->first_ns);
+	else
+		fprintf(f, "null");
+	fprintf(f, ",\"e2e_ms\":");
+	json_ms(f, res->send_ns, res->end_ns);
+	fprintf(f, ",\"frames\":%u,\"tokens\":%" PRIu64 ",\"tokens_from\":\"%s\",\"token_ns\":[",
+		r->frames, r->usage_seen ? r->usage_tokens : r->frames,
+		r->usage_seen ? "usage" : "frames");
+	for (size_t i = 0; i < r->token_ns.len; i++)
+		fprintf(f, "%s%" PRIu64, i ? "," : "", r->token_ns.v[i]);
+	fprintf(f, "]}\n");
+	fflush(f);
+	sh->counts[res->outcome]++;
+	sh->ttft_ms[res->id] =
+		first ? (double)(r->first_ns - res->send_ns) / (double)NS_PER_MS : NAN;
+	pthread_mutex_unlock(&sh->lock);
+}
+
+static void *worker_run(void *arg)
+{
+	struct shared *sh = arg;
+	const struct opts *o = sh->o;
+	char *rbuf = mem_realloc(NULL, RECV_BUF);
+	struct resp r = { 0 };
+	unsigned port = 0, seq = 0;
+	int fd = -1;
+
+	for (;;) {
+		unsigned id = __atomic_fetch_add(&sh->next_id, 1, __ATOMIC_RELAXED);
+		struct result res = { .id = id };
+
+		if (id >= o->requests)
+			break;
+		if (fd >= 0 && seq >= o->per_conn) {
+			close(fd);
+			fd = -1;
+		}
+		if (fd < 0) {
+			fd = conn_open(sh, &port);
+			seq = 0;
+		}
+		if (fd < 0) {
+			resp_reset(&r, 0);
+			res.stream = !(o->no_stream_every && (id + 1) % o->no_stream_every == 0);
+			res.send_ns = res.end_ns = clock_mono_ns();
+			res.outcome = OUT_ERROR;
+			res.port = 0;
+			result_print(sh, &res, &r);
+			continue;
+		}
+		res.port = port;
+		res.seq = seq++;
+		request_run(sh, &fd, &r, &res, rbuf);
+		result_print(sh, &res, &r);
+	}
+	if (fd >= 0)
+		close(fd);
+	resp_free(&r);
+	free(rbuf);
+	return NULL;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+static void summary_print(const struct shared *sh)
+{
+	unsigned n = 0;
+	double *v = mem_realloc(NULL, (sh->o->requests + 1) * sizeof(*v));
+
+	for (unsigned i = 0; i < sh->o->requests; i++)
+		if (!isnan(sh->ttft_ms[i]))
+			v[n++] = sh->ttft_ms[i];
+	qsort(v, n, sizeof(*v), cmp_double);
+	fprintf(stderr, "requests=%u", sh->o->requests);
+	for (int i = 0; i < OUT_N; i++)
+		fprintf(stderr, " %s=%u", outcome_names[i], sh->counts[i]);
+	if (n)
+		fprintf(stderr, " ttft_p50_ms=%.3f\n", v[(n - 1) / 2]);
+	else
+		fprintf(stderr, " ttft_p50_ms=none\n");
+	free(v);
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"Usage: gtclient [OPTIONS]\n"
+		"Ground-truth streaming client: one JSON line per request on CLOCK_MONOTONIC.\n"
+		"\n"
+		"  --host H                server address (127.0.0.1)\n"
+		"  --port P                server port (%d)\n"
+		"  --path P                request path (/v1/chat/completions)\n"
+		"  -n N                    total requests (%d)\n"
+		"  -c C                    concurrent connections, one thread each (1)\n"
+		"  -k K                    requests per connection over keep-alive (1)\n"
+		"  --model M               model name (ref)\n"
+		"  --max-tokens N          max_tokens (%d)\n"
+		"  --usage                 send stream_options.include_usage\n"
+		"  --prompt-bytes B        prompt length in bytes (%d)\n"
+		"  --token-ms MS           send x_token_ms\n"
+		"  --prefill-ms MS         send x_prefill_ms\n"
+		"  --abort-every M         every M-th request (from 1) closes early...\n"
+		"  --abort-after F         ...after F content frames (1)\n"
+		"  --http-error-every M    every M-th request sends x_fail:\"http\"\n"
+		"  --stream-error-every M  every M-th request sends x_fail:\"stream\"\n"
+		"  --no-stream-every M     every M-th request sends stream:false\n"
+		"  --ndjson                expect Ollama-style NDJSON\n"
+		"  -o FILE                 output file (stdout)\n"
+		"  --timeout-s S           per-request timeout (%d)\n"
+		"\n"
+		"Examples:\n"
+		"  gtclient --port 8000 -n 100 -c 4 -k 5 --usage\n"
+		"  gtclient --port 8000 -n 20 --abort-every 3 --abort-after 2 -o gt.jsonl\n",
+		DEFAULT_PORT, DEFAULT_REQUESTS, DEFAULT_MAX_TOKENS, DEFAULT_PROMPT_BYTES,
+		DEFAULT_TIMEOUT_S);
+}
+
+enum {
+	OPT_HOST = 256,
+	OPT_PORT,
+	OPT_PATH,
+	OPT_MODEL,
+	OPT_MAX_TOKENS,
+	OPT_USAGE,
+	OPT_PROMPT_BYTES,
+	OPT_TOKEN_MS,
+	OPT_PREFILL_MS,
+	OPT_ABORT_EVERY,
+	OPT_ABORT_AFTER,
+	OPT_HTTP_ERROR_EVERY,
+	OPT_STREAM_ERROR_EVERY,
+	OPT_NO_STREAM_EVERY,
+	OPT_NDJSON,
+	OPT_TIMEOUT,
+};
+
+static bool parse_uint(const char *v, unsigned min, unsigned *out)
+{
+	char *end;
+	unsigned long x = strtoul(v, &end, 10);
+
+	*out = (unsigned)x;
+	return end != v && !*end && x >= min && x <= UINT32_MAX;
+}
+
+static bool parse_double(const char *v, double *out)
+{
+	char *end;
+
+	*out = strtod(v, &end);
+	return end != v && !*end && *out >= 0;
+}
+
+static int opts_parse(struct opts *o, int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "host", required_argument, NULL, OPT_HOST },
+		{ "port", required_argument, NULL, OPT_PORT },
+		{ "path", required_argument, NULL, OPT_PATH },
+		{ "model", required_argument, NULL, OPT_MODEL },
+		{ "max-tokens", required_argument, NULL, OPT_MAX_TOKENS },
+		{ "usage", no_argument, NULL, OPT_USAGE },
+		{ "prompt-bytes", required_argument, NULL, OPT_PROMPT_BYTES },
+		{ "token-ms", required_argument, NULL, OPT_TOKEN_MS },
+		{ "prefill-ms", required_argument, NULL, OPT_PREFILL_MS },
+		{ "abort-every", required_argument, NULL, OPT_ABORT_EVERY },
+		{ "abort-after", required_argument, NULL, OPT_ABORT_AFTER },
+		{ "http-error-every", required_argument, NULL, OPT_HTTP_ERROR_EVERY },
+		{ "stream-error-every", required_argument, NULL, OPT_STREAM_ERROR_EVERY },
+		{ "no-stream-every", required_argument, NULL, OPT_NO_STREAM_EVERY },
+		{ "ndjson", no_argument, NULL, OPT_NDJSON },
+		{ "timeout-s", required_argument, NULL, OPT_TIMEOUT },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 },
+	};
+	unsigned u;
+	int opt;
+
+	*o = (struct opts){ .host = "127.0.0.1",
+			    .port = DEFAULT_PORT,
+			    .path = "/v1/chat/completions",
+			    .requests = DEFAULT_REQUESTS,
+			    .conns = 1,
+			    .per_conn = 1,
+			    .model = "ref",
+			    .max_tokens = DEFAULT_MAX_TOKENS,
+			    .prompt_bytes = DEFAULT_PROMPT_BYTES,
+			    .token_ms = -1,
+			    .prefill_ms = -1,
+			    .abort_after = 1,
+			    .timeout_s = DEFAULT_TIMEOUT_S };
+	while ((opt = getopt_long(argc, argv, "n:c:k:o:h", longopts, NULL)) != -1) {
+		bool ok = true;
+
+		switch (opt) {
+		case 'n':
+			ok = parse_uint(optarg, 0, &o->requests);
+			break;
+		case 'c':
+			ok = parse_uint(optarg, 1, &o->conns);
+			break;
+		case 'k':
+			ok = parse_uint(optarg, 1, &o->per_conn);
+			break;
+		case 'o':
+			o->out_path = optarg;
+			break;
+		case OPT_HOST:
+			o->host = optarg;
+			break;
+		case OPT_PORT:
+			ok = parse_uint(optarg, 1, &u) && u <= 65535;
+			o->port = (int)u;
+			break;
+		case OPT_PATH:
+			o->path = optarg;
+			break;
+		case OPT_MODEL:
+			o->model = optarg;
+			break;
+		case OPT_MAX_TOKENS:
+			ok = parse_uint(optarg, 0, &o->max_tokens);
+			break;
+		case OPT_USAGE:
+			o->usage = true;
+			break;
+		case OPT_PROMPT_BYTES:
+			ok = parse_uint(optarg, 0, &u);
+			o->prompt_bytes = u;
+			break;
+		case OPT_TOKEN_MS:
+			ok = parse_double(optarg, &o->token_ms);
+			break;
+		case OPT_PREFILL_MS:
+			ok = parse_double(optarg, &o->prefill_ms);
+			break;
+		case OPT_ABORT_EVERY:
+			ok = parse_uint(optarg, 1, &o->abort_every);
+			break;
+		case OPT_ABORT_AFTER:
+			ok = parse_uint(optarg, 1, &o->abort_after);
+			break;
+		case OPT_HTTP_ERROR_EVERY:
+			ok = parse_uint(optarg, 1, &o->http_error_every);
+			break;
+		case OPT_STREAM_ERROR_EVERY:
+			ok = parse_uint(optarg, 1, &o->stream_error_every);
+			break;
+		case OPT_NO_STREAM_EVERY:
+			ok = parse_uint(optarg, 1, &o->no_stream_every);
+			break;
+		case OPT_NDJSON:
+			o->ndjson = true;
+			break;
+		case OPT_TIMEOUT:
+			ok = parse_double(optarg, &o->timeout_s) && o->timeout_s > 0;
+			break;
+		case 'h':
+			usage(stdout);
+			exit(0);
+		default:
+			usage(stderr);
+			return -EINVAL;
+		}
+		if (!ok) {
+			fprintf(stderr, "gtclient: bad value for option: %s\n", optarg);
+			return -EINVAL;
+		}
+	}
+	if (optind < argc) {
+		usage(stderr);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* Plain ASCII words: nothing to escape, and a known byte count on the wire. */
+static char *prompt_make(size_t n)
+{
+	static const char words[] = "the quick brown fox jumps over the lazy dog ";
+	char *p = mem_realloc(NULL, n + 1);
+
+	for (size_t i = 0; i < n; i++)
+		p[i] = words[i % (sizeof(words) - 1)];
+	p[n] = '\0';
+	return p;
+}
+
+int main(int argc, char **argv)
+{
+	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM };
+	struct shared sh = { 0 };
+	struct opts o;
+	pthread_t *th;
+	pthread_attr_t attr;
+	struct rlimit rl;
+	char port[16];
+	unsigned nth, started = 0;
+	int err;
+
+	if (opts_parse(&o, argc, argv))
+		return 2;
+	sh.o = &o;
+	/* -c 1000 needs more descriptors than the usual soft limit of 1024 */
+	if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+	signal(SIGPIPE, SIG_IGN);
+	snprintf(port, sizeof(port), "%d", o.port);
+	err = getaddrinfo(o.host, port, &hints, &sh.ai);
+	if (err) {
+		fprintf(stderr, "gtclient: %s: %s\n", o.host, gai_strerror(err));
+		return 1;
+	}
+	sh.out = o.out_path ? fopen(o.out_path, "w") : stdout;
+	if (!sh.out) {
+		fprintf(stderr, "gtclient: %s: %s\n", o.out_path, strerror(errno));
+		return 1;
+	}
+	sh.prompt = prompt_make(o.prompt_bytes);
+	sh.ttft_ms = mem_realloc(NULL, (o.requests + 1) * sizeof(*sh.ttft_ms));
+	pthread_mutex_init(&sh.lock, NULL);
+	nth = o.conns < o.requests ? o.conns : o.requests;
+	th = mem_realloc(NULL, (nth + 1) * sizeof(*th));
+	pthread_attr_init(&attr);
+	pthread_attr_setstacksize(&attr, THREAD_STACK);
+	for (unsigned i = 0; i < nth; i++) {
+		err = pthread_create(&th[started], &attr, worker_run, &sh);
+		if (err) {
+			fprintf(stderr, "gtclient: pthread_create: %s\n", strerror(err));
+			break;
+		}
+		started++;
+	}
+	for (unsigned i = 0; i < started; i++)
+		pthread_join(th[i], NULL);
+	pthread_attr_destroy(&attr);
+	summary_print(&sh);
+	if (sh.out != stdout)
+		fclose(sh.out);
+	freeaddrinfo(sh.ai);
+	free(sh.prompt);
+	free(sh.ttft_ms);
+	free(th);
+	return started ? 0 : 1;
+}

@@ -1,0 +1,1730 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * refserver: a reference OpenAI-compatible streaming server, the target of the demo, the
+ * end-to-end tests and the benchmark.
+ *
+ * One thread runs an epoll loop over non-blocking sockets. Every response step (first content
+ * frame, next token, non-streaming reply) is due at an absolute CLOCK_MONOTONIC time kept in a
+ * min-heap, and a timerfd is armed at the earliest one: the gaps a tracer measures are the gaps
+ * that were scheduled, and nothing ever sleeps in the loop.
+ *
+ * --pattern chooses how the bytes of a stream are cut into syscalls, reproducing the stacks in
+ * WIRE.md, because the tracer must reassemble frames whatever the cut. Bytes a socket does not
+ * take are kept and written on EPOLLOUT, so back-pressure changes the cut but never the bytes.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/epoll.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/timerfd.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#define NS_PER_MS 1000000ULL
+#define NS_PER_US 1000ULL
+#define NS_PER_S 1000000000ULL
+
+/* The benchmark opens 1000+ connections at once; a short backlog would turn that into
+ * SYN retries, which show up as seconds of fake latency. */
+#define LISTEN_BACKLOG 4096
+#define EPOLL_BATCH 256
+#define READ_CHUNK 65536
+/* A request head larger than this is refused with 431, as most servers do at 8-64 KiB. */
+#define HEADER_MAX 65536
+/* Large enough for prompts used to make prefill time depend on prompt length. */
+#define BODY_MAX (64u << 20)
+/*
+ * asyncio's default transport high-water mark: above it uvicorn stops producing frames until
+ * the socket drains. Without it a full-speed stream to a slow reader would grow without bound.
+ */
+#define OUT_HIGH_WATER 65536
+#define DEFAULT_TOKENS 16
+#define DEFAULT_MERGE 4
+#define DEFAULT_PORT 8000
+/* A rough bytes-per-token ratio for English text, only used to fill usage.prompt_tokens. */
+#define BYTES_PER_PROMPT_TOKEN 4
+/* Upper bound on max_tokens so that a typo cannot make one request run for days. */
+#define MAX_TOKENS_LIMIT 1000000u
+#define HEAP_NONE SIZE_MAX
+/* Mixed pattern cycles through these, one request after another. */
+#define MIXED_PATTERNS 4
+
+enum pattern { PAT_SINGLE, PAT_WRITEV, PAT_MERGED, PAT_SPLIT, PAT_MIXED };
+enum wsys { WSYS_WRITE, WSYS_SEND, WSYS_SENDTO, WSYS_SENDMSG, WSYS_WRITEV };
+enum rsys { RSYS_READ, RSYS_RECV, RSYS_RECVFROM, RSYS_RECVMSG, RSYS_READV };
+enum api { API_CHAT, API_COMPLETIONS };
+enum fail { FAIL_NONE, FAIL_HTTP, FAIL_STREAM };
+
+enum phase {
+	PH_IDLE, /* reading the next request */
+	PH_QUEUED, /* waiting in the FIFO for a generation slot (--max-streams) */
+	PH_GEN, /* generating: a timer is due or the stream is paused by back-pressure */
+};
+
+struct buf {
+	char *p;
+	size_t off; /* bytes before off are consumed */
+	size_t len;
+	size_t cap;
+};
+
+struct opts {
+	const char *host;
+	int port;
+	unsigned tokens;
+	double prefill_ms;
+	double prefill_us_per_byte;
+	double token_ms;
+	double jitter_ms;
+	unsigned max_streams; /* 0: unlimited */
+	enum pattern pattern;
+	unsigned merge;
+	enum wsys wsys;
+	enum rsys rsys;
+	bool stats;
+	uint64_t seed;
+};
+
+struct req {
+	enum api api;
+	enum pattern pattern;
+	enum wsys wsys;
+	enum fail fail;
+	bool stream;
+	bool include_usage;
+	bool keep_alive;
+	unsigned max_tokens;
+	unsigned prompt_tokens;
+	unsigned sent; /* content frames generated so far */
+	unsigned fail_at;
+	uint64_t prefill_ns;
+	uint64_t token_ns;
+	uint64_t due;
+	uint64_t id;
+	long created;
+	char *model_json; /* already quoted and escaped */
+	struct buf hdrs; /* writev pattern: headers wait for the first frame, as in Node */
+	bool hdrs_pending;
+	struct buf batch; /* merged pattern: frames waiting for one write */
+	unsigned batched;
+	unsigned split_seq;
+};
+
+struct conn {
+	int fd;
+	enum phase phase;
+	bool dead;
+	bool watch_out;
+	bool close_after_flush;
+	bool continue_sent;
+	bool active; /* holds a generation slot */
+	bool paused; /* back-pressure: timer not armed until the socket drains */
+	size_t heap_idx;
+	struct buf in;
+	struct buf out;
+	struct req r;
+	struct conn *q_next, *q_prev;
+	struct conn *all_next, *all_prev;
+	struct conn *dead_next;
+};
+
+struct stats {
+	uint64_t frames;
+	uint64_t bytes;
+	uint64_t streams;
+	uint64_t aborted;
+};
+
+struct server {
+	struct opts o;
+	int lfd, efd, tfd, sfd;
+	struct conn **heap;
+	size_t heap_len, heap_cap;
+	struct conn **fired;
+	size_t fired_cap;
+	struct conn *q_head, *q_tail;
+	struct conn *all;
+	struct conn *dead;
+	unsigned active;
+	uint64_t armed;
+	uint64_t rng;
+	uint64_t req_seq;
+	struct buf frame, chunk, flat, head;
+	struct stats st;
+	bool exiting;
+};
+
+static const char CRLF[] = "\r\n";
+static const char TERMINATOR[] = "0\r\n\r\n";
+static const char DONE_FRAME[] = "data: [DONE]\n\n";
+static const char ERROR_FRAME[] =
+	"data: {\"error\":{\"message\":\"injected\",\"type\":\"server_error\",\"code\":500}}\n\n";
+static const char ERROR_BODY[] = "{\"error\":{\"message\":\"injected\",\"type\":\"server_error\","
+				 "\"code\":500}}";
+
+static uint64_t clock_mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * NS_PER_S + (uint64_t)ts.tv_nsec;
+}
+
+/* A test server has nothing sensible to do without memory; dying loudly beats limping. */
+static void *mem_realloc(void *p, size_t n)
+{
+	p = realloc(p, n);
+	if (!p) {
+		fprintf(stderr, "refserver: out of memory\n");
+		exit(1);
+	}
+	return p;
+}
+
+static void buf_reserve(struct buf *b, size_t extra)
+{
+	if (b->off && b->off == b->len)
+		b->off = b->len = 0;
+	if (b->len + extra <= b->cap)
+		return;
+	/* Reclaim the consumed head before growing. */
+	if (b->off) {
+		memmove(b->p, b->p + b->off, b->len - b->off);
+		b->len -= b->off;
+		b->off = 0;
+		if (b->len + extra <= b->cap)
+			return;
+	}
+	size_t cap = b->cap ? b->cap : 256;
+	while (cap < b->len + extra)
+		cap *= 2;
+	b->p = mem_realloc(b->p, cap);
+	b->cap = cap;
+}
+
+static void buf_append(struct buf *b, const void *d, size_t n)
+{
+	buf_reserve(b, n);
+	memcpy(b->p + b->len, d, n);
+	b->len += n;
+}
+
+static void buf_appendf(struct buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void buf_appendf(struct buf *b, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	buf_reserve(b, 128);
+	for (;;) {
+		va_start(ap, fmt);
+		n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
+		va_end(ap);
+		if (n < 0)
+			return;
+		if ((size_t)n < b->cap - b->len)
+			break;
+		buf_reserve(b, (size_t)n + 1);
+	}
+	b->len += (size_t)n;
+}
+
+static size_t buf_pending(const struct buf *b)
+{
+	return b->len - b->off;
+}
+
+static void buf_consume(struct buf *b, size_t n)
+{
+	b->off += n;
+	if (b->off == b->len)
+		b->off = b->len = 0;
+}
+
+static void buf_reset(struct buf *b)
+{
+	b->off = b->len = 0;
+}
+
+static void buf_free(struct buf *b)
+{
+	free(b->p);
+	memset(b, 0, sizeof(*b));
+}
+
+/* xorshift64*: reproducible with --seed, which makes split offsets and jitter replayable. */
+static uint64_t rng_next(struct server *s)
+{
+	s->rng ^= s->rng >> 12;
+	s->rng ^= s->rng << 25;
+	s->rng ^= s->rng >> 27;
+	return s->rng * 0x2545F4914F6CDD1DULL;
+}
+
+static uint64_t ms_to_ns(double ms)
+{
+	return ms <= 0 ? 0 : (uint64_t)(ms * (double)NS_PER_MS + 0.5);
+}
+
+static uint64_t token_delay(struct server *s, const struct req *r)
+{
+	uint64_t j = ms_to_ns(s->o.jitter_ms);
+
+	return r->token_ns + (j ? rng_next(s) % (j + 1) : 0);
+}
+
+/* ---- timer heap: one entry per generating connection, keyed by its next due time ---- */
+
+static void heap_set(struct server *s, size_t i, struct conn *c)
+{
+	s->heap[i] = c;
+	c->heap_idx = i;
+}
+
+static void heap_up(struct server *s, size_t i)
+{
+	struct conn *c = s->heap[i];
+
+	while (i > 0) {
+		size_t p = (i - 1) / 2;
+
+		if (s->heap[p]->r.due <= c->r.due)
+			break;
+		heap_set(s, i, s->heap[p]);
+		i = p;
+	}
+	heap_set(s, i, c);
+}
+
+static void heap_down(struct server *s, size_t i)
+{
+	struct conn *c = s->heap[i];
+
+	for (;;) {
+		size_t l = 2 * i + 1, m = i;
+		uint64_t best = c->r.due;
+
+		if (l < s->heap_len && s->heap[l]->r.due < best) {
+			m = l;
+			best = s->heap[l]->r.due;
+		}
+		if (l + 1 < s->heap_len && s->heap[l + 1]->r.due < best)
+			m = l + 1;
+		if (m == i)
+			break;
+		heap_set(s, i, s->heap[m]);
+		i = m;
+	}
+	heap_set(s, i, c);
+}
+
+static void heap_push(struct server *s, struct conn *c)
+{
+	if (c->heap_idx != HEAP_NONE)
+		return;
+	if (s->heap_len == s->heap_cap) {
+		s->heap_cap = s->heap_cap ? s->heap_cap * 2 : 64;
+		s->heap = mem_realloc(s->heap, s->heap_cap * sizeof(*s->heap));
+	}
+	heap_set(s, s->heap_len++, c);
+	heap_up(s, c->heap_idx);
+}
+
+static void heap_remove(struct server *s, struct conn *c)
+{
+	size_t i = c->heap_idx;
+	struct conn *last;
+
+	if (i == HEAP_NONE)
+		return;
+	c->heap_idx = HEAP_NONE;
+	last = s->heap[--s->heap_len];
+	if (i == s->heap_len)
+		return;
+	heap_set(s, i, last);
+	heap_up(s, i);
+	heap_down(s, last->heap_idx);
+}
+
+static struct conn *heap_pop(struct server *s)
+{
+	struct conn *c = s->heap[0];
+
+	heap_remove(s, c);
+	return c;
+}
+
+/* ---- FIFO of requests waiting for a generation slot ---- */
+
+static void queue_push(struct server *s, struct conn *c)
+{
+	c->q_next = NULL;
+	c->q_prev = s->q_tail;
+	if (s->q_tail)
+		s->q_tail->q_next = c;
+	else
+		s->q_head = c;
+	s->q_tail = c;
+}
+
+static void queue_remove(struct server *s, struct conn *c)
+{
+	if (c->q_prev)
+		c->q_prev->q_next = c->q_next;
+	else
+		s->q_head = c->q_next;
+	if (c->q_next)
+		c->q_next->q_prev = c->q_prev;
+	else
+		s->q_tail = c->q_prev;
+	c->q_next = c->q_prev = NULL;
+}
+
+/* ---- socket I/O with the syscall chosen on the command line ---- */
+
+static ssize_t sock_write(struct server *s, struct conn *c, struct iovec *iov, int cnt)
+{
+	const void *p = iov[0].iov_base;
+	size_t n = iov[0].iov_len;
+
+	switch (c->r.wsys) {
+	case WSYS_WRITEV:
+		return writev(c->fd, iov, cnt);
+	case WSYS_SENDMSG: {
+		struct msghdr m = { .msg_iov = iov, .msg_iovlen = (size_t)cnt };
+
+		return sendmsg(c->fd, &m, MSG_NOSIGNAL);
+	}
+	default:
+		break;
+	}
+	if (cnt > 1) {
+		buf_reset(&s->flat);
+		for (int i = 0; i < cnt; i++)
+			buf_append(&s->flat, iov[i].iov_base, iov[i].iov_len);
+		p = s->flat.p;
+		n = s->flat.len;
+	}
+	switch (c->r.wsys) {
+	case WSYS_SEND:
+		return send(c->fd, p, n, MSG_NOSIGNAL);
+	case WSYS_SENDTO:
+		return sendto(c->fd, p, n, MSG_NOSIGNAL, NULL, 0);
+	default:
+		return write(c->fd, p, n);
+	}
+}
+
+static ssize_t sock_read(struct server *s, struct conn *c, void *p, size_t n)
+{
+	struct iovec iov = { .iov_base = p, .iov_len = n };
+
+	switch (s->o.rsys) {
+	case RSYS_RECV:
+		return recv(c->fd, p, n, 0);
+	case RSYS_RECVFROM:
+		return recvfrom(c->fd, p, n, 0, NULL, NULL);
+	case RSYS_RECVMSG: {
+		struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1 };
+
+		return recvmsg(c->fd, &m, 0);
+	}
+	case RSYS_READV:
+		return readv(c->fd, &iov, 1);
+	default:
+		return read(c->fd, p, n);
+	}
+}
+
+static void conn_watch_out(struct server *s, struct conn *c, bool on)
+{
+	struct epoll_event ev = { .events = EPOLLIN | (on ? EPOLLOUT : 0), .data.ptr = c };
+
+	if (c->watch_out == on)
+		return;
+	c->watch_out = on;
+	epoll_ctl(s->efd, EPOLL_CTL_MOD, c->fd, &ev);
+}
+
+static void stream_admit(struct server *s, struct conn *c);
+
+/* Gives the generation slot back and starts the longest-waiting request, if any. */
+static void slot_release(struct server *s, struct conn *c)
+{
+	if (!c->active)
+		return;
+	c->active = false;
+	s->active--;
+	while (s->q_head && (!s->o.max_streams || s->active < s->o.max_streams)) {
+		struct conn *n = s->q_head;
+
+		queue_remove(s, n);
+		stream_admit(s, n);
+	}
+}
+
+/*
+ * Closes now; memory is freed after the current loop iteration because the epoll batch or
+ * the fired-timer list may still point at c.
+ */
+static void conn_kill(struct server *s, struct conn *c)
+{
+	if (c->dead)
+		return;
+	c->dead = true;
+	/* A client that leaves while its stream is queued or generating aborted it. */
+	if (c->phase != PH_IDLE && c->r.stream)
+		s->st.aborted++;
+	heap_remove(s, c);
+	if (c->phase == PH_QUEUED)
+		queue_remove(s, c);
+	epoll_ctl(s->efd, EPOLL_CTL_DEL, c->fd, NULL);
+	close(c->fd);
+	c->fd = -1;
+	slot_release(s, c);
+	c->dead_next = s->dead;
+	s->dead = c;
+}
+
+static bool write_would_block(int err)
+{
+	return err == EAGAIN || err == EWOULDBLOCK || err == EINTR;
+}
+
+/*
+ * Hands iov to the socket in one syscall, or queues it behind bytes still waiting for
+ * EPOLLOUT so the order on the wire is kept. Returns false once the connection is gone.
+ */
+static bool conn_emit(struct server *s, struct conn *c, struct iovec *iov, int cnt)
+{
+	size_t total = 0, done = 0;
+
+	if (c->dead)
+		return false;
+	for (int i = 0; i < cnt; i++)
+		total += iov[i].iov_len;
+	if (!buf_pending(&c->out)) {
+		ssize_t n = sock_write(s, c, iov, cnt);
+
+		if (n < 0 && !write_would_block(errno)) {
+			/* EPIPE/ECONNRESET: the client left mid-stream; end it quietly. */
+			conn_kill(s, c);
+			return false;
+		}
+		done = n > 0 ? (size_t)n : 0;
+		s->st.bytes += done;
+	}
+	if (done == total)
+		return true;
+	for (int i = 0; i < cnt; i++) {
+		size_t l = iov[i].iov_len;
+
+		if (done >= l) {
+			done -= l;
+			continue;
+		}
+		buf_append(&c->out, (char *)iov[i].iov_base + done, l - done);
+		done = 0;
+	}
+	conn_watch_out(s, c, true);
+	return true;
+}
+
+static bool conn_emit_one(struct server *s, struct conn *c, const void *p, size_t n)
+{
+	struct iovec iov = { .iov_base = (void *)p, .iov_len = n };
+
+	return conn_emit(s, c, &iov, 1);
+}
+
+static void stream_resume(struct server *s, struct conn *c)
+{
+	if (c->paused && buf_pending(&c->out) <= OUT_HIGH_WATER) {
+		c->paused = false;
+		heap_push(s, c);
+	}
+}
+
+static void conn_flush(struct server *s, struct conn *c)
+{
+	while (buf_pending(&c->out)) {
+		struct iovec iov = { .iov_base = c->out.p + c->out.off,
+				     .iov_len = buf_pending(&c->out) };
+		ssize_t n = sock_write(s, c, &iov, 1);
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno == EAGAIN || errno == EWOULDBLOCK)
+				break;
+			conn_kill(s, c);
+			return;
+		}
+		s->st.bytes += (size_t)n;
+		buf_consume(&c->out, (size_t)n);
+	}
+	if (buf_pending(&c->out)) {
+		stream_resume(s, c);
+		return;
+	}
+	conn_watch_out(s, c, false);
+	if (c->close_after_flush) {
+		conn_kill(s, c);
+		return;
+	}
+	stream_resume(s, c);
+}
+
+/* ---- response framing per write pattern ---- */
+
+static void chunk_build(struct buf *b, const char *frame, size_t len)
+{
+	buf_appendf(b, "%zx\r\n", len);
+	buf_append(b, frame, len);
+	buf_append(b, CRLF, 2);
+}
+
+/*
+ * Writes one chunk in 2 or 3 syscalls. The cuts move from frame to frame and land inside the
+ * chunk-size line, inside "data: " and inside the JSON, the places where a reassembler that
+ * assumes whole frames per write breaks.
+ */
+static bool emit_split(struct server *s, struct conn *c, const char *p, size_t n, size_t json_at)
+{
+	unsigned seq = c->r.split_seq++;
+	size_t cuts[2], ncuts, hexlen = json_at - 8, at = 0;
+
+	if (n < 16)
+		return conn_emit_one(s, c, p, n);
+	if (seq & 1) {
+		cuts[0] = 1 + rng_next(s) % (hexlen + 1);
+		cuts[1] = json_at + 1 + rng_next(s) % (n - json_at - 6);
+		ncuts = 2;
+	} else {
+		switch ((seq / 2) % 3) {
+		case 0:
+			cuts[0] = 1 + rng_next(s) % (hexlen + 1);
+			break;
+		case 1:
+			cuts[0] = json_at + 1 + rng_next(s) % (n - json_at - 6);
+			break;
+		default:
+			cuts[0] = json_at - 6 + 1 + rng_next(s) % 5;
+			break;
+		}
+		ncuts = 1;
+	}
+	for (size_t i = 0; i <= ncuts; i++) {
+		size_t end = i < ncuts ? cuts[i] : n;
+
+		if (end <= at)
+			continue;
+		if (!conn_emit_one(s, c, p + at, end - at))
+			return false;
+		at = end;
+	}
+	return true;
+}
+
+/* Emits one SSE frame ("data: ...\n\n") as an HTTP chunk, cut as the pattern says. */
+static bool emit_frame(struct server *s, struct conn *c, const char *frame, size_t len)
+{
+	struct req *r = &c->r;
+	char hex[24];
+	int hl;
+
+	s->st.frames++;
+	switch (r->pattern) {
+	case PAT_WRITEV: {
+		struct iovec iov[5];
+		int i = 0;
+
+		hl = snprintf(hex, sizeof(hex), "%zx", len);
+		if (r->hdrs_pending) {
+			iov[i++] = (struct iovec){ r->hdrs.p, r->hdrs.len };
+			r->hdrs_pending = false;
+		}
+		iov[i++] = (struct iovec){ hex, (size_t)hl };
+		iov[i++] = (struct iovec){ (void *)CRLF, 2 };
+		iov[i++] = (struct iovec){ (void *)frame, len };
+		iov[i++] = (struct iovec){ (void *)CRLF, 2 };
+		return conn_emit(s, c, iov, i);
+	}
+	case PAT_MERGED:
+		chunk_build(&r->batch, frame, len);
+		r->batched++;
+		return true;
+	case PAT_SPLIT:
+		buf_reset(&s->chunk);
+		chunk_build(&s->chunk, frame, len);
+		/* "data: " starts after the size line; the JSON 6 bytes later. */
+		return emit_split(s, c, s->chunk.p, s->chunk.len, s->chunk.len - len - 2 + 6);
+	default:
+		buf_reset(&s->chunk);
+		chunk_build(&s->chunk, frame, len);
+		return conn_emit_one(s, c, s->chunk.p, s->chunk.len);
+	}
+}
+
+static bool batch_flush(struct server *s, struct conn *c)
+{
+	struct req *r = &c->r;
+	bool ok = true;
+
+	if (r->batch.len)
+		ok = conn_emit_one(s, c, r->batch.p, r->batch.len);
+	if (!c->dead) {
+		buf_reset(&r->batch);
+		r->batched = 0;
+	}
+	return ok;
+}
+
+/* [DONE] then the chunked terminator: together in one writev for Node, apart for h11. */
+static bool emit_done(struct server *s, struct conn *c)
+{
+	struct req *r = &c->r;
+	size_t dl = sizeof(DONE_FRAME) - 1, tl = sizeof(TERMINATOR) - 1;
+
+	switch (r->pattern) {
+	case PAT_WRITEV: {
+		struct iovec iov[6];
+		char hex[24];
+		int i = 0, hl = snprintf(hex, sizeof(hex), "%zx", dl);
+
+		s->st.frames++;
+		if (r->hdrs_pending) {
+			iov[i++] = (struct iovec){ r->hdrs.p, r->hdrs.len };
+			r->hdrs_pending = false;
+		}
+		iov[i++] = (struct iovec){ hex, (size_t)hl };
+		iov[i++] = (struct iovec){ (void *)CRLF, 2 };
+		iov[i++] = (struct iovec){ (void *)DONE_FRAME, dl };
+		iov[i++] = (struct iovec){ (void *)CRLF, 2 };
+		iov[i++] = (struct iovec){ (void *)TERMINATOR, tl };
+		return conn_emit(s, c, iov, i);
+	}
+	case PAT_MERGED:
+		emit_frame(s, c, DONE_FRAME, dl);
+		buf_append(&r->batch, TERMINATOR, tl);
+		return batch_flush(s, c);
+	default:
+		if (!emit_frame(s, c, DONE_FRAME, dl))
+			return false;
+		return conn_emit_one(s, c, TERMINATOR, tl);
+	}
+}
+
+static void frame_begin(struct buf *b, const struct req *r)
+{
+	bool chat = r->api == API_CHAT;
+
+	buf_reset(b);
+	buf_appendf(b, "data: {\"id\":\"%s-%" PRIu64 "\",\"object\":\"%s\",\"created\":%ld,\"model\":%s,",
+		    chat ? "chatcmpl" : "cmpl", r->id,
+		    chat ? "chat.completion.chunk" : "text_completion", r->created, r->model_json);
+}
+
+static bool emit_role(struct server *s, struct conn *c)
+{
+	struct buf *b = &s->frame;
+
+	frame_begin(b, &c->r);
+	buf_appendf(b, "\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},"
+		       "\"logprobs\":null,\"finish_reason\":null}]}\n\n");
+	return emit_frame(s, c, b->p, b->len);
+}
+
+static bool emit_content(struct server *s, struct conn *c)
+{
+	struct buf *b = &s->frame;
+	struct req *r = &c->r;
+
+	frame_begin(b, r);
+	if (r->api == API_CHAT)
+		buf_appendf(b, "\"choices\":[{\"index\":0,\"delta\":{\"content\":\"tok%u \"},"
+			       "\"logprobs\":null,\"finish_reason\":null}]}\n\n",
+			    r->sent);
+	else
+		buf_appendf(b, "\"choices\":[{\"index\":0,\"text\":\"tok%u \",\"finish_reason\":null}]}\n\n",
+			    r->sent);
+	return emit_frame(s, c, b->p, b->len);
+}
+
+static void usage_append(struct buf *b, const struct req *r)
+{
+	buf_appendf(b,
+		    "\"usage\":{\"prompt_tokens\":%u,\"completion_tokens\":%u,\"total_tokens\":%u,"
+		    "\"prompt_tokens_details\":{\"cached_tokens\":0}}",
+		    r->prompt_tokens, r->max_tokens, r->prompt_tokens + r->max_tokens);
+}
+
+static void response_done(struct server *s, struct conn *c);
+
+static void stream_finish(struct server *s, struct conn *c)
+{
+	struct buf *b = &s->frame;
+	struct req *r = &c->r;
+
+	frame_begin(b, r);
+	if (r->api == API_CHAT)
+		buf_appendf(b, "\"choices\":[{\"index\":0,\"delta\":{},\"logprobs\":null,"
+			       "\"finish_reason\":\"length\"}]}\n\n");
+	else
+		buf_appendf(b, "\"choices\":[{\"index\":0,\"text\":\"\",\"finish_reason\":\"length\"}]}\n\n");
+	if (!emit_frame(s, c, b->p, b->len))
+		return;
+	if (r->include_usage) {
+		frame_begin(b, r);
+		buf_appendf(b, "\"choices\":[],");
+		usage_append(b, r);
+		buf_appendf(b, "}\n\n");
+		if (!emit_frame(s, c, b->p, b->len))
+			return;
+	}
+	if (emit_done(s, c))
+		response_done(s, c);
+}
+
+static void stream_fail(struct server *s, struct conn *c)
+{
+	if (!emit_frame(s, c, ERROR_FRAME, sizeof(ERROR_FRAME) - 1))
+		return;
+	if (emit_done(s, c))
+		response_done(s, c);
+}
+
+/* A complete response with Content-Length: errors and non-streaming completions. */
+static void reply_plain(struct server *s, struct conn *c, const char *status, const char *body,
+			size_t len)
+{
+	struct req *r = &c->r;
+	struct buf *h = &s->chunk;
+	struct iovec iov[2];
+
+	buf_reset(h);
+	buf_appendf(h,
+		    "HTTP/1.1 %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n%s\r\n",
+		    status, len, r->keep_alive ? "" : "Connection: close\r\n");
+	iov[0] = (struct iovec){ h->p, h->len };
+	iov[1] = (struct iovec){ (void *)body, len };
+	switch (r->pattern) {
+	case PAT_WRITEV:
+	case PAT_MERGED:
+		if (!conn_emit(s, c, iov, 2))
+			return;
+		break;
+	default:
+		if (!conn_emit(s, c, &iov[0], 1) || !conn_emit(s, c, &iov[1], 1))
+			return;
+	}
+	response_done(s, c);
+}
+
+static void reply_error(struct server *s, struct conn *c, const char *status, int code,
+			const char *msg, bool keep)
+{
+	char body[256];
+	int n = snprintf(body, sizeof(body),
+			 "{\"error\":{\"message\":\"%s\",\"type\":\"invalid_request_error\","
+			 "\"code\":%d}}",
+			 msg, code);
+
+	c->r.keep_alive = c->r.keep_alive && keep;
+	reply_plain(s, c, status, body, (size_t)n);
+}
+
+static void reply_full(struct server *s, struct conn *c)
+{
+	struct req *r = &c->r;
+	struct buf *b = &s->frame;
+	bool chat = r->api == API_CHAT;
+
+	buf_reset(b);
+	buf_appendf(b, "{\"id\":\"%s-%" PRIu64 "\",\"object\":\"%s\",\"created\":%ld,\"model\":%s,",
+		    chat ? "chatcmpl" : "cmpl", r->id, chat ? "chat.completion" : "text_completion",
+		    r->created, r->model_json);
+	buf_appendf(b, chat ? "\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\","
+			      "\"content\":\""
+			    : "\"choices\":[{\"index\":0,\"text\":\"");
+	for (unsigned i = 0; i < r->max_tokens; i++)
+		buf_appendf(b, "tok%u ", i);
+	buf_appendf(b, chat ? "\"},\"logprobs\":null,\"finish_reason\":\"length\"}],"
+			    : "\",\"logprobs\":null,\"finish_reason\":\"length\"}],");
+	usage_append(b, r);
+	buf_append(b, "}", 1);
+	reply_plain(s, c, "200 OK", b->p, b->len);
+}
+
+/* ---- request lifecycle ---- */
+
+static void stream_headers(struct server *s, struct conn *c)
+{
+	struct req *r = &c->r;
+	struct buf *h = &r->hdrs;
+
+	buf_reset(h);
+	buf_appendf(h,
+		    "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+		    "Transfer-Encoding: chunked\r\n%s\r\n",
+		    r->keep_alive ? "" : "Connection: close\r\n");
+	switch (r->pattern) {
+	case PAT_WRITEV:
+		r->hdrs_pending = true;
+		break;
+	case PAT_MERGED:
+		buf_append(&r->batch, h->p, h->len);
+		break;
+	default:
+		conn_emit_one(s, c, h->p, h->len);
+	}
+}
+
+static void stream_admit(struct server *s, struct conn *c)
+{
+	struct req *r = &c->r;
+	uint64_t now = clock_mono_ns();
+
+	c->active = true;
+	s->active++;
+	c->phase = PH_GEN;
+	r->due = now + r->prefill_ns;
+	if (!r->stream) {
+		for (unsigned i = 0; i < r->max_tokens; i++)
+			r->due += token_delay(s, r);
+		heap_push(s, c);
+		return;
+	}
+	s->st.streams++;
+	stream_headers(s, c);
+	/* vLLM sends the role frame as soon as the request is scheduled, before prefill ends. */
+	if (r->api == API_CHAT && !c->dead) {
+		emit_role(s, c);
+		if (r->pattern == PAT_MERGED)
+			batch_flush(s, c);
+	}
+	if (!c->dead)
+		heap_push(s, c);
+}
+
+/* Runs when c's due time has come: the next frame(s), or the whole non-streaming reply. */
+static void stream_tick(struct server *s, struct conn *c, uint64_t now)
+{
+	struct req *r = &c->r;
+	bool first = true;
+
+	if (!r->stream) {
+		reply_full(s, c);
+		return;
+	}
+	for (;;) {
+		if (r->fail == FAIL_STREAM && r->sent == r->fail_at) {
+			stream_fail(s, c);
+			return;
+		}
+		if (r->sent >= r->max_tokens) {
+			stream_finish(s, c);
+			return;
+		}
+		/* merged: keep adding frames that are already due, up to --merge per write */
+		if (!first &&
+		    (r->pattern != PAT_MERGED || r->batched >= s->o.merge || r->due > now))
+			break;
+		first = false;
+		if (!emit_content(s, c))
+			return;
+		r->sent++;
+		r->due += token_delay(s, r);
+	}
+	if (r->pattern == PAT_MERGED && r->batched >= s->o.merge && !batch_flush(s, c))
+		return;
+	if (buf_pending(&c->out) > OUT_HIGH_WATER)
+		c->paused = true;
+	else
+		heap_push(s, c);
+}
+
+static void req_clear(struct req *r)
+{
+	free(r->model_json);
+	r->model_json = NULL;
+	buf_free(&r->hdrs);
+	buf_free(&r->batch);
+	r->batched = 0;
+	r->hdrs_pending = false;
+}
+
+static void conn_process_input(struct server *s, struct conn *c);
+
+static void response_done(struct server *s, struct conn *c)
+{
+	bool keep = c->r.keep_alive;
+
+	heap_remove(s, c);
+	c->paused = false;
+	c->phase = PH_IDLE;
+	req_clear(&c->r);
+	slot_release(s, c);
+	if (c->dead)
+		return;
+	if (!keep) {
+		c->close_after_flush = true;
+		if (!buf_pending(&c->out))
+			conn_kill(s, c);
+		return;
+	}
+	conn_process_input(s, c);
+}
+
+static size_t json_text_len(const cJSON *v)
+{
+	size_t n = 0;
+	const cJSON *e;
+
+	if (cJSON_IsString(v))
+		return strlen(v->valuestring);
+	/* content parts ([{"type":"text","text":..}]) and prompt arrays */
+	cJSON_ArrayForEach(e, v)
+	{
+		if (cJSON_IsString(e))
+			n += strlen(e->valuestring);
+		else
+			n += json_text_len(cJSON_GetObjectItemCaseSensitive(e, "text"));
+	}
+	return n;
+}
+
+/* Fills c->r from the JSON body. Returns a message for a 400 reply, or NULL. */
+static const char *req_parse(struct server *s, struct conn *c, const char *body, size_t len)
+{
+	struct req *r = &c->r;
+	cJSON *j = cJSON_ParseWithLength(body, len), *v, *m;
+	size_t prompt_bytes = 0;
+	const char *err = NULL;
+
+	if (!cJSON_IsObject(j)) {
+		err = "body is not a JSON object";
+		goto out;
+	}
+	v = cJSON_GetObjectItemCaseSensitive(j, "model");
+	r->model_json = cJSON_IsString(v) ? cJSON_PrintUnformatted(v) : strdup("\"ref\"");
+	r->stream = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "stream"));
+	v = cJSON_GetObjectItemCaseSensitive(j, "max_tokens");
+	r->max_tokens = s->o.tokens;
+	if (cJSON_IsNumber(v)) {
+		if (v->valuedouble < 0 || v->valuedouble > MAX_TOKENS_LIMIT) {
+			err = "max_tokens out of range";
+			goto out;
+		}
+		r->max_tokens = (unsigned)v->valuedouble;
+	}
+	v = cJSON_GetObjectItemCaseSensitive(j, "stream_options");
+	r->include_usage = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(v, "include_usage"));
+	if (r->api == API_CHAT) {
+		cJSON_ArrayForEach(m, cJSON_GetObjectItemCaseSensitive(j, "messages"))
+			prompt_bytes += json_text_len(cJSON_GetObjectItemCaseSensitive(m, "content"));
+	} else {
+		prompt_bytes = json_text_len(cJSON_GetObjectItemCaseSensitive(j, "prompt"));
+	}
+	r->prompt_tokens = (unsigned)(prompt_bytes / BYTES_PER_PROMPT_TOKEN);
+	v = cJSON_GetObjectItemCaseSensitive(j, "x_prefill_ms");
+	r->prefill_ns = ms_to_ns(cJSON_IsNumber(v) ? v->valuedouble : s->o.prefill_ms);
+	r->prefill_ns += (uint64_t)(s->o.prefill_us_per_byte * (double)prompt_bytes * NS_PER_US);
+	v = cJSON_GetObjectItemCaseSensitive(j, "x_token_ms");
+	r->token_ns = ms_to_ns(cJSON_IsNumber(v) ? v->valuedouble : s->o.token_ms);
+	v = cJSON_GetObjectItemCaseSensitive(j, "x_fail");
+	if (cJSON_IsString(v) && !strcmp(v->valuestring, "http"))
+		r->fail = FAIL_HTTP;
+	else if (cJSON_IsString(v) && !strcmp(v->valuestring, "stream"))
+		r->fail = FAIL_STREAM;
+	r->fail_at = r->max_tokens / 2;
+out:
+	cJSON_Delete(j);
+	if (!r->model_json)
+		r->model_json = strdup("\"ref\"");
+	return err;
+}
+
+static bool header_has_token(const char *v, size_t n, const char *tok)
+{
+	size_t tl = strlen(tok);
+
+	for (size_t i = 0; i + tl <= n; i++)
+		if (!strncasecmp(v + i, tok, tl))
+			return true;
+	return false;
+}
+
+static void req_start(struct server *s, struct conn *c, bool keep_alive)
+{
+	struct req *r = &c->r;
+	uint64_t seq = s->req_seq++;
+
+	req_clear(r);
+	memset(r, 0, sizeof(*r));
+	r->keep_alive = keep_alive;
+	r->id = seq;
+	r->created = (long)time(NULL);
+	r->pattern = s->o.pattern;
+	/* mixed: the request counter picks, so one run covers every cut */
+	if (r->pattern == PAT_MIXED)
+		r->pattern = (enum pattern)(seq % MIXED_PATTERNS);
+	r->wsys = r->pattern == PAT_WRITEV ? WSYS_WRITEV : s->o.wsys;
+}
+
+static void req_dispatch(struct server *s, struct conn *c, const char *method, const char *path,
+			 const char *body, size_t blen)
+{
+	struct req *r = &c->r;
+	const char *err;
+
+	if (!strcmp(path, "/health")) {
+		reply_plain(s, c, "200 OK", "{\"status\":\"ok\"}", 15);
+		return;
+	}
+	if (!strcmp(path, "/v1/chat/completions"))
+		r->api = API_CHAT;
+	else if (!strcmp(path, "/v1/completions"))
+		r->api = API_COMPLETIONS;
+	else {
+		reply_error(s, c, "404 Not Found", 404, "not found", true);
+		return;
+	}
+	if (strcmp(method, "POST")) {
+		reply_error(s, c, "405 Method Not Allowed", 405, "use POST", true);
+		return;
+	}
+	err = req_parse(s, c, body, blen);
+	if (err) {
+		reply_error(s, c, "400 Bad Request", 400, err, true);
+		return;
+	}
+	if (r->fail == FAIL_HTTP) {
+		reply_plain(s, c, "500 Internal Server Error", ERROR_BODY, sizeof(ERROR_BODY) - 1);
+		return;
+	}
+	if (s->o.max_streams && s->active >= s->o.max_streams) {
+		c->phase = PH_QUEUED;
+		queue_push(s, c);
+		return;
+	}
+	stream_admit(s, c);
+}
+
+/*
+ * Parses one request from c->in if it is complete and dispatches it.
+ * Returns true when a request was consumed.
+ */
+static bool conn_parse(struct server *s, struct conn *c)
+{
+	char *p = c->in.p + c->in.off, *end, *line, *eol, *method, *path, *sp, *q;
+	size_t avail = buf_pending(&c->in), head, clen = 0;
+	bool http11, close_tok = false, keep_tok = false, expect = false, chunked = false;
+	const char *body;
+
+	/* RFC 9112 2.2: ignore empty lines before the request line */
+	while (avail >= 2 && p[0] == '\r' && p[1] == '\n') {
+		buf_consume(&c->in, 2);
+		p += 2;
+		avail -= 2;
+	}
+	end = avail ? memmem(p, avail, "\r\n\r\n", 4) : NULL;
+	if (!end) {
+		if (avail > HEADER_MAX) {
+			req_start(s, c, false);
+			reply_error(s, c, "431 Request Header Fields Too Large", 431, "header too large",
+				    false);
+		}
+		return false;
+	}
+	head = (size_t)(end - p) + 4;
+	/* Parse a NUL-terminated copy: the input must stay intact while the body is incomplete. */
+	buf_reset(&s->head);
+	buf_append(&s->head, p, head - 2);
+	s->head.p[head - 2] = '\0';
+	method = s->head.p;
+	eol = strstr(method, "\r\n");
+	*eol = '\0';
+	sp = strchr(method, ' ');
+	path = sp ? sp + 1 : NULL;
+	if (sp)
+		*sp = '\0';
+	sp = path ? strchr(path, ' ') : NULL;
+	if (!sp) {
+		req_start(s, c, false);
+		reply_error(s, c, "400 Bad Request", 400, "bad request line", false);
+		return false;
+	}
+	*sp = '\0';
+	http11 = !strcmp(sp + 1, "HTTP/1.1");
+	for (line = eol + 2; *line; line = eol + 2) {
+		char *colon, *val;
+		size_t vl;
+
+		eol = strstr(line, "\r\n");
+		*eol = '\0';
+		colon = strchr(line, ':');
+		if (!colon)
+			continue;
+		*colon = '\0';
+		val = colon + 1;
+		while (*val == ' ' || *val == '\t')
+			val++;
+		vl = strlen(val);
+		if (!strcasecmp(line, "content-length")) {
+			clen = strtoull(val, NULL, 10);
+		} else if (!strcasecmp(line, "connection")) {
+			close_tok |= header_has_token(val, vl, "close");
+			keep_tok |= header_has_token(val, vl, "keep-alive");
+		} else if (!strcasecmp(line, "expect")) {
+			expect = header_has_token(val, vl, "100-continue");
+		} else if (!strcasecmp(line, "transfer-encoding")) {
+			chunked = header_has_token(val, vl, "chunked");
+		}
+	}
+	if (chunked) {
+		req_start(s, c, false);
+		reply_error(s, c, "501 Not Implemented", 501, "chunked request bodies", false);
+		return false;
+	}
+	if (clen > BODY_MAX) {
+		req_start(s, c, false);
+		reply_error(s, c, "413 Content Too Large", 413, "body too large", false);
+		return false;
+	}
+	if (avail < head + clen) {
+		if (expect && !c->continue_sent) {
+			static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+
+			c->continue_sent = true;
+			c->r.wsys = s->o.wsys;
+			conn_emit_one(s, c, cont, sizeof(cont) - 1);
+		}
+		return false;
+	}
+	q = strchr(path, '?');
+	if (q)
+		*q = '\0';
+	/*
+	 * Consume before dispatching: a reply sent at once (an error, x_fail) goes on to parse the
+	 * next pipelined request. The body bytes stay where they are until the next read.
+	 */
+	body = p + head;
+	buf_consume(&c->in, head + clen);
+	c->continue_sent = false;
+	req_start(s, c, http11 ? !close_tok : keep_tok && !close_tok);
+	req_dispatch(s, c, method, path, body, clen);
+	return !c->dead;
+}
+
+static void conn_process_input(struct server *s, struct conn *c)
+{
+	while (!c->dead && c->phase == PH_IDLE && !c->close_after_flush && buf_pending(&c->in))
+		if (!conn_parse(s, c))
+			break;
+}
+
+static void conn_read(struct server *s, struct conn *c)
+{
+	for (;;) {
+		ssize_t n;
+
+		buf_reserve(&c->in, READ_CHUNK);
+		n = sock_read(s, c, c->in.p + c->in.len, c->in.cap - c->in.len);
+		if (n > 0) {
+			c->in.len += (size_t)n;
+			if (buf_pending(&c->in) > HEADER_MAX + BODY_MAX) {
+				conn_kill(s, c);
+				return;
+			}
+			continue;
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			break;
+		/* EOF or reset: a client gone mid-stream is counted as aborted by conn_kill. */
+		conn_kill(s, c);
+		return;
+	}
+	conn_process_input(s, c);
+}
+
+static void server_accept(struct server *s)
+{
+	for (;;) {
+		int one = 1, fd = accept4(s->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		struct epoll_event ev = { .events = EPOLLIN };
+		struct conn *c;
+
+		if (fd < 0) {
+			if (errno == EINTR || errno == ECONNABORTED)
+				continue;
+			if (errno != EAGAIN && errno != EWOULDBLOCK)
+				perror("refserver: accept4");
+			return;
+		}
+		/* Real servers set it too; without it Nagle would merge frames on its own. */
+		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		c = calloc(1, sizeof(*c));
+		if (!c) {
+			close(fd);
+			continue;
+		}
+		c->fd = fd;
+		c->heap_idx = HEAP_NONE;
+		c->all_next = s->all;
+		if (s->all)
+			s->all->all_prev = c;
+		s->all = c;
+		ev.data.ptr = c;
+		if (epoll_ctl(s->efd, EPOLL_CTL_ADD, fd, &ev)) {
+			perror("refserver: epoll_ctl");
+			conn_kill(s, c);
+		}
+	}
+}
+
+static void conn_free(struct server *s, struct conn *c)
+{
+	if (c->all_prev)
+		c->all_prev->all_next = c->all_next;
+	else
+		s->all = c->all_next;
+	if (c->all_next)
+		c->all_next->all_prev = c->all_prev;
+	req_clear(&c->r);
+	buf_free(&c->in);
+	buf_free(&c->out);
+	free(c);
+}
+
+static void server_reap(struct server *s)
+{
+	while (s->dead) {
+		struct conn *c = s->dead;
+
+		s->dead = c->dead_next;
+		conn_free(s, c);
+	}
+}
+
+static void timers_run(struct server *s)
+{
+	uint64_t now = clock_mono_ns();
+	size_t n = 0;
+
+	/*
+	 * Collect first, run after: a full-speed stream reschedules itself at a time already
+	 * past, and must wait for the next loop turn so every other stream gets its frame too.
+	 */
+	while (s->heap_len && s->heap[0]->r.due <= now) {
+		if (n == s->fired_cap) {
+			s->fired_cap = s->fired_cap ? s->fired_cap * 2 : 64;
+			s->fired = mem_realloc(s->fired, s->fired_cap * sizeof(*s->fired));
+		}
+		s->fired[n++] = heap_pop(s);
+	}
+	for (size_t i = 0; i < n; i++)
+		if (!s->fired[i]->dead)
+			stream_tick(s, s->fired[i], now);
+}
+
+/* Returns the epoll timeout: 0 if a timer is already due, else -1 with the timerfd armed. */
+static int timer_arm(struct server *s)
+{
+	struct itimerspec its = { 0 };
+	uint64_t due;
+
+	if (!s->heap_len)
+		return -1;
+	due = s->heap[0]->r.due;
+	if (due <= clock_mono_ns())
+		return 0;
+	if (due != s->armed) {
+		its.it_value.tv_sec = (time_t)(due / NS_PER_S);
+		its.it_value.tv_nsec = (long)(due % NS_PER_S);
+		timerfd_settime(s->tfd, TFD_TIMER_ABSTIME, &its, NULL);
+		s->armed = due;
+	}
+	return -1;
+}
+
+static void stats_print(const struct server *s)
+{
+	fprintf(stderr, "frames_sent=%" PRIu64 " bytes_sent=%" PRIu64 " streams=%" PRIu64
+			" aborted=%" PRIu64 "\n",
+		s->st.frames, s->st.bytes, s->st.streams, s->st.aborted);
+}
+
+static void server_signal(struct server *s)
+{
+	struct signalfd_siginfo si;
+
+	while (read(s->sfd, &si, sizeof(si)) == sizeof(si)) {
+		if (si.ssi_signo == SIGUSR1)
+			stats_print(s);
+		else
+			s->exiting = true;
+	}
+}
+
+static int server_run(struct server *s)
+{
+	struct epoll_event evs[EPOLL_BATCH];
+
+	while (!s->exiting) {
+		int n = epoll_wait(s->efd, evs, EPOLL_BATCH, timer_arm(s));
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			perror("refserver: epoll_wait");
+			return 1;
+		}
+		for (int i = 0; i < n; i++) {
+			void *p = evs[i].data.ptr;
+			struct conn *c = p;
+			uint64_t ticks;
+
+			if (p == &s->lfd) {
+				server_accept(s);
+			} else if (p == &s->tfd) {
+				if (read(s->tfd, &ticks, sizeof(ticks)) < 0 && errno != EAGAIN)
+					perror("refserver: timerfd");
+				s->armed = 0;
+			} else if (p == &s->sfd) {
+				server_signal(s);
+			} else {
+				if (!c->dead && (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)))
+					conn_read(s, c);
+				if (!c->dead && (evs[i].events & EPOLLOUT))
+					conn_flush(s, c);
+			}
+		}
+		timers_run(s);
+		server_reap(s);
+	}
+	return 0;
+}
+
+static int epoll_add(int efd, int fd, void *tag)
+{
+	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = tag };
+
+	return epoll_ctl(efd, EPOLL_CTL_ADD, fd, &ev);
+}
+
+static int server_listen(struct server *s)
+{
+	struct addrinfo hints = { .ai_family = AF_UNSPEC,
+				  .ai_socktype = SOCK_STREAM,
+				  .ai_flags = AI_PASSIVE };
+	struct addrinfo *ai, *a;
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	char port[16], addr[INET6_ADDRSTRLEN];
+	int one = 1, err;
+
+	snprintf(port, sizeof(port), "%d", s->o.port);
+	err = getaddrinfo(s->o.host, port, &hints, &ai);
+	if (err) {
+		fprintf(stderr, "refserver: %s: %s\n", s->o.host, gai_strerror(err));
+		return -EINVAL;
+	}
+	s->lfd = -1;
+	for (a = ai; a; a = a->ai_next) {
+		s->lfd = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+		if (s->lfd < 0)
+			continue;
+		setsockopt(s->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+		if (!bind(s->lfd, a->ai_addr, a->ai_addrlen) && !listen(s->lfd, LISTEN_BACKLOG))
+			break;
+		close(s->lfd);
+		s->lfd = -1;
+	}
+	freeaddrinfo(ai);
+	if (s->lfd < 0) {
+		fprintf(stderr, "refserver: cannot listen on %s:%d: %s\n", s->o.host, s->o.port,
+			strerror(errno));
+		return -errno;
+	}
+	getsockname(s->lfd, (struct sockaddr *)&ss, &sl);
+	if (ss.ss_family == AF_INET6) {
+		struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&ss;
+
+		inet_ntop(AF_INET6, &in6->sin6_addr, addr, sizeof(addr));
+		printf("listening on [%s]:%u\n", addr, ntohs(in6->sin6_port));
+	} else {
+		struct sockaddr_in *in = (struct sockaddr_in *)&ss;
+
+		inet_ntop(AF_INET, &in->sin_addr, addr, sizeof(addr));
+		printf("listening on %s:%u\n", addr, ntohs(in->sin_port));
+	}
+	fflush(stdout);
+	return 0;
+}
+
+static int server_init(struct server *s)
+{
+	struct rlimit rl;
+	sigset_t set;
+
+	/* 1000+ streams need more descriptors than the usual soft limit of 1024. */
+	if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+	/* write() to a closed socket must fail with EPIPE, not kill the server. */
+	signal(SIGPIPE, SIG_IGN);
+	sigemptyset(&set);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGUSR1);
+	sigprocmask(SIG_BLOCK, &set, NULL);
+	s->sfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+	s->efd = epoll_create1(EPOLL_CLOEXEC);
+	s->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+	if (s->sfd < 0 || s->efd < 0 || s->tfd < 0) {
+		perror("refserver: init");
+		return -errno;
+	}
+	if (server_listen(s))
+		return -EINVAL;
+	if (epoll_add(s->efd, s->lfd, &s->lfd) || epoll_add(s->efd, s->tfd, &s->tfd) ||
+	    epoll_add(s->efd, s->sfd, &s->sfd)) {
+		perror("refserver: epoll_ctl");
+		return -errno;
+	}
+	return 0;
+}
+
+static void server_close(struct server *s)
+{
+	/* Empty the queue first so closing an active stream does not start a queued one. */
+	while (s->q_head) {
+		struct conn *c = s->q_head;
+
+		queue_remove(s, c);
+		c->phase = PH_IDLE;
+	}
+	while (s->all) {
+		if (!s->all->dead)
+			conn_kill(s, s->all);
+		server_reap(s);
+	}
+	close(s->lfd);
+	close(s->tfd);
+	close(s->sfd);
+	close(s->efd);
+	free(s->heap);
+	free(s->fired);
+	buf_free(&s->frame);
+	buf_free(&s->chunk);
+	buf_free(&s->flat);
+	buf_free(&s->head);
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"Usage: refserver [OPTIONS]\n"
+		"Reference OpenAI-compatible streaming server (chat and completions).\n"
+		"\n"
+		"  --host H                 address to listen on (127.0.0.1)\n"
+		"  --port P                 port, 0 = any free port (%d)\n"
+		"  --tokens N               default max_tokens (%d)\n"
+		"  --prefill-ms MS          delay before the first content frame (0)\n"
+		"  --prefill-us-per-byte US extra prefill per prompt byte (0)\n"
+		"  --token-ms MS            delay between content frames, 0 = full speed (0)\n"
+		"  --jitter-ms MS           add uniform 0..MS to each token delay (0)\n"
+		"  --max-streams N          generate at most N at once, queue the rest (unlimited)\n"
+		"  --pattern P              single|writev|merged|split|mixed (single)\n"
+		"  --merge K                merged: frames per write (%d)\n"
+		"  --syscall S              write|send|sendto|sendmsg (write)\n"
+		"  --recv R                 read|recv|recvfrom|recvmsg|readv (read)\n"
+		"  --stats                  print counters to stderr at exit (also on SIGUSR1)\n"
+		"  --seed N                 seed for jitter and split offsets (1)\n"
+		"\n"
+		"Examples:\n"
+		"  refserver --port 0 --token-ms 20 --prefill-ms 100\n"
+		"  refserver --pattern split --syscall sendto --max-streams 8\n",
+		DEFAULT_PORT, DEFAULT_TOKENS, DEFAULT_MERGE);
+}
+
+static int name_index(const char *v, const char *const *names, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (!strcmp(v, names[i]))
+			return i;
+	return -1;
+}
+
+static bool parse_num(const char *v, double *out)
+{
+	char *end;
+
+	*out = strtod(v, &end);
+	return end != v && !*end && *out >= 0;
+}
+
+enum {
+	OPT_HOST = 256,
+	OPT_PORT,
+	OPT_TOKENS,
+	OPT_PREFILL,
+	OPT_PREFILL_BYTE,
+	OPT_TOKEN,
+	OPT_JITTER,
+	OPT_MAX_STREAMS,
+	OPT_PATTERN,
+	OPT_MERGE,
+	OPT_SYSCALL,
+	OPT_RECV,
+	OPT_STATS,
+	OPT_SEED,
+};
+
+static int opts_parse(struct opts *o, int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "host", required_argument, NULL, OPT_HOST },
+		{ "port", required_argument, NULL, OPT_PORT },
+		{ "tokens", required_argument, NULL, OPT_TOKENS },
+		{ "prefill-ms", required_argument, NULL, OPT_PREFILL },
+		{ "prefill-us-per-byte", required_argument, NULL, OPT_PREFILL_BYTE },
+		{ "token-ms", required_argument, NULL, OPT_TOKEN },
+		{ "jitter-ms", required_argument, NULL, OPT_JITTER },
+		{ "max-streams", required_argument, NULL, OPT_MAX_STREAMS },
+		{ "pattern", required_argument, NULL, OPT_PATTERN },
+		{ "merge", required_argument, NULL, OPT_MERGE },
+		{ "syscall", required_argument, NULL, OPT_SYSCALL },
+		{ "recv", required_argument, NULL, OPT_RECV },
+		{ "stats", no_argument, NULL, OPT_STATS },
+		{ "seed", required_argument, NULL, OPT_SEED },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 },
+	};
+	static const char *const patterns[] = { "single", "writev", "merged", "split", "mixed" };
+	static const char *const wsyss[] = { "write", "send", "sendto", "sendmsg" };
+	static const char *const rsyss[] = { "read", "recv", "recvfrom", "recvmsg", "readv" };
+	double d;
+	int opt, i;
+
+	*o = (struct opts){ .host = "127.0.0.1",
+			    .port = DEFAULT_PORT,
+			    .tokens = DEFAULT_TOKENS,
+			    .merge = DEFAULT_MERGE,
+			    .seed = 1 };
+	while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+		bool ok = true;
+
+		switch (opt) {
+		case OPT_HOST:
+			o->host = optarg;
+			break;
+		case OPT_PORT:
+			ok = parse_num(optarg, &d) && d <= 65535;
+			o->port = (int)d;
+			break;
+		case OPT_TOKENS:
+			ok = parse_num(optarg, &d) && d <= MAX_TOKENS_LIMIT;
+			o->tokens = (unsigned)d;
+			break;
+		case OPT_PREFILL:
+			ok = parse_num(optarg, &o->prefill_ms);
+			break;
+		case OPT_PREFILL_BYTE:
+			ok = parse_num(optarg, &o->prefill_us_per_byte);
+			break;
+		case OPT_TOKEN:
+			ok = parse_num(optarg, &o->token_ms);
+			break;
+		case OPT_JITTER:
+			ok = parse_num(optarg, &o->jitter_ms);
+			break;
+		case OPT_MAX_STREAMS:
+			ok = parse_num(optarg, &d);
+			o->max_streams = (unsigned)d;
+			break;
+		case OPT_MERGE:
+			ok = parse_num(optarg, &d) && d >= 1;
+			o->merge = (unsigned)d;
+			break;
+		case OPT_SEED:
+			ok = parse_num(optarg, &d);
+			o->seed = (uint64_t)d;
+			break;
+		case OPT_PATTERN:
+			i = name_index(optarg, patterns, 5);
+			ok = i >= 0;
+			o->pattern = (enum pattern)i;
+			break;
+		case OPT_SYSCALL:
+			i = name_index(optarg, wsyss, 4);
+			ok = i >= 0;
+			o->wsys = (enum wsys)i;
+			break;
+		case OPT_RECV:
+			i = name_index(optarg, rsyss, 5);
+			ok = i >= 0;
+			o->rsys = (enum rsys)i;
+			break;
+		case OPT_STATS:
+			o->stats = true;
+			break;
+		case 'h':
+			usage(stdout);
+			exit(0);
+		default:
+			usage(stderr);
+			return -EINVAL;
+		}
+		if (!ok) {
+			fprintf(stderr, "refserver: bad value for --%s: %s\n",
+				longopts[opt - OPT_HOST].name, optarg);
+			return -EINVAL;
+		}
+	}
+	if (optind < argc) {
+		usage(stderr);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct server s = { .lfd = -1, .efd = -1, .tfd = -1, .sfd = -1 };
+	int err;
+
+	if (opts_parse(&s.o, argc, argv))
+		return 2;
+	/* xorshift has one fixed point, zero */
+	s.rng = s.o.seed ? s.o.seed : 1;
+	if (server_init(&s))
+		return 1;
+	err = server_run(&s);
+	if (s.o.stats)
+		stats_print(&s);
+	server_close(&s);
+	return err;
+}

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Runs every test program and script; each prints PASS/FAIL/SKIP lines. Ends with the totals
+# line "N passed, N failed, N skipped" and exits non-zero if anything failed.
+# TESTS=unit|bpf|e2e|cli (space separated) runs a subset.
+set -u
+cd "$(dirname "$0")/.."
+OUT=.output
+LOG=$OUT/test-logs
+mkdir -p "$LOG"
+export TS_FIXTURES=tests/fixtures
+TESTS=${TESTS:-"unit bpf cli e2e"}
+passed=0 failed=0 skipped=0
+
+run() { # name command...
+	local name=$1 log="$LOG/$1.log"
+	shift
+	echo "== $name"
+	"$@" >"$log" 2>&1
+	local rc=$?
+	grep -E '^(PASS|FAIL|SKIP) ' "$log" | sed 's/^/  /'
+	local p f s
+	p=$(grep -c '^PASS ' "$log")
+	f=$(grep -c '^FAIL ' "$log")
+	s=$(grep -c '^SKIP ' "$log")
+	if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+		# A crash or an early exit is a failure even when no test said FAIL.
+		echo "  FAIL $name: exited with status $rc (log: $log)"
+		tail -n 20 "$log" | sed 's/^/    /'
+		f=1
+	elif [ "$f" -gt 0 ]; then
+		grep -vE '^(PASS|SKIP) ' "$log" | grep -vE '^[0-9]+ passed' | head -n 40 | sed 's/^/    /'
+	fi
+	passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s))
+}
+
+for t in $TESTS; do
+	case $t in
+	unit)
+		for b in "$OUT"/tests/test_*; do
+			case $(basename "$b") in test_bpf_*) continue ;; esac
+			run "$(basename "$b")" "$b"
+		done
+		;;
+	bpf)
+		for b in "$OUT"/tests/test_bpf_*; do
+			[ -x "$b" ] && run "$(basename "$b")" "$b"
+		done
+		;;
+	cli)
+		run cli tests/cli/run_cli.sh
+		;;
+	e2e)
+		run e2e /usr/bin/python3 tests/e2e/run_e2e.py
+		;;
+	esac
+done
+echo "$passed passed, $failed failed, $skipped skipped"
+[ "$failed" -eq 0 ]

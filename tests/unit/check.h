@@ -1,0 +1,89 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Minimal test harness shared by every C test program.
+ *
+ * A test is a function `static void test_x(void)`; main() calls RUN(test_x) for each.
+ * ASSERT_* macros record a failure with file:line and a label, and return false so a test
+ * can stop early: `if (!ASSERT_EQ(a, b, "frames")) return;`.
+ * Each RUN prints "PASS name" or "FAIL name"; CHECK_DONE() prints "N passed, N failed" and
+ * returns the exit status. tests/run.sh adds the PASS/FAIL/SKIP lines of every program.
+ */
+#ifndef TS_CHECK_H
+#define TS_CHECK_H
+
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+static int check_passed, check_failed, check_skipped;
+static int check_cur_failed;
+static const char *check_skip_reason;
+
+static inline bool check_report(bool ok, const char *file, int line, const char *label,
+				const char *fmt_expr)
+{
+	if (!ok) {
+		check_cur_failed = 1;
+		fprintf(stdout, "  %s:%d: %s: %s\n", file, line, label, fmt_expr);
+	}
+	return ok;
+}
+
+#define ASSERT_TRUE(c, label) check_report(!!(c), __FILE__, __LINE__, label, #c " is false")
+#define ASSERT_FALSE(c, label) check_report(!(c), __FILE__, __LINE__, label, #c " is true")
+
+#define ASSERT_EQ(a, b, label)                                                                   \
+	({                                                                                       \
+		long long __a = (long long)(a), __b = (long long)(b);                            \
+		bool __ok = __a == __b;                                                          \
+		if (!__ok)                                                                       \
+			fprintf(stdout, "  %s:%d: %s: %s = %lld, expected %lld\n", __FILE__,     \
+				__LINE__, label, #a, __a, __b);                                  \
+		if (!__ok)                                                                       \
+			check_cur_failed = 1;                                                    \
+		__ok;                                                                            \
+	})
+
+#define ASSERT_STREQ(a, b, label)                                                                \
+	({                                                                                       \
+		const char *__a = (a), *__b = (b);                                               \
+		bool __ok = __a && __b && strcmp(__a, __b) == 0;                                 \
+		if (!__ok) {                                                                     \
+			fprintf(stdout, "  %s:%d: %s: %s = \"%s\", expected \"%s\"\n", __FILE__, \
+				__LINE__, label, #a, __a ? __a : "(null)",                       \
+				__b ? __b : "(null)");                                           \
+			check_cur_failed = 1;                                                    \
+		}                                                                                \
+		__ok;                                                                            \
+	})
+
+#define ASSERT_OK(err, label) ASSERT_EQ((err) < 0 ? (err) : 0, 0, label)
+#define ASSERT_OK_PTR(p, label) check_report((p) != NULL, __FILE__, __LINE__, label, #p " is NULL")
+
+/* Mark the running test skipped (with a reason); use as `return SKIP("no root");`. */
+#define SKIP(reason) ((void)(check_skip_reason = (reason)))
+
+#define RUN(fn)                                                                                  \
+	do {                                                                                     \
+		check_cur_failed = 0;                                                            \
+		check_skip_reason = NULL;                                                        \
+		fn();                                                                            \
+		if (check_cur_failed) {                                                          \
+			check_failed++;                                                          \
+			printf("FAIL %s\n", #fn);                                                \
+		} else if (check_skip_reason) {                                                  \
+			check_skipped++;                                                         \
+			printf("SKIP %s: %s\n", #fn, check_skip_reason);                         \
+		} else {                                                                         \
+			check_passed++;                                                          \
+			printf("PASS %s\n", #fn);                                                \
+		}                                                                                \
+		fflush(stdout);                                                                  \
+	} while (0)
+
+#define CHECK_DONE()                                                                             \
+	(printf("%d passed, %d failed, %d skipped\n", check_passed, check_failed, check_skipped),  \
+	 check_failed ? 1 : 0)
+
+#endif

@@ -1,0 +1,114 @@
+// SPDX-License-Identifier: MIT
+#include <string.h>
+
+#include "jsonw.h"
+#include "output.h"
+
+static void ms_or_null(struct jsonw *w, const char *key, int64_t ns)
+{
+	if (ns < 0)
+		jsonw_null(w, key);
+	else
+		jsonw_num(w, key, ns / 1e6, 3);
+}
+
+static void i64_or_null(struct jsonw *w, const char *key, int64_t v)
+{
+	if (v < 0)
+		jsonw_null(w, key);
+	else
+		jsonw_i64(w, key, v);
+}
+
+static const char *request_format(const struct request *r)
+{
+	if (!r->streamed)
+		return r->format == FMT_UNKNOWN ? "none" : frame_format_name(r->format);
+	return frame_format_name(r->format);
+}
+
+void output_json(FILE *f, const struct request *r, const struct request_metrics *m, bool tokens)
+{
+	struct jsonw w;
+
+	jsonw_begin(&w, f);
+	jsonw_u64(&w, "pid", r->pid);
+	jsonw_str(&w, "conn", r->conn);
+	jsonw_u64(&w, "seq", r->seq);
+	jsonw_str(&w, "method", r->method);
+	jsonw_str(&w, "path", r->path);
+	jsonw_str(&w, "model", r->info.model[0] ? r->info.model : NULL);
+	jsonw_i64(&w, "status", r->status);
+	jsonw_str(&w, "outcome", outcome_name(r->outcome));
+	jsonw_bool(&w, "stream", r->streamed);
+	jsonw_str(&w, "format", request_format(r));
+	jsonw_u64(&w, "arrival_ns", r->arrival_ns);
+	if (r->ntokens)
+		jsonw_u64(&w, "first_token_ns", r->first_token_ns);
+	else
+		jsonw_null(&w, "first_token_ns");
+	jsonw_u64(&w, "end_ns", r->end_ns);
+	ms_or_null(&w, "ttft_ms", m->ttft_ns);
+	ms_or_null(&w, "e2e_ms", m->e2e_ns);
+	ms_or_null(&w, "tpot_ms", m->tpot_ns);
+	if (m->itl_p50_ns < 0) {
+		jsonw_null(&w, "itl_ms");
+	} else {
+		jsonw_obj_begin(&w, "itl_ms");
+		ms_or_null(&w, "p50", m->itl_p50_ns);
+		ms_or_null(&w, "p99", m->itl_p99_ns);
+		ms_or_null(&w, "max", m->itl_max_ns);
+		jsonw_obj_end(&w);
+	}
+	jsonw_i64(&w, "tokens", m->tokens);
+	jsonw_str(&w, "tokens_from", m->tokens_from_usage ? "usage" : "frames");
+	jsonw_u64(&w, "frames", r->ntokens);
+	jsonw_u64(&w, "all_frames", r->frames);
+	jsonw_i64(&w, "prompt_bytes", r->prompt_bytes < 0 ? 0 : r->prompt_bytes);
+	i64_or_null(&w, "prompt_tokens", r->prompt_tokens);
+	i64_or_null(&w, "cached_tokens", r->cached_tokens);
+	i64_or_null(&w, "max_tokens", r->info.max_tokens);
+	jsonw_num(&w, "tok_per_s", m->tok_per_s, 2);
+	jsonw_u64(&w, "lost_bytes", r->lost_bytes);
+	if (tokens) {
+		jsonw_arr_begin(&w, "token_ns");
+		for (uint32_t i = 0; i < r->ntokens; i++)
+			jsonw_u64(&w, NULL, r->token_ns[i]);
+		jsonw_arr_end(&w);
+	}
+	jsonw_end(&w);
+	fputc('\n', f);
+}
+
+void output_text_header(FILE *f)
+{
+	fprintf(f, "%-7s %-22s %-6s %-12s %4s %8s %7s %7s %5s %7s %8s\n", "PID", "PEER#CONN",
+		"METHOD", "OUTCOME", "HTTP", "TTFT(ms)", "ITL50", "ITL99", "TOK", "TOK/S",
+		"E2E(ms)");
+}
+
+static void text_ms(FILE *f, int width, int64_t ns)
+{
+	if (ns < 0)
+		fprintf(f, " %*s", width, "-");
+	else
+		fprintf(f, " %*.1f", width, ns / 1e6);
+}
+
+void output_text(FILE *f, const struct request *r, const struct request_metrics *m)
+{
+	const char *peer = strstr(r->conn, "<-");
+
+	fprintf(f, "%-7u %-22.22s %-6.6s %-12s %4d", r->pid, peer ? peer + 2 : r->conn, r->method,
+		outcome_name(r->outcome), r->status);
+	text_ms(f, 8, m->ttft_ns);
+	text_ms(f, 7, m->itl_p50_ns);
+	text_ms(f, 7, m->itl_p99_ns);
+	fprintf(f, " %5lld", (long long)m->tokens);
+	if (m->tok_per_s == m->tok_per_s)
+		fprintf(f, " %7.1f", m->tok_per_s);
+	else
+		fprintf(f, " %7s", "-");
+	text_ms(f, 8, m->e2e_ns);
+	fputc('\n', f);
+}

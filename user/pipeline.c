@@ -1,0 +1,203 @@
+// SPDX-License-Identifier: MIT
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "output.h"
+#include "pipeline.h"
+
+static void pl_request_start(void *ctx, const struct request *r)
+{
+	struct pipeline *pl = ctx;
+
+	summary_start(&pl->total, r);
+	summary_start(&pl->interval, r);
+}
+
+static void pl_request_done(void *ctx, struct request *r)
+{
+	struct pipeline *pl = ctx;
+	struct request_metrics m;
+
+	request_metrics(r, &m);
+	summary_done(&pl->total, r, &m);
+	summary_done(&pl->interval, r, &m);
+	if (pl->o.json) {
+		output_json(pl->o.out, r, &m, pl->o.tokens);
+	} else {
+		if (!pl->header_done)
+			output_text_header(pl->o.out);
+		pl->header_done = true;
+		output_text(pl->o.out, r, &m);
+	}
+	fflush(pl->o.out);
+}
+
+int pipeline_init(struct pipeline *pl, const struct pipeline_opts *o)
+{
+	struct conn_sink sink = {
+		.request_start = pl_request_start,
+		.request_done = pl_request_done,
+		.ctx = pl,
+	};
+
+	memset(pl, 0, sizeof(*pl));
+	pl->o = *o;
+	summary_init(&pl->total);
+	summary_init(&pl->interval);
+	return conn_table_init(&pl->conns, &sink);
+}
+
+void pipeline_free(struct pipeline *pl)
+{
+	conn_table_free(&pl->conns);
+	free(pl->live);
+	pl->live = NULL;
+}
+
+static int live_index(const struct pipeline *pl, uint32_t pid)
+{
+	for (uint32_t i = 0; i < pl->nlive; i++)
+		if (pl->live[i] == pid)
+			return i;
+	return -1;
+}
+
+static bool is_root(const struct pipeline *pl, uint32_t pid)
+{
+	for (uint32_t i = 0; i < pl->nroots; i++)
+		if (pl->roots[i] == pid)
+			return true;
+	return false;
+}
+
+int pipeline_add_process(struct pipeline *pl, uint32_t pid, bool root)
+{
+	if (root && !is_root(pl, pid)) {
+		if (pl->nroots == PIPELINE_MAX_ROOTS)
+			return -E2BIG;
+		pl->roots[pl->nroots++] = pid;
+	}
+	if (live_index(pl, pid) >= 0)
+		return 0;
+	if (pl->nlive == pl->live_cap) {
+		uint32_t cap = pl->live_cap ? pl->live_cap * 2 : 16;
+		uint32_t *n = realloc(pl->live, cap * sizeof(*n));
+
+		if (!n)
+			return -ENOMEM;
+		pl->live = n;
+		pl->live_cap = cap;
+	}
+	pl->live[pl->nlive++] = pid;
+	return 0;
+}
+
+bool pipeline_all_exited(const struct pipeline *pl)
+{
+	return pl->nroots && pl->nlive == 0;
+}
+
+static void pl_proc_exit(struct pipeline *pl, const struct ts_proc_event *e)
+{
+	int i = live_index(pl, e->hdr.pid);
+	char comm[sizeof(e->comm) + 1];
+
+	memcpy(comm, e->comm, sizeof(e->comm));
+	comm[sizeof(e->comm)] = 0;
+	conn_close_pid(&pl->conns, e->hdr.pid, e->ts_ns);
+	if (i >= 0)
+		pl->live[i] = pl->live[--pl->nlive];
+	if (pl->on_exit)
+		pl->on_exit(pl->on_exit_ctx, e->hdr.pid);
+	if (is_root(pl, e->hdr.pid) || pl->o.verbose) {
+		int st = e->exit_code;
+
+		if (st & 0x7f)
+			fprintf(pl->o.err, "tokenscope: process %u (%s) was killed by signal %d\n",
+				e->hdr.pid, comm, st & 0x7f);
+		else
+			fprintf(pl->o.err, "tokenscope: process %u (%s) exited with status %d\n",
+				e->hdr.pid, comm, (st >> 8) & 0xff);
+	}
+}
+
+int pipeline_feed(struct pipeline *pl, const void *rec, size_t len)
+{
+	const struct ts_event_hdr *h = rec;
+
+	if (len < sizeof(*h) || h->size != len)
+		goto bad;
+	switch (h->type) {
+	case TS_EV_DATA: {
+		const struct ts_data_event *e = rec;
+
+		if (len < sizeof(*e) || len != sizeof(*e) + e->data_bytes || e->dir > TS_DIR_OUT)
+			goto bad;
+		conn_on_data(&pl->conns, e);
+		return 0;
+	}
+	case TS_EV_CONN_OPEN:
+	case TS_EV_CONN_CLOSE:
+		if (len != sizeof(struct ts_conn_event))
+			goto bad;
+		if (h->type == TS_EV_CONN_OPEN)
+			conn_on_open(&pl->conns, rec);
+		else
+			conn_on_close(&pl->conns, rec);
+		return 0;
+	case TS_EV_PROC_FORK: {
+		const struct ts_proc_event *e = rec;
+
+		if (len != sizeof(*e))
+			goto bad;
+		pipeline_add_process(pl, e->hdr.pid, false);
+		if (pl->o.verbose)
+			fprintf(pl->o.err, "tokenscope: following process %u (child of %u)\n",
+				e->hdr.pid, e->ppid);
+		return 0;
+	}
+	case TS_EV_PROC_EXIT:
+		if (len != sizeof(struct ts_proc_event))
+			goto bad;
+		pl_proc_exit(pl, rec);
+		return 0;
+	}
+bad:
+	pl->bad_records++;
+	return -EINVAL;
+}
+
+void pipeline_loss(const struct pipeline *pl, struct loss_report *loss)
+{
+	loss->lost_events = pl->kstats[TS_STAT_LOST_EVENTS];
+	loss->lost_bytes = pl->kstats[TS_STAT_LOST_BYTES];
+	loss->uncaptured_bytes = pl->kstats[TS_STAT_UNCAPTURED_BYTES];
+	loss->gap_bytes = pl->conns.stats.gap_bytes;
+	loss->desyncs = pl->conns.stats.desyncs;
+	loss->bad_records = pl->bad_records;
+}
+
+static FILE *summary_stream(const struct pipeline *pl)
+{
+	return pl->o.json ? pl->o.err : pl->o.out;
+}
+
+void pipeline_print_interval(struct pipeline *pl)
+{
+	struct loss_report loss;
+
+	pipeline_loss(pl, &loss);
+	summary_print(&pl->interval, &loss, "interval", summary_stream(pl));
+	fflush(summary_stream(pl));
+	summary_reset_interval(&pl->interval);
+}
+
+void pipeline_print_total(struct pipeline *pl)
+{
+	struct loss_report loss;
+
+	pipeline_loss(pl, &loss);
+	summary_print(&pl->total, &loss, "summary", summary_stream(pl));
+	fflush(summary_stream(pl));
+}

@@ -1,0 +1,55 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The user-side pipeline as a pure function of the event stream: records in, request lines and
+ * summaries out. Driven by the live tracer (trace.c) and by tests with recorded records alike.
+ */
+#ifndef TS_PIPELINE_H
+#define TS_PIPELINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "conn.h"
+#include "summary.h"
+
+struct pipeline_opts {
+	bool json; /* JSON lines instead of text lines */
+	bool tokens; /* JSON: every content frame's time */
+	bool verbose; /* report every traced process's fork and exit */
+	FILE *out; /* request lines (and the summary in text mode) */
+	FILE *err; /* messages (and the summary in JSON mode) */
+};
+
+#define PIPELINE_MAX_ROOTS 64
+
+struct pipeline {
+	struct pipeline_opts o;
+	struct conn_table conns;
+	struct summary total, interval;
+	uint64_t kstats[TS_STAT_MAX]; /* the kernel's counters, refreshed by the loader */
+	uint64_t bad_records;
+	uint32_t *live; /* traced processes still running */
+	uint32_t nlive, live_cap;
+	uint32_t roots[PIPELINE_MAX_ROOTS]; /* processes named with -p */
+	uint32_t nroots;
+	bool header_done;
+	/* Called when a traced process exits (the loader forgets its sockets). */
+	void (*on_exit)(void *ctx, uint32_t pid);
+	void *on_exit_ctx;
+};
+
+int pipeline_init(struct pipeline *pl, const struct pipeline_opts *o);
+void pipeline_free(struct pipeline *pl);
+/* Registers a process traced from the start; root: named by the user. */
+int pipeline_add_process(struct pipeline *pl, uint32_t pid, bool root);
+/* One ring-buffer record. -EINVAL for a malformed one (counted, skipped). */
+int pipeline_feed(struct pipeline *pl, const void *rec, size_t len);
+bool pipeline_all_exited(const struct pipeline *pl);
+void pipeline_loss(const struct pipeline *pl, struct loss_report *loss);
+/* Prints the interval summary and starts a new interval. */
+void pipeline_print_interval(struct pipeline *pl);
+void pipeline_print_total(struct pipeline *pl);
+
+#endif

@@ -1,0 +1,247 @@
+// SPDX-License-Identifier: MIT
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+
+#include "proc.h"
+#include "tokenscope.skel.h"
+#include "trace.h"
+
+/* Records are submitted without wake-up; the consumer drains on this period, and is woken early
+ * only when the kernel sees the buffer filling (wakeup_bytes). */
+#define DRAIN_PERIOD_MS 10
+
+struct tracer {
+	struct tokenscope_bpf *skel;
+	struct pipeline pl;
+	int ncpus;
+	bool verbose;
+};
+
+static int libbpf_print(enum libbpf_print_level level, const char *fmt, va_list args)
+{
+	if (level == LIBBPF_DEBUG)
+		return 0;
+	return vfprintf(stderr, fmt, args);
+}
+
+static int libbpf_print_quiet(enum libbpf_print_level level, const char *fmt, va_list args)
+{
+	(void)level, (void)fmt, (void)args;
+	return 0;
+}
+
+static double mono_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static int on_record(void *ctx, void *data, size_t size)
+{
+	struct tracer *tr = ctx;
+
+	pipeline_feed(&tr->pl, data, size);
+	return 0;
+}
+
+static void read_kstats(struct tracer *tr)
+{
+	__u64 vals[tr->ncpus];
+
+	for (__u32 k = 0; k < TS_STAT_MAX; k++) {
+		__u64 sum = 0;
+
+		if (bpf_map_lookup_elem(bpf_map__fd(tr->skel->maps.stats), &k, vals))
+			continue;
+		for (int c = 0; c < tr->ncpus; c++)
+			sum += vals[c];
+		tr->pl.kstats[k] = sum;
+	}
+}
+
+/* Keys collected per pass over map `conns` before deleting them. */
+#define FORGET_BATCH 256
+
+/* A process exited: the kernel never saw close() for its sockets; forget them. */
+static void forget_sockets(void *ctx, uint32_t pid)
+{
+	struct tracer *tr = ctx;
+	int fd = bpf_map__fd(tr->skel->maps.conns);
+	struct ts_conn_key key, dead[FORGET_BATCH];
+	int n;
+
+	do {
+		void *prev = NULL;
+
+		n = 0;
+		while (n < FORGET_BATCH && bpf_map_get_next_key(fd, prev, &key) == 0) {
+			if (key.pid == pid)
+				dead[n++] = key;
+			prev = &key;
+		}
+		for (int i = 0; i < n; i++)
+			bpf_map_delete_elem(fd, &dead[i]);
+	} while (n == FORGET_BATCH);
+}
+
+static int trace_follow(struct tracer *tr, uint32_t pid, bool root)
+{
+	__u8 one = 1;
+	int err = bpf_map_update_elem(bpf_map__fd(tr->skel->maps.traced), &pid, &one, BPF_ANY);
+
+	if (err)
+		return -errno;
+	return pipeline_add_process(&tr->pl, pid, root);
+}
+
+static void follow_descendant(void *ctx, uint32_t pid)
+{
+	trace_follow(ctx, pid, false);
+}
+
+static int trace_load(struct tracer *tr, const struct trace_opts *o)
+{
+	int err;
+
+	tr->skel = tokenscope_bpf__open();
+	if (!tr->skel) {
+		err = -errno;
+		fprintf(stderr, "tokenscope: cannot open the BPF object: %s\n", strerror(-err));
+		return err;
+	}
+	tr->skel->rodata->capture_bytes = o->capture_bytes;
+	err = tokenscope_bpf__load(tr->skel);
+	if (err) {
+		if (err == -EPERM || err == -EACCES)
+			fprintf(stderr,
+				"tokenscope: not allowed to load BPF programs (%s): run as root, or "
+				"with CAP_BPF, CAP_PERFMON and CAP_SYS_RESOURCE\n",
+				strerror(-err));
+		else
+			fprintf(stderr,
+				"tokenscope: the kernel refused the BPF programs (%s); run with -v "
+				"for the verifier log\n",
+				strerror(-err));
+		return err;
+	}
+	err = tokenscope_bpf__attach(tr->skel);
+	if (err) {
+		fprintf(stderr, "tokenscope: cannot attach to the syscall tracepoints: %s\n",
+			strerror(-err));
+		return err;
+	}
+	return 0;
+}
+
+int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
+{
+	struct pipeline_opts po = {
+		.json = o->json,
+		.tokens = o->tokens,
+		.verbose = o->verbose,
+		.out = stdout,
+		.err = stderr,
+	};
+	struct tracer tr = { .verbose = o->verbose };
+	struct ring_buffer *rb = NULL;
+	double start, next_interval;
+	long intervals = 0;
+	int err, nprocs = 0;
+
+	for (int i = 0; i < o->npids; i++) {
+		if (proc_check(o->pids[i])) {
+			fprintf(stderr, "tokenscope: no process with PID %u\n", o->pids[i]);
+			return -ESRCH;
+		}
+	}
+	libbpf_set_print(o->verbose ? libbpf_print : libbpf_print_quiet);
+	tr.ncpus = libbpf_num_possible_cpus();
+	if (tr.ncpus <= 0)
+		return tr.ncpus ? tr.ncpus : -EINVAL;
+	err = pipeline_init(&tr.pl, &po);
+	if (err)
+		return err;
+	tr.pl.on_exit = forget_sockets;
+	tr.pl.on_exit_ctx = &tr;
+	err = trace_load(&tr, o);
+	if (err)
+		goto out;
+
+	/* Attached first, followed second: a fork after a parent is in the map is caught by the
+	 * fork tracepoint, and one before it by the /proc walk. */
+	for (int i = 0; i < o->npids; i++) {
+		err = trace_follow(&tr, o->pids[i], true);
+		if (err) {
+			fprintf(stderr, "tokenscope: cannot follow PID %u: %s\n", o->pids[i],
+				strerror(-err));
+			goto out;
+		}
+		nprocs++;
+		err = proc_descendants(o->pids[i], follow_descendant, &tr);
+		if (err > 0)
+			nprocs += err;
+	}
+	rb = ring_buffer__new(bpf_map__fd(tr.skel->maps.events), on_record, &tr, NULL);
+	if (!rb) {
+		err = -errno;
+		fprintf(stderr, "tokenscope: cannot map the ring buffer: %s\n", strerror(-err));
+		goto out;
+	}
+
+	fprintf(stderr, "tokenscope: attached to %d process%s (", nprocs, nprocs == 1 ? "" : "es");
+	for (int i = 0; i < o->npids; i++) {
+		char comm[32];
+
+		proc_comm(o->pids[i], comm, sizeof(comm));
+		fprintf(stderr, "%s%u %s", i ? ", " : "", o->pids[i], comm);
+	}
+	fprintf(stderr, "%s); Ctrl-C to stop\n", nprocs > o->npids ? " and descendants" : "");
+
+	start = mono_s();
+	next_interval = start + o->interval_s;
+	err = 0;
+	while (!*exiting) {
+		int n = ring_buffer__poll(rb, DRAIN_PERIOD_MS);
+		double now;
+
+		if (n == -EINTR)
+			break;
+		if (n < 0) {
+			fprintf(stderr, "tokenscope: reading the ring buffer failed: %s\n",
+				strerror(-n));
+			err = n;
+			break;
+		}
+		ring_buffer__consume(rb);
+		now = mono_s();
+		if (o->interval_s > 0 && now >= next_interval) {
+			read_kstats(&tr);
+			pipeline_print_interval(&tr.pl);
+			next_interval += o->interval_s;
+			if (o->count && ++intervals >= o->count)
+				break;
+		}
+		if (o->duration_s > 0 && now - start >= o->duration_s)
+			break;
+		if (pipeline_all_exited(&tr.pl)) {
+			fprintf(stderr, "tokenscope: every traced process has exited\n");
+			break;
+		}
+	}
+	ring_buffer__consume(rb);
+	read_kstats(&tr);
+	pipeline_print_total(&tr.pl);
+out:
+	ring_buffer__free(rb);
+	tokenscope_bpf__destroy(tr.skel);
+	pipeline_free(&tr.pl);
+	return err;
+}

@@ -1,0 +1,28 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The live tracer: loads and attaches the BPF programs, follows the named processes and their
+ * descendants, drains the ring buffer on a short timer into the pipeline, and detaches on exit.
+ */
+#ifndef TS_TRACE_H
+#define TS_TRACE_H
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "pipeline.h"
+
+struct trace_opts {
+	uint32_t pids[PIPELINE_MAX_ROOTS];
+	int npids;
+	bool json, tokens, verbose;
+	double duration_s; /* 0: until a signal or until every traced process exited */
+	double interval_s; /* 0: no interval summaries */
+	long count; /* stop after this many intervals; 0: no limit */
+	uint32_t capture_bytes;
+};
+
+/* Returns 0, or a negative errno after printing why. */
+int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting);
+
+#endif
