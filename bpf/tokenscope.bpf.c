@@ -96,6 +96,7 @@ struct copy_ctx {
 	__u64 seg_left; /* bytes left in the current segment (already capped) */
 	__u64 remaining; /* bytes still to capture from this syscall */
 	__u64 pos; /* stream offset of the next byte */
+	__u64 chunk_pos; /* stream offset of scratch data[0] */
 	__u32 fill; /* bytes in scratch data */
 	__u32 pad;
 };
@@ -294,11 +295,12 @@ static __always_inline void copy_flush(struct scratch *s, struct copy_ctx *cc, b
 	if (n > TS_CHUNK_BYTES)
 		n = TS_CHUNK_BYTES;
 	s->ev.data_bytes = n;
-	s->ev.pos = cc->pos - n;
+	s->ev.pos = cc->chunk_pos;
 	s->ev.last = last;
 	s->ev.hdr.size = sizeof(s->ev) + n;
 	emit(&s->ev, sizeof(s->ev) + n, n);
 	cc->fill = 0;
+	cc->chunk_pos = cc->pos;
 }
 
 static long copy_step(__u32 i, void *arg)
@@ -320,8 +322,6 @@ static long copy_step(__u32 i, void *arg)
 		if (!cc->iov || cc->iov_idx >= cc->iovcnt || cc->iov_idx >= TS_IOV_MAX) {
 			/* The returned bytes lie beyond the iovecs we walk. */
 			stat_add(TS_STAT_UNCAPTURED_BYTES, cc->remaining);
-			if (cc->fill)
-				copy_flush(s, cc, false);
 			cc->pos += cc->remaining;
 			cc->remaining = 0;
 			return 0;
@@ -334,6 +334,8 @@ static long copy_step(__u32 i, void *arg)
 		return 0;
 	}
 
+	if (!cc->fill)
+		cc->chunk_pos = cc->pos;
 	__u32 off = cc->fill & (TS_CHUNK_BYTES - 1);
 	__u64 n = TS_CHUNK_BYTES - off;
 
@@ -346,7 +348,6 @@ static long copy_step(__u32 i, void *arg)
 		/* Unreadable user memory: what is left of the syscall becomes a gap. */
 		stat_add(TS_STAT_COPY_FAILED, 1);
 		stat_add(TS_STAT_UNCAPTURED_BYTES, cc->remaining);
-		copy_flush(s, cc, false);
 		cc->pos += cc->remaining;
 		cc->remaining = 0;
 		return 0;
@@ -387,6 +388,7 @@ static __always_inline void emit_data(struct stash *st, struct conn *c, __u64 pi
 	s->ev.pad = 0;
 
 	cc->pos = s->ev.syscall_pos;
+	cc->chunk_pos = cc->pos;
 	cc->remaining = want;
 	cc->fill = 0;
 	cc->iov_idx = 0;

@@ -1,0 +1,510 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Attach tests: the real BPF programs on the real syscall tracepoints, driven by real socket
+ * syscalls of this process (and of children it forks). Asserts the exact bytes, offsets, counts
+ * and drop counters that reach the ring buffer. Needs root.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/types.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+
+#include "check.h"
+#include "events.h"
+#include "tokenscope.skel.h"
+
+#define MAX_RECS 4096
+
+struct rec {
+	size_t len;
+	uint8_t *p;
+};
+
+struct fixture {
+	struct tokenscope_bpf *skel;
+	struct ring_buffer *rb;
+	struct rec recs[MAX_RECS];
+	int nrecs;
+	int srv, cli; /* a connected loopback TCP pair: srv is the accepted side */
+};
+
+static int collect(void *ctx, void *data, size_t len)
+{
+	struct fixture *f = ctx;
+
+	if (f->nrecs < MAX_RECS) {
+		f->recs[f->nrecs].p = malloc(len);
+		memcpy(f->recs[f->nrecs].p, data, len);
+		f->recs[f->nrecs].len = len;
+		f->nrecs++;
+	}
+	return 0;
+}
+
+static void fixture_drain(struct fixture *f)
+{
+	ring_buffer__consume(f->rb);
+}
+
+static void fixture_clear(struct fixture *f)
+{
+	fixture_drain(f);
+	for (int i = 0; i < f->nrecs; i++)
+		free(f->recs[i].p);
+	f->nrecs = 0;
+}
+
+static void tcp_pair(int *srv, int *cli)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t alen = sizeof(a);
+	int one = 1;
+	int l = socket(AF_INET, SOCK_STREAM, 0);
+
+	bind(l, (struct sockaddr *)&a, sizeof(a));
+	listen(l, 4);
+	getsockname(l, (struct sockaddr *)&a, &alen);
+	*cli = socket(AF_INET, SOCK_STREAM, 0);
+	connect(*cli, (struct sockaddr *)&a, sizeof(a));
+	setsockopt(*cli, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	*srv = accept(l, NULL, NULL);
+	close(l);
+}
+
+/* Loads with the given capture limit (0: default) and ring size (0: default), traces self. */
+static bool fixture_open(struct fixture *f, uint32_t capture, uint32_t ring_bytes)
+{
+	uint32_t me = getpid();
+	uint8_t one = 1;
+
+	memset(f, 0, sizeof(*f));
+	f->skel = tokenscope_bpf__open();
+	if (!ASSERT_OK_PTR(f->skel, "open"))
+		return false;
+	if (capture)
+		f->skel->rodata->capture_bytes = capture;
+	if (ring_bytes)
+		bpf_map__set_max_entries(f->skel->maps.events, ring_bytes);
+	if (!ASSERT_OK(tokenscope_bpf__load(f->skel), "load"))
+		return false;
+	if (!ASSERT_OK(tokenscope_bpf__attach(f->skel), "attach"))
+		return false;
+	f->rb = ring_buffer__new(bpf_map__fd(f->skel->maps.events), collect, f, NULL);
+	if (!ASSERT_OK_PTR(f->rb, "ring_buffer__new"))
+		return false;
+	/* The pair is made before tracing starts, so the accept is not seen: first I/O is. */
+	tcp_pair(&f->srv, &f->cli);
+	return ASSERT_OK(bpf_map_update_elem(bpf_map__fd(f->skel->maps.traced), &me, &one, 0),
+			 "trace self");
+}
+
+static void fixture_close(struct fixture *f)
+{
+	fixture_clear(f);
+	ring_buffer__free(f->rb);
+	tokenscope_bpf__destroy(f->skel);
+	if (f->srv > 0)
+		close(f->srv);
+	if (f->cli > 0)
+		close(f->cli);
+}
+
+static uint64_t stat_sum(struct fixture *f, uint32_t which)
+{
+	int n = libbpf_num_possible_cpus();
+	uint64_t vals[n], sum = 0;
+
+	if (bpf_map_lookup_elem(bpf_map__fd(f->skel->maps.stats), &which, vals))
+		return ~0ull;
+	for (int i = 0; i < n; i++)
+		sum += vals[i];
+	return sum;
+}
+
+/* The data records of fd in direction dir, in order. */
+static int data_recs(struct fixture *f, int fd, int dir, const struct ts_data_event **out, int max)
+{
+	int n = 0;
+
+	fixture_drain(f);
+	for (int i = 0; i < f->nrecs && n < max; i++) {
+		const struct ts_data_event *e = (const void *)f->recs[i].p;
+
+		if (e->hdr.type == TS_EV_DATA && e->fd == fd && e->dir == dir)
+			out[n++] = e;
+	}
+	return n;
+}
+
+static int count_type(struct fixture *f, uint32_t type)
+{
+	int n = 0;
+
+	fixture_drain(f);
+	for (int i = 0; i < f->nrecs; i++)
+		n += ((const struct ts_event_hdr *)f->recs[i].p)->type == type;
+	return n;
+}
+
+static void drain_socket(int fd, size_t n)
+{
+	char buf[8192];
+
+	while (n > 0) {
+		ssize_t r = read(fd, buf, n < sizeof(buf) ? n : sizeof(buf));
+
+		if (r <= 0)
+			break;
+		n -= r;
+	}
+}
+
+static void test_write_syscalls(void)
+{
+	struct fixture f;
+	const struct ts_data_event *e[16];
+	const char *a = "f6\r\ndata: {\"x\":1}\n\n\r\n";
+	struct iovec iov[4] = { { "9c", 2 }, { "\r\n", 2 }, { "data: {}\n\n", 10 }, { "\r\n", 2 } };
+	struct msghdr msg = { .msg_iov = iov, .msg_iovlen = 4 };
+	int n;
+
+	if (!fixture_open(&f, 0, 0))
+		goto out;
+	ASSERT_EQ(write(f.srv, a, strlen(a)), (long)strlen(a), "write");
+	ASSERT_EQ(writev(f.srv, iov, 4), 16, "writev");
+	ASSERT_EQ(sendto(f.srv, "abc", 3, 0, NULL, 0), 3, "sendto");
+	ASSERT_EQ(sendmsg(f.srv, &msg, 0), 16, "sendmsg");
+	drain_socket(f.cli, strlen(a) + 16 + 3 + 16);
+
+	n = data_recs(&f, f.srv, TS_DIR_OUT, e, 16);
+	if (!ASSERT_EQ(n, 4, "one record per write syscall"))
+		goto out;
+	ASSERT_EQ(e[0]->syscall, TS_SYS_WRITE, "write kind");
+	ASSERT_EQ(e[1]->syscall, TS_SYS_WRITEV, "writev kind");
+	ASSERT_EQ(e[2]->syscall, TS_SYS_SENDTO, "sendto kind");
+	ASSERT_EQ(e[3]->syscall, TS_SYS_SENDMSG, "sendmsg kind");
+	ASSERT_EQ(e[0]->data_bytes, strlen(a), "write bytes");
+	ASSERT_TRUE(memcmp(e[0]->data, a, strlen(a)) == 0, "write content");
+	ASSERT_EQ(e[1]->data_bytes, 16, "writev bytes gathered");
+	ASSERT_TRUE(memcmp(e[1]->data, "9c\r\ndata: {}\n\n\r\n", 16) == 0, "writev content");
+	ASSERT_TRUE(memcmp(e[3]->data, "9c\r\ndata: {}\n\n\r\n", 16) == 0, "sendmsg content");
+	ASSERT_EQ(e[0]->pos, 0, "first offset");
+	ASSERT_EQ(e[1]->pos, strlen(a), "offsets are contiguous");
+	ASSERT_EQ(e[2]->pos, strlen(a) + 16, "sendto offset");
+	ASSERT_EQ(e[3]->pos, strlen(a) + 19, "sendmsg offset");
+	for (int i = 0; i < 4; i++) {
+		ASSERT_TRUE(e[i]->last, "single-record syscalls are last");
+		ASSERT_TRUE(e[i]->enter_ns > 0 && e[i]->exit_ns >= e[i]->enter_ns, "times");
+		ASSERT_EQ(e[i]->conn_id, e[0]->conn_id, "one connection");
+		ASSERT_EQ(e[i]->hdr.pid, getpid(), "pid");
+	}
+	ASSERT_TRUE(e[1]->enter_ns >= e[0]->exit_ns, "records in syscall order");
+	ASSERT_EQ(count_type(&f, TS_EV_CONN_OPEN), 2, "both ends announced once");
+	ASSERT_EQ(stat_sum(&f, TS_STAT_LOST_EVENTS), 0, "nothing lost");
+out:
+	fixture_close(&f);
+}
+
+static void test_read_syscalls(void)
+{
+	struct fixture f;
+	const struct ts_data_event *e[16];
+	char buf[64];
+	char b1[5], b2[64];
+	struct iovec iov[2] = { { b1, sizeof(b1) }, { b2, sizeof(b2) } };
+	struct msghdr msg = { .msg_iov = iov, .msg_iovlen = 2 };
+	int n;
+
+	if (!fixture_open(&f, 0, 0))
+		goto out;
+	/* Untraced writer side is the same process: its writes are records too, on f.cli. */
+	write(f.cli, "POST / HTTP/1.1\r\n", 17);
+	ASSERT_EQ(read(f.srv, buf, sizeof(buf)), 17, "read");
+	write(f.cli, "0123456789", 10);
+	ASSERT_EQ(readv(f.srv, iov, 2), 10, "readv");
+	write(f.cli, "abc", 3);
+	ASSERT_EQ(recvfrom(f.srv, buf, sizeof(buf), 0, NULL, NULL), 3, "recvfrom");
+	write(f.cli, "xyz", 3);
+	ASSERT_EQ(recvmsg(f.srv, &msg, 0), 3, "recvmsg");
+	fcntl(f.srv, F_SETFL, O_NONBLOCK);
+	ASSERT_EQ(read(f.srv, buf, sizeof(buf)), -1, "EAGAIN read");
+
+	n = data_recs(&f, f.srv, TS_DIR_IN, e, 16);
+	if (!ASSERT_EQ(n, 4, "one record per successful read; none for EAGAIN"))
+		goto out;
+	ASSERT_EQ(e[0]->syscall, TS_SYS_READ, "read kind");
+	ASSERT_EQ(e[1]->syscall, TS_SYS_READV, "readv kind");
+	ASSERT_EQ(e[2]->syscall, TS_SYS_RECVFROM, "recvfrom kind");
+	ASSERT_EQ(e[3]->syscall, TS_SYS_RECVMSG, "recvmsg kind");
+	ASSERT_TRUE(memcmp(e[0]->data, "POST / HTTP/1.1\r\n", 17) == 0, "read content");
+	ASSERT_EQ(e[1]->data_bytes, 10, "readv returned bytes only");
+	ASSERT_TRUE(memcmp(e[1]->data, "0123456789", 10) == 0, "readv scattered content");
+	ASSERT_EQ(e[3]->pos, 30, "recvmsg offset");
+out:
+	fixture_close(&f);
+}
+
+static void test_large_write_chunks(void)
+{
+	struct fixture f;
+	const struct ts_data_event *e[16];
+	size_t len = 4 * TS_CHUNK_BYTES + 1000;
+	uint8_t *big = malloc(len);
+	uint64_t pos = 0;
+	int n;
+
+	for (size_t i = 0; i < len; i++)
+		big[i] = (uint8_t)(i * 7);
+	if (!fixture_open(&f, 0, 0))
+		goto out;
+	ASSERT_EQ(write(f.srv, big, len), (long)len, "write");
+	drain_socket(f.cli, len);
+	n = data_recs(&f, f.srv, TS_DIR_OUT, e, 16);
+	if (!ASSERT_EQ(n, 5, "records of one large write"))
+		goto out;
+	for (int i = 0; i < n; i++) {
+		ASSERT_EQ(e[i]->pos, pos, "contiguous");
+		ASSERT_EQ(e[i]->syscall_bytes, len, "syscall total on every record");
+		ASSERT_EQ(e[i]->last, i == n - 1, "last flag");
+		ASSERT_EQ(e[i]->enter_ns, e[0]->enter_ns, "same syscall time");
+		ASSERT_TRUE(memcmp(e[i]->data, big + pos, e[i]->data_bytes) == 0, "content");
+		pos += e[i]->data_bytes;
+	}
+	ASSERT_EQ(pos, len, "every byte captured");
+out:
+	free(big);
+	fixture_close(&f);
+}
+
+static void test_capture_limit(void)
+{
+	struct fixture f;
+	const struct ts_data_event *e[4];
+	char buf[1000];
+	int n;
+
+	memset(buf, 'x', sizeof(buf));
+	if (!fixture_open(&f, 100, 0))
+		goto out;
+	ASSERT_EQ(write(f.srv, buf, sizeof(buf)), 1000, "write");
+	drain_socket(f.cli, sizeof(buf));
+	n = data_recs(&f, f.srv, TS_DIR_OUT, e, 4);
+	if (!ASSERT_EQ(n, 1, "one record"))
+		goto out;
+	ASSERT_EQ(e[0]->data_bytes, 100, "capped copy");
+	ASSERT_EQ(e[0]->syscall_bytes, 1000, "true size kept");
+	/* The reading end is traced too and loses the same 900 bytes. */
+	ASSERT_EQ(stat_sum(&f, TS_STAT_UNCAPTURED_BYTES), 2 * 900, "uncaptured counted");
+out:
+	fixture_close(&f);
+}
+
+static void test_iovec_limit(void)
+{
+	struct fixture f;
+	const struct ts_data_event *e[4];
+	struct iovec iov[TS_IOV_MAX + 6];
+	int n;
+
+	for (int i = 0; i < TS_IOV_MAX + 6; i++)
+		iov[i] = (struct iovec){ "ab", 2 };
+	if (!fixture_open(&f, 0, 0))
+		goto out;
+	ASSERT_EQ(writev(f.srv, iov, TS_IOV_MAX + 6), 2 * (TS_IOV_MAX + 6), "writev");
+	drain_socket(f.cli, 2 * (TS_IOV_MAX + 6));
+	n = data_recs(&f, f.srv, TS_DIR_OUT, e, 4);
+	if (!ASSERT_EQ(n, 1, "one record"))
+		goto out;
+	ASSERT_EQ(e[0]->data_bytes, 2 * TS_IOV_MAX, "bytes of the walked iovecs");
+	ASSERT_EQ(stat_sum(&f, TS_STAT_UNCAPTURED_BYTES), 12, "the rest counted");
+out:
+	fixture_close(&f);
+}
+
+static void test_ring_full_counts_losses(void)
+{
+	struct fixture f;
+	char buf[2000];
+	int writes = 200;
+	uint64_t ev, lost;
+
+	memset(buf, 'y', sizeof(buf));
+	/* 16 KiB ring and nobody draining it: most of 200 x 2 KB records cannot fit. */
+	if (!fixture_open(&f, 0, 16384))
+		goto out;
+	for (int i = 0; i < writes; i++) {
+		write(f.srv, buf, sizeof(buf));
+		drain_socket(f.cli, sizeof(buf));
+	}
+	/* Counters first: draining would make room. */
+	lost = stat_sum(&f, TS_STAT_LOST_EVENTS);
+	ev = stat_sum(&f, TS_STAT_EVENTS);
+	ASSERT_TRUE(lost > 0, "losses counted");
+	ASSERT_TRUE(stat_sum(&f, TS_STAT_LOST_BYTES) >= lost * sizeof(buf) / 2, "lost bytes");
+	/* Every traced syscall of under a chunk makes one record attempt, plus 2 conn opens. */
+	ASSERT_TRUE(stat_sum(&f, TS_STAT_SYSCALLS) >= 2 * (uint64_t)writes, "syscalls counted");
+	ASSERT_EQ(ev + lost, stat_sum(&f, TS_STAT_SYSCALLS) + 2, "submitted + lost = attempted");
+	fixture_drain(&f);
+	ASSERT_EQ(f.nrecs, (long)ev, "what was submitted arrives");
+out:
+	fixture_close(&f);
+}
+
+static void test_fd_reuse_new_conn(void)
+{
+	struct fixture f;
+	const struct ts_data_event *e[4];
+	int fd, srv2, cli2, n;
+	uint64_t first;
+
+	if (!fixture_open(&f, 0, 0))
+		goto out;
+	fd = f.srv;
+	write(fd, "one", 3);
+	drain_socket(f.cli, 3);
+	n = data_recs(&f, fd, TS_DIR_OUT, e, 4);
+	if (!ASSERT_EQ(n, 1, "first"))
+		goto out;
+	first = e[0]->conn_id;
+	close(f.srv);
+	ASSERT_EQ(count_type(&f, TS_EV_CONN_CLOSE), 1, "close seen");
+	tcp_pair(&srv2, &cli2);
+	/* Put the new connection on the old fd number. */
+	dup2(srv2, fd);
+	close(srv2);
+	fixture_clear(&f);
+	write(fd, "two", 3);
+	drain_socket(cli2, 3);
+	n = data_recs(&f, fd, TS_DIR_OUT, e, 4);
+	if (ASSERT_EQ(n, 1, "second")) {
+		ASSERT_TRUE(e[0]->conn_id != first, "a new connection id on a reused fd");
+		ASSERT_EQ(e[0]->pos, 0, "offsets restart");
+	}
+	f.srv = fd;
+	close(cli2);
+out:
+	fixture_close(&f);
+}
+
+static void test_close_reports_offsets(void)
+{
+	struct fixture f;
+	const struct ts_conn_event *c = NULL;
+
+	if (!fixture_open(&f, 0, 0))
+		goto out;
+	write(f.srv, "hello", 5);
+	drain_socket(f.cli, 5);
+	close(f.srv);
+	f.srv = -1;
+	fixture_drain(&f);
+	for (int i = 0; i < f.nrecs; i++) {
+		const struct ts_conn_event *x = (const void *)f.recs[i].p;
+
+		if (x->hdr.type == TS_EV_CONN_CLOSE)
+			c = x;
+	}
+	if (ASSERT_OK_PTR(c, "close record")) {
+		ASSERT_EQ(c->tx_bytes, 5, "bytes written");
+		ASSERT_EQ(c->rx_bytes, 0, "bytes read");
+		ASSERT_EQ(c->family, 0, "close records carry no address");
+	}
+out:
+	fixture_close(&f);
+}
+
+static void test_ignores_pipes_and_untraced(void)
+{
+	struct fixture f;
+	int p[2];
+	pid_t child;
+	char buf[8];
+
+	if (!fixture_open(&f, 0, 0))
+		goto out;
+	pipe(p);
+	write(p[1], "pipe", 4);
+	read(p[0], buf, 4);
+	close(p[0]);
+	close(p[1]);
+	/* A child forked while untraced... remove ourselves first so the fork is not followed. */
+	uint32_t me = getpid();
+
+	bpf_map_delete_elem(bpf_map__fd(f.skel->maps.traced), &me);
+	child = fork();
+	if (child == 0) {
+		write(f.srv, "child", 5);
+		_exit(0);
+	}
+	waitpid(child, NULL, 0);
+	drain_socket(f.cli, 5);
+	ASSERT_EQ(count_type(&f, TS_EV_DATA), 0, "no records for pipes or untraced processes");
+	ASSERT_EQ(count_type(&f, TS_EV_PROC_FORK), 0, "no fork record");
+out:
+	fixture_close(&f);
+}
+
+static void test_fork_followed(void)
+{
+	struct fixture f;
+	const struct ts_data_event *e[4];
+	pid_t child;
+	int forks = 0, exits = 0;
+
+	if (!fixture_open(&f, 0, 0))
+		goto out;
+	child = fork();
+	if (child == 0) {
+		write(f.srv, "from child", 10);
+		_exit(3);
+	}
+	waitpid(child, NULL, 0);
+	drain_socket(f.cli, 10);
+	fixture_drain(&f);
+	for (int i = 0; i < f.nrecs; i++) {
+		const struct ts_proc_event *p = (const void *)f.recs[i].p;
+
+		if (p->hdr.type == TS_EV_PROC_FORK && p->hdr.pid == (uint32_t)child &&
+		    p->ppid == (uint32_t)getpid())
+			forks++;
+		if (p->hdr.type == TS_EV_PROC_EXIT && p->hdr.pid == (uint32_t)child) {
+			exits++;
+			ASSERT_EQ((p->exit_code >> 8) & 0xff, 3, "exit status");
+		}
+	}
+	ASSERT_EQ(forks, 1, "fork record");
+	ASSERT_EQ(exits, 1, "exit record");
+	if (ASSERT_EQ(data_recs(&f, f.srv, TS_DIR_OUT, e, 4), 1, "child's write")) {
+		ASSERT_EQ(e[0]->hdr.pid, child, "written by the child");
+		ASSERT_TRUE(memcmp(e[0]->data, "from child", 10) == 0, "content");
+	}
+out:
+	fixture_close(&f);
+}
+
+int main(void)
+{
+	if (geteuid() != 0) {
+		printf("SKIP bpf attach tests: need root\n");
+		return 0;
+	}
+	RUN(test_write_syscalls);
+	RUN(test_read_syscalls);
+	RUN(test_large_write_chunks);
+	RUN(test_capture_limit);
+	RUN(test_iovec_limit);
+	RUN(test_ring_full_counts_losses);
+	RUN(test_fd_reuse_new_conn);
+	RUN(test_close_reports_offsets);
+	RUN(test_ignores_pipes_and_untraced);
+	RUN(test_fork_followed);
+	return CHECK_DONE();
+}
