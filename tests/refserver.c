@@ -1495,6 +1495,13 @@ static int server_init(struct server *s)
 	}
 	/* write() to a closed socket must fail with EPIPE, not kill the server. */
 	signal(SIGPIPE, SIG_IGN);
+	/*
+	 * A shell starts background jobs with SIGINT ignored, and an ignored signal is dropped
+	 * before it can reach the signalfd: `refserver & kill -INT $!` would never stop.
+	 */
+	signal(SIGINT, SIG_DFL);
+	signal(SIGTERM, SIG_DFL);
+	signal(SIGUSR1, SIG_DFL);
 	sigemptyset(&set);
 	sigaddset(&set, SIGINT);
 	sigaddset(&set, SIGTERM);

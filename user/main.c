@@ -24,6 +24,8 @@ static void on_signal(int sig)
 }
 
 const char *argp_program_version = "tokenscope " TOKENSCOPE_VERSION;
+/* Usage errors exit 2, like the other errors of this kind in the tool. */
+error_t argp_err_exit_status = 2;
 const char *argp_program_bug_address = "the tokenscope issue tracker";
 
 static const char trace_doc[] =

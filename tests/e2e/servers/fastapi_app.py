@@ -48,8 +48,10 @@ def main():
     args = common.parse_args(__doc__, lambda ap: ap.add_argument(
         "--stack", choices=sorted(STACKS), default="h11"))
     loop, http = STACKS[args.stack]
-    # Bind here so that port 0 works and the printed port is the bound one.
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # Bind here so that port 0 works and the printed port is the bound one. IPPROTO_TCP, not 0:
+    # asyncio sets TCP_NODELAY only on sockets whose proto says TCP, as it does when uvicorn
+    # binds the port itself; with proto 0, Nagle holds frames for the client's delayed ACK.
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", args.port))
     config = uvicorn.Config(app, loop=loop, http=http, lifespan="off", log_level="warning",

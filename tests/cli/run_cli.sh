@@ -1,0 +1,180 @@
+#!/usr/bin/env bash
+# CLI behaviour with real processes: bad input, no permission, SIGINT, a target that exits
+# mid-stream, several -p, descendants started after attach; and no BPF program or link of ours
+# left behind afterwards. Prints PASS/FAIL/SKIP lines and the totals line.
+set -u
+cd "$(dirname "$0")/../.."
+TS=${TOKENSCOPE:-.output/tokenscope}
+RS=${REFSERVER:-.output/refserver}
+GT=${GTCLIENT:-.output/gtclient}
+TMP=$(mktemp -d)
+pass=0 fail=0 skip=0
+pids=()
+cleanup() {
+	for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
+	rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+ok() { echo "PASS $1"; pass=$((pass + 1)); }
+ko() {
+	echo "FAIL $1: $2"
+	fail=$((fail + 1))
+	for f in "$TMP"/*.err; do [ -s "$f" ] && { echo "--- $f"; tail -n 5 "$f"; }; done
+}
+
+# refserver in the background; sets RSPID and PORT
+start_server() {
+	"$RS" --port 0 "$@" >"$TMP/rs.out" 2>&1 &
+	RSPID=$!
+	pids+=("$RSPID")
+	for _ in $(seq 50); do grep -q listening "$TMP/rs.out" && break; sleep 0.1; done
+	PORT=$(grep -o '[0-9]*$' "$TMP/rs.out")
+}
+
+# tokenscope in the background on the given args; sets TSPID; waits until attached
+start_tracer() {
+	local name=$1
+	shift
+	"$TS" trace "$@" >"$TMP/$name.out" 2>"$TMP/$name.err" &
+	TSPID=$!
+	pids+=("$TSPID")
+	for _ in $(seq 100); do grep -q "attached" "$TMP/$name.err" && return 0; sleep 0.1; done
+	return 1
+}
+
+# IDs of the BPF programs and links held by process $1, from its fds' fdinfo.
+owned_ids() {
+	grep -hE '^(prog_id|link_id):' /proc/"$1"/fdinfo/* 2>/dev/null |
+		sed -e 's/^prog_id:[[:space:]]*/prog /' -e 's/^link_id:[[:space:]]*/link /' | sort -u
+}
+
+# Whether any of the listed "kind id" lines still exists.
+still_loaded() {
+	local kind id
+	while read -r kind id; do
+		bpftool "$kind" show id "$id" >/dev/null 2>&1 && return 0
+	done <"$1"
+	return 1
+}
+
+# 1. a PID that does not exist
+"$TS" trace -p 999999999 >"$TMP/nopid.out" 2>"$TMP/nopid.err"
+rc=$?
+if [ $rc -eq 1 ] && grep -q "no process with PID 999999999" "$TMP/nopid.err"; then
+	ok "bad PID is refused with a message"
+else
+	ko "bad PID" "rc=$rc: $(cat "$TMP/nopid.err")"
+fi
+
+# 2. usage errors: no -p, junk PID, junk interval, --tokens without --json
+bad=0
+for args in "" "-p abc" "-p 1 x" "-p 1 --tokens" "-p 1 -d -3"; do
+	# shellcheck disable=SC2086
+	"$TS" trace $args >/dev/null 2>"$TMP/usage.err"
+	rc=$?
+	if [ $rc -ne 2 ] || ! grep -q "Try.*--help\|Usage" "$TMP/usage.err"; then
+		echo "  args '$args': rc=$rc $(head -n 2 "$TMP/usage.err")"
+		bad=1
+	fi
+done
+[ $bad -eq 0 ] && ok "usage errors exit 2 with a hint" || ko "usage errors" "see above"
+
+# 3. no permission: an unprivileged user cannot load BPF
+if command -v setpriv >/dev/null && id nobody >/dev/null 2>&1; then
+	cp "$TS" "$TMP/ts-unpriv" && chmod 755 "$TMP" "$TMP/ts-unpriv"
+	setpriv --reuid=nobody --regid=nogroup --clear-groups --inh-caps=-all \
+		"$TMP/ts-unpriv" trace -p $$ >"$TMP/perm.out" 2>"$TMP/perm.err"
+	rc=$?
+	if [ $rc -eq 1 ] && grep -q "not allowed to load BPF programs" "$TMP/perm.err"; then
+		ok "no permission is explained"
+	else
+		ko "no permission" "rc=$rc: $(cat "$TMP/perm.err")"
+	fi
+else
+	echo "SKIP no permission: setpriv or user nobody missing"
+	skip=$((skip + 1))
+fi
+
+# 4. SIGINT: clean exit 0 with a summary, nothing of ours left in the kernel
+start_server --token-ms 2 --prefill-ms 5
+if start_tracer sigint -p "$RSPID"; then
+	"$GT" --port "$PORT" -n 4 -c 2 --max-tokens 4 -o "$TMP/gt.json" 2>/dev/null
+	owned_ids "$TSPID" >"$TMP/owned"
+	sleep 0.3
+	kill -INT "$TSPID"
+	wait "$TSPID"
+	rc=$?
+	sleep 0.2
+	if [ $rc -ne 0 ]; then
+		ko "SIGINT" "exit status $rc"
+	elif ! grep -q -- "--- summary: 4 requests" "$TMP/sigint.out"; then
+		ko "SIGINT" "no summary of the 4 requests: $(cat "$TMP/sigint.out")"
+	elif [ "$(grep -c '^prog' "$TMP/owned")" -lt 4 ] || [ "$(grep -c '^link' "$TMP/owned")" -lt 4 ]; then
+		ko "SIGINT" "expected 4 programs and 4 links while tracing, saw: $(cat "$TMP/owned")"
+	elif still_loaded "$TMP/owned"; then
+		ko "SIGINT" "BPF programs or links still loaded after exit: $(cat "$TMP/owned")"
+	else
+		ok "SIGINT prints the summary, exits 0 and detaches"
+	fi
+else
+	ko "SIGINT" "tracer did not attach"
+fi
+kill "$RSPID" 2>/dev/null
+wait "$RSPID" 2>/dev/null
+
+# 5. the target exits mid-stream: reported, the stream is aborted, the tracer ends by itself
+start_server --token-ms 50 --prefill-ms 5
+if start_tracer exit --json -p "$RSPID"; then
+	"$GT" --port "$PORT" -n 1 --max-tokens 100 -o "$TMP/gt-exit.json" 2>/dev/null &
+	gtpid=$!
+	sleep 0.6
+	kill -9 "$RSPID"
+	wait "$gtpid" 2>/dev/null
+	for _ in $(seq 50); do kill -0 "$TSPID" 2>/dev/null || break; sleep 0.1; done
+	if kill -0 "$TSPID" 2>/dev/null; then
+		ko "target exits" "tracer still running after its only target exited"
+		kill -INT "$TSPID"
+	else
+		wait "$TSPID"
+		rc=$?
+		if [ $rc -eq 0 ] && grep -q "process $RSPID (refserver) was killed by signal 9" "$TMP/exit.err" &&
+			grep -q "every traced process has exited" "$TMP/exit.err" &&
+			grep -q '"outcome":"aborted"' "$TMP/exit.out"; then
+			ok "a target that exits is reported and its stream is aborted"
+		else
+			ko "target exits" "rc=$rc out=$(cat "$TMP/exit.out")"
+		fi
+	fi
+else
+	ko "target exits" "tracer did not attach"
+fi
+
+# 6. two -p targets, and a descendant started after attach
+start_server --token-ms 1 --prefill-ms 1
+first_pid=$RSPID first_port=$PORT
+bash -c "sleep 1.5; exec \"$RS\" --port 0 --token-ms 1 --prefill-ms 1" >"$TMP/late.out" 2>&1 &
+parent=$!
+pids+=("$parent")
+sleep 0.2
+if start_tracer multi --json -p "$first_pid" -p "$parent"; then
+	for _ in $(seq 50); do grep -q listening "$TMP/late.out" && break; sleep 0.1; done
+	late_port=$(grep -o '[0-9]*$' "$TMP/late.out")
+	"$GT" --port "$first_port" -n 3 --max-tokens 3 -o /dev/null 2>/dev/null
+	"$GT" --port "$late_port" -n 2 --max-tokens 3 -o /dev/null 2>/dev/null
+	sleep 0.3
+	kill -INT "$TSPID"
+	wait "$TSPID"
+	n1=$(grep -c "\"pid\":$first_pid," "$TMP/multi.out")
+	n2=$(grep -c "\"pid\":$parent," "$TMP/multi.out")
+	if [ "$n1" -eq 3 ] && [ "$n2" -eq 2 ]; then
+		ok "several -p, and a server started after attach under a traced parent"
+	else
+		ko "several -p" "requests seen: first=$n1 (want 3) late=$n2 (want 2)"
+	fi
+else
+	ko "several -p" "tracer did not attach"
+fi
+
+echo "$pass passed, $fail failed, $skip skipped"
+[ $fail -eq 0 ]
