@@ -16,7 +16,9 @@ BPF_CFLAGS := -g -O2 -Wall -Werror -target bpf -mcpu=v3 -D__TARGET_ARCH_$(ARCH) 
 	-Ivmlinux/$(ARCH) -Iinclude
 
 ifeq ($(STATIC),1)
-LDLIBS := -static -lbpf -lelf -lz -lzstd -lcjson -lm
+# libbpf, libelf, zlib and zstd go in statically; Debian ships no static cJSON, so the binary
+# still needs libc and libcjson1 on the target (README: "Static build").
+LDLIBS := -Wl,-Bstatic -lbpf -lelf -lz -lzstd -Wl,-Bdynamic -lcjson -lm
 else
 LDLIBS := -lbpf -lelf -lz -lcjson -lm
 endif

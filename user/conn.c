@@ -345,14 +345,19 @@ static bool looks_like_request(const uint8_t *p, size_t n)
 
 	while (i < n && i < 8 && p[i] >= 'A' && p[i] <= 'Z')
 		i++;
-	if (i < 3 || i > 7 || i + 1 >= n || p[i] != ' ')
+	if (i == n && n < 8)
+		return n > 0; /* a short first write of a method: the parser decides */
+	if (i < 3 || i > 7 || p[i] != ' ')
 		return false;
+	if (i + 1 == n)
+		return true;
 	return p[i + 1] == '/' || p[i + 1] == '*' || (p[i + 1] >= 'a' && p[i + 1] <= 'z');
 }
 
+/* "HTTP/", or a write so short that it is a prefix of it. */
 static bool looks_like_response(const uint8_t *p, size_t n)
 {
-	return n >= 5 && memcmp(p, "HTTP/", 5) == 0;
+	return n > 0 && memcmp(p, "HTTP/", n < 5 ? n : 5) == 0;
 }
 
 /* Lost the request framing: the request being read cannot be finished. */
@@ -446,11 +451,18 @@ static void conn_gap(struct conn *c, int dir, uint64_t n, uint64_t ts)
 		if (http_desynced(&c->req))
 			conn_desync_in(c);
 	} else {
+		struct request *r = conn_current(c);
+		uint64_t before = r ? r->lost_bytes : 0;
+
 		if (!c->out_sync)
 			return;
 		http_gap(&c->resp, n);
-		if (http_desynced(&c->resp))
+		if (http_desynced(&c->resp)) {
+			/* A gap that breaks framing was not reported as a body gap: count it. */
+			if (r && c->resp_active && r->lost_bytes == before)
+				r->lost_bytes += n;
 			conn_desync_out(c, ts);
+		}
 	}
 }
 

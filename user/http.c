@@ -141,9 +141,9 @@ static int http_parse_decimal(const char *s, size_t len, int64_t limit, int64_t 
 	for (size_t i = 0; i < len; i++) {
 		if (s[i] < '0' || s[i] > '9')
 			return -EPROTO;
-		v = v * 10 + (s[i] - '0');
-		if (v > limit)
+		if (v > (limit - (s[i] - '0')) / 10)
 			return -EPROTO;
+		v = v * 10 + (s[i] - '0');
 	}
 	*out = v;
 	return 0;

@@ -188,8 +188,13 @@ class Children:
         return p.returncode
 
     def close(self):
+        """Kill every process group started, with whatever the children left in it."""
         for p in reversed(self.procs):
-            self.stop(p, signal.SIGKILL, 0)
+            try:
+                os.killpg(p.pid, signal.SIGKILL)  # the group outlives a reaped leader's pid
+            except ProcessLookupError:
+                pass
+            p.wait()
             if p.stdout:
                 p.stdout.close()
 
@@ -474,6 +479,8 @@ def main():
                     help="rerun a case whose only mismatches are timing bounds up to N times "
                          "in all (default %(default)s; 1: never)")
     args = ap.parse_args()
+    # A harness killed by a timeout still kills its children on the way out.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
 
     if args.list:
         print("\n".join(CASES))

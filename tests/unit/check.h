@@ -58,6 +58,18 @@ static inline bool check_report(bool ok, const char *file, int line, const char 
 		__ok;                                                                            \
 	})
 
+#define ASSERT_NEAR(a, b, tol, label)                                                            \
+	({                                                                                       \
+		double __a = (double)(a), __b = (double)(b);                                     \
+		bool __ok = __a - __b <= (tol) && __b - __a <= (tol);                            \
+		if (!__ok) {                                                                     \
+			fprintf(stdout, "  %s:%d: %s: %s = %.9g, expected %.9g +- %g\n", __FILE__, \
+				__LINE__, label, #a, __a, __b, (double)(tol));                   \
+			check_cur_failed = 1;                                                    \
+		}                                                                                \
+		__ok;                                                                            \
+	})
+
 #define ASSERT_OK(err, label) ASSERT_EQ((err) < 0 ? (err) : 0, 0, label)
 #define ASSERT_OK_PTR(p, label) check_report((p) != NULL, __FILE__, __LINE__, label, #p " is NULL")
 

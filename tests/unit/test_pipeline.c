@@ -1,0 +1,485 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The whole user-side pipeline driven by event records built here exactly as the kernel side
+ * lays them out: connection reassembly, gaps, keep-alive, fd reuse, aborts, process exit, and
+ * the JSON each request produces.
+ */
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+
+#include "check.h"
+#include "pipeline.h"
+
+#define MAX_LINES 64
+
+struct harness {
+	struct pipeline pl;
+	char *out, *err;
+	size_t out_len, err_len;
+	FILE *fout, *ferr;
+	uint64_t pos[16][2]; /* per conn id, per direction */
+	cJSON *lines[MAX_LINES];
+	int nlines;
+};
+
+static void h_open(struct harness *h)
+{
+	struct pipeline_opts o = { .json = true, .tokens = true };
+
+	memset(h, 0, sizeof(*h));
+	h->fout = open_memstream(&h->out, &h->out_len);
+	h->ferr = open_memstream(&h->err, &h->err_len);
+	o.out = h->fout;
+	o.err = h->ferr;
+	pipeline_init(&h->pl, &o);
+	pipeline_add_process(&h->pl, 100, true);
+}
+
+/* Parses the JSON lines written so far. */
+static int h_lines(struct harness *h)
+{
+	char *save, *line;
+
+	fflush(h->fout);
+	for (int i = 0; i < h->nlines; i++)
+		cJSON_Delete(h->lines[i]);
+	h->nlines = 0;
+	if (!h->out)
+		return 0;
+	char *copy = strdup(h->out);
+
+	for (line = strtok_r(copy, "\n", &save); line && h->nlines < MAX_LINES;
+	     line = strtok_r(NULL, "\n", &save))
+		h->lines[h->nlines++] = cJSON_Parse(line);
+	free(copy);
+	return h->nlines;
+}
+
+static void h_close(struct harness *h)
+{
+	pipeline_free(&h->pl);
+	for (int i = 0; i < h->nlines; i++)
+		cJSON_Delete(h->lines[i]);
+	fclose(h->fout);
+	fclose(h->ferr);
+	free(h->out);
+	free(h->err);
+}
+
+static void conn_event(struct harness *h, uint32_t type, uint64_t id, int fd, uint64_t ts)
+{
+	struct ts_conn_event e = { 0 };
+
+	e.hdr.type = type;
+	e.hdr.size = sizeof(e);
+	e.hdr.pid = 100;
+	e.conn_id = id;
+	e.ts_ns = ts;
+	e.fd = fd;
+	e.family = 2;
+	e.local_addr[0] = 127, e.local_addr[3] = 1;
+	e.peer_addr[0] = 127, e.peer_addr[3] = 1;
+	e.local_port = 8000;
+	e.peer_port = 40000 + id;
+	e.rx_bytes = h->pos[id][TS_DIR_IN];
+	e.tx_bytes = h->pos[id][TS_DIR_OUT];
+	pipeline_feed(&h->pl, &e, sizeof(e));
+}
+
+/*
+ * One syscall of `len` bytes at time ts, of which the first `captured` are in the record (the
+ * rest is a capture-limit gap, as the kernel reports it).
+ */
+static void data_event_cap(struct harness *h, uint64_t id, int dir, const void *p, size_t len,
+			   size_t captured, uint64_t ts)
+{
+	size_t sz = sizeof(struct ts_data_event) + captured;
+	struct ts_data_event *e = calloc(1, sz);
+
+	e->hdr.type = TS_EV_DATA;
+	e->hdr.size = sz;
+	e->hdr.pid = 100;
+	e->conn_id = id;
+	e->enter_ns = ts;
+	e->exit_ns = ts + 10;
+	e->pos = e->syscall_pos = h->pos[id][dir];
+	e->syscall_bytes = len;
+	e->data_bytes = captured;
+	e->fd = 5;
+	e->dir = dir;
+	e->syscall = dir ? TS_SYS_WRITE : TS_SYS_READ;
+	e->last = 1;
+	memcpy(e->data, p, captured);
+	h->pos[id][dir] += len;
+	pipeline_feed(&h->pl, e, sz);
+	free(e);
+}
+
+static void data_event(struct harness *h, uint64_t id, int dir, const char *s, uint64_t ts)
+{
+	data_event_cap(h, id, dir, s, strlen(s), strlen(s), ts);
+}
+
+static const char *REQ_BODY =
+	"{\"model\":\"m1\",\"stream\":true,\"max_tokens\":3,\"messages\":[{\"role\":\"user\","
+	"\"content\":\"say \\\"model\\\": \\\"fake\\\" three times\"}],"
+	"\"stream_options\":{\"include_usage\":true}}";
+
+static void send_request(struct harness *h, uint64_t id, uint64_t ts)
+{
+	char req[1024];
+
+	snprintf(req, sizeof(req),
+		 "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+		 "application/json\r\nContent-Length: %zu\r\n\r\n%s",
+		 strlen(REQ_BODY), REQ_BODY);
+	data_event(h, id, TS_DIR_IN, req, ts);
+}
+
+static void chunk(struct harness *h, uint64_t id, const char *frame, uint64_t ts)
+{
+	char buf[1024];
+
+	snprintf(buf, sizeof(buf), "%zx\r\n%s\r\n", strlen(frame), frame);
+	data_event(h, id, TS_DIR_OUT, buf, ts);
+}
+
+#define HEAD_SSE                                                                                 \
+	"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"                  \
+	"transfer-encoding: chunked\r\n\r\n"
+#define ROLE "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n"
+#define TOK "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"},\"finish_reason\":null}]}\n\n"
+#define USAGE                                                                                    \
+	"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":3,"       \
+	"\"prompt_tokens_details\":{\"cached_tokens\":2}}}\n\n"
+#define DONE "data: [DONE]\n\n"
+
+/* A full streamed exchange on connection id: request at t0, tokens at t0+1ms, +2ms, +3ms. */
+static void full_stream(struct harness *h, uint64_t id, uint64_t t0)
+{
+	send_request(h, id, t0);
+	data_event(h, id, TS_DIR_OUT, HEAD_SSE, t0 + 100000);
+	chunk(h, id, ROLE, t0 + 200000);
+	chunk(h, id, TOK, t0 + 1000000);
+	chunk(h, id, TOK, t0 + 2000000);
+	chunk(h, id, TOK, t0 + 3000000);
+	chunk(h, id, USAGE, t0 + 3100000);
+	chunk(h, id, DONE, t0 + 3200000);
+	data_event(h, id, TS_DIR_OUT, "0\r\n\r\n", t0 + 3300000);
+}
+
+static double num(cJSON *o, const char *k)
+{
+	cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+
+	return cJSON_IsNumber(v) ? v->valuedouble : -12345;
+}
+
+static const char *str(cJSON *o, const char *k)
+{
+	cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+
+	return cJSON_IsString(v) ? v->valuestring : "(not a string)";
+}
+
+static bool is_null(cJSON *o, const char *k)
+{
+	return cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(o, k));
+}
+
+static void test_stream_request(void)
+{
+	struct harness h;
+	cJSON *r, *tok;
+
+	h_open(&h);
+	conn_event(&h, TS_EV_CONN_OPEN, 1, 5, 500);
+	full_stream(&h, 1, 1000000);
+	if (!ASSERT_EQ(h_lines(&h), 1, "one request") || !ASSERT_OK_PTR(h.lines[0], "valid JSON"))
+		goto out;
+	r = h.lines[0];
+	ASSERT_STREQ(str(r, "conn"), "127.0.0.1:8000<-127.0.0.1:40001#1", "conn label");
+	ASSERT_STREQ(str(r, "outcome"), "ok", "outcome");
+	ASSERT_STREQ(str(r, "format"), "openai-chat", "format");
+	ASSERT_STREQ(str(r, "model"), "m1", "model, not the prompt's fake one");
+	ASSERT_STREQ(str(r, "method"), "POST", "method");
+	ASSERT_STREQ(str(r, "path"), "/v1/chat/completions", "path");
+	ASSERT_EQ(num(r, "status"), 200, "status");
+	/* arrival = exit of the read (t0 + 10); first token = enter of its write. */
+	ASSERT_EQ(num(r, "arrival_ns"), 1000010, "arrival");
+	ASSERT_EQ(num(r, "first_token_ns"), 2000000, "first token");
+	ASSERT_EQ(num(r, "end_ns"), 4300000, "end at the terminator");
+	ASSERT_NEAR(num(r, "ttft_ms"), 0.99999, 0.0006, "ttft");
+	ASSERT_EQ(num(r, "tokens"), 3, "tokens");
+	ASSERT_STREQ(str(r, "tokens_from"), "usage", "tokens from usage");
+	ASSERT_EQ(num(r, "frames"), 3, "content frames: the role frame is not one");
+	ASSERT_EQ(num(r, "prompt_tokens"), 7, "prompt tokens");
+	ASSERT_EQ(num(r, "cached_tokens"), 2, "cached tokens");
+	ASSERT_EQ(num(r, "prompt_bytes"), strlen(REQ_BODY), "prompt bytes");
+	ASSERT_NEAR(num(r, "tpot_ms"), 1.0, 1e-9, "tpot");
+	ASSERT_NEAR(num(cJSON_GetObjectItem(r, "itl_ms"), "max"), 1.0, 1e-9, "itl max");
+	tok = cJSON_GetObjectItem(r, "token_ns");
+	ASSERT_EQ(cJSON_GetArraySize(tok), 3, "token_ns");
+	ASSERT_EQ(cJSON_GetArrayItem(tok, 2)->valuedouble, 4000000, "third token");
+	ASSERT_TRUE(strstr(h.out, "fake") == NULL && strstr(h.out, "three") == NULL,
+		    "no prompt text in the output");
+out:
+	h_close(&h);
+}
+
+static void test_keepalive_and_fd_reuse(void)
+{
+	struct harness h;
+
+	h_open(&h);
+	conn_event(&h, TS_EV_CONN_OPEN, 1, 5, 500);
+	full_stream(&h, 1, 1000000);
+	full_stream(&h, 1, 9000000);
+	conn_event(&h, TS_EV_CONN_CLOSE, 1, 5, 20000000);
+	/* Same fd number, new connection id from the kernel. */
+	conn_event(&h, TS_EV_CONN_OPEN, 2, 5, 21000000);
+	full_stream(&h, 2, 22000000);
+	if (!ASSERT_EQ(h_lines(&h), 3, "three requests"))
+		goto out;
+	ASSERT_EQ(num(h.lines[0], "seq"), 0, "first on conn 1");
+	ASSERT_EQ(num(h.lines[1], "seq"), 1, "second on conn 1 (keep-alive)");
+	ASSERT_EQ(num(h.lines[2], "seq"), 0, "first on conn 2");
+	ASSERT_STREQ(str(h.lines[2], "conn"), "127.0.0.1:8000<-127.0.0.1:40002#2", "new conn");
+	for (int i = 0; i < 3; i++)
+		ASSERT_STREQ(str(h.lines[i], "outcome"), "ok", "outcome");
+	ASSERT_NEAR(num(h.lines[1], "ttft_ms"), 0.99999, 0.0006, "second ttft");
+out:
+	h_close(&h);
+}
+
+static void test_lost_record_mid_stream(void)
+{
+	struct harness h;
+	char frame[256];
+
+	h_open(&h);
+	send_request(&h, 1, 1000);
+	data_event(&h, 1, TS_DIR_OUT, HEAD_SSE, 2000);
+	chunk(&h, 1, TOK, 3000);
+	/* One token frame's record never arrives: only its offsets move. */
+	snprintf(frame, sizeof(frame), "%zx\r\n%s\r\n", strlen(TOK), TOK);
+	h.pos[1][TS_DIR_OUT] += strlen(frame);
+	chunk(&h, 1, TOK, 5000);
+	chunk(&h, 1, DONE, 6000);
+	data_event(&h, 1, TS_DIR_OUT, "0\r\n\r\n", 7000);
+	if (!ASSERT_EQ(h_lines(&h), 1, "one request"))
+		goto out;
+	ASSERT_STREQ(str(h.lines[0], "outcome"), "lost", "outcome says lost");
+	ASSERT_EQ(num(h.lines[0], "lost_bytes"), strlen(frame), "exact lost bytes");
+	ASSERT_TRUE(h.pl.conns.stats.gap_bytes == strlen(frame), "gap counted");
+out:
+	h_close(&h);
+}
+
+static void test_uncaptured_request_body(void)
+{
+	struct harness h;
+	char req[1024];
+	size_t head;
+
+	h_open(&h);
+	head = snprintf(req, sizeof(req),
+			"POST /v1/chat/completions HTTP/1.1\r\nContent-Length: %zu\r\n\r\n%s",
+			strlen(REQ_BODY), REQ_BODY);
+	/* The capture limit cut the read 20 bytes into the body. */
+	data_event_cap(&h, 1, TS_DIR_IN, req, head, head - strlen(REQ_BODY) + 20, 1000);
+	data_event(&h, 1, TS_DIR_OUT, HEAD_SSE, 2000);
+	chunk(&h, 1, TOK, 3000);
+	chunk(&h, 1, DONE, 4000);
+	data_event(&h, 1, TS_DIR_OUT, "0\r\n\r\n", 5000);
+	if (!ASSERT_EQ(h_lines(&h), 1, "one request"))
+		goto out;
+	ASSERT_STREQ(str(h.lines[0], "outcome"), "ok", "a cut request body is not a lost response");
+	ASSERT_EQ(num(h.lines[0], "prompt_bytes"), strlen(REQ_BODY), "prompt bytes");
+	ASSERT_STREQ(str(h.lines[0], "model"), "m1", "model read from the captured part");
+	ASSERT_EQ(num(h.lines[0], "arrival_ns"), 1010, "arrival");
+out:
+	h_close(&h);
+}
+
+static void test_close_mid_stream_aborts(void)
+{
+	struct harness h;
+
+	h_open(&h);
+	send_request(&h, 1, 1000);
+	data_event(&h, 1, TS_DIR_OUT, HEAD_SSE, 2000);
+	chunk(&h, 1, TOK, 3000);
+	conn_event(&h, TS_EV_CONN_CLOSE, 1, 5, 9000);
+	/* A request read on another connection, then the process exits. */
+	send_request(&h, 2, 10000);
+	{
+		struct ts_proc_event e = { .hdr = { TS_EV_PROC_EXIT, sizeof(e), 100, 100 } };
+
+		e.ts_ns = 12000;
+		e.exit_code = 9;
+		memcpy(e.comm, "server", 6);
+		pipeline_feed(&h.pl, &e, sizeof(e));
+	}
+	if (!ASSERT_EQ(h_lines(&h), 2, "two requests"))
+		goto out;
+	ASSERT_STREQ(str(h.lines[0], "outcome"), "aborted", "closed mid-stream");
+	ASSERT_EQ(num(h.lines[0], "end_ns"), 9000, "ends at the close");
+	ASSERT_EQ(num(h.lines[0], "tokens"), 1, "tokens so far");
+	ASSERT_STREQ(str(h.lines[1], "outcome"), "aborted", "server exited");
+	ASSERT_TRUE(is_null(h.lines[1], "first_token_ns"), "no token");
+	ASSERT_EQ(num(h.lines[1], "status"), 0, "no response");
+	ASSERT_TRUE(pipeline_all_exited(&h.pl), "the only process is gone");
+	fflush(h.ferr);
+	ASSERT_TRUE(h.err && strstr(h.err, "process 100 (server) was killed by signal 9"),
+		    "exit reported");
+out:
+	h_close(&h);
+}
+
+static void test_errors_and_non_streaming(void)
+{
+	struct harness h;
+	const char *body = "{\"id\":\"x\",\"object\":\"chat.completion\",\"choices\":[{\"message\":"
+			   "{\"content\":\"abc\"}}],\"usage\":{\"prompt_tokens\":4,"
+			   "\"completion_tokens\":9}}";
+	const char *err = "{\"error\":{\"message\":\"boom\"}}";
+	char resp[512];
+
+	h_open(&h);
+	send_request(&h, 1, 1000);
+	snprintf(resp, sizeof(resp),
+		 "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
+		 strlen(body), body);
+	data_event(&h, 1, TS_DIR_OUT, resp, 5000);
+	send_request(&h, 1, 6000);
+	snprintf(resp, sizeof(resp),
+		 "HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\n"
+		 "Content-Length: %zu\r\n\r\n%s",
+		 strlen(err), err);
+	data_event(&h, 1, TS_DIR_OUT, resp, 7000);
+	send_request(&h, 1, 8000);
+	data_event(&h, 1, TS_DIR_OUT, HEAD_SSE, 9000);
+	chunk(&h, 1, TOK, 9500);
+	chunk(&h, 1, "data: {\"error\":{\"message\":\"injected\",\"code\":500}}\n\n", 10000);
+	chunk(&h, 1, DONE, 10500);
+	data_event(&h, 1, TS_DIR_OUT, "0\r\n\r\n", 11000);
+	if (!ASSERT_EQ(h_lines(&h), 3, "three requests"))
+		goto out;
+	ASSERT_STREQ(str(h.lines[0], "outcome"), "ok", "non-streaming ok");
+	ASSERT_EQ(num(h.lines[0], "tokens"), 9, "tokens from usage");
+	ASSERT_STREQ(str(h.lines[0], "tokens_from"), "usage", "from usage");
+	ASSERT_TRUE(is_null(h.lines[0], "ttft_ms"), "no TTFT without a stream");
+	ASSERT_NEAR(num(h.lines[0], "e2e_ms"), 0.00399, 0.0006, "e2e");
+	ASSERT_STREQ(str(h.lines[1], "outcome"), "http_error", "500");
+	ASSERT_EQ(num(h.lines[1], "status"), 500, "status");
+	ASSERT_STREQ(str(h.lines[2], "outcome"), "stream_error", "error frame");
+out:
+	h_close(&h);
+}
+
+static void test_ignores_other_protocols(void)
+{
+	struct harness h;
+
+	h_open(&h);
+	/* Binary garbage read first: not an HTTP server connection. */
+	data_event(&h, 1, TS_DIR_IN, "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", 1000);
+	data_event(&h, 1, TS_DIR_OUT, HEAD_SSE, 2000);
+	/* The traced process sends a request: it is the client here. */
+	data_event(&h, 2, TS_DIR_OUT, "POST /v1/completions HTTP/1.1\r\nContent-Length: 0\r\n\r\n",
+		   3000);
+	data_event(&h, 2, TS_DIR_IN, HEAD_SSE, 4000);
+	ASSERT_EQ(h_lines(&h), 0, "no requests");
+	ASSERT_EQ(h.pl.conns.stats.ignored_conns, 2, "both ignored");
+	ASSERT_EQ(h.pl.conns.stats.http_conns, 0, "no HTTP server connection");
+	h_close(&h);
+}
+
+static void test_joined_mid_connection(void)
+{
+	struct harness h;
+
+	h_open(&h);
+	/* Attached in the middle of a response: the first record starts at offset 5000. */
+	h.pos[1][TS_DIR_OUT] = 5000;
+	h.pos[1][TS_DIR_IN] = 300;
+	chunk(&h, 1, TOK, 1000);
+	chunk(&h, 1, DONE, 2000);
+	data_event(&h, 1, TS_DIR_OUT, "0\r\n\r\n", 3000);
+	full_stream(&h, 1, 10000);
+	if (!ASSERT_EQ(h_lines(&h), 1, "only the request seen whole"))
+		goto out;
+	ASSERT_STREQ(str(h.lines[0], "outcome"), "ok", "outcome");
+	ASSERT_EQ(h.pl.conns.stats.gap_bytes, 0, "joining is not a loss");
+out:
+	h_close(&h);
+}
+
+static void test_frames_split_at_every_byte(void)
+{
+	char resp[2048];
+	size_t n;
+
+	n = snprintf(resp, sizeof(resp), "%s%zx\r\n%s\r\n%zx\r\n%s\r\n%zx\r\n%s\r\n0\r\n\r\n",
+		     HEAD_SSE, strlen(TOK), TOK, strlen(TOK), TOK, strlen(DONE), DONE);
+	for (size_t cut = 1; cut < n; cut++) {
+		struct harness h;
+		cJSON *tok;
+
+		h_open(&h);
+		send_request(&h, 1, 1000);
+		data_event_cap(&h, 1, TS_DIR_OUT, resp, cut, cut, 2000);
+		data_event_cap(&h, 1, TS_DIR_OUT, resp + cut, n - cut, n - cut, 3000);
+		if (!ASSERT_EQ(h_lines(&h), 1, "one request")) {
+			printf("  cut at %zu\n", cut);
+			h_close(&h);
+			return;
+		}
+		tok = cJSON_GetObjectItem(h.lines[0], "token_ns");
+		ASSERT_EQ(cJSON_GetArraySize(tok), 2, "two tokens");
+		/* A token's time is the write that completed its frame. */
+		char hex[16];
+		size_t frame_end = strlen(HEAD_SSE) + snprintf(hex, sizeof(hex), "%zx\r\n", strlen(TOK)) +
+				   strlen(TOK);
+		ASSERT_EQ(cJSON_GetArrayItem(tok, 0)->valuedouble, cut >= frame_end ? 2000 : 3000,
+			  "first token time");
+		ASSERT_STREQ(str(h.lines[0], "outcome"), "ok", "outcome");
+		h_close(&h);
+		if (check_cur_failed) {
+			printf("  cut at %zu\n", cut);
+			return;
+		}
+	}
+}
+
+static void test_bad_records_are_counted(void)
+{
+	struct harness h;
+	uint8_t junk[64];
+	struct ts_data_event e = { .hdr = { TS_EV_DATA, sizeof(e) + 10, 100, 100 } };
+
+	h_open(&h);
+	memset(junk, 0xab, sizeof(junk));
+	ASSERT_TRUE(pipeline_feed(&h.pl, junk, sizeof(junk)) < 0, "garbage refused");
+	ASSERT_TRUE(pipeline_feed(&h.pl, junk, 3) < 0, "short record refused");
+	/* Claims 10 data bytes but carries none. */
+	ASSERT_TRUE(pipeline_feed(&h.pl, &e, sizeof(e)) < 0, "size mismatch refused");
+	ASSERT_EQ(h.pl.bad_records, 3, "counted");
+	h_close(&h);
+}
+
+int main(void)
+{
+	RUN(test_stream_request);
+	RUN(test_keepalive_and_fd_reuse);
+	RUN(test_lost_record_mid_stream);
+	RUN(test_uncaptured_request_body);
+	RUN(test_close_mid_stream_aborts);
+	RUN(test_errors_and_non_streaming);
+	RUN(test_ignores_other_protocols);
+	RUN(test_joined_mid_connection);
+	RUN(test_frames_split_at_every_byte);
+	RUN(test_bad_records_are_counted);
+	return CHECK_DONE();
+}
