@@ -6,7 +6,6 @@
  * home-grown server that speaks a known dialect is recognised too. Strings are only ever
  * tested for being non-empty: the generated text is never copied.
  */
-#include <math.h>
 #include <string.h>
 
 #include <cjson/cJSON.h>
@@ -14,6 +13,8 @@
 #include "frame.h"
 
 #define FRAME_DONE_MARK "[DONE]"
+/* 2^63: the first double that does not fit int64_t. */
+#define FRAME_COUNT_LIMIT 0x1p63
 
 /* Anthropic Messages streaming event types (both the `event:` line and the JSON "type"). */
 static const char *const frame_anthropic_types[] = {
@@ -69,7 +70,8 @@ static int64_t frame_count(const cJSON *obj, const char *key)
 	if (!cJSON_IsNumber(v))
 		return -1;
 	d = v->valuedouble;
-	if (!isfinite(d) || d < 0 || d > (double)INT64_MAX || d != floor(d))
+	/* The range test also rejects NaN and infinities before the cast. */
+	if (!(d >= 0 && d < FRAME_COUNT_LIMIT) || d != (double)(int64_t)d)
 		return -1;
 	return (int64_t)d;
 }

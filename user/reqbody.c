@@ -6,7 +6,6 @@
  * slots, first occurrence wins, and reqbody_finish() picks from them, so they cannot disagree
  * on a body both can read.
  */
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,6 +16,8 @@
 /* Request bodies nest a few levels (messages[].content[].image_url...); deeper is not a
  * request we understand, and the scanner stops there rather than guess. */
 #define REQBODY_DEPTH_MAX 64
+/* 2^63: the first double that does not fit int64_t (the test also rejects NaN). */
+#define REQBODY_COUNT_LIMIT 0x1p63
 /* Longest JSON number or literal we read a value from. */
 #define REQBODY_SCALAR_MAX 32
 
@@ -108,7 +109,7 @@ static void reqbody_set_limit(struct reqbody_slots *sl, enum reqbody_key key, do
 			continue;
 		sl->limit_set[map[i].slot] = true;
 		/* Ollama's num_predict -1 means no limit; anything not a count is unknown. */
-		if (isfinite(v) && v >= 0 && v <= (double)INT64_MAX && v == floor(v))
+		if (v >= 0 && v < REQBODY_COUNT_LIMIT && v == (double)(int64_t)v)
 			sl->limit[map[i].slot] = (int64_t)v;
 		else
 			sl->limit[map[i].slot] = -1;

@@ -19,6 +19,7 @@ let nextId = 1;
 
 const tokenText = (i) => `tok${i} `;
 const sse = (obj) => `data: ${JSON.stringify(obj)}\n\n`;
+const error = (message, code) => ({ error: { message, type: 'invalid_request_error', code } });
 const words = (v) => (typeof v === 'string' ? v.split(/\s+/).filter(Boolean).length : 0);
 
 function promptTokens(body) {
@@ -29,7 +30,10 @@ function promptTokens(body) {
 
 function sendJSON(res, status, obj) {
   const data = JSON.stringify(obj);
-  res.writeHead(status, { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(data) });
+  res.writeHead(status, {
+    'Content-Type': 'application/json',
+    'Content-Length': Buffer.byteLength(data),
+  });
   res.end(data);
 }
 
@@ -39,7 +43,7 @@ async function chat(req, res, raw) {
     body = raw.length ? JSON.parse(raw) : {};
     if (body === null || typeof body !== 'object') throw new Error('body must be a JSON object');
   } catch (e) {
-    sendJSON(res, 400, { error: { message: String(e.message), type: 'invalid_request_error', code: 400 } });
+    sendJSON(res, 400, error(String(e.message), 400));
     return;
   }
   if (body.x_fail === 'http') {
@@ -113,7 +117,7 @@ function main() {
     req.on('data', (c) => chunks.push(c));
     req.on('end', () => {
       if (req.method !== 'POST' || req.url.split('?')[0] !== CHAT_PATH) {
-        sendJSON(res, 404, { error: { message: 'not found', type: 'invalid_request_error', code: 404 } });
+        sendJSON(res, 404, error('not found', 404));
         return;
       }
       chat(req, res, Buffer.concat(chunks).toString()).catch((e) => {

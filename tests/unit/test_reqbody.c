@@ -1,0 +1,257 @@
+// SPDX-License-Identifier: MIT
+/*
+ * user/reqbody.c: the fields of every captured request body, then the same bodies cut at
+ * every byte as the capture limit would cut them: a field is then either unknown or right,
+ * never wrong. Then the scanner's traps: keys inside strings, nested keys, escapes, values
+ * cut in half.
+ */
+#define _GNU_SOURCE /* memmem */
+#include <stdlib.h>
+
+#include "check.h"
+#include "fixture.h"
+#include "reqbody.h"
+
+static struct req_info parse_str(const char *s, size_t total)
+{
+	struct req_info ri;
+
+	reqbody_parse((const uint8_t *)s, strlen(s), total ? total : strlen(s), &ri);
+	return ri;
+}
+
+/* The body of the first request in a .req fixture. */
+static bool req_body(const struct fixture *f, const uint8_t **body, size_t *len)
+{
+	const char *head = (const char *)f->buf;
+	const uint8_t *end = memmem(f->buf, f->len, "\r\n\r\n", 4);
+	const char *cl = memmem(head, f->len, "Content-Length: ", 16);
+
+	if (!end || !cl)
+		return false;
+	*body = end + 4;
+	*len = strtoul(cl + 16, NULL, 10);
+	return *body + *len <= f->buf + f->len;
+}
+
+struct body_expect {
+	const char *name;
+	const char *model;
+	int stream;
+	int64_t max_tokens;
+	bool include_usage;
+};
+
+static const struct body_expect bodies[] = {
+	{ "uvicorn_h11", "Qwen/Qwen2.5-0.5B", 1, 64, false }, /* max_completion_tokens */
+	{ "uvloop_vllm", "Qwen/Qwen2.5-0.5B", 1, 32, true },
+	{ "node_express", "m", 1, 16, false }, /* the prompt quotes "model": "x" */
+	{ "go_ollama", "llama3.2", -1, 32, false }, /* options.num_predict */
+	{ "aiohttp_completion", "gpt2", 1, 4, false },
+	{ "tgi", "", -1, 20, false }, /* parameters.max_new_tokens */
+	{ "anthropic", "claude-x", 1, 1024, false },
+	{ "error_frame", "Qwen/Qwen2.5-0.5B", 1, -1, false },
+	{ "keepalive", "Qwen/Qwen2.5-0.5B", 1, 64, false },
+};
+
+static void test_fixture_bodies(void)
+{
+	for (size_t i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++) {
+		const struct body_expect *e = &bodies[i];
+		const uint8_t *body;
+		struct req_info ri;
+		struct fixture f;
+		char file[64];
+		size_t len;
+
+		snprintf(file, sizeof(file), "%s.req", e->name);
+		if (!ASSERT_OK(fixture_load(&f, file), e->name))
+			return;
+		if (!ASSERT_TRUE(req_body(&f, &body, &len), e->name)) {
+			fixture_free(&f);
+			return;
+		}
+		reqbody_parse(body, len, len, &ri);
+		ASSERT_STREQ(ri.model, e->model, e->name);
+		ASSERT_EQ(ri.stream, e->stream, e->name);
+		ASSERT_EQ(ri.max_tokens, e->max_tokens, e->name);
+		ASSERT_EQ(ri.include_usage, e->include_usage, e->name);
+
+		/* Cut at every byte: unknown or right. Told that even the whole body is cut,
+		 * the scanner must read it all as cJSON did. */
+		for (size_t k = 0; k <= len; k++) {
+			bool whole = k == len;
+
+			reqbody_parse(body, k, len + 1, &ri);
+			if (!ASSERT_TRUE(ri.model[0] == '\0' || strcmp(ri.model, e->model) == 0,
+					 "model") ||
+			    !ASSERT_TRUE(ri.stream == -1 || ri.stream == e->stream, "stream") ||
+			    !ASSERT_TRUE(ri.max_tokens == -1 || ri.max_tokens == e->max_tokens,
+					 "max_tokens") ||
+			    !ASSERT_TRUE(!ri.include_usage || e->include_usage, "usage")) {
+				printf("  %s cut at %zu\n", e->name, k);
+				break;
+			}
+			if (whole) {
+				ASSERT_STREQ(ri.model, e->model, "scanner model");
+				ASSERT_EQ(ri.stream, e->stream, "scanner stream");
+				ASSERT_EQ(ri.max_tokens, e->max_tokens, "scanner max_tokens");
+				ASSERT_EQ(ri.include_usage, e->include_usage, "scanner usage");
+			}
+		}
+		fixture_free(&f);
+	}
+}
+
+static void test_keys_inside_strings(void)
+{
+	const char *body = "{\"messages\":[{\"role\":\"user\",\"content\":\"say {\\\"model\\\": "
+			   "\\\"evil\\\", \\\"stream\\\": false, \\\"max_tokens\\\": 1}\"},"
+			   "{\"model\":\"nested\",\"stream\":false}],"
+			   "\"model\":\"good\",\"stream\":true,\"max_tokens\":7,\"tail\":\"xx";
+	struct req_info ri = parse_str(body, 100000);
+
+	ASSERT_STREQ(ri.model, "good", "model");
+	ASSERT_EQ(ri.stream, 1, "stream");
+	ASSERT_EQ(ri.max_tokens, 7, "max_tokens");
+
+	/* A string ending in an escaped backslash ends there. */
+	ri = parse_str("{\"a\":\"x\\\\\",\"model\":\"m\",\"b\":\"", 1000);
+	ASSERT_STREQ(ri.model, "m", "after backslash");
+	/* An escaped quote does not end a string. */
+	ri = parse_str("{\"a\":\"x\\\",\\\"model\\\":\\\"bad\",\"model\":\"ok\",", 1000);
+	ASSERT_STREQ(ri.model, "ok", "escaped quote");
+}
+
+static void test_cut_values(void)
+{
+	struct req_info ri;
+
+	ri = parse_str("{\"model\":\"gpt-4", 100);
+	ASSERT_STREQ(ri.model, "", "model cut");
+	ri = parse_str("{\"stream\":tr", 100);
+	ASSERT_EQ(ri.stream, -1, "literal cut");
+	ri = parse_str("{\"max_tokens\":12", 100);
+	ASSERT_EQ(ri.max_tokens, -1, "number maybe cut");
+	ri = parse_str("{\"max_tokens\":12 ", 100);
+	ASSERT_EQ(ri.max_tokens, 12, "number ended");
+	ri = parse_str("{\"stream\":false,\"model\"", 100);
+	ASSERT_EQ(ri.stream, 0, "false");
+	ASSERT_STREQ(ri.model, "", "key without value");
+	ri = parse_str("", 100);
+	ASSERT_EQ(ri.stream, -1, "nothing captured");
+}
+
+static void test_limits_and_dialects(void)
+{
+	struct req_info ri;
+
+	ri = parse_str("{\"max_tokens\":10,\"max_completion_tokens\":20}", 0);
+	ASSERT_EQ(ri.max_tokens, 20, "max_completion_tokens preferred");
+	ri = parse_str("{\"max_tokens\":10,\"max_completion_tokens\":20,", 1000);
+	ASSERT_EQ(ri.max_tokens, 20, "also when cut");
+	ri = parse_str("{\"model\":\"llama3\",\"options\":{\"temperature\":0,\"num_predict\":-1}}",
+		       0);
+	ASSERT_EQ(ri.max_tokens, -1, "num_predict -1 is no limit");
+	ri = parse_str("{\"model\":\"llama3\",\"num_predict\":128,\"stream\":false}", 0);
+	ASSERT_EQ(ri.max_tokens, 128, "top-level num_predict");
+	ASSERT_EQ(ri.stream, 0, "stream false");
+	ri = parse_str("{\"options\":{\"max_new_tokens\":5},\"parameters\":{\"num_predict\":6}}", 0);
+	ASSERT_EQ(ri.max_tokens, -1, "nested keys only under their parent");
+	ri = parse_str("{\"inputs\":\"x\",\"parameters\":{\"max_new_tokens\":50},", 1000);
+	ASSERT_EQ(ri.max_tokens, 50, "TGI cut");
+	ri = parse_str("{\"stream_options\":{\"include_usage\":true},\"stream\":true,", 1000);
+	ASSERT_TRUE(ri.include_usage, "include_usage cut");
+	ri = parse_str("{\"max_tokens\":100.0}", 0);
+	ASSERT_EQ(ri.max_tokens, 100, "integral float");
+	ri = parse_str("{\"max_tokens\":1e400}", 0);
+	ASSERT_EQ(ri.max_tokens, -1, "too big");
+	ri = parse_str("{\"model\":null,\"stream\":null}", 0);
+	ASSERT_STREQ(ri.model, "", "null model");
+	ASSERT_EQ(ri.stream, -1, "null stream");
+}
+
+static void test_model_text(void)
+{
+	char body[400];
+	struct req_info ri;
+
+	ri = parse_str("{\"model\":\"a\\/b\\u0041\\u00e9\"", 1000);
+	ASSERT_STREQ(ri.model, "a/bA?", "escapes");
+	ri = parse_str("{\"model\":\"a\\/b\\u0041\\u00e9\"}", 0);
+	ASSERT_STREQ(ri.model, "a/bA\xc3\xa9", "cJSON decodes UTF-8");
+
+	memset(body, 'm', sizeof(body));
+	memcpy(body, "{\"model\":\"", 10);
+	memcpy(body + sizeof(body) - 3, "\"}", 3);
+	ri = parse_str(body, 0);
+	ASSERT_EQ(strlen(ri.model), REQBODY_MODEL_MAX - 1, "truncated (cJSON)");
+	body[sizeof(body) - 2] = ',';
+	ri = parse_str(body, 1000);
+	ASSERT_EQ(strlen(ri.model), REQBODY_MODEL_MAX - 1, "truncated (scanner)");
+}
+
+static void test_not_json(void)
+{
+	struct req_info ri;
+
+	ri = parse_str("model=gpt&stream=true", 0);
+	ASSERT_STREQ(ri.model, "", "form");
+	ASSERT_EQ(ri.stream, -1, "form stream");
+	ri = parse_str("[{\"model\":\"x\"}]", 0);
+	ASSERT_STREQ(ri.model, "", "array");
+	/* Complete but not valid JSON: the scanner still reads what it can. */
+	ri = parse_str("{\"model\":\"x\",\"stream\":true,}", 0);
+	ASSERT_STREQ(ri.model, "x", "trailing comma");
+	ASSERT_EQ(ri.stream, 1, "trailing comma stream");
+	/* Only `total` bytes are the body. */
+	ri = parse_str("{\"model\":\"x\"}{\"model\":\"y\"}", 13);
+	ASSERT_STREQ(ri.model, "x", "captured past total");
+}
+
+static void test_deep_and_random(void)
+{
+	char *deep = malloc(20001);
+	uint64_t s = 0x2545f4914f6cdd1dull;
+	uint8_t buf[512];
+	struct req_info ri;
+
+	for (int i = 0; i < 10000; i++) {
+		deep[2 * i] = '[';
+		deep[2 * i + 1] = '{';
+	}
+	deep[20000] = '\0';
+	deep[0] = '{';
+	ri = parse_str(deep, 0);
+	ASSERT_EQ(ri.stream, -1, "deep complete");
+	ri = parse_str(deep, 30000);
+	ASSERT_EQ(ri.stream, -1, "deep cut");
+	free(deep);
+
+	for (int round = 0; round < 2000; round++) {
+		size_t n = 1 + round % sizeof(buf);
+
+		for (size_t i = 0; i < n; i++) {
+			s ^= s << 13;
+			s ^= s >> 7;
+			s ^= s << 17;
+			buf[i] = s % 2 ? (uint8_t)"{}[]\":,\\ tm0"[(s >> 8) % 13] : (uint8_t)(s >> 16);
+		}
+		buf[0] = '{';
+		reqbody_parse(buf, n, n + round % 2, &ri);
+		if (!ASSERT_TRUE(strlen(ri.model) < REQBODY_MODEL_MAX, "model bounded"))
+			break;
+	}
+}
+
+int main(void)
+{
+	RUN(test_fixture_bodies);
+	RUN(test_keys_inside_strings);
+	RUN(test_cut_values);
+	RUN(test_limits_and_dialects);
+	RUN(test_model_text);
+	RUN(test_not_json);
+	RUN(test_deep_and_random);
+	return CHECK_DONE();
+}
