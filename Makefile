@@ -37,7 +37,7 @@ LIB_OBJS := $(patsubst user/%.c,$(OUTPUT)/user/%.o,$(LIB_SRCS))
 TOOL_OBJS := $(OUTPUT)/user/trace.o $(OUTPUT)/user/main.o
 UNIT_TESTS := $(patsubst tests/unit/%.c,$(OUTPUT)/tests/%,$(wildcard tests/unit/test_*.c))
 BPF_TESTS := $(patsubst tests/bpf/%.c,$(OUTPUT)/tests/%,$(wildcard tests/bpf/test_*.c))
-TOOLS := $(OUTPUT)/refserver $(OUTPUT)/gtclient
+TOOLS := $(OUTPUT)/refserver $(OUTPUT)/gtclient $(OUTPUT)/writeloop
 
 .DELETE_ON_ERROR:
 .PHONY: all check demo bench deps clean format vmlinux
@@ -74,6 +74,10 @@ $(OUTPUT)/refserver: tests/refserver.c | $(OUTPUT)
 $(OUTPUT)/gtclient: tests/gtclient.c | $(OUTPUT)
 	$(call msg,CC,$@)
 	$(Q)$(CC) $(CFLAGS) $(WARN) -std=gnu11 -pthread $< -o $@ -lcjson -lm
+
+$(OUTPUT)/writeloop: tests/writeloop.c | $(OUTPUT)
+	$(call msg,CC,$@)
+	$(Q)$(CC) $(CFLAGS) $(WARN) -std=gnu11 $< -o $@
 
 $(OUTPUT)/tests/%: tests/unit/%.c tests/unit/check.h $(LIB_OBJS) | $(OUTPUT)/tests
 	$(call msg,TEST,$@)

@@ -30,6 +30,8 @@ char LICENSE[] SEC("license") = "Dual MIT/GPL";
 #define NR_RECVMSG 47
 #define NR_ACCEPT4 288
 
+#define EPIPE 32
+#define ECONNRESET 104
 #define S_IFMT 00170000
 #define S_IFSOCK 0140000
 #define SOCK_STREAM 1
@@ -385,7 +387,7 @@ static __always_inline void emit_data(struct stash *st, struct conn *c, __u64 pi
 	s->ev.fd = st->fd;
 	s->ev.dir = dir;
 	s->ev.syscall = st->sys;
-	s->ev.pad = 0;
+	s->ev.status = TS_DATA_BYTES;
 
 	cc->pos = s->ev.syscall_pos;
 	cc->chunk_pos = cc->pos;
@@ -407,6 +409,30 @@ static __always_inline void emit_data(struct stash *st, struct conn *c, __u64 pi
 		stat_add(TS_STAT_UNCAPTURED_BYTES, ret - want);
 	bpf_loop(COPY_LOOPS, copy_step, NULL, 0);
 	stat_add(TS_STAT_SYSCALLS, 1);
+}
+
+/* A read that returned 0 (EOF) or a write the peer refused: no bytes, but the connection's
+ * other end is gone, which decides whether a stream was aborted. */
+static __always_inline void emit_peer_gone(struct stash *st, struct conn *c, __u64 pid_tgid,
+					   __u8 status, __u64 exit_ns)
+{
+	struct ts_data_event ev = {};
+	__u8 dir = syscall_dir(st->sys);
+
+	ev.hdr.type = TS_EV_DATA;
+	ev.hdr.size = sizeof(ev);
+	ev.hdr.pid = pid_tgid >> 32;
+	ev.hdr.tid = (__u32)pid_tgid;
+	ev.conn_id = c->conn_id;
+	ev.enter_ns = st->enter_ns;
+	ev.exit_ns = exit_ns;
+	ev.pos = ev.syscall_pos = c->pos[dir & 1];
+	ev.fd = st->fd;
+	ev.dir = dir;
+	ev.syscall = st->sys;
+	ev.last = 1;
+	ev.status = status;
+	emit(&ev, sizeof(ev), 0);
 }
 
 static __always_inline void emit_close(__u64 pid_tgid, __s32 fd, __u64 ts)
@@ -481,23 +507,36 @@ int ts_sys_exit(struct bpf_raw_tracepoint_args *ctx)
 	long ret = ctx->args[1];
 	struct stash st;
 	struct conn *c;
-	__u64 ts;
 
 	if (!sp)
 		return 0;
 	st = *sp;
 	bpf_map_delete_elem(&stash, &tid);
-	if (ret <= 0 && !(st.sys == TS_SYS_ACCEPT && ret == 0))
-		return 0;
-	ts = bpf_ktime_get_ns();
 	if (st.sys == TS_SYS_ACCEPT) {
-		conn_get(pid_tgid >> 32, tid, (__s32)ret, TS_SYS_ACCEPT, ts);
+		if (ret >= 0)
+			conn_get(pid_tgid >> 32, tid, (__s32)ret, TS_SYS_ACCEPT, bpf_ktime_get_ns());
 		return 0;
 	}
-	c = conn_get(pid_tgid >> 32, tid, st.fd, st.sys, st.enter_ns);
-	if (!c)
+	if (ret > 0) {
+		c = conn_get(pid_tgid >> 32, tid, st.fd, st.sys, st.enter_ns);
+		if (c)
+			emit_data(&st, c, pid_tgid, ret, bpf_ktime_get_ns());
 		return 0;
-	emit_data(&st, c, pid_tgid, ret, ts);
+	}
+	/* Only for connections already traced: an EOF on an unknown socket says nothing. */
+	if (ret == 0 && syscall_dir(st.sys) == TS_DIR_IN) {
+		struct ts_conn_key key = { .pid = pid_tgid >> 32, .fd = st.fd };
+
+		c = bpf_map_lookup_elem(&conns, &key);
+		if (c)
+			emit_peer_gone(&st, c, pid_tgid, TS_DATA_EOF, bpf_ktime_get_ns());
+	} else if ((ret == -EPIPE || ret == -ECONNRESET) && syscall_dir(st.sys) == TS_DIR_OUT) {
+		struct ts_conn_key key = { .pid = pid_tgid >> 32, .fd = st.fd };
+
+		c = bpf_map_lookup_elem(&conns, &key);
+		if (c)
+			emit_peer_gone(&st, c, pid_tgid, TS_DATA_RESET, bpf_ktime_get_ns());
+	}
 	return 0;
 }
 

@@ -71,8 +71,15 @@ struct ts_data_event {
 	__u8 dir; /* enum ts_dir */
 	__u8 syscall; /* enum ts_syscall */
 	__u8 last; /* 1 on the syscall's last record */
-	__u8 pad;
+	__u8 status; /* enum ts_data_status */
 	__u8 data[]; /* data_bytes bytes */
+};
+
+/* What a data record with no bytes says about the connection. */
+enum ts_data_status {
+	TS_DATA_BYTES = 0, /* bytes moved */
+	TS_DATA_EOF = 1, /* a read returned 0: the peer closed its side */
+	TS_DATA_RESET = 2, /* a write failed with EPIPE or ECONNRESET: the peer is gone */
 };
 
 /* Address family values as in the kernel: AF_UNIX 1, AF_INET 2, AF_INET6 10. */

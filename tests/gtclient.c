@@ -47,7 +47,15 @@
 #define DEFAULT_PROMPT_BYTES 64
 #define DEFAULT_TIMEOUT_S 30
 
-enum outcome { OUT_OK, OUT_HTTP_ERROR, OUT_STREAM_ERROR, OUT_ABORTED, OUT_TIMEOUT, OUT_ERROR, OUT_N };
+enum outcome {
+	OUT_OK,
+	OUT_HTTP_ERROR,
+	OUT_STREAM_ERROR,
+	OUT_ABORTED,
+	OUT_TIMEOUT,
+	OUT_ERROR,
+	OUT_N
+};
 
 static const char *const outcome_names[OUT_N] = {
 	"ok", "http_error", "stream_error", "aborted", "timeout", "error",
@@ -68,7 +76,7 @@ struct opts {
 	unsigned max_tokens;
 	bool usage;
 	size_t prompt_bytes;
-	double token_ms; /* < 0: not sent */
+	double token_ms;   /* < 0: not sent */
 	double prefill_ms; /* < 0: not sent */
 	unsigned abort_every;
 	unsigned abort_after;
@@ -100,7 +108,7 @@ struct resp {
 	enum body_kind kind;
 	enum body_framing framing;
 	enum chunk_state cs;
-	uint64_t left; /* bytes left in this chunk or in the Content-Length body */
+	uint64_t left;	   /* bytes left in this chunk or in the Content-Length body */
 	struct dbuf cline; /* chunk-size or trailer line being assembled */
 	bool body_done;
 	bool bad;
@@ -126,6 +134,7 @@ struct shared {
 	char *prompt;
 	unsigned next_id;
 	pthread_mutex_t lock;
+	pthread_barrier_t start;
 	FILE *out;
 	unsigned counts[OUT_N];
 	double *ttft_ms; /* per request id, NAN when no content frame */
@@ -230,7 +239,8 @@ static bool json_has_content(const cJSON *j)
 	{
 		const cJSON *d = jget(ch, "delta"), *tc = jget(d, "tool_calls");
 
-		if (str_nonempty(jget(d, "content")) || str_nonempty(jget(d, "reasoning_content")) ||
+		if (str_nonempty(jget(d, "content")) ||
+		    str_nonempty(jget(d, "reasoning_content")) ||
 		    str_nonempty(jget(d, "reasoning")) || (cJSON_IsArray(tc) && tc->child) ||
 		    str_nonempty(jget(ch, "text")))
 			return true;
@@ -239,7 +249,8 @@ static bool json_has_content(const cJSON *j)
 	if (cJSON_IsString(jget(jget(j, "token"), "text")))
 		return true;
 	/* Ollama /api/generate and /api/chat */
-	return str_nonempty(jget(j, "response")) || str_nonempty(jget(jget(j, "message"), "content"));
+	return str_nonempty(jget(j, "response")) ||
+	       str_nonempty(jget(jget(j, "message"), "content"));
 }
 
 static void frame_classify(struct resp *r, const char *text, size_t len, uint64_t ts)
@@ -596,8 +607,7 @@ static int send_all(int fd, const char *p, size_t n)
  * Sends one request on *fd and reads its response. Leaves *fd open only when the connection
  * can carry the next request.
  */
-static void request_run(struct shared *sh, int *fd, struct resp *r, struct result *res,
-			char *rbuf)
+static void request_run(struct shared *sh, int *fd, struct resp *r, struct result *res, char *rbuf)
 {
 	const struct opts *o = sh->o;
 	char *body = body_build(sh, res->id, &res->stream), *req;
@@ -607,11 +617,12 @@ static void request_run(struct shared *sh, int *fd, struct resp *r, struct resul
 	int n;
 
 	resp_reset(r, abort_this ? o->abort_after : 0);
-	n = asprintf(&req,
-		     "POST %s HTTP/1.1\r\nHost: %s:%d\r\nUser-Agent: gtclient\r\n"
-		     "Content-Type: application/json\r\nAccept: %s\r\nContent-Length: %zu\r\n\r\n%s",
-		     o->path, o->host, o->port, o->ndjson ? "application/x-ndjson" : "text/event-stream",
-		     strlen(body), body);
+	n = asprintf(
+	    &req,
+	    "POST %s HTTP/1.1\r\nHost: %s:%d\r\nUser-Agent: gtclient\r\n"
+	    "Content-Type: application/json\r\nAccept: %s\r\nContent-Length: %zu\r\n\r\n%s",
+	    o->path, o->host, o->port, o->ndjson ? "application/x-ndjson" : "text/event-stream",
+	    strlen(body), body);
 	free(body);
 	if (n < 0) {
 		fprintf(stderr, "gtclient: out of memory\n");
@@ -645,7 +656,7 @@ static void request_run(struct shared *sh, int *fd, struct resp *r, struct resul
 			break;
 		}
 		if (k == 0) {
-			/* close-delimited bodies end here; any other body ending here is cut short */
+			/* only a close-delimited body may end at EOF */
 			if (r->head_done && r->framing == FRAMING_CLOSE) {
 				body_end(r, ts);
 				r->conn_close = true;
@@ -723,7 +734,7 @@ static void result_print(struct shared *sh, const struct result *res, const stru
 	fflush(f);
 	sh->counts[res->outcome]++;
 	sh->ttft_ms[res->id] =
-		first ? (double)(r->first_ns - res->send_ns) / (double)NS_PER_MS : NAN;
+	    first ? (double)(r->first_ns - res->send_ns) / (double)NS_PER_MS : NAN;
 	pthread_mutex_unlock(&sh->lock);
 }
 
@@ -736,6 +747,8 @@ static void *worker_run(void *arg)
 	unsigned port = 0, seq = 0;
 	int fd = -1;
 
+	/* Start together: creating 1000 threads takes long enough to skew the first requests. */
+	pthread_barrier_wait(&sh->start);
 	for (;;) {
 		unsigned id = __atomic_fetch_add(&sh->next_id, 1, __ATOMIC_RELAXED);
 		struct result res = { .id = id };
@@ -1041,17 +1054,20 @@ int main(int argc, char **argv)
 	th = mem_realloc(NULL, (nth + 1) * sizeof(*th));
 	pthread_attr_init(&attr);
 	pthread_attr_setstacksize(&attr, THREAD_STACK);
+	pthread_barrier_init(&sh.start, NULL, nth ? nth : 1);
 	for (unsigned i = 0; i < nth; i++) {
 		err = pthread_create(&th[started], &attr, worker_run, &sh);
 		if (err) {
-			fprintf(stderr, "gtclient: pthread_create: %s\n", strerror(err));
-			break;
+			/* the others wait at the barrier for a thread that will never come */
+			fprintf(stderr, "gtclient: pthread_create: %s (lower -c)\n", strerror(err));
+			exit(1);
 		}
 		started++;
 	}
 	for (unsigned i = 0; i < started; i++)
 		pthread_join(th[i], NULL);
 	pthread_attr_destroy(&attr);
+	pthread_barrier_destroy(&sh.start);
 	summary_print(&sh);
 	if (sh.out != stdout)
 		fclose(sh.out);
@@ -1059,5 +1075,5 @@ int main(int argc, char **argv)
 	free(sh.prompt);
 	free(sh.ttft_ms);
 	free(th);
-	return started ? 0 : 1;
+	return 0;
 }

@@ -74,9 +74,9 @@ enum api { API_CHAT, API_COMPLETIONS };
 enum fail { FAIL_NONE, FAIL_HTTP, FAIL_STREAM };
 
 enum phase {
-	PH_IDLE, /* reading the next request */
+	PH_IDLE,   /* reading the next request */
 	PH_QUEUED, /* waiting in the FIFO for a generation slot (--max-streams) */
-	PH_GEN, /* generating: a timer is due or the stream is paused by back-pressure */
+	PH_GEN,	   /* generating: a timer is due or the stream is paused by back-pressure */
 };
 
 struct buf {
@@ -121,7 +121,7 @@ struct req {
 	uint64_t id;
 	long created;
 	char *model_json; /* already quoted and escaped */
-	struct buf hdrs; /* writev pattern: headers wait for the first frame, as in Node */
+	struct buf hdrs;  /* writev pattern: headers wait for the first frame, as in Node */
 	bool hdrs_pending;
 	struct buf batch; /* merged pattern: frames waiting for one write */
 	unsigned batched;
@@ -176,7 +176,7 @@ static const char CRLF[] = "\r\n";
 static const char TERMINATOR[] = "0\r\n\r\n";
 static const char DONE_FRAME[] = "data: [DONE]\n\n";
 static const char ERROR_FRAME[] =
-	"data: {\"error\":{\"message\":\"injected\",\"type\":\"server_error\",\"code\":500}}\n\n";
+    "data: {\"error\":{\"message\":\"injected\",\"type\":\"server_error\",\"code\":500}}\n\n";
 static const char ERROR_BODY[] = "{\"error\":{\"message\":\"injected\",\"type\":\"server_error\","
 				 "\"code\":500}}";
 
@@ -738,9 +738,10 @@ static void frame_begin(struct buf *b, const struct req *r)
 	bool chat = r->api == API_CHAT;
 
 	buf_reset(b);
-	buf_appendf(b, "data: {\"id\":\"%s-%" PRIu64 "\",\"object\":\"%s\",\"created\":%ld,\"model\":%s,",
-		    chat ? "chatcmpl" : "cmpl", r->id,
-		    chat ? "chat.completion.chunk" : "text_completion", r->created, r->model_json);
+	buf_appendf(
+	    b, "data: {\"id\":\"%s-%" PRIu64 "\",\"object\":\"%s\",\"created\":%ld,\"model\":%s,",
+	    chat ? "chatcmpl" : "cmpl", r->id, chat ? "chat.completion.chunk" : "text_completion",
+	    r->created, r->model_json);
 }
 
 static bool emit_role(struct server *s, struct conn *c)
@@ -748,8 +749,9 @@ static bool emit_role(struct server *s, struct conn *c)
 	struct buf *b = &s->frame;
 
 	frame_begin(b, &c->r);
-	buf_appendf(b, "\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},"
-		       "\"logprobs\":null,\"finish_reason\":null}]}\n\n");
+	buf_appendf(b,
+		    "\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},"
+		    "\"logprobs\":null,\"finish_reason\":null}]}\n\n");
 	return emit_frame(s, c, b->p, b->len);
 }
 
@@ -760,12 +762,15 @@ static bool emit_content(struct server *s, struct conn *c)
 
 	frame_begin(b, r);
 	if (r->api == API_CHAT)
-		buf_appendf(b, "\"choices\":[{\"index\":0,\"delta\":{\"content\":\"tok%u \"},"
-			       "\"logprobs\":null,\"finish_reason\":null}]}\n\n",
+		buf_appendf(b,
+			    "\"choices\":[{\"index\":0,\"delta\":{\"content\":\"tok%u \"},"
+			    "\"logprobs\":null,\"finish_reason\":null}]}\n\n",
 			    r->sent);
 	else
-		buf_appendf(b, "\"choices\":[{\"index\":0,\"text\":\"tok%u \",\"finish_reason\":null}]}\n\n",
-			    r->sent);
+		buf_appendf(
+		    b,
+		    "\"choices\":[{\"index\":0,\"text\":\"tok%u \",\"finish_reason\":null}]}\n\n",
+		    r->sent);
 	return emit_frame(s, c, b->p, b->len);
 }
 
@@ -789,7 +794,9 @@ static void stream_finish(struct server *s, struct conn *c)
 		buf_appendf(b, "\"choices\":[{\"index\":0,\"delta\":{},\"logprobs\":null,"
 			       "\"finish_reason\":\"length\"}]}\n\n");
 	else
-		buf_appendf(b, "\"choices\":[{\"index\":0,\"text\":\"\",\"finish_reason\":\"length\"}]}\n\n");
+		buf_appendf(
+		    b,
+		    "\"choices\":[{\"index\":0,\"text\":\"\",\"finish_reason\":\"length\"}]}\n\n");
 	if (!emit_frame(s, c, b->p, b->len))
 		return;
 	if (r->include_usage) {
@@ -821,9 +828,9 @@ static void reply_plain(struct server *s, struct conn *c, const char *status, co
 	struct iovec iov[2];
 
 	buf_reset(h);
-	buf_appendf(h,
-		    "HTTP/1.1 %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n%s\r\n",
-		    status, len, r->keep_alive ? "" : "Connection: close\r\n");
+	buf_appendf(
+	    h, "HTTP/1.1 %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n%s\r\n",
+	    status, len, r->keep_alive ? "" : "Connection: close\r\n");
 	iov[0] = (struct iovec){ h->p, h->len };
 	iov[1] = (struct iovec){ (void *)body, len };
 	switch (r->pattern) {
@@ -882,10 +889,11 @@ static void stream_headers(struct server *s, struct conn *c)
 	struct buf *h = &r->hdrs;
 
 	buf_reset(h);
-	buf_appendf(h,
-		    "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-		    "Transfer-Encoding: chunked\r\n%s\r\n",
-		    r->keep_alive ? "" : "Connection: close\r\n");
+	buf_appendf(
+	    h,
+	    "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+	    "Transfer-Encoding: chunked\r\n%s\r\n",
+	    r->keep_alive ? "" : "Connection: close\r\n");
 	switch (r->pattern) {
 	case PAT_WRITEV:
 		r->hdrs_pending = true;
@@ -1039,8 +1047,12 @@ static const char *req_parse(struct server *s, struct conn *c, const char *body,
 	v = cJSON_GetObjectItemCaseSensitive(j, "stream_options");
 	r->include_usage = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(v, "include_usage"));
 	if (r->api == API_CHAT) {
-		cJSON_ArrayForEach(m, cJSON_GetObjectItemCaseSensitive(j, "messages"))
-			prompt_bytes += json_text_len(cJSON_GetObjectItemCaseSensitive(m, "content"));
+		v = cJSON_GetObjectItemCaseSensitive(j, "messages");
+		cJSON_ArrayForEach(m, v)
+		{
+			prompt_bytes +=
+			    json_text_len(cJSON_GetObjectItemCaseSensitive(m, "content"));
+		}
 	} else {
 		prompt_bytes = json_text_len(cJSON_GetObjectItemCaseSensitive(j, "prompt"));
 	}
@@ -1150,8 +1162,8 @@ static bool conn_parse(struct server *s, struct conn *c)
 	if (!end) {
 		if (avail > HEADER_MAX) {
 			req_start(s, c, false);
-			reply_error(s, c, "431 Request Header Fields Too Large", 431, "header too large",
-				    false);
+			reply_error(s, c, "431 Request Header Fields Too Large", 431,
+				    "header too large", false);
 		}
 		return false;
 	}
@@ -1370,8 +1382,9 @@ static int timer_arm(struct server *s)
 
 static void stats_print(const struct server *s)
 {
-	fprintf(stderr, "frames_sent=%" PRIu64 " bytes_sent=%" PRIu64 " streams=%" PRIu64
-			" aborted=%" PRIu64 "\n",
+	fprintf(stderr,
+		"frames_sent=%" PRIu64 " bytes_sent=%" PRIu64 " streams=%" PRIu64
+		" aborted=%" PRIu64 "\n",
 		s->st.frames, s->st.bytes, s->st.streams, s->st.aborted);
 }
 
@@ -1552,29 +1565,30 @@ static void server_close(struct server *s)
 
 static void usage(FILE *f)
 {
-	fprintf(f,
-		"Usage: refserver [OPTIONS]\n"
-		"Reference OpenAI-compatible streaming server (chat and completions).\n"
-		"\n"
-		"  --host H                 address to listen on (127.0.0.1)\n"
-		"  --port P                 port, 0 = any free port (%d)\n"
-		"  --tokens N               default max_tokens (%d)\n"
-		"  --prefill-ms MS          delay before the first content frame (0)\n"
-		"  --prefill-us-per-byte US extra prefill per prompt byte (0)\n"
-		"  --token-ms MS            delay between content frames, 0 = full speed (0)\n"
-		"  --jitter-ms MS           add uniform 0..MS to each token delay (0)\n"
-		"  --max-streams N          generate at most N at once, queue the rest (unlimited)\n"
-		"  --pattern P              single|writev|merged|split|mixed (single)\n"
-		"  --merge K                merged: frames per write (%d)\n"
-		"  --syscall S              write|send|sendto|sendmsg (write)\n"
-		"  --recv R                 read|recv|recvfrom|recvmsg|readv (read)\n"
-		"  --stats                  print counters to stderr at exit (also on SIGUSR1)\n"
-		"  --seed N                 seed for jitter and split offsets (1)\n"
-		"\n"
-		"Examples:\n"
-		"  refserver --port 0 --token-ms 20 --prefill-ms 100\n"
-		"  refserver --pattern split --syscall sendto --max-streams 8\n",
-		DEFAULT_PORT, DEFAULT_TOKENS, DEFAULT_MERGE);
+	fprintf(
+	    f,
+	    "Usage: refserver [OPTIONS]\n"
+	    "Reference OpenAI-compatible streaming server (chat and completions).\n"
+	    "\n"
+	    "  --host H                 address to listen on (127.0.0.1)\n"
+	    "  --port P                 port, 0 = any free port (%d)\n"
+	    "  --tokens N               default max_tokens (%d)\n"
+	    "  --prefill-ms MS          delay before the first content frame (0)\n"
+	    "  --prefill-us-per-byte US extra prefill per prompt byte (0)\n"
+	    "  --token-ms MS            delay between content frames, 0 = full speed (0)\n"
+	    "  --jitter-ms MS           add uniform 0..MS to each token delay (0)\n"
+	    "  --max-streams N          generate at most N at once, queue the rest (unlimited)\n"
+	    "  --pattern P              single|writev|merged|split|mixed (single)\n"
+	    "  --merge K                merged: frames per write (%d)\n"
+	    "  --syscall S              write|send|sendto|sendmsg (write)\n"
+	    "  --recv R                 read|recv|recvfrom|recvmsg|readv (read)\n"
+	    "  --stats                  print counters to stderr at exit (also on SIGUSR1)\n"
+	    "  --seed N                 seed for jitter and split offsets (1)\n"
+	    "\n"
+	    "Examples:\n"
+	    "  refserver --port 0 --token-ms 20 --prefill-ms 100\n"
+	    "  refserver --pattern split --syscall sendto --max-streams 8\n",
+	    DEFAULT_PORT, DEFAULT_TOKENS, DEFAULT_MERGE);
 }
 
 static int name_index(const char *v, const char *const *names, int n)

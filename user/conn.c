@@ -107,7 +107,7 @@ static enum outcome request_outcome(const struct request *r, bool complete)
 		return OUTCOME_LOST;
 	if (r->error_frame)
 		return OUTCOME_STREAM_ERROR;
-	if (!complete)
+	if (!complete || r->peer_gone)
 		return OUTCOME_ABORTED;
 	return OUTCOME_OK;
 }
@@ -437,6 +437,21 @@ static void conn_feed_out(struct conn *c, const uint8_t *p, size_t n, uint64_t t
 		conn_desync_out(c, ts);
 }
 
+/*
+ * The client closed its side (a read returned 0) or refused a write: every exchange still open
+ * on the connection was abandoned by it, even if the server goes on to end the response (Go's
+ * net/http writes the chunked terminator after its handler sees the hang-up).
+ */
+static void conn_peer_gone(struct conn *c)
+{
+	for (uint32_t i = 0; i < c->qlen; i++) {
+		struct request *r = c->queue[(c->qhead + i) % CONN_PIPELINE_MAX];
+
+		if (!r->done_frame)
+			r->peer_gone = true;
+	}
+}
+
 /* n bytes of direction dir were not seen. */
 static void conn_gap(struct conn *c, int dir, uint64_t n, uint64_t ts)
 {
@@ -573,6 +588,11 @@ void conn_on_data(struct conn_table *t, const struct ts_data_event *e)
 		c = conn_new(t, e->conn_id, e->hdr.pid, e->fd);
 	if (!c || c->role == ROLE_IGNORED)
 		return;
+	if (e->status != TS_DATA_BYTES) {
+		if (c->role == ROLE_SERVER)
+			conn_peer_gone(c);
+		return;
+	}
 	if (c->expect[dir] == 0 && c->role == ROLE_NEW && e->syscall_pos > 0)
 		c->expect[dir] = e->syscall_pos; /* joined mid-connection: nothing before is owed */
 	if (e->pos > c->expect[dir])

@@ -18,7 +18,7 @@
 
 /* Anthropic Messages streaming event types (both the `event:` line and the JSON "type"). */
 static const char *const frame_anthropic_types[] = {
-	"message_start",       "message_delta", "message_stop", "content_block_start",
+	"message_start",       "message_delta",	     "message_stop", "content_block_start",
 	"content_block_delta", "content_block_stop", "ping",
 };
 
@@ -29,7 +29,8 @@ static bool frame_str_eq(const char *s, size_t len, const char *lit)
 
 static bool frame_is_anthropic_type(const char *s, size_t len)
 {
-	for (size_t i = 0; i < sizeof(frame_anthropic_types) / sizeof(frame_anthropic_types[0]); i++)
+	for (size_t i = 0; i < sizeof(frame_anthropic_types) / sizeof(frame_anthropic_types[0]);
+	     i++)
 		if (frame_str_eq(s, len, frame_anthropic_types[i]))
 			return true;
 	return false;
@@ -85,7 +86,8 @@ static void frame_openai_usage(const cJSON *root, struct frame_info *out)
 		return;
 	out->prompt_tokens = frame_count(usage, "prompt_tokens");
 	out->completion_tokens = frame_count(usage, "completion_tokens");
-	out->cached_tokens = frame_count(frame_get(usage, "prompt_tokens_details"), "cached_tokens");
+	out->cached_tokens =
+	    frame_count(frame_get(usage, "prompt_tokens_details"), "cached_tokens");
 }
 
 static void frame_openai(const cJSON *root, struct frame_info *out)
@@ -99,7 +101,8 @@ static void frame_openai(const cJSON *root, struct frame_info *out)
 		/* The role-only first frame and the finish frame carry no output. */
 		if (frame_nonempty_str(delta, "content") ||
 		    frame_nonempty_str(delta, "reasoning_content") ||
-		    frame_nonempty_str(delta, "reasoning") || frame_nonempty_str(delta, "refusal") ||
+		    frame_nonempty_str(delta, "reasoning") ||
+		    frame_nonempty_str(delta, "refusal") ||
 		    frame_nonempty_array(delta, "tool_calls") ||
 		    cJSON_IsObject(frame_get(delta, "function_call")) ||
 		    frame_nonempty_str(choice, "text"))
@@ -164,7 +167,8 @@ static void frame_anthropic(const cJSON *root, const char *type, size_t tlen,
 
 		/* text_delta, input_json_delta (tool input) and thinking_delta; a
 		 * signature_delta carries no output. */
-		if (frame_nonempty_str(delta, "text") || frame_nonempty_str(delta, "partial_json") ||
+		if (frame_nonempty_str(delta, "text") ||
+		    frame_nonempty_str(delta, "partial_json") ||
 		    frame_nonempty_str(delta, "thinking"))
 			out->content = true;
 	} else if (frame_str_eq(type, tlen, "message_start")) {
@@ -184,8 +188,8 @@ static enum frame_format frame_detect(const cJSON *root, const struct sse_frame 
 	const cJSON *object = frame_get(root, "object");
 	const cJSON *choices = frame_get(root, "choices");
 
-	if (cJSON_IsString(type) && frame_is_anthropic_type(type->valuestring,
-							    strlen(type->valuestring))) {
+	if (cJSON_IsString(type) &&
+	    frame_is_anthropic_type(type->valuestring, strlen(type->valuestring))) {
 		*atype = type->valuestring;
 		*atype_len = strlen(type->valuestring);
 		return FMT_ANTHROPIC;

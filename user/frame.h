@@ -25,7 +25,7 @@ enum frame_format {
 
 struct frame_info {
 	enum frame_format format;
-	bool done;    /* data: [DONE], Ollama "done":true, Anthropic message_stop, TGI's last frame */
+	bool done; /* data: [DONE], Ollama "done":true, Anthropic message_stop, TGI's last frame */
 	bool content; /* carries generated output */
 	bool error;   /* an "error" member / event: error */
 	bool invalid; /* not JSON and not [DONE] */

@@ -32,8 +32,7 @@ static void http_desync(struct http_parser *p)
 	p->state = HTTP_ST_DESYNC;
 }
 
-void http_init(struct http_parser *p, enum http_dir dir, const struct http_callbacks *cb,
-	       void *ctx)
+void http_init(struct http_parser *p, enum http_dir dir, const struct http_callbacks *cb, void *ctx)
 {
 	memset(p, 0, offsetof(struct http_parser, head_buf));
 	p->head_buf[0] = '\0';
@@ -150,9 +149,9 @@ static int http_parse_decimal(const char *s, size_t len, int64_t limit, int64_t 
 }
 
 struct http_head_flags {
-	bool te_seen;	  /* a Transfer-Encoding header was present */
-	bool conn_close;  /* Connection: close */
-	bool conn_keep;	  /* Connection: keep-alive */
+	bool te_seen;	 /* a Transfer-Encoding header was present */
+	bool conn_close; /* Connection: close */
+	bool conn_keep;	 /* Connection: keep-alive */
 };
 
 static int http_header(struct http_parser *p, struct http_head_flags *fl, const char *name,
@@ -418,9 +417,9 @@ static long http_feed_head(struct http_parser *p, const uint8_t *buf, size_t len
 		return (long)n;
 
 	/* An empty line (LF or CR LF alone) ends the head. */
-	if (p->line_start > 0 && (p->head_len - p->line_start == 1 ||
-				  (p->head_len - p->line_start == 2 &&
-				   p->head_buf[p->line_start] == '\r'))) {
+	if (p->line_start > 0 &&
+	    (p->head_len - p->line_start == 1 ||
+	     (p->head_len - p->line_start == 2 && p->head_buf[p->line_start] == '\r'))) {
 		p->head_buf[p->head_len] = '\0';
 		if (http_head_done(p, ts))
 			return -EPROTO;
@@ -477,8 +476,7 @@ static long http_feed_chunk_size(struct http_parser *p, const uint8_t *buf, size
 	return (long)len;
 }
 
-static long http_feed_trailer(struct http_parser *p, const uint8_t *buf, size_t len,
-			      uint64_t ts)
+static long http_feed_trailer(struct http_parser *p, const uint8_t *buf, size_t len, uint64_t ts)
 {
 	for (size_t i = 0; i < len; i++) {
 		if (++p->trailer_len > HTTP_HEAD_MAX)

@@ -8,6 +8,8 @@
  * remaining size is skipped exactly and reported through on_body_gap; a gap anywhere else
  * (head, chunk-size line, trailer, between messages) desyncs the parser: every later call
  * returns -EPROTO until http_init(). Bytes that do not start like HTTP are -EPROTO at once.
+ * A 1xx response is a message of its own (on_head, on_end) before the final one; after a 101
+ * the bytes are another protocol and so -EPROTO. Callbacks must not re-init the parser.
  */
 #ifndef TS_HTTP_H
 #define TS_HTTP_H
@@ -27,12 +29,12 @@
 enum http_dir { HTTP_DIR_REQUEST, HTTP_DIR_RESPONSE };
 
 struct http_head {
-	char method[HTTP_METHOD_MAX]; /* requests */
-	char path[HTTP_PATH_MAX];     /* requests; truncated if longer */
-	int status;                   /* responses */
-	int version_minor;            /* HTTP/1.x */
-	int64_t content_length;       /* -1 if absent */
-	bool chunked, keep_alive;     /* keep_alive from version + Connection header */
+	char method[HTTP_METHOD_MAX];	   /* requests */
+	char path[HTTP_PATH_MAX];	   /* requests; truncated if longer */
+	int status;			   /* responses */
+	int version_minor;		   /* HTTP/1.x */
+	int64_t content_length;		   /* -1 if absent */
+	bool chunked, keep_alive;	   /* keep_alive from version + Connection header */
 	char content_type[HTTP_CTYPE_MAX]; /* lower-cased media type without params, "" if absent */
 };
 
@@ -55,8 +57,8 @@ enum http_state {
 	HTTP_ST_CHUNK_DATA,    /* `remaining` bytes of chunk data */
 	HTTP_ST_CHUNK_DATA_CR, /* the CRLF after chunk data */
 	HTTP_ST_CHUNK_DATA_LF,
-	HTTP_ST_TRAILER,       /* trailer lines after the last chunk, up to an empty line */
-	HTTP_ST_DESYNC,	       /* lost our place: -EPROTO until http_init() */
+	HTTP_ST_TRAILER, /* trailer lines after the last chunk, up to an empty line */
+	HTTP_ST_DESYNC,	 /* lost our place: -EPROTO until http_init() */
 };
 
 struct http_parser {
@@ -64,13 +66,13 @@ struct http_parser {
 	enum http_state state;
 	const struct http_callbacks *cb;
 	void *ctx;
-	uint64_t remaining; /* body or chunk-data bytes still expected */
-	uint64_t last_ts;   /* ts of the latest feed, for a message that a gap completes */
-	size_t line_len;    /* bytes in the current chunk-size or trailer line */
-	size_t line_start;  /* offset of the current line in head_buf */
-	size_t trailer_len; /* bytes of trailer so far, bounded like a head */
-	bool size_digits;   /* chunk-size line has at least one hex digit */
-	bool size_done;     /* chunk-size digits ended (extension or whitespace follows) */
+	uint64_t remaining;  /* body or chunk-data bytes still expected */
+	uint64_t last_ts;    /* ts of the latest feed, for a message that a gap completes */
+	size_t line_len;     /* bytes in the current chunk-size or trailer line */
+	size_t line_start;   /* offset of the current line in head_buf */
+	size_t trailer_len;  /* bytes of trailer so far, bounded like a head */
+	bool size_digits;    /* chunk-size line has at least one hex digit */
+	bool size_done;	     /* chunk-size digits ended (extension or whitespace follows) */
 	bool expect_no_body; /* the next response answers a HEAD request */
 	struct http_head head;
 	size_t head_len;

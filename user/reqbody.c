@@ -29,9 +29,9 @@ enum reqbody_key {
 	RK_MAX_TOKENS,
 	RK_MAX_COMPLETION_TOKENS,
 	RK_NUM_PREDICT,
-	RK_OPTIONS,		     /* Ollama: {"options":{"num_predict":N}} */
-	RK_PARAMETERS,		     /* TGI: {"parameters":{"max_new_tokens":N}} */
-	RK_STREAM_OPTIONS,	     /* OpenAI: {"stream_options":{"include_usage":true}} */
+	RK_OPTIONS,	   /* Ollama: {"options":{"num_predict":N}} */
+	RK_PARAMETERS,	   /* TGI: {"parameters":{"max_new_tokens":N}} */
+	RK_STREAM_OPTIONS, /* OpenAI: {"stream_options":{"include_usage":true}} */
 	RK_OPTIONS_NUM_PREDICT,
 	RK_PARAMETERS_MAX_NEW_TOKENS,
 	RK_STREAM_OPTIONS_INCLUDE_USAGE,
@@ -116,8 +116,8 @@ static void reqbody_set_limit(struct reqbody_slots *sl, enum reqbody_key key, do
 	}
 }
 
-static void reqbody_set_bool(struct reqbody_slots *sl, struct req_info *out,
-			     enum reqbody_key key, bool v)
+static void reqbody_set_bool(struct reqbody_slots *sl, struct req_info *out, enum reqbody_key key,
+			     bool v)
 {
 	if (key == RK_STREAM && !sl->stream_set) {
 		sl->stream_set = true;
@@ -171,11 +171,8 @@ static int reqbody_cjson(const uint8_t *buf, size_t len, struct reqbody_slots *s
 		enum reqbody_key key = reqbody_top_key(m->string, strlen(m->string));
 
 		if (cJSON_IsObject(m) && key != RK_NONE) {
-			cJSON_ArrayForEach(n, m)
-				reqbody_cjson_member(sl, out,
-						     reqbody_nested_key(key, n->string,
-									strlen(n->string)),
-						     n);
+			cJSON_ArrayForEach(n, m) reqbody_cjson_member(
+			    sl, out, reqbody_nested_key(key, n->string, strlen(n->string)), n);
 		} else {
 			reqbody_cjson_member(sl, out, key, m);
 		}
@@ -288,7 +285,7 @@ static bool reqbody_scalar(struct reqbody_scan *sc, char *tok, size_t cap)
 
 struct reqbody_level {
 	bool object;
-	bool want_key; /* object: a key (or the end) comes next, not a comma */
+	bool want_key;		 /* object: a key (or the end) comes next, not a comma */
 	enum reqbody_key parent; /* the top-level key this container is the value of */
 };
 
@@ -375,7 +372,8 @@ static void reqbody_scan(const uint8_t *buf, size_t len, struct reqbody_slots *s
 				return;
 			if (key == RK_MODEL && !sl->model_set) {
 				sl->model_set = true;
-				reqbody_unescape(sc.s + start, slen, out->model, sizeof(out->model));
+				reqbody_unescape(sc.s + start, slen, out->model,
+						 sizeof(out->model));
 			}
 		} else {
 			char tok[REQBODY_SCALAR_MAX];

@@ -19,9 +19,9 @@
 
 struct req_info {
 	char model[REQBODY_MODEL_MAX]; /* "" if unknown; truncated if longer */
-	int stream;		       /* 1, 0, or -1 unknown (absent: the default is the server's) */
-	int64_t max_tokens;	       /* -1 unknown or unlimited */
-	bool include_usage;	       /* stream_options.include_usage */
+	int stream;	    /* 1, 0, or -1 unknown (absent: the default is the server's) */
+	int64_t max_tokens; /* -1 unknown or unlimited */
+	bool include_usage; /* stream_options.include_usage */
 };
 
 /*

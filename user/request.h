@@ -42,6 +42,7 @@ struct request {
 	int64_t prompt_tokens, completion_tokens, cached_tokens; /* -1: not reported */
 	uint64_t lost_bytes; /* response bytes (or request head bytes) the tracer lost */
 	bool error_frame, done_frame, unknown_frames;
+	bool peer_gone; /* the client hung up before the stream ended */
 	enum outcome outcome;
 };
 

@@ -93,7 +93,7 @@ static void sse_field_begin(struct sse_parser *p)
 	p->field = SSE_FIELD_OTHER;
 	if (p->name_len == 4 && memcmp(p->name, "data", 4) == 0) {
 		p->field = SSE_FIELD_DATA;
-		/* Data lines are joined with LF (WHATWG appends one per line and strips the last). */
+		/* Lines are joined with LF (WHATWG appends one per line, strips the last). */
 		if (p->data_lines++)
 			sse_data_append(p, &lf, 1);
 	} else if (p->name_len == 5 && memcmp(p->name, "event", 5) == 0) {
@@ -140,8 +140,8 @@ static void sse_ndjson_line_end(struct sse_parser *p, uint64_t ts)
 	while (start < end && (p->data[start] == SSE_JSON_SEQ_RS || p->data[start] == ' ' ||
 			       p->data[start] == '\t' || p->data[start] == '\r'))
 		start++;
-	while (end > start && (p->data[end - 1] == '\r' || p->data[end - 1] == ' ' ||
-			       p->data[end - 1] == '\t'))
+	while (end > start &&
+	       (p->data[end - 1] == '\r' || p->data[end - 1] == ' ' || p->data[end - 1] == '\t'))
 		end--;
 	if (end > start) {
 		memmove(p->data, p->data + start, end - start);

@@ -490,6 +490,39 @@ out:
 	fixture_close(&f);
 }
 
+static void test_peer_gone_records(void)
+{
+	struct fixture f;
+	const struct ts_data_event *in[4], *out[4];
+	char buf[16];
+	int nin, nout;
+
+	if (!fixture_open(&f, 0, 0))
+		goto out;
+	write(f.srv, "x", 1);
+	drain_socket(f.cli, 1);
+	close(f.cli);
+	f.cli = -1;
+	ASSERT_EQ(read(f.srv, buf, sizeof(buf)), 0, "EOF");
+	/* The first write after the peer's close draws a RST; the next one fails. */
+	send(f.srv, "y", 1, MSG_NOSIGNAL);
+	usleep(20000);
+	ASSERT_TRUE(send(f.srv, "z", 1, MSG_NOSIGNAL) < 0, "write to a reset peer fails");
+	nin = data_recs(&f, f.srv, TS_DIR_IN, in, 4);
+	nout = data_recs(&f, f.srv, TS_DIR_OUT, out, 4);
+	if (ASSERT_EQ(nin, 1, "one read record")) {
+		ASSERT_EQ(in[0]->status, TS_DATA_EOF, "EOF status");
+		ASSERT_EQ(in[0]->data_bytes, 0, "no bytes");
+	}
+	if (ASSERT_EQ(nout, 3, "x, y and the failed write")) {
+		ASSERT_EQ(out[0]->status, TS_DATA_BYTES, "bytes");
+		ASSERT_EQ(out[2]->status, TS_DATA_RESET, "reset status");
+		ASSERT_EQ(out[2]->pos, 2, "at the offset reached");
+	}
+out:
+	fixture_close(&f);
+}
+
 int main(void)
 {
 	if (geteuid() != 0) {
@@ -506,5 +539,6 @@ int main(void)
 	RUN(test_close_reports_offsets);
 	RUN(test_ignores_pipes_and_untraced);
 	RUN(test_fork_followed);
+	RUN(test_peer_gone_records);
 	return CHECK_DONE();
 }

@@ -6,7 +6,8 @@ mix of streamed, aborted, failing and non-streamed requests over keep-alive conn
 two per-request reports are compared on the same CLOCK_MONOTONIC clock (bpf_ktime_get_ns on
 one side, clock_gettime(CLOCK_MONOTONIC) on the other).
 
-Usage: tests/e2e/run_e2e.py [--case NAME ...] [-v] [--keep DIR] [--list]
+Usage: tests/e2e/run_e2e.py [--case NAME ...] [-v] [--keep DIR] [--list] [--tolerance-ms MS]
+                            [--attempts N]
 Programs (relative to the repository root, overridable by environment):
   TOKENSCOPE (.output/tokenscope)  GTCLIENT (.output/gtclient)  REFSERVER (.output/refserver)
 Needs root (eBPF). Stdlib only; run with Debian's /usr/bin/python3, which the Python servers
@@ -171,21 +172,12 @@ class Children:
     @staticmethod
     def stop(p, sig=signal.SIGTERM, wait_s=5):
         """Signal p, wait up to wait_s, then kill its process group. Returns its exit code."""
-        if p.poll() is None:
-            try:
-                p.send_signal(sig)
-                return p.wait(wait_s)
-            except subprocess.TimeoutExpired:
-                pass
-            except ProcessLookupError:
-                pass
-        if p.poll() is None:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            p.wait()
-        return p.returncode
+        p.send_signal(sig)  # a no-op once p has been reaped
+        try:
+            return p.wait(wait_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            return p.wait()
 
     def close(self):
         """Kill every process group started, with whatever the children left in it."""
@@ -194,9 +186,7 @@ class Children:
                 os.killpg(p.pid, signal.SIGKILL)  # the group outlives a reaped leader's pid
             except ProcessLookupError:
                 pass
-            p.wait()
-            if p.stdout:
-                p.stdout.close()
+            p.wait()  # a stdout pipe is closed by its reader, at the EOF this kill causes
 
 
 def wait_listening(p, log_prefix):
@@ -206,7 +196,7 @@ def wait_listening(p, log_prefix):
     port = []
 
     def reader():
-        with open(log_prefix + ".out", "wb") as log:
+        with p.stdout, open(log_prefix + ".out", "wb") as log:
             for line in p.stdout:
                 log.write(line)
                 log.flush()
@@ -276,7 +266,9 @@ def run_client(port, client_args, log_prefix):
 def run_case(argv_of, work, tol_ns, verbose):
     """Run one case in work/; return a list of mismatch messages (empty: pass)."""
     os.makedirs(work, exist_ok=True)
-    log = lambda what: os.path.join(work, what)  # noqa: E731
+    def log(what):
+        return os.path.join(work, what)
+
     for path in (TOKENSCOPE, GTCLIENT):
         if not os.access(path, os.X_OK):
             raise CaseFailed(f"{path} not built (make)")
@@ -420,9 +412,9 @@ def compare(gt, got, tol_ns, verbose):
             if c["seq"] != i:
                 errors.append(Mismatch(f"port {port}: client seq {c['seq']} is request {i} "
                                        "on the port"))
-            for m in compare_pair(c, t, tol_ns):
+            for k, m in enumerate(compare_pair(c, t, tol_ns)):
                 text = f"id {c['id']} port {port} seq {c['seq']}: {m}"
-                if verbose:
+                if verbose and k == 0:
                     text += ("\n    client:     " + json.dumps(c) +
                              "\n    tokenscope: " + json.dumps(t))
                 errors.append(timing(text) if m.timing else Mismatch(text))
@@ -454,8 +446,9 @@ def run_attempts(name, top, args):
             break
         notes.append(f"attempt {attempt}: {len(errors)} timing mismatches, first: "
                      + errors[0].split("\n")[0])
-    # Structural mismatches first: they are the ones a retry cannot explain.
-    errors.sort(key=lambda e: e.timing)
+    if not args.verbose:
+        # Structural mismatches first: they are the ones a retry cannot explain.
+        errors.sort(key=lambda e: e.timing)
     shown = errors if args.verbose else errors[:MAX_REPORTED]
     lines = [*shown, *notes]
     if len(errors) > len(shown):

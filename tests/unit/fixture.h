@@ -119,10 +119,9 @@ static inline uint64_t fixture_plan_ts(const struct fixture *f, enum fixture_pla
 }
 
 /* Calls feed(ctx, buf, len, ts) for each feed of the plan; stops at the first error. */
-static inline int fixture_replay(const struct fixture *f, enum fixture_plan plan, size_t split,
-				 int (*feed)(void *ctx, const uint8_t *buf, size_t len,
-					     uint64_t ts),
-				 void *ctx)
+static inline int
+fixture_replay(const struct fixture *f, enum fixture_plan plan, size_t split,
+	       int (*feed)(void *ctx, const uint8_t *buf, size_t len, uint64_t ts), void *ctx)
 {
 	int err = 0;
 

@@ -51,8 +51,9 @@ static void test_openai_chat(void)
 {
 	struct frame_info fi;
 
-	fi = classify("", "{\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,"
-			  "\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"finish_reason\":null}]}");
+	fi = classify(
+	    "", "{\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,"
+		"\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"finish_reason\":null}]}");
 	ASSERT_EQ(fi.format, FMT_OPENAI_CHAT, "format");
 	ASSERT_FALSE(fi.content, "vLLM role-only first frame");
 	fi = classify("", "{\"choices\": [{\"delta\": {}, \"finish_reason\": \"stop\"}]}");
@@ -63,18 +64,18 @@ static void test_openai_chat(void)
 	ASSERT_FALSE(classify("", "{\"choices\":[{\"delta\":{\"content\":null}}]}").content,
 		     "null content");
 	ASSERT_TRUE(
-		classify("", "{\"choices\":[{\"delta\":{\"reasoning_content\":\"hm\"}}]}").content,
-		"reasoning_content");
+	    classify("", "{\"choices\":[{\"delta\":{\"reasoning_content\":\"hm\"}}]}").content,
+	    "reasoning_content");
 	ASSERT_TRUE(classify("", "{\"choices\":[{\"delta\":{\"reasoning\":\"hm\"}}]}").content,
 		    "reasoning");
-	ASSERT_TRUE(classify("", "{\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0}]}}]}")
-			    .content,
-		    "tool_calls");
+	ASSERT_TRUE(
+	    classify("", "{\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0}]}}]}").content,
+	    "tool_calls");
 	ASSERT_FALSE(classify("", "{\"choices\":[{\"delta\":{\"tool_calls\":[]}}]}").content,
 		     "empty tool_calls");
 	ASSERT_TRUE(classify("", "{\"choices\":[{\"index\":1,\"delta\":{}},"
 				 "{\"index\":0,\"delta\":{\"content\":\"x\"}}]}")
-			    .content,
+			.content,
 		    "any choice");
 
 	fi = classify("", "{\"object\":\"chat.completion.chunk\",\"choices\":[],\"usage\":"
@@ -91,15 +92,17 @@ static void test_openai_chat(void)
 	ASSERT_EQ(fi.cached_tokens, -1, "no details");
 	fi = classify("", "{\"choices\":[{\"delta\":{\"content\":\"x\"}}],\"usage\":null}");
 	ASSERT_EQ(fi.completion_tokens, -1, "usage null");
-	fi = classify("", "{\"choices\":[],\"usage\":{\"prompt_tokens\":1.5,\"completion_tokens\":-2}}");
+	fi = classify(
+	    "", "{\"choices\":[],\"usage\":{\"prompt_tokens\":1.5,\"completion_tokens\":-2}}");
 	ASSERT_EQ(fi.prompt_tokens, -1, "not a count");
 	ASSERT_EQ(fi.completion_tokens, -1, "negative");
 }
 
 static void test_openai_completion(void)
 {
-	struct frame_info fi = classify("", "{\"object\":\"text_completion\",\"choices\":[{\"text\":"
-					    "\" a\",\"finish_reason\":null}]}");
+	struct frame_info fi =
+	    classify("", "{\"object\":\"text_completion\",\"choices\":[{\"text\":"
+			 "\" a\",\"finish_reason\":null}]}");
 
 	ASSERT_EQ(fi.format, FMT_OPENAI_COMPLETION, "format");
 	ASSERT_TRUE(fi.content, "text");
@@ -146,7 +149,7 @@ static void test_ollama(void)
 	ASSERT_EQ(fi.completion_tokens, 290, "eval_count");
 	ASSERT_TRUE(classify("", "{\"model\":\"m\",\"message\":{\"role\":\"assistant\",\"content\":"
 				 "\"\",\"thinking\":\"hmm\"},\"done\":false}")
-			    .content,
+			.content,
 		    "thinking");
 	ASSERT_TRUE(classify("", "{\"error\":\"model not found\"}").error, "error");
 }
@@ -168,26 +171,26 @@ static void test_anthropic(void)
 	ASSERT_TRUE(classify("content_block_delta",
 			     "{\"type\":\"content_block_delta\",\"index\":0,\"delta\":"
 			     "{\"type\":\"text_delta\",\"text\":\"Hi\"}}")
-			    .content,
+			.content,
 		    "text_delta");
 	ASSERT_FALSE(classify("content_block_delta",
 			      "{\"type\":\"content_block_delta\",\"index\":1,\"delta\":"
 			      "{\"type\":\"input_json_delta\",\"partial_json\":\"\"}}")
-			     .content,
+			 .content,
 		     "empty partial_json");
 	ASSERT_TRUE(classify("", "{\"type\":\"content_block_delta\",\"delta\":"
 				 "{\"type\":\"input_json_delta\",\"partial_json\":\"{\\\"a\"}}")
-			    .content,
+			.content,
 		    "partial_json, no event line");
 	ASSERT_TRUE(classify("content_block_delta",
 			     "{\"type\":\"content_block_delta\",\"delta\":"
 			     "{\"type\":\"thinking_delta\",\"thinking\":\"so\"}}")
-			    .content,
+			.content,
 		    "thinking_delta");
 	ASSERT_FALSE(classify("content_block_delta",
 			      "{\"type\":\"content_block_delta\",\"delta\":"
 			      "{\"type\":\"signature_delta\",\"signature\":\"abc\"}}")
-			     .content,
+			 .content,
 		     "signature_delta");
 	fi = classify("message_delta", "{\"type\":\"message_delta\",\"delta\":{\"stop_reason\":"
 				       "\"end_turn\"},\"usage\":{\"output_tokens\":15}}");
@@ -203,8 +206,9 @@ static void test_anthropic(void)
 
 static void test_errors(void)
 {
-	struct frame_info fi = classify("", "{\"error\": {\"object\": \"error\", \"message\": \"x\", "
-					    "\"type\": \"InternalServerError\", \"code\": 500}}");
+	struct frame_info fi =
+	    classify("", "{\"error\": {\"object\": \"error\", \"message\": \"x\", "
+			 "\"type\": \"InternalServerError\", \"code\": 500}}");
 
 	ASSERT_TRUE(fi.error, "openai error object");
 	ASSERT_FALSE(fi.content, "no content");
@@ -325,8 +329,13 @@ struct summary {
 
 static struct summary summarize(const struct pipe *p)
 {
-	struct summary s = { .format = FMT_UNKNOWN, .first_content_ts = -1, .last_content_ts = -1,
-			     .done_ts = -1, .error_ts = -1, .prompt = -1, .completion = -1,
+	struct summary s = { .format = FMT_UNKNOWN,
+			     .first_content_ts = -1,
+			     .last_content_ts = -1,
+			     .done_ts = -1,
+			     .error_ts = -1,
+			     .prompt = -1,
+			     .completion = -1,
 			     .cached = -1 };
 
 	for (size_t i = 0; i < p->nfr; i++) {
@@ -370,7 +379,8 @@ static bool pipe_same(const struct pipe *ref, const struct pipe *p, const struct
 		}
 	}
 	for (size_t i = 0; i < p->nend; i++)
-		if (!ASSERT_EQ(p->end_ts[i], fixture_plan_ts(f, plan, split, ref->end_ts[i]), "end"))
+		if (!ASSERT_EQ(p->end_ts[i], fixture_plan_ts(f, plan, split, ref->end_ts[i]),
+			       "end"))
 			return false;
 	return true;
 }
@@ -390,7 +400,20 @@ static const struct stream_expect streams[] = {
 	{ "uvloop_vllm", FMT_OPENAI_CHAT, 8, 4, 1, 0, 1, 4, 5, -1, 12, 4, 8, 1, { 5 } },
 	{ "node_express", FMT_OPENAI_CHAT, 7, 4, 1, 0, 1, 4, 6, -1, -1, -1, -1, 1, { 6 } },
 	{ "go_ollama", FMT_OLLAMA, 5, 4, 1, 0, 0, 3, 4, -1, 26, 4, -1, 1, { 5 } },
-	{ "aiohttp_completion", FMT_OPENAI_COMPLETION, 5, 4, 1, 0, 1, 4, 5, -1, -1, -1, -1, 1,
+	{ "aiohttp_completion",
+	  FMT_OPENAI_COMPLETION,
+	  5,
+	  4,
+	  1,
+	  0,
+	  1,
+	  4,
+	  5,
+	  -1,
+	  -1,
+	  -1,
+	  -1,
+	  1,
 	  { 6 } },
 	{ "tgi", FMT_TGI, 4, 3, 1, 0, 1, 3, 4, -1, -1, 4, -1, 1, { 5 } },
 	{ "anthropic", FMT_ANTHROPIC, 12, 3, 1, 0, 3, 8, 11, -1, 35, 15, 10, 1, { 12 } },

@@ -110,7 +110,8 @@ static int feed_str(struct rec *r, const char *s, uint64_t ts)
 static bool rec_same(const struct rec *ref, const struct rec *r, const struct fixture *f,
 		     enum fixture_plan plan, size_t split)
 {
-	if (!ASSERT_EQ(r->nev, ref->nev, "events") || !ASSERT_EQ(r->body_len, ref->body_len, "body"))
+	if (!ASSERT_EQ(r->nev, ref->nev, "events") ||
+	    !ASSERT_EQ(r->body_len, ref->body_len, "body"))
 		return false;
 	if (!ASSERT_TRUE(memcmp(r->body, ref->body, r->body_len) == 0, "body bytes"))
 		return false;
@@ -272,10 +273,11 @@ static void test_fixture_requests(void)
 static void test_pipelined_requests(void)
 {
 	struct rec *r = rec_new(HTTP_DIR_REQUEST);
-	const char *in = "POST /a HTTP/1.1\r\nHost: x\r\ncontent-LENGTH: 3\r\n\r\nabc"
-			 "GET /models?x=1 HTTP/1.1\r\nHost: x\r\n\r\n"
-			 "\r\n" /* a stray CRLF between messages is allowed */
-			 "POST /c HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n";
+	const char *in =
+	    "POST /a HTTP/1.1\r\nHost: x\r\ncontent-LENGTH: 3\r\n\r\nabc"
+	    "GET /models?x=1 HTTP/1.1\r\nHost: x\r\n\r\n"
+	    "\r\n" /* a stray CRLF between messages is allowed */
+	    "POST /c HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n";
 
 	ASSERT_OK(feed_str(r, in, 7), "feed");
 	ASSERT_EQ(r->nheads, 3, "heads");
@@ -294,9 +296,10 @@ static void test_close_delimited(void)
 {
 	struct rec *r = rec_new(HTTP_DIR_RESPONSE);
 
-	ASSERT_OK(feed_str(r, "HTTP/1.0 200 OK\r\nContent-Type: Text/Event-Stream; charset=utf-8\r\n\r\n",
-			   1),
-		  "head");
+	ASSERT_OK(
+	    feed_str(r, "HTTP/1.0 200 OK\r\nContent-Type: Text/Event-Stream; charset=utf-8\r\n\r\n",
+		     1),
+	    "head");
 	ASSERT_OK(feed_str(r, "data: x\n\n", 2), "body");
 	ASSERT_EQ(r->nev, 1, "no end yet");
 	ASSERT_FALSE(r->heads[0].keep_alive, "1.0 closes");
@@ -337,6 +340,16 @@ static void test_no_body(void)
 	ASSERT_EQ(r->body_len, 2, "only the 200 has a body");
 	free(r);
 
+	/* After 101 the connection speaks another protocol. */
+	r = rec_new(HTTP_DIR_RESPONSE);
+	ASSERT_EQ(feed_str(r,
+			   "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n"
+			   "\x81\x05hello",
+			   1),
+		  -EPROTO, "websocket frames are not HTTP");
+	ASSERT_EQ(r->nev, 2, "the 101 itself was reported");
+	free(r);
+
 	/* An answer to HEAD: Content-Length describes the GET it stands for. */
 	r = rec_new(HTTP_DIR_RESPONSE);
 	http_expect_no_body(&r->p);
@@ -375,8 +388,9 @@ static void test_chunk_syntax(void)
 
 	/* chunked not last: the response runs to the close. */
 	r = rec_new(HTTP_DIR_RESPONSE);
-	ASSERT_OK(feed_str(r, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, gzip\r\n\r\n5\r\n", 1),
-		  "feed");
+	ASSERT_OK(
+	    feed_str(r, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, gzip\r\n\r\n5\r\n", 1),
+	    "feed");
 	ASSERT_FALSE(r->heads[0].chunked, "not chunked");
 	ASSERT_EQ(r->body_len, 3, "raw body");
 	free(r);
@@ -387,12 +401,13 @@ static void test_head_fields(void)
 	struct rec *r = rec_new(HTTP_DIR_REQUEST);
 	char path[400];
 
-	ASSERT_OK(feed_str(r,
-			   "GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n"
-			   "GET / HTTP/1.1\r\nConnection: keep-alive, close\r\n\r\n"
-			   "GET / HTTP/1.1\r\nX-Long: a\r\n  folded\r\nContent-Length: 0, 0\r\n\r\n",
-			   1),
-		  "feed");
+	ASSERT_OK(
+	    feed_str(r,
+		     "GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n"
+		     "GET / HTTP/1.1\r\nConnection: keep-alive, close\r\n\r\n"
+		     "GET / HTTP/1.1\r\nX-Long: a\r\n  folded\r\nContent-Length: 0, 0\r\n\r\n",
+		     1),
+	    "feed");
 	ASSERT_EQ(r->nheads, 3, "heads");
 	ASSERT_TRUE(r->heads[0].keep_alive, "1.0 keep-alive");
 	ASSERT_FALSE(r->heads[1].keep_alive, "close wins");
@@ -417,10 +432,10 @@ static const struct {
 	enum http_dir dir;
 	const char *in;
 } garbage[] = {
-	{ HTTP_DIR_RESPONSE, "\x16\x03\x01\x02\x00" },	    /* TLS handshake */
-	{ HTTP_DIR_REQUEST, "\x17\x03\x03\x00\x20" },	    /* TLS application data */
+	{ HTTP_DIR_RESPONSE, "\x16\x03\x01\x02\x00" }, /* TLS handshake */
+	{ HTTP_DIR_REQUEST, "\x17\x03\x03\x00\x20" },  /* TLS application data */
 	{ HTTP_DIR_RESPONSE, "XTTP/1.1 200 OK\r\n\r\n" },
-	{ HTTP_DIR_REQUEST, "get / HTTP/1.1\r\n\r\n" },	    /* methods are upper case */
+	{ HTTP_DIR_REQUEST, "get / HTTP/1.1\r\n\r\n" },		  /* methods are upper case */
 	{ HTTP_DIR_REQUEST, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" }, /* h2 preface */
 	{ HTTP_DIR_RESPONSE, "HTTP/2 200\r\n\r\n" },
 	{ HTTP_DIR_RESPONSE, "HTTP/1.1 20 OK\r\n\r\n" },

@@ -453,6 +453,49 @@ static void test_frames_split_at_every_byte(void)
 	}
 }
 
+/* A zero-byte record: the kernel saw a read return 0 (EOF). */
+static void eof_event(struct harness *h, uint64_t id, uint64_t ts)
+{
+	struct ts_data_event e = { .hdr = { TS_EV_DATA, sizeof(e), 100, 100 } };
+
+	e.conn_id = id;
+	e.enter_ns = ts;
+	e.exit_ns = ts + 10;
+	e.pos = e.syscall_pos = h->pos[id][TS_DIR_IN];
+	e.dir = TS_DIR_IN;
+	e.syscall = TS_SYS_READ;
+	e.last = 1;
+	e.status = TS_DATA_EOF;
+	pipeline_feed(&h->pl, &e, sizeof(e));
+}
+
+static void test_client_hangup_is_aborted(void)
+{
+	struct harness h;
+
+	h_open(&h);
+	/* The client leaves after one token; the server still ends the chunked body. */
+	send_request(&h, 1, 1000);
+	data_event(&h, 1, TS_DIR_OUT, HEAD_SSE, 2000);
+	chunk(&h, 1, TOK, 3000);
+	eof_event(&h, 1, 3500);
+	data_event(&h, 1, TS_DIR_OUT, "0\r\n\r\n", 4000);
+	/* On another connection the client leaves after [DONE], before the terminator. */
+	send_request(&h, 2, 5000);
+	data_event(&h, 2, TS_DIR_OUT, HEAD_SSE, 6000);
+	chunk(&h, 2, TOK, 7000);
+	chunk(&h, 2, DONE, 8000);
+	eof_event(&h, 2, 8500);
+	data_event(&h, 2, TS_DIR_OUT, "0\r\n\r\n", 9000);
+	if (!ASSERT_EQ(h_lines(&h), 2, "two requests"))
+		goto out;
+	ASSERT_STREQ(str(h.lines[0], "outcome"), "aborted", "hung up mid-stream");
+	ASSERT_EQ(num(h.lines[0], "tokens"), 1, "tokens before the hang-up");
+	ASSERT_STREQ(str(h.lines[1], "outcome"), "ok", "hung up after [DONE]");
+out:
+	h_close(&h);
+}
+
 static void test_bad_records_are_counted(void)
 {
 	struct harness h;
@@ -480,6 +523,7 @@ int main(void)
 	RUN(test_ignores_other_protocols);
 	RUN(test_joined_mid_connection);
 	RUN(test_frames_split_at_every_byte);
+	RUN(test_client_hangup_is_aborted);
 	RUN(test_bad_records_are_counted);
 	return CHECK_DONE();
 }

@@ -5,7 +5,9 @@
  * never wrong. Then the scanner's traps: keys inside strings, nested keys, escapes, values
  * cut in half.
  */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* memmem */
+#endif
 #include <stdlib.h>
 
 #include "check.h"
@@ -45,7 +47,7 @@ struct body_expect {
 static const struct body_expect bodies[] = {
 	{ "uvicorn_h11", "Qwen/Qwen2.5-0.5B", 1, 64, false }, /* max_completion_tokens */
 	{ "uvloop_vllm", "Qwen/Qwen2.5-0.5B", 1, 32, true },
-	{ "node_express", "m", 1, 16, false }, /* the prompt quotes "model": "x" */
+	{ "node_express", "m", 1, 16, false },	    /* the prompt quotes "model": "x" */
 	{ "go_ollama", "llama3.2", -1, 32, false }, /* options.num_predict */
 	{ "aiohttp_completion", "gpt2", 1, 4, false },
 	{ "tgi", "", -1, 20, false }, /* parameters.max_new_tokens */
@@ -156,7 +158,8 @@ static void test_limits_and_dialects(void)
 	ri = parse_str("{\"model\":\"llama3\",\"num_predict\":128,\"stream\":false}", 0);
 	ASSERT_EQ(ri.max_tokens, 128, "top-level num_predict");
 	ASSERT_EQ(ri.stream, 0, "stream false");
-	ri = parse_str("{\"options\":{\"max_new_tokens\":5},\"parameters\":{\"num_predict\":6}}", 0);
+	ri =
+	    parse_str("{\"options\":{\"max_new_tokens\":5},\"parameters\":{\"num_predict\":6}}", 0);
 	ASSERT_EQ(ri.max_tokens, -1, "nested keys only under their parent");
 	ri = parse_str("{\"inputs\":\"x\",\"parameters\":{\"max_new_tokens\":50},", 1000);
 	ASSERT_EQ(ri.max_tokens, 50, "TGI cut");
@@ -235,7 +238,8 @@ static void test_deep_and_random(void)
 			s ^= s << 13;
 			s ^= s >> 7;
 			s ^= s << 17;
-			buf[i] = s % 2 ? (uint8_t)"{}[]\":,\\ tm0"[(s >> 8) % 13] : (uint8_t)(s >> 16);
+			buf[i] =
+			    s % 2 ? (uint8_t) "{}[]\":,\\ tm0"[(s >> 8) % 13] : (uint8_t)(s >> 16);
 		}
 		buf[0] = '{';
 		reqbody_parse(buf, n, n + round % 2, &ri);

@@ -55,14 +55,14 @@ static void test_basic_fields(void)
 
 	feed(r,
 	     "data: a\n\n"
-	     "data:b\n\n"		     /* no space */
-	     "data:  c\n\n"		     /* only one space is removed */
-	     "data: 1\ndata: 2\n\n"	     /* lines joined with LF */
-	     ": comment\n\n"		     /* no data: nothing */
-	     "event: e1\n\n"		     /* event without data: nothing, and reset */
+	     "data:b\n\n"	    /* no space */
+	     "data:  c\n\n"	    /* only one space is removed */
+	     "data: 1\ndata: 2\n\n" /* lines joined with LF */
+	     ": comment\n\n"	    /* no data: nothing */
+	     "event: e1\n\n"	    /* event without data: nothing, and reset */
 	     "id: 7\nretry: 10\nfoo: bar\ndata: d\n\n"
 	     "event: content_block_delta\ndata: {}\n\n"
-	     "data\n\n"			     /* a field without a colon has an empty value */
+	     "data\n\n" /* a field without a colon has an empty value */
 	     "data: last\n\n",
 	     4);
 	if (!ASSERT_EQ(r->n, 8, "frames"))
@@ -109,7 +109,10 @@ static void test_bom(void)
 	struct srec *r = srec_new(SSE_MODE_SSE);
 
 	feed(r, "\xef\xbb", 1);
-	feed(r, "\xbf" "data: x\n\n", 2);
+	feed(r,
+	     "\xbf"
+	     "data: x\n\n",
+	     2);
 	ASSERT_EQ(r->n, 1, "BOM skipped");
 	ASSERT_STREQ(r->data[0], "x", "data");
 	free(r);
@@ -312,7 +315,7 @@ static void test_garbage(void)
 			s ^= s >> 7;
 			s ^= s << 17;
 			/* Mostly syntax characters, so lines and fields do form. */
-			buf[i] = s % 3 ? (uint8_t)"\n\r:d "[(s >> 8) % 5] : (uint8_t)(s >> 16);
+			buf[i] = s % 3 ? (uint8_t) "\n\r:d "[(s >> 8) % 5] : (uint8_t)(s >> 16);
 		}
 		sse_feed(&r->p, buf, sizeof(buf), round);
 		if (round % 7 == 0)

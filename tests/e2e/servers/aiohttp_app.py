@@ -7,6 +7,7 @@ import asyncio
 import os
 import sys
 
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from aiohttp import web  # noqa: E402
@@ -27,9 +28,12 @@ async def chat(http):
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
                                        "Cache-Control": "no-cache"})
     await resp.prepare(http)
-    async for frame in req.frames():
-        await resp.write(frame)
-    await resp.write_eof()
+    try:
+        async for frame in req.frames():
+            await resp.write(frame)
+        await resp.write_eof()
+    except ConnectionResetError:
+        pass  # the client closed early (an abort); aiohttp drops the connection
     return resp
 
 

@@ -1,0 +1,196 @@
+#!/usr/bin/python3
+"""Overhead benchmarks of tokenscope, measured side by side in one run and printed as ratios.
+
+1. The reference server streaming at full speed to 8 concurrent clients: client-measured
+   throughput and the server's CPU per written frame, untraced and under tokenscope, a bpftrace
+   uprobe script and strace (the alternatives a user has today). Modes are interleaved over
+   several rounds and the median is reported, because this machine is shared and noisy.
+2. tokenscope's own CPU and peak RSS at about 10,000 frames/s (100 streams at 100 frames/s),
+   and with 1,000 concurrent open streams at the same frame rate.
+3. Records lost in every traced run.
+"""
+import json
+import os
+import re
+import resource
+import signal
+import statistics
+import subprocess
+import sys
+import time
+
+OUT = os.environ.get("OUTPUT", ".output")
+TS = os.path.join(OUT, "tokenscope")
+RS = os.path.join(OUT, "refserver")
+GT = os.path.join(OUT, "gtclient")
+HZ = os.sysconf("SC_CLK_TCK")
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
+
+
+def cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / HZ
+
+
+def peak_rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        m = re.search(r"VmHWM:\s+(\d+) kB", f.read())
+    return int(m.group(1)) if m else 0
+
+
+def wait_for(path, pattern, timeout=20):
+    end = time.time() + timeout
+    while time.time() < end:
+        try:
+            with open(path) as f:
+                text = f.read()
+            if re.search(pattern, text):
+                return text
+        except FileNotFoundError:
+            pass
+        time.sleep(0.05)
+    raise RuntimeError(f"timed out waiting for {pattern!r} in {path}")
+
+
+class Server:
+    def __init__(self, tmp, *args):
+        self.log = os.path.join(tmp, "server.log")
+        self.p = subprocess.Popen([RS, "--port", "0", "--stats", *args],
+                                  stdout=open(self.log, "w"), stderr=subprocess.STDOUT)
+        self.port = int(wait_for(self.log, r"listening on \S+:(\d+)").split(":")[-1])
+
+    def stop(self):
+        self.p.send_signal(signal.SIGINT)
+        self.p.wait(10)
+        text = open(self.log).read()
+        m = re.search(r"frames_sent=(\d+)", text)
+        return int(m.group(1)) if m else 0
+
+
+class Tracer:
+    """tokenscope, bpftrace or strace attached to pid; None for the untraced run."""
+
+    def __init__(self, kind, pid, tmp):
+        self.kind, self.p = kind, None
+        self.err = os.path.join(tmp, f"{kind}.err")
+        if kind == "untraced":
+            return
+        if kind == "tokenscope":
+            cmd, ready = [TS, "trace", "-p", str(pid), "--json"], "attached"
+        elif kind == "bpftrace":
+            # What a user writes today: uprobes on libc's write paths, filtered by pid,
+            # keeping a per-thread timestamp and a byte histogram.
+            libc = "/lib/x86_64-linux-gnu/libc.so.6"
+            prog = "".join(
+                f"uprobe:{libc}:{fn} /pid == {pid}/ {{ @ts[tid] = nsecs; @bytes = hist(arg2); }} "
+                for fn in ("write", "writev", "send", "sendto"))
+            cmd, ready = ["bpftrace", "-e", prog], "Attaching"
+        elif kind == "strace":
+            cmd = ["strace", "-f", "-qq", "-e", "trace=write,writev,sendto,sendmsg",
+                   "-o", "/dev/null", "-p", str(pid)]
+            ready = None
+        err = open(self.err, "w")
+        # bpftrace says "Attaching N probes" on stdout; the others talk on stderr.
+        self.p = subprocess.Popen(cmd, stdout=err if kind == "bpftrace" else subprocess.DEVNULL,
+                                  stderr=err)
+        if ready:
+            wait_for(self.err, ready, 60)
+        else:
+            time.sleep(1.0)
+        self.cpu0 = cpu_seconds(self.p.pid)
+
+    def stop(self):
+        if not self.p:
+            return {}
+        cpu = cpu_seconds(self.p.pid) - self.cpu0
+        rss = peak_rss_kib(self.p.pid)
+        self.p.send_signal(signal.SIGINT)
+        self.p.wait(30)
+        info = {"cpu_s": cpu, "rss_kib": rss}
+        text = open(self.err).read()
+        m = re.search(r"lost: (\d+) records", text)
+        if m:
+            info["lost_records"] = int(m.group(1))
+        return info
+
+
+def client(port, n, c, tokens, tmp, extra=()):
+    out = os.path.join(tmp, "client.json")
+    t0 = time.monotonic()
+    subprocess.run([GT, "--port", str(port), "-n", str(n), "-c", str(c), "--max-tokens",
+                    str(tokens), "--timeout-s", "120", "-o", out, *extra],
+                   check=True, stderr=subprocess.DEVNULL)
+    wall = time.monotonic() - t0
+    rows = [json.loads(l) for l in open(out) if l.strip()]
+    frames = sum(r["frames"] for r in rows)
+    bad = sum(r["outcome"] != "ok" for r in rows)
+    return frames, wall, bad
+
+
+def throughput_run(kind, tmp):
+    srv = Server(tmp, "--token-ms", "0")
+    tr = Tracer(kind, srv.p.pid, tmp)
+    cpu0 = cpu_seconds(srv.p.pid)
+    frames, wall, bad = client(srv.port, 8, 8, 20000, tmp)
+    srv_cpu = cpu_seconds(srv.p.pid) - cpu0
+    info = tr.stop()
+    sent = srv.stop()
+    return {"fps": frames / wall, "cpu_per_frame_us": srv_cpu / max(sent, 1) * 1e6,
+            "frames": frames, "bad": bad, **info}
+
+
+def steady_run(streams, token_ms, seconds, tmp):
+    """tokenscope's own cost while `streams` streams each send a frame every token_ms."""
+    srv = Server(tmp, "--token-ms", str(token_ms))
+    tr = Tracer("tokenscope", srv.p.pid, tmp)
+    tokens = int(seconds * 1000 / token_ms)
+    frames, wall, bad = client(srv.port, streams, streams, tokens, tmp)
+    info = tr.stop()
+    srv.stop()
+    return {"fps": frames / wall, "cpu_pct": 100 * info["cpu_s"] / wall,
+            "rss_mib": info["rss_kib"] / 1024, "lost": info.get("lost_records"), "bad": bad}
+
+
+def have(cmd):
+    return subprocess.run(["which", cmd], capture_output=True).returncode == 0
+
+
+def main():
+    if os.geteuid() != 0:
+        sys.exit("bench: run as root (tokenscope and bpftrace load BPF programs)")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (8192, 8192))
+    tmp = subprocess.check_output(["mktemp", "-d"], text=True).strip()
+    kinds = ["untraced", "tokenscope"] + [k for k in ("bpftrace", "strace") if have(k)]
+    results = {k: [] for k in kinds}
+    print(f"1. full-speed streaming, 8 concurrent streams x 20000 frames, {ROUNDS} rounds "
+          f"interleaved, medians")
+    for r in range(ROUNDS):
+        for k in kinds:
+            res = throughput_run(k, tmp)
+            results[k].append(res)
+            print(f"   round {r + 1} {k:10s} {res['fps']:10.0f} frames/s  "
+                  f"server {res['cpu_per_frame_us']:6.2f} us CPU/frame", flush=True)
+    base = results["untraced"]
+    base_fps = statistics.median(x["fps"] for x in base)
+    base_cpu = statistics.median(x["cpu_per_frame_us"] for x in base)
+    print(f"   {'mode':10s} {'frames/s':>10s} {'ratio':>6s} {'added us/write':>15s}")
+    for k in kinds:
+        fps = statistics.median(x["fps"] for x in results[k])
+        cpu = statistics.median(x["cpu_per_frame_us"] for x in results[k])
+        print(f"   {k:10s} {fps:10.0f} {fps / base_fps:6.3f} {cpu - base_cpu:15.2f}")
+    lost = [x.get("lost_records") for x in results["tokenscope"]]
+    print(f"   tokenscope records lost per round: {lost}")
+
+    print("2. tokenscope's own cost (CPU % of one core, peak RSS), 10 s each")
+    for streams, token_ms in ((100, 10), (1000, 100)):
+        res = steady_run(streams, token_ms, 10, tmp)
+        print(f"   {streams:5d} streams at {1000 // token_ms:3d} frames/s each: "
+              f"{res['fps']:7.0f} frames/s, tokenscope CPU {res['cpu_pct']:5.2f} %, "
+              f"peak RSS {res['rss_mib']:5.1f} MiB, records lost {res['lost']}, "
+              f"client errors {res['bad']}", flush=True)
+    subprocess.run(["rm", "-rf", tmp])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,160 @@
+// SPDX-License-Identifier: MIT
+/*
+ * writeloop: the cost of one streamed frame's write, isolated for benchmarks.
+ *
+ * A child process (forked at start, before any tracer attaches, so it is never followed) sends
+ * one streaming HTTP request over loopback TCP and drains the response. The parent reads the
+ * request, waits for a line on stdin (the benchmark attaches a tracer meanwhile), then writes
+ * the response head and N SSE frames as HTTP chunks, one syscall each, like uvicorn does, and
+ * prints the CPU and wall time per write it spent.
+ *
+ * usage: writeloop [-n FRAMES] [-s FRAME_BYTES] [--writev]
+ */
+#define _GNU_SOURCE
+#include <stdbool.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char REQUEST[] = "POST /v1/chat/completions HTTP/1.1\r\nHost: bench\r\n"
+			      "Content-Type: application/json\r\nContent-Length: 34\r\n\r\n"
+			      "{\"model\":\"bench\",\"stream\":true}  ";
+static const char HEAD[] = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+			   "Transfer-Encoding: chunked\r\n\r\n";
+
+static double now(clockid_t c)
+{
+	struct timespec ts;
+
+	clock_gettime(c, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void die(const char *what)
+{
+	perror(what);
+	exit(1);
+}
+
+static void reader(int fd)
+{
+	char buf[65536];
+
+	if (write(fd, REQUEST, sizeof(REQUEST) - 1) != (ssize_t)(sizeof(REQUEST) - 1))
+		die("child write");
+	while (read(fd, buf, sizeof(buf)) > 0)
+		;
+	_exit(0);
+}
+
+int main(int argc, char **argv)
+{
+	long frames = 200000, size = 280;
+	bool use_writev = false;
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t alen = sizeof(a);
+	int one = 1, l, srv, cli;
+	char *frame, line[16], req[1024];
+	size_t flen;
+	double c0, w0, c1, w1;
+	pid_t child;
+
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "-n") && i + 1 < argc)
+			frames = atol(argv[++i]);
+		else if (!strcmp(argv[i], "-s") && i + 1 < argc)
+			size = atol(argv[++i]);
+		else if (!strcmp(argv[i], "--writev"))
+			use_writev = true;
+		else {
+			fprintf(stderr, "usage: writeloop [-n FRAMES] [-s FRAME_BYTES] [--writev]\n");
+			return 2;
+		}
+	}
+	if (frames <= 0 || size < 16 || size > 60000) {
+		fprintf(stderr, "writeloop: bad -n or -s\n");
+		return 2;
+	}
+	l = socket(AF_INET, SOCK_STREAM, 0);
+	if (l < 0 || bind(l, (struct sockaddr *)&a, sizeof(a)) || listen(l, 1) ||
+	    getsockname(l, (struct sockaddr *)&a, &alen))
+		die("listen");
+	cli = socket(AF_INET, SOCK_STREAM, 0);
+	if (connect(cli, (struct sockaddr *)&a, sizeof(a)))
+		die("connect");
+	srv = accept(l, NULL, NULL);
+	if (srv < 0)
+		die("accept");
+	setsockopt(srv, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	child = fork();
+	if (child == 0) {
+		close(srv);
+		reader(cli);
+	}
+	close(cli);
+	close(l);
+
+	/* An SSE frame of `size` bytes (JSON padded with content), wrapped as one chunk. */
+	{
+		static const char pre[] = "data: {\"choices\":[{\"delta\":{\"content\":\"";
+		static const char post[] = "\"}}]}\n\n";
+		long pad = size - (long)(sizeof(pre) - 1) - (long)(sizeof(post) - 1);
+		int hl;
+
+		if (pad < 1) {
+			fprintf(stderr, "writeloop: -s must be at least %zu\n",
+				sizeof(pre) + sizeof(post));
+			return 2;
+		}
+		frame = malloc(size + 32);
+		hl = sprintf(frame, "%lx\r\n%s", size, pre);
+		memset(frame + hl, 'x', pad);
+		flen = hl + pad;
+		flen += sprintf(frame + flen, "%s\r\n", post);
+	}
+
+	printf("ready %d\n", getpid());
+	fflush(stdout);
+	if (!fgets(line, sizeof(line), stdin))
+		return 1;
+	if (read(srv, req, sizeof(req)) <= 0)
+		die("read request");
+	if (write(srv, HEAD, sizeof(HEAD) - 1) < 0)
+		die("write head");
+	c0 = now(CLOCK_THREAD_CPUTIME_ID);
+	w0 = now(CLOCK_MONOTONIC);
+	for (long i = 0; i < frames; i++) {
+		ssize_t r;
+
+		if (use_writev) {
+			/* Node's shape: size, CRLF, frame, CRLF in four iovecs. */
+			int hl = strchr(frame, '\r') - frame;
+			struct iovec iov[4] = { { frame, hl },
+						{ "\r\n", 2 },
+						{ frame + hl + 2, flen - hl - 4 },
+						{ "\r\n", 2 } };
+
+			r = writev(srv, iov, 4);
+		} else {
+			r = write(srv, frame, flen);
+		}
+		if (r != (ssize_t)flen)
+			die("write frame");
+	}
+	c1 = now(CLOCK_THREAD_CPUTIME_ID);
+	w1 = now(CLOCK_MONOTONIC);
+	if (write(srv, "0\r\n\r\n", 5) != 5)
+		die("write end");
+	close(srv);
+	waitpid(child, NULL, 0);
+	printf("frames=%ld bytes_per_write=%zu cpu_ns_per_write=%.1f wall_ns_per_write=%.1f\n",
+	       frames, flen, (c1 - c0) * 1e9 / frames, (w1 - w0) * 1e9 / frames);
+	return 0;
+}
