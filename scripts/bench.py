@@ -1,6 +1,8 @@
 #!/usr/bin/python3
 """Overhead benchmarks of tokenscope, measured side by side in one run and printed as ratios.
 
+0. The cost of one traced write: writeloop streams 200,000 SSE frames over loopback TCP, one
+   write syscall each, and reports its own CPU time per write, untraced and under each tracer.
 1. The reference server streaming at full speed to 8 concurrent clients: client-measured
    throughput and the server's CPU per written frame, untraced and under tokenscope, a bpftrace
    uprobe script and strace (the alternatives a user has today). Modes are interleaved over
@@ -22,6 +24,7 @@ import time
 OUT = os.environ.get("OUTPUT", ".output")
 TS = os.path.join(OUT, "tokenscope")
 RS = os.path.join(OUT, "refserver")
+WL = os.path.join(OUT, "writeloop")
 GT = os.path.join(OUT, "gtclient")
 HZ = os.sysconf("SC_CLK_TCK")
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
@@ -128,6 +131,21 @@ def client(port, n, c, tokens, tmp, extra=()):
     return frames, wall, bad
 
 
+def writeloop_run(kind, tmp, frames=200000):
+    wl = subprocess.Popen([WL, "-n", str(frames)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                          text=True)
+    pid = int(wl.stdout.readline().split()[1])
+    tr = Tracer(kind, pid, tmp)
+    wl.stdin.write("go\n")
+    wl.stdin.flush()
+    line = wl.stdout.readline()
+    wl.wait(120)
+    info = tr.stop()
+    vals = dict(kv.split("=") for kv in line.split())
+    return {"cpu_ns": float(vals["cpu_ns_per_write"]), "wall_ns": float(vals["wall_ns_per_write"]),
+            **info}
+
+
 def throughput_run(kind, tmp):
     srv = Server(tmp, "--token-ms", "0")
     tr = Tracer(kind, srv.p.pid, tmp)
@@ -162,6 +180,23 @@ def main():
     resource.setrlimit(resource.RLIMIT_NOFILE, (8192, 8192))
     tmp = subprocess.check_output(["mktemp", "-d"], text=True).strip()
     kinds = ["untraced", "tokenscope"] + [k for k in ("bpftrace", "strace") if have(k)]
+    print(f"0. cost per traced write: 200000 frames of 287 bytes, one write() each, {ROUNDS} "
+          f"rounds interleaved, medians")
+    wl = {k: [] for k in kinds}
+    for r in range(ROUNDS):
+        for k in kinds:
+            wl[k].append(writeloop_run(k, tmp))
+    base_cpu = statistics.median(x["cpu_ns"] for x in wl["untraced"])
+    base_wall = statistics.median(x["wall_ns"] for x in wl["untraced"])
+    print(f"   {'mode':10s} {'CPU ns/write':>12s} {'added us/write':>15s} {'writes/s ratio':>15s}")
+    for k in kinds:
+        cpu = statistics.median(x["cpu_ns"] for x in wl[k])
+        wall = statistics.median(x["wall_ns"] for x in wl[k])
+        print(f"   {k:10s} {cpu:12.0f} {(cpu - base_cpu) / 1000:15.2f} {base_wall / wall:15.3f}",
+              flush=True)
+    print(f"   tokenscope records lost per round: "
+          f"{[x.get('lost_records') for x in wl['tokenscope']]}")
+
     results = {k: [] for k in kinds}
     print(f"1. full-speed streaming, 8 concurrent streams x 20000 frames, {ROUNDS} rounds "
           f"interleaved, medians")

@@ -146,6 +146,7 @@ struct result {
 	unsigned seq;
 	bool stream;
 	enum outcome outcome;
+	uint64_t send_start_ns; /* before the request's first byte was written */
 	uint64_t send_ns;
 	uint64_t end_ns;
 };
@@ -628,6 +629,7 @@ static void request_run(struct shared *sh, int *fd, struct resp *r, struct resul
 		fprintf(stderr, "gtclient: out of memory\n");
 		exit(1);
 	}
+	res->send_start_ns = clock_mono_ns();
 	failed = send_all(*fd, req, (size_t)n) < 0;
 	free(req);
 	res->send_ns = clock_mono_ns();
@@ -711,9 +713,9 @@ static void result_print(struct shared *sh, const struct result *res, const stru
 	pthread_mutex_lock(&sh->lock);
 	fprintf(f,
 		"{\"id\":%u,\"port\":%u,\"seq\":%u,\"status\":%d,\"outcome\":\"%s\",\"stream\":%s,"
-		"\"send_ns\":%" PRIu64 ",",
+		"\"send_start_ns\":%" PRIu64 ",\"send_ns\":%" PRIu64 ",",
 		res->id, res->port, res->seq, r->status, outcome_names[res->outcome],
-		res->stream ? "true" : "false", res->send_ns);
+		res->stream ? "true" : "false", res->send_start_ns, res->send_ns);
 	if (first)
 		fprintf(f, "\"first_token_ns\":%" PRIu64 ",", r->first_ns);
 	else
@@ -766,7 +768,7 @@ static void *worker_run(void *arg)
 		if (fd < 0) {
 			resp_reset(&r, 0);
 			res.stream = !(o->no_stream_every && (id + 1) % o->no_stream_every == 0);
-			res.send_ns = res.end_ns = clock_mono_ns();
+			res.send_start_ns = res.send_ns = res.end_ns = clock_mono_ns();
 			res.outcome = OUT_ERROR;
 			res.port = 0;
 			result_print(sh, &res, &r);

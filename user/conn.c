@@ -260,8 +260,10 @@ static void resp_on_head(void *ctx, const struct http_head *h, uint64_t ts)
 	buf_reset(&c->body);
 	mode = sse_mode_for(h->content_type);
 	r->streamed = mode >= 0;
-	if (r->streamed)
+	if (r->streamed) {
+		sse_free(&c->sse);
 		sse_init(&c->sse, mode, sse_on_frame, c);
+	}
 }
 
 static void resp_on_body(void *ctx, const uint8_t *p, size_t n, uint64_t ts)
@@ -318,10 +320,12 @@ static void resp_on_end(void *ctx, uint64_t ts)
 		c->resp_orphan = c->resp_informational = false;
 		return;
 	}
-	if (r->streamed)
+	if (r->streamed) {
 		sse_finish(&c->sse, ts);
-	else
+		sse_free(&c->sse);
+	} else {
 		resp_read_body(c, r);
+	}
 	/* The body's end, not an earlier [DONE], ends the exchange. */
 	r->end_ns = ts;
 	r->done_frame = false;
@@ -400,6 +404,7 @@ static void conn_feed_in(struct conn *c, const uint8_t *p, size_t n, uint64_t ts
 			}
 			return;
 		}
+		http_free(&c->req);
 		http_init(&c->req, HTTP_DIR_REQUEST, &req_callbacks, c);
 		c->in_sync = true;
 		if (c->role == ROLE_NEW) {
@@ -427,6 +432,7 @@ static void conn_feed_out(struct conn *c, const uint8_t *p, size_t n, uint64_t t
 	if (!c->out_sync) {
 		if (!at_start || !looks_like_response(p, n) || !c->qlen)
 			return;
+		http_free(&c->resp);
 		http_init(&c->resp, HTTP_DIR_RESPONSE, &resp_callbacks, c);
 		c->out_sync = true;
 	}
@@ -537,6 +543,9 @@ static void conn_free(struct conn *c)
 		conn_pop(c);
 	}
 	buf_reset(&c->body);
+	http_free(&c->req);
+	http_free(&c->resp);
+	sse_free(&c->sse);
 	free(c);
 }
 

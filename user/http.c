@@ -7,6 +7,7 @@
  */
 #include <ctype.h>
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -32,10 +33,16 @@ static void http_desync(struct http_parser *p)
 	p->state = HTTP_ST_DESYNC;
 }
 
+void http_free(struct http_parser *p)
+{
+	free(p->head_buf);
+	p->head_buf = NULL;
+}
+
 void http_init(struct http_parser *p, enum http_dir dir, const struct http_callbacks *cb, void *ctx)
 {
 	memset(p, 0, offsetof(struct http_parser, head_buf));
-	p->head_buf[0] = '\0';
+	p->head_buf = NULL;
 	p->dir = dir;
 	p->cb = cb;
 	p->ctx = ctx;
@@ -409,6 +416,8 @@ static long http_feed_head(struct http_parser *p, const uint8_t *buf, size_t len
 
 	if (p->head_len + n > HTTP_HEAD_MAX || memchr(buf, '\0', n))
 		return -EPROTO;
+	if (!p->head_buf && !(p->head_buf = malloc(HTTP_HEAD_MAX + 1)))
+		return -ENOMEM;
 	memcpy(p->head_buf + p->head_len, buf, n);
 	p->head_len += n;
 	if (p->line_start == 0 && !http_start_plausible(p))
@@ -420,10 +429,12 @@ static long http_feed_head(struct http_parser *p, const uint8_t *buf, size_t len
 	if (p->line_start > 0 &&
 	    (p->head_len - p->line_start == 1 ||
 	     (p->head_len - p->line_start == 2 && p->head_buf[p->line_start] == '\r'))) {
+		int err;
+
 		p->head_buf[p->head_len] = '\0';
-		if (http_head_done(p, ts))
-			return -EPROTO;
-		return (long)n;
+		err = http_head_done(p, ts);
+		http_free(p);
+		return err ? -EPROTO : (long)n;
 	}
 	p->line_start = p->head_len;
 	return (long)n;

@@ -76,11 +76,16 @@ struct http_parser {
 	bool expect_no_body; /* the next response answers a HEAD request */
 	struct http_head head;
 	size_t head_len;
-	char head_buf[HTTP_HEAD_MAX + 1]; /* +1 for the NUL that parsing adds */
+	/* HTTP_HEAD_MAX + 1 bytes (+1 for the NUL that parsing adds), allocated when a head starts
+	 * and freed when it ends: an idle keep-alive connection holds none. */
+	char *head_buf;
 };
 
+/* Starts a parser; one that may hold a head buffer must be http_free()d first. */
 void http_init(struct http_parser *p, enum http_dir dir, const struct http_callbacks *cb,
 	       void *ctx);
+/* Releases the head buffer; the parser needs http_init() again. */
+void http_free(struct http_parser *p);
 /* 0, or -EPROTO: not HTTP / desynced (then every later call is -EPROTO too) */
 int http_feed(struct http_parser *p, const uint8_t *buf, size_t len, uint64_t ts);
 /* len bytes lost at the current position */

@@ -7,6 +7,7 @@
  * with an empty value; ":" lines are comments; a blank line dispatches the event if it had a
  * data line. Field values are copied straight into the frame buffers, so no line buffer.
  */
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -36,11 +37,39 @@ void sse_init(struct sse_parser *p, enum sse_mode mode, sse_frame_fn on_frame, v
 {
 	memset(p, 0, offsetof(struct sse_parser, event));
 	p->event[0] = '\0';
-	p->data[0] = '\0';
+	p->data = NULL;
+	p->data_cap = 0;
 	p->mode = mode;
 	p->on_frame = on_frame;
 	p->ctx = ctx;
 	sse_line_reset(p);
+}
+
+void sse_free(struct sse_parser *p)
+{
+	free(p->data);
+	p->data = NULL;
+	p->data_cap = 0;
+}
+
+/* Room for need bytes plus the NUL; false (the frame is dropped as oversize) if it cannot. */
+static bool sse_reserve(struct sse_parser *p, size_t need)
+{
+	size_t cap = p->data_cap ? p->data_cap : 512;
+	char *n;
+
+	if (need + 1 <= p->data_cap)
+		return true;
+	while (cap < need + 1)
+		cap *= 2;
+	if (cap > SSE_FRAME_MAX + 1)
+		cap = SSE_FRAME_MAX + 1;
+	n = realloc(p->data, cap);
+	if (!n)
+		return false;
+	p->data = n;
+	p->data_cap = cap;
+	return true;
 }
 
 int sse_mode_for(const char *content_type)
@@ -62,7 +91,7 @@ static void sse_data_append(struct sse_parser *p, const uint8_t *buf, size_t len
 {
 	if (p->oversize)
 		return;
-	if (len > SSE_FRAME_MAX - p->data_len) {
+	if (len > SSE_FRAME_MAX - p->data_len || !sse_reserve(p, p->data_len + len)) {
 		p->oversize = true;
 		return;
 	}
@@ -111,6 +140,9 @@ static void sse_emit(struct sse_parser *p, uint64_t ts)
 		.data_len = p->data_len,
 	};
 
+	if (!sse_reserve(p, p->data_len))
+		return;
+	f.data = p->data;
 	p->event[p->event_len] = '\0';
 	p->data[p->data_len] = '\0';
 	p->frames++;

@@ -64,10 +64,16 @@ struct sse_parser {
 	uint64_t damaged_frames;  /* regions dropped because of a gap (each at least one frame) */
 	uint64_t oversize_frames; /* frames dropped for size */
 	char event[SSE_EVENT_MAX + 1];
-	char data[SSE_FRAME_MAX + 1];
+	/* Grown on demand up to SSE_FRAME_MAX + 1: a thousand idle streams must not hold 64 KiB
+	 * each. */
+	char *data;
+	size_t data_cap;
 };
 
+/* Starts a parser; one that held a buffer must be sse_free()d first. */
 void sse_init(struct sse_parser *p, enum sse_mode mode, sse_frame_fn on_frame, void *ctx);
+/* Releases the frame buffer (the counters stay); the parser needs sse_init() again. */
+void sse_free(struct sse_parser *p);
 /* always 0 today: nothing in a body is an error, only a reason to drop a frame */
 int sse_feed(struct sse_parser *p, const uint8_t *buf, size_t len, uint64_t ts);
 /* the frame being assembled is damaged: drop it, count it, resync at the next frame boundary */

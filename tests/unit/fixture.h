@@ -38,6 +38,12 @@ static inline FILE *fixture_open(const char *file, const char *suffix, bool opti
 	return fp;
 }
 
+static inline void fixture_free(struct fixture *f)
+{
+	free(f->buf);
+	f->buf = NULL;
+}
+
 /* Loads `file` (e.g. "uvicorn_h11.resp"); 0 or -1. Without a .writes file, one write. */
 static inline int fixture_load(struct fixture *f, const char *file)
 {
@@ -50,8 +56,13 @@ static inline int fixture_load(struct fixture *f, const char *file)
 	f->buf = malloc(cap);
 	while (f->buf && (n = fread(f->buf + f->len, 1, cap - f->len, fp)) > 0) {
 		f->len += n;
-		if (f->len == cap)
-			f->buf = realloc(f->buf, cap *= 2);
+		if (f->len == cap) {
+			uint8_t *grown = realloc(f->buf, cap *= 2);
+
+			if (!grown)
+				free(f->buf);
+			f->buf = grown;
+		}
 	}
 	fclose(fp);
 	if (!f->buf)
@@ -69,15 +80,10 @@ static inline int fixture_load(struct fixture *f, const char *file)
 	fclose(fp);
 	if (end != f->len) {
 		fprintf(stdout, "  %s: writes add up to %zu, file has %zu\n", file, end, f->len);
+		fixture_free(f); /* callers free only what loaded */
 		return -1;
 	}
 	return 0;
-}
-
-static inline void fixture_free(struct fixture *f)
-{
-	free(f->buf);
-	f->buf = NULL;
 }
 
 /* Index of the write that carried byte `off`. */

@@ -265,8 +265,11 @@ static void pipe_on_head(void *ctx, const struct http_head *h, uint64_t ts)
 
 	(void)ts;
 	p->streaming = h->status == 200 && mode >= 0;
-	if (p->streaming)
+	if (p->streaming) {
+		/* A keep-alive connection may stream again: drop the last body's buffer. */
+		sse_free(&p->sse);
 		sse_init(&p->sse, (enum sse_mode)mode, pipe_on_frame, p);
+	}
 }
 
 static void pipe_on_body(void *ctx, const uint8_t *buf, size_t len, uint64_t ts)
@@ -310,6 +313,13 @@ static struct pipe *pipe_new(void)
 
 	http_init(&p->http, HTTP_DIR_RESPONSE, &pipe_cb, p);
 	return p;
+}
+
+static void pipe_free(struct pipe *p)
+{
+	http_free(&p->http);
+	sse_free(&p->sse);
+	free(p);
 }
 
 static int pipe_feed(void *ctx, const uint8_t *buf, size_t len, uint64_t ts)
@@ -448,7 +458,7 @@ static void test_fixture_streams(void)
 
 		snprintf(file, sizeof(file), "%s.resp", e->name);
 		if (!ASSERT_OK(fixture_load(&f, file), e->name)) {
-			free(ref);
+			pipe_free(ref);
 			return;
 		}
 		ok = ASSERT_OK(fixture_replay(&f, PLAN_BYTES, 0, pipe_feed, ref), "bytes");
@@ -461,17 +471,17 @@ static void test_fixture_streams(void)
 		for (size_t m = 0; ok && m < e->ends; m++)
 			ok = ASSERT_EQ(p->end_ts[m], e->end_ts[m], e->name);
 		ok = ok && ASSERT_EQ(p->sse.damaged_frames + p->sse.oversize_frames, 0, e->name);
-		free(p);
+		pipe_free(p);
 
 		for (size_t k = 1; ok && k < f.len; k++) {
 			p = pipe_new();
 			ok = ASSERT_OK(fixture_replay(&f, PLAN_SPLIT, k, pipe_feed, p), "split") &&
 			     pipe_same(ref, p, &f, PLAN_SPLIT, k);
-			free(p);
+			pipe_free(p);
 		}
 		if (!ok)
 			printf("  fixture %s\n", e->name);
-		free(ref);
+		pipe_free(ref);
 		fixture_free(&f);
 	}
 }
@@ -517,7 +527,7 @@ static void test_gap_damages_one_frame(void)
 	ASSERT_EQ(p->end_ts[0], 8, "end ts");
 	fixture_free(&f);
 out:
-	free(p);
+	pipe_free(p);
 }
 
 static void test_gap_in_last_writev(void)
@@ -539,7 +549,7 @@ static void test_gap_in_last_writev(void)
 	ASSERT_EQ(p->nend, 1, "end");
 	fixture_free(&f);
 out:
-	free(p);
+	pipe_free(p);
 }
 
 static void test_gap_in_ndjson(void)
@@ -559,7 +569,7 @@ static void test_gap_in_ndjson(void)
 	ASSERT_EQ(s.completion, 4, "final object intact");
 	fixture_free(&f);
 out:
-	free(p);
+	pipe_free(p);
 }
 
 static void test_truncated_stream(void)
@@ -578,10 +588,10 @@ static void test_truncated_stream(void)
 		s = summarize(p);
 		if (!ASSERT_EQ(p->nend, 0, "no end") || !ASSERT_EQ(s.invalid, 0, "no half frame")) {
 			printf("  prefix %zu\n", k);
-			free(p);
+			pipe_free(p);
 			break;
 		}
-		free(p);
+		pipe_free(p);
 	}
 	fixture_free(&f);
 }

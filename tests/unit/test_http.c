@@ -94,6 +94,14 @@ static struct rec *rec_new(enum http_dir dir)
 	return r;
 }
 
+static void rec_free(struct rec *r)
+{
+	if (!r)
+		return;
+	http_free(&r->p);
+	free(r);
+}
+
 static int rec_feed(void *ctx, const uint8_t *buf, size_t len, uint64_t ts)
 {
 	struct rec *r = ctx;
@@ -140,15 +148,15 @@ static struct rec *sweep(const struct fixture *f, enum http_dir dir)
 		r = rec_new(dir);
 		ok = ASSERT_OK(fixture_replay(f, PLAN_SPLIT, k, rec_feed, r), "split") &&
 		     rec_same(ref, r, f, PLAN_SPLIT, k) && ASSERT_TRUE(http_idle(&r->p), "idle");
-		free(r);
+		rec_free(r);
 	}
 	r = rec_new(dir);
 	if (ok)
 		ok = ASSERT_OK(fixture_replay(f, PLAN_WRITES, 0, rec_feed, r), "writes") &&
 		     rec_same(ref, r, f, PLAN_WRITES, 0);
-	free(ref);
+	rec_free(ref);
 	if (!ok) {
-		free(r);
+		rec_free(r);
 		return NULL;
 	}
 	return r;
@@ -202,7 +210,7 @@ static void test_fixture_responses(void)
 		ASSERT_EQ(r->gaps, 0, e->name);
 		/* The de-chunked body holds no chunk framing. */
 		ASSERT_TRUE(r->body_len > 0 && memcmp(r->body, "\r\n", 2) != 0, e->name);
-		free(r);
+		rec_free(r);
 		fixture_free(&f);
 	}
 }
@@ -223,7 +231,7 @@ static void test_keepalive_second_response(void)
 	ASSERT_EQ(r->heads[1].content_length, 70, "content-length");
 	ASSERT_EQ(r->ev[3].body_len - r->ev[2].body_len, 70, "second body");
 	ASSERT_TRUE(http_idle(&r->p), "idle");
-	free(r);
+	rec_free(r);
 	fixture_free(&f);
 }
 
@@ -265,7 +273,7 @@ static void test_fixture_requests(void)
 		ASSERT_EQ(r->heads[0].content_length, r->ev[1].body_len, e->name);
 		ASSERT_EQ(r->ev[1].ts, 0, e->name);
 		ASSERT_EQ(r->body[0], '{', e->name);
-		free(r);
+		rec_free(r);
 		fixture_free(&f);
 	}
 }
@@ -289,7 +297,7 @@ static void test_pipelined_requests(void)
 	ASSERT_TRUE(memcmp(r->body, "abchi", 5) == 0, "body bytes");
 	ASSERT_EQ(r->ev[5].ts, 7, "ts");
 	ASSERT_TRUE(http_idle(&r->p), "idle");
-	free(r);
+	rec_free(r);
 }
 
 static void test_close_delimited(void)
@@ -312,7 +320,7 @@ static void test_close_delimited(void)
 	ASSERT_EQ(r->ev[1].ts, 3, "close ts");
 	ASSERT_EQ(r->body_len, 9, "body");
 	ASSERT_TRUE(http_idle(&r->p), "idle");
-	free(r);
+	rec_free(r);
 
 	/* HTTP/1.1 without length or chunking is close-delimited too. */
 	r = rec_new(HTTP_DIR_RESPONSE);
@@ -320,7 +328,7 @@ static void test_close_delimited(void)
 	ASSERT_FALSE(r->heads[0].keep_alive, "Connection: close");
 	http_close(&r->p, 2);
 	ASSERT_EQ(r->nev, 2, "end");
-	free(r);
+	rec_free(r);
 }
 
 static void test_no_body(void)
@@ -338,7 +346,7 @@ static void test_no_body(void)
 	ASSERT_EQ(r->nev, 8, "every head ends");
 	ASSERT_EQ(r->heads[0].status, 100, "100");
 	ASSERT_EQ(r->body_len, 2, "only the 200 has a body");
-	free(r);
+	rec_free(r);
 
 	/* After 101 the connection speaks another protocol. */
 	r = rec_new(HTTP_DIR_RESPONSE);
@@ -348,7 +356,7 @@ static void test_no_body(void)
 			   1),
 		  -EPROTO, "websocket frames are not HTTP");
 	ASSERT_EQ(r->nev, 2, "the 101 itself was reported");
-	free(r);
+	rec_free(r);
 
 	/* An answer to HEAD: Content-Length describes the GET it stands for. */
 	r = rec_new(HTTP_DIR_RESPONSE);
@@ -358,7 +366,7 @@ static void test_no_body(void)
 	ASSERT_OK(feed_str(r, "HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nx", 2), "next");
 	ASSERT_EQ(r->nev, 4, "the mark is used once");
 	ASSERT_EQ(r->body_len, 1, "body of the next one");
-	free(r);
+	rec_free(r);
 
 	/* ... and the mark can be set from on_head. */
 	r = rec_new(HTTP_DIR_RESPONSE);
@@ -366,7 +374,7 @@ static void test_no_body(void)
 	ASSERT_OK(feed_str(r, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", 1), "head");
 	ASSERT_EQ(r->nev, 2, "ended from on_head");
 	ASSERT_TRUE(http_idle(&r->p), "idle");
-	free(r);
+	rec_free(r);
 }
 
 static void test_chunk_syntax(void)
@@ -384,7 +392,7 @@ static void test_chunk_syntax(void)
 	ASSERT_EQ(r->body_len, 16, "body");
 	ASSERT_TRUE(memcmp(r->body, "hello0123456789!", 16) == 0, "bytes");
 	ASSERT_TRUE(http_idle(&r->p), "idle");
-	free(r);
+	rec_free(r);
 
 	/* chunked not last: the response runs to the close. */
 	r = rec_new(HTTP_DIR_RESPONSE);
@@ -393,7 +401,7 @@ static void test_chunk_syntax(void)
 	    "feed");
 	ASSERT_FALSE(r->heads[0].chunked, "not chunked");
 	ASSERT_EQ(r->body_len, 3, "raw body");
-	free(r);
+	rec_free(r);
 }
 
 static void test_head_fields(void)
@@ -414,7 +422,7 @@ static void test_head_fields(void)
 	ASSERT_TRUE(r->heads[2].keep_alive, "1.1 default");
 	ASSERT_EQ(r->heads[2].content_length, 0, "repeated equal lengths");
 	ASSERT_STREQ(r->heads[2].content_type, "", "no ctype");
-	free(r);
+	rec_free(r);
 
 	/* A long path is truncated, not refused. */
 	r = rec_new(HTTP_DIR_REQUEST);
@@ -424,7 +432,7 @@ static void test_head_fields(void)
 	ASSERT_OK(http_feed(&r->p, (const uint8_t *)path, sizeof(path), 1), "path");
 	ASSERT_OK(feed_str(r, " HTTP/1.1\r\n\r\n", 1), "rest");
 	ASSERT_EQ(strlen(r->heads[0].path), HTTP_PATH_MAX - 1, "truncated");
-	free(r);
+	rec_free(r);
 }
 
 /* Each is refused, and the parser then stays refused. */
@@ -466,7 +474,7 @@ static void test_garbage(void)
 		ASSERT_TRUE(http_desynced(&r->p), label);
 		ASSERT_FALSE(http_idle(&r->p), label);
 		ASSERT_EQ(feed_str(r, "HTTP/1.1 200 OK\r\n\r\n", 2), -EPROTO, label);
-		free(r);
+		rec_free(r);
 	}
 }
 
@@ -477,14 +485,17 @@ static void test_garbage_is_quick(void)
 	/* One wrong byte is enough; no waiting for a line end. */
 	ASSERT_EQ(feed_str(r, "H", 1), 0, "H");
 	ASSERT_EQ(feed_str(r, "X", 1), -EPROTO, "HX");
+	http_free(&r->p);
 	http_init(&r->p, HTTP_DIR_REQUEST, &rec_cb, r);
 	ASSERT_EQ(feed_str(r, "POSTPOSTPOSTPOSTPOST", 1), -EPROTO, "method too long");
+	http_free(&r->p);
 	http_init(&r->p, HTTP_DIR_REQUEST, &rec_cb, r);
 	ASSERT_EQ(feed_str(r, "{\"model\"", 1), -EPROTO, "json");
 	/* http_init starts over. */
+	http_free(&r->p);
 	http_init(&r->p, HTTP_DIR_REQUEST, &rec_cb, r);
 	ASSERT_OK(feed_str(r, "GET / HTTP/1.1\r\n\r\n", 1), "fresh");
-	free(r);
+	rec_free(r);
 }
 
 static void test_head_limit(void)
@@ -502,10 +513,11 @@ static void test_head_limit(void)
 		err = http_feed(&r->p, (const uint8_t *)line, sizeof(line), 1);
 	ASSERT_EQ(err, -EPROTO, "head over HTTP_HEAD_MAX");
 
+	http_free(&r->p);
 	http_init(&r->p, HTTP_DIR_REQUEST, &rec_cb, r);
 	ASSERT_EQ(http_feed(&r->p, (const uint8_t *)"GET /\0 HTTP/1.1\r\n\r\n", 19, 1), -EPROTO,
 		  "NUL in head");
-	free(r);
+	rec_free(r);
 }
 
 /* A connection closed part way: nothing ends, nothing crashes, the parser is idle again. */
@@ -523,10 +535,10 @@ static void test_truncated(void)
 		if (!ASSERT_EQ(r->nev, k >= f.writes[0] ? 1 : 0, "no end for a cut message") ||
 		    !ASSERT_TRUE(http_idle(&r->p), "idle after close")) {
 			printf("  prefix %zu\n", k);
-			free(r);
+			rec_free(r);
 			break;
 		}
-		free(r);
+		rec_free(r);
 	}
 	fixture_free(&f);
 }
@@ -568,8 +580,8 @@ static void test_gap_in_chunk_data(void)
 	ASSERT_EQ(r->ev[1].ts, 8, "at the terminator");
 	fixture_free(&f);
 out:
-	free(full);
-	free(r);
+	rec_free(full);
+	rec_free(r);
 }
 
 static void test_gap_over_chunk_end(void)
@@ -587,7 +599,7 @@ static void test_gap_over_chunk_end(void)
 		ASSERT_OK(feed_with_gap(r, &f, 3, 30, len3 - 30 - 2 + tail), "gap to CRLF");
 		ASSERT_EQ(r->gap_bytes, len3 - 30 - 2, "data part only");
 		ASSERT_EQ(r->nev, 2, "ends");
-		free(r);
+		rec_free(r);
 	}
 	/* One byte more reaches into the next chunk-size line (of unknown length). */
 	{
@@ -596,7 +608,7 @@ static void test_gap_over_chunk_end(void)
 		ASSERT_OK(feed_with_gap(r, &f, 3, 30, len3 - 30), "gap to the end of the write");
 		ASSERT_EQ(feed_str(r, "d", 4), -EPROTO, "into the next size line: desync");
 		ASSERT_TRUE(http_desynced(&r->p), "desynced");
-		free(r);
+		rec_free(r);
 	}
 	fixture_free(&f);
 }
@@ -618,7 +630,7 @@ static void test_gap_in_size_line(void)
 	ASSERT_TRUE(http_desynced(&r->p), "stays desynced");
 	fixture_free(&f);
 out:
-	free(r);
+	rec_free(r);
 }
 
 static void test_gap_in_head_or_idle(void)
@@ -630,12 +642,13 @@ static void test_gap_in_head_or_idle(void)
 	ASSERT_TRUE(http_desynced(&r->p), "gap in head");
 	ASSERT_EQ(feed_str(r, "Length: 0\r\n\r\n", 2), -EPROTO, "refused");
 
+	http_free(&r->p);
 	http_init(&r->p, HTTP_DIR_RESPONSE, &rec_cb, r);
 	http_gap(&r->p, 0);
 	ASSERT_TRUE(http_idle(&r->p), "an empty gap is nothing");
 	http_gap(&r->p, 3);
 	ASSERT_TRUE(http_desynced(&r->p), "gap between messages");
-	free(r);
+	rec_free(r);
 }
 
 static void test_gap_in_content_length(void)
@@ -656,11 +669,12 @@ static void test_gap_in_content_length(void)
 	ASSERT_EQ(r->nev, 4, "parsed");
 
 	/* A gap longer than the body reaches the next head. */
+	http_free(&r->p);
 	http_init(&r->p, HTTP_DIR_RESPONSE, &rec_cb, r);
 	ASSERT_OK(feed_str(r, "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\n", 1), "head");
 	http_gap(&r->p, 4);
 	ASSERT_TRUE(http_desynced(&r->p), "desync");
-	free(r);
+	rec_free(r);
 }
 
 static uint64_t fuzz_next(uint64_t *s)
@@ -707,7 +721,7 @@ static void test_fuzz(void)
 				off += len;
 			}
 			http_close(&r->p, f.len);
-			free(r);
+			rec_free(r);
 			free(buf);
 		}
 		fixture_free(&f);

@@ -44,6 +44,12 @@ static struct srec *srec_new(enum sse_mode mode)
 	return r;
 }
 
+static void srec_free(struct srec *r)
+{
+	sse_free(&r->p);
+	free(r);
+}
+
 static void feed(struct srec *r, const char *s, uint64_t ts)
 {
 	sse_feed(&r->p, (const uint8_t *)s, strlen(s), ts);
@@ -81,7 +87,7 @@ static void test_basic_fields(void)
 	ASSERT_EQ(r->ts[7], 4, "ts");
 	ASSERT_EQ(r->p.frames, 8, "counter");
 out:
-	free(r);
+	srec_free(r);
 }
 
 static void test_line_endings(void)
@@ -101,7 +107,7 @@ static void test_line_endings(void)
 	ASSERT_STREQ(r->data[2], "a\nb", "split crlf");
 	ASSERT_EQ(r->ts[2], 5, "dispatched by the feed with the blank line");
 out:
-	free(r);
+	srec_free(r);
 }
 
 static void test_bom(void)
@@ -115,7 +121,7 @@ static void test_bom(void)
 	     2);
 	ASSERT_EQ(r->n, 1, "BOM skipped");
 	ASSERT_STREQ(r->data[0], "x", "data");
-	free(r);
+	srec_free(r);
 
 	/* Bytes that only start like a BOM are data. */
 	r = srec_new(SSE_MODE_NDJSON);
@@ -123,7 +129,7 @@ static void test_bom(void)
 	feed(r, "x\n", 2);
 	ASSERT_EQ(r->n, 1, "frame");
 	ASSERT_STREQ(r->data[0], "\xefx", "held byte kept");
-	free(r);
+	srec_free(r);
 }
 
 static void test_finish_flushes(void)
@@ -142,7 +148,7 @@ static void test_finish_flushes(void)
 	ASSERT_EQ(r->n, 2, "event without blank line");
 	sse_finish(&r->p, 5);
 	ASSERT_EQ(r->n, 2, "nothing pending");
-	free(r);
+	srec_free(r);
 
 	r = srec_new(SSE_MODE_NDJSON);
 	feed(r, "{\"a\":1}\n{\"b\":", 1);
@@ -151,7 +157,7 @@ static void test_finish_flushes(void)
 	ASSERT_EQ(r->n, 2, "ndjson flushed");
 	ASSERT_STREQ(r->data[1], "{\"b\":2}", "last line");
 	ASSERT_EQ(r->ts[1], 3, "finish ts");
-	free(r);
+	srec_free(r);
 }
 
 static void test_ndjson(void)
@@ -166,7 +172,7 @@ static void test_ndjson(void)
 	ASSERT_STREQ(r->data[2], "{\"c\":3}", "RS stripped");
 	ASSERT_STREQ(r->event[0], "", "no event");
 out:
-	free(r);
+	srec_free(r);
 }
 
 static void test_oversize(void)
@@ -197,14 +203,14 @@ static void test_oversize(void)
 	feed(r, "\ndata: x\n\n", 4);
 	ASSERT_EQ(r->p.oversize_frames, 2, "event too long");
 	ASSERT_EQ(r->n, 2, "dropped");
-	free(r);
+	srec_free(r);
 
 	r = srec_new(SSE_MODE_NDJSON);
 	sse_feed(&r->p, (const uint8_t *)line, big, 1);
 	feed(r, "\n{}\n", 1);
 	ASSERT_EQ(r->p.oversize_frames, 1, "ndjson counted");
 	ASSERT_EQ(r->n, 1, "ndjson next");
-	free(r);
+	srec_free(r);
 	free(line);
 }
 
@@ -244,7 +250,7 @@ static void test_gap_resync(void)
 	sse_finish(&r->p, 6);
 	ASSERT_EQ(r->n, 4, "dropped at finish");
 out:
-	free(r);
+	srec_free(r);
 
 	r = srec_new(SSE_MODE_NDJSON);
 	feed(r, "{\"a\":1}\n{\"b\"", 1);
@@ -253,7 +259,7 @@ out:
 	ASSERT_EQ(r->n, 2, "ndjson resync at LF");
 	ASSERT_STREQ(r->data[1], "{\"c\":3}", "after gap");
 	ASSERT_EQ(r->p.damaged_frames, 1, "damaged");
-	free(r);
+	srec_free(r);
 }
 
 /* The same body split in two at every byte gives the same frames and ts by position. */
@@ -281,14 +287,14 @@ static void test_every_split(void)
 			ok = ASSERT_STREQ(r->data[i], ref->data[i], "data") &&
 			     ASSERT_STREQ(r->event[i], ref->event[i], "event") &&
 			     ASSERT_EQ(r->ts[i], ref->ts[i] < k ? 0 : 1, "ts");
-		free(r);
+		srec_free(r);
 		if (!ok) {
 			printf("  split %zu\n", k);
 			break;
 		}
 	}
 out:
-	free(ref);
+	srec_free(ref);
 }
 
 static void test_mode_for(void)
@@ -323,7 +329,7 @@ static void test_garbage(void)
 	}
 	sse_finish(&r->p, 0);
 	ASSERT_TRUE(r->p.frames <= 200 * sizeof(buf), "survived");
-	free(r);
+	srec_free(r);
 }
 
 int main(void)
