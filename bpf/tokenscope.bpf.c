@@ -40,7 +40,6 @@ char LICENSE[] SEC("license") = "Dual MIT/GPL";
 #define AF_INET6 10
 
 #define MAX_TRACED_PROCS 16384
-#define MAX_INFLIGHT_SYSCALLS 16384
 #define MAX_CONNS 65536
 /* Loop bound: one iteration per copied piece; pieces end at chunk or iovec boundaries. */
 #define COPY_LOOPS (2 * (TS_CAPTURE_MAX / TS_CHUNK_BYTES) + TS_IOV_MAX + 4)
@@ -59,21 +58,24 @@ struct {
 	__type(value, __u8);
 } traced SEC(".maps");
 
-/* Arguments saved at sys_enter, keyed by tid, for sys_exit. LRU: a thread that dies inside a
- * syscall never reaches sys_exit, and its entry must not stay forever. */
+/*
+ * Arguments saved at sys_enter for sys_exit, in the thread's own task storage: the lookup at
+ * every sys_exit on the machine is a pointer read for threads that never had one, and the
+ * storage goes away with the thread (one that dies inside a syscall leaves nothing behind).
+ */
 struct stash {
 	__u64 enter_ns;
 	__u64 buf; /* buffer, iovec array, or msghdr's iovec array */
 	__u64 iovcnt; /* 0: buf is a plain buffer */
 	__s32 fd;
-	__u8 sys; /* enum ts_syscall */
+	__u8 sys; /* enum ts_syscall; 0: no syscall pending */
 	__u8 pad[3];
 };
 
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, MAX_INFLIGHT_SYSCALLS);
-	__type(key, __u32);
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
 	__type(value, struct stash);
 } stash SEC(".maps");
 
@@ -195,14 +197,15 @@ static __always_inline __u8 syscall_dir(__u8 sys)
 /* The struct file behind fd in the current process, or NULL. */
 static __always_inline struct file *fd_file(__s32 fd)
 {
+	/* BTF pointers from the current task: plain loads, not helper calls. */
 	struct task_struct *task = bpf_get_current_task_btf();
-	struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
+	struct fdtable *fdt = task->files->fdt;
 	struct file **fds;
 	struct file *f = NULL;
 
-	if (!fdt || fd < 0 || (__u32)fd >= BPF_CORE_READ(fdt, max_fds))
+	if (!fdt || fd < 0 || (__u32)fd >= fdt->max_fds)
 		return NULL;
-	fds = BPF_CORE_READ(fdt, fd);
+	fds = fdt->fd;
 	bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]);
 	return f;
 }
@@ -457,14 +460,15 @@ static __always_inline void emit_close(__u64 pid_tgid, __s32 fd, __u64 ts)
 	emit(&ce, sizeof(ce), 0);
 }
 
-SEC("raw_tracepoint/sys_enter")
-int ts_sys_enter(struct bpf_raw_tracepoint_args *ctx)
+/* tp_btf: the syscall's registers arrive as a typed pointer and are read with plain loads. */
+SEC("tp_btf/sys_enter")
+int BPF_PROG(ts_sys_enter, struct pt_regs *regs, long id)
 {
-	__u8 sys = syscall_kind(ctx->args[1]);
+	__u8 sys = syscall_kind(id);
 	__u64 pid_tgid, ts;
-	__u32 tgid, tid;
-	struct pt_regs *regs;
-	struct stash st = {};
+	__u32 tgid;
+	struct stash *st;
+	__s32 fd;
 
 	if (!sys)
 		return 0;
@@ -473,45 +477,51 @@ int ts_sys_enter(struct bpf_raw_tracepoint_args *ctx)
 	if (!bpf_map_lookup_elem(&traced, &tgid))
 		return 0;
 	ts = bpf_ktime_get_ns();
-	regs = (struct pt_regs *)ctx->args[0];
-	st.fd = (__s32)PT_REGS_PARM1_CORE_SYSCALL(regs);
+	fd = (__s32)PT_REGS_PARM1_SYSCALL(regs);
 	if (sys == TS_SYS_CLOSE) {
 		/* The fd is gone after close(); a failed close of a socket is vanishingly rare. */
-		emit_close(pid_tgid, st.fd, ts);
+		emit_close(pid_tgid, fd, ts);
 		return 0;
 	}
-	st.enter_ns = ts;
-	st.sys = sys;
-	st.buf = PT_REGS_PARM2_CORE_SYSCALL(regs);
+	st = bpf_task_storage_get(&stash, bpf_get_current_task_btf(), NULL,
+				  BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!st)
+		return 0;
+	st->fd = fd;
+	st->enter_ns = ts;
+	st->buf = PT_REGS_PARM2_SYSCALL(regs);
+	st->iovcnt = 0;
 	if (sys == TS_SYS_READV || sys == TS_SYS_WRITEV) {
-		st.iovcnt = PT_REGS_PARM3_CORE_SYSCALL(regs);
+		st->iovcnt = PT_REGS_PARM3_SYSCALL(regs);
 	} else if (sys == TS_SYS_RECVMSG || sys == TS_SYS_SENDMSG) {
 		struct user_msghdr msg;
 
-		if (bpf_probe_read_user(&msg, sizeof(msg), (void *)st.buf))
+		if (bpf_probe_read_user(&msg, sizeof(msg), (void *)st->buf)) {
+			st->sys = 0;
 			return 0;
-		st.buf = (__u64)msg.msg_iov;
-		st.iovcnt = msg.msg_iovlen;
+		}
+		st->buf = (__u64)msg.msg_iov;
+		st->iovcnt = msg.msg_iovlen;
 	}
-	tid = (__u32)pid_tgid;
-	bpf_map_update_elem(&stash, &tid, &st, BPF_ANY);
+	st->sys = sys;
 	return 0;
 }
 
-SEC("raw_tracepoint/sys_exit")
-int ts_sys_exit(struct bpf_raw_tracepoint_args *ctx)
+SEC("tp_btf/sys_exit")
+int BPF_PROG(ts_sys_exit, struct pt_regs *regs, long ret)
 {
-	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	__u32 tid = (__u32)pid_tgid;
-	struct stash *sp = bpf_map_lookup_elem(&stash, &tid);
-	long ret = ctx->args[1];
+	struct stash *sp = bpf_task_storage_get(&stash, bpf_get_current_task_btf(), NULL, 0);
+	__u64 pid_tgid;
+	__u32 tid;
 	struct stash st;
 	struct conn *c;
 
-	if (!sp)
+	if (!sp || !sp->sys)
 		return 0;
 	st = *sp;
-	bpf_map_delete_elem(&stash, &tid);
+	sp->sys = 0;
+	pid_tgid = bpf_get_current_pid_tgid();
+	tid = (__u32)pid_tgid;
 	if (st.sys == TS_SYS_ACCEPT) {
 		if (ret >= 0)
 			conn_get(pid_tgid >> 32, tid, (__s32)ret, TS_SYS_ACCEPT, bpf_ktime_get_ns());
@@ -540,13 +550,11 @@ int ts_sys_exit(struct bpf_raw_tracepoint_args *ctx)
 	return 0;
 }
 
-SEC("raw_tracepoint/sched_process_fork")
-int ts_fork(struct bpf_raw_tracepoint_args *ctx)
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(ts_fork, struct task_struct *parent, struct task_struct *child)
 {
-	struct task_struct *parent = (struct task_struct *)ctx->args[0];
-	struct task_struct *child = (struct task_struct *)ctx->args[1];
-	__u32 ptgid = BPF_CORE_READ(parent, tgid);
-	__u32 ctgid = BPF_CORE_READ(child, tgid);
+	__u32 ptgid = parent->tgid;
+	__u32 ctgid = child->tgid;
 	__u8 one = 1;
 	struct ts_proc_event pe = {};
 
@@ -557,7 +565,7 @@ int ts_fork(struct bpf_raw_tracepoint_args *ctx)
 	pe.hdr.type = TS_EV_PROC_FORK;
 	pe.hdr.size = sizeof(pe);
 	pe.hdr.pid = ctgid;
-	pe.hdr.tid = BPF_CORE_READ(child, pid);
+	pe.hdr.tid = child->pid;
 	pe.ts_ns = bpf_ktime_get_ns();
 	pe.ppid = ptgid;
 	BPF_CORE_READ_STR_INTO(&pe.comm, parent, comm);
@@ -565,12 +573,11 @@ int ts_fork(struct bpf_raw_tracepoint_args *ctx)
 	return 0;
 }
 
-SEC("raw_tracepoint/sched_process_exit")
-int ts_exit(struct bpf_raw_tracepoint_args *ctx)
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(ts_exit, struct task_struct *task)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u32 tgid = pid_tgid >> 32;
-	struct task_struct *task = (struct task_struct *)ctx->args[0];
 	struct ts_proc_event pe = {};
 
 	/* Only the group leader's exit ends the process for us. */

@@ -11,6 +11,7 @@
    and with 1,000 concurrent open streams at the same frame rate.
 3. Records lost in every traced run.
 """
+import atexit
 import json
 import os
 import re
@@ -28,6 +29,23 @@ WL = os.path.join(OUT, "writeloop")
 GT = os.path.join(OUT, "gtclient")
 HZ = os.sysconf("SC_CLK_TCK")
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
+# Every process started here, killed at exit whatever happened: a tracer left behind (a
+# bpftrace uprobe on libc write) would slow every process on the machine.
+SPAWNED = []
+
+
+def spawn(*args, **kw):
+    p = subprocess.Popen(*args, **kw)
+    SPAWNED.append(p)
+    return p
+
+
+@atexit.register
+def kill_spawned():
+    for p in SPAWNED:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
 
 
 def cpu_seconds(pid):
@@ -59,7 +77,7 @@ def wait_for(path, pattern, timeout=20):
 class Server:
     def __init__(self, tmp, *args):
         self.log = os.path.join(tmp, "server.log")
-        self.p = subprocess.Popen([RS, "--port", "0", "--stats", *args],
+        self.p = spawn([RS, "--port", "0", "--stats", *args],
                                   stdout=open(self.log, "w"), stderr=subprocess.STDOUT)
         self.port = int(wait_for(self.log, r"listening on \S+:(\d+)").split(":")[-1])
 
@@ -95,13 +113,34 @@ class Tracer:
             ready = None
         err = open(self.err, "w")
         # bpftrace says "Attaching N probes" on stdout; the others talk on stderr.
-        self.p = subprocess.Popen(cmd, stdout=err if kind == "bpftrace" else subprocess.DEVNULL,
+        self.p = spawn(cmd, stdout=err if kind == "bpftrace" else subprocess.DEVNULL,
                                   stderr=err)
         if ready:
             wait_for(self.err, ready, 60)
         else:
             time.sleep(1.0)
         self.cpu0 = cpu_seconds(self.p.pid)
+
+    def bpf_stats(self):
+        """run_time_ns and run_cnt of each BPF program this tracer holds, by name."""
+        ids = set()
+        fdinfo = f"/proc/{self.p.pid}/fdinfo"
+        for fd in os.listdir(fdinfo):
+            try:
+                with open(os.path.join(fdinfo, fd)) as f:
+                    m = re.search(r"^prog_id:\s*(\d+)", f.read(), re.M)
+            except OSError:
+                continue
+            if m:
+                ids.add(m.group(1))
+        out = {}
+        for i in ids:
+            r = subprocess.run(["bpftool", "-j", "prog", "show", "id", i], capture_output=True)
+            if r.returncode:
+                continue  # an fd that is gone by now
+            j = json.loads(r.stdout)
+            out[j["name"]] = (j.get("run_time_ns", 0), j.get("run_cnt", 0))
+        return out
 
     def stop(self):
         if not self.p:
@@ -132,15 +171,23 @@ def client(port, n, c, tokens, tmp, extra=()):
 
 
 def writeloop_run(kind, tmp, frames=200000):
-    wl = subprocess.Popen([WL, "-n", str(frames)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    wl = spawn([WL, "-n", str(frames)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                           text=True)
     pid = int(wl.stdout.readline().split()[1])
     tr = Tracer(kind, pid, tmp)
     wl.stdin.write("go\n")
     wl.stdin.flush()
     line = wl.stdout.readline()
-    wl.wait(120)
+    stats = tr.bpf_stats() if kind == "tokenscope" else {}
     info = tr.stop()
+    wl.communicate("exit\n", timeout=120)
+    if stats:
+        # Everything the syscall programs ran for, on every CPU and for every process, while
+        # this run lasted, per traced write: the machine-wide cost of tracing one write.
+        run_ns = sum(stats[n][0] for n in ("ts_sys_enter", "ts_sys_exit") if n in stats)
+        runs = sum(stats[n][1] for n in ("ts_sys_enter", "ts_sys_exit") if n in stats)
+        info["bpf_ns_per_write"] = run_ns / frames
+        info["bpf_ns_per_call"] = run_ns / max(runs, 1)
     vals = dict(kv.split("=") for kv in line.split())
     return {"cpu_ns": float(vals["cpu_ns_per_write"]), "wall_ns": float(vals["wall_ns_per_write"]),
             **info}
@@ -178,6 +225,10 @@ def main():
     if os.geteuid() != 0:
         sys.exit("bench: run as root (tokenscope and bpftrace load BPF programs)")
     resource.setrlimit(resource.RLIMIT_NOFILE, (8192, 8192))
+    # Program run times (bpftool prog show: run_time_ns); restored at exit.
+    stats_was = open("/proc/sys/kernel/bpf_stats_enabled").read().strip()
+    with open("/proc/sys/kernel/bpf_stats_enabled", "w") as f:
+        f.write("1")
     tmp = subprocess.check_output(["mktemp", "-d"], text=True).strip()
     kinds = ["untraced", "tokenscope"] + [k for k in ("bpftrace", "strace") if have(k)]
     print(f"0. cost per traced write: 200000 frames of 287 bytes, one write() each, {ROUNDS} "
@@ -196,6 +247,10 @@ def main():
               flush=True)
     print(f"   tokenscope records lost per round: "
           f"{[x.get('lost_records') for x in wl['tokenscope']]}")
+    bpf = statistics.median(x["bpf_ns_per_write"] for x in wl["tokenscope"])
+    call = statistics.median(x["bpf_ns_per_call"] for x in wl["tokenscope"])
+    print(f"   kernel.bpf_stats: tokenscope's syscall programs ran {bpf / 1000:.2f} us per traced "
+          f"write (all CPUs, all processes, enter + exit; {call:.0f} ns per program run)")
 
     results = {k: [] for k in kinds}
     print(f"1. full-speed streaming, 8 concurrent streams x 20000 frames, {ROUNDS} rounds "
@@ -225,6 +280,8 @@ def main():
               f"peak RSS {res['rss_mib']:5.1f} MiB, records lost {res['lost']}, "
               f"client errors {res['bad']}", flush=True)
     subprocess.run(["rm", "-rf", tmp])
+    with open("/proc/sys/kernel/bpf_stats_enabled", "w") as f:
+        f.write(stats_was)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -86,6 +87,7 @@ struct opts {
 	bool ndjson;
 	const char *out_path;
 	double timeout_s;
+	bool realtime; /* SCHED_FIFO threads: read each frame as soon as it arrives */
 };
 
 struct dbuf {
@@ -133,6 +135,7 @@ struct shared {
 	struct addrinfo *ai;
 	char *prompt;
 	unsigned next_id;
+	unsigned rt_warned; /* --realtime refused: said once */
 	pthread_mutex_t lock;
 	pthread_barrier_t start;
 	FILE *out;
@@ -749,6 +752,14 @@ static void *worker_run(void *arg)
 	unsigned port = 0, seq = 0;
 	int fd = -1;
 
+	if (o->realtime) {
+		struct sched_param sp = { .sched_priority = 10 };
+		int err = pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp);
+
+		if (err && __atomic_fetch_add(&sh->rt_warned, 1, __ATOMIC_RELAXED) == 0)
+			fprintf(stderr, "gtclient: --realtime: %s; using normal scheduling\n",
+				strerror(err));
+	}
 	/* Start together: creating 1000 threads takes long enough to skew the first requests. */
 	pthread_barrier_wait(&sh->start);
 	for (;;) {
@@ -838,6 +849,8 @@ static void usage(FILE *f)
 		"  --ndjson                expect Ollama-style NDJSON\n"
 		"  -o FILE                 output file (stdout)\n"
 		"  --timeout-s S           per-request timeout (%d)\n"
+		"  --realtime              SCHED_FIFO threads (root): on a busy machine a frame is\n"
+		"                          timestamped when it arrives, not when a CPU frees up\n"
 		"\n"
 		"Examples:\n"
 		"  gtclient --port 8000 -n 100 -c 4 -k 5 --usage\n"
@@ -863,6 +876,7 @@ enum {
 	OPT_NO_STREAM_EVERY,
 	OPT_NDJSON,
 	OPT_TIMEOUT,
+	OPT_REALTIME,
 };
 
 static bool parse_uint(const char *v, unsigned min, unsigned *out)
@@ -901,6 +915,7 @@ static int opts_parse(struct opts *o, int argc, char **argv)
 		{ "no-stream-every", required_argument, NULL, OPT_NO_STREAM_EVERY },
 		{ "ndjson", no_argument, NULL, OPT_NDJSON },
 		{ "timeout-s", required_argument, NULL, OPT_TIMEOUT },
+		{ "realtime", no_argument, NULL, OPT_REALTIME },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -982,6 +997,9 @@ static int opts_parse(struct opts *o, int argc, char **argv)
 			break;
 		case OPT_NDJSON:
 			o->ndjson = true;
+			break;
+		case OPT_REALTIME:
+			o->realtime = true;
 			break;
 		case OPT_TIMEOUT:
 			ok = parse_double(optarg, &o->timeout_s) && o->timeout_s > 0;
