@@ -49,13 +49,19 @@ owned_ids() {
 		sed -e 's/^prog_id:[[:space:]]*/prog /' -e 's/^link_id:[[:space:]]*/link /' | sort -u
 }
 
-# Whether any of the listed "kind id" lines still exists.
+# Whether any of the listed "kind id" lines still exists 3 s on: the kernel frees tracing links
+# and programs after an RCU grace period, not at close().
 still_loaded() {
-	local kind id
-	while read -r kind id; do
-		bpftool "$kind" show id "$id" >/dev/null 2>&1 && return 0
-	done <"$1"
-	return 1
+	local kind id left
+	for _ in $(seq 30); do
+		left=0
+		while read -r kind id; do
+			bpftool "$kind" show id "$id" >/dev/null 2>&1 && left=1
+		done <"$1"
+		[ $left -eq 0 ] && return 1
+		sleep 0.1
+	done
+	return 0
 }
 
 # 1. a PID that does not exist
