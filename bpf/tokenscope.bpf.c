@@ -130,9 +130,10 @@ struct {
 	__type(value, __u64);
 } stats SEC(".maps");
 
+/* Sized by user space before load (--ring-buffer-mb). */
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 16 * 1024 * 1024);
+	__uint(max_entries, TS_RING_DEFAULT_MB * 1024 * 1024);
 } events SEC(".maps");
 
 static __always_inline void stat_add(__u32 which, __u64 n)

@@ -15,6 +15,12 @@
 #define TS_CAPTURE_DEFAULT 65536
 /* Hard upper bound for --capture-bytes: bounds the kernel loop. */
 #define TS_CAPTURE_MAX (1 << 20)
+/*
+ * Ring buffer size. 8 MiB hold about 2 s of 10,000 frames/s and the reader drains every 10 ms;
+ * user space maps the ring twice (for wrap-around), so it shows twice in the tracer's RSS.
+ */
+#define TS_RING_DEFAULT_MB 8
+#define TS_RING_MAX_MB 1024
 /* iovecs walked per readv/writev/sendmsg; bytes in later iovecs are counted as a gap. */
 #define TS_IOV_MAX 64
 

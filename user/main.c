@@ -46,6 +46,7 @@ static const char trace_doc[] =
 enum {
 	OPT_TOKENS = 0x100,
 	OPT_CAPTURE,
+	OPT_RING,
 };
 
 static const struct argp_option trace_options[] = {
@@ -55,6 +56,8 @@ static const struct argp_option trace_options[] = {
 	{ "duration", 'd', "SEC", 0, "Stop after SEC seconds", 0 },
 	{ "capture-bytes", OPT_CAPTURE, "N", 0,
 	  "Bytes copied per syscall (default 65536); more is counted as a gap", 0 },
+	{ "ring-buffer-mb", OPT_RING, "MB", 0,
+	  "Ring buffer size, a power of two (default 8); larger if records are lost", 0 },
 	{ "verbose", 'v', NULL, 0, "Report process forks and exits, and libbpf messages", 0 },
 	{},
 };
@@ -107,6 +110,12 @@ static error_t trace_parse(int key, char *arg, struct argp_state *state)
 				   TS_CAPTURE_MAX);
 		o->capture_bytes = v;
 		break;
+	case OPT_RING:
+		if (parse_ulong(arg, TS_RING_MAX_MB, &v) || v == 0 || (v & (v - 1)))
+			argp_error(state, "invalid --ring-buffer-mb '%s' (a power of two, 1..%d)", arg,
+				   TS_RING_MAX_MB);
+		o->ring_mb = v;
+		break;
 	case 'v':
 		o->verbose = true;
 		break;
@@ -139,7 +148,7 @@ static int cmd_trace(int argc, char **argv)
 {
 	static const struct argp argp = { trace_options, trace_parse, "[interval [count]]",
 					  trace_doc, NULL, NULL, NULL };
-	struct trace_opts o = { .capture_bytes = TS_CAPTURE_DEFAULT };
+	struct trace_opts o = { .capture_bytes = TS_CAPTURE_DEFAULT, .ring_mb = TS_RING_DEFAULT_MB };
 	struct sigaction sa = { .sa_handler = on_signal };
 	int err;
 

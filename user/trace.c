@@ -118,6 +118,11 @@ static int trace_load(struct tracer *tr, const struct trace_opts *o)
 		return err;
 	}
 	tr->skel->rodata->capture_bytes = o->capture_bytes;
+	err = bpf_map__set_max_entries(tr->skel->maps.events, o->ring_mb * 1024u * 1024u);
+	if (err) {
+		fprintf(stderr, "tokenscope: cannot size the ring buffer: %s\n", strerror(-err));
+		return err;
+	}
 	err = tokenscope_bpf__load(tr->skel);
 	if (err) {
 		if (err == -EPERM || err == -EACCES)

@@ -20,6 +20,7 @@ struct trace_opts {
 	double interval_s; /* 0: no interval summaries */
 	long count; /* stop after this many intervals; 0: no limit */
 	uint32_t capture_bytes;
+	uint32_t ring_mb; /* ring buffer size in MiB, a power of two */
 };
 
 /* Returns 0, or a negative errno after printing why. */
