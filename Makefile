@@ -35,6 +35,9 @@ endif
 LIB_SRCS := $(filter-out user/main.c user/trace.c,$(wildcard user/*.c))
 LIB_OBJS := $(patsubst user/%.c,$(OUTPUT)/user/%.o,$(LIB_SRCS))
 TOOL_OBJS := $(OUTPUT)/user/trace.o $(OUTPUT)/user/main.o
+# Unit tests run under AddressSanitizer and UBSan, against their own build of the pipeline.
+SAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+SAN_OBJS := $(patsubst user/%.c,$(OUTPUT)/san/%.o,$(LIB_SRCS))
 UNIT_TESTS := $(patsubst tests/unit/%.c,$(OUTPUT)/tests/%,$(wildcard tests/unit/test_*.c))
 BPF_TESTS := $(patsubst tests/bpf/%.c,$(OUTPUT)/tests/%,$(wildcard tests/bpf/test_*.c))
 TOOLS := $(OUTPUT)/refserver $(OUTPUT)/gtclient $(OUTPUT)/writeloop
@@ -44,7 +47,7 @@ TOOLS := $(OUTPUT)/refserver $(OUTPUT)/gtclient $(OUTPUT)/writeloop
 
 all: $(OUTPUT)/tokenscope $(TOOLS) $(UNIT_TESTS) $(BPF_TESTS)
 
-$(OUTPUT) $(OUTPUT)/user $(OUTPUT)/tests:
+$(OUTPUT) $(OUTPUT)/user $(OUTPUT)/tests $(OUTPUT)/san:
 	$(Q)mkdir -p $@
 
 $(OUTPUT)/tokenscope.bpf.o: bpf/tokenscope.bpf.c include/events.h vmlinux/$(ARCH)/vmlinux.h | $(OUTPUT)
@@ -79,9 +82,13 @@ $(OUTPUT)/writeloop: tests/writeloop.c | $(OUTPUT)
 	$(call msg,CC,$@)
 	$(Q)$(CC) $(CFLAGS) $(WARN) -std=gnu11 $< -o $@
 
-$(OUTPUT)/tests/%: tests/unit/%.c tests/unit/check.h $(LIB_OBJS) | $(OUTPUT)/tests
+$(OUTPUT)/san/%.o: user/%.c $(wildcard user/*.h) include/events.h | $(OUTPUT)/san
+	$(call msg,CC-SAN,$@)
+	$(Q)$(CC) $(USER_CFLAGS) $(SAN_FLAGS) -c $< -o $@
+
+$(OUTPUT)/tests/%: tests/unit/%.c tests/unit/check.h $(wildcard tests/unit/*.h) $(SAN_OBJS) | $(OUTPUT)/tests
 	$(call msg,TEST,$@)
-	$(Q)$(CC) $(USER_CFLAGS) -Itests/unit $< $(LIB_OBJS) -o $@ -lcjson -lm
+	$(Q)$(CC) $(USER_CFLAGS) $(SAN_FLAGS) -Itests/unit $< $(SAN_OBJS) -o $@ -lcjson -lm
 
 $(OUTPUT)/tests/%: tests/bpf/%.c tests/unit/check.h $(LIB_OBJS) $(OUTPUT)/tokenscope.skel.h | $(OUTPUT)/tests
 	$(call msg,TEST,$@)

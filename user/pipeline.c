@@ -176,6 +176,9 @@ void pipeline_loss(const struct pipeline *pl, struct loss_report *loss)
 	loss->gap_bytes = pl->conns.stats.gap_bytes;
 	loss->desyncs = pl->conns.stats.desyncs;
 	loss->bad_records = pl->bad_records;
+	loss->untraced_sockets = pl->kstats[TS_STAT_CONN_TABLE_FULL];
+	loss->http_conns = pl->conns.stats.http_conns;
+	loss->ignored_conns = pl->conns.stats.ignored_conns;
 }
 
 static FILE *summary_stream(const struct pipeline *pl)

@@ -93,4 +93,11 @@ void summary_print(const struct summary *s, const struct loss_report *loss, cons
 		(unsigned long long)loss->lost_events, (unsigned long long)loss->lost_bytes,
 		(unsigned long long)loss->uncaptured_bytes, (unsigned long long)loss->gap_bytes,
 		(unsigned long long)loss->desyncs, (unsigned long long)loss->bad_records);
+	if (loss->untraced_sockets)
+		fprintf(f, "  lost: %llu sockets not traced: the kernel's connection table was full\n",
+			(unsigned long long)loss->untraced_sockets);
+	/* Says why a run can show no requests: TLS, HTTP/2 or another protocol on the sockets. */
+	fprintf(f, "  connections: %llu serving HTTP/1.x, %llu ignored (another protocol, TLS, or "
+		   "outgoing)\n",
+		(unsigned long long)loss->http_conns, (unsigned long long)loss->ignored_conns);
 }

@@ -22,9 +22,11 @@ struct summary {
 	struct hist ttft, itl, tpot, e2e;
 };
 
-/* Everything the tracer could not see, shown under every summary. */
+/* Everything the tracer could not see, shown under every summary, and what it looked at. */
 struct loss_report {
 	uint64_t lost_events, lost_bytes, uncaptured_bytes, gap_bytes, desyncs, bad_records;
+	uint64_t untraced_sockets; /* the kernel's connection table was full */
+	uint64_t http_conns, ignored_conns;
 };
 
 void summary_init(struct summary *s);
