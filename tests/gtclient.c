@@ -88,6 +88,8 @@ struct opts {
 	const char *out_path;
 	double timeout_s;
 	bool realtime; /* SCHED_FIFO threads: read each frame as soon as it arrives */
+	double connect_ahead_ms; /* a new connection waits this long before its first request */
+	double stagger_ms; /* thread i starts i * stagger_ms after the others */
 };
 
 struct dbuf {
@@ -136,6 +138,7 @@ struct shared {
 	char *prompt;
 	unsigned next_id;
 	unsigned rt_warned; /* --realtime refused: said once */
+	unsigned next_thread; /* start order, for --stagger-ms */
 	pthread_mutex_t lock;
 	pthread_barrier_t start;
 	FILE *out;
@@ -586,6 +589,17 @@ static int conn_open(const struct shared *sh, unsigned *port)
 		getsockname(fd, (struct sockaddr *)&ss, &sl);
 		*port = ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
 						 : ntohs(((struct sockaddr_in *)&ss)->sin_port);
+		/* Some servers start reading a new connection milliseconds after accepting it (Node
+		 * here); a pooled connection hides that from the first request, as in production. */
+		if (sh->o->connect_ahead_ms > 0) {
+			struct timespec ts = {
+				.tv_sec = (time_t)(sh->o->connect_ahead_ms / 1000),
+				.tv_nsec = (long)(fmod(sh->o->connect_ahead_ms, 1000) * 1e6),
+			};
+
+			while (nanosleep(&ts, &ts) && errno == EINTR)
+				;
+		}
 		return fd;
 	}
 	return err;
@@ -762,6 +776,15 @@ static void *worker_run(void *arg)
 	}
 	/* Start together: creating 1000 threads takes long enough to skew the first requests. */
 	pthread_barrier_wait(&sh->start);
+	if (o->stagger_ms > 0) {
+		unsigned idx = __atomic_fetch_add(&sh->next_thread, 1, __ATOMIC_RELAXED);
+		double ms = idx * o->stagger_ms;
+		struct timespec ts = { .tv_sec = (time_t)(ms / 1000),
+				       .tv_nsec = (long)(fmod(ms, 1000) * 1e6) };
+
+		while (nanosleep(&ts, &ts) && errno == EINTR)
+			;
+	}
 	for (;;) {
 		unsigned id = __atomic_fetch_add(&sh->next_id, 1, __ATOMIC_RELAXED);
 		struct result res = { .id = id };
@@ -851,6 +874,9 @@ static void usage(FILE *f)
 		"  --timeout-s S           per-request timeout (%d)\n"
 		"  --realtime              SCHED_FIFO threads (root): on a busy machine a frame is\n"
 		"                          timestamped when it arrives, not when a CPU frees up\n"
+		"  --connect-ahead-ms MS   open each connection MS before its first request, as a\n"
+		"                          connection pool does (0)\n"
+		"  --stagger-ms MS         start thread i at i * MS instead of all at once (0)\n"
 		"\n"
 		"Examples:\n"
 		"  gtclient --port 8000 -n 100 -c 4 -k 5 --usage\n"
@@ -877,6 +903,8 @@ enum {
 	OPT_NDJSON,
 	OPT_TIMEOUT,
 	OPT_REALTIME,
+	OPT_CONNECT_AHEAD,
+	OPT_STAGGER,
 };
 
 static bool parse_uint(const char *v, unsigned min, unsigned *out)
@@ -916,6 +944,8 @@ static int opts_parse(struct opts *o, int argc, char **argv)
 		{ "ndjson", no_argument, NULL, OPT_NDJSON },
 		{ "timeout-s", required_argument, NULL, OPT_TIMEOUT },
 		{ "realtime", no_argument, NULL, OPT_REALTIME },
+		{ "connect-ahead-ms", required_argument, NULL, OPT_CONNECT_AHEAD },
+		{ "stagger-ms", required_argument, NULL, OPT_STAGGER },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -1000,6 +1030,12 @@ static int opts_parse(struct opts *o, int argc, char **argv)
 			break;
 		case OPT_REALTIME:
 			o->realtime = true;
+			break;
+		case OPT_CONNECT_AHEAD:
+			ok = parse_double(optarg, &o->connect_ahead_ms);
+			break;
+		case OPT_STAGGER:
+			ok = parse_double(optarg, &o->stagger_ms);
 			break;
 		case OPT_TIMEOUT:
 			ok = parse_double(optarg, &o->timeout_s) && o->timeout_s > 0;
