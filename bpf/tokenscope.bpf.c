@@ -46,7 +46,8 @@ char LICENSE[] SEC("license") = "Dual MIT/GPL";
 
 /* Set by user space between open and load. */
 const volatile __u32 capture_bytes = TS_CAPTURE_DEFAULT;
-/* Wake the consumer only when this much is waiting; it also drains on a short timer. */
+/* Wake the consumer only when this much is waiting (an eighth of the ring, set by user space);
+ * it also drains on a short timer. */
 const volatile __u64 wakeup_bytes = 256 * 1024;
 
 __u64 next_conn_id = 0;

@@ -57,7 +57,7 @@ static const struct argp_option trace_options[] = {
 	{ "capture-bytes", OPT_CAPTURE, "N", 0,
 	  "Bytes copied per syscall (default 65536); more is counted as a gap", 0 },
 	{ "ring-buffer-mb", OPT_RING, "MB", 0,
-	  "Ring buffer size, a power of two (default 8); larger if records are lost", 0 },
+	  "Ring buffer size, a power of two (default 2); larger if records are lost", 0 },
 	{ "verbose", 'v', NULL, 0, "Report process forks and exits, and libbpf messages", 0 },
 	{},
 };

@@ -118,6 +118,7 @@ static int trace_load(struct tracer *tr, const struct trace_opts *o)
 		return err;
 	}
 	tr->skel->rodata->capture_bytes = o->capture_bytes;
+	tr->skel->rodata->wakeup_bytes = o->ring_mb * 1024ull * 1024ull / 8;
 	err = bpf_map__set_max_entries(tr->skel->maps.events, o->ring_mb * 1024u * 1024u);
 	if (err) {
 		fprintf(stderr, "tokenscope: cannot size the ring buffer: %s\n", strerror(-err));
