@@ -66,7 +66,7 @@ struct {
  */
 struct stash {
 	__u64 enter_ns;
-	__u64 buf; /* buffer, iovec array, or msghdr's iovec array */
+	__u64 buf;    /* buffer, iovec array, or msghdr's iovec array */
 	__u64 iovcnt; /* 0: buf is a plain buffer */
 	__s32 fd;
 	__u8 sys; /* enum ts_syscall; 0: no syscall pending */
@@ -82,7 +82,7 @@ struct {
 
 struct conn {
 	__u64 conn_id;
-	__u64 file; /* struct file *: a different file on the same fd is a new connection */
+	__u64 file;   /* struct file *: a different file on the same fd is a new connection */
 	__u64 pos[2]; /* bytes so far per direction, indexed by enum ts_dir */
 };
 
@@ -97,12 +97,12 @@ struct copy_ctx {
 	__u64 iov; /* user iovec array, or 0 for a plain buffer */
 	__u64 iovcnt;
 	__u64 iov_idx;
-	__u64 seg; /* user address of the current segment's next byte */
-	__u64 seg_left; /* bytes left in the current segment (already capped) */
+	__u64 seg;	 /* user address of the current segment's next byte */
+	__u64 seg_left;	 /* bytes left in the current segment (already capped) */
 	__u64 remaining; /* bytes still to capture from this syscall */
-	__u64 pos; /* stream offset of the next byte */
+	__u64 pos;	 /* stream offset of the next byte */
 	__u64 chunk_pos; /* stream offset of scratch data[0] */
-	__u32 fill; /* bytes in scratch data */
+	__u32 fill;	 /* bytes in scratch data */
 	__u32 pad;
 };
 
@@ -148,7 +148,7 @@ static __always_inline void stat_add(__u32 which, __u64 n)
 static __always_inline __u64 rb_flags(void)
 {
 	return bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes ? BPF_RB_FORCE_WAKEUP
-									       : BPF_RB_NO_WAKEUP;
+									     : BPF_RB_NO_WAKEUP;
 }
 
 /* Submit a record, or count it lost with its payload. */
@@ -256,8 +256,7 @@ static __always_inline void conn_fill_addrs(struct ts_conn_event *ce, struct soc
  * The traced connection on (tgid, fd), created (and announced) on first sight. NULL when the fd
  * is not a stream socket or the table is full (counted).
  */
-static __always_inline struct conn *conn_get(__u32 tgid, __u32 tid, __s32 fd, __u8 sys,
-					     __u64 ts)
+static __always_inline struct conn *conn_get(__u32 tgid, __u32 tid, __s32 fd, __u8 sys, __u64 ts)
 {
 	struct ts_conn_key key = { .pid = tgid, .fd = fd };
 	struct file *f = fd_file(fd);
@@ -293,7 +292,6 @@ static __always_inline struct conn *conn_get(__u32 tgid, __u32 tid, __s32 fd, __
 	emit(&ce, sizeof(ce), 0);
 	return bpf_map_lookup_elem(&conns, &key);
 }
-
 
 static __always_inline void copy_flush(struct scratch *s, struct copy_ctx *cc, bool last)
 {
@@ -369,8 +367,8 @@ static long copy_step(__u32 i, void *arg)
 	return 0;
 }
 
-static __always_inline void emit_data(struct stash *st, struct conn *c, __u64 pid_tgid,
-				      __u64 ret, __u64 exit_ns)
+static __always_inline void emit_data(struct stash *st, struct conn *c, __u64 pid_tgid, __u64 ret,
+				      __u64 exit_ns)
 {
 	__u32 zero = 0;
 	struct scratch *s = bpf_map_lookup_elem(&scratch, &zero);
@@ -526,7 +524,8 @@ int BPF_PROG(ts_sys_exit, struct pt_regs *regs, long ret)
 	tid = (__u32)pid_tgid;
 	if (st.sys == TS_SYS_ACCEPT) {
 		if (ret >= 0)
-			conn_get(pid_tgid >> 32, tid, (__s32)ret, TS_SYS_ACCEPT, bpf_ktime_get_ns());
+			conn_get(pid_tgid >> 32, tid, (__s32)ret, TS_SYS_ACCEPT,
+				 bpf_ktime_get_ns());
 		return 0;
 	}
 	if (ret > 0) {

@@ -20,8 +20,8 @@
  * a ring larger than the shared cache makes each write miss: measured with bpf_stats on the
  * development VM, the sys_exit program of a traced 287-byte write cost 1.0-1.6 us with a 1 to
  * 8 MiB ring (differences within run-to-run noise) and 3.4-3.8 us with 64 MiB. 2 MiB hold 0.5 s
- * of 10,000 frames/s; the reader drains every 10 ms and is woken when an eighth is waiting. User space
- * maps the ring twice (for wrap-around), so it counts twice in the tracer's RSS.
+ * of 10,000 frames/s; the reader drains every 10 ms and is woken when an eighth is waiting. User
+ * space maps the ring twice (for wrap-around), so it counts twice in the tracer's RSS.
  */
 #define TS_RING_DEFAULT_MB 2
 #define TS_RING_MAX_MB 1024
@@ -29,15 +29,15 @@
 #define TS_IOV_MAX 64
 
 enum ts_event_type {
-	TS_EV_DATA = 1, /* bytes read from or written to a traced socket */
-	TS_EV_CONN_OPEN = 2, /* first sight of a socket fd (accept, connect or first I/O) */
+	TS_EV_DATA = 1,	      /* bytes read from or written to a traced socket */
+	TS_EV_CONN_OPEN = 2,  /* first sight of a socket fd (accept, connect or first I/O) */
 	TS_EV_CONN_CLOSE = 3, /* close() of a traced socket fd */
-	TS_EV_PROC_FORK = 4, /* a traced process forked: the child is traced too */
-	TS_EV_PROC_EXIT = 5, /* a traced process exited */
+	TS_EV_PROC_FORK = 4,  /* a traced process forked: the child is traced too */
+	TS_EV_PROC_EXIT = 5,  /* a traced process exited */
 };
 
 enum ts_dir {
-	TS_DIR_IN = 0, /* the traced process read the bytes */
+	TS_DIR_IN = 0,	/* the traced process read the bytes */
 	TS_DIR_OUT = 1, /* the traced process wrote the bytes */
 };
 
@@ -59,7 +59,7 @@ enum ts_syscall {
 struct ts_event_hdr {
 	__u32 type; /* enum ts_event_type */
 	__u32 size; /* bytes of the whole record, header included */
-	__u32 pid; /* tgid */
+	__u32 pid;  /* tgid */
 	__u32 tid;
 };
 
@@ -70,25 +70,25 @@ struct ts_event_hdr {
  */
 struct ts_data_event {
 	struct ts_event_hdr hdr;
-	__u64 conn_id; /* unique for the tracer's lifetime: survives fd reuse */
-	__u64 enter_ns; /* sys_enter of the syscall */
-	__u64 exit_ns; /* sys_exit of the syscall */
-	__u64 pos; /* stream offset of data[0] in direction `dir` */
-	__u64 syscall_pos; /* stream offset of the syscall's first byte */
+	__u64 conn_id;	     /* unique for the tracer's lifetime: survives fd reuse */
+	__u64 enter_ns;	     /* sys_enter of the syscall */
+	__u64 exit_ns;	     /* sys_exit of the syscall */
+	__u64 pos;	     /* stream offset of data[0] in direction `dir` */
+	__u64 syscall_pos;   /* stream offset of the syscall's first byte */
 	__u32 syscall_bytes; /* bytes the syscall returned (all of them, copied or not) */
-	__u32 data_bytes; /* bytes in data[] */
+	__u32 data_bytes;    /* bytes in data[] */
 	__s32 fd;
-	__u8 dir; /* enum ts_dir */
+	__u8 dir;     /* enum ts_dir */
 	__u8 syscall; /* enum ts_syscall */
-	__u8 last; /* 1 on the syscall's last record */
-	__u8 status; /* enum ts_data_status */
-	__u8 data[]; /* data_bytes bytes */
+	__u8 last;    /* 1 on the syscall's last record */
+	__u8 status;  /* enum ts_data_status */
+	__u8 data[];  /* data_bytes bytes */
 };
 
 /* What a data record with no bytes says about the connection. */
 enum ts_data_status {
 	TS_DATA_BYTES = 0, /* bytes moved */
-	TS_DATA_EOF = 1, /* a read returned 0: the peer closed its side */
+	TS_DATA_EOF = 1,   /* a read returned 0: the peer closed its side */
 	TS_DATA_RESET = 2, /* a write failed with EPIPE or ECONNRESET: the peer is gone */
 };
 
@@ -113,27 +113,27 @@ struct ts_conn_event {
 struct ts_proc_event {
 	struct ts_event_hdr hdr; /* pid: the child (fork) or the exiting process */
 	__u64 ts_ns;
-	__u32 ppid; /* fork: parent tgid */
+	__u32 ppid;	 /* fork: parent tgid */
 	__s32 exit_code; /* exit: the wait status */
 	char comm[16];
 };
 
 /* Counters kept per CPU in the kernel and summed by user space (map `stats`). */
 enum ts_stat {
-	TS_STAT_EVENTS, /* records submitted */
-	TS_STAT_LOST_EVENTS, /* records the ring buffer had no room for */
-	TS_STAT_LOST_BYTES, /* payload bytes in those records */
+	TS_STAT_EVENTS,		  /* records submitted */
+	TS_STAT_LOST_EVENTS,	  /* records the ring buffer had no room for */
+	TS_STAT_LOST_BYTES,	  /* payload bytes in those records */
 	TS_STAT_UNCAPTURED_BYTES, /* bytes past the capture limit or the iovec limit */
-	TS_STAT_COPY_FAILED, /* bpf_probe_read_user failures (bytes are counted uncaptured) */
-	TS_STAT_SYSCALLS, /* traced socket syscalls */
-	TS_STAT_CONN_TABLE_FULL, /* sockets not traced because map `conns` was full */
+	TS_STAT_COPY_FAILED,	  /* bpf_probe_read_user failures (bytes are counted uncaptured) */
+	TS_STAT_SYSCALLS,	  /* traced socket syscalls */
+	TS_STAT_CONN_TABLE_FULL,  /* sockets not traced because map `conns` was full */
 	TS_STAT_MAX,
 };
 
-#define TS_STAT_NAMES                                                                            \
-	{                                                                                        \
-		"events", "lost_events", "lost_bytes", "uncaptured_bytes", "copy_failed",        \
-			"syscalls", "conn_table_full"                                            \
+#define TS_STAT_NAMES                                                                     \
+	{                                                                                 \
+		"events", "lost_events", "lost_bytes", "uncaptured_bytes", "copy_failed", \
+		    "syscalls", "conn_table_full"                                         \
 	}
 
 /* Key of map `conns`: user space deletes the entries of a process that exited. */

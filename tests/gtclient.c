@@ -87,9 +87,9 @@ struct opts {
 	bool ndjson;
 	const char *out_path;
 	double timeout_s;
-	bool realtime; /* SCHED_FIFO threads: read each frame as soon as it arrives */
+	bool realtime;		 /* SCHED_FIFO threads: read each frame as soon as it arrives */
 	double connect_ahead_ms; /* a new connection waits this long before its first request */
-	double stagger_ms; /* thread i starts i * stagger_ms after the others */
+	double stagger_ms;	 /* thread i starts i * stagger_ms after the others */
 };
 
 struct dbuf {
@@ -137,7 +137,7 @@ struct shared {
 	struct addrinfo *ai;
 	char *prompt;
 	unsigned next_id;
-	unsigned rt_warned; /* --realtime refused: said once */
+	unsigned rt_warned;   /* --realtime refused: said once */
 	unsigned next_thread; /* start order, for --stagger-ms */
 	pthread_mutex_t lock;
 	pthread_barrier_t start;
@@ -590,7 +590,8 @@ static int conn_open(const struct shared *sh, unsigned *port)
 		*port = ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
 						 : ntohs(((struct sockaddr_in *)&ss)->sin_port);
 		/* Some servers start reading a new connection milliseconds after accepting it (Node
-		 * here); a pooled connection hides that from the first request, as in production. */
+		 * here); a pooled connection hides that from the first request, as in production.
+		 */
 		if (sh->o->connect_ahead_ms > 0) {
 			struct timespec ts = {
 				.tv_sec = (time_t)(sh->o->connect_ahead_ms / 1000),
@@ -848,41 +849,42 @@ static void summary_print(const struct shared *sh)
 
 static void usage(FILE *f)
 {
-	fprintf(f,
-		"Usage: gtclient [OPTIONS]\n"
-		"Ground-truth streaming client: one JSON line per request on CLOCK_MONOTONIC.\n"
-		"\n"
-		"  --host H                server address (127.0.0.1)\n"
-		"  --port P                server port (%d)\n"
-		"  --path P                request path (/v1/chat/completions)\n"
-		"  -n N                    total requests (%d)\n"
-		"  -c C                    concurrent connections, one thread each (1)\n"
-		"  -k K                    requests per connection over keep-alive (1)\n"
-		"  --model M               model name (ref)\n"
-		"  --max-tokens N          max_tokens (%d)\n"
-		"  --usage                 send stream_options.include_usage\n"
-		"  --prompt-bytes B        prompt length in bytes (%d)\n"
-		"  --token-ms MS           send x_token_ms\n"
-		"  --prefill-ms MS         send x_prefill_ms\n"
-		"  --abort-every M         every M-th request (from 1) closes early...\n"
-		"  --abort-after F         ...after F content frames (1)\n"
-		"  --http-error-every M    every M-th request sends x_fail:\"http\"\n"
-		"  --stream-error-every M  every M-th request sends x_fail:\"stream\"\n"
-		"  --no-stream-every M     every M-th request sends stream:false\n"
-		"  --ndjson                expect Ollama-style NDJSON\n"
-		"  -o FILE                 output file (stdout)\n"
-		"  --timeout-s S           per-request timeout (%d)\n"
-		"  --realtime              SCHED_FIFO threads (root): on a busy machine a frame is\n"
-		"                          timestamped when it arrives, not when a CPU frees up\n"
-		"  --connect-ahead-ms MS   open each connection MS before its first request, as a\n"
-		"                          connection pool does (0)\n"
-		"  --stagger-ms MS         start thread i at i * MS instead of all at once (0)\n"
-		"\n"
-		"Examples:\n"
-		"  gtclient --port 8000 -n 100 -c 4 -k 5 --usage\n"
-		"  gtclient --port 8000 -n 20 --abort-every 3 --abort-after 2 -o gt.jsonl\n",
-		DEFAULT_PORT, DEFAULT_REQUESTS, DEFAULT_MAX_TOKENS, DEFAULT_PROMPT_BYTES,
-		DEFAULT_TIMEOUT_S);
+	fprintf(
+	    f,
+	    "Usage: gtclient [OPTIONS]\n"
+	    "Ground-truth streaming client: one JSON line per request on CLOCK_MONOTONIC.\n"
+	    "\n"
+	    "  --host H                server address (127.0.0.1)\n"
+	    "  --port P                server port (%d)\n"
+	    "  --path P                request path (/v1/chat/completions)\n"
+	    "  -n N                    total requests (%d)\n"
+	    "  -c C                    concurrent connections, one thread each (1)\n"
+	    "  -k K                    requests per connection over keep-alive (1)\n"
+	    "  --model M               model name (ref)\n"
+	    "  --max-tokens N          max_tokens (%d)\n"
+	    "  --usage                 send stream_options.include_usage\n"
+	    "  --prompt-bytes B        prompt length in bytes (%d)\n"
+	    "  --token-ms MS           send x_token_ms\n"
+	    "  --prefill-ms MS         send x_prefill_ms\n"
+	    "  --abort-every M         every M-th request (from 1) closes early...\n"
+	    "  --abort-after F         ...after F content frames (1)\n"
+	    "  --http-error-every M    every M-th request sends x_fail:\"http\"\n"
+	    "  --stream-error-every M  every M-th request sends x_fail:\"stream\"\n"
+	    "  --no-stream-every M     every M-th request sends stream:false\n"
+	    "  --ndjson                expect Ollama-style NDJSON\n"
+	    "  -o FILE                 output file (stdout)\n"
+	    "  --timeout-s S           per-request timeout (%d)\n"
+	    "  --realtime              SCHED_FIFO threads (root): on a busy machine a frame is\n"
+	    "                          timestamped when it arrives, not when a CPU frees up\n"
+	    "  --connect-ahead-ms MS   open each connection MS before its first request, as a\n"
+	    "                          connection pool does (0)\n"
+	    "  --stagger-ms MS         start thread i at i * MS instead of all at once (0)\n"
+	    "\n"
+	    "Examples:\n"
+	    "  gtclient --port 8000 -n 100 -c 4 -k 5 --usage\n"
+	    "  gtclient --port 8000 -n 20 --abort-every 3 --abort-after 2 -o gt.jsonl\n",
+	    DEFAULT_PORT, DEFAULT_REQUESTS, DEFAULT_MAX_TOKENS, DEFAULT_PROMPT_BYTES,
+	    DEFAULT_TIMEOUT_S);
 }
 
 enum {

@@ -76,8 +76,9 @@ int main(int argc, char **argv)
 		else if (!strcmp(argv[i], "--unix"))
 			use_unix = true;
 		else {
-			fprintf(stderr,
-				"usage: writeloop [-n FRAMES] [-s FRAME_BYTES] [--writev] [--unix]\n");
+			fprintf(
+			    stderr,
+			    "usage: writeloop [-n FRAMES] [-s FRAME_BYTES] [--writev] [--unix]\n");
 			return 2;
 		}
 	}

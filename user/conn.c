@@ -38,17 +38,17 @@ struct conn {
 	int fd;
 	char label[96];
 	enum conn_role role;
-	uint64_t expect[2]; /* next stream offset per direction (enum ts_dir) */
+	uint64_t expect[2];	/* next stream offset per direction (enum ts_dir) */
 	bool in_sync, out_sync; /* the parser is aligned with message boundaries */
 	struct http_parser req, resp;
 	struct sse_parser sse;
 	uint32_t seq;
-	struct request *reading; /* request being read */
+	struct request *reading;		  /* request being read */
 	struct request *queue[CONN_PIPELINE_MAX]; /* read, response pending or in progress */
 	uint32_t qhead, qlen;
-	bool resp_active; /* queue[qhead] has a response head */
+	bool resp_active;	 /* queue[qhead] has a response head */
 	bool resp_informational; /* the response being parsed is 1xx */
-	bool resp_orphan; /* the response being parsed answers a request we did not see */
+	bool resp_orphan;	 /* the response being parsed answers a request we did not see */
 	struct buf body; /* request body (model etc.), then the non-streamed response body */
 };
 

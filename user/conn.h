@@ -29,13 +29,13 @@ struct conn_sink {
 };
 
 struct conn_stats {
-	uint64_t conns; /* connections seen */
-	uint64_t http_conns; /* ... that carried HTTP requests to the traced server */
-	uint64_t ignored_conns; /* ... that did not (other protocols, outgoing HTTP) */
-	uint64_t gap_bytes; /* bytes missing from followed connections */
-	uint64_t desyncs; /* times a gap broke HTTP framing */
-	uint64_t orphan_responses; /* responses whose request was not seen (joined mid-way) */
-	uint64_t partial_requests; /* requests whose bytes ended before the request did */
+	uint64_t conns;		    /* connections seen */
+	uint64_t http_conns;	    /* ... that carried HTTP requests to the traced server */
+	uint64_t ignored_conns;	    /* ... that did not (other protocols, outgoing HTTP) */
+	uint64_t gap_bytes;	    /* bytes missing from followed connections */
+	uint64_t desyncs;	    /* times a gap broke HTTP framing */
+	uint64_t orphan_responses;  /* responses whose request was not seen (joined mid-way) */
+	uint64_t partial_requests;  /* requests whose bytes ended before the request did */
 	uint64_t pipeline_overflow; /* requests dropped beyond CONN_PIPELINE_MAX */
 };
 

@@ -17,7 +17,7 @@ struct jsonw {
 };
 
 void jsonw_begin(struct jsonw *w, FILE *f); /* '{' */
-void jsonw_end(struct jsonw *w); /* '}' */
+void jsonw_end(struct jsonw *w);	    /* '}' */
 void jsonw_key(struct jsonw *w, const char *key);
 void jsonw_str(struct jsonw *w, const char *key, const char *v); /* NULL -> null */
 void jsonw_u64(struct jsonw *w, const char *key, uint64_t v);

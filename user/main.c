@@ -29,19 +29,19 @@ error_t argp_err_exit_status = 2;
 const char *argp_program_bug_address = "the tokenscope issue tracker";
 
 static const char trace_doc[] =
-	"Trace the streamed LLM requests a running server handles, from the kernel.\n"
-	"\n"
-	"USAGE: tokenscope trace -p PID [-p PID ...] [--json [--tokens]] [-d SEC] "
-	"[interval [count]]\n"
-	"\n"
-	"EXAMPLES:\n"
-	"    tokenscope trace -p 1234              # a line per finished request, summary on "
-	"Ctrl-C\n"
-	"    tokenscope trace -p 1234 --json       # one JSON object per request\n"
-	"    tokenscope trace -p 1234 --json --tokens   # ... with every token's time\n"
-	"    tokenscope trace -p 1234 -d 30        # stop after 30 s\n"
-	"    tokenscope trace -p 1234 10           # also a summary every 10 s\n"
-	"    tokenscope trace -p 1234 10 6         # six 10 s summaries, then stop\n";
+    "Trace the streamed LLM requests a running server handles, from the kernel.\n"
+    "\n"
+    "USAGE: tokenscope trace -p PID [-p PID ...] [--json [--tokens]] [-d SEC] "
+    "[interval [count]]\n"
+    "\n"
+    "EXAMPLES:\n"
+    "    tokenscope trace -p 1234              # a line per finished request, summary on "
+    "Ctrl-C\n"
+    "    tokenscope trace -p 1234 --json       # one JSON object per request\n"
+    "    tokenscope trace -p 1234 --json --tokens   # ... with every token's time\n"
+    "    tokenscope trace -p 1234 -d 30        # stop after 30 s\n"
+    "    tokenscope trace -p 1234 10           # also a summary every 10 s\n"
+    "    tokenscope trace -p 1234 10 6         # six 10 s summaries, then stop\n";
 
 enum {
 	OPT_TOKENS = 0x100,
@@ -112,8 +112,8 @@ static error_t trace_parse(int key, char *arg, struct argp_state *state)
 		break;
 	case OPT_RING:
 		if (parse_ulong(arg, TS_RING_MAX_MB, &v) || v == 0 || (v & (v - 1)))
-			argp_error(state, "invalid --ring-buffer-mb '%s' (a power of two, 1..%d)", arg,
-				   TS_RING_MAX_MB);
+			argp_error(state, "invalid --ring-buffer-mb '%s' (a power of two, 1..%d)",
+				   arg, TS_RING_MAX_MB);
 		o->ring_mb = v;
 		break;
 	case 'v':
@@ -147,8 +147,10 @@ static error_t trace_parse(int key, char *arg, struct argp_state *state)
 static int cmd_trace(int argc, char **argv)
 {
 	static const struct argp argp = { trace_options, trace_parse, "[interval [count]]",
-					  trace_doc, NULL, NULL, NULL };
-	struct trace_opts o = { .capture_bytes = TS_CAPTURE_DEFAULT, .ring_mb = TS_RING_DEFAULT_MB };
+					  trace_doc,	 NULL,	      NULL,
+					  NULL };
+	struct trace_opts o = { .capture_bytes = TS_CAPTURE_DEFAULT,
+				.ring_mb = TS_RING_DEFAULT_MB };
 	struct sigaction sa = { .sa_handler = on_signal };
 	int err;
 

@@ -15,11 +15,11 @@
 #include "summary.h"
 
 struct pipeline_opts {
-	bool json; /* JSON lines instead of text lines */
-	bool tokens; /* JSON: every content frame's time */
+	bool json;    /* JSON lines instead of text lines */
+	bool tokens;  /* JSON: every content frame's time */
 	bool verbose; /* report every traced process's fork and exit */
-	FILE *out; /* request lines (and the summary in text mode) */
-	FILE *err; /* messages (and the summary in JSON mode) */
+	FILE *out;    /* request lines (and the summary in text mode) */
+	FILE *err;    /* messages (and the summary in JSON mode) */
 };
 
 #define PIPELINE_MAX_ROOTS 64

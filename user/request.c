@@ -92,8 +92,8 @@ static uint64_t sorted_quantile(const uint64_t *v, uint32_t n, double q)
 void request_metrics(const struct request *r, struct request_metrics *m)
 {
 	m->ttft_ns = r->ntokens ? (int64_t)(r->first_token_ns - r->arrival_ns) : -1;
-	m->e2e_ns = r->end_ns >= r->arrival_ns && r->arrival_ns ? (int64_t)(r->end_ns - r->arrival_ns)
-								 : -1;
+	m->e2e_ns =
+	    r->end_ns >= r->arrival_ns && r->arrival_ns ? (int64_t)(r->end_ns - r->arrival_ns) : -1;
 	m->tokens_from_usage = r->completion_tokens >= 0;
 	m->tokens = m->tokens_from_usage ? r->completion_tokens : r->ntokens;
 	m->itl_p50_ns = m->itl_p99_ns = m->itl_max_ns = -1;
@@ -111,7 +111,7 @@ void request_metrics(const struct request *r, struct request_metrics *m)
 		}
 	}
 	if (r->ntokens >= 1 && m->tokens >= 2)
-		m->tpot_ns = (int64_t)(r->token_ns[r->ntokens - 1] - r->first_token_ns) /
-			     (m->tokens - 1);
+		m->tpot_ns =
+		    (int64_t)(r->token_ns[r->ntokens - 1] - r->first_token_ns) / (m->tokens - 1);
 	m->tok_per_s = m->e2e_ns > 0 && m->tokens > 0 ? m->tokens / (m->e2e_ns / 1e9) : NAN;
 }

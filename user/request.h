@@ -14,31 +14,31 @@
 
 enum outcome {
 	OUTCOME_OK,
-	OUTCOME_HTTP_ERROR, /* status >= 400 */
+	OUTCOME_HTTP_ERROR,   /* status >= 400 */
 	OUTCOME_STREAM_ERROR, /* an error frame */
-	OUTCOME_ABORTED, /* closed by either side before the response ended */
-	OUTCOME_LOST, /* the tracer lost bytes of it */
+	OUTCOME_ABORTED,      /* closed by either side before the response ended */
+	OUTCOME_LOST,	      /* the tracer lost bytes of it */
 	OUTCOME_MAX,
 };
 
 struct request {
 	uint32_t pid;
 	uint64_t conn_id;
-	uint32_t seq; /* index of the request on its connection */
+	uint32_t seq;	/* index of the request on its connection */
 	char conn[112]; /* "local<-peer#id" */
 	char method[16];
 	char path[256];
-	struct req_info info; /* model, stream, max_tokens from the body */
-	int64_t prompt_bytes; /* request body length */
+	struct req_info info;	     /* model, stream, max_tokens from the body */
+	int64_t prompt_bytes;	     /* request body length */
 	uint64_t request_uncaptured; /* body bytes not captured (model may be unknown) */
 
-	int status; /* 0 until the response head */
+	int status;    /* 0 until the response head */
 	bool streamed; /* SSE or NDJSON response body */
 	enum frame_format format;
 	uint64_t arrival_ns, first_token_ns, end_ns;
 	uint64_t *token_ns; /* every content frame, in order */
 	uint32_t ntokens, token_cap;
-	uint32_t frames; /* every frame, content or not */
+	uint32_t frames;					 /* every frame, content or not */
 	int64_t prompt_tokens, completion_tokens, cached_tokens; /* -1: not reported */
 	uint64_t lost_bytes; /* response bytes (or request head bytes) the tracer lost */
 	bool error_frame, done_frame, unknown_frames;

@@ -68,8 +68,8 @@ void summary_print(const struct summary *s, const struct loss_report *loss, cons
 		   FILE *f)
 {
 	double window_s = s->window_end_ns > s->window_start_ns
-				  ? (s->window_end_ns - s->window_start_ns) / 1e9
-				  : 0;
+			      ? (s->window_end_ns - s->window_start_ns) / 1e9
+			      : 0;
 
 	fprintf(f, "--- %s: %llu requests (%llu streamed)", title, (unsigned long long)s->requests,
 		(unsigned long long)s->streamed);
@@ -94,10 +94,12 @@ void summary_print(const struct summary *s, const struct loss_report *loss, cons
 		(unsigned long long)loss->uncaptured_bytes, (unsigned long long)loss->gap_bytes,
 		(unsigned long long)loss->desyncs, (unsigned long long)loss->bad_records);
 	if (loss->untraced_sockets)
-		fprintf(f, "  lost: %llu sockets not traced: the kernel's connection table was full\n",
+		fprintf(f,
+			"  lost: %llu sockets not traced: the kernel's connection table was full\n",
 			(unsigned long long)loss->untraced_sockets);
 	/* Says why a run can show no requests: TLS, HTTP/2 or another protocol on the sockets. */
-	fprintf(f, "  connections: %llu serving HTTP/1.x, %llu ignored (another protocol, TLS, or "
-		   "outgoing)\n",
+	fprintf(f,
+		"  connections: %llu serving HTTP/1.x, %llu ignored (another protocol, TLS, or "
+		"outgoing)\n",
 		(unsigned long long)loss->http_conns, (unsigned long long)loss->ignored_conns);
 }

@@ -15,7 +15,7 @@
 struct summary {
 	uint64_t requests, streamed;
 	uint64_t by_outcome[OUTCOME_MAX];
-	uint64_t tokens; /* output tokens of finished requests */
+	uint64_t tokens;			 /* output tokens of finished requests */
 	uint64_t window_start_ns, window_end_ns; /* earliest arrival, latest end */
 	uint64_t busy_ns; /* sum of E2E: busy_ns / window = mean requests in flight */
 	uint32_t inflight, inflight_max;

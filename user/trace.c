@@ -127,10 +127,11 @@ static int trace_load(struct tracer *tr, const struct trace_opts *o)
 	err = tokenscope_bpf__load(tr->skel);
 	if (err) {
 		if (err == -EPERM || err == -EACCES)
-			fprintf(stderr,
-				"tokenscope: not allowed to load BPF programs (%s): run as root, or "
-				"with CAP_BPF, CAP_PERFMON and CAP_SYS_RESOURCE\n",
-				strerror(-err));
+			fprintf(
+			    stderr,
+			    "tokenscope: not allowed to load BPF programs (%s): run as root, or "
+			    "with CAP_BPF, CAP_PERFMON and CAP_SYS_RESOURCE\n",
+			    strerror(-err));
 		else
 			fprintf(stderr,
 				"tokenscope: the kernel refused the BPF programs (%s); run with -v "

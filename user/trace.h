@@ -18,7 +18,7 @@ struct trace_opts {
 	bool json, tokens, verbose;
 	double duration_s; /* 0: until a signal or until every traced process exited */
 	double interval_s; /* 0: no interval summaries */
-	long count; /* stop after this many intervals; 0: no limit */
+	long count;	   /* stop after this many intervals; 0: no limit */
 	uint32_t capture_bytes;
 	uint32_t ring_mb; /* ring buffer size in MiB, a power of two */
 };

@@ -33,41 +33,40 @@ static inline bool check_report(bool ok, const char *file, int line, const char 
 #define ASSERT_TRUE(c, label) check_report(!!(c), __FILE__, __LINE__, label, #c " is false")
 #define ASSERT_FALSE(c, label) check_report(!(c), __FILE__, __LINE__, label, #c " is true")
 
-#define ASSERT_EQ(a, b, label)                                                                   \
-	({                                                                                       \
-		long long __a = (long long)(a), __b = (long long)(b);                            \
-		bool __ok = __a == __b;                                                          \
-		if (!__ok)                                                                       \
-			fprintf(stdout, "  %s:%d: %s: %s = %lld, expected %lld\n", __FILE__,     \
-				__LINE__, label, #a, __a, __b);                                  \
-		if (!__ok)                                                                       \
-			check_cur_failed = 1;                                                    \
-		__ok;                                                                            \
+#define ASSERT_EQ(a, b, label)                                                               \
+	({                                                                                   \
+		long long __a = (long long)(a), __b = (long long)(b);                        \
+		bool __ok = __a == __b;                                                      \
+		if (!__ok)                                                                   \
+			fprintf(stdout, "  %s:%d: %s: %s = %lld, expected %lld\n", __FILE__, \
+				__LINE__, label, #a, __a, __b);                              \
+		if (!__ok)                                                                   \
+			check_cur_failed = 1;                                                \
+		__ok;                                                                        \
 	})
 
-#define ASSERT_STREQ(a, b, label)                                                                \
-	({                                                                                       \
-		const char *__a = (a), *__b = (b);                                               \
-		bool __ok = __a && __b && strcmp(__a, __b) == 0;                                 \
-		if (!__ok) {                                                                     \
-			fprintf(stdout, "  %s:%d: %s: %s = \"%s\", expected \"%s\"\n", __FILE__, \
-				__LINE__, label, #a, __a ? __a : "(null)",                       \
-				__b ? __b : "(null)");                                           \
-			check_cur_failed = 1;                                                    \
-		}                                                                                \
-		__ok;                                                                            \
+#define ASSERT_STREQ(a, b, label)                                                                 \
+	({                                                                                        \
+		const char *__a = (a), *__b = (b);                                                \
+		bool __ok = __a && __b && strcmp(__a, __b) == 0;                                  \
+		if (!__ok) {                                                                      \
+			fprintf(stdout, "  %s:%d: %s: %s = \"%s\", expected \"%s\"\n", __FILE__,  \
+				__LINE__, label, #a, __a ? __a : "(null)", __b ? __b : "(null)"); \
+			check_cur_failed = 1;                                                     \
+		}                                                                                 \
+		__ok;                                                                             \
 	})
 
-#define ASSERT_NEAR(a, b, tol, label)                                                            \
-	({                                                                                       \
-		double __a = (double)(a), __b = (double)(b);                                     \
-		bool __ok = __a - __b <= (tol) && __b - __a <= (tol);                            \
-		if (!__ok) {                                                                     \
+#define ASSERT_NEAR(a, b, tol, label)                                                              \
+	({                                                                                         \
+		double __a = (double)(a), __b = (double)(b);                                       \
+		bool __ok = __a - __b <= (tol) && __b - __a <= (tol);                              \
+		if (!__ok) {                                                                       \
 			fprintf(stdout, "  %s:%d: %s: %s = %.9g, expected %.9g +- %g\n", __FILE__, \
-				__LINE__, label, #a, __a, __b, (double)(tol));                   \
-			check_cur_failed = 1;                                                    \
-		}                                                                                \
-		__ok;                                                                            \
+				__LINE__, label, #a, __a, __b, (double)(tol));                     \
+			check_cur_failed = 1;                                                      \
+		}                                                                                  \
+		__ok;                                                                              \
 	})
 
 #define ASSERT_OK(err, label) ASSERT_EQ((err) < 0 ? (err) : 0, 0, label)
@@ -76,26 +75,26 @@ static inline bool check_report(bool ok, const char *file, int line, const char 
 /* Mark the running test skipped (with a reason); use as `return SKIP("no root");`. */
 #define SKIP(reason) ((void)(check_skip_reason = (reason)))
 
-#define RUN(fn)                                                                                  \
-	do {                                                                                     \
-		check_cur_failed = 0;                                                            \
-		check_skip_reason = NULL;                                                        \
-		fn();                                                                            \
-		if (check_cur_failed) {                                                          \
-			check_failed++;                                                          \
-			printf("FAIL %s\n", #fn);                                                \
-		} else if (check_skip_reason) {                                                  \
-			check_skipped++;                                                         \
-			printf("SKIP %s: %s\n", #fn, check_skip_reason);                         \
-		} else {                                                                         \
-			check_passed++;                                                          \
-			printf("PASS %s\n", #fn);                                                \
-		}                                                                                \
-		fflush(stdout);                                                                  \
+#define RUN(fn)                                                          \
+	do {                                                             \
+		check_cur_failed = 0;                                    \
+		check_skip_reason = NULL;                                \
+		fn();                                                    \
+		if (check_cur_failed) {                                  \
+			check_failed++;                                  \
+			printf("FAIL %s\n", #fn);                        \
+		} else if (check_skip_reason) {                          \
+			check_skipped++;                                 \
+			printf("SKIP %s: %s\n", #fn, check_skip_reason); \
+		} else {                                                 \
+			check_passed++;                                  \
+			printf("PASS %s\n", #fn);                        \
+		}                                                        \
+		fflush(stdout);                                          \
 	} while (0)
 
-#define CHECK_DONE()                                                                             \
-	(printf("%d passed, %d failed, %d skipped\n", check_passed, check_failed, check_skipped),  \
+#define CHECK_DONE()                                                                              \
+	(printf("%d passed, %d failed, %d skipped\n", check_passed, check_failed, check_skipped), \
 	 check_failed ? 1 : 0)
 
 #endif

@@ -121,9 +121,9 @@ static void data_event(struct harness *h, uint64_t id, int dir, const char *s, u
 }
 
 static const char *REQ_BODY =
-	"{\"model\":\"m1\",\"stream\":true,\"max_tokens\":3,\"messages\":[{\"role\":\"user\","
-	"\"content\":\"say \\\"model\\\": \\\"fake\\\" three times\"}],"
-	"\"stream_options\":{\"include_usage\":true}}";
+    "{\"model\":\"m1\",\"stream\":true,\"max_tokens\":3,\"messages\":[{\"role\":\"user\","
+    "\"content\":\"say \\\"model\\\": \\\"fake\\\" three times\"}],"
+    "\"stream_options\":{\"include_usage\":true}}";
 
 static void send_request(struct harness *h, uint64_t id, uint64_t ts)
 {
@@ -144,13 +144,13 @@ static void chunk(struct harness *h, uint64_t id, const char *frame, uint64_t ts
 	data_event(h, id, TS_DIR_OUT, buf, ts);
 }
 
-#define HEAD_SSE                                                                                 \
-	"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"                  \
+#define HEAD_SSE                                                                \
+	"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n" \
 	"transfer-encoding: chunked\r\n\r\n"
 #define ROLE "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n"
 #define TOK "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"},\"finish_reason\":null}]}\n\n"
-#define USAGE                                                                                    \
-	"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":3,"       \
+#define USAGE                                                                           \
+	"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":3," \
 	"\"prompt_tokens_details\":{\"cached_tokens\":2}}}\n\n"
 #define DONE "data: [DONE]\n\n"
 
@@ -348,9 +348,10 @@ static void test_errors_and_non_streaming(void)
 
 	h_open(&h);
 	send_request(&h, 1, 1000);
-	snprintf(resp, sizeof(resp),
-		 "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
-		 strlen(body), body);
+	snprintf(
+	    resp, sizeof(resp),
+	    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
+	    strlen(body), body);
 	data_event(&h, 1, TS_DIR_OUT, resp, 5000);
 	send_request(&h, 1, 6000);
 	snprintf(resp, sizeof(resp),
@@ -440,8 +441,8 @@ static void test_frames_split_at_every_byte(void)
 		ASSERT_EQ(cJSON_GetArraySize(tok), 2, "two tokens");
 		/* A token's time is the write that completed its frame. */
 		char hex[16];
-		size_t frame_end = strlen(HEAD_SSE) + snprintf(hex, sizeof(hex), "%zx\r\n", strlen(TOK)) +
-				   strlen(TOK);
+		size_t frame_end = strlen(HEAD_SSE) +
+				   snprintf(hex, sizeof(hex), "%zx\r\n", strlen(TOK)) + strlen(TOK);
 		ASSERT_EQ(cJSON_GetArrayItem(tok, 0)->valuedouble, cut >= frame_end ? 2000 : 3000,
 			  "first token time");
 		ASSERT_STREQ(str(h.lines[0], "outcome"), "ok", "outcome");
