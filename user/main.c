@@ -29,19 +29,15 @@ error_t argp_err_exit_status = 2;
 const char *argp_program_bug_address = "the tokenscope issue tracker";
 
 static const char trace_doc[] =
-    "Trace the streamed LLM requests a running server handles, from the kernel.\n"
-    "\n"
-    "USAGE: tokenscope trace -p PID [-p PID ...] [--json [--tokens]] [-d SEC] "
-    "[interval [count]]\n"
-    "\n"
-    "EXAMPLES:\n"
-    "    tokenscope trace -p 1234              # a line per finished request, summary on "
-    "Ctrl-C\n"
-    "    tokenscope trace -p 1234 --json       # one JSON object per request\n"
-    "    tokenscope trace -p 1234 --json --tokens   # ... with every token's time\n"
-    "    tokenscope trace -p 1234 -d 30        # stop after 30 s\n"
-    "    tokenscope trace -p 1234 10           # also a summary every 10 s\n"
-    "    tokenscope trace -p 1234 10 6         # six 10 s summaries, then stop\n";
+	"Trace the streamed LLM requests a running server handles, from the kernel.\n"
+	"\n"
+	"EXAMPLES:\n"
+	"  tokenscope trace -p 1234         # a line per request; a summary on Ctrl-C\n"
+	"  tokenscope trace -p 1234 --json  # one JSON object per request\n"
+	"  tokenscope trace -p 1234 --json --tokens   # ... with every token's time\n"
+	"  tokenscope trace -p 1234 -d 30   # stop after 30 s\n"
+	"  tokenscope trace -p 1234 10      # also a summary every 10 s\n"
+	"  tokenscope trace -p 1234 10 6    # six 10 s summaries, then stop\n";
 
 enum {
 	OPT_TOKENS = 0x100,
@@ -154,6 +150,8 @@ static int cmd_trace(int argc, char **argv)
 	struct sigaction sa = { .sa_handler = on_signal };
 	int err;
 
+	/* argp names the program after argv[0]: say "tokenscope trace", not "trace". */
+	argv[0] = "tokenscope trace";
 	err = argp_parse(&argp, argc, argv, 0, NULL, &o);
 	if (err)
 		return 2;
