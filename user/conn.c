@@ -50,6 +50,7 @@ struct conn {
 	bool resp_informational; /* the response being parsed is 1xx */
 	bool resp_orphan;	 /* the response being parsed answers a request we did not see */
 	struct buf body; /* request body (model etc.), then the non-streamed response body */
+	uint64_t last_ns; /* time of the latest record seen */
 };
 
 static void buf_reset(struct buf *b)
@@ -103,7 +104,7 @@ static enum outcome request_outcome(const struct request *r, bool complete)
 {
 	if (r->status >= 400)
 		return OUTCOME_HTTP_ERROR;
-	if (r->lost_bytes)
+	if (r->lost_bytes || (!complete && r->maybe_lost))
 		return OUTCOME_LOST;
 	if (r->error_frame)
 		return OUTCOME_STREAM_ERROR;
@@ -597,6 +598,7 @@ void conn_on_data(struct conn_table *t, const struct ts_data_event *e)
 		c = conn_new(t, e->conn_id, e->hdr.pid, e->fd);
 	if (!c || c->role == ROLE_IGNORED)
 		return;
+	c->last_ns = ts;
 	if (e->status != TS_DATA_BYTES) {
 		if (c->role == ROLE_SERVER)
 			conn_peer_gone(c);
@@ -674,6 +676,32 @@ void conn_close_pid(struct conn_table *t, uint32_t pid, uint64_t ts)
 			c = next;
 		}
 	}
+}
+
+void conn_mark_open_maybe_lost(struct conn_table *t)
+{
+	for (uint32_t i = 0; i < t->nbuckets; i++)
+		for (struct conn *c = t->buckets[i]; c; c = c->next)
+			for (uint32_t k = 0; k < c->qlen; k++)
+				c->queue[(c->qhead + k) % CONN_PIPELINE_MAX]->maybe_lost = true;
+}
+
+uint32_t conn_finish_maybe_lost(struct conn_table *t)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < t->nbuckets; i++) {
+		for (struct conn *c = t->buckets[i]; c; c = c->next) {
+			/* In order: a request behind an unfinished one cannot have finished. */
+			while (c->qlen && conn_current(c)->maybe_lost) {
+				struct request *r = conn_current(c);
+
+				conn_finish(c, r->end_ns ? r->end_ns : c->last_ns, false);
+				n++;
+			}
+		}
+	}
+	return n;
 }
 
 uint32_t conn_inflight(const struct conn_table *t)

@@ -58,6 +58,12 @@ void conn_on_data(struct conn_table *t, const struct ts_data_event *e);
 void conn_on_close(struct conn_table *t, const struct ts_conn_event *e);
 /* The process exited: its sockets are closed without close(); finish them at ts. */
 void conn_close_pid(struct conn_table *t, uint32_t pid, uint64_t ts);
+/* The kernel reported lost records: any request open now may have lost its ending. */
+void conn_mark_open_maybe_lost(struct conn_table *t);
+/* End of tracing: requests that are still open and may have lost records are finished as
+ * `lost` (their end never came, or came in a lost record); returns how many. The others stay
+ * open (still streaming when tracing stopped) and are only counted. */
+uint32_t conn_finish_maybe_lost(struct conn_table *t);
 /* Requests read and not yet finished. */
 uint32_t conn_inflight(const struct conn_table *t);
 

@@ -168,6 +168,19 @@ bad:
 	return -EINVAL;
 }
 
+void pipeline_kernel_lost(struct pipeline *pl, uint64_t lost_events)
+{
+	if (lost_events > pl->lost_seen)
+		conn_mark_open_maybe_lost(&pl->conns);
+	pl->lost_seen = lost_events;
+	pl->kstats[TS_STAT_LOST_EVENTS] = lost_events;
+}
+
+void pipeline_finish(struct pipeline *pl)
+{
+	conn_finish_maybe_lost(&pl->conns);
+}
+
 void pipeline_loss(const struct pipeline *pl, struct loss_report *loss)
 {
 	loss->lost_events = pl->kstats[TS_STAT_LOST_EVENTS];

@@ -30,6 +30,7 @@ struct pipeline {
 	struct summary total, interval;
 	uint64_t kstats[TS_STAT_MAX]; /* the kernel's counters, refreshed by the loader */
 	uint64_t bad_records;
+	uint64_t lost_seen; /* kernel lost-record count at the last pipeline_kernel_lost() */
 	uint32_t *live; /* traced processes still running */
 	uint32_t nlive, live_cap;
 	uint32_t roots[PIPELINE_MAX_ROOTS]; /* processes named with -p */
@@ -47,6 +48,11 @@ int pipeline_add_process(struct pipeline *pl, uint32_t pid, bool root);
 /* One ring-buffer record. -EINVAL for a malformed one (counted, skipped). */
 int pipeline_feed(struct pipeline *pl, const void *rec, size_t len);
 bool pipeline_all_exited(const struct pipeline *pl);
+/* The kernel's count of lost records now: when it grows, every open request may have lost
+ * records of its own (the kernel cannot say whose). */
+void pipeline_kernel_lost(struct pipeline *pl, uint64_t lost_events);
+/* End of tracing: open requests that may have lost records are reported `lost`. */
+void pipeline_finish(struct pipeline *pl);
 void pipeline_loss(const struct pipeline *pl, struct loss_report *loss);
 /* Prints the interval summary and starts a new interval. */
 void pipeline_print_interval(struct pipeline *pl);

@@ -43,6 +43,8 @@ struct request {
 	uint64_t lost_bytes; /* response bytes (or request head bytes) the tracer lost */
 	bool error_frame, done_frame, unknown_frames;
 	bool peer_gone; /* the client hung up before the stream ended */
+	/* The kernel lost records while it was open: if it never ends, some were its own. */
+	bool maybe_lost;
 	enum outcome outcome;
 };
 

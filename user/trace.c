@@ -52,6 +52,19 @@ static int on_record(void *ctx, void *data, size_t size)
 	return 0;
 }
 
+/* Only the lost-record counter, every drain: it decides which open requests may be lost. */
+static void read_lost(struct tracer *tr)
+{
+	__u32 k = TS_STAT_LOST_EVENTS;
+	__u64 vals[tr->ncpus], sum = 0;
+
+	if (bpf_map_lookup_elem(bpf_map__fd(tr->skel->maps.stats), &k, vals))
+		return;
+	for (int c = 0; c < tr->ncpus; c++)
+		sum += vals[c];
+	pipeline_kernel_lost(&tr->pl, sum);
+}
+
 static void read_kstats(struct tracer *tr)
 {
 	__u64 vals[tr->ncpus];
@@ -228,6 +241,7 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 			break;
 		}
 		ring_buffer__consume(rb);
+		read_lost(&tr);
 		now = mono_s();
 		if (o->interval_s > 0 && now >= next_interval) {
 			read_kstats(&tr);
@@ -244,7 +258,9 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 		}
 	}
 	ring_buffer__consume(rb);
+	read_lost(&tr);
 	read_kstats(&tr);
+	pipeline_finish(&tr.pl);
 	pipeline_print_total(&tr.pl);
 out:
 	ring_buffer__free(rb);

@@ -182,5 +182,46 @@ else
 	ko "several -p" "tracer did not attach"
 fi
 
+# 7. a full ring buffer: the tracer is stopped (SIGSTOP) while the server streams at full speed.
+# Records are dropped; that must be counted and the requests it hit reported "lost", never
+# "ok" with wrong numbers.
+start_server --token-ms 0
+if start_tracer full --json --ring-buffer-mb 1 -p "$RSPID"; then
+	"$GT" --port "$PORT" -n 4 -c 4 --max-tokens 20000 -o "$TMP/gt-full.json" 2>/dev/null &
+	gtpid=$!
+	sleep 0.2
+	kill -STOP "$TSPID"
+	sleep 1.5
+	kill -CONT "$TSPID"
+	wait "$gtpid"
+	sleep 0.5
+	kill -INT "$TSPID"
+	wait "$TSPID"
+	lost=$(sed -n 's/.*lost: \([0-9]*\) records.*/\1/p' "$TMP/full.err" | tail -n 1)
+	verdict=$(/usr/bin/python3 - "$TMP/full.out" "$TMP/gt-full.json" <<'PY'
+import json, sys
+ts = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+gt = {c["port"]: c for c in map(json.loads, open(sys.argv[2]))}
+bad = []
+for t in ts:
+    c = gt.get(int(t["conn"].split("<-")[1].split("#")[0].rsplit(":", 1)[1]))
+    if t["outcome"] == "ok" and (not c or t["frames"] != c["frames"] or t["lost_bytes"]):
+        bad.append(f'{t["conn"]}: ok with {t["frames"]} frames, client {c and c["frames"]}')
+lost = sum(t["outcome"] == "lost" for t in ts)
+print(f"{len(ts)} {lost} " + ("; ".join(bad) or "-"))
+PY
+)
+	read -r nreq nlost wrong <<<"$verdict"
+	if [ "${lost:-0}" -gt 0 ] && [ "$nreq" -eq 4 ] && [ "$nlost" -ge 1 ] && [ "$wrong" = "-" ]; then
+		ok "a full ring buffer is counted ($lost records) and its requests are lost, not ok"
+	else
+		ko "full ring buffer" "kernel lost=${lost:-?} requests=$nreq lost=$nlost wrong=$wrong"
+	fi
+else
+	ko "full ring buffer" "tracer did not attach"
+fi
+kill "$RSPID" 2>/dev/null
+wait "$RSPID" 2>/dev/null
+
 echo "$pass passed, $fail failed, $skip skipped"
 [ $fail -eq 0 ]

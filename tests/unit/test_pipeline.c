@@ -497,6 +497,35 @@ out:
 	h_close(&h);
 }
 
+static void test_kernel_losses_at_exit(void)
+{
+	struct harness h;
+
+	h_open(&h);
+	/* Two streams open when the kernel reports lost records; one ends whole after that. */
+	send_request(&h, 1, 1000);
+	data_event(&h, 1, TS_DIR_OUT, HEAD_SSE, 2000);
+	chunk(&h, 1, TOK, 3000);
+	send_request(&h, 2, 1500);
+	data_event(&h, 2, TS_DIR_OUT, HEAD_SSE, 2500);
+	pipeline_kernel_lost(&h.pl, 5);
+	chunk(&h, 2, TOK, 4000);
+	chunk(&h, 2, DONE, 4500);
+	data_event(&h, 2, TS_DIR_OUT, "0\r\n\r\n", 5000);
+	/* A request that starts after the loss is not suspect. */
+	send_request(&h, 3, 6000);
+	pipeline_finish(&h.pl);
+	if (!ASSERT_EQ(h_lines(&h), 2, "the whole one, and the one whose end never came"))
+		goto out;
+	ASSERT_STREQ(str(h.lines[0], "outcome"), "ok", "ended whole after the loss");
+	ASSERT_STREQ(str(h.lines[1], "outcome"), "lost", "its end may be in a lost record");
+	ASSERT_EQ(num(h.lines[1], "tokens"), 1, "what was seen");
+	ASSERT_EQ(num(h.lines[1], "end_ns"), 3000, "ends at the last record seen");
+	ASSERT_EQ(conn_inflight(&h.pl.conns), 1, "the later request stays open, counted");
+out:
+	h_close(&h);
+}
+
 static void test_bad_records_are_counted(void)
 {
 	struct harness h;
@@ -525,6 +554,7 @@ int main(void)
 	RUN(test_joined_mid_connection);
 	RUN(test_frames_split_at_every_byte);
 	RUN(test_client_hangup_is_aborted);
+	RUN(test_kernel_losses_at_exit);
 	RUN(test_bad_records_are_counted);
 	return CHECK_DONE();
 }
