@@ -31,10 +31,11 @@ Q := @
 msg = @printf '  %-8s %s\n' "$(1)" "$(2)";
 endif
 
-# Every user/ file but main.c is a pipeline stage that tests link too.
-LIB_SRCS := $(filter-out user/main.c user/trace.c,$(wildcard user/*.c))
+# Every user/ file but the loader (main.c, trace.c, cuda.c) is a pipeline stage that tests link
+# too.
+LIB_SRCS := $(filter-out user/main.c user/trace.c user/cuda.c,$(wildcard user/*.c))
 LIB_OBJS := $(patsubst user/%.c,$(OUTPUT)/user/%.o,$(LIB_SRCS))
-TOOL_OBJS := $(OUTPUT)/user/trace.o $(OUTPUT)/user/main.o
+TOOL_OBJS := $(OUTPUT)/user/trace.o $(OUTPUT)/user/cuda.o $(OUTPUT)/user/main.o
 # Unit tests run under AddressSanitizer and UBSan, against their own build of the pipeline.
 SAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 SAN_OBJS := $(patsubst user/%.c,$(OUTPUT)/san/%.o,$(LIB_SRCS))
@@ -60,7 +61,7 @@ $(OUTPUT)/tokenscope.skel.h: $(OUTPUT)/tokenscope.bpf.o
 	$(call msg,GEN-SKEL,$@)
 	$(Q)$(BPFTOOL) gen skeleton $< name tokenscope_bpf > $@
 
-$(OUTPUT)/user/trace.o: $(OUTPUT)/tokenscope.skel.h
+$(OUTPUT)/user/trace.o $(OUTPUT)/user/cuda.o: $(OUTPUT)/tokenscope.skel.h
 
 $(OUTPUT)/user/%.o: user/%.c $(wildcard user/*.h) include/events.h | $(OUTPUT)/user
 	$(call msg,CC,$@)
@@ -90,9 +91,9 @@ $(OUTPUT)/tests/%: tests/unit/%.c tests/unit/check.h $(wildcard tests/unit/*.h) 
 	$(call msg,TEST,$@)
 	$(Q)$(CC) $(USER_CFLAGS) $(SAN_FLAGS) -Itests/unit $< $(SAN_OBJS) -o $@ -lcjson -lm
 
-$(OUTPUT)/tests/%: tests/bpf/%.c tests/unit/check.h $(LIB_OBJS) $(OUTPUT)/tokenscope.skel.h | $(OUTPUT)/tests
+$(OUTPUT)/tests/%: tests/bpf/%.c tests/unit/check.h $(LIB_OBJS) $(OUTPUT)/user/cuda.o $(OUTPUT)/tokenscope.skel.h | $(OUTPUT)/tests
 	$(call msg,TEST,$@)
-	$(Q)$(CC) $(USER_CFLAGS) -Itests/unit $< $(LIB_OBJS) -o $@ $(LDLIBS)
+	$(Q)$(CC) $(USER_CFLAGS) -Itests/unit $< $(LIB_OBJS) $(OUTPUT)/user/cuda.o -o $@ $(LDLIBS) -ldl
 
 deps:
 	$(Q)scripts/deps.sh

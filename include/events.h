@@ -34,6 +34,17 @@ enum ts_event_type {
 	TS_EV_CONN_CLOSE = 3, /* close() of a traced socket fd */
 	TS_EV_PROC_FORK = 4,  /* a traced process forked: the child is traced too */
 	TS_EV_PROC_EXIT = 5,  /* a traced process exited */
+	TS_EV_GPU_STEP = 6,   /* a host wait on the GPU returned: the step before it is done */
+};
+
+/* CUDA entry points hooked with uprobes; the value is the probe's bpf_cookie. */
+enum ts_cuda_fn {
+	TS_CUDA_LAUNCH = 1,   /* cudaLaunchKernel*, cuLaunchKernel* */
+	TS_CUDA_GRAPH_LAUNCH, /* cudaGraphLaunch, cuGraphLaunch */
+	TS_CUDA_MEMCPY,	      /* cudaMemcpy, cudaMemcpyAsync (kind in the 4th argument) */
+	TS_CUDA_MEMCPY_DTOH,  /* cuMemcpyDtoH*: always device to host */
+	TS_CUDA_SYNC,	      /* cudaStreamSynchronize, cudaDeviceSynchronize, cudaEventSynchronize,
+			       * cuStreamSynchronize, cuCtxSynchronize, cuEventSynchronize */
 };
 
 enum ts_dir {
@@ -118,6 +129,23 @@ struct ts_proc_event {
 	char comm[16];
 };
 
+/*
+ * One GPU step of one process: the CUDA work issued since the previous host wait returned, and
+ * the host wait that ended it. Launches are counted in the kernel, not sent one by one.
+ */
+struct ts_gpu_step_event {
+	struct ts_event_hdr hdr; /* pid, and tid of the thread that waited */
+	__u64 start_ns; /* first CUDA call of the step */
+	__u64 wait_start_ns; /* entry of the host wait */
+	__u64 end_ns; /* return of the host wait */
+	__u32 launches; /* kernel launches */
+	__u32 graph_launches;
+	__u32 memcpys; /* copies of any direction */
+	__u32 memcpys_dtoh; /* device-to-host copies (sampled tokens) */
+	__u32 waits; /* host waits merged into this step (back-to-back waits with no work) */
+	__u32 pad;
+};
+
 /* Counters kept per CPU in the kernel and summed by user space (map `stats`). */
 enum ts_stat {
 	TS_STAT_EVENTS,		  /* records submitted */
@@ -146,5 +174,6 @@ _Static_assert(sizeof(struct ts_event_hdr) == 16, "ts_event_hdr layout");
 _Static_assert(sizeof(struct ts_data_event) == 72, "ts_data_event layout");
 _Static_assert(sizeof(struct ts_conn_event) == 96, "ts_conn_event layout");
 _Static_assert(sizeof(struct ts_proc_event) == 48, "ts_proc_event layout");
+_Static_assert(sizeof(struct ts_gpu_step_event) == 64, "ts_gpu_step_event layout");
 
 #endif

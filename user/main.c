@@ -43,12 +43,14 @@ enum {
 	OPT_TOKENS = 0x100,
 	OPT_CAPTURE,
 	OPT_RING,
+	OPT_GPU_STEPS,
 };
 
 static const struct argp_option trace_options[] = {
 	{ "pid", 'p', "PID", 0, "Trace this process and its descendants (repeatable)", 0 },
 	{ "json", 'j', NULL, 0, "One JSON object per finished request on stdout", 0 },
 	{ "tokens", OPT_TOKENS, NULL, 0, "With --json: every content frame's time (token_ns)", 0 },
+	{ "gpu-steps", OPT_GPU_STEPS, NULL, 0, "Also a line (or JSON object) per GPU step", 0 },
 	{ "duration", 'd', "SEC", 0, "Stop after SEC seconds", 0 },
 	{ "capture-bytes", OPT_CAPTURE, "N", 0,
 	  "Bytes copied per syscall (default 65536); more is counted as a gap", 0 },
@@ -95,6 +97,9 @@ static error_t trace_parse(int key, char *arg, struct argp_state *state)
 		break;
 	case OPT_TOKENS:
 		o->tokens = true;
+		break;
+	case OPT_GPU_STEPS:
+		o->gpu_steps = true;
 		break;
 	case 'd':
 		if (parse_double(arg, &o->duration_s) || o->duration_s == 0)

@@ -27,7 +27,8 @@ static const char *request_format(const struct request *r)
 	return frame_format_name(r->format);
 }
 
-void output_json(FILE *f, const struct request *r, const struct request_metrics *m, bool tokens)
+void output_json(FILE *f, const struct request *r, const struct request_metrics *m,
+		 const struct gpu_attribution *ga, bool tokens)
 {
 	struct jsonw w;
 
@@ -70,6 +71,12 @@ void output_json(FILE *f, const struct request *r, const struct request_metrics 
 	i64_or_null(&w, "max_tokens", r->info.max_tokens);
 	jsonw_num(&w, "tok_per_s", m->tok_per_s, 2);
 	jsonw_u64(&w, "lost_bytes", r->lost_bytes);
+	ms_or_null(&w, "queue_ms", ga->queue_ns);
+	ms_or_null(&w, "prefill_ms", ga->prefill_ns);
+	ms_or_null(&w, "decode_ms", ga->decode_ns);
+	ms_or_null(&w, "gpu_ms", ga->gpu_ns);
+	ms_or_null(&w, "host_ms", ga->host_ns);
+	jsonw_str(&w, "attribution", ga->how);
 	if (tokens) {
 		jsonw_arr_begin(&w, "token_ns");
 		for (uint32_t i = 0; i < r->ntokens; i++)
@@ -82,9 +89,9 @@ void output_json(FILE *f, const struct request *r, const struct request_metrics 
 
 void output_text_header(FILE *f)
 {
-	fprintf(f, "%-7s %-22s %-6s %-12s %4s %8s %7s %7s %5s %7s %8s\n", "PID", "PEER#CONN",
-		"METHOD", "OUTCOME", "HTTP", "TTFT(ms)", "ITL50", "ITL99", "TOK", "TOK/S",
-		"E2E(ms)");
+	fprintf(f, "%-7s %-22s %-6s %-12s %4s %8s %7s %7s %5s %7s %8s %7s %7s %8s\n", "PID",
+		"PEER#CONN", "METHOD", "OUTCOME", "HTTP", "TTFT(ms)", "ITL50", "ITL99", "TOK",
+		"TOK/S", "E2E(ms)", "QUEUE", "PREFILL", "DECODE");
 }
 
 static void text_ms(FILE *f, int width, int64_t ns)
@@ -95,7 +102,8 @@ static void text_ms(FILE *f, int width, int64_t ns)
 		fprintf(f, " %*.1f", width, ns / 1e6);
 }
 
-void output_text(FILE *f, const struct request *r, const struct request_metrics *m)
+void output_text(FILE *f, const struct request *r, const struct request_metrics *m,
+		 const struct gpu_attribution *ga)
 {
 	const char *peer = strstr(r->conn, "<-");
 
@@ -110,5 +118,41 @@ void output_text(FILE *f, const struct request *r, const struct request_metrics 
 	else
 		fprintf(f, " %7s", "-");
 	text_ms(f, 8, m->e2e_ns);
+	text_ms(f, 7, ga->queue_ns);
+	text_ms(f, 7, ga->prefill_ns);
+	text_ms(f, 8, ga->decode_ns);
+	fputc('\n', f);
+}
+
+void output_step_text(FILE *f, const struct gpu_step *s)
+{
+	fprintf(f,
+		"GPU pid %u tid %u step %.6f s dur %.3f ms %-7s launches %u graphs %u memcpy %u "
+		"(dtoh %u) wait %.3f ms\n",
+		s->pid, s->tid, s->start_ns / 1e9, (s->end_ns - s->start_ns) / 1e6,
+		gpu_kind_name(s->kind), s->launches, s->graph_launches, s->memcpys, s->memcpys_dtoh,
+		(s->end_ns - s->wait_start_ns) / 1e6);
+}
+
+void output_step_json(FILE *f, const struct gpu_step *s)
+{
+	struct jsonw w;
+
+	jsonw_begin(&w, f);
+	jsonw_obj_begin(&w, "gpu_step");
+	jsonw_u64(&w, "pid", s->pid);
+	jsonw_u64(&w, "tid", s->tid);
+	jsonw_str(&w, "kind", gpu_kind_name(s->kind));
+	jsonw_u64(&w, "start_ns", s->start_ns);
+	jsonw_u64(&w, "wait_start_ns", s->wait_start_ns);
+	jsonw_u64(&w, "end_ns", s->end_ns);
+	jsonw_num(&w, "dur_ms", (s->end_ns - s->start_ns) / 1e6, 3);
+	jsonw_u64(&w, "launches", s->launches);
+	jsonw_u64(&w, "graph_launches", s->graph_launches);
+	jsonw_u64(&w, "memcpys", s->memcpys);
+	jsonw_u64(&w, "memcpys_dtoh", s->memcpys_dtoh);
+	jsonw_u64(&w, "waits", s->waits);
+	jsonw_obj_end(&w);
+	jsonw_end(&w);
 	fputc('\n', f);
 }

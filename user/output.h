@@ -9,10 +9,16 @@
 #include <stdbool.h>
 #include <stdio.h>
 
+#include "gpu.h"
 #include "request.h"
 
 void output_text_header(FILE *f);
-void output_text(FILE *f, const struct request *r, const struct request_metrics *m);
-void output_json(FILE *f, const struct request *r, const struct request_metrics *m, bool tokens);
+void output_text(FILE *f, const struct request *r, const struct request_metrics *m,
+		 const struct gpu_attribution *ga);
+void output_json(FILE *f, const struct request *r, const struct request_metrics *m,
+		 const struct gpu_attribution *ga, bool tokens);
+/* One GPU step (--gpu-steps), as a text line or a JSON object {"gpu_step":{...}}. */
+void output_step_text(FILE *f, const struct gpu_step *s);
+void output_step_json(FILE *f, const struct gpu_step *s);
 
 #endif

@@ -18,17 +18,19 @@ static void pl_request_done(void *ctx, struct request *r)
 {
 	struct pipeline *pl = ctx;
 	struct request_metrics m;
+	struct gpu_attribution ga;
 
 	request_metrics(r, &m);
+	gpu_attribute(&pl->gpu, r, &ga);
 	summary_done(&pl->total, r, &m);
 	summary_done(&pl->interval, r, &m);
 	if (pl->o.json) {
-		output_json(pl->o.out, r, &m, pl->o.tokens);
+		output_json(pl->o.out, r, &m, &ga, pl->o.tokens);
 	} else {
 		if (!pl->header_done)
 			output_text_header(pl->o.out);
 		pl->header_done = true;
-		output_text(pl->o.out, r, &m);
+		output_text(pl->o.out, r, &m, &ga);
 	}
 	fflush(pl->o.out);
 }
@@ -45,12 +47,15 @@ int pipeline_init(struct pipeline *pl, const struct pipeline_opts *o)
 	pl->o = *o;
 	summary_init(&pl->total);
 	summary_init(&pl->interval);
+	if (gpu_init(&pl->gpu))
+		return -ENOMEM;
 	return conn_table_init(&pl->conns, &sink);
 }
 
 void pipeline_free(struct pipeline *pl)
 {
 	conn_table_free(&pl->conns);
+	gpu_free(&pl->gpu);
 	free(pl->live);
 	pl->live = NULL;
 }
@@ -162,6 +167,20 @@ int pipeline_feed(struct pipeline *pl, const void *rec, size_t len)
 			goto bad;
 		pl_proc_exit(pl, rec);
 		return 0;
+	case TS_EV_GPU_STEP: {
+		struct gpu_step s;
+
+		if (len != sizeof(struct ts_gpu_step_event))
+			goto bad;
+		gpu_add(&pl->gpu, rec, &s);
+		if (pl->o.gpu_steps) {
+			if (pl->o.json)
+				output_step_json(pl->o.out, &s);
+			else
+				output_step_text(pl->o.out, &s);
+		}
+		return 0;
+	}
 	}
 bad:
 	pl->bad_records++;
@@ -215,5 +234,6 @@ void pipeline_print_total(struct pipeline *pl)
 
 	pipeline_loss(pl, &loss);
 	summary_print(&pl->total, &loss, "summary", summary_stream(pl));
+	gpu_print_stats(&pl->gpu, summary_stream(pl));
 	fflush(summary_stream(pl));
 }

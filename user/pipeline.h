@@ -12,12 +12,14 @@
 #include <stdio.h>
 
 #include "conn.h"
+#include "gpu.h"
 #include "summary.h"
 
 struct pipeline_opts {
 	bool json;    /* JSON lines instead of text lines */
 	bool tokens;  /* JSON: every content frame's time */
 	bool verbose; /* report every traced process's fork and exit */
+	bool gpu_steps; /* a line per GPU step */
 	FILE *out;    /* request lines (and the summary in text mode) */
 	FILE *err;    /* messages (and the summary in JSON mode) */
 };
@@ -28,6 +30,7 @@ struct pipeline {
 	struct pipeline_opts o;
 	struct conn_table conns;
 	struct summary total, interval;
+	struct gpu_timeline gpu;
 	uint64_t kstats[TS_STAT_MAX]; /* the kernel's counters, refreshed by the loader */
 	uint64_t bad_records;
 	uint64_t lost_seen; /* kernel lost-record count at the last pipeline_kernel_lost() */

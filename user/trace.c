@@ -8,6 +8,7 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 
+#include "cuda.h"
 #include "proc.h"
 #include "tokenscope.skel.h"
 #include "trace.h"
@@ -15,10 +16,14 @@
 /* Records are submitted without wake-up; the consumer drains on this period, and is woken early
  * only when the kernel sees the buffer filling (wakeup_bytes). */
 #define DRAIN_PERIOD_MS 10
+/* How often the traced processes' maps are read again for CUDA libraries loaded since: an
+ * engine process maps libcudart seconds after it starts. */
+#define CUDA_RESCAN_S 1.0
 
 struct tracer {
 	struct tokenscope_bpf *skel;
 	struct pipeline pl;
+	struct cuda_attach cuda;
 	int ncpus;
 	bool verbose;
 };
@@ -105,6 +110,12 @@ static void forget_sockets(void *ctx, uint32_t pid)
 	} while (n == FORGET_BATCH);
 }
 
+static void cuda_scan_all(struct tracer *tr)
+{
+	for (uint32_t i = 0; i < tr->pl.nlive; i++)
+		cuda_scan(&tr->cuda, tr->pl.live[i]);
+}
+
 static int trace_follow(struct tracer *tr, uint32_t pid, bool root)
 {
 	__u8 one = 1;
@@ -167,12 +178,13 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 		.json = o->json,
 		.tokens = o->tokens,
 		.verbose = o->verbose,
+		.gpu_steps = o->gpu_steps,
 		.out = stdout,
 		.err = stderr,
 	};
 	struct tracer tr = { .verbose = o->verbose };
 	struct ring_buffer *rb = NULL;
-	double start, next_interval;
+	double start, next_interval, next_cuda_scan;
 	long intervals = 0;
 	int err, nprocs = 0;
 
@@ -224,9 +236,15 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 		fprintf(stderr, "%s%u %s", i ? ", " : "", o->pids[i], comm);
 	}
 	fprintf(stderr, "%s); Ctrl-C to stop\n", nprocs > o->npids ? " and descendants" : "");
+	cuda_init(&tr.cuda, tr.skel, o->verbose);
+	cuda_scan_all(&tr);
+	if (!cuda_hooked_files(&tr.cuda))
+		fprintf(stderr, "tokenscope: no CUDA library in the traced processes; GPU steps "
+				"will be traced if one is loaded later\n");
 
 	start = mono_s();
 	next_interval = start + o->interval_s;
+	next_cuda_scan = start + CUDA_RESCAN_S;
 	err = 0;
 	while (!*exiting) {
 		int n = ring_buffer__poll(rb, DRAIN_PERIOD_MS);
@@ -250,6 +268,10 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 			if (o->count && ++intervals >= o->count)
 				break;
 		}
+		if (now >= next_cuda_scan) {
+			cuda_scan_all(&tr);
+			next_cuda_scan = now + CUDA_RESCAN_S;
+		}
 		if (o->duration_s > 0 && now - start >= o->duration_s)
 			break;
 		if (pipeline_all_exited(&tr.pl)) {
@@ -264,6 +286,7 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 	pipeline_print_total(&tr.pl);
 out:
 	ring_buffer__free(rb);
+	cuda_detach(&tr.cuda);
 	tokenscope_bpf__destroy(tr.skel);
 	pipeline_free(&tr.pl);
 	return err;

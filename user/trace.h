@@ -16,6 +16,7 @@ struct trace_opts {
 	uint32_t pids[PIPELINE_MAX_ROOTS];
 	int npids;
 	bool json, tokens, verbose;
+	bool gpu_steps; /* a line per GPU step */
 	double duration_s; /* 0: until a signal or until every traced process exited */
 	double interval_s; /* 0: no interval summaries */
 	long count;	   /* stop after this many intervals; 0: no limit */

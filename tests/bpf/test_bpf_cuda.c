@@ -1,0 +1,164 @@
+// SPDX-License-Identifier: MIT
+/*
+ * CUDA uprobes on the real CUDA runtime (the toolkit's libcudart: with no GPU every call returns
+ * an error, but the function is entered) or, where no toolkit is installed, on the stand-in
+ * library with the same symbols. This process loads it, the loader's own code finds and hooks it
+ * through /proc/self/maps, and the test issues steps of known shape and checks the step records.
+ */
+#include <dlfcn.h>
+#include <linux/types.h>
+#include <stdlib.h>
+#include <unistd.h>
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+
+#include "check.h"
+#include "cuda.h"
+#include "events.h"
+#include "gpu.h"
+#include "tokenscope.skel.h"
+
+#define MAX_STEPS 64
+
+typedef int (*launch_fn)(const void *, unsigned long long, unsigned long long, void **, size_t,
+			 void *);
+typedef int (*graph_fn)(void *, void *);
+typedef int (*memcpy_async_fn)(void *, const void *, size_t, int, void *);
+typedef int (*sync_fn)(void *);
+typedef int (*devsync_fn)(void);
+
+struct cudart {
+	void *h;
+	const char *path;
+	launch_fn launch;
+	graph_fn graph;
+	memcpy_async_fn memcpy_async;
+	sync_fn stream_sync;
+	devsync_fn device_sync;
+};
+
+static struct ts_gpu_step_event steps[MAX_STEPS];
+static int nsteps;
+
+static int collect(void *ctx, void *data, size_t len)
+{
+	const struct ts_event_hdr *h = data;
+
+	(void)ctx;
+	if (h->type == TS_EV_GPU_STEP && len == sizeof(steps[0]) && nsteps < MAX_STEPS)
+		memcpy(&steps[nsteps++], data, len);
+	return 0;
+}
+
+static bool cudart_open(struct cudart *c)
+{
+	static const char *const paths[] = {
+		"/usr/local/cuda/lib64/libcudart.so.13",
+		"/usr/local/cuda/lib64/libcudart.so",
+		".output/libcudart-standin.so",
+	};
+
+	for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++) {
+		c->h = dlopen(paths[i], RTLD_NOW | RTLD_LOCAL);
+		if (c->h) {
+			c->path = paths[i];
+			break;
+		}
+	}
+	if (!c->h)
+		return false;
+	c->launch = (launch_fn)dlsym(c->h, "cudaLaunchKernel");
+	c->graph = (graph_fn)dlsym(c->h, "cudaGraphLaunch");
+	c->memcpy_async = (memcpy_async_fn)dlsym(c->h, "cudaMemcpyAsync");
+	c->stream_sync = (sync_fn)dlsym(c->h, "cudaStreamSynchronize");
+	c->device_sync = (devsync_fn)dlsym(c->h, "cudaDeviceSynchronize");
+	return c->launch && c->graph && c->memcpy_async && c->stream_sync && c->device_sync;
+}
+
+static void test_cuda_steps(void)
+{
+	struct tokenscope_bpf *skel = NULL;
+	struct ring_buffer *rb = NULL;
+	struct cuda_attach ca;
+	struct cudart c = { 0 };
+	uint32_t me = getpid();
+	uint8_t one = 1;
+	char buf[8];
+	int hooked;
+
+	if (!cudart_open(&c)) {
+		SKIP("no CUDA runtime and no stand-in library (make builds .output/"
+		     "libcudart-standin.so)");
+		return;
+	}
+	printf("  using %s\n", c.path);
+	libbpf_set_print(NULL); /* symbols absent from the executable are expected */
+	skel = tokenscope_bpf__open_and_load();
+	if (!ASSERT_OK_PTR(skel, "load"))
+		goto out;
+	if (!ASSERT_OK(tokenscope_bpf__attach(skel), "attach"))
+		goto out;
+	rb = ring_buffer__new(bpf_map__fd(skel->maps.events), collect, NULL, NULL);
+	if (!ASSERT_OK_PTR(rb, "ring buffer"))
+		goto out;
+	cuda_init(&ca, skel, false);
+	hooked = cuda_scan(&ca, me);
+	ASSERT_TRUE(hooked >= 5, "launch, graph launch, copy and syncs hooked");
+	ASSERT_EQ(cuda_scan(&ca, me), 0, "a second scan hooks nothing again");
+
+	/* Untraced: nothing is counted. */
+	c.launch(NULL, 0, 0, NULL, 0, NULL);
+	c.stream_sync(NULL);
+	ring_buffer__consume(rb);
+	ASSERT_EQ(nsteps, 0, "untraced process: no step");
+
+	bpf_map_update_elem(bpf_map__fd(skel->maps.traced), &me, &one, 0);
+	/* A prefill-shaped step: 40 eager launches, then a wait. */
+	for (int i = 0; i < 40; i++)
+		c.launch(NULL, 0, 0, NULL, 0, NULL);
+	usleep(20000);
+	c.stream_sync(NULL);
+	/* A wait with no work: merged into the next step. */
+	c.device_sync();
+	/* A decode-shaped step: a graph replay, a device-to-host copy of the token, a wait. */
+	c.graph(NULL, NULL);
+	usleep(10000);
+	c.memcpy_async(buf, buf, 4, 2, NULL);
+	c.stream_sync(NULL);
+	ring_buffer__consume(rb);
+
+	if (!ASSERT_EQ(nsteps, 2, "two steps"))
+		goto out;
+	ASSERT_EQ(steps[0].launches, 40, "prefill launches counted in the kernel");
+	ASSERT_EQ(steps[0].graph_launches, 0, "no graph in prefill");
+	ASSERT_EQ(gpu_classify(steps[0].launches, steps[0].graph_launches), STEP_PREFILL,
+		  "classified prefill");
+	ASSERT_TRUE(steps[0].end_ns - steps[0].start_ns >= 20000000, "prefill lasted >= 20 ms");
+	ASSERT_TRUE(steps[0].wait_start_ns >= steps[0].start_ns + 20000000, "wait after the work");
+	ASSERT_EQ(steps[1].launches, 0, "decode: no eager launch");
+	ASSERT_EQ(steps[1].graph_launches, 1, "decode: one graph");
+	ASSERT_EQ(steps[1].memcpys, 1, "one copy");
+	ASSERT_EQ(steps[1].memcpys_dtoh, 1, "device to host");
+	ASSERT_EQ(steps[1].waits, 2, "the empty wait merged in");
+	ASSERT_EQ(gpu_classify(steps[1].launches, steps[1].graph_launches), STEP_DECODE,
+		  "classified decode");
+	ASSERT_TRUE(steps[1].start_ns >= steps[0].end_ns, "steps in order");
+	ASSERT_TRUE(steps[1].end_ns - steps[1].start_ns >= 10000000, "decode lasted >= 10 ms");
+	ASSERT_EQ(steps[1].hdr.pid, me, "pid");
+	cuda_detach(&ca);
+out:
+	ring_buffer__free(rb);
+	tokenscope_bpf__destroy(skel);
+	if (c.h)
+		dlclose(c.h);
+}
+
+int main(void)
+{
+	if (geteuid() != 0) {
+		printf("SKIP bpf CUDA tests: need root\n");
+		return 0;
+	}
+	RUN(test_cuda_steps);
+	return CHECK_DONE();
+}

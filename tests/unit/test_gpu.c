@@ -1,0 +1,119 @@
+// SPDX-License-Identifier: MIT
+/* GPU steps: classification, per-process statistics, and request attribution by time. */
+#include <stdlib.h>
+
+#include "check.h"
+#include "gpu.h"
+
+#define MS 1000000ull
+
+static void add_step(struct gpu_timeline *g, uint32_t pid, uint64_t start, uint64_t end,
+		     uint32_t launches, uint32_t graphs)
+{
+	struct ts_gpu_step_event e = { .hdr = { TS_EV_GPU_STEP, sizeof(e), pid, pid } };
+
+	e.start_ns = start;
+	e.wait_start_ns = end - MS / 10;
+	e.end_ns = end;
+	e.launches = launches;
+	e.graph_launches = graphs;
+	e.waits = 1;
+	gpu_add(g, &e, NULL);
+}
+
+static struct request *stream_request(uint64_t arrival, const uint64_t *tokens, int n)
+{
+	struct request *r = request_new(1, 1, 0, "c");
+
+	r->arrival_ns = arrival;
+	for (int i = 0; i < n; i++)
+		request_add_token(r, tokens[i]);
+	r->end_ns = tokens[n - 1] + MS;
+	return r;
+}
+
+static void test_classify(void)
+{
+	ASSERT_EQ(gpu_classify(40, 0), STEP_PREFILL, "eager launches only");
+	ASSERT_EQ(gpu_classify(3, 1), STEP_DECODE, "a graph and a few eager kernels");
+	ASSERT_EQ(gpu_classify(GPU_PREFILL_MIN_LAUNCHES, 1), STEP_MIXED, "a graph and many");
+	ASSERT_EQ(gpu_classify(0, 0), STEP_OTHER, "copies only");
+}
+
+static void test_attribution_by_time(void)
+{
+	struct gpu_timeline g;
+	struct gpu_attribution a;
+	const uint64_t tok[] = { 51 * MS, 61 * MS, 71 * MS, 81 * MS };
+	struct request *r = stream_request(15 * MS, tok, 4);
+
+	gpu_init(&g);
+	/* A decode step of other requests is running when ours arrives at 15 ms. */
+	add_step(&g, 7, 10 * MS, 19 * MS, 2, 1);
+	/* Our prefill: 20..50 ms, first token written at 51. */
+	add_step(&g, 7, 20 * MS, 50 * MS, 40, 0);
+	/* Decode steps, 9 ms each, inside the 10 ms token gaps; a second (tensor-parallel)
+	 * worker runs the same steps and must not be counted twice. */
+	for (int i = 0; i < 3; i++) {
+		add_step(&g, 7, 51 * MS + MS / 2 + i * 10 * MS, 60 * MS + MS / 2 + i * 10 * MS, 2, 1);
+		add_step(&g, 8, 51 * MS + MS / 2 + i * 10 * MS, 60 * MS + MS / 2 + i * 10 * MS, 2, 1);
+	}
+	gpu_attribute(&g, r, &a);
+	ASSERT_EQ(a.queue_ns, 5 * MS, "queue: arrival to the prefill step's start");
+	ASSERT_EQ(a.prefill_ns, 30 * MS, "prefill: that step");
+	ASSERT_EQ(a.decode_ns, 31 * MS, "decode: first token to end");
+	ASSERT_EQ(a.gpu_ns, 27 * MS, "GPU time in the token gaps, overlaps merged");
+	ASSERT_EQ(a.host_ns, 3 * MS, "host time: the rest of the gaps");
+	ASSERT_TRUE(strncmp(a.how, "by time", 7) == 0, "says how");
+	request_free(r);
+	gpu_free(&g);
+}
+
+static void test_unattributable(void)
+{
+	struct gpu_timeline g;
+	struct gpu_attribution a;
+	const uint64_t tok[] = { 51 * MS, 61 * MS };
+	struct request *r = stream_request(15 * MS, tok, 2);
+
+	gpu_init(&g);
+	gpu_attribute(&g, r, &a);
+	ASSERT_EQ(a.queue_ns, -1, "no steps: unknown");
+	ASSERT_TRUE(strstr(a.how, "no GPU steps") != NULL, "says why");
+	/* Only a prefill step that started before the request arrived. */
+	add_step(&g, 7, 10 * MS, 40 * MS, 40, 0);
+	gpu_attribute(&g, r, &a);
+	ASSERT_EQ(a.queue_ns, -1, "a step that began before arrival did not prefill it");
+	ASSERT_EQ(a.prefill_ns, -1, "prefill unknown");
+	ASSERT_TRUE(strstr(a.how, "no prefill step") != NULL, "says why");
+	request_free(r);
+	gpu_free(&g);
+}
+
+static void test_history_wraps(void)
+{
+	struct gpu_timeline g;
+	struct gpu_attribution a;
+	const uint64_t tok[] = { 1 * MS, 2 * MS };
+	struct request *r = stream_request(0, tok, 2);
+
+	gpu_init(&g);
+	for (uint64_t i = 0; i < GPU_HISTORY + 10; i++)
+		add_step(&g, 7, 10 * MS + i * MS, 10 * MS + i * MS + MS / 2, 2, 1);
+	ASSERT_EQ(g.count, GPU_HISTORY, "bounded");
+	ASSERT_EQ(g.steps, GPU_HISTORY + 10, "all counted");
+	ASSERT_EQ(g.procs[0].steps[STEP_DECODE], GPU_HISTORY + 10, "per-process statistics");
+	gpu_attribute(&g, r, &a);
+	ASSERT_TRUE(strstr(a.how, "no longer kept") != NULL, "forgotten steps are said so");
+	request_free(r);
+	gpu_free(&g);
+}
+
+int main(void)
+{
+	RUN(test_classify);
+	RUN(test_attribution_by_time);
+	RUN(test_unattributable);
+	RUN(test_history_wraps);
+	return CHECK_DONE();
+}

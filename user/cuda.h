@@ -1,0 +1,43 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Finding and hooking the CUDA runtime and driver that traced processes use: every copy of
+ * libcudart.so* / libcuda.so* mapped by a traced process (PyTorch ships its own), and an
+ * executable with the runtime linked in statically, found through /proc/PID/maps and opened
+ * through /proc/PID/root so that processes in containers work. Each library file (device and
+ * inode) is hooked once, for every process; the BPF programs keep only traced processes.
+ */
+#ifndef TS_CUDA_H
+#define TS_CUDA_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define CUDA_MAX_FILES 64
+
+struct tokenscope_bpf;
+struct bpf_link;
+
+struct cuda_file {
+	dev_t dev;
+	ino_t ino;
+	int hooked; /* functions hooked in it; 0 for a file looked at and found without CUDA */
+};
+
+struct cuda_attach {
+	struct tokenscope_bpf *skel;
+	struct cuda_file files[CUDA_MAX_FILES];
+	int nfiles;
+	struct bpf_link **links;
+	int nlinks, cap;
+	bool verbose;
+};
+
+void cuda_init(struct cuda_attach *ca, struct tokenscope_bpf *skel, bool verbose);
+/* Hooks the CUDA libraries pid maps that are not hooked yet; returns how many functions it
+ * hooked now (0 when nothing new), or -errno. */
+int cuda_scan(struct cuda_attach *ca, uint32_t pid);
+int cuda_hooked_files(const struct cuda_attach *ca);
+void cuda_detach(struct cuda_attach *ca);
+
+#endif
