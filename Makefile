@@ -41,7 +41,8 @@ SAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-
 SAN_OBJS := $(patsubst user/%.c,$(OUTPUT)/san/%.o,$(LIB_SRCS))
 UNIT_TESTS := $(patsubst tests/unit/%.c,$(OUTPUT)/tests/%,$(wildcard tests/unit/test_*.c))
 BPF_TESTS := $(patsubst tests/bpf/%.c,$(OUTPUT)/tests/%,$(wildcard tests/bpf/test_*.c))
-TOOLS := $(OUTPUT)/refserver $(OUTPUT)/gtclient $(OUTPUT)/writeloop
+TOOLS := $(OUTPUT)/refserver $(OUTPUT)/gtclient $(OUTPUT)/writeloop $(OUTPUT)/cudaloop \
+	$(OUTPUT)/standin/libcudart.so.13
 
 .DELETE_ON_ERROR:
 .PHONY: all check demo bench deps clean format vmlinux
@@ -73,7 +74,7 @@ $(OUTPUT)/tokenscope: $(LIB_OBJS) $(TOOL_OBJS)
 
 $(OUTPUT)/refserver: tests/refserver.c | $(OUTPUT)
 	$(call msg,CC,$@)
-	$(Q)$(CC) $(CFLAGS) $(WARN) -std=gnu11 -pthread $< -o $@ -lcjson -lm
+	$(Q)$(CC) $(CFLAGS) $(WARN) -std=gnu11 -pthread $< -o $@ -lcjson -lm -ldl
 
 $(OUTPUT)/gtclient: tests/gtclient.c | $(OUTPUT)
 	$(call msg,CC,$@)
@@ -86,6 +87,16 @@ $(OUTPUT)/writeloop: tests/writeloop.c | $(OUTPUT)
 $(OUTPUT)/san/%.o: user/%.c $(wildcard user/*.h) include/events.h | $(OUTPUT)/san
 	$(call msg,CC-SAN,$@)
 	$(Q)$(CC) $(USER_CFLAGS) $(SAN_FLAGS) -c $< -o $@
+
+# Where no CUDA toolkit is installed, the CUDA tests hook this stand-in for the runtime.
+$(OUTPUT)/standin/libcudart.so.13: tests/cudastub.c | $(OUTPUT)
+	$(call msg,CC,$@)
+	$(Q)mkdir -p $(dir $@)
+	$(Q)$(CC) $(CFLAGS) $(WARN) -std=gnu11 -shared -fPIC $< -o $@
+
+$(OUTPUT)/cudaloop: tests/cudaloop.c | $(OUTPUT)
+	$(call msg,CC,$@)
+	$(Q)$(CC) $(CFLAGS) $(WARN) -std=gnu11 $< -o $@ -ldl
 
 $(OUTPUT)/tests/%: tests/unit/%.c tests/unit/check.h $(wildcard tests/unit/*.h) $(SAN_OBJS) | $(OUTPUT)/tests
 	$(call msg,TEST,$@)

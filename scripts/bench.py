@@ -10,6 +10,10 @@
 2. tokenscope's own CPU and peak RSS at about 10,000 frames/s (100 streams at 100 frames/s),
    and with 1,000 concurrent open streams at the same frame rate.
 3. Records lost in every traced run.
+4. The cost of the CUDA probes per GPU step: cudaloop issues prefill-shaped steps (40 kernel
+   launches and a stream sync) and decode-shaped steps (a graph launch, a device-to-host copy and
+   a sync) on the real CUDA runtime (no GPU needed: the calls fail but are entered), untraced and
+   traced.
 """
 import atexit
 import json
@@ -26,6 +30,8 @@ OUT = os.environ.get("OUTPUT", ".output")
 TS = os.path.join(OUT, "tokenscope")
 RS = os.path.join(OUT, "refserver")
 WL = os.path.join(OUT, "writeloop")
+CL = os.path.join(OUT, "cudaloop")
+CUDART = "/usr/local/cuda/lib64/libcudart.so.13"
 GT = os.path.join(OUT, "gtclient")
 HZ = os.sysconf("SC_CLK_TCK")
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
@@ -200,6 +206,22 @@ def writeloop_run(kind, tmp, frames=200000):
             **info}
 
 
+def cudaloop_run(kind, tmp, steps=2000):
+    cl = spawn([CL, "--cudart", CUDART, "-n", str(steps)], stdin=subprocess.PIPE,
+               stdout=subprocess.PIPE, text=True)
+    pid = int(cl.stdout.readline().split()[1])
+    tr = Tracer(kind, pid, tmp)
+    if kind == "tokenscope":
+        wait_for(tr.err, "tracing CUDA calls", 20)
+    cl.stdin.write("go\n")
+    cl.stdin.flush()
+    line = cl.stdout.readline()
+    tr.stop()
+    cl.communicate("exit\n", timeout=120)
+    vals = dict(kv.split("=") for kv in line.split())
+    return float(vals["prefill_us_per_step"]), float(vals["decode_us_per_step"])
+
+
 def bpf_cost_run(tmp, frames=100000):
     """BPF run time per write of the syscall programs (bpf_stats), with writeloop traced, minus
     the same with tokenscope tracing an idle process instead."""
@@ -320,6 +342,23 @@ def main():
               f"rest is code, libraries and the ring buffer, which is mapped twice), "
               f"records lost {res['lost']}, "
               f"client errors {res['bad']}", flush=True)
+    if os.path.exists(CUDART):
+        print(f"4. CUDA probes: cost per GPU step on {CUDART}, 2000 steps of each kind, "
+              f"{ROUNDS} rounds interleaved, medians (host CPU time of the issuing thread)")
+        runs = {k: [cudaloop_run(k, tmp) for _ in range(ROUNDS)]
+                for k in ("untraced", "tokenscope")}
+        base_p = statistics.median(p for p, _ in runs["untraced"])
+        base_d = statistics.median(d for _, d in runs["untraced"])
+        tp = statistics.median(p for p, _ in runs["tokenscope"])
+        td = statistics.median(d for _, d in runs["tokenscope"])
+        # probe hits: a prefill step = 40 launches + sync entry + sync return; a decode step =
+        # graph launch + copy + sync entry + sync return.
+        print(f"   prefill step (40 launches + sync): {base_p:7.2f} -> {tp:7.2f} us, "
+              f"+{tp - base_p:.2f} us per step, {(tp - base_p) / 42:.2f} us per probe hit")
+        print(f"   decode step (graph + copy + sync): {base_d:7.2f} -> {td:7.2f} us, "
+              f"+{td - base_d:.2f} us per step, {(td - base_d) / 4:.2f} us per probe hit")
+    else:
+        print(f"4. CUDA probes: skipped, {CUDART} not installed")
     subprocess.run(["rm", "-rf", tmp])
     with open("/proc/sys/kernel/bpf_stats_enabled", "w") as f:
         f.write(stats_was)

@@ -1,0 +1,96 @@
+// SPDX-License-Identifier: MIT
+/*
+ * cudaloop: the cost of tokenscope's CUDA probes per GPU step, isolated for benchmarks.
+ *
+ * Loads the CUDA runtime (no GPU needed: every call fails, but each function is entered, so
+ * the probes fire), prints "ready PID", waits for a line on stdin (the benchmark attaches a
+ * tracer meanwhile), then issues STEPS prefill-shaped steps (LAUNCHES cudaLaunchKernel calls,
+ * then cudaStreamSynchronize) and STEPS decode-shaped steps (cudaGraphLaunch, a device-to-host
+ * cudaMemcpyAsync, cudaStreamSynchronize), and prints its own CPU time per step of each kind.
+ * It exits after a second line (or EOF).
+ *
+ * usage: cudaloop [--cudart PATH] [-n STEPS] [--launches N]
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef int (*launch_fn)(const void *, unsigned long long, unsigned long long, void **, size_t,
+			 void *);
+typedef int (*graph_fn)(void *, void *);
+typedef int (*memcpy_fn)(void *, const void *, size_t, int, void *);
+typedef int (*sync_fn)(void *);
+
+static double cpu_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+int main(int argc, char **argv)
+{
+	const char *path = "/usr/local/cuda/lib64/libcudart.so.13";
+	long steps = 2000, launches = 40;
+	char line[16], buf[8];
+	launch_fn launch;
+	graph_fn graph;
+	memcpy_fn cpy;
+	sync_fn sync;
+	double c0, c1, c2;
+	void *h;
+
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--cudart") && i + 1 < argc)
+			path = argv[++i];
+		else if (!strcmp(argv[i], "-n") && i + 1 < argc)
+			steps = atol(argv[++i]);
+		else if (!strcmp(argv[i], "--launches") && i + 1 < argc)
+			launches = atol(argv[++i]);
+		else {
+			fprintf(stderr, "usage: cudaloop [--cudart PATH] [-n STEPS] [--launches N]\n");
+			return 2;
+		}
+	}
+	h = dlopen(path, RTLD_NOW);
+	if (!h) {
+		fprintf(stderr, "cudaloop: %s\n", dlerror());
+		return 1;
+	}
+	launch = (launch_fn)dlsym(h, "cudaLaunchKernel");
+	graph = (graph_fn)dlsym(h, "cudaGraphLaunch");
+	cpy = (memcpy_fn)dlsym(h, "cudaMemcpyAsync");
+	sync = (sync_fn)dlsym(h, "cudaStreamSynchronize");
+	if (!launch || !graph || !cpy || !sync) {
+		fprintf(stderr, "cudaloop: %s lacks the runtime functions\n", path);
+		return 1;
+	}
+	printf("ready %d\n", getpid());
+	fflush(stdout);
+	if (!fgets(line, sizeof(line), stdin))
+		return 1;
+	c0 = cpu_now();
+	for (long s = 0; s < steps; s++) {
+		for (long i = 0; i < launches; i++)
+			launch(NULL, 0, 0, NULL, 0, NULL);
+		sync(NULL);
+	}
+	c1 = cpu_now();
+	for (long s = 0; s < steps; s++) {
+		graph(NULL, NULL);
+		cpy(buf, buf, 4, 2, NULL);
+		sync(NULL);
+	}
+	c2 = cpu_now();
+	printf("steps=%ld launches=%ld prefill_us_per_step=%.2f decode_us_per_step=%.2f\n", steps,
+	       launches, (c1 - c0) * 1e6 / steps, (c2 - c1) * 1e6 / steps);
+	fflush(stdout);
+	if (!fgets(line, sizeof(line), stdin))
+		return 0;
+	return 0;
+}

@@ -1,0 +1,212 @@
+#!/usr/bin/python3
+"""GPU steps end to end, without a GPU: the reference server in its GPU mode (an API process and
+a separate engine process that calls the real CUDA runtime in prefill and decode step patterns
+with known durations, batching requests) is traced by tokenscope, driven by the ground-truth
+client, and tokenscope's steps and per-request queue/prefill/decode are checked against what
+the server logged it did (--gpu-log, CLOCK_MONOTONIC), within 2 ms.
+
+Cases: batched (4 concurrent clients, steps batching several requests), late-engine (the engine
+process starts after tokenscope attached: it must be found and hooked when it maps CUDA).
+Prints PASS/FAIL/SKIP lines and "N passed, N failed, N skipped".
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.dont_write_bytecode = True
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+OUT = os.path.join(ROOT, ".output")
+TS = os.path.join(OUT, "tokenscope")
+RS = os.path.join(OUT, "refserver")
+GT = os.path.join(OUT, "gtclient")
+CUDART_REAL = "/usr/local/cuda/lib64/libcudart.so.13"
+CUDART_STANDIN = os.path.join(OUT, "standin", "libcudart.so.13")
+TOL_NS = 2_000_000
+ATTEMPTS = 3
+
+
+class Fail(Exception):
+    pass
+
+
+def wait_for(path, text, timeout):
+    end = time.time() + timeout
+    while time.time() < end:
+        try:
+            with open(path) as f:
+                data = f.read()
+            if text in data:
+                return data
+        except FileNotFoundError:
+            pass
+        time.sleep(0.05)
+    raise Fail(f"no {text!r} in {os.path.basename(path)} after {timeout} s: "
+               + open(path).read()[-600:] if os.path.exists(path) else "")
+
+
+def jsonl(path):
+    with open(path) as f:
+        return [json.loads(l) for l in f if l.startswith("{")]
+
+
+def peer_port(conn):
+    return int(conn.split("<-")[1].split("#")[0].rsplit(":", 1)[1])
+
+
+def run_case(name, tmp, cudart, server_args, client_args, late_engine):
+    log = os.path.join(tmp, f"{name}.gpu.jsonl")
+    procs = []
+    try:
+        srv_out = os.path.join(tmp, f"{name}.server.out")
+        srv = subprocess.Popen([RS, "--gpu", "--port", "0", "--cudart", cudart, "--gpu-log", log,
+                                *server_args], stdout=open(srv_out, "w"),
+                               stderr=subprocess.STDOUT, start_new_session=True)
+        procs.append(srv)
+        port = int(wait_for(srv_out, "listening on", 10).split("listening on ")[1]
+                   .split(":")[1].split()[0])
+        if not late_engine:
+            # Warm the engine up unobserved: its first steps pay for loading CUDA.
+            subprocess.run([GT, "--port", str(port), "-n", "2", "--max-tokens", "2", "-o",
+                            os.devnull], check=True, timeout=30, stderr=subprocess.DEVNULL)
+        ts_out = os.path.join(tmp, f"{name}.ts.out")
+        ts_err = os.path.join(tmp, f"{name}.ts.err")
+        ts = subprocess.Popen([TS, "trace", "-p", str(srv.pid), "--json", "--tokens",
+                               "--gpu-steps"], stdout=open(ts_out, "w"),
+                              stderr=open(ts_err, "w"))
+        procs.append(ts)
+        wait_for(ts_err, "tokenscope: attached", 20)
+        # The engine is hooked when tokenscope finds CUDA in its maps (at once, or within a
+        # second of a late engine loading it).
+        wait_for(ts_err, "tracing CUDA calls", 15)
+        gt_out = os.path.join(tmp, f"{name}.client.jsonl")
+        subprocess.run([GT, "--port", str(port), "--realtime", *client_args, "-o", gt_out],
+                       check=True, timeout=120, stderr=subprocess.DEVNULL)
+        time.sleep(0.3)
+        ts.send_signal(signal.SIGINT)
+        if ts.wait(20) != 0:
+            raise Fail(f"tokenscope exited {ts.returncode}")
+        return compare(jsonl(log), jsonl(ts_out), jsonl(gt_out))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL) if p is procs[0] else p.kill()
+                except ProcessLookupError:
+                    pass
+                p.wait()
+
+
+def compare(truth, ts, client):
+    problems, timing = [], []
+    steps = [t for t in truth if "step" in t]
+    treqs = {(t["port"], t["seq"]): t for t in truth if "request" in t}
+    tsteps = [t["gpu_step"] for t in ts if "gpu_step" in t]
+    treq_ts = [t for t in ts if "conn" in t]
+    if len(treq_ts) != len(client):
+        problems.append(f"{len(treq_ts)} requests from tokenscope, {len(client)} from the client")
+    if not tsteps:
+        return [f"no GPU steps from tokenscope"], []
+
+    # Steps: every server step inside the traced window has a tokenscope step of the same kind
+    # within 2 ms at both ends; and no extra ones.
+    lo, hi = tsteps[0]["start_ns"] - TOL_NS, tsteps[-1]["end_ns"] + TOL_NS
+    window = [s for s in steps if s["start_ns"] >= lo and s["end_ns"] <= hi]
+    unmatched = 0
+    for s in window:
+        m = [t for t in tsteps if abs(t["start_ns"] - s["start_ns"]) <= TOL_NS
+             and abs(t["end_ns"] - s["end_ns"]) <= TOL_NS]
+        if not m:
+            unmatched += 1
+            if unmatched <= 3:
+                timing.append(f"server step {s['step']} ({s['kind']}, "
+                              f"{(s['end_ns'] - s['start_ns']) / 1e6:.3f} ms) has no tokenscope "
+                              f"step within 2 ms")
+        elif m[0]["kind"] != s["kind"]:
+            problems.append(f"server step {s['step']} is {s['kind']}, tokenscope says "
+                            f"{m[0]['kind']}")
+        elif m[0]["launches"] != s["launches"] or m[0]["graph_launches"] != s["graph_launches"]:
+            problems.append(f"server step {s['step']}: launches {s['launches']}/"
+                            f"{s['graph_launches']}, tokenscope {m[0]['launches']}/"
+                            f"{m[0]['graph_launches']}")
+    if len(tsteps) != len(window):
+        problems.append(f"{len(tsteps)} tokenscope steps, {len(window)} server steps in the "
+                        f"traced window")
+
+    # Requests: match by client port and order on the connection.
+    by_port = {}
+    for t in treq_ts:
+        by_port.setdefault(peer_port(t["conn"]), []).append(t)
+    for v in by_port.values():
+        v.sort(key=lambda t: t["arrival_ns"])
+    step_by_id = {s["step"]: s for s in steps}
+    for c in client:
+        lst = by_port.get(c["port"], [])
+        if c["seq"] >= len(lst):
+            problems.append(f"client request {c['id']} (port {c['port']}) not reported")
+            continue
+        t = lst[c["seq"]]
+        tr = treqs.get((c["port"], c["seq"]))
+        if not tr:
+            problems.append(f"server logged no request for port {c['port']} seq {c['seq']}")
+            continue
+        ps = step_by_id.get(tr["prefill_step"])
+        if not t["attribution"].startswith("by time"):
+            problems.append(f"request {c['id']}: not attributed: {t['attribution']}")
+            continue
+        want = {
+            "queue_ms": (ps["start_ns"] - tr["arrival_ns"]) / 1e6,
+            "prefill_ms": (ps["end_ns"] - ps["start_ns"]) / 1e6,
+            "decode_ms": (tr["end_ns"] - tr["first_token_ns"]) / 1e6,
+        }
+        for k, v in want.items():
+            if t[k] is None or abs(t[k] - v) > TOL_NS / 1e6:
+                timing.append(f"request {c['id']}: {k} {t[k]} vs server {v:.3f}")
+        if t["gpu_ms"] is None or t["host_ms"] is None or t["gpu_ms"] <= 0:
+            problems.append(f"request {c['id']}: no GPU/host split ({t['gpu_ms']}, "
+                            f"{t['host_ms']})")
+    return problems, timing
+
+
+def main():
+    if os.geteuid() != 0:
+        print("SKIP gpu: needs root")
+        print("0 passed, 0 failed, 1 skipped")
+        return 0
+    cudart = CUDART_REAL if os.path.exists(CUDART_REAL) else CUDART_STANDIN
+    print(f"CUDA runtime: {cudart}")
+    cases = [
+        ("gpu-batched", ["--token-ms", "10", "--prefill-ms", "30", "--max-batch", "4"],
+         ["-n", "12", "-c", "4", "--max-tokens", "8", "--usage", "--stagger-ms", "3"], False),
+        ("gpu-late-engine", ["--token-ms", "10", "--prefill-ms", "20", "--engine-delay-ms",
+                             "1500"],
+         ["-n", "4", "-c", "2", "--max-tokens", "6", "--usage"], True),
+    ]
+    passed = failed = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, sargs, cargs, late in cases:
+            notes = []
+            for attempt in range(1, ATTEMPTS + 1):
+                try:
+                    problems, timing = run_case(name, tmp, cudart, sargs, cargs, late)
+                except (Fail, subprocess.SubprocessError, OSError, ValueError, KeyError) as e:
+                    problems, timing = [f"{type(e).__name__}: {e}"], []
+                if not problems and not timing:
+                    extra = f" (attempt {attempt}; {'; '.join(notes)})" if notes else ""
+                    print(f"PASS {name}{extra}")
+                    passed += 1
+                    break
+                if problems or attempt == ATTEMPTS:
+                    print(f"FAIL {name} (attempt {attempt}): " + "; ".join((problems + timing)[:6]))
+                    failed += 1
+                    break
+                notes.append(f"attempt {attempt}: {timing[0]}")
+    print(f"{passed} passed, {failed} failed, 0 skipped")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
