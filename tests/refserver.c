@@ -11,16 +11,26 @@
  * --pattern chooses how the bytes of a stream are cut into syscalls, reproducing the stacks in
  * WIRE.md, because the tracer must reassemble frames whatever the cut. Bytes a socket does not
  * take are kept and written on EPOLLOUT, so back-pressure changes the cut but never the bytes.
+ *
+ * --gpu reproduces vLLM's process layout instead of timing tokens itself: this process stays the
+ * API server and a child process (the engine, this binary exec'd again with --engine-fd) runs a
+ * continuous-batching step loop that makes real CUDA runtime calls, so the tracer's CUDA uprobes
+ * and its process-tree following can be tested without a GPU: the runtime loaded with dlopen
+ * returns "no driver" for every call, but every call enters the function.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
+#include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -30,11 +40,13 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/epoll.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/timerfd.h>
 #include <sys/uio.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -66,6 +78,27 @@
 #define HEAP_NONE SIZE_MAX
 /* Mixed pattern cycles through these, one request after another. */
 #define MIXED_PATTERNS 4
+
+/* --gpu: vLLM's default max_num_seqs is far larger; 8 keeps queueing visible in small tests. */
+#define DEFAULT_MAX_BATCH 8
+/* Roughly the kernels of one eager forward pass of a small model (a few per layer). */
+#define DEFAULT_PREFILL_LAUNCHES 40
+#define DEFAULT_CUDART "/usr/local/cuda/lib64/libcudart.so.13"
+/*
+ * tests/cudastub.c, for machines without a CUDA toolkit, looked for under .output/ and next to
+ * this binary. The Makefile names it like the runtime, which is how the tracer recognises it.
+ */
+#define STANDIN_MAKE "standin/libcudart.so.13"
+#define STANDIN_CC "libcudart-standin.so"
+#define STANDIN_BUILD "make .output/" STANDIN_MAKE
+/* cudaMemcpyDeviceToHost in enum cudaMemcpyKind */
+#define CUDA_MEMCPY_D2H 2
+/* A decode step copies one sampled token id (int32) per request back to the host. */
+#define D2H_BYTES_PER_REQ 4
+/* Loading the runtime takes milliseconds; a stuck dlopen must not hang the test forever. */
+#define ENGINE_READY_TIMEOUT_MS 30000
+/* comm of the engine process (15 characters at most), as vLLM renames its EngineCore. */
+#define ENGINE_COMM "refengine"
 
 enum pattern { PAT_SINGLE, PAT_WRITEV, PAT_MERGED, PAT_SPLIT, PAT_MIXED };
 enum wsys { WSYS_WRITE, WSYS_SEND, WSYS_SENDTO, WSYS_SENDMSG, WSYS_WRITEV };
@@ -101,6 +134,13 @@ struct opts {
 	enum rsys rsys;
 	bool stats;
 	uint64_t seed;
+	bool gpu;
+	double engine_delay_ms;
+	const char *cudart;
+	const char *gpu_log;
+	unsigned max_batch;
+	unsigned prefill_launches;
+	int engine_fd; /* >= 0: this process is the engine (internal, set by the API process) */
 };
 
 struct req {
@@ -126,6 +166,24 @@ struct req {
 	struct buf batch; /* merged pattern: frames waiting for one write */
 	unsigned batched;
 	unsigned split_seq;
+	/* --gpu: the engine generates; these feed the ground-truth log */
+	bool gpu;		/* submitted to the engine, not yet logged */
+	bool in_engine;		/* the engine may still report tokens for it */
+	unsigned engine_tokens; /* tokens the engine reported */
+	unsigned seq;		/* index of the request on its connection */
+	uint64_t prompt_bytes;
+	uint64_t arrival_ns;
+	uint64_t prefill_step;
+	uint64_t write_ns; /* taken right before the latest write of this response */
+	uint64_t *tok_ns;  /* per content frame: write_ns of the write that carried it */
+	unsigned tok_n, tok_cap;
+	const char *outcome;
+};
+
+/* --gpu: when a read ended and how many bytes the connection had received by then */
+struct read_mark {
+	uint64_t end;
+	uint64_t ns;
 };
 
 struct conn {
@@ -144,6 +202,14 @@ struct conn {
 	struct conn *q_next, *q_prev;
 	struct conn *all_next, *all_prev;
 	struct conn *dead_next;
+	/* --gpu */
+	struct conn *map_next; /* request id -> connection, for the engine's token reports */
+	unsigned port;	       /* the client's TCP port */
+	unsigned nreq;	       /* requests started on this connection */
+	uint64_t in_total;     /* bytes received */
+	uint64_t in_used;      /* bytes consumed by parsed requests */
+	struct read_mark *marks;
+	size_t nmarks, marks_cap;
 };
 
 struct stats {
@@ -151,6 +217,41 @@ struct stats {
 	uint64_t bytes;
 	uint64_t streams;
 	uint64_t aborted;
+};
+
+/*
+ * API process <-> engine messages over a SOCK_STREAM socketpair, fixed size so a reader cuts
+ * them without framing. The engine sends one token message per request per step, all of a
+ * step's in one write.
+ */
+enum eng_type {
+	ENG_READY = 1, /* engine -> API: runtime loaded, serving */
+	ENG_ADD,       /* API -> engine: id, max_tokens, arg = prompt bytes */
+	ENG_ABORT,     /* API -> engine: id; the client left or the stream failed */
+	ENG_TOKEN,     /* engine -> API: id, arg = step that produced it */
+};
+
+struct eng_msg {
+	uint32_t type;
+	uint32_t max_tokens;
+	uint64_t id;
+	uint64_t arg;
+};
+_Static_assert(sizeof(struct eng_msg) == 24, "eng_msg is sent as raw bytes");
+
+/* The API process's side of --gpu. */
+struct gpu_link {
+	int fd;	      /* our end of the socketpair */
+	int child_fd; /* the engine's end, until it is spawned */
+	int tfd;      /* --engine-delay-ms: fires when the engine is due */
+	int log_fd;   /* --gpu-log, shared with the engine, O_APPEND */
+	pid_t pid;
+	bool watch_out;
+	struct buf in, out, line;
+	struct conn **map; /* chained hash of requests the engine works on, by id */
+	size_t map_cap, map_len;
+	int argc; /* our command line, passed on to the engine */
+	char **argv;
 };
 
 struct server {
@@ -169,7 +270,9 @@ struct server {
 	uint64_t req_seq;
 	struct buf frame, chunk, flat, head;
 	struct stats st;
+	struct gpu_link gpu;
 	bool exiting;
+	bool failed;
 };
 
 static const char CRLF[] = "\r\n";
@@ -465,6 +568,7 @@ static void conn_watch_out(struct server *s, struct conn *c, bool on)
 }
 
 static void stream_admit(struct server *s, struct conn *c);
+static void gpu_request_end(struct server *s, struct conn *c, const char *outcome);
 
 /* Gives the generation slot back and starts the longest-waiting request, if any. */
 static void slot_release(struct server *s, struct conn *c)
@@ -493,6 +597,7 @@ static void conn_kill(struct server *s, struct conn *c)
 	/* A client that leaves while its stream is queued or generating aborted it. */
 	if (c->phase != PH_IDLE && c->r.stream)
 		s->st.aborted++;
+	gpu_request_end(s, c, "aborted");
 	heap_remove(s, c);
 	if (c->phase == PH_QUEUED)
 		queue_remove(s, c);
@@ -521,6 +626,8 @@ static bool conn_emit(struct server *s, struct conn *c, struct iovec *iov, int c
 		return false;
 	for (int i = 0; i < cnt; i++)
 		total += iov[i].iov_len;
+	if (s->o.gpu)
+		c->r.write_ns = clock_mono_ns();
 	if (!buf_pending(&c->out)) {
 		ssize_t n = sock_write(s, c, iov, cnt);
 
@@ -684,6 +791,17 @@ static bool emit_frame(struct server *s, struct conn *c, const char *frame, size
 	}
 }
 
+/* --gpu: content frames handed to the socket since the last call went out with write_ns. */
+static void req_stamp_tokens(struct req *r)
+{
+	if (r->tok_cap < r->sent) {
+		r->tok_cap = r->sent < 16 ? 16 : r->sent * 2;
+		r->tok_ns = mem_realloc(r->tok_ns, r->tok_cap * sizeof(*r->tok_ns));
+	}
+	while (r->tok_n < r->sent)
+		r->tok_ns[r->tok_n++] = r->write_ns;
+}
+
 static bool batch_flush(struct server *s, struct conn *c)
 {
 	struct req *r = &c->r;
@@ -691,6 +809,8 @@ static bool batch_flush(struct server *s, struct conn *c)
 
 	if (r->batch.len)
 		ok = conn_emit_one(s, c, r->batch.p, r->batch.len);
+	if (ok && s->o.gpu)
+		req_stamp_tokens(r);
 	if (!c->dead) {
 		buf_reset(&r->batch);
 		r->batched = 0;
@@ -813,6 +933,7 @@ static void stream_finish(struct server *s, struct conn *c)
 
 static void stream_fail(struct server *s, struct conn *c)
 {
+	c->r.outcome = "stream_error";
 	if (!emit_frame(s, c, ERROR_FRAME, sizeof(ERROR_FRAME) - 1))
 		return;
 	if (emit_done(s, c))
@@ -906,6 +1027,8 @@ static void stream_headers(struct server *s, struct conn *c)
 	}
 }
 
+static void gpu_submit(struct server *s, struct conn *c);
+
 static void stream_admit(struct server *s, struct conn *c)
 {
 	struct req *r = &c->r;
@@ -915,6 +1038,10 @@ static void stream_admit(struct server *s, struct conn *c)
 	s->active++;
 	c->phase = PH_GEN;
 	r->due = now + r->prefill_ns;
+	if (!r->stream && s->o.gpu) {
+		gpu_submit(s, c);
+		return;
+	}
 	if (!r->stream) {
 		for (unsigned i = 0; i < r->max_tokens; i++)
 			r->due += token_delay(s, r);
@@ -929,7 +1056,11 @@ static void stream_admit(struct server *s, struct conn *c)
 		if (r->pattern == PAT_MERGED)
 			batch_flush(s, c);
 	}
-	if (!c->dead)
+	if (c->dead)
+		return;
+	if (s->o.gpu)
+		gpu_submit(s, c);
+	else
 		heap_push(s, c);
 }
 
@@ -978,6 +1109,9 @@ static void req_clear(struct req *r)
 	buf_free(&r->batch);
 	r->batched = 0;
 	r->hdrs_pending = false;
+	free(r->tok_ns);
+	r->tok_ns = NULL;
+	r->tok_n = r->tok_cap = 0;
 }
 
 static void conn_process_input(struct server *s, struct conn *c);
@@ -986,6 +1120,7 @@ static void response_done(struct server *s, struct conn *c)
 {
 	bool keep = c->r.keep_alive;
 
+	gpu_request_end(s, c, c->r.outcome ? c->r.outcome : "ok");
 	heap_remove(s, c);
 	c->paused = false;
 	c->phase = PH_IDLE;
@@ -1057,6 +1192,7 @@ static const char *req_parse(struct server *s, struct conn *c, const char *body,
 		prompt_bytes = json_text_len(cJSON_GetObjectItemCaseSensitive(j, "prompt"));
 	}
 	r->prompt_tokens = (unsigned)(prompt_bytes / BYTES_PER_PROMPT_TOKEN);
+	r->prompt_bytes = prompt_bytes;
 	v = cJSON_GetObjectItemCaseSensitive(j, "x_prefill_ms");
 	r->prefill_ns = ms_to_ns(cJSON_IsNumber(v) ? v->valuedouble : s->o.prefill_ms);
 	r->prefill_ns += (uint64_t)(s->o.prefill_us_per_byte * (double)prompt_bytes * NS_PER_US);
@@ -1094,6 +1230,7 @@ static void req_start(struct server *s, struct conn *c, bool keep_alive)
 	memset(r, 0, sizeof(*r));
 	r->keep_alive = keep_alive;
 	r->id = seq;
+	r->seq = c->nreq++;
 	r->created = (long)time(NULL);
 	r->pattern = s->o.pattern;
 	/* mixed: the request counter picks, so one run covers every cut */
@@ -1141,6 +1278,41 @@ static void req_dispatch(struct server *s, struct conn *c, const char *method, c
 	stream_admit(s, c);
 }
 
+static void conn_consume(struct conn *c, size_t n)
+{
+	buf_consume(&c->in, n);
+	c->in_used += n;
+}
+
+/*
+ * --gpu: arrival_ns of the request that ends at c->in_used, the time of the read that
+ * completed it. Pipelined requests wait in c->in while an earlier one streams, so the times of
+ * all reads not yet consumed are kept, not only the latest.
+ */
+static uint64_t conn_arrival(struct conn *c)
+{
+	size_t i = 0, drop;
+	uint64_t ns = 0;
+
+	while (i < c->nmarks && c->marks[i].end < c->in_used)
+		i++;
+	if (i < c->nmarks)
+		ns = c->marks[i].ns;
+	drop = i + (i < c->nmarks && c->marks[i].end == c->in_used);
+	memmove(c->marks, c->marks + drop, (c->nmarks - drop) * sizeof(*c->marks));
+	c->nmarks -= drop;
+	return ns;
+}
+
+static void conn_mark_read(struct conn *c, uint64_t ns)
+{
+	if (c->nmarks == c->marks_cap) {
+		c->marks_cap = c->marks_cap ? c->marks_cap * 2 : 4;
+		c->marks = mem_realloc(c->marks, c->marks_cap * sizeof(*c->marks));
+	}
+	c->marks[c->nmarks++] = (struct read_mark){ .end = c->in_total, .ns = ns };
+}
+
 /*
  * Parses one request from c->in if it is complete and dispatches it.
  * Returns true when a request was consumed.
@@ -1151,10 +1323,11 @@ static bool conn_parse(struct server *s, struct conn *c)
 	size_t avail = buf_pending(&c->in), head, clen = 0;
 	bool http11, close_tok = false, keep_tok = false, expect = false, chunked = false;
 	const char *body;
+	uint64_t arrival;
 
 	/* RFC 9112 2.2: ignore empty lines before the request line */
 	while (avail >= 2 && p[0] == '\r' && p[1] == '\n') {
-		buf_consume(&c->in, 2);
+		conn_consume(c, 2);
 		p += 2;
 		avail -= 2;
 	}
@@ -1240,9 +1413,11 @@ static bool conn_parse(struct server *s, struct conn *c)
 	 * next pipelined request. The body bytes stay where they are until the next read.
 	 */
 	body = p + head;
-	buf_consume(&c->in, head + clen);
+	conn_consume(c, head + clen);
+	arrival = conn_arrival(c);
 	c->continue_sent = false;
 	req_start(s, c, http11 ? !close_tok : keep_tok && !close_tok);
+	c->r.arrival_ns = arrival;
 	req_dispatch(s, c, method, path, body, clen);
 	return !c->dead;
 }
@@ -1263,6 +1438,9 @@ static void conn_read(struct server *s, struct conn *c)
 		n = sock_read(s, c, c->in.p + c->in.len, c->in.cap - c->in.len);
 		if (n > 0) {
 			c->in.len += (size_t)n;
+			c->in_total += (uint64_t)n;
+			if (s->o.gpu)
+				conn_mark_read(c, clock_mono_ns());
 			if (buf_pending(&c->in) > HEADER_MAX + BODY_MAX) {
 				conn_kill(s, c);
 				return;
@@ -1278,6 +1456,18 @@ static void conn_read(struct server *s, struct conn *c)
 		return;
 	}
 	conn_process_input(s, c);
+}
+
+static unsigned peer_port(int fd)
+{
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+
+	if (getpeername(fd, (struct sockaddr *)&ss, &sl))
+		return 0;
+	if (ss.ss_family == AF_INET6)
+		return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+	return ntohs(((struct sockaddr_in *)&ss)->sin_port);
 }
 
 static void server_accept(struct server *s)
@@ -1303,6 +1493,8 @@ static void server_accept(struct server *s)
 		}
 		c->fd = fd;
 		c->heap_idx = HEAP_NONE;
+		if (s->o.gpu)
+			c->port = peer_port(fd);
 		c->all_next = s->all;
 		if (s->all)
 			s->all->all_prev = c;
@@ -1326,6 +1518,7 @@ static void conn_free(struct server *s, struct conn *c)
 	req_clear(&c->r);
 	buf_free(&c->in);
 	buf_free(&c->out);
+	free(c->marks);
 	free(c);
 }
 
@@ -1337,6 +1530,768 @@ static void server_reap(struct server *s)
 		s->dead = c->dead_next;
 		conn_free(s, c);
 	}
+}
+
+/* ---- --gpu, API process: requests go to the engine, its token reports become frames ---- */
+
+static void gpu_watch_out(struct server *s, bool on)
+{
+	struct gpu_link *g = &s->gpu;
+	struct epoll_event ev = { .events = EPOLLIN | (on ? EPOLLOUT : 0), .data.ptr = &g->fd };
+
+	if (g->watch_out == on)
+		return;
+	g->watch_out = on;
+	epoll_ctl(s->efd, EPOLL_CTL_MOD, g->fd, &ev);
+}
+
+static void gpu_flush(struct server *s)
+{
+	struct gpu_link *g = &s->gpu;
+
+	while (buf_pending(&g->out)) {
+		ssize_t n = send(g->fd, g->out.p + g->out.off, buf_pending(&g->out), MSG_NOSIGNAL);
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			/* EPIPE: the engine is gone, which the read side reports. */
+			if (errno != EAGAIN && errno != EWOULDBLOCK)
+				buf_reset(&g->out);
+			break;
+		}
+		buf_consume(&g->out, (size_t)n);
+	}
+	gpu_watch_out(s, buf_pending(&g->out) > 0);
+}
+
+/* Never blocks: what the socket does not take waits for EPOLLOUT, in order. */
+static void gpu_send(struct server *s, enum eng_type type, const struct req *r)
+{
+	struct eng_msg m = {
+		.type = type, .max_tokens = r->max_tokens, .id = r->id, .arg = r->prompt_bytes
+	};
+
+	buf_append(&s->gpu.out, &m, sizeof(m));
+	if (!s->gpu.watch_out)
+		gpu_flush(s);
+}
+
+static struct conn **gpu_map_find(struct gpu_link *g, uint64_t id)
+{
+	struct conn **pp;
+
+	if (!g->map_cap)
+		return NULL;
+	pp = &g->map[id & (g->map_cap - 1)];
+	while (*pp && (*pp)->r.id != id)
+		pp = &(*pp)->map_next;
+	return *pp ? pp : NULL;
+}
+
+static void gpu_map_add(struct gpu_link *g, struct conn *c)
+{
+	size_t i;
+
+	if (g->map_len >= g->map_cap) {
+		size_t cap = g->map_cap ? g->map_cap * 2 : 64;
+		struct conn **m = mem_realloc(NULL, cap * sizeof(*m));
+
+		memset(m, 0, cap * sizeof(*m));
+		for (i = 0; i < g->map_cap; i++) {
+			while (g->map[i]) {
+				struct conn *x = g->map[i];
+
+				g->map[i] = x->map_next;
+				x->map_next = m[x->r.id & (cap - 1)];
+				m[x->r.id & (cap - 1)] = x;
+			}
+		}
+		free(g->map);
+		g->map = m;
+		g->map_cap = cap;
+	}
+	i = c->r.id & (g->map_cap - 1);
+	c->map_next = g->map[i];
+	g->map[i] = c;
+	g->map_len++;
+}
+
+static void gpu_submit(struct server *s, struct conn *c)
+{
+	struct req *r = &c->r;
+
+	r->gpu = true;
+	r->in_engine = true;
+	gpu_map_add(&s->gpu, c);
+	gpu_send(s, ENG_ADD, r);
+}
+
+static void gpu_log_request(struct server *s, struct conn *c, const char *outcome)
+{
+	struct gpu_link *g = &s->gpu;
+	struct req *r = &c->r;
+	struct buf *b = &g->line;
+	/* an abort has no write that ends it: the time it was noticed */
+	uint64_t end = strcmp(outcome, "aborted") ? r->write_ns : clock_mono_ns();
+
+	buf_reset(b);
+	buf_appendf(b,
+		    "{\"request\":%" PRIu64 ",\"port\":%u,\"seq\":%u,\"arrival_ns\":%" PRIu64
+		    ",\"prefill_step\":",
+		    r->id, c->port, r->seq, r->arrival_ns);
+	if (r->engine_tokens)
+		buf_appendf(b, "%" PRIu64, r->prefill_step);
+	else
+		buf_appendf(b, "null");
+	buf_appendf(b, ",\"first_token_ns\":");
+	if (r->tok_n)
+		buf_appendf(b, "%" PRIu64, r->tok_ns[0]);
+	else
+		buf_appendf(b, "null");
+	buf_appendf(b,
+		    ",\"end_ns\":%" PRIu64
+		    ",\"outcome\":\"%s\",\"stream\":%s,\"tokens\":%u,\"token_ns\":[",
+		    end, outcome, r->stream ? "true" : "false", r->tok_n);
+	for (unsigned i = 0; i < r->tok_n; i++)
+		buf_appendf(b, "%s%" PRIu64, i ? "," : "", r->tok_ns[i]);
+	buf_appendf(b, "]}\n");
+	/* One write per line with O_APPEND: the engine's lines never land inside ours. */
+	if (write(g->log_fd, b->p, b->len) < 0)
+		perror("refserver: --gpu-log");
+}
+
+/* The request left the API process: forget it, tell the engine to stop, log it. */
+static void gpu_request_end(struct server *s, struct conn *c, const char *outcome)
+{
+	struct gpu_link *g = &s->gpu;
+	struct req *r = &c->r;
+	struct conn **pp;
+
+	if (!r->gpu)
+		return;
+	r->gpu = false;
+	pp = gpu_map_find(g, r->id);
+	if (pp) {
+		*pp = c->map_next;
+		g->map_len--;
+	}
+	c->map_next = NULL;
+	if (r->in_engine) {
+		r->in_engine = false;
+		gpu_send(s, ENG_ABORT, r);
+	}
+	if (g->log_fd >= 0)
+		gpu_log_request(s, c, outcome);
+}
+
+/*
+ * One token from the engine: one content frame, written now. After the last one the finish,
+ * usage and [DONE] frames follow at once (without --gpu they wait one more token delay).
+ */
+static void gpu_token(struct server *s, struct conn *c, uint64_t step)
+{
+	struct req *r = &c->r;
+
+	if (!r->engine_tokens++)
+		r->prefill_step = step;
+	/* the engine produces max_tokens tokens, and one even for max_tokens 0 */
+	if (r->engine_tokens >= r->max_tokens)
+		r->in_engine = false;
+	if (!r->stream) {
+		if (!r->in_engine)
+			reply_full(s, c);
+		return;
+	}
+	if (r->fail == FAIL_STREAM && r->sent == r->fail_at) {
+		stream_fail(s, c);
+		return;
+	}
+	if (r->sent < r->max_tokens) {
+		if (!emit_content(s, c))
+			return;
+		r->sent++;
+		if (r->pattern != PAT_MERGED)
+			req_stamp_tokens(r);
+	}
+	if (r->sent >= r->max_tokens)
+		stream_finish(s, c);
+	else if (r->pattern == PAT_MERGED && r->batched >= s->o.merge)
+		batch_flush(s, c);
+}
+
+static void server_signal(struct server *s);
+
+static void gpu_lost(struct server *s)
+{
+	struct gpu_link *g = &s->gpu;
+
+	epoll_ctl(s->efd, EPOLL_CTL_DEL, g->fd, NULL);
+	/* Killing the process group stops the engine too; then its exit is no failure. */
+	server_signal(s);
+	if (s->exiting)
+		return;
+	fprintf(stderr, "refserver: the engine process (pid %d) exited; stopping\n", (int)g->pid);
+	s->exiting = true;
+	s->failed = true;
+}
+
+static void gpu_read(struct server *s)
+{
+	struct gpu_link *g = &s->gpu;
+	struct eng_msg m;
+	struct conn **pp;
+
+	for (;;) {
+		ssize_t n;
+
+		buf_reserve(&g->in, READ_CHUNK);
+		n = read(g->fd, g->in.p + g->in.len, g->in.cap - g->in.len);
+		if (n > 0) {
+			g->in.len += (size_t)n;
+			continue;
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			break;
+		gpu_lost(s);
+		return;
+	}
+	while (buf_pending(&g->in) >= sizeof(m)) {
+		memcpy(&m, g->in.p + g->in.off, sizeof(m));
+		buf_consume(&g->in, sizeof(m));
+		if (m.type != ENG_TOKEN)
+			continue;
+		/* a request that ended here (abort, stream error) may still get a token */
+		pp = gpu_map_find(g, m.id);
+		if (pp && !(*pp)->dead)
+			gpu_token(s, *pp, m.arg);
+	}
+}
+
+/* fork + exec of this binary, as vLLM starts its EngineCore process. */
+static int gpu_spawn(struct server *s)
+{
+	struct gpu_link *g = &s->gpu;
+	char **argv = mem_realloc(NULL, ((size_t)g->argc + 3) * sizeof(*argv));
+	pid_t parent = getpid(), pid;
+	char fdarg[16];
+
+	memcpy(argv, g->argv, (size_t)g->argc * sizeof(*argv));
+	snprintf(fdarg, sizeof(fdarg), "%d", g->child_fd);
+	argv[g->argc] = "--engine-fd";
+	argv[g->argc + 1] = fdarg;
+	argv[g->argc + 2] = NULL;
+	pid = fork();
+	if (pid < 0) {
+		perror("refserver: fork");
+		free(argv);
+		return -errno;
+	}
+	if (!pid) {
+		sigset_t none;
+
+		/* Not even a SIGKILLed API process may leave an engine behind. */
+		prctl(PR_SET_PDEATHSIG, SIGTERM);
+		if (getppid() != parent)
+			_exit(1);
+		sigemptyset(&none);
+		sigprocmask(SIG_SETMASK, &none, NULL);
+		/* Ctrl-C reaches the whole process group; the API process stops the engine. */
+		signal(SIGINT, SIG_IGN);
+		fcntl(g->child_fd, F_SETFD, 0);
+		execv("/proc/self/exe", argv);
+		fprintf(stderr, "refserver: exec /proc/self/exe: %s\n", strerror(errno));
+		_exit(127);
+	}
+	free(argv);
+	close(g->child_fd);
+	g->child_fd = -1;
+	g->pid = pid;
+	return 0;
+}
+
+/* Without --engine-delay-ms nothing is served before the engine has loaded its runtime. */
+static int gpu_wait_ready(struct server *s)
+{
+	struct gpu_link *g = &s->gpu;
+	struct eng_msg m;
+	size_t got = 0;
+
+	while (got < sizeof(m)) {
+		struct pollfd p = { .fd = g->fd, .events = POLLIN };
+		int r = poll(&p, 1, ENGINE_READY_TIMEOUT_MS);
+		ssize_t n;
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0) {
+			fprintf(stderr,
+				"refserver: the engine process was not ready within %d ms\n",
+				ENGINE_READY_TIMEOUT_MS);
+			return -ETIMEDOUT;
+		}
+		n = read(g->fd, (char *)&m + got, sizeof(m) - got);
+		if (n < 0 && (errno == EINTR || errno == EAGAIN))
+			continue;
+		if (n <= 0) {
+			fprintf(stderr,
+				"refserver: the engine process exited before it was ready\n");
+			return -EPIPE;
+		}
+		got += (size_t)n;
+	}
+	if (m.type != ENG_READY) {
+		fprintf(stderr, "refserver: unexpected first engine message %u\n", m.type);
+		return -EPROTO;
+	}
+	return 0;
+}
+
+static void gpu_timer(struct server *s)
+{
+	uint64_t ticks;
+
+	if (read(s->gpu.tfd, &ticks, sizeof(ticks)) < 0 || s->gpu.pid > 0)
+		return;
+	if (gpu_spawn(s)) {
+		s->exiting = true;
+		s->failed = true;
+	}
+}
+
+static int epoll_add(int efd, int fd, void *tag);
+
+/* Before listening: the socketpair, the log, the start timer. */
+static int gpu_init(struct server *s)
+{
+	struct gpu_link *g = &s->gpu;
+	int sv[2];
+
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv)) {
+		perror("refserver: socketpair");
+		return -errno;
+	}
+	g->fd = sv[0];
+	g->child_fd = sv[1];
+	fcntl(g->fd, F_SETFL, O_NONBLOCK);
+	if (s->o.gpu_log) {
+		/* truncated once here; the engine opens it for appending */
+		g->log_fd =
+		    open(s->o.gpu_log, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+		if (g->log_fd < 0) {
+			fprintf(stderr, "refserver: %s: %s\n", s->o.gpu_log, strerror(errno));
+			return -errno;
+		}
+	}
+	g->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+	if (g->tfd < 0 || epoll_add(s->efd, g->fd, &g->fd) || epoll_add(s->efd, g->tfd, &g->tfd)) {
+		perror("refserver: gpu init");
+		return -errno;
+	}
+	return 0;
+}
+
+/* Right after listen(): the engine now, or --engine-delay-ms later from the loop. */
+static int gpu_start(struct server *s)
+{
+	struct itimerspec its = { 0 };
+	uint64_t delay = ms_to_ns(s->o.engine_delay_ms);
+	int err;
+
+	if (delay) {
+		its.it_value.tv_sec = (time_t)(delay / NS_PER_S);
+		its.it_value.tv_nsec = (long)(delay % NS_PER_S);
+		timerfd_settime(s->gpu.tfd, 0, &its, NULL);
+		return 0;
+	}
+	err = gpu_spawn(s);
+	return err ? err : gpu_wait_ready(s);
+}
+
+static void gpu_close(struct server *s)
+{
+	struct gpu_link *g = &s->gpu;
+
+	/* EOF ends the engine after its current step; SIGTERM does not wait for that. */
+	if (g->fd >= 0)
+		close(g->fd);
+	if (g->pid > 0) {
+		kill(g->pid, SIGTERM);
+		waitpid(g->pid, NULL, 0);
+	}
+	if (g->child_fd >= 0)
+		close(g->child_fd);
+	if (g->tfd >= 0)
+		close(g->tfd);
+	if (g->log_fd >= 0)
+		close(g->log_fd);
+	buf_free(&g->in);
+	buf_free(&g->out);
+	buf_free(&g->line);
+	free(g->map);
+}
+
+/* ---- --gpu, engine process: a continuous-batching step loop over CUDA runtime calls ---- */
+
+struct dim3 {
+	unsigned x, y, z;
+};
+
+/* cuda_runtime_api.h's signatures; handles are pointers, cudaError_t and enums are int. */
+typedef int (*cuda_launch_kernel_fn)(const void *func, struct dim3 grid, struct dim3 block,
+				     void **args, size_t shared_mem, void *stream);
+typedef int (*cuda_graph_launch_fn)(void *graph_exec, void *stream);
+typedef int (*cuda_memcpy_async_fn)(void *dst, const void *src, size_t count, int kind,
+				    void *stream);
+typedef int (*cuda_stream_sync_fn)(void *stream);
+typedef int (*cuda_get_device_count_fn)(int *count);
+
+struct cuda_api {
+	void *lib;
+	char path[PATH_MAX];
+	cuda_launch_kernel_fn launch_kernel;
+	cuda_graph_launch_fn graph_launch;
+	cuda_memcpy_async_fn memcpy_async;
+	cuda_stream_sync_fn stream_sync;
+};
+
+struct ereq {
+	uint64_t id;
+	uint64_t prompt_bytes;
+	unsigned max_tokens;
+	unsigned tokens;
+};
+
+struct ereq_list {
+	struct ereq *v;
+	size_t len, cap;
+};
+
+struct engine {
+	const struct opts *o;
+	int fd;
+	int log_fd;
+	struct cuda_api cu;
+	struct ereq_list waiting; /* FIFO, oldest first */
+	struct ereq_list running; /* in admission order */
+	struct buf in, out, line;
+	void *host; /* destination of the device-to-host copy */
+	size_t host_cap;
+	uint64_t step;
+	bool eof;
+};
+
+/* Tries path; on failure appends why to errs and returns false. */
+static bool cuda_try(struct cuda_api *cu, const char *path, struct buf *errs)
+{
+	static const char *const names[] = { "cudaLaunchKernel", "cudaGraphLaunch",
+					     "cudaMemcpyAsync", "cudaStreamSynchronize" };
+	void *fn[4];
+
+	cu->lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	if (!cu->lib) {
+		buf_appendf(errs, "  %s\n", dlerror());
+		return false;
+	}
+	for (int i = 0; i < 4; i++) {
+		fn[i] = dlsym(cu->lib, names[i]);
+		if (!fn[i]) {
+			buf_appendf(errs, "  %s: no %s\n", path, names[i]);
+			dlclose(cu->lib);
+			cu->lib = NULL;
+			return false;
+		}
+	}
+	cu->launch_kernel = (cuda_launch_kernel_fn)fn[0];
+	cu->graph_launch = (cuda_graph_launch_fn)fn[1];
+	cu->memcpy_async = (cuda_memcpy_async_fn)fn[2];
+	cu->stream_sync = (cuda_stream_sync_fn)fn[3];
+	snprintf(cu->path, sizeof(cu->path), "%s", path);
+	return true;
+}
+
+/* --cudart, then a stand-in under .output/ (from the repository root), then next to us. */
+static int cuda_open(struct cuda_api *cu, const char *path)
+{
+	static const char *const standins[] = { STANDIN_MAKE, STANDIN_CC };
+	struct buf errs = { 0 };
+	char exe[PATH_MAX], try[PATH_MAX + 32];
+	cuda_get_device_count_fn count;
+	ssize_t n;
+	int devices;
+
+	if (cuda_try(cu, path, &errs))
+		goto loaded;
+	for (int i = 0; i < 2; i++) {
+		snprintf(try, sizeof(try), ".output/%s", standins[i]);
+		if (cuda_try(cu, try, &errs))
+			goto loaded;
+	}
+	n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	while (n > 0 && exe[n - 1] != '/')
+		n--;
+	for (int i = 0; n > 0 && i < 2; i++) {
+		snprintf(try, sizeof(try), "%.*s%s", (int)n, exe, standins[i]);
+		if (cuda_try(cu, try, &errs))
+			goto loaded;
+	}
+	fprintf(stderr,
+		"refserver: engine: cannot load a CUDA runtime:\n%s"
+		"Install the CUDA toolkit, give --cudart PATH, or build the stand-in:\n  %s\n",
+		errs.p, STANDIN_BUILD);
+	buf_free(&errs);
+	return -ENOENT;
+loaded:
+	buf_free(&errs);
+	/*
+	 * The runtime initialises on its first call (0.5 ms without a driver, far longer with
+	 * one); pay that now, with a call the tracer does not hook, not inside the first step.
+	 */
+	count = (cuda_get_device_count_fn)dlsym(cu->lib, "cudaGetDeviceCount");
+	if (count)
+		count(&devices);
+	return 0;
+}
+
+static void ereq_push(struct ereq_list *l, const struct ereq *r)
+{
+	if (l->len == l->cap) {
+		l->cap = l->cap ? l->cap * 2 : 64;
+		l->v = mem_realloc(l->v, l->cap * sizeof(*l->v));
+	}
+	l->v[l->len++] = *r;
+}
+
+static void ereq_remove(struct ereq_list *l, size_t i, size_t n)
+{
+	memmove(l->v + i, l->v + i + n, (l->len - i - n) * sizeof(*l->v));
+	l->len -= n;
+}
+
+static bool ereq_abort(struct ereq_list *l, uint64_t id)
+{
+	for (size_t i = 0; i < l->len; i++) {
+		if (l->v[i].id == id) {
+			ereq_remove(l, i, 1);
+			return true;
+		}
+	}
+	return false;
+}
+
+/* Takes in what the API process sent; with block, waits for something first. */
+static int engine_poll(struct engine *e, bool block)
+{
+	struct eng_msg m;
+
+	if (block) {
+		struct pollfd p = { .fd = e->fd, .events = POLLIN };
+
+		while (poll(&p, 1, -1) < 0)
+			if (errno != EINTR)
+				return -errno;
+	}
+	for (;;) {
+		ssize_t n;
+
+		buf_reserve(&e->in, READ_CHUNK);
+		n = read(e->fd, e->in.p + e->in.len, e->in.cap - e->in.len);
+		if (n > 0) {
+			e->in.len += (size_t)n;
+			continue;
+		}
+		if (!n) {
+			e->eof = true;
+			break;
+		}
+		if (errno == EINTR)
+			continue;
+		if (errno == EAGAIN || errno == EWOULDBLOCK)
+			break;
+		return -errno;
+	}
+	while (buf_pending(&e->in) >= sizeof(m)) {
+		memcpy(&m, e->in.p + e->in.off, sizeof(m));
+		buf_consume(&e->in, sizeof(m));
+		if (m.type == ENG_ADD) {
+			struct ereq r = { .id = m.id,
+					  .prompt_bytes = m.arg,
+					  .max_tokens = m.max_tokens };
+
+			ereq_push(&e->waiting, &r);
+		} else if (m.type == ENG_ABORT && !ereq_abort(&e->waiting, m.id)) {
+			ereq_abort(&e->running, m.id);
+		}
+	}
+	return 0;
+}
+
+/* Everything in e->out, blocking: the API process always reads, so this cannot deadlock. */
+static void engine_send(struct engine *e)
+{
+	while (buf_pending(&e->out)) {
+		ssize_t n = send(e->fd, e->out.p + e->out.off, buf_pending(&e->out), MSG_NOSIGNAL);
+
+		if (n >= 0) {
+			buf_consume(&e->out, (size_t)n);
+		} else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+			struct pollfd p = { .fd = e->fd, .events = POLLOUT };
+
+			poll(&p, 1, -1);
+		} else if (errno != EINTR) {
+			e->eof = true;
+			buf_reset(&e->out);
+		}
+	}
+}
+
+static void sleep_until(uint64_t ns)
+{
+	struct timespec ts = { .tv_sec = (time_t)(ns / NS_PER_S),
+			       .tv_nsec = (long)(ns % NS_PER_S) };
+
+	while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+		;
+}
+
+struct step_counts {
+	unsigned launches, graph_launches, memcpys;
+};
+
+static void engine_log_step(struct engine *e, bool prefill, uint64_t start, uint64_t end,
+			    const struct step_counts *n, size_t from)
+{
+	struct buf *b = &e->line;
+
+	buf_reset(b);
+	buf_appendf(b,
+		    "{\"step\":%" PRIu64 ",\"kind\":\"%s\",\"start_ns\":%" PRIu64
+		    ",\"end_ns\":%" PRIu64
+		    ",\"launches\":%u,\"graph_launches\":%u,\"memcpys\":%u,\"requests\":[",
+		    e->step, prefill ? "prefill" : "decode", start, end, n->launches,
+		    n->graph_launches, n->memcpys);
+	for (size_t i = from; i < e->running.len; i++)
+		buf_appendf(b, "%s%" PRIu64, i > from ? "," : "", e->running.v[i].id);
+	buf_appendf(b, "]}\n");
+	if (write(e->log_fd, b->p, b->len) < 0)
+		perror("refserver: engine: --gpu-log");
+}
+
+/*
+ * One step: a prefill of up to --max-batch minus running waiting requests (kernel launches,
+ * GPU time growing with the prompt bytes) or a decode of every running request (one graph
+ * replay, GPU time, the copy of the sampled tokens). The sleep stands for the GPU time; the
+ * host then waits in cudaStreamSynchronize, and the step's tokens go out right after.
+ */
+static void engine_step(struct engine *e, bool prefill)
+{
+	const struct opts *o = e->o;
+	struct ereq_list *run = &e->running;
+	struct dim3 one = { 1, 1, 1 };
+	struct step_counts n = { 0 };
+	uint64_t gpu_ns, bytes = 0, start, end;
+	size_t from = 0, i, k;
+
+	if (prefill) {
+		k = o->max_batch - run->len;
+		if (k > e->waiting.len)
+			k = e->waiting.len;
+		from = run->len;
+		for (i = 0; i < k; i++) {
+			bytes += e->waiting.v[i].prompt_bytes;
+			ereq_push(run, &e->waiting.v[i]);
+		}
+		ereq_remove(&e->waiting, 0, k);
+		gpu_ns = ms_to_ns(o->prefill_ms) +
+			 (uint64_t)(o->prefill_us_per_byte * (double)bytes * NS_PER_US);
+	} else {
+		gpu_ns = ms_to_ns(o->token_ms);
+		if (e->host_cap < run->len * D2H_BYTES_PER_REQ) {
+			e->host_cap = run->len * D2H_BYTES_PER_REQ * 2;
+			e->host = mem_realloc(e->host, e->host_cap);
+		}
+	}
+	start = clock_mono_ns();
+	if (prefill) {
+		for (; n.launches < o->prefill_launches; n.launches++)
+			e->cu.launch_kernel(NULL, one, one, NULL, 0, NULL);
+		sleep_until(start + gpu_ns);
+	} else {
+		e->cu.graph_launch(NULL, NULL);
+		n.graph_launches++;
+		sleep_until(start + gpu_ns);
+		e->cu.memcpy_async(e->host, NULL, run->len * D2H_BYTES_PER_REQ, CUDA_MEMCPY_D2H,
+				   NULL);
+		n.memcpys++;
+	}
+	e->cu.stream_sync(NULL);
+	end = clock_mono_ns();
+	for (i = from; i < run->len; i++) {
+		struct eng_msg m = { .type = ENG_TOKEN, .id = run->v[i].id, .arg = e->step };
+
+		run->v[i].tokens++;
+		buf_append(&e->out, &m, sizeof(m));
+	}
+	engine_send(e);
+	if (e->log_fd >= 0)
+		engine_log_step(e, prefill, start, end, &n, from);
+	for (i = from; i < run->len;) {
+		/* max_tokens 0 still costs the prefill, which yields one token */
+		if (run->v[i].tokens >= run->v[i].max_tokens)
+			ereq_remove(run, i, 1);
+		else
+			i++;
+	}
+	e->step++;
+}
+
+static int engine_main(const struct opts *o)
+{
+	struct engine e = { .o = o, .fd = o->engine_fd, .log_fd = -1 };
+	struct eng_msg ready = { .type = ENG_READY };
+	int err = 0;
+
+	prctl(PR_SET_NAME, ENGINE_COMM);
+	/* The default 50 us of timer slack would lengthen every step's GPU time by as much. */
+	prctl(PR_SET_TIMERSLACK, 1UL);
+	fcntl(e.fd, F_SETFD, FD_CLOEXEC);
+	fcntl(e.fd, F_SETFL, O_NONBLOCK);
+	if (cuda_open(&e.cu, o->cudart))
+		return 1;
+	if (o->gpu_log) {
+		e.log_fd = open(o->gpu_log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+		if (e.log_fd < 0) {
+			fprintf(stderr, "refserver: engine: %s: %s\n", o->gpu_log, strerror(errno));
+			return 1;
+		}
+	}
+	fprintf(stderr, "refserver: engine pid %d, CUDA runtime %s\n", (int)getpid(), e.cu.path);
+	buf_append(&e.out, &ready, sizeof(ready));
+	engine_send(&e);
+	while (!e.eof) {
+		bool idle = !e.waiting.len && !e.running.len;
+
+		err = engine_poll(&e, idle);
+		if (err || e.eof)
+			break;
+		if (e.waiting.len && e.running.len < o->max_batch)
+			engine_step(&e, true);
+		else if (e.running.len)
+			engine_step(&e, false);
+	}
+	if (err)
+		fprintf(stderr, "refserver: engine: %s\n", strerror(-err));
+	if (e.log_fd >= 0)
+		close(e.log_fd);
+	free(e.waiting.v);
+	free(e.running.v);
+	free(e.host);
+	buf_free(&e.in);
+	buf_free(&e.out);
+	buf_free(&e.line);
+	return err ? 1 : 0;
 }
 
 static void timers_run(struct server *s)
@@ -1426,6 +2381,13 @@ static int server_run(struct server *s)
 				s->armed = 0;
 			} else if (p == &s->sfd) {
 				server_signal(s);
+			} else if (p == &s->gpu.fd) {
+				if (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR))
+					gpu_read(s);
+				if (!s->exiting && (evs[i].events & EPOLLOUT))
+					gpu_flush(s);
+			} else if (p == &s->gpu.tfd) {
+				gpu_timer(s);
 			} else {
 				if (!c->dead && (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)))
 					conn_read(s, c);
@@ -1452,9 +2414,7 @@ static int server_listen(struct server *s)
 				  .ai_socktype = SOCK_STREAM,
 				  .ai_flags = AI_PASSIVE };
 	struct addrinfo *ai, *a;
-	struct sockaddr_storage ss;
-	socklen_t sl = sizeof(ss);
-	char port[16], addr[INET6_ADDRSTRLEN];
+	char port[16];
 	int one = 1, err;
 
 	snprintf(port, sizeof(port), "%d", s->o.port);
@@ -1480,6 +2440,15 @@ static int server_listen(struct server *s)
 			strerror(errno));
 		return -errno;
 	}
+	return 0;
+}
+
+static void server_announce(struct server *s)
+{
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	char addr[INET6_ADDRSTRLEN];
+
 	getsockname(s->lfd, (struct sockaddr *)&ss, &sl);
 	if (ss.ss_family == AF_INET6) {
 		struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&ss;
@@ -1493,7 +2462,6 @@ static int server_listen(struct server *s)
 		printf("listening on %s:%u\n", addr, ntohs(in->sin_port));
 	}
 	fflush(stdout);
-	return 0;
 }
 
 static int server_init(struct server *s)
@@ -1527,6 +2495,8 @@ static int server_init(struct server *s)
 		perror("refserver: init");
 		return -errno;
 	}
+	if (s->o.gpu && gpu_init(s))
+		return -EINVAL;
 	if (server_listen(s))
 		return -EINVAL;
 	if (epoll_add(s->efd, s->lfd, &s->lfd) || epoll_add(s->efd, s->tfd, &s->tfd) ||
@@ -1534,6 +2504,9 @@ static int server_init(struct server *s)
 		perror("refserver: epoll_ctl");
 		return -errno;
 	}
+	if (s->o.gpu && gpu_start(s))
+		return -EINVAL;
+	server_announce(s);
 	return 0;
 }
 
@@ -1551,6 +2524,7 @@ static void server_close(struct server *s)
 			conn_kill(s, s->all);
 		server_reap(s);
 	}
+	gpu_close(s);
 	close(s->lfd);
 	close(s->tfd);
 	close(s->sfd);
@@ -1584,11 +2558,20 @@ static void usage(FILE *f)
 	    "  --recv R                 read|recv|recvfrom|recvmsg|readv (read)\n"
 	    "  --stats                  print counters to stderr at exit (also on SIGUSR1)\n"
 	    "  --seed N                 seed for jitter and split offsets (1)\n"
+	    "  --gpu                    an engine child process generates in batch steps of\n"
+	    "                           CUDA runtime calls (prefill-ms, token-ms: GPU time)\n"
+	    "  --engine-delay-ms MS     --gpu: start the engine MS after listening (0)\n"
+	    "  --cudart PATH            --gpu: CUDA runtime to dlopen (%s)\n"
+	    "  --max-batch B            --gpu: requests per step at most (%d)\n"
+	    "  --prefill-launches N     --gpu: cudaLaunchKernel calls per prefill step (%d)\n"
+	    "  --gpu-log FILE           --gpu: ground truth, steps and requests as JSON lines\n"
 	    "\n"
 	    "Examples:\n"
 	    "  refserver --port 0 --token-ms 20 --prefill-ms 100\n"
-	    "  refserver --pattern split --syscall sendto --max-streams 8\n",
-	    DEFAULT_PORT, DEFAULT_TOKENS, DEFAULT_MERGE);
+	    "  refserver --pattern split --syscall sendto --max-streams 8\n"
+	    "  refserver --gpu --token-ms 10 --prefill-ms 30 --gpu-log gpu.jsonl\n",
+	    DEFAULT_PORT, DEFAULT_TOKENS, DEFAULT_MERGE, DEFAULT_CUDART, DEFAULT_MAX_BATCH,
+	    DEFAULT_PREFILL_LAUNCHES);
 }
 
 static int name_index(const char *v, const char *const *names, int n)
@@ -1622,6 +2605,13 @@ enum {
 	OPT_RECV,
 	OPT_STATS,
 	OPT_SEED,
+	OPT_GPU,
+	OPT_ENGINE_DELAY,
+	OPT_CUDART,
+	OPT_MAX_BATCH,
+	OPT_PREFILL_LAUNCHES,
+	OPT_GPU_LOG,
+	OPT_ENGINE_FD,
 };
 
 static int opts_parse(struct opts *o, int argc, char **argv)
@@ -1641,6 +2631,14 @@ static int opts_parse(struct opts *o, int argc, char **argv)
 		{ "recv", required_argument, NULL, OPT_RECV },
 		{ "stats", no_argument, NULL, OPT_STATS },
 		{ "seed", required_argument, NULL, OPT_SEED },
+		{ "gpu", no_argument, NULL, OPT_GPU },
+		{ "engine-delay-ms", required_argument, NULL, OPT_ENGINE_DELAY },
+		{ "cudart", required_argument, NULL, OPT_CUDART },
+		{ "max-batch", required_argument, NULL, OPT_MAX_BATCH },
+		{ "prefill-launches", required_argument, NULL, OPT_PREFILL_LAUNCHES },
+		{ "gpu-log", required_argument, NULL, OPT_GPU_LOG },
+		/* internal: set by the API process on the engine it starts */
+		{ "engine-fd", required_argument, NULL, OPT_ENGINE_FD },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -1654,7 +2652,11 @@ static int opts_parse(struct opts *o, int argc, char **argv)
 			    .port = DEFAULT_PORT,
 			    .tokens = DEFAULT_TOKENS,
 			    .merge = DEFAULT_MERGE,
-			    .seed = 1 };
+			    .seed = 1,
+			    .cudart = DEFAULT_CUDART,
+			    .max_batch = DEFAULT_MAX_BATCH,
+			    .prefill_launches = DEFAULT_PREFILL_LAUNCHES,
+			    .engine_fd = -1 };
 	while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
 		bool ok = true;
 
@@ -1712,6 +2714,30 @@ static int opts_parse(struct opts *o, int argc, char **argv)
 		case OPT_STATS:
 			o->stats = true;
 			break;
+		case OPT_GPU:
+			o->gpu = true;
+			break;
+		case OPT_ENGINE_DELAY:
+			ok = parse_num(optarg, &o->engine_delay_ms);
+			break;
+		case OPT_CUDART:
+			o->cudart = optarg;
+			break;
+		case OPT_MAX_BATCH:
+			ok = parse_num(optarg, &d) && d >= 1 && d <= MAX_TOKENS_LIMIT;
+			o->max_batch = (unsigned)d;
+			break;
+		case OPT_PREFILL_LAUNCHES:
+			ok = parse_num(optarg, &d) && d <= MAX_TOKENS_LIMIT;
+			o->prefill_launches = (unsigned)d;
+			break;
+		case OPT_GPU_LOG:
+			o->gpu_log = optarg;
+			break;
+		case OPT_ENGINE_FD:
+			ok = parse_num(optarg, &d) && d <= INT_MAX;
+			o->engine_fd = (int)d;
+			break;
 		case 'h':
 			usage(stdout);
 			exit(0);
@@ -1734,18 +2760,28 @@ static int opts_parse(struct opts *o, int argc, char **argv)
 
 int main(int argc, char **argv)
 {
-	struct server s = { .lfd = -1, .efd = -1, .tfd = -1, .sfd = -1 };
+	struct server s = { .lfd = -1,
+			    .efd = -1,
+			    .tfd = -1,
+			    .sfd = -1,
+			    .gpu = { .fd = -1, .child_fd = -1, .tfd = -1, .log_fd = -1 } };
 	int err;
 
 	if (opts_parse(&s.o, argc, argv))
 		return 2;
+	if (s.o.engine_fd >= 0)
+		return engine_main(&s.o);
+	s.gpu.argc = argc;
+	s.gpu.argv = argv;
 	/* xorshift has one fixed point, zero */
 	s.rng = s.o.seed ? s.o.seed : 1;
-	if (server_init(&s))
+	if (server_init(&s)) {
+		gpu_close(&s);
 		return 1;
+	}
 	err = server_run(&s);
 	if (s.o.stats)
 		stats_print(&s);
 	server_close(&s);
-	return err;
+	return err ? err : s.failed;
 }
