@@ -98,6 +98,16 @@ $(OUTPUT)/cudaloop: tests/cudaloop.c | $(OUTPUT)
 	$(call msg,CC,$@)
 	$(Q)$(CC) $(CFLAGS) $(WARN) -std=gnu11 $< -o $@ -ldl
 
+# The same with the CUDA runtime linked into the executable, where the toolkit has it.
+CUDART_STATIC := $(wildcard /usr/local/cuda/lib64/libcudart_static.a)
+ifneq ($(CUDART_STATIC),)
+TOOLS += $(OUTPUT)/cudaloop-static
+endif
+$(OUTPUT)/cudaloop-static: tests/cudaloop.c | $(OUTPUT)
+	$(call msg,CC,$@)
+	$(Q)$(CC) $(CFLAGS) $(WARN) -std=gnu11 -DCUDALOOP_STATIC $< -o $@ $(CUDART_STATIC) -ldl \
+		-lpthread -lrt
+
 $(OUTPUT)/tests/%: tests/unit/%.c tests/unit/check.h $(wildcard tests/unit/*.h) $(SAN_OBJS) | $(OUTPUT)/tests
 	$(call msg,TEST,$@)
 	$(Q)$(CC) $(USER_CFLAGS) $(SAN_FLAGS) -Itests/unit $< $(SAN_OBJS) -o $@ -lcjson -lm

@@ -46,6 +46,8 @@ char LICENSE[] SEC("license") = "Dual MIT/GPL";
 
 /* Set by user space between open and load. */
 const volatile __u32 capture_bytes = TS_CAPTURE_DEFAULT;
+/* A record per CUDA launch and copy, besides the counts (--kernels). */
+const volatile bool emit_gpu_calls = false;
 /* Wake the consumer only when this much is waiting (an eighth of the ring, set by user space);
  * it also drains on a short timer. */
 const volatile __u64 wakeup_bytes = 256 * 1024;
@@ -674,6 +676,18 @@ int BPF_KPROBE(ts_cuda_call)
 		__sync_fetch_and_add(&a->memcpys, 1);
 		__sync_fetch_and_add(&a->memcpys_dtoh, 1);
 		break;
+	}
+	if (emit_gpu_calls) {
+		struct ts_gpu_call_event ev = {};
+
+		ev.hdr.type = TS_EV_GPU_CALL;
+		ev.hdr.size = sizeof(ev);
+		ev.hdr.pid = tgid;
+		ev.hdr.tid = (__u32)bpf_get_current_pid_tgid();
+		ev.ts_ns = bpf_ktime_get_ns();
+		ev.fn = fn;
+		ev.kind = fn == TS_CUDA_MEMCPY ? PT_REGS_PARM4(ctx) : 0;
+		emit(&ev, sizeof(ev), 0);
 	}
 	return 0;
 }

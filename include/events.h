@@ -35,6 +35,7 @@ enum ts_event_type {
 	TS_EV_PROC_FORK = 4,  /* a traced process forked: the child is traced too */
 	TS_EV_PROC_EXIT = 5,  /* a traced process exited */
 	TS_EV_GPU_STEP = 6,   /* a host wait on the GPU returned: the step before it is done */
+	TS_EV_GPU_CALL = 7,   /* one CUDA launch or copy (only with --kernels) */
 };
 
 /* CUDA entry points hooked with uprobes; the value is the probe's bpf_cookie. */
@@ -146,6 +147,14 @@ struct ts_gpu_step_event {
 	__u32 pad;
 };
 
+/* One CUDA call, sent only when user space asks for per-launch records (--kernels). */
+struct ts_gpu_call_event {
+	struct ts_event_hdr hdr;
+	__u64 ts_ns;
+	__u32 fn;   /* enum ts_cuda_fn */
+	__u32 kind; /* cudaMemcpyKind for copies, else 0 */
+};
+
 /* Counters kept per CPU in the kernel and summed by user space (map `stats`). */
 enum ts_stat {
 	TS_STAT_EVENTS,		  /* records submitted */
@@ -175,5 +184,6 @@ _Static_assert(sizeof(struct ts_data_event) == 72, "ts_data_event layout");
 _Static_assert(sizeof(struct ts_conn_event) == 96, "ts_conn_event layout");
 _Static_assert(sizeof(struct ts_proc_event) == 48, "ts_proc_event layout");
 _Static_assert(sizeof(struct ts_gpu_step_event) == 64, "ts_gpu_step_event layout");
+_Static_assert(sizeof(struct ts_gpu_call_event) == 32, "ts_gpu_call_event layout");
 
 #endif

@@ -9,6 +9,9 @@
  * cudaMemcpyAsync, cudaStreamSynchronize), and prints its own CPU time per step of each kind.
  * It exits after a second line (or EOF).
  *
+ * Built with -DCUDALOOP_STATIC and linked with libcudart_static.a, it calls the runtime linked
+ * into its own executable instead (the tracer must then find the runtime in the executable).
+ *
  * usage: cudaloop [--cudart PATH] [-n STEPS] [--launches N]
  */
 #define _GNU_SOURCE
@@ -24,6 +27,14 @@ typedef int (*launch_fn)(const void *, unsigned long long, unsigned long long, v
 typedef int (*graph_fn)(void *, void *);
 typedef int (*memcpy_fn)(void *, const void *, size_t, int, void *);
 typedef int (*sync_fn)(void *);
+
+#ifdef CUDALOOP_STATIC
+extern int cudaLaunchKernel(const void *, unsigned long long, unsigned long long, void **, size_t,
+			    void *);
+extern int cudaGraphLaunch(void *, void *);
+extern int cudaMemcpyAsync(void *, const void *, size_t, int, void *);
+extern int cudaStreamSynchronize(void *);
+#endif
 
 static double cpu_now(void)
 {
@@ -57,6 +68,14 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
+#ifdef CUDALOOP_STATIC
+	(void)path;
+	(void)h;
+	launch = cudaLaunchKernel;
+	graph = cudaGraphLaunch;
+	cpy = cudaMemcpyAsync;
+	sync = cudaStreamSynchronize;
+#else
 	h = dlopen(path, RTLD_NOW);
 	if (!h) {
 		fprintf(stderr, "cudaloop: %s\n", dlerror());
@@ -66,6 +85,7 @@ int main(int argc, char **argv)
 	graph = (graph_fn)dlsym(h, "cudaGraphLaunch");
 	cpy = (memcpy_fn)dlsym(h, "cudaMemcpyAsync");
 	sync = (sync_fn)dlsym(h, "cudaStreamSynchronize");
+#endif
 	if (!launch || !graph || !cpy || !sync) {
 		fprintf(stderr, "cudaloop: %s lacks the runtime functions\n", path);
 		return 1;

@@ -50,6 +50,7 @@ struct gpu_timeline {
 	struct gpu_step *ring; /* GPU_HISTORY steps, oldest overwritten */
 	uint32_t head, count;
 	uint64_t steps;
+	uint64_t calls; /* per-call records (--kernels) */
 	struct gpu_proc procs[GPU_MAX_PROCS];
 	uint32_t nprocs;
 	uint64_t procs_dropped; /* GPU processes beyond GPU_MAX_PROCS (steps still attributed) */

@@ -44,6 +44,7 @@ enum {
 	OPT_CAPTURE,
 	OPT_RING,
 	OPT_GPU_STEPS,
+	OPT_KERNELS,
 };
 
 static const struct argp_option trace_options[] = {
@@ -51,6 +52,8 @@ static const struct argp_option trace_options[] = {
 	{ "json", 'j', NULL, 0, "One JSON object per finished request on stdout", 0 },
 	{ "tokens", OPT_TOKENS, NULL, 0, "With --json: every content frame's time (token_ns)", 0 },
 	{ "gpu-steps", OPT_GPU_STEPS, NULL, 0, "Also a line (or JSON object) per GPU step", 0 },
+	{ "kernels", OPT_KERNELS, NULL, 0,
+	  "Also a line per CUDA launch and copy (a ring-buffer record each: costly)", 0 },
 	{ "duration", 'd', "SEC", 0, "Stop after SEC seconds", 0 },
 	{ "capture-bytes", OPT_CAPTURE, "N", 0,
 	  "Bytes copied per syscall (default 65536); more is counted as a gap", 0 },
@@ -100,6 +103,9 @@ static error_t trace_parse(int key, char *arg, struct argp_state *state)
 		break;
 	case OPT_GPU_STEPS:
 		o->gpu_steps = true;
+		break;
+	case OPT_KERNELS:
+		o->gpu_calls = true;
 		break;
 	case 'd':
 		if (parse_double(arg, &o->duration_s) || o->duration_s == 0)

@@ -156,3 +156,43 @@ void output_step_json(FILE *f, const struct gpu_step *s)
 	jsonw_end(&w);
 	fputc('\n', f);
 }
+
+static const char *call_name(uint32_t fn)
+{
+	switch (fn) {
+	case TS_CUDA_LAUNCH:
+		return "launch";
+	case TS_CUDA_GRAPH_LAUNCH:
+		return "graph_launch";
+	case TS_CUDA_MEMCPY:
+	case TS_CUDA_MEMCPY_DTOH:
+		return "memcpy";
+	default:
+		return "?";
+	}
+}
+
+void output_call_text(FILE *f, const struct ts_gpu_call_event *e)
+{
+	fprintf(f, "CUDA pid %u tid %u %.6f s %s%s\n", e->hdr.pid, e->hdr.tid, e->ts_ns / 1e9,
+		call_name(e->fn),
+		e->fn == TS_CUDA_MEMCPY_DTOH || (e->fn == TS_CUDA_MEMCPY && e->kind == 2) ? " dtoh"
+											 : "");
+}
+
+void output_call_json(FILE *f, const struct ts_gpu_call_event *e)
+{
+	struct jsonw w;
+
+	jsonw_begin(&w, f);
+	jsonw_obj_begin(&w, "gpu_call");
+	jsonw_u64(&w, "pid", e->hdr.pid);
+	jsonw_u64(&w, "tid", e->hdr.tid);
+	jsonw_u64(&w, "ts_ns", e->ts_ns);
+	jsonw_str(&w, "call", call_name(e->fn));
+	jsonw_bool(&w, "dtoh",
+		   e->fn == TS_CUDA_MEMCPY_DTOH || (e->fn == TS_CUDA_MEMCPY && e->kind == 2));
+	jsonw_obj_end(&w);
+	jsonw_end(&w);
+	fputc('\n', f);
+}

@@ -20,5 +20,8 @@ void output_json(FILE *f, const struct request *r, const struct request_metrics 
 /* One GPU step (--gpu-steps), as a text line or a JSON object {"gpu_step":{...}}. */
 void output_step_text(FILE *f, const struct gpu_step *s);
 void output_step_json(FILE *f, const struct gpu_step *s);
+/* One CUDA call (--kernels), as a text line or {"gpu_call":{...}}. */
+void output_call_text(FILE *f, const struct ts_gpu_call_event *e);
+void output_call_json(FILE *f, const struct ts_gpu_call_event *e);
 
 #endif

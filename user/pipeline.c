@@ -167,6 +167,17 @@ int pipeline_feed(struct pipeline *pl, const void *rec, size_t len)
 			goto bad;
 		pl_proc_exit(pl, rec);
 		return 0;
+	case TS_EV_GPU_CALL:
+		if (len != sizeof(struct ts_gpu_call_event))
+			goto bad;
+		pl->gpu.calls++;
+		if (pl->o.gpu_calls) {
+			if (pl->o.json)
+				output_call_json(pl->o.out, rec);
+			else
+				output_call_text(pl->o.out, rec);
+		}
+		return 0;
 	case TS_EV_GPU_STEP: {
 		struct gpu_step s;
 

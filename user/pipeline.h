@@ -20,6 +20,7 @@ struct pipeline_opts {
 	bool tokens;  /* JSON: every content frame's time */
 	bool verbose; /* report every traced process's fork and exit */
 	bool gpu_steps; /* a line per GPU step */
+	bool gpu_calls; /* a line per CUDA launch and copy */
 	FILE *out;    /* request lines (and the summary in text mode) */
 	FILE *err;    /* messages (and the summary in JSON mode) */
 };

@@ -142,6 +142,7 @@ static int trace_load(struct tracer *tr, const struct trace_opts *o)
 		return err;
 	}
 	tr->skel->rodata->capture_bytes = o->capture_bytes;
+	tr->skel->rodata->emit_gpu_calls = o->gpu_calls;
 	tr->skel->rodata->wakeup_bytes = o->ring_mb * 1024ull * 1024ull / 8;
 	err = bpf_map__set_max_entries(tr->skel->maps.events, o->ring_mb * 1024u * 1024u);
 	if (err) {
@@ -179,6 +180,7 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 		.tokens = o->tokens,
 		.verbose = o->verbose,
 		.gpu_steps = o->gpu_steps,
+		.gpu_calls = o->gpu_calls,
 		.out = stdout,
 		.err = stderr,
 	};

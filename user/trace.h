@@ -17,6 +17,7 @@ struct trace_opts {
 	int npids;
 	bool json, tokens, verbose;
 	bool gpu_steps; /* a line per GPU step */
+	bool gpu_calls; /* a line per CUDA launch and copy (--kernels) */
 	double duration_s; /* 0: until a signal or until every traced process exited */
 	double interval_s; /* 0: no interval summaries */
 	long count;	   /* stop after this many intervals; 0: no limit */

@@ -38,7 +38,7 @@ struct cudart {
 };
 
 static struct ts_gpu_step_event steps[MAX_STEPS];
-static int nsteps;
+static int nsteps, ncalls, ndtoh;
 
 static int collect(void *ctx, void *data, size_t len)
 {
@@ -47,6 +47,12 @@ static int collect(void *ctx, void *data, size_t len)
 	(void)ctx;
 	if (h->type == TS_EV_GPU_STEP && len == sizeof(steps[0]) && nsteps < MAX_STEPS)
 		memcpy(&steps[nsteps++], data, len);
+	if (h->type == TS_EV_GPU_CALL && len == sizeof(struct ts_gpu_call_event)) {
+		const struct ts_gpu_call_event *e = data;
+
+		ncalls++;
+		ndtoh += e->fn == TS_CUDA_MEMCPY && e->kind == 2;
+	}
 	return 0;
 }
 
@@ -64,7 +70,7 @@ static bool cudart_open(struct cudart *c, const char *path)
 	return c->launch && c->graph && c->memcpy_async && c->stream_sync && c->device_sync;
 }
 
-static void cuda_steps(const char *path)
+static void cuda_steps(const char *path, bool calls)
 {
 	struct tokenscope_bpf *skel = NULL;
 	struct ring_buffer *rb = NULL;
@@ -75,15 +81,18 @@ static void cuda_steps(const char *path)
 	char buf[8];
 	int hooked;
 
-	nsteps = 0;
+	nsteps = ncalls = ndtoh = 0;
 	if (!cudart_open(&c, path)) {
 		SKIP("not installed");
 		return;
 	}
 	printf("  using %s\n", c.path);
 	libbpf_set_print(NULL); /* symbols absent from the executable are expected */
-	skel = tokenscope_bpf__open_and_load();
-	if (!ASSERT_OK_PTR(skel, "load"))
+	skel = tokenscope_bpf__open();
+	if (!ASSERT_OK_PTR(skel, "open"))
+		goto out;
+	skel->rodata->emit_gpu_calls = calls;
+	if (!ASSERT_OK(tokenscope_bpf__load(skel), "load"))
 		goto out;
 	if (!ASSERT_OK(tokenscope_bpf__attach(skel), "attach"))
 		goto out;
@@ -134,6 +143,9 @@ static void cuda_steps(const char *path)
 	ASSERT_TRUE(steps[1].start_ns >= steps[0].end_ns, "steps in order");
 	ASSERT_TRUE(steps[1].end_ns - steps[1].start_ns >= 10000000, "decode lasted >= 10 ms");
 	ASSERT_EQ(steps[1].hdr.pid, me, "pid");
+	/* Per-call records only when asked for: 40 launches, a graph launch and a copy. */
+	ASSERT_EQ(ncalls, calls ? 42 : 0, "per-call records");
+	ASSERT_EQ(ndtoh, calls ? 1 : 0, "the copy's direction");
 	cuda_detach(&ca);
 out:
 	ring_buffer__free(rb);
@@ -145,13 +157,19 @@ out:
 /* The toolkit's real runtime: no GPU here, so calls fail, but they are entered. */
 static void test_cuda_runtime(void)
 {
-	cuda_steps("/usr/local/cuda/lib64/libcudart.so.13");
+	cuda_steps("/usr/local/cuda/lib64/libcudart.so.13", false);
+}
+
+/* --kernels: a record per launch and copy as well. */
+static void test_cuda_runtime_calls(void)
+{
+	cuda_steps("/usr/local/cuda/lib64/libcudart.so.13", true);
 }
 
 /* The stand-in with the same symbols, for machines without the toolkit. */
 static void test_standin_runtime(void)
 {
-	cuda_steps(".output/standin/libcudart.so.13");
+	cuda_steps(".output/standin/libcudart.so.13", false);
 }
 
 int main(void)
@@ -161,6 +179,7 @@ int main(void)
 		return 0;
 	}
 	RUN(test_cuda_runtime);
+	RUN(test_cuda_runtime_calls);
 	RUN(test_standin_runtime);
 	return CHECK_DONE();
 }

@@ -171,6 +171,46 @@ def compare(truth, ts, client):
     return problems, timing
 
 
+def static_case(tmp, steps=50):
+    """A process with the CUDA runtime linked into its executable: found there and hooked."""
+    exe = os.path.join(OUT, "cudaloop-static")
+    if not os.path.exists(exe):
+        return None
+    procs = []
+    try:
+        cl = subprocess.Popen([exe, "-n", str(steps)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+        procs.append(cl)
+        pid = int(cl.stdout.readline().split()[1])
+        ts_out, ts_err = os.path.join(tmp, "static.ts.out"), os.path.join(tmp, "static.ts.err")
+        ts = subprocess.Popen([TS, "trace", "-p", str(pid), "--json", "--gpu-steps"],
+                              stdout=open(ts_out, "w"), stderr=open(ts_err, "w"))
+        procs.append(ts)
+        err = wait_for(ts_err, "tracing CUDA calls", 20)
+        if "cudaloop-static" not in err:
+            return [f"hooked something else: {err[-300:]}"]
+        cl.stdin.write("go\n")
+        cl.stdin.flush()
+        cl.stdout.readline()
+        time.sleep(0.3)
+        ts.send_signal(signal.SIGINT)
+        ts.wait(20)
+        cl.communicate("exit\n", timeout=20)
+        got = [t["gpu_step"] for t in jsonl(ts_out) if "gpu_step" in t]
+        pre = [g for g in got if g["kind"] == "prefill" and g["launches"] == 40]
+        dec = [g for g in got if g["kind"] == "decode" and g["graph_launches"] == 1
+               and g["memcpys_dtoh"] == 1]
+        if len(got) != 2 * steps or len(pre) != steps or len(dec) != steps:
+            return [f"{len(got)} steps ({len(pre)} prefill, {len(dec)} decode), want "
+                    f"{steps} of each"]
+        return []
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
 def main():
     if os.geteuid() != 0:
         print("SKIP gpu: needs root")
@@ -185,7 +225,7 @@ def main():
                              "1500"],
          ["-n", "4", "-c", "2", "--max-tokens", "6", "--usage"], True),
     ]
-    passed = failed = 0
+    passed = failed = skipped = 0
     with tempfile.TemporaryDirectory() as tmp:
         for name, sargs, cargs, late in cases:
             notes = []
@@ -204,7 +244,20 @@ def main():
                     failed += 1
                     break
                 notes.append(f"attempt {attempt}: {timing[0]}")
-    print(f"{passed} passed, {failed} failed, 0 skipped")
+        try:
+            res = static_case(tmp)
+        except (Fail, subprocess.SubprocessError, OSError, ValueError, KeyError) as e:
+            res = [f"{type(e).__name__}: {e}"]
+        if res is None:
+            print("SKIP gpu-static-runtime: no libcudart_static.a in the toolkit")
+            skipped = 1
+        elif res:
+            print("FAIL gpu-static-runtime: " + "; ".join(res))
+            failed += 1
+        else:
+            print("PASS gpu-static-runtime")
+            passed += 1
+    print(f"{passed} passed, {failed} failed, {skipped} skipped")
     return 1 if failed else 0
 
 
