@@ -43,6 +43,10 @@ UNIT_TESTS := $(patsubst tests/unit/%.c,$(OUTPUT)/tests/%,$(wildcard tests/unit/
 BPF_TESTS := $(patsubst tests/bpf/%.c,$(OUTPUT)/tests/%,$(wildcard tests/bpf/test_*.c))
 TOOLS := $(OUTPUT)/refserver $(OUTPUT)/gtclient $(OUTPUT)/writeloop $(OUTPUT)/cudaloop \
 	$(OUTPUT)/standin/libcudart.so.13
+CUDART_STATIC := $(wildcard /usr/local/cuda/lib64/libcudart_static.a)
+ifneq ($(CUDART_STATIC),)
+TOOLS += $(OUTPUT)/cudaloop-static
+endif
 
 .DELETE_ON_ERROR:
 .PHONY: all check demo bench deps clean format vmlinux
@@ -98,11 +102,8 @@ $(OUTPUT)/cudaloop: tests/cudaloop.c | $(OUTPUT)
 	$(call msg,CC,$@)
 	$(Q)$(CC) $(CFLAGS) $(WARN) -std=gnu11 $< -o $@ -ldl
 
-# The same with the CUDA runtime linked into the executable, where the toolkit has it.
-CUDART_STATIC := $(wildcard /usr/local/cuda/lib64/libcudart_static.a)
-ifneq ($(CUDART_STATIC),)
-TOOLS += $(OUTPUT)/cudaloop-static
-endif
+# The same with the CUDA runtime linked into the executable (CUDART_STATIC, where the toolkit
+# has it).
 $(OUTPUT)/cudaloop-static: tests/cudaloop.c | $(OUTPUT)
 	$(call msg,CC,$@)
 	$(Q)$(CC) $(CFLAGS) $(WARN) -std=gnu11 -DCUDALOOP_STATIC $< -o $@ $(CUDART_STATIC) -ldl \

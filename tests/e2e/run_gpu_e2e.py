@@ -249,7 +249,8 @@ def main():
         except (Fail, subprocess.SubprocessError, OSError, ValueError, KeyError) as e:
             res = [f"{type(e).__name__}: {e}"]
         if res is None:
-            print("SKIP gpu-static-runtime: no libcudart_static.a in the toolkit")
+            print("SKIP gpu-static-runtime: .output/cudaloop-static not built (the toolkit has "
+                  "no libcudart_static.a)")
             skipped = 1
         elif res:
             print("FAIL gpu-static-runtime: " + "; ".join(res))
