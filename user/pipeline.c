@@ -24,6 +24,9 @@ static void pl_request_done(void *ctx, struct request *r)
 	gpu_attribute(&pl->gpu, r, &ga);
 	summary_done(&pl->total, r, &m);
 	summary_done(&pl->interval, r, &m);
+	for (int i = 0; i < pl->nsinks; i++)
+		if (pl->sinks[i].request)
+			pl->sinks[i].request(pl->sinks[i].ctx, r, &m, &ga);
 	if (pl->o.json) {
 		output_json(pl->o.out, r, &m, &ga, pl->o.tokens);
 	} else {
@@ -139,6 +142,8 @@ int pipeline_feed(struct pipeline *pl, const void *rec, size_t len)
 
 		if (len < sizeof(*e) || len != sizeof(*e) + e->data_bytes || e->dir > TS_DIR_OUT)
 			goto bad;
+		if (e->exit_ns > pl->last_ns)
+			pl->last_ns = e->exit_ns;
 		conn_on_data(&pl->conns, e);
 		return 0;
 	}
@@ -146,6 +151,8 @@ int pipeline_feed(struct pipeline *pl, const void *rec, size_t len)
 	case TS_EV_CONN_CLOSE:
 		if (len != sizeof(struct ts_conn_event))
 			goto bad;
+		if (((const struct ts_conn_event *)rec)->ts_ns > pl->last_ns)
+			pl->last_ns = ((const struct ts_conn_event *)rec)->ts_ns;
 		if (h->type == TS_EV_CONN_OPEN)
 			conn_on_open(&pl->conns, rec);
 		else
@@ -184,6 +191,11 @@ int pipeline_feed(struct pipeline *pl, const void *rec, size_t len)
 		if (len != sizeof(struct ts_gpu_step_event))
 			goto bad;
 		gpu_add(&pl->gpu, rec, &s);
+		if (s.end_ns > pl->last_ns)
+			pl->last_ns = s.end_ns;
+		for (int i = 0; i < pl->nsinks; i++)
+			if (pl->sinks[i].gpu_step)
+				pl->sinks[i].gpu_step(pl->sinks[i].ctx, &s);
 		if (pl->o.gpu_steps) {
 			if (pl->o.json)
 				output_step_json(pl->o.out, &s);
@@ -209,6 +221,24 @@ void pipeline_kernel_lost(struct pipeline *pl, uint64_t lost_events)
 void pipeline_finish(struct pipeline *pl)
 {
 	conn_finish_maybe_lost(&pl->conns);
+	for (int i = 0; i < pl->nsinks; i++)
+		if (pl->sinks[i].finish)
+			pl->sinks[i].finish(pl->sinks[i].ctx, pl);
+}
+
+int pipeline_add_sink(struct pipeline *pl, const struct sink *s)
+{
+	if (pl->nsinks == PIPELINE_MAX_SINKS)
+		return -E2BIG;
+	pl->sinks[pl->nsinks++] = *s;
+	return 0;
+}
+
+void pipeline_tick(struct pipeline *pl)
+{
+	for (int i = 0; i < pl->nsinks; i++)
+		if (pl->sinks[i].tick)
+			pl->sinks[i].tick(pl->sinks[i].ctx, pl, pl->last_ns);
 }
 
 void pipeline_loss(const struct pipeline *pl, struct loss_report *loss)

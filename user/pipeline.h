@@ -13,6 +13,7 @@
 
 #include "conn.h"
 #include "gpu.h"
+#include "sink.h"
 #include "summary.h"
 
 struct pipeline_opts {
@@ -26,6 +27,7 @@ struct pipeline_opts {
 };
 
 #define PIPELINE_MAX_ROOTS 64
+#define PIPELINE_MAX_SINKS 8
 
 struct pipeline {
 	struct pipeline_opts o;
@@ -40,6 +42,9 @@ struct pipeline {
 	uint32_t roots[PIPELINE_MAX_ROOTS]; /* processes named with -p */
 	uint32_t nroots;
 	bool header_done;
+	uint64_t last_ns; /* the latest kernel time in any record so far */
+	struct sink sinks[PIPELINE_MAX_SINKS];
+	int nsinks;
 	/* Called when a traced process exits (the loader forgets its sockets). */
 	void (*on_exit)(void *ctx, uint32_t pid);
 	void *on_exit_ctx;
@@ -58,6 +63,10 @@ void pipeline_kernel_lost(struct pipeline *pl, uint64_t lost_events);
 /* End of tracing: open requests that may have lost records are reported `lost`. */
 void pipeline_finish(struct pipeline *pl);
 void pipeline_loss(const struct pipeline *pl, struct loss_report *loss);
+/* Registers an exporter; -E2BIG beyond PIPELINE_MAX_SINKS. */
+int pipeline_add_sink(struct pipeline *pl, const struct sink *s);
+/* Calls every sink's tick with the latest kernel time (the loader, after each drain). */
+void pipeline_tick(struct pipeline *pl);
 /* Prints the interval summary and starts a new interval. */
 void pipeline_print_interval(struct pipeline *pl);
 void pipeline_print_total(struct pipeline *pl);

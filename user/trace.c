@@ -262,6 +262,7 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 		}
 		ring_buffer__consume(rb);
 		read_lost(&tr);
+		pipeline_tick(&tr.pl);
 		now = mono_s();
 		if (o->interval_s > 0 && now >= next_interval) {
 			read_kstats(&tr);
