@@ -1,0 +1,442 @@
+// SPDX-License-Identifier: MIT
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "alert.h"
+#include "gpu.h"
+#include "pipeline.h"
+#include "request.h"
+
+#define NS_PER_S 1000000000ull
+
+static const char *const metric_names[AM_MAX] = {
+	[AM_TTFT] = "ttft",	[AM_ITL] = "itl",	  [AM_TPOT] = "tpot",
+	[AM_E2E] = "e2e",	[AM_QUEUE] = "queue",	  [AM_PREFILL] = "prefill",
+	[AM_DECODE] = "decode", [AM_SUCCESS] = "success", [AM_RPS] = "rps",
+};
+
+static const char ALERT_FORM[] =
+    "expected METRIC OP VALUE [for DURATION], e.g. 'ttft.p99 > 5s for 3m', "
+    "'success < 99% for 5m', 'itl.p99 >= 200ms'; METRIC is ttft|itl|tpot|e2e|queue|prefill|"
+    "decode.p50|p90|p95|p99|p999, success or rps";
+
+const char *alert_metric_name(enum alert_metric m)
+{
+	return m < AM_MAX ? metric_names[m] : "?";
+}
+
+static bool is_latency(enum alert_metric m)
+{
+	return m < AM_SUCCESS;
+}
+
+/* "5s", "200ms", "3m", "250us" -> seconds; false when the unit is missing or unknown. */
+static bool parse_duration(const char *s, double *out)
+{
+	char *end;
+	double v = strtod(s, &end);
+
+	if (end == s || v < 0 || !isfinite(v))
+		return false;
+	if (!strcmp(end, "us"))
+		v /= 1e6;
+	else if (!strcmp(end, "ms"))
+		v /= 1e3;
+	else if (!strcmp(end, "s"))
+		;
+	else if (!strcmp(end, "m"))
+		v *= 60;
+	else if (!strcmp(end, "h"))
+		v *= 3600;
+	else
+		return false;
+	*out = v;
+	return true;
+}
+
+static int fail(char *err, size_t n, const char *text, const char *what)
+{
+	snprintf(err, n, "bad alert rule '%s': %s; %s", text, what, ALERT_FORM);
+	return -EINVAL;
+}
+
+int alert_parse(const char *text, struct alert_rule *r, char *err, size_t errlen)
+{
+	char buf[128], *tok[6], *save = NULL, *dot;
+	int n = 0;
+
+	memset(r, 0, sizeof(*r));
+	r->value = NAN;
+	if (strlen(text) >= sizeof(buf))
+		return fail(err, errlen, text, "too long");
+	strcpy(buf, text);
+	for (char *t = strtok_r(buf, " \t", &save); t; t = strtok_r(NULL, " \t", &save)) {
+		if (n == 6)
+			return fail(err, errlen, text, "too many words");
+		tok[n++] = t;
+	}
+	if (n != 3 && n != 5)
+		return fail(err, errlen, text, "wrong number of words");
+
+	/* metric */
+	dot = strchr(tok[0], '.');
+	if (dot)
+		*dot = 0;
+	r->metric = AM_MAX;
+	for (int m = 0; m < AM_MAX; m++)
+		if (!strcmp(tok[0], metric_names[m]))
+			r->metric = m;
+	if (r->metric == AM_MAX)
+		return fail(err, errlen, text, "unknown metric");
+	if (is_latency(r->metric)) {
+		static const struct {
+			const char *name;
+			double q;
+		} qs[] = { { "p50", 0.5 },
+			   { "p90", 0.9 },
+			   { "p95", 0.95 },
+			   { "p99", 0.99 },
+			   { "p999", 0.999 } };
+
+		if (!dot)
+			return fail(err, errlen, text, "a latency needs a percentile (ttft.p99)");
+		for (size_t i = 0; i < sizeof(qs) / sizeof(qs[0]); i++)
+			if (!strcmp(dot + 1, qs[i].name))
+				r->quantile = qs[i].q;
+		if (!r->quantile)
+			return fail(err, errlen, text, "unknown percentile");
+	} else if (dot) {
+		return fail(err, errlen, text, "success and rps take no percentile");
+	}
+
+	/* operator */
+	if (!strcmp(tok[1], ">"))
+		r->op = AO_GT;
+	else if (!strcmp(tok[1], ">="))
+		r->op = AO_GE;
+	else if (!strcmp(tok[1], "<"))
+		r->op = AO_LT;
+	else if (!strcmp(tok[1], "<="))
+		r->op = AO_LE;
+	else
+		return fail(err, errlen, text, "unknown operator");
+
+	/* threshold */
+	if (is_latency(r->metric)) {
+		if (!parse_duration(tok[2], &r->threshold))
+			return fail(err, errlen, text,
+				    "a latency threshold needs a unit (us, ms, s)");
+	} else {
+		char *end;
+
+		r->threshold = strtod(tok[2], &end);
+		if (end == tok[2] || !isfinite(r->threshold) || r->threshold < 0)
+			return fail(err, errlen, text, "bad number");
+		if (r->metric == AM_SUCCESS && strcmp(end, "%"))
+			return fail(err, errlen, text, "success is a percentage (99%)");
+		if (r->metric == AM_RPS && *end)
+			return fail(err, errlen, text, "rps is a plain number");
+	}
+
+	/* for */
+	if (n == 5) {
+		double s;
+
+		if (strcmp(tok[3], "for"))
+			return fail(err, errlen, text, "expected 'for'");
+		if (!parse_duration(tok[4], &s))
+			return fail(err, errlen, text, "a duration needs a unit (s, m, h)");
+		r->for_ns = (uint64_t)(s * NS_PER_S);
+	}
+	snprintf(r->text, sizeof(r->text), "%s", text);
+	return 0;
+}
+
+int alert_init(struct alert_set *a, FILE *out, const char *exec)
+{
+	memset(a, 0, sizeof(*a));
+	a->slots = calloc(ALERT_WINDOW_S, sizeof(*a->slots));
+	a->out = out;
+	a->exec = exec;
+	return a->slots ? 0 : -ENOMEM;
+}
+
+int alert_add(struct alert_set *a, const struct alert_rule *r)
+{
+	if (a->nrules == ALERT_MAX_RULES)
+		return -E2BIG;
+	a->rules[a->nrules++] = *r;
+	return 0;
+}
+
+void alert_free(struct alert_set *a)
+{
+	free(a->slots);
+	a->slots = NULL;
+}
+
+static unsigned int alert_bucket(uint64_t v)
+{
+	unsigned int e;
+
+	if (v < (1u << ALERT_SUB_BITS))
+		return v;
+	e = 63 - __builtin_clzll(v);
+	if (e >= 40)
+		return ALERT_BUCKETS - 1;
+	return ((e - ALERT_SUB_BITS + 1) << ALERT_SUB_BITS) +
+	       ((v >> (e - ALERT_SUB_BITS)) & ((1u << ALERT_SUB_BITS) - 1));
+}
+
+/* The middle of bucket i. */
+static double alert_bucket_value(unsigned int i)
+{
+	unsigned int e, sub;
+
+	if (i < (1u << ALERT_SUB_BITS))
+		return i;
+	e = (i >> ALERT_SUB_BITS) + ALERT_SUB_BITS - 1;
+	sub = i & ((1u << ALERT_SUB_BITS) - 1);
+	return (double)(1ull << e) + ((double)sub + 0.5) * (double)(1ull << (e - ALERT_SUB_BITS));
+}
+
+/* The slot for kernel second s, cleared when it last held an older second. */
+static struct alert_slot *alert_slot(struct alert_set *a, uint64_t s)
+{
+	struct alert_slot *slot = &a->slots[s % ALERT_WINDOW_S];
+
+	if (slot->second != s) {
+		memset(slot, 0, sizeof(*slot));
+		slot->second = s;
+	}
+	return slot;
+}
+
+static void alert_add_sample(struct alert_slot *slot, enum alert_metric m, int64_t ns)
+{
+	if (ns >= 0)
+		slot->buckets[m][alert_bucket(ns)]++;
+}
+
+static void alert_on_request(void *ctx, const struct request *r, const struct request_metrics *m,
+			     const struct gpu_attribution *ga)
+{
+	struct alert_set *a = ctx;
+	struct alert_slot *slot;
+
+	if (!r->end_ns)
+		return;
+	slot = alert_slot(a, r->end_ns / NS_PER_S);
+	slot->requests++;
+	alert_add_sample(slot, AM_E2E, m->e2e_ns);
+	if (r->outcome != OUTCOME_OK)
+		return;
+	slot->ok++;
+	alert_add_sample(slot, AM_TTFT, m->ttft_ns);
+	alert_add_sample(slot, AM_TPOT, m->tpot_ns);
+	for (uint32_t i = 1; i < r->ntokens; i++)
+		alert_add_sample(slot, AM_ITL, r->token_ns[i] - r->token_ns[i - 1]);
+	alert_add_sample(slot, AM_QUEUE, ga->queue_ns);
+	alert_add_sample(slot, AM_PREFILL, ga->prefill_ns);
+	alert_add_sample(slot, AM_DECODE, ga->decode_ns);
+	if (ga->queue_ns >= 0 && ga->prefill_ns >= 0 && m->ttft_ns > 0) {
+		slot->attributed++;
+		slot->ttft_ns += m->ttft_ns;
+		slot->queue_ns += ga->queue_ns;
+		slot->prefill_ns += ga->prefill_ns;
+	}
+	if (ga->gpu_ns >= 0 && ga->host_ns >= 0) {
+		slot->gpu_ns += ga->gpu_ns;
+		slot->host_ns += ga->host_ns;
+	}
+}
+
+/* The rule's metric over the window ending at second now_s; NAN when there is nothing. */
+static double alert_value(const struct alert_set *a, const struct alert_rule *r, uint64_t now_s)
+{
+	static uint32_t merged[ALERT_BUCKETS];
+	uint64_t requests = 0, ok = 0, total = 0, rank, seen = 0;
+
+	memset(merged, 0, sizeof(merged));
+	for (int i = 0; i < ALERT_WINDOW_S; i++) {
+		const struct alert_slot *s = &a->slots[i];
+
+		if (!s->second || s->second + ALERT_WINDOW_S <= now_s || s->second > now_s)
+			continue;
+		requests += s->requests;
+		ok += s->ok;
+		if (is_latency(r->metric))
+			for (unsigned int b = 0; b < ALERT_BUCKETS; b++)
+				merged[b] += s->buckets[r->metric][b];
+	}
+	if (r->metric == AM_RPS)
+		return (double)requests / ALERT_WINDOW_S;
+	if (r->metric == AM_SUCCESS)
+		return requests ? 100.0 * ok / requests : NAN;
+	for (unsigned int b = 0; b < ALERT_BUCKETS; b++)
+		total += merged[b];
+	if (!total)
+		return NAN;
+	rank = (uint64_t)ceil(r->quantile * total);
+	for (unsigned int b = 0; b < ALERT_BUCKETS; b++) {
+		seen += merged[b];
+		if (seen >= rank)
+			return alert_bucket_value(b) / 1e9;
+	}
+	return NAN;
+}
+
+static bool alert_holds(const struct alert_rule *r, double v)
+{
+	if (isnan(v))
+		return false;
+	switch (r->op) {
+	case AO_GT:
+		return v > r->threshold;
+	case AO_GE:
+		return v >= r->threshold;
+	case AO_LT:
+		return v < r->threshold;
+	case AO_LE:
+		return v <= r->threshold;
+	}
+	return false;
+}
+
+/* The likely cause, from the attribution of the window's requests. */
+static void alert_cause(const struct alert_set *a, const struct alert_rule *r, uint64_t now_s,
+			char *out, size_t n)
+{
+	uint64_t ttft = 0, queue = 0, prefill = 0, gpu = 0, host = 0;
+
+	for (int i = 0; i < ALERT_WINDOW_S; i++) {
+		const struct alert_slot *s = &a->slots[i];
+
+		if (!s->second || s->second + ALERT_WINDOW_S <= now_s || s->second > now_s)
+			continue;
+		ttft += s->ttft_ns;
+		queue += s->queue_ns;
+		prefill += s->prefill_ns;
+		gpu += s->gpu_ns;
+		host += s->host_ns;
+	}
+	if ((r->metric == AM_TTFT || r->metric == AM_QUEUE || r->metric == AM_PREFILL) && ttft) {
+		snprintf(out, n, "%s (queue %.0f%%, prefill %.0f%% of TTFT in the window)",
+			 queue >= prefill ? "queueing" : "prefill", 100.0 * queue / ttft,
+			 100.0 * prefill / ttft);
+	} else if ((r->metric == AM_ITL || r->metric == AM_TPOT || r->metric == AM_DECODE) &&
+		   gpu + host) {
+		snprintf(out, n, "%s (GPU %.0f%%, host %.0f%% of the token gaps in the window)",
+			 gpu >= host ? "the GPU step" : "the host around it",
+			 100.0 * gpu / (gpu + host), 100.0 * host / (gpu + host));
+	} else {
+		snprintf(out, n, "unknown (no GPU attribution)");
+	}
+}
+
+static void alert_format_value(const struct alert_rule *r, double v, char *out, size_t n)
+{
+	if (isnan(v))
+		snprintf(out, n, "no data");
+	else if (r->metric == AM_SUCCESS)
+		snprintf(out, n, "%.2f%%", v);
+	else if (r->metric == AM_RPS)
+		snprintf(out, n, "%.2f/s", v);
+	else if (v < 1)
+		snprintf(out, n, "%.1f ms", v * 1e3);
+	else
+		snprintf(out, n, "%.2f s", v);
+}
+
+static void alert_run_exec(struct alert_set *a, const struct alert_rule *r, const char *state,
+			   const char *value, const char *cause)
+{
+	pid_t pid;
+
+	/* Reap earlier commands without waiting for them. */
+	while (waitpid(-1, NULL, WNOHANG) > 0)
+		;
+	if (!a->exec)
+		return;
+	pid = fork();
+	if (pid == 0) {
+		setenv("TOKENSCOPE_ALERT_RULE", r->text, 1);
+		setenv("TOKENSCOPE_ALERT_STATE", state, 1);
+		setenv("TOKENSCOPE_ALERT_VALUE", value, 1);
+		setenv("TOKENSCOPE_ALERT_CAUSE", cause, 1);
+		execl("/bin/sh", "sh", "-c", a->exec, (char *)NULL);
+		_exit(127);
+	}
+	if (pid < 0)
+		fprintf(a->out, "tokenscope: --alert-exec: fork failed: %s\n", strerror(errno));
+}
+
+void alert_evaluate(struct alert_set *a, uint64_t now_ns)
+{
+	uint64_t now_s = now_ns / NS_PER_S;
+
+	for (int i = 0; i < a->nrules; i++) {
+		struct alert_rule *r = &a->rules[i];
+		char value[32], cause[160];
+		bool holds;
+
+		r->value = alert_value(a, r, now_s);
+		holds = alert_holds(r, r->value);
+		if (!holds) {
+			r->holding_since_ns = 0;
+			if (r->firing) {
+				r->firing = false;
+				a->resolved++;
+				alert_format_value(r, r->value, value, sizeof(value));
+				fprintf(a->out,
+					"tokenscope: alert RESOLVED '%s': value %s over the last "
+					"%d s\n",
+					r->text, value, ALERT_WINDOW_S);
+				fflush(a->out);
+				alert_run_exec(a, r, "resolved", value, "");
+			}
+			continue;
+		}
+		if (!r->holding_since_ns)
+			r->holding_since_ns = now_ns;
+		if (r->firing || now_ns - r->holding_since_ns < r->for_ns)
+			continue;
+		r->firing = true;
+		a->fired++;
+		alert_format_value(r, r->value, value, sizeof(value));
+		alert_cause(a, r, now_s, cause, sizeof(cause));
+		fprintf(a->out,
+			"tokenscope: alert FIRING '%s': value %s over the last %d s; likely "
+			"cause: %s\n",
+			r->text, value, ALERT_WINDOW_S, cause);
+		fflush(a->out);
+		alert_run_exec(a, r, "firing", value, cause);
+	}
+}
+
+static void alert_on_tick(void *ctx, const struct pipeline *pl, uint64_t now_ns)
+{
+	struct alert_set *a = ctx;
+
+	(void)pl;
+	/* Once per second of kernel time. */
+	if (!now_ns || now_ns / NS_PER_S == a->last_eval_s)
+		return;
+	a->last_eval_s = now_ns / NS_PER_S;
+	alert_evaluate(a, now_ns);
+}
+
+struct sink alert_sink(struct alert_set *a)
+{
+	return (struct sink){
+		.name = "alerts",
+		.ctx = a,
+		.request = alert_on_request,
+		.tick = alert_on_tick,
+	};
+}

@@ -1,0 +1,92 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Alerts for when no Prometheus is there: rules such as `ttft.p99 > 5s for 3m`, evaluated on a
+ * sliding window of finished requests, as a pipeline sink. A rule fires when its condition held
+ * at every evaluation (once per second of kernel time) for its `for` duration, and resolves when
+ * it stops holding. Firing and resolving each print one line, with the value and the likely
+ * cause from the queue/prefill/decode attribution, and can run a command.
+ *
+ * Rule form: METRIC OP VALUE [for DURATION]
+ *   METRIC    ttft|itl|tpot|e2e|queue|prefill|decode . p50|p90|p95|p99|p999,
+ *             or success (percent of requests ok), or rps (finished requests per second)
+ *   OP        > >= < <=
+ *   VALUE     a time with a unit (us, ms, s, m) for latencies, a percentage for success, a
+ *             number for rps
+ *   DURATION  with a unit (s, m, h); default 0 (fires at the first evaluation that holds)
+ */
+#ifndef TS_ALERT_H
+#define TS_ALERT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "sink.h"
+
+#define ALERT_MAX_RULES 16
+/* The window metrics are computed over. */
+#define ALERT_WINDOW_S 60
+/* Sub-buckets per power of two in the window histograms: under 3.2 % relative error. */
+#define ALERT_SUB_BITS 5
+#define ALERT_BUCKETS ((40 - ALERT_SUB_BITS + 2) << ALERT_SUB_BITS)
+
+enum alert_metric {
+	AM_TTFT,
+	AM_ITL,
+	AM_TPOT,
+	AM_E2E,
+	AM_QUEUE,
+	AM_PREFILL,
+	AM_DECODE,
+	AM_SUCCESS,
+	AM_RPS,
+	AM_MAX,
+};
+
+enum alert_op { AO_GT, AO_GE, AO_LT, AO_LE };
+
+struct alert_rule {
+	char text[128]; /* as given, normalised */
+	enum alert_metric metric;
+	double quantile; /* latency metrics */
+	enum alert_op op;
+	double threshold; /* seconds, percent or requests/s */
+	uint64_t for_ns;
+	/* state */
+	bool firing;
+	uint64_t holding_since_ns; /* 0: the condition does not hold */
+	double value;		   /* at the last evaluation; NAN when there were no samples */
+};
+
+/* One second of the window: counts per bucket for each latency metric, and request counts. */
+struct alert_slot {
+	uint64_t second; /* kernel time in whole seconds this slot holds */
+	uint32_t buckets[AM_SUCCESS][ALERT_BUCKETS];
+	uint32_t requests, ok;
+	/* For the cause: sums over ok requests of the attributed parts (ns). */
+	uint64_t ttft_ns, queue_ns, prefill_ns, decode_ns, gpu_ns, host_ns;
+	uint32_t attributed;
+};
+
+struct alert_set {
+	struct alert_rule rules[ALERT_MAX_RULES];
+	int nrules;
+	struct alert_slot *slots; /* ALERT_WINDOW_S of them, by second modulo */
+	uint64_t last_eval_s;
+	const char *exec; /* --alert-exec command, or NULL */
+	FILE *out;
+	uint64_t fired, resolved;
+};
+
+/* Parses rule text into r; on error returns -EINVAL and writes a message naming the problem and
+ * the expected form into err. */
+int alert_parse(const char *text, struct alert_rule *r, char *err, size_t errlen);
+int alert_init(struct alert_set *a, FILE *out, const char *exec);
+int alert_add(struct alert_set *a, const struct alert_rule *r);
+void alert_free(struct alert_set *a);
+struct sink alert_sink(struct alert_set *a);
+/* Evaluates every rule at kernel time now_ns (the sink's tick does this once per second). */
+void alert_evaluate(struct alert_set *a, uint64_t now_ns);
+const char *alert_metric_name(enum alert_metric m);
+
+#endif
