@@ -1,0 +1,363 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The report's diagnosis: synthetic requests with known attributions through the sink's
+ * callbacks, and the shares and verdicts the text must say.
+ */
+#include <stdlib.h>
+#include <time.h>
+
+#include "check.h"
+#include "diagnosis.h"
+#include "gpu.h"
+#include "summary.h"
+
+#define MS 1000000ll
+#define SEC (1000 * MS)
+
+/* One request's shape: TTFT split, token gaps and their GPU share. */
+struct shape {
+	int64_t queue, prefill, other; /* ns; queue < 0: no attribution */
+	int64_t gap;		       /* ns between tokens */
+	int tokens;
+	double gpu_share; /* of each gap */
+	enum outcome outcome;
+};
+
+struct run {
+	struct diagnosis d;
+	struct sink s;
+	struct summary sum;
+	char *text;
+	size_t len;
+};
+
+static void run_open(struct run *r)
+{
+	memset(r, 0, sizeof(*r));
+	diagnosis_init(&r->d);
+	r->s = diagnosis_sink(&r->d);
+	summary_init(&r->sum);
+}
+
+/* A request arriving at `arrival`, through the sink exactly as the pipeline calls it. */
+static void run_request(struct run *r, uint64_t arrival, const struct shape *sh)
+{
+	struct request *q = request_new(1, 1, 0, "c");
+	struct request_metrics m;
+	struct gpu_attribution ga = { -1, -1, -1, -1, -1, "none" };
+	int64_t ttft = sh->queue < 0 ? sh->prefill : sh->queue + sh->prefill + sh->other;
+	uint64_t t = arrival + ttft;
+
+	q->arrival_ns = arrival;
+	q->outcome = sh->outcome;
+	q->status = 200;
+	for (int i = 0; i < sh->tokens; i++, t += sh->gap)
+		request_add_token(q, t);
+	q->end_ns = t;
+	request_metrics(q, &m);
+	if (sh->queue >= 0) {
+		ga.queue_ns = sh->queue;
+		ga.prefill_ns = sh->prefill;
+		ga.decode_ns = q->end_ns - q->first_token_ns;
+		if (sh->tokens >= 2) {
+			int64_t span = (int64_t)(sh->tokens - 1) * sh->gap;
+
+			ga.gpu_ns = span * sh->gpu_share;
+			ga.host_ns = span - ga.gpu_ns;
+		}
+		ga.how = "by time";
+	}
+	summary_start(&r->sum, q);
+	summary_done(&r->sum, q, &m);
+	r->s.request(r->s.ctx, q, &m, &ga);
+	request_free(q);
+}
+
+static const char *run_print(struct run *r)
+{
+	FILE *f = open_memstream(&r->text, &r->len);
+
+	diagnosis_print(&r->d, f);
+	fclose(f);
+	return r->text;
+}
+
+static void run_close(struct run *r)
+{
+	diagnosis_free(&r->d);
+	free(r->text);
+}
+
+static bool has(const char *text, const char *want)
+{
+	if (text && strstr(text, want))
+		return true;
+	printf("  missing: \"%s\"\n  in:\n%s", want, text ? text : "(null)");
+	return false;
+}
+
+/* 30 requests, one a second; the first, middle and last ten each with their own shape. */
+static void thirds(struct run *r, const struct shape *a, const struct shape *mid,
+		   const struct shape *b)
+{
+	for (int i = 0; i < 30; i++)
+		run_request(r, 1000 * SEC + i * SEC, i < 10 ? a : i < 20 ? mid : b);
+}
+
+static void test_queue_grows(void)
+{
+	/* TTFT 100 ms: queue 10 %, prefill 80 %; then 400 ms: queue 70 %, prefill 20 %. */
+	struct shape a = { 10 * MS, 80 * MS, 10 * MS, 30 * MS, 5, 0.9, OUTCOME_OK };
+	struct shape mid = { 110 * MS, 80 * MS, 10 * MS, 30 * MS, 5, 0.9, OUTCOME_OK };
+	struct shape b = { 280 * MS, 80 * MS, 40 * MS, 30 * MS, 5, 0.9, OUTCOME_OK };
+	struct run r;
+	const char *t;
+
+	run_open(&r);
+	thirds(&r, &a, &mid, &b);
+	t = run_print(&r);
+	ASSERT_TRUE(has(t, "--- diagnosis: 30 requests finished ok with a token, arriving over "
+			   "29.0 s\n"),
+		    "title");
+	ASSERT_TRUE(has(t, "  whole run    30 requests, arriving +0.0 to +29.0 s\n"), "whole");
+	ASSERT_TRUE(has(t, "    TTFT p99    400.00 ms; slow tail (10 requests): queue 70 %, "
+			   "prefill 20 %, other 10 %\n"),
+		    "whole-run slow tail: the last third");
+	ASSERT_TRUE(has(t,
+			"  first third  10 requests, arriving +0.0 to +9.0 s\n"
+			"    TTFT p99    100.00 ms; slow tail (10 requests): queue 10 %, prefill "
+			"80 %, other 10 %\n"
+			"    ITL  p99     30.00 ms; slow tail (10 requests): GPU 90 %, host 10 % "
+			"of their decode\n"),
+		    "first third");
+	ASSERT_TRUE(has(t, "  last third   10 requests, arriving +20.0 to +29.0 s\n"
+			   "    TTFT p99    400.00 ms; slow tail (10 requests): queue 70 %"),
+		    "last third");
+	ASSERT_TRUE(has(t,
+			"    TTFT P99 rose from 100 ms to 400 ms; queueing went from 10 % to "
+			"70 % of the slow tail: requests wait for a free slot, not for the GPU\n"),
+		    "TTFT verdict names the queue");
+	ASSERT_TRUE(has(t, "    ITL P99 is stable: 30.0 ms in the first third, 30.0 ms in the "
+			   "last\n"),
+		    "ITL stable");
+	run_close(&r);
+}
+
+/*
+ * Only the slow tail counts: one slow request per third, the rest fast and differently split.
+ * The P99s are the histogram's, as in the summary (99.88 ms for a 100 ms maximum here).
+ */
+static void test_slow_tail_only(void)
+{
+	struct shape fast = { 0, 20 * MS, 0, 30 * MS, 3, 0.5, OUTCOME_OK };
+	struct shape slow_a = { 50 * MS, 40 * MS, 10 * MS, 30 * MS, 3, 0.5, OUTCOME_OK };
+	struct shape slow_b = { 10 * MS, 180 * MS, 10 * MS, 30 * MS, 3, 0.5, OUTCOME_OK };
+	struct run r;
+	const char *t;
+
+	run_open(&r);
+	for (int i = 0; i < 30; i++) {
+		const struct shape *s = i == 4 ? &slow_a : i == 25 ? &slow_b : &fast;
+
+		run_request(&r, 1000 * SEC + i * SEC, s);
+	}
+	t = run_print(&r);
+	ASSERT_TRUE(has(t, "    TTFT p99     99.88 ms; slow tail (1 request): queue 50 %, prefill "
+			   "40 %, other 10 %\n"),
+		    "first third's tail is its one slow request");
+	ASSERT_TRUE(has(t, "    TTFT P99 rose from 99.9 ms to 200 ms; prefill went from 40 % to "
+			   "90 % of the slow tail: the prefill step itself takes longer"),
+		    "prefill named");
+	run_close(&r);
+}
+
+static void test_itl_host_grows(void)
+{
+	struct shape a = { 10 * MS, 80 * MS, 10 * MS, 30 * MS, 20, 0.9, OUTCOME_OK };
+	struct shape b = { 10 * MS, 80 * MS, 10 * MS, 90 * MS, 20, 0.3, OUTCOME_OK };
+	struct run r;
+	const char *t;
+
+	run_open(&r);
+	thirds(&r, &a, &a, &b);
+	t = run_print(&r);
+	ASSERT_TRUE(has(t, "    TTFT P99 is stable: 100 ms in the first third, 100 ms in the "
+			   "last\n"),
+		    "TTFT stable");
+	ASSERT_TRUE(has(t,
+			"    ITL P99 rose from 30.0 ms to 90.0 ms; host time went from 10 % to "
+			"70 % of the slow requests' decode: tokens wait for the host between GPU "
+			"steps"),
+		    "host named");
+	ASSERT_TRUE(has(t, "GPU 30 %, host 70 % of their decode"), "last third's split");
+	run_close(&r);
+}
+
+static void test_itl_gpu_grows_and_ttft_falls(void)
+{
+	struct shape a = { 280 * MS, 80 * MS, 40 * MS, 20 * MS, 10, 0.5, OUTCOME_OK };
+	struct shape b = { 10 * MS, 80 * MS, 10 * MS, 40 * MS, 10, 0.9, OUTCOME_OK };
+	struct run r;
+	const char *t;
+
+	run_open(&r);
+	thirds(&r, &a, &a, &b);
+	t = run_print(&r);
+	ASSERT_TRUE(has(t, "    TTFT P99 fell from 400 ms to 100 ms; queueing went from 70 % to "
+			   "10 % of the slow tail: requests wait less for a free slot\n"),
+		    "fall: the share that shrank most");
+	ASSERT_TRUE(has(t,
+			"    ITL P99 rose from 20.0 ms to 40.0 ms; GPU time went from 50 % to "
+			"90 % of the slow requests' decode: each decode step takes longer on the "
+			"GPU"),
+		    "GPU named");
+	run_close(&r);
+}
+
+static void test_proportional_and_small_changes(void)
+{
+	/* Everything twice as long: no share moved. */
+	struct shape a = { 20 * MS, 60 * MS, 20 * MS, 30 * MS, 5, 0.8, OUTCOME_OK };
+	struct shape b = { 40 * MS, 120 * MS, 40 * MS, 30 * MS, 5, 0.8, OUTCOME_OK };
+	/* 9 % slower: stable. */
+	struct shape c = { 29 * MS, 60 * MS, 20 * MS, 32 * MS, 5, 0.8, OUTCOME_OK };
+	struct run r;
+	const char *t;
+
+	run_open(&r);
+	thirds(&r, &a, &a, &b);
+	t = run_print(&r);
+	ASSERT_TRUE(has(t, "    TTFT P99 rose from 100 ms to 200 ms; no share of the slow tail "
+			   "moved by 5 points or more: every part grew alike\n"),
+		    "proportional");
+	run_close(&r);
+
+	run_open(&r);
+	thirds(&r, &a, &a, &c);
+	t = run_print(&r);
+	ASSERT_TRUE(has(t, "    TTFT P99 is stable: 100 ms in the first third, 109 ms in the "
+			   "last\n"),
+		    "a 9 % change is stable");
+	ASSERT_TRUE(has(t, "    ITL P99 is stable: 30.0 ms in the first third, 32.0 ms in the "
+			   "last\n"),
+		    "ITL stable");
+	run_close(&r);
+}
+
+static void test_empty(void)
+{
+	struct shape failed = { 10 * MS, 80 * MS, 10 * MS, 30 * MS, 5, 0.9, OUTCOME_HTTP_ERROR };
+	struct shape none = { 10 * MS, 80 * MS, 10 * MS, 30 * MS, 0, 0.9, OUTCOME_OK };
+	struct run r;
+
+	run_open(&r);
+	ASSERT_STREQ(run_print(&r), "--- diagnosis: there were no requests\n", "no requests");
+	run_close(&r);
+
+	run_open(&r);
+	run_request(&r, SEC, &failed);
+	run_request(&r, 2 * SEC, &failed);
+	run_request(&r, 3 * SEC, &none);
+	ASSERT_STREQ(run_print(&r),
+		     "--- diagnosis: none of the 3 requests finished ok with a token: nothing to "
+		     "diagnose\n",
+		     "no ok request with a token");
+	run_close(&r);
+}
+
+static void test_unattributed(void)
+{
+	struct shape a = { -1, 100 * MS, 0, 30 * MS, 5, 0, OUTCOME_OK };
+	struct shape b = { -1, 400 * MS, 0, 30 * MS, 5, 0, OUTCOME_OK };
+	struct gpu_step step = { 0 };
+	struct run r;
+	const char *t;
+
+	run_open(&r);
+	thirds(&r, &a, &a, &b);
+	t = run_print(&r);
+	ASSERT_TRUE(has(t, "    TTFT p99    100.00 ms; slow tail (10 requests): not attributed (no "
+			   "GPU steps)\n"),
+		    "window says so");
+	ASSERT_TRUE(has(t, "    ITL  p99     30.00 ms; slow tail (10 requests): not attributed (no "
+			   "GPU steps)\n"),
+		    "ITL says so");
+	ASSERT_TRUE(has(t, "    TTFT P99 rose from 100 ms to 400 ms; not attributed (no GPU "
+			   "steps)\n"),
+		    "verdict says so");
+	run_close(&r);
+
+	/* GPU steps were seen, but none was this request's prefill. */
+	run_open(&r);
+	r.s.gpu_step(r.s.ctx, &step);
+	thirds(&r, &a, &a, &b);
+	t = run_print(&r);
+	ASSERT_TRUE(has(t, "not attributed (no prefill step found for them)"), "steps seen");
+	run_close(&r);
+}
+
+static void test_few_requests_and_whole_equals_summary(void)
+{
+	struct shape a = { 10 * MS, 80 * MS, 10 * MS, 30 * MS, 5, 0.9, OUTCOME_OK };
+	struct shape b = { 10 * MS, 300 * MS, 10 * MS, 25 * MS, 4, 0.9, OUTCOME_OK };
+	struct run r;
+	char want[128];
+	const char *t;
+
+	run_open(&r);
+	run_request(&r, SEC, &a);
+	run_request(&r, 2 * SEC, &b);
+	run_request(&r, 3 * SEC, &a);
+	t = run_print(&r);
+	ASSERT_TRUE(has(t, "--- diagnosis: 3 requests finished ok with a token"), "title");
+	ASSERT_TRUE(has(t, "  verdict: too few requests to compare the first and last thirds (3, 6 "
+			   "needed)\n"),
+		    "too few");
+	snprintf(want, sizeof(want), "    TTFT p99 %9.2f ms",
+		 hist_quantile(&r.sum.ttft, 0.99) / 1e6);
+	ASSERT_TRUE(has(t, want), "whole-run TTFT P99 is the summary's");
+	snprintf(want, sizeof(want), "    ITL  p99 %9.2f ms",
+		 hist_quantile(&r.sum.itl, 0.99) / 1e6);
+	ASSERT_TRUE(has(t, want), "whole-run ITL P99 is the summary's");
+	ASSERT_TRUE(has(t, "slow tail (1 request): queue 3 %, prefill 94 %, other 3 %"),
+		    "the slowest request");
+	ASSERT_FALSE(strstr(t, "first third"), "no thirds");
+	run_close(&r);
+}
+
+/* Requests finish out of arrival order; thirds are still by arrival. Wall-clock times. */
+static void test_out_of_order_and_wall_clock(void)
+{
+	struct shape a = { 10 * MS, 80 * MS, 10 * MS, 30 * MS, 5, 0.9, OUTCOME_OK };
+	struct shape b = { 280 * MS, 80 * MS, 40 * MS, 30 * MS, 5, 0.9, OUTCOME_OK };
+	struct run r;
+	const char *t;
+
+	setenv("TZ", "UTC", 1);
+	tzset();
+	run_open(&r);
+	/* Monotonic 1000 s was 2024-05-01 12:00:00 UTC. */
+	diagnosis_set_wall_clock(&r.d, 1000 * SEC, 1714564800ull * SEC);
+	for (int i = 29; i >= 0; i--)
+		run_request(&r, 1000 * SEC + i * SEC, i < 20 ? &a : &b);
+	t = run_print(&r);
+	ASSERT_TRUE(has(t, "arriving over 29.0 s (first at 2024-05-01 12:00:00 UTC)\n"), "wall");
+	ASSERT_TRUE(has(t, "    TTFT P99 rose from 100 ms to 400 ms; queueing went from 10 % to "
+			   "70 %"),
+		    "verdict by arrival, not by finish order");
+	run_close(&r);
+}
+
+int main(void)
+{
+	RUN(test_queue_grows);
+	RUN(test_slow_tail_only);
+	RUN(test_itl_host_grows);
+	RUN(test_itl_gpu_grows_and_ttft_falls);
+	RUN(test_proportional_and_small_changes);
+	RUN(test_empty);
+	RUN(test_unattributed);
+	RUN(test_few_requests_and_whole_equals_summary);
+	RUN(test_out_of_order_and_wall_clock);
+	return CHECK_DONE();
+}

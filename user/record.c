@@ -1,0 +1,473 @@
+// SPDX-License-Identifier: MIT
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "record.h"
+
+_Static_assert(RECORD_MAX_ROOTS >= PIPELINE_MAX_ROOTS, "a recording holds every -p");
+_Static_assert(sizeof(struct record_kstats_event) == 24, "record_kstats_event layout");
+
+/* Header field offsets (the table in record.h). */
+enum {
+	HDR_MAGIC = 0,
+	HDR_VERSION = 8,
+	HDR_LENGTH = 12,
+	HDR_START_MONO = 16,
+	HDR_START_REAL = 24,
+	HDR_CAPTURE = 32,
+	HDR_NROOTS = 36,
+	HDR_TOOL_VERSION = 40,
+	HDR_HOSTNAME = HDR_TOOL_VERSION + RECORD_TOOL_VERSION_BYTES,
+	HDR_ROOTS = HDR_HOSTNAME + RECORD_HOST_BYTES,
+	HDR_FLAGS = HDR_ROOTS + 4 * RECORD_MAX_ROOTS,
+	HDR_END = HDR_FLAGS + 8,
+	/* magic, version and length: enough to tell what the file is */
+	HDR_PREFIX = 16,
+};
+_Static_assert(HDR_END == RECORD_HEADER_BYTES, "header layout");
+
+/* Bytes of the length before each record. */
+#define REC_LEN_BYTES 4
+/* stdio buffer of the reader: large sequential reads. */
+#define REPLAY_BUF_BYTES (1 << 20)
+
+static void put_le32(unsigned char *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = v >> (8 * i);
+}
+
+static void put_le64(unsigned char *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = v >> (8 * i);
+}
+
+static uint32_t get_le32(const unsigned char *p)
+{
+	return p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static uint64_t get_le64(const unsigned char *p)
+{
+	return get_le32(p) | (uint64_t)get_le32(p + 4) << 32;
+}
+
+static uint64_t clock_ns(clockid_t id)
+{
+	struct timespec ts;
+
+	clock_gettime(id, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + ts.tv_nsec;
+}
+
+void record_meta_fill(struct record_meta *m, const char *tool_version)
+{
+	/* Read back to back: the pair maps kernel times to wall time within a few microseconds. */
+	m->start_mono_ns = clock_ns(CLOCK_MONOTONIC);
+	m->start_real_ns = clock_ns(CLOCK_REALTIME);
+	snprintf(m->tool_version, sizeof(m->tool_version), "%s", tool_version ? tool_version : "");
+	if (gethostname(m->hostname, sizeof(m->hostname)))
+		m->hostname[0] = 0;
+	m->hostname[sizeof(m->hostname) - 1] = 0;
+}
+
+static int write_all(int fd, const void *p, size_t n)
+{
+	const unsigned char *c = p;
+
+	while (n) {
+		ssize_t w = write(fd, c, n);
+
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		c += w;
+		n -= w;
+	}
+	return 0;
+}
+
+int record_flush(struct record_writer *w)
+{
+	int err;
+
+	if (w->fd < 0)
+		return -EBADF;
+	if (w->err)
+		return w->err;
+	err = write_all(w->fd, w->buf, w->used);
+	w->used = 0;
+	/* A failed write leaves the file's end unknown: refuse to append records after a hole. */
+	if (err)
+		w->err = err;
+	return err;
+}
+
+int record_open(struct record_writer *w, const char *path, const struct record_meta *meta)
+{
+	unsigned char *h;
+	size_t n;
+	int err;
+
+	memset(w, 0, sizeof(*w));
+	w->fd = -1;
+	w->buf = malloc(RECORD_BUF_BYTES);
+	if (!w->buf)
+		return -ENOMEM;
+	/* 0600: data records hold captured request and response bytes (DESIGN.md rule 6). */
+	w->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (w->fd < 0) {
+		err = -errno;
+		free(w->buf);
+		w->buf = NULL;
+		return err;
+	}
+	h = w->buf;
+	memset(h, 0, RECORD_HEADER_BYTES);
+	memcpy(h + HDR_MAGIC, RECORD_MAGIC, RECORD_MAGIC_BYTES);
+	put_le32(h + HDR_VERSION, RECORD_VERSION);
+	put_le32(h + HDR_LENGTH, RECORD_HEADER_BYTES);
+	put_le64(h + HDR_START_MONO, meta->start_mono_ns);
+	put_le64(h + HDR_START_REAL, meta->start_real_ns);
+	put_le32(h + HDR_CAPTURE, meta->capture_bytes);
+	n = meta->nroots < RECORD_MAX_ROOTS ? meta->nroots : RECORD_MAX_ROOTS;
+	put_le32(h + HDR_NROOTS, n);
+	/* NUL-padded, not necessarily terminated: the header is already zeroed. */
+	memcpy(h + HDR_TOOL_VERSION, meta->tool_version,
+	       strnlen(meta->tool_version, RECORD_TOOL_VERSION_BYTES));
+	memcpy(h + HDR_HOSTNAME, meta->hostname, strnlen(meta->hostname, RECORD_HOST_BYTES));
+	for (size_t i = 0; i < n; i++)
+		put_le32(h + HDR_ROOTS + 4 * i, meta->roots[i]);
+	w->used = RECORD_HEADER_BYTES;
+	w->bytes = RECORD_HEADER_BYTES;
+	/* On disk at once: even a recorder killed before its first drain leaves a valid file. */
+	err = record_flush(w);
+	if (err)
+		record_close(w);
+	return err;
+}
+
+int record_write(struct record_writer *w, const void *rec, size_t len)
+{
+	struct ts_event_hdr hdr;
+	unsigned char lenb[REC_LEN_BYTES];
+	int err;
+
+	if (w->fd < 0)
+		return -EBADF;
+	if (w->err)
+		return w->err;
+	if (len < sizeof(hdr) || len > RECORD_MAX_BYTES)
+		goto bad;
+	memcpy(&hdr, rec, sizeof(hdr));
+	if (hdr.size != len)
+		goto bad;
+	put_le32(lenb, len);
+	if (w->used + sizeof(lenb) + len > RECORD_BUF_BYTES) {
+		err = record_flush(w);
+		if (err)
+			return err;
+	}
+	if (sizeof(lenb) + len > RECORD_BUF_BYTES) {
+		/* Larger than the buffer: straight to the file (the buffer is empty now). */
+		err = write_all(w->fd, lenb, sizeof(lenb));
+		if (!err)
+			err = write_all(w->fd, rec, len);
+		if (err) {
+			w->err = err;
+			return err;
+		}
+	} else {
+		memcpy(w->buf + w->used, lenb, sizeof(lenb));
+		memcpy(w->buf + w->used + sizeof(lenb), rec, len);
+		w->used += sizeof(lenb) + len;
+	}
+	w->records++;
+	w->bytes += sizeof(lenb) + len;
+	return 0;
+bad:
+	/* A record no reader could frame would end every replay there: leave it out. */
+	w->rejected++;
+	return -EINVAL;
+}
+
+int record_write_kstats(struct record_writer *w, const uint64_t kstats[TS_STAT_MAX])
+{
+	unsigned char buf[sizeof(struct record_kstats_event) + TS_STAT_MAX * sizeof(__u64)]
+	    __attribute__((aligned(8)));
+	struct record_kstats_event *e = (struct record_kstats_event *)buf;
+	int err;
+
+	if (w->kstats_written && !memcmp(w->kstats, kstats, sizeof(w->kstats)))
+		return 0;
+	memset(buf, 0, sizeof(buf));
+	e->hdr.type = RECORD_EV_KSTATS;
+	e->hdr.size = sizeof(buf);
+	e->nstats = TS_STAT_MAX;
+	memcpy(e->stats, kstats, TS_STAT_MAX * sizeof(__u64));
+	err = record_write(w, buf, sizeof(buf));
+	if (err)
+		return err;
+	memcpy(w->kstats, kstats, sizeof(w->kstats));
+	w->kstats_written = true;
+	return 0;
+}
+
+int record_close(struct record_writer *w)
+{
+	int err = 0;
+
+	/* buf is the mark of an open writer: a zeroed one has fd 0, which is not ours. */
+	if (w->buf && w->fd >= 0) {
+		err = record_flush(w);
+		/* Pipes and character devices cannot be synced; that is no error for a recording.
+		 */
+		if (fsync(w->fd) && errno != EINVAL && errno != EROFS && !err)
+			err = -errno;
+		if (close(w->fd) && !err)
+			err = -errno;
+		w->fd = -1;
+	}
+	free(w->buf);
+	w->buf = NULL;
+	return err;
+}
+
+const struct record_kstats_event *record_kstats(const void *rec, size_t len)
+{
+	const struct record_kstats_event *e = rec;
+
+	if (len < sizeof(*e) || e->hdr.type != RECORD_EV_KSTATS || e->hdr.size != len ||
+	    (len - sizeof(*e)) / sizeof(__u64) != e->nstats || (len - sizeof(*e)) % sizeof(__u64))
+		return NULL;
+	return e;
+}
+
+/* Sets the reason and offset of an early stop; returns err. */
+static int stop(struct record_replay_stats *st, int err, uint64_t offset, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static int stop(struct record_replay_stats *st, int err, uint64_t offset, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(st->reason, sizeof(st->reason), fmt, ap);
+	va_end(ap);
+	st->bad_offset = offset;
+	return err;
+}
+
+/* Reads n bytes; returns the count read (< n at end of file) or a negative errno. */
+static long read_some(FILE *f, void *p, size_t n)
+{
+	size_t got;
+
+	errno = 0;
+	got = fread(p, 1, n, f);
+	if (got < n && ferror(f))
+		return errno ? -errno : -EIO;
+	return got;
+}
+
+static int read_header(FILE *f, struct record_meta *m, struct record_replay_stats *st)
+{
+	unsigned char pre[HDR_PREFIX], *h;
+	uint32_t version, len, nroots;
+	long n = read_some(f, pre, sizeof(pre));
+
+	if (n < 0)
+		return stop(st, n, 0, "read error: %s", strerror(-n));
+	if (n == 0)
+		return stop(st, -ENOEXEC, 0, "not a tokenscope recording (empty file)");
+	if (memcmp(pre, RECORD_MAGIC, n < RECORD_MAGIC_BYTES ? n : RECORD_MAGIC_BYTES))
+		return stop(st, -ENOEXEC, 0, "not a tokenscope recording");
+	if (n < HDR_PREFIX)
+		return stop(st, -EBADMSG, n, "truncated header (%ld of at least %d bytes)", n,
+			    HDR_PREFIX);
+	version = get_le32(pre + HDR_VERSION);
+	len = get_le32(pre + HDR_LENGTH);
+	if (version != RECORD_VERSION)
+		return stop(st, -EPROTONOSUPPORT, HDR_VERSION,
+			    "unsupported version %u (this tokenscope reads version %d)", version,
+			    RECORD_VERSION);
+	if (len < RECORD_HEADER_BYTES || len > RECORD_HEADER_MAX)
+		return stop(st, -EBADMSG, HDR_LENGTH, "corrupt header length %u", len);
+	h = malloc(len);
+	if (!h)
+		return stop(st, -ENOMEM, 0, "out of memory");
+	memcpy(h, pre, HDR_PREFIX);
+	n = read_some(f, h + HDR_PREFIX, len - HDR_PREFIX);
+	if (n < 0) {
+		free(h);
+		return stop(st, n, HDR_PREFIX, "read error: %s", strerror(-n));
+	}
+	if ((size_t)n < len - HDR_PREFIX) {
+		free(h);
+		return stop(st, -EBADMSG, HDR_PREFIX + n, "truncated header (%ld of %u bytes)",
+			    HDR_PREFIX + n, len);
+	}
+	nroots = get_le32(h + HDR_NROOTS);
+	if (nroots > RECORD_MAX_ROOTS) {
+		free(h);
+		return stop(st, -EBADMSG, HDR_NROOTS, "corrupt header: %u root processes", nroots);
+	}
+	memset(m, 0, sizeof(*m));
+	m->version = version;
+	m->header_bytes = len;
+	m->start_mono_ns = get_le64(h + HDR_START_MONO);
+	m->start_real_ns = get_le64(h + HDR_START_REAL);
+	m->capture_bytes = get_le32(h + HDR_CAPTURE);
+	memcpy(m->tool_version, h + HDR_TOOL_VERSION, RECORD_TOOL_VERSION_BYTES);
+	memcpy(m->hostname, h + HDR_HOSTNAME, RECORD_HOST_BYTES);
+	m->nroots = nroots;
+	for (uint32_t i = 0; i < nroots; i++)
+		m->roots[i] = get_le32(h + HDR_ROOTS + 4 * i);
+	free(h);
+	st->bytes = len;
+	st->header_ok = true;
+	return 0;
+}
+
+static int replay_records(FILE *f, int (*feed)(void *ctx, const void *rec, size_t len), void *ctx,
+			  struct record_replay_stats *st)
+{
+	unsigned char lenb[REC_LEN_BYTES];
+	unsigned char *rec = NULL;
+	size_t cap = 0;
+	int err = 0;
+
+	for (;;) {
+		uint64_t off = st->bytes;
+		struct ts_event_hdr hdr;
+		uint32_t len;
+		long n = read_some(f, lenb, sizeof(lenb));
+
+		if (n < 0) {
+			err = stop(st, n, off, "read error: %s", strerror(-n));
+			break;
+		}
+		if (n == 0)
+			break;
+		if (n < (long)sizeof(lenb)) {
+			err = stop(st, -EPROTO, off, "truncated record (%ld of 4 length bytes)", n);
+			break;
+		}
+		len = get_le32(lenb);
+		if (len < sizeof(hdr) || len > RECORD_MAX_BYTES) {
+			err = stop(st, -EBADMSG, off, "corrupt record length %u", len);
+			break;
+		}
+		if (len > cap) {
+			/* Grows to the largest record seen, at most RECORD_MAX_BYTES. */
+			unsigned char *p = realloc(rec, len);
+
+			if (!p) {
+				err = stop(st, -ENOMEM, off, "out of memory");
+				break;
+			}
+			rec = p;
+			cap = len;
+		}
+		n = read_some(f, rec, len);
+		if (n < 0) {
+			err = stop(st, n, off, "read error: %s", strerror(-n));
+			break;
+		}
+		if ((size_t)n < len) {
+			err = stop(st, -EPROTO, off, "truncated record (%ld of %u bytes)", n, len);
+			break;
+		}
+		memcpy(&hdr, rec, sizeof(hdr));
+		if (hdr.size != len) {
+			err = stop(st, -EBADMSG, off,
+				   "corrupt record: length %u but its header says %u bytes", len,
+				   hdr.size);
+			break;
+		}
+		if (feed(ctx, rec, len) < 0)
+			st->rejected++;
+		st->records++;
+		st->bytes = off + sizeof(lenb) + len;
+	}
+	free(rec);
+	return err;
+}
+
+int record_replay(const char *path, int (*feed)(void *ctx, const void *rec, size_t len), void *ctx,
+		  struct record_meta *meta_out, struct record_replay_stats *st)
+{
+	struct record_meta meta;
+	char *iobuf;
+	FILE *f;
+	int err;
+
+	memset(st, 0, sizeof(*st));
+	st->bad_offset = -1;
+	f = fopen(path, "rbe");
+	if (!f) {
+		err = errno;
+		return stop(st, -err, 0, "%s", strerror(err));
+	}
+	iobuf = malloc(REPLAY_BUF_BYTES);
+	if (iobuf)
+		setvbuf(f, iobuf, _IOFBF, REPLAY_BUF_BYTES);
+	err = read_header(f, &meta, st);
+	if (!err) {
+		if (meta_out)
+			*meta_out = meta;
+		err = replay_records(f, feed, ctx, st);
+	}
+	fclose(f);
+	free(iobuf);
+	return err;
+}
+
+void record_feeder_init(struct record_feeder *f, struct pipeline *pl,
+			const struct record_meta *meta)
+{
+	memset(f, 0, sizeof(*f));
+	f->pl = pl;
+	f->meta = meta;
+}
+
+int record_feed_pipeline(void *feeder, const void *rec, size_t len)
+{
+	struct record_feeder *f = feeder;
+	struct pipeline *pl = f->pl;
+	const struct record_kstats_event *ks = record_kstats(rec, len);
+	int err = 0;
+
+	if (!f->started) {
+		f->started = true;
+		/* As the live loader does before its first drain. */
+		for (uint32_t i = 0; f->meta && i < f->meta->nroots && i < RECORD_MAX_ROOTS; i++)
+			pipeline_add_process(pl, f->meta->roots[i], true);
+	}
+	if (ks) {
+		uint32_t n = ks->nstats < TS_STAT_MAX ? ks->nstats : TS_STAT_MAX;
+
+		for (uint32_t k = 0; k < n; k++)
+			pl->kstats[k] = ks->stats[k];
+		/* As the live loader does after each drain: a grown count marks open requests. */
+		if (n > TS_STAT_LOST_EVENTS)
+			pipeline_kernel_lost(pl, ks->stats[TS_STAT_LOST_EVENTS]);
+	} else {
+		err = pipeline_feed(pl, rec, len);
+	}
+	if (!f->ticked || pl->last_ns >= f->tick_ns + RECORD_TICK_NS) {
+		pipeline_tick(pl);
+		f->ticked = true;
+		f->tick_ns = pl->last_ns;
+	}
+	return err;
+}
