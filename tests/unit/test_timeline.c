@@ -1,0 +1,837 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The timeline export: requests (attributed or not), tokens and GPU steps through the sink
+ * callbacks, then the file parsed back as JSON; a file cut off before timeline_close; and a
+ * simulated continuous-batching server driven through the whole pipeline, whose file is kept
+ * where TIMELINE_OUT says (docs/timeline.svg was drawn from it by scripts/timeline-svg.py).
+ */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "pipeline.h"
+#include "timeline.h"
+
+#define US 1000ull
+#define MS 1000000ull
+/* A CLOCK_MONOTONIC origin well after boot, with a sub-microsecond part. */
+#define ORIGIN (7000 * 1000 * MS + 123)
+
+struct tfile {
+	char path[256];
+	struct timeline t;
+	struct sink s;
+	char *text;
+	cJSON *root, *events;
+};
+
+static void tf_open(struct tfile *f)
+{
+	int fd;
+
+	memset(f, 0, sizeof(*f));
+	snprintf(f->path, sizeof(f->path), "/tmp/test_timeline.XXXXXX");
+	fd = mkstemp(f->path);
+	if (fd >= 0)
+		close(fd);
+	ASSERT_OK(timeline_open(&f->t, f->path), "open");
+	f->s = timeline_sink(&f->t);
+}
+
+static char *read_all(const char *path)
+{
+	FILE *fp = fopen(path, "rb");
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *mem;
+	int c;
+
+	if (!fp)
+		return NULL;
+	mem = open_memstream(&buf, &len);
+	while ((c = fgetc(fp)) != EOF)
+		fputc(c, mem);
+	fclose(mem);
+	fclose(fp);
+	return buf;
+}
+
+/* Parses the file as it is now, with `suffix` appended (the closing "]}" of a cut file). */
+static bool tf_parse(struct tfile *f, const char *suffix)
+{
+	char *text = read_all(f->path);
+	size_t n;
+
+	cJSON_Delete(f->root);
+	f->root = f->events = NULL;
+	free(f->text);
+	f->text = NULL;
+	if (!ASSERT_OK_PTR(text, "read the file"))
+		return false;
+	n = strlen(text);
+	f->text = realloc(text, n + strlen(suffix) + 1);
+	strcpy(f->text + n, suffix);
+	f->root = cJSON_Parse(f->text);
+	if (!ASSERT_OK_PTR(f->root, "the file is JSON"))
+		return false;
+	f->events = cJSON_GetObjectItemCaseSensitive(f->root, "traceEvents");
+	return ASSERT_TRUE(cJSON_IsArray(f->events), "traceEvents is an array");
+}
+
+static bool tf_close_parse(struct tfile *f)
+{
+	return ASSERT_OK(timeline_close(&f->t), "close") && tf_parse(f, "");
+}
+
+static void tf_free(struct tfile *f)
+{
+	timeline_close(&f->t);
+	cJSON_Delete(f->root);
+	free(f->text);
+	unlink(f->path);
+}
+
+static double num(const cJSON *o, const char *k)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+
+	return cJSON_IsNumber(v) ? v->valuedouble : -12345;
+}
+
+static const char *str(const cJSON *o, const char *k)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+
+	return cJSON_IsString(v) ? v->valuestring : "(not a string)";
+}
+
+static const cJSON *args(const cJSON *e)
+{
+	return cJSON_GetObjectItemCaseSensitive(e, "args");
+}
+
+/* What every event must have: ph, ts, pid, tid; a complete event, dur >= 0. And a tid is in
+ * one process only (Perfetto takes tids as system-wide, as on Linux). */
+static bool check_events(const cJSON *events)
+{
+	const cJSON *e, *o;
+	int i = 0;
+
+	cJSON_ArrayForEach(e, events)
+	{
+		cJSON_ArrayForEach(o, events)
+		{
+			if (o == e)
+				break;
+			if (num(o, "tid") == num(e, "tid") &&
+			    !ASSERT_EQ(num(o, "pid"), num(e, "pid"), "a tid in one process only"))
+				return false;
+		}
+	}
+
+	cJSON_ArrayForEach(e, events)
+	{
+		const char *ph = str(e, "ph");
+		char label[64];
+
+		snprintf(label, sizeof(label), "event %d has ph, ts, pid, tid, name", i++);
+		if (!ASSERT_TRUE(cJSON_IsString(cJSON_GetObjectItem(e, "ph")) &&
+				     cJSON_IsNumber(cJSON_GetObjectItem(e, "ts")) &&
+				     cJSON_IsNumber(cJSON_GetObjectItem(e, "pid")) &&
+				     cJSON_IsNumber(cJSON_GetObjectItem(e, "tid")) &&
+				     cJSON_IsString(cJSON_GetObjectItem(e, "name")),
+				 label))
+			return false;
+		if (strcmp(ph, "X") == 0 && !ASSERT_TRUE(num(e, "dur") >= 0, "dur >= 0"))
+			return false;
+		if (strcmp(ph, "i") == 0 && !ASSERT_STREQ(str(e, "s"), "t", "thread instant"))
+			return false;
+	}
+	return true;
+}
+
+static int count(const cJSON *events, const char *ph, const char *name)
+{
+	const cJSON *e;
+	int n = 0;
+
+	cJSON_ArrayForEach(e, events) if ((!ph || strcmp(str(e, "ph"), ph) == 0) &&
+					  (!name || strcmp(str(e, "name"), name) == 0)) n++;
+	return n;
+}
+
+static int count_pid(const cJSON *events, const char *ph, uint32_t pid)
+{
+	const cJSON *e;
+	int n = 0;
+
+	cJSON_ArrayForEach(e, events) n += strcmp(str(e, "ph"), ph) == 0 && num(e, "pid") == pid;
+	return n;
+}
+
+/* The nth (from 0) event with this ph and name, or NULL. */
+static const cJSON *find(const cJSON *events, const char *ph, const char *name, int nth)
+{
+	const cJSON *e;
+
+	cJSON_ArrayForEach(e, events) if (strcmp(str(e, "ph"), ph) == 0 &&
+					  strcmp(str(e, "name"), name) == 0 && !nth--) return e;
+	return NULL;
+}
+
+static struct request *make_request(uint64_t conn_id, uint64_t arrival, uint64_t first,
+				    uint64_t gap, uint32_t ntokens, uint64_t end)
+{
+	char label[64];
+	struct request *r;
+
+	snprintf(label, sizeof(label), "127.0.0.1:8000<-127.0.0.1:%llu#%llu",
+		 40000 + (unsigned long long)conn_id, (unsigned long long)conn_id);
+	r = request_new(100, conn_id, 0, label);
+	snprintf(r->method, sizeof(r->method), "POST");
+	snprintf(r->path, sizeof(r->path), "/v1/chat/completions");
+	snprintf(r->info.model, sizeof(r->info.model), "m1");
+	r->status = 200;
+	r->streamed = true;
+	r->arrival_ns = arrival;
+	for (uint32_t i = 0; i < ntokens; i++)
+		request_add_token(r, first + i * gap);
+	r->end_ns = end;
+	return r;
+}
+
+static void report(struct tfile *f, struct request *r, const struct gpu_attribution *ga)
+{
+	struct request_metrics m;
+
+	request_metrics(r, &m);
+	f->s.request(f->s.ctx, r, &m, ga);
+	request_free(r);
+}
+
+static const struct gpu_attribution NOT_ATTRIBUTED = {
+	-1, -1, -1, -1, -1, "none: no GPU steps seen",
+};
+
+static void test_attributed_request(void)
+{
+	struct tfile f;
+	/* Arrives at +5.000123 ms, queues 2 ms, prefill 30 ms, 4 tokens 10 ms apart from +38. */
+	struct request *r =
+	    make_request(3, ORIGIN + 5 * MS + 123, ORIGIN + 38 * MS, 10 * MS, 4, ORIGIN + 70 * MS);
+	struct gpu_attribution ga = { 2 * MS, 30 * MS, 32 * MS, 27 * MS, 3 * MS, "by time" };
+	const cJSON *e;
+
+	tf_open(&f);
+	ASSERT_OK(timeline_set_origin(&f.t, ORIGIN), "origin");
+	report(&f, r, &ga);
+	if (!tf_close_parse(&f) || !check_events(f.events))
+		goto out;
+
+	ASSERT_STREQ(str(f.root, "displayTimeUnit"), "ms", "displayTimeUnit");
+	e = cJSON_GetObjectItem(f.root, "otherData");
+	ASSERT_EQ(num(e, "origin_ns"), ORIGIN, "absolute origin kept");
+	ASSERT_STREQ(str(e, "origin"), "start of tracing", "origin given");
+
+	e = find(f.events, "M", "process_name", 0);
+	if (ASSERT_OK_PTR(e, "connections process named")) {
+		ASSERT_EQ(num(e, "pid"), TIMELINE_CONN_PID, "connections pid");
+		ASSERT_STREQ(str(args(e), "name"), "connections", "connections name");
+	}
+	e = find(f.events, "M", "thread_name", 0);
+	if (ASSERT_OK_PTR(e, "connection track named")) {
+		ASSERT_EQ(num(e, "tid"), TIMELINE_CONN_TID(3), "tid from the connection number");
+		ASSERT_STREQ(str(args(e), "name"), "127.0.0.1:8000<-127.0.0.1:40003#3",
+			     "named by the conn label");
+	}
+
+	e = find(f.events, "X", "request", 0);
+	if (ASSERT_OK_PTR(e, "request slice")) {
+		ASSERT_EQ(num(e, "pid"), TIMELINE_CONN_PID, "request on the connections process");
+		ASSERT_EQ(num(e, "tid"), TIMELINE_CONN_TID(3), "request on its connection's track");
+		ASSERT_NEAR(num(e, "ts"), 5000.123, 1e-6, "ts in us, relative, ns exact");
+		ASSERT_NEAR(num(e, "dur"), 64999.877, 1e-6, "dur: arrival to end");
+		ASSERT_STREQ(str(args(e), "model"), "m1", "model");
+		ASSERT_STREQ(str(args(e), "outcome"), "ok", "outcome");
+		ASSERT_EQ(num(args(e), "status"), 200, "status");
+		ASSERT_NEAR(num(args(e), "ttft_ms"), 32.999877, 0.0006, "ttft_ms");
+		ASSERT_EQ(num(args(e), "tokens"), 4, "tokens");
+	}
+	ASSERT_TRUE(strstr(f.text, "\"ts\":5000.123,") != NULL, "ts printed exactly");
+
+	e = find(f.events, "X", "queue", 0);
+	if (ASSERT_OK_PTR(e, "queue slice")) {
+		ASSERT_NEAR(num(e, "ts"), 5000.123, 1e-6, "queue starts at arrival");
+		ASSERT_NEAR(num(e, "dur"), 2000, 1e-6, "queue_ns");
+	}
+	e = find(f.events, "X", "prefill", 0);
+	if (ASSERT_OK_PTR(e, "prefill slice")) {
+		ASSERT_NEAR(num(e, "ts"), 7000.123, 1e-6, "prefill after the queue");
+		ASSERT_NEAR(num(e, "dur"), 30000, 1e-6, "prefill_ns");
+	}
+	e = find(f.events, "X", "decode", 0);
+	if (ASSERT_OK_PTR(e, "decode slice")) {
+		ASSERT_NEAR(num(e, "ts"), 38000, 1e-6, "decode from the first token");
+		ASSERT_NEAR(num(e, "dur"), 32000, 1e-6, "to the end");
+	}
+	ASSERT_EQ(count(f.events, "X", "waiting for first token"), 0, "attributed: no waiting");
+	ASSERT_EQ(count(f.events, "i", "token"), 4, "an instant per token");
+	e = find(f.events, "i", "token", 3);
+	if (ASSERT_OK_PTR(e, "last token"))
+		ASSERT_NEAR(num(e, "ts"), 68000, 1e-6, "token time");
+	ASSERT_EQ(count(f.events, "X", NULL), 4, "request, queue, prefill, decode");
+out:
+	tf_free(&f);
+}
+
+static void test_unattributed_and_failed(void)
+{
+	struct tfile f;
+	struct request *r =
+	    make_request(1, ORIGIN + 1 * MS, ORIGIN + 31 * MS, 10 * MS, 3, ORIGIN + 52 * MS);
+	struct request *bad = make_request(2, ORIGIN + 2 * MS, 0, 0, 0, ORIGIN + 3 * MS);
+	const cJSON *e;
+
+	tf_open(&f);
+	ASSERT_OK(timeline_set_origin(&f.t, ORIGIN), "origin");
+	report(&f, r, &NOT_ATTRIBUTED);
+	bad->status = 429;
+	bad->streamed = false;
+	bad->outcome = OUTCOME_HTTP_ERROR;
+	bad->info.model[0] = 0;
+	report(&f, bad, &NOT_ATTRIBUTED);
+	if (!tf_close_parse(&f) || !check_events(f.events))
+		goto out;
+
+	e = find(f.events, "X", "waiting for first token", 0);
+	if (ASSERT_OK_PTR(e, "waiting slice")) {
+		ASSERT_NEAR(num(e, "ts"), 1000, 1e-6, "from arrival");
+		ASSERT_NEAR(num(e, "dur"), 30000, 1e-6, "to the first token");
+	}
+	e = find(f.events, "X", "streaming", 0);
+	if (ASSERT_OK_PTR(e, "streaming slice")) {
+		ASSERT_NEAR(num(e, "ts"), 31000, 1e-6, "from the first token");
+		ASSERT_NEAR(num(e, "dur"), 21000, 1e-6, "to the end");
+	}
+	ASSERT_EQ(count(f.events, "X", "queue") + count(f.events, "X", "prefill") +
+		      count(f.events, "X", "decode"),
+		  0, "no attributed phases");
+	ASSERT_EQ(count(f.events, "i", "token"), 3, "tokens of the streamed one only");
+
+	e = find(f.events, "X", "request: http_error", 0);
+	if (ASSERT_OK_PTR(e, "a failed request is named by its outcome")) {
+		ASSERT_EQ(num(e, "tid"), TIMELINE_CONN_TID(2), "on its own track");
+		ASSERT_NEAR(num(e, "dur"), 1000, 1e-6, "its whole time");
+		ASSERT_TRUE(cJSON_IsNull(cJSON_GetObjectItem(args(e), "model")), "model null");
+		ASSERT_TRUE(cJSON_IsNull(cJSON_GetObjectItem(args(e), "ttft_ms")), "ttft null");
+		ASSERT_EQ(num(args(e), "status"), 429, "status");
+		ASSERT_STREQ(str(args(e), "outcome"), "http_error", "outcome");
+	}
+	ASSERT_EQ(count(f.events, "M", "thread_name"), 2, "two connections named");
+out:
+	tf_free(&f);
+}
+
+static void step_to(const struct sink *sk, uint32_t pid, uint64_t start, uint64_t end,
+		    uint32_t launches, uint32_t graphs)
+{
+	struct gpu_step s = { .pid = pid, .tid = pid + 1, .start_ns = start };
+
+	s.wait_start_ns = end - 100 * US;
+	s.end_ns = end;
+	s.launches = launches;
+	s.graph_launches = graphs;
+	s.memcpys = graphs;
+	s.waits = 1;
+	s.kind = gpu_classify(launches, graphs);
+	sk->gpu_step(sk->ctx, &s);
+}
+
+static void step(struct tfile *f, uint32_t pid, uint64_t start, uint64_t end, uint32_t launches,
+		 uint32_t graphs)
+{
+	step_to(&f->s, pid, start, end, launches, graphs);
+}
+
+static void test_gpu_steps(void)
+{
+	struct tfile f;
+	const cJSON *e;
+
+	tf_open(&f);
+	ASSERT_OK(timeline_set_origin(&f.t, ORIGIN), "origin");
+	step(&f, 4242, ORIGIN + 1 * MS, ORIGIN + 31 * MS, 40, 0);
+	step(&f, 4242, ORIGIN + 31 * MS + 500, ORIGIN + 41 * MS, 2, 1);
+	step(&f, 5000, ORIGIN + 31 * MS + 500, ORIGIN + 41 * MS, 2, 1);
+	if (!tf_close_parse(&f) || !check_events(f.events))
+		goto out;
+
+	ASSERT_EQ(count(f.events, "M", "process_name"), 3, "connections and two GPU processes");
+	e = find(f.events, "M", "process_name", 1);
+	if (ASSERT_OK_PTR(e, "GPU process named")) {
+		ASSERT_EQ(num(e, "pid"), 4242, "its pid");
+		ASSERT_STREQ(str(args(e), "name"), "GPU pid 4242", "GPU pid N");
+	}
+	e = find(f.events, "X", "prefill", 0);
+	if (ASSERT_OK_PTR(e, "a step named by its kind")) {
+		ASSERT_EQ(num(e, "pid"), 4242, "pid");
+		ASSERT_EQ(num(e, "tid"), 4243, "tid of the waiting thread");
+		ASSERT_STREQ(str(e, "cat"), "gpu", "category");
+		ASSERT_NEAR(num(e, "ts"), 1000, 1e-6, "start");
+		ASSERT_NEAR(num(e, "dur"), 30000, 1e-6, "start to the wait's return");
+		ASSERT_EQ(num(args(e), "launches"), 40, "launches");
+		ASSERT_EQ(num(args(e), "graph_launches"), 0, "graph launches");
+	}
+	ASSERT_EQ(count(f.events, "X", "decode"), 2, "a decode step per process");
+	e = find(f.events, "X", "decode", 0);
+	if (ASSERT_OK_PTR(e, "decode step"))
+		ASSERT_EQ(num(args(e), "graph_launches"), 1, "graph launches");
+out:
+	tf_free(&f);
+}
+
+/* Without a given origin, the first event's time is 0; a request reported later that arrived
+ * before it comes out negative (why the tracer gives the start of tracing). */
+static void test_origin_first_event(void)
+{
+	struct tfile f;
+	struct request *r =
+	    make_request(1, ORIGIN + 2 * MS, ORIGIN + 40 * MS, MS, 1, ORIGIN + 41 * MS);
+	const cJSON *e;
+
+	tf_open(&f);
+	step(&f, 7, ORIGIN + 10 * MS, ORIGIN + 40 * MS, 40, 0);
+	ASSERT_EQ(timeline_set_origin(&f.t, ORIGIN), -EBUSY, "origin fixed by the first event");
+	report(&f, r, &NOT_ATTRIBUTED);
+	if (!tf_close_parse(&f) || !check_events(f.events))
+		goto out;
+	e = cJSON_GetObjectItem(f.root, "otherData");
+	ASSERT_EQ(num(e, "origin_ns"), ORIGIN + 10 * MS, "origin: the first step's start");
+	ASSERT_STREQ(str(e, "origin"), "first event", "says so");
+	ASSERT_NEAR(num(find(f.events, "X", "prefill", 0), "ts"), 0, 1e-9, "first event at 0");
+	ASSERT_NEAR(num(find(f.events, "X", "request", 0), "ts"), -8000, 1e-6, "earlier arrival");
+out:
+	tf_free(&f);
+}
+
+/* A tracer killed before timeline_close leaves every flushed event whole: "]}" completes it. */
+static void test_cut_file(void)
+{
+	struct tfile f;
+	struct request *r =
+	    make_request(1, ORIGIN + 1 * MS, ORIGIN + 2 * MS, MS, 5, ORIGIN + 7 * MS);
+	size_t n;
+
+	tf_open(&f);
+	ASSERT_OK(timeline_set_origin(&f.t, ORIGIN), "origin");
+	report(&f, r, &NOT_ATTRIBUTED);
+	if (!tf_parse(&f, "]}") || !check_events(f.events))
+		goto out;
+	ASSERT_EQ(count(f.events, "i", "token"), 5, "a finished request is in the file at once");
+	n = strlen(f.text);
+	ASSERT_TRUE(n > 3 && strcmp(f.text + n - 3, "}]}") == 0, "ends at an event boundary");
+
+	step(&f, 7, ORIGIN + 8 * MS, ORIGIN + 9 * MS, 2, 1);
+	if (!tf_parse(&f, "]}"))
+		goto out;
+	ASSERT_EQ(count(f.events, "X", "decode"), 0, "a GPU step waits for the next tick");
+	f.s.tick(f.s.ctx, NULL, ORIGIN + 10 * MS);
+	if (!tf_parse(&f, "]}") || !check_events(f.events))
+		goto out;
+	ASSERT_EQ(count(f.events, "X", "decode"), 1, "written at the tick");
+
+	/* Many steps and no tick: written every TIMELINE_FLUSH_BYTES, still whole events. */
+	for (int i = 0; i < 2000; i++)
+		step(&f, 7, ORIGIN + (10 + i) * MS, ORIGIN + (11 + i) * MS, 2, 1);
+	if (!tf_parse(&f, "]}") || !check_events(f.events))
+		goto out;
+	ASSERT_TRUE(count(f.events, "X", "decode") > 1, "flushed by size");
+	ASSERT_TRUE(count(f.events, "X", "decode") < 2001, "not every step yet");
+	if (tf_close_parse(&f))
+		ASSERT_EQ(count(f.events, "X", "decode"), 2001, "all at close");
+out:
+	tf_free(&f);
+}
+
+static void test_keepalive_and_escaping(void)
+{
+	struct tfile f;
+	struct request *a =
+	    make_request(9, ORIGIN + 1 * MS, ORIGIN + 2 * MS, MS, 2, ORIGIN + 4 * MS);
+	struct request *b =
+	    make_request(9, ORIGIN + 5 * MS, ORIGIN + 6 * MS, MS, 2, ORIGIN + 8 * MS);
+	const char *model = "od\"d\\model\n\x01";
+
+	tf_open(&f);
+	ASSERT_OK(timeline_set_origin(&f.t, ORIGIN), "origin");
+	b->seq = 1;
+	snprintf(b->info.model, sizeof(b->info.model), "%s", model);
+	report(&f, a, &NOT_ATTRIBUTED);
+	report(&f, b, &NOT_ATTRIBUTED);
+	if (!tf_close_parse(&f) || !check_events(f.events))
+		goto out;
+	ASSERT_EQ(count(f.events, "M", "thread_name"), 1, "a connection is named once");
+	ASSERT_EQ(count(f.events, "X", "request"), 2, "both requests on it");
+	ASSERT_STREQ(str(args(find(f.events, "X", "request", 1)), "model"), model,
+		     "model escaped and read back");
+out:
+	tf_free(&f);
+}
+
+static void test_empty_and_errors(void)
+{
+	struct tfile f;
+	struct timeline t;
+
+	tf_open(&f);
+	if (tf_close_parse(&f)) {
+		ASSERT_EQ(count(f.events, NULL, NULL), 2, "only the connections process metadata");
+		ASSERT_TRUE(cJSON_IsNull(cJSON_GetObjectItem(
+				cJSON_GetObjectItem(f.root, "otherData"), "origin_ns")),
+			    "no origin without events");
+	}
+	tf_free(&f);
+
+	ASSERT_EQ(timeline_open(&t, "/nonexistent-dir/t.json"), -ENOENT, "open error");
+	ASSERT_EQ(timeline_close(&t), 0, "close after a failed open");
+	if (access("/dev/full", W_OK) == 0 && ASSERT_OK(timeline_open(&t, "/dev/full"), "full")) {
+		struct sink s = timeline_sink(&t);
+
+		s.tick(s.ctx, NULL, 0);
+		step_to(&s, 7, ORIGIN, ORIGIN + MS, 2, 1);
+		ASSERT_EQ(timeline_close(&t), -ENOSPC, "a write error is reported at close");
+	}
+}
+
+/*
+ * The whole pipeline on records shaped as the kernel sends them: a simulated server like
+ * `refserver --gpu --token-ms 10 --prefill-ms 30 --max-batch 4` (an engine process running
+ * prefill steps of 30 ms for the waiting requests that fit the batch, else a 10 ms decode step
+ * for every running request; each step's tokens written right after it), seven requests on six
+ * connections, one of them abandoned by its client.
+ */
+#define SIM_SERVER 100
+#define SIM_ENGINE 101
+#define SIM_MAX_BATCH 4
+#define SIM_PREFILL (30 * MS)
+#define SIM_TOKEN (10 * MS)
+#define SIM_HOST_GAP (150 * US) /* step end to the token write */
+#define SIM_MAX_EVENTS 1024
+
+enum sim_kind { SIM_OPEN, SIM_REQUEST, SIM_HEAD, SIM_TOKEN_W, SIM_END, SIM_STEP, SIM_CLOSE };
+
+struct sim_event {
+	uint64_t ts;
+	int seq;
+	enum sim_kind kind;
+	uint32_t conn;
+	struct ts_gpu_step_event step;
+};
+
+struct sim_req {
+	uint32_t conn;
+	uint64_t arrival;
+	uint32_t max_tokens;
+	uint32_t abort_after; /* the client hangs up after this many tokens (0: never) */
+	uint32_t tokens;
+	bool done;
+};
+
+struct sim {
+	struct sim_event ev[SIM_MAX_EVENTS];
+	int n;
+	uint64_t pos[16][2];
+	struct pipeline pl;
+};
+
+static void sim_add(struct sim *s, uint64_t ts, enum sim_kind kind, uint32_t conn)
+{
+	if (s->n == SIM_MAX_EVENTS)
+		return;
+	s->ev[s->n] = (struct sim_event){ .ts = ts, .seq = s->n, .kind = kind, .conn = conn };
+	s->n++;
+}
+
+static int sim_cmp(const void *a, const void *b)
+{
+	const struct sim_event *x = a, *y = b;
+
+	if (x->ts != y->ts)
+		return x->ts < y->ts ? -1 : 1;
+	return x->seq - y->seq;
+}
+
+static void sim_step(struct sim *s, uint64_t start, uint64_t end, bool prefill)
+{
+	struct ts_gpu_step_event *e;
+
+	sim_add(s, end, SIM_STEP, 0);
+	e = &s->ev[s->n - 1].step;
+	e->hdr = (struct ts_event_hdr){ TS_EV_GPU_STEP, sizeof(*e), SIM_ENGINE, SIM_ENGINE };
+	e->start_ns = start;
+	e->wait_start_ns = end - 200 * US;
+	e->end_ns = end;
+	e->launches = prefill ? 40 : 3;
+	e->graph_launches = prefill ? 0 : 1;
+	e->memcpys = e->memcpys_dtoh = prefill ? 0 : 1;
+	e->waits = 1;
+}
+
+/* The engine loop, run ahead of time: fills s->ev with every record, in any order. */
+static void sim_schedule(struct sim *s, struct sim_req *q, int nq)
+{
+	int running[SIM_MAX_BATCH], nrun = 0;
+	bool waiting[16] = { false };
+	uint64_t now = q[0].arrival;
+
+	for (int i = 0; i < nq; i++) {
+		if (i == 0 || q[i].conn != q[i - 1].conn)
+			sim_add(s, q[i].arrival - MS, SIM_OPEN, q[i].conn);
+		sim_add(s, q[i].arrival, SIM_REQUEST, q[i].conn);
+	}
+	for (;;) {
+		int nwait = 0, first_new = nrun;
+		bool prefill;
+		uint64_t start, end;
+
+		for (int i = 0; i < nq; i++) {
+			bool running_i = false;
+
+			for (int k = 0; k < nrun; k++)
+				running_i |= running[k] == i;
+			waiting[i] = !q[i].done && !running_i && q[i].arrival <= now;
+			nwait += waiting[i];
+		}
+		if (!nwait && !nrun) {
+			uint64_t next = UINT64_MAX;
+
+			for (int i = 0; i < nq; i++)
+				if (!q[i].done && q[i].arrival > now && q[i].arrival < next)
+					next = q[i].arrival;
+			if (next == UINT64_MAX)
+				break;
+			now = next + 80 * US; /* the API server hands it to the engine */
+			continue;
+		}
+		prefill = nwait && nrun < SIM_MAX_BATCH;
+		for (int i = 0; prefill && i < nq && nrun < SIM_MAX_BATCH; i++) {
+			if (!waiting[i])
+				continue;
+			running[nrun++] = i;
+			/* vLLM sends the head and the role frame once the request is scheduled */
+			sim_add(s, now + 50 * US, SIM_HEAD, q[i].conn);
+		}
+		start = now + 20 * US;
+		end = start + (prefill ? SIM_PREFILL : SIM_TOKEN) + 250 * US;
+		sim_step(s, start, end, prefill);
+		for (int k = prefill ? first_new : 0; k < nrun; k++) {
+			struct sim_req *r = &q[running[k]];
+
+			r->tokens++;
+			sim_add(s, end + SIM_HOST_GAP + k * 20 * US, SIM_TOKEN_W, r->conn);
+			if (r->abort_after && r->tokens == r->abort_after) {
+				sim_add(s, end + 3 * MS, SIM_CLOSE, r->conn);
+				r->done = true;
+			} else if (r->tokens == r->max_tokens) {
+				sim_add(s, end + SIM_HOST_GAP + k * 20 * US + 30 * US, SIM_END,
+					r->conn);
+				r->done = true;
+			}
+		}
+		for (int k = 0; k < nrun;)
+			if (q[running[k]].done)
+				running[k] = running[--nrun];
+			else
+				k++;
+		now = end + 100 * US;
+	}
+}
+
+static void sim_data(struct sim *s, uint32_t conn, int dir, const char *p, uint64_t ts)
+{
+	size_t len = strlen(p), sz = sizeof(struct ts_data_event) + len;
+	struct ts_data_event *e = calloc(1, sz);
+
+	e->hdr = (struct ts_event_hdr){ TS_EV_DATA, sz, SIM_SERVER, SIM_SERVER };
+	e->conn_id = conn;
+	e->enter_ns = ts;
+	e->exit_ns = ts + 8 * US;
+	e->pos = e->syscall_pos = s->pos[conn][dir];
+	e->syscall_bytes = e->data_bytes = len;
+	e->fd = 10 + conn;
+	e->dir = dir;
+	e->syscall = dir ? TS_SYS_WRITE : TS_SYS_READ;
+	e->last = 1;
+	memcpy(e->data, p, len);
+	s->pos[conn][dir] += len;
+	pipeline_feed(&s->pl, e, sz);
+	free(e);
+}
+
+static void sim_chunk(struct sim *s, uint32_t conn, const char *frame, uint64_t ts)
+{
+	char buf[512];
+
+	snprintf(buf, sizeof(buf), "%zx\r\n%s\r\n", strlen(frame), frame);
+	sim_data(s, conn, TS_DIR_OUT, buf, ts);
+}
+
+static void sim_conn(struct sim *s, uint32_t type, uint32_t conn, uint64_t ts)
+{
+	struct ts_conn_event e = { .hdr = { type, sizeof(e), SIM_SERVER, SIM_SERVER } };
+
+	e.conn_id = conn;
+	e.ts_ns = ts;
+	e.fd = 10 + conn;
+	e.family = 2;
+	e.local_addr[0] = 127, e.local_addr[3] = 1;
+	e.peer_addr[0] = 127, e.peer_addr[3] = 1;
+	e.local_port = 8000;
+	e.peer_port = 50730 + conn;
+	e.rx_bytes = s->pos[conn][TS_DIR_IN];
+	e.tx_bytes = s->pos[conn][TS_DIR_OUT];
+	pipeline_feed(&s->pl, &e, sizeof(e));
+}
+
+static void sim_feed(struct sim *s, const struct sim_req *q, int nq)
+{
+	static const char body_fmt[] =
+	    "{\"model\":\"llama-3.1-8b\",\"stream\":true,\"max_tokens\":%u,"
+	    "\"messages\":[{\"role\":\"user\",\"content\":\"hello\"}]}";
+
+	qsort(s->ev, s->n, sizeof(s->ev[0]), sim_cmp);
+	for (int i = 0; i < s->n; i++) {
+		const struct sim_event *e = &s->ev[i];
+		char body[256], req[512];
+		uint32_t max_tokens = 0;
+
+		switch (e->kind) {
+		case SIM_OPEN:
+			sim_conn(s, TS_EV_CONN_OPEN, e->conn, e->ts);
+			break;
+		case SIM_REQUEST:
+			for (int k = 0; k < nq; k++)
+				if (q[k].conn == e->conn && q[k].arrival == e->ts)
+					max_tokens = q[k].max_tokens;
+			snprintf(body, sizeof(body), body_fmt, max_tokens);
+			snprintf(req, sizeof(req),
+				 "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+				 "application/json\r\nContent-Length: %zu\r\n\r\n%s",
+				 strlen(body), body);
+			sim_data(s, e->conn, TS_DIR_IN, req, e->ts - 8 * US);
+			break;
+		case SIM_HEAD:
+			sim_data(s, e->conn, TS_DIR_OUT,
+				 "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+				 "transfer-encoding: chunked\r\n\r\n",
+				 e->ts);
+			sim_chunk(s, e->conn,
+				  "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\","
+				  "\"content\":\"\"}}]}\n\n",
+				  e->ts + 10 * US);
+			break;
+		case SIM_TOKEN_W:
+			sim_chunk(s, e->conn,
+				  "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\n",
+				  e->ts);
+			break;
+		case SIM_END:
+			sim_chunk(s, e->conn, "data: [DONE]\n\n", e->ts);
+			sim_data(s, e->conn, TS_DIR_OUT, "0\r\n\r\n", e->ts + 10 * US);
+			break;
+		case SIM_STEP:
+			pipeline_feed(&s->pl, &e->step, sizeof(e->step));
+			break;
+		case SIM_CLOSE:
+			sim_conn(s, TS_EV_CONN_CLOSE, e->conn, e->ts);
+			break;
+		}
+		/* The loader drains the ring buffer every 100 ms or so. */
+		if (i + 1 == s->n || s->ev[i + 1].ts / (100 * MS) != e->ts / (100 * MS))
+			pipeline_tick(&s->pl);
+	}
+}
+
+static void test_through_pipeline(void)
+{
+	struct sim_req q[] = {
+		/* conn, arrival, max_tokens, abort_after: sorted by connection, then time */
+		{ 1, ORIGIN + 2 * MS, 12, 0, 0, false },   { 1, ORIGIN + 262 * MS, 8, 0, 0, false },
+		{ 2, ORIGIN + 9 * MS, 16, 0, 0, false },   { 3, ORIGIN + 16 * MS, 10, 0, 0, false },
+		{ 4, ORIGIN + 44 * MS, 14, 0, 0, false },  { 5, ORIGIN + 52 * MS, 6, 0, 0, false },
+		{ 6, ORIGIN + 120 * MS, 20, 5, 0, false },
+	};
+	const int nq = sizeof(q) / sizeof(q[0]);
+	struct pipeline_opts o = { .json = true };
+	const char *out = getenv("TIMELINE_OUT");
+	struct sim *s = calloc(1, sizeof(*s));
+	struct tfile f;
+	struct sink sk;
+	int tokens = 0, steps = 0, queued = 0;
+	const cJSON *e;
+
+	if (!ASSERT_OK_PTR(s, "alloc"))
+		return;
+	o.out = o.err = fopen("/dev/null", "w");
+	tf_open(&f);
+	if (out && *out) {
+		timeline_close(&f.t);
+		unlink(f.path);
+		snprintf(f.path, sizeof(f.path), "%s", out);
+		ASSERT_OK(timeline_open(&f.t, f.path), "open TIMELINE_OUT");
+	}
+	ASSERT_OK(timeline_set_origin(&f.t, ORIGIN), "origin: the start of tracing");
+	pipeline_init(&s->pl, &o);
+	pipeline_add_process(&s->pl, SIM_SERVER, true);
+	sk = timeline_sink(&f.t);
+	ASSERT_OK(pipeline_add_sink(&s->pl, &sk), "add sink");
+	sim_schedule(s, q, nq);
+	sim_feed(s, q, nq);
+	pipeline_finish(&s->pl);
+	if (!tf_close_parse(&f) || !check_events(f.events))
+		goto out;
+
+	for (int i = 0; i < s->n; i++) {
+		tokens += s->ev[i].kind == SIM_TOKEN_W;
+		steps += s->ev[i].kind == SIM_STEP;
+	}
+	ASSERT_EQ(count(f.events, "X", "request") + count(f.events, "X", "request: aborted"), nq,
+		  "every request");
+	ASSERT_EQ(count(f.events, "X", "request: aborted"), 1, "the abandoned one");
+	ASSERT_EQ(count(f.events, "i", "token"), tokens, "every token");
+	ASSERT_EQ(count_pid(f.events, "X", SIM_ENGINE), steps, "every GPU step");
+	ASSERT_EQ(count(f.events, "X", "prefill") + count(f.events, "X", "decode"), steps + 2 * nq,
+		  "steps, and a prefill and a decode phase per request");
+	ASSERT_EQ(count(f.events, "M", "thread_name"), 6, "six connections");
+	ASSERT_EQ(count(f.events, "X", "waiting for first token"), 0, "all attributed");
+	/* Two requests arrived with the batch full: they queued until others finished. */
+	for (int i = 0; (e = find(f.events, "X", "queue", i)); i++)
+		queued += num(e, "dur") > SIM_PREFILL / US;
+	ASSERT_EQ(queued, 2, "queued behind a full batch");
+out:
+	pipeline_free(&s->pl);
+	fclose(o.out);
+	free(s);
+	if (out && *out) {
+		timeline_close(&f.t);
+		cJSON_Delete(f.root);
+		free(f.text);
+	} else {
+		tf_free(&f);
+	}
+}
+
+int main(void)
+{
+	RUN(test_attributed_request);
+	RUN(test_unattributed_and_failed);
+	RUN(test_gpu_steps);
+	RUN(test_origin_first_event);
+	RUN(test_cut_file);
+	RUN(test_keepalive_and_escaping);
+	RUN(test_empty_and_errors);
+	RUN(test_through_pipeline);
+	return CHECK_DONE();
+}

@@ -1,0 +1,340 @@
+// SPDX-License-Identifier: MIT
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gpu.h"
+#include "jsonw.h"
+#include "request.h"
+#include "timeline.h"
+
+/* Process sort order in the viewers: connections above GPU processes. */
+#define SORT_CONNECTIONS 0
+#define SORT_GPU 1
+
+static int write_all(int fd, const char *p, size_t n)
+{
+	while (n) {
+		ssize_t k = write(fd, p, n);
+
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0)
+			return -errno;
+		p += k;
+		n -= k;
+	}
+	return 0;
+}
+
+/* Buffered bytes (a memstream's size is known only after a flush). */
+static size_t tl_pending(struct timeline *t)
+{
+	long pos = ftell(t->buf);
+
+	return pos > 0 ? (size_t)pos : 0;
+}
+
+/* Writes what is buffered in one piece and starts a new buffer. */
+static void tl_flush(struct timeline *t)
+{
+	int err;
+
+	if (!t->buf || !tl_pending(t))
+		return;
+	fclose(t->buf);
+	err = t->mem_len ? write_all(t->fd, t->mem, t->mem_len) : 0;
+	if (err && !t->err)
+		t->err = err;
+	free(t->mem);
+	t->mem = NULL;
+	t->mem_len = 0;
+	t->buf = open_memstream(&t->mem, &t->mem_len);
+	if (!t->buf && !t->err)
+		t->err = -ENOMEM;
+}
+
+/* ns relative to the origin, as microseconds with the nanoseconds exact. */
+static void json_us(struct jsonw *w, const char *key, int64_t ns)
+{
+	uint64_t a = ns < 0 ? -(uint64_t)ns : (uint64_t)ns;
+
+	jsonw_key(w, key);
+	fprintf(w->f, "%s%" PRIu64 ".%03u", ns < 0 ? "-" : "", a / 1000, (unsigned)(a % 1000));
+}
+
+static int64_t rel(const struct timeline *t, uint64_t ns)
+{
+	return ns >= t->origin_ns ? (int64_t)(ns - t->origin_ns) : -(int64_t)(t->origin_ns - ns);
+}
+
+static int64_t span(uint64_t from, uint64_t to)
+{
+	return to > from ? (int64_t)(to - from) : 0;
+}
+
+static void ms_or_null(struct jsonw *w, const char *key, int64_t ns)
+{
+	if (ns < 0)
+		jsonw_null(w, key);
+	else
+		jsonw_num(w, key, ns / 1e6, 3);
+}
+
+/* Opens one event: name, cat, ph, ts, pid, tid; the caller adds the rest and the '}'. */
+static void ev_begin(struct timeline *t, struct jsonw *w, const char *name, const char *cat,
+		     const char *ph, int64_t ts, uint32_t pid, uint64_t tid)
+{
+	fputs(t->events++ ? ",\n" : "\n", t->buf);
+	jsonw_begin(w, t->buf);
+	jsonw_str(w, "name", name);
+	if (cat)
+		jsonw_str(w, "cat", cat);
+	jsonw_str(w, "ph", ph);
+	json_us(w, "ts", ts);
+	jsonw_u64(w, "pid", pid);
+	jsonw_u64(w, "tid", tid);
+}
+
+/* A metadata event naming a process or thread ({"name": value}); a process's own metadata goes on
+ * its main thread (tid = pid), as a tid shared by two processes would confuse Perfetto. */
+static void ev_meta_str(struct timeline *t, const char *what, uint32_t pid, uint64_t tid,
+			const char *value)
+{
+	struct jsonw w;
+
+	ev_begin(t, &w, what, NULL, "M", 0, pid, tid);
+	jsonw_obj_begin(&w, "args");
+	jsonw_str(&w, "name", value);
+	jsonw_obj_end(&w);
+	jsonw_end(&w);
+}
+
+static void ev_meta_sort(struct timeline *t, uint32_t pid, int sort_index)
+{
+	struct jsonw w;
+
+	ev_begin(t, &w, "process_sort_index", NULL, "M", 0, pid, pid);
+	jsonw_obj_begin(&w, "args");
+	jsonw_i64(&w, "sort_index", sort_index);
+	jsonw_obj_end(&w);
+	jsonw_end(&w);
+}
+
+static void ev_complete(struct timeline *t, const char *name, const char *cat, uint32_t pid,
+			uint64_t tid, uint64_t from, uint64_t to)
+{
+	struct jsonw w;
+
+	ev_begin(t, &w, name, cat, "X", rel(t, from), pid, tid);
+	json_us(&w, "dur", span(from, to));
+	jsonw_end(&w);
+}
+
+/* The header, once the origin is known: displayTimeUnit in the first bytes, where Perfetto
+ * looks for it, and otherData before traceEvents, as older Perfetto versions stop at a
+ * top-level key they do not know (they know otherData). */
+static void tl_start(struct timeline *t, uint64_t first_ns)
+{
+	struct jsonw w;
+
+	if (t->started || !t->buf)
+		return;
+	t->started = true;
+	if (!t->origin_given)
+		t->origin_ns = first_ns;
+	jsonw_begin(&w, t->buf);
+	jsonw_str(&w, "displayTimeUnit", "ms");
+	jsonw_obj_begin(&w, "otherData");
+	jsonw_str(&w, "producer", "tokenscope");
+	jsonw_str(&w, "clock", "CLOCK_MONOTONIC");
+	if (first_ns || t->origin_given)
+		jsonw_u64(&w, "origin_ns", t->origin_ns);
+	else
+		jsonw_null(&w, "origin_ns");
+	jsonw_str(&w, "origin", t->origin_given ? "start of tracing" : "first event");
+	jsonw_obj_end(&w);
+	jsonw_key(&w, "traceEvents");
+	fputc('[', t->buf);
+	ev_meta_str(t, "process_name", TIMELINE_CONN_PID, TIMELINE_CONN_PID, "connections");
+	ev_meta_sort(t, TIMELINE_CONN_PID, SORT_CONNECTIONS);
+}
+
+static void name_conn(struct timeline *t, const struct request *r)
+{
+	uint64_t *slot = &t->named_conns[r->conn_id % TIMELINE_NAMED_CONNS];
+
+	if (*slot == r->conn_id + 1)
+		return;
+	*slot = r->conn_id + 1;
+	ev_meta_str(t, "thread_name", TIMELINE_CONN_PID, TIMELINE_CONN_TID(r->conn_id), r->conn);
+}
+
+static void name_gpu(struct timeline *t, uint32_t pid)
+{
+	uint32_t *slot = &t->named_pids[pid % TIMELINE_NAMED_PIDS];
+	char name[32];
+
+	if (*slot == pid)
+		return;
+	*slot = pid;
+	snprintf(name, sizeof(name), "GPU pid %u", pid);
+	ev_meta_str(t, "process_name", pid, pid, name);
+	ev_meta_sort(t, pid, SORT_GPU);
+}
+
+static void tl_request(void *ctx, const struct request *r, const struct request_metrics *m,
+		       const struct gpu_attribution *ga)
+{
+	struct timeline *t = ctx;
+	const uint32_t pid = TIMELINE_CONN_PID;
+	const uint64_t tid = TIMELINE_CONN_TID(r->conn_id);
+	bool attributed = ga && ga->queue_ns >= 0 && ga->prefill_ns >= 0;
+	char name[32];
+	struct jsonw w;
+
+	if (!t->buf)
+		return;
+	tl_start(t, r->arrival_ns);
+	name_conn(t, r);
+	t->requests++;
+
+	/* The whole request first: with the same ts, the enclosing slice must come first. */
+	if (r->outcome == OUTCOME_OK)
+		snprintf(name, sizeof(name), "request");
+	else
+		snprintf(name, sizeof(name), "request: %s", outcome_name(r->outcome));
+	ev_begin(t, &w, name, "request", "X", rel(t, r->arrival_ns), pid, tid);
+	json_us(&w, "dur", span(r->arrival_ns, r->end_ns));
+	jsonw_obj_begin(&w, "args");
+	jsonw_str(&w, "model", r->info.model[0] ? r->info.model : NULL);
+	jsonw_str(&w, "method", r->method);
+	jsonw_str(&w, "path", r->path);
+	jsonw_i64(&w, "status", r->status);
+	jsonw_str(&w, "outcome", outcome_name(r->outcome));
+	ms_or_null(&w, "ttft_ms", m->ttft_ns);
+	ms_or_null(&w, "e2e_ms", m->e2e_ns);
+	jsonw_i64(&w, "tokens", m->tokens);
+	jsonw_u64(&w, "seq", r->seq);
+	jsonw_str(&w, "attribution", ga ? ga->how : NULL);
+	jsonw_obj_end(&w);
+	jsonw_end(&w);
+
+	if (r->ntokens) {
+		if (attributed) {
+			uint64_t q = r->arrival_ns + ga->queue_ns;
+
+			if (ga->queue_ns > 0)
+				ev_complete(t, "queue", "phase", pid, tid, r->arrival_ns, q);
+			ev_complete(t, "prefill", "phase", pid, tid, q, q + ga->prefill_ns);
+			ev_complete(t, "decode", "phase", pid, tid, r->first_token_ns, r->end_ns);
+		} else {
+			ev_complete(t, "waiting for first token", "phase", pid, tid, r->arrival_ns,
+				    r->first_token_ns);
+			ev_complete(t, "streaming", "phase", pid, tid, r->first_token_ns,
+				    r->end_ns);
+		}
+	}
+	for (uint32_t i = 0; i < r->ntokens; i++) {
+		ev_begin(t, &w, "token", "token", "i", rel(t, r->token_ns[i]), pid, tid);
+		jsonw_str(&w, "s", "t");
+		jsonw_end(&w);
+	}
+	/* A request is where a reader of a crashed file would want the file to end. */
+	tl_flush(t);
+}
+
+static void tl_step(void *ctx, const struct gpu_step *s)
+{
+	struct timeline *t = ctx;
+	struct jsonw w;
+
+	if (!t->buf)
+		return;
+	tl_start(t, s->start_ns);
+	name_gpu(t, s->pid);
+	t->steps++;
+	ev_begin(t, &w, gpu_kind_name(s->kind), "gpu", "X", rel(t, s->start_ns), s->pid, s->tid);
+	json_us(&w, "dur", span(s->start_ns, s->end_ns));
+	jsonw_obj_begin(&w, "args");
+	jsonw_u64(&w, "launches", s->launches);
+	jsonw_u64(&w, "graph_launches", s->graph_launches);
+	jsonw_u64(&w, "memcpys", s->memcpys);
+	jsonw_u64(&w, "waits", s->waits);
+	ms_or_null(&w, "wait_ms", span(s->wait_start_ns, s->end_ns));
+	jsonw_obj_end(&w);
+	jsonw_end(&w);
+	if (tl_pending(t) >= TIMELINE_FLUSH_BYTES)
+		tl_flush(t);
+}
+
+static void tl_tick(void *ctx, const struct pipeline *pl, uint64_t now_ns)
+{
+	(void)pl, (void)now_ns;
+	tl_flush(ctx);
+}
+
+static void tl_finish(void *ctx, const struct pipeline *pl)
+{
+	(void)pl;
+	tl_flush(ctx);
+}
+
+int timeline_open(struct timeline *t, const char *path)
+{
+	memset(t, 0, sizeof(*t));
+	t->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (t->fd < 0)
+		return -errno;
+	t->buf = open_memstream(&t->mem, &t->mem_len);
+	if (!t->buf) {
+		close(t->fd);
+		t->fd = -1;
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+int timeline_set_origin(struct timeline *t, uint64_t origin_ns)
+{
+	if (t->started)
+		return -EBUSY;
+	t->origin_given = true;
+	t->origin_ns = origin_ns;
+	return 0;
+}
+
+struct sink timeline_sink(struct timeline *t)
+{
+	return (struct sink){
+		.name = "timeline",
+		.ctx = t,
+		.request = tl_request,
+		.gpu_step = tl_step,
+		.tick = tl_tick,
+		.finish = tl_finish,
+	};
+}
+
+int timeline_close(struct timeline *t)
+{
+	if (t->fd < 0)
+		return t->err;
+	if (t->buf) {
+		tl_start(t, 0);
+		fputs("\n]}\n", t->buf);
+		tl_flush(t);
+	}
+	if (t->buf)
+		fclose(t->buf);
+	t->buf = NULL;
+	free(t->mem);
+	t->mem = NULL;
+	if (close(t->fd) && !t->err)
+		t->err = -errno;
+	t->fd = -1;
+	return t->err;
+}
