@@ -18,9 +18,9 @@ BPF_CFLAGS := -g -O2 -Wall -Werror -target bpf -mcpu=v3 -D__TARGET_ARCH_$(ARCH) 
 ifeq ($(STATIC),1)
 # libbpf, libelf, zlib and zstd go in statically; Debian ships no static cJSON, so the binary
 # still needs libc and libcjson1 on the target (README: "Static build").
-LDLIBS := -Wl,-Bstatic -lbpf -lelf -lz -lzstd -Wl,-Bdynamic -lcjson -lm
+LDLIBS := -Wl,-Bstatic -lbpf -lelf -lz -lzstd -Wl,-Bdynamic -lcjson -lm -lmicrohttpd -lpthread
 else
-LDLIBS := -lbpf -lelf -lz -lcjson -lm
+LDLIBS := -lbpf -lelf -lz -lcjson -lm -lmicrohttpd -lpthread
 endif
 
 ifeq ($(V),1)
@@ -111,7 +111,7 @@ $(OUTPUT)/cudaloop-static: tests/cudaloop.c | $(OUTPUT)
 
 $(OUTPUT)/tests/%: tests/unit/%.c tests/unit/check.h $(wildcard tests/unit/*.h) $(SAN_OBJS) | $(OUTPUT)/tests
 	$(call msg,TEST,$@)
-	$(Q)$(CC) $(USER_CFLAGS) $(SAN_FLAGS) -Itests/unit $< $(SAN_OBJS) -o $@ -lcjson -lm
+	$(Q)$(CC) $(USER_CFLAGS) $(SAN_FLAGS) -Itests/unit $< $(SAN_OBJS) -o $@ -lcjson -lm -lmicrohttpd
 
 $(OUTPUT)/tests/%: tests/bpf/%.c tests/unit/check.h $(LIB_OBJS) $(OUTPUT)/user/cuda.o $(OUTPUT)/tokenscope.skel.h | $(OUTPUT)/tests
 	$(call msg,TEST,$@)

@@ -6,6 +6,8 @@ set -euo pipefail
 PKGS=(
 	# build
 	clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev libzstd-dev libcjson-dev make gcc
+	# the metrics endpoint (libmicrohttpd) and its tests (promtool, prometheus)
+	libmicrohttpd-dev prometheus curl
 	# end-to-end test servers and tools
 	python3 python3-fastapi python3-uvicorn python3-uvloop python3-httptools python3-aiohttp
 	golang-go nodejs strace bpftrace iproute2 procps

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Runs every test program and script; each prints PASS/FAIL/SKIP lines. Ends with the totals
 # line "N passed, N failed, N skipped" and exits non-zero if anything failed.
-# TESTS=unit|bpf|e2e|cli (space separated) runs a subset.
+# TESTS=unit|bpf|cli|prom|e2e (space separated) runs a subset.
 set -u
 cd "$(dirname "$0")/.."
 OUT=.output
 LOG=$OUT/test-logs
 mkdir -p "$LOG"
 export TS_FIXTURES=tests/fixtures
-TESTS=${TESTS:-"unit bpf cli e2e"}
+TESTS=${TESTS:-"unit bpf cli prom e2e"}
 passed=0 failed=0 skipped=0
 
 run() { # name command...
@@ -48,6 +48,9 @@ for t in $TESTS; do
 		;;
 	cli)
 		run cli tests/cli/run_cli.sh
+		;;
+	prom)
+		run prom tests/prom/run_prom.sh
 		;;
 	e2e)
 		run e2e /usr/bin/python3 tests/e2e/run_e2e.py

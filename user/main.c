@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "httpd.h"
 #include "trace.h"
 
 #define TOKENSCOPE_VERSION "0.1.0"
@@ -37,7 +38,8 @@ static const char trace_doc[] =
 	"  tokenscope trace -p 1234 --json --tokens   # ... with every token's time\n"
 	"  tokenscope trace -p 1234 -d 30   # stop after 30 s\n"
 	"  tokenscope trace -p 1234 10      # also a summary every 10 s\n"
-	"  tokenscope trace -p 1234 10 6    # six 10 s summaries, then stop\n";
+	"  tokenscope trace -p 1234 10 6    # six 10 s summaries, then stop\n"
+	"  tokenscope trace -p 1234 --listen :9464   # Prometheus metrics on 127.0.0.1:9464\n";
 
 enum {
 	OPT_TOKENS = 0x100,
@@ -45,6 +47,7 @@ enum {
 	OPT_RING,
 	OPT_GPU_STEPS,
 	OPT_KERNELS,
+	OPT_LISTEN,
 };
 
 static const struct argp_option trace_options[] = {
@@ -60,6 +63,8 @@ static const struct argp_option trace_options[] = {
 	{ "ring-buffer-mb", OPT_RING, "MB", 0,
 	  "Ring buffer size, a power of two (default 2); larger if records are lost", 0 },
 	{ "verbose", 'v', NULL, 0, "Report process forks and exits, and libbpf messages", 0 },
+	{ "listen", OPT_LISTEN, "ADDR:PORT", 0,
+	  "Serve Prometheus metrics at http://ADDR:PORT/metrics (:PORT or PORT: on 127.0.0.1)", 0 },
 	{},
 };
 
@@ -126,6 +131,15 @@ static error_t trace_parse(int key, char *arg, struct argp_state *state)
 	case 'v':
 		o->verbose = true;
 		break;
+	case OPT_LISTEN: {
+		struct sockaddr_storage addr;
+		socklen_t addrlen;
+
+		if (httpd_parse_listen(arg, &addr, &addrlen))
+			argp_error(state, "invalid --listen '%s' (ADDR:PORT, :PORT or PORT)", arg);
+		o->listen = arg;
+		break;
+	}
 	case ARGP_KEY_ARG:
 		if (positional == 0) {
 			if (parse_double(arg, &o->interval_s) || o->interval_s == 0)

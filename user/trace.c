@@ -9,7 +9,9 @@
 #include <bpf/libbpf.h>
 
 #include "cuda.h"
+#include "httpd.h"
 #include "proc.h"
+#include "prom.h"
 #include "tokenscope.skel.h"
 #include "trace.h"
 
@@ -186,6 +188,9 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 	};
 	struct tracer tr = { .verbose = o->verbose };
 	struct ring_buffer *rb = NULL;
+	struct httpd *httpd = NULL;
+	struct prom *prom = NULL;
+	struct sink sink;
 	double start, next_interval, next_cuda_scan;
 	long intervals = 0;
 	int err, nprocs = 0;
@@ -205,6 +210,22 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 		return err;
 	tr.pl.on_exit = forget_sockets;
 	tr.pl.on_exit_ctx = &tr;
+	/* Prometheus endpoint (--listen): bound before attaching, so a busy port fails fast. */
+	if (o->listen) {
+		err = httpd_start(&httpd, o->listen, stderr);
+		if (err)
+			goto out;
+		prom = prom_new(httpd_publish, httpd);
+		if (!prom) {
+			err = -ENOMEM;
+			goto out;
+		}
+		sink = prom_sink(prom);
+		err = pipeline_add_sink(&tr.pl, &sink);
+		if (err)
+			goto out;
+		fprintf(stderr, "tokenscope: metrics at http://%s/metrics\n", httpd_address(httpd));
+	}
 	err = trace_load(&tr, o);
 	if (err)
 		goto out;
@@ -288,6 +309,8 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 	pipeline_finish(&tr.pl);
 	pipeline_print_total(&tr.pl);
 out:
+	httpd_stop(httpd);
+	prom_free(prom);
 	ring_buffer__free(rb);
 	cuda_detach(&tr.cuda);
 	tokenscope_bpf__destroy(tr.skel);

@@ -23,6 +23,7 @@ struct trace_opts {
 	long count;	   /* stop after this many intervals; 0: no limit */
 	uint32_t capture_bytes;
 	uint32_t ring_mb; /* ring buffer size in MiB, a power of two */
+	const char *listen; /* --listen: serve Prometheus metrics there; NULL: no endpoint */
 };
 
 /* Returns 0, or a negative errno after printing why. */

@@ -1,0 +1,255 @@
+#!/usr/bin/env bash
+# The Prometheus endpoint end to end: refserver traced with `tokenscope trace --json --listen`,
+# about 40 requests from gtclient with TTFTs spread over several buckets, then
+#  (a) /metrics fetched with curl passes `promtool check metrics` and counts every request;
+#  (b) a real Prometheus server scraping every second computes a TTFT P99 with
+#      histogram_quantile that agrees with tokenscope's own (from its JSON lines) within the
+#      bucket's error, and evaluates deploy/prometheus/rules.yml without errors;
+#  (c) `promtool check rules` and `promtool test rules` pass on the rules.
+# Also: a port already taken is refused with a clear message. Needs root (BPF).
+# Prints PASS/FAIL/SKIP lines and the totals line; exits 1 if anything failed.
+set -u
+cd "$(dirname "$0")/../.." || exit 1
+TS=${TOKENSCOPE:-.output/tokenscope}
+RS=${REFSERVER:-.output/refserver}
+GT=${GTCLIENT:-.output/gtclient}
+RULES=deploy/prometheus/rules.yml
+PY=/usr/bin/python3
+[ -x "$PY" ] || PY=python3
+TMP=$(mktemp -d)
+pass=0 fail=0 skip=0
+pids=()
+# Every wait is bounded: this many tenths of a second at most.
+WAIT_ATTACH=100 WAIT_READY=300 WAIT_SCRAPE=300 WAIT_LINES=100
+
+cleanup() {
+	for p in "${pids[@]}"; do kill -INT "$p" 2>/dev/null; done
+	for p in "${pids[@]}"; do
+		for _ in $(seq 30); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+		kill -9 "$p" 2>/dev/null
+	done
+	rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+ok() { echo "PASS $1"; pass=$((pass + 1)); }
+ko() {
+	echo "FAIL $1: $2"
+	fail=$((fail + 1))
+	for f in "$TMP"/*.err "$TMP"/rs.out; do [ -s "$f" ] && { echo "--- $f"; tail -n 5 "$f"; }; done
+}
+sk() { echo "SKIP $1: $2"; skip=$((skip + 1)); }
+finish() {
+	echo "$pass passed, $fail failed, $skip skipped"
+	[ "$fail" -eq 0 ]
+	exit
+}
+
+free_port() {
+	"$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# Query Prometheus' HTTP API; prints the first sample's value, or nothing.
+prom_query() {
+	curl -s --max-time 5 "http://127.0.0.1:$PPORT/api/v1/query" --data-urlencode "query=$1" |
+		"$PY" -c 'import json,sys
+r = json.load(sys.stdin)["data"]["result"]
+print(r[0]["value"][1] if r else "")' 2>/dev/null
+}
+
+# (c) first: it needs neither root nor a tracer.
+if command -v promtool >/dev/null; then
+	if out=$(promtool check rules "$RULES" 2>&1); then
+		ok "promtool check rules $RULES"
+	else
+		ko "promtool check rules" "$out"
+	fi
+	if out=$(promtool test rules tests/prom/rules_test.yml 2>&1); then
+		ok "promtool test rules: each alert fires after its 'for' and not before"
+	else
+		ko "promtool test rules" "$out"
+	fi
+else
+	sk "promtool check rules" "promtool not installed (Debian package prometheus)"
+fi
+
+missing=""
+for t in "$TS" "$RS" "$GT"; do [ -x "$t" ] || missing="$missing $t"; done
+for c in curl promtool prometheus; do command -v $c >/dev/null || missing="$missing $c"; done
+if [ "$(id -u)" -ne 0 ]; then
+	sk "metrics endpoint" "needs root to load BPF programs"
+	finish
+elif [ -n "$missing" ]; then
+	sk "metrics endpoint" "missing:$missing (make; scripts/deps.sh)"
+	finish
+fi
+
+# Server: TTFT = 50 ms + 0.1 ms per prompt byte, so prompt sizes spread TTFT over buckets;
+# jittered token gaps.
+"$RS" --port 0 --prefill-ms 50 --prefill-us-per-byte 100 --token-ms 5 --jitter-ms 10 \
+	>"$TMP/rs.out" 2>&1 &
+RSPID=$!
+pids+=("$RSPID")
+for _ in $(seq 50); do grep -q listening "$TMP/rs.out" && break; sleep 0.1; done
+PORT=$(grep -o '[0-9]*$' "$TMP/rs.out")
+[ -n "$PORT" ] || { ko "refserver" "did not start"; finish; }
+
+MPORT=$(free_port)
+"$TS" trace -p "$RSPID" --json --listen "127.0.0.1:$MPORT" >"$TMP/ts.json" 2>"$TMP/ts.err" &
+TSPID=$!
+pids+=("$TSPID")
+for _ in $(seq $WAIT_ATTACH); do grep -q attached "$TMP/ts.err" && break; sleep 0.1; done
+if ! grep -q "metrics at http://127.0.0.1:$MPORT/metrics" "$TMP/ts.err"; then
+	ko "tokenscope --listen" "no 'metrics at' line"
+	finish
+fi
+ok "tokenscope serves metrics at http://127.0.0.1:$MPORT/metrics"
+
+# A second tracer on the same port: refused, with the reason.
+"$TS" trace -p "$RSPID" --listen "127.0.0.1:$MPORT" -d 5 >/dev/null 2>"$TMP/busy.err"
+rc=$?
+if [ $rc -eq 1 ] &&
+	grep -qx "tokenscope: cannot listen on 127.0.0.1:$MPORT: Address already in use" \
+		"$TMP/busy.err"; then
+	ok "a port in use is refused: $(cat "$TMP/busy.err")"
+else
+	ko "port in use" "rc=$rc: $(cat "$TMP/busy.err")"
+fi
+
+# Prometheus, scraping tokenscope every second, with our rules loaded.
+PPORT=$(free_port)
+mkdir -p "$TMP/prom"
+cp "$RULES" "$TMP/prom/rules.yml"
+cat >"$TMP/prom/prometheus.yml" <<EOF
+global:
+  scrape_interval: 1s
+  evaluation_interval: 1s
+rule_files: [rules.yml]
+scrape_configs:
+  - job_name: tokenscope
+    static_configs:
+      - targets: ['127.0.0.1:$MPORT']
+EOF
+prometheus --config.file="$TMP/prom/prometheus.yml" --storage.tsdb.path="$TMP/prom/data" \
+	--web.listen-address="127.0.0.1:$PPORT" --log.level=warn >"$TMP/prometheus.err" 2>&1 &
+pids+=("$!")
+ready=0
+for _ in $(seq $WAIT_READY); do
+	curl -sf --max-time 2 "http://127.0.0.1:$PPORT/-/ready" >/dev/null && { ready=1; break; }
+	sleep 0.1
+done
+[ $ready -eq 1 ] || { ko "prometheus" "not ready after $((WAIT_READY / 10)) s"; finish; }
+
+# 40 requests: 8 prompt sizes x 5, 5 at a time; every 10th of the last batch an HTTP error.
+NREQ=0
+for bytes in 16 128 256 512 1024 2048 4096 8192; do
+	extra=()
+	[ "$bytes" = 8192 ] && extra=(--http-error-every 5)
+	"$GT" --port "$PORT" -n 5 -c 5 --max-tokens 8 --usage --prompt-bytes "$bytes" "${extra[@]}" \
+		-o "$TMP/gt.$bytes.jsonl" 2>>"$TMP/gt.err" || true
+	NREQ=$((NREQ + 5))
+done
+for _ in $(seq $WAIT_LINES); do
+	[ "$(grep -c '"outcome"' "$TMP/ts.json")" -ge $NREQ ] && break
+	sleep 0.1
+done
+NOK=$(grep -c '"outcome":"ok"' "$TMP/ts.json")
+if [ "$(grep -c '"outcome"' "$TMP/ts.json")" -eq $NREQ ] && [ "$NOK" -eq $((NREQ - 1)) ]; then
+	ok "tokenscope reported $NREQ requests ($NOK ok)"
+else
+	ko "JSON lines" "$(grep -c '"outcome"' "$TMP/ts.json") requests, $NOK ok; expected $NREQ"
+fi
+
+# (a) the endpoint, as any client sees it
+sleep 0.2 # the snapshot follows the last records within a drain period (10 ms)
+code=$(curl -s --max-time 5 -o "$TMP/metrics.txt" -D "$TMP/headers.txt" -w '%{http_code}' \
+	"http://127.0.0.1:$MPORT/metrics")
+if [ "$code" = 200 ] && grep -qi '^content-type: text/plain; version=0.0.4' "$TMP/headers.txt"; then
+	ok "GET /metrics: 200, text/plain; version=0.0.4"
+else
+	ko "GET /metrics" "status $code, $(grep -i content-type "$TMP/headers.txt")"
+fi
+if out=$(promtool check metrics <"$TMP/metrics.txt" 2>&1); then
+	ok "promtool check metrics ($(grep -vc '^#' "$TMP/metrics.txt") samples)"
+else
+	ko "promtool check metrics" "$out"
+fi
+total=$(awk '/^tokenscope_requests_total\{/ { s += $2 } END { print s + 0 }' "$TMP/metrics.txt")
+ttft_n=$(awk '/^tokenscope_time_to_first_token_seconds_count\{/ { s += $2 } END { print s + 0 }' \
+	"$TMP/metrics.txt")
+if [ "$total" -eq "$NREQ" ] && [ "$ttft_n" -eq "$NOK" ] &&
+	grep -q "^tokenscope_requests_total{model=\"ref\",outcome=\"http_error\"} 1$" \
+		"$TMP/metrics.txt"; then
+	ok "metrics count every request: requests_total $total, TTFT count $ttft_n"
+else
+	ko "metrics counts" "requests_total $total (want $NREQ), TTFT count $ttft_n (want $NOK)"
+fi
+code=$(curl -s --max-time 5 -o /dev/null -w '%{http_code}' "http://127.0.0.1:$MPORT/")
+if [ "$code" = 404 ]; then ok "GET /: 404"; else ko "GET /" "status $code"; fi
+
+# (b) Prometheus: at least two scrapes, the last one after the last request
+scraped=0
+for _ in $(seq $WAIT_SCRAPE); do
+	n=$(prom_query 'count_over_time(up{job="tokenscope"}[5m])')
+	c=$(prom_query 'sum(tokenscope_time_to_first_token_seconds_count)')
+	if [ "${n:-0}" -ge 2 ] && [ "${c:-0}" = "$NOK" ]; then
+		scraped=1
+		break
+	fi
+	sleep 0.1
+done
+if [ $scraped -eq 1 ]; then
+	ok "prometheus scraped $n times; its TTFT count is $c"
+else
+	ko "prometheus scrapes" "scrapes ${n:-none}, TTFT count ${c:-none} (want $NOK)"
+fi
+q=$(prom_query 'histogram_quantile(0.99, sum by (le) (tokenscope_time_to_first_token_seconds_bucket))')
+# P99 of the ok requests' ttft_ms (nearest rank), and whether Prometheus' interpolated value
+# is in the same bucket or within that bucket's width of it.
+verdict=$("$PY" - "$TMP/ts.json" "${q:-nan}" <<'EOF'
+import json, math, sys
+bounds = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
+          7.5, 10.0]
+v = sorted(json.loads(l)["ttft_ms"] / 1e3 for l in open(sys.argv[1])
+           if '"outcome":"ok"' in l)
+prom = float(sys.argv[2])
+true = v[max(1, math.ceil(0.99 * len(v))) - 1]
+i = next((k for k, b in enumerate(bounds) if true <= b), len(bounds))
+lo = bounds[i - 1] if i > 0 else 0.0
+hi = bounds[i] if i < len(bounds) else math.inf
+same = lo < prom <= hi
+close = abs(prom - true) <= hi - lo
+print(f"{'ok' if same or close else 'bad'} tokenscope P99 {true:.4f} s, Prometheus "
+      f"{prom:.4f} s, bucket ({lo}, {hi}]")
+EOF
+)
+case $verdict in
+ok*) ok "TTFT P99 agrees: ${verdict#ok }" ;;
+*) ko "TTFT P99" "${verdict#bad }" ;;
+esac
+rules=$(curl -s --max-time 5 "http://127.0.0.1:$PPORT/api/v1/rules" |
+	"$PY" -c 'import json,sys
+rs = [r for g in json.load(sys.stdin)["data"]["groups"] for r in g["rules"]]
+bad = [r["name"] + ": " + r.get("lastError", "") for r in rs if r["health"] != "ok"]
+print(len(rs), "; ".join(bad))' 2>&1)
+if [[ $rules =~ ^[0-9]+\ $ ]] && [ "${rules% }" -gt 0 ]; then
+	ok "prometheus evaluates the ${rules% } rules of $RULES without errors"
+else
+	ko "rules in prometheus" "$rules"
+fi
+
+# tokenscope exits cleanly on SIGINT with the server running
+kill -INT "$TSPID"
+for _ in $(seq 50); do kill -0 "$TSPID" 2>/dev/null || break; sleep 0.1; done
+if kill -0 "$TSPID" 2>/dev/null; then
+	ko "SIGINT" "tokenscope still running after 5 s"
+else
+	wait "$TSPID"
+	rc=$?
+	if [ $rc -eq 0 ]; then
+		ok "tokenscope with --listen exits 0 on SIGINT"
+	else
+		ko "SIGINT" "exit $rc"
+	fi
+fi
+finish

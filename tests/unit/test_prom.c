@@ -1,0 +1,480 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The Prometheus exporter: synthetic requests and GPU steps through the sink callbacks, the
+ * rendered text checked line by line (buckets, sums, counts, counters, label escaping, the
+ * model cap), when snapshots are published, and the HTTP endpoint on a loopback port.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "httpd.h"
+#include "pipeline.h"
+#include "prom.h"
+
+#define MS 1000000ull
+#define BASE (1000 * MS) /* arrival times must be non-zero */
+
+/* Whether text has exactly this line. */
+static bool has_line(const char *text, const char *line)
+{
+	size_t n = strlen(line);
+
+	for (const char *p = text; (p = strstr(p, line)); p++)
+		if ((p == text || p[-1] == '\n') && p[n] == '\n')
+			return true;
+	return false;
+}
+
+static int count_lines_starting(const char *text, const char *prefix)
+{
+	int n = 0;
+	size_t len = strlen(prefix);
+
+	for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
+		if (!strncmp(p, prefix, len))
+			n++;
+	return n;
+}
+
+#define ASSERT_LINE(text, line) \
+	check_report(has_line(text, line), __FILE__, __LINE__, line, "missing")
+#define ASSERT_NO_LINE(text, line) \
+	check_report(!has_line(text, line), __FILE__, __LINE__, line, "present")
+
+struct req_spec {
+	const char *model;
+	enum outcome outcome;
+	uint64_t arrival_ms;
+	const uint64_t *tokens_ms; /* content frame times, ms after BASE */
+	int ntokens;
+	uint64_t end_ms;
+	int64_t prompt_tokens, completion_tokens, cached_tokens;
+};
+
+static void feed(const struct sink *s, const struct req_spec *q, const struct gpu_attribution *ga)
+{
+	struct request *r = request_new(1, 1, 0, "c");
+	struct request_metrics m;
+	struct gpu_attribution none = { -1, -1, -1, -1, -1, "none: no GPU steps seen" };
+
+	snprintf(r->info.model, sizeof(r->info.model), "%s", q->model);
+	r->outcome = q->outcome;
+	r->arrival_ns = BASE + q->arrival_ms * MS;
+	for (int i = 0; i < q->ntokens; i++)
+		request_add_token(r, BASE + q->tokens_ms[i] * MS);
+	r->end_ns = BASE + q->end_ms * MS;
+	r->prompt_tokens = q->prompt_tokens;
+	r->completion_tokens = q->completion_tokens;
+	r->cached_tokens = q->cached_tokens;
+	request_metrics(r, &m);
+	s->request(s->ctx, r, &m, ga ? ga : &none);
+	request_free(r);
+}
+
+static void step(const struct sink *s, uint32_t pid, enum step_kind kind, uint64_t start_ms,
+		 uint64_t end_ms)
+{
+	struct gpu_step st = { .pid = pid, .tid = pid, .kind = kind };
+
+	st.start_ns = BASE + start_ms * MS;
+	st.end_ns = BASE + end_ms * MS;
+	s->gpu_step(s->ctx, &st);
+}
+
+static char *render(struct prom *p)
+{
+	char *buf = NULL;
+	size_t len = 0;
+
+	if (!ASSERT_OK(prom_render(p, &buf, &len), "render"))
+		return NULL;
+	ASSERT_EQ(strlen(buf), len, "length");
+	return buf;
+}
+
+static void test_histograms_and_counters(void)
+{
+	static const uint64_t toks[] = { 30, 40, 55 };
+	static const uint64_t toks2[] = { 100, 300 };
+	struct prom *p = prom_new(NULL, NULL);
+	struct sink s;
+	struct gpu_attribution ga = { 5 * MS, 20 * MS, 30 * MS, 20 * MS, 5 * MS, "by time" };
+	char *t;
+
+	if (!ASSERT_OK_PTR(p, "prom_new"))
+		return;
+	s = prom_sink(p);
+	/* llama, ok: TTFT 30 ms, gaps 10 and 15 ms, TPOT (55 - 30) / (3 - 1) = 12.5 ms, E2E 60 */
+	feed(&s, &(struct req_spec){ "llama", OUTCOME_OK, 0, toks, 3, 60, 10, 3, 4 }, &ga);
+	/* llama, http_error after 5 ms: E2E and the outcome only */
+	feed(&s, &(struct req_spec){ "llama", OUTCOME_HTTP_ERROR, 100, NULL, 0, 105, -1, -1, -1 },
+	     NULL);
+	/* qwen, aborted after two frames: no TTFT/ITL/TPOT (ok requests only), output tokens */
+	feed(&s, &(struct req_spec){ "qwen", OUTCOME_ABORTED, 0, toks2, 2, 400, -1, -1, -1 }, NULL);
+	/* no model in the body */
+	feed(&s, &(struct req_spec){ "", OUTCOME_OK, 0, toks, 1, 2000, -1, -1, -1 }, NULL);
+	step(&s, 42, STEP_PREFILL, 10, 30);
+	step(&s, 42, STEP_DECODE, 30, 40);
+	step(&s, 43, STEP_DECODE, 30, 42);
+	t = render(p);
+	if (!t)
+		goto out;
+
+	/* TTFT: 30 ms is above 0.02 and at most 0.04 */
+	ASSERT_LINE(t,
+		    "tokenscope_time_to_first_token_seconds_bucket{model=\"llama\",le=\"0.02\"} 0");
+	ASSERT_LINE(t,
+		    "tokenscope_time_to_first_token_seconds_bucket{model=\"llama\",le=\"0.04\"} 1");
+	ASSERT_LINE(t,
+		    "tokenscope_time_to_first_token_seconds_bucket{model=\"llama\",le=\"10\"} 1");
+	ASSERT_LINE(t,
+		    "tokenscope_time_to_first_token_seconds_bucket{model=\"llama\",le=\"+Inf\"} 1");
+	ASSERT_LINE(t, "tokenscope_time_to_first_token_seconds_sum{model=\"llama\"} 0.03");
+	ASSERT_LINE(t, "tokenscope_time_to_first_token_seconds_count{model=\"llama\"} 1");
+	ASSERT_EQ(count_lines_starting(
+		      t, "tokenscope_time_to_first_token_seconds_bucket{model=\"llama\""),
+		  17, "16 bounds and +Inf");
+	/* ITL: 10 ms falls in le="0.01" (bounds are inclusive), 15 ms in le="0.02" */
+	ASSERT_LINE(
+	    t, "tokenscope_inter_token_latency_seconds_bucket{model=\"llama\",le=\"0.005\"} 0");
+	ASSERT_LINE(t,
+		    "tokenscope_inter_token_latency_seconds_bucket{model=\"llama\",le=\"0.01\"} 1");
+	ASSERT_LINE(t,
+		    "tokenscope_inter_token_latency_seconds_bucket{model=\"llama\",le=\"0.02\"} 2");
+	ASSERT_LINE(t, "tokenscope_inter_token_latency_seconds_sum{model=\"llama\"} 0.025");
+	ASSERT_LINE(t, "tokenscope_inter_token_latency_seconds_count{model=\"llama\"} 2");
+	/* TPOT bounds start at 0.01 */
+	ASSERT_LINE(
+	    t, "tokenscope_time_per_output_token_seconds_bucket{model=\"llama\",le=\"0.01\"} 0");
+	ASSERT_LINE(
+	    t, "tokenscope_time_per_output_token_seconds_bucket{model=\"llama\",le=\"0.025\"} 1");
+	ASSERT_LINE(t, "tokenscope_time_per_output_token_seconds_sum{model=\"llama\"} 0.0125");
+	/* E2E over every outcome: 60 ms and 5 ms; duration bounds */
+	ASSERT_LINE(t, "tokenscope_request_duration_seconds_bucket{model=\"llama\",le=\"0.01\"} 1");
+	ASSERT_LINE(t, "tokenscope_request_duration_seconds_bucket{model=\"llama\",le=\"0.08\"} 2");
+	ASSERT_LINE(t,
+		    "tokenscope_request_duration_seconds_bucket{model=\"llama\",le=\"81.92\"} 2");
+	ASSERT_LINE(t, "tokenscope_request_duration_seconds_sum{model=\"llama\"} 0.065");
+	ASSERT_LINE(t, "tokenscope_request_duration_seconds_count{model=\"llama\"} 2");
+	ASSERT_LINE(t, "tokenscope_request_duration_seconds_count{model=\"qwen\"} 1");
+	ASSERT_LINE(t, "tokenscope_request_duration_seconds_sum{model=\"unknown\"} 2");
+	/* attribution: queue 5 ms (le="0.005" inclusive), prefill 20 ms, decode 30 ms */
+	ASSERT_LINE(t, "tokenscope_request_queue_seconds_bucket{model=\"llama\",le=\"0.005\"} 1");
+	ASSERT_LINE(t, "tokenscope_request_prefill_seconds_bucket{model=\"llama\",le=\"0.01\"} 0");
+	ASSERT_LINE(t, "tokenscope_request_prefill_seconds_bucket{model=\"llama\",le=\"0.02\"} 1");
+	ASSERT_LINE(t, "tokenscope_request_decode_seconds_bucket{model=\"llama\",le=\"0.04\"} 1");
+	ASSERT_LINE(t, "tokenscope_request_decode_seconds_count{model=\"llama\"} 1");
+	/* ok-only latencies are absent for a model with no ok request */
+	ASSERT_FALSE(strstr(t, "tokenscope_time_to_first_token_seconds_count{model=\"qwen\"}"),
+		     "no TTFT for aborted");
+	ASSERT_FALSE(strstr(t, "tokenscope_request_queue_seconds_count{model=\"qwen\"}"),
+		     "no queue when not attributed");
+	/* counters: every outcome of every model, tokens by type */
+	ASSERT_LINE(t, "tokenscope_requests_total{model=\"llama\",outcome=\"ok\"} 1");
+	ASSERT_LINE(t, "tokenscope_requests_total{model=\"llama\",outcome=\"http_error\"} 1");
+	ASSERT_LINE(t, "tokenscope_requests_total{model=\"llama\",outcome=\"lost\"} 0");
+	ASSERT_LINE(t, "tokenscope_requests_total{model=\"qwen\",outcome=\"aborted\"} 1");
+	ASSERT_LINE(t, "tokenscope_requests_total{model=\"unknown\",outcome=\"ok\"} 1");
+	ASSERT_LINE(t, "tokenscope_tokens_total{model=\"llama\",type=\"input\"} 10");
+	ASSERT_LINE(t, "tokenscope_tokens_total{model=\"llama\",type=\"output\"} 3");
+	ASSERT_LINE(t, "tokenscope_tokens_total{model=\"llama\",type=\"cached\"} 4");
+	ASSERT_LINE(t, "tokenscope_tokens_total{model=\"qwen\",type=\"output\"} 2");
+	ASSERT_LINE(t, "tokenscope_tokens_total{model=\"qwen\",type=\"input\"} 0");
+	ASSERT_LINE(t, "tokenscope_streams_in_flight 0");
+	ASSERT_LINE(t, "tokenscope_events_lost_total 0");
+	/* GPU steps by process and kind; durations by kind */
+	ASSERT_LINE(t, "tokenscope_gpu_steps_total{pid=\"42\",kind=\"prefill\"} 1");
+	ASSERT_LINE(t, "tokenscope_gpu_steps_total{pid=\"42\",kind=\"decode\"} 1");
+	ASSERT_LINE(t, "tokenscope_gpu_steps_total{pid=\"43\",kind=\"decode\"} 1");
+	ASSERT_LINE(t, "tokenscope_gpu_steps_total{pid=\"43\",kind=\"mixed\"} 0");
+	ASSERT_LINE(t,
+		    "tokenscope_gpu_step_duration_seconds_bucket{kind=\"decode\",le=\"0.01\"} 1");
+	ASSERT_LINE(t,
+		    "tokenscope_gpu_step_duration_seconds_bucket{kind=\"decode\",le=\"0.02\"} 2");
+	ASSERT_LINE(t, "tokenscope_gpu_step_duration_seconds_sum{kind=\"decode\"} 0.022");
+	ASSERT_LINE(t, "tokenscope_gpu_step_duration_seconds_count{kind=\"prefill\"} 1");
+	/* HELP and TYPE once per family */
+	ASSERT_EQ(count_lines_starting(t, "# TYPE "), 13, "families");
+	ASSERT_EQ(count_lines_starting(t, "# HELP "), 13, "help lines");
+	ASSERT_LINE(t, "# TYPE tokenscope_time_to_first_token_seconds histogram");
+	ASSERT_LINE(t, "# TYPE tokenscope_requests_total counter");
+	ASSERT_LINE(t, "# TYPE tokenscope_streams_in_flight gauge");
+	ASSERT_LINE(t, "# TYPE tokenscope_gpu_step_duration_seconds histogram");
+	ASSERT_TRUE(t[strlen(t) - 1] == '\n', "ends with a newline");
+out:
+	free(t);
+	prom_free(p);
+}
+
+static void test_empty(void)
+{
+	struct prom *p = prom_new(NULL, NULL);
+	char *t = p ? render(p) : NULL;
+
+	if (!ASSERT_OK_PTR(t, "render"))
+		goto out;
+	/* every family announced, no series yet, no GPU families without steps */
+	ASSERT_LINE(t, "# TYPE tokenscope_request_duration_seconds histogram");
+	ASSERT_LINE(t, "tokenscope_events_lost_total 0");
+	ASSERT_FALSE(strstr(t, "_bucket"), "no buckets");
+	ASSERT_FALSE(strstr(t, "tokenscope_gpu"), "no GPU metrics");
+out:
+	free(t);
+	prom_free(p);
+}
+
+static void test_label_escaping(void)
+{
+	struct prom *p = prom_new(NULL, NULL);
+	struct sink s;
+	char *t;
+
+	if (!ASSERT_OK_PTR(p, "prom_new"))
+		return;
+	s = prom_sink(p);
+	feed(&s, &(struct req_spec){ "a\"b\\c\nd", OUTCOME_OK, 0, NULL, 0, 1, -1, -1, -1 }, NULL);
+	/* a name cut inside a UTF-8 character by the capture limit, and a stray byte */
+	feed(&s, &(struct req_spec){ "caf\xc3", OUTCOME_OK, 0, NULL, 0, 1, -1, -1, -1 }, NULL);
+	feed(&s, &(struct req_spec){ "x\xffy\xc3\xa9", OUTCOME_OK, 0, NULL, 0, 1, -1, -1, -1 },
+	     NULL);
+	t = render(p);
+	if (!t)
+		goto out;
+	ASSERT_LINE(t, "tokenscope_requests_total{model=\"a\\\"b\\\\c\\nd\",outcome=\"ok\"} 1");
+	ASSERT_LINE(t, "tokenscope_request_duration_seconds_count{model=\"a\\\"b\\\\c\\nd\"} 1");
+	ASSERT_LINE(t, "tokenscope_requests_total{model=\"caf\xef\xbf\xbd\",outcome=\"ok\"} 1");
+	ASSERT_LINE(t,
+		    "tokenscope_requests_total{model=\"x\xef\xbf\xbdy\xc3\xa9\",outcome=\"ok\"} 1");
+out:
+	free(t);
+	prom_free(p);
+}
+
+static void test_model_cap(void)
+{
+	struct prom *p = prom_new(NULL, NULL);
+	struct sink s;
+	char name[32], line[128], *t;
+
+	if (!ASSERT_OK_PTR(p, "prom_new"))
+		return;
+	s = prom_sink(p);
+	for (int i = 0; i < PROM_MAX_MODELS + 6; i++) {
+		snprintf(name, sizeof(name), "m%d", i);
+		feed(&s, &(struct req_spec){ name, OUTCOME_OK, 0, NULL, 0, 1, -1, -1, -1 }, NULL);
+	}
+	/* a model seen before the cap keeps its own series */
+	feed(&s, &(struct req_spec){ "m0", OUTCOME_OK, 0, NULL, 0, 1, -1, -1, -1 }, NULL);
+	t = render(p);
+	if (!t)
+		goto out;
+	ASSERT_LINE(t, "tokenscope_requests_total{model=\"m0\",outcome=\"ok\"} 2");
+	snprintf(line, sizeof(line), "tokenscope_requests_total{model=\"m%d\",outcome=\"ok\"} 1",
+		 PROM_MAX_MODELS - 1);
+	ASSERT_LINE(t, line);
+	snprintf(line, sizeof(line), "tokenscope_requests_total{model=\"m%d\",outcome=\"ok\"} 1",
+		 PROM_MAX_MODELS);
+	ASSERT_NO_LINE(t, line);
+	ASSERT_LINE(t, "tokenscope_requests_total{model=\"other\",outcome=\"ok\"} 6");
+	ASSERT_EQ(count_lines_starting(t, "tokenscope_requests_total{") / OUTCOME_MAX,
+		  PROM_MAX_MODELS + 1, "model label values");
+out:
+	free(t);
+	prom_free(p);
+}
+
+struct published {
+	int n;
+	char *last;
+};
+
+static void publish(void *ctx, char *buf, size_t len)
+{
+	struct published *pub = ctx;
+
+	(void)len;
+	free(pub->last);
+	pub->last = buf;
+	pub->n++;
+}
+
+static void test_publish_on_tick(void)
+{
+	struct pipeline_opts po = { .out = stdout, .err = stderr };
+	struct published pub = { 0 };
+	struct pipeline pl;
+	struct prom *p;
+	struct sink s;
+
+	if (!ASSERT_OK(pipeline_init(&pl, &po), "pipeline"))
+		return;
+	p = prom_new(publish, &pub);
+	if (!ASSERT_OK_PTR(p, "prom_new"))
+		goto out;
+	s = prom_sink(p);
+	ASSERT_EQ(pub.n, 1, "a snapshot before the first tick");
+	ASSERT_TRUE(pub.last && has_line(pub.last, "tokenscope_events_lost_total 0"), "valid");
+
+	feed(&s, &(struct req_spec){ "m", OUTCOME_OK, 0, NULL, 0, 1, -1, -1, -1 }, NULL);
+	s.tick(s.ctx, &pl, BASE);
+	ASSERT_EQ(pub.n, 2, "records came: published");
+	ASSERT_LINE(pub.last, "tokenscope_requests_total{model=\"m\",outcome=\"ok\"} 1");
+
+	/* more records within the period: held back while they keep coming ... */
+	feed(&s, &(struct req_spec){ "m", OUTCOME_OK, 0, NULL, 0, 1, -1, -1, -1 }, NULL);
+	s.tick(s.ctx, &pl, BASE + PROM_RENDER_PERIOD_NS / 2);
+	ASSERT_EQ(pub.n, 2, "within the period");
+	/* ... and published at the first quiet tick */
+	s.tick(s.ctx, &pl, BASE + PROM_RENDER_PERIOD_NS / 2);
+	ASSERT_EQ(pub.n, 3, "quiet tick");
+	ASSERT_LINE(pub.last, "tokenscope_requests_total{model=\"m\",outcome=\"ok\"} 2");
+	/* nothing new: nothing rendered */
+	s.tick(s.ctx, &pl, BASE + PROM_RENDER_PERIOD_NS / 2);
+	ASSERT_EQ(pub.n, 3, "idle");
+	/* the kernel's lost-record count is a change on its own */
+	pl.kstats[TS_STAT_LOST_EVENTS] = 7;
+	s.tick(s.ctx, &pl, BASE + PROM_RENDER_PERIOD_NS / 2);
+	ASSERT_EQ(pub.n, 4, "lost records");
+	ASSERT_LINE(pub.last, "tokenscope_events_lost_total 7");
+	/* under steady load, once per period */
+	for (int i = 1; i <= 10; i++)
+		s.tick(s.ctx, &pl,
+		       BASE + PROM_RENDER_PERIOD_NS / 2 + i * PROM_RENDER_PERIOD_NS / 10);
+	ASSERT_EQ(pub.n, 5, "one per period");
+	/* the end of tracing publishes the final state */
+	feed(&s, &(struct req_spec){ "m", OUTCOME_LOST, 0, NULL, 0, 1, -1, -1, -1 }, NULL);
+	s.finish(s.ctx, &pl);
+	ASSERT_EQ(pub.n, 6, "finish");
+	ASSERT_LINE(pub.last, "tokenscope_requests_total{model=\"m\",outcome=\"lost\"} 1");
+out:
+	prom_free(p);
+	free(pub.last);
+	pipeline_free(&pl);
+}
+
+static void test_parse_listen(void)
+{
+	struct sockaddr_storage ss;
+	struct sockaddr_in *a4 = (struct sockaddr_in *)&ss;
+	struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&ss;
+	socklen_t len;
+	char host[INET6_ADDRSTRLEN];
+
+	ASSERT_OK(httpd_parse_listen("9464", &ss, &len), "PORT");
+	ASSERT_EQ(a4->sin_family, AF_INET, "family");
+	ASSERT_EQ(ntohs(a4->sin_port), 9464, "port");
+	ASSERT_STREQ(inet_ntop(AF_INET, &a4->sin_addr, host, sizeof(host)), "127.0.0.1",
+		     "loopback by default");
+	ASSERT_OK(httpd_parse_listen(":9464", &ss, &len), ":PORT");
+	ASSERT_STREQ(inet_ntop(AF_INET, &a4->sin_addr, host, sizeof(host)), "127.0.0.1",
+		     "loopback by default");
+	ASSERT_OK(httpd_parse_listen("0.0.0.0:80", &ss, &len), "any address, when named");
+	ASSERT_STREQ(inet_ntop(AF_INET, &a4->sin_addr, host, sizeof(host)), "0.0.0.0", "named");
+	ASSERT_EQ(ntohs(a4->sin_port), 80, "port");
+	ASSERT_OK(httpd_parse_listen("[::1]:9464", &ss, &len), "IPv6");
+	ASSERT_EQ(a6->sin6_family, AF_INET6, "family");
+	ASSERT_EQ(ntohs(a6->sin6_port), 9464, "port");
+	ASSERT_EQ(len, sizeof(*a6), "length");
+	ASSERT_OK(httpd_parse_listen("127.0.0.1:0", &ss, &len), "port 0: any free port");
+	static const char *const bad[] = {
+		"",	     ":",	  "127.0.0.1:",	  "65536",	  "-1",
+		"+5",	     "host:9464", "1.2.3:80",	  "::1:9464",	  "[::1]",
+		"[::1:9464", "9464x",	  "[1.2.3.4]:80", "1.2.3.4:80:80"
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		if (!ASSERT_EQ(httpd_parse_listen(bad[i], &ss, &len), -EINVAL, "malformed"))
+			printf("  input: '%s'\n", bad[i]);
+}
+
+/* One HTTP/1.0 exchange with 127.0.0.1:port; the whole response in out. */
+static int http_get(int port, const char *method, const char *path, char *out, size_t size)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(port) };
+	char req[128];
+	size_t got = 0;
+	ssize_t n;
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a))) {
+		if (fd >= 0)
+			close(fd);
+		return -errno;
+	}
+	n = snprintf(req, sizeof(req), "%s %s HTTP/1.0\r\nHost: x\r\n\r\n", method, path);
+	if (write(fd, req, n) != n) {
+		close(fd);
+		return -EIO;
+	}
+	while (got + 1 < size && (n = read(fd, out + got, size - 1 - got)) > 0)
+		got += n;
+	out[got] = 0;
+	close(fd);
+	return 0;
+}
+
+static void test_httpd(void)
+{
+	static const char metrics[] = "# TYPE x counter\nx 1\n";
+	struct httpd *h = NULL, *h2 = NULL;
+	char resp[4096], want[128], *errs = NULL;
+	size_t errs_len = 0;
+	FILE *err = open_memstream(&errs, &errs_len);
+	const char *addr;
+	int port, rc;
+
+	rc = httpd_start(&h, "127.0.0.1:0", err);
+	if (!ASSERT_OK(rc, "start on a free port"))
+		goto out;
+	addr = httpd_address(h);
+	ASSERT_TRUE(!strncmp(addr, "127.0.0.1:", 10), "address");
+	port = atoi(addr + 10);
+	ASSERT_TRUE(port > 0, "the real port");
+	httpd_publish(h, strdup(metrics), strlen(metrics));
+
+	if (ASSERT_OK(http_get(port, "GET", "/metrics", resp, sizeof(resp)), "GET /metrics")) {
+		ASSERT_TRUE(!strncmp(resp, "HTTP/1.", 7) && strstr(resp, " 200 "), "200");
+		ASSERT_TRUE(strstr(resp, "Content-Type: text/plain; version=0.0.4"), "type");
+		ASSERT_TRUE(strstr(resp, "\r\n\r\n# TYPE x counter\nx 1\n"), "the snapshot");
+	}
+	/* a new snapshot replaces the old one */
+	httpd_publish(h, strdup("x 2\n"), 4);
+	if (ASSERT_OK(http_get(port, "GET", "/metrics", resp, sizeof(resp)), "GET again"))
+		ASSERT_TRUE(strstr(resp, "\r\n\r\nx 2\n"), "the new snapshot");
+	if (ASSERT_OK(http_get(port, "GET", "/", resp, sizeof(resp)), "GET /"))
+		ASSERT_TRUE(strstr(resp, " 404 "), "404");
+	if (ASSERT_OK(http_get(port, "POST", "/metrics", resp, sizeof(resp)), "POST"))
+		ASSERT_TRUE(strstr(resp, " 405 "), "405");
+
+	/* the same port again: a clear message */
+	snprintf(want, sizeof(want), "127.0.0.1:%d", port);
+	rc = httpd_start(&h2, want, err);
+	ASSERT_EQ(rc, -EADDRINUSE, "busy port");
+	ASSERT_TRUE(h2 == NULL, "no server");
+	fflush(err);
+	snprintf(want, sizeof(want),
+		 "tokenscope: cannot listen on 127.0.0.1:%d: Address already in use\n", port);
+	ASSERT_STREQ(errs, want, "message");
+out:
+	httpd_stop(h);
+	httpd_stop(h2);
+	fclose(err);
+	free(errs);
+}
+
+int main(void)
+{
+	RUN(test_histograms_and_counters);
+	RUN(test_empty);
+	RUN(test_label_escaping);
+	RUN(test_model_cap);
+	RUN(test_publish_on_tick);
+	RUN(test_parse_listen);
+	RUN(test_httpd);
+	return CHECK_DONE();
+}

@@ -1,0 +1,497 @@
+// SPDX-License-Identifier: MIT
+#include <errno.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu.h"
+#include "pipeline.h"
+#include "prom.h"
+#include "request.h"
+
+#define MS_NS 1000000ull
+
+/* OpenTelemetry GenAI semantic conventions, explicit bucket boundaries (in milliseconds here,
+ * all of them whole milliseconds): gen_ai.server.time_to_first_token, also used for ITL, queue,
+ * prefill and GPU steps (latencies of the same scale); gen_ai.server.time_per_output_token;
+ * gen_ai.server.request.duration, also used for decode (a stream's length). */
+static const uint64_t ttft_ms[] = { 1,	 5,   10,  20,	 40,   60,   80,   100,
+				    250, 500, 750, 1000, 2500, 5000, 7500, 10000 };
+static const uint64_t tpot_ms[] = { 10, 25, 50, 75, 100, 150, 200, 300, 400, 500, 750, 1000, 2500 };
+static const uint64_t duration_ms[] = { 10,   20,   40,	  80,	 160,	320,   640,
+					1280, 2560, 5120, 10240, 20480, 40960, 81920 };
+
+#define PROM_MAX_BOUNDS 16
+#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+struct bounds {
+	const uint64_t *ms;
+	unsigned int n;
+};
+
+static const struct bounds ttft_bounds = { ttft_ms, ARRAY_LEN(ttft_ms) };
+static const struct bounds tpot_bounds = { tpot_ms, ARRAY_LEN(tpot_ms) };
+static const struct bounds duration_bounds = { duration_ms, ARRAY_LEN(duration_ms) };
+
+_Static_assert(ARRAY_LEN(ttft_ms) <= PROM_MAX_BOUNDS, "bounds");
+_Static_assert(ARRAY_LEN(tpot_ms) <= PROM_MAX_BOUNDS, "bounds");
+_Static_assert(ARRAY_LEN(duration_ms) <= PROM_MAX_BOUNDS, "bounds");
+
+/* Non-cumulative counts; buckets[n] is above the last bound (+Inf). Sum exact in ns. */
+struct phist {
+	uint64_t count, sum_ns;
+	uint64_t buckets[PROM_MAX_BOUNDS + 1];
+};
+
+enum ph_id { PH_TTFT, PH_ITL, PH_TPOT, PH_E2E, PH_QUEUE, PH_PREFILL, PH_DECODE, PH_MAX };
+
+static const struct {
+	const char *name, *help;
+	const struct bounds *b;
+} ph_desc[PH_MAX] = {
+	[PH_TTFT] = { "tokenscope_time_to_first_token_seconds",
+		      "Time from the request's arrival to its first content frame (ok requests).",
+		      &ttft_bounds },
+	[PH_ITL] = { "tokenscope_inter_token_latency_seconds",
+		     "Gaps between consecutive content frames (every gap of ok requests).",
+		     &ttft_bounds },
+	[PH_TPOT] = { "tokenscope_time_per_output_token_seconds",
+		      "(last - first content frame) / (output tokens - 1), ok requests with 2 or "
+		      "more tokens.",
+		      &tpot_bounds },
+	[PH_E2E] = { "tokenscope_request_duration_seconds",
+		     "Time from the request's arrival to the end of its response (all outcomes).",
+		     &duration_bounds },
+	[PH_QUEUE] = { "tokenscope_request_queue_seconds",
+		       "Arrival to the start of the GPU step that prefilled the request (when "
+		       "attributed).",
+		       &ttft_bounds },
+	[PH_PREFILL] = { "tokenscope_request_prefill_seconds",
+			 "The GPU step(s) that prefilled the request (when attributed).",
+			 &ttft_bounds },
+	[PH_DECODE] = { "tokenscope_request_decode_seconds",
+			"First content frame to the end of the response (when attributed).",
+			&duration_bounds },
+};
+
+enum tok_type { TOK_INPUT, TOK_OUTPUT, TOK_CACHED, TOK_MAX };
+static const char *const tok_names[TOK_MAX] = { "input", "output", "cached" };
+
+struct prom_model {
+	char name[REQBODY_MODEL_MAX]; /* as the request body gave it (not yet a valid label) */
+	struct phist h[PH_MAX];
+	uint64_t requests[OUTCOME_MAX];
+	uint64_t tokens[TOK_MAX];
+};
+
+struct prom_gpu_pid {
+	uint32_t pid;
+	uint64_t steps[STEP_KIND_MAX];
+};
+
+struct prom {
+	/* models[PROM_MAX_MODELS] is "other": every model past the cap */
+	struct prom_model models[PROM_MAX_MODELS + 1];
+	unsigned int nmodels;
+	bool other_used;
+	/* gpu_pids[PROM_MAX_GPU_PIDS] is "other" */
+	struct prom_gpu_pid gpu_pids[PROM_MAX_GPU_PIDS + 1];
+	unsigned int ngpu_pids;
+	bool gpu_other_used;
+	uint64_t gpu_steps;
+	struct phist step_dur[STEP_KIND_MAX];
+	uint64_t lost_events;
+	uint32_t inflight;
+	prom_publish_fn publish;
+	void *publish_ctx;
+	bool dirty;	       /* something changed since the last snapshot */
+	uint64_t rendered_ns;  /* kernel time of the last snapshot */
+	uint64_t prev_tick_ns; /* kernel time at the previous tick */
+};
+
+static void phist_add(struct phist *h, const struct bounds *b, uint64_t ns)
+{
+	unsigned int i = 0;
+
+	while (i < b->n && ns > b->ms[i] * MS_NS)
+		i++;
+	h->buckets[i]++;
+	h->count++;
+	h->sum_ns += ns;
+}
+
+static struct prom_model *model_get(struct prom *p, const char *model)
+{
+	const char *name = model[0] ? model : "unknown";
+	struct prom_model *m;
+
+	for (unsigned int i = 0; i < p->nmodels; i++)
+		if (!strcmp(p->models[i].name, name))
+			return &p->models[i];
+	if (p->nmodels == PROM_MAX_MODELS) {
+		p->other_used = true;
+		return &p->models[PROM_MAX_MODELS];
+	}
+	m = &p->models[p->nmodels++];
+	snprintf(m->name, sizeof(m->name), "%s", name);
+	return m;
+}
+
+static void prom_request(void *ctx, const struct request *r, const struct request_metrics *m,
+			 const struct gpu_attribution *ga)
+{
+	struct prom *p = ctx;
+	struct prom_model *pm = model_get(p, r->info.model);
+	const int64_t attributed[] = { [PH_QUEUE] = ga ? ga->queue_ns : -1,
+				       [PH_PREFILL] = ga ? ga->prefill_ns : -1,
+				       [PH_DECODE] = ga ? ga->decode_ns : -1 };
+
+	p->dirty = true;
+	if (r->outcome < OUTCOME_MAX)
+		pm->requests[r->outcome]++;
+	if (m->tokens > 0)
+		pm->tokens[TOK_OUTPUT] += m->tokens;
+	if (r->prompt_tokens > 0)
+		pm->tokens[TOK_INPUT] += r->prompt_tokens;
+	if (r->cached_tokens > 0)
+		pm->tokens[TOK_CACHED] += r->cached_tokens;
+	if (m->e2e_ns >= 0)
+		phist_add(&pm->h[PH_E2E], &duration_bounds, m->e2e_ns);
+	for (int i = PH_QUEUE; i <= PH_DECODE; i++)
+		if (attributed[i] >= 0)
+			phist_add(&pm->h[i], ph_desc[i].b, attributed[i]);
+	/* Latencies of failed requests are counted by outcome, not averaged in (as the summary). */
+	if (r->outcome != OUTCOME_OK)
+		return;
+	if (m->ttft_ns >= 0)
+		phist_add(&pm->h[PH_TTFT], &ttft_bounds, m->ttft_ns);
+	if (m->tpot_ns >= 0)
+		phist_add(&pm->h[PH_TPOT], &tpot_bounds, m->tpot_ns);
+	for (uint32_t i = 1; i < r->ntokens; i++) {
+		uint64_t a = r->token_ns[i - 1], b = r->token_ns[i];
+
+		phist_add(&pm->h[PH_ITL], &ttft_bounds, b > a ? b - a : 0);
+	}
+}
+
+static struct prom_gpu_pid *gpu_pid_get(struct prom *p, uint32_t pid)
+{
+	for (unsigned int i = 0; i < p->ngpu_pids; i++)
+		if (p->gpu_pids[i].pid == pid)
+			return &p->gpu_pids[i];
+	if (p->ngpu_pids == PROM_MAX_GPU_PIDS) {
+		p->gpu_other_used = true;
+		return &p->gpu_pids[PROM_MAX_GPU_PIDS];
+	}
+	p->gpu_pids[p->ngpu_pids].pid = pid;
+	return &p->gpu_pids[p->ngpu_pids++];
+}
+
+static void prom_gpu_step(void *ctx, const struct gpu_step *s)
+{
+	struct prom *p = ctx;
+
+	if (s->kind >= STEP_KIND_MAX)
+		return;
+	p->dirty = true;
+	p->gpu_steps++;
+	gpu_pid_get(p, s->pid)->steps[s->kind]++;
+	phist_add(&p->step_dur[s->kind], &ttft_bounds,
+		  s->end_ns > s->start_ns ? s->end_ns - s->start_ns : 0);
+}
+
+static void prom_publish(struct prom *p, uint64_t now_ns)
+{
+	char *buf;
+	size_t len;
+
+	if (!p->publish || prom_render(p, &buf, &len))
+		return; /* still dirty: tried again at the next tick */
+	p->publish(p->publish_ctx, buf, len);
+	p->dirty = false;
+	p->rendered_ns = now_ns;
+}
+
+static void prom_tick(void *ctx, const struct pipeline *pl, uint64_t now_ns)
+{
+	struct prom *p = ctx;
+	bool quiet = now_ns == p->prev_tick_ns;
+
+	/* New records may have started requests (in flight) without finishing any. */
+	if (!quiet)
+		p->dirty = true;
+	p->prev_tick_ns = now_ns;
+	if (pl->kstats[TS_STAT_LOST_EVENTS] != p->lost_events) {
+		p->lost_events = pl->kstats[TS_STAT_LOST_EVENTS];
+		p->dirty = true;
+	}
+	if (!p->dirty || !p->publish)
+		return;
+	/* Under load, one snapshot per period; once records stop, the last change at once. */
+	if (!quiet && now_ns - p->rendered_ns < PROM_RENDER_PERIOD_NS)
+		return;
+	p->inflight = conn_inflight(&pl->conns);
+	prom_publish(p, now_ns);
+}
+
+static void prom_finish(void *ctx, const struct pipeline *pl)
+{
+	struct prom *p = ctx;
+
+	p->lost_events = pl->kstats[TS_STAT_LOST_EVENTS];
+	p->inflight = conn_inflight(&pl->conns);
+	prom_publish(p, pl->last_ns);
+}
+
+struct prom *prom_new(prom_publish_fn publish, void *publish_ctx)
+{
+	struct prom *p = calloc(1, sizeof(*p));
+
+	if (!p)
+		return NULL;
+	snprintf(p->models[PROM_MAX_MODELS].name, sizeof(p->models[0].name), "other");
+	p->publish = publish;
+	p->publish_ctx = publish_ctx;
+	/* Something valid to serve before the first tick. */
+	prom_publish(p, 0);
+	return p;
+}
+
+void prom_free(struct prom *p)
+{
+	free(p);
+}
+
+struct sink prom_sink(struct prom *p)
+{
+	return (struct sink){
+		.name = "prometheus",
+		.ctx = p,
+		.request = prom_request,
+		.gpu_step = prom_gpu_step,
+		.tick = prom_tick,
+		.finish = prom_finish,
+	};
+}
+
+/* Length of the valid UTF-8 sequence at s (at most n bytes), 0 if it is not one. Prometheus
+ * refuses label values that are not UTF-8; a model name cut by the capture limit may end
+ * inside a character. */
+static size_t utf8_len(const unsigned char *s, size_t n)
+{
+	size_t len;
+	uint32_t cp;
+
+	if (s[0] < 0x80)
+		return 1;
+	if (s[0] >= 0xc2 && s[0] <= 0xdf)
+		len = 2, cp = s[0] & 0x1f;
+	else if (s[0] >= 0xe0 && s[0] <= 0xef)
+		len = 3, cp = s[0] & 0x0f;
+	else if (s[0] >= 0xf0 && s[0] <= 0xf4)
+		len = 4, cp = s[0] & 0x07;
+	else
+		return 0;
+	if (len > n)
+		return 0;
+	for (size_t i = 1; i < len; i++) {
+		if ((s[i] & 0xc0) != 0x80)
+			return 0;
+		cp = cp << 6 | (s[i] & 0x3f);
+	}
+	if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
+	    (cp >= 0xd800 && cp <= 0xdfff))
+		return 0;
+	return len;
+}
+
+/* Worst case of model="..." for a REQBODY_MODEL_MAX name: every byte 3 bytes (U+FFFD). */
+#define LABELS_MAX (REQBODY_MODEL_MAX * 3 + 16)
+
+/* `key="value"` as the text format wants it in out (at least LABELS_MAX bytes for a value
+ * shorter than REQBODY_MODEL_MAX): backslash, double quote and newline escaped, bytes that
+ * are not UTF-8 replaced by U+FFFD. */
+static void label_pair(char *out, const char *key, const char *value)
+{
+	const unsigned char *s = (const unsigned char *)value;
+	size_t n = strlen(value);
+	char *o = out + sprintf(out, "%s=\"", key);
+
+	while (n) {
+		size_t len = utf8_len(s, n);
+
+		if (*s == '\\' || *s == '"') {
+			*o++ = '\\';
+			*o++ = *s;
+		} else if (*s == '\n') {
+			*o++ = '\\';
+			*o++ = 'n';
+		} else if (len) {
+			memcpy(o, s, len);
+			o += len;
+		} else {
+			memcpy(o, "\xef\xbf\xbd", 3);
+			o += 3;
+		}
+		s += len ? len : 1;
+		n -= len ? len : 1;
+	}
+	*o++ = '"';
+	*o = 0;
+}
+
+/* Seconds from nanoseconds, exactly: "0.35", "1", "12.000000001". */
+static void put_seconds(FILE *f, uint64_t ns)
+{
+	char frac[16];
+	int end;
+
+	fprintf(f, "%" PRIu64, ns / 1000000000u);
+	if (!(ns % 1000000000u))
+		return;
+	end = snprintf(frac, sizeof(frac), "%09" PRIu64, ns % 1000000000u);
+	while (end > 0 && frac[end - 1] == '0')
+		frac[--end] = 0;
+	fprintf(f, ".%s", frac);
+}
+
+static void put_header(FILE *f, const char *name, const char *type, const char *help)
+{
+	fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* One histogram series; labels is the series' label set ("model=..."), already escaped. */
+static void put_hist(FILE *f, const char *name, const char *labels, const struct phist *h,
+		     const struct bounds *b)
+{
+	uint64_t cum = 0;
+
+	for (unsigned int i = 0; i < b->n; i++) {
+		cum += h->buckets[i];
+		fprintf(f, "%s_bucket{%s,le=\"", name, labels);
+		put_seconds(f, b->ms[i] * MS_NS);
+		fprintf(f, "\"} %" PRIu64 "\n", cum);
+	}
+	cum += h->buckets[b->n];
+	fprintf(f, "%s_bucket{%s,le=\"+Inf\"} %" PRIu64 "\n", name, labels, cum);
+	fprintf(f, "%s_sum{%s} ", name, labels);
+	put_seconds(f, h->sum_ns);
+	fprintf(f, "\n%s_count{%s} %" PRIu64 "\n", name, labels, h->count);
+}
+
+/* Models in the order they were first seen, then "other" if it was used. */
+static unsigned int models_to_render(const struct prom *p, const struct prom_model **out)
+{
+	unsigned int n = 0;
+
+	for (unsigned int i = 0; i < p->nmodels; i++)
+		out[n++] = &p->models[i];
+	if (p->other_used)
+		out[n++] = &p->models[PROM_MAX_MODELS];
+	return n;
+}
+
+static int render_models(const struct prom *p, FILE *f)
+{
+	const struct prom_model *ms[PROM_MAX_MODELS + 1];
+	unsigned int n = models_to_render(p, ms);
+	char(*labels)[LABELS_MAX] = malloc((n ? n : 1) * sizeof(*labels));
+
+	if (!labels)
+		return -ENOMEM;
+	for (unsigned int i = 0; i < n; i++)
+		label_pair(labels[i], "model", ms[i]->name);
+
+	put_header(f, "tokenscope_requests_total", "counter",
+		   "Finished requests by outcome (ok, http_error, stream_error, aborted, lost).");
+	for (unsigned int i = 0; i < n; i++)
+		for (int o = 0; o < OUTCOME_MAX; o++)
+			fprintf(f, "tokenscope_requests_total{%s,outcome=\"%s\"} %" PRIu64 "\n",
+				labels[i], outcome_name(o), ms[i]->requests[o]);
+
+	put_header(f, "tokenscope_tokens_total", "counter",
+		   "Tokens of finished requests: output (usage, else content frames), input and "
+		   "cached (usage, when the server reports it).");
+	for (unsigned int i = 0; i < n; i++)
+		for (int t = 0; t < TOK_MAX; t++)
+			fprintf(f, "tokenscope_tokens_total{%s,type=\"%s\"} %" PRIu64 "\n",
+				labels[i], tok_names[t], ms[i]->tokens[t]);
+
+	for (int h = 0; h < PH_MAX; h++) {
+		put_header(f, ph_desc[h].name, "histogram", ph_desc[h].help);
+		for (unsigned int i = 0; i < n; i++)
+			if (ms[i]->h[h].count)
+				put_hist(f, ph_desc[h].name, labels[i], &ms[i]->h[h], ph_desc[h].b);
+	}
+	free(labels);
+	return 0;
+}
+
+static void render_gpu(const struct prom *p, FILE *f)
+{
+	unsigned int n = p->ngpu_pids + (p->gpu_other_used ? 1 : 0);
+
+	if (!p->gpu_steps)
+		return;
+	put_header(f, "tokenscope_gpu_steps_total", "counter",
+		   "GPU steps (work between two host waits) by process and kind.");
+	for (unsigned int i = 0; i < n; i++) {
+		const struct prom_gpu_pid *g =
+		    &p->gpu_pids[i < p->ngpu_pids ? i : PROM_MAX_GPU_PIDS];
+		char pid[16];
+
+		if (i < p->ngpu_pids)
+			snprintf(pid, sizeof(pid), "%u", g->pid);
+		else
+			snprintf(pid, sizeof(pid), "other");
+		for (int k = 0; k < STEP_KIND_MAX; k++)
+			fprintf(f,
+				"tokenscope_gpu_steps_total{pid=\"%s\",kind=\"%s\"} %" PRIu64 "\n",
+				pid, gpu_kind_name(k), g->steps[k]);
+	}
+	put_header(f, "tokenscope_gpu_step_duration_seconds", "histogram",
+		   "GPU step duration, first CUDA call to the end of the host wait, by kind.");
+	for (int k = 0; k < STEP_KIND_MAX; k++) {
+		char labels[32];
+
+		if (!p->step_dur[k].count)
+			continue;
+		snprintf(labels, sizeof(labels), "kind=\"%s\"", gpu_kind_name(k));
+		put_hist(f, "tokenscope_gpu_step_duration_seconds", labels, &p->step_dur[k],
+			 &ttft_bounds);
+	}
+}
+
+int prom_render(struct prom *p, char **buf, size_t *len)
+{
+	FILE *f;
+	int err;
+
+	*buf = NULL;
+	*len = 0;
+	f = open_memstream(buf, len);
+	if (!f)
+		return -ENOMEM;
+	err = render_models(p, f);
+	put_header(f, "tokenscope_streams_in_flight", "gauge",
+		   "Requests read and not yet finished, all models together (streamed or not: "
+		   "whether a response streams is known only once it starts).");
+	fprintf(f, "tokenscope_streams_in_flight %u\n", p->inflight);
+	put_header(f, "tokenscope_events_lost_total", "counter",
+		   "Records the kernel could not put in the ring buffer (requests open then may be "
+		   "reported lost).");
+	fprintf(f, "tokenscope_events_lost_total %" PRIu64 "\n", p->lost_events);
+	render_gpu(p, f);
+	if (ferror(f))
+		err = -ENOMEM;
+	if (fclose(f) && !err)
+		err = -ENOMEM;
+	if (err) {
+		free(*buf);
+		*buf = NULL;
+		*len = 0;
+	}
+	return err;
+}

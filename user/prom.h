@@ -1,0 +1,45 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Prometheus exporter, as a pipeline sink: per-model fixed-bucket histograms and counters of
+ * finished requests and GPU steps, rendered in the text exposition format 0.0.4. Bucket bounds
+ * are those of the OpenTelemetry GenAI semantic conventions, so dashboards built for them fit.
+ *
+ * Labels stay few (DESIGN.md rule 7): `model` (the request body's model, "unknown" when it was
+ * absent or not captured; beyond PROM_MAX_MODELS distinct names, "other"), `outcome`, `type`,
+ * and for GPU steps `kind` and `pid` (beyond PROM_MAX_GPU_PIDS processes, "other").
+ *
+ * Like every sink it is a pure function of the event stream. On tick it renders a snapshot
+ * (at most once per PROM_RENDER_PERIOD_NS of kernel time while records keep coming, and on the
+ * first quiet tick after a change) and hands it to the publisher, which owns it from then on:
+ * the HTTP server serves the snapshot and never reads pipeline state.
+ */
+#ifndef TS_PROM_H
+#define TS_PROM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sink.h"
+
+/* Distinct model labels kept apart; one more series set, "other", collects the rest. */
+#define PROM_MAX_MODELS 64
+#define PROM_MAX_GPU_PIDS 64
+/* Kernel time between snapshots while records keep coming: fresher than any scrape interval,
+ * and rendering stays a small cost of the drain loop. */
+#define PROM_RENDER_PERIOD_NS 200000000ull
+
+/* Receives a snapshot: a malloc'd buffer of len bytes that the callee frees. */
+typedef void (*prom_publish_fn)(void *ctx, char *buf, size_t len);
+
+struct prom;
+
+/* NULL on allocation failure. publish may be NULL (prom_render only, as in tests). */
+struct prom *prom_new(prom_publish_fn publish, void *publish_ctx);
+void prom_free(struct prom *p);
+/* The sink to give pipeline_add_sink; ctx is p. */
+struct sink prom_sink(struct prom *p);
+/* The metrics now, in the text exposition format: a malloc'd buffer the caller frees.
+ * -ENOMEM on failure. */
+int prom_render(struct prom *p, char **buf, size_t *len);
+
+#endif
