@@ -49,6 +49,8 @@ TOOLS += $(OUTPUT)/cudaloop-static
 endif
 
 .DELETE_ON_ERROR:
+# The sanitizer objects are only prerequisites of tests: keep them, or every build redoes them.
+.SECONDARY: $(SAN_OBJS)
 .PHONY: all check demo bench deps clean format vmlinux
 
 all: $(OUTPUT)/tokenscope $(TOOLS) $(UNIT_TESTS) $(BPF_TESTS)

@@ -36,7 +36,7 @@ static bool is_latency(enum alert_metric m)
 }
 
 /* "5s", "200ms", "3m", "250us" -> seconds; false when the unit is missing or unknown. */
-static bool parse_duration(const char *s, double *out)
+bool alert_parse_duration(const char *s, double *out)
 {
 	char *end;
 	double v = strtod(s, &end);
@@ -128,7 +128,7 @@ int alert_parse(const char *text, struct alert_rule *r, char *err, size_t errlen
 
 	/* threshold */
 	if (is_latency(r->metric)) {
-		if (!parse_duration(tok[2], &r->threshold))
+		if (!alert_parse_duration(tok[2], &r->threshold))
 			return fail(err, errlen, text,
 				    "a latency threshold needs a unit (us, ms, s)");
 	} else {
@@ -149,7 +149,7 @@ int alert_parse(const char *text, struct alert_rule *r, char *err, size_t errlen
 
 		if (strcmp(tok[3], "for"))
 			return fail(err, errlen, text, "expected 'for'");
-		if (!parse_duration(tok[4], &s))
+		if (!alert_parse_duration(tok[4], &s))
 			return fail(err, errlen, text, "a duration needs a unit (s, m, h)");
 		r->for_ns = (uint64_t)(s * NS_PER_S);
 	}

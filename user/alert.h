@@ -88,5 +88,7 @@ struct sink alert_sink(struct alert_set *a);
 /* Evaluates every rule at kernel time now_ns (the sink's tick does this once per second). */
 void alert_evaluate(struct alert_set *a, uint64_t now_ns);
 const char *alert_metric_name(enum alert_metric m);
+/* "5s", "200ms", "3m", "250us" to seconds; false without a known unit. */
+bool alert_parse_duration(const char *s, double *seconds);
 
 #endif

@@ -12,9 +12,9 @@
 #include <string.h>
 
 #include "httpd.h"
+#include "report.h"
 #include "trace.h"
-
-#define TOKENSCOPE_VERSION "0.1.0"
+#include "version.h"
 
 static volatile sig_atomic_t exiting;
 
@@ -30,16 +30,16 @@ error_t argp_err_exit_status = 2;
 const char *argp_program_bug_address = "the tokenscope issue tracker";
 
 static const char trace_doc[] =
-	"Trace the streamed LLM requests a running server handles, from the kernel.\n"
-	"\n"
-	"EXAMPLES:\n"
-	"  tokenscope trace -p 1234         # a line per request; a summary on Ctrl-C\n"
-	"  tokenscope trace -p 1234 --json  # one JSON object per request\n"
-	"  tokenscope trace -p 1234 --json --tokens   # ... with every token's time\n"
-	"  tokenscope trace -p 1234 -d 30   # stop after 30 s\n"
-	"  tokenscope trace -p 1234 10      # also a summary every 10 s\n"
-	"  tokenscope trace -p 1234 10 6    # six 10 s summaries, then stop\n"
-	"  tokenscope trace -p 1234 --listen :9464   # Prometheus metrics on 127.0.0.1:9464\n";
+    "Trace the streamed LLM requests a running server handles, from the kernel.\n"
+    "\n"
+    "EXAMPLES:\n"
+    "  tokenscope trace -p 1234         # a line per request; a summary on Ctrl-C\n"
+    "  tokenscope trace -p 1234 --json  # one JSON object per request\n"
+    "  tokenscope trace -p 1234 --json --tokens   # ... with every token's time\n"
+    "  tokenscope trace -p 1234 -d 30   # stop after 30 s\n"
+    "  tokenscope trace -p 1234 10      # also a summary every 10 s\n"
+    "  tokenscope trace -p 1234 10 6    # six 10 s summaries, then stop\n"
+    "  tokenscope trace -p 1234 --listen :9464   # Prometheus metrics on 127.0.0.1:9464\n";
 
 enum {
 	OPT_TOKENS = 0x100,
@@ -48,6 +48,14 @@ enum {
 	OPT_GPU_STEPS,
 	OPT_KERNELS,
 	OPT_LISTEN,
+	OPT_TIMELINE,
+	OPT_ALERT,
+	OPT_ALERT_EXEC,
+	OPT_PROMETHEUS,
+	OPT_OTLP,
+	OPT_SLOW_TTFT,
+	OPT_SLOW_ITL,
+	OPT_TRACE_SAMPLE,
 };
 
 static const struct argp_option trace_options[] = {
@@ -65,6 +73,20 @@ static const struct argp_option trace_options[] = {
 	{ "verbose", 'v', NULL, 0, "Report process forks and exits, and libbpf messages", 0 },
 	{ "listen", OPT_LISTEN, "ADDR:PORT", 0,
 	  "Serve Prometheus metrics at http://ADDR:PORT/metrics (:PORT or PORT: on 127.0.0.1)", 0 },
+	{ "timeline", OPT_TIMELINE, "FILE", 0,
+	  "Write a timeline of requests and GPU steps (Perfetto, chrome://tracing)", 0 },
+	{ "alert", OPT_ALERT, "RULE", 0, "Alert rule, e.g. 'ttft.p99 > 5s for 3m' (repeatable)",
+	  0 },
+	{ "alert-exec", OPT_ALERT_EXEC, "CMD", 0, "Run CMD when an alert fires or resolves", 0 },
+	{ "otlp", OPT_OTLP, "URL", 0,
+	  "Send OpenTelemetry spans to an OTLP/HTTP collector (http://host:4318/v1/traces)", 0 },
+	{ "slow-ttft", OPT_SLOW_TTFT, "DUR", 0,
+	  "--otlp: a request with a slower TTFT is exported in full (e.g. 2s)", 0 },
+	{ "slow-itl", OPT_SLOW_ITL, "DUR", 0,
+	  "--otlp: a request with a slower token gap is exported in full (e.g. 200ms)", 0 },
+	{ "trace-sample", OPT_TRACE_SAMPLE, "RATIO", 0,
+	  "--otlp: share of normal requests exported as summary spans (default 0.01)", 0 },
+	{ "output", 'o', "FILE", 0, "record: the file to write the event stream to", 0 },
 	{},
 };
 
@@ -84,6 +106,23 @@ static int parse_ulong(const char *s, unsigned long max, unsigned long *out)
 	errno = 0;
 	*out = strtoul(s, &end, 10);
 	return errno || end == s || *end || *out > max || s[0] == '-' ? -EINVAL : 0;
+}
+
+/* Set by cmd_record: the same options as trace, plus -o. */
+static bool recording;
+
+/* Checks an --alert rule now, so a bad one is refused before anything is attached. */
+static int export_add_alert(struct export_opts *ex, const char *text, struct argp_state *state)
+{
+	struct alert_rule r;
+	char msg[512];
+
+	if (alert_parse(text, &r, msg, sizeof(msg)))
+		argp_error(state, "%s", msg);
+	if (ex->nalerts == ALERT_MAX_RULES)
+		argp_error(state, "at most %d --alert rules", ALERT_MAX_RULES);
+	ex->alerts[ex->nalerts++] = text;
+	return 0;
 }
 
 static error_t trace_parse(int key, char *arg, struct argp_state *state)
@@ -137,9 +176,45 @@ static error_t trace_parse(int key, char *arg, struct argp_state *state)
 
 		if (httpd_parse_listen(arg, &addr, &addrlen))
 			argp_error(state, "invalid --listen '%s' (ADDR:PORT, :PORT or PORT)", arg);
-		o->listen = arg;
+		o->ex.listen = arg;
 		break;
 	}
+	case OPT_TIMELINE:
+		o->ex.timeline = arg;
+		break;
+	case OPT_ALERT:
+		if (export_add_alert(&o->ex, arg, state))
+			return EINVAL;
+		break;
+	case OPT_ALERT_EXEC:
+		o->ex.alert_exec = arg;
+		break;
+	case 'o':
+		o->record_path = arg;
+		break;
+	case OPT_OTLP: {
+		struct otlp_url u;
+		char msg[256];
+
+		if (otlp_parse_url(arg, &u, msg, sizeof(msg)))
+			argp_error(state, "invalid --otlp '%s': %s", arg, msg);
+		o->ex.otlp_url = arg;
+		break;
+	}
+	case OPT_SLOW_TTFT:
+	case OPT_SLOW_ITL: {
+		double s;
+
+		if (!alert_parse_duration(arg, &s))
+			argp_error(state, "invalid duration '%s' (with a unit: 200ms, 2s)", arg);
+		*(key == OPT_SLOW_TTFT ? &o->ex.slow_ttft_ns : &o->ex.slow_itl_ns) =
+		    (int64_t)(s * 1e9);
+		break;
+	}
+	case OPT_TRACE_SAMPLE:
+		if (parse_double(arg, &o->ex.trace_sample) || o->ex.trace_sample > 1)
+			argp_error(state, "invalid --trace-sample '%s' (0..1)", arg);
+		break;
 	case ARGP_KEY_ARG:
 		if (positional == 0) {
 			if (parse_double(arg, &o->interval_s) || o->interval_s == 0)
@@ -156,6 +231,10 @@ static error_t trace_parse(int key, char *arg, struct argp_state *state)
 	case ARGP_KEY_END:
 		if (!o->npids)
 			argp_error(state, "no process given: use -p PID");
+		o->ex.json = o->json;
+		if (recording != !!o->record_path)
+			argp_error(state, recording ? "record needs -o FILE"
+						    : "-o is for tokenscope record");
 		if (o->tokens && !o->json)
 			argp_error(state, "--tokens needs --json");
 		break;
@@ -165,27 +244,125 @@ static error_t trace_parse(int key, char *arg, struct argp_state *state)
 	return 0;
 }
 
-static int cmd_trace(int argc, char **argv)
+/* trace and record: the same options (record adds -o), the same loop. */
+static int run_tracer(int argc, char **argv, const char *name, const char *doc)
 {
-	static const struct argp argp = { trace_options, trace_parse, "[interval [count]]",
-					  trace_doc,	 NULL,	      NULL,
-					  NULL };
+	const struct argp argp = { trace_options, trace_parse, "[interval [count]]", doc, NULL,
+				   NULL,	  NULL };
 	struct trace_opts o = { .capture_bytes = TS_CAPTURE_DEFAULT,
-				.ring_mb = TS_RING_DEFAULT_MB };
+				.ring_mb = TS_RING_DEFAULT_MB,
+				.ex.trace_sample = OTLP_DEFAULT_RATIO };
 	struct sigaction sa = { .sa_handler = on_signal };
-	int err;
 
 	/* argp names the program after argv[0]: say "tokenscope trace", not "trace". */
-	argv[0] = "tokenscope trace";
-	err = argp_parse(&argp, argc, argv, 0, NULL, &o);
-	if (err)
+	argv[0] = (char *)name;
+	if (argp_parse(&argp, argc, argv, 0, NULL, &o))
 		return 2;
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
 	/* Output goes to a pipe as often as to a terminal: a line at a time either way. */
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	err = trace_run(&o, &exiting);
-	return err ? 1 : 0;
+	return trace_run(&o, &exiting) ? 1 : 0;
+}
+
+static int cmd_trace(int argc, char **argv)
+{
+	return run_tracer(argc, argv, "tokenscope trace", trace_doc);
+}
+
+static const char record_doc[] =
+    "Record the raw event stream of a running server to a file, for `tokenscope report` "
+    "elsewhere. Takes the options of trace; request lines are printed as in trace.\n"
+    "\n"
+    "The file holds the captured request and response bytes, prompts included: it is "
+    "created readable by its owner only.\n"
+    "\n"
+    "EXAMPLES:\n"
+    "  tokenscope record -p 1234 -o run.tsr -d 60\n";
+
+static int cmd_record(int argc, char **argv)
+{
+	recording = true;
+	return run_tracer(argc, argv, "tokenscope record", record_doc);
+}
+
+static const char report_doc[] =
+    "Replay a recording made with `tokenscope record` through the same pipeline as trace: the "
+    "same request lines, summary and exporters, then a diagnosis of TTFT and ITL P99.\n"
+    "\n"
+    "EXAMPLES:\n"
+    "  tokenscope report run.tsr\n"
+    "  tokenscope report run.tsr --json --timeline run.json\n"
+    "  tokenscope report run.tsr --prometheus | promtool check metrics\n";
+
+static const struct argp_option report_options[] = {
+	{ "json", 'j', NULL, 0, "One JSON object per request on stdout", 0 },
+	{ "tokens", OPT_TOKENS, NULL, 0, "With --json: every content frame's time (token_ns)", 0 },
+	{ "gpu-steps", OPT_GPU_STEPS, NULL, 0, "Also a line (or JSON object) per GPU step", 0 },
+	{ "timeline", OPT_TIMELINE, "FILE", 0, "Write the timeline of the recording to FILE", 0 },
+	{ "prometheus", OPT_PROMETHEUS, NULL, 0, "Print the metrics text at the end", 0 },
+	{ "alert", OPT_ALERT, "RULE", 0, "Evaluate an alert rule over the recording", 0 },
+	{ "alert-exec", OPT_ALERT_EXEC, "CMD", 0, "Run CMD when an alert fires or resolves", 0 },
+	{ "verbose", 'v', NULL, 0, "Report process forks and exits", 0 },
+	{},
+};
+
+static error_t report_parse(int key, char *arg, struct argp_state *state)
+{
+	struct report_opts *o = state->input;
+
+	switch (key) {
+	case 'j':
+		o->json = true;
+		break;
+	case OPT_TOKENS:
+		o->tokens = true;
+		break;
+	case OPT_GPU_STEPS:
+		o->gpu_steps = true;
+		break;
+	case OPT_TIMELINE:
+		o->ex.timeline = arg;
+		break;
+	case OPT_PROMETHEUS:
+		o->ex.prometheus = true;
+		break;
+	case OPT_ALERT:
+		return export_add_alert(&o->ex, arg, state) ? EINVAL : 0;
+	case OPT_ALERT_EXEC:
+		o->ex.alert_exec = arg;
+		break;
+	case 'v':
+		o->verbose = true;
+		break;
+	case ARGP_KEY_ARG:
+		if (o->path)
+			argp_error(state, "one recording at a time");
+		o->path = arg;
+		break;
+	case ARGP_KEY_END:
+		if (!o->path)
+			argp_error(state, "no recording given: tokenscope report FILE");
+		o->ex.json = o->json;
+		if (o->tokens && !o->json)
+			argp_error(state, "--tokens needs --json");
+		break;
+	default:
+		return ARGP_ERR_UNKNOWN;
+	}
+	return 0;
+}
+
+static int cmd_report(int argc, char **argv)
+{
+	static const struct argp argp = { report_options, report_parse, "FILE", report_doc,
+					  NULL,		  NULL,		NULL };
+	struct report_opts o = { 0 };
+
+	argv[0] = "tokenscope report";
+	if (argp_parse(&argp, argc, argv, 0, NULL, &o))
+		return 2;
+	return report_run(&o) ? 1 : 0;
 }
 
 static void usage(FILE *f)
@@ -197,6 +374,8 @@ static void usage(FILE *f)
 		   "\n"
 		   "Commands:\n"
 		   "  trace     trace a running server (tokenscope trace --help)\n"
+		   "  record    trace and write the event stream to a file\n"
+		   "  report    replay a recording through the same pipeline, with a diagnosis\n"
 		   "  version   print the version\n");
 }
 
@@ -208,6 +387,10 @@ int main(int argc, char **argv)
 	}
 	if (!strcmp(argv[1], "trace"))
 		return cmd_trace(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "record"))
+		return cmd_record(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "report"))
+		return cmd_report(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "version") || !strcmp(argv[1], "--version")) {
 		printf("%s\n", argp_program_version);
 		return 0;

@@ -9,11 +9,11 @@
 #include <bpf/libbpf.h>
 
 #include "cuda.h"
-#include "httpd.h"
 #include "proc.h"
-#include "prom.h"
+#include "record.h"
 #include "tokenscope.skel.h"
 #include "trace.h"
+#include "version.h"
 
 /* Records are submitted without wake-up; the consumer drains on this period, and is woken early
  * only when the kernel sees the buffer filling (wakeup_bytes). */
@@ -26,6 +26,9 @@ struct tracer {
 	struct tokenscope_bpf *skel;
 	struct pipeline pl;
 	struct cuda_attach cuda;
+	struct record_writer rec;
+	bool recording;
+	int rec_err; /* the first write error: recording stops, tracing goes on */
 	int ncpus;
 	bool verbose;
 };
@@ -54,6 +57,15 @@ static double mono_s(void)
 static int on_record(void *ctx, void *data, size_t size)
 {
 	struct tracer *tr = ctx;
+
+	if (tr->recording && !tr->rec_err) {
+		int err = record_write(&tr->rec, data, size);
+
+		if (err && err != -EINVAL) {
+			tr->rec_err = err;
+			fprintf(stderr, "tokenscope: recording stopped: %s\n", strerror(-err));
+		}
+	}
 
 	pipeline_feed(&tr->pl, data, size);
 	return 0;
@@ -188,9 +200,9 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 	};
 	struct tracer tr = { .verbose = o->verbose };
 	struct ring_buffer *rb = NULL;
-	struct httpd *httpd = NULL;
-	struct prom *prom = NULL;
-	struct sink sink;
+	struct exporters ex;
+	bool ex_started = false;
+	struct timespec now_ts;
 	double start, next_interval, next_cuda_scan;
 	long intervals = 0;
 	int err, nprocs = 0;
@@ -210,21 +222,29 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 		return err;
 	tr.pl.on_exit = forget_sockets;
 	tr.pl.on_exit_ctx = &tr;
-	/* Prometheus endpoint (--listen): bound before attaching, so a busy port fails fast. */
-	if (o->listen) {
-		err = httpd_start(&httpd, o->listen, stderr);
-		if (err)
-			goto out;
-		prom = prom_new(httpd_publish, httpd);
-		if (!prom) {
-			err = -ENOMEM;
+	/* Every record is later than now (the same clock as bpf_ktime_get_ns): the timeline's 0. */
+	clock_gettime(CLOCK_MONOTONIC, &now_ts);
+	err = exporters_start(&ex, &o->ex, &tr.pl,
+			      now_ts.tv_sec * 1000000000ull + (uint64_t)now_ts.tv_nsec);
+	ex_started = true;
+	if (err)
+		goto out;
+	if (o->record_path) {
+		struct record_meta m;
+
+		record_meta_fill(&m, TOKENSCOPE_VERSION);
+		m.capture_bytes = o->capture_bytes;
+		for (int i = 0; i < o->npids && i < (int)(sizeof(m.roots) / sizeof(m.roots[0]));
+		     i++)
+			m.roots[m.nroots++] = o->pids[i];
+		err = record_open(&tr.rec, o->record_path, &m);
+		if (err) {
+			fprintf(stderr, "tokenscope: cannot write %s: %s\n", o->record_path,
+				strerror(-err));
 			goto out;
 		}
-		sink = prom_sink(prom);
-		err = pipeline_add_sink(&tr.pl, &sink);
-		if (err)
-			goto out;
-		fprintf(stderr, "tokenscope: metrics at http://%s/metrics\n", httpd_address(httpd));
+		tr.recording = true;
+		fprintf(stderr, "tokenscope: recording the event stream to %s\n", o->record_path);
 	}
 	err = trace_load(&tr, o);
 	if (err)
@@ -284,6 +304,11 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 		ring_buffer__consume(rb);
 		read_lost(&tr);
 		pipeline_tick(&tr.pl);
+		if (tr.recording && !tr.rec_err) {
+			/* Counters too (a report shows the losses), and a file usable if killed. */
+			record_write_kstats(&tr.rec, tr.pl.kstats);
+			record_flush(&tr.rec);
+		}
 		now = mono_s();
 		if (o->interval_s > 0 && now >= next_interval) {
 			read_kstats(&tr);
@@ -306,11 +331,28 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 	ring_buffer__consume(rb);
 	read_lost(&tr);
 	read_kstats(&tr);
+	if (tr.recording && !tr.rec_err)
+		record_write_kstats(&tr.rec, tr.pl.kstats);
 	pipeline_finish(&tr.pl);
+	exporters_flush(&ex);
 	pipeline_print_total(&tr.pl);
 out:
-	httpd_stop(httpd);
-	prom_free(prom);
+	if (ex_started) {
+		int e = exporters_stop(&ex);
+
+		if (e && !err)
+			err = e;
+	}
+	if (tr.recording) {
+		int e = record_close(&tr.rec);
+
+		if (e && !err) {
+			fprintf(stderr, "tokenscope: %s: %s\n", o->record_path, strerror(-e));
+			err = e;
+		}
+		if (!err && tr.rec_err)
+			err = tr.rec_err;
+	}
 	ring_buffer__free(rb);
 	cuda_detach(&tr.cuda);
 	tokenscope_bpf__destroy(tr.skel);

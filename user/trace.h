@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "exporters.h"
 #include "pipeline.h"
 
 struct trace_opts {
@@ -23,7 +24,8 @@ struct trace_opts {
 	long count;	   /* stop after this many intervals; 0: no limit */
 	uint32_t capture_bytes;
 	uint32_t ring_mb; /* ring buffer size in MiB, a power of two */
-	const char *listen; /* --listen: serve Prometheus metrics there; NULL: no endpoint */
+	struct export_opts ex; /* Prometheus endpoint, timeline, alerts */
+	const char *record_path; /* record: write the raw event stream here */
 };
 
 /* Returns 0, or a negative errno after printing why. */

@@ -32,11 +32,12 @@ start_server() {
 	PORT=$(grep -o '[0-9]*$' "$TMP/rs.out")
 }
 
-# tokenscope in the background on the given args; sets TSPID; waits until attached
+# tokenscope (TSCMD, default trace) in the background on the given args; sets TSPID; waits
+# until attached
 start_tracer() {
 	local name=$1
 	shift
-	"$TS" trace "$@" >"$TMP/$name.out" 2>"$TMP/$name.err" &
+	"$TS" "${TSCMD:-trace}" "$@" >"$TMP/$name.out" 2>"$TMP/$name.err" &
 	TSPID=$!
 	pids+=("$TSPID")
 	for _ in $(seq 100); do grep -q "attached" "$TMP/$name.err" && return 0; sleep 0.1; done
@@ -222,6 +223,50 @@ else
 fi
 kill "$RSPID" 2>/dev/null
 wait "$RSPID" 2>/dev/null
+
+# 8. record, then report the recording; a cut recording is reported up to the cut
+start_server --token-ms 2 --prefill-ms 5
+if TSCMD=record start_tracer rec -p "$RSPID" -o "$TMP/run.tsr"; then
+	"$GT" --port "$PORT" -n 6 -c 2 --max-tokens 4 --usage -o /dev/null 2>/dev/null
+	sleep 0.3
+	kill -INT "$TSPID"
+	wait "$TSPID"
+	"$TS" report "$TMP/run.tsr" >"$TMP/report.out" 2>"$TMP/report.err"
+	rc=$?
+	size=$(stat -c %s "$TMP/run.tsr")
+	head -c $((size - 7)) "$TMP/run.tsr" >"$TMP/cut.tsr"
+	"$TS" report --json "$TMP/cut.tsr" >"$TMP/cut.out" 2>"$TMP/cut.err"
+	rc_cut=$?
+	printf 'garbage' >"$TMP/garbage.tsr"
+	"$TS" report "$TMP/garbage.tsr" >/dev/null 2>"$TMP/garbage.err"
+	rc_garbage=$?
+	if [ $rc -ne 0 ] || ! grep -q -- "--- summary: 6 requests" "$TMP/report.out" ||
+		! grep -q -- "--- diagnosis" "$TMP/report.out"; then
+		ko "record and report" "rc=$rc: $(head -c 600 "$TMP/report.out")"
+	elif [ "$(stat -c %a "$TMP/run.tsr")" != 600 ]; then
+		ko "record and report" "the recording holds prompts but is mode $(stat -c %a "$TMP/run.tsr")"
+	elif [ $rc_cut -ne 1 ] || ! grep -q "at byte [0-9]*; the report covers the [0-9]* records before it" "$TMP/cut.err" ||
+		! grep -q -- "--- summary" "$TMP/cut.err"; then
+		ko "cut recording" "rc=$rc_cut: $(tail -n 3 "$TMP/cut.err")"
+	elif [ $rc_garbage -ne 1 ] || ! grep -q "not a tokenscope recording" "$TMP/garbage.err"; then
+		ko "garbage recording" "rc=$rc_garbage: $(cat "$TMP/garbage.err")"
+	else
+		ok "record, report, a cut recording reported up to the cut, garbage refused"
+	fi
+else
+	ko "record" "tracer did not attach"
+fi
+kill "$RSPID" 2>/dev/null
+wait "$RSPID" 2>/dev/null
+
+# 9. a bad alert rule is refused with the expected form
+"$TS" trace -p $$ --alert 'ttft > 5' >/dev/null 2>"$TMP/alert.err"
+rc=$?
+if [ $rc -eq 2 ] && grep -q "expected METRIC OP VALUE" "$TMP/alert.err"; then
+	ok "a bad alert rule is refused with the expected form"
+else
+	ko "bad alert rule" "rc=$rc: $(cat "$TMP/alert.err")"
+fi
 
 echo "$pass passed, $fail failed, $skip skipped"
 [ $fail -eq 0 ]

@@ -1,0 +1,638 @@
+// SPDX-License-Identifier: MIT
+/* OTLP trace export without the network: spans built from synthetic requests through the sink,
+ * encoded and read back with cJSON (ids, times, attributes, events, children, status); tail
+ * sampling by trace id; the bounded queue; the endpoint URL. */
+#include <cjson/cJSON.h>
+#include <ctype.h>
+#include <errno.h>
+#include <stdlib.h>
+
+#include "check.h"
+#include "gpu.h"
+#include "otlp.h"
+#include "request.h"
+
+#define MS 1000000ull
+/* 2023-11-14T22:13:20Z minus a boot time: what the caller would measure. */
+#define OFFSET 1699999000000000000ll
+#define T0 1000000000000ull /* arrival, kernel time */
+
+struct req_spec {
+	const char *method, *path, *model, *conn;
+	int status;
+	enum outcome outcome;
+	uint64_t ttft, gap; /* first token after arrival; gap between tokens */
+	uint32_t ntokens;
+	int64_t prompt_tokens, completion_tokens;
+};
+
+static void feed(struct sink *sk, const struct req_spec *q, const struct gpu_attribution *ga)
+{
+	struct request *r =
+	    request_new(42, 7, 0, q->conn ? q->conn : "127.0.0.1:8000<-10.0.0.2:5555#7");
+	struct gpu_attribution none = { -1, -1, -1, -1, -1, "none" };
+	struct request_metrics m;
+	uint64_t t = T0 + q->ttft;
+
+	snprintf(r->method, sizeof(r->method), "%s", q->method ? q->method : "POST");
+	snprintf(r->path, sizeof(r->path), "%s", q->path ? q->path : "/v1/chat/completions");
+	snprintf(r->info.model, sizeof(r->info.model), "%s", q->model ? q->model : "");
+	r->info.max_tokens = 64;
+	r->status = q->status;
+	r->outcome = q->outcome;
+	r->streamed = q->ntokens > 0;
+	r->format = q->ntokens ? FMT_OPENAI_CHAT : FMT_UNKNOWN;
+	r->arrival_ns = T0;
+	for (uint32_t i = 0; i < q->ntokens; i++, t += q->gap)
+		request_add_token(r, t);
+	r->end_ns = (q->ntokens ? t - q->gap : T0) + 5 * MS;
+	r->prompt_tokens = q->prompt_tokens;
+	r->completion_tokens = q->completion_tokens;
+	request_metrics(r, &m);
+	sk->request(sk->ctx, r, &m, ga ? ga : &none);
+	request_free(r);
+}
+
+static void opts_test(struct otlp_opts *o)
+{
+	otlp_opts_default(o);
+	o->endpoint = NULL; /* spans stay queued */
+	o->seed = 1234;
+	o->realtime_offset_ns = OFFSET;
+	o->slow_ttft_ns = 500 * MS;
+	o->slow_itl_ns = 100 * MS;
+	o->hostname = "gpu-node-1";
+}
+
+/* Takes every queued span, encodes them as one request and parses it. */
+static cJSON *encode_all(struct otlp *o, size_t *nspans)
+{
+	struct otlp_span *spans[64];
+	size_t n = otlp_take(o, spans, 64), len = 0;
+	char *buf = NULL;
+	cJSON *j = NULL;
+
+	*nspans = n;
+	if (ASSERT_OK(otlp_encode(o, spans, n, &buf, &len), "encode")) {
+		ASSERT_EQ(strlen(buf), len, "length");
+		j = cJSON_Parse(buf);
+		ASSERT_OK_PTR(j, "valid JSON");
+	}
+	free(buf);
+	for (size_t i = 0; i < n; i++)
+		otlp_span_free(spans[i]);
+	return j;
+}
+
+static cJSON *spans_of(cJSON *root)
+{
+	cJSON *rs = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "resourceSpans"), 0);
+	cJSON *ss = cJSON_GetArrayItem(cJSON_GetObjectItem(rs, "scopeSpans"), 0);
+
+	return cJSON_GetObjectItem(ss, "spans");
+}
+
+/* The value object of attribute key, or NULL. */
+static cJSON *attr(cJSON *obj, const char *key)
+{
+	cJSON *a;
+
+	cJSON_ArrayForEach(a, cJSON_GetObjectItem(obj, "attributes"))
+	{
+		cJSON *k = cJSON_GetObjectItem(a, "key");
+
+		if (cJSON_IsString(k) && !strcmp(k->valuestring, key))
+			return cJSON_GetObjectItem(a, "value");
+	}
+	return NULL;
+}
+
+static const char *attr_s(cJSON *obj, const char *key)
+{
+	cJSON *v = cJSON_GetObjectItem(attr(obj, key), "stringValue");
+
+	return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+/* intValue is a string; -999 when absent or not a string. */
+static long long attr_i(cJSON *obj, const char *key)
+{
+	cJSON *v = cJSON_GetObjectItem(attr(obj, key), "intValue");
+
+	return cJSON_IsString(v) ? strtoll(v->valuestring, NULL, 10) : -999;
+}
+
+static double attr_d(cJSON *obj, const char *key)
+{
+	cJSON *v = cJSON_GetObjectItem(attr(obj, key), "doubleValue");
+
+	return cJSON_IsNumber(v) ? v->valuedouble : -999;
+}
+
+static const char *str(cJSON *obj, const char *key)
+{
+	cJSON *v = cJSON_GetObjectItem(obj, key);
+
+	return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+/* A 64-bit time as the encoding wants it: a decimal string. */
+static bool time_is(cJSON *obj, const char *key, uint64_t mono)
+{
+	char want[32];
+	const char *got = str(obj, key);
+
+	snprintf(want, sizeof(want), "%llu", (unsigned long long)(mono + OFFSET));
+	return ASSERT_STREQ(got, want, key);
+}
+
+static bool is_hex(const char *s, size_t len)
+{
+	bool nonzero = false;
+
+	if (!s || strlen(s) != len)
+		return false;
+	for (; *s; s++) {
+		if (!isxdigit((unsigned char)*s) || isupper((unsigned char)*s))
+			return false;
+		nonzero |= *s != '0';
+	}
+	return nonzero;
+}
+
+static int count_events(cJSON *span, const char *name)
+{
+	cJSON *e;
+	int n = 0;
+
+	cJSON_ArrayForEach(e, cJSON_GetObjectItem(span, "events"))
+	{
+		const char *nm = str(e, "name");
+
+		n += nm && !strcmp(nm, name);
+	}
+	return n;
+}
+
+static void test_url(void)
+{
+	struct otlp_url u;
+	char err[512];
+
+	ASSERT_OK(otlp_parse_url("http://127.0.0.1:4318/v1/traces", &u, err, sizeof(err)), "ip");
+	ASSERT_STREQ(u.host, "127.0.0.1", "host");
+	ASSERT_EQ(u.port, 4318, "port");
+	ASSERT_STREQ(u.path, "/v1/traces", "path");
+	ASSERT_STREQ(u.hostport, "127.0.0.1:4318", "Host header");
+	ASSERT_OK(otlp_parse_url("http://otel-collector", &u, err, sizeof(err)), "name");
+	ASSERT_EQ(u.port, 80, "default port");
+	ASSERT_STREQ(u.path, "/v1/traces", "default path");
+	ASSERT_OK(otlp_parse_url("http://[::1]:4318/", &u, err, sizeof(err)), "ipv6");
+	ASSERT_STREQ(u.host, "::1", "no brackets");
+	ASSERT_STREQ(u.hostport, "[::1]:4318", "brackets in Host");
+	ASSERT_STREQ(u.path, "/v1/traces", "'/' is the default path");
+	ASSERT_OK(otlp_parse_url("HTTP://c:4318/otlp/v1/traces", &u, err, sizeof(err)), "case");
+	ASSERT_STREQ(u.path, "/otlp/v1/traces", "own path");
+
+	ASSERT_EQ(otlp_parse_url("https://c:4318/v1/traces", &u, err, sizeof(err)),
+		  -EPROTONOSUPPORT, "https");
+	ASSERT_TRUE(strstr(err, "https is not supported") != NULL, "says https is not supported");
+	ASSERT_EQ(otlp_parse_url("grpc://c:4317", &u, err, sizeof(err)), -EPROTONOSUPPORT, "grpc");
+	const char *bad[] = { "c:4318",		 "http://",	     "http://:4318/",
+			      "http://c:0/",	 "http://c:65536",   "http://c:43x8/",
+			      "http://[::1/",	 "http://u@c/",	     "http://c/a b",
+			      "http://c/a#frag", "http://[::1]x:80/" };
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		ASSERT_EQ(otlp_parse_url(bad[i], &u, err, sizeof(err)), -EINVAL, bad[i]);
+
+	struct otlp o;
+	struct otlp_opts opts;
+
+	otlp_opts_default(&opts);
+	opts.endpoint = "https://c:4318";
+	ASSERT_EQ(otlp_init(&o, &opts), -EPROTONOSUPPORT, "init refuses https");
+	ASSERT_TRUE(strstr(o.error, "https is not supported") != NULL, "init says why");
+	opts.endpoint = "http://127.0.0.1:4318";
+	opts.sample_ratio = 1.5;
+	ASSERT_EQ(otlp_init(&o, &opts), -EINVAL, "ratio above 1");
+	otlp_close(&o); /* harmless after a failed init */
+}
+
+/* A slow first token: the full trace, an event per token, the GPU attribution as children. */
+static void test_anomalous(void)
+{
+	struct req_spec q = { .path = "/v1/chat/completions?api-version=2024",
+			      .model = "llama-3-8b",
+			      .status = 200,
+			      .outcome = OUTCOME_OK,
+			      .ttft = 800 * MS,
+			      .gap = 20 * MS,
+			      .ntokens = 5,
+			      .prompt_tokens = 12,
+			      .completion_tokens = 5 };
+	struct gpu_attribution ga = { 100 * MS, 200 * MS, 85 * MS, 60 * MS, 20 * MS, "by time" };
+	struct otlp_opts opts;
+	struct otlp_stats st;
+	struct otlp o;
+	struct sink sk;
+	size_t n;
+	cJSON *j, *spans, *root, *e, *res;
+	char rid[17];
+
+	opts_test(&opts);
+	if (!ASSERT_OK(otlp_init(&o, &opts), "init"))
+		return;
+	sk = otlp_sink(&o);
+	feed(&sk, &q, &ga);
+	otlp_get_stats(&o, &st);
+	ASSERT_EQ(st.anomalous, 1, "anomalous");
+	j = encode_all(&o, &n);
+	ASSERT_EQ(n, 1, "one trace queued");
+	if (!j)
+		goto out;
+
+	res = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "resourceSpans"), 0),
+				  "resource");
+	ASSERT_STREQ(attr_s(res, "service.name"), "tokenscope", "service.name");
+	ASSERT_STREQ(attr_s(res, "host.name"), "gpu-node-1", "host.name");
+	ASSERT_STREQ(str(cJSON_GetObjectItem(
+			     cJSON_GetArrayItem(
+				 cJSON_GetObjectItem(
+				     cJSON_GetArrayItem(cJSON_GetObjectItem(j, "resourceSpans"), 0),
+				     "scopeSpans"),
+				 0),
+			     "scope"),
+			 "name"),
+		     "tokenscope", "scope");
+
+	spans = spans_of(j);
+	if (!ASSERT_EQ(cJSON_GetArraySize(spans), 4, "request span and 3 children"))
+		goto out;
+	root = cJSON_GetArrayItem(spans, 0);
+	ASSERT_TRUE(is_hex(str(root, "traceId"), 32), "traceId: 32 hex digits");
+	ASSERT_TRUE(is_hex(str(root, "spanId"), 16), "spanId: 16 hex digits");
+	ASSERT_TRUE(!cJSON_GetObjectItem(root, "parentSpanId"), "a root");
+	ASSERT_STREQ(str(root, "name"), "chat llama-3-8b", "name: {operation} {model}");
+	ASSERT_EQ(cJSON_GetObjectItem(root, "kind")->valueint, 2, "SPAN_KIND_SERVER");
+	time_is(root, "startTimeUnixNano", T0);
+	time_is(root, "endTimeUnixNano", T0 + 800 * MS + 4 * 20 * MS + 5 * MS);
+
+	ASSERT_STREQ(attr_s(root, "gen_ai.operation.name"), "chat", "operation");
+	ASSERT_STREQ(attr_s(root, "gen_ai.request.model"), "llama-3-8b", "model");
+	ASSERT_TRUE(!attr(root, "gen_ai.response.model"), "response model: not known");
+	ASSERT_EQ(attr_i(root, "gen_ai.usage.input_tokens"), 12, "input tokens");
+	ASSERT_EQ(attr_i(root, "gen_ai.usage.output_tokens"), 5, "output tokens");
+	ASSERT_EQ(attr_i(root, "gen_ai.request.max_tokens"), 64, "max tokens");
+	ASSERT_NEAR(attr_d(root, "gen_ai.server.time_to_first_token"), 0.8, 1e-12, "ttft s");
+	ASSERT_NEAR(attr_d(root, "gen_ai.server.time_per_output_token"), 0.02, 1e-12, "tpot s");
+	ASSERT_STREQ(attr_s(root, "http.request.method"), "POST", "method");
+	ASSERT_STREQ(attr_s(root, "url.path"), "/v1/chat/completions", "path without query");
+	ASSERT_EQ(attr_i(root, "http.response.status_code"), 200, "status");
+	ASSERT_STREQ(attr_s(root, "server.address"), "127.0.0.1", "server.address");
+	ASSERT_EQ(attr_i(root, "server.port"), 8000, "server.port");
+	ASSERT_STREQ(attr_s(root, "client.address"), "10.0.0.2", "client.address");
+	ASSERT_EQ(attr_i(root, "client.port"), 5555, "client.port");
+	ASSERT_STREQ(attr_s(root, "tokenscope.outcome"), "ok", "outcome");
+	ASSERT_STREQ(attr_s(root, "tokenscope.conn"), "127.0.0.1:8000<-10.0.0.2:5555#7", "conn");
+	ASSERT_STREQ(attr_s(root, "tokenscope.anomaly"), "slow_ttft", "why in full");
+	ASSERT_EQ(attr_i(root, "tokenscope.pid"), 42, "pid");
+
+	ASSERT_EQ(cJSON_GetArraySize(cJSON_GetObjectItem(root, "events")), 7, "events");
+	ASSERT_EQ(count_events(root, "token"), 5, "one event per token");
+	ASSERT_EQ(count_events(root, "first_token"), 1, "first_token");
+	ASSERT_EQ(count_events(root, "last_token"), 1, "last_token");
+	int idx = 0;
+	cJSON_ArrayForEach(e, cJSON_GetObjectItem(root, "events"))
+	{
+		const char *nm = str(e, "name");
+
+		if (nm && !strcmp(nm, "first_token"))
+			time_is(e, "timeUnixNano", T0 + 800 * MS);
+		if (nm && !strcmp(nm, "last_token"))
+			time_is(e, "timeUnixNano", T0 + 880 * MS);
+		if (!nm || strcmp(nm, "token"))
+			continue;
+		ASSERT_EQ(attr_i(e, "index"), idx, "token index");
+		time_is(e, "timeUnixNano", T0 + 800 * MS + idx * 20 * MS);
+		idx++;
+	}
+	ASSERT_TRUE(cJSON_IsObject(cJSON_GetObjectItem(root, "status")), "status");
+	ASSERT_TRUE(!cJSON_GetObjectItem(cJSON_GetObjectItem(root, "status"), "code"),
+		    "ok: status UNSET");
+
+	snprintf(rid, sizeof(rid), "%s", str(root, "spanId"));
+	const char *names[] = { "queue", "prefill", "decode" };
+	const uint64_t start[] = { T0, T0 + 100 * MS, T0 + 800 * MS };
+	const uint64_t end[] = { T0 + 100 * MS, T0 + 300 * MS, T0 + 885 * MS };
+	for (int i = 0; i < 3; i++) {
+		cJSON *c = cJSON_GetArrayItem(spans, i + 1);
+
+		ASSERT_STREQ(str(c, "name"), names[i], "child name");
+		ASSERT_STREQ(str(c, "traceId"), str(root, "traceId"), "same trace");
+		ASSERT_STREQ(str(c, "parentSpanId"), rid, "parentSpanId");
+		ASSERT_TRUE(is_hex(str(c, "spanId"), 16), "child spanId");
+		ASSERT_TRUE(strcmp(str(c, "spanId"), rid) != 0, "own span id");
+		ASSERT_EQ(cJSON_GetObjectItem(c, "kind")->valueint, 1, "SPAN_KIND_INTERNAL");
+		time_is(c, "startTimeUnixNano", start[i]);
+		time_is(c, "endTimeUnixNano", end[i]);
+	}
+out:
+	cJSON_Delete(j);
+	otlp_close(&o);
+}
+
+/* A normal request sampled in: a summary span, no token events, no children unknown. */
+static void test_summary(void)
+{
+	struct req_spec q = { .model = "m",
+			      .status = 200,
+			      .outcome = OUTCOME_OK,
+			      .ttft = 100 * MS,
+			      .gap = 20 * MS,
+			      .ntokens = 30,
+			      .prompt_tokens = -1,
+			      .completion_tokens = -1 };
+	struct otlp_opts opts;
+	struct otlp o;
+	struct sink sk;
+	size_t n;
+	cJSON *j, *root;
+
+	opts_test(&opts);
+	opts.sample_ratio = 1;
+	if (!ASSERT_OK(otlp_init(&o, &opts), "init"))
+		return;
+	sk = otlp_sink(&o);
+	feed(&sk, &q, NULL);
+	j = encode_all(&o, &n);
+	root = cJSON_GetArrayItem(spans_of(j), 0);
+	ASSERT_EQ(cJSON_GetArraySize(spans_of(j)), 1, "no children when not attributed");
+	ASSERT_EQ(count_events(root, "token"), 0, "no token events");
+	ASSERT_EQ(cJSON_GetArraySize(cJSON_GetObjectItem(root, "events")), 2, "first and last");
+	ASSERT_TRUE(!attr(root, "tokenscope.anomaly"), "not anomalous");
+	ASSERT_TRUE(!attr(root, "gen_ai.usage.input_tokens"), "input tokens unknown");
+	ASSERT_EQ(attr_i(root, "gen_ai.usage.output_tokens"), 30, "tokens from frames");
+	ASSERT_STREQ(attr_s(root, "tokenscope.tokens_from"), "frames", "tokens_from");
+	ASSERT_STREQ(attr_s(root, "server.address"), "127.0.0.1", "server.address");
+	cJSON_Delete(j);
+	otlp_close(&o);
+}
+
+/* Failures: ERROR with the outcome; a gap over slow_itl; a non-GenAI path; IPv6 and Unix. */
+static void test_errors_and_names(void)
+{
+	struct req_spec aborted = { .model = "m",
+				    .conn = "[::1]:8000<-[::1]:40000#3",
+				    .status = 200,
+				    .outcome = OUTCOME_ABORTED,
+				    .ttft = 50 * MS,
+				    .gap = 10 * MS,
+				    .ntokens = 3,
+				    .prompt_tokens = -1,
+				    .completion_tokens = -1 };
+	struct req_spec http500 = { .path = "/v1/completions",
+				    .conn = "unix:fd9#4",
+				    .status = 500,
+				    .outcome = OUTCOME_HTTP_ERROR,
+				    .prompt_tokens = -1,
+				    .completion_tokens = -1 };
+	struct req_spec stall = { .model = "m",
+				  .status = 200,
+				  .outcome = OUTCOME_OK,
+				  .ttft = 50 * MS,
+				  .gap = 150 * MS,
+				  .ntokens = 3,
+				  .prompt_tokens = -1,
+				  .completion_tokens = -1 };
+	struct req_spec health = { .method = "GET",
+				   .path = "/health?verbose=1",
+				   .status = 200,
+				   .outcome = OUTCOME_OK,
+				   .prompt_tokens = -1,
+				   .completion_tokens = -1 };
+	struct otlp_opts opts;
+	struct otlp o;
+	struct sink sk;
+	size_t n;
+	cJSON *j, *s, *status;
+
+	opts_test(&opts);
+	opts.sample_ratio = 1;
+	if (!ASSERT_OK(otlp_init(&o, &opts), "init"))
+		return;
+	sk = otlp_sink(&o);
+	feed(&sk, &aborted, NULL);
+	feed(&sk, &http500, NULL);
+	feed(&sk, &stall, NULL);
+	feed(&sk, &health, NULL);
+	j = encode_all(&o, &n);
+	if (!ASSERT_EQ(cJSON_GetArraySize(spans_of(j)), 4, "four spans"))
+		goto out;
+
+	s = cJSON_GetArrayItem(spans_of(j), 0);
+	status = cJSON_GetObjectItem(s, "status");
+	ASSERT_EQ(cJSON_GetObjectItem(status, "code")->valueint, 2, "STATUS_CODE_ERROR");
+	ASSERT_STREQ(str(status, "message"), "aborted", "message: the outcome");
+	ASSERT_EQ(count_events(s, "token"), 3, "failures in full");
+	ASSERT_STREQ(attr_s(s, "tokenscope.anomaly"), "outcome", "why");
+	ASSERT_STREQ(attr_s(s, "server.address"), "::1", "IPv6 server.address");
+	ASSERT_EQ(attr_i(s, "server.port"), 8000, "IPv6 server.port");
+
+	s = cJSON_GetArrayItem(spans_of(j), 1);
+	ASSERT_STREQ(str(s, "name"), "text_completion", "no model: the operation alone");
+	ASSERT_STREQ(str(cJSON_GetObjectItem(s, "status"), "message"), "http_error", "http_error");
+	ASSERT_EQ(attr_i(s, "http.response.status_code"), 500, "500");
+	ASSERT_TRUE(!attr(s, "gen_ai.server.time_to_first_token"), "no TTFT without tokens");
+	ASSERT_TRUE(!attr(s, "server.address"), "no address on a Unix socket");
+	ASSERT_EQ(cJSON_GetArraySize(cJSON_GetObjectItem(s, "events")), 0, "no events");
+
+	s = cJSON_GetArrayItem(spans_of(j), 2);
+	ASSERT_STREQ(attr_s(s, "tokenscope.anomaly"), "slow_itl", "a gap over slow_itl");
+	ASSERT_EQ(count_events(s, "token"), 3, "in full");
+	ASSERT_NEAR(attr_d(s, "tokenscope.itl.max"), 0.15, 1e-12, "itl max");
+
+	s = cJSON_GetArrayItem(spans_of(j), 3);
+	ASSERT_STREQ(str(s, "name"), "GET /health", "not GenAI: {method} {path}");
+	ASSERT_TRUE(!attr(s, "gen_ai.operation.name"), "no operation");
+	ASSERT_STREQ(attr_s(s, "url.path"), "/health", "query left out");
+out:
+	cJSON_Delete(j);
+	otlp_close(&o);
+}
+
+static void test_token_event_cap(void)
+{
+	struct req_spec q = { .status = 200,
+			      .outcome = OUTCOME_STREAM_ERROR,
+			      .ttft = 10 * MS,
+			      .gap = MS,
+			      .ntokens = 5,
+			      .prompt_tokens = -1,
+			      .completion_tokens = -1 };
+	struct otlp_opts opts;
+	struct otlp o;
+	struct sink sk;
+	size_t n;
+	cJSON *j, *s;
+
+	opts_test(&opts);
+	opts.max_token_events = 3;
+	if (!ASSERT_OK(otlp_init(&o, &opts), "init"))
+		return;
+	sk = otlp_sink(&o);
+	feed(&sk, &q, NULL);
+	j = encode_all(&o, &n);
+	s = cJSON_GetArrayItem(spans_of(j), 0);
+	ASSERT_EQ(count_events(s, "token"), 3, "capped");
+	ASSERT_EQ(cJSON_GetObjectItem(s, "droppedEventsCount")->valueint, 2, "droppedEventsCount");
+	cJSON_Delete(j);
+	otlp_close(&o);
+}
+
+/* Runs n normal requests (and one anomalous) at ratio; returns how many were queued. */
+static size_t sample_run(double ratio, uint64_t seed, size_t n, struct otlp_stats *st,
+			 bool *ids_agree)
+{
+	struct req_spec normal = { .model = "m",
+				   .status = 200,
+				   .outcome = OUTCOME_OK,
+				   .ttft = 100 * MS,
+				   .gap = 10 * MS,
+				   .ntokens = 4,
+				   .prompt_tokens = -1,
+				   .completion_tokens = -1 };
+	struct req_spec slow = normal;
+	struct otlp_span *spans[64];
+	struct otlp_opts opts;
+	struct otlp o;
+	struct sink sk;
+	size_t kept = 0, k;
+
+	slow.ttft = 900 * MS;
+	opts_test(&opts);
+	opts.sample_ratio = ratio;
+	opts.seed = seed;
+	opts.queue_max = 2048;
+	if (otlp_init(&o, &opts))
+		return 0;
+	sk = otlp_sink(&o);
+	for (size_t i = 0; i < n; i++)
+		feed(&sk, &normal, NULL);
+	feed(&sk, &slow, NULL);
+	*ids_agree = true;
+	/* The decision is the trace id's: every queued normal span's id passes the sampler. */
+	while ((k = otlp_take(&o, spans, 64))) {
+		for (size_t i = 0; i < k; i++) {
+			char *buf = NULL;
+			size_t len;
+			cJSON *j, *s;
+			uint8_t id[16];
+			const char *hex;
+
+			otlp_encode(&o, &spans[i], 1, &buf, &len);
+			j = cJSON_Parse(buf);
+			s = cJSON_GetArrayItem(spans_of(j), 0);
+			hex = str(s, "traceId");
+			for (int b = 0; hex && b < 16; b++)
+				sscanf(hex + 2 * b, "%2hhx", &id[b]);
+			if (!attr(s, "tokenscope.anomaly") && (!hex || !otlp_sampled(id, ratio)))
+				*ids_agree = false;
+			kept += !attr(s, "tokenscope.anomaly");
+			cJSON_Delete(j);
+			free(buf);
+			otlp_span_free(spans[i]);
+		}
+	}
+	otlp_get_stats(&o, st);
+	otlp_close(&o);
+	return kept;
+}
+
+static void test_sampling(void)
+{
+	struct otlp_stats st;
+	bool agree;
+	size_t kept, again;
+
+	kept = sample_run(0.5, 99, 1000, &st, &agree);
+	printf("  ratio 0.5: %zu of 1000 normal requests kept\n", kept);
+	ASSERT_TRUE(kept >= 430 && kept <= 570, "about half");
+	ASSERT_EQ(st.sampled_out, 1000 - kept, "sampled_out counts the rest");
+	ASSERT_EQ(st.anomalous, 1, "the slow one, always");
+	ASSERT_TRUE(agree, "kept ids pass otlp_sampled");
+	again = sample_run(0.5, 99, 1000, &st, &agree);
+	ASSERT_EQ(again, kept, "reproducible for a seed");
+
+	kept = sample_run(0, 5, 1000, &st, &agree);
+	ASSERT_EQ(kept, 0, "ratio 0: none");
+	ASSERT_EQ(st.sampled_out, 1000, "all sampled out");
+	ASSERT_EQ(st.anomalous, 1, "anomalous even at 0");
+
+	kept = sample_run(1, 5, 200, &st, &agree);
+	ASSERT_EQ(kept, 200, "ratio 1: all");
+	ASSERT_EQ(st.sampled_out, 0, "none sampled out");
+
+	/* The rule itself: the low 56 bits against (1 - ratio) * 2^56. */
+	uint8_t id[16] = { 0 };
+	ASSERT_FALSE(otlp_sampled(id, 0.5), "randomness 0: only at ratio 1");
+	ASSERT_TRUE(otlp_sampled(id, 1), "ratio 1 keeps all");
+	memset(id + 9, 0xff, 7);
+	ASSERT_TRUE(otlp_sampled(id, 0.001), "max randomness: any ratio > 0");
+	ASSERT_FALSE(otlp_sampled(id, 0), "ratio 0 keeps none");
+	memset(id, 0, sizeof(id));
+	id[9] = 0x80; /* exactly half */
+	ASSERT_TRUE(otlp_sampled(id, 0.5), "half at 0.5");
+	id[9] = 0x7f;
+	ASSERT_FALSE(otlp_sampled(id, 0.5), "just under half");
+	memset(id, 0xff, 9); /* the high bits do not count */
+	ASSERT_FALSE(otlp_sampled(id, 0.5), "high bits ignored");
+}
+
+static void test_queue_full(void)
+{
+	struct req_spec q = { .status = 200,
+			      .outcome = OUTCOME_OK,
+			      .ttft = 10 * MS,
+			      .gap = MS,
+			      .ntokens = 2,
+			      .prompt_tokens = -1,
+			      .completion_tokens = -1 };
+	struct otlp_span *spans[64];
+	struct otlp_opts opts;
+	struct otlp_stats st;
+	struct otlp o;
+	struct sink sk;
+	size_t n;
+
+	opts_test(&opts);
+	opts.sample_ratio = 1;
+	opts.queue_max = 10;
+	if (!ASSERT_OK(otlp_init(&o, &opts), "init"))
+		return;
+	sk = otlp_sink(&o);
+	for (int i = 0; i < 25; i++)
+		feed(&sk, &q, NULL);
+	otlp_get_stats(&o, &st);
+	ASSERT_EQ(st.dropped, 15, "dropped when full");
+	n = otlp_take(&o, spans, 4);
+	ASSERT_EQ(n, 4, "take");
+	for (size_t i = 0; i < n; i++)
+		otlp_span_free(spans[i]);
+	feed(&sk, &q, NULL);
+	otlp_close(&o);
+	otlp_get_stats(&o, &st);
+	ASSERT_EQ(st.dropped, 15, "room again after a take");
+	ASSERT_EQ(st.unsent, 7, "left at close: unsent");
+}
+
+int main(void)
+{
+	RUN(test_url);
+	RUN(test_anomalous);
+	RUN(test_summary);
+	RUN(test_errors_and_names);
+	RUN(test_token_event_cap);
+	RUN(test_sampling);
+	RUN(test_queue_full);
+	return CHECK_DONE();
+}

@@ -1,0 +1,150 @@
+// SPDX-License-Identifier: MIT
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "exporters.h"
+#include "httpd.h"
+#include "prom.h"
+
+int exporters_start(struct exporters *x, const struct export_opts *eo, struct pipeline *pl,
+		    uint64_t origin_ns)
+{
+	struct sink sink;
+	int err;
+
+	memset(x, 0, sizeof(*x));
+	x->json = eo->json;
+	if (eo->listen) {
+		/* Bound before anything is attached, so a busy port fails fast. */
+		err = httpd_start(&x->httpd, eo->listen, stderr);
+		if (err)
+			return err;
+		fprintf(stderr, "tokenscope: metrics at http://%s/metrics\n",
+			httpd_address(x->httpd));
+	}
+	if (eo->listen || eo->prometheus) {
+		x->prom = prom_new(x->httpd ? httpd_publish : NULL, x->httpd);
+		if (!x->prom)
+			return -ENOMEM;
+		x->print_prometheus = eo->prometheus;
+		sink = prom_sink(x->prom);
+		err = pipeline_add_sink(pl, &sink);
+		if (err)
+			return err;
+	}
+	if (eo->timeline) {
+		err = timeline_open(&x->tl, eo->timeline);
+		if (err) {
+			fprintf(stderr, "tokenscope: %s: %s\n", eo->timeline, strerror(-err));
+			return err;
+		}
+		x->tl_open = true;
+		timeline_set_origin(&x->tl, origin_ns);
+		sink = timeline_sink(&x->tl);
+		err = pipeline_add_sink(pl, &sink);
+		if (err)
+			return err;
+	}
+	if (eo->otlp_url) {
+		struct otlp_opts oo;
+		struct timespec rt, mt;
+		char host[256] = "";
+
+		otlp_opts_default(&oo);
+		oo.endpoint = eo->otlp_url;
+		oo.slow_ttft_ns = eo->slow_ttft_ns;
+		oo.slow_itl_ns = eo->slow_itl_ns;
+		oo.sample_ratio = eo->trace_sample;
+		oo.err = stderr;
+		/* Spans need unix-epoch times: the one wall-clock reading, taken once. */
+		clock_gettime(CLOCK_REALTIME, &rt);
+		clock_gettime(CLOCK_MONOTONIC, &mt);
+		oo.realtime_offset_ns =
+		    (int64_t)(rt.tv_sec - mt.tv_sec) * 1000000000 + (rt.tv_nsec - mt.tv_nsec);
+		gethostname(host, sizeof(host) - 1);
+		oo.hostname = host;
+		err = otlp_init(&x->otlp, &oo);
+		if (err) {
+			fprintf(stderr, "tokenscope: %s\n", x->otlp.error);
+			return err;
+		}
+		x->otlp_url = eo->otlp_url;
+		sink = otlp_sink(&x->otlp);
+		err = pipeline_add_sink(pl, &sink);
+		if (err)
+			return err;
+	}
+	if (eo->nalerts) {
+		err = alert_init(&x->alerts, stderr, eo->alert_exec);
+		if (err)
+			return err;
+		x->alerts_on = true;
+		for (int i = 0; i < eo->nalerts; i++) {
+			struct alert_rule r;
+			char msg[512];
+
+			err = alert_parse(eo->alerts[i], &r, msg, sizeof(msg));
+			if (!err)
+				err = alert_add(&x->alerts, &r);
+			if (err) {
+				fprintf(stderr, "tokenscope: %s\n", msg);
+				return err;
+			}
+		}
+		sink = alert_sink(&x->alerts);
+		err = pipeline_add_sink(pl, &sink);
+		if (err)
+			return err;
+	}
+	return 0;
+}
+
+void exporters_flush(struct exporters *x)
+{
+	otlp_close(&x->otlp);
+}
+
+int exporters_stop(struct exporters *x)
+{
+	int err = 0;
+
+	otlp_close(&x->otlp);
+	if (x->otlp_url) {
+		struct otlp_stats st;
+
+		otlp_get_stats(&x->otlp, &st);
+		otlp_print_stats(&st, x->otlp_url, x->json ? stderr : stdout);
+		x->otlp_url = NULL;
+	}
+
+	if (x->tl_open) {
+		err = timeline_close(&x->tl);
+		if (err)
+			fprintf(stderr, "tokenscope: writing the timeline failed: %s\n",
+				strerror(-err));
+		x->tl_open = false;
+	}
+	if (x->print_prometheus && x->prom) {
+		char *buf = NULL;
+		size_t len = 0;
+
+		if (!prom_render(x->prom, &buf, &len)) {
+			fwrite(buf, 1, len, stdout);
+			fflush(stdout);
+		}
+		free(buf);
+	}
+	if (x->alerts_on) {
+		alert_free(&x->alerts);
+		x->alerts_on = false;
+	}
+	httpd_stop(x->httpd);
+	x->httpd = NULL;
+	prom_free(x->prom);
+	x->prom = NULL;
+	return err;
+}

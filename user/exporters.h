@@ -1,0 +1,57 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The exporters a run asked for (Prometheus endpoint, timeline file, alerts), set up as pipeline
+ * sinks the same way for the live tracer and for a report replayed from a recording.
+ */
+#ifndef TS_EXPORTERS_H
+#define TS_EXPORTERS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "alert.h"
+#include "otlp.h"
+#include "pipeline.h"
+#include "timeline.h"
+
+struct export_opts {
+	const char *listen;		     /* --listen ADDR:PORT, or NULL */
+	const char *timeline;		     /* --timeline FILE, or NULL */
+	const char *alerts[ALERT_MAX_RULES]; /* --alert rules (already checked by alert_parse) */
+	int nalerts;
+	const char *alert_exec; /* --alert-exec CMD, or NULL */
+	bool prometheus;	/* report --prometheus: print the metrics text at the end */
+	const char *otlp_url;	/* --otlp URL, or NULL */
+	int64_t slow_ttft_ns, slow_itl_ns; /* anomalies exported in full; 0: not checked */
+	double trace_sample;		   /* share of normal requests exported as summary spans */
+	bool json; /* the summary (and the exporters' counters) go to stderr */
+};
+
+struct httpd;
+struct prom;
+
+struct exporters {
+	struct httpd *httpd;
+	struct prom *prom;
+	struct timeline tl;
+	bool tl_open;
+	struct alert_set alerts;
+	bool alerts_on;
+	bool print_prometheus;
+	struct otlp otlp; /* zeroed: closing is a no-op unless it was started */
+	const char *otlp_url;
+	bool json;
+};
+
+/* Starts what eo asks for and registers the sinks; origin_ns is the timeline's time zero (a
+ * CLOCK_MONOTONIC time no record precedes). Prints why on failure. */
+int exporters_start(struct exporters *x, const struct export_opts *eo, struct pipeline *pl,
+		    uint64_t origin_ns);
+/* After pipeline_finish, before the summary: sends what the trace exporter still holds
+ * (bounded wait). */
+void exporters_flush(struct exporters *x);
+/* After the summary: prints the exporters' counters, closes the timeline, prints the metrics
+ * if asked, stops the endpoint. Returns the first error. */
+int exporters_stop(struct exporters *x);
+
+#endif

@@ -1,0 +1,160 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * OpenTelemetry traces: a sink that turns finished requests into traces and sends them to a
+ * collector over OTLP/HTTP with the JSON encoding (POST {endpoint}, Content-Type
+ * application/json). Plain http only: https is not supported; run a collector on loopback or
+ * in the cluster and let it forward with TLS.
+ *
+ * A request is a SERVER span "{gen_ai.operation.name} {model}" (GenAI semantic conventions;
+ * "{method} {path}" when the path is no GenAI operation) from arrival to end, with events
+ * first_token and last_token, and INTERNAL child spans queue, prefill and decode when the GPU
+ * attribution knows them.
+ *
+ * Tail sampling: a request is anomalous when its TTFT is above slow_ttft_ns, a token gap is
+ * above slow_itl_ns, or its outcome is not ok. Anomalous requests are always exported, with an
+ * event `token` per content frame; the others are exported as summary spans with probability
+ * sample_ratio, decided from the trace id as OpenTelemetry's consistent probability sampling
+ * does (its low 56 bits against a threshold), so the same ids always get the same decision.
+ *
+ * The sink callback only builds the span and puts it on a bounded queue; a thread batches
+ * spans (batch_max, or every flush_ms), POSTs them and retries with backoff. A full queue drops
+ * spans and counts them: a slow or dead collector never blocks tracing.
+ *
+ * Clocks: span times are the kernel's CLOCK_MONOTONIC times plus realtime_offset_ns
+ * (CLOCK_REALTIME - CLOCK_MONOTONIC, measured once by the caller): that offset is the only
+ * wall-clock input. Timeouts and backoff run on CLOCK_MONOTONIC.
+ */
+#ifndef TS_OTLP_H
+#define TS_OTLP_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/socket.h>
+
+#include "sink.h"
+
+/* Defaults (otlp_opts_default). A trace costs about 2.4 KB encoded (request span and three
+ * children), plus 110 bytes per token event for anomalous ones. */
+#define OTLP_QUEUE_SPANS 4096
+/* Spans per POST; also bounded by OTLP_BATCH_BYTES so a body stays far below the collector's
+ * default request limit (the OpenTelemetry Collector's is 20 MiB). */
+#define OTLP_BATCH_SPANS 512
+#define OTLP_BATCH_BYTES (4u << 20)
+/* Spans waiting in the queue, by their estimated encoded size: bounds memory when every
+ * request is anomalous and long while the collector is away. */
+#define OTLP_QUEUE_BYTES (64u << 20)
+#define OTLP_FLUSH_MS 1000
+#define OTLP_TIMEOUT_MS 5000 /* one POST: connect, send, the response head */
+#define OTLP_MAX_ATTEMPTS 5
+#define OTLP_BACKOFF_MS 250	 /* before the first retry; doubled each time */
+#define OTLP_BACKOFF_MAX_MS 4000 /* also caps a Retry-After */
+#define OTLP_CLOSE_WAIT_MS 5000	 /* otlp_close: how long it keeps sending what is queued */
+/* Token events per span; more are counted in the span's droppedEventsCount. */
+#define OTLP_MAX_TOKEN_EVENTS 8192
+#define OTLP_MAX_ADDRS 4
+#define OTLP_DEFAULT_SERVICE "tokenscope"
+#define OTLP_DEFAULT_PATH "/v1/traces"
+#define OTLP_DEFAULT_RATIO 0.01
+
+struct otlp_opts {
+	/* http://host[:port][/path]; port 80 by default, path "/v1/traces" when empty. NULL:
+	 * nothing is sent and spans stay queued for otlp_take() (tests). */
+	const char *endpoint;
+	const char *service_name; /* service.name; NULL: "tokenscope" */
+	const char *hostname;	  /* host.name; NULL: not sent */
+	int64_t slow_ttft_ns;	  /* anomaly thresholds; <= 0: not checked */
+	int64_t slow_itl_ns;
+	double sample_ratio;	    /* of normal requests, 0..1 */
+	int64_t realtime_offset_ns; /* CLOCK_REALTIME - CLOCK_MONOTONIC */
+	uint64_t seed;		    /* trace and span ids; 0: from getrandom() */
+	FILE *err;		    /* failures are reported here (at most one line a minute) */
+	uint32_t queue_max, batch_max, flush_ms, timeout_ms, max_attempts, backoff_ms,
+	    close_wait_ms, max_token_events;
+};
+
+struct otlp_url {
+	char host[256]; /* without brackets for IPv6 */
+	uint16_t port;
+	char hostport[264]; /* Host header, as given */
+	char path[512];
+};
+
+/* Counts of requests (traces), not of spans: a trace is a request span and its children. */
+struct otlp_stats {
+	uint64_t exported;	 /* accepted by the collector (2xx) */
+	uint64_t anomalous;	 /* queued with per-token detail */
+	uint64_t sampled_out;	 /* normal requests the ratio left out */
+	uint64_t dropped;	 /* queue full (or out of memory) */
+	uint64_t failed;	 /* in batches given up on */
+	uint64_t failed_batches; /* attempts exhausted, or refused with a 4xx other than 429 */
+	uint64_t retries;	 /* POST attempts after a batch's first */
+	uint64_t unsent;	 /* still queued when otlp_close stopped waiting */
+	uint64_t batches;	 /* POSTs accepted */
+	char last_error[160];	 /* the latest failure, "" if none */
+};
+
+struct otlp_span; /* one request's trace, as queued */
+
+struct otlp {
+	struct otlp_opts o;
+	char service[128], hostname[256];
+	struct otlp_url url;
+	struct sockaddr_storage addrs[OTLP_MAX_ADDRS];
+	socklen_t addrlens[OTLP_MAX_ADDRS];
+	int naddrs;
+	uint64_t rng[4];	  /* used by the sink callback's thread only */
+	uint64_t keep_threshold;  /* sampling: keep when the id's low 56 bits are >= this */
+	pthread_mutex_t lock;	  /* queue, stats, stopping */
+	pthread_cond_t wake;	  /* CLOCK_MONOTONIC */
+	struct otlp_span **queue; /* ring of queue_max */
+	struct otlp_span **batch; /* the sender's, batch_max */
+	uint32_t head, count;
+	uint64_t queued_bytes; /* estimated encoded size of the queue */
+	bool stopping, flush_now;
+	uint64_t close_deadline_ns; /* CLOCK_MONOTONIC, set by otlp_close */
+	bool thread_started, inited;
+	pthread_t thread;
+	uint64_t last_warn_ns; /* sender thread (and the callback's first drop) */
+	bool warned_full;
+	struct otlp_stats st;
+	char error[256]; /* why otlp_init failed */
+};
+
+/* Why a request was exported in full (a bit mask). */
+enum {
+	OTLP_SLOW_TTFT = 1,
+	OTLP_SLOW_ITL = 2,
+	OTLP_NOT_OK = 4,
+};
+
+void otlp_opts_default(struct otlp_opts *opts);
+/* "http://host[:port][/path]"; -EPROTONOSUPPORT for https (and other schemes), -EINVAL for a
+ * malformed URL; err says why. */
+int otlp_parse_url(const char *url, struct otlp_url *u, char *err, size_t errlen);
+/* Parses the endpoint and resolves its host (once, here: getaddrinfo may block), starts the
+ * sender thread. Negative errno on failure, with o->error saying why; nothing to close then. */
+int otlp_init(struct otlp *o, const struct otlp_opts *opts);
+struct sink otlp_sink(struct otlp *o);
+/* Stops taking spans, sends what is queued for at most close_wait_ms (a POST in progress is cut
+ * short then), counts the rest as unsent, and frees everything but o->st. */
+void otlp_close(struct otlp *o);
+void otlp_get_stats(struct otlp *o, struct otlp_stats *st);
+/* One summary line ("  otlp: ...") and, after a failure, the last error. */
+void otlp_print_stats(const struct otlp_stats *st, const char *endpoint, FILE *f);
+
+/* The pieces, for tests and for the sender. */
+unsigned otlp_anomaly(const struct otlp_opts *opts, const struct request *r,
+		      const struct request_metrics *m);
+/* Consistent probability sampling on the trace id's low 56 bits. */
+bool otlp_sampled(const uint8_t trace_id[16], double ratio);
+/* Removes up to max queued spans (oldest first) into out; returns how many. */
+size_t otlp_take(struct otlp *o, struct otlp_span **out, size_t max);
+/* One ExportTraceServiceRequest for spans[0..n) into a malloc'ed buffer (*buf, *len). */
+int otlp_encode(const struct otlp *o, struct otlp_span *const *spans, size_t n, char **buf,
+		size_t *len);
+void otlp_span_free(struct otlp_span *s);
+
+#endif

@@ -1,0 +1,70 @@
+// SPDX-License-Identifier: MIT
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "diagnosis.h"
+#include "record.h"
+#include "report.h"
+
+int report_run(const struct report_opts *o)
+{
+	struct pipeline_opts po = {
+		.json = o->json,
+		.tokens = o->tokens,
+		.verbose = o->verbose,
+		.gpu_steps = o->gpu_steps,
+		.out = stdout,
+		.err = stderr,
+	};
+	struct record_replay_stats st = { 0 };
+	struct record_meta meta = { 0 };
+	struct record_feeder fe;
+	struct exporters ex;
+	struct diagnosis d;
+	struct pipeline pl;
+	struct sink ds;
+	int err, rc = 0;
+
+	err = pipeline_init(&pl, &po);
+	if (err)
+		return err;
+	diagnosis_init(&d);
+	ds = diagnosis_sink(&d);
+	pipeline_add_sink(&pl, &ds);
+	record_feeder_init(&fe, &pl, &meta);
+	/* The timeline's zero is the recording's start: no record is earlier. The header is read
+	 * before the first record is fed, and exporters only see records, so they start here. */
+	err = exporters_start(&ex, &o->ex, &pl, 0);
+	if (err) {
+		rc = err;
+		goto out;
+	}
+	err = record_replay(o->path, record_feed_pipeline, &fe, &meta, &st);
+	if (!st.header_ok) {
+		fprintf(stderr, "tokenscope: %s: %s\n", o->path,
+			st.reason[0] ? st.reason : strerror(-err));
+		rc = err ? err : -EINVAL;
+		exporters_stop(&ex);
+		goto out;
+	}
+	diagnosis_set_wall_clock(&d, meta.start_mono_ns, meta.start_real_ns);
+	pipeline_tick(&pl);
+	pipeline_finish(&pl);
+	exporters_flush(&ex);
+	pipeline_print_total(&pl);
+	diagnosis_print(&d, o->json ? stderr : stdout);
+	rc = exporters_stop(&ex);
+	if (err) {
+		fprintf(stderr,
+			"tokenscope: %s: %s at byte %" PRId64 "; the report covers the %" PRIu64
+			" records before it\n",
+			o->path, st.reason, st.bad_offset, st.records);
+		rc = err;
+	}
+out:
+	diagnosis_free(&d);
+	pipeline_free(&pl);
+	return rc;
+}
