@@ -112,7 +112,7 @@ static int parse_ulong(const char *s, unsigned long max, unsigned long *out)
 static bool recording;
 
 /* Checks an --alert rule now, so a bad one is refused before anything is attached. */
-static int export_add_alert(struct export_opts *ex, const char *text, struct argp_state *state)
+static void export_add_alert(struct export_opts *ex, const char *text, struct argp_state *state)
 {
 	struct alert_rule r;
 	char msg[512];
@@ -122,15 +122,52 @@ static int export_add_alert(struct export_opts *ex, const char *text, struct arg
 	if (ex->nalerts == ALERT_MAX_RULES)
 		argp_error(state, "at most %d --alert rules", ALERT_MAX_RULES);
 	ex->alerts[ex->nalerts++] = text;
-	return 0;
+}
+
+/* The options trace, record and report share: how requests are shown, and the exporters
+ * that work on a replay too. Returns true when key was one of them. */
+struct shown {
+	bool *json, *tokens, *gpu_steps, *verbose;
+};
+
+static bool parse_shared(int key, char *arg, struct argp_state *state, const struct shown *sh,
+			 struct export_opts *ex)
+{
+	switch (key) {
+	case 'j':
+		*sh->json = true;
+		return true;
+	case OPT_TOKENS:
+		*sh->tokens = true;
+		return true;
+	case OPT_GPU_STEPS:
+		*sh->gpu_steps = true;
+		return true;
+	case 'v':
+		*sh->verbose = true;
+		return true;
+	case OPT_TIMELINE:
+		ex->timeline = arg;
+		return true;
+	case OPT_ALERT:
+		export_add_alert(ex, arg, state);
+		return true;
+	case OPT_ALERT_EXEC:
+		ex->alert_exec = arg;
+		return true;
+	}
+	return false;
 }
 
 static error_t trace_parse(int key, char *arg, struct argp_state *state)
 {
 	struct trace_opts *o = state->input;
+	const struct shown sh = { &o->json, &o->tokens, &o->gpu_steps, &o->verbose };
 	static int positional;
 	unsigned long v;
 
+	if (parse_shared(key, arg, state, &sh, &o->ex))
+		return 0;
 	switch (key) {
 	case 'p':
 		if (parse_ulong(arg, INT_MAX, &v) || v == 0)
@@ -138,15 +175,6 @@ static error_t trace_parse(int key, char *arg, struct argp_state *state)
 		if (o->npids == PIPELINE_MAX_ROOTS)
 			argp_error(state, "at most %d -p options", PIPELINE_MAX_ROOTS);
 		o->pids[o->npids++] = v;
-		break;
-	case 'j':
-		o->json = true;
-		break;
-	case OPT_TOKENS:
-		o->tokens = true;
-		break;
-	case OPT_GPU_STEPS:
-		o->gpu_steps = true;
 		break;
 	case OPT_KERNELS:
 		o->gpu_calls = true;
@@ -167,9 +195,6 @@ static error_t trace_parse(int key, char *arg, struct argp_state *state)
 				   arg, TS_RING_MAX_MB);
 		o->ring_mb = v;
 		break;
-	case 'v':
-		o->verbose = true;
-		break;
 	case OPT_LISTEN: {
 		struct sockaddr_storage addr;
 		socklen_t addrlen;
@@ -179,16 +204,6 @@ static error_t trace_parse(int key, char *arg, struct argp_state *state)
 		o->ex.listen = arg;
 		break;
 	}
-	case OPT_TIMELINE:
-		o->ex.timeline = arg;
-		break;
-	case OPT_ALERT:
-		if (export_add_alert(&o->ex, arg, state))
-			return EINVAL;
-		break;
-	case OPT_ALERT_EXEC:
-		o->ex.alert_exec = arg;
-		break;
 	case 'o':
 		o->record_path = arg;
 		break;
@@ -310,30 +325,13 @@ static const struct argp_option report_options[] = {
 static error_t report_parse(int key, char *arg, struct argp_state *state)
 {
 	struct report_opts *o = state->input;
+	const struct shown sh = { &o->json, &o->tokens, &o->gpu_steps, &o->verbose };
 
+	if (parse_shared(key, arg, state, &sh, &o->ex))
+		return 0;
 	switch (key) {
-	case 'j':
-		o->json = true;
-		break;
-	case OPT_TOKENS:
-		o->tokens = true;
-		break;
-	case OPT_GPU_STEPS:
-		o->gpu_steps = true;
-		break;
-	case OPT_TIMELINE:
-		o->ex.timeline = arg;
-		break;
 	case OPT_PROMETHEUS:
 		o->ex.prometheus = true;
-		break;
-	case OPT_ALERT:
-		return export_add_alert(&o->ex, arg, state) ? EINVAL : 0;
-	case OPT_ALERT_EXEC:
-		o->ex.alert_exec = arg;
-		break;
-	case 'v':
-		o->verbose = true;
 		break;
 	case ARGP_KEY_ARG:
 		if (o->path)
