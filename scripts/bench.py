@@ -98,13 +98,13 @@ class Server:
 class Tracer:
     """tokenscope, bpftrace or strace attached to pid; None for the untraced run."""
 
-    def __init__(self, kind, pid, tmp):
+    def __init__(self, kind, pid, tmp, extra=()):
         self.kind, self.p = kind, None
         self.err = os.path.join(tmp, f"{kind}.err")
         if kind == "untraced":
             return
         if kind == "tokenscope":
-            cmd, ready = [TS, "trace", "-p", str(pid), "--json"], "attached"
+            cmd, ready = [TS, "trace", "-p", str(pid), "--json", *extra], "attached"
         elif kind == "bpftrace":
             # What a user writes today: uprobes on libc's write paths, filtered by pid,
             # keeping a per-thread timestamp and a byte histogram.
@@ -261,10 +261,10 @@ def throughput_run(kind, tmp):
             "frames": frames, "bad": bad, **info}
 
 
-def steady_run(streams, token_ms, seconds, tmp):
+def steady_run(streams, token_ms, seconds, tmp, extra=()):
     """tokenscope's own cost while `streams` streams each send a frame every token_ms."""
     srv = Server(tmp, "--token-ms", str(token_ms))
-    tr = Tracer("tokenscope", srv.p.pid, tmp)
+    tr = Tracer("tokenscope", srv.p.pid, tmp, extra)
     tokens = int(seconds * 1000 / token_ms)
     frames, wall, bad = client(srv.port, streams, streams, tokens, tmp)
     info = tr.stop()
@@ -342,6 +342,27 @@ def main():
               f"rest is code, libraries and the ring buffer, which is mapped twice), "
               f"records lost {res['lost']}, "
               f"client errors {res['bad']}", flush=True)
+    print(f"3. exporters: tokenscope's CPU at 10,000 frames/s (100 streams x 100/s, 10 s), "
+          f"without and with --listen, --timeline, --alert and --otlp to a loopback receiver, "
+          f"{ROUNDS} rounds interleaved, medians")
+    recv_dir = os.path.join(tmp, "otlp")
+    os.makedirs(recv_dir, exist_ok=True)
+    port_file = os.path.join(tmp, "otlp.port")
+    spawn(["/usr/bin/python3", os.path.join(os.path.dirname(__file__), "..", "tests", "otlp",
+                                            "receiver.py"), "--dir", recv_dir, "--port-file",
+           port_file], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for(port_file, r"\d", 10)
+    otlp_port = open(port_file).read().strip()
+    with_ex = ["--listen", "127.0.0.1:0", "--timeline", os.path.join(tmp, "timeline.json"),
+               "--alert", "ttft.p99 > 5s for 3m", "--otlp",
+               f"http://127.0.0.1:{otlp_port}/v1/traces", "--slow-ttft", "1s"]
+    cpu = {"off": [], "on": []}
+    for _ in range(ROUNDS):
+        cpu["off"].append(steady_run(100, 10, 10, tmp)["cpu_pct"])
+        cpu["on"].append(steady_run(100, 10, 10, tmp, with_ex)["cpu_pct"])
+    off, on = statistics.median(cpu["off"]), statistics.median(cpu["on"])
+    print(f"   without exporters {off:5.2f} % of a core, with {on:5.2f} %: "
+          f"+{100 * (on - off) / off:.1f} % (goal <= 10 %)")
     if os.path.exists(CUDART):
         print(f"4. CUDA probes: cost per GPU step on {CUDART}, 2000 steps of each kind, "
               f"{ROUNDS} rounds interleaved, medians (host CPU time of the issuing thread)")

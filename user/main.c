@@ -56,10 +56,17 @@ enum {
 	OPT_SLOW_TTFT,
 	OPT_SLOW_ITL,
 	OPT_TRACE_SAMPLE,
+	OPT_ALL,
+	OPT_BY_PROCESS,
 };
 
 static const struct argp_option trace_options[] = {
 	{ "pid", 'p', "PID", 0, "Trace this process and its descendants (repeatable)", 0 },
+	{ "all", OPT_ALL, NULL, 0,
+	  "Find the inference servers on the node (vLLM, SGLang, TGI, llama.cpp, Ollama), also "
+	  "ones started later",
+	  0 },
+	{ "by-process", OPT_BY_PROCESS, NULL, 0, "top: a row per model and server process", 0 },
 	{ "json", 'j', NULL, 0, "One JSON object per finished request on stdout", 0 },
 	{ "tokens", OPT_TOKENS, NULL, 0, "With --json: every content frame's time (token_ns)", 0 },
 	{ "gpu-steps", OPT_GPU_STEPS, NULL, 0, "Also a line (or JSON object) per GPU step", 0 },
@@ -110,6 +117,8 @@ static int parse_ulong(const char *s, unsigned long max, unsigned long *out)
 
 /* Set by cmd_record: the same options as trace, plus -o. */
 static bool recording;
+/* Set by cmd_top: the same options as trace, a live view instead of lines. */
+static bool live_view;
 
 /* Checks an --alert rule now, so a bad one is refused before anything is attached. */
 static void export_add_alert(struct export_opts *ex, const char *text, struct argp_state *state)
@@ -226,6 +235,12 @@ static error_t trace_parse(int key, char *arg, struct argp_state *state)
 		    (int64_t)(s * 1e9);
 		break;
 	}
+	case OPT_ALL:
+		o->all = true;
+		break;
+	case OPT_BY_PROCESS:
+		o->by_process = true;
+		break;
 	case OPT_TRACE_SAMPLE:
 		if (parse_double(arg, &o->ex.trace_sample) || o->ex.trace_sample > 1)
 			argp_error(state, "invalid --trace-sample '%s' (0..1)", arg);
@@ -244,8 +259,10 @@ static error_t trace_parse(int key, char *arg, struct argp_state *state)
 		positional++;
 		break;
 	case ARGP_KEY_END:
-		if (!o->npids)
-			argp_error(state, "no process given: use -p PID");
+		if (!o->npids && !o->all)
+			argp_error(state, "no process given: use -p PID or --all");
+		if (o->by_process && !live_view)
+			argp_error(state, "--by-process is for tokenscope top");
 		o->ex.json = o->json;
 		if (recording != !!o->record_path)
 			argp_error(state, recording ? "record needs -o FILE"
@@ -273,6 +290,7 @@ static int run_tracer(int argc, char **argv, const char *name, const char *doc)
 	argv[0] = (char *)name;
 	if (argp_parse(&argp, argc, argv, 0, NULL, &o))
 		return 2;
+	o.top = live_view;
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
 	/* Output goes to a pipe as often as to a terminal: a line at a time either way. */
@@ -299,6 +317,22 @@ static int cmd_record(int argc, char **argv)
 {
 	recording = true;
 	return run_tracer(argc, argv, "tokenscope record", record_doc);
+}
+
+static const char top_doc[] =
+    "A live view of the traced server, refreshed every second: a row per model (and per "
+    "process with --by-process) with requests/s, TTFT and ITL p50/p99, tokens/s, success, "
+    "and the queue/prefill/GPU shares. q quits. Not a terminal: plain lines every second. "
+    "Takes the options of trace.\n"
+    "\n"
+    "EXAMPLES:\n"
+    "  tokenscope top -p 1234\n"
+    "  tokenscope top --all --by-process\n";
+
+static int cmd_top(int argc, char **argv)
+{
+	live_view = true;
+	return run_tracer(argc, argv, "tokenscope top", top_doc);
 }
 
 static const char report_doc[] =
@@ -372,6 +406,7 @@ static void usage(FILE *f)
 		   "\n"
 		   "Commands:\n"
 		   "  trace     trace a running server (tokenscope trace --help)\n"
+		   "  top       a live view, refreshed every second\n"
 		   "  record    trace and write the event stream to a file\n"
 		   "  report    replay a recording through the same pipeline, with a diagnosis\n"
 		   "  version   print the version\n");
@@ -385,6 +420,8 @@ int main(int argc, char **argv)
 	}
 	if (!strcmp(argv[1], "trace"))
 		return cmd_trace(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "top"))
+		return cmd_top(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "record"))
 		return cmd_record(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "report"))

@@ -35,6 +35,8 @@ void output_json(FILE *f, const struct request *r, const struct request_metrics 
 	jsonw_begin(&w, f);
 	jsonw_u64(&w, "pid", r->pid);
 	jsonw_str(&w, "conn", r->conn);
+	if (r->container[0])
+		jsonw_str(&w, "container", r->container);
 	jsonw_u64(&w, "seq", r->seq);
 	jsonw_str(&w, "method", r->method);
 	jsonw_str(&w, "path", r->path);

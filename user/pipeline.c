@@ -22,6 +22,9 @@ static void pl_request_done(void *ctx, struct request *r)
 
 	request_metrics(r, &m);
 	gpu_attribute(&pl->gpu, r, &ga);
+	for (uint32_t i = 0; i < pl->nlabels; i++)
+		if (pl->labels[i].pid == r->pid)
+			snprintf(r->container, sizeof(r->container), "%s", pl->labels[i].container);
 	summary_done(&pl->total, r, &m);
 	summary_done(&pl->interval, r, &m);
 	for (int i = 0; i < pl->nsinks; i++)
@@ -59,6 +62,8 @@ void pipeline_free(struct pipeline *pl)
 {
 	conn_table_free(&pl->conns);
 	gpu_free(&pl->gpu);
+	free(pl->labels);
+	pl->labels = NULL;
 	free(pl->live);
 	pl->live = NULL;
 }
@@ -103,7 +108,27 @@ int pipeline_add_process(struct pipeline *pl, uint32_t pid, bool root)
 
 bool pipeline_all_exited(const struct pipeline *pl)
 {
-	return pl->nroots && pl->nlive == 0;
+	return !pl->keep_running && pl->nroots && pl->nlive == 0;
+}
+
+int pipeline_label_process(struct pipeline *pl, uint32_t pid, const char *container)
+{
+	if (!container || !*container)
+		return 0;
+	if (pl->nlabels == pl->labels_cap) {
+		uint32_t cap = pl->labels_cap ? pl->labels_cap * 2 : 16;
+		struct pipeline_label *n = realloc(pl->labels, cap * sizeof(*n));
+
+		if (!n)
+			return -ENOMEM;
+		pl->labels = n;
+		pl->labels_cap = cap;
+	}
+	pl->labels[pl->nlabels].pid = pid;
+	snprintf(pl->labels[pl->nlabels].container, sizeof(pl->labels[0].container), "%s",
+		 container);
+	pl->nlabels++;
+	return 0;
 }
 
 static void pl_proc_exit(struct pipeline *pl, const struct ts_proc_event *e)
@@ -164,6 +189,11 @@ int pipeline_feed(struct pipeline *pl, const void *rec, size_t len)
 		if (len != sizeof(*e))
 			goto bad;
 		pipeline_add_process(pl, e->hdr.pid, false);
+		for (uint32_t i = 0; i < pl->nlabels; i++)
+			if (pl->labels[i].pid == e->ppid) {
+				pipeline_label_process(pl, e->hdr.pid, pl->labels[i].container);
+				break;
+			}
 		if (pl->o.verbose)
 			fprintf(pl->o.err, "tokenscope: following process %u (child of %u)\n",
 				e->hdr.pid, e->ppid);

@@ -17,17 +17,22 @@
 #include "summary.h"
 
 struct pipeline_opts {
-	bool json;    /* JSON lines instead of text lines */
-	bool tokens;  /* JSON: every content frame's time */
-	bool verbose; /* report every traced process's fork and exit */
+	bool json;	/* JSON lines instead of text lines */
+	bool tokens;	/* JSON: every content frame's time */
+	bool verbose;	/* report every traced process's fork and exit */
 	bool gpu_steps; /* a line per GPU step */
 	bool gpu_calls; /* a line per CUDA launch and copy */
-	FILE *out;    /* request lines (and the summary in text mode) */
-	FILE *err;    /* messages (and the summary in JSON mode) */
+	FILE *out;	/* request lines (and the summary in text mode) */
+	FILE *err;	/* messages (and the summary in JSON mode) */
 };
 
 #define PIPELINE_MAX_ROOTS 64
 #define PIPELINE_MAX_SINKS 8
+
+struct pipeline_label {
+	uint32_t pid;
+	char container[13];
+};
 
 struct pipeline {
 	struct pipeline_opts o;
@@ -37,10 +42,13 @@ struct pipeline {
 	uint64_t kstats[TS_STAT_MAX]; /* the kernel's counters, refreshed by the loader */
 	uint64_t bad_records;
 	uint64_t lost_seen; /* kernel lost-record count at the last pipeline_kernel_lost() */
-	uint32_t *live; /* traced processes still running */
+	uint32_t *live;	    /* traced processes still running */
 	uint32_t nlive, live_cap;
-	uint32_t roots[PIPELINE_MAX_ROOTS]; /* processes named with -p */
+	uint32_t roots[PIPELINE_MAX_ROOTS]; /* processes named with -p or found by --all */
 	uint32_t nroots;
+	struct pipeline_label *labels; /* container of each traced process, when known */
+	uint32_t nlabels, labels_cap;
+	bool keep_running; /* --all: the run does not end when every traced process has */
 	bool header_done;
 	uint64_t last_ns; /* the latest kernel time in any record so far */
 	struct sink sinks[PIPELINE_MAX_SINKS];
@@ -57,6 +65,8 @@ int pipeline_add_process(struct pipeline *pl, uint32_t pid, bool root);
 /* One ring-buffer record. -EINVAL for a malformed one (counted, skipped). */
 int pipeline_feed(struct pipeline *pl, const void *rec, size_t len);
 bool pipeline_all_exited(const struct pipeline *pl);
+/* Labels a traced process (and, through fork records, its later children) with a container. */
+int pipeline_label_process(struct pipeline *pl, uint32_t pid, const char *container);
 /* The kernel's count of lost records now: when it grows, every open request may have lost
  * records of its own (the kernel cannot say whose). */
 void pipeline_kernel_lost(struct pipeline *pl, uint64_t lost_events);

@@ -3,12 +3,15 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <termios.h>
 #include <time.h>
 #include <unistd.h>
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 
 #include "cuda.h"
+#include "discover.h"
+#include "top.h"
 #include "proc.h"
 #include "record.h"
 #include "tokenscope.skel.h"
@@ -21,9 +24,12 @@
 /* How often the traced processes' maps are read again for CUDA libraries loaded since: an
  * engine process maps libcudart seconds after it starts. */
 #define CUDA_RESCAN_S 1.0
+/* How often --all looks for inference servers started since. */
+#define DISCOVER_RESCAN_S 5.0
 
 struct tracer {
 	struct tokenscope_bpf *skel;
+	const char *label; /* container of the processes being followed now (--all) */
 	struct pipeline pl;
 	struct cuda_attach cuda;
 	struct record_writer rec;
@@ -142,7 +148,41 @@ static int trace_follow(struct tracer *tr, uint32_t pid, bool root)
 
 static void follow_descendant(void *ctx, uint32_t pid)
 {
-	trace_follow(ctx, pid, false);
+	struct tracer *tr = ctx;
+
+	if (!trace_follow(tr, pid, false))
+		pipeline_label_process(&tr->pl, pid, tr->label);
+}
+
+/* --all: follows the inference servers that are not followed yet; returns how many. */
+static int discover_follow(struct tracer *tr, struct discover_set *seen)
+{
+	struct discovered found[PIPELINE_MAX_ROOTS];
+	size_t n = 0;
+	int added = 0;
+
+	if (discover_scan("/proc", found, PIPELINE_MAX_ROOTS, &n) == -E2BIG)
+		fprintf(stderr,
+			"tokenscope: more than %d inference servers: following the first %d\n",
+			PIPELINE_MAX_ROOTS, PIPELINE_MAX_ROOTS);
+	for (size_t i = 0; i < n; i++) {
+		const struct discovered *d = &found[i];
+
+		if (!discover_is_new(seen, d))
+			continue;
+		discover_set_add(seen, d->pid);
+		if (trace_follow(tr, d->pid, true))
+			continue;
+		tr->label = d->container_short;
+		pipeline_label_process(&tr->pl, d->pid, d->container_short);
+		proc_descendants(d->pid, follow_descendant, tr);
+		tr->label = NULL;
+		fprintf(stderr, "tokenscope: found %u (%s, rule '%s') %s%s\n", d->pid, d->server,
+			d->rule, d->container_short[0] ? "in container " : "on the host",
+			d->container_short);
+		added++;
+	}
+	return added;
 }
 
 static int trace_load(struct tracer *tr, const struct trace_opts *o)
@@ -202,6 +242,12 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 	struct ring_buffer *rb = NULL;
 	struct exporters ex;
 	bool ex_started = false;
+	struct discover_set seen;
+	struct top top;
+	bool top_on = false, raw = false;
+	struct termios saved;
+	FILE *devnull = NULL;
+	double next_discover = 0;
 	struct timespec now_ts;
 	double start, next_interval, next_cuda_scan;
 	long intervals = 0;
@@ -217,9 +263,21 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 	tr.ncpus = libbpf_num_possible_cpus();
 	if (tr.ncpus <= 0)
 		return tr.ncpus ? tr.ncpus : -EINVAL;
+	discover_set_init(&seen);
+	if (o->top) {
+		/* The live view replaces request lines. */
+		devnull = fopen("/dev/null", "we");
+		if (!devnull)
+			return -errno;
+		po.out = devnull;
+	}
 	err = pipeline_init(&tr.pl, &po);
-	if (err)
+	if (err) {
+		if (devnull)
+			fclose(devnull);
 		return err;
+	}
+	tr.pl.keep_running = o->all;
 	tr.pl.on_exit = forget_sockets;
 	tr.pl.on_exit_ctx = &tr;
 	/* Every record is later than now (the same clock as bpf_ktime_get_ns): the timeline's 0. */
@@ -264,6 +322,8 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 		if (err > 0)
 			nprocs += err;
 	}
+	if (o->all)
+		nprocs += discover_follow(&tr, &seen);
 	rb = ring_buffer__new(bpf_map__fd(tr.skel->maps.events), on_record, &tr, NULL);
 	if (!rb) {
 		err = -errno;
@@ -271,14 +331,29 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 		goto out;
 	}
 
-	fprintf(stderr, "tokenscope: attached to %d process%s (", nprocs, nprocs == 1 ? "" : "es");
+	fprintf(stderr, "tokenscope: attached to %d process%s", nprocs, nprocs == 1 ? "" : "es");
 	for (int i = 0; i < o->npids; i++) {
 		char comm[32];
 
 		proc_comm(o->pids[i], comm, sizeof(comm));
-		fprintf(stderr, "%s%u %s", i ? ", " : "", o->pids[i], comm);
+		fprintf(stderr, "%s%u %s", i ? ", " : " (", o->pids[i], comm);
 	}
-	fprintf(stderr, "%s); Ctrl-C to stop\n", nprocs > o->npids ? " and descendants" : "");
+	if (o->npids)
+		fprintf(stderr, "%s)", nprocs > o->npids ? " and descendants" : "");
+	fprintf(stderr, "%s; Ctrl-C to stop\n",
+		o->all ? ", watching for inference servers (--all)" : "");
+	if (o->top) {
+		err = top_init(&top, stdout, isatty(STDOUT_FILENO), o->by_process);
+		if (err)
+			goto out;
+		top_on = true;
+		struct sink ts = top_sink(&top);
+
+		err = pipeline_add_sink(&tr.pl, &ts);
+		if (err)
+			goto out;
+		raw = isatty(STDIN_FILENO) && !top_term_raw(STDIN_FILENO, &saved);
+	}
 	cuda_init(&tr.cuda, tr.skel, o->verbose);
 	cuda_scan_all(&tr);
 	if (!cuda_hooked_files(&tr.cuda))
@@ -317,6 +392,20 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 			if (o->count && ++intervals >= o->count)
 				break;
 		}
+		if (top_on) {
+			struct timespec mt;
+
+			if (top_keypress(STDIN_FILENO) == 1)
+				break;
+			/* Kernel time moves only with records: redraw an idle screen on this clock
+			 * (the same one), which decides only when to draw. */
+			clock_gettime(CLOCK_MONOTONIC, &mt);
+			top_tick(&top, &tr.pl, mt.tv_sec * 1000000000ull + (uint64_t)mt.tv_nsec);
+		}
+		if (o->all && now >= next_discover) {
+			discover_follow(&tr, &seen);
+			next_discover = now + DISCOVER_RESCAN_S;
+		}
 		if (now >= next_cuda_scan) {
 			cuda_scan_all(&tr);
 			next_cuda_scan = now + CUDA_RESCAN_S;
@@ -337,6 +426,11 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 	exporters_flush(&ex);
 	pipeline_print_total(&tr.pl);
 out:
+	if (raw)
+		top_term_restore(STDIN_FILENO, &saved);
+	if (top_on)
+		top_free(&top);
+	discover_set_free(&seen);
 	if (ex_started) {
 		int e = exporters_stop(&ex);
 
@@ -357,5 +451,7 @@ out:
 	cuda_detach(&tr.cuda);
 	tokenscope_bpf__destroy(tr.skel);
 	pipeline_free(&tr.pl);
+	if (devnull)
+		fclose(devnull);
 	return err;
 }

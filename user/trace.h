@@ -26,6 +26,9 @@ struct trace_opts {
 	uint32_t ring_mb; /* ring buffer size in MiB, a power of two */
 	struct export_opts ex; /* Prometheus endpoint, timeline, alerts */
 	const char *record_path; /* record: write the raw event stream here */
+	bool all; /* --all: find inference servers on the node, and new ones as they start */
+	bool top; /* top: a live view instead of request lines */
+	bool by_process; /* top: a row per model and server process */
 };
 
 /* Returns 0, or a negative errno after printing why. */

@@ -259,6 +259,49 @@ fi
 kill "$RSPID" 2>/dev/null
 wait "$RSPID" 2>/dev/null
 
+# 10. top without a terminal: plain lines every second, no escape codes
+start_server --token-ms 5 --prefill-ms 5
+"$TS" top -p "$RSPID" -d 4 >"$TMP/top.out" 2>"$TMP/top.err" &
+toppid=$!
+sleep 1.5
+"$GT" --port "$PORT" -n 8 -c 2 --max-tokens 4 -o /dev/null 2>/dev/null
+wait "$toppid"
+rc=$?
+if [ $rc -eq 0 ] && grep -q "MODEL .*RPS .*TTFT50" "$TMP/top.out" && grep -q " ref " "$TMP/top.out" &&
+	! grep -q $'\033' "$TMP/top.out"; then
+	ok "top without a terminal prints plain frames"
+else
+	ko "top" "rc=$rc: $(head -c 400 "$TMP/top.out")"
+fi
+kill "$RSPID" 2>/dev/null
+wait "$RSPID" 2>/dev/null
+
+# 11. --all finds an inference server by its name, including one started after attach
+mkdir -p "$TMP/bin"
+cp "$RS" "$TMP/bin/llama-server"
+"$TS" trace --all --json >"$TMP/all.out" 2>"$TMP/all.err" &
+TSPID=$!
+pids+=("$TSPID")
+for _ in $(seq 100); do grep -q "attached" "$TMP/all.err" && break; sleep 0.1; done
+"$TMP/bin/llama-server" --port 0 --token-ms 2 --prefill-ms 2 >"$TMP/ll.out" 2>&1 &
+llpid=$!
+pids+=("$llpid")
+for _ in $(seq 100); do grep -q "found $llpid (llama.cpp" "$TMP/all.err" && break; sleep 0.1; done
+for _ in $(seq 50); do grep -q listening "$TMP/ll.out" && break; sleep 0.1; done
+llport=$(grep -o '[0-9]*$' "$TMP/ll.out")
+"$GT" --port "$llport" -n 3 --max-tokens 3 -o /dev/null 2>/dev/null
+sleep 0.3
+kill -INT "$TSPID"
+wait "$TSPID"
+rc=$?
+n=$(grep -c "\"pid\":$llpid," "$TMP/all.out")
+if [ $rc -eq 0 ] && grep -q "found $llpid (llama.cpp" "$TMP/all.err" && [ "$n" -eq 3 ]; then
+	ok "--all finds a server started after attach and traces it"
+else
+	ko "--all" "rc=$rc requests=$n: $(head -n 3 "$TMP/all.err")"
+fi
+kill "$llpid" 2>/dev/null
+
 # 9. a bad alert rule is refused with the expected form
 "$TS" trace -p $$ --alert 'ttft > 5' >/dev/null 2>"$TMP/alert.err"
 rc=$?

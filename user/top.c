@@ -1,0 +1,460 @@
+// SPDX-License-Identifier: MIT
+/* Live per-model table over a sliding window of kernel time (see top.h). */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "pipeline.h"
+#include "request.h"
+#include "top.h"
+
+#define NS_PER_S 1000000000ull
+#define NS_PER_MS 1e6
+
+static void lat_reset(struct top_lat *l)
+{
+	memset(l, 0, sizeof(*l));
+}
+
+static void lat_add(struct top_lat *l, uint64_t v)
+{
+	if (!l->n || v < l->min)
+		l->min = v;
+	if (!l->n || v > l->max)
+		l->max = v;
+	l->n++;
+	l->b[hist_bucket(v) >> TOP_COARSEN_BITS]++;
+}
+
+static void lat_merge(struct top_lat *dst, const struct top_lat *src)
+{
+	if (!src->n)
+		return;
+	if (!dst->n || src->min < dst->min)
+		dst->min = src->min;
+	if (!dst->n || src->max > dst->max)
+		dst->max = src->max;
+	dst->n += src->n;
+	for (unsigned int i = 0; i < TOP_BUCKETS; i++)
+		dst->b[i] += src->b[i];
+}
+
+/* Value at quantile q: the middle of its bucket, clamped to the exact extremes; < 0 if empty. */
+static double lat_quantile(const struct top_lat *l, double q)
+{
+	uint64_t rank, seen = 0;
+
+	if (!l->n)
+		return -1;
+	rank = (uint64_t)ceil(q * l->n);
+	if (rank < 1)
+		rank = 1;
+	for (unsigned int i = 0; i < TOP_BUCKETS; i++) {
+		uint64_t lo, hi, v;
+
+		seen += l->b[i];
+		if (seen < rank)
+			continue;
+		lo = hist_bucket_low(i << TOP_COARSEN_BITS);
+		hi = hist_bucket_low((i + 1) << TOP_COARSEN_BITS);
+		v = lo + (hi - lo) / 2;
+		if (v < l->min)
+			v = l->min;
+		if (v > l->max)
+			v = l->max;
+		return (double)v;
+	}
+	return (double)l->max;
+}
+
+int top_init(struct top *t, FILE *out, bool tty, bool by_process)
+{
+	memset(t, 0, sizeof(*t));
+	t->out = out;
+	t->tty = tty;
+	t->by_process = by_process;
+	t->steps = calloc(TOP_SLOTS, sizeof(*t->steps));
+	t->scratch = calloc(1, sizeof(*t->scratch));
+	if (!t->steps || !t->scratch) {
+		top_free(t);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+void top_free(struct top *t)
+{
+	for (uint32_t i = 0; i < t->nmodels; i++)
+		free(t->models[i].slots);
+	free(t->steps);
+	free(t->scratch);
+	memset(t, 0, sizeof(*t));
+}
+
+static bool in_window(bool used, uint64_t second, uint64_t now_s)
+{
+	return used && second < now_s && second + TOP_WINDOW_S >= now_s;
+}
+
+static void top_seen(struct top *t, uint64_t s)
+{
+	if (!t->started || s < t->first_s)
+		t->first_s = s;
+	t->started = true;
+}
+
+/* The row for (model, pid), created or reused; NULL when every row is in use. */
+static struct top_model *top_model(struct top *t, const char *model, uint32_t pid, uint64_t now_s)
+{
+	struct top_model *m = NULL;
+
+	for (uint32_t i = 0; i < t->nmodels; i++)
+		if (t->models[i].pid == pid && !strcmp(t->models[i].model, model))
+			return &t->models[i];
+	if (t->nmodels < TOP_MAX_MODELS) {
+		m = &t->models[t->nmodels];
+		m->slots = calloc(TOP_SLOTS, sizeof(*m->slots));
+		if (!m->slots)
+			return NULL;
+		t->nmodels++;
+	} else {
+		/* A row none of whose requests can still be in the window. */
+		for (uint32_t i = 0; i < t->nmodels && !m; i++)
+			if (t->models[i].last_s + TOP_WINDOW_S < now_s)
+				m = &t->models[i];
+		if (!m)
+			return NULL;
+		memset(m->slots, 0, TOP_SLOTS * sizeof(*m->slots));
+	}
+	snprintf(m->model, sizeof(m->model), "%s", model);
+	m->pid = pid;
+	m->last_s = now_s;
+	return m;
+}
+
+static void top_on_request(void *ctx, const struct request *r, const struct request_metrics *m,
+			   const struct gpu_attribution *ga)
+{
+	struct top *t = ctx;
+	struct top_model *row;
+	struct top_slot *slot;
+	uint64_t s;
+
+	if (!r->end_ns)
+		return;
+	t->requests++;
+	s = r->end_ns / NS_PER_S;
+	top_seen(t, s);
+	row = top_model(t, r->info.model, t->by_process ? r->pid : 0, s);
+	if (!row) {
+		t->models_dropped++;
+		return;
+	}
+	if (s > row->last_s)
+		row->last_s = s;
+	slot = &row->slots[s % TOP_SLOTS];
+	if (!slot->used || slot->second != s) {
+		if (slot->used && slot->second > s)
+			return; /* older than the window this slot holds now */
+		memset(slot, 0, sizeof(*slot));
+		slot->used = true;
+		slot->second = s;
+	}
+	slot->requests++;
+	if (m->tokens > 0)
+		slot->tokens += m->tokens;
+	if (r->outcome != OUTCOME_OK)
+		return;
+	slot->ok++;
+	if (m->ttft_ns >= 0)
+		lat_add(&slot->ttft, m->ttft_ns);
+	for (uint32_t i = 1; i < r->ntokens; i++)
+		lat_add(&slot->itl, r->token_ns[i] - r->token_ns[i - 1]);
+	if (ga && ga->queue_ns >= 0 && ga->prefill_ns >= 0 && m->ttft_ns > 0) {
+		slot->attributed++;
+		slot->ttft_ns += m->ttft_ns;
+		slot->queue_ns += ga->queue_ns;
+		slot->prefill_ns += ga->prefill_ns;
+	}
+	if (ga && ga->gpu_ns >= 0 && ga->host_ns >= 0) {
+		slot->gpu_ns += ga->gpu_ns;
+		slot->host_ns += ga->host_ns;
+	}
+}
+
+static void top_on_gpu_step(void *ctx, const struct gpu_step *st)
+{
+	struct top *t = ctx;
+	struct top_step_slot *slot;
+	uint64_t s = st->end_ns / NS_PER_S;
+
+	top_seen(t, s);
+	slot = &t->steps[s % TOP_SLOTS];
+	if (!slot->used || slot->second != s) {
+		if (slot->used && slot->second > s)
+			return;
+		memset(slot, 0, sizeof(*slot));
+		slot->used = true;
+		slot->second = s;
+	}
+	if (st->kind < STEP_KIND_MAX && st->end_ns >= st->start_ns)
+		lat_add(&slot->dur[st->kind], st->end_ns - st->start_ns);
+}
+
+void top_tick(struct top *t, const struct pipeline *pl, uint64_t now_ns)
+{
+	uint64_t s = now_ns / NS_PER_S;
+
+	top_seen(t, s);
+	if (t->framed && s <= t->last_frame_s)
+		return;
+	top_render(t, pl, now_ns, t->out);
+}
+
+static void top_on_tick(void *ctx, const struct pipeline *pl, uint64_t now_ns)
+{
+	top_tick(ctx, pl, now_ns);
+}
+
+static void top_on_finish(void *ctx, const struct pipeline *pl)
+{
+	struct top *t = ctx;
+
+	/* The last partial second too: a short run still shows what it saw. */
+	top_render(t, pl, pl->last_ns + NS_PER_S, t->out);
+}
+
+struct sink top_sink(struct top *t)
+{
+	return (struct sink){
+		.name = "top",
+		.ctx = t,
+		.request = top_on_request,
+		.gpu_step = top_on_gpu_step,
+		.tick = top_on_tick,
+		.finish = top_on_finish,
+	};
+}
+
+/* One frame is built in memory, then written at once, so a terminal never shows half of one. */
+struct tframe {
+	char *buf;
+	size_t len;
+	FILE *f;
+	bool tty;
+	double stamp; /* kernel seconds, the prefix of plain lines */
+};
+
+static void line(struct tframe *fr, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void line(struct tframe *fr, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!fr->tty)
+		fprintf(fr->f, "%.3f ", fr->stamp);
+	va_start(ap, fmt);
+	vfprintf(fr->f, fmt, ap);
+	va_end(ap);
+	fputc('\n', fr->f);
+}
+
+/* A value in ms into out, or "-" when unknown. */
+static const char *ms(char *out, size_t n, double ns)
+{
+	if (ns < 0)
+		snprintf(out, n, "-");
+	else
+		snprintf(out, n, "%.1f", ns / NS_PER_MS);
+	return out;
+}
+
+static const char *pct(char *out, size_t n, uint64_t part, uint64_t whole)
+{
+	if (!whole)
+		snprintf(out, n, "-");
+	else
+		snprintf(out, n, "%.0f", 100.0 * part / whole);
+	return out;
+}
+
+static void render_row(struct top *t, struct tframe *fr, const struct top_model *row,
+		       uint64_t now_s, double span_s, int model_w)
+{
+	struct top_slot sum = { 0 };
+	struct top_lat *lat = t->scratch;
+	char name[REQBODY_MODEL_MAX], pid[16] = "", t50[16], t99[16], i50[16], i99[16], ok[16],
+				      qu[16], pf[16], gp[16];
+
+	for (int i = 0; i < TOP_SLOTS; i++) {
+		const struct top_slot *s = &row->slots[i];
+
+		if (!in_window(s->used, s->second, now_s))
+			continue;
+		sum.requests += s->requests;
+		sum.ok += s->ok;
+		sum.tokens += s->tokens;
+		sum.attributed += s->attributed;
+		sum.ttft_ns += s->ttft_ns;
+		sum.queue_ns += s->queue_ns;
+		sum.prefill_ns += s->prefill_ns;
+		sum.gpu_ns += s->gpu_ns;
+		sum.host_ns += s->host_ns;
+	}
+	if (!sum.requests)
+		return;
+	lat_reset(lat);
+	for (int i = 0; i < TOP_SLOTS; i++)
+		if (in_window(row->slots[i].used, row->slots[i].second, now_s))
+			lat_merge(lat, &row->slots[i].ttft);
+	ms(t50, sizeof(t50), lat_quantile(lat, 0.5));
+	ms(t99, sizeof(t99), lat_quantile(lat, 0.99));
+	lat_reset(lat);
+	for (int i = 0; i < TOP_SLOTS; i++)
+		if (in_window(row->slots[i].used, row->slots[i].second, now_s))
+			lat_merge(lat, &row->slots[i].itl);
+	ms(i50, sizeof(i50), lat_quantile(lat, 0.5));
+	ms(i99, sizeof(i99), lat_quantile(lat, 0.99));
+	snprintf(name, sizeof(name), "%s", row->model[0] ? row->model : "(unknown)");
+	if (t->by_process)
+		snprintf(pid, sizeof(pid), "%u", row->pid);
+	line(fr, "%-*.*s%s%-*s %6.1f %7s %7s %6s %6s %7.1f %5s %5s %5s %5s", model_w, model_w, name,
+	     t->by_process ? " " : "", t->by_process ? 7 : 0, pid, sum.requests / span_s, t50, t99,
+	     i50, i99, sum.tokens / span_s, pct(ok, sizeof(ok), sum.ok, sum.requests),
+	     pct(qu, sizeof(qu), sum.queue_ns, sum.ttft_ns),
+	     pct(pf, sizeof(pf), sum.prefill_ns, sum.ttft_ns),
+	     pct(gp, sizeof(gp), sum.gpu_ns, sum.gpu_ns + sum.host_ns));
+}
+
+static void render_steps(struct top *t, struct tframe *fr, uint64_t now_s, double span_s)
+{
+	struct top_lat *lat = t->scratch;
+	char all[16], dec[16], pre[16], mix[16];
+	uint64_t n = 0;
+
+	lat_reset(lat);
+	for (int k = 0; k < STEP_KIND_MAX; k++)
+		for (int i = 0; i < TOP_SLOTS; i++)
+			if (in_window(t->steps[i].used, t->steps[i].second, now_s))
+				lat_merge(lat, &t->steps[i].dur[k]);
+	n = lat->n;
+	if (!n)
+		return;
+	ms(all, sizeof(all), lat_quantile(lat, 0.5));
+	const enum step_kind kinds[] = { STEP_DECODE, STEP_PREFILL, STEP_MIXED };
+	char *outs[] = { dec, pre, mix };
+	for (int k = 0; k < 3; k++) {
+		lat_reset(lat);
+		for (int i = 0; i < TOP_SLOTS; i++)
+			if (in_window(t->steps[i].used, t->steps[i].second, now_s))
+				lat_merge(lat, &t->steps[i].dur[kinds[k]]);
+		ms(outs[k], 16, lat_quantile(lat, 0.5));
+	}
+	line(fr, "GPU steps %.1f/s, step p50 %s ms (decode %s, prefill %s, mixed %s)", n / span_s,
+	     all, dec, pre, mix);
+}
+
+void top_render(struct top *t, const struct pipeline *pl, uint64_t now_ns, FILE *f)
+{
+	uint64_t now_s = now_ns / NS_PER_S, span, in_win = 0;
+	int model_w = t->by_process ? 22 : 30;
+	struct tframe fr = { .tty = t->tty, .stamp = (double)now_ns / NS_PER_S };
+	double span_s;
+
+	/* Whole seconds in the window, fewer at the start of the run (rates are not diluted). */
+	span = t->started && now_s > t->first_s ? now_s - t->first_s : 1;
+	if (span > TOP_WINDOW_S)
+		span = TOP_WINDOW_S;
+	span_s = (double)span;
+
+	fr.f = open_memstream(&fr.buf, &fr.len);
+	if (!fr.f)
+		return;
+	if (t->tty)
+		fputs(TOP_CLEAR, fr.f);
+	line(&fr,
+	     "tokenscope top  window %llu s ending %llu s (kernel time)  in flight %u (all models)",
+	     (unsigned long long)span, (unsigned long long)now_s,
+	     pl ? conn_inflight(&pl->conns) : 0);
+	line(&fr, "%-*s%s%-*s %6s %7s %7s %6s %6s %7s %5s %5s %5s %5s", model_w, "MODEL",
+	     t->by_process ? " " : "", t->by_process ? 7 : 0, t->by_process ? "PID" : "", "RPS",
+	     "TTFT50", "TTFT99", "ITL50", "ITL99", "TOK/S", "OK%", "QUE%", "PRE%", "GPU%");
+	for (uint32_t i = 0; i < t->nmodels; i++) {
+		render_row(t, &fr, &t->models[i], now_s, span_s, model_w);
+		for (int j = 0; j < TOP_SLOTS; j++)
+			if (in_window(t->models[i].slots[j].used, t->models[i].slots[j].second,
+				      now_s))
+				in_win += t->models[i].slots[j].requests;
+	}
+	render_steps(t, &fr, now_s, span_s);
+	char dropped[64] = "";
+
+	if (t->models_dropped)
+		snprintf(dropped, sizeof(dropped), ", %llu not shown (over %d models)",
+			 (unsigned long long)t->models_dropped, TOP_MAX_MODELS);
+	line(&fr,
+	     "%llu requests in the window, %llu since start%s; lost %llu records in the kernel",
+	     (unsigned long long)in_win, (unsigned long long)t->requests, dropped,
+	     pl ? (unsigned long long)pl->kstats[TS_STAT_LOST_EVENTS] : 0ull);
+	if (t->tty)
+		line(&fr, "times in ms; q quits");
+	else
+		fputc('\n', fr.f);
+	fclose(fr.f);
+	fwrite(fr.buf, 1, fr.len, f);
+	fflush(f);
+	free(fr.buf);
+	t->framed = true;
+	t->last_frame_s = now_s;
+}
+
+int top_keypress(int fd)
+{
+	char buf[32];
+	int flags = fcntl(fd, F_GETFL);
+	ssize_t n;
+
+	if (flags < 0)
+		return -errno;
+	if (!(flags & O_NONBLOCK) && fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0)
+		return -errno;
+	n = read(fd, buf, sizeof(buf));
+	if (n < 0) {
+		int err = errno;
+
+		if (!(flags & O_NONBLOCK))
+			fcntl(fd, F_SETFL, flags);
+		return err == EAGAIN || err == EINTR ? 0 : -err;
+	}
+	if (!(flags & O_NONBLOCK))
+		fcntl(fd, F_SETFL, flags);
+	for (ssize_t i = 0; i < n; i++)
+		if (buf[i] == 'q' || buf[i] == 'Q')
+			return 1;
+	return 0;
+}
+
+int top_term_raw(int fd, struct termios *saved)
+{
+	struct termios raw;
+
+	if (tcgetattr(fd, saved) < 0)
+		return -errno;
+	raw = *saved;
+	/* Keys arrive one by one and are not echoed; ISIG stays so Ctrl-C still stops tracing. */
+	raw.c_lflag &= ~(ICANON | ECHO);
+	raw.c_cc[VMIN] = 0;
+	raw.c_cc[VTIME] = 0;
+	if (tcsetattr(fd, TCSANOW, &raw) < 0)
+		return -errno;
+	return 0;
+}
+
+void top_term_restore(int fd, const struct termios *saved)
+{
+	tcsetattr(fd, TCSANOW, saved);
+}

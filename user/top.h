@@ -1,0 +1,104 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * `tokenscope top`: a live table of the requests finished in the last TOP_WINDOW_S seconds of
+ * kernel time, one row per model (per model and server process with by_process), redrawn once
+ * per second of kernel time, as a pipeline sink.
+ *
+ * The window is the TOP_WINDOW_S whole seconds before the current one (a second is shown once
+ * it is over), kept as one slot per second, so memory is fixed: TOP_MAX_MODELS rows, each with
+ * its slots allocated on its first request; a row whose requests all left the window is reused.
+ * Percentiles come from hist.h's buckets merged four by four (32 sub-buckets per power of two,
+ * under 3.2 % relative error), clamped to the window's exact minimum and maximum.
+ *
+ * On a terminal (tty) each frame clears the screen first; otherwise every line of a frame starts
+ * with its kernel time in seconds and no escape byte is written (logs, pipes, kubectl exec).
+ */
+#ifndef TS_TOP_H
+#define TS_TOP_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <termios.h>
+
+#include "gpu.h"
+#include "hist.h"
+#include "reqbody.h"
+#include "sink.h"
+
+#define TOP_WINDOW_S 10
+/* One more slot than the window: the second in progress fills while the window's are read. */
+#define TOP_SLOTS (TOP_WINDOW_S + 1)
+/* Rows kept; requests of further models are counted (footer) until a row frees up. */
+#define TOP_MAX_MODELS 32
+/* hist.h buckets merged into one: 2^2 of its 128 sub-buckets per power of two. */
+#define TOP_COARSEN_BITS 2
+#define TOP_BUCKETS (HIST_BUCKETS >> TOP_COARSEN_BITS)
+/* ANSI: cursor home, then erase the screen. */
+#define TOP_CLEAR "\033[H\033[2J"
+
+/* Bucket counts of one latency over one second, with its exact extremes. */
+struct top_lat {
+	uint32_t n;
+	uint64_t min, max;
+	uint32_t b[TOP_BUCKETS];
+};
+
+struct top_slot {
+	bool used;
+	uint64_t second; /* kernel time in whole seconds this slot holds */
+	uint32_t requests, ok;
+	uint64_t tokens; /* output tokens of every request that reported or streamed some */
+	/* Over ok requests with a queue/prefill attribution: sums (ns) for the shares. */
+	uint32_t attributed;
+	uint64_t ttft_ns, queue_ns, prefill_ns;
+	uint64_t gpu_ns, host_ns; /* token gaps split into GPU and host time */
+	struct top_lat ttft, itl; /* over ok requests (as the summary) */
+};
+
+struct top_model {
+	char model[REQBODY_MODEL_MAX]; /* "" when the body did not say */
+	uint32_t pid;		       /* server process (by_process), else 0 */
+	uint64_t last_s;	       /* second of its latest request */
+	struct top_slot *slots;	       /* TOP_SLOTS, by second modulo */
+};
+
+struct top_step_slot {
+	bool used;
+	uint64_t second;
+	struct top_lat dur[STEP_KIND_MAX];
+};
+
+struct top {
+	FILE *out;
+	bool tty, by_process;
+	struct top_model models[TOP_MAX_MODELS];
+	uint32_t nmodels;
+	struct top_step_slot *steps; /* TOP_SLOTS, by second modulo */
+	struct top_lat *scratch;     /* window merge, at render */
+	uint64_t first_s;	     /* first second anything was seen; the rate's start */
+	bool started;
+	uint64_t last_frame_s; /* second of the latest frame */
+	bool framed;
+	uint64_t requests;	 /* every finished request seen */
+	uint64_t models_dropped; /* requests not shown: every row was in use */
+};
+
+/* -ENOMEM when the step window cannot be allocated. */
+int top_init(struct top *t, FILE *out, bool tty, bool by_process);
+void top_free(struct top *t);
+struct sink top_sink(struct top *t);
+/* Draws a frame if the second of now_ns is past the last frame's (the sink's tick does this;
+ * the loader may too while no record comes, with CLOCK_MONOTONIC, the kernel's clock). */
+void top_tick(struct top *t, const struct pipeline *pl, uint64_t now_ns);
+/* Draws one frame for the window ending at the second of now_ns. */
+void top_render(struct top *t, const struct pipeline *pl, uint64_t now_ns, FILE *f);
+
+/* Terminal: 1 when 'q' was read from fd without blocking, 0 when not, -errno on error. */
+int top_keypress(int fd);
+/* Puts the terminal in non-canonical, no-echo mode (signals stay: Ctrl-C still works), saving
+ * its settings; -errno on error (-ENOTTY when fd is not a terminal). */
+int top_term_raw(int fd, struct termios *saved);
+void top_term_restore(int fd, const struct termios *saved);
+
+#endif
