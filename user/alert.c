@@ -431,6 +431,15 @@ static void alert_on_tick(void *ctx, const struct pipeline *pl, uint64_t now_ns)
 	alert_evaluate(a, now_ns);
 }
 
+/* The end of a run (or of a replayed recording shorter than a second) is evaluated too. */
+static void alert_on_finish(void *ctx, const struct pipeline *pl)
+{
+	struct alert_set *a = ctx;
+
+	if (pl->last_ns)
+		alert_evaluate(a, pl->last_ns);
+}
+
 struct sink alert_sink(struct alert_set *a)
 {
 	return (struct sink){
@@ -438,5 +447,30 @@ struct sink alert_sink(struct alert_set *a)
 		.ctx = a,
 		.request = alert_on_request,
 		.tick = alert_on_tick,
+		.finish = alert_on_finish,
 	};
+}
+
+void alert_render_prom(void *ctx, FILE *f)
+{
+	const struct alert_set *a = ctx;
+
+	if (!a->nrules)
+		return;
+	fprintf(f,
+		"# HELP tokenscope_alert_firing Whether an --alert rule is firing (1) or not (0).\n"
+		"# TYPE tokenscope_alert_firing gauge\n");
+	for (int i = 0; i < a->nrules; i++) {
+		fputs("tokenscope_alert_firing{rule=\"", f);
+		/* Label values escape backslash, quote and newline. */
+		for (const char *c = a->rules[i].text; *c; c++) {
+			if (*c == '\\' || *c == '"')
+				fputc('\\', f);
+			if (*c == '\n')
+				fputs("\\n", f);
+			else
+				fputc(*c, f);
+		}
+		fprintf(f, "\"} %d\n", a->rules[i].firing ? 1 : 0);
+	}
 }

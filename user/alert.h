@@ -88,6 +88,8 @@ struct sink alert_sink(struct alert_set *a);
 /* Evaluates every rule at kernel time now_ns (the sink's tick does this once per second). */
 void alert_evaluate(struct alert_set *a, uint64_t now_ns);
 const char *alert_metric_name(enum alert_metric m);
+/* tokenscope_alert_firing{rule="..."} 0|1 for every rule, in the Prometheus text format. */
+void alert_render_prom(void *alert_set, FILE *f);
 /* "5s", "200ms", "3m", "250us" to seconds; false without a known unit. */
 bool alert_parse_duration(const char *s, double *seconds);
 

@@ -26,11 +26,36 @@ int exporters_start(struct exporters *x, const struct export_opts *eo, struct pi
 		fprintf(stderr, "tokenscope: metrics at http://%s/metrics\n",
 			httpd_address(x->httpd));
 	}
+	/* Alerts before the metrics: a tick evaluates them before the snapshot is rendered. */
+	if (eo->nalerts) {
+		err = alert_init(&x->alerts, stderr, eo->alert_exec);
+		if (err)
+			return err;
+		x->alerts_on = true;
+		for (int i = 0; i < eo->nalerts; i++) {
+			struct alert_rule r;
+			char msg[512];
+
+			err = alert_parse(eo->alerts[i], &r, msg, sizeof(msg));
+			if (!err)
+				err = alert_add(&x->alerts, &r);
+			if (err) {
+				fprintf(stderr, "tokenscope: %s\n", msg);
+				return err;
+			}
+		}
+		sink = alert_sink(&x->alerts);
+		err = pipeline_add_sink(pl, &sink);
+		if (err)
+			return err;
+	}
 	if (eo->listen || eo->prometheus) {
 		x->prom = prom_new(x->httpd ? httpd_publish : NULL, x->httpd);
 		if (!x->prom)
 			return -ENOMEM;
 		x->print_prometheus = eo->prometheus;
+		if (x->alerts_on)
+			prom_set_extra(x->prom, alert_render_prom, &x->alerts);
 		sink = prom_sink(x->prom);
 		err = pipeline_add_sink(pl, &sink);
 		if (err)
@@ -74,28 +99,6 @@ int exporters_start(struct exporters *x, const struct export_opts *eo, struct pi
 		}
 		x->otlp_url = eo->otlp_url;
 		sink = otlp_sink(&x->otlp);
-		err = pipeline_add_sink(pl, &sink);
-		if (err)
-			return err;
-	}
-	if (eo->nalerts) {
-		err = alert_init(&x->alerts, stderr, eo->alert_exec);
-		if (err)
-			return err;
-		x->alerts_on = true;
-		for (int i = 0; i < eo->nalerts; i++) {
-			struct alert_rule r;
-			char msg[512];
-
-			err = alert_parse(eo->alerts[i], &r, msg, sizeof(msg));
-			if (!err)
-				err = alert_add(&x->alerts, &r);
-			if (err) {
-				fprintf(stderr, "tokenscope: %s\n", msg);
-				return err;
-			}
-		}
-		sink = alert_sink(&x->alerts);
 		err = pipeline_add_sink(pl, &sink);
 		if (err)
 			return err;

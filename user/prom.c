@@ -106,6 +106,8 @@ struct prom {
 	uint32_t inflight;
 	prom_publish_fn publish;
 	void *publish_ctx;
+	void (*extra)(void *ctx, FILE *f);
+	void *extra_ctx;
 	bool dirty;	       /* something changed since the last snapshot */
 	uint64_t rendered_ns;  /* kernel time of the last snapshot */
 	uint64_t prev_tick_ns; /* kernel time at the previous tick */
@@ -464,6 +466,13 @@ static void render_gpu(const struct prom *p, FILE *f)
 	}
 }
 
+void prom_set_extra(struct prom *p, void (*render)(void *ctx, FILE *f), void *ctx)
+{
+	p->extra = render;
+	p->extra_ctx = ctx;
+	p->dirty = true;
+}
+
 int prom_render(struct prom *p, char **buf, size_t *len)
 {
 	FILE *f;
@@ -484,6 +493,8 @@ int prom_render(struct prom *p, char **buf, size_t *len)
 		   "reported lost).");
 	fprintf(f, "tokenscope_events_lost_total %" PRIu64 "\n", p->lost_events);
 	render_gpu(p, f);
+	if (p->extra)
+		p->extra(p->extra_ctx, f);
 	if (ferror(f))
 		err = -ENOMEM;
 	if (fclose(f) && !err)

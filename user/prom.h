@@ -17,6 +17,7 @@
 #define TS_PROM_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 
 #include "sink.h"
@@ -38,6 +39,8 @@ struct prom *prom_new(prom_publish_fn publish, void *publish_ctx);
 void prom_free(struct prom *p);
 /* The sink to give pipeline_add_sink; ctx is p. */
 struct sink prom_sink(struct prom *p);
+/* Lines appended to every snapshot by another module (the alerts' tokenscope_alert_firing). */
+void prom_set_extra(struct prom *p, void (*render)(void *ctx, FILE *f), void *ctx);
 /* The metrics now, in the text exposition format: a malloc'd buffer the caller frees.
  * -ENOMEM on failure. */
 int prom_render(struct prom *p, char **buf, size_t *len);

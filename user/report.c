@@ -15,7 +15,9 @@ int report_run(const struct report_opts *o)
 		.tokens = o->tokens,
 		.verbose = o->verbose,
 		.gpu_steps = o->gpu_steps,
-		.out = stdout,
+		/* With --prometheus, stdout carries the metrics text alone (for promtool, a file).
+		 */
+		.out = o->ex.prometheus ? stderr : stdout,
 		.err = stderr,
 	};
 	struct record_replay_stats st = { 0 };
@@ -54,7 +56,7 @@ int report_run(const struct report_opts *o)
 	pipeline_finish(&pl);
 	exporters_flush(&ex);
 	pipeline_print_total(&pl);
-	diagnosis_print(&d, o->json ? stderr : stdout);
+	diagnosis_print(&d, o->json || o->ex.prometheus ? stderr : stdout);
 	rc = exporters_stop(&ex);
 	if (err) {
 		fprintf(stderr,

@@ -237,6 +237,9 @@ if TSCMD=record start_tracer rec -p "$RSPID" -o "$TMP/run.tsr"; then
 	head -c $((size - 7)) "$TMP/run.tsr" >"$TMP/cut.tsr"
 	"$TS" report --json "$TMP/cut.tsr" >"$TMP/cut.out" 2>"$TMP/cut.err"
 	rc_cut=$?
+	"$TS" report --prometheus --alert 'ttft.p50 > 1us' "$TMP/run.tsr" >"$TMP/report.prom" 2>/dev/null
+	promtool check metrics <"$TMP/report.prom" >"$TMP/promtool.out" 2>&1
+	rc_prom=$?
 	printf 'garbage' >"$TMP/garbage.tsr"
 	"$TS" report "$TMP/garbage.tsr" >/dev/null 2>"$TMP/garbage.err"
 	rc_garbage=$?
@@ -248,6 +251,8 @@ if TSCMD=record start_tracer rec -p "$RSPID" -o "$TMP/run.tsr"; then
 	elif [ $rc_cut -ne 1 ] || ! grep -q "at byte [0-9]*; the report covers the [0-9]* records before it" "$TMP/cut.err" ||
 		! grep -q -- "--- summary" "$TMP/cut.err"; then
 		ko "cut recording" "rc=$rc_cut: $(tail -n 3 "$TMP/cut.err")"
+	elif [ $rc_prom -ne 0 ] || ! grep -q 'tokenscope_alert_firing{rule="ttft.p50 > 1us"} 1' "$TMP/report.prom"; then
+		ko "report --prometheus" "promtool rc=$rc_prom: $(head -c 300 "$TMP/promtool.out")"
 	elif [ $rc_garbage -ne 1 ] || ! grep -q "not a tokenscope recording" "$TMP/garbage.err"; then
 		ko "garbage recording" "rc=$rc_garbage: $(cat "$TMP/garbage.err")"
 	else
