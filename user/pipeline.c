@@ -12,6 +12,9 @@ static void pl_request_start(void *ctx, const struct request *r)
 
 	summary_start(&pl->total, r);
 	summary_start(&pl->interval, r);
+	for (int i = 0; i < pl->nsinks; i++)
+		if (pl->sinks[i].request_start)
+			pl->sinks[i].request_start(pl->sinks[i].ctx, r);
 }
 
 static void pl_request_done(void *ctx, struct request *r)

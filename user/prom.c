@@ -84,6 +84,7 @@ struct prom_model {
 	struct phist h[PH_MAX];
 	uint64_t requests[OUTCOME_MAX];
 	uint64_t tokens[TOK_MAX];
+	uint32_t inflight; /* read and not finished */
 };
 
 struct prom_gpu_pid {
@@ -141,6 +142,14 @@ static struct prom_model *model_get(struct prom *p, const char *model)
 	return m;
 }
 
+static void prom_request_start(void *ctx, const struct request *r)
+{
+	struct prom *p = ctx;
+
+	model_get(p, r->info.model)->inflight++;
+	p->dirty = true;
+}
+
 static void prom_request(void *ctx, const struct request *r, const struct request_metrics *m,
 			 const struct gpu_attribution *ga)
 {
@@ -151,6 +160,8 @@ static void prom_request(void *ctx, const struct request *r, const struct reques
 				       [PH_DECODE] = ga ? ga->decode_ns : -1 };
 
 	p->dirty = true;
+	if (pm->inflight)
+		pm->inflight--;
 	if (r->outcome < OUTCOME_MAX)
 		pm->requests[r->outcome]++;
 	if (m->tokens > 0)
@@ -274,6 +285,7 @@ struct sink prom_sink(struct prom *p)
 		.request = prom_request,
 		.gpu_step = prom_gpu_step,
 		.tick = prom_tick,
+		.request_start = prom_request_start,
 		.finish = prom_finish,
 	};
 }
@@ -421,6 +433,13 @@ static int render_models(const struct prom *p, FILE *f)
 			fprintf(f, "tokenscope_tokens_total{%s,type=\"%s\"} %" PRIu64 "\n",
 				labels[i], tok_names[t], ms[i]->tokens[t]);
 
+	put_header(
+	    f, "tokenscope_streams_in_flight", "gauge",
+	    "Requests read and not yet finished (streamed or not: whether a response streams "
+	    "is known only once it starts).");
+	for (unsigned int i = 0; i < n; i++)
+		fprintf(f, "tokenscope_streams_in_flight{%s} %u\n", labels[i], ms[i]->inflight);
+
 	for (int h = 0; h < PH_MAX; h++) {
 		put_header(f, ph_desc[h].name, "histogram", ph_desc[h].help);
 		for (unsigned int i = 0; i < n; i++)
@@ -484,10 +503,6 @@ int prom_render(struct prom *p, char **buf, size_t *len)
 	if (!f)
 		return -ENOMEM;
 	err = render_models(p, f);
-	put_header(f, "tokenscope_streams_in_flight", "gauge",
-		   "Requests read and not yet finished, all models together (streamed or not: "
-		   "whether a response streams is known only once it starts).");
-	fprintf(f, "tokenscope_streams_in_flight %u\n", p->inflight);
 	put_header(f, "tokenscope_events_lost_total", "counter",
 		   "Records the kernel could not put in the ring buffer (requests open then may be "
 		   "reported lost).");

@@ -19,6 +19,8 @@ struct pipeline;
 struct sink {
 	const char *name;
 	void *ctx;
+	/* A request was read completely (arrival); request() follows when it finishes. */
+	void (*request_start)(void *ctx, const struct request *r);
 	/* A request finished (every outcome). */
 	void (*request)(void *ctx, const struct request *r, const struct request_metrics *m,
 			const struct gpu_attribution *ga);

@@ -185,7 +185,7 @@ static void test_histograms_and_counters(void)
 	ASSERT_LINE(t, "tokenscope_tokens_total{model=\"llama\",type=\"cached\"} 4");
 	ASSERT_LINE(t, "tokenscope_tokens_total{model=\"qwen\",type=\"output\"} 2");
 	ASSERT_LINE(t, "tokenscope_tokens_total{model=\"qwen\",type=\"input\"} 0");
-	ASSERT_LINE(t, "tokenscope_streams_in_flight 0");
+	ASSERT_LINE(t, "tokenscope_streams_in_flight{model=\"llama\"} 0");
 	ASSERT_LINE(t, "tokenscope_events_lost_total 0");
 	/* GPU steps by process and kind; durations by kind */
 	ASSERT_LINE(t, "tokenscope_gpu_steps_total{pid=\"42\",kind=\"prefill\"} 1");
@@ -225,6 +225,34 @@ static void test_empty(void)
 	ASSERT_FALSE(strstr(t, "tokenscope_gpu"), "no GPU metrics");
 out:
 	free(t);
+	prom_free(p);
+}
+
+/* In flight per model: counted from a request's arrival to its end. */
+static void test_in_flight(void)
+{
+	struct prom *p = prom_new(NULL, NULL);
+	struct request *r = request_new(1, 1, 0, "c");
+	const uint64_t tok[] = { 20 };
+	struct req_spec q = { "mistral", OUTCOME_OK, 0, tok, 1, 30, -1, -1, -1 };
+	struct sink s;
+	char *t = NULL;
+
+	if (!ASSERT_OK_PTR(p, "prom") || !ASSERT_OK_PTR(r, "request"))
+		goto out;
+	s = prom_sink(p);
+	snprintf(r->info.model, sizeof(r->info.model), "mistral");
+	s.request_start(s.ctx, r);
+	s.request_start(s.ctx, r);
+	t = render(p);
+	ASSERT_LINE(t, "tokenscope_streams_in_flight{model=\"mistral\"} 2");
+	free(t);
+	feed(&s, &q, NULL);
+	t = render(p);
+	ASSERT_LINE(t, "tokenscope_streams_in_flight{model=\"mistral\"} 1");
+out:
+	free(t);
+	request_free(r);
 	prom_free(p);
 }
 
@@ -471,6 +499,7 @@ int main(void)
 {
 	RUN(test_histograms_and_counters);
 	RUN(test_empty);
+	RUN(test_in_flight);
 	RUN(test_label_escaping);
 	RUN(test_model_cap);
 	RUN(test_publish_on_tick);
