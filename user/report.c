@@ -41,6 +41,7 @@ int report_run(const struct report_opts *o)
 	err = exporters_start(&ex, &o->ex, &pl, 0);
 	if (err) {
 		rc = err;
+		exporters_stop(&ex);
 		goto out;
 	}
 	err = record_replay(o->path, record_feed_pipeline, &fe, &meta, &st);
