@@ -20,21 +20,6 @@
 /* Deeper than any real process tree: stops a walk on a pid cycle from a racing scan. */
 #define MAX_DEPTH 64
 
-static ssize_t read_file(const char *path, char *buf, size_t n)
-{
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	ssize_t r;
-
-	if (fd < 0)
-		return -errno;
-	r = read(fd, buf, n - 1);
-	close(fd);
-	if (r < 0)
-		return -errno;
-	buf[r] = 0;
-	return r;
-}
-
 static const char *base(const char *s)
 {
 	const char *slash = strrchr(s, '/');
@@ -267,11 +252,11 @@ static void fill(const char *proc_root, const struct entry *e, struct discovered
 	d->rule = e->rule;
 	d->runtime = "";
 	snprintf(path, sizeof(path), "%s/%u/comm", proc_root, e->pid);
-	if (read_file(path, d->comm, sizeof(d->comm)) <= 0)
+	if (proc_read_file(path, d->comm, sizeof(d->comm)) <= 0)
 		snprintf(d->comm, sizeof(d->comm), "?");
 	d->comm[strcspn(d->comm, "\n")] = 0;
 	snprintf(path, sizeof(path), "%s/%u/cgroup", proc_root, e->pid);
-	if (read_file(path, text, sizeof(text)) > 0 &&
+	if (proc_read_file(path, text, sizeof(text)) > 0 &&
 	    discover_container(text, d->container_id, &d->runtime))
 		snprintf(d->container_short, sizeof(d->container_short), "%.*s", DISCOVER_SHORT_LEN,
 			 d->container_id);
@@ -284,14 +269,15 @@ static bool read_entry(const char *proc_root, const char *name, char *cmdline, s
 	ssize_t len;
 
 	snprintf(path, sizeof(path), "%s/%s/stat", proc_root, name);
-	if (read_file(path, text, sizeof(text)) <= 0 || proc_parse_stat(text, &e->pid, &e->ppid))
+	if (proc_read_file(path, text, sizeof(text)) <= 0 ||
+	    proc_parse_stat(text, &e->pid, &e->ppid))
 		return false;
 	snprintf(path, sizeof(path), "%s/%s/comm", proc_root, name);
-	if (read_file(path, comm, sizeof(comm)) <= 0)
+	if (proc_read_file(path, comm, sizeof(comm)) <= 0)
 		comm[0] = 0;
 	comm[strcspn(comm, "\n")] = 0;
 	snprintf(path, sizeof(path), "%s/%s/cmdline", proc_root, name);
-	len = read_file(path, cmdline, CMDLINE_BYTES);
+	len = proc_read_file(path, cmdline, CMDLINE_BYTES);
 	e->server = len > 0 ? discover_match(cmdline, len, comm, &e->rule) : NULL;
 	return true;
 }

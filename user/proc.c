@@ -18,7 +18,7 @@ int proc_check(uint32_t pid)
 	return access(path, F_OK) == 0 ? 0 : -ESRCH;
 }
 
-static ssize_t read_small(const char *path, char *buf, size_t n)
+ssize_t proc_read_file(const char *path, char *buf, size_t n)
 {
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	ssize_t r;
@@ -38,7 +38,7 @@ void proc_comm(uint32_t pid, char *out, size_t n)
 	char path[40];
 
 	snprintf(path, sizeof(path), "/proc/%u/comm", pid);
-	if (read_small(path, out, n) <= 0) {
+	if (proc_read_file(path, out, n) <= 0) {
 		snprintf(out, n, "?");
 		return;
 	}
@@ -83,7 +83,7 @@ int proc_descendants(uint32_t root, void (*cb)(void *ctx, uint32_t pid), void *c
 		if (!isdigit((unsigned char)de->d_name[0]))
 			continue;
 		snprintf(path, sizeof(path), "/proc/%s/stat", de->d_name);
-		if (read_small(path, text, sizeof(text)) <= 0 ||
+		if (proc_read_file(path, text, sizeof(text)) <= 0 ||
 		    proc_parse_stat(text, &p.pid, &p.ppid))
 			continue; /* exited meanwhile */
 		if (n == cap) {

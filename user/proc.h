@@ -5,7 +5,11 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
+/* Reads up to n - 1 bytes of a (small /proc) file into buf and NUL-terminates it; the length
+ * read, or -errno. */
+ssize_t proc_read_file(const char *path, char *buf, size_t n);
 /* 0 when /proc/PID exists, -ESRCH when it does not. */
 int proc_check(uint32_t pid);
 /* The process's comm (or "?"). */
