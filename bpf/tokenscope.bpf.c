@@ -85,6 +85,7 @@ struct {
 struct conn {
 	__u64 conn_id;
 	__u64 file;   /* struct file *: a different file on the same fd is a new connection */
+	__u64 sk;     /* struct sock *: key of map `rx_pending` */
 	__u64 pos[2]; /* bytes so far per direction, indexed by enum ts_dir */
 };
 
@@ -132,6 +133,26 @@ struct {
 	__type(key, __u32);
 	__type(value, __u64);
 } stats SEC(".maps");
+
+/*
+ * When the bytes a server has not read yet reached its socket, for the time a request waited
+ * before the server's read returned it (the read is where TTFT starts; a busy event loop reads
+ * late). Keyed by struct sock *: sk_data_ready runs in softirq context, where the process and fd
+ * are unknown. The value is the arrival of the oldest unread byte, RX_NONE when everything was
+ * read, RX_UNKNOWN when bytes are waiting whose arrival was not seen. Entries are made when a
+ * traced process first uses a socket and removed at close; LRU because a process can exit
+ * without closing.
+ */
+#define RX_NONE 0
+#define RX_UNKNOWN 1
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, MAX_CONNS);
+	__type(key, __u64);
+	__type(value, __u64);
+} rx_pending SEC(".maps");
+
 
 /* Sized by user space before load (--ring-buffer-mb). */
 struct {
@@ -254,6 +275,57 @@ static __always_inline void conn_fill_addrs(struct ts_conn_event *ce, struct soc
 	}
 }
 
+static __always_inline __u32 rx_queued(struct sock *sk)
+{
+	return BPF_CORE_READ(sk, sk_receive_queue.qlen);
+}
+
+/*
+ * A traced process uses sk for the first time: start following its arrivals. Bytes already
+ * waiting in a socket the process has just accepted are the connection's first: their arrival
+ * is the time of the connection's latest packet (tcp_sock.tcp_mstamp, microseconds of the same
+ * clock; the server has sent nothing yet). Bytes waiting anywhere else arrived when, is unknown.
+ */
+static __always_inline void rx_register(struct sock *sk, bool accepted)
+{
+	__u64 key = (__u64)sk, v = RX_NONE, *p;
+
+	/* In the map first: bytes arriving from here on are noted by sk_data_ready. */
+	bpf_map_update_elem(&rx_pending, &key, &v, BPF_ANY);
+	if (!rx_queued(sk))
+		return;
+	v = RX_UNKNOWN;
+	if (accepted && BPF_CORE_READ(sk, sk_protocol) == IPPROTO_TCP) {
+		__u64 us = BPF_CORE_READ((struct tcp_sock *)sk, tcp_mstamp);
+
+		if (us && us * 1000 <= bpf_ktime_get_ns())
+			v = us * 1000;
+	}
+	p = bpf_map_lookup_elem(&rx_pending, &key);
+	if (p)
+		*p = v;
+}
+
+/*
+ * A read returned bytes: when the oldest of them arrived (0: not known), and the socket's state
+ * for the next read: nothing pending if the queue is empty, RX_UNKNOWN if bytes were left (they
+ * arrived at some time before now, which is not known closely enough to report).
+ */
+static __always_inline __u64 rx_take(struct conn *c)
+{
+	__u64 key = c->sk, *p = bpf_map_lookup_elem(&rx_pending, &key), old;
+
+	if (!p)
+		return 0;
+	old = *p;
+	if (old != RX_NONE)
+		__sync_val_compare_and_swap(p, old, RX_NONE);
+	/* Bytes that arrive from here on set the slot themselves (sk_data_ready). */
+	if (rx_queued((struct sock *)c->sk))
+		__sync_val_compare_and_swap(p, RX_NONE, RX_UNKNOWN);
+	return old > RX_UNKNOWN ? old : 0;
+}
+
 /*
  * The traced connection on (tgid, fd), created (and announced) on first sight. NULL when the fd
  * is not a stream socket or the table is full (counted).
@@ -274,12 +346,13 @@ static __always_inline struct conn *conn_get(__u32 tgid, __u32 tid, __s32 fd, __
 	if (!sk)
 		return NULL;
 
-	struct conn fresh = { .file = (__u64)f };
+	struct conn fresh = { .file = (__u64)f, .sk = (__u64)sk };
 	fresh.conn_id = __sync_fetch_and_add(&next_conn_id, 1) + 1;
 	if (bpf_map_update_elem(&conns, &key, &fresh, BPF_ANY)) {
 		stat_add(TS_STAT_CONN_TABLE_FULL, 1);
 		return NULL;
 	}
+	rx_register(sk, sys == TS_SYS_ACCEPT);
 
 	struct ts_conn_event ce = {};
 	ce.hdr.type = TS_EV_CONN_OPEN;
@@ -370,7 +443,7 @@ static long copy_step(__u32 i, void *arg)
 }
 
 static __always_inline void emit_data(struct stash *st, struct conn *c, __u64 pid_tgid, __u64 ret,
-				      __u64 exit_ns)
+				      __u64 exit_ns, __u64 queued_ns)
 {
 	__u32 zero = 0;
 	struct scratch *s = bpf_map_lookup_elem(&scratch, &zero);
@@ -388,6 +461,7 @@ static __always_inline void emit_data(struct stash *st, struct conn *c, __u64 pi
 	s->ev.enter_ns = st->enter_ns;
 	s->ev.exit_ns = exit_ns;
 	s->ev.syscall_pos = __sync_fetch_and_add(&c->pos[dir & 1], ret);
+	s->ev.queued_ns = queued_ns;
 	s->ev.syscall_bytes = ret;
 	s->ev.fd = st->fd;
 	s->ev.dir = dir;
@@ -458,6 +532,7 @@ static __always_inline void emit_close(__u64 pid_tgid, __s32 fd, __u64 ts)
 	ce.syscall = TS_SYS_CLOSE;
 	ce.rx_bytes = c->pos[TS_DIR_IN];
 	ce.tx_bytes = c->pos[TS_DIR_OUT];
+	bpf_map_delete_elem(&rx_pending, &c->sk);
 	bpf_map_delete_elem(&conns, &key);
 	emit(&ce, sizeof(ce), 0);
 }
@@ -533,7 +608,8 @@ int BPF_PROG(ts_sys_exit, struct pt_regs *regs, long ret)
 	if (ret > 0) {
 		c = conn_get(pid_tgid >> 32, tid, st.fd, st.sys, st.enter_ns);
 		if (c)
-			emit_data(&st, c, pid_tgid, ret, bpf_ktime_get_ns());
+			emit_data(&st, c, pid_tgid, ret, bpf_ktime_get_ns(),
+				  syscall_dir(st.sys) == TS_DIR_IN ? rx_take(c) : 0);
 		return 0;
 	}
 	/* Only for connections already traced: an EOF on an unknown socket says nothing. */
@@ -550,6 +626,18 @@ int BPF_PROG(ts_sys_exit, struct pt_regs *regs, long ret)
 		if (c)
 			emit_peer_gone(&st, c, pid_tgid, TS_DATA_RESET, bpf_ktime_get_ns());
 	}
+	return 0;
+}
+
+/* Bytes reached a socket (any socket on the machine; softirq or the sender's context): a traced
+ * socket with nothing pending notes the time. */
+SEC("tp_btf/sk_data_ready")
+int BPF_PROG(ts_rx_ready, struct sock *sk)
+{
+	__u64 key = (__u64)sk, *p = bpf_map_lookup_elem(&rx_pending, &key);
+
+	if (p && *p == RX_NONE)
+		__sync_val_compare_and_swap(p, RX_NONE, bpf_ktime_get_ns());
 	return 0;
 }
 

@@ -87,6 +87,13 @@ struct ts_data_event {
 	__u64 exit_ns;	     /* sys_exit of the syscall */
 	__u64 pos;	     /* stream offset of data[0] in direction `dir` */
 	__u64 syscall_pos;   /* stream offset of the syscall's first byte */
+	/*
+	 * Reads only: when the oldest byte this read returned reached the socket (the kernel's
+	 * sk_data_ready), so the wait before the server read it is known. 0: not known (the socket
+	 * was first seen with bytes already waiting, or bytes were left unread by the previous
+	 * read, whose arrival the kernel did not note).
+	 */
+	__u64 queued_ns;
 	__u32 syscall_bytes; /* bytes the syscall returned (all of them, copied or not) */
 	__u32 data_bytes;    /* bytes in data[] */
 	__s32 fd;
@@ -180,7 +187,7 @@ struct ts_conn_key {
 };
 
 _Static_assert(sizeof(struct ts_event_hdr) == 16, "ts_event_hdr layout");
-_Static_assert(sizeof(struct ts_data_event) == 72, "ts_data_event layout");
+_Static_assert(sizeof(struct ts_data_event) == 80, "ts_data_event layout");
 _Static_assert(sizeof(struct ts_conn_event) == 96, "ts_conn_event layout");
 _Static_assert(sizeof(struct ts_proc_event) == 48, "ts_proc_event layout");
 _Static_assert(sizeof(struct ts_gpu_step_event) == 64, "ts_gpu_step_event layout");

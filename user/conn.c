@@ -51,6 +51,10 @@ struct conn {
 	bool resp_orphan;	 /* the response being parsed answers a request we did not see */
 	struct buf body; /* request body (model etc.), then the non-streamed response body */
 	uint64_t last_ns; /* time of the latest record seen */
+	/* Socket arrival (ts_data_event.queued_ns) of the read being fed, and of the read that
+	 * brought the first bytes of the request being read; latched: the latter is set. */
+	uint64_t rx_cur, rx_first;
+	bool rx_latched;
 };
 
 static void buf_reset(struct buf *b)
@@ -152,6 +156,7 @@ static void req_on_head(void *ctx, const struct http_head *h, uint64_t ts)
 		return;
 	snprintf(r->method, sizeof(r->method), "%s", h->method);
 	snprintf(r->path, sizeof(r->path), "%s", h->path);
+	r->received_ns = c->rx_first;
 	r->prompt_bytes = h->content_length >= 0 ? h->content_length : 0;
 }
 
@@ -179,9 +184,15 @@ static void req_on_end(void *ctx, uint64_t ts)
 	size_t total;
 
 	c->reading = NULL;
+	/* Bytes after this request in the same read start the next one (pipelining); a later read
+	 * latches its own arrival. */
+	c->rx_first = c->rx_cur;
+	c->rx_latched = false;
 	if (!r)
 		return;
 	r->arrival_ns = ts;
+	if (r->received_ns > ts)
+		r->received_ns = 0;
 	if (r->prompt_bytes <= 0)
 		r->prompt_bytes = c->body.len + c->body.dropped + r->request_uncaptured;
 	total = c->body.len + c->body.dropped + r->request_uncaptured;
@@ -376,6 +387,7 @@ static void conn_desync_in(struct conn *c)
 	}
 	buf_reset(&c->body);
 	c->in_sync = false;
+	c->rx_latched = false;
 }
 
 /* Lost the response framing: the response in progress is reported lost. */
@@ -412,6 +424,10 @@ static void conn_feed_in(struct conn *c, const uint8_t *p, size_t n, uint64_t ts
 			c->role = ROLE_SERVER;
 			c->t->stats.http_conns++;
 		}
+	}
+	if (!c->rx_latched) {
+		c->rx_first = c->rx_cur;
+		c->rx_latched = true;
 	}
 	if (http_feed(&c->req, p, n, ts) < 0)
 		conn_desync_in(c);
@@ -613,8 +629,11 @@ void conn_on_data(struct conn_table *t, const struct ts_data_event *e)
 	if (skip < e->data_bytes) {
 		bool at_start = e->pos == e->syscall_pos && !skip;
 
-		if (dir == TS_DIR_IN)
+		if (dir == TS_DIR_IN) {
+			/* The kernel's arrival time holds for the syscall's first bytes only. */
+			c->rx_cur = at_start ? e->queued_ns : 0;
 			conn_feed_in(c, e->data + skip, e->data_bytes - skip, ts, at_start, e->pos);
+		}
 		else
 			conn_feed_out(c, e->data + skip, e->data_bytes - skip, ts, at_start,
 				      e->pos);

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
 #include <errno.h>
+#include <stddef.h>
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -296,10 +297,10 @@ static int read_header(FILE *f, struct record_meta *m, struct record_replay_stat
 			    HDR_PREFIX);
 	version = get_le32(pre + HDR_VERSION);
 	len = get_le32(pre + HDR_LENGTH);
-	if (version != RECORD_VERSION)
+	if (version < RECORD_VERSION_OLDEST || version > RECORD_VERSION)
 		return stop(st, -EPROTONOSUPPORT, HDR_VERSION,
-			    "unsupported version %u (this tokenscope reads version %d)", version,
-			    RECORD_VERSION);
+			    "unsupported version %u (this tokenscope reads versions %d to %d)",
+			    version, RECORD_VERSION_OLDEST, RECORD_VERSION);
 	if (len < RECORD_HEADER_BYTES || len > RECORD_HEADER_MAX)
 		return stop(st, -EBADMSG, HDR_LENGTH, "corrupt header length %u", len);
 	h = malloc(len);
@@ -338,7 +339,31 @@ static int read_header(FILE *f, struct record_meta *m, struct record_replay_stat
 	return 0;
 }
 
-static int replay_records(FILE *f, int (*feed)(void *ctx, const void *rec, size_t len), void *ctx,
+/*
+ * Version 1 data records lack queued_ns (8 bytes after syscall_pos): made into version 2 ones
+ * with the arrival unknown. rec has room for 8 more bytes.
+ */
+#define V1_DATA_BYTES 72
+#define V1_QUEUED_AT 56
+
+static uint32_t upgrade_v1(unsigned char *rec, uint32_t len)
+{
+	struct ts_event_hdr hdr;
+
+	memcpy(&hdr, rec, sizeof(hdr));
+	if (hdr.type != TS_EV_DATA || len < V1_DATA_BYTES)
+		return len;
+	memmove(rec + V1_QUEUED_AT + 8, rec + V1_QUEUED_AT, len - V1_QUEUED_AT);
+	memset(rec + V1_QUEUED_AT, 0, 8);
+	hdr.size = len + 8;
+	memcpy(rec, &hdr, sizeof(hdr));
+	return len + 8;
+}
+_Static_assert(offsetof(struct ts_data_event, queued_ns) == V1_QUEUED_AT, "v1 data layout");
+_Static_assert(sizeof(struct ts_data_event) == V1_DATA_BYTES + 8, "v1 data layout");
+
+static int replay_records(FILE *f, uint32_t version,
+			  int (*feed)(void *ctx, const void *rec, size_t len), void *ctx,
 			  struct record_replay_stats *st)
 {
 	unsigned char lenb[REC_LEN_BYTES];
@@ -367,16 +392,16 @@ static int replay_records(FILE *f, int (*feed)(void *ctx, const void *rec, size_
 			err = stop(st, -EBADMSG, off, "corrupt record length %u", len);
 			break;
 		}
-		if (len > cap) {
-			/* Grows to the largest record seen, at most RECORD_MAX_BYTES. */
-			unsigned char *p = realloc(rec, len);
+		if (len + 8 > cap) {
+			/* Grows to the largest record seen (and room to upgrade a version 1 one). */
+			unsigned char *p = realloc(rec, len + 8);
 
 			if (!p) {
 				err = stop(st, -ENOMEM, off, "out of memory");
 				break;
 			}
 			rec = p;
-			cap = len;
+			cap = len + 8;
 		}
 		n = read_some(f, rec, len);
 		if (n < 0) {
@@ -394,10 +419,12 @@ static int replay_records(FILE *f, int (*feed)(void *ctx, const void *rec, size_
 				   hdr.size);
 			break;
 		}
+		st->bytes = off + sizeof(lenb) + len;
+		if (version == 1)
+			len = upgrade_v1(rec, len);
 		if (feed(ctx, rec, len) < 0)
 			st->rejected++;
 		st->records++;
-		st->bytes = off + sizeof(lenb) + len;
 	}
 	free(rec);
 	return err;
@@ -406,7 +433,7 @@ static int replay_records(FILE *f, int (*feed)(void *ctx, const void *rec, size_
 int record_replay(const char *path, int (*feed)(void *ctx, const void *rec, size_t len), void *ctx,
 		  struct record_meta *meta_out, struct record_replay_stats *st)
 {
-	struct record_meta meta;
+	struct record_meta meta = { 0 };
 	char *iobuf;
 	FILE *f;
 	int err;
@@ -425,7 +452,7 @@ int record_replay(const char *path, int (*feed)(void *ctx, const void *rec, size
 	if (!err) {
 		if (meta_out)
 			*meta_out = meta;
-		err = replay_records(f, feed, ctx, st);
+		err = replay_records(f, meta.version, feed, ctx, st);
 	}
 	fclose(f);
 	free(iobuf);

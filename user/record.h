@@ -4,7 +4,8 @@
  * replayed through the same pipeline by `tokenscope report` (DESIGN.md rule 2: every number is a
  * function of the event stream, so a replay reports exactly what the live tracer would have).
  *
- * File format, version 1. Every integer is little endian.
+ * File format, version 2 (version 1 differed only in struct ts_data_event, which lacked
+ * queued_ns). Every integer is little endian.
  *
  *   header (header_bytes long; v1 writes RECORD_HEADER_BYTES = 400)
  *     0  char magic[8]        "TSREC\0\0\0"
@@ -52,7 +53,9 @@
 
 #define RECORD_MAGIC "TSREC\0\0\0"
 #define RECORD_MAGIC_BYTES 8
-#define RECORD_VERSION 1
+#define RECORD_VERSION 2
+/* Version 1 lacked ts_data_event.queued_ns; its data records are read with it 0 (unknown). */
+#define RECORD_VERSION_OLDEST 1
 #define RECORD_HEADER_BYTES 400
 /* The largest header a reader accepts: a length beyond it means a corrupt file, not growth. */
 #define RECORD_HEADER_MAX (1 << 20)

@@ -37,6 +37,9 @@ struct request {
 	bool streamed; /* SSE or NDJSON response body */
 	enum frame_format format;
 	uint64_t arrival_ns, first_token_ns, end_ns;
+	/* When the request's first bytes reached the server's socket (the kernel's sk_data_ready):
+	 * arrival_ns minus this is the upload plus the wait for the server to read. 0: unknown. */
+	uint64_t received_ns;
 	uint64_t *token_ns; /* every content frame, in order */
 	uint32_t ntokens, token_cap;
 	uint32_t frames;					 /* every frame, content or not */

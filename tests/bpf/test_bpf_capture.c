@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <sys/un.h>
+#include <time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <bpf/bpf.h>
@@ -523,6 +525,122 @@ out:
 	fixture_close(&f);
 }
 
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + ts.tv_nsec;
+}
+
+/* The queued_ns of the latest read record on fd, or ~0 when there is none. */
+static uint64_t last_queued(struct fixture *f, int fd, const struct ts_data_event **rec)
+{
+	const struct ts_data_event *e[64];
+	int n = data_recs(f, fd, TS_DIR_IN, e, 64);
+
+	*rec = n ? e[n - 1] : NULL;
+	return n ? e[n - 1]->queued_ns : ~0ull;
+}
+
+/*
+ * queued_ns: when the oldest byte a read returned reached the socket (sk_data_ready), or 0 when
+ * the tracer cannot know. Checked against this process's own clock around the writes.
+ */
+static void test_socket_arrival(void)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct sockaddr_un ua = { .sun_family = AF_UNIX };
+	socklen_t alen = sizeof(a);
+	const struct ts_data_event *r;
+	struct fixture f;
+	char buf[64];
+	uint64_t t0, t1, q;
+	int l = -1, c = -1, s = -1;
+
+	if (!fixture_open(&f, 0, 0))
+		goto out;
+	/* First sight of a socket at a read: its bytes arrived before tracing knew it. */
+	write(f.cli, "a", 1);
+	ASSERT_EQ(read(f.srv, buf, sizeof(buf)), 1, "first read");
+	ASSERT_EQ(last_queued(&f, f.srv, &r), 0, "first sight: arrival unknown");
+
+	/* A drained socket: the next bytes' arrival, 20 ms before the server reads them. */
+	t0 = mono_ns();
+	write(f.cli, "hello", 5);
+	t1 = mono_ns();
+	usleep(20000);
+	ASSERT_EQ(read(f.srv, buf, sizeof(buf)), 5, "read after a wait");
+	q = last_queued(&f, f.srv, &r);
+	ASSERT_TRUE(q >= t0 && q <= t1, "arrival between the client's write calls");
+	ASSERT_TRUE(r && r->exit_ns - q >= 20000000, "the 20 ms wait is visible");
+
+	/* Bytes left unread by a read: their arrival is not reported for the next read. */
+	t0 = mono_ns();
+	write(f.cli, "0123456789", 10);
+	t1 = mono_ns();
+	ASSERT_EQ(read(f.srv, buf, 4), 4, "partial read");
+	q = last_queued(&f, f.srv, &r);
+	ASSERT_TRUE(q >= t0 && q <= t1, "partial read: arrival known");
+	ASSERT_EQ(read(f.srv, buf, sizeof(buf)), 6, "rest");
+	ASSERT_EQ(last_queued(&f, f.srv, &r), 0, "bytes left over: arrival unknown");
+	write(f.cli, "x", 1);
+	ASSERT_EQ(read(f.srv, buf, sizeof(buf)), 1, "after the leftover");
+	ASSERT_TRUE(last_queued(&f, f.srv, &r) > 1, "drained again: arrival known");
+
+	/* A connection whose request is in the socket before the traced process accepts it. */
+	l = socket(AF_INET, SOCK_STREAM, 0);
+	bind(l, (struct sockaddr *)&a, sizeof(a));
+	listen(l, 4);
+	getsockname(l, (struct sockaddr *)&a, &alen);
+	c = socket(AF_INET, SOCK_STREAM, 0);
+	connect(c, (struct sockaddr *)&a, sizeof(a));
+	usleep(2000);
+	t0 = mono_ns();
+	write(c, "GET / HTTP/1.1\r\n\r\n", 18);
+	t1 = mono_ns();
+	usleep(10000);
+	s = accept(l, NULL, NULL);
+	ASSERT_EQ(read(s, buf, sizeof(buf)), 18, "read after accept");
+	q = last_queued(&f, s, &r);
+	/* tcp_mstamp has microseconds: the arrival rounds down by up to 1 us. */
+	ASSERT_TRUE(q + 1000 >= t0 && q <= t1, "arrival before accept: the packet's time");
+	ASSERT_TRUE(r && r->exit_ns - q >= 10000000, "the accept-queue wait is visible");
+	close(s);
+	close(c);
+	close(l);
+	s = c = l = -1;
+
+	/* AF_UNIX: bytes waiting at accept have no packet time (unknown); later ones are seen. */
+	snprintf(ua.sun_path, sizeof(ua.sun_path), "/tmp/ts-arrival-%d.sock", getpid());
+	unlink(ua.sun_path);
+	l = socket(AF_UNIX, SOCK_STREAM, 0);
+	bind(l, (struct sockaddr *)&ua, sizeof(ua));
+	listen(l, 4);
+	c = socket(AF_UNIX, SOCK_STREAM, 0);
+	connect(c, (struct sockaddr *)&ua, sizeof(ua));
+	write(c, "one", 3);
+	s = accept(l, NULL, NULL);
+	ASSERT_EQ(read(s, buf, sizeof(buf)), 3, "unix read after accept");
+	ASSERT_EQ(last_queued(&f, s, &r), 0, "unix, waiting at accept: unknown");
+	t0 = mono_ns();
+	write(c, "two", 3);
+	t1 = mono_ns();
+	usleep(5000);
+	ASSERT_EQ(read(s, buf, sizeof(buf)), 3, "unix read");
+	q = last_queued(&f, s, &r);
+	ASSERT_TRUE(q >= t0 && q <= t1, "unix: arrival between the write calls");
+	unlink(ua.sun_path);
+out:
+	if (s >= 0)
+		close(s);
+	if (c >= 0)
+		close(c);
+	if (l >= 0)
+		close(l);
+	fixture_close(&f);
+}
+
 int main(void)
 {
 	if (geteuid() != 0) {
@@ -540,5 +658,6 @@ int main(void)
 	RUN(test_ignores_pipes_and_untraced);
 	RUN(test_fork_followed);
 	RUN(test_peer_gone_records);
+	RUN(test_socket_arrival);
 	return CHECK_DONE();
 }

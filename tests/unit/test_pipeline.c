@@ -18,6 +18,7 @@ struct harness {
 	size_t out_len, err_len;
 	FILE *fout, *ferr;
 	uint64_t pos[16][2]; /* per conn id, per direction */
+	uint64_t rx_queued;  /* queued_ns of the next read records (the kernel's socket arrival) */
 	cJSON *lines[MAX_LINES];
 	int nlines;
 };
@@ -108,6 +109,7 @@ static void data_event_cap(struct harness *h, uint64_t id, int dir, const void *
 	e->fd = 5;
 	e->dir = dir;
 	e->syscall = dir ? TS_SYS_WRITE : TS_SYS_READ;
+	e->queued_ns = dir == TS_DIR_IN ? h->rx_queued : 0;
 	e->last = 1;
 	memcpy(e->data, p, captured);
 	h->pos[id][dir] += len;
@@ -542,6 +544,63 @@ static void test_bad_records_are_counted(void)
 	h_close(&h);
 }
 
+#define PLAIN_REQ "GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+#define PLAIN_RESP "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+
+/*
+ * received_ns: the socket arrival the kernel reports for the read that brought a request's
+ * first bytes; socket_wait_ms: from there to arrival_ns. Unknown (0) arrivals print null, and a
+ * request's later reads never move it.
+ */
+static void test_socket_arrival(void)
+{
+	struct harness h;
+	char req[1024];
+	size_t head;
+
+	h_open(&h);
+	conn_event(&h, TS_EV_CONN_OPEN, 1, 5, 500);
+	/* Read at 1 ms, its bytes in the socket since 0.9 ms. */
+	h.rx_queued = 900000;
+	full_stream(&h, 1, 1000000);
+	/* Head and body in two reads: the head's read counts, the body's (unknown) does not. */
+	snprintf(req, sizeof(req),
+		 "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n\r\n%s",
+		 strlen(REQ_BODY), REQ_BODY);
+	head = strstr(req, "\r\n\r\n") + 4 - req;
+	h.rx_queued = 4000000;
+	data_event_cap(&h, 1, TS_DIR_IN, req, head, head, 5000000);
+	h.rx_queued = 0;
+	data_event_cap(&h, 1, TS_DIR_IN, req + head, strlen(req) - head, strlen(req) - head,
+		       6000000);
+	data_event(&h, 1, TS_DIR_OUT, PLAIN_RESP, 7000000);
+	/* Arrival unknown. */
+	data_event(&h, 1, TS_DIR_IN, PLAIN_REQ, 8000000);
+	data_event(&h, 1, TS_DIR_OUT, PLAIN_RESP, 8500000);
+	/* Two pipelined requests in one read: both reached the socket by the same time. */
+	h.rx_queued = 8800000;
+	data_event(&h, 1, TS_DIR_IN, PLAIN_REQ PLAIN_REQ, 9000000);
+	data_event(&h, 1, TS_DIR_OUT, PLAIN_RESP PLAIN_RESP, 9500000);
+	/* A time after the read's own is not believed. */
+	h.rx_queued = 20000000;
+	data_event(&h, 1, TS_DIR_IN, PLAIN_REQ, 10000000);
+	data_event(&h, 1, TS_DIR_OUT, PLAIN_RESP, 10500000);
+	if (!ASSERT_EQ(h_lines(&h), 6, "six requests"))
+		goto out;
+	ASSERT_EQ(num(h.lines[0], "received_ns"), 900000, "received");
+	ASSERT_NEAR(num(h.lines[0], "socket_wait_ms"), 0.10001, 0.0006, "wait to the read's exit");
+	ASSERT_NEAR(num(h.lines[0], "ttft_ms"), 0.99999, 0.0006, "ttft still from the read");
+	ASSERT_EQ(num(h.lines[1], "received_ns"), 4000000, "the head's read");
+	ASSERT_NEAR(num(h.lines[1], "socket_wait_ms"), 2.00001, 0.0006, "to the body's read");
+	ASSERT_TRUE(is_null(h.lines[2], "received_ns") && is_null(h.lines[2], "socket_wait_ms"),
+		    "unknown: null");
+	ASSERT_EQ(num(h.lines[3], "received_ns"), 8800000, "pipelined, first");
+	ASSERT_EQ(num(h.lines[4], "received_ns"), 8800000, "pipelined, second");
+	ASSERT_TRUE(is_null(h.lines[5], "received_ns"), "after the read: null");
+out:
+	h_close(&h);
+}
+
 int main(void)
 {
 	RUN(test_stream_request);
@@ -556,5 +615,6 @@ int main(void)
 	RUN(test_client_hangup_is_aborted);
 	RUN(test_kernel_losses_at_exit);
 	RUN(test_bad_records_are_counted);
+	RUN(test_socket_arrival);
 	return CHECK_DONE();
 }

@@ -544,6 +544,66 @@ static void test_garbage_after_header(void)
 	rm_path(path);
 }
 
+/* A version 1 file (data records without queued_ns) replays with the arrival unknown. */
+static void test_version_1_data_records(void)
+{
+	struct record_writer w;
+	struct record_meta m;
+	struct record_replay_stats st;
+	struct sink_recs got = { 0 };
+	unsigned char v1[72 + 5], *file, *out;
+	char *path = tmp_path();
+	size_t n_file;
+	uint32_t len = sizeof(v1), hsize = sizeof(v1), type = TS_EV_DATA;
+	uint64_t conn = 7, enter = 100, exit = 200, pos = 0, spos = 0;
+
+	if (!ASSERT_OK_PTR(path, "temp file"))
+		return;
+	test_meta(&m);
+	record_open(&w, path, &m);
+	record_close(&w);
+	file = read_whole(path, &n_file);
+	/* hdr, conn_id, enter, exit, pos, syscall_pos, then syscall_bytes.. as in version 2 */
+	memset(v1, 0, sizeof(v1));
+	memcpy(v1, &type, 4);
+	memcpy(v1 + 4, &hsize, 4);
+	memcpy(v1 + 16, &conn, 8);
+	memcpy(v1 + 24, &enter, 8);
+	memcpy(v1 + 32, &exit, 8);
+	memcpy(v1 + 40, &pos, 8);
+	memcpy(v1 + 48, &spos, 8);
+	v1[56] = 5;  /* syscall_bytes */
+	v1[60] = 5;  /* data_bytes */
+	v1[68] = 1;  /* dir */
+	v1[71] = 0;  /* status */
+	memcpy(v1 + 72, "hello", 5);
+	out = malloc(n_file + 4 + sizeof(v1));
+	memcpy(out, file, n_file);
+	out[8] = 1;
+	memcpy(out + n_file, &len, 4);
+	memcpy(out + n_file + 4, v1, sizeof(v1));
+	write_file(path, out, n_file + 4 + sizeof(v1));
+	ASSERT_EQ(record_replay(path, collect, &got, NULL, &st), 0, "version 1 is read");
+	if (ASSERT_EQ(got.n, 1, "one record")) {
+		const struct ts_data_event *e = got.rec[0];
+
+		ASSERT_EQ(got.len[0], sizeof(*e) + 5, "grown by queued_ns");
+		ASSERT_EQ(e->hdr.size, sizeof(*e) + 5, "size updated");
+		ASSERT_EQ(e->conn_id, 7, "conn_id");
+		ASSERT_EQ(e->exit_ns, 200, "exit");
+		ASSERT_EQ(e->queued_ns, 0, "arrival unknown");
+		ASSERT_EQ(e->syscall_bytes, 5, "syscall_bytes moved");
+		ASSERT_EQ(e->data_bytes, 5, "data_bytes moved");
+		ASSERT_EQ(e->dir, 1, "dir moved");
+		ASSERT_TRUE(!memcmp(e->data, "hello", 5), "payload moved");
+	}
+	ASSERT_EQ(st.bytes, n_file + 4 + sizeof(v1), "bytes are the file's");
+	recs_free(&got);
+	free(out);
+	free(file);
+	rm_path(path);
+}
+
 static void test_wrong_magic_and_version(void)
 {
 	struct record_writer w;
@@ -561,7 +621,7 @@ static void test_wrong_magic_and_version(void)
 	record_close(&w);
 	file = read_whole(path, &n_file);
 	ASSERT_TRUE(!memcmp(file, "TSREC", 5), "magic on disk");
-	ASSERT_EQ(file[8], 1, "version 1, little endian");
+	ASSERT_EQ(file[8], 2, "version 2, little endian");
 	ASSERT_EQ(file[12] | file[13] << 8, RECORD_HEADER_BYTES, "header length, little endian");
 
 	file[0] = 'X';
@@ -570,16 +630,16 @@ static void test_wrong_magic_and_version(void)
 	ASSERT_STREQ(st.reason, "not a tokenscope recording", "reason");
 	file[0] = 'T';
 
-	file[8] = 2;
+	file[8] = 3;
 	write_file(path, file, n_file);
 	ASSERT_EQ(record_replay(path, collect, &got, NULL, &st), -EPROTONOSUPPORT, "future");
-	ASSERT_STREQ(st.reason, "unsupported version 2 (this tokenscope reads version 1)",
+	ASSERT_STREQ(st.reason, "unsupported version 3 (this tokenscope reads versions 1 to 2)",
 		     "reason");
 	ASSERT_FALSE(st.header_ok, "header not ok");
 	file[8] = 0;
 	write_file(path, file, n_file);
 	ASSERT_EQ(record_replay(path, collect, &got, NULL, &st), -EPROTONOSUPPORT, "version 0");
-	file[8] = 1;
+	file[8] = 2;
 
 	file[12] = 10, file[13] = 0;
 	write_file(path, file, n_file);
@@ -853,6 +913,7 @@ int main(void)
 	RUN(test_not_a_recording);
 	RUN(test_garbage_after_header);
 	RUN(test_wrong_magic_and_version);
+	RUN(test_version_1_data_records);
 	RUN(test_corrupt_length_in_middle);
 	RUN(test_writer_rejects);
 	RUN(test_replay_through_pipeline);
