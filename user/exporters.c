@@ -133,6 +133,7 @@ int exporters_stop(struct exporters *x)
 		otlp_get_stats(&x->otlp, &st);
 		otlp_print_stats(&st, x->otlp_url, x->print_to_stderr ? stderr : stdout);
 		lost = st.dropped + st.failed + st.unsent;
+		fflush(stdout); /* after the counters in a pipe too */
 		if (lost)
 			fprintf(stderr,
 				"tokenscope: otlp: %llu traces not delivered to %s (%llu dropped, "

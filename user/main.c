@@ -342,7 +342,7 @@ static const char report_doc[] =
     "  tokenscope report run.tsr\n"
     "  tokenscope report run.tsr --json --timeline run.json\n"
     "  tokenscope report run.tsr --prometheus | promtool check metrics\n"
-    "  tokenscope report run.tsr --otlp http://127.0.0.1:4318/v1/traces --trace-sample 1\n";
+    "  tokenscope report run.tsr --otlp http://127.0.0.1:4318/v1/traces\n";
 
 static const struct argp_option report_options[] = {
 	{ "json", 'j', NULL, 0, "One JSON object per request on stdout", 0 },
