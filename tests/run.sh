@@ -52,6 +52,7 @@ for t in $TESTS; do
 	prom)
 		run prom tests/prom/run_prom.sh
 		run otlp-live tests/otlp/run_live.sh
+		run otlp-report tests/otlp/run_report.sh
 		;;
 	e2e)
 		run e2e /usr/bin/python3 tests/e2e/run_e2e.py

@@ -17,7 +17,8 @@ int exporters_start(struct exporters *x, const struct export_opts *eo, struct pi
 	int err;
 
 	memset(x, 0, sizeof(*x));
-	x->json = eo->json;
+	/* report --prometheus: stdout carries the metrics text alone. */
+	x->print_to_stderr = eo->json || eo->prometheus;
 	if (eo->listen) {
 		/* Bound before anything is attached, so a busy port fails fast. */
 		err = httpd_start(&x->httpd, eo->listen, stderr);
@@ -84,6 +85,7 @@ int exporters_start(struct exporters *x, const struct export_opts *eo, struct pi
 		oo.slow_ttft_ns = eo->slow_ttft_ns;
 		oo.slow_itl_ns = eo->slow_itl_ns;
 		oo.sample_ratio = eo->trace_sample;
+		oo.backpressure = eo->replay;
 		oo.err = stderr;
 		/* Spans need unix-epoch times: the one wall-clock reading, taken once. */
 		clock_gettime(CLOCK_REALTIME, &rt);
@@ -106,6 +108,13 @@ int exporters_start(struct exporters *x, const struct export_opts *eo, struct pi
 	return 0;
 }
 
+void exporters_set_source(struct exporters *x, uint64_t start_mono_ns, uint64_t start_real_ns,
+			  const char *host)
+{
+	if (x->otlp_url)
+		otlp_set_source(&x->otlp, (int64_t)(start_real_ns - start_mono_ns), host);
+}
+
 void exporters_flush(struct exporters *x)
 {
 	otlp_close(&x->otlp);
@@ -119,8 +128,19 @@ int exporters_stop(struct exporters *x)
 	if (x->otlp_url) {
 		struct otlp_stats st;
 
+		uint64_t lost;
+
 		otlp_get_stats(&x->otlp, &st);
-		otlp_print_stats(&st, x->otlp_url, x->json ? stderr : stdout);
+		otlp_print_stats(&st, x->otlp_url, x->print_to_stderr ? stderr : stdout);
+		lost = st.dropped + st.failed + st.unsent;
+		fflush(stdout); /* after the counters in a pipe too */
+		if (lost)
+			fprintf(stderr,
+				"tokenscope: otlp: %llu traces not delivered to %s (%llu dropped, "
+				"%llu failed, %llu unsent)\n",
+				(unsigned long long)lost, x->otlp_url,
+				(unsigned long long)st.dropped, (unsigned long long)st.failed,
+				(unsigned long long)st.unsent);
 		x->otlp_url = NULL;
 	}
 

@@ -25,6 +25,10 @@ struct export_opts {
 	int64_t slow_ttft_ns, slow_itl_ns; /* anomalies exported in full; 0: not checked */
 	double trace_sample;		   /* share of normal requests exported as summary spans */
 	bool json; /* the summary (and the exporters' counters) go to stderr */
+	/* report: records are replayed faster than they happened, so the trace exporter waits
+	 * for room in its queue rather than dropping, and for it to drain at the end (both
+	 * bounded by its retry policy); times and host.name come from exporters_set_source. */
+	bool replay;
 };
 
 struct httpd;
@@ -40,18 +44,24 @@ struct exporters {
 	bool print_prometheus;
 	struct otlp otlp; /* zeroed: closing is a no-op unless it was started */
 	const char *otlp_url;
-	bool json;
+	bool print_to_stderr; /* the counters: with --json or --prometheus */
 };
 
 /* Starts what eo asks for and registers the sinks; origin_ns is the timeline's time zero (a
  * CLOCK_MONOTONIC time no record precedes). Prints why on failure. */
 int exporters_start(struct exporters *x, const struct export_opts *eo, struct pipeline *pl,
 		    uint64_t origin_ns);
+/* A replay: the records were made on host at a time when CLOCK_MONOTONIC read start_mono_ns and
+ * CLOCK_REALTIME start_real_ns (a recording's header). Call before the first record is fed, so
+ * that every span carries the recording's unix times, not this machine's. */
+void exporters_set_source(struct exporters *x, uint64_t start_mono_ns, uint64_t start_real_ns,
+			  const char *host);
 /* After pipeline_finish, before the summary: sends what the trace exporter still holds
  * (bounded wait). */
 void exporters_flush(struct exporters *x);
-/* After the summary: prints the exporters' counters, closes the timeline, prints the metrics
- * if asked, stops the endpoint. Returns the first error. */
+/* After the summary: prints the exporters' counters (and, on stderr, how many traces the
+ * collector did not get), closes the timeline, prints the metrics if asked, stops the endpoint.
+ * Returns the first error; traces not delivered are not one (tracing itself worked). */
 int exporters_stop(struct exporters *x);
 
 #endif

@@ -134,7 +134,7 @@ static void export_add_alert(struct export_opts *ex, const char *text, struct ar
 }
 
 /* The options trace, record and report share: how requests are shown, and the exporters
- * that work on a replay too. Returns true when key was one of them. */
+ * that work on a replay too (all but --listen). Returns true when key was one of them. */
 struct shown {
 	bool *json, *tokens, *gpu_steps, *verbose;
 };
@@ -163,6 +163,28 @@ static bool parse_shared(int key, char *arg, struct argp_state *state, const str
 		return true;
 	case OPT_ALERT_EXEC:
 		ex->alert_exec = arg;
+		return true;
+	case OPT_OTLP: {
+		struct otlp_url u;
+		char msg[256];
+
+		if (otlp_parse_url(arg, &u, msg, sizeof(msg)))
+			argp_error(state, "invalid --otlp '%s': %s", arg, msg);
+		ex->otlp_url = arg;
+		return true;
+	}
+	case OPT_SLOW_TTFT:
+	case OPT_SLOW_ITL: {
+		double s;
+
+		if (!alert_parse_duration(arg, &s))
+			argp_error(state, "invalid duration '%s' (with a unit: 200ms, 2s)", arg);
+		*(key == OPT_SLOW_TTFT ? &ex->slow_ttft_ns : &ex->slow_itl_ns) = (int64_t)(s * 1e9);
+		return true;
+	}
+	case OPT_TRACE_SAMPLE:
+		if (parse_double(arg, &ex->trace_sample) || ex->trace_sample > 1)
+			argp_error(state, "invalid --trace-sample '%s' (0..1)", arg);
 		return true;
 	}
 	return false;
@@ -216,34 +238,11 @@ static error_t trace_parse(int key, char *arg, struct argp_state *state)
 	case 'o':
 		o->record_path = arg;
 		break;
-	case OPT_OTLP: {
-		struct otlp_url u;
-		char msg[256];
-
-		if (otlp_parse_url(arg, &u, msg, sizeof(msg)))
-			argp_error(state, "invalid --otlp '%s': %s", arg, msg);
-		o->ex.otlp_url = arg;
-		break;
-	}
-	case OPT_SLOW_TTFT:
-	case OPT_SLOW_ITL: {
-		double s;
-
-		if (!alert_parse_duration(arg, &s))
-			argp_error(state, "invalid duration '%s' (with a unit: 200ms, 2s)", arg);
-		*(key == OPT_SLOW_TTFT ? &o->ex.slow_ttft_ns : &o->ex.slow_itl_ns) =
-		    (int64_t)(s * 1e9);
-		break;
-	}
 	case OPT_ALL:
 		o->all = true;
 		break;
 	case OPT_BY_PROCESS:
 		o->by_process = true;
-		break;
-	case OPT_TRACE_SAMPLE:
-		if (parse_double(arg, &o->ex.trace_sample) || o->ex.trace_sample > 1)
-			argp_error(state, "invalid --trace-sample '%s' (0..1)", arg);
 		break;
 	case ARGP_KEY_ARG:
 		if (positional == 0) {
@@ -342,7 +341,8 @@ static const char report_doc[] =
     "EXAMPLES:\n"
     "  tokenscope report run.tsr\n"
     "  tokenscope report run.tsr --json --timeline run.json\n"
-    "  tokenscope report run.tsr --prometheus | promtool check metrics\n";
+    "  tokenscope report run.tsr --prometheus | promtool check metrics\n"
+    "  tokenscope report run.tsr --otlp http://127.0.0.1:4318/v1/traces\n";
 
 static const struct argp_option report_options[] = {
 	{ "json", 'j', NULL, 0, "One JSON object per request on stdout", 0 },
@@ -352,6 +352,14 @@ static const struct argp_option report_options[] = {
 	{ "prometheus", OPT_PROMETHEUS, NULL, 0, "Print the metrics text at the end", 0 },
 	{ "alert", OPT_ALERT, "RULE", 0, "Evaluate an alert rule over the recording", 0 },
 	{ "alert-exec", OPT_ALERT_EXEC, "CMD", 0, "Run CMD when an alert fires or resolves", 0 },
+	{ "otlp", OPT_OTLP, "URL", 0,
+	  "Send the requests as OpenTelemetry spans, at the recording's times (see trace)", 0 },
+	{ "slow-ttft", OPT_SLOW_TTFT, "DUR", 0,
+	  "--otlp: a request with a slower TTFT is exported in full (e.g. 2s)", 0 },
+	{ "slow-itl", OPT_SLOW_ITL, "DUR", 0,
+	  "--otlp: a request with a slower token gap is exported in full (e.g. 200ms)", 0 },
+	{ "trace-sample", OPT_TRACE_SAMPLE, "RATIO", 0,
+	  "--otlp: share of normal requests exported as summary spans (default 0.01)", 0 },
 	{ "verbose", 'v', NULL, 0, "Report process forks and exits", 0 },
 	{},
 };
@@ -389,7 +397,7 @@ static int cmd_report(int argc, char **argv)
 {
 	static const struct argp argp = { report_options, report_parse, "FILE", report_doc,
 					  NULL,		  NULL,		NULL };
-	struct report_opts o = { 0 };
+	struct report_opts o = { .ex.trace_sample = OTLP_DEFAULT_RATIO };
 
 	argv[0] = "tokenscope report";
 	if (argp_parse(&argp, argc, argv, 0, NULL, &o))

@@ -407,6 +407,19 @@ static void warn(struct otlp *o, const char *fmt, ...)
 	}
 }
 
+/* Backpressure: waits while the queue has no room for cost and the sender can make some (it is
+ * running and the collector takes batches). Called with the lock held. */
+static void wait_room_locked(struct otlp *o, uint64_t cost)
+{
+	while (o->thread_started && !o->stopping && !o->collector_failing && o->count &&
+	       (o->count >= o->o.queue_max || o->queued_bytes + cost > OTLP_QUEUE_BYTES)) {
+		/* A queue full by bytes may hold less than a batch: send it now. */
+		o->flush_now = true;
+		pthread_cond_signal(&o->wake);
+		pthread_cond_wait(&o->room, &o->lock);
+	}
+}
+
 static void otlp_on_request(void *ctx, const struct request *r, const struct request_metrics *m,
 			    const struct gpu_attribution *ga)
 {
@@ -425,6 +438,8 @@ static void otlp_on_request(void *ctx, const struct request *r, const struct req
 	}
 	s = span_new(o, r, m, ga, trace_id, anomaly);
 	pthread_mutex_lock(&o->lock);
+	if (s && o->o.backpressure)
+		wait_room_locked(o, span_cost(s));
 	if (s && !o->stopping && o->count < o->o.queue_max &&
 	    o->queued_bytes + span_cost(s) <= OTLP_QUEUE_BYTES) {
 		o->queue[(o->head + o->count++) % o->o.queue_max] = s;
@@ -459,6 +474,14 @@ static void otlp_on_finish(void *ctx, const struct pipeline *pl)
 	o->flush_now = true;
 	pthread_mutex_unlock(&o->lock);
 	pthread_cond_signal(&o->wake);
+}
+
+void otlp_set_source(struct otlp *o, int64_t realtime_offset_ns, const char *hostname)
+{
+	pthread_mutex_lock(&o->lock);
+	o->o.realtime_offset_ns = realtime_offset_ns;
+	snprintf(o->hostname, sizeof(o->hostname), "%s", hostname ? hostname : "");
+	pthread_mutex_unlock(&o->lock);
 }
 
 struct sink otlp_sink(struct otlp *o)
@@ -1002,11 +1025,19 @@ static void send_batch(struct otlp *o, struct otlp_span **spans, size_t n)
 	if (ok) {
 		o->st.exported += n;
 		o->st.batches++;
+		/* A replay drains while the collector keeps up (wait_fd reads it unlocked). */
+		if (o->stopping && o->o.backpressure)
+			__atomic_store_n(&o->close_deadline_ns,
+					 mono_ns() + (uint64_t)o->o.close_wait_ms * NS_PER_MS,
+					 __ATOMIC_RELAXED);
 	} else {
 		o->st.failed += n;
 		o->st.failed_batches++;
 	}
+	o->collector_failing = !ok;
 	pthread_mutex_unlock(&o->lock);
+	if (!ok && o->o.backpressure)
+		pthread_cond_broadcast(&o->room);
 	for (size_t i = 0; i < n; i++)
 		otlp_span_free(spans[i]);
 }
@@ -1064,6 +1095,8 @@ static void *otlp_run(void *arg)
 		if (!o->count)
 			o->flush_now = false;
 		pthread_mutex_unlock(&o->lock);
+		if (o->o.backpressure)
+			pthread_cond_broadcast(&o->room);
 		send_batch(o, o->batch, n);
 		pthread_mutex_lock(&o->lock);
 		next_flush = mono_ns() + (uint64_t)o->o.flush_ms * NS_PER_MS;
@@ -1125,6 +1158,7 @@ int otlp_init(struct otlp *o, const struct otlp_opts *opts)
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&o->wake, &ca);
 	pthread_condattr_destroy(&ca);
+	pthread_cond_init(&o->room, NULL);
 	o->inited = true;
 	if (opts->endpoint) {
 		rc = -pthread_create(&o->thread, NULL, otlp_run, o);
@@ -1150,6 +1184,7 @@ void otlp_close(struct otlp *o)
 			 mono_ns() + (uint64_t)o->o.close_wait_ms * NS_PER_MS, __ATOMIC_RELAXED);
 	pthread_mutex_unlock(&o->lock);
 	pthread_cond_broadcast(&o->wake);
+	pthread_cond_broadcast(&o->room);
 	if (o->thread_started)
 		pthread_join(o->thread, NULL);
 	o->thread_started = false;
@@ -1163,6 +1198,7 @@ void otlp_close(struct otlp *o)
 	free(o->batch);
 	o->queue = o->batch = NULL;
 	pthread_cond_destroy(&o->wake);
+	pthread_cond_destroy(&o->room);
 	pthread_mutex_destroy(&o->lock);
 	o->inited = false;
 }

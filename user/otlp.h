@@ -18,11 +18,14 @@
  *
  * The sink callback only builds the span and puts it on a bounded queue; a thread batches
  * spans (batch_max, or every flush_ms), POSTs them and retries with backoff. A full queue drops
- * spans and counts them: a slow or dead collector never blocks tracing.
+ * spans and counts them: a slow or dead collector never blocks tracing. A replay (backpressure)
+ * has no kernel to keep up with: there the callback waits for room while the collector accepts
+ * batches, and otlp_close keeps sending while batches are accepted.
  *
  * Clocks: span times are the kernel's CLOCK_MONOTONIC times plus realtime_offset_ns
- * (CLOCK_REALTIME - CLOCK_MONOTONIC, measured once by the caller): that offset is the only
- * wall-clock input. Timeouts and backoff run on CLOCK_MONOTONIC.
+ * (CLOCK_REALTIME - CLOCK_MONOTONIC, measured once by the caller, or a recording's own from its
+ * header): that offset is the only wall-clock input. Timeouts and backoff run on
+ * CLOCK_MONOTONIC.
  */
 #ifndef TS_OTLP_H
 #define TS_OTLP_H
@@ -73,6 +76,11 @@ struct otlp_opts {
 	FILE *err;		    /* failures are reported here (at most one line a minute) */
 	uint32_t queue_max, batch_max, flush_ms, timeout_ms, max_attempts, backoff_ms,
 	    close_wait_ms, max_token_events;
+	/* A replay: when the queue is full the sink callback waits for room instead of dropping,
+	 * as long as the collector accepts batches (once one is given up on, until one is
+	 * accepted again, a full queue drops as live); otlp_close waits close_wait_ms after the
+	 * latest accepted batch rather than after it was called. */
+	bool backpressure;
 };
 
 struct otlp_url {
@@ -109,6 +117,8 @@ struct otlp {
 	uint64_t keep_threshold;  /* sampling: keep when the id's low 56 bits are >= this */
 	pthread_mutex_t lock;	  /* queue, stats, stopping */
 	pthread_cond_t wake;	  /* CLOCK_MONOTONIC */
+	pthread_cond_t room;	  /* backpressure: the sender took a batch, or gave up on one */
+	bool collector_failing;	  /* the latest batch was given up on */
 	struct otlp_span **queue; /* ring of queue_max */
 	struct otlp_span **batch; /* the sender's, batch_max */
 	uint32_t head, count;
@@ -138,8 +148,13 @@ int otlp_parse_url(const char *url, struct otlp_url *u, char *err, size_t errlen
  * sender thread. Negative errno on failure, with o->error saying why; nothing to close then. */
 int otlp_init(struct otlp *o, const struct otlp_opts *opts);
 struct sink otlp_sink(struct otlp *o);
-/* Stops taking spans, sends what is queued for at most close_wait_ms (a POST in progress is cut
- * short then), counts the rest as unsent, and frees everything but o->st. */
+/* Where the spans come from when it is not this machine now (a recording's header): the offset
+ * that turns their kernel times into unix times, and host.name ("" or NULL: not sent). Call
+ * before the first span is queued: spans are encoded with the values current when sent. */
+void otlp_set_source(struct otlp *o, int64_t realtime_offset_ns, const char *hostname);
+/* Stops taking spans, sends what is queued for at most close_wait_ms (with backpressure: after
+ * the latest accepted batch; a POST in progress is cut short then), counts the rest as unsent,
+ * and frees everything but o->st. */
 void otlp_close(struct otlp *o);
 void otlp_get_stats(struct otlp *o, struct otlp_stats *st);
 /* One summary line ("  otlp: ...") and, after a failure, the last error. */

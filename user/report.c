@@ -8,6 +8,27 @@
 #include "record.h"
 #include "report.h"
 
+/* The pipeline's feed, which first gives the exporters the recording's clocks and host: the
+ * header is read by record_replay, after the exporters started and before the first record. */
+struct report_feeder {
+	struct record_feeder fe;
+	struct exporters *ex;
+	const struct record_meta *meta;
+	bool anchored;
+};
+
+static int report_feed(void *ctx, const void *rec, size_t len)
+{
+	struct report_feeder *rf = ctx;
+
+	if (!rf->anchored) {
+		exporters_set_source(rf->ex, rf->meta->start_mono_ns, rf->meta->start_real_ns,
+				     rf->meta->hostname);
+		rf->anchored = true;
+	}
+	return record_feed_pipeline(&rf->fe, rec, len);
+}
+
 int report_run(const struct report_opts *o)
 {
 	struct pipeline_opts po = {
@@ -22,8 +43,9 @@ int report_run(const struct report_opts *o)
 	};
 	struct record_replay_stats st = { 0 };
 	struct record_meta meta = { 0 };
-	struct record_feeder fe;
+	struct export_opts eo = o->ex;
 	struct exporters ex;
+	struct report_feeder rf = { .ex = &ex, .meta = &meta };
 	struct diagnosis d;
 	struct pipeline pl;
 	struct sink ds;
@@ -35,16 +57,19 @@ int report_run(const struct report_opts *o)
 	diagnosis_init(&d);
 	ds = diagnosis_sink(&d);
 	pipeline_add_sink(&pl, &ds);
-	record_feeder_init(&fe, &pl, &meta);
+	record_feeder_init(&rf.fe, &pl, &meta);
 	/* The timeline's zero is the recording's start: no record is earlier. The header is read
-	 * before the first record is fed, and exporters only see records, so they start here. */
-	err = exporters_start(&ex, &o->ex, &pl, 0);
+	 * before the first record is fed, and exporters only see records, so they start here
+	 * (failing before the replay if they cannot) and get the header's clocks from
+	 * report_feed. */
+	eo.replay = true;
+	err = exporters_start(&ex, &eo, &pl, 0);
 	if (err) {
 		rc = err;
 		exporters_stop(&ex);
 		goto out;
 	}
-	err = record_replay(o->path, record_feed_pipeline, &fe, &meta, &st);
+	err = record_replay(o->path, report_feed, &rf, &meta, &st);
 	if (!st.header_ok) {
 		fprintf(stderr, "tokenscope: %s: %s\n", o->path,
 			st.reason[0] ? st.reason : strerror(-err));

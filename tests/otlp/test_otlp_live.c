@@ -432,6 +432,105 @@ out:
 	close(fd);
 }
 
+/* A replay feeds far faster than a small queue drains: without backpressure most spans are
+ * dropped; with it every one reaches the collector, none dropped. */
+static void test_backpressure(void)
+{
+	const int n = 600;
+	struct otlp_opts opts;
+	struct otlp_stats st;
+	struct received rc;
+	struct otlp o;
+	struct sink sk;
+	char url[128];
+	double t;
+
+	opts_live(&opts, url, sizeof(url), "fast");
+	opts.queue_max = 16;
+	opts.batch_max = 4;
+	opts.err = NULL;
+	if (!ASSERT_OK(otlp_init(&o, &opts), "init"))
+		return;
+	sk = otlp_sink(&o);
+	feed_many(&sk, n);
+	otlp_close(&o);
+	otlp_get_stats(&o, &st);
+	printf("  without backpressure: %llu of %d dropped\n", (unsigned long long)st.dropped, n);
+	ASSERT_TRUE(st.dropped > 0, "a fast feed overflows a small queue");
+	accounted(&st, n);
+
+	opts_live(&opts, url, sizeof(url), "replay");
+	opts.queue_max = 16;
+	opts.batch_max = 4;
+	opts.backpressure = true;
+	if (!ASSERT_OK(otlp_init(&o, &opts), "init"))
+		return;
+	sk = otlp_sink(&o);
+	t = now_s();
+	feed_many(&sk, n);
+	otlp_close(&o);
+	otlp_get_stats(&o, &st);
+	otlp_print_stats(&st, url, stdout);
+	printf("  with backpressure: %d requests fed and sent in %.2f s\n", n, now_s() - t);
+	ASSERT_EQ(st.exported, n, "every trace exported");
+	ASSERT_EQ(st.dropped + st.failed + st.unsent, 0, "none lost");
+	accounted(&st, n);
+	read_received("replay", &rc);
+	ASSERT_EQ(rc.roots, n, "every request span received");
+}
+
+/* Backpressure with a collector that refuses connections: the feed waits for the first batch's
+ * retries only, then drops as live; close is bounded and every trace is accounted for. */
+static void test_backpressure_down(void)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET,
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(sa);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct otlp_opts opts;
+	struct otlp_stats st;
+	struct otlp o;
+	struct sink sk;
+	char url[128];
+	double t, feed_s;
+
+	if (!ASSERT_TRUE(fd >= 0 && !bind(fd, (struct sockaddr *)&sa, len) &&
+			     !getsockname(fd, (struct sockaddr *)&sa, &len),
+			 "a refusing port"))
+		return;
+	opts_live(&opts, url, sizeof(url), "unused");
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d/v1/traces", ntohs(sa.sin_port));
+	opts.queue_max = 64;
+	opts.batch_max = 16;
+	opts.max_attempts = 3;
+	opts.backoff_ms = 100;
+	opts.close_wait_ms = 500;
+	opts.backpressure = true;
+	opts.err = NULL;
+	if (!ASSERT_OK(otlp_init(&o, &opts), "init"))
+		goto out;
+	sk = otlp_sink(&o);
+	t = now_s();
+	feed_many(&sk, 2000);
+	feed_s = now_s() - t;
+	otlp_close(&o);
+	t = now_s() - t;
+	otlp_get_stats(&o, &st);
+	otlp_print_stats(&st, url, stdout);
+	printf("  2000 requests fed in %.3f s (a batch gives up after about 0.3 s), closed after "
+	       "%.3f s\n",
+	       feed_s, t);
+	ASSERT_TRUE(feed_s >= 0.25, "the feed waited for the first batch's retries");
+	ASSERT_TRUE(feed_s < 2, "then stopped waiting");
+	ASSERT_TRUE(t < 3, "close is bounded");
+	ASSERT_EQ(st.exported, 0, "nothing exported");
+	ASSERT_TRUE(st.dropped > 0, "dropped once the collector failed");
+	ASSERT_TRUE(st.failed >= 16, "the first batch failed");
+	accounted(&st, 2000);
+out:
+	close(fd);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 3) {
@@ -447,5 +546,7 @@ int main(int argc, char **argv)
 	RUN(test_reject);
 	RUN(test_collector_down);
 	RUN(test_collector_silent);
+	RUN(test_backpressure);
+	RUN(test_backpressure_down);
 	return CHECK_DONE();
 }

@@ -625,6 +625,94 @@ static void test_queue_full(void)
 	ASSERT_EQ(st.unsent, 7, "left at close: unsent");
 }
 
+/* A recording's clocks and host replace the ones given at init: every time is the kernel time
+ * plus the new offset, exactly, and host.name is the recording's. */
+static void test_set_source(void)
+{
+	/* Recorded a day and 123 ns before this process's offset would say. */
+	const int64_t recorded = OFFSET - 86400000000123ll;
+	struct req_spec q = { .status = 200,
+			      .outcome = OUTCOME_OK,
+			      .ttft = 600 * MS, /* slow: token events too */
+			      .gap = 7 * MS,
+			      .ntokens = 3,
+			      .prompt_tokens = -1,
+			      .completion_tokens = -1 };
+	struct otlp_opts opts;
+	struct otlp o;
+	struct sink sk;
+	cJSON *j, *span, *e, *res;
+	char want[32];
+	size_t n;
+	int i = 0;
+
+	opts_test(&opts);
+	if (!ASSERT_OK(otlp_init(&o, &opts), "init"))
+		return;
+	otlp_set_source(&o, recorded, "recorded-host");
+	sk = otlp_sink(&o);
+	feed(&sk, &q, NULL);
+	j = encode_all(&o, &n);
+	ASSERT_EQ(n, 1, "one span");
+	span = cJSON_GetArrayItem(spans_of(j), 0);
+	snprintf(want, sizeof(want), "%llu", (unsigned long long)(T0 + recorded));
+	ASSERT_STREQ(str(span, "startTimeUnixNano"), want, "start: arrival + recorded offset");
+	cJSON_ArrayForEach(e, cJSON_GetObjectItem(span, "events"))
+	{
+		const char *nm = str(e, "name");
+
+		if (!nm || strcmp(nm, "token"))
+			continue;
+		snprintf(want, sizeof(want), "%llu",
+			 (unsigned long long)(T0 + q.ttft + i++ * q.gap + recorded));
+		ASSERT_STREQ(str(e, "timeUnixNano"), want, "token event: its time + offset");
+	}
+	ASSERT_EQ(i, 3, "token events");
+	res = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "resourceSpans"), 0),
+				  "resource");
+	ASSERT_STREQ(attr_s(res, "host.name"), "recorded-host", "host.name of the recording");
+	cJSON_Delete(j);
+	otlp_set_source(&o, recorded, "");
+	feed(&sk, &q, NULL);
+	j = encode_all(&o, &n);
+	res = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "resourceSpans"), 0),
+				  "resource");
+	ASSERT_TRUE(attr(res, "host.name") == NULL, "no host: not sent");
+	cJSON_Delete(j);
+	otlp_close(&o);
+}
+
+/* Backpressure waits for a sender; without one (no endpoint) a full queue still drops rather
+ * than waiting for ever. */
+static void test_backpressure_no_sender(void)
+{
+	struct req_spec q = { .status = 200,
+			      .outcome = OUTCOME_OK,
+			      .ttft = 10 * MS,
+			      .gap = MS,
+			      .ntokens = 2,
+			      .prompt_tokens = -1,
+			      .completion_tokens = -1 };
+	struct otlp_opts opts;
+	struct otlp_stats st;
+	struct otlp o;
+	struct sink sk;
+
+	opts_test(&opts);
+	opts.sample_ratio = 1;
+	opts.queue_max = 10;
+	opts.backpressure = true;
+	if (!ASSERT_OK(otlp_init(&o, &opts), "init"))
+		return;
+	sk = otlp_sink(&o);
+	for (int i = 0; i < 25; i++)
+		feed(&sk, &q, NULL);
+	otlp_close(&o);
+	otlp_get_stats(&o, &st);
+	ASSERT_EQ(st.dropped, 15, "dropped when full");
+	ASSERT_EQ(st.unsent, 10, "the rest unsent");
+}
+
 int main(void)
 {
 	RUN(test_url);
@@ -634,5 +722,7 @@ int main(void)
 	RUN(test_token_event_cap);
 	RUN(test_sampling);
 	RUN(test_queue_full);
+	RUN(test_set_source);
+	RUN(test_backpressure_no_sender);
 	return CHECK_DONE();
 }
