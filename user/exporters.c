@@ -113,6 +113,9 @@ void exporters_set_source(struct exporters *x, uint64_t start_mono_ns, uint64_t 
 {
 	if (x->otlp_url)
 		otlp_set_source(&x->otlp, (int64_t)(start_real_ns - start_mono_ns), host);
+	/* Before the first record: the timeline's zero is the start of the recording. */
+	if (x->tl_open)
+		timeline_set_origin(&x->tl, start_mono_ns);
 }
 
 void exporters_flush(struct exporters *x)

@@ -243,6 +243,17 @@ if TSCMD=record start_tracer rec -p "$RSPID" -o "$TMP/run.tsr"; then
 	printf 'garbage' >"$TMP/garbage.tsr"
 	"$TS" report "$TMP/garbage.tsr" >/dev/null 2>"$TMP/garbage.err"
 	rc_garbage=$?
+	# The timeline of a report starts at the recording's start: its events lie within the few
+	# seconds the recording lasted, not at the machine's uptime.
+	"$TS" report --timeline "$TMP/report-tl.json" "$TMP/run.tsr" >/dev/null 2>&1
+	tl_check=$(python3 -c '
+import json, sys
+t = json.load(open(sys.argv[1]))
+ts = [e["ts"] for e in t["traceEvents"] if e.get("ph") == "X"]
+o = t["otherData"]
+print("ok" if ts and 0 <= min(ts) and max(ts) < 60e6 and o["origin"] == "start of tracing"
+      else "events %s..%s us, origin %s" % (min(ts or [0]), max(ts or [0]), o))
+' "$TMP/report-tl.json" 2>&1)
 	if [ $rc -ne 0 ] || ! grep -q -- "--- summary: 6 requests" "$TMP/report.out" ||
 		! grep -q -- "--- diagnosis" "$TMP/report.out"; then
 		ko "record and report" "rc=$rc: $(head -c 600 "$TMP/report.out")"
@@ -255,6 +266,8 @@ if TSCMD=record start_tracer rec -p "$RSPID" -o "$TMP/run.tsr"; then
 		ko "report --prometheus" "promtool rc=$rc_prom: $(head -c 300 "$TMP/promtool.out")"
 	elif [ $rc_garbage -ne 1 ] || ! grep -q "not a tokenscope recording" "$TMP/garbage.err"; then
 		ko "garbage recording" "rc=$rc_garbage: $(cat "$TMP/garbage.err")"
+	elif [ "$tl_check" != ok ]; then
+		ko "report --timeline" "$tl_check"
 	else
 		ok "record, report, a cut recording reported up to the cut, garbage refused"
 	fi
