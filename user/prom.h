@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Prometheus exporter, as a pipeline sink: per-model fixed-bucket histograms and counters of
+ * Prometheus exporter, as a pipeline sink: per-label-set fixed-bucket histograms and counters of
  * finished requests and GPU steps, rendered in the text exposition format 0.0.4. Bucket bounds
  * are those of the OpenTelemetry GenAI semantic conventions, so dashboards built for them fit.
  *
