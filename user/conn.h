@@ -20,8 +20,8 @@
 #include "request.h"
 
 struct conn_sink {
-	/* A request was read completely (arrival). */
-	void (*request_start)(void *ctx, const struct request *r);
+	/* A request was read completely (arrival); the callee may label it (its container). */
+	void (*request_start)(void *ctx, struct request *r);
 	/* A request finished: the response ended, failed, or its connection closed. The request is
 	 * freed after the call. */
 	void (*request_done)(void *ctx, struct request *r);

@@ -21,6 +21,7 @@ struct export_opts {
 	int nalerts;
 	const char *alert_exec; /* --alert-exec CMD, or NULL */
 	bool prometheus;	/* report --prometheus: print the metrics text at the end */
+	bool by_process;	/* --by-process: a pid label on the request metrics */
 	const char *otlp_url;	/* --otlp URL, or NULL */
 	int64_t slow_ttft_ns, slow_itl_ns; /* anomalies exported in full; 0: not checked */
 	double trace_sample;		   /* share of normal requests exported as summary spans */

@@ -39,7 +39,8 @@ static const char trace_doc[] =
     "  tokenscope trace -p 1234 -d 30   # stop after 30 s\n"
     "  tokenscope trace -p 1234 10      # also a summary every 10 s\n"
     "  tokenscope trace -p 1234 10 6    # six 10 s summaries, then stop\n"
-    "  tokenscope trace -p 1234 --listen :9464   # Prometheus metrics on 127.0.0.1:9464\n";
+    "  tokenscope trace -p 1234 --listen :9464   # Prometheus metrics on 127.0.0.1:9464\n"
+    "  tokenscope trace --all --listen :9464 --by-process   # ... with a pid label\n";
 
 enum {
 	OPT_TOKENS = 0x100,
@@ -66,7 +67,8 @@ static const struct argp_option trace_options[] = {
 	  "Find the inference servers on the node (vLLM, SGLang, TGI, llama.cpp, Ollama), also "
 	  "ones started later",
 	  0 },
-	{ "by-process", OPT_BY_PROCESS, NULL, 0, "top: a row per model and server process", 0 },
+	{ "by-process", OPT_BY_PROCESS, NULL, 0,
+	  "A pid label on the request metrics (--listen); top: a row per model and process", 0 },
 	{ "json", 'j', NULL, 0, "One JSON object per finished request on stdout", 0 },
 	{ "tokens", OPT_TOKENS, NULL, 0, "With --json: every content frame's time (token_ns)", 0 },
 	{ "gpu-steps", OPT_GPU_STEPS, NULL, 0, "Also a line (or JSON object) per GPU step", 0 },
@@ -260,8 +262,10 @@ static error_t trace_parse(int key, char *arg, struct argp_state *state)
 	case ARGP_KEY_END:
 		if (!o->npids && !o->all)
 			argp_error(state, "no process given: use -p PID or --all");
-		if (o->by_process && !live_view)
-			argp_error(state, "--by-process is for tokenscope top");
+		if (o->by_process && !live_view && !o->ex.listen)
+			argp_error(state, "--by-process labels the metrics of --listen (or splits "
+					  "the rows of tokenscope top): give --listen");
+		o->ex.by_process = o->by_process;
 		o->ex.json = o->json;
 		if (recording != !!o->record_path)
 			argp_error(state, recording ? "record needs -o FILE"
@@ -350,6 +354,8 @@ static const struct argp_option report_options[] = {
 	{ "gpu-steps", OPT_GPU_STEPS, NULL, 0, "Also a line (or JSON object) per GPU step", 0 },
 	{ "timeline", OPT_TIMELINE, "FILE", 0, "Write the timeline of the recording to FILE", 0 },
 	{ "prometheus", OPT_PROMETHEUS, NULL, 0, "Print the metrics text at the end", 0 },
+	{ "by-process", OPT_BY_PROCESS, NULL, 0,
+	  "With --prometheus: a pid label on the request metrics", 0 },
 	{ "alert", OPT_ALERT, "RULE", 0, "Evaluate an alert rule over the recording", 0 },
 	{ "alert-exec", OPT_ALERT_EXEC, "CMD", 0, "Run CMD when an alert fires or resolves", 0 },
 	{ "otlp", OPT_OTLP, "URL", 0,
@@ -375,6 +381,9 @@ static error_t report_parse(int key, char *arg, struct argp_state *state)
 	case OPT_PROMETHEUS:
 		o->ex.prometheus = true;
 		break;
+	case OPT_BY_PROCESS:
+		o->ex.by_process = true;
+		break;
 	case ARGP_KEY_ARG:
 		if (o->path)
 			argp_error(state, "one recording at a time");
@@ -383,6 +392,8 @@ static error_t report_parse(int key, char *arg, struct argp_state *state)
 	case ARGP_KEY_END:
 		if (!o->path)
 			argp_error(state, "no recording given: tokenscope report FILE");
+		if (o->ex.by_process && !o->ex.prometheus)
+			argp_error(state, "--by-process labels the metrics: give --prometheus");
 		o->ex.json = o->json;
 		if (o->tokens && !o->json)
 			argp_error(state, "--tokens needs --json");

@@ -6,10 +6,14 @@
 #include "output.h"
 #include "pipeline.h"
 
-static void pl_request_start(void *ctx, const struct request *r)
+static void pl_request_start(void *ctx, struct request *r)
 {
 	struct pipeline *pl = ctx;
 
+	/* Labelled at its start: the sinks key what they keep open (in flight) by it. */
+	for (uint32_t i = 0; i < pl->nlabels; i++)
+		if (pl->labels[i].pid == r->pid)
+			snprintf(r->container, sizeof(r->container), "%s", pl->labels[i].container);
 	summary_start(&pl->total, r);
 	summary_start(&pl->interval, r);
 	for (int i = 0; i < pl->nsinks; i++)
@@ -25,9 +29,6 @@ static void pl_request_done(void *ctx, struct request *r)
 
 	request_metrics(r, &m);
 	gpu_attribute(&pl->gpu, r, &ga);
-	for (uint32_t i = 0; i < pl->nlabels; i++)
-		if (pl->labels[i].pid == r->pid)
-			snprintf(r->container, sizeof(r->container), "%s", pl->labels[i].container);
 	summary_done(&pl->total, r, &m);
 	summary_done(&pl->interval, r, &m);
 	for (int i = 0; i < pl->nsinks; i++)

@@ -79,8 +79,14 @@ static const struct {
 enum tok_type { TOK_INPUT, TOK_OUTPUT, TOK_CACHED, TOK_MAX };
 static const char *const tok_names[TOK_MAX] = { "input", "output", "cached" };
 
-struct prom_model {
-	char name[REQBODY_MODEL_MAX]; /* as the request body gave it (not yet a valid label) */
+/* The short container id of struct request. */
+#define CONTAINER_MAX sizeof(((struct request *)0)->container)
+
+/* One label set of the request metrics, and its series. */
+struct prom_series {
+	char name[REQBODY_MODEL_MAX];  /* the model as the body gave it (not yet a valid label) */
+	uint32_t pid;		       /* the serving process; 0 without --by-process */
+	char container[CONTAINER_MAX]; /* "" when the process has no container id */
 	struct phist h[PH_MAX];
 	uint64_t requests[OUTCOME_MAX];
 	uint64_t tokens[TOK_MAX];
@@ -93,14 +99,17 @@ struct prom_gpu_pid {
 };
 
 struct prom {
-	/* models[PROM_MAX_MODELS] is "other": every model past the cap */
-	struct prom_model models[PROM_MAX_MODELS + 1];
-	unsigned int nmodels;
+	/* series[PROM_MAX_LABEL_SETS] is "other": every label set past the cap */
+	struct prom_series series[PROM_MAX_LABEL_SETS + 1];
+	unsigned int nseries;
 	bool other_used;
+	bool by_process;	    /* a pid label on the request metrics */
+	uint64_t overflow_requests; /* finished requests counted under "other" */
 	/* gpu_pids[PROM_MAX_GPU_PIDS] is "other" */
 	struct prom_gpu_pid gpu_pids[PROM_MAX_GPU_PIDS + 1];
 	unsigned int ngpu_pids;
 	bool gpu_other_used;
+	uint64_t gpu_overflow_steps; /* GPU steps counted under pid "other" */
 	uint64_t gpu_steps;
 	struct phist step_dur[STEP_KIND_MAX];
 	uint64_t lost_events;
@@ -125,20 +134,26 @@ static void phist_add(struct phist *h, const struct bounds *b, uint64_t ns)
 	h->sum_ns += ns;
 }
 
-static struct prom_model *model_get(struct prom *p, const char *model)
+/* The series of r's label set; the "other" one past the cap. */
+static struct prom_series *series_get(struct prom *p, const struct request *r)
 {
-	const char *name = model[0] ? model : "unknown";
-	struct prom_model *m;
+	const char *name = r->info.model[0] ? r->info.model : "unknown";
+	uint32_t pid = p->by_process ? r->pid : 0;
+	struct prom_series *m;
 
-	for (unsigned int i = 0; i < p->nmodels; i++)
-		if (!strcmp(p->models[i].name, name))
-			return &p->models[i];
-	if (p->nmodels == PROM_MAX_MODELS) {
-		p->other_used = true;
-		return &p->models[PROM_MAX_MODELS];
+	for (unsigned int i = 0; i < p->nseries; i++) {
+		m = &p->series[i];
+		if (m->pid == pid && !strcmp(m->name, name) && !strcmp(m->container, r->container))
+			return m;
 	}
-	m = &p->models[p->nmodels++];
+	if (p->nseries == PROM_MAX_LABEL_SETS) {
+		p->other_used = true;
+		return &p->series[PROM_MAX_LABEL_SETS];
+	}
+	m = &p->series[p->nseries++];
 	snprintf(m->name, sizeof(m->name), "%s", name);
+	m->pid = pid;
+	snprintf(m->container, sizeof(m->container), "%s", r->container);
 	return m;
 }
 
@@ -146,7 +161,7 @@ static void prom_request_start(void *ctx, const struct request *r)
 {
 	struct prom *p = ctx;
 
-	model_get(p, r->info.model)->inflight++;
+	series_get(p, r)->inflight++;
 	p->dirty = true;
 }
 
@@ -154,12 +169,14 @@ static void prom_request(void *ctx, const struct request *r, const struct reques
 			 const struct gpu_attribution *ga)
 {
 	struct prom *p = ctx;
-	struct prom_model *pm = model_get(p, r->info.model);
+	struct prom_series *pm = series_get(p, r);
 	const int64_t attributed[] = { [PH_QUEUE] = ga ? ga->queue_ns : -1,
 				       [PH_PREFILL] = ga ? ga->prefill_ns : -1,
 				       [PH_DECODE] = ga ? ga->decode_ns : -1 };
 
 	p->dirty = true;
+	if (pm == &p->series[PROM_MAX_LABEL_SETS])
+		p->overflow_requests++;
 	if (pm->inflight)
 		pm->inflight--;
 	if (r->outcome < OUTCOME_MAX)
@@ -196,6 +213,7 @@ static struct prom_gpu_pid *gpu_pid_get(struct prom *p, uint32_t pid)
 			return &p->gpu_pids[i];
 	if (p->ngpu_pids == PROM_MAX_GPU_PIDS) {
 		p->gpu_other_used = true;
+		p->gpu_overflow_steps++;
 		return &p->gpu_pids[PROM_MAX_GPU_PIDS];
 	}
 	p->gpu_pids[p->ngpu_pids].pid = pid;
@@ -264,7 +282,7 @@ struct prom *prom_new(prom_publish_fn publish, void *publish_ctx)
 
 	if (!p)
 		return NULL;
-	snprintf(p->models[PROM_MAX_MODELS].name, sizeof(p->models[0].name), "other");
+	snprintf(p->series[PROM_MAX_LABEL_SETS].name, sizeof(p->series[0].name), "other");
 	p->publish = publish;
 	p->publish_ctx = publish_ctx;
 	/* Something valid to serve before the first tick. */
@@ -275,6 +293,11 @@ struct prom *prom_new(prom_publish_fn publish, void *publish_ctx)
 void prom_free(struct prom *p)
 {
 	free(p);
+}
+
+void prom_set_by_process(struct prom *p, bool on)
+{
+	p->by_process = on;
 }
 
 struct sink prom_sink(struct prom *p)
@@ -321,13 +344,15 @@ static size_t utf8_len(const unsigned char *s, size_t n)
 	return len;
 }
 
-/* Worst case of model="..." for a REQBODY_MODEL_MAX name: every byte 3 bytes (U+FFFD). */
-#define LABELS_MAX (REQBODY_MODEL_MAX * 3 + 16)
+/* Worst case of model="...",pid="...",container="...": every byte of the names 3 bytes
+ * (U+FFFD). */
+#define LABELS_MAX \
+	(REQBODY_MODEL_MAX * 3 + 16 + sizeof(",pid=\"4294967295\"") + CONTAINER_MAX * 3 + 16)
 
 /* `key="value"` as the text format wants it in out (at least LABELS_MAX bytes for a value
  * shorter than REQBODY_MODEL_MAX): backslash, double quote and newline escaped, bytes that
- * are not UTF-8 replaced by U+FFFD. */
-static void label_pair(char *out, const char *key, const char *value)
+ * are not UTF-8 replaced by U+FFFD. Returns the end of what it wrote. */
+static char *label_pair(char *out, const char *key, const char *value)
 {
 	const unsigned char *s = (const unsigned char *)value;
 	size_t n = strlen(value);
@@ -354,6 +379,7 @@ static void label_pair(char *out, const char *key, const char *value)
 	}
 	*o++ = '"';
 	*o = 0;
+	return o;
 }
 
 /* Seconds from nanoseconds, exactly: "0.35", "1", "12.000000001". */
@@ -395,28 +421,46 @@ static void put_hist(FILE *f, const char *name, const char *labels, const struct
 	fprintf(f, "\n%s_count{%s} %" PRIu64 "\n", name, labels, h->count);
 }
 
-/* Models in the order they were first seen, then "other" if it was used. */
-static unsigned int models_to_render(const struct prom *p, const struct prom_model **out)
+/* Label sets in the order they were first seen, then "other" if it was used. */
+static unsigned int series_to_render(const struct prom *p, const struct prom_series **out)
 {
 	unsigned int n = 0;
 
-	for (unsigned int i = 0; i < p->nmodels; i++)
-		out[n++] = &p->models[i];
+	for (unsigned int i = 0; i < p->nseries; i++)
+		out[n++] = &p->series[i];
 	if (p->other_used)
-		out[n++] = &p->models[PROM_MAX_MODELS];
+		out[n++] = &p->series[PROM_MAX_LABEL_SETS];
 	return n;
+}
+
+/* A series' labels, escaped, in out (LABELS_MAX bytes): the pid with --by-process ("other" for
+ * the set past the cap), the container only when there is one. */
+static void series_labels(const struct prom *p, const struct prom_series *m, char *out)
+{
+	char *o = label_pair(out, "model", m->name);
+
+	if (p->by_process) {
+		if (m == &p->series[PROM_MAX_LABEL_SETS])
+			o += sprintf(o, ",pid=\"other\"");
+		else
+			o += sprintf(o, ",pid=\"%u\"", m->pid);
+	}
+	if (m->container[0]) {
+		*o++ = ',';
+		label_pair(o, "container", m->container);
+	}
 }
 
 static int render_models(const struct prom *p, FILE *f)
 {
-	const struct prom_model *ms[PROM_MAX_MODELS + 1];
-	unsigned int n = models_to_render(p, ms);
+	const struct prom_series *ms[PROM_MAX_LABEL_SETS + 1];
+	unsigned int n = series_to_render(p, ms);
 	char(*labels)[LABELS_MAX] = malloc((n ? n : 1) * sizeof(*labels));
 
 	if (!labels)
 		return -ENOMEM;
 	for (unsigned int i = 0; i < n; i++)
-		label_pair(labels[i], "model", ms[i]->name);
+		series_labels(p, ms[i], labels[i]);
 
 	put_header(f, "tokenscope_requests_total", "counter",
 		   "Finished requests by outcome (ok, http_error, stream_error, aborted, lost).");
@@ -485,6 +529,21 @@ static void render_gpu(const struct prom *p, FILE *f)
 	}
 }
 
+/* Only once a cap was reached, like the "other" series it counts. */
+static void render_overflow(const struct prom *p, FILE *f)
+{
+	if (!p->other_used && !p->gpu_other_used)
+		return;
+	put_header(f, "tokenscope_label_overflow_total", "counter",
+		   "Finished requests (family=\"requests\") and GPU steps (family=\"gpu_steps\") "
+		   "counted under the \"other\" label set: the cap on distinct label sets "
+		   "(model, pid, container; GPU process) was reached.");
+	fprintf(f, "tokenscope_label_overflow_total{family=\"requests\"} %" PRIu64 "\n",
+		p->overflow_requests);
+	fprintf(f, "tokenscope_label_overflow_total{family=\"gpu_steps\"} %" PRIu64 "\n",
+		p->gpu_overflow_steps);
+}
+
 void prom_set_extra(struct prom *p, void (*render)(void *ctx, FILE *f), void *ctx)
 {
 	p->extra = render;
@@ -507,6 +566,7 @@ int prom_render(struct prom *p, char **buf, size_t *len)
 		   "Records the kernel could not put in the ring buffer (requests open then may be "
 		   "reported lost).");
 	fprintf(f, "tokenscope_events_lost_total %" PRIu64 "\n", p->lost_events);
+	render_overflow(p, f);
 	render_gpu(p, f);
 	if (p->extra)
 		p->extra(p->extra_ctx, f);

@@ -1,12 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Prometheus exporter, as a pipeline sink: per-model fixed-bucket histograms and counters of
+ * Prometheus exporter, as a pipeline sink: per-label-set fixed-bucket histograms and counters of
  * finished requests and GPU steps, rendered in the text exposition format 0.0.4. Bucket bounds
  * are those of the OpenTelemetry GenAI semantic conventions, so dashboards built for them fit.
  *
- * Labels stay few (DESIGN.md rule 7): `model` (the request body's model, "unknown" when it was
- * absent or not captured; beyond PROM_MAX_MODELS distinct names, "other"), `outcome`, `type`,
- * and for GPU steps `kind` and `pid` (beyond PROM_MAX_GPU_PIDS processes, "other").
+ * Labels stay few (DESIGN.md rule 7). Request metrics: `model` (the request body's model,
+ * "unknown" when it was absent or not captured), `pid` (the server process that served the
+ * request, only with prom_set_by_process), `container` (only on requests of a process with a
+ * container id); beyond PROM_MAX_LABEL_SETS distinct sets of these, one set collects the rest:
+ * model="other" (and pid="other"), no container, and tokenscope_label_overflow_total counts
+ * what went there. Then `outcome` and `type`; for GPU steps `kind` and `pid` (beyond
+ * PROM_MAX_GPU_PIDS processes, "other", counted the same way).
  *
  * Like every sink it is a pure function of the event stream. On tick it renders a snapshot
  * (at most once per PROM_RENDER_PERIOD_NS of kernel time while records keep coming, and on the
@@ -16,14 +20,16 @@
 #ifndef TS_PROM_H
 #define TS_PROM_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdint.h>
 
 #include "sink.h"
 
-/* Distinct model labels kept apart; one more series set, "other", collects the rest. */
-#define PROM_MAX_MODELS 64
+/* Distinct label sets of request metrics (model, pid, container) kept apart; one more set,
+ * "other", collects the rest. */
+#define PROM_MAX_LABEL_SETS 64
 #define PROM_MAX_GPU_PIDS 64
 /* Kernel time between snapshots while records keep coming: fresher than any scrape interval,
  * and rendering stays a small cost of the drain loop. */
@@ -37,6 +43,8 @@ struct prom;
 /* NULL on allocation failure. publish may be NULL (prom_render only, as in tests). */
 struct prom *prom_new(prom_publish_fn publish, void *publish_ctx);
 void prom_free(struct prom *p);
+/* A `pid` label on the request metrics (--by-process); before the first record. */
+void prom_set_by_process(struct prom *p, bool on);
 /* The sink to give pipeline_add_sink; ctx is p. */
 struct sink prom_sink(struct prom *p);
 /* Lines appended to every snapshot by another module (the alerts' tokenscope_alert_firing). */

@@ -28,7 +28,7 @@ struct trace_opts {
 	const char *record_path; /* record: write the raw event stream here */
 	bool all; /* --all: find inference servers on the node, and new ones as they start */
 	bool top; /* top: a live view instead of request lines */
-	bool by_process; /* top: a row per model and server process */
+	bool by_process; /* top: a row per model and process; the metrics: a pid label */
 };
 
 /* Returns 0, or a negative errno after printing why. */

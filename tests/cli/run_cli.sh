@@ -74,9 +74,10 @@ else
 	ko "bad PID" "rc=$rc: $(cat "$TMP/nopid.err")"
 fi
 
-# 2. usage errors: no -p, junk PID, junk interval, --tokens without --json
+# 2. usage errors: no -p, junk PID, junk interval, --tokens without --json, --by-process
+# without metrics to label
 bad=0
-for args in "" "-p abc" "-p 1 x" "-p 1 --tokens" "-p 1 -d -3"; do
+for args in "" "-p abc" "-p 1 x" "-p 1 --tokens" "-p 1 -d -3" "-p 1 --by-process"; do
 	# shellcheck disable=SC2086
 	"$TS" trace $args >/dev/null 2>"$TMP/usage.err"
 	rc=$?
@@ -270,6 +271,26 @@ print("ok" if ts and 0 <= min(ts) and max(ts) < 60e6 and o["origin"] == "start o
 		ko "report --timeline" "$tl_check"
 	else
 		ok "record, report, a cut recording reported up to the cut, garbage refused"
+	fi
+	# The recording carries the pid of every record: report --by-process labels by it.
+	"$TS" report --prometheus --by-process "$TMP/run.tsr" >"$TMP/byproc.prom" 2>/dev/null
+	rc=$?
+	promtool check metrics <"$TMP/byproc.prom" >"$TMP/promtool.out" 2>&1
+	rc_prom=$?
+	n=$(awk -v want="tokenscope_requests_total{model=\"ref\",pid=\"$RSPID\",outcome=" \
+		'index($0, want) == 1 { s += $2 } END { print s + 0 }' "$TMP/byproc.prom")
+	unlabelled=$(grep -E '^tokenscope_(requests|tokens|streams|time_|inter_|request_)' \
+		"$TMP/byproc.prom" | grep -vc "pid=\"$RSPID\"")
+	"$TS" report --by-process "$TMP/run.tsr" >/dev/null 2>"$TMP/byproc.err"
+	rc_usage=$?
+	if [ $rc -ne 0 ] || [ $rc_prom -ne 0 ] || [ "$n" -ne 6 ] || [ "$unlabelled" -ne 0 ]; then
+		ko "report --by-process" "rc=$rc promtool rc=$rc_prom requests with pid $RSPID: $n \
+(want 6), samples without it: $unlabelled; $(head -c 300 "$TMP/promtool.out")"
+	elif [ $rc_usage -ne 2 ] || ! grep -q -- "--by-process labels the metrics: give --prometheus" \
+		"$TMP/byproc.err"; then
+		ko "report --by-process without --prometheus" "rc=$rc_usage: $(head -n 1 "$TMP/byproc.err")"
+	else
+		ok "report --prometheus --by-process: the 6 requests under pid=\"$RSPID\"; refused without --prometheus"
 	fi
 else
 	ko "record" "tracer did not attach"

@@ -5,7 +5,11 @@
 #  (b) a real Prometheus server scraping every second computes a TTFT P99 with
 #      histogram_quantile that agrees with tokenscope's own (from its JSON lines) within the
 #      bucket's error, and evaluates deploy/prometheus/rules.yml without errors;
-#  (c) `promtool check rules` and `promtool test rules` pass on the rules.
+#  (c) `promtool check rules` and `promtool test rules` pass on the rules;
+#  (d) `tokenscope trace --all --by-process --listen` on two servers, one in a cgroup named as
+#      docker names a container's: every request series has the pid that served it (the JSON
+#      lines' pid), the container's series its short id and the host's none, counts match the
+#      JSON lines per process, and `promtool check metrics` passes on the scrape.
 # Also: a port already taken is refused with a clear message. Needs root (BPF).
 # Prints PASS/FAIL/SKIP lines and the totals line; exits 1 if anything failed.
 set -u
@@ -19,6 +23,7 @@ PY=/usr/bin/python3
 TMP=$(mktemp -d)
 pass=0 fail=0 skip=0
 pids=()
+CGDIR= # (d): the cgroup made for the container stand-in
 # Every wait is bounded: this many tenths of a second at most.
 WAIT_ATTACH=100 WAIT_READY=300 WAIT_SCRAPE=300 WAIT_LINES=100
 
@@ -28,6 +33,10 @@ cleanup() {
 		for _ in $(seq 30); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
 		kill -9 "$p" 2>/dev/null
 	done
+	if [ -n "$CGDIR" ]; then
+		for _ in $(seq 30); do [ -s "$CGDIR/cgroup.procs" ] || break; sleep 0.1; done
+		rmdir "$CGDIR" "$(dirname "$CGDIR")" 2>/dev/null
+	fi
 	rm -rf "$TMP"
 }
 trap cleanup EXIT
@@ -252,4 +261,101 @@ else
 		ko "SIGINT" "exit $rc"
 	fi
 fi
+
+# (d) --all --by-process: a pid label on every request series, and a container label for the
+# server in a container. The servers are named llama-server so that --all finds them; the
+# "container" is a cgroup named as docker names one (docker-ID.scope), which is all --all reads.
+CID=$(echo "tokenscope-test-$$" | sha256sum | cut -c1-64)
+CG2=$(awk '$3 == "cgroup2" { print $2; exit }' /proc/mounts)
+mkdir -p "$TMP/bin"
+cp "$RS" "$TMP/bin/llama-server"
+start_llama() { # name: starts $TMP/bin/llama-server; sets LPID and LPORT
+	"$TMP/bin/llama-server" --port 0 --prefill-ms 5 --token-ms 2 >"$TMP/$1.out" 2>&1 &
+	LPID=$!
+	pids+=("$LPID")
+	for _ in $(seq 50); do grep -q listening "$TMP/$1.out" && break; sleep 0.1; done
+	LPORT=$(grep -o '[0-9]*$' "$TMP/$1.out")
+}
+start_llama host
+HPID=$LPID HPORT=$LPORT
+start_llama ctr
+CPID=$LPID CPORT=$LPORT
+incontainer=0
+if [ -n "$CG2" ] && mkdir -p "$CG2/tokenscope-test-$$/docker-$CID.scope" 2>/dev/null; then
+	CGDIR="$CG2/tokenscope-test-$$/docker-$CID.scope"
+	echo "$CPID" >"$CGDIR/cgroup.procs" 2>/dev/null && incontainer=1
+fi
+MPORT2=$(free_port)
+"$TS" trace --all --by-process --json --listen "127.0.0.1:$MPORT2" >"$TMP/all.json" \
+	2>"$TMP/all.err" &
+TSPID=$!
+pids+=("$TSPID")
+for _ in $(seq $WAIT_ATTACH); do grep -q attached "$TMP/all.err" && break; sleep 0.1; done
+if [ -z "$HPORT" ] || [ -z "$CPORT" ] || ! grep -q "found $HPID (llama.cpp" "$TMP/all.err" ||
+	! grep -q "found $CPID (llama.cpp" "$TMP/all.err"; then
+	ko "--all --by-process" "servers on ports '$HPORT' '$CPORT' not both found: $(head -c 400 "$TMP/all.err")"
+	finish
+fi
+"$GT" --port "$CPORT" -n 6 -c 2 --max-tokens 4 --usage --http-error-every 3 -o /dev/null 2>>"$TMP/gt.err"
+"$GT" --port "$HPORT" -n 4 -c 2 --max-tokens 4 --usage -o /dev/null 2>>"$TMP/gt.err"
+for _ in $(seq $WAIT_LINES); do
+	[ "$(grep -cE "\"pid\":($CPID|$HPID)," "$TMP/all.json")" -ge 10 ] && break
+	sleep 0.1
+done
+sleep 0.2 # the snapshot follows the last records within a drain period
+curl -s --max-time 5 -o "$TMP/all.txt" "http://127.0.0.1:$MPORT2/metrics"
+if out=$(promtool check metrics <"$TMP/all.txt" 2>&1); then
+	ok "promtool check metrics on the --all --by-process scrape ($(grep -vc '^#' "$TMP/all.txt") samples)"
+else
+	ko "promtool check metrics (--by-process)" "$out"
+fi
+# Per process: requests and ok requests in the JSON lines, and in the metrics (summed over
+# every series with that pid label).
+json_n() { grep "\"pid\":$1," "$TMP/all.json" | grep -c "$2"; }
+metric_sum() { # family, labels that must all be there
+	awk -v fam="$1{" -v a="$2" -v b="${3:-}" \
+		'index($0, fam) == 1 && index($0, a) && (b == "" || index($0, b)) { s += $NF } END { print s + 0 }' \
+		"$TMP/all.txt"
+}
+CL="pid=\"$CPID\"" HL="pid=\"$HPID\""
+CTRL="container=\"${CID:0:12}\""
+bad=""
+for who in C H; do
+	pid_var=${who}PID lab_var=${who}L
+	pid=${!pid_var} lab=${!lab_var}
+	n=$(json_n "$pid" '"outcome"') nok=$(json_n "$pid" '"outcome":"ok"')
+	m=$(metric_sum tokenscope_requests_total "$lab")
+	mok=$(metric_sum tokenscope_requests_total "$lab" 'outcome="ok"')
+	ttft=$(metric_sum tokenscope_time_to_first_token_seconds_count "$lab")
+	[ "$n" -gt 0 ] && [ "$m" -eq "$n" ] && [ "$mok" -eq "$nok" ] && [ "$ttft" -eq "$nok" ] ||
+		bad="$bad pid $pid: JSON $n requests ($nok ok), metrics $m ($mok ok, TTFT count $ttft);"
+done
+[ "$(json_n "$CPID" '"outcome"')" -eq 6 ] && [ "$(json_n "$HPID" '"outcome"')" -eq 4 ] ||
+	bad="$bad JSON lines: $(json_n "$CPID" '"outcome"') and $(json_n "$HPID" '"outcome"') (want 6 and 4);"
+# every sample of the request families carries a pid
+nopid=$(grep -E '^tokenscope_(requests_total|tokens_total|streams_in_flight|time_to_first|inter_token|time_per_output|request_(duration|queue|prefill|decode))' \
+	"$TMP/all.txt" | grep -vc 'pid="')
+[ "$nopid" -eq 0 ] || bad="$bad $nopid request samples without a pid;"
+grep -q "^tokenscope_streams_in_flight{model=\"ref\",$HL} 0$" "$TMP/all.txt" ||
+	bad="$bad no in-flight gauge for $HPID without a container;"
+if [ $incontainer -eq 1 ]; then
+	[ "$(metric_sum tokenscope_requests_total "$CL" "$CTRL")" -eq 6 ] ||
+		bad="$bad the container's requests lack $CTRL;"
+	grep -q "^tokenscope_requests_total{model=\"ref\",$CL,$CTRL,outcome=\"http_error\"} 2$" \
+		"$TMP/all.txt" || bad="$bad no http_error line for the container;"
+	grep "$HL" "$TMP/all.txt" | grep -q 'container=' && bad="$bad a container label on the host;"
+fi
+if [ -z "$bad" ]; then
+	ok "--all --by-process: requests under pid $CPID and $HPID as in the JSON lines, every request sample with a pid"
+else
+	ko "--all --by-process" "$bad"
+fi
+if [ $incontainer -eq 1 ]; then
+	[ -z "$bad" ] && ok "container=\"${CID:0:12}\" on the series of the server in the container, none on the host's"
+else
+	sk "container label" "cannot make a cgroup under '${CG2:-no cgroup2 mount}'"
+fi
+kill -INT "$TSPID"
+for _ in $(seq 50); do kill -0 "$TSPID" 2>/dev/null || break; sleep 0.1; done
+kill "$HPID" "$CPID" 2>/dev/null
 finish

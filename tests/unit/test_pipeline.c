@@ -9,6 +9,7 @@
 
 #include "check.h"
 #include "pipeline.h"
+#include "prom.h"
 
 #define MAX_LINES 64
 
@@ -226,6 +227,52 @@ static void test_stream_request(void)
 	ASSERT_TRUE(strstr(h.out, "fake") == NULL && strstr(h.out, "three") == NULL,
 		    "no prompt text in the output");
 out:
+	h_close(&h);
+}
+
+/* A process's container labels its requests from their start: a sink keys what it keeps open (in
+ * flight) by it as it keys what finishes, and the JSON line carries it. */
+static void test_container_label_from_start(void)
+{
+	static const char *const in_flight =
+	    "tokenscope_streams_in_flight{model=\"m1\",container=\"0123456789ab\"} ";
+	struct prom *p = prom_new(NULL, NULL);
+	char *t = NULL, *at;
+	struct harness h;
+	struct sink s;
+	size_t len;
+
+	h_open(&h);
+	if (!ASSERT_OK_PTR(p, "prom_new"))
+		goto out;
+	ASSERT_OK(pipeline_label_process(&h.pl, 100, "0123456789ab"), "label");
+	s = prom_sink(p);
+	ASSERT_OK(pipeline_add_sink(&h.pl, &s), "sink");
+	conn_event(&h, TS_EV_CONN_OPEN, 1, 5, 500);
+	send_request(&h, 1, 1000000);
+	if (!ASSERT_OK(prom_render(p, &t, &len), "render"))
+		goto out;
+	at = strstr(t, in_flight);
+	ASSERT_TRUE(at && !strncmp(at + strlen(in_flight), "1\n", 2), "in flight, labelled");
+	free(t);
+	t = NULL;
+	data_event(&h, 1, TS_DIR_OUT, HEAD_SSE, 1100000);
+	chunk(&h, 1, TOK, 2000000);
+	chunk(&h, 1, DONE, 3000000);
+	data_event(&h, 1, TS_DIR_OUT, "0\r\n\r\n", 3100000);
+	if (!ASSERT_OK(prom_render(p, &t, &len), "render"))
+		goto out;
+	at = strstr(t, in_flight);
+	ASSERT_TRUE(at && !strncmp(at + strlen(in_flight), "0\n", 2), "ended on the same series");
+	ASSERT_FALSE(strstr(t, "{model=\"m1\"}"), "no series without the container");
+	ASSERT_TRUE(strstr(t, "tokenscope_requests_total{model=\"m1\",container=\"0123456789ab\","
+			      "outcome=\"ok\"} 1\n"),
+		    "finished, labelled");
+	if (ASSERT_EQ(h_lines(&h), 1, "one request"))
+		ASSERT_STREQ(str(h.lines[0], "container"), "0123456789ab", "JSON container");
+out:
+	free(t);
+	prom_free(p);
 	h_close(&h);
 }
 
@@ -604,6 +651,7 @@ out:
 int main(void)
 {
 	RUN(test_stream_request);
+	RUN(test_container_label_from_start);
 	RUN(test_keepalive_and_fd_reuse);
 	RUN(test_lost_record_mid_stream);
 	RUN(test_uncaptured_request_body);

@@ -2,7 +2,8 @@
 /*
  * The Prometheus exporter: synthetic requests and GPU steps through the sink callbacks, the
  * rendered text checked line by line (buckets, sums, counts, counters, label escaping, the
- * model cap), when snapshots are published, and the HTTP endpoint on a loopback port.
+ * pid and container labels, the cap on label sets and its overflow counter), when snapshots
+ * are published, and the HTTP endpoint on a loopback port.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -41,6 +42,23 @@ static int count_lines_starting(const char *text, const char *prefix)
 	return n;
 }
 
+/* Sample lines (not comments) starting with prefix that do (want) or do not contain needle. */
+static int count_samples(const char *text, const char *prefix, const char *needle, bool want)
+{
+	int n = 0;
+	size_t len = strlen(prefix);
+
+	for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL) {
+		const char *eol = strchr(p, '\n');
+		const char *hit = strstr(p, needle);
+		bool has = hit && (!eol || hit < eol);
+
+		if (*p != '#' && !strncmp(p, prefix, len) && has == want)
+			n++;
+	}
+	return n;
+}
+
 #define ASSERT_LINE(text, line) \
 	check_report(has_line(text, line), __FILE__, __LINE__, line, "missing")
 #define ASSERT_NO_LINE(text, line) \
@@ -56,13 +74,25 @@ struct req_spec {
 	int64_t prompt_tokens, completion_tokens, cached_tokens;
 };
 
-static void feed(const struct sink *s, const struct req_spec *q, const struct gpu_attribution *ga)
+/* A request of model served by process pid, in container (NULL: none). */
+static struct request *new_request(const char *model, uint32_t pid, const char *container)
 {
-	struct request *r = request_new(1, 1, 0, "c");
+	struct request *r = request_new(pid, 1, 0, "c");
+
+	snprintf(r->info.model, sizeof(r->info.model), "%s", model);
+	if (container)
+		snprintf(r->container, sizeof(r->container), "%s", container);
+	return r;
+}
+
+/* q finished, served by process pid in container (NULL: none). */
+static void feed_from(const struct sink *s, const struct req_spec *q,
+		      const struct gpu_attribution *ga, uint32_t pid, const char *container)
+{
+	struct request *r = new_request(q->model, pid, container);
 	struct request_metrics m;
 	struct gpu_attribution none = { -1, -1, -1, -1, -1, "none: no GPU steps seen" };
 
-	snprintf(r->info.model, sizeof(r->info.model), "%s", q->model);
 	r->outcome = q->outcome;
 	r->arrival_ns = BASE + q->arrival_ms * MS;
 	for (int i = 0; i < q->ntokens; i++)
@@ -74,6 +104,11 @@ static void feed(const struct sink *s, const struct req_spec *q, const struct gp
 	request_metrics(r, &m);
 	s->request(s->ctx, r, &m, ga ? ga : &none);
 	request_free(r);
+}
+
+static void feed(const struct sink *s, const struct req_spec *q, const struct gpu_attribution *ga)
+{
+	feed_from(s, q, ga, 1, NULL);
 }
 
 static void step(const struct sink *s, uint32_t pid, enum step_kind kind, uint64_t start_ms,
@@ -198,6 +233,10 @@ static void test_histograms_and_counters(void)
 		    "tokenscope_gpu_step_duration_seconds_bucket{kind=\"decode\",le=\"0.02\"} 2");
 	ASSERT_LINE(t, "tokenscope_gpu_step_duration_seconds_sum{kind=\"decode\"} 0.022");
 	ASSERT_LINE(t, "tokenscope_gpu_step_duration_seconds_count{kind=\"prefill\"} 1");
+	/* no pid or container label unless asked for or known; no cap reached */
+	ASSERT_FALSE(strstr(t, "pid=\"1\""), "no pid label without --by-process");
+	ASSERT_FALSE(strstr(t, "container="), "no container label");
+	ASSERT_FALSE(strstr(t, "tokenscope_label_overflow_total"), "no overflow");
 	/* HELP and TYPE once per family */
 	ASSERT_EQ(count_lines_starting(t, "# TYPE "), 13, "families");
 	ASSERT_EQ(count_lines_starting(t, "# HELP "), 13, "help lines");
@@ -292,7 +331,7 @@ static void test_model_cap(void)
 	if (!ASSERT_OK_PTR(p, "prom_new"))
 		return;
 	s = prom_sink(p);
-	for (int i = 0; i < PROM_MAX_MODELS + 6; i++) {
+	for (int i = 0; i < PROM_MAX_LABEL_SETS + 6; i++) {
 		snprintf(name, sizeof(name), "m%d", i);
 		feed(&s, &(struct req_spec){ name, OUTCOME_OK, 0, NULL, 0, 1, -1, -1, -1 }, NULL);
 	}
@@ -303,16 +342,224 @@ static void test_model_cap(void)
 		goto out;
 	ASSERT_LINE(t, "tokenscope_requests_total{model=\"m0\",outcome=\"ok\"} 2");
 	snprintf(line, sizeof(line), "tokenscope_requests_total{model=\"m%d\",outcome=\"ok\"} 1",
-		 PROM_MAX_MODELS - 1);
+		 PROM_MAX_LABEL_SETS - 1);
 	ASSERT_LINE(t, line);
 	snprintf(line, sizeof(line), "tokenscope_requests_total{model=\"m%d\",outcome=\"ok\"} 1",
-		 PROM_MAX_MODELS);
+		 PROM_MAX_LABEL_SETS);
 	ASSERT_NO_LINE(t, line);
 	ASSERT_LINE(t, "tokenscope_requests_total{model=\"other\",outcome=\"ok\"} 6");
 	ASSERT_EQ(count_lines_starting(t, "tokenscope_requests_total{") / OUTCOME_MAX,
-		  PROM_MAX_MODELS + 1, "model label values");
+		  PROM_MAX_LABEL_SETS + 1, "model label values");
+	/* what went to "other" is counted, not silently merged */
+	ASSERT_LINE(t, "# TYPE tokenscope_label_overflow_total counter");
+	ASSERT_LINE(t, "tokenscope_label_overflow_total{family=\"requests\"} 6");
+	ASSERT_LINE(t, "tokenscope_label_overflow_total{family=\"gpu_steps\"} 0");
 out:
 	free(t);
+	prom_free(p);
+}
+
+/* The families a request feeds; each gets the pid and container labels. */
+static const char *const request_families[] = {
+	"tokenscope_requests_total",
+	"tokenscope_tokens_total",
+	"tokenscope_streams_in_flight",
+	"tokenscope_time_to_first_token_seconds",
+	"tokenscope_inter_token_latency_seconds",
+	"tokenscope_time_per_output_token_seconds",
+	"tokenscope_request_duration_seconds",
+	"tokenscope_request_queue_seconds",
+	"tokenscope_request_prefill_seconds",
+	"tokenscope_request_decode_seconds",
+};
+
+#define NFAMILIES (sizeof(request_families) / sizeof(request_families[0]))
+
+static void test_by_process(void)
+{
+	static const uint64_t toks[] = { 30, 40, 55 };
+	struct gpu_attribution ga = { 5 * MS, 20 * MS, 30 * MS, 20 * MS, 5 * MS, "by time" };
+	const struct req_spec a = { "llama", OUTCOME_OK, 0, toks, 3, 60, 10, 3, 4 };
+	const struct req_spec b = { "llama", OUTCOME_ABORTED, 0, toks, 2, 80, -1, -1, -1 };
+	struct prom *p = prom_new(NULL, NULL);
+	struct request *open = NULL;
+	struct sink s;
+	char *t = NULL;
+
+	if (!ASSERT_OK_PTR(p, "prom_new"))
+		return;
+	prom_set_by_process(p, true);
+	s = prom_sink(p);
+	feed_from(&s, &a, &ga, 4242, NULL);
+	feed_from(&s, &a, NULL, 4242, NULL);
+	feed_from(&s, &b, NULL, 777, NULL);
+	/* still streaming on 777 */
+	open = new_request("llama", 777, NULL);
+	s.request_start(s.ctx, open);
+	step(&s, 42, STEP_DECODE, 30, 40);
+	t = render(p);
+	if (!t)
+		goto out;
+	ASSERT_LINE(t, "tokenscope_requests_total{model=\"llama\",pid=\"4242\",outcome=\"ok\"} 2");
+	ASSERT_LINE(
+	    t, "tokenscope_requests_total{model=\"llama\",pid=\"4242\",outcome=\"aborted\"} 0");
+	ASSERT_LINE(t,
+		    "tokenscope_requests_total{model=\"llama\",pid=\"777\",outcome=\"aborted\"} 1");
+	ASSERT_LINE(t, "tokenscope_tokens_total{model=\"llama\",pid=\"4242\",type=\"input\"} 20");
+	ASSERT_LINE(t, "tokenscope_tokens_total{model=\"llama\",pid=\"4242\",type=\"cached\"} 8");
+	ASSERT_LINE(t, "tokenscope_tokens_total{model=\"llama\",pid=\"777\",type=\"output\"} 2");
+	ASSERT_LINE(t, "tokenscope_streams_in_flight{model=\"llama\",pid=\"777\"} 1");
+	ASSERT_LINE(t, "tokenscope_streams_in_flight{model=\"llama\",pid=\"4242\"} 0");
+	ASSERT_LINE(t, "tokenscope_time_to_first_token_seconds_bucket{model=\"llama\","
+		       "pid=\"4242\",le=\"0.04\"} 2");
+	ASSERT_LINE(t,
+		    "tokenscope_time_to_first_token_seconds_count{model=\"llama\",pid=\"4242\"} 2");
+	ASSERT_LINE(
+	    t, "tokenscope_inter_token_latency_seconds_sum{model=\"llama\",pid=\"4242\"} 0.05");
+	ASSERT_LINE(t, "tokenscope_time_per_output_token_seconds_count{model=\"llama\","
+		       "pid=\"4242\"} 2");
+	ASSERT_LINE(t, "tokenscope_request_duration_seconds_count{model=\"llama\",pid=\"777\"} 1");
+	ASSERT_LINE(t,
+		    "tokenscope_request_duration_seconds_sum{model=\"llama\",pid=\"4242\"} 0.12");
+	ASSERT_LINE(t, "tokenscope_request_queue_seconds_count{model=\"llama\",pid=\"4242\"} 1");
+	ASSERT_LINE(t, "tokenscope_request_prefill_seconds_sum{model=\"llama\",pid=\"4242\"} 0.02");
+	ASSERT_LINE(t, "tokenscope_request_decode_seconds_bucket{model=\"llama\",pid=\"4242\","
+		       "le=\"+Inf\"} 1");
+	/* latencies of a process with no ok request are absent, as they are for a model */
+	ASSERT_FALSE(strstr(t, "tokenscope_time_to_first_token_seconds_count{model=\"llama\","
+			       "pid=\"777\"}"),
+		     "no TTFT for 777");
+	/* every sample of every request family has the pid: no series without it */
+	for (size_t i = 0; i < NFAMILIES; i++) {
+		ASSERT_TRUE(count_samples(t, request_families[i], ",pid=\"", true) > 0,
+			    request_families[i]);
+		ASSERT_EQ(count_samples(t, request_families[i], ",pid=\"", false), 0,
+			  request_families[i]);
+	}
+	/* the GPU families' pid label has the same name */
+	ASSERT_LINE(t, "tokenscope_gpu_steps_total{pid=\"42\",kind=\"decode\"} 1");
+	ASSERT_FALSE(strstr(t, "container="), "no container label when none is known");
+	ASSERT_FALSE(strstr(t, "tokenscope_label_overflow_total"), "under the cap");
+out:
+	free(t);
+	request_free(open);
+	prom_free(p);
+}
+
+/* A container label on the series of processes that have a container id, and no label (not an
+ * empty one) on the others; in flight counted on the same series the request ends on. */
+static void test_container_label(void)
+{
+	const struct req_spec q = { "qwen", OUTCOME_OK, 0, NULL, 0, 10, 5, -1, -1 };
+	const struct req_spec q2 = { "qwen", OUTCOME_OK, 0, NULL, 0, 20, 6, -1, -1 };
+	const char *id = "0123456789ab";
+	struct prom *p = prom_new(NULL, NULL), *pp = prom_new(NULL, NULL);
+	struct request *open = NULL;
+	struct sink s, sp;
+	char *t = NULL;
+
+	if (!ASSERT_OK_PTR(p, "prom_new") || !ASSERT_OK_PTR(pp, "prom_new"))
+		goto out;
+	s = prom_sink(p);
+	open = new_request("qwen", 300, id);
+	s.request_start(s.ctx, open);
+	t = render(p);
+	if (!t)
+		goto out;
+	ASSERT_LINE(t, "tokenscope_streams_in_flight{model=\"qwen\",container=\"0123456789ab\"} 1");
+	free(t);
+	feed_from(&s, &q, NULL, 300, id);
+	feed_from(&s, &q2, NULL, 301, NULL);
+	t = render(p);
+	if (!t)
+		goto out;
+	ASSERT_LINE(t, "tokenscope_streams_in_flight{model=\"qwen\",container=\"0123456789ab\"} 0");
+	ASSERT_LINE(t, "tokenscope_streams_in_flight{model=\"qwen\"} 0");
+	ASSERT_LINE(t, "tokenscope_requests_total{model=\"qwen\",container=\"0123456789ab\","
+		       "outcome=\"ok\"} 1");
+	ASSERT_LINE(t, "tokenscope_requests_total{model=\"qwen\",outcome=\"ok\"} 1");
+	ASSERT_LINE(t, "tokenscope_tokens_total{model=\"qwen\",container=\"0123456789ab\","
+		       "type=\"input\"} 5");
+	ASSERT_LINE(t, "tokenscope_tokens_total{model=\"qwen\",type=\"input\"} 6");
+	ASSERT_LINE(t, "tokenscope_request_duration_seconds_sum{model=\"qwen\","
+		       "container=\"0123456789ab\"} 0.01");
+	ASSERT_LINE(t, "tokenscope_request_duration_seconds_sum{model=\"qwen\"} 0.02");
+	ASSERT_EQ(count_lines_starting(t, "tokenscope_requests_total{"), 2 * OUTCOME_MAX,
+		  "two label sets");
+	ASSERT_FALSE(strstr(t, "container=\"\""), "no empty container label");
+	ASSERT_FALSE(strstr(t, "pid="), "no pid label without --by-process");
+	free(t);
+
+	/* with --by-process: model, pid, container, in this order */
+	prom_set_by_process(pp, true);
+	sp = prom_sink(pp);
+	feed_from(&sp, &q, NULL, 300, id);
+	feed_from(&sp, &q2, NULL, 301, NULL);
+	t = render(pp);
+	if (!t)
+		goto out;
+	ASSERT_LINE(t, "tokenscope_requests_total{model=\"qwen\",pid=\"300\","
+		       "container=\"0123456789ab\",outcome=\"ok\"} 1");
+	ASSERT_LINE(t, "tokenscope_requests_total{model=\"qwen\",pid=\"301\",outcome=\"ok\"} 1");
+	ASSERT_LINE(t, "tokenscope_request_duration_seconds_bucket{model=\"qwen\",pid=\"300\","
+		       "container=\"0123456789ab\",le=\"0.01\"} 1");
+out:
+	free(t);
+	request_free(open);
+	prom_free(p);
+	prom_free(pp);
+}
+
+/* With --by-process the cap is on (model, pid, container) sets: the processes past it share
+ * model="other",pid="other", and the requests and GPU steps that went there are counted. */
+static void test_label_set_cap(void)
+{
+	const struct req_spec q = { "m", OUTCOME_OK, 0, NULL, 0, 1, -1, -1, -1 };
+	struct prom *p = prom_new(NULL, NULL);
+	struct request *open = NULL;
+	char line[160], *t = NULL;
+	struct sink s;
+
+	if (!ASSERT_OK_PTR(p, "prom_new"))
+		return;
+	prom_set_by_process(p, true);
+	s = prom_sink(p);
+	for (int i = 0; i < PROM_MAX_LABEL_SETS + 5; i++)
+		feed_from(&s, &q, NULL, 1000 + i, NULL);
+	/* a process seen before the cap keeps its series */
+	feed_from(&s, &q, NULL, 1000, NULL);
+	/* past the cap, a container does not bring its label back */
+	feed_from(&s, &q, NULL, 5000, "0123456789ab");
+	open = new_request("m", 5001, NULL);
+	s.request_start(s.ctx, open);
+	for (int i = 0; i < PROM_MAX_GPU_PIDS + 3; i++)
+		step(&s, 100 + i, STEP_DECODE, 0, 1);
+	t = render(p);
+	if (!t)
+		goto out;
+	ASSERT_LINE(t, "tokenscope_requests_total{model=\"m\",pid=\"1000\",outcome=\"ok\"} 2");
+	snprintf(line, sizeof(line),
+		 "tokenscope_requests_total{model=\"m\",pid=\"%d\",outcome=\"ok\"} 1",
+		 1000 + PROM_MAX_LABEL_SETS - 1);
+	ASSERT_LINE(t, line);
+	snprintf(line, sizeof(line),
+		 "tokenscope_requests_total{model=\"m\",pid=\"%d\",outcome=\"ok\"} 1",
+		 1000 + PROM_MAX_LABEL_SETS);
+	ASSERT_NO_LINE(t, line);
+	ASSERT_LINE(t, "tokenscope_requests_total{model=\"other\",pid=\"other\",outcome=\"ok\"} 6");
+	ASSERT_LINE(t,
+		    "tokenscope_request_duration_seconds_count{model=\"other\",pid=\"other\"} 6");
+	ASSERT_LINE(t, "tokenscope_streams_in_flight{model=\"other\",pid=\"other\"} 1");
+	ASSERT_EQ(count_lines_starting(t, "tokenscope_requests_total{") / OUTCOME_MAX,
+		  PROM_MAX_LABEL_SETS + 1, "label sets");
+	ASSERT_FALSE(strstr(t, "container="), "no container past the cap");
+	ASSERT_LINE(t, "tokenscope_label_overflow_total{family=\"requests\"} 6");
+	ASSERT_LINE(t, "tokenscope_label_overflow_total{family=\"gpu_steps\"} 3");
+	ASSERT_LINE(t, "tokenscope_gpu_steps_total{pid=\"other\",kind=\"decode\"} 3");
+	ASSERT_EQ(count_lines_starting(t, "# TYPE tokenscope_label_overflow_total "), 1, "once");
+out:
+	free(t);
+	request_free(open);
 	prom_free(p);
 }
 
@@ -502,6 +749,9 @@ int main(void)
 	RUN(test_in_flight);
 	RUN(test_label_escaping);
 	RUN(test_model_cap);
+	RUN(test_by_process);
+	RUN(test_container_label);
+	RUN(test_label_set_cap);
 	RUN(test_publish_on_tick);
 	RUN(test_parse_listen);
 	RUN(test_httpd);
