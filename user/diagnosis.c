@@ -70,6 +70,9 @@ static void diag_request(void *ctx, const struct request *r, const struct reques
 	q->decode_ns = ga ? ga->decode_ns : -1;
 	q->gpu_ns = ga ? ga->gpu_ns : -1;
 	q->host_ns = ga ? ga->host_ns : -1;
+	q->wait_ns = r->received_ns && r->received_ns <= r->arrival_ns
+			 ? (int64_t)(r->arrival_ns - r->received_ns)
+			 : -1;
 	q->gap0 = d->ngaps;
 	q->ngaps = ngaps;
 	for (uint32_t i = 1; i < r->ntokens; i++)
@@ -106,6 +109,8 @@ struct window {
 	double itl_p99;
 	size_t itl_tail, itl_attr;
 	double gpu, host;
+	size_t wait_known; /* requests whose socket wait is known */
+	double wait_p99;   /* ns */
 };
 
 static int by_arrival(const void *a, const void *b)
@@ -187,6 +192,20 @@ static void window_itl(struct window *w, const struct diag_req *q, size_t n, con
 	}
 }
 
+/* The wait in the server's socket before its read (not part of TTFT), where known. */
+static void window_wait(struct window *w, const struct diag_req *q, size_t n, struct hist *h)
+{
+	hist_reset(h);
+	for (size_t i = 0; i < n; i++) {
+		if (q[i].wait_ns < 0)
+			continue;
+		hist_add(h, q[i].wait_ns);
+		w->wait_known++;
+	}
+	if (w->wait_known)
+		w->wait_p99 = hist_quantile(h, 0.99);
+}
+
 static void window_compute(struct window *w, const char *name, const struct diag_req *q, size_t n,
 			   const uint64_t *gaps, struct hist *h)
 {
@@ -199,6 +218,7 @@ static void window_compute(struct window *w, const char *name, const struct diag
 	w->last_ns = q[n - 1].arrival_ns;
 	window_ttft(w, q, n, h);
 	window_itl(w, q, n, gaps, h);
+	window_wait(w, q, n, h);
 }
 
 static const char *plural(size_t n, const char *one, const char *many)
@@ -228,6 +248,11 @@ static void window_print(const struct diagnosis *d, const struct window *w, uint
 	if (w->ttft_attr && w->ttft_attr < w->ttft_tail)
 		fprintf(f, " (%zu of them attributed)", w->ttft_attr);
 	fprintf(f, "\n");
+	if (w->wait_known)
+		fprintf(f,
+			"    wait p99 %9.2f ms in the server's socket before its read, not in TTFT "
+			"(%zu of %zu known)\n",
+			w->wait_p99 / 1e6, w->wait_known, w->n);
 	if (!w->has_itl) {
 		fprintf(f, "    ITL  p99 %9s    (no request streamed two or more tokens)\n", "-");
 		return;
@@ -359,6 +384,20 @@ static void verdict_itl(const struct diagnosis *d, const struct window *a, const
 	fprintf(f, "\n");
 }
 
+/* The socket wait adds to what clients see as TTFT; said only where it is known in both. */
+static void verdict_wait(const struct window *a, const struct window *b, FILE *f)
+{
+	int dir;
+
+	if (!a->wait_known || !b->wait_known)
+		return;
+	dir = verdict_head("Socket wait", a->wait_p99, b->wait_p99, f);
+	if (dir > 0)
+		fprintf(f, "; requests wait longer before the server reads them (a busy event loop "
+			   "or accept queue): clients see it on top of TTFT");
+	fprintf(f, "\n");
+}
+
 static void print_wall(const struct diagnosis *d, uint64_t mono_ns, FILE *f)
 {
 	int64_t real = (int64_t)d->clock_real_ns + ((int64_t)mono_ns - (int64_t)d->clock_mono_ns);
@@ -424,6 +463,7 @@ void diagnosis_print(const struct diagnosis *d, FILE *f)
 	window_print(d, &last, q[0].arrival_ns, f);
 	fprintf(f, "  verdict (last third vs first third):\n");
 	verdict_ttft(d, &first, &last, f);
+	verdict_wait(&first, &last, f);
 	verdict_itl(d, &first, &last, f);
 out:
 	free(q);

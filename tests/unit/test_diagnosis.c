@@ -39,6 +39,9 @@ static void run_open(struct run *r)
 	summary_init(&r->sum);
 }
 
+/* The socket wait of the requests run_request makes from here on; 0: unknown. */
+static int64_t next_wait;
+
 /* A request arriving at `arrival`, through the sink exactly as the pipeline calls it. */
 static void run_request(struct run *r, uint64_t arrival, const struct shape *sh)
 {
@@ -49,6 +52,7 @@ static void run_request(struct run *r, uint64_t arrival, const struct shape *sh)
 	uint64_t t = arrival + ttft;
 
 	q->arrival_ns = arrival;
+	q->received_ns = next_wait ? arrival - next_wait : 0;
 	q->outcome = sh->outcome;
 	q->status = 200;
 	for (int i = 0; i < sh->tokens; i++, t += sh->gap)
@@ -348,6 +352,44 @@ static void test_out_of_order_and_wall_clock(void)
 	run_close(&r);
 }
 
+/* The wait in the server's socket: a line per window where known, and its own verdict. */
+static void test_socket_wait(void)
+{
+	struct shape sh = { 10 * MS, 80 * MS, 10 * MS, 30 * MS, 5, 0.9, OUTCOME_OK };
+	struct run r;
+	const char *t;
+
+	run_open(&r);
+	for (int i = 0; i < 30; i++) {
+		/* 1 ms, then 50 ms; one request of the middle third unknown. */
+		next_wait = i < 10 ? 1 * MS : i == 15 ? 0 : 50 * MS;
+		run_request(&r, 1000 * SEC + i * SEC, &sh);
+	}
+	next_wait = 0;
+	t = run_print(&r);
+	ASSERT_TRUE(has(t, "    wait p99     49.94 ms in the server's socket before its read, not "
+			   "in TTFT (29 of 30 known)\n"),
+		    "whole run");
+	ASSERT_TRUE(has(t, "    wait p99      1.00 ms in the server's socket before its read, not "
+			   "in TTFT (10 of 10 known)\n"),
+		    "first third");
+	ASSERT_TRUE(has(t, "    TTFT P99 is stable: 100 ms in the first third, 100 ms in the "
+			   "last\n"
+			   "    Socket wait P99 rose from 1.00 ms to 50.0 ms; requests wait longer "
+			   "before the server reads them (a busy event loop or accept queue): "
+			   "clients see it on top of TTFT\n"),
+		    "verdict: TTFT stable, the wait grew");
+	run_close(&r);
+
+	/* Nothing known: no line, no verdict. */
+	run_open(&r);
+	for (int i = 0; i < 30; i++)
+		run_request(&r, 1000 * SEC + i * SEC, &sh);
+	t = run_print(&r);
+	ASSERT_TRUE(t && !strstr(t, "wait p99") && !strstr(t, "Socket wait"), "unknown: silent");
+	run_close(&r);
+}
+
 int main(void)
 {
 	RUN(test_queue_grows);
@@ -359,5 +401,6 @@ int main(void)
 	RUN(test_unattributed);
 	RUN(test_few_requests_and_whole_equals_summary);
 	RUN(test_out_of_order_and_wall_clock);
+	RUN(test_socket_wait);
 	return CHECK_DONE();
 }
