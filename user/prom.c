@@ -45,7 +45,17 @@ struct phist {
 	uint64_t buckets[PROM_MAX_BOUNDS + 1];
 };
 
-enum ph_id { PH_TTFT, PH_ITL, PH_TPOT, PH_E2E, PH_QUEUE, PH_PREFILL, PH_DECODE, PH_MAX };
+enum ph_id {
+	PH_TTFT,
+	PH_ITL,
+	PH_TPOT,
+	PH_E2E,
+	PH_QUEUE,
+	PH_PREFILL,
+	PH_DECODE,
+	PH_SOCKET_WAIT,
+	PH_MAX
+};
 
 static const struct {
 	const char *name, *help;
@@ -74,6 +84,10 @@ static const struct {
 	[PH_DECODE] = { "tokenscope_request_decode_seconds",
 			"First content frame to the end of the response (when attributed).",
 			&duration_bounds },
+	[PH_SOCKET_WAIT] = { "tokenscope_request_socket_wait_seconds",
+			     "From the request's first bytes reaching the server's socket to the "
+			     "read that completed it: not part of TTFT (all outcomes, when known).",
+			     &ttft_bounds },
 };
 
 enum tok_type { TOK_INPUT, TOK_OUTPUT, TOK_CACHED, TOK_MAX };
@@ -189,6 +203,8 @@ static void prom_request(void *ctx, const struct request *r, const struct reques
 		pm->tokens[TOK_CACHED] += r->cached_tokens;
 	if (m->e2e_ns >= 0)
 		phist_add(&pm->h[PH_E2E], &duration_bounds, m->e2e_ns);
+	if (r->received_ns && r->received_ns <= r->arrival_ns)
+		phist_add(&pm->h[PH_SOCKET_WAIT], &ttft_bounds, r->arrival_ns - r->received_ns);
 	for (int i = PH_QUEUE; i <= PH_DECODE; i++)
 		if (attributed[i] >= 0)
 			phist_add(&pm->h[i], ph_desc[i].b, attributed[i]);

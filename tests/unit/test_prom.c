@@ -86,6 +86,9 @@ static struct request *new_request(const char *model, uint32_t pid, const char *
 }
 
 /* q finished, served by process pid in container (NULL: none). */
+/* The socket wait of the requests fed from here on, ms; 0: unknown. */
+static uint64_t wait_ms;
+
 static void feed_from(const struct sink *s, const struct req_spec *q,
 		      const struct gpu_attribution *ga, uint32_t pid, const char *container)
 {
@@ -95,6 +98,7 @@ static void feed_from(const struct sink *s, const struct req_spec *q,
 
 	r->outcome = q->outcome;
 	r->arrival_ns = BASE + q->arrival_ms * MS;
+	r->received_ns = wait_ms ? r->arrival_ns - wait_ms * MS : 0;
 	for (int i = 0; i < q->ntokens; i++)
 		request_add_token(r, BASE + q->tokens_ms[i] * MS);
 	r->end_ns = BASE + q->end_ms * MS;
@@ -238,8 +242,8 @@ static void test_histograms_and_counters(void)
 	ASSERT_FALSE(strstr(t, "container="), "no container label");
 	ASSERT_FALSE(strstr(t, "tokenscope_label_overflow_total"), "no overflow");
 	/* HELP and TYPE once per family */
-	ASSERT_EQ(count_lines_starting(t, "# TYPE "), 13, "families");
-	ASSERT_EQ(count_lines_starting(t, "# HELP "), 13, "help lines");
+	ASSERT_EQ(count_lines_starting(t, "# TYPE "), 14, "families");
+	ASSERT_EQ(count_lines_starting(t, "# HELP "), 14, "help lines");
 	ASSERT_LINE(t, "# TYPE tokenscope_time_to_first_token_seconds histogram");
 	ASSERT_LINE(t, "# TYPE tokenscope_requests_total counter");
 	ASSERT_LINE(t, "# TYPE tokenscope_streams_in_flight gauge");
@@ -371,6 +375,7 @@ static const char *const request_families[] = {
 	"tokenscope_request_queue_seconds",
 	"tokenscope_request_prefill_seconds",
 	"tokenscope_request_decode_seconds",
+	"tokenscope_request_socket_wait_seconds",
 };
 
 #define NFAMILIES (sizeof(request_families) / sizeof(request_families[0]))
@@ -390,9 +395,11 @@ static void test_by_process(void)
 		return;
 	prom_set_by_process(p, true);
 	s = prom_sink(p);
+	wait_ms = 1;
 	feed_from(&s, &a, &ga, 4242, NULL);
 	feed_from(&s, &a, NULL, 4242, NULL);
 	feed_from(&s, &b, NULL, 777, NULL);
+	wait_ms = 0;
 	/* still streaming on 777 */
 	open = new_request("llama", 777, NULL);
 	s.request_start(s.ctx, open);
@@ -742,6 +749,38 @@ out:
 	free(errs);
 }
 
+/* tokenscope_request_socket_wait_seconds: every outcome, only where the arrival is known. */
+static void test_socket_wait(void)
+{
+	static const uint64_t toks[] = { 30, 40 };
+	struct prom *p = prom_new(NULL, NULL);
+	struct sink s;
+	char *t = NULL;
+
+	if (!ASSERT_OK_PTR(p, "prom_new"))
+		return;
+	s = prom_sink(p);
+	wait_ms = 3;
+	feed(&s, &(struct req_spec){ "llama", OUTCOME_OK, 10, toks, 2, 50, -1, -1, -1 }, NULL);
+	wait_ms = 30;
+	feed(&s, &(struct req_spec){ "llama", OUTCOME_ABORTED, 10, toks, 1, 35, -1, -1, -1 }, NULL);
+	wait_ms = 0;
+	feed(&s, &(struct req_spec){ "llama", OUTCOME_OK, 10, toks, 2, 50, -1, -1, -1 }, NULL);
+	t = render(p);
+	if (!t)
+		goto out;
+	ASSERT_LINE(t, "# TYPE tokenscope_request_socket_wait_seconds histogram");
+	ASSERT_LINE(t,
+		    "tokenscope_request_socket_wait_seconds_bucket{model=\"llama\",le=\"0.005\"} 1");
+	ASSERT_LINE(t,
+		    "tokenscope_request_socket_wait_seconds_bucket{model=\"llama\",le=\"0.04\"} 2");
+	ASSERT_LINE(t, "tokenscope_request_socket_wait_seconds_sum{model=\"llama\"} 0.033");
+	ASSERT_LINE(t, "tokenscope_request_socket_wait_seconds_count{model=\"llama\"} 2");
+out:
+	free(t);
+	prom_free(p);
+}
+
 int main(void)
 {
 	RUN(test_histograms_and_counters);
@@ -755,5 +794,6 @@ int main(void)
 	RUN(test_publish_on_tick);
 	RUN(test_parse_listen);
 	RUN(test_httpd);
+	RUN(test_socket_wait);
 	return CHECK_DONE();
 }
