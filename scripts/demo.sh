@@ -53,14 +53,20 @@ import json, sys
 ts = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 gt = [json.loads(l) for l in open(sys.argv[2]) if l.strip()]
 by_port = {int(r["conn"].split("<-")[1].split("#")[0].rsplit(":", 1)[1]): r for r in ts}
-dttft, dtok, n = [], [], 0
+dttft, dsock, wait, dtok, n = [], [], [], [], 0
 for c in gt:
     t = by_port.get(c["port"])
     if not t or c["ttft_ms"] is None or t["ttft_ms"] is None:
         continue
     n += 1
     dttft.append(abs(t["ttft_ms"] - c["ttft_ms"]))
+    if t.get("received_ns"):
+        # The client's TTFT starts at its send: tokenscope's from the socket arrival.
+        dsock.append(abs((t["first_token_ns"] - t["received_ns"]) / 1e6 - c["ttft_ms"]))
+        wait.append(t["socket_wait_ms"])
     dtok += [abs(a - b) / 1e6 for a, b in zip(t["token_ns"], c["token_ns"])]
-print(f"tokenscope vs client over {n} requests: max |TTFT diff| {max(dttft):.3f} ms, "
-      f"max |token time diff| {max(dtok):.3f} ms ({len(dtok)} tokens)")
+print(f"tokenscope vs client over {n} requests: max |TTFT diff| {max(dttft):.3f} ms "
+      f"(the server read the requests up to {max(wait or [0]):.3f} ms after they reached its "
+      f"socket: socket_wait_ms); from the socket arrival, max diff {max(dsock or [0]):.3f} ms "
+      f"({len(dsock)} known); max |token time diff| {max(dtok):.3f} ms ({len(dtok)} tokens)")
 PY
