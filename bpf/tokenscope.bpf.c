@@ -470,7 +470,7 @@ static __always_inline __u32 traffic_read(struct pt_regs *regs, __u8 sys, __u8 *
 		len = PT_REGS_PARM3_SYSCALL(regs);
 		if (len > TS_TRAFFIC_PEEK_BYTES)
 			len = TS_TRAFFIC_PEEK_BYTES;
-		if (!len || bpf_probe_read_user(buf, len, (void *)arg))
+		if (len < TRAFFIC_MIN_BYTES || bpf_probe_read_user(buf, len, (void *)arg))
 			return 0;
 		return len;
 	}
@@ -576,7 +576,8 @@ int BPF_PROG(ts_sys_enter, struct pt_regs *regs, long id)
 	pid_tgid = bpf_get_current_pid_tgid();
 	tgid = pid_tgid >> 32;
 	if (!bpf_map_lookup_elem(&traced, &tgid)) {
-		if (discover_traffic && sys >= TS_SYS_WRITE && sys <= TS_SYS_SENDMSG)
+		if (discover_traffic &&
+		    (id == NR_WRITE || id == NR_WRITEV || id == NR_SENDTO || id == NR_SENDMSG))
 			traffic_peek(regs, sys, tgid);
 		return 0;
 	}

@@ -3,6 +3,8 @@
 
 0. The cost of one traced write: writeloop streams 200,000 SSE frames over loopback TCP, one
    write syscall each, and reports its own CPU time per write, untraced and under each tracer.
+   From kernel.bpf_stats: the BPF time per traced write, the filter every other syscall pays,
+   and what passive discovery (--all) adds to each write of an untraced process.
 1. The reference server streaming at full speed to 8 concurrent clients: client-measured
    throughput and the server's CPU per written frame, untraced and under tokenscope, a bpftrace
    uprobe script and strace (the alternatives a user has today). Modes are interleaved over
@@ -96,7 +98,8 @@ class Server:
 
 
 class Tracer:
-    """tokenscope, bpftrace or strace attached to pid; None for the untraced run."""
+    """tokenscope, bpftrace or strace attached to pid; None for the untraced run. tokenscope
+    with pid None runs with the extra options alone (--all)."""
 
     def __init__(self, kind, pid, tmp, extra=()):
         self.kind, self.p = kind, None
@@ -104,7 +107,8 @@ class Tracer:
         if kind == "untraced":
             return
         if kind == "tokenscope":
-            cmd, ready = [TS, "trace", "-p", str(pid), "--json", *extra], "attached"
+            target = ["-p", str(pid)] if pid else []
+            cmd, ready = [TS, "trace", *target, "--json", *extra], "attached"
         elif kind == "bpftrace":
             # What a user writes today: uprobes on libc's write paths, filtered by pid,
             # keeping a per-thread timestamp and a byte histogram.
@@ -249,6 +253,31 @@ def bpf_cost_run(tmp, frames=100000):
     return added, filter_ns
 
 
+def discovery_cost_run(tmp, frames=200000):
+    """sys_enter run time while an untraced writeloop writes chunks that are no streamed
+    completion (--plain), under tokenscope --all and under --all --no-traffic: what looking at
+    every untraced write costs. Returns (ns added per write, ns per sys_enter run with and
+    without), or None when the writer was attached after all."""
+    per = {}
+    for on in (True, False):
+        wl = spawn([WL, "-n", str(frames), "--plain"], stdin=subprocess.PIPE,
+                   stdout=subprocess.PIPE, text=True)
+        pid = int(wl.stdout.readline().split()[1])
+        tr = Tracer("tokenscope", None, tmp, ["--all"] + ([] if on else ["--no-traffic"]))
+        s0 = tr.bpf_stats()
+        wl.stdin.write("go\n")
+        wl.stdin.flush()
+        wl.stdout.readline()
+        s1 = tr.bpf_stats()
+        tr.stop()
+        wl.communicate("exit\n", timeout=120)
+        if re.search(rf"found {pid} ", open(tr.err).read()):
+            return None
+        per[on] = [s1["ts_sys_enter"][i] - s0["ts_sys_enter"][i] for i in (0, 1)]
+    added = (per[True][0] - per[False][0]) / frames
+    return added, per[True][0] / max(per[True][1], 1), per[False][0] / max(per[False][1], 1)
+
+
 def throughput_run(kind, tmp):
     srv = Server(tmp, "--token-ms", "0")
     tr = Tracer(kind, srv.p.pid, tmp)
@@ -312,6 +341,15 @@ def main():
     print(f"   {'both':13s} {statistics.median(sum(c.values()) for c, _ in costs):6.0f} ns per "
           f"traced write; {statistics.median(f for _, f in costs):.0f} ns per syscall of an "
           f"untraced process (the filter)")
+    print("   passive discovery: sys_enter time while an untraced process writes 200000 chunks "
+          "that are no frames (writeloop --plain), --all minus --all --no-traffic:")
+    disc = [d for d in (discovery_cost_run(tmp) for _ in range(ROUNDS)) if d]
+    if disc:
+        print(f"   {statistics.median(d[0] for d in disc):6.0f} ns per untraced write; "
+              f"{statistics.median(d[1] for d in disc):.0f} ns per sys_enter run with it, "
+              f"{statistics.median(d[2] for d in disc):.0f} ns without ({len(disc)} rounds)")
+    else:
+        print("   not measured: the writer was attached (its bytes matched a traffic rule)")
 
     results = {k: [] for k in kinds}
     print(f"1. full-speed streaming, 8 concurrent streams x 20000 frames, {ROUNDS} rounds "

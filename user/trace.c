@@ -252,7 +252,7 @@ static int trace_load(struct tracer *tr, const struct trace_opts *o)
 	}
 	tr->skel->rodata->capture_bytes = o->capture_bytes;
 	tr->skel->rodata->emit_gpu_calls = o->gpu_calls;
-	tr->skel->rodata->discover_traffic = o->all;
+	tr->skel->rodata->discover_traffic = o->all && !o->no_traffic;
 	tr->skel->rodata->self_tgid = getpid();
 	tr->skel->rodata->wakeup_bytes = o->ring_mb * 1024ull * 1024ull / 8;
 	err = bpf_map__set_max_entries(tr->skel->maps.events, o->ring_mb * 1024u * 1024u);
@@ -463,7 +463,7 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 			discover_follow(&tr, &seen);
 			next_discover = now + DISCOVER_RESCAN_S;
 		}
-		if (o->all && now >= next_traffic) {
+		if (o->all && !o->no_traffic && now >= next_traffic) {
 			traffic_follow(&tr, &seen);
 			next_traffic = now + TRAFFIC_DRAIN_S;
 		}

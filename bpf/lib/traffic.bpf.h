@@ -33,6 +33,9 @@
 /* The peek buffer: twice the peek, so that an offset below the peek plus a length up to the
  * peek stays inside it, which is what the verifier can prove about a masked offset. */
 #define TRAFFIC_BUF_BYTES (2 * TS_TRAFFIC_PEEK_BYTES)
+/* The shortest write that can match (`data:{`): shorter ones (Go's one-byte wake-up writes,
+ * eventfd counters) are not read at all. */
+#define TRAFFIC_MIN_BYTES 6
 /* A chunk-size line's hex digits: 8 cover a 4 GiB chunk. */
 #define TRAFFIC_HEX_MAX 8
 

@@ -76,7 +76,7 @@ fi
 
 # 2. usage errors: no -p, junk PID, junk interval, --tokens without --json
 bad=0
-for args in "" "-p abc" "-p 1 x" "-p 1 --tokens" "-p 1 -d -3"; do
+for args in "" "-p abc" "-p 1 x" "-p 1 --tokens" "-p 1 -d -3" "-p 1 --no-traffic"; do
 	# shellcheck disable=SC2086
 	"$TS" trace $args >/dev/null 2>"$TMP/usage.err"
 	rc=$?

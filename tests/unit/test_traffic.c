@@ -101,6 +101,9 @@ static void test_frame_starts(void)
 {
 	ASSERT_EQ(peek_str("data: {\"id\":\"x\"}\n\n"), TS_TRAFFIC_SSE, "SSE, not chunked");
 	ASSERT_EQ(peek_str("data:{\"token\":{}}\n\n"), TS_TRAFFIC_SSE, "TGI: no space");
+	/* The kernel does not read writes shorter than the shortest match. */
+	ASSERT_EQ(peek_str("data:{"), TS_TRAFFIC_SSE, "shortest match");
+	ASSERT_EQ(strlen("data:{"), TRAFFIC_MIN_BYTES, "TRAFFIC_MIN_BYTES is the shortest match");
 	ASSERT_EQ(peek_str("9\r\ndata: {}\n\n\r\n"), TS_TRAFFIC_SSE, "one hex digit");
 	ASSERT_EQ(peek_str("1A2B\r\ndata: {"), TS_TRAFFIC_SSE, "upper-case hex");
 	/* 8 hex digits, CRLF and the longest event name fill the peek exactly. */
