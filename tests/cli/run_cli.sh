@@ -309,7 +309,8 @@ kill "$llpid" 2>/dev/null
 
 # 12. --all finds servers that no name rule matches by the frames they write, passively: a copy
 # of the reference server under a neutral name (write), the Node e2e server (writev of 4
-# iovecs) and an Ollama-style NDJSON server (sendto). Each client makes 3 requests on one
+# iovecs), the Go e2e server (raw writes from any thread; where a Go toolchain is installed)
+# and an Ollama-style NDJSON server (sendto). Each client makes 3 requests on one
 # keep-alive connection; the first is in flight when its server is found and is not reported,
 # the other two are, with the client's token counts. A process writing other bytes to TCP and
 # one writing SSE frames to a pipe and a file are not attached.
@@ -367,27 +368,41 @@ start_named node node tests/e2e/servers/node_server.js 0
 node_pid=$SRVPID node_port=$SRVPORT
 start_named ndjson /usr/bin/python3 tests/cli/ndjson_server.py 0
 nd_pid=$SRVPID nd_port=$SRVPORT
+# servers to check: "pid name rule client-output"
+servers=("$xyz_pid xyzsrv sse-traffic gt-xyz" "$node_pid node sse-traffic gt-node"
+	"$nd_pid python3 ndjson-traffic gt-nd")
 gt_args=(-n 3 -c 1 -k 3 --max-tokens 15 --token-ms 40 --prefill-ms 5)
 "$GT" --port "$xyz_port" "${gt_args[@]}" -o "$TMP/gt-xyz.json" 2>/dev/null &
-g1=$!
+gts=($!)
 "$GT" --port "$node_port" "${gt_args[@]}" -o "$TMP/gt-node.json" 2>/dev/null &
-g2=$!
+gts+=($!)
 "$GT" --port "$nd_port" --path /api/chat --ndjson "${gt_args[@]}" -o "$TMP/gt-nd.json" 2>/dev/null &
-g3=$!
-wait "$g1" "$g2" "$g3"
+gts+=($!)
+go_pid=
+if command -v go >/dev/null &&
+	GOCACHE="$PWD/.output/go/cache" GOPATH="$PWD/.output/go/path" GOFLAGS= CGO_ENABLED=0 \
+		go build -o "$TMP/bin/goserver" tests/e2e/servers/goserver.go 2>"$TMP/gobuild.log"; then
+	start_named go "$TMP/bin/goserver" 0
+	go_pid=$SRVPID
+	servers+=("$go_pid goserver sse-traffic gt-go")
+	"$GT" --port "$SRVPORT" "${gt_args[@]}" -o "$TMP/gt-go.json" 2>/dev/null &
+	gts+=($!)
+else
+	echo "SKIP --all traffic: the Go server (no Go toolchain, or it failed to build)"
+	skip=$((skip + 1))
+fi
+wait "${gts[@]}"
 sleep 0.3
 kill -INT "$TSPID"
 wait "$TSPID"
 rc=$?
-verdict=$(/usr/bin/python3 - "$TMP" "$xyz_pid" "$node_pid" "$nd_pid" "$neg_tcp" "$neg_pipe" <<'PY'
+verdict=$(/usr/bin/python3 - "$TMP" "$neg_tcp" "$neg_pipe" "${servers[@]}" <<'PY'
 import json, re, sys
-tmp, xyz, node, nd, neg_tcp, neg_pipe = sys.argv[1:]
+tmp, neg_tcp, neg_pipe = sys.argv[1:4]
 err = open(f"{tmp}/traffic.err").read()
 ts = [json.loads(l) for l in open(f"{tmp}/traffic.out") if l.startswith("{")]
 bad = []
-for pid, name, rule, gt in ((xyz, "xyzsrv", "sse-traffic", "gt-xyz"),
-                            (node, "node", "sse-traffic", "gt-node"),
-                            (nd, "python3", "ndjson-traffic", "gt-nd")):
+for pid, name, rule, gt in (a.split() for a in sys.argv[4:]):
     if f"found {pid} ({name}, rule '{rule}') on the host" not in err:
         bad.append(f"{name} {pid} not found by {rule}")
         continue
@@ -413,7 +428,7 @@ if [ $rc -eq 0 ] && [ "$verdict" = "-" ]; then
 else
 	ko "--all traffic" "rc=$rc: $verdict"
 fi
-for p in "$xyz_pid" "$node_pid" "$nd_pid" "$neg_tcp" "$neg_pipe"; do kill "$p" 2>/dev/null; done
+for p in "$xyz_pid" "$node_pid" "$nd_pid" $go_pid "$neg_tcp" "$neg_pipe"; do kill "$p" 2>/dev/null; done
 
 # 9. a bad alert rule is refused with the expected form
 "$TS" trace -p $$ --alert 'ttft > 5' >/dev/null 2>"$TMP/alert.err"
