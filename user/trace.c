@@ -219,7 +219,9 @@ static int traffic_follow(struct tracer *tr, struct discover_set *seen)
 		if (bpf_map_lookup_and_delete_elem(fd, &pids[i], &v))
 			continue;
 		rule = discover_traffic_rule(v.kind);
-		if (!rule || !bpf_map_lookup_elem(traced_fd, &pids[i], &one) ||
+		/* The kernel side leaves the tracer out already (self_tgid). */
+		if (!rule || pids[i] == (__u32)getpid() ||
+		    !bpf_map_lookup_elem(traced_fd, &pids[i], &one) ||
 		    discover_describe("/proc", pids[i], NULL, rule, &d))
 			continue;
 		if (strncmp(d.comm, v.comm, sizeof(v.comm) - 1)) {
@@ -232,7 +234,7 @@ static int traffic_follow(struct tracer *tr, struct discover_set *seen)
 		}
 		if (tr->verbose)
 			fprintf(stderr,
-				"tokenscope: %u (%s) wrote %u frame starts (%s) in %.3f s\n",
+				"tokenscope: %u (%s): %u writes started frames (%s) over %.3f s\n",
 				pids[i], d.comm, v.matches, rule, (v.last_ns - v.first_ns) / 1e9);
 		if (discover_attach(tr, seen, &d))
 			added++;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # CLI behaviour with real processes: bad input, no permission, SIGINT, a target that exits
-# mid-stream, several -p, descendants started after attach; and no BPF program or link of ours
-# left behind afterwards. Prints PASS/FAIL/SKIP lines and the totals line.
+# mid-stream, several -p, descendants started after attach, --all by command line and by
+# traffic; and no BPF program or link of ours left behind afterwards. Prints PASS/FAIL/SKIP
+# lines and the totals line.
 set -u
 cd "$(dirname "$0")/../.."
 TS=${TOKENSCOPE:-.output/tokenscope}
