@@ -2,12 +2,13 @@
 /*
  * Does a write start like a streamed completion frame? The matcher behind passive discovery
  * (include/traffic.h), on the first TS_TRAFFIC_PEEK_BYTES bytes of one write. It runs in the
- * kernel on every socket-bound write of every untraced process, so it is a handful of byte
- * compares with no loops the compiler cannot unroll, and compiles on the host as well, where
- * tests/unit/test_traffic.c feeds it the bytes real servers wrote.
+ * kernel on every write of every untraced process (before the socket check, which costs more),
+ * so it is byte compares in loops of constant bound, most of which stop at the first byte; it
+ * compiles on the host as well, where tests/unit/test_traffic.c feeds it the bytes real servers
+ * wrote.
  *
  * Recognised at the start of the write, or after one HTTP/1.1 chunk-size line (hex digits and
- * CRLF: every stack in WIRE.md chunks its SSE body, so a frame is never at offset 0 of the body):
+ * CRLF: every stack in WIRE.md chunks its SSE body, so there a frame never starts a write):
  *   SSE     `data:` with or without a space, then `{`;
  *           `event:` then `message_start`, `content_block_` (Anthropic) or `response.` (OpenAI
  *           Responses API): their frames carry `event:` lines before `data:`.
