@@ -42,7 +42,7 @@ SAN_OBJS := $(patsubst user/%.c,$(OUTPUT)/san/%.o,$(LIB_SRCS))
 UNIT_TESTS := $(patsubst tests/unit/%.c,$(OUTPUT)/tests/%,$(wildcard tests/unit/test_*.c))
 BPF_TESTS := $(patsubst tests/bpf/%.c,$(OUTPUT)/tests/%,$(wildcard tests/bpf/test_*.c))
 TOOLS := $(OUTPUT)/refserver $(OUTPUT)/gtclient $(OUTPUT)/writeloop $(OUTPUT)/cudaloop \
-	$(OUTPUT)/standin/libcudart.so.13
+	$(OUTPUT)/standin/libcudart.so.13 $(OUTPUT)/peekcost
 CUDART_STATIC := $(wildcard /usr/local/cuda/lib64/libcudart_static.a)
 ifneq ($(CUDART_STATIC),)
 TOOLS += $(OUTPUT)/cudaloop-static
@@ -90,6 +90,11 @@ $(OUTPUT)/gtclient: tests/gtclient.c | $(OUTPUT)
 $(OUTPUT)/writeloop: tests/writeloop.c | $(OUTPUT)
 	$(call msg,CC,$@)
 	$(Q)$(CC) $(CFLAGS) $(WARN) -std=gnu11 $< -o $@
+
+# Loads the BPF programs itself (the skeleton) to measure passive discovery for the bench.
+$(OUTPUT)/peekcost: tests/peekcost.c $(OUTPUT)/tokenscope.skel.h | $(OUTPUT)
+	$(call msg,CC,$@)
+	$(Q)$(CC) $(USER_CFLAGS) $< -o $@ $(LDLIBS)
 
 $(OUTPUT)/san/%.o: user/%.c $(wildcard user/*.h) $(wildcard include/*.h) | $(OUTPUT)/san
 	$(call msg,CC-SAN,$@)

@@ -33,6 +33,7 @@ TS = os.path.join(OUT, "tokenscope")
 RS = os.path.join(OUT, "refserver")
 WL = os.path.join(OUT, "writeloop")
 CL = os.path.join(OUT, "cudaloop")
+PC = os.path.join(OUT, "peekcost")
 CUDART = "/usr/local/cuda/lib64/libcudart.so.13"
 GT = os.path.join(OUT, "gtclient")
 HZ = os.sysconf("SC_CLK_TCK")
@@ -98,8 +99,7 @@ class Server:
 
 
 class Tracer:
-    """tokenscope, bpftrace or strace attached to pid; None for the untraced run. tokenscope
-    with pid None runs with the extra options alone (--all)."""
+    """tokenscope, bpftrace or strace attached to pid; None for the untraced run."""
 
     def __init__(self, kind, pid, tmp, extra=()):
         self.kind, self.p = kind, None
@@ -107,8 +107,7 @@ class Tracer:
         if kind == "untraced":
             return
         if kind == "tokenscope":
-            target = ["-p", str(pid)] if pid else []
-            cmd, ready = [TS, "trace", *target, "--json", *extra], "attached"
+            cmd, ready = [TS, "trace", "-p", str(pid), "--json", *extra], "attached"
         elif kind == "bpftrace":
             # What a user writes today: uprobes on libc's write paths, filtered by pid,
             # keeping a per-thread timestamp and a byte histogram.
@@ -253,31 +252,6 @@ def bpf_cost_run(tmp, frames=100000):
     return added, filter_ns
 
 
-def discovery_cost_run(tmp, frames=200000):
-    """sys_enter run time while an untraced writeloop writes chunks that are no streamed
-    completion (--plain), under tokenscope --all and under --all --no-traffic: what looking at
-    every untraced write costs. Returns (ns added per write, ns per sys_enter run with and
-    without), or None when the writer was attached after all."""
-    per = {}
-    for on in (True, False):
-        wl = spawn([WL, "-n", str(frames), "--plain"], stdin=subprocess.PIPE,
-                   stdout=subprocess.PIPE, text=True)
-        pid = int(wl.stdout.readline().split()[1])
-        tr = Tracer("tokenscope", None, tmp, ["--all"] + ([] if on else ["--no-traffic"]))
-        s0 = tr.bpf_stats()
-        wl.stdin.write("go\n")
-        wl.stdin.flush()
-        wl.stdout.readline()
-        s1 = tr.bpf_stats()
-        tr.stop()
-        wl.communicate("exit\n", timeout=120)
-        if re.search(rf"found {pid} ", open(tr.err).read()):
-            return None
-        per[on] = [s1["ts_sys_enter"][i] - s0["ts_sys_enter"][i] for i in (0, 1)]
-    added = (per[True][0] - per[False][0]) / frames
-    return added, per[True][0] / max(per[True][1], 1), per[False][0] / max(per[False][1], 1)
-
-
 def throughput_run(kind, tmp):
     srv = Server(tmp, "--token-ms", "0")
     tr = Tracer(kind, srv.p.pid, tmp)
@@ -341,15 +315,22 @@ def main():
     print(f"   {'both':13s} {statistics.median(sum(c.values()) for c, _ in costs):6.0f} ns per "
           f"traced write; {statistics.median(f for _, f in costs):.0f} ns per syscall of an "
           f"untraced process (the filter)")
-    print("   passive discovery: sys_enter time while an untraced process writes 200000 chunks "
-          "that are no frames (writeloop --plain), --all minus --all --no-traffic:")
-    disc = [d for d in (discovery_cost_run(tmp) for _ in range(ROUNDS)) if d]
-    if disc:
-        print(f"   {statistics.median(d[0] for d in disc):6.0f} ns per untraced write; "
-              f"{statistics.median(d[1] for d in disc):.0f} ns per sys_enter run with it, "
-              f"{statistics.median(d[2] for d in disc):.0f} ns without ({len(disc)} rounds)")
-    else:
-        print("   not measured: the writer was attached (its bytes matched a traffic rule)")
+    # tests/peekcost.c loads the programs itself with discovery on and off and attaches
+    # nothing: tokenscope --all would trace whatever else streams on the machine meanwhile.
+    print(f"   passive discovery (--all), sys_enter time per write of an untraced writeloop, "
+          f"discovery on minus off, {ROUNDS} rounds interleaved, medians:")
+    for mode, what in (([], "chunks that are no frames (--plain), every untraced writer"),
+                       (["--sse"], "SSE frames, until the process is attached (<= 0.25 s)")):
+        out = subprocess.run([PC, "-r", str(ROUNDS), "--writeloop", WL, *mode],
+                             capture_output=True, text=True)
+        m = re.search(r"added_ns_per_write=([\d.-]+) on_ns_per_run=([\d.]+) "
+                      r"off_ns_per_run=([\d.]+)", out.stdout)
+        if not m:
+            print(f"   peekcost failed: {out.stderr.strip()[-200:]}")
+            continue
+        print(f"   {float(m.group(1)):6.0f} ns per write of {what}; sys_enter "
+              f"{float(m.group(2)):.0f} ns per run with discovery, {float(m.group(3)):.0f} without",
+              flush=True)
 
     results = {k: [] for k in kinds}
     print(f"1. full-speed streaming, 8 concurrent streams x 20000 frames, {ROUNDS} rounds "
