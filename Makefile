@@ -42,7 +42,7 @@ SAN_OBJS := $(patsubst user/%.c,$(OUTPUT)/san/%.o,$(LIB_SRCS))
 UNIT_TESTS := $(patsubst tests/unit/%.c,$(OUTPUT)/tests/%,$(wildcard tests/unit/test_*.c))
 BPF_TESTS := $(patsubst tests/bpf/%.c,$(OUTPUT)/tests/%,$(wildcard tests/bpf/test_*.c))
 TOOLS := $(OUTPUT)/refserver $(OUTPUT)/gtclient $(OUTPUT)/writeloop $(OUTPUT)/cudaloop \
-	$(OUTPUT)/standin/libcudart.so.13
+	$(OUTPUT)/standin/libcudart.so.13 $(OUTPUT)/peekcost
 CUDART_STATIC := $(wildcard /usr/local/cuda/lib64/libcudart_static.a)
 ifneq ($(CUDART_STATIC),)
 TOOLS += $(OUTPUT)/cudaloop-static
@@ -58,7 +58,8 @@ all: $(OUTPUT)/tokenscope $(TOOLS) $(UNIT_TESTS) $(BPF_TESTS)
 $(OUTPUT) $(OUTPUT)/user $(OUTPUT)/tests $(OUTPUT)/san:
 	$(Q)mkdir -p $@
 
-$(OUTPUT)/tokenscope.bpf.o: bpf/tokenscope.bpf.c include/events.h vmlinux/$(ARCH)/vmlinux.h | $(OUTPUT)
+$(OUTPUT)/tokenscope.bpf.o: bpf/tokenscope.bpf.c $(wildcard bpf/lib/*.h) $(wildcard include/*.h) \
+		vmlinux/$(ARCH)/vmlinux.h | $(OUTPUT)
 	$(call msg,BPF,$@)
 	$(Q)$(CLANG) $(BPF_CFLAGS) -c $< -o $@.tmp
 	$(Q)$(LLVM_STRIP) -g $@.tmp -o $@
@@ -70,7 +71,7 @@ $(OUTPUT)/tokenscope.skel.h: $(OUTPUT)/tokenscope.bpf.o
 
 $(OUTPUT)/user/trace.o $(OUTPUT)/user/cuda.o: $(OUTPUT)/tokenscope.skel.h
 
-$(OUTPUT)/user/%.o: user/%.c $(wildcard user/*.h) include/events.h | $(OUTPUT)/user
+$(OUTPUT)/user/%.o: user/%.c $(wildcard user/*.h) $(wildcard include/*.h) | $(OUTPUT)/user
 	$(call msg,CC,$@)
 	$(Q)$(CC) $(USER_CFLAGS) -c $< -o $@
 
@@ -90,7 +91,12 @@ $(OUTPUT)/writeloop: tests/writeloop.c | $(OUTPUT)
 	$(call msg,CC,$@)
 	$(Q)$(CC) $(CFLAGS) $(WARN) -std=gnu11 $< -o $@
 
-$(OUTPUT)/san/%.o: user/%.c $(wildcard user/*.h) include/events.h | $(OUTPUT)/san
+# Loads the BPF programs itself (the skeleton) to measure passive discovery for the bench.
+$(OUTPUT)/peekcost: tests/peekcost.c $(OUTPUT)/tokenscope.skel.h | $(OUTPUT)
+	$(call msg,CC,$@)
+	$(Q)$(CC) $(USER_CFLAGS) $< -o $@ $(LDLIBS)
+
+$(OUTPUT)/san/%.o: user/%.c $(wildcard user/*.h) $(wildcard include/*.h) | $(OUTPUT)/san
 	$(call msg,CC-SAN,$@)
 	$(Q)$(CC) $(USER_CFLAGS) $(SAN_FLAGS) -c $< -o $@
 
@@ -111,9 +117,10 @@ $(OUTPUT)/cudaloop-static: tests/cudaloop.c | $(OUTPUT)
 	$(Q)$(CC) $(CFLAGS) $(WARN) -std=gnu11 -DCUDALOOP_STATIC $< -o $@ $(CUDART_STATIC) -ldl \
 		-lpthread -lrt
 
-$(OUTPUT)/tests/%: tests/unit/%.c tests/unit/check.h $(wildcard tests/unit/*.h) $(SAN_OBJS) | $(OUTPUT)/tests
+# bpf/lib helpers compile on the host too (-Ibpf): unit tests feed them captured bytes.
+$(OUTPUT)/tests/%: tests/unit/%.c tests/unit/check.h $(wildcard tests/unit/*.h) $(wildcard bpf/lib/*.h) $(SAN_OBJS) | $(OUTPUT)/tests
 	$(call msg,TEST,$@)
-	$(Q)$(CC) $(USER_CFLAGS) $(SAN_FLAGS) -Itests/unit $< $(SAN_OBJS) -o $@ -lcjson -lm -lmicrohttpd
+	$(Q)$(CC) $(USER_CFLAGS) $(SAN_FLAGS) -Ibpf -Itests/unit $< $(SAN_OBJS) -o $@ -lcjson -lm -lmicrohttpd
 
 $(OUTPUT)/tests/%: tests/bpf/%.c tests/unit/check.h $(LIB_OBJS) $(OUTPUT)/user/cuda.o $(OUTPUT)/tokenscope.skel.h | $(OUTPUT)/tests
 	$(call msg,TEST,$@)

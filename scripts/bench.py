@@ -3,6 +3,8 @@
 
 0. The cost of one traced write: writeloop streams 200,000 SSE frames over loopback TCP, one
    write syscall each, and reports its own CPU time per write, untraced and under each tracer.
+   From kernel.bpf_stats: the BPF time per traced write, the filter every other syscall pays,
+   and what passive discovery (--all) adds to each write of an untraced process.
 1. The reference server streaming at full speed to 8 concurrent clients: client-measured
    throughput and the server's CPU per written frame, untraced and under tokenscope, a bpftrace
    uprobe script and strace (the alternatives a user has today). Modes are interleaved over
@@ -31,6 +33,7 @@ TS = os.path.join(OUT, "tokenscope")
 RS = os.path.join(OUT, "refserver")
 WL = os.path.join(OUT, "writeloop")
 CL = os.path.join(OUT, "cudaloop")
+PC = os.path.join(OUT, "peekcost")
 CUDART = "/usr/local/cuda/lib64/libcudart.so.13"
 GT = os.path.join(OUT, "gtclient")
 HZ = os.sysconf("SC_CLK_TCK")
@@ -318,6 +321,22 @@ def main():
           f"traced write; {statistics.median(f for _, f, _ in costs):.0f} ns per syscall of an "
           f"untraced process (the filter); {statistics.median(w for _, _, w in costs):.0f} ns "
           f"per socket wake-up of an untraced socket (sk_data_ready)")
+    # tests/peekcost.c loads the programs itself with discovery on and off and attaches
+    # nothing: tokenscope --all would trace whatever else streams on the machine meanwhile.
+    print(f"   passive discovery (--all), sys_enter time per write of an untraced writeloop, "
+          f"discovery on minus off, {ROUNDS} rounds interleaved, medians:")
+    for mode, what in (([], "chunks that are no frames (--plain), every untraced writer"),
+                       (["--sse"], "SSE frames, until the process is attached (<= 0.25 s)")):
+        out = subprocess.run([PC, "-r", str(ROUNDS), "--writeloop", WL, *mode],
+                             capture_output=True, text=True)
+        m = re.search(r"added_ns_per_write=([\d.-]+) on_ns_per_run=([\d.]+) "
+                      r"off_ns_per_run=([\d.]+)", out.stdout)
+        if not m:
+            print(f"   peekcost failed: {out.stderr.strip()[-200:]}")
+            continue
+        print(f"   {float(m.group(1)):6.0f} ns per write of {what}; sys_enter "
+              f"{float(m.group(2)):.0f} ns per run with discovery, {float(m.group(3)):.0f} without",
+              flush=True)
 
     results = {k: [] for k in kinds}
     print(f"1. full-speed streaming, 8 concurrent streams x 20000 frames, {ROUNDS} rounds "

@@ -7,8 +7,10 @@
  * request, waits for a line on stdin (the benchmark attaches a tracer meanwhile), then writes
  * the response head and N SSE frames as HTTP chunks, one syscall each, like uvicorn does, and
  * prints the CPU and wall time per write it spent; it exits after a second line (or EOF).
+ * --plain writes the same chunks with `text: ` where a frame has `data: `: bytes that are no
+ * streamed completion, the cost of passive discovery (--all) on an ordinary writer.
  *
- * usage: writeloop [-n FRAMES] [-s FRAME_BYTES] [--writev] [--unix]
+ * usage: writeloop [-n FRAMES] [-s FRAME_BYTES] [--writev] [--unix] [--plain]
  */
 #define _GNU_SOURCE
 #include <stdbool.h>
@@ -57,7 +59,7 @@ static void reader(int fd)
 int main(int argc, char **argv)
 {
 	long frames = 200000, size = 280;
-	bool use_writev = false, use_unix = false;
+	bool use_writev = false, use_unix = false, plain = false;
 	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	socklen_t alen = sizeof(a);
 	int one = 1, l, srv, cli;
@@ -75,10 +77,11 @@ int main(int argc, char **argv)
 			use_writev = true;
 		else if (!strcmp(argv[i], "--unix"))
 			use_unix = true;
+		else if (!strcmp(argv[i], "--plain"))
+			plain = true;
 		else {
-			fprintf(
-			    stderr,
-			    "usage: writeloop [-n FRAMES] [-s FRAME_BYTES] [--writev] [--unix]\n");
+			fprintf(stderr, "usage: writeloop [-n FRAMES] [-s FRAME_BYTES] [--writev] "
+					"[--unix] [--plain]\n");
 			return 2;
 		}
 	}
@@ -130,6 +133,8 @@ int main(int argc, char **argv)
 		}
 		frame = malloc(size + 32);
 		hl = sprintf(frame, "%lx\r\n%s", size, pre);
+		if (plain)
+			memcpy(frame + hl - (sizeof(pre) - 1), "text", 4);
 		memset(frame + hl, 'x', pad);
 		flen = hl + pad;
 		flen += sprintf(frame + flen, "%s\r\n", post);

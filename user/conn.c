@@ -439,8 +439,14 @@ static void conn_feed_out(struct conn *c, const uint8_t *p, size_t n, uint64_t t
 	struct request *r;
 
 	if (c->role != ROLE_SERVER) {
-		/* The traced process speaks first: a client, or a protocol other than HTTP. */
-		if (c->role == ROLE_NEW && pos == 0) {
+		/*
+		 * The traced process sends a request first: it is a client there. Any other first
+		 * write leaves the role to the first read: a connection seen first after tracing
+		 * began (its offsets count from there) may be a server connection joined in the
+		 * middle of a response, which is followed from its next request; a protocol whose
+		 * server speaks first is ignored when its first read is not an HTTP request.
+		 */
+		if (c->role == ROLE_NEW && pos == 0 && at_start && looks_like_request(p, n)) {
 			c->role = ROLE_IGNORED;
 			c->t->stats.ignored_conns++;
 		}

@@ -7,7 +7,8 @@
  * A connection is classified on its first bytes: an HTTP server connection (requests read,
  * responses written) is followed; anything else (another protocol, or the traced process acting
  * as an HTTP client) is ignored and counted. A connection joined in the middle synchronises on
- * the next read that starts a request.
+ * the next read that starts a request: the response in flight when tracing began is not
+ * reported (its request was never seen), the connection's later requests are.
  */
 #ifndef TS_CONN_H
 #define TS_CONN_H

@@ -1,5 +1,8 @@
 // SPDX-License-Identifier: MIT
 #include <errno.h>
+#include <fcntl.h>
+#include <gelf.h>
+#include <libelf.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -134,13 +137,62 @@ static struct cuda_file *cuda_file_seen(struct cuda_attach *ca, dev_t dev, ino_t
 	return NULL;
 }
 
+/*
+ * Whether the ELF file defines a function of table, in one pass over its symbol tables. An
+ * executable is looked at for a statically linked runtime, and asking libbpf to attach each
+ * function parses the file once per name: for a large executable that links no CUDA (Node's is
+ * 100 MB) that stalled the loader, and the draining of the ring buffer, for seconds. True when
+ * the file cannot be read: libbpf then decides.
+ */
+static bool cuda_file_defines_any(const char *path, const struct cuda_fn *table, size_t n)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	Elf_Scn *scn = NULL;
+	bool found = false;
+	Elf *e;
+
+	if (fd < 0)
+		return true;
+	if (elf_version(EV_CURRENT) == EV_NONE || !(e = elf_begin(fd, ELF_C_READ_MMAP, NULL))) {
+		close(fd);
+		return true;
+	}
+	while (!found && (scn = elf_nextscn(e, scn))) {
+		GElf_Shdr sh;
+		Elf_Data *d;
+
+		if (!gelf_getshdr(scn, &sh) ||
+		    (sh.sh_type != SHT_SYMTAB && sh.sh_type != SHT_DYNSYM) || !sh.sh_entsize ||
+		    !(d = elf_getdata(scn, NULL)))
+			continue;
+		for (size_t i = 0; !found && i < sh.sh_size / sh.sh_entsize; i++) {
+			GElf_Sym sym;
+			const char *name;
+
+			if (!gelf_getsym(d, i, &sym) || GELF_ST_TYPE(sym.st_info) != STT_FUNC ||
+			    sym.st_shndx == SHN_UNDEF)
+				continue;
+			name = elf_strptr(e, sh.sh_link, sym.st_name);
+			/* Every name in the tables starts with "cu". */
+			if (!name || name[0] != 'c' || name[1] != 'u')
+				continue;
+			for (size_t k = 0; k < n && !found; k++)
+				found = !strcmp(name, table[k].name);
+		}
+	}
+	elf_end(e);
+	close(fd);
+	return found;
+}
+
 /* Which table a mapped file calls for: the runtime, the driver, or (for the executable) maybe
- * a statically linked runtime. */
-static const struct cuda_fn *cuda_table_for(const char *path, bool is_exe, size_t *n)
+ * a statically linked runtime, which *guess says. */
+static const struct cuda_fn *cuda_table_for(const char *path, bool is_exe, size_t *n, bool *guess)
 {
 	const char *base = strrchr(path, '/');
 
 	base = base ? base + 1 : path;
+	*guess = false;
 	if (!strncmp(base, "libcudart.so", 12)) {
 		*n = sizeof(runtime_fns) / sizeof(runtime_fns[0]);
 		return runtime_fns;
@@ -151,6 +203,7 @@ static const struct cuda_fn *cuda_table_for(const char *path, bool is_exe, size_
 	}
 	if (is_exe) {
 		*n = sizeof(runtime_fns) / sizeof(runtime_fns[0]);
+		*guess = true;
 		return runtime_fns;
 	}
 	return NULL;
@@ -179,12 +232,13 @@ int cuda_scan(struct cuda_attach *ca, uint32_t pid)
 		struct stat st;
 		size_t n;
 		int hooked;
+		bool guess;
 
 		if (sscanf(line, "%llx-%llx %7s %llx %x:%x %llu %4095s", &start, &end, perms, &off,
 			   &major, &minor, &ino, path) != 8 ||
 		    perms[2] != 'x' || path[0] != '/')
 			continue;
-		table = cuda_table_for(path, !strcmp(path, exe), &n);
+		table = cuda_table_for(path, !strcmp(path, exe), &n, &guess);
 		if (!table)
 			continue;
 		/* Through the process's own root: the path is the one its mount namespace sees. */
@@ -195,7 +249,9 @@ int cuda_scan(struct cuda_attach *ca, uint32_t pid)
 			continue;
 		if (ca->nfiles == CUDA_MAX_FILES)
 			break;
-		hooked = cuda_hook_file(ca, full, table, n);
+		hooked = !guess || cuda_file_defines_any(full, table, n)
+			     ? cuda_hook_file(ca, full, table, n)
+			     : 0;
 		cf = &ca->files[ca->nfiles++];
 		cf->dev = st.st_dev;
 		cf->ino = st.st_ino;

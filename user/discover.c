@@ -8,8 +8,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <linux/types.h>
+
 #include "discover.h"
 #include "proc.h"
+#include "traffic.h"
 
 /* Server command lines are long (vLLM's run to a few hundred bytes); the rules look at the
  * first arguments and flags, so a truncated tail loses nothing they need. */
@@ -260,6 +263,32 @@ static void fill(const char *proc_root, const struct entry *e, struct discovered
 	    discover_container(text, d->container_id, &d->runtime))
 		snprintf(d->container_short, sizeof(d->container_short), "%.*s", DISCOVER_SHORT_LEN,
 			 d->container_id);
+}
+
+int discover_describe(const char *proc_root, uint32_t pid, const char *server, const char *rule,
+		      struct discovered *d)
+{
+	struct entry e = { .server = server, .rule = rule };
+	char path[512], text[512];
+
+	snprintf(path, sizeof(path), "%s/%u/stat", proc_root, pid);
+	if (proc_read_file(path, text, sizeof(text)) <= 0 ||
+	    proc_parse_stat(text, &e.pid, &e.ppid) || e.pid != pid)
+		return -ESRCH;
+	fill(proc_root, &e, d);
+	return 0;
+}
+
+const char *discover_traffic_rule(unsigned int kind)
+{
+	switch (kind) {
+	case TS_TRAFFIC_SSE:
+		return "sse-traffic";
+	case TS_TRAFFIC_NDJSON:
+		return "ndjson-traffic";
+	default:
+		return NULL;
+	}
 }
 
 /* One process: its ppid and, if it is a server, which. false when it exited meanwhile. */

@@ -21,12 +21,17 @@
  * skipped, because tracing a process follows its descendants (vLLM's engine and worker
  * processes, TGI's shards, Ollama's runners).
  *
- * Not implemented: a home-grown OpenAI-compatible server (say, uvicorn serving its own app) has
- * no command line that tells it from any other web app; attach to it with `-p PID`. Passive
- * detection (any process whose socket traffic carries streamed completions) is not implemented
- * either: it needs the syscall hooks enabled for every process on the node, whose sockets would
- * then be captured and parsed, which costs every unrelated process per syscall and reads bytes
- * of processes nobody asked to trace.
+ * Traffic rules, for servers no command line tells from any other web app (a home-grown
+ * uvicorn app, a Go or Node server): the kernel side looks at the first bytes of every write
+ * an untraced process makes (include/traffic.h, bpf/lib/traffic.bpf.h) and remembers the
+ * processes whose writes to a stream socket start like a streamed completion frame; the loader
+ * drains that map and attaches to them. Nothing is sent to such a server, and none of its bytes
+ * leave the kernel before it is attached.
+ *   sse-traffic     an SSE frame with a JSON object (`data: {`, `data:{`), or Anthropic /
+ *                   OpenAI Responses `event:` lines, after an optional chunk-size line.
+ *   ndjson-traffic  an Ollama NDJSON object (`{"model":"`), after an optional chunk-size line.
+ * Such a process is attached itself, with its descendants, not the top of its process tree:
+ * it is the one that writes.
  *
  * Container ids: from the cgroup v2 line `0::PATH` (else the first v1 line), the deepest path
  * component that is 64 hex digits after dropping a runtime prefix and a `.scope` suffix:
@@ -47,8 +52,9 @@
 struct discovered {
 	uint32_t pid;
 	uint32_t ppid;
-	const char *server; /* "vllm", "sglang", "tgi", "llama.cpp", "ollama" */
-	const char *rule;   /* what matched, e.g. "vllm serve" */
+	/* "vllm", "sglang", "tgi", "llama.cpp", "ollama"; NULL when found by its traffic */
+	const char *server;
+	const char *rule; /* what matched, e.g. "vllm serve", "sse-traffic" */
 	char comm[16];
 	const char *runtime; /* "docker", "containerd", "cri-o", "podman", ""... */
 	char container_id[DISCOVER_ID_LEN + 1]; /* "" when not in a container */
@@ -62,6 +68,16 @@ struct discovered {
  * Processes that exit during the scan are skipped.
  */
 int discover_scan(const char *proc_root, struct discovered *out, size_t max, size_t *n);
+
+/*
+ * Describes process pid, found by rule (server as in struct discovered), from proc_root: its
+ * parent, comm and container. 0, or -ESRCH when it is gone.
+ */
+int discover_describe(const char *proc_root, uint32_t pid, const char *server, const char *rule,
+		      struct discovered *d);
+
+/* The traffic rule of an enum ts_traffic_kind ("sse-traffic", "ndjson-traffic"), or NULL. */
+const char *discover_traffic_rule(unsigned int kind);
 
 /* The server a command line (NUL-separated, len bytes) and comm are, or NULL; *rule says why. */
 const char *discover_match(const char *cmdline, size_t len, const char *comm, const char **rule);

@@ -58,15 +58,18 @@ enum {
 	OPT_SLOW_ITL,
 	OPT_TRACE_SAMPLE,
 	OPT_ALL,
+	OPT_NO_TRAFFIC,
 	OPT_BY_PROCESS,
 };
 
 static const struct argp_option trace_options[] = {
 	{ "pid", 'p', "PID", 0, "Trace this process and its descendants (repeatable)", 0 },
 	{ "all", OPT_ALL, NULL, 0,
-	  "Find the inference servers on the node (vLLM, SGLang, TGI, llama.cpp, Ollama), also "
-	  "ones started later",
+	  "Find the inference servers on the node (vLLM, SGLang, TGI, llama.cpp, Ollama, and any "
+	  "process seen writing streamed completions), also ones started later",
 	  0 },
+	{ "no-traffic", OPT_NO_TRAFFIC, NULL, 0,
+	  "With --all: find servers by command line only, not by the frames they write", 0 },
 	{ "by-process", OPT_BY_PROCESS, NULL, 0,
 	  "A pid label on the request metrics (--listen); top: a row per model and process", 0 },
 	{ "json", 'j', NULL, 0, "One JSON object per finished request on stdout", 0 },
@@ -243,6 +246,9 @@ static error_t trace_parse(int key, char *arg, struct argp_state *state)
 	case OPT_ALL:
 		o->all = true;
 		break;
+	case OPT_NO_TRAFFIC:
+		o->no_traffic = true;
+		break;
 	case OPT_BY_PROCESS:
 		o->by_process = true;
 		break;
@@ -262,6 +268,8 @@ static error_t trace_parse(int key, char *arg, struct argp_state *state)
 	case ARGP_KEY_END:
 		if (!o->npids && !o->all)
 			argp_error(state, "no process given: use -p PID or --all");
+		if (o->no_traffic && !o->all)
+			argp_error(state, "--no-traffic is for --all");
 		if (o->by_process && !live_view && !o->ex.listen)
 			argp_error(state, "--by-process labels the metrics of --listen (or splits "
 					  "the rows of tokenscope top): give --listen");

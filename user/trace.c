@@ -16,6 +16,7 @@
 #include "record.h"
 #include "tokenscope.skel.h"
 #include "trace.h"
+#include "traffic.h"
 #include "version.h"
 
 /* Records are submitted without wake-up; the consumer drains on this period, and is woken early
@@ -26,6 +27,9 @@
 #define CUDA_RESCAN_S 1.0
 /* How often --all looks for inference servers started since. */
 #define DISCOVER_RESCAN_S 5.0
+/* How often --all drains the processes the kernel saw writing streamed completions: a few map
+ * lookups, so often enough that little of a found server's traffic goes by untraced. */
+#define TRAFFIC_DRAIN_S 0.25
 
 struct tracer {
 	struct tokenscope_bpf *skel;
@@ -154,6 +158,24 @@ static void follow_descendant(void *ctx, uint32_t pid)
 		pipeline_label_process(&tr->pl, pid, tr->label);
 }
 
+/* --all: follows a server found by a rule, with its descendants; false when it cannot. */
+static bool discover_attach(struct tracer *tr, struct discover_set *seen,
+			    const struct discovered *d)
+{
+	discover_set_add(seen, d->pid);
+	if (trace_follow(tr, d->pid, true))
+		return false;
+	tr->label = d->container_short;
+	pipeline_label_process(&tr->pl, d->pid, d->container_short);
+	proc_descendants(d->pid, follow_descendant, tr);
+	tr->label = NULL;
+	/* A server found by its traffic is named by its comm. */
+	fprintf(stderr, "tokenscope: found %u (%s, rule '%s') %s%s\n", d->pid,
+		d->server ? d->server : d->comm, d->rule,
+		d->container_short[0] ? "in container " : "on the host", d->container_short);
+	return true;
+}
+
 /* --all: follows the inference servers that are not followed yet; returns how many. */
 static int discover_follow(struct tracer *tr, struct discover_set *seen)
 {
@@ -165,22 +187,57 @@ static int discover_follow(struct tracer *tr, struct discover_set *seen)
 		fprintf(stderr,
 			"tokenscope: more than %d inference servers: following the first %d\n",
 			PIPELINE_MAX_ROOTS, PIPELINE_MAX_ROOTS);
-	for (size_t i = 0; i < n; i++) {
-		const struct discovered *d = &found[i];
+	for (size_t i = 0; i < n; i++)
+		if (discover_is_new(seen, &found[i]) && discover_attach(tr, seen, &found[i]))
+			added++;
+	return added;
+}
 
-		if (!discover_is_new(seen, d))
+/*
+ * --all: follows the processes the kernel saw writing streamed completions to a socket (map
+ * traffic_seen), and empties the map. Those already traced (a race with a rescan) and those
+ * whose pid now names another process are skipped. Returns how many were followed.
+ */
+static int traffic_follow(struct tracer *tr, struct discover_set *seen)
+{
+	int fd = bpf_map__fd(tr->skel->maps.traffic_seen);
+	int traced_fd = bpf_map__fd(tr->skel->maps.traced);
+	__u32 pids[TS_TRAFFIC_MAX], *prev = NULL;
+	int n = 0, added = 0;
+
+	/* Keys first: deleting while walking would restart the walk. */
+	while (n < TS_TRAFFIC_MAX && !bpf_map_get_next_key(fd, prev, &pids[n])) {
+		prev = &pids[n];
+		n++;
+	}
+	for (int i = 0; i < n; i++) {
+		struct ts_traffic_seen v;
+		struct discovered d;
+		const char *rule;
+		__u8 one;
+
+		if (bpf_map_lookup_and_delete_elem(fd, &pids[i], &v))
 			continue;
-		discover_set_add(seen, d->pid);
-		if (trace_follow(tr, d->pid, true))
+		rule = discover_traffic_rule(v.kind);
+		/* The kernel side leaves the tracer out already (self_tgid). */
+		if (!rule || pids[i] == (__u32)getpid() ||
+		    !bpf_map_lookup_elem(traced_fd, &pids[i], &one) ||
+		    discover_describe("/proc", pids[i], NULL, rule, &d))
 			continue;
-		tr->label = d->container_short;
-		pipeline_label_process(&tr->pl, d->pid, d->container_short);
-		proc_descendants(d->pid, follow_descendant, tr);
-		tr->label = NULL;
-		fprintf(stderr, "tokenscope: found %u (%s, rule '%s') %s%s\n", d->pid, d->server,
-			d->rule, d->container_short[0] ? "in container " : "on the host",
-			d->container_short);
-		added++;
+		if (strncmp(d.comm, v.comm, sizeof(v.comm) - 1)) {
+			if (tr->verbose)
+				fprintf(
+				    stderr,
+				    "tokenscope: %s seen from pid %u, which is now %s: skipped\n",
+				    rule, pids[i], d.comm);
+			continue;
+		}
+		if (tr->verbose)
+			fprintf(stderr,
+				"tokenscope: %u (%s): %u writes started frames (%s) over %.3f s\n",
+				pids[i], d.comm, v.matches, rule, (v.last_ns - v.first_ns) / 1e9);
+		if (discover_attach(tr, seen, &d))
+			added++;
 	}
 	return added;
 }
@@ -197,6 +254,8 @@ static int trace_load(struct tracer *tr, const struct trace_opts *o)
 	}
 	tr->skel->rodata->capture_bytes = o->capture_bytes;
 	tr->skel->rodata->emit_gpu_calls = o->gpu_calls;
+	tr->skel->rodata->discover_traffic = o->all && !o->no_traffic;
+	tr->skel->rodata->self_tgid = getpid();
 	tr->skel->rodata->wakeup_bytes = o->ring_mb * 1024ull * 1024ull / 8;
 	err = bpf_map__set_max_entries(tr->skel->maps.events, o->ring_mb * 1024u * 1024u);
 	if (err) {
@@ -247,7 +306,7 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 	bool top_on = false, raw = false;
 	struct termios saved;
 	FILE *devnull = NULL;
-	double next_discover = 0;
+	double next_discover = 0, next_traffic = 0;
 	struct timespec now_ts;
 	double start, next_interval, next_cuda_scan;
 	long intervals = 0;
@@ -405,6 +464,10 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 		if (o->all && now >= next_discover) {
 			discover_follow(&tr, &seen);
 			next_discover = now + DISCOVER_RESCAN_S;
+		}
+		if (o->all && !o->no_traffic && now >= next_traffic) {
+			traffic_follow(&tr, &seen);
+			next_traffic = now + TRAFFIC_DRAIN_S;
 		}
 		if (now >= next_cuda_scan) {
 			cuda_scan_all(&tr);

@@ -27,6 +27,7 @@ struct trace_opts {
 	struct export_opts ex; /* Prometheus endpoint, timeline, alerts */
 	const char *record_path; /* record: write the raw event stream here */
 	bool all; /* --all: find inference servers on the node, and new ones as they start */
+	bool no_traffic; /* --all by command line only: no look at untraced processes' writes */
 	bool top; /* top: a live view instead of request lines */
 	bool by_process; /* top: a row per model and process; the metrics: a pid label */
 };

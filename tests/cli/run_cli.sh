@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # CLI behaviour with real processes: bad input, no permission, SIGINT, a target that exits
-# mid-stream, several -p, descendants started after attach; and no BPF program or link of ours
-# left behind afterwards. Prints PASS/FAIL/SKIP lines and the totals line.
+# mid-stream, several -p, descendants started after attach, --all by command line and by
+# traffic; and no BPF program or link of ours left behind afterwards. Prints PASS/FAIL/SKIP
+# lines and the totals line.
 set -u
 cd "$(dirname "$0")/../.."
 TS=${TOKENSCOPE:-.output/tokenscope}
@@ -75,9 +76,9 @@ else
 fi
 
 # 2. usage errors: no -p, junk PID, junk interval, --tokens without --json, --by-process
-# without metrics to label
+# without metrics to label, --no-traffic without --all
 bad=0
-for args in "" "-p abc" "-p 1 x" "-p 1 --tokens" "-p 1 -d -3" "-p 1 --by-process"; do
+for args in "" "-p abc" "-p 1 x" "-p 1 --tokens" "-p 1 -d -3" "-p 1 --by-process" "-p 1 --no-traffic"; do
 	# shellcheck disable=SC2086
 	"$TS" trace $args >/dev/null 2>"$TMP/usage.err"
 	rc=$?
@@ -340,6 +341,129 @@ else
 	ko "--all" "rc=$rc requests=$n: $(head -n 3 "$TMP/all.err")"
 fi
 kill "$llpid" 2>/dev/null
+
+# 12. --all finds servers that no name rule matches by the frames they write, passively: a copy
+# of the reference server under a neutral name (write), the Node e2e server (writev of 4
+# iovecs), the Go e2e server (raw writes from any thread; where a Go toolchain is installed)
+# and an Ollama-style NDJSON server (sendto). Each client makes 3 requests on one
+# keep-alive connection; the first is in flight when its server is found and is not reported,
+# the other two are, with the client's token counts. A process writing other bytes to TCP and
+# one writing SSE frames to a pipe and a file are not attached.
+cp "$RS" "$TMP/bin/xyzsrv"
+"$TS" trace --all --json >"$TMP/traffic.out" 2>"$TMP/traffic.err" &
+TSPID=$!
+pids+=("$TSPID")
+for _ in $(seq 100); do grep -q "attached" "$TMP/traffic.err" && break; sleep 0.1; done
+# writes for 4 s: ordinary bytes to a TCP peer, or SSE frames to a pipe and a file
+neg_writer() {
+	/usr/bin/python3 - "$1" "$TMP/frames.txt" <<'PY' &
+import os, socket, sys, threading, time
+frame = b'a6\r\ndata: {"id":"chatcmpl-1","choices":[{"delta":{"content":"x"}}]}\n\n\r\n'
+if sys.argv[1] == "tcp":
+    l = socket.create_server(("127.0.0.1", 0))
+    c = socket.create_connection(l.getsockname())
+    s, _ = l.accept()
+    threading.Thread(target=lambda: [c.recv(65536) for _ in iter(int, 1)], daemon=True).start()
+    out = [lambda b: s.send(b)]
+    msgs = [b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\n", b'{"id": 1, "data": {}}\n',
+            b"hello world\n", b"e\r\ndata: [DONE]\n\n\r\n"]
+else:
+    r, w = os.pipe()
+    threading.Thread(target=lambda: [os.read(r, 65536) for _ in iter(int, 1)], daemon=True).start()
+    f = open(sys.argv[2], "wb", buffering=0)
+    out = [lambda b: os.write(w, b), f.write]
+    msgs = [frame]
+end = time.monotonic() + 4
+while time.monotonic() < end:
+    for o in out:
+        for m in msgs:
+            o(m)
+    time.sleep(0.01)
+PY
+	NEGPID=$!
+	pids+=("$NEGPID")
+}
+neg_writer tcp
+neg_tcp=$NEGPID
+neg_writer pipe
+neg_pipe=$NEGPID
+# servers; each prints "listening on HOST:PORT"
+start_named() { # name command...
+	local name=$1
+	shift
+	"$@" >"$TMP/$name.srv" 2>&1 &
+	SRVPID=$!
+	pids+=("$SRVPID")
+	for _ in $(seq 100); do grep -q listening "$TMP/$name.srv" && break; sleep 0.1; done
+	SRVPORT=$(grep -o '[0-9]*$' "$TMP/$name.srv" | head -n 1)
+}
+start_named xyz "$TMP/bin/xyzsrv" --port 0 --prefill-ms 5
+xyz_pid=$SRVPID xyz_port=$SRVPORT
+start_named node node tests/e2e/servers/node_server.js 0
+node_pid=$SRVPID node_port=$SRVPORT
+start_named ndjson /usr/bin/python3 tests/cli/ndjson_server.py 0
+nd_pid=$SRVPID nd_port=$SRVPORT
+# servers to check: "pid name rule client-output"
+servers=("$xyz_pid xyzsrv sse-traffic gt-xyz" "$node_pid node sse-traffic gt-node"
+	"$nd_pid python3 ndjson-traffic gt-nd")
+gt_args=(-n 3 -c 1 -k 3 --max-tokens 15 --token-ms 40 --prefill-ms 5)
+"$GT" --port "$xyz_port" "${gt_args[@]}" -o "$TMP/gt-xyz.json" 2>/dev/null &
+gts=($!)
+"$GT" --port "$node_port" "${gt_args[@]}" -o "$TMP/gt-node.json" 2>/dev/null &
+gts+=($!)
+"$GT" --port "$nd_port" --path /api/chat --ndjson "${gt_args[@]}" -o "$TMP/gt-nd.json" 2>/dev/null &
+gts+=($!)
+go_pid=
+if command -v go >/dev/null &&
+	GOCACHE="$PWD/.output/go/cache" GOPATH="$PWD/.output/go/path" GOFLAGS= CGO_ENABLED=0 \
+		go build -o "$TMP/bin/goserver" tests/e2e/servers/goserver.go 2>"$TMP/gobuild.log"; then
+	start_named go "$TMP/bin/goserver" 0
+	go_pid=$SRVPID
+	servers+=("$go_pid goserver sse-traffic gt-go")
+	"$GT" --port "$SRVPORT" "${gt_args[@]}" -o "$TMP/gt-go.json" 2>/dev/null &
+	gts+=($!)
+else
+	echo "SKIP --all traffic: the Go server (no Go toolchain, or it failed to build)"
+	skip=$((skip + 1))
+fi
+wait "${gts[@]}"
+sleep 0.3
+kill -INT "$TSPID"
+wait "$TSPID"
+rc=$?
+verdict=$(/usr/bin/python3 - "$TMP" "$neg_tcp" "$neg_pipe" "${servers[@]}" <<'PY'
+import json, re, sys
+tmp, neg_tcp, neg_pipe = sys.argv[1:4]
+err = open(f"{tmp}/traffic.err").read()
+ts = [json.loads(l) for l in open(f"{tmp}/traffic.out") if l.startswith("{")]
+bad = []
+for pid, name, rule, gt in (a.split() for a in sys.argv[4:]):
+    if f"found {pid} ({name}, rule '{rule}') on the host" not in err:
+        bad.append(f"{name} {pid} not found by {rule}")
+        continue
+    client = sorted((json.loads(l) for l in open(f"{tmp}/{gt}.json")), key=lambda c: c["seq"])
+    mine = [t for t in ts if t["pid"] == int(pid)]
+    want = client[1:]  # the first request was in flight when the server was found
+    if len(mine) != len(want) or any(c["outcome"] != "ok" for c in client):
+        bad.append(f"{name}: {len(mine)} requests reported, want {len(want)} "
+                   f"(client outcomes {[c['outcome'] for c in client]})")
+        continue
+    for t, c in zip(mine, want):
+        if (t["outcome"], t["tokens"], t["frames"]) != ("ok", c["tokens"], c["frames"]):
+            bad.append(f"{name} seq {c['seq']}: {t['outcome']} tokens={t['tokens']} "
+                       f"frames={t['frames']}, client {c['tokens']}/{c['frames']}")
+for pid, what in ((neg_tcp, "plain TCP writer"), (neg_pipe, "pipe/file writer")):
+    if re.search(rf"found {pid} ", err):
+        bad.append(f"{what} {pid} attached")
+print("; ".join(bad) or "-")
+PY
+)
+if [ $rc -eq 0 ] && [ "$verdict" = "-" ]; then
+	ok "--all finds servers by their SSE and NDJSON traffic; later requests exact, others not attached"
+else
+	ko "--all traffic" "rc=$rc: $verdict"
+fi
+for p in "$xyz_pid" "$node_pid" "$nd_pid" $go_pid "$neg_tcp" "$neg_pipe"; do kill "$p" 2>/dev/null; done
 
 # 9. a bad alert rule is refused with the expected form
 "$TS" trace -p $$ --alert 'ttft > 5' >/dev/null 2>"$TMP/alert.err"

@@ -2,12 +2,14 @@
 /* Discovery of inference servers on a fake /proc tree built under /tmp. */
 #include <errno.h>
 #include <ftw.h>
+#include <linux/types.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "check.h"
 #include "discover.h"
+#include "traffic.h"
 
 #define HEX_A "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 #define HEX_B "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210"
@@ -282,6 +284,30 @@ out:
 	discover_set_free(&set);
 }
 
+/* A process found by its traffic: described from /proc by pid, whatever its command line. */
+static void test_describe(void)
+{
+	struct discovered d;
+
+	if (!ASSERT_OK(discover_describe(root, 602, NULL, "sse-traffic", &d), "describe"))
+		return;
+	ASSERT_EQ(d.pid, 602, "pid");
+	ASSERT_EQ(d.ppid, 1, "ppid");
+	ASSERT_TRUE(d.server == NULL, "no server kind");
+	ASSERT_STREQ(d.rule, "sse-traffic", "rule");
+	ASSERT_STREQ(d.comm, "uvicorn", "comm");
+	ASSERT_STREQ(d.runtime, "docker", "runtime");
+	ASSERT_STREQ(d.container_short, "0123456789ab", "container");
+	ASSERT_OK(discover_describe(root, 601, NULL, "ndjson-traffic", &d), "on the host");
+	ASSERT_STREQ(d.container_id, "", "no container");
+	ASSERT_EQ(discover_describe(root, 999, NULL, "sse-traffic", &d), -ESRCH, "exited");
+	ASSERT_EQ(discover_describe(root, 4242, NULL, "sse-traffic", &d), -ESRCH, "no such pid");
+	ASSERT_STREQ(discover_traffic_rule(TS_TRAFFIC_SSE), "sse-traffic", "SSE rule");
+	ASSERT_STREQ(discover_traffic_rule(TS_TRAFFIC_NDJSON), "ndjson-traffic", "NDJSON rule");
+	ASSERT_TRUE(discover_traffic_rule(TS_TRAFFIC_NONE) == NULL, "no rule for no match");
+	ASSERT_TRUE(discover_traffic_rule(3) == NULL, "no rule for an unknown kind");
+}
+
 int main(void)
 {
 	setup();
@@ -290,6 +316,7 @@ int main(void)
 	RUN(test_container);
 	RUN(test_match);
 	RUN(test_rescan);
+	RUN(test_describe);
 	teardown();
 	return CHECK_DONE();
 }

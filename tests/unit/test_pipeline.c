@@ -466,6 +466,53 @@ out:
 	h_close(&h);
 }
 
+/*
+ * Tracing began in the middle of a response (attach, or --all finding the server by its
+ * traffic): the kernel numbers a connection from where it first saw it, so the first record is
+ * a write at offset 0 that is no response head. That response is not reported; the next
+ * request on the same keep-alive connection is, whole.
+ */
+static void test_joined_mid_response_at_offset_zero(void)
+{
+	struct harness h;
+
+	h_open(&h);
+	chunk(&h, 1, TOK, 1000);
+	chunk(&h, 1, TOK, 2000);
+	chunk(&h, 1, DONE, 3000);
+	data_event(&h, 1, TS_DIR_OUT, "0\r\n\r\n", 4000);
+	if (!ASSERT_EQ(h_lines(&h), 0, "the response in flight is not reported"))
+		goto out;
+	full_stream(&h, 1, 10000);
+	if (!ASSERT_EQ(h_lines(&h), 1, "the next request is"))
+		goto out;
+	ASSERT_STREQ(str(h.lines[0], "outcome"), "ok", "outcome");
+	ASSERT_EQ(num(h.lines[0], "tokens"), 3, "tokens");
+	ASSERT_EQ(num(h.lines[0], "frames"), 3, "content frames");
+	ASSERT_EQ(h.pl.conns.stats.http_conns, 1, "an HTTP server connection");
+	ASSERT_EQ(h.pl.conns.stats.ignored_conns, 0, "not ignored");
+	ASSERT_EQ(h.pl.conns.stats.gap_bytes, 0, "joining is not a loss");
+out:
+	h_close(&h);
+}
+
+/* A server that speaks first in another protocol: ignored once its first read is no request. */
+static void test_server_speaks_first_ignored(void)
+{
+	struct harness h;
+
+	h_open(&h);
+	/* A MySQL-style greeting, then the client's binary login packet. */
+	data_event(&h, 1, TS_DIR_OUT, "J\x01\x01\x01\x0a-greeting 8.0.36", 1000);
+	data_event(&h, 1, TS_DIR_IN, "\x85\xa6\x03\x01login", 2000);
+	data_event(&h, 1, TS_DIR_OUT, "\x07\x01\x02\x01ok", 3000);
+	send_request(&h, 1, 4000);
+	ASSERT_EQ(h_lines(&h), 0, "no requests");
+	ASSERT_EQ(h.pl.conns.stats.ignored_conns, 1, "ignored");
+	ASSERT_EQ(h.pl.conns.stats.http_conns, 0, "no HTTP server connection");
+	h_close(&h);
+}
+
 static void test_frames_split_at_every_byte(void)
 {
 	char resp[2048];
@@ -659,6 +706,8 @@ int main(void)
 	RUN(test_errors_and_non_streaming);
 	RUN(test_ignores_other_protocols);
 	RUN(test_joined_mid_connection);
+	RUN(test_joined_mid_response_at_offset_zero);
+	RUN(test_server_speaks_first_ignored);
 	RUN(test_frames_split_at_every_byte);
 	RUN(test_client_hangup_is_aborted);
 	RUN(test_kernel_losses_at_exit);
