@@ -155,6 +155,18 @@ struct {
 	__type(value, __u64);
 } rx_pending SEC(".maps");
 
+/*
+ * Local ports of the sockets in rx_pending, a bit each: sk_data_ready runs for every socket on
+ * the machine, and an array load and a bit test turn almost all of them away before the hash
+ * lookup. Bits are never cleared; a stale one costs a lookup that misses.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 65536 / 64);
+	__type(key, __u32);
+	__type(value, __u64);
+} rx_ports SEC(".maps");
+
 
 /* Sized by user space before load (--ring-buffer-mb). */
 struct {
@@ -292,8 +304,13 @@ static __always_inline void rx_register(struct sock *sk, bool accepted)
 {
 	__u64 key = (__u64)sk, v = RX_NONE, *p;
 
-	/* In the map first: bytes arriving from here on are noted by sk_data_ready. */
+	/* In the maps first: bytes arriving from here on are noted by sk_data_ready. */
 	bpf_map_update_elem(&rx_pending, &key, &v, BPF_ANY);
+	__u32 port = BPF_CORE_READ(sk, __sk_common.skc_num), word = port / 64;
+	__u64 *bits = bpf_map_lookup_elem(&rx_ports, &word);
+
+	if (bits && !(*bits & (1ull << (port % 64))))
+		__sync_fetch_and_or(bits, 1ull << (port % 64));
 	if (!rx_queued(sk))
 		return;
 	v = RX_UNKNOWN;
@@ -737,8 +754,12 @@ int BPF_PROG(ts_sys_exit, struct pt_regs *regs, long ret)
 SEC("tp_btf/sk_data_ready")
 int BPF_PROG(ts_rx_ready, struct sock *sk)
 {
-	__u64 key = (__u64)sk, *p = bpf_map_lookup_elem(&rx_pending, &key);
+	__u32 port = sk->__sk_common.skc_num, word = port / 64;
+	__u64 key = (__u64)sk, *bits = bpf_map_lookup_elem(&rx_ports, &word), *p;
 
+	if (!bits || !(*bits & (1ull << (port % 64))))
+		return 0;
+	p = bpf_map_lookup_elem(&rx_pending, &key);
 	if (p && *p == RX_NONE)
 		__sync_val_compare_and_swap(p, RX_NONE, bpf_ktime_get_ns());
 	return 0;
