@@ -176,6 +176,7 @@ int alert_add(struct alert_set *a, const struct alert_rule *r)
 
 void alert_free(struct alert_set *a)
 {
+	alert_exec_drain(a, 5000);
 	free(a->slots);
 	a->slots = NULL;
 }
@@ -353,17 +354,19 @@ static void alert_format_value(const struct alert_rule *r, double v, char *out, 
 		snprintf(out, n, "%.2f s", v);
 }
 
-static void alert_run_exec(struct alert_set *a, const struct alert_rule *r, const char *state,
-			   const char *value, const char *cause)
+/* Whether r's last command still runs. */
+static bool exec_running(struct alert_rule *r)
 {
-	pid_t pid;
+	if (r->exec_pid > 0 && waitpid(r->exec_pid, NULL, WNOHANG) != 0)
+		r->exec_pid = 0; /* ended (or reaped already: ECHILD) */
+	return r->exec_pid > 0;
+}
 
-	/* Reap earlier commands without waiting for them. */
-	while (waitpid(-1, NULL, WNOHANG) > 0)
-		;
-	if (!a->exec)
-		return;
-	pid = fork();
+static void exec_spawn(struct alert_set *a, struct alert_rule *r, const char *state,
+		       const char *value, const char *cause)
+{
+	pid_t pid = fork();
+
 	if (pid == 0) {
 		setenv("TOKENSCOPE_ALERT_RULE", r->text, 1);
 		setenv("TOKENSCOPE_ALERT_STATE", state, 1);
@@ -374,11 +377,67 @@ static void alert_run_exec(struct alert_set *a, const struct alert_rule *r, cons
 	}
 	if (pid < 0)
 		fprintf(a->out, "tokenscope: --alert-exec: fork failed: %s\n", strerror(errno));
+	r->exec_pid = pid > 0 ? pid : 0;
+}
+
+/* Starts the pending command of r if its previous one has ended. */
+static void exec_pending_start(struct alert_set *a, struct alert_rule *r)
+{
+	if (!r->exec_pending || exec_running(r))
+		return;
+	r->exec_pending = false;
+	exec_spawn(a, r, r->pend_state, r->pend_value, r->pend_cause);
+}
+
+/*
+ * Runs the command for a transition of r, never waiting for it. While r's previous command
+ * still runs, the new one waits its turn (checked at every evaluation); a later transition
+ * replaces a waiting one: the command then hears the latest state.
+ */
+static void alert_run_exec(struct alert_set *a, struct alert_rule *r, const char *state,
+			   const char *value, const char *cause)
+{
+	if (!a->exec)
+		return;
+	if (exec_running(r)) {
+		r->exec_pending = true;
+		snprintf(r->pend_state, sizeof(r->pend_state), "%s", state);
+		snprintf(r->pend_value, sizeof(r->pend_value), "%s", value);
+		snprintf(r->pend_cause, sizeof(r->pend_cause), "%s", cause);
+		return;
+	}
+	exec_spawn(a, r, state, value, cause);
+}
+
+void alert_exec_drain(struct alert_set *a, int timeout_ms)
+{
+	for (int waited = 0;; waited += 10) {
+		bool left = false;
+
+		for (int i = 0; i < a->nrules; i++) {
+			exec_pending_start(a, &a->rules[i]);
+			left |= a->rules[i].exec_pending;
+		}
+		if (!left)
+			return;
+		if (waited >= timeout_ms)
+			break;
+		usleep(10000);
+	}
+	for (int i = 0; i < a->nrules; i++)
+		if (a->rules[i].exec_pending)
+			fprintf(a->out,
+				"tokenscope: --alert-exec: not run for '%s' (%s): the command for "
+				"its previous state still runs after %d ms\n",
+				a->rules[i].text, a->rules[i].pend_state, timeout_ms);
 }
 
 void alert_evaluate(struct alert_set *a, uint64_t now_ns)
 {
 	uint64_t now_s = now_ns / NS_PER_S;
+
+	for (int i = 0; i < a->nrules; i++)
+		exec_pending_start(a, &a->rules[i]);
 
 	for (int i = 0; i < a->nrules; i++) {
 		struct alert_rule *r = &a->rules[i];

@@ -56,6 +56,11 @@ struct alert_rule {
 	bool firing;
 	uint64_t holding_since_ns; /* 0: the condition does not hold */
 	double value;		   /* at the last evaluation; NAN when there were no samples */
+	/* --alert-exec: the rule's running command, and the next one, started when it ends (a
+	 * rule's commands run one at a time, in order: a resolve never overtakes its firing) */
+	int exec_pid; /* 0: none running */
+	bool exec_pending;
+	char pend_state[16], pend_value[32], pend_cause[160];
 };
 
 /* One second of the window: counts per bucket for each latency metric, and request counts. */
@@ -88,6 +93,9 @@ struct sink alert_sink(struct alert_set *a);
 /* Evaluates every rule at kernel time now_ns (the sink's tick does this once per second). */
 void alert_evaluate(struct alert_set *a, uint64_t now_ns);
 const char *alert_metric_name(enum alert_metric m);
+/* Starts the --alert-exec commands still waiting for a rule's previous one, waiting up to
+ * timeout_ms for those; says on a->out what it could not start. alert_free does this with 5 s. */
+void alert_exec_drain(struct alert_set *a, int timeout_ms);
 /* tokenscope_alert_firing{rule="..."} 0|1 for every rule, in the Prometheus text format. */
 void alert_render_prom(void *alert_set, FILE *f);
 /* "5s", "200ms", "3m", "250us" to seconds; false without a known unit. */

@@ -119,21 +119,25 @@ static void test_fire_and_resolve(void)
 	ASSERT_TRUE(out && strstr(out, "likely cause: queueing (queue 75%"),
 		    "cause from the attribution");
 	ASSERT_TRUE(out && strstr(out, "alert RESOLVED 'ttft.p99 > 5s for 3m'"), "resolved line");
-	/* The command ran for both (give the children a moment). */
-	for (int i = 0; i < 50; i++) {
+	/* The command ran for both, the resolve only after the firing one had ended. */
+	alert_exec_drain(&a, 5000);
+	for (int i = 0; i < 250; i++) {
 		char buf[256] = "";
 		FILE *e = fopen(path, "r");
 		size_t n = e ? fread(buf, 1, sizeof(buf) - 1, e) : 0;
+		const char *fired, *resolved;
 
 		if (e)
 			fclose(e);
 		buf[n] = 0;
-		if (strstr(buf, "resolved")) {
-			ASSERT_TRUE(strstr(buf, "firing 5.97 s") != NULL,
-				    "exec saw the firing value");
+		fired = strstr(buf, "firing 5.97 s");
+		resolved = strstr(buf, "resolved");
+		if (resolved) {
+			ASSERT_TRUE(fired != NULL, "exec saw the firing value");
+			ASSERT_TRUE(fired && fired < resolved, "firing ran before resolved");
 			break;
 		}
-		if (i == 49)
+		if (i == 249)
 			ASSERT_TRUE(false, "--alert-exec ran for firing and resolving");
 		usleep(20000);
 	}
