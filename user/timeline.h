@@ -40,6 +40,8 @@
 #define TIMELINE_NAMED_PIDS 64
 /* GPU steps between requests are written once this much is buffered (and at every tick). */
 #define TIMELINE_FLUSH_BYTES 65536
+/* The event buffer is kept between writes up to this size (a request of about 10,000 tokens). */
+#define TIMELINE_KEEP_BYTES (1u << 20)
 
 struct timeline {
 	int fd;
