@@ -52,6 +52,7 @@ struct timeline {
 	bool origin_given; /* by timeline_set_origin */
 	uint64_t origin_ns;
 	uint64_t events, requests, steps;
+	uint64_t events_written; /* events when the buffer was last written out */
 	uint64_t named_conns[TIMELINE_NAMED_CONNS]; /* conn_id + 1 */
 	uint32_t named_pids[TIMELINE_NAMED_PIDS];
 	int err; /* first write error (negative errno) */
