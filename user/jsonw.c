@@ -40,16 +40,37 @@ void jsonw_escape(FILE *f, const char *s)
 	fputc('"', f);
 }
 
+/* Two digits per division: a timeline formats a timestamp per token. */
+static const char jsonw_digit_pairs[] = "00010203040506070809"
+					"10111213141516171819"
+					"20212223242526272829"
+					"30313233343536373839"
+					"40414243444546474849"
+					"50515253545556575859"
+					"60616263646566676869"
+					"70717273747576777879"
+					"80818283848586878889"
+					"90919293949596979899";
+
 size_t jsonw_fmt_u64(char *out, uint64_t v)
 {
 	char digits[JSONW_U64_DIGITS];
-	size_t n = 0;
+	char *p = digits + sizeof(digits);
+	size_t n;
 
-	do {
-		digits[sizeof(digits) - ++n] = '0' + v % 10;
-		v /= 10;
-	} while (v);
-	memcpy(out, digits + sizeof(digits) - n, n);
+	while (v >= 100) {
+		p -= 2;
+		memcpy(p, jsonw_digit_pairs + 2 * (v % 100), 2);
+		v /= 100;
+	}
+	if (v >= 10) {
+		p -= 2;
+		memcpy(p, jsonw_digit_pairs + 2 * v, 2);
+	} else {
+		*--p = '0' + v;
+	}
+	n = digits + sizeof(digits) - p;
+	memcpy(out, p, n);
 	return n;
 }
 

@@ -231,30 +231,36 @@ static void name_gpu(struct timeline *t, uint32_t pid)
 /* A token instant up to its ts, as ev_begin writes it. */
 #define TOKEN_HEAD "{\"name\":\"token\",\"cat\":\"token\",\"ph\":\"i\",\"ts\":"
 #define TOKEN_TAIL_MAX 64
+#define TOKEN_EVENT_MAX (2 + sizeof(TOKEN_HEAD) + TIMELINE_US_MAX + TOKEN_TAIL_MAX)
+/* Token events are put together this many bytes at a time, then written to the buffer. */
+#define TOKEN_BLOCK_BYTES 4096
 
 /* A request's token instants, most of a timeline's events: each is put together from TOKEN_HEAD,
- * its time and a tail made once per request, the bytes ev_begin and jsonw would write, in one
- * fwrite. Through jsonw (a stdio call per field and per character) they were most of the
- * timeline's cost. */
+ * its time and a tail made once per request, the bytes ev_begin and jsonw would write, and
+ * they go to the buffer a block at a time. Through jsonw (a stdio call per field and per
+ * character) they were most of the timeline's cost. */
 static void tl_tokens(struct timeline *t, const struct request *r, uint32_t pid, uint64_t tid)
 {
-	char tail[TOKEN_TAIL_MAX], ev[2 + sizeof(TOKEN_HEAD) + TIMELINE_US_MAX + TOKEN_TAIL_MAX];
+	char tail[TOKEN_TAIL_MAX], blk[TOKEN_BLOCK_BYTES];
 	int tail_len = snprintf(tail, sizeof(tail),
 				",\"pid\":%" PRIu32 ",\"tid\":%" PRIu64 ",\"s\":\"t\"}", pid, tid);
+	size_t n = 0;
 
 	for (uint32_t i = 0; i < r->ntokens; i++) {
-		size_t n = 0;
-
+		if (n > sizeof(blk) - TOKEN_EVENT_MAX) {
+			fwrite(blk, 1, n, t->buf);
+			n = 0;
+		}
 		if (t->events++)
-			ev[n++] = ',';
-		ev[n++] = '\n';
-		memcpy(ev + n, TOKEN_HEAD, sizeof(TOKEN_HEAD) - 1);
+			blk[n++] = ',';
+		blk[n++] = '\n';
+		memcpy(blk + n, TOKEN_HEAD, sizeof(TOKEN_HEAD) - 1);
 		n += sizeof(TOKEN_HEAD) - 1;
-		n += fmt_us(ev + n, rel(t, r->token_ns[i]));
-		memcpy(ev + n, tail, tail_len);
+		n += fmt_us(blk + n, rel(t, r->token_ns[i]));
+		memcpy(blk + n, tail, tail_len);
 		n += tail_len;
-		fwrite(ev, 1, n, t->buf);
 	}
+	fwrite(blk, 1, n, t->buf);
 }
 
 static void tl_request(void *ctx, const struct request *r, const struct request_metrics *m,
