@@ -395,8 +395,9 @@ def paired_run(tmp, tracers, streams=100, token_ms=10, seconds=10):
 
 def section_exporters(tmp):
     print(f"3. exporters: tokenscope's CPU (all its threads, % of one core) at 10,000 frames/s "
-          f"(100 streams x 100/s, 10 s) with each exporter alone and with all four, each run "
-          f"beside a tokenscope without exporters attached to the same server at the same time; "
+          f"(100 streams x 100/s, 10 s) with each exporter alone, with all four, and with none "
+          f"(A/A), each run beside a tokenscope without exporters attached to the same server at "
+          f"the same time; "
           f"{EXPORTER_ROUNDS} rounds, medians of the differences"
           + (f"; the same with {BASE_TS} (BENCH_BASE)" if BASE_TS else ""))
     recv_dir = os.path.join(tmp, "otlp")
@@ -415,8 +416,10 @@ def section_exporters(tmp):
         "--otlp": ["--otlp", f"http://127.0.0.1:{otlp_port}/v1/traces", "--slow-ttft", "1s"],
     }
     exporters["all four"] = [a for args in exporters.values() for a in args]
+    # Two tracers without exporters: how far apart the two sides of a pair are anyway.
+    exporters = {"none (A/A)": [], **exporters}
     binaries = [("this build", TS)] + ([("BENCH_BASE", BASE_TS)] if BASE_TS else [])
-    runs = [(m, b) for b in binaries for m in exporters]
+    runs = [(m, b) for b in binaries for m in exporters if m != "none (A/A)" or b == binaries[0]]
     res = {run: [] for run in runs}  # (cpu without, cpu with) per round
     lost = set()
     for r in range(EXPORTER_ROUNDS):
@@ -438,12 +441,14 @@ def section_exporters(tmp):
         if len(binaries) > 1:
             print(f"   {bname}: {binary}")
         for mode in exporters:
+            if (mode, (bname, binary)) not in res:
+                continue
             pairs = res[(mode, (bname, binary))]
             off = statistics.median(a for a, _ in pairs)
             on = statistics.median(b for _, b in pairs)
             diff = statistics.median(b - a for a, b in pairs)
             pct = sorted(100 * (b - a) / a for a, b in pairs)
-            line = (f"   {mode:10s} {off:5.2f} -> {on:5.2f} % of a core: {diff:+.2f} points, "
+            line = (f"   {mode:11s} {off:5.2f} -> {on:5.2f} % of a core: {diff:+.2f} points, "
                     f"{100 * diff / off:+5.1f} % (rounds {pct[0]:+.1f} to {pct[-1]:+.1f} %)")
             if mode == "all four":
                 line += " (goal <= +10 %)"
