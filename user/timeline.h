@@ -40,6 +40,8 @@
 #define TIMELINE_NAMED_PIDS 64
 /* GPU steps between requests are written once this much is buffered (and at every tick). */
 #define TIMELINE_FLUSH_BYTES 65536
+/* The event buffer is kept between writes up to this size (a request of about 10,000 tokens). */
+#define TIMELINE_KEEP_BYTES (1u << 20)
 
 struct timeline {
 	int fd;
@@ -50,6 +52,7 @@ struct timeline {
 	bool origin_given; /* by timeline_set_origin */
 	uint64_t origin_ns;
 	uint64_t events, requests, steps;
+	uint64_t events_written; /* events when the buffer was last written out */
 	uint64_t named_conns[TIMELINE_NAMED_CONNS]; /* conn_id + 1 */
 	uint32_t named_pids[TIMELINE_NAMED_PIDS];
 	int err; /* first write error (negative errno) */

@@ -6,6 +6,7 @@
  * two feeds split at any byte must give the same frames stamped by position. Gaps inside
  * chunk data damage one frame and the stream goes on.
  */
+#include <cjson/cJSON.h>
 #include <stdlib.h>
 
 #include "check.h"
@@ -227,6 +228,55 @@ static void test_format_names(void)
 	ASSERT_STREQ(frame_format_name(FMT_ANTHROPIC), "anthropic", "anthropic");
 	ASSERT_STREQ(frame_format_name(FMT_UNKNOWN), "unknown", "unknown");
 	ASSERT_STREQ(frame_format_name((enum frame_format)99), "unknown", "out of range");
+}
+
+/* A frame is parsed into scratch memory that is emptied when it is done: a frame far larger
+ * than the scratch (the rest comes from malloc), the same frame cut in the middle, and the
+ * caller's own cJSON trees, made before, between and after frames, which must stay intact.
+ * Under the sanitizers, scratch given to free or reused under a live tree would show. */
+static void test_scratch_memory(void)
+{
+	const char *head = "{\"object\":\"chat.completion.chunk\",\"choices\":[{\"delta\":"
+			   "{\"content\":\"x\"}}],\"usage\":{\"prompt_tokens\":5,"
+			   "\"completion_tokens\":7},\"pad\":{";
+	cJSON *before = cJSON_Parse("{\"a\":[1,2,3],\"b\":\"kept\"}"), *after;
+	char *big = malloc(SSE_FRAME_MAX);
+	struct frame_info fi;
+	size_t n;
+	char cut;
+
+	if (!ASSERT_OK_PTR(big, "malloc") || !ASSERT_OK_PTR(before, "a caller's tree"))
+		goto out;
+	n = snprintf(big, SSE_FRAME_MAX, "%s", head);
+	/* Some 3,000 members: ten times the scratch in nodes and strings. */
+	for (int i = 0; n < SSE_FRAME_MAX - 64; i++)
+		n += snprintf(big + n, SSE_FRAME_MAX - n, "%s\"k%d\":\"v%d\"", i ? "," : "", i, i);
+	snprintf(big + n, SSE_FRAME_MAX - n, "}}");
+
+	for (int round = 0; round < 3; round++) {
+		fi = classify("", big);
+		ASSERT_FALSE(fi.invalid, "a large frame parses");
+		ASSERT_TRUE(fi.content, "content");
+		ASSERT_EQ(fi.prompt_tokens, 5, "prompt tokens");
+		ASSERT_EQ(fi.completion_tokens, 7, "completion tokens");
+		cut = big[n / 2];
+		big[n / 2] = 0;
+		ASSERT_TRUE(classify("", big).invalid, "cut in the middle");
+		big[n / 2] = cut;
+		fi = classify("", "{\"choices\":[{\"text\":\"y\"}]}");
+		ASSERT_TRUE(fi.content && fi.format == FMT_OPENAI_COMPLETION, "a small one after");
+	}
+	after = cJSON_Parse("{\"c\":\"also kept\"}");
+	classify("", "{\"choices\":[{\"delta\":{\"content\":\"z\"}}]}");
+	if (ASSERT_OK_PTR(after, "a tree made after frames")) {
+		ASSERT_STREQ(cJSON_GetObjectItem(after, "c")->valuestring, "also kept", "intact");
+		cJSON_Delete(after);
+	}
+	ASSERT_STREQ(cJSON_GetObjectItem(before, "b")->valuestring, "kept", "intact");
+	ASSERT_EQ(cJSON_GetArraySize(cJSON_GetObjectItem(before, "a")), 3, "intact");
+out:
+	cJSON_Delete(before);
+	free(big);
 }
 
 /* ---- the chain on captured fixtures ---- */
@@ -606,6 +656,7 @@ int main(void)
 	RUN(test_anthropic);
 	RUN(test_errors);
 	RUN(test_format_names);
+	RUN(test_scratch_memory);
 	RUN(test_fixture_streams);
 	RUN(test_gap_damages_one_frame);
 	RUN(test_gap_in_last_writev);

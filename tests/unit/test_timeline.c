@@ -455,6 +455,103 @@ out:
 	tf_free(&f);
 }
 
+/* Token instants are written by hand, not through jsonw: their exact bytes, with times before
+ * the origin, below a microsecond and far from it. */
+static void test_token_bytes(void)
+{
+	static const char *const want[] = {
+		",\n{\"name\":\"token\",\"cat\":\"token\",\"ph\":\"i\",\"ts\":-1.500,"
+		"\"pid\":4194304,\"tid\":4194316,\"s\":\"t\"}",
+		",\n{\"name\":\"token\",\"cat\":\"token\",\"ph\":\"i\",\"ts\":0.000,"
+		"\"pid\":4194304,\"tid\":4194316,\"s\":\"t\"}",
+		",\n{\"name\":\"token\",\"cat\":\"token\",\"ph\":\"i\",\"ts\":0.007,"
+		"\"pid\":4194304,\"tid\":4194316,\"s\":\"t\"}",
+		",\n{\"name\":\"token\",\"cat\":\"token\",\"ph\":\"i\",\"ts\":12.050,"
+		"\"pid\":4194304,\"tid\":4194316,\"s\":\"t\"}",
+		",\n{\"name\":\"token\",\"cat\":\"token\",\"ph\":\"i\",\"ts\":"
+		"86400000000.999,\"pid\":4194304,\"tid\":4194316,\"s\":\"t\"}",
+	};
+	const uint64_t at[] = { ORIGIN - 1500, ORIGIN, ORIGIN + 7, ORIGIN + 12050,
+				ORIGIN + 86400 * 1000 * MS + 999 };
+	struct request *r = make_request(12, ORIGIN - 2 * MS, 0, 0, 0, ORIGIN + 86401 * 1000 * MS);
+	struct tfile f;
+	const char *p;
+
+	for (size_t i = 0; i < sizeof(at) / sizeof(at[0]); i++)
+		request_add_token(r, at[i]);
+	tf_open(&f);
+	ASSERT_OK(timeline_set_origin(&f.t, ORIGIN), "origin");
+	report(&f, r, &NOT_ATTRIBUTED);
+	if (!tf_close_parse(&f) || !check_events(f.events))
+		goto out;
+	ASSERT_EQ(count(f.events, "i", "token"), 5, "every token");
+	/* In order, one after another, and the last one is the last event. */
+	p = strstr(f.text, want[0]);
+	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+		if (!ASSERT_TRUE(p && strncmp(p, want[i], strlen(want[i])) == 0,
+				 "token event bytes")) {
+			printf("  expected %s\n", want[i]);
+			goto out;
+		}
+		p += strlen(want[i]);
+	}
+	ASSERT_STREQ(p, "\n]}\n", "then the end of the file");
+out:
+	tf_free(&f);
+}
+
+/* Occurrences of needle in text (memmem: the sanitizer's strstr measures the rest of the text
+ * at every call). */
+static int count_text(const char *text, const char *needle)
+{
+	const char *end = text + strlen(text), *p = text;
+	size_t k = strlen(needle);
+	int n = 0;
+
+	while ((p = memmem(p, end - p, needle, k))) {
+		n++;
+		p += k;
+	}
+	return n;
+}
+
+/* The event buffer is reused after each write, and given back after a request larger than
+ * TIMELINE_KEEP_BYTES: every event is in the file once either way. */
+static void test_buffer_reuse(void)
+{
+	/* Enough tokens for about twice TIMELINE_KEEP_BYTES (each token event is ~90 bytes). */
+	const uint32_t big = 2 * TIMELINE_KEEP_BYTES / 90;
+	const uint32_t sizes[] = { 3, 500, big, 2, 40, big, 1 };
+	int tokens = 0;
+	struct tfile f;
+
+	tf_open(&f);
+	ASSERT_OK(timeline_set_origin(&f.t, ORIGIN), "origin");
+	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+		uint64_t arrival = ORIGIN + i * 100000 * MS;
+		char *text;
+		size_t n;
+
+		report(&f, make_request(1, arrival, arrival + MS, US, sizes[i], arrival + 99 * MS),
+		       &NOT_ATTRIBUTED);
+		tokens += sizes[i];
+		/* Written whole after each request (parsed once, at the end: it is large). */
+		text = read_all(f.path);
+		if (!ASSERT_OK_PTR(text, "read the file"))
+			goto out;
+		n = strlen(text);
+		ASSERT_EQ(count_text(text, "\"name\":\"token\""), tokens,
+			  "the file holds every token so far");
+		ASSERT_EQ(count_text(text, "\"name\":\"request\""), i + 1, "and every request");
+		ASSERT_TRUE(n && text[n - 1] == '}', "ends at an event boundary");
+		free(text);
+	}
+	if (tf_close_parse(&f))
+		ASSERT_EQ(count(f.events, "i", "token"), tokens, "every token once at close");
+out:
+	tf_free(&f);
+}
+
 static void test_keepalive_and_escaping(void)
 {
 	struct tfile f;
@@ -830,6 +927,8 @@ int main(void)
 	RUN(test_gpu_steps);
 	RUN(test_origin_first_event);
 	RUN(test_cut_file);
+	RUN(test_token_bytes);
+	RUN(test_buffer_reuse);
 	RUN(test_keepalive_and_escaping);
 	RUN(test_empty_and_errors);
 	RUN(test_through_pipeline);
