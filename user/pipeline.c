@@ -110,6 +110,24 @@ int pipeline_add_process(struct pipeline *pl, uint32_t pid, bool root)
 	return 0;
 }
 
+static void drop_root(struct pipeline *pl, uint32_t pid)
+{
+	for (uint32_t i = 0; i < pl->nroots; i++)
+		if (pl->roots[i] == pid) {
+			pl->roots[i] = pl->roots[--pl->nroots];
+			return;
+		}
+}
+
+void pipeline_forget_process(struct pipeline *pl, uint32_t pid)
+{
+	int i = live_index(pl, pid);
+
+	if (i >= 0)
+		pl->live[i] = pl->live[--pl->nlive];
+	drop_root(pl, pid);
+}
+
 bool pipeline_all_exited(const struct pipeline *pl)
 {
 	return !pl->keep_running && pl->nroots && pl->nlive == 0;
@@ -157,6 +175,10 @@ static void pl_proc_exit(struct pipeline *pl, const struct ts_proc_event *e)
 			fprintf(pl->o.err, "tokenscope: process %u (%s) exited with status %d\n",
 				e->hdr.pid, comm, (st >> 8) & 0xff);
 	}
+	/* --all runs for as long as it is left: an exited server's slot goes to the next one. With
+	 * -p the roots stay, to tell when all of them are gone. */
+	if (pl->keep_running)
+		drop_root(pl, e->hdr.pid);
 }
 
 int pipeline_feed(struct pipeline *pl, const void *rec, size_t len)

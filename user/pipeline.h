@@ -62,6 +62,8 @@ int pipeline_init(struct pipeline *pl, const struct pipeline_opts *o);
 void pipeline_free(struct pipeline *pl);
 /* Registers a process traced from the start; root: named by the user. */
 int pipeline_add_process(struct pipeline *pl, uint32_t pid, bool root);
+/* Undoes pipeline_add_process (the kernel side could not follow pid after all). */
+void pipeline_forget_process(struct pipeline *pl, uint32_t pid);
 /* One ring-buffer record. -EINVAL for a malformed one (counted, skipped). */
 int pipeline_feed(struct pipeline *pl, const void *rec, size_t len);
 bool pipeline_all_exited(const struct pipeline *pl);

@@ -41,6 +41,7 @@ struct tracer {
 	int rec_err; /* the first write error: recording stops, tracing goes on */
 	int ncpus;
 	bool verbose;
+	struct discover_set *seen; /* --all: servers found so far, dropped when they exit */
 };
 
 static int libbpf_print(enum libbpf_print_level level, const char *fmt, va_list args)
@@ -112,14 +113,18 @@ static void read_kstats(struct tracer *tr)
 /* Keys collected per pass over map `conns` before deleting them. */
 #define FORGET_BATCH 256
 
-/* A process exited: the kernel never saw close() for its sockets; forget them. */
-static void forget_sockets(void *ctx, uint32_t pid)
+/* A process exited: the kernel never saw close() for its sockets (forget them), and --all may
+ * find a new server under its pid. */
+static void process_gone(void *ctx, uint32_t pid)
 {
 	struct tracer *tr = ctx;
 	int fd = bpf_map__fd(tr->skel->maps.conns);
 	struct ts_conn_key key, dead[FORGET_BATCH];
 	int n;
 
+	/* A later server that gets this pid is a new one. */
+	if (tr->seen)
+		discover_set_remove(tr->seen, pid);
 	do {
 		void *prev = NULL;
 
@@ -143,11 +148,17 @@ static void cuda_scan_all(struct tracer *tr)
 static int trace_follow(struct tracer *tr, uint32_t pid, bool root)
 {
 	__u8 one = 1;
-	int err = bpf_map_update_elem(bpf_map__fd(tr->skel->maps.traced), &pid, &one, BPF_ANY);
+	/* The pipeline first: when it has no room (-E2BIG), the kernel must not trace pid either. */
+	int err = pipeline_add_process(&tr->pl, pid, root);
 
 	if (err)
-		return -errno;
-	return pipeline_add_process(&tr->pl, pid, root);
+		return err;
+	if (bpf_map_update_elem(bpf_map__fd(tr->skel->maps.traced), &pid, &one, BPF_ANY)) {
+		err = -errno;
+		pipeline_forget_process(&tr->pl, pid);
+		return err;
+	}
+	return 0;
 }
 
 static void follow_descendant(void *ctx, uint32_t pid)
@@ -337,7 +348,8 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 		return err;
 	}
 	tr.pl.keep_running = o->all;
-	tr.pl.on_exit = forget_sockets;
+	tr.seen = o->all ? &seen : NULL;
+	tr.pl.on_exit = process_gone;
 	tr.pl.on_exit_ctx = &tr;
 	/* Every record is later than now (the same clock as bpf_ktime_get_ns): the timeline's 0. */
 	clock_gettime(CLOCK_MONOTONIC, &now_ts);

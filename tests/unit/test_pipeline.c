@@ -5,6 +5,7 @@
  * the JSON each request produces.
  */
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <stdlib.h>
 
 #include "check.h"
@@ -695,6 +696,43 @@ out:
 	h_close(&h);
 }
 
+static void proc_exit(struct pipeline *pl, uint32_t pid)
+{
+	struct ts_proc_event e = { .hdr = { TS_EV_PROC_EXIT, sizeof(e), pid, pid } };
+
+	e.ts_ns = 5000;
+	memcpy(e.comm, "server", 6);
+	pipeline_feed(pl, &e, sizeof(e));
+}
+
+/*
+ * Roots: with --all (keep_running) an exited server frees its slot, so a node agent running for
+ * days follows new servers past the limit; with -p the roots stay and tell when all are gone.
+ */
+static void test_root_slots(void)
+{
+	struct harness h;
+
+	h_open(&h); /* root 100 */
+	h.pl.keep_running = true;
+	for (uint32_t pid = 1000; h.pl.nroots < PIPELINE_MAX_ROOTS; pid++)
+		ASSERT_OK(pipeline_add_process(&h.pl, pid, true), "a root");
+	ASSERT_EQ(pipeline_add_process(&h.pl, 5000, true), -E2BIG, "full");
+	proc_exit(&h.pl, 1003);
+	ASSERT_OK(pipeline_add_process(&h.pl, 5000, true), "an exited root's slot is free");
+	ASSERT_EQ(pipeline_add_process(&h.pl, 5001, true), -E2BIG, "one slot only");
+	pipeline_forget_process(&h.pl, 5000);
+	ASSERT_OK(pipeline_add_process(&h.pl, 5001, true), "a forgotten root's slot is free");
+	ASSERT_FALSE(pipeline_all_exited(&h.pl), "--all never ends by itself");
+	h_close(&h);
+
+	h_open(&h);
+	proc_exit(&h.pl, 100);
+	ASSERT_EQ(h.pl.nroots, 1, "-p: the root stays");
+	ASSERT_TRUE(pipeline_all_exited(&h.pl), "-p: all gone");
+	h_close(&h);
+}
+
 int main(void)
 {
 	RUN(test_stream_request);
@@ -713,5 +751,6 @@ int main(void)
 	RUN(test_kernel_losses_at_exit);
 	RUN(test_bad_records_are_counted);
 	RUN(test_socket_arrival);
+	RUN(test_root_slots);
 	return CHECK_DONE();
 }
