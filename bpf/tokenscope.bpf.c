@@ -167,7 +167,6 @@ struct {
 	__type(value, __u64);
 } rx_ports SEC(".maps");
 
-
 /* Sized by user space before load (--ring-buffer-mb). */
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);

@@ -639,10 +639,10 @@ void conn_on_data(struct conn_table *t, const struct ts_data_event *e)
 			/* The kernel's arrival time holds for the syscall's first bytes only. */
 			c->rx_cur = at_start ? e->queued_ns : 0;
 			conn_feed_in(c, e->data + skip, e->data_bytes - skip, ts, at_start, e->pos);
-		}
-		else
+		} else {
 			conn_feed_out(c, e->data + skip, e->data_bytes - skip, ts, at_start,
 				      e->pos);
+		}
 		c->expect[dir] = e->pos + e->data_bytes;
 	}
 	if (e->last) {

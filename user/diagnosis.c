@@ -70,9 +70,7 @@ static void diag_request(void *ctx, const struct request *r, const struct reques
 	q->decode_ns = ga ? ga->decode_ns : -1;
 	q->gpu_ns = ga ? ga->gpu_ns : -1;
 	q->host_ns = ga ? ga->host_ns : -1;
-	q->wait_ns = r->received_ns && r->received_ns <= r->arrival_ns
-			 ? (int64_t)(r->arrival_ns - r->received_ns)
-			 : -1;
+	q->wait_ns = m->socket_wait_ns;
 	q->gap0 = d->ngaps;
 	q->ngaps = ngaps;
 	for (uint32_t i = 1; i < r->ntokens; i++)

@@ -46,13 +46,11 @@ void output_json(FILE *f, const struct request *r, const struct request_metrics 
 	jsonw_bool(&w, "stream", r->streamed);
 	jsonw_str(&w, "format", request_format(r));
 	jsonw_u64(&w, "arrival_ns", r->arrival_ns);
-	if (r->received_ns) {
+	if (m->socket_wait_ns >= 0)
 		jsonw_u64(&w, "received_ns", r->received_ns);
-		ms_or_null(&w, "socket_wait_ms", (int64_t)(r->arrival_ns - r->received_ns));
-	} else {
+	else
 		jsonw_null(&w, "received_ns");
-		jsonw_null(&w, "socket_wait_ms");
-	}
+	ms_or_null(&w, "socket_wait_ms", m->socket_wait_ns);
 	if (r->ntokens)
 		jsonw_u64(&w, "first_token_ns", r->first_token_ns);
 	else

@@ -203,8 +203,8 @@ static void prom_request(void *ctx, const struct request *r, const struct reques
 		pm->tokens[TOK_CACHED] += r->cached_tokens;
 	if (m->e2e_ns >= 0)
 		phist_add(&pm->h[PH_E2E], &duration_bounds, m->e2e_ns);
-	if (r->received_ns && r->received_ns <= r->arrival_ns)
-		phist_add(&pm->h[PH_SOCKET_WAIT], &ttft_bounds, r->arrival_ns - r->received_ns);
+	if (m->socket_wait_ns >= 0)
+		phist_add(&pm->h[PH_SOCKET_WAIT], &ttft_bounds, m->socket_wait_ns);
 	for (int i = PH_QUEUE; i <= PH_DECODE; i++)
 		if (attributed[i] >= 0)
 			phist_add(&pm->h[i], ph_desc[i].b, attributed[i]);

@@ -94,6 +94,9 @@ void request_metrics(const struct request *r, struct request_metrics *m)
 	m->ttft_ns = r->ntokens ? (int64_t)(r->first_token_ns - r->arrival_ns) : -1;
 	m->e2e_ns =
 	    r->end_ns >= r->arrival_ns && r->arrival_ns ? (int64_t)(r->end_ns - r->arrival_ns) : -1;
+	m->socket_wait_ns = r->received_ns && r->received_ns <= r->arrival_ns
+				? (int64_t)(r->arrival_ns - r->received_ns)
+				: -1;
 	m->tokens_from_usage = r->completion_tokens >= 0;
 	m->tokens = m->tokens_from_usage ? r->completion_tokens : r->ntokens;
 	m->itl_p50_ns = m->itl_p99_ns = m->itl_max_ns = -1;

@@ -55,6 +55,7 @@ struct request {
 /* Derived per-request numbers; *_ns < 0 means "not applicable" (printed as null). */
 struct request_metrics {
 	int64_t ttft_ns, e2e_ns, tpot_ns;
+	int64_t socket_wait_ns; /* received_ns to arrival_ns; -1: the arrival is unknown */
 	int64_t itl_p50_ns, itl_p99_ns, itl_max_ns;
 	int64_t tokens;
 	bool tokens_from_usage;
