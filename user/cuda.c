@@ -12,6 +12,7 @@
 #include <bpf/libbpf.h>
 
 #include "cuda.h"
+#include "grow.h"
 #include "events.h"
 #include "tokenscope.skel.h"
 
@@ -65,15 +66,11 @@ void cuda_init(struct cuda_attach *ca, struct tokenscope_bpf *skel, bool verbose
 
 static int cuda_keep_link(struct cuda_attach *ca, struct bpf_link *l)
 {
-	if (ca->nlinks == ca->cap) {
-		int cap = ca->cap ? ca->cap * 2 : 64;
-		struct bpf_link **n = realloc(ca->links, cap * sizeof(*n));
+	struct bpf_link **n = grow(ca->links, &ca->cap, ca->nlinks + 1, sizeof(*n), 64);
 
-		if (!n)
-			return -ENOMEM;
-		ca->links = n;
-		ca->cap = cap;
-	}
+	if (!n)
+		return -ENOMEM;
+	ca->links = n;
 	ca->links[ca->nlinks++] = l;
 	return 0;
 }

@@ -29,7 +29,8 @@ struct cuda_attach {
 	struct cuda_file files[CUDA_MAX_FILES];
 	int nfiles;
 	struct bpf_link **links;
-	int nlinks, cap;
+	int nlinks;
+	size_t cap;
 	bool verbose;
 };
 

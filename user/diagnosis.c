@@ -5,6 +5,7 @@
 
 #include "diagnosis.h"
 #include "gpu.h"
+#include "grow.h"
 #include "hist.h"
 #include "request.h"
 
@@ -27,37 +28,25 @@ void diagnosis_set_wall_clock(struct diagnosis *d, uint64_t mono_ns, uint64_t re
 	d->clock_real_ns = real_ns;
 }
 
-/* Grows *p (of *cap elements of size sz) to hold need; 0 or -1. */
-static int grow(void **p, size_t *cap, size_t need, size_t sz)
-{
-	size_t c = *cap ? *cap : 64;
-	void *n;
-
-	if (need <= *cap)
-		return 0;
-	while (c < need)
-		c *= 2;
-	n = realloc(*p, c * sz);
-	if (!n)
-		return -1;
-	*p = n;
-	*cap = c;
-	return 0;
-}
-
 static void diag_request(void *ctx, const struct request *r, const struct request_metrics *m,
 			 const struct gpu_attribution *ga)
 {
 	struct diagnosis *d = ctx;
 	uint32_t ngaps = r->ntokens > 1 ? r->ntokens - 1 : 0;
-	struct diag_req *q;
+	struct diag_req *q, *reqs;
+	uint64_t *gaps;
 
 	d->finished++;
 	/* As the summary: latency percentiles describe requests that worked. */
 	if (r->outcome != OUTCOME_OK || m->ttft_ns < 0)
 		return;
-	if (grow((void **)&d->reqs, &d->cap, d->n + 1, sizeof(*d->reqs)) ||
-	    grow((void **)&d->gaps, &d->gaps_cap, d->ngaps + ngaps, sizeof(*d->gaps))) {
+	reqs = grow(d->reqs, &d->cap, d->n + 1, sizeof(*reqs), 64);
+	if (reqs)
+		d->reqs = reqs;
+	gaps = reqs ? grow(d->gaps, &d->gaps_cap, d->ngaps + ngaps, sizeof(*gaps), 64) : NULL;
+	if (gaps)
+		d->gaps = gaps;
+	if (!reqs || !gaps) {
 		d->dropped++;
 		return;
 	}

@@ -11,6 +11,7 @@
 #include <linux/types.h>
 
 #include "discover.h"
+#include "grow.h"
 #include "proc.h"
 #include "traffic.h"
 
@@ -314,7 +315,7 @@ static bool read_entry(const char *proc_root, const char *name, char *cmdline, s
 int discover_scan(const char *proc_root, struct discovered *out, size_t max, size_t *n)
 {
 	DIR *d = opendir(proc_root);
-	struct entry *all = NULL;
+	struct entry *all = NULL, *m;
 	size_t nall = 0, cap = 0;
 	struct dirent *de;
 	char *cmdline;
@@ -334,15 +335,12 @@ int discover_scan(const char *proc_root, struct discovered *out, size_t max, siz
 		if (!isdigit((unsigned char)de->d_name[0]) ||
 		    !read_entry(proc_root, de->d_name, cmdline, &e))
 			continue;
-		if (nall == cap) {
-			struct entry *m = realloc(all, (cap = cap ? cap * 2 : 512) * sizeof(*m));
-
-			if (!m) {
-				err = -ENOMEM;
-				goto out;
-			}
-			all = m;
+		m = grow(all, &cap, nall + 1, sizeof(*m), 512);
+		if (!m) {
+			err = -ENOMEM;
+			goto out;
 		}
+		all = m;
 		all[nall++] = e;
 	}
 	if (nall)
@@ -400,18 +398,14 @@ bool discover_set_contains(const struct discover_set *s, uint32_t pid)
 int discover_set_add(struct discover_set *s, uint32_t pid)
 {
 	size_t i = set_pos(s, pid);
+	uint32_t *m;
 
 	if (i < s->n && s->pids[i] == pid)
 		return 0;
-	if (s->n == s->cap) {
-		size_t cap = s->cap ? s->cap * 2 : 16;
-		uint32_t *m = realloc(s->pids, cap * sizeof(*m));
-
-		if (!m)
-			return -ENOMEM;
-		s->pids = m;
-		s->cap = cap;
-	}
+	m = grow(s->pids, &s->cap, s->n + 1, sizeof(*m), 16);
+	if (!m)
+		return -ENOMEM;
+	s->pids = m;
 	memmove(s->pids + i + 1, s->pids + i, (s->n - i) * sizeof(*s->pids));
 	s->pids[i] = pid;
 	s->n++;

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "grow.h"
 #include "output.h"
 #include "pipeline.h"
 
@@ -90,6 +91,8 @@ static bool is_root(const struct pipeline *pl, uint32_t pid)
 
 int pipeline_add_process(struct pipeline *pl, uint32_t pid, bool root)
 {
+	uint32_t *live;
+
 	if (root && !is_root(pl, pid)) {
 		if (pl->nroots == PIPELINE_MAX_ROOTS)
 			return -E2BIG;
@@ -97,15 +100,10 @@ int pipeline_add_process(struct pipeline *pl, uint32_t pid, bool root)
 	}
 	if (live_index(pl, pid) >= 0)
 		return 0;
-	if (pl->nlive == pl->live_cap) {
-		uint32_t cap = pl->live_cap ? pl->live_cap * 2 : 16;
-		uint32_t *n = realloc(pl->live, cap * sizeof(*n));
-
-		if (!n)
-			return -ENOMEM;
-		pl->live = n;
-		pl->live_cap = cap;
-	}
+	live = grow(pl->live, &pl->live_cap, pl->nlive + 1, sizeof(*live), 16);
+	if (!live)
+		return -ENOMEM;
+	pl->live = live;
 	pl->live[pl->nlive++] = pid;
 	return 0;
 }
@@ -135,17 +133,14 @@ bool pipeline_all_exited(const struct pipeline *pl)
 
 int pipeline_label_process(struct pipeline *pl, uint32_t pid, const char *container)
 {
+	struct pipeline_label *labels;
+
 	if (!container || !*container)
 		return 0;
-	if (pl->nlabels == pl->labels_cap) {
-		uint32_t cap = pl->labels_cap ? pl->labels_cap * 2 : 16;
-		struct pipeline_label *n = realloc(pl->labels, cap * sizeof(*n));
-
-		if (!n)
-			return -ENOMEM;
-		pl->labels = n;
-		pl->labels_cap = cap;
-	}
+	labels = grow(pl->labels, &pl->labels_cap, pl->nlabels + 1, sizeof(*labels), 16);
+	if (!labels)
+		return -ENOMEM;
+	pl->labels = labels;
 	pl->labels[pl->nlabels].pid = pid;
 	snprintf(pl->labels[pl->nlabels].container, sizeof(pl->labels[0].container), "%s",
 		 container);

@@ -43,11 +43,13 @@ struct pipeline {
 	uint64_t bad_records;
 	uint64_t lost_seen; /* kernel lost-record count at the last pipeline_kernel_lost() */
 	uint32_t *live;	    /* traced processes still running */
-	uint32_t nlive, live_cap;
+	uint32_t nlive;
+	size_t live_cap;
 	uint32_t roots[PIPELINE_MAX_ROOTS]; /* processes named with -p or found by --all */
 	uint32_t nroots;
 	struct pipeline_label *labels; /* container of each traced process, when known */
-	uint32_t nlabels, labels_cap;
+	uint32_t nlabels;
+	size_t labels_cap;
 	bool keep_running; /* --all: the run does not end when every traced process has */
 	bool header_done;
 	uint64_t last_ns; /* the latest kernel time in any record so far */

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "grow.h"
 #include "proc.h"
 
 int proc_check(uint32_t pid)
@@ -67,7 +68,7 @@ struct pair {
 int proc_descendants(uint32_t root, void (*cb)(void *ctx, uint32_t pid), void *ctx)
 {
 	DIR *d = opendir("/proc");
-	struct pair *all = NULL;
+	struct pair *all = NULL, *m;
 	size_t n = 0, cap = 0;
 	uint32_t *todo = NULL;
 	size_t head = 0, tail = 0;
@@ -86,15 +87,12 @@ int proc_descendants(uint32_t root, void (*cb)(void *ctx, uint32_t pid), void *c
 		if (proc_read_file(path, text, sizeof(text)) <= 0 ||
 		    proc_parse_stat(text, &p.pid, &p.ppid))
 			continue; /* exited meanwhile */
-		if (n == cap) {
-			struct pair *m = realloc(all, (cap = cap ? cap * 2 : 512) * sizeof(*m));
-
-			if (!m) {
-				found = -ENOMEM;
-				goto out;
-			}
-			all = m;
+		m = grow(all, &cap, n + 1, sizeof(*m), 512);
+		if (!m) {
+			found = -ENOMEM;
+			goto out;
 		}
+		all = m;
 		all[n++] = p;
 	}
 	todo = malloc((n + 1) * sizeof(*todo));

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "grow.h"
 #include "request.h"
 
 static const char *const outcome_names[OUTCOME_MAX] = {
@@ -47,15 +48,11 @@ void request_free(struct request *r)
 
 int request_add_token(struct request *r, uint64_t ts)
 {
-	if (r->ntokens == r->token_cap) {
-		uint32_t cap = r->token_cap ? r->token_cap * 2 : 64;
-		uint64_t *n = realloc(r->token_ns, cap * sizeof(*n));
+	uint64_t *n = grow(r->token_ns, &r->token_cap, r->ntokens + 1, sizeof(*n), 64);
 
-		if (!n)
-			return -ENOMEM;
-		r->token_ns = n;
-		r->token_cap = cap;
-	}
+	if (!n)
+		return -ENOMEM;
+	r->token_ns = n;
 	if (!r->ntokens)
 		r->first_token_ns = ts;
 	r->token_ns[r->ntokens++] = ts;

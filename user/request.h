@@ -41,7 +41,8 @@ struct request {
 	 * arrival_ns minus this is the upload plus the wait for the server to read. 0: unknown. */
 	uint64_t received_ns;
 	uint64_t *token_ns; /* every content frame, in order */
-	uint32_t ntokens, token_cap;
+	uint32_t ntokens;
+	size_t token_cap;
 	uint32_t frames;					 /* every frame, content or not */
 	int64_t prompt_tokens, completion_tokens, cached_tokens; /* -1: not reported */
 	uint64_t lost_bytes; /* response bytes (or request head bytes) the tracer lost */
