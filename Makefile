@@ -51,7 +51,7 @@ endif
 .DELETE_ON_ERROR:
 # The sanitizer objects are only prerequisites of tests: keep them, or every build redoes them.
 .SECONDARY: $(SAN_OBJS)
-.PHONY: all check demo bench deps clean format vmlinux
+.PHONY: all check demo bench fuzz fuzz-regress stress deps clean format vmlinux
 
 all: $(OUTPUT)/tokenscope $(TOOLS) $(UNIT_TESTS) $(BPF_TESTS)
 
@@ -140,6 +140,15 @@ demo: deps
 bench: deps
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)scripts/bench.sh
+
+# Every libFuzzer target in tests/fuzz/ for FUZZ_SECONDS each (README "Hardening").
+fuzz: deps
+	$(Q)scripts/fuzz.sh
+
+# Hostile clients against the traced reference server (README "Hardening").
+stress: deps
+	$(Q)$(MAKE) --no-print-directory all
+	$(Q)tests/stress/run_stress.sh
 
 vmlinux:
 	$(Q)scripts/gen-vmlinux.sh
