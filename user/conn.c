@@ -9,6 +9,7 @@
 #include "conn.h"
 #include "http.h"
 #include "sse.h"
+#include "utf8.h"
 
 #define CONN_BUCKETS 16384
 /* Requests read ahead of their responses on one connection (HTTP pipelining). */
@@ -155,7 +156,8 @@ static void req_on_head(void *ctx, const struct http_head *h, uint64_t ts)
 	if (!r)
 		return;
 	snprintf(r->method, sizeof(r->method), "%s", h->method);
-	snprintf(r->path, sizeof(r->path), "%s", h->path);
+	/* The target is whatever the client sent: printable text before any sink sees it. */
+	utf8_clean(r->path, sizeof(r->path), h->path, strlen(h->path));
 	r->received_ns = c->rx_first;
 	r->prompt_bytes = h->content_length >= 0 ? h->content_length : 0;
 }

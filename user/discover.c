@@ -14,6 +14,7 @@
 #include "grow.h"
 #include "proc.h"
 #include "traffic.h"
+#include "utf8.h"
 
 /* Server command lines are long (vLLM's run to a few hundred bytes); the rules look at the
  * first arguments and flags, so a truncated tail loses nothing they need. */
@@ -247,7 +248,7 @@ static bool ancestor_matched(const struct entry *all, size_t n, const struct ent
 
 static void fill(const char *proc_root, const struct entry *e, struct discovered *d)
 {
-	char path[512], text[CGROUP_BYTES];
+	char path[512], text[CGROUP_BYTES], comm[32];
 
 	memset(d, 0, sizeof(*d));
 	d->pid = e->pid;
@@ -256,9 +257,9 @@ static void fill(const char *proc_root, const struct entry *e, struct discovered
 	d->rule = e->rule;
 	d->runtime = "";
 	snprintf(path, sizeof(path), "%s/%u/comm", proc_root, e->pid);
-	if (proc_read_file(path, d->comm, sizeof(d->comm)) <= 0)
-		snprintf(d->comm, sizeof(d->comm), "?");
-	d->comm[strcspn(d->comm, "\n")] = 0;
+	if (proc_read_file(path, comm, sizeof(comm)) <= 0)
+		snprintf(comm, sizeof(comm), "?");
+	utf8_clean(d->comm, sizeof(d->comm), comm, strcspn(comm, "\n"));
 	snprintf(path, sizeof(path), "%s/%u/cgroup", proc_root, e->pid);
 	if (proc_read_file(path, text, sizeof(text)) > 0 &&
 	    discover_container(text, d->container_id, &d->runtime))

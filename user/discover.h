@@ -55,7 +55,8 @@ struct discovered {
 	/* "vllm", "sglang", "tgi", "llama.cpp", "ollama"; NULL when found by its traffic */
 	const char *server;
 	const char *rule; /* what matched, e.g. "vllm serve", "sse-traffic" */
-	char comm[16];
+	/* printable (utf8_clean): a process names itself, escape sequences included */
+	char comm[16 * 3 + 1];
 	const char *runtime; /* "docker", "containerd", "cri-o", "podman", ""... */
 	char container_id[DISCOVER_ID_LEN + 1]; /* "" when not in a container */
 	char container_short[DISCOVER_SHORT_LEN + 1];

@@ -3,19 +3,26 @@
 #include <string.h>
 
 #include "jsonw.h"
+#include "utf8.h"
 
 void jsonw_escape(FILE *f, const char *s)
 {
 	const unsigned char *p = (const unsigned char *)s, *run = p;
+	size_t left = strlen(s);
 
 	/* Runs of bytes that need no escape go out in one fwrite: a byte at a time was most of
-	 * the cost of a timeline. */
+	 * the cost of a timeline. Bytes that are not UTF-8 become U+FFFD: one such byte makes a
+	 * strict reader (an OpenTelemetry collector) refuse the whole document. */
 	fputc('"', f);
-	for (; *p; p++) {
-		if (*p >= 0x20 && *p != '"' && *p != '\\')
+	while (left) {
+		size_t len = *p >= 0x80 ? utf8_len(p, left) : 1;
+
+		if (len && (*p >= 0x80 || (*p >= 0x20 && *p != '"' && *p != '\\'))) {
+			p += len;
+			left -= len;
 			continue;
+		}
 		fwrite(run, 1, p - run, f);
-		run = p + 1;
 		switch (*p) {
 		case '"':
 			fputs("\\\"", f);
@@ -33,8 +40,14 @@ void jsonw_escape(FILE *f, const char *s)
 			fputs("\\t", f);
 			break;
 		default:
-			fprintf(f, "\\u%04x", *p);
+			if (len)
+				fprintf(f, "\\u%04x", *p);
+			else
+				fputs("\\ufffd", f);
 		}
+		p++;
+		left--;
+		run = p;
 	}
 	fwrite(run, 1, p - run, f);
 	fputc('"', f);

@@ -6,15 +6,29 @@
 #include "grow.h"
 #include "output.h"
 #include "pipeline.h"
+#include "utf8.h"
+
+_Static_assert(sizeof(((struct request *)0)->container) ==
+		   sizeof(((struct pipeline_proc *)0)->container),
+	       "a request's container is its process's");
+
+static struct pipeline_proc *live_proc(const struct pipeline *pl, uint32_t pid)
+{
+	for (uint32_t i = 0; i < pl->nlive; i++)
+		if (pl->live[i].pid == pid)
+			return &pl->live[i];
+	return NULL;
+}
 
 static void pl_request_start(void *ctx, struct request *r)
 {
 	struct pipeline *pl = ctx;
 
+	const struct pipeline_proc *p = live_proc(pl, r->pid);
+
 	/* Labelled at its start: the sinks key what they keep open (in flight) by it. */
-	for (uint32_t i = 0; i < pl->nlabels; i++)
-		if (pl->labels[i].pid == r->pid)
-			snprintf(r->container, sizeof(r->container), "%s", pl->labels[i].container);
+	if (p)
+		memcpy(r->container, p->container, sizeof(r->container));
 	summary_start(&pl->total, r);
 	summary_start(&pl->interval, r);
 	for (int i = 0; i < pl->nsinks; i++)
@@ -67,18 +81,8 @@ void pipeline_free(struct pipeline *pl)
 {
 	conn_table_free(&pl->conns);
 	gpu_free(&pl->gpu);
-	free(pl->labels);
-	pl->labels = NULL;
 	free(pl->live);
 	pl->live = NULL;
-}
-
-static int live_index(const struct pipeline *pl, uint32_t pid)
-{
-	for (uint32_t i = 0; i < pl->nlive; i++)
-		if (pl->live[i] == pid)
-			return i;
-	return -1;
 }
 
 static bool is_root(const struct pipeline *pl, uint32_t pid)
@@ -91,20 +95,20 @@ static bool is_root(const struct pipeline *pl, uint32_t pid)
 
 int pipeline_add_process(struct pipeline *pl, uint32_t pid, bool root)
 {
-	uint32_t *live;
+	struct pipeline_proc *live;
 
 	if (root && !is_root(pl, pid)) {
 		if (pl->nroots == PIPELINE_MAX_ROOTS)
 			return -E2BIG;
 		pl->roots[pl->nroots++] = pid;
 	}
-	if (live_index(pl, pid) >= 0)
+	if (live_proc(pl, pid))
 		return 0;
 	live = grow(pl->live, &pl->live_cap, pl->nlive + 1, sizeof(*live), 16);
 	if (!live)
 		return -ENOMEM;
 	pl->live = live;
-	pl->live[pl->nlive++] = pid;
+	pl->live[pl->nlive++] = (struct pipeline_proc){ .pid = pid };
 	return 0;
 }
 
@@ -117,12 +121,18 @@ static void drop_root(struct pipeline *pl, uint32_t pid)
 		}
 }
 
+/* The process left: its entry goes, the last one taking its place. */
+static void drop_live(struct pipeline *pl, uint32_t pid)
+{
+	struct pipeline_proc *p = live_proc(pl, pid);
+
+	if (p)
+		*p = pl->live[--pl->nlive];
+}
+
 void pipeline_forget_process(struct pipeline *pl, uint32_t pid)
 {
-	int i = live_index(pl, pid);
-
-	if (i >= 0)
-		pl->live[i] = pl->live[--pl->nlive];
+	drop_live(pl, pid);
 	drop_root(pl, pid);
 }
 
@@ -133,31 +143,22 @@ bool pipeline_all_exited(const struct pipeline *pl)
 
 int pipeline_label_process(struct pipeline *pl, uint32_t pid, const char *container)
 {
-	struct pipeline_label *labels;
+	struct pipeline_proc *p = live_proc(pl, pid);
 
-	if (!container || !*container)
-		return 0;
-	labels = grow(pl->labels, &pl->labels_cap, pl->nlabels + 1, sizeof(*labels), 16);
-	if (!labels)
-		return -ENOMEM;
-	pl->labels = labels;
-	pl->labels[pl->nlabels].pid = pid;
-	snprintf(pl->labels[pl->nlabels].container, sizeof(pl->labels[0].container), "%s",
-		 container);
-	pl->nlabels++;
+	if (!p)
+		return -ENOENT;
+	snprintf(p->container, sizeof(p->container), "%s", container ? container : "");
 	return 0;
 }
 
 static void pl_proc_exit(struct pipeline *pl, const struct ts_proc_event *e)
 {
-	int i = live_index(pl, e->hdr.pid);
-	char comm[sizeof(e->comm) + 1];
+	char comm[UTF8_REPLACEMENT_BYTES * sizeof(e->comm) + 1];
 
-	memcpy(comm, e->comm, sizeof(e->comm));
-	comm[sizeof(e->comm)] = 0;
+	/* A process names itself (prctl): no escape sequence of its reaches the terminal. */
+	utf8_clean(comm, sizeof(comm), e->comm, strnlen(e->comm, sizeof(e->comm)));
 	conn_close_pid(&pl->conns, e->hdr.pid, e->ts_ns);
-	if (i >= 0)
-		pl->live[i] = pl->live[--pl->nlive];
+	drop_live(pl, e->hdr.pid);
 	if (pl->on_exit)
 		pl->on_exit(pl->on_exit_ctx, e->hdr.pid);
 	if (is_root(pl, e->hdr.pid) || pl->o.verbose) {
@@ -206,15 +207,17 @@ int pipeline_feed(struct pipeline *pl, const void *rec, size_t len)
 		return 0;
 	case TS_EV_PROC_FORK: {
 		const struct ts_proc_event *e = rec;
+		const struct pipeline_proc *parent;
+		char container[sizeof(parent->container)] = "";
 
 		if (len != sizeof(*e))
 			goto bad;
-		pipeline_add_process(pl, e->hdr.pid, false);
-		for (uint32_t i = 0; i < pl->nlabels; i++)
-			if (pl->labels[i].pid == e->ppid) {
-				pipeline_label_process(pl, e->hdr.pid, pl->labels[i].container);
-				break;
-			}
+		/* Copied out before the child's entry is added: that may move the list. */
+		parent = live_proc(pl, e->ppid);
+		if (parent)
+			memcpy(container, parent->container, sizeof(container));
+		if (!pipeline_add_process(pl, e->hdr.pid, false))
+			pipeline_label_process(pl, e->hdr.pid, container);
 		if (pl->o.verbose)
 			fprintf(pl->o.err, "tokenscope: following process %u (child of %u)\n",
 				e->hdr.pid, e->ppid);

@@ -29,7 +29,8 @@ struct pipeline_opts {
 #define PIPELINE_MAX_ROOTS 64
 #define PIPELINE_MAX_SINKS 8
 
-struct pipeline_label {
+/* A traced process that has not exited, and the container it runs in ("" when unknown). */
+struct pipeline_proc {
 	uint32_t pid;
 	char container[13];
 };
@@ -42,14 +43,13 @@ struct pipeline {
 	uint64_t kstats[TS_STAT_MAX]; /* the kernel's counters, refreshed by the loader */
 	uint64_t bad_records;
 	uint64_t lost_seen; /* kernel lost-record count at the last pipeline_kernel_lost() */
-	uint32_t *live;	    /* traced processes still running */
+	/* Traced processes still running: an exited one leaves at once, so the list (scanned at
+	 * every request start) is as long as the processes alive, however many have forked. */
+	struct pipeline_proc *live;
 	uint32_t nlive;
 	size_t live_cap;
 	uint32_t roots[PIPELINE_MAX_ROOTS]; /* processes named with -p or found by --all */
 	uint32_t nroots;
-	struct pipeline_label *labels; /* container of each traced process, when known */
-	uint32_t nlabels;
-	size_t labels_cap;
 	bool keep_running; /* --all: the run does not end when every traced process has */
 	bool header_done;
 	uint64_t last_ns; /* the latest kernel time in any record so far */
@@ -69,7 +69,8 @@ void pipeline_forget_process(struct pipeline *pl, uint32_t pid);
 /* One ring-buffer record. -EINVAL for a malformed one (counted, skipped). */
 int pipeline_feed(struct pipeline *pl, const void *rec, size_t len);
 bool pipeline_all_exited(const struct pipeline *pl);
-/* Labels a traced process (and, through fork records, its later children) with a container. */
+/* Labels a traced process (and, through fork records, its later children) with a container;
+ * -ENOENT when pid is not a traced process. */
 int pipeline_label_process(struct pipeline *pl, uint32_t pid, const char *container);
 /* The kernel's count of lost records now: when it grows, every open request may have lost
  * records of its own (the kernel cannot say whose). */

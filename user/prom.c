@@ -10,6 +10,7 @@
 #include "pipeline.h"
 #include "prom.h"
 #include "request.h"
+#include "utf8.h"
 
 #define MS_NS 1000000ull
 
@@ -329,37 +330,6 @@ struct sink prom_sink(struct prom *p)
 	};
 }
 
-/* Length of the valid UTF-8 sequence at s (at most n bytes), 0 if it is not one. Prometheus
- * refuses label values that are not UTF-8; a model name cut by the capture limit may end
- * inside a character. */
-static size_t utf8_len(const unsigned char *s, size_t n)
-{
-	size_t len;
-	uint32_t cp;
-
-	if (s[0] < 0x80)
-		return 1;
-	if (s[0] >= 0xc2 && s[0] <= 0xdf)
-		len = 2, cp = s[0] & 0x1f;
-	else if (s[0] >= 0xe0 && s[0] <= 0xef)
-		len = 3, cp = s[0] & 0x0f;
-	else if (s[0] >= 0xf0 && s[0] <= 0xf4)
-		len = 4, cp = s[0] & 0x07;
-	else
-		return 0;
-	if (len > n)
-		return 0;
-	for (size_t i = 1; i < len; i++) {
-		if ((s[i] & 0xc0) != 0x80)
-			return 0;
-		cp = cp << 6 | (s[i] & 0x3f);
-	}
-	if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
-	    (cp >= 0xd800 && cp <= 0xdfff))
-		return 0;
-	return len;
-}
-
 /* Worst case of model="...",pid="...",container="...": every byte of the names 3 bytes
  * (U+FFFD). */
 #define LABELS_MAX \
@@ -387,8 +357,8 @@ static char *label_pair(char *out, const char *key, const char *value)
 			memcpy(o, s, len);
 			o += len;
 		} else {
-			memcpy(o, "\xef\xbf\xbd", 3);
-			o += 3;
+			memcpy(o, UTF8_REPLACEMENT, UTF8_REPLACEMENT_BYTES);
+			o += UTF8_REPLACEMENT_BYTES;
 		}
 		s += len ? len : 1;
 		n -= len ? len : 1;

@@ -12,6 +12,7 @@
 #include <cjson/cJSON.h>
 
 #include "reqbody.h"
+#include "utf8.h"
 
 /* Request bodies nest a few levels (messages[].content[].image_url...); deeper is not a
  * request we understand, and the scanner stops there rather than guess. */
@@ -145,8 +146,7 @@ static void reqbody_cjson_member(struct reqbody_slots *sl, struct req_info *out,
 {
 	if (key == RK_MODEL && cJSON_IsString(v) && !sl->model_set) {
 		sl->model_set = true;
-		strncpy(out->model, v->valuestring, sizeof(out->model) - 1);
-		out->model[sizeof(out->model) - 1] = '\0';
+		utf8_clean(out->model, sizeof(out->model), v->valuestring, strlen(v->valuestring));
 	} else if (cJSON_IsBool(v)) {
 		reqbody_set_bool(sl, out, key, cJSON_IsTrue(v));
 	} else if (cJSON_IsNumber(v)) {
@@ -266,14 +266,18 @@ static void reqbody_unescape(const char *s, size_t len, char *dst, size_t cap)
 	dst[o] = '\0';
 }
 
-/* A number or literal at pos. False if it runs to the end of the capture (maybe cut). */
+/*
+ * A number or literal at pos. False if it runs to the end of the capture (maybe cut), or if
+ * there is none: a delimiter where a value belongs (`[}`, `{"a":]`) is not JSON, and taking it
+ * as an empty scalar would leave pos where it was.
+ */
 static bool reqbody_scalar(struct reqbody_scan *sc, char *tok, size_t cap)
 {
 	size_t start = sc->pos, n;
 
 	while (sc->pos < sc->len && strchr(",}] \t\r\n", sc->s[sc->pos]) == NULL)
 		sc->pos++;
-	if (sc->pos == sc->len)
+	if (sc->pos == sc->len || sc->pos == start)
 		return false;
 	n = sc->pos - start;
 	if (n >= cap)
@@ -317,6 +321,8 @@ static void reqbody_scan(const uint8_t *buf, size_t len, struct reqbody_slots *s
 	sc.pos++;
 	lv[depth++] = (struct reqbody_level){ true, true, RK_NONE };
 
+	/* Every turn consumes at least one byte or returns: a close, a comma, a key (two quotes
+	 * at least), an opening bracket, a string, or a scalar of one byte or more. */
 	while (depth > 0) {
 		struct reqbody_level *cur = &lv[depth - 1];
 		enum reqbody_key key = RK_NONE;
@@ -371,9 +377,11 @@ static void reqbody_scan(const uint8_t *buf, size_t len, struct reqbody_slots *s
 			if (!reqbody_string(&sc, &start, &slen))
 				return;
 			if (key == RK_MODEL && !sl->model_set) {
+				char raw[REQBODY_MODEL_MAX];
+
 				sl->model_set = true;
-				reqbody_unescape(sc.s + start, slen, out->model,
-						 sizeof(out->model));
+				reqbody_unescape(sc.s + start, slen, raw, sizeof(raw));
+				utf8_clean(out->model, sizeof(out->model), raw, strlen(raw));
 			}
 		} else {
 			char tok[REQBODY_SCALAR_MAX];

@@ -18,7 +18,8 @@
 #define REQBODY_MODEL_MAX 128
 
 struct req_info {
-	char model[REQBODY_MODEL_MAX]; /* "" if unknown; truncated if longer */
+	/* "" if unknown; printable UTF-8 (utf8_clean), cut at a character if longer */
+	char model[REQBODY_MODEL_MAX];
 	int stream;	    /* 1, 0, or -1 unknown (absent: the default is the server's) */
 	int64_t max_tokens; /* -1 unknown or unlimited */
 	bool include_usage; /* stream_options.include_usage */

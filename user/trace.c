@@ -17,6 +17,7 @@
 #include "tokenscope.skel.h"
 #include "trace.h"
 #include "traffic.h"
+#include "utf8.h"
 #include "version.h"
 
 /* Records are submitted without wake-up; the consumer drains on this period, and is woken early
@@ -142,7 +143,7 @@ static void process_gone(void *ctx, uint32_t pid)
 static void cuda_scan_all(struct tracer *tr)
 {
 	for (uint32_t i = 0; i < tr->pl.nlive; i++)
-		cuda_scan(&tr->cuda, tr->pl.live[i]);
+		cuda_scan(&tr->cuda, tr->pl.live[i].pid);
 }
 
 static int trace_follow(struct tracer *tr, uint32_t pid, bool root)
@@ -224,6 +225,7 @@ static int traffic_follow(struct tracer *tr, struct discover_set *seen)
 	for (int i = 0; i < n; i++) {
 		struct ts_traffic_seen v;
 		struct discovered d;
+		char comm[sizeof(d.comm)];
 		const char *rule;
 		__u8 one;
 
@@ -235,7 +237,9 @@ static int traffic_follow(struct tracer *tr, struct discover_set *seen)
 		    !bpf_map_lookup_elem(traced_fd, &pids[i], &one) ||
 		    discover_describe("/proc", pids[i], NULL, rule, &d))
 			continue;
-		if (strncmp(d.comm, v.comm, sizeof(v.comm) - 1)) {
+		/* Cleaned as d.comm was, to compare like with like. */
+		utf8_clean(comm, sizeof(comm), v.comm, strnlen(v.comm, sizeof(v.comm)));
+		if (strcmp(d.comm, comm)) {
 			if (tr->verbose)
 				fprintf(
 				    stderr,

@@ -52,6 +52,17 @@ static void test_escape(void)
 		{ "\x7f caf\xc3\xa9 \xe2\x82\xac", "\"\x7f caf\xc3\xa9 \xe2\x82\xac\"" },
 		{ "end\n", "\"end\\n\"" },
 		{ "\nstart", "\"\\nstart\"" },
+		/* Not UTF-8: a lone continuation byte, a cut sequence, an overlong '/', a
+		 * surrogate, a code point past U+10FFFF; each byte that starts no character is
+		 * U+FFFD. */
+		{ "a\x80"
+		  "b",
+		  "\"a\\ufffdb\"" },
+		{ "caf\xc3", "\"caf\\ufffd\"" },
+		{ "\xc0\xaf", "\"\\ufffd\\ufffd\"" },
+		{ "\xed\xa0\x80", "\"\\ufffd\\ufffd\\ufffd\"" },
+		{ "\xf4\x90\x80\x80", "\"\\ufffd\\ufffd\\ufffd\\ufffd\"" },
+		{ "\xe2\x82\xac\xff\xf0\x9f\x98\x80", "\"\xe2\x82\xac\\ufffd\xf0\x9f\x98\x80\"" },
 	};
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {

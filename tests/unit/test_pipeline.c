@@ -7,6 +7,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "pipeline.h"
@@ -733,6 +734,135 @@ static void test_root_slots(void)
 	h_close(&h);
 }
 
+static void proc_fork(struct pipeline *pl, uint32_t pid, uint32_t ppid)
+{
+	struct ts_proc_event e = { .hdr = { TS_EV_PROC_FORK, sizeof(e), pid, pid } };
+
+	e.ts_ns = 4000;
+	e.ppid = ppid;
+	pipeline_feed(pl, &e, sizeof(e));
+}
+
+/*
+ * A pre-forking server under --all: children forked while requests are in flight inherit the
+ * container (the parent's label is copied before the list grows under it: ASan saw a
+ * use-after-free there), and an exited child takes its entry with it, so a server forking for
+ * days leaves as many entries as it has processes alive.
+ */
+static void test_fork_labels_bounded(void)
+{
+	struct harness h;
+	size_t cap;
+	cJSON *r;
+
+	h_open(&h); /* root 100 */
+	h.pl.keep_running = true;
+	ASSERT_OK(pipeline_label_process(&h.pl, 100, "0123456789ab"), "label the root");
+	ASSERT_EQ(pipeline_label_process(&h.pl, 99, "ffffffffffff"), -ENOENT, "not traced");
+	conn_event(&h, TS_EV_CONN_OPEN, 1, 5, 500);
+	send_request(&h, 1, 1000000);
+	/* Enough children at once that the list is reallocated several times. */
+	for (uint32_t pid = 200; pid < 300; pid++)
+		proc_fork(&h.pl, pid, 100);
+	ASSERT_EQ(h.pl.nlive, 101, "root and children alive");
+	for (uint32_t i = 0; i < h.pl.nlive; i++)
+		if (!ASSERT_STREQ(h.pl.live[i].container, "0123456789ab", "inherited"))
+			break;
+	for (uint32_t pid = 200; pid < 300; pid++)
+		proc_exit(&h.pl, pid);
+	cap = h.pl.live_cap;
+	/* Days of forks: a child at a time, each exiting, pids wrapping. */
+	for (uint32_t n = 0; n < 100000; n++) {
+		uint32_t pid = 1000 + n % 30000;
+
+		proc_fork(&h.pl, pid, 100);
+		proc_fork(&h.pl, pid + 40000, pid);
+		proc_exit(&h.pl, pid + 40000);
+		proc_exit(&h.pl, pid);
+	}
+	ASSERT_EQ(h.pl.nlive, 1, "only the root is left");
+	ASSERT_EQ(h.pl.live_cap, cap, "the list did not grow");
+	data_event(&h, 1, TS_DIR_OUT, HEAD_SSE, 1100000);
+	chunk(&h, 1, TOK, 2000000);
+	chunk(&h, 1, DONE, 3000000);
+	data_event(&h, 1, TS_DIR_OUT, "0\r\n\r\n", 3100000);
+	if (ASSERT_EQ(h_lines(&h), 1, "the request in flight") &&
+	    ASSERT_OK_PTR(r = h.lines[0], "valid JSON")) {
+		ASSERT_STREQ(str(r, "container"), "0123456789ab", "labelled");
+		ASSERT_STREQ(str(r, "outcome"), "ok", "ok");
+	}
+	h_close(&h);
+}
+
+/* Bytes from traffic that are not printable UTF-8 are replaced before any sink sees them. */
+static void test_hostile_strings(void)
+{
+	static const char body[] = "{\"model\":\"a\\u001b[31mb\\nc\xff\xc3\",\"stream\":true}";
+	char req[512];
+	struct harness h;
+	cJSON *r;
+
+	h_open(&h);
+	conn_event(&h, TS_EV_CONN_OPEN, 1, 5, 500);
+	snprintf(req, sizeof(req),
+		 "POST /v1/chat/completions?\x1b]0;x\x07\xfe HTTP/1.1\r\nContent-Type: "
+		 "application/json\r\nContent-Length: %zu\r\n\r\n%s",
+		 strlen(body), body);
+	data_event(&h, 1, TS_DIR_IN, req, 1000000);
+	data_event(&h, 1, TS_DIR_OUT, HEAD_SSE, 1100000);
+	chunk(&h, 1, TOK, 2000000);
+	chunk(&h, 1, DONE, 3000000);
+	data_event(&h, 1, TS_DIR_OUT, "0\r\n\r\n", 3100000);
+	if (ASSERT_EQ(h_lines(&h), 1, "one request") &&
+	    ASSERT_OK_PTR(r = h.lines[0], "valid JSON")) {
+		ASSERT_STREQ(str(r, "model"),
+			     "a\xef\xbf\xbd[31mb\xef\xbf\xbd"
+			     "c\xef\xbf\xbd\xef\xbf\xbd",
+			     "model: controls and bad bytes replaced");
+		ASSERT_STREQ(str(r, "path"),
+			     "/v1/chat/completions?\xef\xbf\xbd]0;x\xef\xbf\xbd\xef\xbf\xbd",
+			     "path: likewise");
+	}
+	ASSERT_FALSE(memchr(h.out, 0x1b, h.out_len), "no escape byte in the output");
+	h_close(&h);
+}
+
+/* A complete body that ends where a value belongs (`[}`) once stopped the body scanner from
+ * advancing: the tracer spun and reported nothing more. */
+static void test_truncated_body_does_not_hang(void)
+{
+	static const char *const bodies[] = {
+		"{\"model\":\"x\",\"messages\":[}",
+		"{\"model\":\"x\",\"stream\":}",
+		"{\"a\":]",
+		"{\"messages\":[1,}",
+		"{\"model\":\"y\",\"n\":[[,]]}",
+	};
+	struct harness h;
+	char req[512];
+
+	alarm(10); /* a hang is a failure, not a stuck test run */
+	h_open(&h);
+	for (size_t i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++) {
+		conn_event(&h, TS_EV_CONN_OPEN, i + 1, 5, 500);
+		snprintf(req, sizeof(req),
+			 "POST /v1/chat/completions HTTP/1.1\r\nContent-Type: "
+			 "application/json\r\nContent-Length: %zu\r\n\r\n%s",
+			 strlen(bodies[i]), bodies[i]);
+		data_event(&h, i + 1, TS_DIR_IN, req, 1000000);
+		data_event(&h, i + 1, TS_DIR_OUT, HEAD_SSE, 1100000);
+		chunk(&h, i + 1, TOK, 2000000);
+		chunk(&h, i + 1, DONE, 3000000);
+		data_event(&h, i + 1, TS_DIR_OUT, "0\r\n\r\n", 3100000);
+	}
+	if (ASSERT_EQ(h_lines(&h), 5, "every request reported")) {
+		ASSERT_STREQ(str(h.lines[0], "model"), "x", "what could be read was");
+		ASSERT_STREQ(str(h.lines[0], "outcome"), "ok", "ok");
+	}
+	alarm(0);
+	h_close(&h);
+}
+
 int main(void)
 {
 	RUN(test_stream_request);
@@ -752,5 +882,8 @@ int main(void)
 	RUN(test_bad_records_are_counted);
 	RUN(test_socket_arrival);
 	RUN(test_root_slots);
+	RUN(test_fork_labels_bounded);
+	RUN(test_hostile_strings);
+	RUN(test_truncated_body_does_not_hang);
 	return CHECK_DONE();
 }

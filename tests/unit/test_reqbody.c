@@ -9,6 +9,7 @@
 #define _GNU_SOURCE /* memmem */
 #endif
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "fixture.h"
@@ -212,6 +213,50 @@ static void test_not_json(void)
 	ASSERT_STREQ(ri.model, "x", "captured past total");
 }
 
+/* A delimiter where a value belongs once left the scanner where it was, forever: whole bodies
+ * (cJSON refuses them, the scanner gets them) and cut ones. */
+static void test_no_value_does_not_hang(void)
+{
+	static const char *const bodies[] = {
+		"{\"model\":\"x\",\"messages\":[}",
+		"{\"model\":\"x\",\"messages\":[}  ",
+		"{\"a\":}",
+		"{\"a\":]",
+		"{\"a\":,}",
+		"{\"a\":[1,]}",
+		"{\"a\":[[}]]}",
+	};
+	struct req_info ri;
+
+	alarm(10); /* a hang is a failure, not a stuck test run */
+	for (size_t i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++) {
+		ri = parse_str(bodies[i], 0);
+		ri = parse_str(bodies[i], strlen(bodies[i]) + 100);
+	}
+	alarm(0);
+	ri = parse_str(bodies[0], 0);
+	ASSERT_STREQ(ri.model, "x", "read up to the damage");
+}
+
+/* A model name is printable UTF-8 from either path, whatever the client sent. */
+static void test_model_cleaned(void)
+{
+	struct req_info ri;
+
+	ri = parse_str("{\"model\":\"a\\u001b[2Jb\\nc\"}", 0);
+	ASSERT_STREQ(ri.model,
+		     "a\xef\xbf\xbd[2Jb\xef\xbf\xbd"
+		     "c",
+		     "cJSON: escapes decoded, cleaned");
+	ri = parse_str("{\"model\":\"a\\u001b[2Jb\\nc\"", 1000);
+	ASSERT_STREQ(ri.model,
+		     "a\xef\xbf\xbd[2Jb\xef\xbf\xbd"
+		     "c",
+		     "scanner: the same");
+	ri = parse_str("{\"model\":\"\xff\x1b\"", 1000);
+	ASSERT_STREQ(ri.model, "\xef\xbf\xbd\xef\xbf\xbd", "raw bytes");
+}
+
 static void test_deep_and_random(void)
 {
 	char *deep = malloc(20001);
@@ -256,6 +301,8 @@ int main(void)
 	RUN(test_limits_and_dialects);
 	RUN(test_model_text);
 	RUN(test_not_json);
+	RUN(test_no_value_does_not_hang);
+	RUN(test_model_cleaned);
 	RUN(test_deep_and_random);
 	return CHECK_DONE();
 }
