@@ -50,7 +50,7 @@ struct conn {
 	bool resp_active;	 /* queue[qhead] has a response head */
 	bool resp_informational; /* the response being parsed is 1xx */
 	bool resp_orphan;	 /* the response being parsed answers a request we did not see */
-	struct buf body; /* request body (model etc.), then the non-streamed response body */
+	struct buf body;  /* request body (model etc.), then the non-streamed response body */
 	uint64_t last_ns; /* time of the latest record seen */
 	/* Socket arrival (ts_data_event.queued_ns) of the read being fed, and of the read that
 	 * brought the first bytes of the request being read; latched: the latter is set. */
@@ -224,6 +224,15 @@ static const struct http_callbacks req_callbacks = {
 
 /* ---- response direction ---- */
 
+/* Done with the stream parser: what it dropped goes into the table's counts, which outlive it. */
+static void conn_sse_release(struct conn *c)
+{
+	c->t->stats.oversize_frames += c->sse.oversize_frames;
+	c->t->stats.damaged_frames += c->sse.damaged_frames;
+	c->sse.oversize_frames = c->sse.damaged_frames = 0;
+	sse_free(&c->sse);
+}
+
 static void sse_on_frame(void *ctx, const struct sse_frame *f, uint64_t ts)
 {
 	struct conn *c = ctx;
@@ -275,7 +284,7 @@ static void resp_on_head(void *ctx, const struct http_head *h, uint64_t ts)
 	mode = sse_mode_for(h->content_type);
 	r->streamed = mode >= 0;
 	if (r->streamed) {
-		sse_free(&c->sse);
+		conn_sse_release(c);
 		sse_init(&c->sse, mode, sse_on_frame, c);
 	}
 }
@@ -336,7 +345,7 @@ static void resp_on_end(void *ctx, uint64_t ts)
 	}
 	if (r->streamed) {
 		sse_finish(&c->sse, ts);
-		sse_free(&c->sse);
+		conn_sse_release(c);
 	} else {
 		resp_read_body(c, r);
 	}
@@ -570,7 +579,7 @@ static void conn_free(struct conn *c)
 	buf_reset(&c->body);
 	http_free(&c->req);
 	http_free(&c->resp);
-	sse_free(&c->sse);
+	conn_sse_release(c);
 	free(c);
 }
 

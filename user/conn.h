@@ -38,6 +38,8 @@ struct conn_stats {
 	uint64_t orphan_responses;  /* responses whose request was not seen (joined mid-way) */
 	uint64_t partial_requests;  /* requests whose bytes ended before the request did */
 	uint64_t pipeline_overflow; /* requests dropped beyond CONN_PIPELINE_MAX */
+	uint64_t oversize_frames;   /* stream frames dropped for size (SSE_FRAME_MAX) */
+	uint64_t damaged_frames;    /* stream regions dropped because bytes were missing */
 };
 
 struct conn;

@@ -306,6 +306,11 @@ void pipeline_loss(const struct pipeline *pl, struct loss_report *loss)
 	loss->untraced_sockets = pl->kstats[TS_STAT_CONN_TABLE_FULL];
 	loss->http_conns = pl->conns.stats.http_conns;
 	loss->ignored_conns = pl->conns.stats.ignored_conns;
+	loss->partial_requests = pl->conns.stats.partial_requests;
+	loss->orphan_responses = pl->conns.stats.orphan_responses;
+	loss->pipeline_overflow = pl->conns.stats.pipeline_overflow;
+	loss->oversize_frames = pl->conns.stats.oversize_frames;
+	loss->damaged_frames = pl->conns.stats.damaged_frames;
 }
 
 static FILE *summary_stream(const struct pipeline *pl)

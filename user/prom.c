@@ -128,6 +128,7 @@ struct prom {
 	uint64_t gpu_steps;
 	struct phist step_dur[STEP_KIND_MAX];
 	uint64_t lost_events;
+	struct loss_report loss; /* at the latest tick */
 	uint32_t inflight;
 	prom_publish_fn publish;
 	void *publish_ctx;
@@ -266,6 +267,7 @@ static void prom_tick(void *ctx, const struct pipeline *pl, uint64_t now_ns)
 {
 	struct prom *p = ctx;
 	bool quiet = now_ns == p->prev_tick_ns;
+	struct loss_report loss;
 
 	/* New records may have started requests (in flight) without finishing any. */
 	if (!quiet)
@@ -273,6 +275,11 @@ static void prom_tick(void *ctx, const struct pipeline *pl, uint64_t now_ns)
 	p->prev_tick_ns = now_ns;
 	if (pl->kstats[TS_STAT_LOST_EVENTS] != p->lost_events) {
 		p->lost_events = pl->kstats[TS_STAT_LOST_EVENTS];
+		p->dirty = true;
+	}
+	pipeline_loss(pl, &loss);
+	if (memcmp(&loss, &p->loss, sizeof(loss))) {
+		p->loss = loss;
 		p->dirty = true;
 	}
 	if (!p->dirty || !p->publish)
@@ -289,6 +296,7 @@ static void prom_finish(void *ctx, const struct pipeline *pl)
 	struct prom *p = ctx;
 
 	p->lost_events = pl->kstats[TS_STAT_LOST_EVENTS];
+	pipeline_loss(pl, &p->loss);
 	p->inflight = conn_inflight(&pl->conns);
 	prom_publish(p, pl->last_ns);
 }
@@ -530,6 +538,47 @@ static void render_overflow(const struct prom *p, FILE *f)
 		p->gpu_overflow_steps);
 }
 
+/* What the summary's `lost` and `dropped` lines say, as counters. */
+static void render_loss(const struct prom *p, FILE *f)
+{
+	const struct loss_report *l = &p->loss;
+	const struct {
+		const char *name;
+		uint64_t v;
+	} bytes[] = {
+		{ "kernel", l->lost_bytes },
+		{ "capture", l->uncaptured_bytes },
+		{ "stream", l->gap_bytes },
+	}, events[] = {
+		{ "desync", l->desyncs },
+		{ "bad_record", l->bad_records },
+		{ "untraced_socket", l->untraced_sockets },
+		{ "unfinished_request", l->partial_requests },
+		{ "orphan_response", l->orphan_responses },
+		{ "pipelining_overflow", l->pipeline_overflow },
+		{ "oversize_frame", l->oversize_frames },
+		{ "damaged_stream", l->damaged_frames },
+	};
+
+	put_header(
+	    f, "tokenscope_dropped_bytes_total", "counter",
+	    "Traced bytes the tracer did not see: in records the kernel lost (where=\"kernel\"), "
+	    "beyond --capture-bytes (\"capture\"), missing from a connection's stream "
+	    "(\"stream\").");
+	for (size_t i = 0; i < sizeof(bytes) / sizeof(bytes[0]); i++)
+		fprintf(f, "tokenscope_dropped_bytes_total{where=\"%s\"} %" PRIu64 "\n",
+			bytes[i].name, bytes[i].v);
+	put_header(
+	    f, "tokenscope_dropped_total", "counter",
+	    "Things the tracer let go rather than report wrong numbers: framing lost after a "
+	    "gap or bad bytes, malformed records, sockets the kernel table had no room for, "
+	    "requests never finished or read past the pipelining limit, responses to requests "
+	    "not seen, stream frames over the size limit or damaged by missing bytes.");
+	for (size_t i = 0; i < sizeof(events) / sizeof(events[0]); i++)
+		fprintf(f, "tokenscope_dropped_total{what=\"%s\"} %" PRIu64 "\n", events[i].name,
+			events[i].v);
+}
+
 void prom_set_extra(struct prom *p, void (*render)(void *ctx, FILE *f), void *ctx)
 {
 	p->extra = render;
@@ -552,6 +601,7 @@ int prom_render(struct prom *p, char **buf, size_t *len)
 		   "Records the kernel could not put in the ring buffer (requests open then may be "
 		   "reported lost).");
 	fprintf(f, "tokenscope_events_lost_total %" PRIu64 "\n", p->lost_events);
+	render_loss(p, f);
 	render_overflow(p, f);
 	render_gpu(p, f);
 	if (p->extra)

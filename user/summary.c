@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include <string.h>
 
+#include "sse.h"
 #include "summary.h"
 
 void summary_init(struct summary *s)
@@ -93,6 +94,14 @@ void summary_print(const struct summary *s, const struct loss_report *loss, cons
 		(unsigned long long)loss->lost_events, (unsigned long long)loss->lost_bytes,
 		(unsigned long long)loss->uncaptured_bytes, (unsigned long long)loss->gap_bytes,
 		(unsigned long long)loss->desyncs, (unsigned long long)loss->bad_records);
+	fprintf(
+	    f,
+	    "  dropped: %llu unfinished requests, %llu responses to unseen requests, %llu "
+	    "requests past the pipelining limit, %llu frames over %d KiB, %llu stream runs "
+	    "with missing bytes\n",
+	    (unsigned long long)loss->partial_requests, (unsigned long long)loss->orphan_responses,
+	    (unsigned long long)loss->pipeline_overflow, (unsigned long long)loss->oversize_frames,
+	    SSE_FRAME_MAX / 1024, (unsigned long long)loss->damaged_frames);
 	if (loss->untraced_sockets)
 		fprintf(f,
 			"  lost: %llu sockets not traced: the kernel's connection table was full\n",

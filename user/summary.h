@@ -27,6 +27,10 @@ struct loss_report {
 	uint64_t lost_events, lost_bytes, uncaptured_bytes, gap_bytes, desyncs, bad_records;
 	uint64_t untraced_sockets; /* the kernel's connection table was full */
 	uint64_t http_conns, ignored_conns;
+	/* What the parsers let go (struct conn_stats): never a request reported with wrong numbers,
+	 * always a count. */
+	uint64_t partial_requests, orphan_responses, pipeline_overflow, oversize_frames,
+	    damaged_frames;
 };
 
 void summary_init(struct summary *s);

@@ -12,6 +12,7 @@
 #include "check.h"
 #include "pipeline.h"
 #include "prom.h"
+#include "sse.h"
 
 #define MAX_LINES 64
 
@@ -139,6 +140,19 @@ static void send_request(struct harness *h, uint64_t id, uint64_t ts)
 		 "application/json\r\nContent-Length: %zu\r\n\r\n%s",
 		 strlen(REQ_BODY), REQ_BODY);
 	data_event(h, id, TS_DIR_IN, req, ts);
+}
+
+/* One chunk of any size, in one write. */
+static void chunk_big(struct harness *h, uint64_t id, const char *frame, uint64_t ts)
+{
+	size_t n = strlen(frame);
+	char *buf = malloc(n + 32);
+	int head = snprintf(buf, 32, "%zx\r\n", n);
+
+	memcpy(buf + head, frame, n);
+	memcpy(buf + head + n, "\r\n", 3);
+	data_event_cap(h, id, TS_DIR_OUT, buf, head + n + 2, head + n + 2, ts);
+	free(buf);
 }
 
 static void chunk(struct harness *h, uint64_t id, const char *frame, uint64_t ts)
@@ -863,6 +877,51 @@ static void test_truncated_body_does_not_hang(void)
 	h_close(&h);
 }
 
+/* What the parsers let go is counted, in the loss report that the summary, the Prometheus
+ * counters and the recording's report all take: a frame over the size limit, a request never
+ * finished, a response to a request not seen. */
+static void test_drops_are_counted(void)
+{
+	size_t big = SSE_FRAME_MAX + 100, n;
+	char *frame = malloc(big + 16);
+	struct loss_report loss;
+	struct harness h;
+
+	if (!ASSERT_OK_PTR(frame, "malloc"))
+		return;
+	h_open(&h);
+	conn_event(&h, TS_EV_CONN_OPEN, 1, 5, 500);
+	send_request(&h, 1, 1000000);
+	data_event(&h, 1, TS_DIR_OUT, HEAD_SSE, 1100000);
+	n = snprintf(frame, 16, "data: ");
+	memset(frame + n, 'x', big - n);
+	frame[big] = 0;
+	strcat(frame, "\n\n");
+	chunk_big(&h, 1, frame, 1200000);
+	chunk(&h, 1, TOK, 2000000);
+	chunk(&h, 1, DONE, 3000000);
+	data_event(&h, 1, TS_DIR_OUT, "0\r\n\r\n", 3100000);
+	/* Half a request, then the connection closes. */
+	conn_event(&h, TS_EV_CONN_OPEN, 2, 6, 500);
+	data_event(&h, 2, TS_DIR_IN,
+		   "POST /v1/completions HTTP/1.1\r\nContent-Length: 100\r\n\r\n{", 4000000);
+	conn_event(&h, TS_EV_CONN_CLOSE, 2, 6, 5000000);
+	pipeline_loss(&h.pl, &loss);
+	ASSERT_EQ(loss.oversize_frames, 1, "the frame over the limit");
+	ASSERT_EQ(loss.partial_requests, 1, "the unfinished request");
+	if (ASSERT_EQ(h_lines(&h), 1, "the good request") && ASSERT_OK_PTR(h.lines[0], "JSON"))
+		ASSERT_EQ(num(h.lines[0], "tokens"), 1, "its one token, not the dropped frame");
+	pipeline_print_total(&h.pl);
+	fflush(h.ferr);
+	ASSERT_TRUE(h.err &&
+			strstr(h.err, "dropped: 1 unfinished requests, 0 responses to unseen "
+				      "requests, 0 requests past the pipelining limit, 1 frames "
+				      "over 64 KiB"),
+		    "the summary shows them");
+	h_close(&h);
+	free(frame);
+}
+
 int main(void)
 {
 	RUN(test_stream_request);
@@ -885,5 +944,6 @@ int main(void)
 	RUN(test_fork_labels_bounded);
 	RUN(test_hostile_strings);
 	RUN(test_truncated_body_does_not_hang);
+	RUN(test_drops_are_counted);
 	return CHECK_DONE();
 }

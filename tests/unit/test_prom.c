@@ -242,8 +242,10 @@ static void test_histograms_and_counters(void)
 	ASSERT_FALSE(strstr(t, "container="), "no container label");
 	ASSERT_FALSE(strstr(t, "tokenscope_label_overflow_total"), "no overflow");
 	/* HELP and TYPE once per family */
-	ASSERT_EQ(count_lines_starting(t, "# TYPE "), 14, "families");
-	ASSERT_EQ(count_lines_starting(t, "# HELP "), 14, "help lines");
+	ASSERT_LINE(t, "tokenscope_dropped_bytes_total{where=\"stream\"} 0");
+	ASSERT_LINE(t, "tokenscope_dropped_total{what=\"oversize_frame\"} 0");
+	ASSERT_EQ(count_lines_starting(t, "# TYPE "), 16, "families");
+	ASSERT_EQ(count_lines_starting(t, "# HELP "), 16, "help lines");
 	ASSERT_LINE(t, "# TYPE tokenscope_time_to_first_token_seconds histogram");
 	ASSERT_LINE(t, "# TYPE tokenscope_requests_total counter");
 	ASSERT_LINE(t, "# TYPE tokenscope_streams_in_flight gauge");
