@@ -520,7 +520,8 @@ static long http_feed_data(struct http_parser *p, const uint8_t *buf, size_t len
 	return (long)n;
 }
 
-/* Consumes a prefix of buf in the current state; returns its length or -EPROTO. */
+/* Consumes a prefix of buf in the current state, at least one byte (len >= 1); returns its
+ * length or -EPROTO. */
 static long http_step(struct http_parser *p, const uint8_t *buf, size_t len, uint64_t ts)
 {
 	switch (p->state) {
@@ -531,7 +532,7 @@ static long http_step(struct http_parser *p, const uint8_t *buf, size_t len, uin
 		p->state = HTTP_ST_HEAD;
 		p->head_len = 0;
 		p->line_start = 0;
-		return 0;
+		/* fallthrough */
 	case HTTP_ST_HEAD:
 		return http_feed_head(p, buf, len, ts);
 	case HTTP_ST_BODY_LENGTH:
@@ -571,10 +572,11 @@ int http_feed(struct http_parser *p, const uint8_t *buf, size_t len, uint64_t ts
 	if (p->state == HTTP_ST_DESYNC)
 		return -EPROTO;
 	p->last_ts = ts;
+	/* Every step consumes a byte or more, or fails: the loop ends by construction. */
 	while (off < len) {
 		long n = http_step(p, buf + off, len - off, ts);
 
-		if (n < 0) {
+		if (n <= 0) {
 			http_desync(p);
 			return -EPROTO;
 		}
