@@ -18,6 +18,10 @@
 #define REQ_BODY_MAX (64 * 1024)
 /* Non-streamed response body bytes kept to read `usage`. */
 #define RESP_BODY_MAX (256 * 1024)
+/* Bytes all connections together may hold in heads, bodies and frames being assembled: 256
+ * clients each half-way through a 64 KiB body, or 2,000 through a head, fit; a tracer that
+ * traces everything within 64 MiB needs the cap (README "Hardening"). */
+#define CONN_MEMORY_BUDGET (16u << 20)
 
 enum conn_role {
 	ROLE_NEW,
@@ -58,13 +62,15 @@ struct conn {
 	bool rx_latched;
 };
 
-static void buf_reset(struct buf *b)
+static void buf_reset(struct buf *b, struct budget *bg)
 {
+	budget_give(bg, b->cap);
 	free(b->p);
 	memset(b, 0, sizeof(*b));
 }
 
-static void buf_append(struct buf *b, const uint8_t *p, size_t n, size_t max)
+/* Keeps up to max bytes; what finds no room (max, or the memory budget) is counted dropped. */
+static void buf_append(struct buf *b, struct budget *bg, const uint8_t *p, size_t n, size_t max)
 {
 	if (b->len + n > max) {
 		size_t keep = b->len < max ? max - b->len : 0;
@@ -80,8 +86,13 @@ static void buf_append(struct buf *b, const uint8_t *p, size_t n, size_t max)
 
 		while (cap < b->len + n)
 			cap *= 2;
+		if (!budget_take(bg, cap - b->cap)) {
+			b->dropped += n;
+			return;
+		}
 		q = realloc(b->p, cap);
 		if (!q) {
+			budget_give(bg, cap - b->cap);
 			b->dropped += n;
 			return;
 		}
@@ -136,7 +147,7 @@ static void conn_finish(struct conn *c, uint64_t end_ns, bool complete)
 	if (r->streamed && r->ntokens == 0 && r->frames && r->format == FMT_UNKNOWN)
 		r->unknown_frames = true;
 	conn_pop(c);
-	buf_reset(&c->body);
+	buf_reset(&c->body, &c->t->budget);
 	c->t->sink.request_done(c->t->sink.ctx, r);
 	request_free(r);
 }
@@ -150,7 +161,7 @@ static void req_on_head(void *ctx, const struct http_head *h, uint64_t ts)
 
 	(void)ts;
 	request_free(c->reading);
-	buf_reset(&c->body);
+	buf_reset(&c->body, &c->t->budget);
 	r = request_new(c->pid, c->id, c->seq++, c->label);
 	c->reading = r;
 	if (!r)
@@ -168,7 +179,7 @@ static void req_on_body(void *ctx, const uint8_t *p, size_t n, uint64_t ts)
 
 	(void)ts;
 	if (c->reading)
-		buf_append(&c->body, p, n, REQ_BODY_MAX);
+		buf_append(&c->body, &c->t->budget, p, n, REQ_BODY_MAX);
 }
 
 static void req_on_body_gap(void *ctx, size_t n)
@@ -204,7 +215,7 @@ static void req_on_end(void *ctx, uint64_t ts)
 	/* The prompt was only needed for its structure. */
 	if (c->body.p)
 		memset(c->body.p, 0, c->body.len);
-	buf_reset(&c->body);
+	buf_reset(&c->body, &c->t->budget);
 	if (c->qlen == CONN_PIPELINE_MAX) {
 		c->t->stats.pipeline_overflow++;
 		request_free(r);
@@ -280,12 +291,13 @@ static void resp_on_head(void *ctx, const struct http_head *h, uint64_t ts)
 		return;
 	c->resp_active = true;
 	r->status = h->status;
-	buf_reset(&c->body);
+	buf_reset(&c->body, &c->t->budget);
 	mode = sse_mode_for(h->content_type);
 	r->streamed = mode >= 0;
 	if (r->streamed) {
 		conn_sse_release(c);
 		sse_init(&c->sse, mode, sse_on_frame, c);
+		sse_set_budget(&c->sse, &c->t->budget);
 	}
 }
 
@@ -299,7 +311,7 @@ static void resp_on_body(void *ctx, const uint8_t *p, size_t n, uint64_t ts)
 	if (r->streamed)
 		sse_feed(&c->sse, p, n, ts);
 	else
-		buf_append(&c->body, p, n, RESP_BODY_MAX);
+		buf_append(&c->body, &c->t->budget, p, n, RESP_BODY_MAX);
 }
 
 static void resp_on_body_gap(void *ctx, size_t n)
@@ -396,7 +408,7 @@ static void conn_desync_in(struct conn *c)
 		request_free(c->reading);
 		c->reading = NULL;
 	}
-	buf_reset(&c->body);
+	buf_reset(&c->body, &c->t->budget);
 	c->in_sync = false;
 	c->rx_latched = false;
 }
@@ -430,6 +442,7 @@ static void conn_feed_in(struct conn *c, const uint8_t *p, size_t n, uint64_t ts
 		}
 		http_free(&c->req);
 		http_init(&c->req, HTTP_DIR_REQUEST, &req_callbacks, c);
+		http_set_budget(&c->req, &c->t->budget);
 		c->in_sync = true;
 		if (c->role == ROLE_NEW) {
 			c->role = ROLE_SERVER;
@@ -468,6 +481,7 @@ static void conn_feed_out(struct conn *c, const uint8_t *p, size_t n, uint64_t t
 			return;
 		http_free(&c->resp);
 		http_init(&c->resp, HTTP_DIR_RESPONSE, &resp_callbacks, c);
+		http_set_budget(&c->resp, &c->t->budget);
 		c->out_sync = true;
 	}
 	r = conn_current(c);
@@ -576,7 +590,7 @@ static void conn_free(struct conn *c)
 		request_free(conn_current(c));
 		conn_pop(c);
 	}
-	buf_reset(&c->body);
+	buf_reset(&c->body, &c->t->budget);
 	http_free(&c->req);
 	http_free(&c->resp);
 	conn_sse_release(c);
@@ -587,6 +601,7 @@ int conn_table_init(struct conn_table *t, const struct conn_sink *sink)
 {
 	memset(t, 0, sizeof(*t));
 	t->nbuckets = CONN_BUCKETS;
+	t->budget.max = CONN_MEMORY_BUDGET;
 	t->buckets = calloc(t->nbuckets, sizeof(*t->buckets));
 	if (!t->buckets)
 		return -ENOMEM;

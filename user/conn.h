@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include <linux/types.h>
 
+#include "budget.h"
 #include "events.h"
 #include "request.h"
 
@@ -50,6 +51,7 @@ struct conn_table {
 	uint32_t count;
 	struct conn_sink sink;
 	struct conn_stats stats;
+	struct budget budget; /* what the connections' parsers hold, together */
 };
 
 int conn_table_init(struct conn_table *t, const struct conn_sink *sink);

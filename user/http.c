@@ -35,8 +35,15 @@ static void http_desync(struct http_parser *p)
 
 void http_free(struct http_parser *p)
 {
+	if (p->head_buf)
+		budget_give(p->budget, HTTP_HEAD_MAX + 1);
 	free(p->head_buf);
 	p->head_buf = NULL;
+}
+
+void http_set_budget(struct http_parser *p, struct budget *b)
+{
+	p->budget = b;
 }
 
 void http_init(struct http_parser *p, enum http_dir dir, const struct http_callbacks *cb, void *ctx)
@@ -416,8 +423,15 @@ static long http_feed_head(struct http_parser *p, const uint8_t *buf, size_t len
 
 	if (p->head_len + n > HTTP_HEAD_MAX || memchr(buf, '\0', n))
 		return -EPROTO;
-	if (!p->head_buf && !(p->head_buf = malloc(HTTP_HEAD_MAX + 1)))
-		return -ENOMEM;
+	if (!p->head_buf) {
+		if (!budget_take(p->budget, HTTP_HEAD_MAX + 1))
+			return -ENOBUFS;
+		p->head_buf = malloc(HTTP_HEAD_MAX + 1);
+		if (!p->head_buf) {
+			budget_give(p->budget, HTTP_HEAD_MAX + 1);
+			return -ENOMEM;
+		}
+	}
 	memcpy(p->head_buf + p->head_len, buf, n);
 	p->head_len += n;
 	if (p->line_start == 0 && !http_start_plausible(p))

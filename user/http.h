@@ -18,6 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "budget.h"
+
 /* A head (start line + headers) longer than this is not something we trace: -EPROTO. */
 #define HTTP_HEAD_MAX 8192
 /* A chunk-size line (size + extensions) longer than this is garbage, not a real sender. */
@@ -76,6 +78,7 @@ struct http_parser {
 	bool expect_no_body; /* the next response answers a HEAD request */
 	struct http_head head;
 	size_t head_len;
+	struct budget *budget; /* charged for the head buffer; NULL: unlimited (http_set_budget) */
 	/* HTTP_HEAD_MAX + 1 bytes (+1 for the NUL that parsing adds), allocated when a head starts
 	 * and freed when it ends: an idle keep-alive connection holds none. */
 	char *head_buf;
@@ -86,6 +89,9 @@ void http_init(struct http_parser *p, enum http_dir dir, const struct http_callb
 	       void *ctx);
 /* Releases the head buffer; the parser needs http_init() again. */
 void http_free(struct http_parser *p);
+/* Charges the head buffer to b from now on (after http_init, which clears it). A head that
+ * finds b spent is -EPROTO: it cannot be followed. */
+void http_set_budget(struct http_parser *p, struct budget *b);
 /* 0, or -EPROTO: not HTTP / desynced (then every later call is -EPROTO too) */
 int http_feed(struct http_parser *p, const uint8_t *buf, size_t len, uint64_t ts);
 /* len bytes lost at the current position */

@@ -311,6 +311,8 @@ void pipeline_loss(const struct pipeline *pl, struct loss_report *loss)
 	loss->pipeline_overflow = pl->conns.stats.pipeline_overflow;
 	loss->oversize_frames = pl->conns.stats.oversize_frames;
 	loss->damaged_frames = pl->conns.stats.damaged_frames;
+	loss->budget_refused = pl->conns.budget.refused;
+	loss->budget_max = pl->conns.budget.max;
 }
 
 static FILE *summary_stream(const struct pipeline *pl)

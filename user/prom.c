@@ -558,6 +558,7 @@ static void render_loss(const struct prom *p, FILE *f)
 		{ "pipelining_overflow", l->pipeline_overflow },
 		{ "oversize_frame", l->oversize_frames },
 		{ "damaged_stream", l->damaged_frames },
+		{ "memory_cap", l->budget_refused },
 	};
 
 	put_header(
@@ -573,7 +574,8 @@ static void render_loss(const struct prom *p, FILE *f)
 	    "Things the tracer let go rather than report wrong numbers: framing lost after a "
 	    "gap or bad bytes, malformed records, sockets the kernel table had no room for, "
 	    "requests never finished or read past the pipelining limit, responses to requests "
-	    "not seen, stream frames over the size limit or damaged by missing bytes.");
+	    "not seen, stream frames over the size limit or damaged by missing bytes, "
+	    "buffers refused at the connections' memory cap.");
 	for (size_t i = 0; i < sizeof(events) / sizeof(events[0]); i++)
 		fprintf(f, "tokenscope_dropped_total{what=\"%s\"} %" PRIu64 "\n", events[i].name,
 			events[i].v);

@@ -39,14 +39,21 @@ void sse_init(struct sse_parser *p, enum sse_mode mode, sse_frame_fn on_frame, v
 	p->event[0] = '\0';
 	p->data = NULL;
 	p->data_cap = 0;
+	p->budget = NULL;
 	p->mode = mode;
 	p->on_frame = on_frame;
 	p->ctx = ctx;
 	sse_line_reset(p);
 }
 
+void sse_set_budget(struct sse_parser *p, struct budget *b)
+{
+	p->budget = b;
+}
+
 void sse_free(struct sse_parser *p)
 {
+	budget_give(p->budget, p->data_cap);
 	free(p->data);
 	p->data = NULL;
 	p->data_cap = 0;
@@ -64,9 +71,13 @@ static bool sse_reserve(struct sse_parser *p, size_t need)
 		cap *= 2;
 	if (cap > SSE_FRAME_MAX + 1)
 		cap = SSE_FRAME_MAX + 1;
-	n = realloc(p->data, cap);
-	if (!n)
+	if (!budget_take(p->budget, cap - p->data_cap))
 		return false;
+	n = realloc(p->data, cap);
+	if (!n) {
+		budget_give(p->budget, cap - p->data_cap);
+		return false;
+	}
 	p->data = n;
 	p->data_cap = cap;
 	return true;

@@ -15,6 +15,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "budget.h"
+
 /* The largest frame we keep: real token frames are a few hundred bytes; a 64 KiB frame is a
  * whole non-streamed answer or garbage, and is only counted. */
 #define SSE_FRAME_MAX 65536
@@ -68,10 +70,14 @@ struct sse_parser {
 	 * each. */
 	char *data;
 	size_t data_cap;
+	struct budget *budget; /* charged for data; NULL: unlimited (sse_init) */
 };
 
 /* Starts a parser; one that held a buffer must be sse_free()d first. */
 void sse_init(struct sse_parser *p, enum sse_mode mode, sse_frame_fn on_frame, void *ctx);
+/* Charges the frame buffer to b (after sse_init); a frame that finds b spent is dropped as
+ * oversize. */
+void sse_set_budget(struct sse_parser *p, struct budget *b);
 /* Releases the frame buffer (the counters stay); the parser needs sse_init() again. */
 void sse_free(struct sse_parser *p);
 /* always 0 today: nothing in a body is an error, only a reason to drop a frame */

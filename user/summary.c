@@ -98,10 +98,11 @@ void summary_print(const struct summary *s, const struct loss_report *loss, cons
 	    f,
 	    "  dropped: %llu unfinished requests, %llu responses to unseen requests, %llu "
 	    "requests past the pipelining limit, %llu frames over %d KiB, %llu stream runs "
-	    "with missing bytes\n",
+	    "with missing bytes, %llu buffers over the %zu MiB memory cap\n",
 	    (unsigned long long)loss->partial_requests, (unsigned long long)loss->orphan_responses,
 	    (unsigned long long)loss->pipeline_overflow, (unsigned long long)loss->oversize_frames,
-	    SSE_FRAME_MAX / 1024, (unsigned long long)loss->damaged_frames);
+	    SSE_FRAME_MAX / 1024, (unsigned long long)loss->damaged_frames,
+	    (unsigned long long)loss->budget_refused, loss->budget_max >> 20);
 	if (loss->untraced_sockets)
 		fprintf(f,
 			"  lost: %llu sockets not traced: the kernel's connection table was full\n",

@@ -31,6 +31,8 @@ struct loss_report {
 	 * always a count. */
 	uint64_t partial_requests, orphan_responses, pipeline_overflow, oversize_frames,
 	    damaged_frames;
+	uint64_t budget_refused; /* buffers refused: the connections' memory cap was reached */
+	size_t budget_max;
 };
 
 void summary_init(struct summary *s);

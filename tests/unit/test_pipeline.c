@@ -911,6 +911,7 @@ static void test_drops_are_counted(void)
 	ASSERT_EQ(loss.partial_requests, 1, "the unfinished request");
 	if (ASSERT_EQ(h_lines(&h), 1, "the good request") && ASSERT_OK_PTR(h.lines[0], "JSON"))
 		ASSERT_EQ(num(h.lines[0], "tokens"), 1, "its one token, not the dropped frame");
+	ASSERT_EQ(h.pl.conns.budget.used, 0, "nothing held between requests");
 	pipeline_print_total(&h.pl);
 	fflush(h.ferr);
 	ASSERT_TRUE(h.err &&
@@ -920,6 +921,49 @@ static void test_drops_are_counted(void)
 		    "the summary shows them");
 	h_close(&h);
 	free(frame);
+}
+
+/* Clients half-way through heads and bodies hold at most the memory cap; past it what cannot be
+ * kept is counted, and the requests that come after are reported as before. */
+static void test_memory_cap(void)
+{
+	char body[40000];
+	struct loss_report loss;
+	struct harness h;
+	uint64_t id;
+
+	h_open(&h);
+	h.pl.conns.budget.max = 256 * 1024;
+	memset(body, 'x', sizeof(body) - 1);
+	body[sizeof(body) - 1] = 0;
+	memcpy(body, "{\"model\":\"m\",\"p\":\"", 18);
+	/* 10 bodies of a 1 MB request, 40 KB each so far: 4 fit under the cap. */
+	for (id = 1; id <= 10; id++) {
+		conn_event(&h, TS_EV_CONN_OPEN, id, 5, 500);
+		data_event(&h, id, TS_DIR_IN,
+			   "POST /v1/completions HTTP/1.1\r\nContent-Length: 1000000\r\n\r\n",
+			   1000000);
+		data_event(&h, id, TS_DIR_IN, body, 1000100);
+		ASSERT_TRUE(h.pl.conns.budget.used <= h.pl.conns.budget.max, "within the cap");
+	}
+	/* Heads half-way (no end of line yet) on more connections. */
+	for (; id <= 15; id++) {
+		conn_event(&h, TS_EV_CONN_OPEN, id, 5, 500);
+		data_event(&h, id, TS_DIR_IN, "POST /v1/completions HTTP/1.1\r\nX-A: ", 1000200);
+	}
+	ASSERT_TRUE(h.pl.conns.budget.used <= h.pl.conns.budget.max, "within the cap");
+	pipeline_loss(&h.pl, &loss);
+	ASSERT_TRUE(loss.budget_refused > 0, "refusals counted");
+	for (id = 1; id <= 15; id++)
+		conn_event(&h, TS_EV_CONN_CLOSE, id, 5, 2000000);
+	ASSERT_EQ(h.pl.conns.budget.used, 0, "all given back");
+	conn_event(&h, TS_EV_CONN_OPEN, 1, 5, 3000000);
+	full_stream(&h, 1, 4000000);
+	if (ASSERT_EQ(h_lines(&h), 1, "the good request") && ASSERT_OK_PTR(h.lines[0], "JSON")) {
+		ASSERT_STREQ(str(h.lines[0], "outcome"), "ok", "ok");
+		ASSERT_EQ(num(h.lines[0], "tokens"), 3, "tokens");
+	}
+	h_close(&h);
 }
 
 int main(void)
@@ -945,5 +989,6 @@ int main(void)
 	RUN(test_hostile_strings);
 	RUN(test_truncated_body_does_not_hang);
 	RUN(test_drops_are_counted);
+	RUN(test_memory_cap);
 	return CHECK_DONE();
 }
