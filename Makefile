@@ -100,6 +100,27 @@ $(OUTPUT)/san/%.o: user/%.c $(wildcard user/*.h) $(wildcard include/*.h) | $(OUT
 	$(call msg,CC-SAN,$@)
 	$(Q)$(CC) $(USER_CFLAGS) $(SAN_FLAGS) -c $< -o $@
 
+# libFuzzer targets (tests/fuzz/, run by scripts/fuzz.sh): clang, and the pipeline built again
+# with the fuzzer's coverage instrumentation, so it can steer into the parsers.
+FUZZ_FLAGS := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+FUZZ_OBJS := $(patsubst user/%.c,$(OUTPUT)/fuzz/obj/%.o,$(LIB_SRCS))
+FUZZ_BINS := $(patsubst tests/fuzz/%.c,$(OUTPUT)/fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
+.SECONDARY: $(FUZZ_OBJS)
+.PHONY: fuzz-build
+fuzz-build: $(FUZZ_BINS)
+
+$(OUTPUT)/fuzz/obj:
+	$(Q)mkdir -p $@
+
+$(OUTPUT)/fuzz/obj/%.o: user/%.c $(wildcard user/*.h) $(wildcard include/*.h) | $(OUTPUT)/fuzz/obj
+	$(call msg,CC-FUZZ,$@)
+	$(Q)$(CLANG) $(USER_CFLAGS) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+
+$(OUTPUT)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(wildcard tests/fuzz/*.h) $(FUZZ_OBJS)
+	$(call msg,FUZZ,$@)
+	$(Q)$(CLANG) $(USER_CFLAGS) $(FUZZ_FLAGS) -fsanitize=fuzzer -Itests/fuzz $< $(FUZZ_OBJS) \
+		-o $@ -lcjson -lm -lmicrohttpd -lpthread
+
 # Where no CUDA toolkit is installed, the CUDA tests hook this stand-in for the runtime.
 $(OUTPUT)/standin/libcudart.so.13: tests/cudastub.c | $(OUTPUT)
 	$(call msg,CC,$@)

@@ -6,6 +6,7 @@ set -euo pipefail
 PKGS=(
 	# build
 	clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev libzstd-dev libcjson-dev make gcc
+	libclang-rt-14-dev # libFuzzer, for make fuzz (tests/fuzz/)
 	# the metrics endpoint (libmicrohttpd) and its tests (promtool, prometheus)
 	libmicrohttpd-dev prometheus curl
 	# end-to-end test servers and tools

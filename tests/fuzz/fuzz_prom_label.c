@@ -1,0 +1,216 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Prometheus label values from outside (user/prom.c): the request body's model and the
+ * server's container id label the request series, an alert rule's text labels
+ * tokenscope_alert_firing. The escaping is static in prom.c, so it is driven through the
+ * sink: finished requests with those labels, then prom_render.
+ *
+ * Input:
+ *   u8  flags    bit 0: --by-process (a pid label too); bit 1: a second request on another
+ *                process with the second model
+ *   then NUL-ended strings: model, container, second model, alert rule
+ *
+ * Property: the exposition is strict UTF-8 and every sample line parses as the text format
+ * 0.0.4 wants it: a metric name, label pairs name="value" whose values hold no raw newline,
+ * double quote or backslash except as the escapes \\ \" \n, then a value; and a model that
+ * was printable UTF-8 reads back from its label exactly.
+ */
+#include "alert.h"
+#include "fuzz.h"
+#include "prom.h"
+#include "request.h"
+
+#define PROM_FUZZ_STRING_MAX 256
+#define PROM_FUZZ_T0 1000000000ull
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static bool name_start(char c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == ':';
+}
+
+static bool name_char(char c)
+{
+	return name_start(c) || (c >= '0' && c <= '9');
+}
+
+/* Printable UTF-8: what a label must carry unchanged (control bytes may be replaced). */
+static bool printable(const char *s)
+{
+	for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+		if (*p < 0x20 || *p == 0x7f)
+			return false;
+	return fuzz_utf8_valid((const uint8_t *)s, strlen(s));
+}
+
+static bool bad(const char **why, const char *what)
+{
+	*why = what;
+	return false;
+}
+
+struct want {
+	const char *model; /* as the label must read, or NULL when it need not */
+	bool seen;
+};
+
+/* One sample line; returns false with *why set when it is not one. */
+static bool sample_line(const char *l, size_t n, struct want *w, const char **why)
+{
+	size_t i = 0;
+	char value[PROM_FUZZ_STRING_MAX * 2];
+
+	if (!n || !name_start(l[0]))
+		return bad(why, "no metric name");
+	while (i < n && name_char(l[i]))
+		i++;
+	if (i < n && l[i] == '{') {
+		i++;
+		while (i < n && l[i] != '}') {
+			size_t name = i, v = 0;
+			bool is_model;
+
+			if (!name_start(l[i]) || l[i] == ':')
+				return bad(why, "bad label name");
+			while (i < n && name_char(l[i]) && l[i] != ':')
+				i++;
+			is_model = i - name == 5 && !memcmp(l + name, "model", 5);
+			if (i + 1 >= n || l[i] != '=' || l[i + 1] != '"')
+				return bad(why, "no =\" after a label name");
+			for (i += 2; i < n && l[i] != '"'; i++) {
+				char c = l[i];
+
+				if (c == '\\') {
+					if (i + 1 >= n)
+						return bad(why, "a backslash at the end");
+					c = l[++i];
+					if (c == 'n')
+						c = '\n';
+					else if (c != '\\' && c != '"')
+						return bad(why,
+							   "an escape other than \\\\ \\\" \\n");
+				}
+				if (v + 1 < sizeof(value))
+					value[v++] = c;
+			}
+			if (i >= n)
+				return bad(why, "a label value without its closing quote");
+			value[v] = 0;
+			i++;
+			if (is_model && w->model) {
+				if (strcmp(value, w->model) && !w->seen)
+					return bad(why, "the model label differs from the model");
+				w->seen = true;
+			}
+			if (i < n && l[i] == ',')
+				i++;
+			else if (i < n && l[i] != '}')
+				return bad(why, "no comma between labels");
+		}
+		if (i >= n)
+			return bad(why, "no closing brace");
+		i++;
+	}
+	if (i >= n || l[i] != ' ' || i + 1 >= n)
+		return bad(why, "no value");
+	return true;
+}
+
+static void check_exposition(const char *buf, size_t len, struct want *w)
+{
+	size_t bad = fuzz_utf8_bad((const uint8_t *)buf, len);
+
+	if (bad != len) {
+		const char *ls = buf + bad;
+
+		while (ls > buf && ls[-1] != '\n')
+			ls--;
+		fuzz_hexdump("line", ls, strcspn(ls, "\n"));
+		FUZZ_CHECK(false, "not UTF-8 at byte %zu (0x%02x)", bad, (uint8_t)buf[bad]);
+	}
+	FUZZ_CHECK(strlen(buf) == len, "a NUL in the exposition");
+	for (const char *l = buf; l < buf + len;) {
+		const char *nl = memchr(l, '\n', (size_t)(buf + len - l));
+		size_t n = nl ? (size_t)(nl - l) : (size_t)(buf + len - l);
+		const char *why = NULL;
+
+		FUZZ_CHECK(nl, "the exposition does not end with a newline");
+		if (n && l[0] != '#' && !sample_line(l, n, w, &why)) {
+			fuzz_hexdump("line", l, n);
+			FUZZ_CHECK(false, "not a sample line: %s", why);
+		}
+		l += n + 1;
+	}
+}
+
+static void finish_request(const struct sink *s, uint32_t pid, const char *model,
+			   const char *container)
+{
+	struct request *r = request_new(pid, pid, 0, "c");
+	struct request_metrics m;
+
+	if (!r)
+		abort();
+	snprintf(r->info.model, sizeof(r->info.model), "%s", model);
+	snprintf(r->container, sizeof(r->container), "%s", container);
+	r->status = 200;
+	r->outcome = OUTCOME_OK;
+	r->streamed = true;
+	r->arrival_ns = PROM_FUZZ_T0;
+	request_add_token(r, PROM_FUZZ_T0 + 1000);
+	request_add_token(r, PROM_FUZZ_T0 + 2000);
+	r->end_ns = PROM_FUZZ_T0 + 3000;
+	r->prompt_tokens = r->completion_tokens = r->cached_tokens = -1;
+	s->request_start(s->ctx, r);
+	request_metrics(r, &m);
+	s->request(s->ctx, r, &m, NULL);
+	request_free(r);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	struct fuzz_in in = fuzz_in(data, size);
+	uint8_t flags = fuzz_u8(&in);
+	char *model = fuzz_str(&in, PROM_FUZZ_STRING_MAX);
+	char *container = fuzz_str(&in, PROM_FUZZ_STRING_MAX);
+	char *model2 = fuzz_str(&in, PROM_FUZZ_STRING_MAX);
+	char *rule = fuzz_str(&in, PROM_FUZZ_STRING_MAX);
+	char label[REQBODY_MODEL_MAX], err[512], *buf = NULL;
+	struct prom *p = prom_new(NULL, NULL);
+	struct alert_set alerts;
+	struct alert_rule ar;
+	bool alerting = false;
+	struct want w = { 0 };
+	struct sink s;
+	size_t len = 0;
+
+	if (!p)
+		abort();
+	prom_set_by_process(p, flags & 1);
+	s = prom_sink(p);
+	/* The label is the model as the request record holds it (cut to its buffer). */
+	snprintf(label, sizeof(label), "%s", model[0] ? model : "unknown");
+	w.model = printable(label) ? label : NULL;
+	finish_request(&s, 100, model, container);
+	if (flags & 2)
+		finish_request(&s, 101, model2, "");
+	if (alert_parse(rule, &ar, err, sizeof(err)) == 0) {
+		if (alert_init(&alerts, fuzz_devnull(), NULL) || alert_add(&alerts, &ar))
+			abort();
+		alerting = true;
+		prom_set_extra(p, alert_render_prom, &alerts);
+	}
+	FUZZ_CHECK(prom_render(p, &buf, &len) == 0, "prom_render failed");
+	check_exposition(buf, len, &w);
+	FUZZ_CHECK(!w.model || w.seen, "no model label found");
+	free(buf);
+	if (alerting)
+		alert_free(&alerts);
+	prom_free(p);
+	free(model);
+	free(container);
+	free(model2);
+	free(rule);
+	return 0;
+}

@@ -1,0 +1,54 @@
+// SPDX-License-Identifier: MIT
+/*
+ * user/reqbody.c: reqbody_parse on a body read whole (captured == total: cJSON, then the
+ * scanner when cJSON refuses it) and on the same body cut by the capture limit (the scanner),
+ * each time from a buffer of exactly the captured bytes, so a read past them is caught.
+ *
+ * Input:
+ *   u16 cut      bytes the capture limit cut off the end, modulo the body's length + 1
+ *   ... body
+ *
+ * Properties: the model is a NUL-terminated string inside its buffer, stream is -1, 0 or 1,
+ * max_tokens -1 or a count, and every call returns (the scanner's loop must make progress on
+ * any bytes: libFuzzer's -timeout catches one that does not).
+ */
+#include "fuzz.h"
+#include "reqbody.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static void check_info(const struct req_info *r, const char *what)
+{
+	FUZZ_CHECK(memchr(r->model, 0, sizeof(r->model)) != NULL,
+		   "%s: model not terminated inside its %zu bytes", what, sizeof(r->model));
+	FUZZ_CHECK(r->stream >= -1 && r->stream <= 1, "%s: stream %d", what, r->stream);
+	FUZZ_CHECK(r->max_tokens >= -1, "%s: max_tokens %lld", what, (long long)r->max_tokens);
+}
+
+static void parse_copy(const uint8_t *body, size_t captured, size_t total, struct req_info *out)
+{
+	/* malloc(0) may give NULL: one byte more, never read, keeps the pointer real. */
+	uint8_t *buf = malloc(captured ? captured : 1);
+
+	if (!buf)
+		abort();
+	memcpy(buf, body, captured);
+	reqbody_parse(buf, captured, total, out);
+	free(buf);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	struct fuzz_in in = fuzz_in(data, size);
+	size_t cut = fuzz_u16(&in) % (in.n + 1), total = in.n;
+	struct req_info whole, part, over;
+
+	parse_copy(in.p, total, total, &whole);
+	check_info(&whole, "whole body");
+	parse_copy(in.p, total - cut, total, &part);
+	check_info(&part, "cut body");
+	/* More captured than the body holds (bytes of a pipelined request behind it). */
+	parse_copy(in.p, total, total - cut, &over);
+	check_info(&over, "body with bytes behind it");
+	return 0;
+}

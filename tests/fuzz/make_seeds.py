@@ -1,0 +1,357 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""Writes the seed corpora of tests/fuzz/seeds/<target>/ from the wire fixtures.
+
+Each target's input format is described at the top of its source file; this script lays the
+fixtures out in those formats: the requests and responses of tests/fixtures as HTTP feeds (one
+feed per write syscall, as the .writes files say), their de-chunked bodies for the SSE parser,
+their frames for the classifier, their request bodies for reqbody, and whole connections as
+.tsr recordings and as programs of the pipeline interpreter. The seeds are committed; run this
+again after a fixture or an input format changes:
+
+    tests/fuzz/make_seeds.py            # rewrites tests/fuzz/seeds/
+"""
+import os
+import shutil
+import struct
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+FIXTURES = os.path.join(ROOT, "tests", "fixtures")
+SEEDS = os.path.join(ROOT, "tests", "fuzz", "seeds")
+
+# include/events.h
+EV_DATA, EV_CONN_OPEN, EV_CONN_CLOSE, EV_PROC_FORK, EV_PROC_EXIT, EV_GPU_STEP, EV_GPU_CALL = (
+    range(1, 8))
+DIR_IN, DIR_OUT = 0, 1
+SYS_READ, SYS_WRITE, SYS_ACCEPT = 1, 5, 10
+AF_INET = 2
+# user/record.h
+RECORD_EV_KSTATS = 0x10000
+RECORD_HEADER_BYTES = 400
+STATS = 7
+
+# tests/fuzz/fuzz_pipeline.h: FP_*
+FP_JSON, FP_TOKENS, FP_VERBOSE, FP_GPU, FP_KEEP_RUNNING, FP_PROM, FP_ALERTS, FP_TIMELINE = (
+    1 << i for i in range(8))
+# tests/fuzz/fuzz_pipeline.c: OP_*
+(OP_OPEN, OP_DATA, OP_CLOSE, OP_FORK, OP_EXIT, OP_STEP, OP_CALL, OP_LOST, OP_LABEL, OP_TIME,
+ OP_TICK, OP_RAW, OP_PROC) = range(13)
+# tests/fuzz/fuzz_http.h: FLAG_*
+H_GAPS, H_NO_BODY, H_CHUNK, H_REINIT = 1, 2, 4, 8
+
+
+def fixture_names():
+    return sorted(f[:-5] for f in os.listdir(FIXTURES) if f.endswith(".resp"))
+
+
+def read(name):
+    with open(os.path.join(FIXTURES, name), "rb") as f:
+        return f.read()
+
+
+def writes(name):
+    """The response of fixture name, cut into its write syscalls."""
+    resp = read(name + ".resp")
+    try:
+        sizes = [int(x) for x in read(name + ".resp.writes").split()]
+    except FileNotFoundError:
+        sizes = [len(resp)]
+    out, off = [], 0
+    for n in sizes:
+        out.append(resp[off:off + n])
+        off += n
+    return out
+
+
+def split_head(msg):
+    end = msg.find(b"\r\n\r\n")
+    return (msg, b"") if end < 0 else (msg[:end + 4], msg[end + 4:])
+
+
+def header(head, name):
+    for line in head.split(b"\r\n")[1:]:
+        k, _, v = line.partition(b":")
+        if k.strip().lower() == name:
+            return v.strip().lower()
+    return b""
+
+
+def dechunk(body):
+    out = b""
+    while body:
+        line, _, body = body.partition(b"\r\n")
+        n = int(line.split(b";")[0], 16)
+        if n == 0:
+            break
+        out += body[:n]
+        body = body[n + 2:]
+    return out
+
+
+def first_body(name):
+    """(content type, decoded body) of the fixture's first response."""
+    head, rest = split_head(read(name + ".resp"))
+    if b"chunked" in header(head, b"transfer-encoding"):
+        body = dechunk(rest)
+    else:
+        body = rest[:int(header(head, b"content-length") or len(rest))]
+    return header(head, b"content-type").split(b";")[0], body
+
+
+def request_body(name):
+    return split_head(read(name + ".req"))[1]
+
+
+def frames(body, ndjson):
+    """(event, data) of each frame of a decoded body, for the classifier."""
+    if ndjson:
+        return [(b"", line) for line in body.split(b"\n") if line.strip()]
+    out = []
+    for block in body.replace(b"\r\n", b"\n").split(b"\n\n"):
+        event, data = b"", []
+        for line in block.split(b"\n"):
+            if line.startswith(b"event:"):
+                event = line[6:].strip()
+            elif line.startswith(b"data:"):
+                data.append(line[5:].lstrip(b" "))
+        if data:
+            out.append((event, b"\n".join(data)))
+    return out
+
+
+# ---- records (include/events.h), as the kernel lays them out ----
+
+def hdr(type_, size, pid=100):
+    return struct.pack("<IIII", type_, size, pid, pid)
+
+
+def conn_event(type_, conn_id, ts, rx=0, tx=0, pid=100):
+    body = struct.pack("<QQiHHHB5x16s16sQQ", conn_id, ts, 5, AF_INET, 8000, 40000 + conn_id,
+                       SYS_ACCEPT, bytes([127, 0, 0, 1]), bytes([127, 0, 0, 1]), rx, tx)
+    return hdr(type_, 16 + len(body), pid) + body
+
+
+def data_event(conn_id, direction, pos, data, ts, v1=False, pid=100):
+    queued = ts - 100 if direction == DIR_IN else 0
+    times = struct.pack("<QQQQ", conn_id, ts, ts + 10, pos) + struct.pack("<Q", pos)
+    if not v1:
+        times += struct.pack("<Q", queued)
+    tail = struct.pack("<IIiBBBB", len(data), len(data), 5, direction,
+                       SYS_WRITE if direction else SYS_READ, 1, 0)
+    size = 16 + len(times) + len(tail) + len(data)
+    return hdr(EV_DATA, size, pid) + times + tail + data
+
+
+def proc_event(type_, pid, ppid, ts, code=0):
+    return hdr(type_, 48, pid) + struct.pack("<QIi16s", ts, ppid, code, b"vllm")
+
+
+def gpu_step(pid, start, end):
+    return hdr(EV_GPU_STEP, 64, pid) + struct.pack("<QQQIIIIII", start, end - 1000, end, 40, 0,
+                                                   1, 1, 1, 0)
+
+
+def kstats(lost):
+    stats = [0] * STATS
+    stats[1] = lost
+    return hdr(RECORD_EV_KSTATS, 24 + 8 * STATS, 0) + struct.pack("<II", STATS, 0) + \
+        struct.pack("<%dQ" % STATS, *stats)
+
+
+def connection_records(name, t0=1_000_000_000, conn_id=1, v1=False):
+    """One connection of the fixture: open, the request, every write, close."""
+    req, recs, ts = read(name + ".req"), [], t0
+    recs.append(conn_event(EV_CONN_OPEN, conn_id, ts))
+    recs.append(data_event(conn_id, DIR_IN, 0, req, ts + 1000, v1))
+    pos, ts = 0, ts + 1_000_000
+    for w in writes(name):
+        recs.append(data_event(conn_id, DIR_OUT, pos, w, ts, v1))
+        pos += len(w)
+        ts += 20_000_000
+    recs.append(conn_event(EV_CONN_CLOSE, conn_id, ts, len(req), pos))
+    return recs
+
+
+def tsr(records, flags=0, version=2, roots=(100,)):
+    h = bytearray(RECORD_HEADER_BYTES)
+    h[0:8] = b"TSREC\0\0\0"
+    struct.pack_into("<IIQQII", h, 8, version, RECORD_HEADER_BYTES, 1_000_000_000,
+                     1_700_000_000_000_000_000, 65536, len(roots))
+    h[40:40 + 5] = b"0.1.0"
+    h[72:72 + 4] = b"node"
+    for i, r in enumerate(roots):
+        struct.pack_into("<I", h, 136 + 4 * i, r)
+    h[392] = flags
+    return bytes(h) + b"".join(struct.pack("<I", len(r)) + r for r in records)
+
+
+# ---- programs of the pipeline interpreter (tests/fuzz/fuzz_pipeline.c) ----
+
+def who(conn=0, direction=DIR_IN, pid=0):
+    return bytes([conn | direction << 2 | pid << 3])
+
+
+def op_data(conn, direction, data, pid=0):
+    return bytes([OP_DATA]) + who(conn, direction, pid) + struct.pack("<H", len(data)) + data
+
+
+def program(name, conn=0, pid=0, close=True):
+    p = bytes([OP_OPEN]) + who(conn, DIR_IN, pid)
+    p += op_data(conn, DIR_IN, read(name + ".req"), pid)
+    for w in writes(name):
+        p += bytes([OP_TIME]) + struct.pack("<I", 20_000_000)
+        p += op_data(conn, DIR_OUT, w, pid)
+    if close:
+        p += bytes([OP_CLOSE]) + who(conn, DIR_IN, pid)
+    return p
+
+
+# ---- writing ----
+
+def put(target, name, data):
+    d = os.path.join(SEEDS, target)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data)
+
+
+def http_seeds():
+    for name in fixture_names():
+        req = read(name + ".req")
+        put("fuzz_http_request", name, bytes([0, 0]) + req)
+        put("fuzz_http_request", name + "-bytes", bytes([0, 1, 1]) + req)
+        ws = writes(name)
+        ctl = bytes(min(len(w), 255) for w in ws[:31])
+        put("fuzz_http_response", name, bytes([0, len(ctl)]) + ctl + b"".join(ws))
+        put("fuzz_http_response", name + "-gaps",
+            bytes([H_GAPS | H_REINIT, 3, 40, 0x83, 0]) + b"".join(ws))
+    head = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+            b"Content-Type: application/json\r\n\r\n")
+    put("fuzz_http_request", "chunked", bytes([H_CHUNK | 3 << 5, 0]) + head +
+        request_body("uvloop_vllm"))
+    resp = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+            b"transfer-encoding: chunked\r\n\r\n")
+    put("fuzz_http_response", "chunked", bytes([H_CHUNK | 4 << 5, 2, 7, 0]) + resp +
+        first_body("uvicorn_h11")[1])
+    put("fuzz_http_response", "interim",
+        bytes([0, 0]) + b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 204 No Content\r\n\r\n"
+        b"HTTP/1.1 304 Not Modified\r\nContent-Length: 5\r\n\r\nHTTP/1.0 200 OK\r\n\r\nuntil close")
+    put("fuzz_http_response", "head", bytes([H_NO_BODY, 0]) +
+        b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n")
+    put("fuzz_http_request", "pipelined", bytes([0, 0]) +
+        b"GET / HTTP/1.1\r\nHost: a\r\n\r\nPOST /x HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc"
+        b"\r\nHEAD /h HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+
+
+def sse_seeds():
+    for name in fixture_names():
+        ctype, body = first_body(name)
+        ndjson = ctype != b"text/event-stream"
+        put("fuzz_sse", name, bytes([int(ndjson), 0]) + body)
+        put("fuzz_sse", name + "-gaps", bytes([int(ndjson) | 2, 4, 50, 0x8a, 13, 0]) + body)
+        put("fuzz_sse", name + "-twice", bytes([int(ndjson) | 4]) +
+            struct.pack("<H", len(body) // 2) + bytes([1, 9]) + body)
+    put("fuzz_sse", "fields", bytes([0, 0]) + b"\xef\xbb\xbf: comment\r\nid: 1\rretry: 5\n"
+        b"event: x\ndata\ndata:two\r\n\r\nevent:y\n\ndata: last")
+
+
+def frame_seeds():
+    for name in fixture_names():
+        ctype, body = first_body(name)
+        for i, (event, data) in enumerate(frames(body, ctype != b"text/event-stream")[:6]):
+            put("fuzz_frame", "%s-%d" % (name, i), bytes([len(event)]) + event + data)
+    for name in fixture_names():
+        head, rest = split_head(read(name + ".resp"))
+        if b"content-length" in head.lower():
+            put("fuzz_frame", name + "-body", bytes([0]) + rest)
+
+
+def reqbody_seeds():
+    for name in fixture_names():
+        body = request_body(name)
+        put("fuzz_reqbody", name, struct.pack("<H", 0) + body)
+        put("fuzz_reqbody", name + "-cut", struct.pack("<H", len(body) // 3) + body)
+    put("fuzz_reqbody", "nested", struct.pack("<H", 0) +
+        b'{"options":{"num_predict":-1},"parameters":{"max_new_tokens":20},'
+        b'"max_completion_tokens":7,"model":"a\\"b\\u00e9","stream":false}')
+
+
+def record_seeds():
+    names = fixture_names()
+    for i, name in enumerate(names):
+        flags = [0, FP_JSON | FP_TOKENS | FP_PROM, FP_ALERTS | FP_TIMELINE | FP_GPU][i % 3]
+        put("fuzz_record", name + ".tsr", tsr(connection_records(name), flags))
+    put("fuzz_record", "v1.tsr", tsr(connection_records(names[0], v1=True), version=1))
+    recs = connection_records("uvloop_vllm")
+    recs[2:2] = [kstats(0), gpu_step(101, 1_000_500_000, 1_001_000_000), kstats(3)]
+    recs[:0] = [proc_event(EV_PROC_FORK, 101, 100, 999_000_000)]
+    recs.append(proc_event(EV_PROC_EXIT, 101, 0, 2_000_000_000, 9))
+    put("fuzz_record", "procs-gpu.tsr", tsr(recs, FP_PROM | FP_GPU | FP_VERBOSE))
+    put("fuzz_record", "cut.tsr", tsr(connection_records("tgi"))[:-7])
+
+
+def pipeline_seeds():
+    names = fixture_names()
+    for i, name in enumerate(names):
+        flags = [FP_JSON | FP_TOKENS, FP_PROM | FP_ALERTS, FP_TIMELINE | FP_GPU, 0][i % 4]
+        put("fuzz_pipeline", name, bytes([flags]) + program(name))
+    # Two connections of two processes interleaved, GPU steps, lost records, a tick.
+    a, b = program("uvicorn_h11", 0, 0, False), program("go_ollama", 1, 1, False)
+    mixed = bytes([FP_JSON | FP_PROM | FP_GPU]) + bytes([OP_FORK, 1 | 0 << 3]) + a + b
+    mixed += bytes([OP_STEP]) + who(0, 0, 1) + struct.pack("<H", 5000) + bytes([40, 0, 1])
+    mixed += bytes([OP_LOST, 1, OP_TICK | 0x10, OP_CLOSE]) + who(0) + bytes([OP_EXIT]) + \
+        who(0, 0, 1) + bytes([0])
+    put("fuzz_pipeline", "two-processes", mixed)
+    # --all: a labelled server whose workers fork, serve and exit.
+    tree = bytes([FP_KEEP_RUNNING | FP_PROM | FP_VERBOSE, OP_LABEL | 0x10]) + who() + \
+        b"4f2a9c0d1e3b\0"
+    for child in range(1, 4):
+        tree += bytes([OP_FORK, child | (child - 1) << 3])
+    tree += program("uvloop_vllm", 2, 3) + bytes([OP_EXIT]) + who(0, 0, 3) + bytes([0])
+    put("fuzz_pipeline", "labelled-tree", tree)
+    put("fuzz_pipeline", "raw", bytes([0, OP_RAW, EV_DATA, 8]) + bytes(8) +
+        bytes([OP_RAW | 0x10, 0, 20]) + bytes(20) + bytes([OP_CALL, 1, 0, OP_PROC | 0x10, 8]))
+
+
+def json_seeds():
+    put("fuzz_json_string", "ascii", b"model\0Qwen/Qwen2.5-0.5B\0POST\0/v1/chat/completions"
+        b"\0k\0svc\0host\0src")
+    put("fuzz_json_string", "utf8", "caf\u00e9\0\u20ac\0\U0001f600\0\u00ff\0\u4e2d\0\0".encode())
+    put("fuzz_json_string", "escapes", b'"q"\0back\\slash\0\n\r\t\b\f\0\x01\x1f\x7f\0a\0b\0c\0')
+    put("fuzz_json_string", "conn", b"127.0.0.1:8000<-127.0.0.1:40000#1\0GET\0/x?key=1\0m\0"
+        b"4f2a9c0d1e3b\0s\0h\0[::1]:1<-[::1]:2#3")
+    put("fuzz_prom_label", "plain", b"\x01llama-3-8b\0" b"4f2a9c0d1e3b\0qwen\0ttft.p99 > 5s for 3m")
+    put("fuzz_prom_label", "escapes", b'\x02a"b\\c\nd\0\0other\0success < 99%')
+    put("fuzz_prom_label", "utf8", "\x03mod\u00e8le-\u4e2d\0c\u00e9\0\U0001f600\0rps > 1".encode())
+
+
+def cli_seeds():
+    for d in ["5s", "200ms", "3m", "250us", "1h", "0.5s", "1e3ms", "0s"]:
+        put("fuzz_duration", d, d.encode())
+    rules = ["ttft.p99 > 5s for 3m", "success < 99% for 5m", "itl.p99 >= 200ms", "rps <= 0.5",
+             "e2e.p50 > 2s", "queue.p999 > 100ms for 30s", "prefill.p90 < 1s", "decode.p95 > 3s",
+             "tpot.p99 > 50ms for 1h"]
+    for i, r in enumerate(rules):
+        put("fuzz_alert_rule", "rule%d" % i, r.encode())
+
+
+def main():
+    if len(sys.argv) > 1:
+        sys.exit(__doc__)
+    if os.path.isdir(SEEDS):
+        shutil.rmtree(SEEDS)
+    http_seeds()
+    sse_seeds()
+    frame_seeds()
+    reqbody_seeds()
+    record_seeds()
+    pipeline_seeds()
+    json_seeds()
+    cli_seeds()
+    for t in sorted(os.listdir(SEEDS)):
+        print("%-20s %3d seeds" % (t, len(os.listdir(os.path.join(SEEDS, t)))))
+
+
+if __name__ == "__main__":
+    main()
