@@ -35,10 +35,10 @@ static void http_desync(struct http_parser *p)
 
 void http_free(struct http_parser *p)
 {
-	if (p->head_buf)
-		budget_give(p->budget, HTTP_HEAD_MAX + 1);
-	free(p->head_buf);
-	p->head_buf = NULL;
+	if (p->hb)
+		budget_give(p->budget, sizeof(*p->hb));
+	free(p->hb);
+	p->hb = NULL;
 }
 
 void http_set_budget(struct http_parser *p, struct budget *b)
@@ -48,13 +48,12 @@ void http_set_budget(struct http_parser *p, struct budget *b)
 
 void http_init(struct http_parser *p, enum http_dir dir, const struct http_callbacks *cb, void *ctx)
 {
-	memset(p, 0, offsetof(struct http_parser, head_buf));
-	p->head_buf = NULL;
+	memset(p, 0, offsetof(struct http_parser, hb));
+	p->hb = NULL;
 	p->dir = dir;
 	p->cb = cb;
 	p->ctx = ctx;
 	p->state = HTTP_ST_IDLE;
-	p->head.content_length = -1;
 }
 
 bool http_idle(const struct http_parser *p)
@@ -171,7 +170,7 @@ struct http_head_flags {
 static int http_header(struct http_parser *p, struct http_head_flags *fl, const char *name,
 		       size_t nlen, const char *val, size_t vlen)
 {
-	struct http_head *h = &p->head;
+	struct http_head *h = &p->hb->head;
 	struct http_list_iter it = { val, val + vlen };
 	const char *el;
 	size_t elen;
@@ -303,8 +302,8 @@ static size_t http_line(const char *s, const char *end, const char **next)
 
 static int http_parse_head(struct http_parser *p, struct http_head_flags *fl)
 {
-	const char *s = p->head_buf, *end = p->head_buf + p->head_len, *next;
-	struct http_head *h = &p->head;
+	const char *s = p->hb->text, *end = p->hb->text + p->head_len, *next;
+	struct http_head *h = &p->hb->head;
 	size_t n = http_line(s, end, &next);
 	int err;
 
@@ -364,12 +363,12 @@ static bool http_start_plausible(const struct http_parser *p)
 	if (p->dir == HTTP_DIR_RESPONSE) {
 		if (n > HTTP_VERSION_PREFIX_LEN)
 			n = HTTP_VERSION_PREFIX_LEN;
-		return memcmp(p->head_buf, HTTP_VERSION_PREFIX, n) == 0;
+		return memcmp(p->hb->text, HTTP_VERSION_PREFIX, n) == 0;
 	}
 	for (size_t i = 0; i < n; i++) {
-		if (p->head_buf[i] == ' ')
+		if (p->hb->text[i] == ' ')
 			return i > 0;
-		if (i >= HTTP_METHOD_MAX - 1 || !http_is_method_char(p->head_buf[i]))
+		if (i >= HTTP_METHOD_MAX - 1 || !http_is_method_char(p->hb->text[i]))
 			return false;
 	}
 	return true;
@@ -379,7 +378,7 @@ static bool http_start_plausible(const struct http_parser *p)
 static int http_head_done(struct http_parser *p, uint64_t ts)
 {
 	struct http_head_flags fl = { 0 };
-	const struct http_head *h = &p->head;
+	const struct http_head *h = &p->hb->head;
 	int err = http_parse_head(p, &fl);
 
 	if (err)
@@ -423,16 +422,16 @@ static long http_feed_head(struct http_parser *p, const uint8_t *buf, size_t len
 
 	if (p->head_len + n > HTTP_HEAD_MAX || memchr(buf, '\0', n))
 		return -EPROTO;
-	if (!p->head_buf) {
-		if (!budget_take(p->budget, HTTP_HEAD_MAX + 1))
+	if (!p->hb) {
+		if (!budget_take(p->budget, sizeof(*p->hb)))
 			return -ENOBUFS;
-		p->head_buf = malloc(HTTP_HEAD_MAX + 1);
-		if (!p->head_buf) {
-			budget_give(p->budget, HTTP_HEAD_MAX + 1);
+		p->hb = malloc(sizeof(*p->hb));
+		if (!p->hb) {
+			budget_give(p->budget, sizeof(*p->hb));
 			return -ENOMEM;
 		}
 	}
-	memcpy(p->head_buf + p->head_len, buf, n);
+	memcpy(p->hb->text + p->head_len, buf, n);
 	p->head_len += n;
 	if (p->line_start == 0 && !http_start_plausible(p))
 		return -EPROTO;
@@ -442,10 +441,10 @@ static long http_feed_head(struct http_parser *p, const uint8_t *buf, size_t len
 	/* An empty line (LF or CR LF alone) ends the head. */
 	if (p->line_start > 0 &&
 	    (p->head_len - p->line_start == 1 ||
-	     (p->head_len - p->line_start == 2 && p->head_buf[p->line_start] == '\r'))) {
+	     (p->head_len - p->line_start == 2 && p->hb->text[p->line_start] == '\r'))) {
 		int err;
 
-		p->head_buf[p->head_len] = '\0';
+		p->hb->text[p->head_len] = '\0';
 		err = http_head_done(p, ts);
 		http_free(p);
 		return err ? -EPROTO : (long)n;

@@ -71,17 +71,21 @@ struct http_parser {
 	uint64_t remaining;  /* body or chunk-data bytes still expected */
 	uint64_t last_ts;    /* ts of the latest feed, for a message that a gap completes */
 	size_t line_len;     /* bytes in the current chunk-size or trailer line */
-	size_t line_start;   /* offset of the current line in head_buf */
+	size_t line_start;   /* offset of the current line in hb->text */
 	size_t trailer_len;  /* bytes of trailer so far, bounded like a head */
 	bool size_digits;    /* chunk-size line has at least one hex digit */
 	bool size_done;	     /* chunk-size digits ended (extension or whitespace follows) */
 	bool expect_no_body; /* the next response answers a HEAD request */
-	struct http_head head;
 	size_t head_len;
 	struct budget *budget; /* charged for the head buffer; NULL: unlimited (http_set_budget) */
-	/* HTTP_HEAD_MAX + 1 bytes (+1 for the NUL that parsing adds), allocated when a head starts
-	 * and freed when it ends: an idle keep-alive connection holds none. */
-	char *head_buf;
+	/* Allocated when a head starts and freed when it ends: an idle keep-alive connection holds
+	 * none, and a connection mid-body holds no head fields either. */
+	struct http_head_buf *hb;
+};
+
+struct http_head_buf {
+	struct http_head head;	      /* what on_head gets */
+	char text[HTTP_HEAD_MAX + 1]; /* +1 for the NUL that parsing adds */
 };
 
 /* Starts a parser; one that may hold a head buffer must be http_free()d first. */
