@@ -71,6 +71,7 @@
 #define DEFAULT_TOKENS 16
 #define DEFAULT_MERGE 4
 #define DEFAULT_PORT 8000
+#define WORKERS_MAX 64
 /* A rough bytes-per-token ratio for English text, only used to fill usage.prompt_tokens. */
 #define BYTES_PER_PROMPT_TOKEN 4
 /* Upper bound on max_tokens so that a typo cannot make one request run for days. */
@@ -133,6 +134,8 @@ struct opts {
 	enum wsys wsys;
 	enum rsys rsys;
 	bool stats;
+	bool skip_garbage;
+	unsigned workers; /* processes sharing the port; 0 or 1: this one alone */
 	uint64_t seed;
 	bool gpu;
 	double engine_delay_ms;
@@ -271,6 +274,9 @@ struct server {
 	struct buf frame, chunk, flat, head;
 	struct stats st;
 	struct gpu_link gpu;
+	pid_t *workers; /* --workers: the ones this process forked */
+	unsigned nworkers;
+	bool is_worker; /* forked by --workers: says nothing on stdout */
 	bool exiting;
 	bool failed;
 };
@@ -1314,6 +1320,30 @@ static void conn_mark_read(struct conn *c, uint64_t ns)
 }
 
 /*
+ * --skip-garbage: how many leading bytes of p come before the next request line, which starts
+ * with one of these. Without one, all but the last GARBAGE_KEEP bytes, which may be the start
+ * of one split across reads; *found says whether p + n starts a request line.
+ */
+#define GARBAGE_KEEP 5
+static const char *const request_starts[] = { "POST /", "GET /" };
+
+static size_t garbage_len(const char *p, size_t avail, bool *found)
+{
+	size_t n = avail > GARBAGE_KEEP ? avail - GARBAGE_KEEP : 0;
+
+	*found = false;
+	for (size_t i = 0; i < sizeof(request_starts) / sizeof(request_starts[0]); i++) {
+		const char *m = memmem(p, avail, request_starts[i], strlen(request_starts[i]));
+
+		if (m && (size_t)(m - p) <= n) {
+			n = (size_t)(m - p);
+			*found = true;
+		}
+	}
+	return n;
+}
+
+/*
  * Parses one request from c->in if it is complete and dispatches it.
  * Returns true when a request was consumed.
  */
@@ -1330,6 +1360,16 @@ static bool conn_parse(struct server *s, struct conn *c)
 		conn_consume(c, 2);
 		p += 2;
 		avail -= 2;
+	}
+	if (s->o.skip_garbage) {
+		bool found;
+		size_t g = garbage_len(p, avail, &found);
+
+		conn_consume(c, g);
+		p += g;
+		avail -= g;
+		if (!found)
+			return false; /* wait for a request line */
 	}
 	end = avail ? memmem(p, avail, "\r\n\r\n", 4) : NULL;
 	if (!end) {
@@ -2429,6 +2469,8 @@ static int server_listen(struct server *s)
 		if (s->lfd < 0)
 			continue;
 		setsockopt(s->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+		if (s->o.workers > 1)
+			setsockopt(s->lfd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
 		if (!bind(s->lfd, a->ai_addr, a->ai_addrlen) && !listen(s->lfd, LISTEN_BACKLOG))
 			break;
 		close(s->lfd);
@@ -2441,6 +2483,61 @@ static int server_listen(struct server *s)
 		return -errno;
 	}
 	return 0;
+}
+
+/*
+ * --workers N: N-1 more processes, each with its own listening socket on the same port
+ * (SO_REUSEPORT: the kernel spreads new connections over them), so that the server as a whole
+ * can hold more connections than one process has descriptors (a prefork server, as nginx's
+ * workers). Forked before the event loop's descriptors exist, so none is shared. Returns 0 in
+ * this process and in every worker.
+ */
+static int workers_start(struct server *s)
+{
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	pid_t parent = getpid();
+
+	if (getsockname(s->lfd, (struct sockaddr *)&ss, &sl))
+		return -errno;
+	s->workers = mem_realloc(NULL, s->o.workers * sizeof(*s->workers));
+	for (unsigned i = 1; i < s->o.workers; i++) {
+		pid_t pid = fork();
+
+		if (pid < 0) {
+			perror("refserver: fork");
+			return -errno;
+		}
+		if (pid == 0) {
+			/* SIGTERM is blocked and read from the signalfd: a clean exit either way */
+			prctl(PR_SET_PDEATHSIG, SIGTERM);
+			if (getppid() != parent)
+				_exit(1);
+			free(s->workers);
+			s->workers = NULL;
+			s->nworkers = 0;
+			s->is_worker = true;
+			close(s->lfd);
+			s->o.port = ss.ss_family == AF_INET6
+					? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
+					: ntohs(((struct sockaddr_in *)&ss)->sin_port);
+			return server_listen(s);
+		}
+		s->workers[s->nworkers++] = pid;
+	}
+	return 0;
+}
+
+static void workers_stop(struct server *s)
+{
+	for (unsigned i = 0; i < s->nworkers; i++)
+		kill(s->workers[i], SIGTERM);
+	for (unsigned i = 0; i < s->nworkers; i++)
+		while (waitpid(s->workers[i], NULL, 0) < 0 && errno == EINTR)
+			;
+	free(s->workers);
+	s->workers = NULL;
+	s->nworkers = 0;
 }
 
 static void server_announce(struct server *s)
@@ -2488,6 +2585,8 @@ static int server_init(struct server *s)
 	sigaddset(&set, SIGTERM);
 	sigaddset(&set, SIGUSR1);
 	sigprocmask(SIG_BLOCK, &set, NULL);
+	if (s->o.workers > 1 && (server_listen(s) || workers_start(s)))
+		return -EINVAL;
 	s->sfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
 	s->efd = epoll_create1(EPOLL_CLOEXEC);
 	s->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
@@ -2497,7 +2596,7 @@ static int server_init(struct server *s)
 	}
 	if (s->o.gpu && gpu_init(s))
 		return -EINVAL;
-	if (server_listen(s))
+	if (s->lfd < 0 && server_listen(s))
 		return -EINVAL;
 	if (epoll_add(s->efd, s->lfd, &s->lfd) || epoll_add(s->efd, s->tfd, &s->tfd) ||
 	    epoll_add(s->efd, s->sfd, &s->sfd)) {
@@ -2506,7 +2605,8 @@ static int server_init(struct server *s)
 	}
 	if (s->o.gpu && gpu_start(s))
 		return -EINVAL;
-	server_announce(s);
+	if (!s->is_worker)
+		server_announce(s);
 	return 0;
 }
 
@@ -2557,6 +2657,9 @@ static void usage(FILE *f)
 	    "  --syscall S              write|send|sendto|sendmsg (write)\n"
 	    "  --recv R                 read|recv|recvfrom|recvmsg|readv (read)\n"
 	    "  --stats                  print counters to stderr at exit (also on SIGUSR1)\n"
+	    "  --skip-garbage           drop bytes before a request line instead of answering\n"
+	    "                           400, keeping the connection (noise between requests)\n"
+	    "  --workers N              N processes share the port (SO_REUSEPORT) (1)\n"
 	    "  --seed N                 seed for jitter and split offsets (1)\n"
 	    "  --gpu                    an engine child process generates in batch steps of\n"
 	    "                           CUDA runtime calls (prefill-ms, token-ms: GPU time)\n"
@@ -2604,6 +2707,8 @@ enum {
 	OPT_SYSCALL,
 	OPT_RECV,
 	OPT_STATS,
+	OPT_SKIP_GARBAGE,
+	OPT_WORKERS,
 	OPT_SEED,
 	OPT_GPU,
 	OPT_ENGINE_DELAY,
@@ -2630,6 +2735,8 @@ static int opts_parse(struct opts *o, int argc, char **argv)
 		{ "syscall", required_argument, NULL, OPT_SYSCALL },
 		{ "recv", required_argument, NULL, OPT_RECV },
 		{ "stats", no_argument, NULL, OPT_STATS },
+		{ "skip-garbage", no_argument, NULL, OPT_SKIP_GARBAGE },
+		{ "workers", required_argument, NULL, OPT_WORKERS },
 		{ "seed", required_argument, NULL, OPT_SEED },
 		{ "gpu", no_argument, NULL, OPT_GPU },
 		{ "engine-delay-ms", required_argument, NULL, OPT_ENGINE_DELAY },
@@ -2714,6 +2821,13 @@ static int opts_parse(struct opts *o, int argc, char **argv)
 		case OPT_STATS:
 			o->stats = true;
 			break;
+		case OPT_SKIP_GARBAGE:
+			o->skip_garbage = true;
+			break;
+		case OPT_WORKERS:
+			ok = parse_num(optarg, &d) && d >= 1 && d <= WORKERS_MAX;
+			o->workers = (unsigned)d;
+			break;
 		case OPT_GPU:
 			o->gpu = true;
 			break;
@@ -2755,6 +2869,10 @@ static int opts_parse(struct opts *o, int argc, char **argv)
 		usage(stderr);
 		return -EINVAL;
 	}
+	if (o->workers > 1 && o->gpu) {
+		fprintf(stderr, "refserver: --workers and --gpu do not go together\n");
+		return -EINVAL;
+	}
 	return 0;
 }
 
@@ -2780,6 +2898,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	err = server_run(&s);
+	workers_stop(&s);
 	if (s.o.stats)
 		stats_print(&s);
 	server_close(&s);
