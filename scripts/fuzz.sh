@@ -155,7 +155,7 @@ fi
 
 fuzz_one() { # target
 	local t=$1 corpus=$OUT/corpus/$1 art=$OUT/artifacts/$1/ log=$OUT/logs/$1.log
-	local dict=$OUT/dict/$1.dict rc why execs eps cov ft units result
+	local dict=$OUT/dict/$1.dict rc why execs eps cov ft units result input
 
 	mkdir -p "$corpus" "$art" "$OUT/dict"
 	: >"$dict"
@@ -175,7 +175,8 @@ fuzz_one() { # target
 	if [ $rc -eq 0 ] && [ -z "$why" ]; then
 		result=ok
 	else
-		result="FAILED: ${why:-exit status $rc}; input: $(grep -m1 -o 'Test unit written to .*' "$log" | cut -c22-) log: $log"
+		input=$(grep -m1 -o 'Test unit written to .*' "$log" | cut -c22-)
+		result="FAILED: ${why:-exit status $rc}; input: ${input:-none} log: $log"
 	fi
 	printf '%-20s execs %-10s exec/s %-7s cov %-6s ft %-7s corpus %-6s %s\n' "$t" \
 		"${execs:-?}" "${eps:-?}" "${cov:-?}" "${ft:-?}" "$units" "$result"

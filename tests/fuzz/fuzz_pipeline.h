@@ -18,8 +18,8 @@
 enum {
 	FP_JSON = 1,
 	FP_TOKENS = 2,
-	FP_VERBOSE = 4,
-	FP_GPU = 8,	      /* --gpu-steps and --kernels */
+	FP_VERBOSE = 4, /* also the summaries at the end (their percentiles cost most of a run) */
+	FP_GPU = 8,	/* --gpu-steps and --kernels */
 	FP_KEEP_RUNNING = 16, /* --all */
 	FP_PROM = 32,	      /* --listen (with --by-process when FP_VERBOSE is set too) */
 	FP_ALERTS = 64,	      /* --alert */
@@ -40,6 +40,7 @@ struct fuzz_pipeline {
 	struct alert_set alerts;
 	struct timeline tl;
 	bool alerts_on, tl_on;
+	unsigned flags;
 };
 
 /* The publisher owns each snapshot: a scrape would serve it, here it is only checked. */
@@ -65,6 +66,7 @@ static void fuzz_pipeline_open(struct fuzz_pipeline *f, unsigned flags)
 	struct sink s;
 
 	memset(f, 0, sizeof(*f));
+	f->flags = flags;
 	if (pipeline_init(&f->pl, &o))
 		abort();
 	f->pl.keep_running = flags & FP_KEEP_RUNNING;
@@ -107,8 +109,10 @@ static void fuzz_pipeline_open(struct fuzz_pipeline *f, unsigned flags)
 static void fuzz_pipeline_close(struct fuzz_pipeline *f)
 {
 	pipeline_finish(&f->pl);
-	pipeline_print_interval(&f->pl);
-	pipeline_print_total(&f->pl);
+	if (f->flags & FP_VERBOSE) {
+		pipeline_print_interval(&f->pl);
+		pipeline_print_total(&f->pl);
+	}
 	if (f->prom) {
 		char *buf;
 		size_t len;
