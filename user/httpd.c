@@ -6,9 +6,12 @@
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "httpd.h"
@@ -16,14 +19,144 @@
 #define METRICS_PATH "/metrics"
 #define METRICS_TYPE "text/plain; version=0.0.4; charset=utf-8"
 #define LISTEN_BACKLOG 16
+/* The server's loop waits for the network at most this long between looks at the deadlines;
+ * it is also how long stopping may take. */
+#define HTTPD_TICK_MS 100
+
+/* A connection, known from its accept to its close; touched only on the server's thread. */
+struct httpd_conn {
+	struct MHD_Connection *c; /* NULL: a free slot */
+	int fd;
+	double since;  /* when it began to wait for a request head, or its response began */
+	bool replying; /* a request was handed to on_request and is not completed */
+	bool dropped;  /* shut down by us; MHD closes it on its next turn */
+};
 
 struct httpd {
 	struct MHD_Daemon *daemon;
+	pthread_t thread;
+	atomic_bool stop;
 	pthread_mutex_t lock; /* guards buf and len */
 	char *buf;
 	size_t len;
 	char address[INET6_ADDRSTRLEN + 16];
+	struct httpd_conn conns[HTTPD_MAX_CONNS]; /* MHD admits no more than this many */
 };
+
+static double mono_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* MHD has no call to close a connection: shutting its socket down makes MHD's next turn see
+ * the end and close it itself, and the descriptor stays MHD's until then. */
+static void conn_drop(struct httpd_conn *k)
+{
+	shutdown(k->fd, SHUT_RDWR);
+	k->dropped = true;
+}
+
+/* Drops the connections past their deadline. */
+static void conns_sweep(struct httpd *h)
+{
+	double now = mono_s();
+
+	for (int i = 0; i < HTTPD_MAX_CONNS; i++) {
+		struct httpd_conn *k = &h->conns[i];
+
+		if (k->c && !k->dropped &&
+		    now - k->since > (k->replying ? HTTPD_REPLY_DEADLINE_S : HTTPD_HEAD_DEADLINE_S))
+			conn_drop(k);
+	}
+}
+
+/* Every slot taken (the new one, fresh, included): the connection that has waited longest for
+ * its request head makes room, or, when all are replying, the oldest; so the next client is
+ * admitted at once instead of waiting for a deadline. */
+static void conns_make_room(struct httpd *h, const struct httpd_conn *fresh)
+{
+	struct httpd_conn *victim = NULL;
+
+	for (int i = 0; i < HTTPD_MAX_CONNS; i++) {
+		struct httpd_conn *k = &h->conns[i];
+
+		if (!k->c)
+			return;
+		if (k->dropped)
+			return; /* room is being made already */
+		if (k == fresh)
+			continue;
+		if (!victim || (victim->replying && !k->replying) ||
+		    (victim->replying == k->replying && k->since < victim->since))
+			victim = k;
+	}
+	if (victim)
+		conn_drop(victim);
+}
+
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+			  enum MHD_ConnectionNotificationCode toe)
+{
+	struct httpd *h = cls;
+	struct httpd_conn *k = *socket_context;
+
+	if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
+		if (k)
+			memset(k, 0, sizeof(*k));
+		return;
+	}
+	for (int i = 0; i < HTTPD_MAX_CONNS && !k; i++)
+		if (!h->conns[i].c)
+			k = &h->conns[i];
+	if (!k)
+		return; /* not tracked: MHD's limit still holds it, and its idle timeout */
+	const union MHD_ConnectionInfo *ci =
+	    MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+
+	*k = (struct httpd_conn){ .c = c, .fd = ci ? ci->connect_fd : -1, .since = mono_s() };
+	if (k->fd < 0) {
+		k->c = NULL;
+		return;
+	}
+	*socket_context = k;
+	conns_make_room(h, k);
+}
+
+static struct httpd_conn *conn_of(struct MHD_Connection *c)
+{
+	const union MHD_ConnectionInfo *ci =
+	    MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+
+	return ci ? ci->socket_context : NULL;
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **req_cls,
+			 enum MHD_RequestTerminationCode toe)
+{
+	struct httpd_conn *k = conn_of(c);
+
+	(void)cls, (void)req_cls, (void)toe;
+	if (k) {
+		k->replying = false;
+		k->since = mono_s(); /* keep-alive: the next head has its own deadline */
+	}
+}
+
+static void *serve(void *arg)
+{
+	struct httpd *h = arg;
+	const struct timespec tick = { 0, HTTPD_TICK_MS * 1000000L };
+
+	while (!atomic_load(&h->stop)) {
+		if (MHD_run_wait(h->daemon, HTTPD_TICK_MS) == MHD_NO)
+			nanosleep(&tick, NULL); /* no busy loop on an error that persists */
+		conns_sweep(h);
+	}
+	return NULL;
+}
 
 static int parse_port(const char *s, in_port_t *port)
 {
@@ -122,9 +255,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 	static const char not_found[] = "not found: the metrics are at " METRICS_PATH "\n";
 	static const char not_allowed[] = "method not allowed\n";
 	struct httpd *h = cls;
+	struct httpd_conn *k = conn_of(c);
 	enum MHD_Result ret;
 
 	(void)version, (void)upload_data, (void)upload_data_size, (void)req_cls;
+	if (k && !k->replying) {
+		k->replying = true;
+		k->since = mono_s();
+	}
 	if (strcmp(url, METRICS_PATH))
 		return reply(c, MHD_HTTP_NOT_FOUND, "text/plain", not_found, sizeof(not_found) - 1,
 			     NULL);
@@ -177,7 +315,8 @@ int httpd_start(struct httpd **out, const char *spec, FILE *err)
 	format_address(&addr, h->address, sizeof(h->address));
 	fd = listen_on(&addr, addrlen);
 	if (fd < 0) {
-		fprintf(err, "tokenscope: cannot listen on %s: %s\n", h->address, strerror(-fd));
+		fprintf(err, "tokenscope: cannot listen on %s: %s%s\n", h->address, strerror(-fd),
+			fd == -EACCES ? " (a port below 1024 needs CAP_NET_BIND_SERVICE)" : "");
 		free(h);
 		return fd;
 	}
@@ -189,18 +328,33 @@ int httpd_start(struct httpd **out, const char *spec, FILE *err)
 	sigfillset(&all);
 	pthread_sigmask(SIG_BLOCK, &all, &old);
 	errno = 0;
-	h->daemon = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD, 0, NULL, NULL, on_request, h,
-				     MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_LIMIT,
-				     (unsigned int)HTTPD_MAX_CONNS, MHD_OPTION_CONNECTION_TIMEOUT,
-				     (unsigned int)HTTPD_TIMEOUT_S, MHD_OPTION_END);
+	/* Our own thread runs MHD's loop, so that it can look at the deadlines between turns;
+	 * epoll where there is one (select would refuse descriptors past 1024, and a tracer
+	 * hooking CUDA holds hundreds). */
+	h->daemon =
+	    MHD_start_daemon(MHD_USE_AUTO, 0, NULL, NULL, on_request, h, MHD_OPTION_LISTEN_SOCKET,
+			     fd, MHD_OPTION_CONNECTION_LIMIT, (unsigned int)HTTPD_MAX_CONNS,
+			     MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned int)HTTPD_MAX_PER_IP,
+			     MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)HTTPD_TIMEOUT_S,
+			     MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HTTPD_CONN_MEMORY_BYTES,
+			     MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
+			     MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_END);
 	ret = errno;
+	if (h->daemon) {
+		ret = pthread_create(&h->thread, NULL, serve, h);
+		if (ret) {
+			MHD_stop_daemon(h->daemon);
+			h->daemon = NULL;
+			fd = -1; /* closed with the daemon */
+		}
+	}
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (!h->daemon) {
 		ret = ret ? -ret : -EIO;
 		fprintf(err, "tokenscope: cannot serve metrics on %s: %s\n", h->address,
 			strerror(-ret));
 		/* Whether MHD closed the socket it was given differs between versions. */
-		if (fcntl(fd, F_GETFD) >= 0)
+		if (fd >= 0 && fcntl(fd, F_GETFD) >= 0)
 			close(fd);
 		pthread_mutex_destroy(&h->lock);
 		free(h);
@@ -232,7 +386,9 @@ void httpd_stop(struct httpd *h)
 {
 	if (!h)
 		return;
-	MHD_stop_daemon(h->daemon); /* joins its thread and closes the listening socket */
+	atomic_store(&h->stop, true);
+	pthread_join(h->thread, NULL); /* within a tick */
+	MHD_stop_daemon(h->daemon);    /* closes the connections and the listening socket */
 	pthread_mutex_destroy(&h->lock);
 	free(h->buf);
 	free(h);

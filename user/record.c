@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -113,6 +114,78 @@ int record_flush(struct record_writer *w)
 	return err;
 }
 
+/*
+ * The tracer's own open descriptor that path names (/dev/stdout, /dev/stderr, /dev/fd/N,
+ * /proc/self/fd/N: a shell's redirection or process substitution), or -1. Those names are
+ * symbolic links, and the only ones -o follows: they lead where the user already writes.
+ */
+static int own_fd_name(const char *path)
+{
+	static const char *const dirs[] = { "/dev/fd/", "/proc/self/fd/" };
+	char *end;
+	long fd;
+
+	if (!strcmp(path, "/dev/stdout"))
+		return STDOUT_FILENO;
+	if (!strcmp(path, "/dev/stderr"))
+		return STDERR_FILENO;
+	for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
+		size_t n = strlen(dirs[i]);
+
+		if (strncmp(path, dirs[i], n) || path[n] < '0' || path[n] > '9')
+			continue;
+		errno = 0;
+		fd = strtol(path + n, &end, 10);
+		if (!errno && !*end && fd <= INT32_MAX)
+			return fd;
+	}
+	return -1;
+}
+
+/*
+ * Opens where a recording goes, or returns a negative errno. A recorder often runs as root
+ * and may be pointed into a directory others can write to (/tmp): a symbolic link planted at
+ * path is refused (-ELOOP) instead of truncating the file it points to, and an existing
+ * regular file must be this user's (-EEXIST: another user could read the recording) with no
+ * other hard link (-EMLINK). FIFOs and character devices (/dev/null) are written as before;
+ * not O_EXCL, so a recording can be made again under the same name.
+ */
+static int record_open_target(const char *path)
+{
+	struct stat st;
+	int fd = own_fd_name(path), fl, err;
+
+	if (fd >= 0) {
+		fl = fcntl(fd, F_GETFL);
+		if (fl < 0)
+			return -errno;
+		if ((fl & O_ACCMODE) == O_RDONLY)
+			return -EBADF;
+		fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+		return fd < 0 ? -errno : fd;
+	}
+	/* 0600: data records hold captured request and response bytes, prompts included.
+	 * Truncated only once known to be a file of ours. */
+	fd = open(path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st)) {
+		err = -errno;
+		goto fail;
+	}
+	if (S_ISREG(st.st_mode)) {
+		err = st.st_uid != geteuid() ? -EEXIST : st.st_nlink > 1 ? -EMLINK : 0;
+		if (!err && (ftruncate(fd, 0) || fchmod(fd, 0600)))
+			err = -errno;
+		if (err)
+			goto fail;
+	}
+	return fd;
+fail:
+	close(fd);
+	return err;
+}
+
 int record_open(struct record_writer *w, const char *path, const struct record_meta *meta)
 {
 	unsigned char *h;
@@ -124,14 +197,13 @@ int record_open(struct record_writer *w, const char *path, const struct record_m
 	w->buf = malloc(RECORD_BUF_BYTES);
 	if (!w->buf)
 		return -ENOMEM;
-	/* 0600: data records hold captured request and response bytes (DESIGN.md rule 6). */
-	w->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	if (w->fd < 0) {
-		err = -errno;
+	err = record_open_target(path);
+	if (err < 0) {
 		free(w->buf);
 		w->buf = NULL;
 		return err;
 	}
+	w->fd = err;
 	h = w->buf;
 	memset(h, 0, RECORD_HEADER_BYTES);
 	memcpy(h + HDR_MAGIC, RECORD_MAGIC, RECORD_MAGIC_BYTES);

@@ -2,10 +2,13 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <termios.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/stat.h>
+#include <linux/capability.h>
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 
@@ -43,6 +46,8 @@ struct tracer {
 	int ncpus;
 	bool verbose;
 	struct discover_set *seen; /* --all: servers found so far, dropped when they exit */
+	uint64_t caps;		   /* the effective capabilities, for the messages of a refusal */
+	bool cuda_explained;	   /* why no CUDA library could be hooked was said */
 };
 
 static int libbpf_print(enum libbpf_print_level level, const char *fmt, va_list args)
@@ -138,6 +143,159 @@ static void process_gone(void *ctx, uint32_t pid)
 		for (int i = 0; i < n; i++)
 			bpf_map_delete_elem(fd, &dead[i]);
 	} while (n == FORGET_BATCH);
+}
+
+/* record_open's refusals, in words (the recording holds captured prompts). */
+static const char *record_open_why(int err)
+{
+	switch (err) {
+	case -ELOOP:
+		return "it is a symbolic link, and a recording is never written through one "
+		       "(give the path it points to)";
+	case -EEXIST:
+		return "the file exists and belongs to another user, who could read the "
+		       "recording (remove it, or give another path)";
+	case -EMLINK:
+		return "the file has other hard links (remove it, or give another path)";
+	default:
+		return strerror(-err);
+	}
+}
+
+/* The effective capability set (a bit per CAP_*), and whether a seccomp filter is on; all
+ * ones when /proc/self/status cannot be read, so that nothing is blamed on a capability. */
+static uint64_t self_caps(bool *seccomp)
+{
+	char text[4096], *p;
+	uint64_t caps = ~0ull;
+
+	*seccomp = false;
+	if (proc_read_file("/proc/self/status", text, sizeof(text)) <= 0)
+		return caps;
+	if ((p = strstr(text, "\nCapEff:")))
+		caps = strtoull(p + 8, NULL, 16);
+	if ((p = strstr(text, "\nSeccomp:")))
+		*seccomp = strtol(p + 9, NULL, 10) == 2;
+	return caps;
+}
+
+static bool has_cap(uint64_t caps, int cap)
+{
+	return caps >> cap & 1;
+}
+
+/* Whether this process runs in a user namespace other than the initial one, whose
+ * capabilities do not count for loading BPF programs. */
+static bool in_user_ns(void)
+{
+	char text[128];
+	unsigned long long inside, outside, count;
+
+	return proc_read_file("/proc/self/uid_map", text, sizeof(text)) > 0 &&
+	       (sscanf(text, "%llu %llu %llu", &inside, &outside, &count) != 3 || inside ||
+		outside || count != 4294967295ull);
+}
+
+/*
+ * Why the kernel refused to load the programs, naming what is missing. Loading maps and BTF
+ * takes CAP_BPF, and tracing programs CAP_PERFMON as well; CAP_SYS_ADMIN stands for either.
+ */
+static void explain_load_denied(int err)
+{
+	bool seccomp;
+	uint64_t caps = self_caps(&seccomp);
+	bool bpf = has_cap(caps, CAP_BPF) || has_cap(caps, CAP_SYS_ADMIN);
+	bool perfmon = has_cap(caps, CAP_PERFMON) || has_cap(caps, CAP_SYS_ADMIN);
+
+	if (!bpf || !perfmon)
+		fprintf(stderr,
+			"tokenscope: not allowed to load BPF programs (%s): needs %s (or root)\n",
+			strerror(-err),
+			!bpf && !perfmon ? "CAP_BPF and CAP_PERFMON"
+			: !bpf		 ? "CAP_BPF as well as CAP_PERFMON"
+					 : "CAP_PERFMON as well as CAP_BPF");
+	else
+		fprintf(stderr,
+			"tokenscope: not allowed to load BPF programs (%s), although this process "
+			"has CAP_BPF and CAP_PERFMON: %s\n",
+			strerror(-err),
+			in_user_ns() ? "they are a user namespace's, which do not count for BPF"
+			: seccomp    ? "a seccomp filter may deny bpf() (a container runtime's "
+				       "default profile without CAP_SYS_ADMIN)"
+				     : "kernel lockdown or a security module may forbid it");
+}
+
+/* Whether the CUDA scan looked at this file and hooked none of its functions. */
+static bool cuda_file_unhooked(const struct cuda_attach *ca, const struct stat *st)
+{
+	for (int i = 0; i < ca->nfiles; i++)
+		if (ca->files[i].dev == st->st_dev && ca->files[i].ino == st->st_ino)
+			return !ca->files[i].hooked;
+	return false;
+}
+
+/*
+ * Says once why GPU steps are not traced when a traced process maps a CUDA library that could
+ * not be hooked for want of a capability: uprobes need CAP_SYS_ADMIN (Linux 6.16 and later),
+ * and another user's libraries, reached through /proc/PID/root, CAP_SYS_PTRACE. Looked for
+ * only while nothing is hooked and one of the two is missing, so a privileged tracer never
+ * pays for it. Returns true once said.
+ */
+static bool cuda_explain(struct tracer *tr)
+{
+	bool admin = has_cap(tr->caps, CAP_SYS_ADMIN), ptrace = has_cap(tr->caps, CAP_SYS_PTRACE);
+
+	if (tr->cuda_explained || (admin && ptrace) || cuda_hooked_files(&tr->cuda))
+		return tr->cuda_explained;
+	for (uint32_t i = 0; i < tr->pl.nlive && !tr->cuda_explained; i++) {
+		uint32_t pid = tr->pl.live[i].pid;
+		char maps[64], line[4096 + 128], path[4096 + 64], full[4096 + 96];
+		FILE *f;
+
+		snprintf(maps, sizeof(maps), "/proc/%u/maps", pid);
+		f = fopen(maps, "re");
+		if (!f) {
+			if (errno != EACCES)
+				continue;
+			fprintf(stderr,
+				"tokenscope: cannot read %s (%s): finding the CUDA libraries of "
+				"another user's process needs CAP_SYS_PTRACE; GPU steps are not "
+				"traced\n",
+				maps, strerror(errno));
+			tr->cuda_explained = true;
+			break;
+		}
+		while (!tr->cuda_explained && fgets(line, sizeof(line), f)) {
+			char perms[8];
+			const char *base, *why;
+			struct stat st;
+
+			if (sscanf(line, "%*x-%*x %7s %*x %*x:%*x %*u %4095s", perms, path) != 2 ||
+			    perms[2] != 'x' || path[0] != '/')
+				continue;
+			base = strrchr(path, '/') + 1;
+			if (strncmp(base, "libcudart.so", 12) && strncmp(base, "libcuda.so", 10))
+				continue;
+			snprintf(full, sizeof(full), "/proc/%u/root%s", pid, path);
+			if (stat(full, &st))
+				why = errno == EACCES ? "opening it through /proc/PID/root needs "
+							"CAP_SYS_PTRACE"
+						      : NULL;
+			else
+				why = !admin && cuda_file_unhooked(&tr->cuda, &st)
+					  ? "uprobes need CAP_SYS_ADMIN (Linux 6.16 and later)"
+					  : NULL;
+			if (!why)
+				continue;
+			fprintf(stderr,
+				"tokenscope: cannot hook the CUDA library %s of pid %u: %s; GPU "
+				"steps are not traced\n",
+				path, pid, why);
+			tr->cuda_explained = true;
+		}
+		fclose(f);
+	}
+	return tr->cuda_explained;
 }
 
 static void cuda_scan_all(struct tracer *tr)
@@ -280,11 +438,7 @@ static int trace_load(struct tracer *tr, const struct trace_opts *o)
 	err = tokenscope_bpf__load(tr->skel);
 	if (err) {
 		if (err == -EPERM || err == -EACCES)
-			fprintf(
-			    stderr,
-			    "tokenscope: not allowed to load BPF programs (%s): run as root, or "
-			    "with CAP_BPF, CAP_PERFMON and CAP_SYS_RESOURCE\n",
-			    strerror(-err));
+			explain_load_denied(err);
 		else
 			fprintf(stderr,
 				"tokenscope: the kernel refused the BPF programs (%s); run with -v "
@@ -313,6 +467,7 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 		.err = stderr,
 	};
 	struct tracer tr = { .verbose = o->verbose };
+	bool seccomp;
 	struct ring_buffer *rb = NULL;
 	struct exporters ex;
 	bool ex_started = false;
@@ -334,6 +489,7 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 		}
 	}
 	libbpf_set_print(o->verbose ? libbpf_print : libbpf_print_quiet);
+	tr.caps = self_caps(&seccomp);
 	tr.ncpus = libbpf_num_possible_cpus();
 	if (tr.ncpus <= 0)
 		return tr.ncpus ? tr.ncpus : -EINVAL;
@@ -373,7 +529,7 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 		err = record_open(&tr.rec, o->record_path, &m);
 		if (err) {
 			fprintf(stderr, "tokenscope: cannot write %s: %s\n", o->record_path,
-				strerror(-err));
+				record_open_why(err));
 			goto out;
 		}
 		tr.recording = true;
@@ -431,7 +587,7 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 	}
 	cuda_init(&tr.cuda, tr.skel, o->verbose);
 	cuda_scan_all(&tr);
-	if (!cuda_hooked_files(&tr.cuda))
+	if (!cuda_hooked_files(&tr.cuda) && !cuda_explain(&tr))
 		fprintf(stderr, "tokenscope: no CUDA library in the traced processes; GPU steps "
 				"will be traced if one is loaded later\n");
 
@@ -487,6 +643,7 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 		}
 		if (now >= next_cuda_scan) {
 			cuda_scan_all(&tr);
+			cuda_explain(&tr);
 			next_cuda_scan = now + CUDA_RESCAN_S;
 		}
 		if (o->duration_s > 0 && now - start >= o->duration_s)
