@@ -35,7 +35,12 @@ static bool is_latency(enum alert_metric m)
 	return m < AM_SUCCESS;
 }
 
-/* "5s", "200ms", "3m", "250us" -> seconds; false when the unit is missing or unknown. */
+/* Longest duration accepted: 10^9 s (31 years) is surely a typo, and it leaves nanoseconds in
+ * 64 bits (2^63 ns is 292 years) room to spare. */
+#define ALERT_DURATION_MAX_S 1e9
+
+/* "5s", "200ms", "3m", "250us" -> seconds; false when the unit is missing or unknown, or the
+ * duration is longer than ALERT_DURATION_MAX_S. */
 bool alert_parse_duration(const char *s, double *out)
 {
 	char *end;
@@ -54,6 +59,8 @@ bool alert_parse_duration(const char *s, double *out)
 	else if (!strcmp(end, "h"))
 		v *= 3600;
 	else
+		return false;
+	if (v > ALERT_DURATION_MAX_S)
 		return false;
 	*out = v;
 	return true;
@@ -150,7 +157,8 @@ int alert_parse(const char *text, struct alert_rule *r, char *err, size_t errlen
 		if (strcmp(tok[3], "for"))
 			return fail(err, errlen, text, "expected 'for'");
 		if (!alert_parse_duration(tok[4], &s))
-			return fail(err, errlen, text, "a duration needs a unit (s, m, h)");
+			return fail(err, errlen, text,
+				    "a duration needs a unit (s, m, h) and is at most 1e9 s");
 		r->for_ns = (uint64_t)(s * NS_PER_S);
 	}
 	snprintf(r->text, sizeof(r->text), "%s", text);

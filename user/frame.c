@@ -59,8 +59,9 @@ static void frame_free(void *p)
 }
 
 #define FRAME_DONE_MARK "[DONE]"
-/* 2^63: the first double that does not fit int64_t. */
-#define FRAME_COUNT_LIMIT 0x1p63
+/* 2^53: past it a JSON number is no longer an exact integer in a double, and no token count is
+ * that large; a sum of a few counts below it cannot overflow int64_t. */
+#define FRAME_COUNT_LIMIT 0x1p53
 
 /* Anthropic Messages streaming event types (both the `event:` line and the JSON "type"). */
 static const char *const frame_anthropic_types[] = {
@@ -199,6 +200,7 @@ static void frame_anthropic_usage(const cJSON *usage, struct frame_info *out)
 
 	if (!cJSON_IsObject(usage))
 		return;
+	/* Each count is below FRAME_COUNT_LIMIT (2^53): the sum cannot overflow. */
 	if (input >= 0)
 		out->prompt_tokens = input + (read > 0 ? read : 0) + (created > 0 ? created : 0);
 	out->completion_tokens = frame_count(usage, "output_tokens");

@@ -197,6 +197,13 @@ static void test_anthropic(void)
 				       "\"end_turn\"},\"usage\":{\"output_tokens\":15}}");
 	ASSERT_EQ(fi.completion_tokens, 15, "final output");
 	ASSERT_EQ(fi.prompt_tokens, -1, "not restated");
+	/* Counts no tokenizer makes are unknown, and their sum cannot overflow. */
+	fi = classify("message_delta",
+		      "{\"type\":\"message_delta\",\"usage\":{\"input_tokens\":9000000000000000000,"
+		      "\"cache_read_input_tokens\":9000000000000000000,\"output_tokens\":1}}");
+	ASSERT_EQ(fi.prompt_tokens, -1, "absurd input count");
+	ASSERT_EQ(fi.cached_tokens, -1, "absurd cache count");
+	ASSERT_EQ(fi.completion_tokens, 1, "the sane one kept");
 	ASSERT_TRUE(classify("message_stop", "{\"type\":\"message_stop\"}").done, "stop");
 	fi = classify("error", "{\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\","
 			       "\"message\":\"Overloaded\"}}");
