@@ -5,16 +5,18 @@
  *
  * Input:
  *   u8  flags    FLAG_* below; bits 5-7: log2 of the chunk size when FLAG_CHUNK is set
- *   u8  nctl     control bytes that follow (modulo HTTP_FUZZ_CTL_MAX), used in turn:
+ *   u8  nctl     bits 0-4: control bytes that follow, used in turn (see below); bits 5-7: k,
+ *                a budget (http_set_budget) of 256 << 2k bytes for the head buffer (0: none)
+ *   u8  ctl[nctl] each:
  *                with FLAG_GAPS and the top bit set, a gap of (v & 0x7f) + 1 bytes (those bytes
  *                of the payload are dropped), else a feed of v bytes (0: all that is left)
- *   u8  ctl[nctl]
  *   ... payload  the bytes of the direction
  *
  * Properties: callbacks come in order (a head, body and gaps, an end) with the ts of the call
  * that caused them; a parser that said -EPROTO stays desynced and silent; body bytes never
  * exceed the bytes fed, body-gap bytes never exceed the bytes dropped; head strings are
- * terminated inside their buffers; and a body the harness chunk-encoded comes back exactly.
+ * terminated inside their buffers; the budget is never overdrawn and is whole again after
+ * http_free; and a body the harness chunk-encoded comes back exactly.
  */
 #ifndef TS_FUZZ_HTTP_H
 #define TS_FUZZ_HTTP_H
@@ -25,6 +27,7 @@
 #include "http.h"
 
 #define HTTP_FUZZ_CTL_MAX 32
+#define HTTP_FUZZ_BUDGET_UNIT 256
 #define HTTP_FUZZ_CLOSE_TS 1000000000ull
 
 enum {
@@ -211,7 +214,8 @@ static int http_fuzz_run(enum http_dir dir, const uint8_t *data, size_t size)
 {
 	struct fuzz_in in = fuzz_in(data, size);
 	unsigned flags = fuzz_u8(&in);
-	size_t nctl = fuzz_u8(&in) % HTTP_FUZZ_CTL_MAX, len, off = 0, body_at = 0, k = 0;
+	uint8_t ctl_byte = fuzz_u8(&in);
+	size_t nctl = ctl_byte % HTTP_FUZZ_CTL_MAX, len, off = 0, body_at = 0, k = 0;
 	const uint8_t *ctl = fuzz_bytes(&in, nctl, &nctl);
 	const uint8_t *payload = in.p;
 	uint8_t *encoded = NULL;
@@ -219,6 +223,9 @@ static int http_fuzz_run(enum http_dir dir, const uint8_t *data, size_t size)
 	struct hctx c = { .p = &p, .dir = dir, .flags = flags };
 	bool gapped = false, desynced = false;
 	uint64_t feeds = 0;
+	unsigned bk = ctl_byte >> 5;
+	struct budget budget = { .max = (size_t)HTTP_FUZZ_BUDGET_UNIT << (2 * bk) };
+	struct budget *b = bk ? &budget : NULL;
 
 	len = in.n;
 	if (flags & FLAG_CHUNK) {
@@ -226,6 +233,7 @@ static int http_fuzz_run(enum http_dir dir, const uint8_t *data, size_t size)
 		payload = encoded;
 	}
 	http_init(&p, dir, &hctx_callbacks, &c);
+	http_set_budget(&p, b);
 	if (flags & FLAG_NO_BODY)
 		http_expect_no_body(&p);
 	while (off < len) {
@@ -256,7 +264,10 @@ static int http_fuzz_run(enum http_dir dir, const uint8_t *data, size_t size)
 		c.ts = c.last_feed_ts = ++feeds;
 		if (desynced && (flags & FLAG_REINIT)) {
 			http_free(&p);
+			FUZZ_CHECK(budget.used == 0, "%zu budget bytes still taken after http_free",
+				   budget.used);
 			http_init(&p, dir, &hctx_callbacks, &c);
+			http_set_budget(&p, b);
 			c.in_msg = false;
 			desynced = false;
 		}
@@ -272,13 +283,15 @@ static int http_fuzz_run(enum http_dir dir, const uint8_t *data, size_t size)
 		} else {
 			FUZZ_CHECK(!http_desynced(&p), "0 from a desynced parser");
 		}
+		FUZZ_CHECK(budget.used <= budget.max, "budget overdrawn: %zu of %zu", budget.used,
+			   budget.max);
 		off += n;
 	}
 	/* The harness's encoding ends the first message exactly: its body comes back whole. */
-	if (encoded && !gapped && !desynced && c.heads >= 1 && c.ends >= 1 && c.first_chunked &&
-	    !c.first_no_body) {
+	if (encoded && !gapped && !desynced && !budget.refused && c.heads >= 1 && c.ends >= 1 &&
+	    c.first_chunked && !c.first_no_body) {
 		FUZZ_CHECK(c.body_len == in.n - body_at &&
-			       !memcmp(c.body, in.p + body_at, c.body_len),
+			       (!c.body_len || !memcmp(c.body, in.p + body_at, c.body_len)),
 			   "a chunk-encoded body of %zu bytes came back as %zu bytes",
 			   in.n - body_at, c.body_len);
 	}
@@ -287,6 +300,7 @@ static int http_fuzz_run(enum http_dir dir, const uint8_t *data, size_t size)
 	if (!http_desynced(&p))
 		FUZZ_CHECK(http_idle(&p), "not idle after http_close");
 	http_free(&p);
+	FUZZ_CHECK(budget.used == 0, "%zu budget bytes still taken after http_free", budget.used);
 	free(encoded);
 	free(c.body);
 	return 0;

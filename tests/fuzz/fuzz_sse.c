@@ -5,7 +5,8 @@
  *
  * Input:
  *   u8  flags    bit 0: NDJSON (else SSE); bit 1: control bytes with the top bit set are gaps;
- *                bit 2: two bodies through one parser (split at the u16 that follows)
+ *                bit 2: two bodies through one parser (split at the u16 that follows);
+ *                bits 3-5: k, a budget (sse_set_budget) of 256 << 2k bytes (0: none)
  *   u16 split    (only with bit 2) where the first body ends, modulo the payload's length
  *   u8  nctl     control bytes that follow (modulo SSE_FUZZ_CTL_MAX), used in turn: a gap of
  *                (v & 0x7f) + 1 bytes (dropped from the body) or a feed of v bytes (0: the rest)
@@ -14,15 +15,18 @@
  *
  * Properties: every frame is terminated inside its buffers, within the size limits, with no
  * line end where the format allows none, and with the ts of the call that completed it; no
- * frame comes out of a gap; the frame counter counts the callbacks; and a body without gaps
- * gives exactly the frames of a plain reference parser written here from the WHATWG rules
- * (sse.h: an unterminated last event is reported at the end, and a BOM may start NDJSON too).
+ * frame comes out of a gap; the frame counter counts the callbacks; the budget is never
+ * overdrawn and whole again after sse_free; and a body without gaps (nor refusals of the
+ * budget) gives exactly the frames of a plain reference parser written here from the WHATWG
+ * rules (sse.h: an unterminated last event is reported at the end, and a BOM may start NDJSON
+ * too).
  */
 #include "fuzz.h"
 #include "sse.h"
 
 #define SSE_FUZZ_CTL_MAX 32
 #define SSE_FUZZ_FINISH_TS 1000000000ull
+#define SSE_FUZZ_BUDGET_UNIT 256
 static const uint8_t sse_fuzz_bom[] = { 0xef, 0xbb, 0xbf };
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -174,6 +178,7 @@ static void ref_parse(bool ndjson, const uint8_t *b, size_t n, struct frame_list
 
 struct sctx {
 	struct sse_parser *p;
+	struct budget budget;
 	bool ndjson, in_feed;
 	uint64_t ts, fed, calls;
 	struct frame_list got;
@@ -256,6 +261,8 @@ static void run_body(struct sctx *c, const uint8_t *b, size_t n, const uint8_t *
 		c->ts++;
 		c->fed += len;
 		FUZZ_CHECK(sse_feed(p, b + off, len, c->ts) == 0, "sse_feed failed");
+		FUZZ_CHECK(c->budget.used <= c->budget.max, "budget overdrawn: %zu of %zu",
+			   c->budget.used, c->budget.max);
 		off += len;
 	}
 	c->in_feed = true;
@@ -263,7 +270,7 @@ static void run_body(struct sctx *c, const uint8_t *b, size_t n, const uint8_t *
 	sse_finish(p, c->ts);
 	FUZZ_CHECK(p->frames == c->calls, "frames %llu, callbacks %llu",
 		   (unsigned long long)p->frames, (unsigned long long)c->calls);
-	if (!gapped) {
+	if (!gapped && !c->budget.refused) {
 		struct frame_list want = { 0 };
 
 		ref_parse(c->ndjson, b, n, &want);
@@ -283,11 +290,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct sctx c = { .p = &p, .ndjson = flags & 1 };
 
 	split = flags & 4 && in.n ? split % in.n : in.n;
+	c.budget.max = (size_t)SSE_FUZZ_BUDGET_UNIT << (2 * ((flags >> 3) & 7));
 	sse_init(&p, c.ndjson ? SSE_MODE_NDJSON : SSE_MODE_SSE, on_frame, &c);
+	if ((flags >> 3) & 7)
+		sse_set_budget(&p, &c.budget);
 	run_body(&c, in.p, split, ctl, nctl, &k, flags & 2);
 	if (flags & 4)
 		run_body(&c, in.p + split, in.n - split, ctl, nctl, &k, flags & 2);
 	sse_free(&p);
+	FUZZ_CHECK(c.budget.used == 0, "%zu budget bytes still taken after sse_free",
+		   c.budget.used);
 	list_free(&c.got);
 	return 0;
 }
