@@ -31,7 +31,18 @@ cleanup() {
 	while read -r p; do
 		[ -n "$p" ] && kill -KILL -- "-$p" 2>/dev/null
 	done <"$STRESS_PIDFILE"
-	rm -f "$STRESS_PIDFILE"
+	# The cgroups made for the soak's stand-in container, once their processes are gone.
+	if [ -s "$STRESS_PIDFILE.cgroups" ]; then
+		for _ in $(seq 30); do
+			left=0
+			while read -r d; do
+				[ -d "$d" ] && { rmdir "$d" 2>/dev/null || left=1; }
+			done <"$STRESS_PIDFILE.cgroups"
+			[ $left -eq 0 ] && break
+			sleep 0.1
+		done
+	fi
+	rm -f "$STRESS_PIDFILE" "$STRESS_PIDFILE.cgroups"
 }
 trap cleanup EXIT
 trap 'exit 130' INT
