@@ -120,7 +120,7 @@ static enum outcome request_outcome(const struct request *r, bool complete)
 {
 	if (r->status >= 400)
 		return OUTCOME_HTTP_ERROR;
-	if (r->lost_bytes || (!complete && r->maybe_lost))
+	if (r->lost_bytes || r->dropped_frames || (!complete && r->maybe_lost))
 		return OUTCOME_LOST;
 	if (r->error_frame)
 		return OUTCOME_STREAM_ERROR;
@@ -308,10 +308,15 @@ static void resp_on_body(void *ctx, const uint8_t *p, size_t n, uint64_t ts)
 
 	if (!r || c->resp_orphan || c->resp_informational)
 		return;
-	if (r->streamed)
+	if (r->streamed) {
+		uint64_t before = c->sse.oversize_frames;
+
 		sse_feed(&c->sse, p, n, ts);
-	else
+		/* A frame not read may have held tokens: the request's counts are unknown. */
+		r->dropped_frames += c->sse.oversize_frames - before;
+	} else {
 		buf_append(&c->body, &c->t->budget, p, n, RESP_BODY_MAX);
+	}
 }
 
 static void resp_on_body_gap(void *ctx, size_t n)
@@ -356,7 +361,10 @@ static void resp_on_end(void *ctx, uint64_t ts)
 		return;
 	}
 	if (r->streamed) {
+		uint64_t before = c->sse.oversize_frames;
+
 		sse_finish(&c->sse, ts);
+		r->dropped_frames += c->sse.oversize_frames - before;
 		conn_sse_release(c);
 	} else {
 		resp_read_body(c, r);

@@ -78,6 +78,7 @@ void output_json(FILE *f, const struct request *r, const struct request_metrics 
 	i64_or_null(&w, "max_tokens", r->info.max_tokens);
 	jsonw_num(&w, "tok_per_s", m->tok_per_s, 2);
 	jsonw_u64(&w, "lost_bytes", r->lost_bytes);
+	jsonw_u64(&w, "dropped_frames", r->dropped_frames);
 	ms_or_null(&w, "queue_ms", ga->queue_ns);
 	ms_or_null(&w, "prefill_ms", ga->prefill_ns);
 	ms_or_null(&w, "decode_ms", ga->decode_ns);
@@ -184,7 +185,7 @@ void output_call_text(FILE *f, const struct ts_gpu_call_event *e)
 	fprintf(f, "CUDA pid %u tid %u %.6f s %s%s\n", e->hdr.pid, e->hdr.tid, e->ts_ns / 1e9,
 		call_name(e->fn),
 		e->fn == TS_CUDA_MEMCPY_DTOH || (e->fn == TS_CUDA_MEMCPY && e->kind == 2) ? " dtoh"
-											 : "");
+											  : "");
 }
 
 void output_call_json(FILE *f, const struct ts_gpu_call_event *e)

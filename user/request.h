@@ -24,8 +24,8 @@ enum outcome {
 struct request {
 	uint32_t pid;
 	uint64_t conn_id;
-	uint32_t seq;	/* index of the request on its connection */
-	char conn[112]; /* "local<-peer#id" */
+	uint32_t seq;	    /* index of the request on its connection */
+	char conn[112];	    /* "local<-peer#id" */
 	char container[13]; /* short container id of the server (trace --all), "" when none */
 	char method[16];
 	char path[256];
@@ -46,6 +46,8 @@ struct request {
 	uint32_t frames;					 /* every frame, content or not */
 	int64_t prompt_tokens, completion_tokens, cached_tokens; /* -1: not reported */
 	uint64_t lost_bytes; /* response bytes (or request head bytes) the tracer lost */
+	/* stream frames too large to read (SSE_FRAME_MAX, or the memory cap): tokens unknown */
+	uint64_t dropped_frames;
 	bool error_frame, done_frame, unknown_frames;
 	bool peer_gone; /* the client hung up before the stream ended */
 	/* The kernel lost records while it was open: if it never ends, some were its own. */

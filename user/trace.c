@@ -88,19 +88,11 @@ static int on_record(void *ctx, void *data, size_t size)
 	return 0;
 }
 
-/* Only the lost-record counter, every drain: it decides which open requests may be lost. */
-static void read_lost(struct tracer *tr)
-{
-	__u32 k = TS_STAT_LOST_EVENTS;
-	__u64 vals[tr->ncpus], sum = 0;
-
-	if (bpf_map_lookup_elem(bpf_map__fd(tr->skel->maps.stats), &k, vals))
-		return;
-	for (int c = 0; c < tr->ncpus; c++)
-		sum += vals[c];
-	pipeline_kernel_lost(&tr->pl, sum);
-}
-
+/*
+ * The kernel's counters, every drain: the lost-record count decides which open requests may be
+ * lost, and the others reach /metrics and recordings as they change (a per-CPU array lookup
+ * per counter, a few microseconds each 10 ms).
+ */
 static void read_kstats(struct tracer *tr)
 {
 	__u64 vals[tr->ncpus];
@@ -112,7 +104,10 @@ static void read_kstats(struct tracer *tr)
 			continue;
 		for (int c = 0; c < tr->ncpus; c++)
 			sum += vals[c];
-		tr->pl.kstats[k] = sum;
+		if (k == TS_STAT_LOST_EVENTS)
+			pipeline_kernel_lost(&tr->pl, sum);
+		else
+			tr->pl.kstats[k] = sum;
 	}
 }
 
@@ -307,7 +302,8 @@ static void cuda_scan_all(struct tracer *tr)
 static int trace_follow(struct tracer *tr, uint32_t pid, bool root)
 {
 	__u8 one = 1;
-	/* The pipeline first: when it has no room (-E2BIG), the kernel must not trace pid either. */
+	/* The pipeline first: when it has no room (-E2BIG), the kernel must not trace pid either.
+	 */
 	int err = pipeline_add_process(&tr->pl, pid, root);
 
 	if (err)
@@ -608,7 +604,7 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 			break;
 		}
 		ring_buffer__consume(rb);
-		read_lost(&tr);
+		read_kstats(&tr);
 		pipeline_tick(&tr.pl);
 		if (tr.recording && !tr.rec_err) {
 			/* Counters too (a report shows the losses), and a file usable if killed. */
@@ -617,7 +613,6 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 		}
 		now = mono_s();
 		if (o->interval_s > 0 && now >= next_interval) {
-			read_kstats(&tr);
 			pipeline_print_interval(&tr.pl);
 			next_interval += o->interval_s;
 			if (o->count && ++intervals >= o->count)
@@ -654,7 +649,6 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 		}
 	}
 	ring_buffer__consume(rb);
-	read_lost(&tr);
 	read_kstats(&tr);
 	if (tr.recording && !tr.rec_err)
 		record_write_kstats(&tr.rec, tr.pl.kstats);
