@@ -1052,10 +1052,15 @@ class Stress:
               "%d requests on one keep-alive connection, noise written between them (%s): %s"
               % (len(apart), ", ".join(w for w, r in noise if r is not None),
                  "every one answered and reported exactly" if not bad else "; ".join(bad)))
-        bad = verdict(glued)
+        # Garbage and a request in one read: where the request starts inside the read is a
+        # guess the tracer does not make (a server that answered the garbage would have its
+        # reply paired with the request). Reported exactly, or left out and counted below;
+        # never reported with wrong numbers.
+        bad = [b for b in verdict(glued) if not b.endswith("not reported")]
         check("%s glued to a request" % ph, not bad,
               "300 random bytes and a request in one write, on the same connection: %s" % (
-                  "answered and reported exactly" if not bad else "; ".join(bad)))
+                  "not reported with wrong numbers (%s)" % self.reported(glued)[0]
+                  if not bad else "; ".join(bad)))
         # A connection whose first bytes are TLS: ignored by design, and counted as such.
         s = connect(self.rs_port)
         s.sendall(hello)
@@ -1065,7 +1070,7 @@ class Stress:
         self.tls_first = r
         info("%s: a connection starting with a ClientHello, then a request: client %s, "
              "tracer %s" % (ph, r.get("status"), self.reported([r])[0]))
-        self.after(ph)
+        self.after(ph, unreported=self.unreported(glued, "after"))
 
     def p04_partial(self):
         ph = "p04 partial-bodies"
