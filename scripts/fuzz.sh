@@ -59,7 +59,7 @@ verdict() {
 	elif grep -q 'ERROR: AddressSanitizer' "$log"; then
 		grep -m1 -o 'AddressSanitizer: [a-zA-Z-]*' "$log"
 	elif grep -q 'runtime error:' "$log"; then
-		echo "UBSan: $(grep -m1 -o 'runtime error: .*' "$log" | cut -c16-90)"
+		echo "UBSan: $(grep -m1 -o 'runtime error: .*' "$log" | cut -c16-130)"
 	elif grep -q 'property failed' "$log"; then
 		echo "property: $(grep -m1 -o 'property failed: .*' "$log" | cut -c18-120)"
 	elif grep -q 'ERROR: libFuzzer: deadly signal' "$log"; then
@@ -102,11 +102,8 @@ bins=$(for t in $targets; do printf '%s ' "$OUT/$t"; done)
 # shellcheck disable=SC2086 # one word per binary
 if ! nice -n 10 make --no-print-directory -j"$(nproc)" $bins >"$OUT/logs/build.log" 2>&1; then
 	tail -n 30 "$OUT/logs/build.log" >&2
-	if [ $mode = regress ]; then
-		for t in $targets; do
-			[ -x "$OUT/$t" ] || echo "FAIL $t: does not build (log: $OUT/logs/build.log)"
-		done
-	fi
+	# A binary left from an earlier build would test old code: nothing is replayed.
+	[ $mode = regress ] && echo "FAIL fuzz-build: the targets do not build (log: $OUT/logs/build.log)"
 	echo "fuzz.sh: the build failed (log: $OUT/logs/build.log)" >&2
 	exit 1
 fi

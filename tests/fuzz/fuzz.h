@@ -110,6 +110,15 @@ static inline char *fuzz_str(struct fuzz_in *in, size_t max)
 		}                                                                           \
 	} while (0)
 
+/* A broken property found without a condition to show. */
+#define FUZZ_FAIL(...)                                                           \
+	do {                                                                     \
+		fprintf(stderr, "%s:%d: property failed: ", __FILE__, __LINE__); \
+		fprintf(stderr, __VA_ARGS__);                                    \
+		fputc('\n', stderr);                                             \
+		abort();                                                         \
+	} while (0)
+
 /*
  * Offset of the first byte of s[0..n) that is not well-formed UTF-8 by RFC 3629 (no overlong
  * forms, no UTF-16 surrogates, nothing above U+10FFFF, no truncated sequence), or n when all

@@ -52,8 +52,8 @@ static cJSON *check_doc(const char *what, const char *buf, size_t len)
 
 	if (bad != len) {
 		fuzz_hexdump("document", buf, len);
-		FUZZ_CHECK(false, "%s: not UTF-8 at byte %zu of %zu (0x%02x)", what, bad, len,
-			   (uint8_t)buf[bad]);
+		FUZZ_FAIL("%s: not UTF-8 at byte %zu of %zu (0x%02x)", what, bad, len,
+			  (uint8_t)buf[bad]);
 	}
 	FUZZ_CHECK(strlen(buf) == len, "%s: a NUL inside the document", what);
 	j = cJSON_ParseWithLengthOpts(buf, len, &end, false);

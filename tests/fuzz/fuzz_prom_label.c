@@ -127,7 +127,7 @@ static void check_exposition(const char *buf, size_t len, struct want *w)
 		while (ls > buf && ls[-1] != '\n')
 			ls--;
 		fuzz_hexdump("line", ls, strcspn(ls, "\n"));
-		FUZZ_CHECK(false, "not UTF-8 at byte %zu (0x%02x)", bad, (uint8_t)buf[bad]);
+		FUZZ_FAIL("not UTF-8 at byte %zu (0x%02x)", bad, (uint8_t)buf[bad]);
 	}
 	FUZZ_CHECK(strlen(buf) == len, "a NUL in the exposition");
 	for (const char *l = buf; l < buf + len;) {
@@ -138,7 +138,7 @@ static void check_exposition(const char *buf, size_t len, struct want *w)
 		FUZZ_CHECK(nl, "the exposition does not end with a newline");
 		if (n && l[0] != '#' && !sample_line(l, n, w, &why)) {
 			fuzz_hexdump("line", l, n);
-			FUZZ_CHECK(false, "not a sample line: %s", why);
+			FUZZ_FAIL("not a sample line: %s", why);
 		}
 		l += n + 1;
 	}

@@ -222,7 +222,7 @@ static void compare(const struct frame_list *got, const struct frame_list *want)
 		if (a->data_len != b->data_len || memcmp(a->data, b->data, a->data_len)) {
 			fuzz_hexdump("parser", a->data, a->data_len);
 			fuzz_hexdump("reference", b->data, b->data_len);
-			FUZZ_CHECK(false, "frame %zu: data differs from the reference", i);
+			FUZZ_FAIL("frame %zu: data differs from the reference", i);
 		}
 	}
 }
