@@ -11,7 +11,11 @@
 #include "sse.h"
 #include "utf8.h"
 
-#define CONN_BUCKETS 16384
+/* Buckets of the connection table: it starts small and doubles as connections come (at most one
+ * per bucket on average), so a scan over it (a process exit, a kernel loss) costs what the
+ * connections alive cost, not what the largest table would. */
+#define CONN_BUCKETS_MIN 64
+#define CONN_BUCKETS_MAX (1u << 17)
 /* Requests read ahead of their responses on one connection (HTTP pipelining). */
 #define CONN_PIPELINE_MAX 16
 /* Request body bytes kept to read model/stream/max_tokens; the rest is counted, not kept. */
@@ -113,6 +117,7 @@ static void conn_pop(struct conn *c)
 	c->queue[c->qhead] = NULL;
 	c->qhead = (c->qhead + 1) % CONN_PIPELINE_MAX;
 	c->qlen--;
+	c->t->inflight--;
 	c->resp_active = false;
 }
 
@@ -223,6 +228,7 @@ static void req_on_end(void *ctx, uint64_t ts)
 	}
 	c->queue[(c->qhead + c->qlen) % CONN_PIPELINE_MAX] = r;
 	c->qlen++;
+	c->t->inflight++;
 	c->t->sink.request_start(c->t->sink.ctx, r);
 }
 
@@ -571,11 +577,36 @@ static void conn_label(char *out, size_t n, const struct ts_conn_event *e)
 	}
 }
 
+/* Doubles the buckets; the table stays as it is when memory runs out (chains grow instead). */
+static void conn_table_grow(struct conn_table *t)
+{
+	uint32_t n = t->nbuckets * 2;
+	struct conn **b = calloc(n, sizeof(*b));
+
+	if (!b)
+		return;
+	for (uint32_t i = 0; i < t->nbuckets; i++) {
+		while (t->buckets[i]) {
+			struct conn *c = t->buckets[i];
+
+			t->buckets[i] = c->next;
+			c->next = b[c->id % n];
+			b[c->id % n] = c;
+		}
+	}
+	free(t->buckets);
+	t->buckets = b;
+	t->nbuckets = n;
+}
+
 static struct conn *conn_new(struct conn_table *t, uint64_t id, uint32_t pid, int fd)
 {
-	struct conn *c = calloc(1, sizeof(*c));
+	struct conn *c;
 	struct conn **pp;
 
+	if (t->count >= t->nbuckets && t->nbuckets < CONN_BUCKETS_MAX)
+		conn_table_grow(t);
+	c = calloc(1, sizeof(*c));
 	if (!c)
 		return NULL;
 	c->t = t;
@@ -608,7 +639,7 @@ static void conn_free(struct conn *c)
 int conn_table_init(struct conn_table *t, const struct conn_sink *sink)
 {
 	memset(t, 0, sizeof(*t));
-	t->nbuckets = CONN_BUCKETS;
+	t->nbuckets = CONN_BUCKETS_MIN;
 	t->budget.max = CONN_MEMORY_BUDGET;
 	t->buckets = calloc(t->nbuckets, sizeof(*t->buckets));
 	if (!t->buckets)
@@ -765,10 +796,5 @@ uint32_t conn_finish_maybe_lost(struct conn_table *t)
 
 uint32_t conn_inflight(const struct conn_table *t)
 {
-	uint32_t n = 0;
-
-	for (uint32_t i = 0; i < t->nbuckets; i++)
-		for (const struct conn *c = t->buckets[i]; c; c = c->next)
-			n += c->qlen;
-	return n;
+	return t->inflight;
 }

@@ -49,6 +49,7 @@ struct conn_table {
 	struct conn **buckets;
 	uint32_t nbuckets;
 	uint32_t count;
+	uint32_t inflight; /* requests read and not finished, over every connection */
 	struct conn_sink sink;
 	struct conn_stats stats;
 	struct budget budget; /* what the connections' parsers hold, together */

@@ -19,9 +19,9 @@ const char *gpu_kind_name(enum step_kind k)
 
 int gpu_init(struct gpu_timeline *g)
 {
+	/* The step history is allocated with the first step: most runs trace no GPU process. */
 	memset(g, 0, sizeof(*g));
-	g->ring = calloc(GPU_HISTORY, sizeof(*g->ring));
-	return g->ring ? 0 : -ENOMEM;
+	return 0;
 }
 
 void gpu_free(struct gpu_timeline *g)
@@ -64,8 +64,17 @@ static struct gpu_proc *gpu_proc_of(struct gpu_timeline *g, uint32_t pid)
 
 void gpu_add(struct gpu_timeline *g, const struct ts_gpu_step_event *e, struct gpu_step *out)
 {
-	struct gpu_step *s = &g->ring[(g->head + g->count) % GPU_HISTORY];
+	struct gpu_step *s, lone;
 	struct gpu_proc *p;
+
+	if (!g->ring)
+		g->ring = calloc(GPU_HISTORY, sizeof(*g->ring));
+	if (!g->ring) {
+		/* No memory for the history: the step is still counted and shown. */
+		s = &lone;
+		goto fill;
+	}
+	s = &g->ring[(g->head + g->count) % GPU_HISTORY];
 
 	if (g->count == GPU_HISTORY) {
 		s = &g->ring[g->head];
@@ -73,6 +82,7 @@ void gpu_add(struct gpu_timeline *g, const struct ts_gpu_step_event *e, struct g
 	} else {
 		g->count++;
 	}
+fill:
 	s->pid = e->hdr.pid;
 	s->tid = e->hdr.tid;
 	/* A step whose only call was the wait itself starts when the wait does. */
@@ -160,8 +170,7 @@ static uint64_t gpu_time_in_gaps(const struct gpu_timeline *g, const struct requ
 	return sum;
 }
 
-void gpu_attribute(const struct gpu_timeline *g, const struct request *r,
-		   struct gpu_attribution *a)
+void gpu_attribute(const struct gpu_timeline *g, const struct request *r, struct gpu_attribution *a)
 {
 	const struct gpu_step *best = NULL;
 	uint64_t first_kept;
@@ -197,8 +206,9 @@ void gpu_attribute(const struct gpu_timeline *g, const struct request *r,
 	if (best) {
 		a->queue_ns = best->start_ns - r->arrival_ns;
 		a->prefill_ns = best->end_ns - best->start_ns;
-		a->how = "by time: prefill is the last prefill step between arrival and first token; "
-			 "gpu/host split the token gaps by the steps that overlap them";
+		a->how =
+		    "by time: prefill is the last prefill step between arrival and first token; "
+		    "gpu/host split the token gaps by the steps that overlap them";
 	} else if (g->count == GPU_HISTORY && first_kept > r->arrival_ns) {
 		a->how = "partial: the steps around this request's arrival were no longer kept";
 	} else {
@@ -215,17 +225,18 @@ void gpu_print_stats(const struct gpu_timeline *g, FILE *f)
 
 		for (int k = 0; k < STEP_KIND_MAX; k++)
 			steps += p->steps[k];
-		fprintf(f,
-			"  GPU pid %u: %llu steps (prefill %llu, decode %llu, mixed %llu, other %llu), "
-			"%.1f steps/s, %.1f launches and %.2f graph launches per step, host waiting "
-			"%.1f%% of %.3f s\n",
-			p->pid, (unsigned long long)steps, (unsigned long long)p->steps[STEP_PREFILL],
-			(unsigned long long)p->steps[STEP_DECODE],
-			(unsigned long long)p->steps[STEP_MIXED],
-			(unsigned long long)p->steps[STEP_OTHER], wall > 0 ? steps / wall : 0.0,
-			steps ? (double)p->launches / steps : 0.0,
-			steps ? (double)p->graph_launches / steps : 0.0,
-			wall > 0 ? 100.0 * p->wait_ns / 1e9 / wall : 0.0, wall);
+		fprintf(
+		    f,
+		    "  GPU pid %u: %llu steps (prefill %llu, decode %llu, mixed %llu, other %llu), "
+		    "%.1f steps/s, %.1f launches and %.2f graph launches per step, host waiting "
+		    "%.1f%% of %.3f s\n",
+		    p->pid, (unsigned long long)steps, (unsigned long long)p->steps[STEP_PREFILL],
+		    (unsigned long long)p->steps[STEP_DECODE],
+		    (unsigned long long)p->steps[STEP_MIXED],
+		    (unsigned long long)p->steps[STEP_OTHER], wall > 0 ? steps / wall : 0.0,
+		    steps ? (double)p->launches / steps : 0.0,
+		    steps ? (double)p->graph_launches / steps : 0.0,
+		    wall > 0 ? 100.0 * p->wait_ns / 1e9 / wall : 0.0, wall);
 		for (int k = 0; k < STEP_KIND_MAX; k++) {
 			const struct hist *h = p->dur[k];
 

@@ -969,6 +969,42 @@ static void test_memory_cap(void)
 	h_close(&h);
 }
 
+/* The connection table grows with the connections (a scan costs what is open, not the largest
+ * table), and moving them to new buckets loses none: every one is found again by its id. */
+static void test_table_grows(void)
+{
+	enum { N = 5000 };
+	struct ts_conn_event e = { .hdr = { TS_EV_CONN_OPEN, sizeof(e), 100, 100 } };
+	struct harness h;
+
+	h_open(&h);
+	conn_event(&h, TS_EV_CONN_OPEN, 1, 5, 500);
+	send_request(&h, 1, 1000000);
+	ASSERT_EQ(conn_inflight(&h.pl.conns), 1, "one in flight");
+	for (uint64_t id = 1000; id < 1000 + N; id++) {
+		e.conn_id = id;
+		e.fd = 10 + id % 1000;
+		pipeline_feed(&h.pl, &e, sizeof(e));
+	}
+	ASSERT_EQ(h.pl.conns.count, N + 1, "all open");
+	ASSERT_TRUE(h.pl.conns.nbuckets >= N, "the table grew");
+	/* The request in flight before the growth finishes after it. */
+	data_event(&h, 1, TS_DIR_OUT, HEAD_SSE, 1100000);
+	chunk(&h, 1, TOK, 2000000);
+	chunk(&h, 1, DONE, 3000000);
+	data_event(&h, 1, TS_DIR_OUT, "0\r\n\r\n", 3100000);
+	ASSERT_EQ(conn_inflight(&h.pl.conns), 0, "none in flight");
+	e.hdr.type = TS_EV_CONN_CLOSE;
+	for (uint64_t id = 1000; id < 1000 + N; id++) {
+		e.conn_id = id;
+		pipeline_feed(&h.pl, &e, sizeof(e));
+	}
+	ASSERT_EQ(h.pl.conns.count, 1, "every one found and closed");
+	if (ASSERT_EQ(h_lines(&h), 1, "the request") && ASSERT_OK_PTR(h.lines[0], "JSON"))
+		ASSERT_STREQ(str(h.lines[0], "outcome"), "ok", "ok");
+	h_close(&h);
+}
+
 int main(void)
 {
 	RUN(test_stream_request);
@@ -993,5 +1029,6 @@ int main(void)
 	RUN(test_truncated_body_does_not_hang);
 	RUN(test_drops_are_counted);
 	RUN(test_memory_cap);
+	RUN(test_table_grows);
 	return CHECK_DONE();
 }
