@@ -8,9 +8,11 @@
 #   scripts/fuzz.sh --regress  builds every target and runs each input of its regression
 #                              corpus and of its seeds once: a PASS or FAIL line per target
 #
-# FUZZ_TARGETS="fuzz_sse fuzz_pipeline" picks targets; FUZZ_TIMEOUT (seconds per input,
+# FUZZ_TARGETS="fuzz_sse fuzz_pipeline" picks targets; FUZZ_RUNS stops each target after that
+# many executions (before FUZZ_SECONDS if it gets there first); FUZZ_TIMEOUT (seconds per input,
 # default 10), FUZZ_RSS_MB (default 2048) and FUZZ_JOBS (parallel targets, default 1) tune
-# a campaign. Everything runs under nice(1): other work on the machine comes first.
+# a campaign. Each target's line starts with PASS or FAIL. Everything runs under nice(1): other
+# work on the machine comes first.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 
@@ -159,8 +161,8 @@ fuzz_one() { # target
 	for fmt in $(dict_formats "$t"); do
 		cat "$SRC/dict/$fmt.dict" >>"$dict"
 	done
-	nice -n 10 "$OUT/$t" -max_total_time="$FUZZ_SECONDS" -timeout="$FUZZ_TIMEOUT" \
-		-rss_limit_mb="$FUZZ_RSS_MB" -print_final_stats=1 -dict="$dict" \
+	nice -n 10 "$OUT/$t" -max_total_time="$FUZZ_SECONDS" ${FUZZ_RUNS:+-runs="$FUZZ_RUNS"} \
+		-timeout="$FUZZ_TIMEOUT" -rss_limit_mb="$FUZZ_RSS_MB" -print_final_stats=1 -dict="$dict" \
 		-artifact_prefix="$art" "$corpus" "$SRC/seeds/$t" >"$log" 2>&1
 	rc=$?
 	why=$(verdict "$log")
@@ -170,14 +172,15 @@ fuzz_one() { # target
 	ft=$(grep -o 'ft: [0-9]*' "$log" | tail -n1 | grep -o '[0-9]*$')
 	units=$(find "$corpus" -type f | wc -l)
 	if [ $rc -eq 0 ] && [ -z "$why" ]; then
-		result=ok
+		result=PASS
 	else
 		input=$(grep -m1 -o 'Test unit written to .*' "$log" | cut -c22-)
-		result="FAILED: ${why:-exit status $rc}; input: ${input:-none} log: $log"
+		result=FAIL
+		why="${why:-exit status $rc}; input: ${input:-none} log: $log"
 	fi
-	printf '%-20s execs %-10s exec/s %-7s cov %-6s ft %-7s corpus %-6s %s\n' "$t" \
-		"${execs:-?}" "${eps:-?}" "${cov:-?}" "${ft:-?}" "$units" "$result"
-	[ "$result" = ok ]
+	printf '%s %-20s execs %-10s exec/s %-7s cov %-6s ft %-7s corpus %-6s %s\n' "$result" \
+		"$t:" "${execs:-?}" "${eps:-?}" "${cov:-?}" "${ft:-?}" "$units" "${why:-}"
+	[ "$result" = PASS ]
 }
 
 status=0
