@@ -6,6 +6,7 @@
 #include <argp.h>
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -108,7 +109,8 @@ static int parse_double(const char *s, double *out)
 
 	errno = 0;
 	*out = strtod(s, &end);
-	return errno || end == s || *end || *out < 0 ? -EINVAL : 0;
+	/* strtod reads "nan" and "inf" too: -d nan would never end. */
+	return errno || end == s || *end || !isfinite(*out) || *out < 0 ? -EINVAL : 0;
 }
 
 static int parse_ulong(const char *s, unsigned long max, unsigned long *out)

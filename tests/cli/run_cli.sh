@@ -78,7 +78,8 @@ fi
 # 2. usage errors: no -p, junk PID, junk interval, --tokens without --json, --by-process
 # without metrics to label, --no-traffic without --all
 bad=0
-for args in "" "-p abc" "-p 1 x" "-p 1 --tokens" "-p 1 -d -3" "-p 1 --by-process" "-p 1 --no-traffic"; do
+for args in "" "-p abc" "-p 1 x" "-p 1 --tokens" "-p 1 -d -3" "-p 1 -d nan" "-p 1 -d inf" \
+	"-p 1 --slow-ttft 4e41h" "-p 1 --by-process" "-p 1 --no-traffic"; do
 	# shellcheck disable=SC2086
 	"$TS" trace $args >/dev/null 2>"$TMP/usage.err"
 	rc=$?
