@@ -12,6 +12,8 @@ PKGS=(
 	# end-to-end test servers and tools
 	python3 python3-fastapi python3-uvicorn python3-uvloop python3-httptools python3-aiohttp
 	golang-go nodejs strace bpftrace iproute2 procps
+	# make stress: the stacks of a tracer that stopped reporting
+	gdb
 )
 
 missing=()

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Runs every test program and script; each prints PASS/FAIL/SKIP lines. Ends with the totals
 # line "N passed, N failed, N skipped" and exits non-zero if anything failed.
-# TESTS=unit|bpf|cli|prom|e2e (space separated) runs a subset.
+# TESTS=unit|bpf|cli|prom|e2e|fuzz|stress (space separated) runs a subset. CHECK_FUZZ_SECONDS
+# (default 10) is how long the short campaign fuzzes each target.
 set -u
 cd "$(dirname "$0")/.."
 OUT=.output
 LOG=$OUT/test-logs
 mkdir -p "$LOG"
 export TS_FIXTURES=tests/fixtures
-TESTS=${TESTS:-"unit bpf cli prom e2e"}
+TESTS=${TESTS:-"unit bpf cli prom e2e fuzz stress"}
 passed=0 failed=0 skipped=0
 
 run() { # name command...
@@ -48,9 +49,18 @@ for t in $TESTS; do
 		;;
 	cli)
 		run cli tests/cli/run_cli.sh
+		run privilege tests/priv/run_priv.sh
+		;;
+	fuzz)
+		run fuzz-regress scripts/fuzz.sh --regress
+		run fuzz-short env FUZZ_SECONDS="${CHECK_FUZZ_SECONDS:-10}" FUZZ_RUNS= scripts/fuzz.sh
+		;;
+	stress)
+		run stress tests/stress/run_stress.sh
 		;;
 	prom)
 		run prom tests/prom/run_prom.sh
+		run listener tests/prom/run_listener.sh
 		run otlp-live tests/otlp/run_live.sh
 		run otlp-report tests/otlp/run_report.sh
 		;;
