@@ -9,7 +9,7 @@ TS=${TOKENSCOPE:-.output/tokenscope}
 RS=${REFSERVER:-.output/refserver}
 GT=${GTCLIENT:-.output/gtclient}
 TMP=$(mktemp -d)
-pass=0 fail=0 skip=0
+. tests/lib.sh
 pids=()
 cleanup() {
 	for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
@@ -17,12 +17,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-ok() { echo "PASS $1"; pass=$((pass + 1)); }
-ko() {
-	echo "FAIL $1: $2"
-	fail=$((fail + 1))
-	for f in "$TMP"/*.err; do [ -s "$f" ] && { echo "--- $f"; tail -n 5 "$f"; }; done
-}
 
 # refserver in the background; sets RSPID and PORT
 start_server() {

@@ -35,7 +35,7 @@ PY=/usr/bin/python3
 [ -x "$PY" ] || PY=python3
 TARGET_UID=12345
 TMP=$(mktemp -d)
-pass=0 fail=0 skip=0
+. tests/lib.sh
 pids=()
 
 cleanup() {
@@ -48,18 +48,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-ok() { echo "PASS $1"; pass=$((pass + 1)); }
-ko() {
-	echo "FAIL $1: $2"
-	fail=$((fail + 1))
-	for f in "$TMP"/*.err; do [ -s "$f" ] && { echo "--- $f"; tail -n 4 "$f"; }; done
-}
-sk() { echo "SKIP $1: $2"; skip=$((skip + 1)); }
-finish() {
-	echo "$pass passed, $fail failed, $skip skipped"
-	[ "$fail" -eq 0 ]
-	exit
-}
+
 
 if [ "$(id -u)" -ne 0 ] || ! command -v setpriv >/dev/null || ! id nobody >/dev/null 2>&1; then
 	sk "privilege" "needs root, setpriv (util-linux) and user nobody"

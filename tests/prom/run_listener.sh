@@ -19,7 +19,7 @@ GT=${GTCLIENT:-.output/gtclient}
 PY=/usr/bin/python3
 [ -x "$PY" ] || PY=python3
 TMP=$(mktemp -d)
-pass=0 fail=0 skip=0
+. tests/lib.sh
 pids=()
 # Limits the checks are made against (user/httpd.h).
 HEAD_DEADLINE_S=5 MAX_CONNS=16
@@ -34,17 +34,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-ok() { echo "PASS $1"; pass=$((pass + 1)); }
-ko() {
-	echo "FAIL $1: $2"
-	fail=$((fail + 1))
-	for f in "$TMP"/*.err; do [ -s "$f" ] && { echo "--- $f"; tail -n 5 "$f"; }; done
-}
-finish() {
-	echo "$pass passed, $fail failed, $skip skipped"
-	[ "$fail" -eq 0 ]
-	exit
-}
+
 
 if [ "$(id -u)" -ne 0 ]; then
 	echo "SKIP listener: needs root to load BPF programs"

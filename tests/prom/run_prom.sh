@@ -21,7 +21,8 @@ RULES=deploy/prometheus/rules.yml
 PY=/usr/bin/python3
 [ -x "$PY" ] || PY=python3
 TMP=$(mktemp -d)
-pass=0 fail=0 skip=0
+. tests/lib.sh
+KO_LOGS="$TMP/rs.out"
 pids=()
 CGDIR= # (d): the cgroup made for the container stand-in
 # Every wait is bounded: this many tenths of a second at most.
@@ -41,18 +42,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-ok() { echo "PASS $1"; pass=$((pass + 1)); }
-ko() {
-	echo "FAIL $1: $2"
-	fail=$((fail + 1))
-	for f in "$TMP"/*.err "$TMP"/rs.out; do [ -s "$f" ] && { echo "--- $f"; tail -n 5 "$f"; }; done
-}
-sk() { echo "SKIP $1: $2"; skip=$((skip + 1)); }
-finish() {
-	echo "$pass passed, $fail failed, $skip skipped"
-	[ "$fail" -eq 0 ]
-	exit
-}
+
 
 free_port() {
 	"$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'

@@ -1,0 +1,22 @@
+# shellcheck shell=bash
+# What the shell test scripts share: PASS/FAIL/SKIP lines (tests/run.sh counts them) and the
+# totals line. Sourced after the script sets TMP, its scratch folder: a FAIL shows the tail of
+# every non-empty $TMP/*.err, and of the files in KO_LOGS.
+pass=0 fail=0 skip=0
+
+ok() { echo "PASS $1"; pass=$((pass + 1)); }
+
+ko() { # name why
+	echo "FAIL $1: $2"
+	fail=$((fail + 1))
+	for f in "$TMP"/*.err ${KO_LOGS:-}; do [ -s "$f" ] && { echo "--- $f"; tail -n 5 "$f"; }; done
+}
+
+sk() { echo "SKIP $1: $2"; skip=$((skip + 1)); }
+
+# The totals line; exits 0 when nothing failed.
+finish() {
+	echo "$pass passed, $fail failed, $skip skipped"
+	[ "$fail" -eq 0 ]
+	exit
+}
