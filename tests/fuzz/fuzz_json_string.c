@@ -26,7 +26,7 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 /* A string that was valid UTF-8 going in must read back the same. */
-static void same(const char *what, const cJSON *v, const char *want)
+FUZZ_CHECKER static void same(const char *what, const cJSON *v, const char *want)
 {
 	if (!fuzz_utf8_valid((const uint8_t *)want, strlen(want)))
 		return;
@@ -35,7 +35,7 @@ static void same(const char *what, const cJSON *v, const char *want)
 		   cJSON_IsString(v) ? v->valuestring : "(not a string)");
 }
 
-static void same_key(const char *what, const cJSON *v, const char *want)
+FUZZ_CHECKER static void same_key(const char *what, const cJSON *v, const char *want)
 {
 	if (!fuzz_utf8_valid((const uint8_t *)want, strlen(want)))
 		return;
@@ -44,7 +44,7 @@ static void same_key(const char *what, const cJSON *v, const char *want)
 }
 
 /* The document is UTF-8 and JSON; returns it parsed. */
-static cJSON *check_doc(const char *what, const char *buf, size_t len)
+FUZZ_CHECKER static cJSON *check_doc(const char *what, const char *buf, size_t len)
 {
 	size_t bad = fuzz_utf8_bad((const uint8_t *)buf, len);
 	const char *end = NULL;

@@ -25,18 +25,18 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static bool name_start(char c)
+FUZZ_CHECKER static bool name_start(char c)
 {
 	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == ':';
 }
 
-static bool name_char(char c)
+FUZZ_CHECKER static bool name_char(char c)
 {
 	return name_start(c) || (c >= '0' && c <= '9');
 }
 
 /* Printable UTF-8: what a label must carry unchanged (control bytes may be replaced). */
-static bool printable(const char *s)
+FUZZ_CHECKER static bool printable(const char *s)
 {
 	for (const unsigned char *p = (const unsigned char *)s; *p; p++)
 		if (*p < 0x20 || *p == 0x7f)
@@ -44,7 +44,7 @@ static bool printable(const char *s)
 	return fuzz_utf8_valid((const uint8_t *)s, strlen(s));
 }
 
-static bool bad(const char **why, const char *what)
+FUZZ_CHECKER static bool bad(const char **why, const char *what)
 {
 	*why = what;
 	return false;
@@ -56,7 +56,7 @@ struct want {
 };
 
 /* One sample line; returns false with *why set when it is not one. */
-static bool sample_line(const char *l, size_t n, struct want *w, const char **why)
+FUZZ_CHECKER static bool sample_line(const char *l, size_t n, struct want *w, const char **why)
 {
 	size_t i = 0;
 	char value[PROM_FUZZ_STRING_MAX * 2];
@@ -117,7 +117,7 @@ static bool sample_line(const char *l, size_t n, struct want *w, const char **wh
 	return true;
 }
 
-static void check_exposition(const char *buf, size_t len, struct want *w)
+FUZZ_CHECKER static void check_exposition(const char *buf, size_t len, struct want *w)
 {
 	size_t bad = fuzz_utf8_bad((const uint8_t *)buf, len);
 
