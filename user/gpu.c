@@ -19,7 +19,6 @@ const char *gpu_kind_name(enum step_kind k)
 
 int gpu_init(struct gpu_timeline *g)
 {
-	/* The step history is allocated with the first step: most runs trace no GPU process. */
 	memset(g, 0, sizeof(*g));
 	return 0;
 }
@@ -62,27 +61,32 @@ static struct gpu_proc *gpu_proc_of(struct gpu_timeline *g, uint32_t pid)
 	return p;
 }
 
-void gpu_add(struct gpu_timeline *g, const struct ts_gpu_step_event *e, struct gpu_step *out)
+/* Where the next step goes in the history, the oldest making room; NULL without memory for
+ * the history (allocated with the first step: most runs trace no GPU process). */
+static struct gpu_step *gpu_slot(struct gpu_timeline *g)
 {
-	struct gpu_step *s, lone;
-	struct gpu_proc *p;
+	struct gpu_step *s;
 
-	if (!g->ring)
-		g->ring = calloc(GPU_HISTORY, sizeof(*g->ring));
-	if (!g->ring) {
-		/* No memory for the history: the step is still counted and shown. */
-		s = &lone;
-		goto fill;
-	}
-	s = &g->ring[(g->head + g->count) % GPU_HISTORY];
-
+	if (!g->ring && !(g->ring = calloc(GPU_HISTORY, sizeof(*g->ring))))
+		return NULL;
 	if (g->count == GPU_HISTORY) {
 		s = &g->ring[g->head];
 		g->head = (g->head + 1) % GPU_HISTORY;
 	} else {
+		s = &g->ring[(g->head + g->count) % GPU_HISTORY];
 		g->count++;
 	}
-fill:
+	return s;
+}
+
+void gpu_add(struct gpu_timeline *g, const struct ts_gpu_step_event *e, struct gpu_step *out)
+{
+	struct gpu_step lone, *s = gpu_slot(g);
+	struct gpu_proc *p;
+
+	/* Not kept for attribution, the step is still counted and shown. */
+	if (!s)
+		s = &lone;
 	s->pid = e->hdr.pid;
 	s->tid = e->hdr.tid;
 	/* A step whose only call was the wait itself starts when the wait does. */
