@@ -129,6 +129,7 @@ struct prom {
 	struct phist step_dur[STEP_KIND_MAX];
 	uint64_t lost_events;
 	struct loss_report loss; /* at the latest tick */
+	uint32_t traced;	 /* processes traced now (pipeline.nlive) */
 	uint32_t inflight;
 	prom_publish_fn publish;
 	void *publish_ctx;
@@ -278,8 +279,9 @@ static void prom_tick(void *ctx, const struct pipeline *pl, uint64_t now_ns)
 		p->dirty = true;
 	}
 	pipeline_loss(pl, &loss);
-	if (memcmp(&loss, &p->loss, sizeof(loss))) {
+	if (memcmp(&loss, &p->loss, sizeof(loss)) || pl->nlive != p->traced) {
 		p->loss = loss;
+		p->traced = pl->nlive;
 		p->dirty = true;
 	}
 	if (!p->dirty || !p->publish)
@@ -297,6 +299,7 @@ static void prom_finish(void *ctx, const struct pipeline *pl)
 
 	p->lost_events = pl->kstats[TS_STAT_LOST_EVENTS];
 	pipeline_loss(pl, &p->loss);
+	p->traced = pl->nlive;
 	p->inflight = conn_inflight(&pl->conns);
 	prom_publish(p, pl->last_ns);
 }
@@ -579,6 +582,10 @@ static void render_loss(const struct prom *p, FILE *f)
 	for (size_t i = 0; i < sizeof(events) / sizeof(events[0]); i++)
 		fprintf(f, "tokenscope_dropped_total{what=\"%s\"} %" PRIu64 "\n", events[i].name,
 			events[i].v);
+	put_header(f, "tokenscope_traced_processes", "gauge",
+		   "Processes traced now: those named with -p or found by --all, and their "
+		   "descendants; one that exits leaves.");
+	fprintf(f, "tokenscope_traced_processes %u\n", p->traced);
 }
 
 void prom_set_extra(struct prom *p, void (*render)(void *ctx, FILE *f), void *ctx)

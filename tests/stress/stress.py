@@ -70,12 +70,17 @@ ONLY = [x.strip() for x in os.environ.get("STRESS_PHASES", "").split(",") if x.s
 
 # Limits the checks hold the tracer to.
 RSS_LIMIT_KIB = 64 * 1024
-# Soak: RSS growth allowed from the sample at a quarter of the soak to the last one. The
+# Soak: RSS growth allowed from the sample half-way through the soak to the last one. The
 # tracer's heap is bounded by design (histograms per label set, capped; a bounded OTLP queue):
-# over the last three quarters of a 60 s soak its RSS moved by 0-16 KiB on the 2-core VM, while
-# one 20-byte entry kept per fork (a defect once) grew it by about 20 KiB every 5 s, some
-# 180 KiB in that span.
-SOAK_RSS_GROWTH_KIB = 64
+# over a soak its RSS moves by 0-16 KiB, plus now and then one step of 128 KiB at any time (glibc
+# extends its heap with 128 KiB to spare, M_TOP_PAD): the limit allows one such step. What is
+# kept per traced process is checked exactly by the next limit, and per fork by test_pipeline's
+# test_fork_labels_bounded (100,000 forks, the list does not grow).
+SOAK_RSS_GROWTH_KIB = 192
+# ... and the processes the tracer follows at once (tokenscope_traced_processes), whose entries
+# carry the container labels: the soak's servers have a few alive at a time, while thousands
+# fork and exit.
+SOAK_TRACED_MAX = 64
 # Short-lived children the named soak server forks per second besides its workers: whatever
 # the tracer keeps per fork (one 20-byte label entry was a defect) then adds up to something
 # RSS shows (12,000 forks in 60 s).
@@ -1466,7 +1471,8 @@ class Stress:
                 samples.append((time.monotonic() - t0, kib(s.get("VmRSS")), kib(s.get("VmHWM")),
                                 len(ser), metric_sum(body, "tokenscope_label_overflow_total"),
                                 len(model_labels(body)), fd_count(tr.p.pid),
-                                int(s.get("Threads", "0") or 0)))
+                                int(s.get("Threads", "0") or 0),
+                                metric_sum(body, "tokenscope_traced_processes")))
         for t in threads:
             t.join(90)
         time.sleep(1.5)
@@ -1491,9 +1497,9 @@ class Stress:
              "children of the named master" % (ph, time.monotonic() - t0, forks_a, forks_b,
                                                 spawned))
         info("%s: samples (s, VmRSS KiB, VmHWM KiB, series, label_overflow, models, fds, "
-             "threads):" % ph)
+             "threads, traced processes):" % ph)
         for smp in samples:
-            info("    %5.1f %7d %7d %5d %4d %3d %4d %3d" % smp)
+            info("    %5.1f %7d %7d %5d %4d %3d %4d %3d %4d" % smp)
         check("%s tracer survived" % ph, alive and not hung and st == 0,
               "alive to the end, SIGINT -> exit status 0" if alive and not hung and st == 0
               else "alive at the end: %s; %s" % (alive, "hung after SIGINT" if hung else
@@ -1564,7 +1570,7 @@ class Stress:
         if asan:
             pass
         elif len(samples) >= 4:
-            q = samples[len(samples) // 4]
+            q = samples[len(samples) // 2]
             last = samples[-1]
             growth = last[1] - q[1]
             nforks = (forks_a + forks_b + spawned) * (last[0] - q[0]) / max(last[0], 1)
@@ -1573,6 +1579,12 @@ class Stress:
                   "about %d forks (%.1f bytes per fork)" % (
                       q[1], q[0], last[1], last[0], growth, SOAK_RSS_GROWTH_KIB, nforks,
                       growth * 1024.0 / max(nforks, 1)))
+            traced = [smp[8] for smp in samples]
+            check("%s traced processes bounded" % ph, max(traced) <= SOAK_TRACED_MAX,
+                  "tokenscope_traced_processes at most %d (limit %d) while %d processes forked "
+                  "and exited; samples %s" % (max(traced), SOAK_TRACED_MAX,
+                                              forks_a + forks_b + spawned,
+                                              " ".join("%d" % v for v in traced)))
             ser0, ser1 = samples[0][3], samples[-1][3]
             over = max(smp[4] for smp in samples)
             check("%s label sets flat" % ph, ser1 == ser0 and over == 0,

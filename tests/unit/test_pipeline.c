@@ -765,11 +765,18 @@ static void proc_fork(struct pipeline *pl, uint32_t pid, uint32_t ppid)
  */
 static void test_fork_labels_bounded(void)
 {
+	struct prom *p = prom_new(NULL, NULL);
 	struct harness h;
-	size_t cap;
+	char *t = NULL;
+	size_t cap, len;
+	struct sink s;
 	cJSON *r;
 
+	if (!ASSERT_OK_PTR(p, "prom_new"))
+		return;
 	h_open(&h); /* root 100 */
+	s = prom_sink(p);
+	pipeline_add_sink(&h.pl, &s);
 	h.pl.keep_running = true;
 	ASSERT_OK(pipeline_label_process(&h.pl, 100, "0123456789ab"), "label the root");
 	ASSERT_EQ(pipeline_label_process(&h.pl, 99, "ffffffffffff"), -ENOENT, "not traced");
@@ -796,6 +803,10 @@ static void test_fork_labels_bounded(void)
 	}
 	ASSERT_EQ(h.pl.nlive, 1, "only the root is left");
 	ASSERT_EQ(h.pl.live_cap, cap, "the list did not grow");
+	pipeline_tick(&h.pl);
+	if (ASSERT_OK(prom_render(p, &t, &len), "render"))
+		ASSERT_TRUE(strstr(t, "\ntokenscope_traced_processes 1\n"), "the gauge says so");
+	free(t);
 	data_event(&h, 1, TS_DIR_OUT, HEAD_SSE, 1100000);
 	chunk(&h, 1, TOK, 2000000);
 	chunk(&h, 1, DONE, 3000000);
@@ -806,6 +817,7 @@ static void test_fork_labels_bounded(void)
 		ASSERT_STREQ(str(r, "outcome"), "ok", "ok");
 	}
 	h_close(&h);
+	prom_free(p);
 }
 
 /* Bytes from traffic that are not printable UTF-8 are replaced before any sink sees them. */

@@ -244,8 +244,9 @@ static void test_histograms_and_counters(void)
 	/* HELP and TYPE once per family */
 	ASSERT_LINE(t, "tokenscope_dropped_bytes_total{where=\"stream\"} 0");
 	ASSERT_LINE(t, "tokenscope_dropped_total{what=\"oversize_frame\"} 0");
-	ASSERT_EQ(count_lines_starting(t, "# TYPE "), 16, "families");
-	ASSERT_EQ(count_lines_starting(t, "# HELP "), 16, "help lines");
+	ASSERT_LINE(t, "tokenscope_traced_processes 0");
+	ASSERT_EQ(count_lines_starting(t, "# TYPE "), 17, "families");
+	ASSERT_EQ(count_lines_starting(t, "# HELP "), 17, "help lines");
 	ASSERT_LINE(t, "# TYPE tokenscope_time_to_first_token_seconds histogram");
 	ASSERT_LINE(t, "# TYPE tokenscope_requests_total counter");
 	ASSERT_LINE(t, "# TYPE tokenscope_streams_in_flight gauge");
