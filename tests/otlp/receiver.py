@@ -71,14 +71,15 @@ class Handler(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def main():
+def serve(handler):
+    """Parses the command line and serves with handler (this one, or a stricter subclass)."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--dir", required=True)
     ap.add_argument("--port-file", required=True)
     ap.add_argument("--port", type=int, default=0)
     a = ap.parse_args()
     os.makedirs(a.dir, exist_ok=True)
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", a.port), Handler)
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", a.port), handler)
     srv.daemon_threads = True
     srv.dir = a.dir
     with open(a.port_file + ".tmp", "w") as f:
@@ -88,4 +89,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    serve(Handler)

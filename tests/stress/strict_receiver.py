@@ -15,8 +15,6 @@ Anything else is refused with 400 before receiver.py sees it, and kept in DIR/re
 the reason. GET /stats answers the counts as JSON:
   {"requests": N, "accepted": N, "rejected": N, "spans": N, "reasons": {...}}
 """
-import argparse
-import http.server
 import importlib.util
 import io
 import json
@@ -130,21 +128,5 @@ class StrictHandler(receiver.Handler):
             self.rfile = conn_rfile
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--dir", required=True)
-    ap.add_argument("--port-file", required=True)
-    ap.add_argument("--port", type=int, default=0)
-    a = ap.parse_args()
-    os.makedirs(a.dir, exist_ok=True)
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", a.port), StrictHandler)
-    srv.daemon_threads = True
-    srv.dir = a.dir
-    with open(a.port_file + ".tmp", "w") as f:
-        f.write(str(srv.server_address[1]))
-    os.rename(a.port_file + ".tmp", a.port_file)
-    srv.serve_forever()
-
-
 if __name__ == "__main__":
-    main()
+    receiver.serve(StrictHandler)
