@@ -233,7 +233,13 @@ static void test_no_value_does_not_hang(void)
 		ri = parse_str(bodies[i], 0);
 		ri = parse_str(bodies[i], strlen(bodies[i]) + 100);
 	}
+	/* A NUL where a value belongs: strchr() finds the terminator in any delimiter set. Found by
+	 * fuzz_pipeline in a request body built from kernel records. */
+	static const uint8_t nul[] = "{\"model\":\"y\",\"messages\":[\0]}";
+	reqbody_parse(nul, sizeof(nul) - 1, sizeof(nul) - 1, &ri);
+	reqbody_parse(nul, sizeof(nul) - 1, sizeof(nul) + 100, &ri);
 	alarm(0);
+	ASSERT_STREQ(ri.model, "y", "read up to the NUL");
 	ri = parse_str(bodies[0], 0);
 	ASSERT_STREQ(ri.model, "x", "read up to the damage");
 }
