@@ -108,18 +108,43 @@ static int cuda_hook_one(struct cuda_attach *ca, const char *path, const struct 
 	return 0;
 }
 
-/* Hooks what of table exists in the file; returns the number of functions hooked. */
+static bool cuda_is_denial(int err)
+{
+	return err == -EACCES || err == -EPERM;
+}
+
+/* Keeps the first refusal for want of a permission (cuda_attach.denied). */
+static void cuda_deny(struct cuda_attach *ca, enum cuda_denied what, int err, uint32_t pid,
+		      const char *path)
+{
+	if (ca->denied.what != CUDA_DENIED_NONE)
+		return;
+	ca->denied.what = what;
+	ca->denied.err = -err;
+	ca->denied.pid = pid;
+	snprintf(ca->denied.path, sizeof(ca->denied.path), "%s", path);
+}
+
+/* Hooks what of table exists in the file; returns the number of functions hooked, and *err the
+ * first failure other than a function the file lacks. */
 static int cuda_hook_file(struct cuda_attach *ca, const char *path, const struct cuda_fn *table,
-			  size_t n)
+			  size_t n, int *first_err)
 {
 	int hooked = 0;
 
+	*first_err = 0;
 	for (size_t i = 0; i < n; i++) {
 		int err = cuda_hook_one(ca, path, &table[i]);
 
-		if (!err)
+		if (!err) {
 			hooked++;
-		else if (ca->verbose && err != -ENOENT)
+			continue;
+		}
+		if (err == -ENOENT)
+			continue;
+		if (!*first_err)
+			*first_err = err;
+		if (ca->verbose)
 			fprintf(stderr, "tokenscope: cannot hook %s in %s: %s\n", table[i].name,
 				path, strerror(-err));
 	}
@@ -218,8 +243,13 @@ int cuda_scan(struct cuda_attach *ca, uint32_t pid)
 	exe[exe_len > 0 ? exe_len : 0] = 0;
 	snprintf(maps, sizeof(maps), "/proc/%u/maps", pid);
 	f = fopen(maps, "re");
-	if (!f)
-		return -errno;
+	if (!f) {
+		int err = -errno;
+
+		if (cuda_is_denial(err))
+			cuda_deny(ca, CUDA_DENIED_MAPS, err, pid, maps);
+		return err;
+	}
 	while (fgets(line, sizeof(line), f)) {
 		char perms[8], path[4096 + 64], full[4096 + 96];
 		const struct cuda_fn *table;
@@ -228,7 +258,7 @@ int cuda_scan(struct cuda_attach *ca, uint32_t pid)
 		struct cuda_file *cf;
 		struct stat st;
 		size_t n;
-		int hooked;
+		int hooked, err = 0;
 		bool guess;
 
 		if (sscanf(line, "%llx-%llx %7s %llx %x:%x %llu %4095s", &start, &end, perms, &off,
@@ -240,21 +270,27 @@ int cuda_scan(struct cuda_attach *ca, uint32_t pid)
 			continue;
 		/* Through the process's own root: the path is the one its mount namespace sees. */
 		snprintf(full, sizeof(full), "/proc/%u/root%s", pid, path);
-		if (stat(full, &st))
+		if (stat(full, &st)) {
+			if (cuda_is_denial(-errno))
+				cuda_deny(ca, CUDA_DENIED_ROOT, -errno, pid, path);
 			continue;
+		}
 		if (cuda_file_seen(ca, st.st_dev, st.st_ino))
 			continue;
 		if (ca->nfiles == CUDA_MAX_FILES)
 			break;
 		hooked = !guess || cuda_file_defines_any(full, table, n)
-			     ? cuda_hook_file(ca, full, table, n)
+			     ? cuda_hook_file(ca, full, table, n, &err)
 			     : 0;
+		if (!hooked && cuda_is_denial(err))
+			cuda_deny(ca, CUDA_DENIED_UPROBE, err, pid, path);
 		cf = &ca->files[ca->nfiles++];
 		cf->dev = st.st_dev;
 		cf->ino = st.st_ino;
 		cf->hooked = hooked;
 		if (hooked)
-			fprintf(stderr, "tokenscope: tracing CUDA calls of pid %u in %s (%d functions)\n",
+			fprintf(stderr,
+				"tokenscope: tracing CUDA calls of pid %u in %s (%d functions)\n",
 				pid, path, hooked);
 		total += hooked;
 	}

@@ -24,6 +24,17 @@ struct cuda_file {
 	int hooked; /* functions hooked in it; 0 for a file looked at and found without CUDA */
 };
 
+/* What a missing permission kept from a scan (the first such refusal), for the loader to put
+ * in words: another process's maps, its library through /proc/PID/root, or a uprobe on it. */
+enum cuda_denied { CUDA_DENIED_NONE, CUDA_DENIED_MAPS, CUDA_DENIED_ROOT, CUDA_DENIED_UPROBE };
+
+struct cuda_denial {
+	enum cuda_denied what;
+	int err; /* the errno */
+	uint32_t pid;
+	char path[4096 + 64]; /* the library, as the process maps it */
+};
+
 struct cuda_attach {
 	struct tokenscope_bpf *skel;
 	struct cuda_file files[CUDA_MAX_FILES];
@@ -32,6 +43,7 @@ struct cuda_attach {
 	int nlinks;
 	size_t cap;
 	bool verbose;
+	struct cuda_denial denied;
 };
 
 void cuda_init(struct cuda_attach *ca, struct tokenscope_bpf *skel, bool verbose);

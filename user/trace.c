@@ -7,7 +7,6 @@
 #include <termios.h>
 #include <time.h>
 #include <unistd.h>
-#include <sys/stat.h>
 #include <linux/capability.h>
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
@@ -220,77 +219,39 @@ static void explain_load_denied(int err)
 				     : "kernel lockdown or a security module may forbid it");
 }
 
-/* Whether the CUDA scan looked at this file and hooked none of its functions. */
-static bool cuda_file_unhooked(const struct cuda_attach *ca, const struct stat *st)
-{
-	for (int i = 0; i < ca->nfiles; i++)
-		if (ca->files[i].dev == st->st_dev && ca->files[i].ino == st->st_ino)
-			return !ca->files[i].hooked;
-	return false;
-}
-
 /*
- * Says once why GPU steps are not traced when a traced process maps a CUDA library that could
- * not be hooked for want of a capability: uprobes need CAP_SYS_ADMIN (Linux 6.16 and later),
- * and another user's libraries, reached through /proc/PID/root, CAP_SYS_PTRACE. Looked for
- * only while nothing is hooked and one of the two is missing, so a privileged tracer never
- * pays for it. Returns true once said.
+ * Says once why GPU steps are not traced when nothing could be hooked for want of a permission
+ * (the scan keeps the first refusal): uprobes need CAP_SYS_ADMIN (Linux 6.16 and later), and
+ * another process's libraries, reached through /proc/PID/root, CAP_SYS_PTRACE. Returns true
+ * once said.
  */
 static bool cuda_explain(struct tracer *tr)
 {
+	const struct cuda_denial *d = &tr->cuda.denied;
 	bool admin = has_cap(tr->caps, CAP_SYS_ADMIN), ptrace = has_cap(tr->caps, CAP_SYS_PTRACE);
+	const char *why;
 
-	if (tr->cuda_explained || (admin && ptrace) || cuda_hooked_files(&tr->cuda))
+	if (tr->cuda_explained || d->what == CUDA_DENIED_NONE || cuda_hooked_files(&tr->cuda))
 		return tr->cuda_explained;
-	for (uint32_t i = 0; i < tr->pl.nlive && !tr->cuda_explained; i++) {
-		uint32_t pid = tr->pl.live[i].pid;
-		char maps[64], line[4096 + 128], path[4096 + 64], full[4096 + 96];
-		FILE *f;
-
-		snprintf(maps, sizeof(maps), "/proc/%u/maps", pid);
-		f = fopen(maps, "re");
-		if (!f) {
-			if (errno != EACCES)
-				continue;
-			fprintf(stderr,
-				"tokenscope: cannot read %s (%s): finding the CUDA libraries of "
-				"another user's process needs CAP_SYS_PTRACE; GPU steps are not "
-				"traced\n",
-				maps, strerror(errno));
-			tr->cuda_explained = true;
-			break;
-		}
-		while (!tr->cuda_explained && fgets(line, sizeof(line), f)) {
-			char perms[8];
-			const char *base, *why;
-			struct stat st;
-
-			if (sscanf(line, "%*x-%*x %7s %*x %*x:%*x %*u %4095s", perms, path) != 2 ||
-			    perms[2] != 'x' || path[0] != '/')
-				continue;
-			base = strrchr(path, '/') + 1;
-			if (strncmp(base, "libcudart.so", 12) && strncmp(base, "libcuda.so", 10))
-				continue;
-			snprintf(full, sizeof(full), "/proc/%u/root%s", pid, path);
-			if (stat(full, &st))
-				why = errno == EACCES ? "opening it through /proc/PID/root needs "
-							"CAP_SYS_PTRACE"
-						      : NULL;
-			else
-				why = !admin && cuda_file_unhooked(&tr->cuda, &st)
-					  ? "uprobes need CAP_SYS_ADMIN (Linux 6.16 and later)"
-					  : NULL;
-			if (!why)
-				continue;
-			fprintf(stderr,
-				"tokenscope: cannot hook the CUDA library %s of pid %u: %s; GPU "
-				"steps are not traced\n",
-				path, pid, why);
-			tr->cuda_explained = true;
-		}
-		fclose(f);
+	if (d->what == CUDA_DENIED_MAPS) {
+		fprintf(stderr,
+			"tokenscope: cannot read %s (%s): finding the CUDA libraries of another "
+			"user's process needs CAP_SYS_PTRACE%s; GPU steps are not traced\n",
+			d->path, strerror(d->err), ptrace ? ", which this process has" : "");
+	} else {
+		if (d->what == CUDA_DENIED_ROOT)
+			why = ptrace ? "opening it through /proc/PID/root was refused"
+				     : "opening it through /proc/PID/root needs CAP_SYS_PTRACE";
+		else
+			why = admin ? "attaching uprobes was refused"
+				    : "uprobes need CAP_SYS_ADMIN (Linux 6.16 and later)";
+		fprintf(stderr,
+			"tokenscope: cannot hook the CUDA library %s of pid %u: %s (%s); GPU steps "
+			"are not traced\n",
+			d->path, d->pid, why, strerror(d->err));
 	}
-	return tr->cuda_explained;
+	tr->cuda_explained = true;
+	return true;
 }
 
 static void cuda_scan_all(struct tracer *tr)
