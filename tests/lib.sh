@@ -14,6 +14,15 @@ ko() { # name why
 
 sk() { echo "SKIP $1: $2"; skip=$((skip + 1)); }
 
+# SIGINT to every process in the array pids, up to 3 s each to exit, then SIGKILL.
+stop_pids() {
+	for p in "${pids[@]}"; do kill -INT "$p" 2>/dev/null; done
+	for p in "${pids[@]}"; do
+		for _ in $(seq 30); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+		kill -9 "$p" 2>/dev/null
+	done
+}
+
 # The totals line; exits 0 when nothing failed.
 finish() {
 	echo "$pass passed, $fail failed, $skip skipped"

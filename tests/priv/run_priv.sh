@@ -39,11 +39,7 @@ TMP=$(mktemp -d)
 pids=()
 
 cleanup() {
-	for p in "${pids[@]}"; do kill -INT "$p" 2>/dev/null; done
-	for p in "${pids[@]}"; do
-		for _ in $(seq 30); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-		kill -9 "$p" 2>/dev/null
-	done
+	stop_pids
 	rm -rf "$TMP"
 }
 trap cleanup EXIT

@@ -29,11 +29,7 @@ CGDIR= # (d): the cgroup made for the container stand-in
 WAIT_ATTACH=100 WAIT_READY=300 WAIT_SCRAPE=300 WAIT_LINES=100
 
 cleanup() {
-	for p in "${pids[@]}"; do kill -INT "$p" 2>/dev/null; done
-	for p in "${pids[@]}"; do
-		for _ in $(seq 30); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-		kill -9 "$p" 2>/dev/null
-	done
+	stop_pids
 	if [ -n "$CGDIR" ]; then
 		for _ in $(seq 30); do [ -s "$CGDIR/cgroup.procs" ] || break; sleep 0.1; done
 		rmdir "$CGDIR" "$(dirname "$CGDIR")" 2>/dev/null
