@@ -46,6 +46,7 @@ dict_formats() {
 	fuzz_json_string) echo utf8 ;;
 	fuzz_prom_label) echo utf8 alert ;;
 	fuzz_duration | fuzz_alert_rule) echo alert ;;
+	fuzz_otlp_response) echo http ;;
 	esac
 }
 

@@ -272,8 +272,9 @@ static int http_parse_status_line(struct http_head *h, const char *s, size_t len
 	if (minor < 0 || len < HTTP_VERSION_LEN + 1 + HTTP_STATUS_DIGITS ||
 	    s[HTTP_VERSION_LEN] != ' ')
 		return -EPROTO;
+	/* Three digits, the first the class (RFC 9110 section 15): "040" is not a status. */
 	for (int i = 0; i < HTTP_STATUS_DIGITS; i++) {
-		if (d[i] < '0' || d[i] > '9')
+		if (d[i] < (i ? '0' : '1') || d[i] > '9')
 			return -EPROTO;
 		status = status * 10 + (d[i] - '0');
 	}

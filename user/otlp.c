@@ -861,14 +861,14 @@ static int send_all(const struct otlp *o, int fd, const char *p, size_t n, uint6
 	return 0;
 }
 
-/* "HTTP/1.x NNN ..." then headers; *retry_after_s from Retry-After (seconds form), else -1. */
-static int parse_response(char *head, int *status, int *retry_after_s)
+int otlp_parse_response(char *head, int *status, int *retry_after_s)
 {
 	char *line, *save = NULL;
 
 	*retry_after_s = -1;
+	/* A status is three digits, the first its class: "040" is no answer. */
 	if (strncmp(head, "HTTP/1.", 7) || !isdigit((unsigned char)head[7]) || head[8] != ' ' ||
-	    !isdigit((unsigned char)head[9]) || !isdigit((unsigned char)head[10]) ||
+	    head[9] < '1' || head[9] > '9' || !isdigit((unsigned char)head[10]) ||
 	    !isdigit((unsigned char)head[11]))
 		return -EPROTO;
 	*status = (head[9] - '0') * 100 + (head[10] - '0') * 10 + (head[11] - '0');
@@ -930,7 +930,7 @@ static int http_post(struct otlp *o, const char *body, size_t len, uint64_t dead
 	if (rc)
 		return rc;
 	head[got] = 0;
-	return parse_response(head, status, retry_after_s);
+	return otlp_parse_response(head, status, retry_after_s);
 }
 
 static uint64_t min_u64(uint64_t a, uint64_t b)

@@ -144,6 +144,12 @@ void otlp_opts_default(struct otlp_opts *opts);
 /* "http://host[:port][/path]"; -EPROTONOSUPPORT for https (and other schemes), -EINVAL for a
  * malformed URL; err says why. */
 int otlp_parse_url(const char *url, struct otlp_url *u, char *err, size_t errlen);
+/*
+ * A collector's response head (NUL-terminated, modified in place): "HTTP/1.x NNN ..." then
+ * headers. 0 with *status (100..999) and *retry_after_s from Retry-After in seconds (-1 when
+ * absent or not seconds), or -EPROTO for a head that is not one.
+ */
+int otlp_parse_response(char *head, int *status, int *retry_after_s);
 /* Parses the endpoint and resolves its host (once, here: getaddrinfo may block), starts the
  * sender thread. Negative errno on failure, with o->error saying why; nothing to close then. */
 int otlp_init(struct otlp *o, const struct otlp_opts *opts);

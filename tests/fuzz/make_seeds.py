@@ -336,6 +336,16 @@ def cli_seeds():
         put("fuzz_alert_rule", "rule%d" % i, r.encode())
 
 
+def otlp_seeds():
+    """Collectors' answers: an OTLP receiver's 200, a refusal, back-pressure with Retry-After."""
+    put("fuzz_otlp_response", "ok", b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+        b"Content-Length: 2\r\n\r\n{}")
+    put("fuzz_otlp_response", "refused", b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+    put("fuzz_otlp_response", "busy", b"HTTP/1.0 429 Too Many Requests\r\nretry-after: 3\r\n\r\n")
+    put("fuzz_otlp_response", "unavailable", b"HTTP/1.1 503 Service Unavailable\r\n"
+        b"Retry-After: Wed, 21 Oct 2026 07:28:00 GMT\r\n\r\n")
+
+
 def main():
     if len(sys.argv) > 1:
         sys.exit(__doc__)
@@ -349,6 +359,7 @@ def main():
     pipeline_seeds()
     json_seeds()
     cli_seeds()
+    otlp_seeds()
     for t in sorted(os.listdir(SEEDS)):
         print("%-20s %3d seeds" % (t, len(os.listdir(os.path.join(SEEDS, t)))))
 

@@ -447,6 +447,7 @@ static const struct {
 	{ HTTP_DIR_REQUEST, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" }, /* h2 preface */
 	{ HTTP_DIR_RESPONSE, "HTTP/2 200\r\n\r\n" },
 	{ HTTP_DIR_RESPONSE, "HTTP/1.1 20 OK\r\n\r\n" },
+	{ HTTP_DIR_RESPONSE, "HTTP/1.1 040 OK\r\n\r\n" }, /* no class 0: not taken as a 1xx */
 	{ HTTP_DIR_RESPONSE, "HTTP/1.1 200OK\r\n\r\n" },
 	{ HTTP_DIR_REQUEST, "GET /\r\n\r\n" },
 	{ HTTP_DIR_REQUEST, "GET / HTTP/1.1\r\nBad Header\r\n\r\n" },

@@ -219,6 +219,37 @@ static void test_url(void)
 }
 
 /* A slow first token: the full trace, an event per token, the GPU attribution as children. */
+/* A collector's answer: its status and Retry-After in seconds, and what is not an answer. */
+static void test_response(void)
+{
+	static const struct {
+		const char *head;
+		int rc, status, retry;
+	} cases[] = {
+		{ "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}", 0, 200, -1 },
+		{ "HTTP/1.0 429 Too Many\r\nretry-after: 3\r\n\r\n", 0, 429, 3 },
+		{ "HTTP/1.1 503 X\r\nRetry-After: Wed, 21 Oct 2026 07:28:00 GMT\r\n\r\n", 0, 503,
+		  -1 },
+		{ "HTTP/1.1 503 X\r\nRetry-After: 99999999999\r\n\r\n", 0, 503, INT32_MAX },
+		{ "HTTP/1.1 040 X\r\n\r\n", -EPROTO, -1, -1 }, /* found by fuzz_otlp_response */
+		{ "HTTP/1.1 20", -EPROTO, -1, -1 },
+		{ "HTTP/2 200\r\n\r\n", -EPROTO, -1, -1 },
+		{ "", -EPROTO, -1, -1 },
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char head[256];
+		int status = -1, retry = -7;
+
+		snprintf(head, sizeof(head), "%s", cases[i].head);
+		if (!ASSERT_EQ(otlp_parse_response(head, &status, &retry), cases[i].rc,
+			       cases[i].head))
+			continue;
+		ASSERT_EQ(status, cases[i].status, "status");
+		ASSERT_EQ(retry, cases[i].retry, "Retry-After");
+	}
+}
+
 static void test_anomalous(void)
 {
 	struct req_spec q = { .path = "/v1/chat/completions?api-version=2024",
@@ -716,6 +747,7 @@ static void test_backpressure_no_sender(void)
 int main(void)
 {
 	RUN(test_url);
+	RUN(test_response);
 	RUN(test_anomalous);
 	RUN(test_summary);
 	RUN(test_errors_and_names);
