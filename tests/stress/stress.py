@@ -52,6 +52,8 @@ import threading
 import time
 import urllib.request
 
+from strict_receiver import lone_surrogate  # beside this file: one check for both
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 HERE = os.path.join(ROOT, "tests", "stress")
 TS = os.path.abspath(os.environ.get("TOKENSCOPE", os.path.join(ROOT, ".output/tokenscope")))
@@ -413,19 +415,9 @@ def strict_json(raw):
         doc = json.loads(text)
     except ValueError as e:
         return None, "not JSON: %s" % e
-    stack = [doc]
-    while stack:
-        x = stack.pop()
-        if isinstance(x, str):
-            try:
-                x.encode("utf-8")
-            except UnicodeEncodeError:
-                return doc, "lone surrogate in %r" % x[:40]
-        elif isinstance(x, dict):
-            stack.extend(x.keys())
-            stack.extend(x.values())
-        elif isinstance(x, list):
-            stack.extend(x)
+    bad = lone_surrogate(doc)
+    if bad is not None:
+        return doc, "lone surrogate in %r" % bad[:40]
     return doc, None
 
 
