@@ -31,11 +31,12 @@ Q := @
 msg = @printf '  %-8s %s\n' "$(1)" "$(2)";
 endif
 
-# Every user/ file but the loader (main.c, trace.c, cuda.c) is a pipeline stage that tests link
-# too.
-LIB_SRCS := $(filter-out user/main.c user/trace.c user/cuda.c,$(wildcard user/*.c))
+# Every user/ file but the loader (main.c, trace.c, cuda.c, run.c) is a pipeline stage that
+# tests link too.
+LOADER_SRCS := user/main.c user/trace.c user/cuda.c user/run.c
+LIB_SRCS := $(filter-out $(LOADER_SRCS),$(wildcard user/*.c))
 LIB_OBJS := $(patsubst user/%.c,$(OUTPUT)/user/%.o,$(LIB_SRCS))
-TOOL_OBJS := $(OUTPUT)/user/trace.o $(OUTPUT)/user/cuda.o $(OUTPUT)/user/main.o
+TOOL_OBJS := $(patsubst user/%.c,$(OUTPUT)/user/%.o,$(LOADER_SRCS))
 # Unit tests run under AddressSanitizer and UBSan, against their own build of the pipeline.
 SAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 SAN_OBJS := $(patsubst user/%.c,$(OUTPUT)/san/%.o,$(LIB_SRCS))

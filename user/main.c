@@ -14,6 +14,7 @@
 
 #include "httpd.h"
 #include "report.h"
+#include "run.h"
 #include "trace.h"
 #include "version.h"
 
@@ -126,6 +127,9 @@ static int parse_ulong(const char *s, unsigned long max, unsigned long *out)
 static bool recording;
 /* Set by cmd_top: the same options as trace, a live view instead of lines. */
 static bool live_view;
+/* Set by cmd_run: the same options as trace, then the command to start and trace. */
+static bool running;
+static char **run_argv;
 
 /* Checks an --alert rule now, so a bad one is refused before anything is attached. */
 static void export_add_alert(struct export_opts *ex, const char *text, struct argp_state *state)
@@ -255,6 +259,12 @@ static error_t trace_parse(int key, char *arg, struct argp_state *state)
 		o->by_process = true;
 		break;
 	case ARGP_KEY_ARG:
+		if (running) {
+			/* The command and its arguments: nothing after it is tokenscope's. */
+			run_argv = &state->argv[state->next - 1];
+			state->next = state->argc;
+			break;
+		}
 		if (positional == 0) {
 			if (parse_double(arg, &o->interval_s) || o->interval_s == 0)
 				argp_error(state, "invalid interval '%s' (seconds, > 0)", arg);
@@ -268,8 +278,16 @@ static error_t trace_parse(int key, char *arg, struct argp_state *state)
 		positional++;
 		break;
 	case ARGP_KEY_END:
-		if (!o->npids && !o->all)
+		if (running) {
+			if (!run_argv)
+				argp_error(state, "no command given: tokenscope run [OPTION...] -- "
+						  "CMD [ARG...]");
+			if (o->npids || o->all)
+				argp_error(state, "run traces the command it starts: -p and --all "
+						  "are for trace");
+		} else if (!o->npids && !o->all) {
 			argp_error(state, "no process given: use -p PID or --all");
+		}
 		if (o->no_traffic && !o->all)
 			argp_error(state, "--no-traffic is for --all");
 		if (o->by_process && !live_view && !o->ex.listen)
@@ -309,6 +327,35 @@ static int run_tracer(int argc, char **argv, const char *name, const char *doc)
 	/* Output goes to a pipe as often as to a terminal: a line at a time either way. */
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	return trace_run(&o, &exiting) ? 1 : 0;
+}
+
+static const char run_doc[] =
+    "Start a command and trace it from its first instruction: its requests, and its GPU "
+    "steps with device times when the CUDA driver loads tokenscope's CUPTI library (named in "
+    "CUDA_INJECTION64_PATH for the command). Takes the options of trace. Signals sent to "
+    "tokenscope are passed on to the command (Ctrl-C reaches it from the terminal); tracing "
+    "ends when it exits, and tokenscope exits with its status.\n"
+    "\n"
+    "EXAMPLES:\n"
+    "  tokenscope run -- python3 -m vllm.entrypoints.openai.api_server --model M\n"
+    "  tokenscope run --json --gpu-steps -- ./server --port 8000\n"
+    "  tokenscope run --listen :9464 -d 600 -- ./server   # traced 10 min, then runs on\n";
+
+static int cmd_run(int argc, char **argv)
+{
+	const struct argp argp = { trace_options, trace_parse, "[--] CMD [ARG...]", run_doc, NULL,
+				   NULL,	  NULL };
+	struct trace_opts o = { .capture_bytes = TS_CAPTURE_DEFAULT,
+				.ring_mb = TS_RING_DEFAULT_MB,
+				.ex.trace_sample = OTLP_DEFAULT_RATIO };
+
+	running = true;
+	argv[0] = "tokenscope run";
+	/* In order: the command's own options are not tokenscope's. */
+	if (argp_parse(&argp, argc, argv, ARGP_IN_ORDER, NULL, &o))
+		return 2;
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	return run_command(&o, run_argv, &exiting);
 }
 
 static int cmd_trace(int argc, char **argv)
@@ -435,6 +482,7 @@ static void usage(FILE *f)
 		   "\n"
 		   "Commands:\n"
 		   "  trace     trace a running server (tokenscope trace --help)\n"
+		   "  run       start a server and trace it (tokenscope run -- CMD ARG...)\n"
 		   "  top       a live view, refreshed every second\n"
 		   "  record    trace and write the event stream to a file\n"
 		   "  report    replay a recording through the same pipeline, with a diagnosis\n"
@@ -449,6 +497,8 @@ int main(int argc, char **argv)
 	}
 	if (!strcmp(argv[1], "trace"))
 		return cmd_trace(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "run"))
+		return cmd_run(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "top"))
 		return cmd_top(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "record"))

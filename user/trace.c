@@ -523,7 +523,10 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 	for (int i = 0; i < o->npids; i++) {
 		char comm[32];
 
-		proc_comm(o->pids[i], comm, sizeof(comm));
+		if (o->run_name)
+			snprintf(comm, sizeof(comm), "%s", o->run_name);
+		else
+			proc_comm(o->pids[i], comm, sizeof(comm));
 		fprintf(stderr, "%s%u %s", i ? ", " : " (", o->pids[i], comm);
 	}
 	if (o->npids)
@@ -548,6 +551,10 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 		fprintf(stderr, "tokenscope: no CUDA library in the traced processes; GPU steps "
 				"will be traced if one is loaded later\n");
 
+	/* run: every program is attached and the child followed; it may exec its command. */
+	if (o->attached && (err = o->attached(o->attached_ctx)))
+		goto out;
+
 	start = mono_s();
 	next_interval = start + o->interval_s;
 	next_cuda_scan = start + CUDA_RESCAN_S;
@@ -556,8 +563,10 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 		int n = ring_buffer__poll(rb, DRAIN_PERIOD_MS);
 		double now;
 
+		/* A signal: the loop's condition says whether it ends the trace (run passes
+		 * most signals on to its command and goes on). */
 		if (n == -EINTR)
-			break;
+			continue;
 		if (n < 0) {
 			fprintf(stderr, "tokenscope: reading the ring buffer failed: %s\n",
 				strerror(-n));

@@ -469,5 +469,77 @@ else
 	ko "bad alert rule" "rc=$rc: $(cat "$TMP/alert.err")"
 fi
 
+# 13. run: the command's exit status and signals pass through, its environment names the
+# injection library, a command that cannot start is said so, and a server started by run is
+# traced from its first request
+"$TS" run -- sh -c 'exit 7' >/dev/null 2>&1
+rc_exit=$?
+"$TS" run -- sh -c 'kill -TERM $$' >/dev/null 2>&1
+rc_sig=$?
+"$TS" run -- "$TMP/no-such-command" >/dev/null 2>"$TMP/run-missing.err"
+rc_missing=$?
+"$TS" run >/dev/null 2>"$TMP/run-usage.err"
+rc_usage=$?
+"$TS" run -p $$ -- true >/dev/null 2>>"$TMP/run-usage.err"
+rc_usage2=$?
+if [ $rc_usage -eq 2 ] && [ $rc_usage2 -eq 2 ] && grep -q "no command given" "$TMP/run-usage.err" &&
+	grep -q "run traces the command it starts" "$TMP/run-usage.err"; then
+	ok "run without a command, or with -p, is a usage error"
+else
+	ko "run usage" "rc=$rc_usage/$rc_usage2: $(cat "$TMP/run-usage.err")"
+fi
+if [ $rc_exit -eq 7 ] && [ $rc_sig -eq 143 ] && [ $rc_missing -eq 127 ] &&
+	grep -q "cannot run $TMP/no-such-command: No such file or directory" "$TMP/run-missing.err"; then
+	ok "run exits with the command's status (7, 143 for SIGTERM, 127 when it cannot start)"
+else
+	ko "run exit status" "exit 7 -> $rc_exit, SIGTERM -> $rc_sig, missing -> $rc_missing: $(cat "$TMP/run-missing.err")"
+fi
+: >"$TMP/fake_cupti.so"
+inj=$(TOKENSCOPE_CUPTI_LIB="$TMP/fake_cupti.so" "$TS" run -- sh -c 'echo "inj=$CUDA_INJECTION64_PATH"' 2>/dev/null | grep '^inj=')
+kept=$(CUDA_INJECTION64_PATH=/opt/other.so TOKENSCOPE_CUPTI_LIB="$TMP/fake_cupti.so" "$TS" run -- sh -c 'echo "inj=$CUDA_INJECTION64_PATH"' 2>/dev/null | grep '^inj=')
+if [ "$inj" = "inj=$TMP/fake_cupti.so" ] && [ "$kept" = "inj=/opt/other.so" ]; then
+	ok "run names the injection library in CUDA_INJECTION64_PATH, and keeps one already set"
+else
+	ko "run environment" "got '$inj' and '$kept'"
+fi
+"$TS" run -- sleep 30 >/dev/null 2>"$TMP/run-fwd.err" &
+runpid=$!
+pids+=("$runpid")
+for _ in $(seq 100); do grep -q attached "$TMP/run-fwd.err" && break; sleep 0.1; done
+sleep_pid=$(pgrep -P "$runpid" -x sleep)
+kill -TERM "$runpid"
+for _ in $(seq 30); do kill -0 "$runpid" 2>/dev/null || break; sleep 0.1; done
+if kill -0 "$runpid" 2>/dev/null; then
+	ko "run forwards signals" "still running 3 s after SIGTERM"
+	kill -9 "$runpid"
+else
+	wait "$runpid"
+	rc=$?
+	if [ $rc -eq 143 ] && [ -n "$sleep_pid" ] && ! kill -0 "$sleep_pid" 2>/dev/null; then
+		ok "run passes SIGTERM on to the command and exits with its status"
+	else
+		ko "run forwards signals" "rc=$rc, command pid '${sleep_pid}'"
+	fi
+fi
+"$TS" run --json -- sh -c "exec \"$RS\" --port 0 --token-ms 1 --prefill-ms 1 >\"$TMP/rsrun.out\" 2>&1" \
+	>"$TMP/run.out" 2>"$TMP/run.err" &
+runpid=$!
+pids+=("$runpid")
+for _ in $(seq 100); do grep -q listening "$TMP/rsrun.out" 2>/dev/null && break; sleep 0.05; done
+run_port=$(grep -o '[0-9]*$' "$TMP/rsrun.out")
+"$GT" --port "$run_port" -n 3 --max-tokens 5 -o /dev/null 2>/dev/null
+sleep 0.3
+kill -TERM "$runpid"
+wait "$runpid"
+rc=$?
+nok=$(grep -c '"outcome":"ok".*"tokens":5,' "$TMP/run.out")
+# The reference server exits 0 on SIGTERM, and so does run.
+if [ $rc -eq 0 ] && grep -q '(refserver) exited with status 0' "$TMP/run.err" &&
+	[ "$(wc -l <"$TMP/run.out")" -eq 3 ] && [ "$nok" -eq 3 ]; then
+	ok "a server started by run is traced from its first request (3 of 3, tokens exact)"
+else
+	ko "run traces its command" "rc=$rc, $nok exact of $(wc -l <"$TMP/run.out"): $(head -c 600 "$TMP/run.out") $(cat "$TMP/run.err")"
+fi
+
 echo "$pass passed, $fail failed, $skip skipped"
 [ $fail -eq 0 ]
