@@ -49,6 +49,18 @@ ifneq ($(CUDART_STATIC),)
 TOOLS += $(OUTPUT)/cudaloop-static
 endif
 
+# The CUPTI injection library (cupti/), built where the CUDA toolkit's CUPTI headers are; it
+# opens libcupti with dlopen at run time, so it links against nothing of CUDA's.
+CUDA_INC ?= /usr/local/cuda/include
+HAVE_CUPTI := $(wildcard $(CUDA_INC)/cupti_activity.h)
+CUPTI_SRCS := $(wildcard cupti/*.c)
+CUPTI_CFLAGS := $(CFLAGS) $(WARN) -std=gnu11 -D_GNU_SOURCE -Iinclude -Icupti -I$(CUDA_INC)
+ifneq ($(HAVE_CUPTI),)
+TOOLS += $(OUTPUT)/libtokenscope_cupti.so $(OUTPUT)/standin/libcupti.so.13
+else
+$(info CUPTI headers not found in $(CUDA_INC) (CUDA_INC=...): libtokenscope_cupti.so is not built)
+endif
+
 .DELETE_ON_ERROR:
 # The sanitizer objects are only prerequisites of tests: keep them, or every build redoes them.
 .SECONDARY: $(SAN_OBJS)
@@ -122,11 +134,24 @@ $(OUTPUT)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(wildcard tests/fuzz/*.h) $(FUZZ_OBJ
 	$(Q)$(CLANG) $(USER_CFLAGS) $(FUZZ_FLAGS) -fsanitize=fuzzer -Itests/fuzz $< $(FUZZ_OBJS) \
 		-o $@ -lcjson -lm -lmicrohttpd -lpthread
 
+$(OUTPUT)/libtokenscope_cupti.so: $(CUPTI_SRCS) $(wildcard cupti/*.h) include/cupti_abi.h | $(OUTPUT)
+	$(call msg,CC-LIB,$@)
+	$(Q)test -f /usr/include/$(shell $(CC) -print-multiarch)/sys/sdt.h -o -f /usr/include/sys/sdt.h || \
+		{ echo "sys/sdt.h is missing: install systemtap-sdt-dev (scripts/deps.sh)" >&2; exit 1; }
+	$(Q)$(CC) $(CUPTI_CFLAGS) -fPIC -shared -fvisibility=hidden $(CUPTI_SRCS) -o $@ \
+		-ldl -lpthread
+
+# A stand-in for CUPTI (tests/cuptistub.c): the injection library's tests, without a GPU.
+$(OUTPUT)/standin/libcupti.so.13: tests/cuptistub.c | $(OUTPUT)
+	$(call msg,CC,$@)
+	$(Q)mkdir -p $(dir $@)
+	$(Q)$(CC) $(CUPTI_CFLAGS) -shared -fPIC $< -o $@ -lpthread
+
 # Where no CUDA toolkit is installed, the CUDA tests hook this stand-in for the runtime.
 $(OUTPUT)/standin/libcudart.so.13: tests/cudastub.c | $(OUTPUT)
 	$(call msg,CC,$@)
 	$(Q)mkdir -p $(dir $@)
-	$(Q)$(CC) $(CFLAGS) $(WARN) -std=gnu11 -shared -fPIC $< -o $@
+	$(Q)$(CC) $(CFLAGS) $(WARN) -std=gnu11 -shared -fPIC $< -o $@ -ldl -lpthread
 
 $(OUTPUT)/cudaloop: tests/cudaloop.c | $(OUTPUT)
 	$(call msg,CC,$@)

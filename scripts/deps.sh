@@ -14,6 +14,8 @@ PKGS=(
 	golang-go nodejs strace bpftrace iproute2 procps
 	# make stress: the stacks of a tracer that stopped reporting
 	gdb
+	# the USDT probes of the CUPTI injection library (cupti/)
+	systemtap-sdt-dev
 )
 
 missing=()

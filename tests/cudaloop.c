@@ -22,15 +22,17 @@
 #include <time.h>
 #include <unistd.h>
 
-typedef int (*launch_fn)(const void *, unsigned long long, unsigned long long, void **, size_t,
-			 void *);
+/* dim3 goes by value, as in cuda_runtime_api.h: a 12-byte struct takes two registers each. */
+typedef struct {
+	unsigned int x, y, z;
+} dim3;
+typedef int (*launch_fn)(const void *, dim3, dim3, void **, size_t, void *);
 typedef int (*graph_fn)(void *, void *);
 typedef int (*memcpy_fn)(void *, const void *, size_t, int, void *);
 typedef int (*sync_fn)(void *);
 
 #ifdef CUDALOOP_STATIC
-extern int cudaLaunchKernel(const void *, unsigned long long, unsigned long long, void **, size_t,
-			    void *);
+extern int cudaLaunchKernel(const void *, dim3, dim3, void **, size_t, void *);
 extern int cudaGraphLaunch(void *, void *);
 extern int cudaMemcpyAsync(void *, const void *, size_t, int, void *);
 extern int cudaStreamSynchronize(void *);
@@ -49,6 +51,7 @@ int main(int argc, char **argv)
 	const char *path = "/usr/local/cuda/lib64/libcudart.so.13";
 	long steps = 2000, launches = 40;
 	char line[16], buf[8];
+	const dim3 one = { 1, 1, 1 };
 	launch_fn launch;
 	graph_fn graph;
 	memcpy_fn cpy;
@@ -90,6 +93,9 @@ int main(int argc, char **argv)
 		fprintf(stderr, "cudaloop: %s lacks the runtime functions\n", path);
 		return 1;
 	}
+	/* CUDA initialises on a program's first call (and loads an injection library then):
+	 * before the tracer attaches, as in a server that is already up. */
+	sync(NULL);
 	printf("ready %d\n", getpid());
 	fflush(stdout);
 	if (!fgets(line, sizeof(line), stdin))
@@ -97,7 +103,7 @@ int main(int argc, char **argv)
 	c0 = cpu_now();
 	for (long s = 0; s < steps; s++) {
 		for (long i = 0; i < launches; i++)
-			launch(NULL, 0, 0, NULL, 0, NULL);
+			launch(NULL, one, one, NULL, 0, NULL);
 		sync(NULL);
 	}
 	c1 = cpu_now();

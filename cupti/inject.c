@@ -1,0 +1,377 @@
+// SPDX-License-Identifier: MIT
+/*
+ * libtokenscope_cupti.so: loaded by the CUDA driver into a process started with
+ * CUDA_INJECTION64_PATH naming it, which calls InitializeInjection. It gives tokenscope the
+ * device's own timing: CUPTI activity records (graph-level records for graph replays,
+ * concurrent-kernel records for eager kernels, copies, and the API records of launches for
+ * their launch times), made into runs (cupti/runs.h) and handed over through the USDT probe
+ * tokenscope:runs (or tokenscope:kernels, one run per operation) that tokenscope's BPF program
+ * attaches to.
+ *
+ * What it costs a server nobody traces: a thread that wakes ten times a second to read two
+ * probe semaphores. Activity collection is enabled only while a tracer is attached to a probe
+ * (the kernel counts attached uprobes in the semaphores), and disabled again when it leaves.
+ *
+ * What it must never do: crash or stall the server. CUPTI is opened with dlopen (a process
+ * without it runs on, untraced); every CUPTI call's failure turns collection off with one
+ * message; the buffers come from a fixed pool, and a request beyond it is refused (CUPTI then
+ * drops records, which it counts and tokenscope shows); nothing here blocks a CUDA thread.
+ *
+ * Environment: TOKENSCOPE_CUPTI_PATH names the CUPTI library when the loader cannot find it;
+ * TOKENSCOPE_CUPTI_QUIET=1 silences the messages.
+ */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define _SDT_HAS_SEMAPHORES 1
+#include <sys/sdt.h>
+
+#include <cupti.h>
+
+#include "records.h"
+
+#define EXPORT __attribute__((visibility("default")))
+
+/* The pool: POOL_BUFFERS of POOL_BYTES (CUPTI fills one per context and stream in use). */
+#define POOL_BUFFERS 8
+#define POOL_BYTES (512u << 10)
+/* How often CUPTI hands over what it has, and how often the semaphores are read. */
+#define FLUSH_PERIOD_MS 100
+#define POLL_MS 100
+/* The timestamp offset's refresh period (TS_CUPTI_CLOCK_OFFSET only). */
+#define OFFSET_PERIOD_NS 1000000000ull
+
+/* Incremented by the kernel for each tracer attached to the probe. */
+__extension__ unsigned short tokenscope_runs_semaphore __attribute__((used))
+__attribute__((section(".probes")));
+__extension__ unsigned short tokenscope_kernels_semaphore __attribute__((used))
+__attribute__((section(".probes")));
+
+/* The CUPTI functions used, found with dlsym. */
+static struct {
+	__typeof__(cuptiGetVersion) *get_version;
+	__typeof__(cuptiGetResultString) *result_string;
+	__typeof__(cuptiActivityRegisterCallbacks) *register_callbacks;
+	__typeof__(cuptiActivityRegisterTimestampCallback) *register_timestamp;
+	__typeof__(cuptiActivityEnable) *enable;
+	__typeof__(cuptiActivityDisable) *disable;
+	__typeof__(cuptiActivityEnableRuntimeApi) *enable_runtime_api;
+	__typeof__(cuptiActivityEnableDriverApi) *enable_driver_api;
+	__typeof__(cuptiActivityFlushAll) *flush_all;
+	__typeof__(cuptiActivityFlushPeriod) *flush_period;
+	__typeof__(cuptiActivityGetNextRecord) *next_record;
+	__typeof__(cuptiActivityGetNumDroppedRecords) *dropped;
+	__typeof__(cuptiGetTimestamp) *timestamp;
+} cu;
+
+static struct {
+	uint8_t *buf[POOL_BUFFERS];
+	atomic_uint busy; /* a bit per buffer */
+} pool;
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER; /* runs, offset */
+static struct runs runs;
+static int64_t offset_ns;
+static uint64_t offset_at_ns;
+static atomic_ullong pool_empty;
+static bool quiet, enabled, failed;
+static uint32_t clock_method;
+static uint64_t clock_err_ns;
+
+static void say(const char *fmt, const char *what)
+{
+	if (!quiet)
+		fprintf(stderr, fmt, what);
+}
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* CUPTI's timestamp callback: CUPTI maps device timestamps onto the host clock it is given. */
+static uint64_t CUPTIAPI timestamp_cb(void)
+{
+	return mono_ns();
+}
+
+/* TS_CUPTI_CLOCK_OFFSET: CLOCK_MONOTONIC minus CUPTI's clock, from the read of CUPTI's clock
+ * between two reads of CLOCK_MONOTONIC; the error is at most half the bracket. Called with
+ * lock held. */
+static void measure_offset(void)
+{
+	uint64_t best = UINT64_MAX, c, t0, t1;
+
+	for (int i = 0; i < 5; i++) {
+		t0 = mono_ns();
+		if (cu.timestamp(&c) != CUPTI_SUCCESS)
+			return;
+		t1 = mono_ns();
+		if (t1 - t0 < best) {
+			best = t1 - t0;
+			offset_ns = (int64_t)(t0 + (t1 - t0) / 2) - (int64_t)c;
+		}
+	}
+	clock_err_ns = best / 2;
+	offset_at_ns = t1;
+}
+
+static bool semaphore(const unsigned short *s)
+{
+	return __atomic_load_n(s, __ATOMIC_RELAXED) != 0;
+}
+
+/* Called by runs with each batch: sent if a tracer listens, counted otherwise. */
+static void emit(void *ctx, const struct ts_dev_run *r, uint32_t n, const struct ts_cupti_stats *st)
+{
+	struct ts_cupti_stats *s = ctx; /* st, writable */
+
+	(void)st;
+	s->pool_empty = atomic_load(&pool_empty);
+	s->clock = clock_method;
+	s->clock_err_ns = clock_err_ns;
+	if (runs.single && semaphore(&tokenscope_kernels_semaphore)) {
+		STAP_PROBE4(tokenscope, kernels, TS_CUPTI_ABI, r, n, s);
+	} else if (semaphore(&tokenscope_runs_semaphore)) {
+		STAP_PROBE4(tokenscope, runs, TS_CUPTI_ABI, r, n, s);
+	} else {
+		s->runs_unsent += n;
+	}
+}
+
+static void CUPTIAPI buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records)
+{
+	unsigned busy = atomic_load(&pool.busy);
+
+	*max_records = 0;
+	for (;;) {
+		int i = __builtin_ffs((int)~busy) - 1;
+
+		if (i < 0 || i >= POOL_BUFFERS) {
+			atomic_fetch_add(&pool_empty, 1);
+			*buffer = NULL;
+			*size = 0;
+			return;
+		}
+		if (atomic_compare_exchange_weak(&pool.busy, &busy, busy | 1u << i)) {
+			*buffer = pool.buf[i];
+			*size = POOL_BYTES;
+			return;
+		}
+	}
+}
+
+static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *buffer, size_t size,
+				      size_t valid)
+{
+	CUpti_Activity *rec = NULL;
+	size_t dropped = 0;
+	int i;
+
+	(void)size;
+	pthread_mutex_lock(&lock);
+	if (clock_method == TS_CUPTI_CLOCK_OFFSET && mono_ns() - offset_at_ns > OFFSET_PERIOD_NS)
+		measure_offset();
+	while (valid && cu.next_record(buffer, valid, &rec) == CUPTI_SUCCESS)
+		records_read(&runs, rec, offset_ns);
+	if (cu.dropped(ctx, stream, &dropped) == CUPTI_SUCCESS)
+		runs.stats.dropped += dropped;
+	runs_flush(&runs);
+	pthread_mutex_unlock(&lock);
+	for (i = 0; i < POOL_BUFFERS; i++)
+		if (pool.buf[i] == buffer)
+			atomic_fetch_and(&pool.busy, ~(1u << i));
+}
+
+/* Runtime and driver calls whose API records give launch times. */
+static const CUpti_CallbackId runtime_launches[] = {
+	CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000,
+	CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_ptsz_v7000,
+	CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060,
+	CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_ptsz_v11060,
+	CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000,
+	CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_ptsz_v10000,
+	CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_v3020,
+	CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_ptsz_v7000,
+	CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_v3020,
+};
+static const CUpti_CallbackId driver_launches[] = {
+	CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel,	  CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz,
+	CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz,
+	CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch,	  CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz,
+};
+static const CUpti_ActivityKind device_kinds[] = {
+	CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
+	CUPTI_ACTIVITY_KIND_GRAPH_TRACE,
+	CUPTI_ACTIVITY_KIND_MEMCPY,
+};
+
+static bool check(CUptiResult r, const char *what)
+{
+	const char *s = "?";
+
+	if (r == CUPTI_SUCCESS)
+		return true;
+	if (cu.result_string)
+		cu.result_string(r, &s);
+	if (!quiet)
+		fprintf(stderr, "tokenscope-cupti: %s failed (%s): no device times\n", what, s);
+	failed = true;
+	return false;
+}
+
+/* Starts or stops collection; false once a CUPTI call failed (collection stays off). */
+static bool set_enabled(bool on)
+{
+	size_t i;
+
+	if (on) {
+		for (i = 0; i < sizeof(device_kinds) / sizeof(device_kinds[0]); i++)
+			if (!check(cu.enable(device_kinds[i]), "cuptiActivityEnable"))
+				return false;
+		for (i = 0; i < sizeof(runtime_launches) / sizeof(runtime_launches[0]); i++)
+			if (!check(cu.enable_runtime_api(runtime_launches[i], 1),
+				   "cuptiActivityEnableRuntimeApi"))
+				return false;
+		for (i = 0; i < sizeof(driver_launches) / sizeof(driver_launches[0]); i++)
+			if (!check(cu.enable_driver_api(driver_launches[i], 1),
+				   "cuptiActivityEnableDriverApi"))
+				return false;
+	} else {
+		for (i = 0; i < sizeof(device_kinds) / sizeof(device_kinds[0]); i++)
+			cu.disable(device_kinds[i]);
+		for (i = 0; i < sizeof(runtime_launches) / sizeof(runtime_launches[0]); i++)
+			cu.enable_runtime_api(runtime_launches[i], 0);
+		for (i = 0; i < sizeof(driver_launches) / sizeof(driver_launches[0]); i++)
+			cu.enable_driver_api(driver_launches[i], 0);
+		/* What was collected goes out now, to a tracer that may still be there. */
+		cu.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+	}
+	enabled = on;
+	return true;
+}
+
+static void *poll_thread(void *arg)
+{
+	const struct timespec period = { 0, POLL_MS * 1000000L };
+
+	(void)arg;
+	while (!failed) {
+		bool kernels = semaphore(&tokenscope_kernels_semaphore);
+		bool want = kernels || semaphore(&tokenscope_runs_semaphore);
+
+		if (want != enabled && !set_enabled(want))
+			break;
+		if (enabled && kernels != runs.single) {
+			pthread_mutex_lock(&lock);
+			runs_flush(&runs);
+			runs.single = kernels;
+			pthread_mutex_unlock(&lock);
+		}
+		nanosleep(&period, NULL);
+	}
+	return NULL;
+}
+
+#define SYM(field, name)                                                                   \
+	do {                                                                               \
+		*(void **)&cu.field = dlsym(h, name);                                      \
+		if (!cu.field) {                                                           \
+			say("tokenscope-cupti: CUPTI has no %s: no device times\n", name); \
+			return false;                                                      \
+		}                                                                          \
+	} while (0)
+
+static bool open_cupti(void)
+{
+	static const char *const names[] = { "libcupti.so.13", "libcupti.so.12", "libcupti.so" };
+	const char *path = getenv("TOKENSCOPE_CUPTI_PATH");
+	void *h = NULL;
+
+	if (path && *path)
+		h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	for (size_t i = 0; !h && i < sizeof(names) / sizeof(names[0]); i++)
+		h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+	if (!h) {
+		say("tokenscope-cupti: %s: no device times (set TOKENSCOPE_CUPTI_PATH to "
+		    "libcupti.so)\n",
+		    dlerror());
+		return false;
+	}
+	SYM(get_version, "cuptiGetVersion");
+	SYM(result_string, "cuptiGetResultString");
+	SYM(register_callbacks, "cuptiActivityRegisterCallbacks");
+	SYM(enable, "cuptiActivityEnable");
+	SYM(disable, "cuptiActivityDisable");
+	SYM(enable_runtime_api, "cuptiActivityEnableRuntimeApi");
+	SYM(enable_driver_api, "cuptiActivityEnableDriverApi");
+	SYM(flush_all, "cuptiActivityFlushAll");
+	SYM(flush_period, "cuptiActivityFlushPeriod");
+	SYM(next_record, "cuptiActivityGetNextRecord");
+	SYM(dropped, "cuptiActivityGetNumDroppedRecords");
+	SYM(timestamp, "cuptiGetTimestamp");
+	/* Optional: without it, the offset method. */
+	*(void **)&cu.register_timestamp = dlsym(h, "cuptiActivityRegisterTimestampCallback");
+	return true;
+}
+
+static void at_exit(void)
+{
+	/* What the last buffers hold reaches a tracer still attached. */
+	if (enabled && !failed)
+		cu.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+}
+
+/* Called by the CUDA driver once, while it initialises. Returns 1: a failure here never
+ * fails the server's CUDA initialisation. */
+EXPORT int InitializeInjection(void)
+{
+	static atomic_flag once = ATOMIC_FLAG_INIT;
+	const char *q = getenv("TOKENSCOPE_CUPTI_QUIET");
+	pthread_t th;
+	uint32_t version = 0;
+
+	if (atomic_flag_test_and_set(&once))
+		return 1;
+	quiet = q && *q && *q != '0';
+	runs_init(&runs, emit, &runs.stats);
+	if (!open_cupti())
+		return 1;
+	if (!check(cu.get_version(&version), "cuptiGetVersion"))
+		return 1;
+	for (int i = 0; i < POOL_BUFFERS; i++) {
+		if (posix_memalign((void **)&pool.buf[i], 8, POOL_BYTES)) {
+			say("tokenscope-cupti: %s: no device times\n", "no memory for the buffers");
+			return 1;
+		}
+	}
+	if (cu.register_timestamp && cu.register_timestamp(timestamp_cb) == CUPTI_SUCCESS) {
+		clock_method = TS_CUPTI_CLOCK_CALLBACK;
+	} else {
+		clock_method = TS_CUPTI_CLOCK_OFFSET;
+		pthread_mutex_lock(&lock);
+		measure_offset();
+		pthread_mutex_unlock(&lock);
+	}
+	if (!check(cu.register_callbacks(buffer_requested, buffer_completed),
+		   "cuptiActivityRegisterCallbacks") ||
+	    !check(cu.flush_period(FLUSH_PERIOD_MS), "cuptiActivityFlushPeriod"))
+		return 1;
+	if (pthread_create(&th, NULL, poll_thread, NULL)) {
+		say("tokenscope-cupti: %s: no device times\n", "cannot start its thread");
+		return 1;
+	}
+	pthread_detach(th);
+	atexit(at_exit);
+	return 1;
+}

@@ -1,0 +1,67 @@
+// SPDX-License-Identifier: MIT
+#include "records.h"
+
+/* CUPTI's time plus offset, never below 0. */
+static uint64_t host_ns(uint64_t t, int64_t offset_ns)
+{
+	if (offset_ns < 0 && t < (uint64_t)-offset_ns)
+		return 0;
+	return t + (uint64_t)offset_ns;
+}
+
+void records_read(struct runs *r, const CUpti_Activity *rec, int64_t offset_ns)
+{
+	struct runs_op op = { 0 };
+
+	r->stats.records++;
+	switch (rec->kind) {
+	case CUPTI_ACTIVITY_KIND_RUNTIME:
+	case CUPTI_ACTIVITY_KIND_DRIVER: {
+		const CUpti_ActivityAPI *a = (const CUpti_ActivityAPI *)rec;
+
+		runs_launch(r, a->correlationId, host_ns(a->start, offset_ns));
+		return;
+	}
+	case CUPTI_ACTIVITY_KIND_KERNEL:
+	case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
+		/* The fields read here sit where every kernel record version since CUDA 11 has
+		 * them. */
+		const CUpti_ActivityKernel10 *k = (const CUpti_ActivityKernel10 *)rec;
+
+		op.kind = RUNS_KERNEL;
+		op.start_ns = host_ns(k->start, offset_ns);
+		op.end_ns = host_ns(k->end, offset_ns);
+		op.device = k->deviceId;
+		op.stream = k->streamId;
+		op.correlation = k->correlationId;
+		break;
+	}
+	case CUPTI_ACTIVITY_KIND_GRAPH_TRACE: {
+		const CUpti_ActivityGraphTrace2 *g = (const CUpti_ActivityGraphTrace2 *)rec;
+
+		op.kind = RUNS_GRAPH;
+		op.start_ns = host_ns(g->start, offset_ns);
+		op.end_ns = host_ns(g->end, offset_ns);
+		op.device = g->deviceId;
+		op.stream = g->streamId;
+		op.correlation = g->correlationId;
+		break;
+	}
+	case CUPTI_ACTIVITY_KIND_MEMCPY: {
+		const CUpti_ActivityMemcpy6 *m = (const CUpti_ActivityMemcpy6 *)rec;
+
+		op.kind = RUNS_MEMCPY;
+		op.dtoh = m->copyKind == CUPTI_ACTIVITY_MEMCPY_KIND_DTOH;
+		op.start_ns = host_ns(m->start, offset_ns);
+		op.end_ns = host_ns(m->end, offset_ns);
+		op.device = m->deviceId;
+		op.stream = m->streamId;
+		op.correlation = m->correlationId;
+		break;
+	}
+	default:
+		r->stats.unknown++;
+		return;
+	}
+	runs_op(r, &op);
+}

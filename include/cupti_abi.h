@@ -1,0 +1,79 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * What the CUPTI injection library (cupti/, loaded into a CUDA process through
+ * CUDA_INJECTION64_PATH) hands to tokenscope: runs of device work with their times on
+ * CLOCK_MONOTONIC, through the USDT probe tokenscope:runs. Shared by the library, the BPF
+ * program that attaches to the probe, and the pipeline. The library and tokenscope come from
+ * different builds (a server may run an older library than the tracer): every probe carries
+ * TS_CUPTI_ABI, and a reader ignores a version it does not know, counting it.
+ *
+ * A run is device work on one stream of one device with no gap longer than TS_RUN_GAP_NS
+ * between two of its operations: a decode step's graph replay is one run, an eager prefill of
+ * hundreds of kernels a few. The library cannot cut its records into GPU steps (a step is the
+ * work between two host waits, which CUPTI does not report), and CUPTI delivers device records
+ * after the step they belong to has ended; the pipeline places each run in its step.
+ */
+#ifndef TS_CUPTI_ABI_H
+#define TS_CUPTI_ABI_H
+
+#include <linux/types.h>
+
+/* Bumped whenever struct ts_dev_run, struct ts_cupti_stats or the probe arguments change. */
+#define TS_CUPTI_ABI 1
+
+/* The USDT provider and probe: STAP_PROBE4(tokenscope, runs, abi, runs, n, stats). */
+#define TS_CUPTI_PROVIDER "tokenscope"
+#define TS_CUPTI_PROBE "runs"
+
+/* Device gaps up to this long between two operations of one stream join them into one run
+ * (back-to-back kernels start 1 to 4 us apart on the device). */
+#define TS_RUN_GAP_NS 2000ull
+/* Runs per probe call; the BPF program copies at most this many. */
+#define TS_RUNS_PER_PROBE 32
+
+enum ts_run_flags {
+	TS_RUN_F_LAUNCH = 1 << 0, /* first_launch_ns is known */
+	TS_RUN_F_SINGLE = 1 << 1, /* one operation (per-kernel records, --kernels) */
+};
+
+struct ts_dev_run {
+	__u64 start_ns, end_ns; /* device time of the first start and the last end */
+	__u64 busy_ns;		/* the operations' device time: their sum (a stream runs one
+				 * operation at a time), the gaps between them left out */
+	__u64 first_launch_ns;	/* host time the first operation was launched (flags) */
+	__u64 delay_ns;		/* sum over launched operations of device start - launch */
+	__u64 delay_max_ns;	/* the longest of those */
+	__u32 device, stream;	/* CUPTI's device id and stream id */
+	__u32 kernels, graphs;	/* eager kernels, and CUDA graph replays (graph-level records) */
+	__u32 memcpys, dtoh;	/* copies, and of those device to host */
+	__u32 launched;		/* operations whose launch time was known */
+	__u32 flags;		/* TS_RUN_F_* */
+};
+
+/* Counters of one process's library since it was loaded (cumulative: a reader keeps the last
+ * value per process). */
+struct ts_cupti_stats {
+	__u64 records;	   /* activity records read */
+	__u64 ops;	   /* of those, kernels, graph replays and copies */
+	__u64 runs;	   /* runs handed to the probe */
+	__u64 dropped;	   /* records CUPTI reported dropped (no buffer, buffer full) */
+	__u64 pool_empty;  /* buffer requests refused: every pool buffer was in use */
+	__u64 bad_time;	   /* operations whose end preceded their start: not counted busy */
+	__u64 unknown;	   /* records of a kind the library does not read */
+	__u64 no_launch;   /* operations whose launch was not found (evicted or not seen) */
+	__u64 runs_unsent; /* runs made while no tracer was attached (not sent) */
+	__u32 clock;	   /* how device times reach CLOCK_MONOTONIC: TS_CUPTI_CLOCK_* */
+	__u32 pad;
+	__u64 clock_err_ns; /* TS_CUPTI_CLOCK_OFFSET: the bound on the measured offset's error */
+};
+
+enum ts_cupti_clock {
+	/* CUPTI asks the library for every host timestamp it uses, and the library answers
+	 * CLOCK_MONOTONIC; CUPTI maps the device's timestamps onto those. */
+	TS_CUPTI_CLOCK_CALLBACK = 1,
+	/* A CUPTI without the timestamp callback: its own clock, moved by an offset to
+	 * CLOCK_MONOTONIC measured once a second between two reads of CLOCK_MONOTONIC. */
+	TS_CUPTI_CLOCK_OFFSET = 2,
+};
+
+#endif
