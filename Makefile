@@ -12,8 +12,9 @@ CC ?= cc
 CFLAGS ?= -O2 -g
 WARN := -Wall -Wextra -Werror
 USER_CFLAGS := $(CFLAGS) $(WARN) -std=gnu11 -D_GNU_SOURCE -Iinclude -Iuser -I$(OUTPUT)
+# usdt.bpf.h includes <linux/errno.h>, whose <asm/errno.h> is in the multiarch folder.
 BPF_CFLAGS := -g -O2 -Wall -Werror -target bpf -mcpu=v3 -D__TARGET_ARCH_$(ARCH) \
-	-Ivmlinux/$(ARCH) -Iinclude
+	-Ivmlinux/$(ARCH) -Iinclude -idirafter /usr/include/$(shell $(CC) -print-multiarch)
 
 ifeq ($(STATIC),1)
 # libbpf, libelf, zlib and zstd go in statically; Debian ships no static cJSON, so the binary

@@ -12,6 +12,7 @@
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
 #include <bpf/bpf_endian.h>
+#include <bpf/usdt.bpf.h>
 #include "events.h"
 #include "traffic.h"
 #include "lib/traffic.bpf.h"
@@ -954,5 +955,47 @@ int BPF_KRETPROBE(ts_cuda_sync_ret)
 	ev.waits = a->waits + 1;
 	__builtin_memset(a, 0, sizeof(*a));
 	emit(&ev, sizeof(ev), 0);
+	return 0;
+}
+
+/*
+ * Device times from the CUPTI injection library (cupti/): its USDT probes tokenscope:runs and
+ * tokenscope:kernels, attached by user space to the library in each traced process that loaded
+ * it (attaching is what turns its collection on: the kernel raises the probes' semaphores).
+ * Each call hands over up to TS_RUNS_PER_PROBE runs already aggregated by the library; they
+ * are copied into one record. A library of another ABI version gets a record with n = 0.
+ */
+SEC("usdt")
+int BPF_USDT(ts_cupti_runs, int abi, void *runs, int n, void *stats)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 tgid = pid_tgid >> 32;
+	struct ts_dev_runs_event *ev;
+	bool known = abi == TS_CUPTI_ABI;
+
+	if (!bpf_map_lookup_elem(&traced, &tgid))
+		return 0;
+	ev = bpf_ringbuf_reserve(&events, sizeof(*ev), 0);
+	if (!ev) {
+		stat_add(TS_STAT_LOST_EVENTS, 1);
+		return 0;
+	}
+	ev->hdr.type = TS_EV_DEV_RUNS;
+	ev->hdr.size = sizeof(*ev);
+	ev->hdr.pid = tgid;
+	ev->hdr.tid = (__u32)pid_tgid;
+	ev->abi = abi;
+	ev->n = known && n > 0 ? (n < TS_RUNS_PER_PROBE ? n : TS_RUNS_PER_PROBE) : 0;
+	/* Every byte of the reserved record is written: a failed read fills its destination
+	 * with zeroes, which is also how the record of an unknown version is cleared (a read
+	 * from address 0). The library's runs array always holds TS_RUNS_PER_PROBE entries. */
+	if (bpf_probe_read_user(&ev->stats, sizeof(ev->stats), known ? stats : NULL) && known)
+		stat_add(TS_STAT_COPY_FAILED, 1);
+	if (bpf_probe_read_user(ev->runs, sizeof(ev->runs), known ? runs : NULL) && known) {
+		stat_add(TS_STAT_COPY_FAILED, 1);
+		ev->n = 0;
+	}
+	bpf_ringbuf_submit(ev, rb_flags());
+	stat_add(TS_STAT_EVENTS, 1);
 	return 0;
 }

@@ -39,12 +39,13 @@
 
 #define EXPORT __attribute__((visibility("default")))
 
-/* The pool: POOL_BUFFERS of POOL_BYTES (CUPTI fills one per context and stream in use). */
-#define POOL_BUFFERS 8
-#define POOL_BYTES (512u << 10)
-/* How often CUPTI hands over what it has, and how often the semaphores are read. */
-#define FLUSH_PERIOD_MS 100
-#define POLL_MS 100
+/* The pool: POOL_BUFFERS of POOL_BYTES. CUPTI hands a buffer back only once every record in
+ * it is complete, so a small buffer reaches the tracer sooner: a decode step writes some 4 KiB
+ * of records. (Sizes chosen without a GPU; the GPU check measures the delay.) */
+#define POOL_BUFFERS 16
+#define POOL_BYTES (128u << 10)
+/* How often the semaphores are read and, while a tracer is attached, CUPTI is flushed. */
+#define POLL_MS TS_CUPTI_FLUSH_MS
 /* The timestamp offset's refresh period (TS_CUPTI_CLOCK_OFFSET only). */
 #define OFFSET_PERIOD_NS 1000000000ull
 
@@ -261,6 +262,25 @@ static bool set_enabled(bool on)
 	return true;
 }
 
+/* Hands over every completed buffer, then says so: the probe with no runs, and the time the
+ * flush began in stats.flush_ns. */
+static void heartbeat(void)
+{
+	uint64_t t = mono_ns();
+
+	cu.flush_all(0);
+	pthread_mutex_lock(&lock);
+	runs.stats.flush_ns = t;
+	runs.stats.pool_empty = atomic_load(&pool_empty);
+	runs.stats.clock = clock_method;
+	runs.stats.clock_err_ns = clock_err_ns;
+	if (semaphore(&tokenscope_runs_semaphore))
+		STAP_PROBE4(tokenscope, runs, TS_CUPTI_ABI, runs.batch, 0, &runs.stats);
+	else if (semaphore(&tokenscope_kernels_semaphore))
+		STAP_PROBE4(tokenscope, kernels, TS_CUPTI_ABI, runs.batch, 0, &runs.stats);
+	pthread_mutex_unlock(&lock);
+}
+
 static void *poll_thread(void *arg)
 {
 	const struct timespec period = { 0, POLL_MS * 1000000L };
@@ -278,6 +298,8 @@ static void *poll_thread(void *arg)
 			runs.single = kernels;
 			pthread_mutex_unlock(&lock);
 		}
+		if (enabled)
+			heartbeat();
 		nanosleep(&period, NULL);
 	}
 	return NULL;
@@ -365,7 +387,7 @@ EXPORT int InitializeInjection(void)
 	}
 	if (!check(cu.register_callbacks(buffer_requested, buffer_completed),
 		   "cuptiActivityRegisterCallbacks") ||
-	    !check(cu.flush_period(FLUSH_PERIOD_MS), "cuptiActivityFlushPeriod"))
+	    !check(cu.flush_period(TS_CUPTI_FLUSH_MS), "cuptiActivityFlushPeriod"))
 		return 1;
 	if (pthread_create(&th, NULL, poll_thread, NULL)) {
 		say("tokenscope-cupti: %s: no device times\n", "cannot start its thread");

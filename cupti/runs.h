@@ -11,6 +11,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <linux/types.h>
 
 #include "cupti_abi.h"
 

@@ -12,16 +12,23 @@
  * hundreds of kernels a few. The library cannot cut its records into GPU steps (a step is the
  * work between two host waits, which CUPTI does not report), and CUPTI delivers device records
  * after the step they belong to has ended; the pipeline places each run in its step.
+ *
+ * While a tracer is attached, the library flushes CUPTI's buffers every TS_CUPTI_FLUSH_MS and
+ * then fires the probe once with no runs (a heartbeat) and stats.flush_ns set to the time the
+ * flush began: every operation that ended before flush_ns has been handed over by then, which
+ * tells the pipeline when a step's device times are complete.
+ *
+ * Like include/events.h, it includes nothing: the includer provides __u32 and __u64.
  */
 #ifndef TS_CUPTI_ABI_H
 #define TS_CUPTI_ABI_H
 
-#include <linux/types.h>
-
 /* Bumped whenever struct ts_dev_run, struct ts_cupti_stats or the probe arguments change. */
 #define TS_CUPTI_ABI 1
 
-/* The USDT provider and probe: STAP_PROBE4(tokenscope, runs, abi, runs, n, stats). */
+/* The USDT provider and probe: STAP_PROBE4(tokenscope, runs, abi, runs, n, stats), where runs
+ * points to an array of TS_RUNS_PER_PROBE runs whose first n are valid (the reader copies the
+ * whole array, of a size it knows) and stats to the library's counters. */
 #define TS_CUPTI_PROVIDER "tokenscope"
 #define TS_CUPTI_PROBE "runs"
 
@@ -30,6 +37,8 @@
 #define TS_RUN_GAP_NS 2000ull
 /* Runs per probe call; the BPF program copies at most this many. */
 #define TS_RUNS_PER_PROBE 32
+/* The library's flush and heartbeat period while a tracer is attached. */
+#define TS_CUPTI_FLUSH_MS 100
 
 enum ts_run_flags {
 	TS_RUN_F_LAUNCH = 1 << 0, /* first_launch_ns is known */
@@ -65,6 +74,7 @@ struct ts_cupti_stats {
 	__u32 clock;	   /* how device times reach CLOCK_MONOTONIC: TS_CUPTI_CLOCK_* */
 	__u32 pad;
 	__u64 clock_err_ns; /* TS_CUPTI_CLOCK_OFFSET: the bound on the measured offset's error */
+	__u64 flush_ns;	    /* a heartbeat: operations that ended before this were handed over */
 };
 
 enum ts_cupti_clock {

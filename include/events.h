@@ -4,10 +4,13 @@
  *
  * Each record starts with struct ts_event_hdr; `type` selects the rest. All times are
  * bpf_ktime_get_ns() (CLOCK_MONOTONIC) nanoseconds. Sizes are asserted so that both sides and
- * recorded files agree byte for byte. Only fixed-width types; nothing is included.
+ * recorded files agree byte for byte. Only fixed-width types (the includer provides them); only
+ * cupti_abi.h, the CUPTI library's records, is included.
  */
 #ifndef TS_EVENTS_H
 #define TS_EVENTS_H
+
+#include "cupti_abi.h"
 
 /* Bytes of payload one data record can carry; a larger syscall becomes several records. */
 #define TS_CHUNK_BYTES 4096
@@ -36,6 +39,7 @@ enum ts_event_type {
 	TS_EV_PROC_EXIT = 5,  /* a traced process exited */
 	TS_EV_GPU_STEP = 6,   /* a host wait on the GPU returned: the step before it is done */
 	TS_EV_GPU_CALL = 7,   /* one CUDA launch or copy (only with --kernels) */
+	TS_EV_DEV_RUNS = 8,   /* device work from the CUPTI injection library (cupti_abi.h) */
 };
 
 /* CUDA entry points hooked with uprobes; the value is the probe's bpf_cookie. */
@@ -82,11 +86,11 @@ struct ts_event_hdr {
  */
 struct ts_data_event {
 	struct ts_event_hdr hdr;
-	__u64 conn_id;	     /* unique for the tracer's lifetime: survives fd reuse */
-	__u64 enter_ns;	     /* sys_enter of the syscall */
-	__u64 exit_ns;	     /* sys_exit of the syscall */
-	__u64 pos;	     /* stream offset of data[0] in direction `dir` */
-	__u64 syscall_pos;   /* stream offset of the syscall's first byte */
+	__u64 conn_id;	   /* unique for the tracer's lifetime: survives fd reuse */
+	__u64 enter_ns;	   /* sys_enter of the syscall */
+	__u64 exit_ns;	   /* sys_exit of the syscall */
+	__u64 pos;	   /* stream offset of data[0] in direction `dir` */
+	__u64 syscall_pos; /* stream offset of the syscall's first byte */
 	/*
 	 * Reads only: when the oldest byte this read returned reached the socket (the kernel's
 	 * sk_data_ready), so the wait before the server read it is known. 0: not known (the socket
@@ -143,14 +147,14 @@ struct ts_proc_event {
  */
 struct ts_gpu_step_event {
 	struct ts_event_hdr hdr; /* pid, and tid of the thread that waited */
-	__u64 start_ns; /* first CUDA call of the step */
-	__u64 wait_start_ns; /* entry of the host wait */
-	__u64 end_ns; /* return of the host wait */
-	__u32 launches; /* kernel launches */
+	__u64 start_ns;		 /* first CUDA call of the step */
+	__u64 wait_start_ns;	 /* entry of the host wait */
+	__u64 end_ns;		 /* return of the host wait */
+	__u32 launches;		 /* kernel launches */
 	__u32 graph_launches;
-	__u32 memcpys; /* copies of any direction */
+	__u32 memcpys;	    /* copies of any direction */
 	__u32 memcpys_dtoh; /* device-to-host copies (sampled tokens) */
-	__u32 waits; /* host waits merged into this step (back-to-back waits with no work) */
+	__u32 waits;	    /* host waits merged into this step (back-to-back waits with no work) */
 	__u32 pad;
 };
 
@@ -160,6 +164,19 @@ struct ts_gpu_call_event {
 	__u64 ts_ns;
 	__u32 fn;   /* enum ts_cuda_fn */
 	__u32 kind; /* cudaMemcpyKind for copies, else 0 */
+};
+
+/*
+ * One call of the CUPTI injection library's probe (cupti_abi.h): up to TS_RUNS_PER_PROBE runs of
+ * device work and the library's counters. The record has its full size whatever n is. abi is the
+ * library's TS_CUPTI_ABI; for any other value n is 0 and nothing but abi was copied.
+ */
+struct ts_dev_runs_event {
+	struct ts_event_hdr hdr;
+	__u32 abi;
+	__u32 n;
+	struct ts_cupti_stats stats;
+	struct ts_dev_run runs[TS_RUNS_PER_PROBE];
 };
 
 /* Counters kept per CPU in the kernel and summed by user space (map `stats`). */
@@ -192,5 +209,9 @@ _Static_assert(sizeof(struct ts_conn_event) == 96, "ts_conn_event layout");
 _Static_assert(sizeof(struct ts_proc_event) == 48, "ts_proc_event layout");
 _Static_assert(sizeof(struct ts_gpu_step_event) == 64, "ts_gpu_step_event layout");
 _Static_assert(sizeof(struct ts_gpu_call_event) == 32, "ts_gpu_call_event layout");
+_Static_assert(sizeof(struct ts_dev_run) == 80, "ts_dev_run layout");
+_Static_assert(sizeof(struct ts_cupti_stats) == 96, "ts_cupti_stats layout");
+_Static_assert(sizeof(struct ts_dev_runs_event) == 24 + 96 + 80 * TS_RUNS_PER_PROBE,
+	       "ts_dev_runs_event layout");
 
 #endif

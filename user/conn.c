@@ -154,7 +154,6 @@ static void conn_finish(struct conn *c, uint64_t end_ns, bool complete)
 	conn_pop(c);
 	buf_reset(&c->body, &c->t->budget);
 	c->t->sink.request_done(c->t->sink.ctx, r);
-	request_free(r);
 }
 
 /* ---- request direction ---- */

@@ -24,8 +24,8 @@
 struct conn_sink {
 	/* A request was read completely (arrival); the callee may label it (its container). */
 	void (*request_start)(void *ctx, struct request *r);
-	/* A request finished: the response ended, failed, or its connection closed. The request is
-	 * freed after the call. */
+	/* A request finished: the response ended, failed, or its connection closed. The callee
+	 * owns the request from then on (request_free). */
 	void (*request_done)(void *ctx, struct request *r);
 	void *ctx;
 };

@@ -151,6 +151,47 @@ static int cuda_hook_file(struct cuda_attach *ca, const char *path, const struct
 	return hooked;
 }
 
+/* Attaches the injection library's probes for pid (once per process); true if attached. */
+static bool cuda_hook_cupti(struct cuda_attach *ca, uint32_t pid, const char *full,
+			    const char *path)
+{
+	static const char *const probes[] = { "runs", "kernels" };
+	int attached = 0, err = 0;
+
+	for (int i = 0; i < ca->ncupti; i++)
+		if (ca->cupti_pids[i] == pid)
+			return false;
+	if (ca->ncupti == CUDA_MAX_CUPTI)
+		return false;
+	ca->cupti_pids[ca->ncupti++] = pid;
+	for (int i = 0; i < (ca->kernels ? 2 : 1); i++) {
+		struct bpf_link *l =
+		    bpf_program__attach_usdt(ca->skel->progs.ts_cupti_runs, (int)pid, full,
+					     TS_CUPTI_PROVIDER, probes[i], NULL);
+
+		if (!l) {
+			err = -errno;
+			fprintf(stderr,
+				"tokenscope: cannot attach to the probe %s:%s of pid %u in %s: "
+				"%s; no device times\n",
+				TS_CUPTI_PROVIDER, probes[i], pid, path, strerror(-err));
+			break;
+		}
+		if (cuda_keep_link(ca, l)) {
+			bpf_link__destroy(l);
+			break;
+		}
+		attached++;
+	}
+	if (cuda_is_denial(err))
+		cuda_deny(ca, CUDA_DENIED_UPROBE, err, pid, path);
+	if (attached && !err) {
+		ca->cupti_attached++;
+		fprintf(stderr, "tokenscope: device times of pid %u from %s (CUPTI)\n", pid, path);
+	}
+	return attached && !err;
+}
+
 static struct cuda_file *cuda_file_seen(struct cuda_attach *ca, dev_t dev, ino_t ino)
 {
 	for (int i = 0; i < ca->nfiles; i++)
@@ -253,6 +294,7 @@ int cuda_scan(struct cuda_attach *ca, uint32_t pid)
 	while (fgets(line, sizeof(line), f)) {
 		char perms[8], path[4096 + 64], full[4096 + 96];
 		const struct cuda_fn *table;
+		const char *base;
 		unsigned long long start, end, off, ino;
 		unsigned int major, minor;
 		struct cuda_file *cf;
@@ -265,11 +307,16 @@ int cuda_scan(struct cuda_attach *ca, uint32_t pid)
 			   &major, &minor, &ino, path) != 8 ||
 		    perms[2] != 'x' || path[0] != '/')
 			continue;
+		/* Through the process's own root: the path is the one its mount namespace sees. */
+		snprintf(full, sizeof(full), "/proc/%u/root%s", pid, path);
+		base = strrchr(path, '/') + 1;
+		if (!strncmp(base, CUDA_CUPTI_LIB, strlen(CUDA_CUPTI_LIB))) {
+			total += cuda_hook_cupti(ca, pid, full, path);
+			continue;
+		}
 		table = cuda_table_for(path, !strcmp(path, exe), &n, &guess);
 		if (!table)
 			continue;
-		/* Through the process's own root: the path is the one its mount namespace sees. */
-		snprintf(full, sizeof(full), "/proc/%u/root%s", pid, path);
 		if (stat(full, &st)) {
 			if (cuda_is_denial(-errno))
 				cuda_deny(ca, CUDA_DENIED_ROOT, -errno, pid, path);

@@ -5,6 +5,10 @@
  * executable with the runtime linked in statically, found through /proc/PID/maps and opened
  * through /proc/PID/root so that processes in containers work. Each library file (device and
  * inode) is hooked once, for every process; the BPF programs keep only traced processes.
+ *
+ * A process that loaded tokenscope's CUPTI injection library gets that library's USDT probes
+ * attached for it alone: attaching turns the library's collection on in that process (the
+ * probes' semaphores), so processes nobody traces pay nothing.
  */
 #ifndef TS_CUDA_H
 #define TS_CUDA_H
@@ -14,6 +18,9 @@
 #include <sys/types.h>
 
 #define CUDA_MAX_FILES 64
+/* Processes whose CUPTI injection library (libtokenscope_cupti.so) probes are attached. */
+#define CUDA_MAX_CUPTI 64
+#define CUDA_CUPTI_LIB "libtokenscope_cupti"
 
 struct tokenscope_bpf;
 struct bpf_link;
@@ -43,7 +50,11 @@ struct cuda_attach {
 	int nlinks;
 	size_t cap;
 	bool verbose;
+	bool kernels; /* --kernels: the library's per-operation probe too */
 	struct cuda_denial denied;
+	uint32_t cupti_pids[CUDA_MAX_CUPTI]; /* probes attached (or found failing) for these */
+	int ncupti;
+	int cupti_attached; /* of those, attached */
 };
 
 void cuda_init(struct cuda_attach *ca, struct tokenscope_bpf *skel, bool verbose);

@@ -99,11 +99,16 @@ void gpu_add(struct gpu_timeline *g, const struct ts_gpu_step_event *e, struct g
 	s->memcpys_dtoh = e->memcpys_dtoh;
 	s->waits = e->waits;
 	s->kind = gpu_classify(e->launches, e->graph_launches);
+	memset(&s->dev, 0, sizeof(s->dev));
 	g->steps++;
+	p = gpu_proc_of(g, s->pid);
+	/* Held for its device times: only a kept step can be given back. */
+	s->pending = p && p->cupti.seen && s != &lone && g->npending < GPU_PENDING_MAX;
+	if (s->pending)
+		g->pending[(g->pending_head + g->npending++) % GPU_PENDING_MAX] =
+		    (uint32_t)(s - g->ring);
 	if (out)
 		*out = *s;
-
-	p = gpu_proc_of(g, s->pid);
 	if (!p)
 		return;
 	if (!p->dur[s->kind])
@@ -121,6 +126,180 @@ void gpu_add(struct gpu_timeline *g, const struct ts_gpu_step_event *e, struct g
 		p->last_ns = s->end_ns;
 }
 
+/* Adds [a, b) to the step's disjoint spans; past GPU_STEP_SPANS, the two closest merge and the
+ * gap between them counts as busy (approx). */
+static void dev_add_span(struct gpu_device *d, uint64_t a, uint64_t b)
+{
+	struct gpu_span *v = d->spans;
+	uint32_t n = d->nspans, i = 0, j;
+
+	while (i < n && v[i].b < a)
+		i++;
+	/* v[i..j) touch or overlap [a, b): they become one span. */
+	for (j = i; j < n && v[j].a <= b; j++) {
+		if (v[j].a < a)
+			a = v[j].a;
+		if (v[j].b > b)
+			b = v[j].b;
+	}
+	if (j > i) {
+		v[i] = (struct gpu_span){ a, b };
+		memmove(&v[i + 1], &v[j], (n - j) * sizeof(*v));
+		n -= j - i - 1;
+	} else {
+		if (n == GPU_STEP_SPANS) {
+			/* Room for one: close the smallest gap, the new span included. */
+			struct gpu_span all[GPU_STEP_SPANS + 1];
+			uint32_t k, best = 0;
+
+			memcpy(all, v, i * sizeof(*v));
+			all[i] = (struct gpu_span){ a, b };
+			memcpy(&all[i + 1], &v[i], (n - i) * sizeof(*v));
+			for (k = 1; k + 1 <= n; k++)
+				if (all[k + 1].a - all[k].b < all[best + 1].a - all[best].b)
+					best = k;
+			all[best].b = all[best + 1].b;
+			memmove(&all[best + 1], &all[best + 2], (n - best - 1) * sizeof(*v));
+			memcpy(v, all, n * sizeof(*v));
+			d->approx = true;
+		} else {
+			memmove(&v[i + 1], &v[i], (n - i) * sizeof(*v));
+			v[i] = (struct gpu_span){ a, b };
+			n++;
+		}
+	}
+	d->nspans = (uint8_t)n;
+}
+
+/* A run into its step's device figures. busy: with every run disjoint from the others the sum
+ * of their own busy times (exact: the gaps inside a run are left out); where runs overlap
+ * (streams side by side) the union of their spans. */
+static void dev_add_run(struct gpu_device *d, const struct ts_dev_run *r)
+{
+	uint64_t span = 0;
+
+	if (!d->device || r->start_ns < d->start_ns)
+		d->start_ns = r->start_ns;
+	if (r->end_ns > d->end_ns)
+		d->end_ns = r->end_ns;
+	if ((r->flags & TS_RUN_F_LAUNCH) && (!d->launch_ns || r->first_launch_ns < d->launch_ns))
+		d->launch_ns = r->first_launch_ns;
+	d->device = true;
+	d->runs++;
+	d->kernels += r->kernels;
+	d->graphs += r->graphs;
+	d->memcpys += r->memcpys;
+	d->delay_ns += r->delay_ns;
+	d->launched += r->launched;
+	d->run_busy_ns += r->busy_ns;
+	dev_add_span(d, r->start_ns, r->end_ns);
+	for (uint32_t i = 0; i < d->nspans; i++)
+		span += d->spans[i].b - d->spans[i].a;
+	/* Disjoint runs: their spans add up to at least their busy times. */
+	d->busy_ns = d->run_busy_ns <= span ? d->run_busy_ns : span;
+}
+
+/* The held or shown step of pid whose host window holds device time t, newest first. */
+static struct gpu_step *step_at(struct gpu_timeline *g, uint32_t pid, uint64_t t)
+{
+	for (uint32_t i = g->count; i-- > 0;) {
+		struct gpu_step *s = &g->ring[(g->head + i) % GPU_HISTORY];
+
+		if (s->pid != pid)
+			continue;
+		if (s->start_ns <= t && t < s->end_ns)
+			return s;
+		/* Steps are kept in the order they ended: no older one can hold t. */
+		if (s->end_ns + GPU_DEVICE_WAIT_NS < t)
+			break;
+	}
+	return NULL;
+}
+
+void gpu_add_runs(struct gpu_timeline *g, const struct ts_dev_runs_event *e)
+{
+	struct gpu_proc *p;
+
+	if (e->abi != TS_CUPTI_ABI) {
+		g->cupti_abi_bad++;
+		g->cupti_abi_seen = e->abi;
+		return;
+	}
+	p = gpu_proc_of(g, e->hdr.pid);
+	if (!p)
+		return;
+	if (!p->cupti.seen)
+		g->cupti_procs++;
+	p->cupti.seen = true;
+	p->cupti.stats = e->stats;
+	if (e->stats.flush_ns > p->cupti.flush_ns)
+		p->cupti.flush_ns = e->stats.flush_ns;
+	for (uint32_t i = 0; i < e->n && i < TS_RUNS_PER_PROBE; i++) {
+		const struct ts_dev_run *r = &e->runs[i];
+		struct gpu_step *s;
+
+		if (r->end_ns < r->start_ns)
+			continue; /* the library never sends one; a damaged record might */
+		p->cupti.runs++;
+		p->cupti.busy_ns += r->busy_ns;
+		s = g->ring ? step_at(g, p->pid, r->start_ns) : NULL;
+		if (!s) {
+			p->cupti.unplaced++;
+			continue;
+		}
+		if (!s->pending)
+			p->cupti.late++;
+		dev_add_run(&s->dev, r);
+	}
+}
+
+static const struct gpu_proc *gpu_proc_find(const struct gpu_timeline *g, uint32_t pid)
+{
+	for (uint32_t i = 0; i < g->nprocs; i++)
+		if (g->procs[i].pid == pid)
+			return &g->procs[i];
+	return NULL;
+}
+
+bool gpu_next_ready(struct gpu_timeline *g, uint64_t now_ns, bool all, struct gpu_step *out)
+{
+	struct gpu_step *s;
+	const struct gpu_proc *p;
+	bool complete;
+
+	/* A held step the ring overwrote (GPU_HISTORY newer steps of processes without device
+	 * times came first) is no longer there to give back. */
+	while (g->npending && !g->ring[g->pending[g->pending_head]].pending) {
+		g->pending_head = (g->pending_head + 1) % GPU_PENDING_MAX;
+		g->npending--;
+	}
+	if (!g->npending)
+		return false;
+	s = &g->ring[g->pending[g->pending_head]];
+	p = gpu_proc_find(g, s->pid);
+	complete = p && p->cupti.flush_ns >= s->end_ns;
+	if (!complete && !all && now_ns < s->end_ns + GPU_DEVICE_WAIT_NS &&
+	    g->npending < GPU_PENDING_MAX)
+		return false;
+	if (!complete)
+		g->released_late++;
+	g->pending_head = (g->pending_head + 1) % GPU_PENDING_MAX;
+	g->npending--;
+	s->pending = false;
+	*out = *s;
+	return true;
+}
+
+bool gpu_device_complete(const struct gpu_timeline *g, uint64_t t_ns, uint64_t now_ns)
+{
+	if (!g->cupti_procs || now_ns >= t_ns + GPU_DEVICE_WAIT_NS)
+		return true;
+	for (uint32_t i = 0; i < g->nprocs; i++)
+		if (g->procs[i].cupti.seen && g->procs[i].cupti.flush_ns < t_ns)
+			return false;
+	return true;
+}
+
 struct span {
 	uint64_t a, b;
 };
@@ -132,20 +311,31 @@ static int span_cmp(const void *x, const void *y)
 	return p->a < q->a ? -1 : p->a > q->a;
 }
 
-/* GPU time (the union of every process's steps) inside each gap between consecutive tokens. */
-static uint64_t gpu_time_in_gaps(const struct gpu_timeline *g, const struct request *r)
+/* GPU time inside each gap between consecutive tokens tok (between lo and hi when ntok < 2):
+ * the union over every process of its steps' device intervals where the step has device
+ * times, else of the steps' host windows (*all_device false). */
+static uint64_t gpu_time_in_gaps(const struct gpu_timeline *g, const uint64_t *tok, uint32_t ntok,
+				 uint64_t lo, uint64_t hi, bool *all_device)
 {
-	uint64_t lo = r->token_ns[0], hi = r->token_ns[r->ntokens - 1], sum = 0;
-	struct span *v = malloc(g->count * sizeof(*v));
-	uint32_t n = 0, m = 0, t = 0;
+	uint64_t sum = 0;
+	struct span *v = malloc(g->count * GPU_STEP_SPANS * sizeof(*v));
+	uint32_t n = 0, m = 0, t = 0, ngaps = ntok >= 2 ? ntok - 1 : 1;
 
+	*all_device = true;
 	if (!v)
 		return 0;
 	for (uint32_t i = 0; i < g->count; i++) {
 		const struct gpu_step *s = &g->ring[(g->head + i) % GPU_HISTORY];
 
-		if (s->end_ns > lo && s->start_ns < hi)
+		if (s->end_ns <= lo || s->start_ns >= hi)
+			continue;
+		if (!s->dev.device) {
+			*all_device = false;
 			v[n++] = (struct span){ s->start_ns, s->end_ns };
+			continue;
+		}
+		for (uint32_t k = 0; k < s->dev.nspans; k++)
+			v[n++] = (struct span){ s->dev.spans[k].a, s->dev.spans[k].b };
 	}
 	qsort(v, n, sizeof(*v), span_cmp);
 	/* Merge overlapping steps (tensor-parallel workers run the same step at once). */
@@ -158,8 +348,9 @@ static uint64_t gpu_time_in_gaps(const struct gpu_timeline *g, const struct requ
 		}
 	}
 	/* Sweep the merged spans against the gaps; both are sorted. */
-	for (uint32_t i = 0; i + 1 < r->ntokens; i++) {
-		uint64_t ga = r->token_ns[i], gb = r->token_ns[i + 1];
+	for (uint32_t i = 0; i < ngaps; i++) {
+		uint64_t ga = ntok >= 2 ? tok[i] : lo;
+		uint64_t gb = ntok >= 2 ? tok[i + 1] : hi;
 
 		while (t < m && v[t].b <= ga)
 			t++;
@@ -179,7 +370,11 @@ void gpu_attribute(const struct gpu_timeline *g, const struct request *r, struct
 	const struct gpu_step *best = NULL;
 	uint64_t first_kept;
 
+	bool all_device;
+
 	a->queue_ns = a->prefill_ns = a->decode_ns = a->gpu_ns = a->host_ns = -1;
+	a->prefill_gpu_ns = a->decode_gpu_ns = -1;
+	a->source = NULL;
 	if (!g->count) {
 		a->how = "none: no GPU steps seen";
 		return;
@@ -202,17 +397,33 @@ void gpu_attribute(const struct gpu_timeline *g, const struct request *r, struct
 	}
 	if (r->ntokens >= 2) {
 		uint64_t span = r->token_ns[r->ntokens - 1] - r->first_token_ns;
-		uint64_t gpu = gpu_time_in_gaps(g, r);
+		uint64_t gpu = gpu_time_in_gaps(g, r->token_ns, r->ntokens, r->token_ns[0],
+						r->token_ns[r->ntokens - 1], &all_device);
 
 		a->gpu_ns = gpu;
 		a->host_ns = span - gpu;
+		a->source = all_device ? "cupti" : "host-calls";
+	}
+	if (g->cupti_procs && r->end_ns > r->first_token_ns) {
+		/* The device time of the steps of the decode (every process's, as above). */
+		uint64_t gpu =
+		    gpu_time_in_gaps(g, NULL, 0, r->first_token_ns, r->end_ns, &all_device);
+
+		if (all_device)
+			a->decode_gpu_ns = gpu;
 	}
 	if (best) {
 		a->queue_ns = best->start_ns - r->arrival_ns;
 		a->prefill_ns = best->end_ns - best->start_ns;
-		a->how =
-		    "by time: prefill is the last prefill step between arrival and first token; "
-		    "gpu/host split the token gaps by the steps that overlap them";
+		if (best->dev.device)
+			a->prefill_gpu_ns = best->dev.busy_ns;
+		a->how = a->source && !strcmp(a->source, "cupti")
+			     ? "by time: prefill is the last prefill step between arrival and "
+			       "first token; gpu/host split the token gaps by the device "
+			       "intervals (CUPTI) of the steps that overlap them"
+			     : "by time: prefill is the last prefill step between arrival and "
+			       "first token; gpu/host split the token gaps by the steps that "
+			       "overlap them";
 	} else if (g->count == GPU_HISTORY && first_kept > r->arrival_ns) {
 		a->how = "partial: the steps around this request's arrival were no longer kept";
 	} else {

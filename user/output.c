@@ -84,7 +84,18 @@ void output_json(FILE *f, const struct request *r, const struct request_metrics 
 	ms_or_null(&w, "decode_ms", ga->decode_ns);
 	ms_or_null(&w, "gpu_ms", ga->gpu_ns);
 	ms_or_null(&w, "host_ms", ga->host_ns);
-	jsonw_str(&w, "attribution", ga->how);
+	if (ga->source && !strcmp(ga->source, "cupti")) {
+		ms_or_null(&w, "prefill_gpu_ms", ga->prefill_gpu_ns);
+		ms_or_null(&w, "decode_gpu_ms", ga->decode_gpu_ns);
+	} else {
+		jsonw_null(&w, "prefill_gpu_ms");
+		jsonw_null(&w, "decode_gpu_ms");
+	}
+	if (ga->source)
+		jsonw_str(&w, "attribution", ga->source);
+	else
+		jsonw_null(&w, "attribution");
+	jsonw_str(&w, "attribution_how", ga->how);
 	if (tokens) {
 		jsonw_arr_begin(&w, "token_ns");
 		for (uint32_t i = 0; i < r->ntokens; i++)
@@ -140,6 +151,12 @@ void output_step_text(FILE *f, const struct gpu_step *s)
 		s->pid, s->tid, s->start_ns / 1e9, (s->end_ns - s->start_ns) / 1e6,
 		gpu_kind_name(s->kind), s->launches, s->graph_launches, s->memcpys, s->memcpys_dtoh,
 		(s->end_ns - s->wait_start_ns) / 1e6);
+	if (s->dev.device)
+		fprintf(f, "    device %.3f ms busy of %.3f ms, launch to start %.3f ms\n",
+			s->dev.busy_ns / 1e6, (s->dev.end_ns - s->dev.start_ns) / 1e6,
+			s->dev.launch_ns && s->dev.start_ns >= s->dev.launch_ns
+			    ? (s->dev.start_ns - s->dev.launch_ns) / 1e6
+			    : 0.0);
 }
 
 void output_step_json(FILE *f, const struct gpu_step *s)
@@ -160,6 +177,33 @@ void output_step_json(FILE *f, const struct gpu_step *s)
 	jsonw_u64(&w, "memcpys", s->memcpys);
 	jsonw_u64(&w, "memcpys_dtoh", s->memcpys_dtoh);
 	jsonw_u64(&w, "waits", s->waits);
+	/* Device times where the CUPTI library reported the step's work, null otherwise (the
+	 * figures above are the host's). */
+	jsonw_str(&w, "times", s->dev.device ? "cupti" : "host-calls");
+	if (s->dev.device) {
+		jsonw_u64(&w, "device_start_ns", s->dev.start_ns);
+		jsonw_u64(&w, "device_end_ns", s->dev.end_ns);
+		jsonw_u64(&w, "gpu_busy_ns", s->dev.busy_ns);
+		jsonw_bool(&w, "gpu_busy_approx", s->dev.approx);
+		if (s->dev.launch_ns && s->dev.start_ns >= s->dev.launch_ns)
+			jsonw_u64(&w, "launch_delay_ns", s->dev.start_ns - s->dev.launch_ns);
+		else
+			jsonw_null(&w, "launch_delay_ns");
+		if (s->dev.launched)
+			jsonw_u64(&w, "mean_launch_delay_ns", s->dev.delay_ns / s->dev.launched);
+		else
+			jsonw_null(&w, "mean_launch_delay_ns");
+		jsonw_u64(&w, "device_runs", s->dev.runs);
+		jsonw_u64(&w, "device_kernels", s->dev.kernels);
+		jsonw_u64(&w, "device_graphs", s->dev.graphs);
+		jsonw_u64(&w, "device_memcpys", s->dev.memcpys);
+	} else {
+		static const char *const none[] = { "device_start_ns", "device_end_ns",
+						    "gpu_busy_ns", "launch_delay_ns" };
+
+		for (size_t i = 0; i < sizeof(none) / sizeof(none[0]); i++)
+			jsonw_null(&w, none[i]);
+	}
 	jsonw_obj_end(&w);
 	jsonw_end(&w);
 	fputc('\n', f);

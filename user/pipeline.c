@@ -36,9 +36,9 @@ static void pl_request_start(void *ctx, struct request *r)
 			pl->sinks[i].request_start(pl->sinks[i].ctx, r);
 }
 
-static void pl_request_done(void *ctx, struct request *r)
+/* A finished request to the summaries, the sinks and the lines; then freed. */
+static void pl_request_out(struct pipeline *pl, struct request *r)
 {
-	struct pipeline *pl = ctx;
 	struct request_metrics m;
 	struct gpu_attribution ga;
 
@@ -58,6 +58,62 @@ static void pl_request_done(void *ctx, struct request *r)
 		output_text(pl->o.out, r, &m, &ga);
 	}
 	fflush(pl->o.out);
+	request_free(r);
+}
+
+/*
+ * Where GPU processes report device times (CUPTI), a finished request waits for those of the
+ * steps it overlaps, which come in up to a flush period later (gpu_device_complete), so that
+ * its attribution uses them; requests leave in the order they finished.
+ */
+static void pl_request_done(void *ctx, struct request *r)
+{
+	struct pipeline *pl = ctx;
+
+	if (!pl->nheld && gpu_device_complete(&pl->gpu, r->end_ns, pl->last_ns)) {
+		pl_request_out(pl, r);
+		return;
+	}
+	if (pl->nheld == PIPELINE_MAX_HELD) {
+		struct request *oldest = pl->held[pl->held_head];
+
+		pl->held_head = (pl->held_head + 1) % PIPELINE_MAX_HELD;
+		pl->nheld--;
+		pl_request_out(pl, oldest);
+	}
+	pl->held[(pl->held_head + pl->nheld++) % PIPELINE_MAX_HELD] = r;
+}
+
+static void pl_step_out(struct pipeline *pl, const struct gpu_step *s)
+{
+	for (int i = 0; i < pl->nsinks; i++)
+		if (pl->sinks[i].gpu_step)
+			pl->sinks[i].gpu_step(pl->sinks[i].ctx, s);
+	if (pl->o.gpu_steps) {
+		if (pl->o.json)
+			output_step_json(pl->o.out, s);
+		else
+			output_step_text(pl->o.out, s);
+	}
+}
+
+/* Lets out the steps and requests whose device times are in (or waited long enough; all:
+ * everything, at the end). */
+static void pl_release(struct pipeline *pl, bool all)
+{
+	struct gpu_step s;
+
+	while (gpu_next_ready(&pl->gpu, pl->last_ns, all, &s))
+		pl_step_out(pl, &s);
+	while (pl->nheld) {
+		struct request *r = pl->held[pl->held_head];
+
+		if (!all && !gpu_device_complete(&pl->gpu, r->end_ns, pl->last_ns))
+			break;
+		pl->held_head = (pl->held_head + 1) % PIPELINE_MAX_HELD;
+		pl->nheld--;
+		pl_request_out(pl, r);
+	}
 }
 
 int pipeline_init(struct pipeline *pl, const struct pipeline_opts *o)
@@ -79,6 +135,11 @@ int pipeline_init(struct pipeline *pl, const struct pipeline_opts *o)
 
 void pipeline_free(struct pipeline *pl)
 {
+	while (pl->nheld) {
+		request_free(pl->held[pl->held_head]);
+		pl->held_head = (pl->held_head + 1) % PIPELINE_MAX_HELD;
+		pl->nheld--;
+	}
 	conn_table_free(&pl->conns);
 	gpu_free(&pl->gpu);
 	free(pl->live);
@@ -247,15 +308,19 @@ int pipeline_feed(struct pipeline *pl, const void *rec, size_t len)
 		gpu_add(&pl->gpu, rec, &s);
 		if (s.end_ns > pl->last_ns)
 			pl->last_ns = s.end_ns;
-		for (int i = 0; i < pl->nsinks; i++)
-			if (pl->sinks[i].gpu_step)
-				pl->sinks[i].gpu_step(pl->sinks[i].ctx, &s);
-		if (pl->o.gpu_steps) {
-			if (pl->o.json)
-				output_step_json(pl->o.out, &s);
-			else
-				output_step_text(pl->o.out, &s);
-		}
+		if (!s.pending)
+			pl_step_out(pl, &s);
+		return 0;
+	}
+	case TS_EV_DEV_RUNS: {
+		const struct ts_dev_runs_event *e = rec;
+
+		if (len != sizeof(*e) || e->n > TS_RUNS_PER_PROBE)
+			goto bad;
+		if (e->abi == TS_CUPTI_ABI && e->stats.flush_ns > pl->last_ns)
+			pl->last_ns = e->stats.flush_ns;
+		gpu_add_runs(&pl->gpu, e);
+		pl_release(pl, false);
 		return 0;
 	}
 	}
@@ -275,6 +340,7 @@ void pipeline_kernel_lost(struct pipeline *pl, uint64_t lost_events)
 void pipeline_finish(struct pipeline *pl)
 {
 	conn_finish_maybe_lost(&pl->conns);
+	pl_release(pl, true);
 	for (int i = 0; i < pl->nsinks; i++)
 		if (pl->sinks[i].finish)
 			pl->sinks[i].finish(pl->sinks[i].ctx, pl);
@@ -290,6 +356,7 @@ int pipeline_add_sink(struct pipeline *pl, const struct sink *s)
 
 void pipeline_tick(struct pipeline *pl)
 {
+	pl_release(pl, false);
 	for (int i = 0; i < pl->nsinks; i++)
 		if (pl->sinks[i].tick)
 			pl->sinks[i].tick(pl->sinks[i].ctx, pl, pl->last_ns);

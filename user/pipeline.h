@@ -28,6 +28,8 @@ struct pipeline_opts {
 
 #define PIPELINE_MAX_ROOTS 64
 #define PIPELINE_MAX_SINKS 8
+/* Finished requests waiting for device times at once; one more lets the oldest out. */
+#define PIPELINE_MAX_HELD 4096
 
 /* A traced process that has not exited, and the container it runs in ("" when unknown). */
 struct pipeline_proc {
@@ -55,6 +57,9 @@ struct pipeline {
 	uint64_t last_ns; /* the latest kernel time in any record so far */
 	struct sink sinks[PIPELINE_MAX_SINKS];
 	int nsinks;
+	/* Finished requests waiting for device times (pl_request_done), oldest first. */
+	struct request *held[PIPELINE_MAX_HELD];
+	uint32_t held_head, nheld;
 	/* Called when a traced process exits (the loader forgets its sockets). */
 	void (*on_exit)(void *ctx, uint32_t pid);
 	void *on_exit_ctx;

@@ -546,6 +546,7 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 		raw = isatty(STDIN_FILENO) && !top_term_raw(STDIN_FILENO, &saved);
 	}
 	cuda_init(&tr.cuda, tr.skel, o->verbose);
+	tr.cuda.kernels = o->gpu_calls;
 	cuda_scan_all(&tr);
 	if (!cuda_hooked_files(&tr.cuda) && !cuda_explain(&tr))
 		fprintf(stderr, "tokenscope: no CUDA library in the traced processes; GPU steps "

@@ -55,7 +55,7 @@ static void feed(struct sink *sk, uint64_t end, uint64_t ttft)
 				      .decode_ns = 10 * MS,
 				      .gpu_ns = 8 * MS,
 				      .host_ns = 2 * MS,
-				      .how = "by time" };
+				      .how = "by time", -1, -1, NULL };
 
 	r->arrival_ns = end - ttft - 10 * MS;
 	request_add_token(r, end - 10 * MS);
@@ -156,7 +156,7 @@ static void test_success_rate(void)
 	for (uint64_t t = 1; t < 30; t++) {
 		struct request *q = request_new(1, 1, 0, "c");
 		struct request_metrics m;
-		struct gpu_attribution ga = { -1, -1, -1, -1, -1, "none" };
+		struct gpu_attribution ga = { -1, -1, -1, -1, -1, "none", -1, -1, NULL };
 
 		q->arrival_ns = t * S;
 		q->end_ns = t * S + 1;

@@ -94,7 +94,7 @@ static void feed_from(const struct sink *s, const struct req_spec *q,
 {
 	struct request *r = new_request(q->model, pid, container);
 	struct request_metrics m;
-	struct gpu_attribution none = { -1, -1, -1, -1, -1, "none: no GPU steps seen" };
+	struct gpu_attribution none = { -1, -1, -1, -1, -1, "none: no GPU steps seen", -1, -1, NULL };
 
 	r->outcome = q->outcome;
 	r->arrival_ns = BASE + q->arrival_ms * MS;
@@ -142,7 +142,7 @@ static void test_histograms_and_counters(void)
 	static const uint64_t toks2[] = { 100, 300 };
 	struct prom *p = prom_new(NULL, NULL);
 	struct sink s;
-	struct gpu_attribution ga = { 5 * MS, 20 * MS, 30 * MS, 20 * MS, 5 * MS, "by time" };
+	struct gpu_attribution ga = { 5 * MS, 20 * MS, 30 * MS, 20 * MS, 5 * MS, "by time", -1, -1, NULL };
 	char *t;
 
 	if (!ASSERT_OK_PTR(p, "prom_new"))
@@ -386,7 +386,7 @@ static const char *const request_families[] = {
 static void test_by_process(void)
 {
 	static const uint64_t toks[] = { 30, 40, 55 };
-	struct gpu_attribution ga = { 5 * MS, 20 * MS, 30 * MS, 20 * MS, 5 * MS, "by time" };
+	struct gpu_attribution ga = { 5 * MS, 20 * MS, 30 * MS, 20 * MS, 5 * MS, "by time", -1, -1, NULL };
 	const struct req_spec a = { "llama", OUTCOME_OK, 0, toks, 3, 60, 10, 3, 4 };
 	const struct req_spec b = { "llama", OUTCOME_ABORTED, 0, toks, 2, 80, -1, -1, -1 };
 	struct prom *p = prom_new(NULL, NULL);

@@ -212,7 +212,7 @@ static void report(struct tfile *f, struct request *r, const struct gpu_attribut
 }
 
 static const struct gpu_attribution NOT_ATTRIBUTED = {
-	-1, -1, -1, -1, -1, "none: no GPU steps seen",
+	-1, -1, -1, -1, -1, "none: no GPU steps seen", -1, -1, NULL,
 };
 
 static void test_attributed_request(void)
@@ -221,7 +221,7 @@ static void test_attributed_request(void)
 	/* Arrives at +5.000123 ms, queues 2 ms, prefill 30 ms, 4 tokens 10 ms apart from +38. */
 	struct request *r =
 	    make_request(3, ORIGIN + 5 * MS + 123, ORIGIN + 38 * MS, 10 * MS, 4, ORIGIN + 70 * MS);
-	struct gpu_attribution ga = { 2 * MS, 30 * MS, 32 * MS, 27 * MS, 3 * MS, "by time" };
+	struct gpu_attribution ga = { 2 * MS, 30 * MS, 32 * MS, 27 * MS, 3 * MS, "by time", -1, -1, NULL };
 	const cJSON *e;
 
 	tf_open(&f);
