@@ -8,17 +8,60 @@
 
 #include "exporters.h"
 #include "httpd.h"
+#include "nvml.h"
 #include "prom.h"
+
+static bool traced_pid(void *ctx, uint32_t pid)
+{
+	const struct pipeline *pl = ctx;
+
+	for (uint32_t i = 0; i < pl->nlive; i++)
+		if (pl->live[i].pid == pid)
+			return true;
+	return false;
+}
+
+/* A new GPU sample, if the sampler has one, to the exporters that show it. Before them in the
+ * sink order, so the metrics snapshot of this same tick has it. */
+static void gpu_tick(void *ctx, const struct pipeline *pl, uint64_t now_ns)
+{
+	struct exporters *x = ctx;
+
+	(void)now_ns;
+	if (!nvml_latest(x->nvml, x->gpu))
+		return;
+	/* A known reach-around: the traced processes are read from the pipeline's own state here;
+	 * a later refactor gives sinks them as a value snapshot. */
+	nvml_keep_procs(x->gpu, traced_pid, (void *)pl);
+	nvml_usage_add(x->gpu_usage, x->gpu);
+	if (x->prom)
+		prom_set_gpu_sample(x->prom, x->gpu);
+	if (x->tl_open)
+		timeline_gpu_sample(&x->tl, x->gpu);
+}
 
 int exporters_start(struct exporters *x, const struct export_opts *eo, struct pipeline *pl,
 		    uint64_t origin_ns)
 {
+	/* A replay has no GPU to read; a plain trace's summary alone does not open NVML, so a run
+	 * that asked for neither output prints nothing new where there is no driver. */
+	bool want_gpu = !eo->replay && (eo->listen || eo->timeline);
 	struct sink sink;
 	int err;
 
 	memset(x, 0, sizeof(*x));
 	/* report --prometheus: stdout carries the metrics text alone. */
 	x->print_to_stderr = eo->json || eo->prometheus;
+	if (want_gpu) {
+		x->gpu = calloc(1, sizeof(*x->gpu));
+		x->gpu_usage = calloc(1, sizeof(*x->gpu_usage));
+		if (!x->gpu || !x->gpu_usage)
+			return -ENOMEM;
+		sink = (struct sink){ .name = "nvml", .ctx = x, .tick = gpu_tick };
+		err = pipeline_add_sink(pl, &sink);
+		if (err)
+			return err;
+	}
 	if (eo->listen) {
 		/* Bound before anything is attached, so a busy port fails fast. */
 		err = httpd_start(&x->httpd, eo->listen, stderr);
@@ -106,6 +149,13 @@ int exporters_start(struct exporters *x, const struct export_opts *eo, struct pi
 		if (err)
 			return err;
 	}
+	/* Last, once every exporter is up: a failure above leaves no thread to stop. Without a
+	 * driver the thread prints why and ends; tracing goes on. */
+	if (want_gpu) {
+		x->nvml = nvml_start(NULL);
+		if (!x->nvml)
+			return -ENOMEM;
+	}
 	return 0;
 }
 
@@ -128,6 +178,16 @@ int exporters_stop(struct exporters *x)
 {
 	int err = 0;
 
+	nvml_stop(x->nvml);
+	x->nvml = NULL;
+	if (x->gpu_usage) {
+		nvml_usage_print(x->gpu_usage, x->print_to_stderr ? stderr : stdout);
+		fflush(stdout);
+	}
+	free(x->gpu);
+	x->gpu = NULL;
+	free(x->gpu_usage);
+	x->gpu_usage = NULL;
 	otlp_close(&x->otlp);
 	if (x->otlp_url) {
 		struct otlp_stats st;

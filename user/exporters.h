@@ -34,6 +34,9 @@ struct export_opts {
 
 struct httpd;
 struct prom;
+struct nvml;
+struct nvml_snapshot;
+struct nvml_usage;
 
 struct exporters {
 	struct httpd *httpd;
@@ -46,6 +49,11 @@ struct exporters {
 	struct otlp otlp; /* zeroed: closing is a no-op unless it was started */
 	const char *otlp_url;
 	bool print_to_stderr; /* the counters: with --json or --prometheus */
+	/* GPU utilisation and memory (NVML): sampled in a live trace whose output carries them,
+	 * --listen or --timeline, and then in the summary too. */
+	struct nvml *nvml;
+	struct nvml_snapshot *gpu;    /* the latest sample, cut down to the traced processes */
+	struct nvml_usage *gpu_usage; /* every sample, for the summary */
 };
 
 /* Starts what eo asks for and registers the sinks; origin_ns is the timeline's time zero (a
@@ -60,9 +68,10 @@ void exporters_set_source(struct exporters *x, uint64_t start_mono_ns, uint64_t 
 /* After pipeline_finish, before the summary: sends what the trace exporter still holds
  * (bounded wait). */
 void exporters_flush(struct exporters *x);
-/* After the summary: prints the exporters' counters (and, on stderr, how many traces the
- * collector did not get), closes the timeline, prints the metrics if asked, stops the endpoint.
- * Returns the first error; traces not delivered are not one (tracing itself worked). */
+/* After the summary: stops the GPU sampler and prints the GPUs' figures, prints the exporters'
+ * counters (and, on stderr, how many traces the collector did not get), closes the timeline,
+ * prints the metrics if asked, stops the endpoint. Returns the first error; traces not
+ * delivered are not one (tracing itself worked). */
 int exporters_stop(struct exporters *x);
 
 #endif

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "gpu.h"
+#include "nvml.h"
 #include "pipeline.h"
 #include "prom.h"
 #include "request.h"
@@ -135,9 +136,10 @@ struct prom {
 	void *publish_ctx;
 	void (*extra)(void *ctx, FILE *f);
 	void *extra_ctx;
-	bool dirty;	       /* something changed since the last snapshot */
-	uint64_t rendered_ns;  /* kernel time of the last snapshot */
-	uint64_t prev_tick_ns; /* kernel time at the previous tick */
+	bool dirty;		    /* something changed since the last snapshot */
+	uint64_t rendered_ns;	    /* kernel time of the last snapshot */
+	uint64_t prev_tick_ns;	    /* kernel time at the previous tick */
+	struct nvml_snapshot *nvml; /* the latest GPU sample; NULL before the first */
 };
 
 static void phist_add(struct phist *h, const struct bounds *b, uint64_t ns)
@@ -320,7 +322,18 @@ struct prom *prom_new(prom_publish_fn publish, void *publish_ctx)
 
 void prom_free(struct prom *p)
 {
+	if (p)
+		free(p->nvml);
 	free(p);
+}
+
+int prom_set_gpu_sample(struct prom *p, const struct nvml_snapshot *s)
+{
+	if (!p->nvml && !(p->nvml = malloc(sizeof(*p->nvml))))
+		return -ENOMEM;
+	*p->nvml = *s;
+	p->dirty = true;
+	return 0;
 }
 
 void prom_set_by_process(struct prom *p, bool on)
@@ -526,6 +539,164 @@ static void render_gpu(const struct prom *p, FILE *f)
 	}
 }
 
+/* v / 10^digits exactly, without trailing zeros: "0.45", "1", "350.125". */
+static void put_decimal(FILE *f, uint64_t v, unsigned int digits)
+{
+	uint64_t scale = 1;
+	char frac[24];
+	int end;
+
+	for (unsigned int i = 0; i < digits; i++)
+		scale *= 10;
+	fprintf(f, "%" PRIu64, v / scale);
+	if (!(v % scale))
+		return;
+	end = snprintf(frac, sizeof(frac), "%0*" PRIu64, (int)digits, v % scale);
+	while (end > 0 && frac[end - 1] == '0')
+		frac[--end] = 0;
+	fprintf(f, ".%s", frac);
+}
+
+#define STR_(x) #x
+#define STR(x) STR_(x)
+
+/* gpu="N" and, when NVML gave one, uuid="..." (escaped, like every NVML string). */
+#define GPU_LABELS_MAX (2 * NVML_TEXT_MAX + 64)
+
+static void gpu_labels(const struct nvml_device *d, char *out)
+{
+	char *o = out + sprintf(out, "gpu=\"%u\"", d->index);
+
+	if (d->uuid[0]) {
+		*o++ = ',';
+		label_pair(o, "uuid", d->uuid);
+	}
+}
+
+enum gpu_value { GV_UTIL, GV_MEM_USED, GV_MEM_TOTAL, GV_CLOCK, GV_POWER, GV_MAX };
+
+static const struct {
+	const char *name, *help;
+} gv_desc[GV_MAX] = {
+	[GV_UTIL] = { "tokenscope_gpu_utilization_ratio", "Share of NVML's last sample period in "
+							  "which a kernel ran on the GPU (0 to 1; "
+							  "DCGM_FI_DEV_GPU_UTIL / 100)." },
+	[GV_MEM_USED] = { "tokenscope_gpu_memory_used_bytes",
+			  "Device memory used, what the driver reserves included (DCGM, in MiB: "
+			  "DCGM_FI_DEV_FB_USED + DCGM_FI_DEV_FB_RESERVED)." },
+	[GV_MEM_TOTAL] = { "tokenscope_gpu_memory_total_bytes",
+			   "Device memory in all (DCGM_FI_DEV_FB_TOTAL, in MiB there)." },
+	[GV_CLOCK] = { "tokenscope_gpu_sm_clock_hertz",
+		       "SM clock (DCGM_FI_DEV_SM_CLOCK, in MHz there)." },
+	[GV_POWER] = { "tokenscope_gpu_power_watts",
+		       "Power draw of the board (DCGM_FI_DEV_POWER_USAGE)." },
+};
+
+/* Whether d has value v, and it as a decimal with that many digits after the point. */
+static bool gpu_value(const struct nvml_device *d, int v, uint64_t *out, unsigned int *digits)
+{
+	*digits = 0;
+	switch (v) {
+	case GV_UTIL:
+		*out = d->util_pct;
+		*digits = 2;
+		return d->util_present;
+	case GV_MEM_USED:
+		*out = d->mem_used;
+		return d->mem_present;
+	case GV_MEM_TOTAL:
+		*out = d->mem_total;
+		return d->mem_present;
+	case GV_CLOCK:
+		*out = d->sm_clock_hz;
+		return d->clock_present;
+	case GV_POWER:
+		*out = d->power_mw;
+		*digits = 3;
+		return d->power_present;
+	}
+	return false;
+}
+
+/* The NVML families, once a sample came: a value NVML did not give has no series, and a
+ * family no device has a value of is left out. */
+static void render_nvml(const struct prom *p, FILE *f)
+{
+	const struct nvml_snapshot *s = p->nvml;
+	uint64_t unlisted = 0;
+	char labels[GPU_LABELS_MAX];
+
+	if (!s)
+		return;
+	put_header(f, "tokenscope_gpu_samples_total", "counter",
+		   "NVML samples taken, one a second: when it stops rising the tokenscope_gpu_ "
+		   "values are stale.");
+	fprintf(f, "tokenscope_gpu_samples_total %" PRIu64 "\n", s->seq);
+	if (s->ndevices)
+		put_header(f, "tokenscope_gpu_info", "gauge",
+			   "A GPU NVML sees (value 1), with its name.");
+	for (uint32_t i = 0; i < s->ndevices; i++) {
+		const struct nvml_device *d = &s->devices[i];
+		char name[GPU_LABELS_MAX];
+
+		gpu_labels(d, labels);
+		name[0] = 0;
+		if (d->name[0]) {
+			name[0] = ',';
+			label_pair(name + 1, "name", d->name);
+		}
+		fprintf(f, "tokenscope_gpu_info{%s%s} 1\n", labels, name);
+	}
+	for (int v = 0; v < GV_MAX; v++) {
+		bool header = false;
+
+		for (uint32_t i = 0; i < s->ndevices; i++) {
+			const struct nvml_device *d = &s->devices[i];
+			unsigned int digits;
+			uint64_t x;
+
+			if (!gpu_value(d, v, &x, &digits))
+				continue;
+			if (!header)
+				put_header(f, gv_desc[v].name, "gauge", gv_desc[v].help);
+			header = true;
+			gpu_labels(d, labels);
+			fprintf(f, "%s{%s} ", gv_desc[v].name, labels);
+			put_decimal(f, x, digits);
+			fputc('\n', f);
+		}
+	}
+	for (uint32_t i = 0, header = 0; i < s->ndevices; i++) {
+		const struct nvml_device *d = &s->devices[i];
+
+		unlisted += d->procs_dropped;
+		for (uint32_t j = 0; j < d->nprocs; j++) {
+			if (!d->procs[j].mem_present)
+				continue;
+			if (!header++)
+				put_header(f, "tokenscope_gpu_process_memory_bytes", "gauge",
+					   "Device memory used by a traced process (NVML's "
+					   "usedGpuMemory; DCGM has no per-process field).");
+			gpu_labels(d, labels);
+			fprintf(f,
+				"tokenscope_gpu_process_memory_bytes{%s,pid=\"%u\"} %" PRIu64 "\n",
+				labels, d->procs[j].pid, d->procs[j].mem_bytes);
+		}
+	}
+	if (!s->devices_dropped && !unlisted)
+		return;
+	put_header(
+	    f, "tokenscope_gpu_unlisted", "gauge",
+	    "In the latest sample: GPUs beyond the " STR(
+		NVML_MAX_DEVICES) " kept "
+				  "(what=\"devices\"), and compute processes beyond the " STR(
+				      NVML_MAX_PROCS) " "
+						      "kept per GPU, whose memory is not shown "
+						      "(what=\"processes\").");
+	fprintf(f, "tokenscope_gpu_unlisted{what=\"devices\"} %u\n", s->devices_dropped);
+	fprintf(f, "tokenscope_gpu_unlisted{what=\"processes\"} %" PRIu64 "\n", unlisted);
+}
+
 /* Only once a cap was reached, like the "other" series it counts. */
 static void render_overflow(const struct prom *p, FILE *f)
 {
@@ -613,6 +784,7 @@ int prom_render(struct prom *p, char **buf, size_t *len)
 	render_loss(p, f);
 	render_overflow(p, f);
 	render_gpu(p, f);
+	render_nvml(p, f);
 	if (p->extra)
 		p->extra(p->extra_ctx, f);
 	if (ferror(f))

@@ -9,12 +9,14 @@
 
 #include "gpu.h"
 #include "jsonw.h"
+#include "nvml.h"
 #include "request.h"
 #include "timeline.h"
 
 /* Process sort order in the viewers: connections above GPU processes. */
 #define SORT_CONNECTIONS 0
 #define SORT_GPU 1
+#define SORT_NVML 2
 
 static int write_all(int fd, const char *p, size_t n)
 {
@@ -360,6 +362,44 @@ static void tl_finish(void *ctx, const struct pipeline *pl)
 {
 	(void)pl;
 	tl_flush(ctx);
+}
+
+/* One counter event: Perfetto names its track "NAME KEY" (chrome://tracing: NAME, series KEY). */
+static void ev_counter(struct timeline *t, const char *name, const char *key, uint64_t ns,
+		       uint64_t v)
+{
+	struct jsonw w;
+
+	ev_begin(t, &w, name, NULL, "C", rel(t, ns), TIMELINE_NVML_PID, TIMELINE_NVML_PID);
+	jsonw_obj_begin(&w, "args");
+	jsonw_u64(&w, key, v);
+	jsonw_obj_end(&w);
+	jsonw_end(&w);
+}
+
+void timeline_gpu_sample(struct timeline *t, const struct nvml_snapshot *s)
+{
+	if (!t->buf || !s->ndevices)
+		return;
+	tl_start(t, s->devices[0].mono_ns);
+	if (!t->nvml_named) {
+		t->nvml_named = true;
+		ev_meta_str(t, "process_name", TIMELINE_NVML_PID, TIMELINE_NVML_PID, "GPUs (NVML)");
+		ev_meta_sort(t, TIMELINE_NVML_PID, SORT_NVML);
+	}
+	for (uint32_t i = 0; i < s->ndevices; i++) {
+		const struct nvml_device *d = &s->devices[i];
+		char name[48];
+
+		if (d->util_present) {
+			snprintf(name, sizeof(name), "GPU %u utilization", d->index);
+			ev_counter(t, name, "percent", d->mono_ns, d->util_pct);
+		}
+		if (d->mem_present) {
+			snprintf(name, sizeof(name), "GPU %u memory used", d->index);
+			ev_counter(t, name, "bytes", d->mono_ns, d->mem_used);
+		}
+	}
 }
 
 int timeline_open(struct timeline *t, const char *path)

@@ -34,6 +34,10 @@
  */
 #define TIMELINE_CONN_PID 4194304
 #define TIMELINE_CONN_TID(conn_id) (TIMELINE_CONN_PID + (conn_id))
+/* The GPUs' counters (NVML samples): a process of their own, past every real pid like the
+ * connections', and at the top of the int32 range, which only a connection track 2^31 - 2^22
+ * connections into a run would reach as a tid. */
+#define TIMELINE_NVML_PID 2147483647u
 /* Connections and GPU processes whose track was named recently: a direct-mapped cache that keeps
  * memory bounded; a collision costs a repeated (harmless) naming event. */
 #define TIMELINE_NAMED_CONNS 1024
@@ -55,7 +59,8 @@ struct timeline {
 	uint64_t events_written; /* events when the buffer was last written out */
 	uint64_t named_conns[TIMELINE_NAMED_CONNS]; /* conn_id + 1 */
 	uint32_t named_pids[TIMELINE_NAMED_PIDS];
-	int err; /* first write error (negative errno) */
+	bool nvml_named; /* the GPUs' counter process */
+	int err;	 /* first write error (negative errno) */
 };
 
 /* Creates (truncates) path; -errno when it cannot. Nothing is written before the first event. */
@@ -64,6 +69,12 @@ int timeline_open(struct timeline *t, const char *path);
 int timeline_set_origin(struct timeline *t, uint64_t origin_ns);
 /* The sink to register with pipeline_add_sink; t must outlive the pipeline's use of it. */
 struct sink timeline_sink(struct timeline *t);
+struct nvml_snapshot;
+/* A GPU sample: counter events ("C") for each device's utilisation (percent) and memory used
+ * (bytes), at the time NVML was read (CLOCK_MONOTONIC, the events' clock); a value NVML did not
+ * give has no event. Written out at the next tick. Live tracing only: a recording has no GPU
+ * samples. */
+void timeline_gpu_sample(struct timeline *t, const struct nvml_snapshot *s);
 /* Writes the rest and the end of the file and closes it: 0, or the first error (-errno). */
 int timeline_close(struct timeline *t);
 

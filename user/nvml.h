@@ -1,0 +1,128 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * GPU utilisation and memory from NVML, the NVIDIA driver's management library.
+ *
+ * libnvidia-ml.so.1 is opened with dlopen at run time (so LD_LIBRARY_PATH is followed, and
+ * tokenscope needs no NVIDIA package to build or run), never by running nvidia-smi. A thread of
+ * tokenscope's own samples every device once per period (NVML_PERIOD_MS) into a snapshot kept
+ * under a mutex; readers copy the latest snapshot out, a plain value. Every value has a
+ * "present" flag: a function the library lacks, or a query the device refuses
+ * (NVML_ERROR_NOT_SUPPORTED, e.g. power on some boards), leaves that value absent, never zero.
+ *
+ * With no library, or a library that cannot initialise (no driver loaded), nvml_start prints one
+ * message saying why and that GPU utilisation and memory will not be shown, and nothing else:
+ * no snapshot is ever published.
+ *
+ * Everything is bounded: NVML_MAX_DEVICES devices and NVML_MAX_PROCS processes per device are
+ * kept, and what did not fit is counted in the snapshot.
+ */
+#ifndef TS_NVML_H
+#define TS_NVML_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define NVML_MAX_DEVICES 16
+#define NVML_MAX_PROCS 64
+/* NVML's buffers for a device's name and UUID (its _V2_BUFFER_SIZE); the snapshot keeps them
+ * cleaned as utf8_clean does, where a byte may become 3 (U+FFFD). */
+#define NVML_QUERY_STR 96
+#define NVML_TEXT_MAX (NVML_QUERY_STR * 3 + 1)
+#define NVML_PERIOD_MS 1000
+/* The soname the driver installs; a path works too (tests). */
+#define NVML_LIBRARY "libnvidia-ml.so.1"
+
+struct nvml_proc {
+	uint32_t pid;
+	bool mem_present; /* NVML reports "not available" under some virtualisation */
+	uint64_t mem_bytes;
+};
+
+struct nvml_device {
+	uint32_t index;		  /* NVML's index, as nvidia-smi and DCGM's gpu label number them */
+	uint64_t mono_ns;	  /* CLOCK_MONOTONIC when this device was sampled */
+	char name[NVML_TEXT_MAX]; /* "" when absent */
+	char uuid[NVML_TEXT_MAX]; /* "" when absent */
+	bool util_present, mem_present, clock_present, power_present, procs_present;
+	uint32_t util_pct;	      /* kernels running, percent of NVML's last sample period */
+	uint64_t mem_used, mem_total; /* bytes */
+	uint64_t sm_clock_hz;
+	uint32_t power_mw; /* milliwatts, as NVML gives it */
+	uint32_t nprocs;
+	uint32_t procs_dropped; /* compute processes beyond NVML_MAX_PROCS (or all of them when
+				 * NVML asked for more room than tokenscope gives it) */
+	struct nvml_proc procs[NVML_MAX_PROCS];
+};
+
+struct nvml_snapshot {
+	uint64_t seq; /* samples taken so far: 0 before the first */
+	uint32_t ndevices;
+	uint32_t devices_dropped; /* devices beyond NVML_MAX_DEVICES */
+	struct nvml_device devices[NVML_MAX_DEVICES];
+};
+
+struct nvml_opts {
+	const char *library;	/* NULL: NVML_LIBRARY */
+	unsigned int period_ms; /* 0: NVML_PERIOD_MS */
+	FILE *err;		/* the one message when NVML cannot be used; NULL: stderr */
+};
+
+struct nvml;
+
+/*
+ * Opens the library and initialises it, without a thread (nvml_start does both). NULL when it
+ * cannot: the message is printed.
+ */
+struct nvml *nvml_open(const struct nvml_opts *o);
+/* Samples every device now into out (seq left 0). Only the thread calls it once one runs. */
+void nvml_sample(struct nvml *n, struct nvml_snapshot *out);
+/*
+ * Opens NVML on a new thread that then samples once a period, starting at once; returns at
+ * once. NULL only when memory or a thread cannot be had (printed). Opening can take seconds on
+ * a machine whose driver keeps no state between clients, hence on the thread, which prints the
+ * message if it fails and ends.
+ */
+struct nvml *nvml_start(const struct nvml_opts *o);
+/* Copies the latest sample into out when its seq differs from out->seq: true then. */
+bool nvml_latest(struct nvml *n, struct nvml_snapshot *out);
+/* Stops the thread (at once, not after a period), shuts NVML down and frees n; NULL is fine. */
+void nvml_stop(struct nvml *n);
+
+/* Keeps in s only the processes keep() says yes to (the traced ones), in their order. */
+void nvml_keep_procs(struct nvml_snapshot *s, bool (*keep)(void *ctx, uint32_t pid), void *ctx);
+
+/* The run's figures for the summary, from every snapshot given to nvml_usage_add. */
+struct nvml_usage_proc {
+	uint32_t gpu, pid;
+	uint64_t mem_max;
+};
+
+struct nvml_usage_dev {
+	uint32_t index;
+	char name[NVML_TEXT_MAX], uuid[NVML_TEXT_MAX];
+	uint64_t samples;
+	uint64_t util_n, util_sum;
+	uint32_t util_max;
+	uint64_t mem_n, mem_used_max, mem_total;
+	uint64_t clock_n, clock_sum_mhz;
+	uint64_t power_n, power_sum_mw;
+	uint32_t power_max_mw;
+};
+
+struct nvml_usage {
+	uint64_t samples;
+	uint32_t ndevices;
+	struct nvml_usage_dev devices[NVML_MAX_DEVICES];
+	uint32_t nprocs;
+	struct nvml_usage_proc procs[NVML_MAX_PROCS];
+	uint64_t procs_dropped;	  /* (gpu, pid) pairs beyond NVML_MAX_PROCS in the summary */
+	uint32_t devices_dropped; /* the most any sample left out */
+	uint32_t listed_dropped;  /* the most processes any sample left out on one device */
+};
+
+void nvml_usage_add(struct nvml_usage *u, const struct nvml_snapshot *s);
+/* "  gpu 0 NAME (UUID): ..." lines; nothing when no sample was added. */
+void nvml_usage_print(const struct nvml_usage *u, FILE *f);
+
+#endif
