@@ -44,7 +44,8 @@ SAN_OBJS := $(patsubst user/%.c,$(OUTPUT)/san/%.o,$(LIB_SRCS))
 UNIT_TESTS := $(patsubst tests/unit/%.c,$(OUTPUT)/tests/%,$(wildcard tests/unit/test_*.c))
 BPF_TESTS := $(patsubst tests/bpf/%.c,$(OUTPUT)/tests/%,$(wildcard tests/bpf/test_*.c))
 TOOLS := $(OUTPUT)/refserver $(OUTPUT)/gtclient $(OUTPUT)/writeloop $(OUTPUT)/cudaloop \
-	$(OUTPUT)/standin/libcudart.so.13 $(OUTPUT)/peekcost
+	$(OUTPUT)/standin/libcudart.so.13 $(OUTPUT)/peekcost $(OUTPUT)/standin/libnvidia-ml.so.1 \
+	$(OUTPUT)/standin/nvml-old/libnvidia-ml.so.1
 CUDART_STATIC := $(wildcard /usr/local/cuda/lib64/libcudart_static.a)
 ifneq ($(CUDART_STATIC),)
 TOOLS += $(OUTPUT)/cudaloop-static
@@ -153,6 +154,22 @@ $(OUTPUT)/standin/libcudart.so.13: tests/cudastub.c | $(OUTPUT)
 	$(call msg,CC,$@)
 	$(Q)mkdir -p $(dir $@)
 	$(Q)$(CC) $(CFLAGS) $(WARN) -std=gnu11 -shared -fPIC $< -o $@ -ldl -lpthread
+
+# A stand-in NVML (tests/nvmlstub.c) whose devices come from TS_NVML_STUB, and one as old as a
+# library without the SM clock and process queries.
+$(OUTPUT)/standin/libnvidia-ml.so.1: tests/nvmlstub.c | $(OUTPUT)
+	$(call msg,CC,$@)
+	$(Q)mkdir -p $(dir $@)
+	$(Q)$(CC) $(CFLAGS) $(WARN) -std=gnu11 -shared -fPIC $< -o $@
+
+$(OUTPUT)/standin/nvml-old/libnvidia-ml.so.1: tests/nvmlstub.c | $(OUTPUT)
+	$(call msg,CC,$@)
+	$(Q)mkdir -p $(dir $@)
+	$(Q)$(CC) $(CFLAGS) $(WARN) -std=gnu11 -DNVMLSTUB_OLD -shared -fPIC $< -o $@
+
+# test_nvml loads both stand-ins.
+$(OUTPUT)/tests/test_nvml: $(OUTPUT)/standin/libnvidia-ml.so.1 \
+	$(OUTPUT)/standin/nvml-old/libnvidia-ml.so.1
 
 $(OUTPUT)/cudaloop: tests/cudaloop.c | $(OUTPUT)
 	$(call msg,CC,$@)
