@@ -167,9 +167,9 @@ $(OUTPUT)/standin/nvml-old/libnvidia-ml.so.1: tests/nvmlstub.c | $(OUTPUT)
 	$(Q)mkdir -p $(dir $@)
 	$(Q)$(CC) $(CFLAGS) $(WARN) -std=gnu11 -DNVMLSTUB_OLD -shared -fPIC $< -o $@
 
-# test_nvml loads both stand-ins.
+# test_nvml loads both stand-ins, and the CUDA one as a library that is not NVML.
 $(OUTPUT)/tests/test_nvml: $(OUTPUT)/standin/libnvidia-ml.so.1 \
-	$(OUTPUT)/standin/nvml-old/libnvidia-ml.so.1
+	$(OUTPUT)/standin/nvml-old/libnvidia-ml.so.1 $(OUTPUT)/standin/libcudart.so.13
 
 $(OUTPUT)/cudaloop: tests/cudaloop.c | $(OUTPUT)
 	$(call msg,CC,$@)
