@@ -62,6 +62,12 @@ TOOLS += $(OUTPUT)/libtokenscope_cupti.so $(OUTPUT)/standin/libcupti.so.13
 else
 $(info CUPTI headers not found in $(CUDA_INC) (CUDA_INC=...): libtokenscope_cupti.so is not built)
 endif
+# test_cupti_runs and fuzz_cupti build the coalescer and the record reader alone, which read
+# the toolkit's record structs: neither is built without the headers.
+CUPTI_TESTED := cupti/runs.c cupti/records.c
+ifeq ($(HAVE_CUPTI),)
+UNIT_TESTS := $(filter-out $(OUTPUT)/tests/test_cupti_runs,$(UNIT_TESTS))
+endif
 
 .DELETE_ON_ERROR:
 # The sanitizer objects are only prerequisites of tests: keep them, or every build redoes them.
@@ -186,6 +192,13 @@ $(OUTPUT)/cudaloop-static: tests/cudaloop.c | $(OUTPUT)
 $(OUTPUT)/tests/%: tests/unit/%.c tests/unit/check.h $(wildcard tests/unit/*.h) $(wildcard bpf/lib/*.h) $(SAN_OBJS) | $(OUTPUT)/tests
 	$(call msg,TEST,$@)
 	$(Q)$(CC) $(USER_CFLAGS) $(SAN_FLAGS) -Ibpf -Itests/unit $< $(SAN_OBJS) -o $@ -lcjson -lm -lmicrohttpd
+
+# The pattern above links user/ objects; this one the injection library's coalescer and
+# record reader.
+$(OUTPUT)/tests/test_cupti_runs: tests/unit/test_cupti_runs.c tests/unit/check.h $(CUPTI_TESTED) \
+		$(wildcard cupti/*.h) include/cupti_abi.h | $(OUTPUT)/tests
+	$(call msg,TEST,$@)
+	$(Q)$(CC) $(CUPTI_CFLAGS) $(SAN_FLAGS) -Itests/unit $< $(CUPTI_TESTED) -o $@
 
 $(OUTPUT)/tests/%: tests/bpf/%.c tests/unit/check.h $(LIB_OBJS) $(OUTPUT)/user/cuda.o $(OUTPUT)/tokenscope.skel.h | $(OUTPUT)/tests
 	$(call msg,TEST,$@)

@@ -1,12 +1,13 @@
 // SPDX-License-Identifier: MIT
 #include "records.h"
 
-/* CUPTI's time plus offset, never below 0. */
+/* CUPTI's time plus offset, never below 0 nor wrapped past UINT64_MAX. The magnitude of a
+ * negative offset is negated as unsigned: -INT64_MIN is not an int64_t. */
 static uint64_t host_ns(uint64_t t, int64_t offset_ns)
 {
-	if (offset_ns < 0 && t < (uint64_t)-offset_ns)
-		return 0;
-	return t + (uint64_t)offset_ns;
+	if (offset_ns < 0)
+		return t < -(uint64_t)offset_ns ? 0 : t + (uint64_t)offset_ns;
+	return t > UINT64_MAX - (uint64_t)offset_ns ? UINT64_MAX : t + (uint64_t)offset_ns;
 }
 
 void records_read(struct runs *r, const CUpti_Activity *rec, int64_t offset_ns)

@@ -56,13 +56,20 @@ static void close_run(struct runs *r, const struct ts_dev_run *run)
 		emit_batch(r);
 }
 
+/* a + b, held at UINT64_MAX: a record's times can be anything, and a sum that wrapped would
+ * read as less than one of its terms (a delay sum below its max, busy below one op). */
+static uint64_t add_sat(uint64_t a, uint64_t b)
+{
+	return a + b < a ? UINT64_MAX : a + b;
+}
+
 /* Adds op (duration dur, device-start-after-launch delay, known) to run. */
 static void add_op(struct ts_dev_run *run, const struct runs_op *op, uint64_t end, bool launched,
 		   uint64_t delay)
 {
 	if (end > run->end_ns)
 		run->end_ns = end;
-	run->busy_ns += end - op->start_ns;
+	run->busy_ns = add_sat(run->busy_ns, end - op->start_ns);
 	if (op->kind == RUNS_KERNEL)
 		run->kernels++;
 	else if (op->kind == RUNS_GRAPH)
@@ -74,7 +81,7 @@ static void add_op(struct ts_dev_run *run, const struct runs_op *op, uint64_t en
 	}
 	if (launched) {
 		run->launched++;
-		run->delay_ns += delay;
+		run->delay_ns = add_sat(run->delay_ns, delay);
 		if (delay > run->delay_max_ns)
 			run->delay_max_ns = delay;
 	}
