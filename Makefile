@@ -126,6 +126,9 @@ $(OUTPUT)/san/%.o: user/%.c $(wildcard user/*.h) $(wildcard include/*.h) | $(OUT
 FUZZ_FLAGS := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 FUZZ_OBJS := $(patsubst user/%.c,$(OUTPUT)/fuzz/obj/%.o,$(LIB_SRCS))
 FUZZ_BINS := $(patsubst tests/fuzz/%.c,$(OUTPUT)/fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
+ifeq ($(HAVE_CUPTI),)
+FUZZ_BINS := $(filter-out $(OUTPUT)/fuzz/fuzz_cupti,$(FUZZ_BINS))
+endif
 .SECONDARY: $(FUZZ_OBJS)
 .PHONY: fuzz-build
 fuzz-build: $(FUZZ_BINS)
@@ -141,6 +144,13 @@ $(OUTPUT)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(wildcard tests/fuzz/*.h) $(FUZZ_OBJ
 	$(call msg,FUZZ,$@)
 	$(Q)$(CLANG) $(USER_CFLAGS) $(FUZZ_FLAGS) -fsanitize=fuzzer -Itests/fuzz $< $(FUZZ_OBJS) \
 		-o $@ -lcjson -lm -lmicrohttpd -lpthread
+
+# The injection library's coalescer and record reader, instrumented: none of the pipeline.
+$(OUTPUT)/fuzz/fuzz_cupti: tests/fuzz/fuzz_cupti.c tests/fuzz/fuzz.h $(CUPTI_TESTED) \
+		$(wildcard cupti/*.h) include/cupti_abi.h | $(OUTPUT)/fuzz/obj
+	$(call msg,FUZZ,$@)
+	$(Q)$(CLANG) $(CUPTI_CFLAGS) $(FUZZ_FLAGS) -fsanitize=fuzzer -Itests/fuzz $< $(CUPTI_TESTED) \
+		-o $@
 
 $(OUTPUT)/libtokenscope_cupti.so: $(CUPTI_SRCS) $(wildcard cupti/*.h) include/cupti_abi.h | $(OUTPUT)
 	$(call msg,CC-LIB,$@)

@@ -12,7 +12,8 @@
 # many executions (before FUZZ_SECONDS if it gets there first); FUZZ_TIMEOUT (seconds per input,
 # default 10), FUZZ_RSS_MB (default 2048) and FUZZ_JOBS (parallel targets, default 1) tune
 # a campaign. Each target's line starts with PASS or FAIL. Everything runs under nice(1): other
-# work on the machine comes first.
+# work on the machine comes first. fuzz_cupti needs the CUDA toolkit's CUPTI headers (CUDA_INC,
+# default /usr/local/cuda/include): without them it is skipped, with a SKIP line.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 
@@ -28,7 +29,7 @@ case "${1:-}" in
 --regress) mode=regress ;;
 "") ;;
 *)
-	sed -n '2,16s/^# \{0,1\}//p' "$0" >&2
+	sed -n '2,17s/^# \{0,1\}//p' "$0" >&2
 	exit 2
 	;;
 esac
@@ -47,6 +48,7 @@ dict_formats() {
 	fuzz_prom_label) echo utf8 alert ;;
 	fuzz_duration | fuzz_alert_rule) echo alert ;;
 	fuzz_otlp_response) echo http ;;
+	fuzz_cupti) echo cupti ;;
 	esac
 }
 
@@ -87,6 +89,22 @@ for t in $targets; do
 		exit 2
 	fi
 done
+
+# fuzz_cupti reads the toolkit's record structs; the Makefile builds it only where they are.
+CUDA_INC=${CUDA_INC:-/usr/local/cuda/include}
+if [ ! -f "$CUDA_INC/cupti_activity.h" ]; then
+	kept=
+	for t in $targets; do
+		if [ "$t" = fuzz_cupti ]; then
+			echo "SKIP fuzz_cupti: no CUPTI headers ($CUDA_INC/cupti_activity.h; CUDA_INC=...)"
+		else
+			kept="$kept $t"
+		fi
+	done
+	targets=$kept
+	# Nothing left: make with no binary named would build everything.
+	[ -n "${targets// /}" ] || exit 0
+fi
 
 # libFuzzer comes with clang's runtime (Debian: libclang-rt-14-dev, which scripts/deps.sh
 # installs); without it there is nothing to build.

@@ -6,10 +6,12 @@ Each target's input format is described at the top of its source file; this scri
 fixtures out in those formats: the requests and responses of tests/fixtures as HTTP feeds (one
 feed per write syscall, as the .writes files say), their de-chunked bodies for the SSE parser,
 their frames for the classifier, their request bodies for reqbody, and whole connections as
-.tsr recordings and as programs of the pipeline interpreter. The seeds are committed; run this
-again after a fixture or an input format changes:
+.tsr recordings and as programs of the pipeline interpreter; fuzz_cupti's are CUPTI activity
+records of a prefill, decode steps and interleaved streams, made up here. The seeds are
+committed; run this again after a fixture or an input format changes:
 
     tests/fuzz/make_seeds.py            # rewrites tests/fuzz/seeds/
+    tests/fuzz/make_seeds.py fuzz_cupti # rewrites only the seeds of the targets named
 """
 import os
 import shutil
@@ -39,6 +41,15 @@ FP_JSON, FP_TOKENS, FP_VERBOSE, FP_GPU, FP_KEEP_RUNNING, FP_PROM, FP_ALERTS, FP_
  OP_TICK, OP_RAW, OP_PROC) = range(13)
 # tests/fuzz/fuzz_http.h: FLAG_*
 H_GAPS, H_NO_BODY, H_CHUNK, H_REINIT = 1, 2, 4, 8
+# tests/fuzz/fuzz_cupti.c: CF_*
+(CF_RUNTIME, CF_DRIVER, CF_KERNEL, CF_GRAPH, CF_MEMCPY, CF_UNKNOWN, CF_SINGLE, CF_FLUSH,
+ CF_OFFSET) = range(9)
+CF_LEGACY_KERNEL = 0x80  # 128 % 9 == CF_KERNEL, with bit 0x80: the KERNEL kind
+# The CUDA toolkit's CUpti_ActivityKind and CUpti_ActivityMemcpyKind values
+KIND_MEMCPY, KIND_KERNEL, KIND_DRIVER, KIND_RUNTIME, KIND_CONCURRENT_KERNEL = 1, 3, 4, 5, 10
+KIND_MARKER = 12
+KIND_GRAPH_TRACE = 51
+MEMCPY_HTOD, MEMCPY_DTOH = 1, 2
 
 
 def fixture_names():
@@ -207,9 +218,102 @@ def program(name, conn=0, pid=0, close=True):
     return p
 
 
+# ---- CUPTI activity records (tests/fuzz/fuzz_cupti.c), as CUDA 13's structs lay them out ----
+
+def cf_api(kind, correlation, start, end, cbid=211):
+    """CUpti_ActivityAPI: 40 bytes."""
+    return bytes([CF_RUNTIME if kind == KIND_RUNTIME else CF_DRIVER]) + struct.pack(
+        "<IIQQIIII", kind, cbid, start, end, 4242, 4243, correlation, 0)
+
+
+def cf_kernel(correlation, start, end, stream=7, device=0, legacy=False):
+    """CUpti_ActivityKernel10: 216 bytes; start at 16, deviceId at 40, streamId at 48,
+    correlationId at 92."""
+    rec = bytearray(216)
+    struct.pack_into("<I", rec, 0, KIND_KERNEL if legacy else KIND_CONCURRENT_KERNEL)
+    struct.pack_into("<QQ", rec, 16, start, end)
+    struct.pack_into("<IIIiii", rec, 40, device, 1, stream, 128, 1, 1)
+    struct.pack_into("<I", rec, 92, correlation)
+    return bytes([CF_LEGACY_KERNEL if legacy else CF_KERNEL]) + bytes(rec)
+
+
+def cf_graph(correlation, start, end, stream=7, device=0, graph=3):
+    """CUpti_ActivityGraphTrace2: 56 bytes."""
+    return bytes([CF_GRAPH]) + struct.pack("<IIQQIIIIQQ", KIND_GRAPH_TRACE, correlation, start,
+                                           end, device, graph, 1, stream, 0, 0)
+
+
+def cf_memcpy(copy_kind, correlation, start, end, stream=7, device=0, nbytes=4096):
+    """CUpti_ActivityMemcpy6: 96 bytes; copyKind at 4, start at 16, streamId at 40."""
+    rec = bytearray(96)
+    struct.pack_into("<IBBBB", rec, 0, KIND_MEMCPY, copy_kind, 1, 2, 0)
+    struct.pack_into("<QQQIIII", rec, 8, nbytes, start, end, device, 1, stream, correlation)
+    return bytes([CF_MEMCPY]) + bytes(rec)
+
+
+def cf_launch(correlation, t):
+    """A launch as CUPTI records it: the runtime call and the driver call inside it."""
+    return cf_api(KIND_RUNTIME, correlation, t, t + 4000) + \
+        cf_api(KIND_DRIVER, correlation, t + 300, t + 3500, 307)
+
+
+def cupti_seeds():
+    t0 = 1_000_000_000_000
+    # An eager prefill: 40 kernels launched every 5 us, queued on the device, 1 to 2 us apart.
+    api, ops, dev = b"", b"", t0 + 50_000
+    for i in range(40):
+        api += cf_launch(100 + i, t0 + 5000 * i)
+        dur = 20_000 + 7_000 * (i % 5)
+        ops += cf_kernel(100 + i, dev, dev + dur)
+        dev += dur + 1000 + 300 * (i % 4)
+    put("fuzz_cupti", "prefill-40-kernels", api + ops + bytes([CF_FLUSH]))
+    # Decode steps: the input copied up, a graph replay, the sampled tokens copied down; a
+    # buffer each.
+    steps, t = b"", t0
+    for i in range(3):
+        c = 1000 + 3 * i
+        steps += cf_launch(c, t) + cf_launch(c + 1, t + 10_000) + cf_launch(c + 2, t + 20_000)
+        steps += cf_memcpy(MEMCPY_HTOD, c, t + 30_000, t + 32_000, nbytes=64)
+        steps += cf_graph(c + 1, t + 33_000, t + 8_033_000)
+        steps += cf_memcpy(MEMCPY_DTOH, c + 2, t + 8_035_000, t + 8_036_500, nbytes=8)
+        steps += bytes([CF_FLUSH])
+        t += 9_000_000
+    put("fuzz_cupti", "decode-graph-dtoh", steps)
+    # The same through the offset clock: CUPTI's own times, moved to CLOCK_MONOTONIC.
+    put("fuzz_cupti", "decode-offset", bytes([CF_OFFSET]) +
+        struct.pack("<q", -999_000_000_000) + steps)
+    # Compute and copy streams interleaved, a second device, an op whose launch never came.
+    mix = cf_launch(1, t0) + cf_launch(2, t0 + 1000) + cf_launch(3, t0 + 2000)
+    mix += cf_kernel(1, t0 + 10_000, t0 + 30_000, 7)
+    mix += cf_memcpy(MEMCPY_HTOD, 2, t0 + 12_000, t0 + 40_000, 9)
+    mix += cf_kernel(3, t0 + 31_000, t0 + 50_000, 7)
+    mix += cf_memcpy(MEMCPY_DTOH, 4, t0 + 41_000, t0 + 42_000, 9)
+    mix += cf_kernel(5, t0 + 20_000, t0 + 60_000, 7, device=1, legacy=True)
+    mix += cf_kernel(6, t0 + 52_000, t0 + 53_000, 7)
+    put("fuzz_cupti", "interleaved-streams", mix + bytes([CF_FLUSH]))
+    # More streams than runs open at once; gaps at the limit and one past it.
+    wide = b"".join(cf_kernel(i, t0 + 100 * i, t0 + 100 * i + 50, stream=i) for i in range(20))
+    # The last stream is still open: a gap of 2000 joins it, then one of 2001 splits it.
+    wide += cf_kernel(30, t0 + 3950, t0 + 4500, stream=19)
+    wide += cf_kernel(31, t0 + 6501, t0 + 7000, stream=19)
+    put("fuzz_cupti", "many-streams-gaps", wide)
+    # --kernels: single mode; an unknown kind; bad times; a launch table collision.
+    odd = bytes([CF_SINGLE]) + cf_launch(7, t0) + cf_kernel(7, t0 + 9000, t0 + 9500)
+    odd += cf_kernel(8, t0 + 9600, t0 + 9400) + bytes([CF_SINGLE])
+    odd += bytes([CF_UNKNOWN]) + struct.pack("<I", KIND_MARKER) + struct.pack("<II", 0, 0)
+    odd += cf_launch(9, t0 + 20_000) + cf_launch(9 + 8192, t0 + 21_000)
+    odd += cf_kernel(9, t0 + 30_000, t0 + 31_000) + cf_kernel(9 + 8192, t0 + 15_000, t0 + 16_000)
+    put("fuzz_cupti", "single-unknown-bad-times", odd + bytes([CF_FLUSH]))
+
+
 # ---- writing ----
 
+ONLY = None  # the targets named on the command line; None: all
+
+
 def put(target, name, data):
+    if ONLY is not None and target not in ONLY:
+        return
     d = os.path.join(SEEDS, target)
     os.makedirs(d, exist_ok=True)
     with open(os.path.join(d, name), "wb") as f:
@@ -347,9 +451,16 @@ def otlp_seeds():
 
 
 def main():
+    global ONLY
     if len(sys.argv) > 1:
-        sys.exit(__doc__)
-    if os.path.isdir(SEEDS):
+        ONLY = set(sys.argv[1:])
+        for t in ONLY:
+            if not t.startswith("fuzz_") or not os.path.isfile(
+                    os.path.join(ROOT, "tests", "fuzz", t + ".c")):
+                sys.exit(__doc__)
+            if os.path.isdir(os.path.join(SEEDS, t)):
+                shutil.rmtree(os.path.join(SEEDS, t))
+    elif os.path.isdir(SEEDS):
         shutil.rmtree(SEEDS)
     http_seeds()
     sse_seeds()
@@ -360,7 +471,8 @@ def main():
     json_seeds()
     cli_seeds()
     otlp_seeds()
-    for t in sorted(os.listdir(SEEDS)):
+    cupti_seeds()
+    for t in sorted(ONLY or os.listdir(SEEDS)):
         print("%-20s %3d seeds" % (t, len(os.listdir(os.path.join(SEEDS, t)))))
 
 
