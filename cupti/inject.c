@@ -267,9 +267,14 @@ static bool set_enabled(bool on)
 static void heartbeat(void)
 {
 	uint64_t t = mono_ns();
+	size_t dropped = 0;
 
 	cu.flush_all(0);
 	pthread_mutex_lock(&lock);
+	/* Records dropped for want of a buffer never reach a completion callback: the global
+	 * count is read here. */
+	if (cu.dropped(NULL, 0, &dropped) == CUPTI_SUCCESS)
+		runs.stats.dropped += dropped;
 	runs.stats.flush_ns = t;
 	runs.stats.pool_empty = atomic_load(&pool_empty);
 	runs.stats.clock = clock_method;

@@ -57,12 +57,17 @@ static uint64_t clock_ns(clockid_t c)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* A CLOCK_MONOTONIC time as the records hold it. */
+/* A CLOCK_MONOTONIC time as the records hold it: without the callback, on CUPTI's own clock,
+ * CLOCK_REALTIME, whose distance from CLOCK_MONOTONIC is taken once (as one clock would be). */
 static uint64_t rec_time(uint64_t mono)
 {
+	static uint64_t offset;
+
 	if (ts_fn)
 		return mono;
-	return mono + (clock_ns(CLOCK_REALTIME) - clock_ns(CLOCK_MONOTONIC));
+	if (!offset)
+		offset = clock_ns(CLOCK_REALTIME) - clock_ns(CLOCK_MONOTONIC);
+	return mono + offset;
 }
 
 static size_t record_size(CUpti_ActivityKind k)

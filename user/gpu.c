@@ -30,6 +30,8 @@ void gpu_free(struct gpu_timeline *g)
 			free(g->procs[i].dur[k]);
 	free(g->ring);
 	g->ring = NULL;
+	free(g->orphans);
+	g->orphans = NULL;
 }
 
 enum step_kind gpu_classify(uint32_t launches, uint32_t graph_launches)
@@ -79,6 +81,56 @@ static struct gpu_step *gpu_slot(struct gpu_timeline *g)
 	return s;
 }
 
+static void dev_add_run(struct gpu_device *d, const struct ts_dev_run *r);
+
+/* The runs waiting for step s (its process's, inside its host window) go into it; runs waiting
+ * longer than GPU_DEVICE_WAIT_NS leave, in no step. */
+static void adopt_orphans(struct gpu_timeline *g, struct gpu_step *s)
+{
+	uint32_t kept = 0;
+
+	for (uint32_t i = 0; i < g->norphans; i++) {
+		__typeof__(g->orphans[0]) o = g->orphans[(g->orphan_head + i) % GPU_ORPHANS];
+
+		if (o.pid == s->pid && s->start_ns <= o.run.start_ns &&
+		    o.run.start_ns < s->end_ns) {
+			dev_add_run(&s->dev, &o.run);
+			continue;
+		}
+		if (o.run.end_ns + GPU_DEVICE_WAIT_NS < s->end_ns) {
+			struct gpu_proc *p = gpu_proc_of(g, o.pid);
+
+			if (p)
+				p->cupti.unplaced++;
+			continue;
+		}
+		g->orphans[(g->orphan_head + kept++) % GPU_ORPHANS] = o;
+	}
+	g->norphans = kept;
+}
+
+/* A run no step holds yet: kept for a later step (adopt_orphans). */
+static void keep_orphan(struct gpu_timeline *g, struct gpu_proc *p, const struct ts_dev_run *r)
+{
+	uint32_t at;
+
+	if (!g->orphans && !(g->orphans = calloc(GPU_ORPHANS, sizeof(*g->orphans)))) {
+		p->cupti.unplaced++;
+		return;
+	}
+	if (g->norphans == GPU_ORPHANS) {
+		struct gpu_proc *q = gpu_proc_of(g, g->orphans[g->orphan_head].pid);
+
+		if (q)
+			q->cupti.unplaced++;
+		g->orphan_head = (g->orphan_head + 1) % GPU_ORPHANS;
+		g->norphans--;
+	}
+	at = (g->orphan_head + g->norphans++) % GPU_ORPHANS;
+	g->orphans[at].pid = p->pid;
+	g->orphans[at].run = *r;
+}
+
 void gpu_add(struct gpu_timeline *g, const struct ts_gpu_step_event *e, struct gpu_step *out)
 {
 	struct gpu_step lone, *s = gpu_slot(g);
@@ -101,6 +153,7 @@ void gpu_add(struct gpu_timeline *g, const struct ts_gpu_step_event *e, struct g
 	s->kind = gpu_classify(e->launches, e->graph_launches);
 	memset(&s->dev, 0, sizeof(s->dev));
 	g->steps++;
+	adopt_orphans(g, s);
 	p = gpu_proc_of(g, s->pid);
 	/* Held for its device times: only a kept step can be given back. */
 	s->pending = p && p->cupti.seen && s != &lone && g->npending < GPU_PENDING_MAX;
@@ -244,7 +297,7 @@ void gpu_add_runs(struct gpu_timeline *g, const struct ts_dev_runs_event *e)
 		p->cupti.busy_ns += r->busy_ns;
 		s = g->ring ? step_at(g, p->pid, r->start_ns) : NULL;
 		if (!s) {
-			p->cupti.unplaced++;
+			keep_orphan(g, p, r);
 			continue;
 		}
 		if (!s->pending)
@@ -452,6 +505,24 @@ void gpu_print_stats(const struct gpu_timeline *g, FILE *f)
 		    steps ? (double)p->launches / steps : 0.0,
 		    steps ? (double)p->graph_launches / steps : 0.0,
 		    wall > 0 ? 100.0 * p->wait_ns / 1e9 / wall : 0.0, wall);
+		if (p->cupti.seen) {
+			const struct ts_cupti_stats *st = &p->cupti.stats;
+
+			fprintf(f,
+				"    device (CUPTI): %llu runs, %.3f s busy (%.1f%% of the wall "
+				"time), %llu runs shown late, %llu in no step; clock %s",
+				(unsigned long long)p->cupti.runs, p->cupti.busy_ns / 1e9,
+				wall > 0 ? 100.0 * p->cupti.busy_ns / 1e9 / wall : 0.0,
+				(unsigned long long)p->cupti.late,
+				(unsigned long long)p->cupti.unplaced,
+				st->clock == TS_CUPTI_CLOCK_CALLBACK ? "CLOCK_MONOTONIC from CUPTI"
+				: st->clock == TS_CUPTI_CLOCK_OFFSET ? "offset"
+								     : "unknown");
+			if (st->clock == TS_CUPTI_CLOCK_OFFSET)
+				fprintf(f, " (error <= %.1f us)", st->clock_err_ns / 1e3);
+			fprintf(f, "; %llu operations without a launch time\n",
+				(unsigned long long)st->no_launch);
+		}
 		for (int k = 0; k < STEP_KIND_MAX; k++) {
 			const struct hist *h = p->dur[k];
 

@@ -37,6 +37,9 @@ enum step_kind { STEP_PREFILL, STEP_DECODE, STEP_MIXED, STEP_OTHER, STEP_KIND_MA
 #define GPU_DEVICE_WAIT_NS 2000000000ull
 /* Steps waiting for their device times at once; one more releases the oldest. */
 #define GPU_PENDING_MAX 4096
+/* Runs that came before the record of the step they ran in (a flush during a long step): kept
+ * for the step to take when it ends, up to GPU_DEVICE_WAIT_NS; beyond that, in no step. */
+#define GPU_ORPHANS 1024
 
 struct gpu_span {
 	uint64_t a, b;
@@ -98,7 +101,12 @@ struct gpu_timeline {
 	/* Ring positions of the steps held for device times, oldest first. */
 	uint32_t pending[GPU_PENDING_MAX];
 	uint32_t pending_head, npending;
-	uint64_t released_late;	 /* steps shown before their device times were known complete */
+	uint64_t released_late; /* steps shown before their device times were known complete */
+	struct {
+		uint32_t pid;
+		struct ts_dev_run run;
+	} * orphans; /* GPU_ORPHANS, allocated with the first; oldest at orphan_head */
+	uint32_t orphan_head, norphans;
 	uint64_t cupti_abi_bad;	 /* records of a library of an ABI version this build cannot read */
 	uint32_t cupti_abi_seen; /* that version */
 };

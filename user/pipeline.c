@@ -319,6 +319,12 @@ int pipeline_feed(struct pipeline *pl, const void *rec, size_t len)
 			goto bad;
 		if (e->abi == TS_CUPTI_ABI && e->stats.flush_ns > pl->last_ns)
 			pl->last_ns = e->stats.flush_ns;
+		if (e->abi != TS_CUPTI_ABI && !pl->gpu.cupti_abi_bad)
+			fprintf(
+			    pl->o.err,
+			    "tokenscope: pid %u runs a libtokenscope_cupti.so of ABI version %u; "
+			    "this tokenscope reads version %u: no device times from it\n",
+			    e->hdr.pid, e->abi, TS_CUPTI_ABI);
 		gpu_add_runs(&pl->gpu, e);
 		pl_release(pl, false);
 		return 0;
@@ -380,6 +386,19 @@ void pipeline_loss(const struct pipeline *pl, struct loss_report *loss)
 	loss->damaged_frames = pl->conns.stats.damaged_frames;
 	loss->budget_refused = pl->conns.budget.refused;
 	loss->budget_max = pl->conns.budget.max;
+	loss->cupti = pl->gpu.cupti_procs > 0;
+	loss->cupti_dropped = loss->cupti_pool_empty = loss->cupti_unplaced = 0;
+	for (uint32_t i = 0; i < pl->gpu.nprocs; i++) {
+		const struct gpu_cupti *c = &pl->gpu.procs[i].cupti;
+
+		loss->cupti_dropped += c->stats.dropped;
+		loss->cupti_pool_empty += c->stats.pool_empty;
+		loss->cupti_unplaced += c->unplaced;
+	}
+	/* Runs still waiting for a step at the end ran in none. */
+	loss->cupti_unplaced += pl->gpu.norphans;
+	loss->cupti_late = pl->gpu.released_late;
+	loss->cupti_abi_bad = pl->gpu.cupti_abi_bad;
 }
 
 static FILE *summary_stream(const struct pipeline *pl)

@@ -107,6 +107,16 @@ void summary_print(const struct summary *s, const struct loss_report *loss, cons
 		fprintf(f,
 			"  lost: %llu sockets not traced: the kernel's connection table was full\n",
 			(unsigned long long)loss->untraced_sockets);
+	if (loss->cupti || loss->cupti_abi_bad)
+		fprintf(
+		    f,
+		    "  lost (device times): %llu records dropped by CUPTI, %llu buffer requests "
+		    "refused (pool in use), %llu runs in no GPU step, %llu steps shown before "
+		    "their device times, %llu records of another library version\n",
+		    (unsigned long long)loss->cupti_dropped,
+		    (unsigned long long)loss->cupti_pool_empty,
+		    (unsigned long long)loss->cupti_unplaced, (unsigned long long)loss->cupti_late,
+		    (unsigned long long)loss->cupti_abi_bad);
 	/* Says why a run can show no requests: TLS, HTTP/2 or another protocol on the sockets. */
 	fprintf(f,
 		"  connections: %llu serving HTTP/1.x, %llu ignored (another protocol, TLS, or "

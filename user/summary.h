@@ -33,6 +33,13 @@ struct loss_report {
 	    damaged_frames;
 	uint64_t budget_refused; /* buffers refused: the connections' memory cap was reached */
 	size_t budget_max;
+	/* Device times (CUPTI injection library), when some process reported them. */
+	bool cupti;
+	uint64_t cupti_dropped;	   /* records CUPTI dropped, as its libraries counted */
+	uint64_t cupti_pool_empty; /* buffer requests the libraries refused: pools in use */
+	uint64_t cupti_unplaced;   /* runs in no host step */
+	uint64_t cupti_late;	   /* steps shown before their device times were complete */
+	uint64_t cupti_abi_bad;	   /* records of a library of another ABI version */
 };
 
 void summary_init(struct summary *s);

@@ -154,8 +154,9 @@ def compare(truth, ts, client):
             problems.append(f"server logged no request for port {c['port']} seq {c['seq']}")
             continue
         ps = step_by_id.get(tr["prefill_step"])
-        if not t["attribution"].startswith("by time"):
-            problems.append(f"request {c['id']}: not attributed: {t['attribution']}")
+        if not t["attribution_how"].startswith("by time") or t["attribution"] != "host-calls":
+            problems.append(f"request {c['id']}: not attributed: {t['attribution']}, "
+                            f"{t['attribution_how']}")
             continue
         want = {
             "queue_ms": (ps["start_ns"] - tr["arrival_ns"]) / 1e6,

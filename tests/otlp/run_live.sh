@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # OTLP export over a real socket: builds tests/otlp/test_otlp_live.c with user/*.c (but the
-# loader's main.c, trace.c, cuda.c) under ASan/UBSan into .output/otlp (OTLP_LIVE_BIN: use that
+# loader's main.c, trace.c, cuda.c, run.c) under ASan/UBSan into .output/otlp (OTLP_LIVE_BIN: use that
 # binary instead), starts tests/otlp/receiver.py on a loopback port, and runs the program
 # against it. Prints PASS/FAIL/SKIP lines and "N passed, N failed, N skipped".
 set -u
@@ -31,7 +31,7 @@ build() {
 	mkdir -p "$obj"
 	for f in user/*.c; do
 		b=$(basename "$f" .c)
-		case $b in main | trace | cuda) continue ;; esac
+		case $b in main | trace | cuda | run) continue ;; esac
 		o=$obj/$b.o
 		objs+=("$o")
 		if [ ! -f "$o" ] || [ -n "$(find "$f" user/*.h include/*.h -newer "$o" 2>/dev/null)" ]; then

@@ -1,0 +1,271 @@
+#!/usr/bin/python3
+"""Device times end to end, without a GPU: the CUPTI injection library (libtokenscope_cupti.so)
+loaded into a process through CUDA_INJECTION64_PATH, the stand-in CUPTI (tests/cuptistub.c)
+and the stand-in runtime's modelled device (tests/cudastub.c), whose operations last exactly
+TS_STUB_KERNEL_US, TS_STUB_GRAPH_US and TS_STUB_COPY_US and start TS_STUB_LAUNCH_US after
+their launch when the stream is free. tokenscope must report for every step exactly the
+device time those make, from the library's USDT probes through the BPF program and the
+pipeline.
+
+Cases:
+  cupti-steps      cudaloop traced with --json --gpu-steps: every step "times":"cupti",
+                   gpu_busy_ns = launches x kernel + graphs x graph + copies x copy, the
+                   launch-to-start delay, device start/end inside the step's host window
+  cupti-offset     the same with a CUPTI that refuses the timestamp callback: the library's
+                   offset method; busy and delays still exact, the summary names the method
+  cupti-no-buffer  every buffer request refused: records dropped, counted on the lost line,
+                   steps shown with host times only, nothing crashes
+  cupti-kernels    --kernels: one run per operation (device_runs = operations)
+  cupti-run        tokenscope run names the library itself; the command is traced from its
+                   first instruction
+  cupti-requests   the reference server in its GPU mode: requests get "attribution":"cupti",
+                   prefill_gpu_ms equal to the device time of their prefill step
+Prints PASS/FAIL/SKIP lines and "N passed, N failed, N skipped".
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.dont_write_bytecode = True
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+OUT = os.path.join(ROOT, ".output")
+TS = os.path.join(OUT, "tokenscope")
+RS = os.path.join(OUT, "refserver")
+GT = os.path.join(OUT, "gtclient")
+LOOP = os.path.join(OUT, "cudaloop")
+LIB = os.path.join(OUT, "libtokenscope_cupti.so")
+STANDIN = os.path.join(OUT, "standin")
+CUDART = os.path.join(STANDIN, "libcudart.so.13")
+KERNEL_US, GRAPH_US, COPY_US, LAUNCH_US = 20, 500, 10, 5
+
+
+class Fail(Exception):
+    pass
+
+
+def device_env(**extra):
+    env = dict(os.environ)
+    env.update({"CUDA_INJECTION64_PATH": LIB, "LD_LIBRARY_PATH": STANDIN,
+                "TS_STUB_KERNEL_US": str(KERNEL_US), "TS_STUB_GRAPH_US": str(GRAPH_US),
+                "TS_STUB_COPY_US": str(COPY_US), "TS_STUB_LAUNCH_US": str(LAUNCH_US)})
+    env.update(extra)
+    return env
+
+
+def wait_for(path, text, timeout):
+    end = time.time() + timeout
+    while time.time() < end:
+        if os.path.exists(path) and text in open(path).read():
+            return open(path).read()
+        time.sleep(0.05)
+    raise Fail(f"no {text!r} in {os.path.basename(path)} after {timeout} s: "
+               + (open(path).read()[-600:] if os.path.exists(path) else "(no file)"))
+
+
+def jsonl(path):
+    with open(path) as f:
+        return [json.loads(l) for l in f if l.startswith("{")]
+
+
+def loop_traced(tmp, name, steps, launches, ts_args=(), env_extra=None):
+    """cudaloop with the injection library, tokenscope trace -p on it; returns (steps, stderr)."""
+    env = device_env(**(env_extra or {}))
+    loop = subprocess.Popen([LOOP, "--cudart", CUDART, "-n", str(steps), "--launches",
+                             str(launches)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, env=env, text=True)
+    ts = None
+    try:
+        if not loop.stdout.readline().startswith("ready"):
+            raise Fail("cudaloop did not start")
+        out, err = os.path.join(tmp, name + ".out"), os.path.join(tmp, name + ".err")
+        ts = subprocess.Popen([TS, "trace", "-p", str(loop.pid), "--json", "--gpu-steps",
+                               *ts_args], stdout=open(out, "w"), stderr=open(err, "w"))
+        wait_for(err, "device times of pid", 15)
+        time.sleep(0.5)  # the library turns collection on within TS_CUPTI_FLUSH_MS
+        loop.stdin.write("go\n")
+        loop.stdin.flush()
+        loop.stdout.readline()  # the loop's own figures: it is done
+        time.sleep(0.5)
+        loop.stdin.write("bye\n")
+        loop.stdin.flush()
+        if loop.wait(20) != 0:
+            raise Fail(f"cudaloop exited {loop.returncode}")
+        if ts.wait(20) != 0:
+            raise Fail(f"tokenscope exited {ts.returncode}: {open(err).read()[-400:]}")
+        return [t["gpu_step"] for t in jsonl(out) if "gpu_step" in t], open(err).read()
+    finally:
+        for p in (loop, ts):
+            if p and p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def expected_busy(s):
+    return (s["launches"] * KERNEL_US + s["graph_launches"] * GRAPH_US
+            + s["memcpys"] * COPY_US) * 1000
+
+
+def check_steps(steps, n, launches, single=False):
+    bad = []
+    if len(steps) != 2 * n:
+        bad.append(f"{len(steps)} steps, expected {2 * n}")
+    for i, s in enumerate(steps):
+        if s["times"] != "cupti":
+            bad.append(f"step {i} ({s['kind']}) has no device times")
+            continue
+        if s["gpu_busy_ns"] != expected_busy(s):
+            bad.append(f"step {i} ({s['kind']}): gpu_busy_ns {s['gpu_busy_ns']}, "
+                       f"expected {expected_busy(s)}")
+        if s["launch_delay_ns"] != LAUNCH_US * 1000:
+            bad.append(f"step {i}: launch_delay_ns {s['launch_delay_ns']}")
+        if not s["start_ns"] <= s["device_start_ns"] <= s["device_end_ns"] <= s["end_ns"]:
+            bad.append(f"step {i}: device {s['device_start_ns']}..{s['device_end_ns']} outside "
+                       f"the host window {s['start_ns']}..{s['end_ns']}")
+        ops = s["launches"] + s["graph_launches"] + s["memcpys"]
+        if single and s["device_runs"] != ops:
+            bad.append(f"step {i}: {s['device_runs']} runs for {ops} operations (--kernels)")
+        if not single and s["device_runs"] != 1:
+            bad.append(f"step {i}: {s['device_runs']} runs, back-to-back work makes one")
+    kinds = [s["kind"] for s in steps]
+    if kinds != ["prefill"] * n + ["decode"] * n:
+        bad.append(f"kinds {kinds}")
+    if steps and steps[0].get("launches") != launches:
+        bad.append(f"first step launches {steps[0].get('launches')}")
+    return bad
+
+
+def case_steps(tmp):
+    steps, err = loop_traced(tmp, "steps", 20, 8)
+    bad = check_steps(steps, 20, 8)
+    if "clock CLOCK_MONOTONIC from CUPTI" not in err:
+        bad.append("the summary does not name the clock method")
+    if "device (CUPTI): 40 runs" not in err:
+        bad.append("the summary does not count 40 runs")
+    return bad
+
+
+def case_offset(tmp):
+    steps, err = loop_traced(tmp, "offset", 10, 6, env_extra={"TS_CUPTI_STUB_NO_TSCB": "1"})
+    bad = check_steps(steps, 10, 6)
+    if "clock offset (error <=" not in err:
+        bad.append("the summary does not name the offset method and its error")
+    return bad
+
+
+def case_no_buffer(tmp):
+    steps, err = loop_traced(tmp, "nobuf", 5, 4, env_extra={"TS_CUPTI_STUB_NO_BUFFER": "1"})
+    bad = []
+    if len(steps) != 10 or any(s["times"] != "host-calls" for s in steps):
+        bad.append(f"{len(steps)} steps, times {[s['times'] for s in steps]}")
+    line = [l for l in err.splitlines() if "lost (device times)" in l]
+    if not line or " 0 records dropped by CUPTI" in line[0]:
+        bad.append(f"drops not counted: {line}")
+    return bad
+
+
+def case_kernels(tmp):
+    steps, _ = loop_traced(tmp, "kernels", 5, 4, ts_args=("--kernels",))
+    return check_steps(steps, 5, 4, single=True)
+
+
+def case_run(tmp):
+    out, err = os.path.join(tmp, "run.out"), os.path.join(tmp, "run.err")
+    env = device_env()
+    del env["CUDA_INJECTION64_PATH"]  # run names it
+    env["TOKENSCOPE_CUPTI_LIB"] = LIB
+    feed = "sleep 2.5; echo go; sleep 0.8; echo bye"
+    p = subprocess.run(["/bin/sh", "-c", f"({feed}) | {TS} run --json --gpu-steps -- {LOOP} "
+                        f"--cudart {CUDART} -n 5 --launches 4"],
+                       stdout=open(out, "w"), stderr=open(err, "w"), env=env, timeout=60)
+    if p.returncode != 0:
+        return [f"run exited {p.returncode}: {open(err).read()[-400:]}"]
+    steps = [t["gpu_step"] for t in jsonl(out) if "gpu_step" in t]
+    return check_steps(steps, 5, 4)
+
+
+def case_requests(tmp):
+    log = os.path.join(tmp, "req.gpu.jsonl")
+    srv_out, ts_out, ts_err = (os.path.join(tmp, n) for n in ("req.srv", "req.out", "req.err"))
+    srv = subprocess.Popen([RS, "--gpu", "--port", "0", "--cudart", CUDART, "--gpu-log", log,
+                            "--token-ms", "5", "--prefill-ms", "10"], stdout=open(srv_out, "w"),
+                           stderr=subprocess.STDOUT, start_new_session=True, env=device_env())
+    ts = None
+    try:
+        port = int(wait_for(srv_out, "listening on", 10).split("listening on ")[1]
+                   .split(":")[1].split()[0])
+        subprocess.run([GT, "--port", str(port), "-n", "1", "--max-tokens", "2", "-o",
+                        os.devnull], check=True, timeout=30, stderr=subprocess.DEVNULL)
+        ts = subprocess.Popen([TS, "trace", "-p", str(srv.pid), "--json", "--gpu-steps"],
+                              stdout=open(ts_out, "w"), stderr=open(ts_err, "w"))
+        wait_for(ts_err, "device times of pid", 15)
+        time.sleep(0.5)
+        subprocess.run([GT, "--port", str(port), "-n", "4", "-c", "1", "--max-tokens", "6",
+                        "-o", os.devnull], check=True, timeout=60, stderr=subprocess.DEVNULL)
+        time.sleep(0.5)
+        ts.send_signal(signal.SIGINT)
+        if ts.wait(20) != 0:
+            return [f"tokenscope exited {ts.returncode}"]
+    finally:
+        for p in (ts, srv):
+            if p and p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL) if p is srv else p.kill()
+                p.wait()
+    recs = jsonl(ts_out)
+    steps = [r["gpu_step"] for r in recs if "gpu_step" in r]
+    reqs = [r for r in recs if "conn" in r]
+    bad = []
+    if len(reqs) != 4:
+        bad.append(f"{len(reqs)} requests, expected 4")
+    for s in steps:
+        if s["times"] == "cupti" and s["gpu_busy_ns"] != expected_busy(s):
+            bad.append(f"step {s['kind']}: busy {s['gpu_busy_ns']} != {expected_busy(s)}")
+    prefill_busy = {round(s["gpu_busy_ns"] / 1e6, 3) for s in steps
+                    if s["kind"] in ("prefill", "mixed") and s["times"] == "cupti"}
+    for r in reqs:
+        if r["attribution"] != "cupti":
+            bad.append(f"request seq {r['seq']}: attribution {r['attribution']!r} "
+                       f"({r['attribution_how']})")
+        elif r["prefill_gpu_ms"] not in prefill_busy:
+            bad.append(f"request seq {r['seq']}: prefill_gpu_ms {r['prefill_gpu_ms']} is no "
+                       f"prefill step's device time {sorted(prefill_busy)}")
+        elif r["decode_gpu_ms"] is None or r["gpu_ms"] is None:
+            bad.append(f"request seq {r['seq']}: decode_gpu_ms {r['decode_gpu_ms']}, gpu_ms "
+                       f"{r['gpu_ms']}")
+    return bad
+
+
+def main():
+    if os.geteuid() != 0:
+        print("SKIP cupti: needs root")
+        print("0 passed, 0 failed, 1 skipped")
+        return 0
+    if not os.path.exists(LIB) or not os.path.exists(os.path.join(STANDIN, "libcupti.so.13")):
+        print("SKIP cupti: libtokenscope_cupti.so not built (no CUPTI headers)")
+        print("0 passed, 0 failed, 1 skipped")
+        return 0
+    cases = [("cupti-steps", case_steps), ("cupti-offset", case_offset),
+             ("cupti-no-buffer", case_no_buffer), ("cupti-kernels", case_kernels),
+             ("cupti-run", case_run), ("cupti-requests", case_requests)]
+    passed = failed = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, fn in cases:
+            try:
+                bad = fn(tmp)
+            except (Fail, subprocess.SubprocessError, OSError, ValueError, KeyError) as e:
+                bad = [f"{type(e).__name__}: {e}"]
+            if bad:
+                print(f"FAIL {name}: " + "; ".join(bad[:6]))
+                failed += 1
+            else:
+                print(f"PASS {name}")
+                passed += 1
+    print(f"{passed} passed, {failed} failed, 0 skipped")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
