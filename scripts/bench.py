@@ -19,6 +19,12 @@
    launches and a stream sync) and decode-shaped steps (a graph launch, a device-to-host copy and
    a sync) on the real CUDA runtime (no GPU needed: the calls fail but are entered), untraced and
    traced.
+5. Device times (the CUPTI injection library): the same loop on the stand-in runtime's modelled
+   device (20 us kernels, a 500 us graph, 10 us copies) and the stand-in CUPTI, plain (no
+   library), with the library injected and no tracer, and injected with tokenscope attached
+   (uprobes, USDT probes, device times): steps per second as a ratio to plain, and the issuing
+   thread's CPU per step. The stand-in writes CUPTI's records itself: real CUPTI's own cost is
+   not in these figures (the GPU check measures it).
 
 Environment:
   BENCH_SECTIONS          sections to run, e.g. "3" or "0 2"; default all
@@ -50,7 +56,9 @@ GT = os.path.join(OUT, "gtclient")
 HZ = os.sysconf("SC_CLK_TCK")
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
 EXPORTER_ROUNDS = int(os.environ.get("BENCH_EXPORTER_ROUNDS", "5"))
-SECTIONS = {int(x) for x in os.environ.get("BENCH_SECTIONS", "0 1 2 3 4").replace(",", " ").split()}
+SECTIONS = {int(x) for x in os.environ.get("BENCH_SECTIONS", "0 1 2 3 4 5").replace(",", " ").split()}
+CUPTI_LIB = os.path.join(OUT, "libtokenscope_cupti.so")
+STANDIN = os.path.join(OUT, "standin")
 BASE_TS = os.environ.get("BENCH_BASE")
 # After a steady run's client returns: 50 drain periods of the tracer.
 SETTLE_S = 0.5
@@ -502,12 +510,63 @@ def section_cuda(tmp):
           f"+{td - base_d:.2f} us per step, {(td - base_d) / 4:.2f} us per probe hit")
 
 
+def device_run(mode, tmp, steps=1000):
+    """cudaloop on the modelled device: mode plain, injected, traced; returns per-step CPU and
+    wall microseconds (prefill, decode)."""
+    env = dict(os.environ, LD_LIBRARY_PATH=STANDIN)
+    if mode != "plain":
+        env["CUDA_INJECTION64_PATH"] = CUPTI_LIB
+    else:
+        env["TS_STUB_DEVICE"] = "1"  # the modelled device, no library
+    cl = spawn([CL, "--cudart", os.path.join(STANDIN, "libcudart.so.13"), "-n", str(steps)],
+               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    pid = int(cl.stdout.readline().split()[1])
+    tr = None
+    if mode == "traced":
+        tr = Tracer("tokenscope", pid, tmp)
+        wait_for(tr.err, "device times of pid", 20)
+        time.sleep(0.5)  # collection turns on within the library's poll period
+    cl.stdin.write("go\n")
+    cl.stdin.flush()
+    line = cl.stdout.readline()
+    if tr:
+        tr.stop()
+    cl.communicate("exit\n", timeout=120)
+    v = {k: float(x) for k, x in (kv.split("=") for kv in line.split())}
+    return (v["prefill_us_per_step"], v["decode_us_per_step"], v["prefill_wall_us_per_step"],
+            v["decode_wall_us_per_step"])
+
+
+def section_device(tmp):
+    if not os.path.exists(CUPTI_LIB):
+        print(f"5. device times: skipped, {CUPTI_LIB} not built (no CUPTI headers)")
+        return
+    modes = ("plain", "injected", "traced")
+    print(f"5. device times (CUPTI injection library, stand-in CUPTI and modelled device), 1000 "
+          f"steps of each kind, {ROUNDS} rounds interleaved, medians")
+    runs = {m: [] for m in modes}
+    for _ in range(ROUNDS):
+        for m in modes:
+            runs[m].append(device_run(m, tmp))
+    med = {m: [statistics.median(r[i] for r in runs[m]) for i in range(4)] for m in modes}
+    print(f"   {'mode':9s} {'prefill CPU us':>14s} {'decode CPU us':>13s} {'prefill steps/s':>16s} "
+          f"{'decode steps/s':>15s} {'ratio':>6s}")
+    base = med["plain"]
+    for m in modes:
+        p_cpu, d_cpu, p_wall, d_wall = med[m]
+        ratio = (base[2] + base[3]) / (p_wall + d_wall)
+        print(f"   {m:9s} {p_cpu:14.2f} {d_cpu:13.2f} {1e6 / p_wall:16.1f} {1e6 / d_wall:15.1f} "
+              f"{ratio:6.3f}")
+    print(f"   injected, no tracer: {med['injected'][0] - base[0]:+.2f} us CPU per prefill step, "
+          f"{med['injected'][1] - base[1]:+.2f} per decode step")
+
+
 def main():
     if os.geteuid() != 0:
         sys.exit("bench: run as root (tokenscope and bpftrace load BPF programs)")
-    unknown = SECTIONS - {0, 1, 2, 3, 4}
+    unknown = SECTIONS - {0, 1, 2, 3, 4, 5}
     if unknown:
-        sys.exit(f"bench: BENCH_SECTIONS: no section {sorted(unknown)} (sections are 0 to 4)")
+        sys.exit(f"bench: BENCH_SECTIONS: no section {sorted(unknown)} (sections are 0 to 5)")
     if BASE_TS and not os.access(BASE_TS, os.X_OK):
         sys.exit(f"bench: BENCH_BASE: {BASE_TS} is not an executable")
     resource.setrlimit(resource.RLIMIT_NOFILE, (8192, 8192))
@@ -527,6 +586,8 @@ def main():
         section_exporters(tmp)
     if 4 in SECTIONS:
         section_cuda(tmp)
+    if 5 in SECTIONS:
+        section_device(tmp)
     subprocess.run(["rm", "-rf", tmp])
     with open("/proc/sys/kernel/bpf_stats_enabled", "w") as f:
         f.write(stats_was)

@@ -6,7 +6,8 @@
  * the probes fire), prints "ready PID", waits for a line on stdin (the benchmark attaches a
  * tracer meanwhile), then issues STEPS prefill-shaped steps (LAUNCHES cudaLaunchKernel calls,
  * then cudaStreamSynchronize) and STEPS decode-shaped steps (cudaGraphLaunch, a device-to-host
- * cudaMemcpyAsync, cudaStreamSynchronize), and prints its own CPU time per step of each kind.
+ * cudaMemcpyAsync, cudaStreamSynchronize), and prints its own CPU time and the wall time per
+ * step of each kind.
  * It exits after a second line (or EOF).
  *
  * Built with -DCUDALOOP_STATIC and linked with libcudart_static.a, it calls the runtime linked
@@ -38,6 +39,14 @@ extern int cudaMemcpyAsync(void *, const void *, size_t, int, void *);
 extern int cudaStreamSynchronize(void *);
 #endif
 
+static double wall_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
 static double cpu_now(void)
 {
 	struct timespec ts;
@@ -56,7 +65,7 @@ int main(int argc, char **argv)
 	graph_fn graph;
 	memcpy_fn cpy;
 	sync_fn sync;
-	double c0, c1, c2;
+	double c0, c1, c2, w0, w1, w2;
 	void *h;
 
 	for (int i = 1; i < argc; i++) {
@@ -67,7 +76,8 @@ int main(int argc, char **argv)
 		else if (!strcmp(argv[i], "--launches") && i + 1 < argc)
 			launches = atol(argv[++i]);
 		else {
-			fprintf(stderr, "usage: cudaloop [--cudart PATH] [-n STEPS] [--launches N]\n");
+			fprintf(stderr,
+				"usage: cudaloop [--cudart PATH] [-n STEPS] [--launches N]\n");
 			return 2;
 		}
 	}
@@ -101,20 +111,25 @@ int main(int argc, char **argv)
 	if (!fgets(line, sizeof(line), stdin))
 		return 1;
 	c0 = cpu_now();
+	w0 = wall_now();
 	for (long s = 0; s < steps; s++) {
 		for (long i = 0; i < launches; i++)
 			launch(NULL, one, one, NULL, 0, NULL);
 		sync(NULL);
 	}
 	c1 = cpu_now();
+	w1 = wall_now();
 	for (long s = 0; s < steps; s++) {
 		graph(NULL, NULL);
 		cpy(buf, buf, 4, 2, NULL);
 		sync(NULL);
 	}
 	c2 = cpu_now();
-	printf("steps=%ld launches=%ld prefill_us_per_step=%.2f decode_us_per_step=%.2f\n", steps,
-	       launches, (c1 - c0) * 1e6 / steps, (c2 - c1) * 1e6 / steps);
+	w2 = wall_now();
+	printf("steps=%ld launches=%ld prefill_us_per_step=%.2f decode_us_per_step=%.2f "
+	       "prefill_wall_us_per_step=%.2f decode_wall_us_per_step=%.2f\n",
+	       steps, launches, (c1 - c0) * 1e6 / steps, (c2 - c1) * 1e6 / steps,
+	       (w1 - w0) * 1e6 / steps, (w2 - w1) * 1e6 / steps);
 	fflush(stdout);
 	if (!fgets(line, sizeof(line), stdin))
 		return 0;

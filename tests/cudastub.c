@@ -8,7 +8,8 @@
  *
  *   make .output/standin/libcudart.so.13   (named like the runtime, so the tracer finds it)
  *
- * With CUDA_INJECTION64_PATH set, it also stands in for the driver and a device: the first call
+ * With CUDA_INJECTION64_PATH set, it also stands in for the driver and a device (TS_STUB_DEVICE=1:
+ * the device alone, for a benchmark's plain runs): the first call
  * loads that injection library and calls its InitializeInjection, as the CUDA driver does;
  * every launch and copy then runs on a modelled device (one queue per stream: an operation
  * starts TS_STUB_LAUNCH_US after its call or when the one before it ends, and lasts
@@ -100,17 +101,19 @@ static uint64_t env_us(const char *name, uint64_t def)
 
 static void device_init(void)
 {
-	const char *inj = getenv("CUDA_INJECTION64_PATH");
+	const char *inj = getenv("CUDA_INJECTION64_PATH"), *dev = getenv("TS_STUB_DEVICE");
 	void *h, *cupti;
 	int (*init)(void);
 
-	if (!inj || !*inj)
+	if ((!inj || !*inj) && !(dev && *dev == '1'))
 		return;
 	launch_ns = env_us("TS_STUB_LAUNCH_US", 5);
 	kernel_ns = env_us("TS_STUB_KERNEL_US", 20);
 	graph_ns = env_us("TS_STUB_GRAPH_US", 500);
 	copy_ns = env_us("TS_STUB_COPY_US", 10);
 	device_on = 1;
+	if (!inj || !*inj)
+		return;
 	h = dlopen(inj, RTLD_NOW | RTLD_LOCAL);
 	if (!h)
 		return;
