@@ -110,9 +110,15 @@ static void json_us(struct jsonw *w, const char *key, int64_t ns)
 	fwrite(buf, 1, fmt_us(buf, ns), w->f);
 }
 
+/* ns from the origin; a distance past INT64_MAX (a damaged recording's times) is held there,
+ * never negated out of range. */
 static int64_t rel(const struct timeline *t, uint64_t ns)
 {
-	return ns >= t->origin_ns ? (int64_t)(ns - t->origin_ns) : -(int64_t)(t->origin_ns - ns);
+	uint64_t d = ns >= t->origin_ns ? ns - t->origin_ns : t->origin_ns - ns;
+
+	if (d > INT64_MAX)
+		d = INT64_MAX;
+	return ns >= t->origin_ns ? (int64_t)d : -(int64_t)d;
 }
 
 static int64_t span(uint64_t from, uint64_t to)

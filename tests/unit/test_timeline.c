@@ -394,6 +394,26 @@ out:
 
 /* Without a given origin, the first event's time is 0; a request reported later that arrived
  * before it comes out negative (why the tracer gives the start of tracing). */
+/* Times 2^63 ns or more before the origin (a damaged recording's, found by fuzz_record) are
+ * held at the farthest representable time, never negated out of range (UBSan). */
+static void test_time_far_before_origin(void)
+{
+	const uint64_t origin = 1ull << 63;
+	struct tfile f;
+	const cJSON *e;
+
+	tf_open(&f);
+	ASSERT_OK(timeline_set_origin(&f.t, origin), "origin");
+	step(&f, 4242, 0, 1 * MS, 40, 0);
+	if (!tf_close_parse(&f))
+		goto out;
+	e = find(f.events, "X", "prefill", 0);
+	if (ASSERT_OK_PTR(e, "the step is written"))
+		ASSERT_NEAR(num(e, "ts"), -(double)INT64_MAX / 1000, 1, "held at -INT64_MAX ns");
+out:
+	tf_free(&f);
+}
+
 static void test_origin_first_event(void)
 {
 	struct tfile f;
@@ -926,6 +946,7 @@ int main(void)
 	RUN(test_unattributed_and_failed);
 	RUN(test_gpu_steps);
 	RUN(test_origin_first_event);
+	RUN(test_time_far_before_origin);
 	RUN(test_cut_file);
 	RUN(test_token_bytes);
 	RUN(test_buffer_reuse);
