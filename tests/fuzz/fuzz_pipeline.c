@@ -33,6 +33,12 @@
  *                                  (variant bit 0: the header's size is not fixed up)
  *   OP_PROC   who                  pipeline_add_process (variant bit 0: as a root; bit 1:
  *                                  pipeline_forget_process instead)
+ *   OP_RUNS   who, u8 n, u16 heartbeat age (us), u8 dropped, then n runs of: u16 age (us),
+ *             u16 duration and u16 busy (100 ns), u8 launch lead (us), u8 flags, u8 kernels,
+ *             u8 graphs, u8 copies, u16 delay (100 ns), u8 launched
+ *                                  TS_EV_DEV_RUNS from the CUPTI library; variant bit 0: u8
+ *                                  abi follows, bit 1: u8 n sent as is (past the maximum),
+ *                                  bit 2: every run ends before it starts
  *   other                          as OP_DATA
  *
  * What it looks for: sanitizer reports, leaks, and records after which the feed does not
@@ -64,6 +70,7 @@ enum {
 	OP_TICK,
 	OP_RAW,
 	OP_PROC,
+	OP_RUNS,
 };
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -251,6 +258,49 @@ static void op_label(struct interp *it, uint8_t variant)
 	pipeline_label_process(it->pl, who_pid(who), container);
 }
 
+static uint64_t ago(const struct interp *it, uint64_t ns)
+{
+	return it->now > ns ? it->now - ns : 0;
+}
+
+static void op_runs(struct interp *it, uint8_t variant)
+{
+	struct ts_dev_runs_event *e = calloc(1, sizeof(*e));
+	uint8_t who = fuzz_u8(&it->in);
+	uint32_t n = fuzz_u8(&it->in) % (TS_RUNS_PER_PROBE + 1);
+
+	if (!e)
+		abort();
+	e->hdr.type = TS_EV_DEV_RUNS;
+	e->hdr.size = sizeof(*e);
+	e->hdr.pid = who_pid(who);
+	e->hdr.tid = e->hdr.pid;
+	e->stats.flush_ns = ago(it, (uint64_t)fuzz_u16(&it->in) * 1000);
+	e->stats.dropped = fuzz_u8(&it->in);
+	for (uint32_t i = 0; i < n; i++) {
+		struct ts_dev_run *r = &e->runs[i];
+		uint64_t dur, lead;
+
+		r->start_ns = ago(it, (uint64_t)fuzz_u16(&it->in) * 1000);
+		dur = (uint64_t)fuzz_u16(&it->in) * 100;
+		r->end_ns = variant & 4 ? ago(it, it->now - r->start_ns + dur) : r->start_ns + dur;
+		r->busy_ns = (uint64_t)fuzz_u16(&it->in) * 100;
+		lead = (uint64_t)fuzz_u8(&it->in) * 1000;
+		r->first_launch_ns = r->start_ns > lead ? r->start_ns - lead : 0;
+		r->flags = fuzz_u8(&it->in) & 3;
+		r->kernels = fuzz_u8(&it->in);
+		r->graphs = fuzz_u8(&it->in);
+		r->memcpys = fuzz_u8(&it->in);
+		r->delay_ns = (uint64_t)fuzz_u16(&it->in) * 100;
+		r->delay_max_ns = r->delay_ns;
+		r->launched = fuzz_u8(&it->in);
+	}
+	e->abi = variant & 1 ? fuzz_u8(&it->in) : TS_CUPTI_ABI;
+	e->n = variant & 2 ? fuzz_u8(&it->in) : n;
+	feed(it, e, sizeof(*e));
+	free(e);
+}
+
 static void op_raw(struct interp *it, uint8_t variant)
 {
 	uint8_t type = fuzz_u8(&it->in);
@@ -266,7 +316,7 @@ static void op_raw(struct interp *it, uint8_t variant)
 	/* A header that frames the bytes after it, so each type's own checks are reached. */
 	len = got + sizeof(h);
 	memset(&h, 0, sizeof(h));
-	h.type = type % 8;
+	h.type = type % 9;
 	h.size = len;
 	h.pid = FUZZ_PID0 + (type >> 5);
 	memcpy(buf, &h, sizeof(h));
@@ -340,6 +390,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				pipeline_forget_process(it.pl, who_pid(who));
 			else
 				pipeline_add_process(it.pl, who_pid(who), variant & 1);
+			break;
+		case OP_RUNS:
+			op_runs(&it, variant);
 			break;
 		default:
 			op_data(&it, variant);
