@@ -132,15 +132,21 @@ static bool semaphore(const unsigned short *s)
 	return __atomic_load_n(s, __ATOMIC_RELAXED) != 0;
 }
 
+/* The counters kept outside runs, into the stats handed over. Called with lock held. */
+static void stats_refresh(struct ts_cupti_stats *s)
+{
+	s->pool_empty = atomic_load(&pool_empty);
+	s->clock = clock_method;
+	s->clock_err_ns = clock_err_ns;
+}
+
 /* Called by runs with each batch: sent if a tracer listens, counted otherwise. */
 static void emit(void *ctx, const struct ts_dev_run *r, uint32_t n, const struct ts_cupti_stats *st)
 {
 	struct ts_cupti_stats *s = ctx; /* st, writable */
 
 	(void)st;
-	s->pool_empty = atomic_load(&pool_empty);
-	s->clock = clock_method;
-	s->clock_err_ns = clock_err_ns;
+	stats_refresh(s);
 	if (runs.single && semaphore(&tokenscope_kernels_semaphore)) {
 		STAP_PROBE4(tokenscope, kernels, TS_CUPTI_ABI, r, n, s);
 	} else if (semaphore(&tokenscope_runs_semaphore)) {
@@ -276,9 +282,7 @@ static void heartbeat(void)
 	if (cu.dropped(NULL, 0, &dropped) == CUPTI_SUCCESS)
 		runs.stats.dropped += dropped;
 	runs.stats.flush_ns = t;
-	runs.stats.pool_empty = atomic_load(&pool_empty);
-	runs.stats.clock = clock_method;
-	runs.stats.clock_err_ns = clock_err_ns;
+	stats_refresh(&runs.stats);
 	if (semaphore(&tokenscope_runs_semaphore))
 		STAP_PROBE4(tokenscope, runs, TS_CUPTI_ABI, runs.batch, 0, &runs.stats);
 	else if (semaphore(&tokenscope_kernels_semaphore))

@@ -46,13 +46,21 @@ bool gpu_seen(const struct gpu_timeline *g)
 	return g->steps > 0;
 }
 
-static struct gpu_proc *gpu_proc_of(struct gpu_timeline *g, uint32_t pid)
+static const struct gpu_proc *gpu_proc_find(const struct gpu_timeline *g, uint32_t pid)
 {
-	struct gpu_proc *p;
-
 	for (uint32_t i = 0; i < g->nprocs; i++)
 		if (g->procs[i].pid == pid)
 			return &g->procs[i];
+	return NULL;
+}
+
+/* pid's statistics, a new entry the first time; NULL past GPU_MAX_PROCS (counted). */
+static struct gpu_proc *gpu_proc_of(struct gpu_timeline *g, uint32_t pid)
+{
+	struct gpu_proc *p = (struct gpu_proc *)gpu_proc_find(g, pid);
+
+	if (p)
+		return p;
 	if (g->nprocs == GPU_MAX_PROCS) {
 		g->procs_dropped++;
 		return NULL;
@@ -275,7 +283,6 @@ void gpu_add_runs(struct gpu_timeline *g, const struct ts_dev_runs_event *e)
 
 	if (e->abi != TS_CUPTI_ABI) {
 		g->cupti_abi_bad++;
-		g->cupti_abi_seen = e->abi;
 		return;
 	}
 	p = gpu_proc_of(g, e->hdr.pid);
@@ -304,14 +311,6 @@ void gpu_add_runs(struct gpu_timeline *g, const struct ts_dev_runs_event *e)
 			p->cupti.late++;
 		dev_add_run(&s->dev, r);
 	}
-}
-
-static const struct gpu_proc *gpu_proc_find(const struct gpu_timeline *g, uint32_t pid)
-{
-	for (uint32_t i = 0; i < g->nprocs; i++)
-		if (g->procs[i].pid == pid)
-			return &g->procs[i];
-	return NULL;
 }
 
 bool gpu_next_ready(struct gpu_timeline *g, uint64_t now_ns, bool all, struct gpu_step *out)

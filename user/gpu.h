@@ -107,8 +107,7 @@ struct gpu_timeline {
 		struct ts_dev_run run;
 	} * orphans; /* GPU_ORPHANS, allocated with the first; oldest at orphan_head */
 	uint32_t orphan_head, norphans;
-	uint64_t cupti_abi_bad;	 /* records of a library of an ABI version this build cannot read */
-	uint32_t cupti_abi_seen; /* that version */
+	uint64_t cupti_abi_bad; /* records of a library of an ABI version this build cannot read */
 };
 
 /* How a request's latency was split. Values < 0 are unknown (printed as null). */

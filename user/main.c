@@ -307,14 +307,20 @@ static error_t trace_parse(int key, char *arg, struct argp_state *state)
 	return 0;
 }
 
+/* The options of trace, record, top and run before the command line is read. */
+static struct trace_opts trace_defaults(void)
+{
+	return (struct trace_opts){ .capture_bytes = TS_CAPTURE_DEFAULT,
+				    .ring_mb = TS_RING_DEFAULT_MB,
+				    .ex.trace_sample = OTLP_DEFAULT_RATIO };
+}
+
 /* trace and record: the same options (record adds -o), the same loop. */
 static int run_tracer(int argc, char **argv, const char *name, const char *doc)
 {
 	const struct argp argp = { trace_options, trace_parse, "[interval [count]]", doc, NULL,
 				   NULL,	  NULL };
-	struct trace_opts o = { .capture_bytes = TS_CAPTURE_DEFAULT,
-				.ring_mb = TS_RING_DEFAULT_MB,
-				.ex.trace_sample = OTLP_DEFAULT_RATIO };
+	struct trace_opts o = trace_defaults();
 	struct sigaction sa = { .sa_handler = on_signal };
 
 	/* argp names the program after argv[0]: say "tokenscope trace", not "trace". */
@@ -345,9 +351,7 @@ static int cmd_run(int argc, char **argv)
 {
 	const struct argp argp = { trace_options, trace_parse, "[--] CMD [ARG...]", run_doc, NULL,
 				   NULL,	  NULL };
-	struct trace_opts o = { .capture_bytes = TS_CAPTURE_DEFAULT,
-				.ring_mb = TS_RING_DEFAULT_MB,
-				.ex.trace_sample = OTLP_DEFAULT_RATIO };
+	struct trace_opts o = trace_defaults();
 
 	running = true;
 	argv[0] = "tokenscope run";

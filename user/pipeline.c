@@ -61,6 +61,16 @@ static void pl_request_out(struct pipeline *pl, struct request *r)
 	request_free(r);
 }
 
+/* The oldest held request, out of the queue (there must be one). */
+static struct request *held_pop(struct pipeline *pl)
+{
+	struct request *r = pl->held[pl->held_head];
+
+	pl->held_head = (pl->held_head + 1) % PIPELINE_MAX_HELD;
+	pl->nheld--;
+	return r;
+}
+
 /*
  * Where GPU processes report device times (CUPTI), a finished request waits for those of the
  * steps it overlaps, which come in up to a flush period later (gpu_device_complete), so that
@@ -74,13 +84,8 @@ static void pl_request_done(void *ctx, struct request *r)
 		pl_request_out(pl, r);
 		return;
 	}
-	if (pl->nheld == PIPELINE_MAX_HELD) {
-		struct request *oldest = pl->held[pl->held_head];
-
-		pl->held_head = (pl->held_head + 1) % PIPELINE_MAX_HELD;
-		pl->nheld--;
-		pl_request_out(pl, oldest);
-	}
+	if (pl->nheld == PIPELINE_MAX_HELD)
+		pl_request_out(pl, held_pop(pl));
 	pl->held[(pl->held_head + pl->nheld++) % PIPELINE_MAX_HELD] = r;
 }
 
@@ -105,15 +110,9 @@ static void pl_release(struct pipeline *pl, bool all)
 
 	while (gpu_next_ready(&pl->gpu, pl->last_ns, all, &s))
 		pl_step_out(pl, &s);
-	while (pl->nheld) {
-		struct request *r = pl->held[pl->held_head];
-
-		if (!all && !gpu_device_complete(&pl->gpu, r->end_ns, pl->last_ns))
-			break;
-		pl->held_head = (pl->held_head + 1) % PIPELINE_MAX_HELD;
-		pl->nheld--;
-		pl_request_out(pl, r);
-	}
+	while (pl->nheld &&
+	       (all || gpu_device_complete(&pl->gpu, pl->held[pl->held_head]->end_ns, pl->last_ns)))
+		pl_request_out(pl, held_pop(pl));
 }
 
 int pipeline_init(struct pipeline *pl, const struct pipeline_opts *o)
@@ -135,11 +134,8 @@ int pipeline_init(struct pipeline *pl, const struct pipeline_opts *o)
 
 void pipeline_free(struct pipeline *pl)
 {
-	while (pl->nheld) {
-		request_free(pl->held[pl->held_head]);
-		pl->held_head = (pl->held_head + 1) % PIPELINE_MAX_HELD;
-		pl->nheld--;
-	}
+	while (pl->nheld)
+		request_free(held_pop(pl));
 	conn_table_free(&pl->conns);
 	gpu_free(&pl->gpu);
 	free(pl->live);
