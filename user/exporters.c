@@ -10,6 +10,7 @@
 #include "httpd.h"
 #include "nvml.h"
 #include "prom.h"
+#include "top.h"
 
 static bool traced_pid(void *ctx, uint32_t pid)
 {
@@ -38,6 +39,13 @@ static void gpu_tick(void *ctx, const struct pipeline *pl, uint64_t now_ns)
 		prom_set_gpu_sample(x->prom, x->gpu);
 	if (x->tl_open)
 		timeline_gpu_sample(&x->tl, x->gpu);
+	if (x->top)
+		top_set_gpu_sample(x->top, x->gpu);
+}
+
+void exporters_set_top(struct exporters *x, struct top *t)
+{
+	x->top = t;
 }
 
 int exporters_start(struct exporters *x, const struct export_opts *eo, struct pipeline *pl,
@@ -45,7 +53,7 @@ int exporters_start(struct exporters *x, const struct export_opts *eo, struct pi
 {
 	/* A replay has no GPU to read; a plain trace's summary alone does not open NVML, so a run
 	 * that asked for neither output prints nothing new where there is no driver. */
-	bool want_gpu = !eo->replay && (eo->listen || eo->timeline);
+	bool want_gpu = !eo->replay && (eo->listen || eo->timeline || eo->top);
 	struct sink sink;
 	int err;
 

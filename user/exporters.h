@@ -26,6 +26,7 @@ struct export_opts {
 	int64_t slow_ttft_ns, slow_itl_ns; /* anomalies exported in full; 0: not checked */
 	double trace_sample;		   /* share of normal requests exported as summary spans */
 	bool json; /* the summary (and the exporters' counters) go to stderr */
+	bool top;  /* tokenscope top: its frames show the GPU samples (exporters_set_top) */
 	/* report: records are replayed faster than they happened, so the trace exporter waits
 	 * for room in its queue rather than dropping, and for it to drain at the end (both
 	 * bounded by its retry policy); times and host.name come from exporters_set_source. */
@@ -37,6 +38,7 @@ struct prom;
 struct nvml;
 struct nvml_snapshot;
 struct nvml_usage;
+struct top;
 
 struct exporters {
 	struct httpd *httpd;
@@ -50,16 +52,19 @@ struct exporters {
 	const char *otlp_url;
 	bool print_to_stderr; /* the counters: with --json or --prometheus */
 	/* GPU utilisation and memory (NVML): sampled in a live trace whose output carries them,
-	 * --listen or --timeline, and then in the summary too. */
+	 * --listen, --timeline or top, and then in the summary too. */
 	struct nvml *nvml;
 	struct nvml_snapshot *gpu;    /* the latest sample, cut down to the traced processes */
 	struct nvml_usage *gpu_usage; /* every sample, for the summary */
+	struct top *top;	      /* given each sample; NULL when not top */
 };
 
 /* Starts what eo asks for and registers the sinks; origin_ns is the timeline's time zero (a
  * CLOCK_MONOTONIC time no record precedes). Prints why on failure. */
 int exporters_start(struct exporters *x, const struct export_opts *eo, struct pipeline *pl,
 		    uint64_t origin_ns);
+/* top: its table, started after the exporters, gets every GPU sample from now on. */
+void exporters_set_top(struct exporters *x, struct top *t);
 /* A replay: the records were made on host at a time when CLOCK_MONOTONIC read start_mono_ns and
  * CLOCK_REALTIME start_real_ns (a recording's header). Call before the first record is fed, so
  * that every span carries the recording's unix times, not this machine's. */

@@ -328,6 +328,7 @@ static int run_tracer(int argc, char **argv, const char *name, const char *doc)
 	if (argp_parse(&argp, argc, argv, 0, NULL, &o))
 		return 2;
 	o.top = live_view;
+	o.ex.top = live_view;
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
 	/* Output goes to a pipe as often as to a terminal: a line at a time either way. */

@@ -526,6 +526,40 @@ static void put_bytes(FILE *f, uint64_t b)
 		fprintf(f, "%.1f MiB", b / (double)(1ull << 20));
 }
 
+void nvml_device_print(const struct nvml_device *d, FILE *f)
+{
+	fprintf(f, "GPU %u %s: util ", d->index, d->name[0] ? d->name : "unnamed");
+	if (d->util_present)
+		fprintf(f, "%u%%", d->util_pct);
+	else
+		fputs("n/a", f);
+	fputs(", memory ", f);
+	if (d->mem_present) {
+		put_bytes(f, d->mem_used);
+		fputs(" of ", f);
+		put_bytes(f, d->mem_total);
+	} else
+		fputs("n/a", f);
+	if (d->clock_present)
+		fprintf(f, ", SM %" PRIu64 " MHz", d->sm_clock_hz / 1000000);
+	if (d->power_present)
+		fprintf(f, ", %.1f W", d->power_mw / 1000.0);
+}
+
+void nvml_procs_print(const struct nvml_device *d, unsigned int max_procs, FILE *f)
+{
+	fprintf(f, "GPU %u memory of", d->index);
+	for (uint32_t i = 0; i < d->nprocs && i < max_procs; i++) {
+		fprintf(f, "%s pid %u ", i ? "," : "", d->procs[i].pid);
+		if (d->procs[i].mem_present)
+			put_bytes(f, d->procs[i].mem_bytes);
+		else
+			fputs("n/a", f);
+	}
+	if (d->nprocs > max_procs)
+		fprintf(f, ", %u more", d->nprocs - max_procs);
+}
+
 void nvml_usage_print(const struct nvml_usage *u, FILE *f)
 {
 	if (!u->samples)

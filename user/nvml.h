@@ -92,6 +92,16 @@ void nvml_stop(struct nvml *n);
 /* Keeps in s only the processes keep() says yes to (the traced ones), in their order. */
 void nvml_keep_procs(struct nvml_snapshot *s, bool (*keep)(void *ctx, uint32_t pid), void *ctx);
 
+/*
+ * A device's sample as one line without its newline: "GPU 0 NAME: util 45%, memory 1.00 GiB of
+ * 8.00 GiB, SM 1980 MHz, 350.1 W" (n/a for utilisation or memory the device does not give;
+ * clock and power left out then).
+ */
+void nvml_device_print(const struct nvml_device *d, FILE *f);
+/* Its processes (the traced ones, once kept) as one line: "GPU 0 memory of pid 12 512.0 MiB,
+ * pid 13 n/a", at most max_procs of them, then how many more. */
+void nvml_procs_print(const struct nvml_device *d, unsigned int max_procs, FILE *f);
+
 /* The run's figures for the summary, from every snapshot given to nvml_usage_add. */
 struct nvml_usage_proc {
 	uint32_t gpu, pid;

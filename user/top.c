@@ -92,6 +92,7 @@ void top_free(struct top *t)
 		free(t->models[i].slots);
 	free(t->steps);
 	free(t->scratch);
+	free(t->gpu);
 	memset(t, 0, sizeof(*t));
 }
 
@@ -358,6 +359,43 @@ static void render_steps(struct top *t, struct tframe *fr, uint64_t now_s, doubl
 	     all, dec, pre, mix);
 }
 
+int top_set_gpu_sample(struct top *t, const struct nvml_snapshot *s)
+{
+	if (!t->gpu && !(t->gpu = malloc(sizeof(*t->gpu))))
+		return -ENOMEM;
+	*t->gpu = *s;
+	return 0;
+}
+
+/* A line per GPU of the latest sample; one older than a few sampling periods says its age. */
+static void render_gpus(struct top *t, struct tframe *fr, uint64_t now_ns)
+{
+	const struct nvml_snapshot *s = t->gpu;
+
+	if (!s)
+		return;
+	for (uint32_t i = 0; i < s->ndevices; i++) {
+		const struct nvml_device *d = &s->devices[i];
+
+		if (!fr->tty)
+			fprintf(fr->f, "%.3f ", fr->stamp);
+		nvml_device_print(d, fr->f);
+		if (now_ns > d->mono_ns + TOP_GPU_STALE_NS)
+			fprintf(fr->f, " (sampled %.0f s ago)",
+				(double)(now_ns - d->mono_ns) / NS_PER_S);
+		fputc('\n', fr->f);
+		if (!d->nprocs)
+			continue;
+		if (!fr->tty)
+			fprintf(fr->f, "%.3f ", fr->stamp);
+		fputs("  ", fr->f);
+		nvml_procs_print(d, TOP_GPU_PROCS, fr->f);
+		fputc('\n', fr->f);
+	}
+	if (s->devices_dropped)
+		line(fr, "%u more GPUs not shown (over %d)", s->devices_dropped, NVML_MAX_DEVICES);
+}
+
 void top_render(struct top *t, const struct pipeline *pl, uint64_t now_ns, FILE *f)
 {
 	uint64_t now_s = now_ns / NS_PER_S, span, in_win = 0;
@@ -391,6 +429,7 @@ void top_render(struct top *t, const struct pipeline *pl, uint64_t now_ns, FILE 
 				in_win += t->models[i].slots[j].requests;
 	}
 	render_steps(t, &fr, now_s, span_s);
+	render_gpus(t, &fr, now_ns);
 	char dropped[64] = "";
 
 	if (t->models_dropped)

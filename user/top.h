@@ -23,6 +23,7 @@
 
 #include "gpu.h"
 #include "hist.h"
+#include "nvml.h"
 #include "reqbody.h"
 #include "sink.h"
 
@@ -34,6 +35,9 @@
 /* hist.h buckets merged into one: 2^2 of its 128 sub-buckets per power of two. */
 #define TOP_COARSEN_BITS 2
 #define TOP_BUCKETS (HIST_BUCKETS >> TOP_COARSEN_BITS)
+/* GPU lines: traced processes listed per device, and the age from which a sample says it. */
+#define TOP_GPU_PROCS 4
+#define TOP_GPU_STALE_NS (3 * NVML_PERIOD_MS * 1000000ull)
 /* ANSI: cursor home, then erase the screen. */
 #define TOP_CLEAR "\033[H\033[2J"
 
@@ -80,14 +84,18 @@ struct top {
 	bool started;
 	uint64_t last_frame_s; /* second of the latest frame */
 	bool framed;
-	uint64_t requests;	 /* every finished request seen */
-	uint64_t models_dropped; /* requests not shown: every row was in use */
+	uint64_t requests;	   /* every finished request seen */
+	uint64_t models_dropped;   /* requests not shown: every row was in use */
+	struct nvml_snapshot *gpu; /* the latest NVML sample given; NULL before the first */
 };
 
 /* -ENOMEM when the step window cannot be allocated. */
 int top_init(struct top *t, FILE *out, bool tty, bool by_process);
 void top_free(struct top *t);
 struct sink top_sink(struct top *t);
+/* The latest GPU sample (NVML, cut down to the traced processes), shown from the next frame on:
+ * a line per device. -ENOMEM when there is no room for it (the frame then has no GPU lines). */
+int top_set_gpu_sample(struct top *t, const struct nvml_snapshot *s);
 /* Draws a frame if the second of now_ns is past the last frame's (the sink's tick does this;
  * the loader may too while no record comes, with CLOCK_MONOTONIC, the kernel's clock). */
 void top_tick(struct top *t, const struct pipeline *pl, uint64_t now_ns);

@@ -538,6 +538,7 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 		if (err)
 			goto out;
 		top_on = true;
+		exporters_set_top(&ex, &top);
 		struct sink ts = top_sink(&top);
 
 		err = pipeline_add_sink(&tr.pl, &ts);
@@ -629,8 +630,10 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 out:
 	if (raw)
 		top_term_restore(STDIN_FILENO, &saved);
-	if (top_on)
+	if (top_on) {
+		exporters_set_top(&ex, NULL);
 		top_free(&top);
+	}
 	discover_set_free(&seen);
 	if (ex_started) {
 		int e = exporters_stop(&ex);

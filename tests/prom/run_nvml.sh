@@ -12,7 +12,8 @@
 #  (c) `--timeline`: counter events for utilisation and memory, on the timeline's clock;
 #  (d) no driver (nvmlInit fails; and, where no NVML is installed, no library at all): one
 #      message on stderr, no NVML family on /metrics, no GPU line in the summary;
-#  (e) a trace with neither --listen nor --timeline does not open NVML (no message).
+#  (e) a trace with neither --listen nor --timeline does not open NVML (no message);
+#  (f) `top`: a line per GPU in its frames, with the traced processes' memory.
 # Needs root (BPF). Prints PASS/FAIL/SKIP lines and the totals line; exits 1 if anything failed.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
@@ -197,6 +198,26 @@ if [ "${verdict%% *}" = "-" ]; then
 	ok "timeline: ${verdict#- } samples as counter events (utilisation %, memory bytes) a second apart"
 else
 	ko "timeline counters" "$verdict"
+fi
+
+# (f) top: its frames have a line per GPU, with the traced processes' memory
+LD_LIBRARY_PATH=$LIBDIR TS_NVML_STUB=$STUB "$TS" top -p "$RSPID" -d 3 >"$TMP/top.out" \
+	2>"$TMP/top.err" </dev/null &
+TSPID=$!
+pids+=("$TSPID")
+for _ in $(seq 80); do kill -0 "$TSPID" 2>/dev/null || break; sleep 0.1; done
+wait "$TSPID"
+RC=$?
+top0="GPU 0 Stub H200: util 45%, memory 1.00 GiB of 8.00 GiB, SM 1980 MHz, 350.1 W"
+procs0="  GPU 0 memory of pid $RSPID 512.0 MiB, pid $ENGINE 2.00 GiB"
+top1='GPU 1 Stub "B" \ x: util 7%, memory n/a'
+if [ "$RC" = 0 ] && grep -Eq "^[0-9]+\.[0-9]{3} $top0\$" "$TMP/top.out" &&
+	grep -Eq "^[0-9]+\.[0-9]{3} $procs0\$" "$TMP/top.out" &&
+	grep -qF " $top1" "$TMP/top.out" && ! grep -q $'\033' "$TMP/top.out" &&
+	! grep -q NVML "$TMP/top.err"; then
+	ok "top: a line per GPU in its frames (values, the traced processes' memory), exit 0"
+else
+	ko "top GPU lines" "exit '$RC': $(grep 'GPU [01]' "$TMP/top.out" | tail -n 2)"
 fi
 
 # (d) no driver: nvmlInit fails

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 /* tokenscope top: per-model rows over a sliding window of kernel time, the window sliding, GPU
- * step percentiles, the row cap, plain vs terminal frames, and the key reader. */
+ * step percentiles, the row cap, plain vs terminal frames, the GPU lines (NVML), and the key
+ * reader. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -88,7 +89,10 @@ static void test_rows_and_window(void)
 				      .decode_ns = 60 * MS,
 				      .gpu_ns = 45 * MS,
 				      .host_ns = 15 * MS,
-				      .how = "by time", -1, -1, NULL };
+				      .how = "by time",
+				      -1,
+				      -1,
+				      NULL };
 
 	memset(&pl, 0, sizeof(pl));
 	pl.kstats[TS_STAT_LOST_EVENTS] = 7;
@@ -232,6 +236,67 @@ static void test_model_cap(void)
 	free(out);
 }
 
+static void test_gpu_lines(void)
+{
+	struct nvml_snapshot *s = calloc(1, sizeof(*s));
+	struct top t;
+	char *out = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&out, &len);
+
+	if (!ASSERT_OK_PTR(s, "snapshot") || !ASSERT_OK_PTR(f, "memstream") ||
+	    !ASSERT_OK(top_init(&t, f, false, false), "init"))
+		return;
+	top_render(&t, NULL, 2 * S, f);
+	fflush(f);
+	ASSERT_TRUE(strstr(out, "GPU 0") == NULL, "no line before a sample");
+
+	s->seq = 1;
+	s->ndevices = 2;
+	s->devices[0] = (struct nvml_device){ .index = 0,
+					      .mono_ns = 1 * S,
+					      .name = "NVIDIA H200",
+					      .util_present = true,
+					      .util_pct = 87,
+					      .mem_present = true,
+					      .mem_used = 3ull << 30,
+					      .mem_total = 140ull << 30,
+					      .clock_present = true,
+					      .sm_clock_hz = 1980000000,
+					      .power_present = true,
+					      .power_mw = 412345,
+					      .nprocs = 5 };
+	for (uint32_t i = 0; i < 5; i++)
+		s->devices[0].procs[i] = (struct nvml_proc){ .pid = 100 + i,
+							     .mem_present = i != 1,
+							     .mem_bytes = 512 << 20 };
+	s->devices[1] = (struct nvml_device){
+		.index = 1, .mono_ns = 1 * S, .util_present = true, .util_pct = 7
+	};
+	ASSERT_OK(top_set_gpu_sample(&t, s), "sample");
+	s->devices[0].util_pct = 1; /* top keeps a copy */
+	top_render(&t, NULL, 2 * S, f);
+	fflush(f);
+	ASSERT_TRUE(
+	    strstr(last_frame(out),
+		   "2.000 GPU 0 NVIDIA H200: util 87%, memory 3.00 GiB of 140.00 GiB, SM 1980 "
+		   "MHz, 412.3 W\n2.000   GPU 0 memory of pid 100 512.0 MiB, pid 101 n/a, pid "
+		   "102 512.0 MiB, pid 103 512.0 MiB, 1 more\n") != NULL,
+	    "GPU 0: every value, four processes and how many more");
+	ASSERT_TRUE(strstr(last_frame(out), "2.000 GPU 1 unnamed: util 7%, memory n/a\n") != NULL,
+		    "GPU 1: what it gives, n/a for memory, no clock or power");
+	ASSERT_TRUE(strstr(last_frame(out), "GPU 1 memory of") == NULL, "GPU 1: no processes");
+	top_render(&t, NULL, 10 * S, f);
+	fflush(f);
+	ASSERT_TRUE(
+	    strstr(last_frame(out), "GPU 1 unnamed: util 7%, memory n/a (sampled 9 s ago)") != NULL,
+	    "a stale sample says its age");
+	top_free(&t);
+	fclose(f);
+	free(out);
+	free(s);
+}
+
 static void test_keys(void)
 {
 	struct termios saved;
@@ -255,6 +320,7 @@ int main(void)
 	RUN(test_rows_and_window);
 	RUN(test_tty_and_by_process);
 	RUN(test_model_cap);
+	RUN(test_gpu_lines);
 	RUN(test_keys);
 	return CHECK_DONE();
 }
