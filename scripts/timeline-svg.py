@@ -183,9 +183,10 @@ def render(trace, width, title, t_from, t_to):
                                 '</text>' % (x1 + 4, y + ROW_H / 2 + 3.5, escape(outcome)))
                 continue
             used.add(name)
-            inset = 3 if cat == "phase" else 1
+            # Phases and a step's busy spans are drawn inside the slice that holds them.
+            inset = 3 if cat == "phase" or name == "busy" else 1
             # GPU steps follow each other closely: a hairline keeps them apart.
-            edge = ' stroke="#ffffff" stroke-width="0.5"' if cat == "gpu" else ""
+            edge = ' stroke="#ffffff" stroke-width="0.5"' if cat in ("gpu", "device") else ""
             out.append('<rect x="%.2f" y="%.1f" width="%.2f" height="%d" fill="%s"%s>'
                        '<title>%s</title></rect>'
                        % (x0, y + inset, w, ROW_H - 2 * inset, colour(name), edge, escape(tip)))

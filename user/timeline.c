@@ -236,6 +236,16 @@ static void name_gpu(struct timeline *t, uint32_t pid)
 	ev_meta_sort(t, pid, SORT_GPU);
 }
 
+static void name_device(struct timeline *t, uint32_t pid)
+{
+	uint32_t *slot = &t->named_devices[pid % TIMELINE_NAMED_PIDS];
+
+	if (*slot == pid)
+		return;
+	*slot = pid;
+	ev_meta_str(t, "thread_name", pid, TIMELINE_DEVICE_TID(pid), "device (CUPTI)");
+}
+
 /* A token instant up to its ts, as ev_begin writes it. */
 #define TOKEN_HEAD "{\"name\":\"token\",\"cat\":\"token\",\"ph\":\"i\",\"ts\":"
 #define TOKEN_TAIL_MAX 64
@@ -328,6 +338,41 @@ static void tl_request(void *ctx, const struct request *r, const struct request_
 	tl_flush(t);
 }
 
+/*
+ * The step's device work on the process's device track: a slice from the first device start to
+ * the last device end, named by the step's kind, and inside it a "busy" slice per disjoint span
+ * of device time when there are gaps (GPU_STEP_SPANS at most: past that the closest spans were
+ * merged, their gap counted as busy, and gpu_busy_approx says so).
+ */
+static void tl_device(struct timeline *t, const struct gpu_step *s)
+{
+	const struct gpu_device *d = &s->dev;
+	const uint64_t tid = TIMELINE_DEVICE_TID(s->pid);
+	struct jsonw w;
+
+	name_device(t, s->pid);
+	ev_begin(t, &w, gpu_kind_name(s->kind), "device", "X", rel(t, d->start_ns), s->pid, tid);
+	json_us(&w, "dur", span(d->start_ns, d->end_ns));
+	jsonw_obj_begin(&w, "args");
+	ms_or_null(&w, "gpu_busy_ms", (int64_t)d->busy_ns);
+	jsonw_bool(&w, "gpu_busy_approx", d->approx);
+	ms_or_null(&w, "launch_delay_ms",
+		   d->launch_ns && d->start_ns >= d->launch_ns ? span(d->launch_ns, d->start_ns)
+							       : -1);
+	ms_or_null(&w, "mean_launch_delay_ms",
+		   d->launched ? (int64_t)(d->delay_ns / d->launched) : -1);
+	jsonw_u64(&w, "runs", d->runs);
+	jsonw_u64(&w, "kernels", d->kernels);
+	jsonw_u64(&w, "graphs", d->graphs);
+	jsonw_u64(&w, "memcpys", d->memcpys);
+	jsonw_obj_end(&w);
+	jsonw_end(&w);
+	if (d->nspans < 2)
+		return;
+	for (uint8_t i = 0; i < d->nspans && i < GPU_STEP_SPANS; i++)
+		ev_complete(t, "busy", "device", s->pid, tid, d->spans[i].a, d->spans[i].b);
+}
+
 static void tl_step(void *ctx, const struct gpu_step *s)
 {
 	struct timeline *t = ctx;
@@ -346,8 +391,11 @@ static void tl_step(void *ctx, const struct gpu_step *s)
 	jsonw_u64(&w, "memcpys", s->memcpys);
 	jsonw_u64(&w, "waits", s->waits);
 	ms_or_null(&w, "wait_ms", span(s->wait_start_ns, s->end_ns));
+	jsonw_str(&w, "times", s->dev.device ? "cupti" : "host-calls");
 	jsonw_obj_end(&w);
 	jsonw_end(&w);
+	if (s->dev.device)
+		tl_device(t, s);
 	if (tl_pending(t) >= TIMELINE_FLUSH_BYTES)
 		tl_flush(t);
 }

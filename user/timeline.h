@@ -38,6 +38,10 @@
  * connections', and at the top of the int32 range, which only a connection track 2^31 - 2^22
  * connections into a run would reach as a tid. */
 #define TIMELINE_NVML_PID 2147483647u
+/* A GPU process's device track (its steps' device times, from the CUPTI library): a thread of
+ * that process with an id no real thread has, past PID_MAX_LIMIT as the connections' and below
+ * the NVML process, which a connection track would reach 2^30 - 2^22 connections into a run. */
+#define TIMELINE_DEVICE_TID(pid) ((1ull << 30) + (pid))
 /* Connections and GPU processes whose track was named recently: a direct-mapped cache that keeps
  * memory bounded; a collision costs a repeated (harmless) naming event. */
 #define TIMELINE_NAMED_CONNS 1024
@@ -59,8 +63,9 @@ struct timeline {
 	uint64_t events_written; /* events when the buffer was last written out */
 	uint64_t named_conns[TIMELINE_NAMED_CONNS]; /* conn_id + 1 */
 	uint32_t named_pids[TIMELINE_NAMED_PIDS];
-	bool nvml_named; /* the GPUs' counter process */
-	int err;	 /* first write error (negative errno) */
+	uint32_t named_devices[TIMELINE_NAMED_PIDS]; /* pids whose device track is named */
+	bool nvml_named;			     /* the GPUs' counter process */
+	int err;				     /* first write error (negative errno) */
 };
 
 /* Creates (truncates) path; -errno when it cannot. Nothing is written before the first event. */

@@ -16,6 +16,8 @@ Cases:
   cupti-no-buffer  every buffer request refused: records dropped, counted on the lost line,
                    steps shown with host times only, nothing crashes
   cupti-kernels    --kernels: one run per operation (device_runs = operations)
+  cupti-timeline   --timeline: a slice per step on the process's device track, from device
+                   start to device end, with the step's busy time and launch delay
   cupti-run        tokenscope run names the library itself; the command is traced from its
                    first instruction
   cupti-requests   the reference server in its GPU mode: requests get "attribution":"cupti",
@@ -172,6 +174,41 @@ def case_kernels(tmp):
     return check_steps(steps, 5, 4, single=True)
 
 
+def case_timeline(tmp):
+    path = os.path.join(tmp, "tl.json")
+    steps, _ = loop_traced(tmp, "timeline", 6, 5, ts_args=("--timeline", path))
+    bad = check_steps(steps, 6, 5)
+    with open(path) as f:
+        tl = json.load(f)
+    origin = tl["otherData"]["origin_ns"]
+    ev = tl["traceEvents"]
+    dev = [e for e in ev if e["ph"] == "X" and e.get("cat") == "device" and e["name"] != "busy"]
+    host = [e for e in ev if e["ph"] == "X" and e.get("cat") == "gpu"]
+    if len(dev) != len(steps) or len(host) != len(steps):
+        bad.append(f"{len(dev)} device and {len(host)} host slices for {len(steps)} steps")
+    if any(e["args"]["times"] != "cupti" for e in host):
+        bad.append("a host slice without device times")
+    tracks = {(e["pid"], e["tid"]) for e in dev}
+    named = [e for e in ev if e["ph"] == "M" and e["name"] == "thread_name"
+             and e["args"]["name"] == "device (CUPTI)"]
+    if len(tracks) != 1 or [(e["pid"], e["tid"]) for e in named] != list(tracks):
+        bad.append(f"device tracks {tracks}, named {[(e['pid'], e['tid']) for e in named]}")
+    by_start = {round((s["device_start_ns"] - origin) / 1e3, 3): s for s in steps}
+    for e in dev:
+        s = by_start.get(e["ts"])
+        if s is None:
+            bad.append(f"device slice at {e['ts']} us is no step's device start")
+            continue
+        if e["name"] != s["kind"] or e["dur"] != round((s["device_end_ns"] - s["device_start_ns"]) / 1e3, 3):
+            bad.append(f"device slice {e['name']} {e['dur']} us for step {s['kind']} "
+                       f"{s['device_start_ns']}..{s['device_end_ns']}")
+        if e["args"]["gpu_busy_ms"] != round(s["gpu_busy_ns"] / 1e6, 3):
+            bad.append(f"gpu_busy_ms {e['args']['gpu_busy_ms']} for {s['gpu_busy_ns']} ns")
+        if e["args"]["launch_delay_ms"] != LAUNCH_US / 1e3:
+            bad.append(f"launch_delay_ms {e['args']['launch_delay_ms']}")
+    return bad
+
+
 def case_run(tmp):
     out, err = os.path.join(tmp, "run.out"), os.path.join(tmp, "run.err")
     env = device_env()
@@ -249,6 +286,7 @@ def main():
         return 0
     cases = [("cupti-steps", case_steps), ("cupti-offset", case_offset),
              ("cupti-no-buffer", case_no_buffer), ("cupti-kernels", case_kernels),
+             ("cupti-timeline", case_timeline),
              ("cupti-run", case_run), ("cupti-requests", case_requests)]
     passed = failed = 0
     with tempfile.TemporaryDirectory() as tmp:

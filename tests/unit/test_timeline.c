@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: MIT
 /*
- * The timeline export: requests (attributed or not), tokens and GPU steps through the sink
- * callbacks, then the file parsed back as JSON; a file cut off before timeline_close; and a
- * simulated continuous-batching server driven through the whole pipeline, whose file is kept
- * where TIMELINE_OUT says (docs/timeline.svg was drawn from it by scripts/timeline-svg.py).
+ * The timeline export: requests (attributed or not), tokens and GPU steps (with their device
+ * track) through the sink callbacks, then the file parsed back as JSON; a file cut off before
+ * timeline_close; and a simulated continuous-batching server driven through the whole pipeline,
+ * whose file is kept where TIMELINE_OUT says (docs/timeline.svg was drawn from it by
+ * scripts/timeline-svg.py).
  */
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -181,6 +182,17 @@ static const cJSON *find(const cJSON *events, const char *ph, const char *name, 
 	return NULL;
 }
 
+/* The complete event with this name and category, or NULL. */
+static const cJSON *find_cat(const cJSON *events, const char *name, const char *cat)
+{
+	const cJSON *e;
+
+	cJSON_ArrayForEach(e, events) if (strcmp(str(e, "ph"), "X") == 0 &&
+					  strcmp(str(e, "name"), name) == 0 &&
+					  strcmp(str(e, "cat"), cat) == 0) return e;
+	return NULL;
+}
+
 static struct request *make_request(uint64_t conn_id, uint64_t arrival, uint64_t first,
 				    uint64_t gap, uint32_t ntokens, uint64_t end)
 {
@@ -221,7 +233,8 @@ static void test_attributed_request(void)
 	/* Arrives at +5.000123 ms, queues 2 ms, prefill 30 ms, 4 tokens 10 ms apart from +38. */
 	struct request *r =
 	    make_request(3, ORIGIN + 5 * MS + 123, ORIGIN + 38 * MS, 10 * MS, 4, ORIGIN + 70 * MS);
-	struct gpu_attribution ga = { 2 * MS, 30 * MS, 32 * MS, 27 * MS, 3 * MS, "by time", -1, -1, NULL };
+	struct gpu_attribution ga = { 2 * MS,	 30 * MS, 32 * MS, 27 * MS, 3 * MS,
+				      "by time", -1,	  -1,	   NULL };
 	const cJSON *e;
 
 	tf_open(&f);
@@ -388,6 +401,80 @@ static void test_gpu_steps(void)
 	e = find(f.events, "X", "decode", 0);
 	if (ASSERT_OK_PTR(e, "decode step"))
 		ASSERT_EQ(num(args(e), "graph_launches"), 1, "graph launches");
+out:
+	tf_free(&f);
+}
+
+/* A step with device times (CUPTI) also has a slice on its process's device track, from the
+ * first device start to the last device end, with a "busy" slice per span when there are gaps;
+ * a step without any has none, and each host slice says which times it has. */
+static void test_device_track(void)
+{
+	struct tfile f;
+	struct gpu_step s = { .pid = 4242,
+			      .tid = 4243,
+			      .start_ns = ORIGIN + 1 * MS,
+			      .wait_start_ns = ORIGIN + 2 * MS,
+			      .end_ns = ORIGIN + 10 * MS,
+			      .launches = 40,
+			      .waits = 1,
+			      .kind = STEP_PREFILL };
+	const cJSON *e, *host;
+	int busy = 0;
+
+	tf_open(&f);
+	ASSERT_OK(timeline_set_origin(&f.t, ORIGIN), "origin");
+	s.dev = (struct gpu_device){ .device = true,
+				     .runs = 2,
+				     .kernels = 40,
+				     .start_ns = ORIGIN + 1200 * US,
+				     .end_ns = ORIGIN + 9 * MS,
+				     .busy_ns = 6 * MS,
+				     .launch_ns = ORIGIN + 1100 * US,
+				     .delay_ns = 40 * 50 * US,
+				     .launched = 40,
+				     .nspans = 2,
+				     .spans = { { ORIGIN + 1200 * US, ORIGIN + 4200 * US },
+						{ ORIGIN + 6 * MS, ORIGIN + 9 * MS } } };
+	f.s.gpu_step(f.s.ctx, &s);
+	step(&f, 4242, ORIGIN + 11 * MS, ORIGIN + 12 * MS, 0, 1); /* no device times */
+	if (!tf_close_parse(&f) || !check_events(f.events))
+		goto out;
+
+	host = find_cat(f.events, "prefill", "gpu");
+	e = find_cat(f.events, "prefill", "device");
+	if (!ASSERT_OK_PTR(host, "host slice") || !ASSERT_OK_PTR(e, "device slice"))
+		goto out;
+	ASSERT_STREQ(str(args(host), "times"), "cupti", "host slice: device times known");
+	ASSERT_EQ(num(e, "pid"), 4242, "in the GPU process");
+	ASSERT_EQ(num(e, "tid"), (double)TIMELINE_DEVICE_TID(4242), "on its device track");
+	ASSERT_NEAR(num(e, "ts"), 1200, 1e-6, "first device start");
+	ASSERT_NEAR(num(e, "dur"), 7800, 1e-6, "to the last device end");
+	ASSERT_NEAR(num(args(e), "gpu_busy_ms"), 6.0, 1e-9, "busy");
+	ASSERT_TRUE(cJSON_IsFalse(cJSON_GetObjectItem(args(e), "gpu_busy_approx")), "exact");
+	ASSERT_NEAR(num(args(e), "launch_delay_ms"), 0.1, 1e-9, "first launch to device start");
+	ASSERT_NEAR(num(args(e), "mean_launch_delay_ms"), 0.05, 1e-9, "mean launch delay");
+	ASSERT_EQ(num(args(e), "runs"), 2, "runs");
+	ASSERT_EQ(num(args(e), "kernels"), 40, "kernels");
+	cJSON_ArrayForEach(e, f.events)
+	{
+		if (strcmp(str(e, "name"), "busy") || strcmp(str(e, "ph"), "X"))
+			continue;
+		ASSERT_EQ(num(e, "tid"), (double)TIMELINE_DEVICE_TID(4242), "busy on the track");
+		ASSERT_NEAR(num(e, "ts"), busy ? 6000 : 1200, 1e-6, "span start");
+		ASSERT_NEAR(num(e, "dur"), 3000, 1e-6, "span length");
+		busy++;
+	}
+	ASSERT_EQ(busy, 2, "a busy slice per span");
+	e = find(f.events, "M", "thread_name", 0);
+	if (ASSERT_OK_PTR(e, "device track named")) {
+		ASSERT_EQ(num(e, "tid"), (double)TIMELINE_DEVICE_TID(4242), "its tid");
+		ASSERT_STREQ(str(args(e), "name"), "device (CUPTI)", "its name");
+	}
+	ASSERT_EQ(count(f.events, "X", "decode"), 1, "no device slice without device times");
+	e = find(f.events, "X", "decode", 0);
+	if (ASSERT_OK_PTR(e, "decode step"))
+		ASSERT_STREQ(str(args(e), "times"), "host-calls", "host times only");
 out:
 	tf_free(&f);
 }
@@ -945,6 +1032,7 @@ int main(void)
 	RUN(test_attributed_request);
 	RUN(test_unattributed_and_failed);
 	RUN(test_gpu_steps);
+	RUN(test_device_track);
 	RUN(test_origin_first_event);
 	RUN(test_time_far_before_origin);
 	RUN(test_cut_file);
