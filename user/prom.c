@@ -753,6 +753,30 @@ static void render_loss(const struct prom *p, FILE *f)
 	for (size_t i = 0; i < sizeof(events) / sizeof(events[0]); i++)
 		fprintf(f, "tokenscope_dropped_total{what=\"%s\"} %" PRIu64 "\n", events[i].name,
 			events[i].v);
+	/* Device times: only where a CUPTI library reported (as the summary's line). */
+	if (l->cupti || l->cupti_abi_bad) {
+		const struct {
+			const char *name;
+			uint64_t v;
+		} dev[] = {
+			{ "cupti_dropped", l->cupti_dropped },
+			{ "buffer_refused", l->cupti_pool_empty },
+			{ "unplaced_run", l->cupti_unplaced },
+			{ "late_step", l->cupti_late },
+			{ "other_version", l->cupti_abi_bad },
+		};
+
+		put_header(
+		    f, "tokenscope_device_times_lost_total", "counter",
+		    "What device times (the CUPTI library) missed: records CUPTI dropped "
+		    "(what=\"cupti_dropped\"), buffer requests refused with the library's pool "
+		    "in use (\"buffer_refused\"), runs in no GPU step (\"unplaced_run\"), steps "
+		    "shown before their device times were in (\"late_step\"), records of a "
+		    "library of another version (\"other_version\").");
+		for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++)
+			fprintf(f, "tokenscope_device_times_lost_total{what=\"%s\"} %" PRIu64 "\n",
+				dev[i].name, dev[i].v);
+	}
 	put_header(f, "tokenscope_traced_processes", "gauge",
 		   "Processes traced now: those named with -p or found by --all, and their "
 		   "descendants; one that exits leaves.");

@@ -13,8 +13,8 @@ Cases:
                    launch-to-start delay, device start/end inside the step's host window
   cupti-offset     the same with a CUPTI that refuses the timestamp callback: the library's
                    offset method; busy and delays still exact, the summary names the method
-  cupti-no-buffer  every buffer request refused: records dropped, counted on the lost line,
-                   steps shown with host times only, nothing crashes
+  cupti-no-buffer  every buffer request refused: records dropped, counted on the lost line
+                   and on /metrics, steps shown with host times only, nothing crashes
   cupti-kernels    --kernels: one run per operation (device_runs = operations)
   cupti-timeline   --timeline: a slice per step on the process's device track, from device
                    start to device end, with the step's busy time and launch delay
@@ -26,11 +26,13 @@ Prints PASS/FAIL/SKIP lines and "N passed, N failed, N skipped".
 """
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 
 sys.dont_write_bytecode = True
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -73,8 +75,9 @@ def jsonl(path):
         return [json.loads(l) for l in f if l.startswith("{")]
 
 
-def loop_traced(tmp, name, steps, launches, ts_args=(), env_extra=None):
-    """cudaloop with the injection library, tokenscope trace -p on it; returns (steps, stderr)."""
+def loop_traced(tmp, name, steps, launches, ts_args=(), env_extra=None, scrape=None):
+    """cudaloop with the injection library, tokenscope trace -p on it; returns (steps, stderr).
+    scrape: a list that gets the /metrics text (with --listen in ts_args) once the loop is done."""
     env = device_env(**(env_extra or {}))
     loop = subprocess.Popen([LOOP, "--cudart", CUDART, "-n", str(steps), "--launches",
                              str(launches)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -92,6 +95,9 @@ def loop_traced(tmp, name, steps, launches, ts_args=(), env_extra=None):
         loop.stdin.flush()
         loop.stdout.readline()  # the loop's own figures: it is done
         time.sleep(0.5)
+        if scrape is not None:
+            addr = wait_for(err, "metrics at http://", 5).split("metrics at ")[1].split()[0]
+            scrape.append(urllib.request.urlopen(addr, timeout=5).read().decode())
         loop.stdin.write("bye\n")
         loop.stdin.flush()
         if loop.wait(20) != 0:
@@ -159,13 +165,27 @@ def case_offset(tmp):
 
 
 def case_no_buffer(tmp):
-    steps, err = loop_traced(tmp, "nobuf", 5, 4, env_extra={"TS_CUPTI_STUB_NO_BUFFER": "1"})
+    metrics = []
+    steps, err = loop_traced(tmp, "nobuf", 5, 4, ts_args=("--listen", "127.0.0.1:0"),
+                             env_extra={"TS_CUPTI_STUB_NO_BUFFER": "1"}, scrape=metrics)
     bad = []
+    lost = {l.split('"')[1]: int(l.split()[-1]) for l in metrics[0].splitlines()
+            if l.startswith("tokenscope_device_times_lost_total{")}
+    if set(lost) != {"cupti_dropped", "buffer_refused", "unplaced_run", "late_step",
+                     "other_version"} or lost["cupti_dropped"] == 0:
+        bad.append(f"/metrics tokenscope_device_times_lost_total: {lost}")
     if len(steps) != 10 or any(s["times"] != "host-calls" for s in steps):
         bad.append(f"{len(steps)} steps, times {[s['times'] for s in steps]}")
     line = [l for l in err.splitlines() if "lost (device times)" in l]
     if not line or " 0 records dropped by CUPTI" in line[0]:
         bad.append(f"drops not counted: {line}")
+    elif f"device times): {lost.get('cupti_dropped')} records dropped by CUPTI" not in line[0]:
+        bad.append(f"/metrics says {lost.get('cupti_dropped')} dropped, the summary {line[0]}")
+    if shutil.which("promtool"):
+        pt = subprocess.run(["promtool", "check", "metrics"], input=metrics[0], text=True,
+                            capture_output=True, timeout=30)
+        if pt.returncode != 0:
+            bad.append(f"promtool check metrics: {(pt.stdout + pt.stderr)[-300:]}")
     return bad
 
 
