@@ -250,10 +250,20 @@ def writeloop_run(kind, tmp, frames=200000):
 
 
 def cudaloop_run(kind, tmp, steps=2000):
+    """cudaloop on the toolkit's runtime: kind untraced, tokenscope (traced), or bystander (not
+    traced while tokenscope traces another cudaloop on the same library file); returns the
+    issuing thread's CPU microseconds per step (prefill, decode)."""
+    other = tr_other = None
+    if kind == "bystander":
+        other = spawn([CL, "--cudart", CUDART, "-n", "1"], stdin=subprocess.PIPE,
+                      stdout=subprocess.PIPE, text=True)
+        other_pid = int(other.stdout.readline().split()[1])
+        tr_other = Tracer("tokenscope", other_pid, tmp, tag="-other")
+        wait_for(tr_other.err, "tracing CUDA calls", 20)
     cl = spawn([CL, "--cudart", CUDART, "-n", str(steps)], stdin=subprocess.PIPE,
                stdout=subprocess.PIPE, text=True)
     pid = int(cl.stdout.readline().split()[1])
-    tr = Tracer(kind, pid, tmp)
+    tr = Tracer(kind if kind != "bystander" else "untraced", pid, tmp)
     if kind == "tokenscope":
         wait_for(tr.err, "tracing CUDA calls", 20)
     cl.stdin.write("go\n")
@@ -261,6 +271,9 @@ def cudaloop_run(kind, tmp, steps=2000):
     line = cl.stdout.readline()
     tr.stop()
     cl.communicate("exit\n", timeout=120)
+    if other:
+        tr_other.stop()
+        other.communicate("exit\n", timeout=60)
     vals = dict(kv.split("=") for kv in line.split())
     return float(vals["prefill_us_per_step"]), float(vals["decode_us_per_step"])
 
@@ -494,20 +507,29 @@ def section_cuda(tmp):
     if not os.path.exists(CUDART):
         print(f"4. CUDA probes: skipped, {CUDART} not installed")
         return
+    kinds = ("untraced", "tokenscope", "bystander")
     print(f"4. CUDA probes: cost per GPU step on {CUDART}, 2000 steps of each kind, "
-          f"{ROUNDS} rounds interleaved, medians (host CPU time of the issuing thread)")
-    runs = {k: [cudaloop_run(k, tmp) for _ in range(ROUNDS)]
-            for k in ("untraced", "tokenscope")}
-    base_p = statistics.median(p for p, _ in runs["untraced"])
-    base_d = statistics.median(d for _, d in runs["untraced"])
-    tp = statistics.median(p for p, _ in runs["tokenscope"])
-    td = statistics.median(d for _, d in runs["tokenscope"])
+          f"{ROUNDS} rounds interleaved, medians (host CPU time of the issuing thread); "
+          f"bystander: a process tokenscope does not trace, on the same library file, while it "
+          f"traces another")
+    runs = {k: [] for k in kinds}
+    for _ in range(ROUNDS):
+        for k in kinds:
+            runs[k].append(cudaloop_run(k, tmp))
+    med = {k: (statistics.median(p for p, _ in runs[k]), statistics.median(d for _, d in runs[k]))
+           for k in kinds}
+    base_p, base_d = med["untraced"]
     # probe hits: a prefill step = 40 launches + sync entry + sync return; a decode step =
     # graph launch + copy + sync entry + sync return.
-    print(f"   prefill step (40 launches + sync): {base_p:7.2f} -> {tp:7.2f} us, "
-          f"+{tp - base_p:.2f} us per step, {(tp - base_p) / 42:.2f} us per probe hit")
-    print(f"   decode step (graph + copy + sync): {base_d:7.2f} -> {td:7.2f} us, "
-          f"+{td - base_d:.2f} us per step, {(td - base_d) / 4:.2f} us per probe hit")
+    for i, (what, hits) in enumerate((("prefill step (40 launches + sync)", 42),
+                                      ("decode step (graph + copy + sync)", 4))):
+        base = med["untraced"][i]
+        per_hit = [(r[i] - base) / hits for r in runs["tokenscope"]]
+        print(f"   {what}: {base:7.2f} -> {med['tokenscope'][i]:7.2f} us, "
+              f"+{med['tokenscope'][i] - base:.2f} us per step, "
+              f"{(med['tokenscope'][i] - base) / hits:.2f} us per probe hit "
+              f"(rounds {min(per_hit):.2f} to {max(per_hit):.2f}); bystander "
+              f"{med['bystander'][i]:.2f} us ({med['bystander'][i] - base:+.2f})")
 
 
 def device_run(mode, tmp, steps=1000):

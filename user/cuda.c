@@ -12,7 +12,6 @@
 #include <bpf/libbpf.h>
 
 #include "cuda.h"
-#include "grow.h"
 #include "events.h"
 #include "tokenscope.skel.h"
 
@@ -64,30 +63,63 @@ void cuda_init(struct cuda_attach *ca, struct tokenscope_bpf *skel, bool verbose
 	ca->verbose = verbose;
 }
 
-static int cuda_keep_link(struct cuda_attach *ca, struct bpf_link *l)
+/* The hook of pid in file (-1: the CUPTI library's probes), or NULL. */
+static struct cuda_hook *cuda_hook_find(struct cuda_attach *ca, uint32_t pid, int file)
 {
-	struct bpf_link **n = grow(ca->links, &ca->cap, ca->nlinks + 1, sizeof(*n), 64);
-
-	if (!n)
-		return -ENOMEM;
-	ca->links = n;
-	ca->links[ca->nlinks++] = l;
-	return 0;
+	for (int i = 0; i < ca->nhooks; i++)
+		if (ca->hooks[i].pid == pid && ca->hooks[i].file == file)
+			return &ca->hooks[i];
+	return NULL;
 }
 
-static int cuda_hook_one(struct cuda_attach *ca, const char *path, const struct cuda_fn *fn)
+/* A new hook without links; NULL when CUDA_MAX_HOOKS are in use (counted) or there is no
+ * memory. Kept even if nothing attaches: a process is tried once per file. */
+static struct cuda_hook *cuda_hook_new(struct cuda_attach *ca, uint32_t pid, int file)
 {
-	LIBBPF_OPTS(bpf_uprobe_opts, opts, .func_name = fn->name, .bpf_cookie = fn->kind);
-	struct bpf_link *l, *r = NULL;
+	struct cuda_hook *h;
 
+	if (!ca->hooks && !(ca->hooks = calloc(CUDA_MAX_HOOKS, sizeof(*ca->hooks))))
+		return NULL;
+	if (ca->nhooks == CUDA_MAX_HOOKS) {
+		ca->hooks_dropped++;
+		return NULL;
+	}
+	h = &ca->hooks[ca->nhooks++];
+	memset(h, 0, sizeof(*h));
+	h->pid = pid;
+	h->file = file;
+	return h;
+}
+
+static void cuda_hook_unlink(struct cuda_hook *h)
+{
+	for (int i = 0; i < h->nlinks; i++)
+		bpf_link__destroy(h->links[i]);
+	h->nlinks = 0;
+}
+
+/*
+ * Attaches fn for h's process alone: at off in the file, or (off 0: the file's symbols could
+ * not be read here) wherever libbpf finds it by name. A host wait gets a return probe too.
+ */
+static int cuda_hook_fn(struct cuda_attach *ca, struct cuda_hook *h, const char *path,
+			const struct cuda_fn *fn, uint64_t off)
+{
+	LIBBPF_OPTS(bpf_uprobe_opts, opts, .func_name = off ? NULL : fn->name,
+		    .bpf_cookie = fn->kind);
+	struct bpf_link *l, *r = NULL;
+	int pid = (int)h->pid;
+
+	if (h->nlinks + 2 > CUDA_HOOK_LINKS)
+		return -E2BIG;
 	if (fn->kind == TS_CUDA_SYNC) {
-		l = bpf_program__attach_uprobe_opts(ca->skel->progs.ts_cuda_sync, -1, path, 0,
+		l = bpf_program__attach_uprobe_opts(ca->skel->progs.ts_cuda_sync, pid, path, off,
 						    &opts);
 		if (!l)
 			return -errno;
 		opts.retprobe = true;
-		r = bpf_program__attach_uprobe_opts(ca->skel->progs.ts_cuda_sync_ret, -1, path, 0,
-						    &opts);
+		r = bpf_program__attach_uprobe_opts(ca->skel->progs.ts_cuda_sync_ret, pid, path,
+						    off, &opts);
 		if (!r) {
 			int err = -errno;
 
@@ -95,16 +127,14 @@ static int cuda_hook_one(struct cuda_attach *ca, const char *path, const struct 
 			return err;
 		}
 	} else {
-		l = bpf_program__attach_uprobe_opts(ca->skel->progs.ts_cuda_call, -1, path, 0,
+		l = bpf_program__attach_uprobe_opts(ca->skel->progs.ts_cuda_call, pid, path, off,
 						    &opts);
 		if (!l)
 			return -errno;
 	}
-	if (cuda_keep_link(ca, l) || (r && cuda_keep_link(ca, r))) {
-		bpf_link__destroy(l);
-		bpf_link__destroy(r);
-		return -ENOMEM;
-	}
+	h->links[h->nlinks++] = l;
+	if (r)
+		h->links[h->nlinks++] = r;
 	return 0;
 }
 
@@ -125,17 +155,20 @@ static void cuda_deny(struct cuda_attach *ca, enum cuda_denied what, int err, ui
 	snprintf(ca->denied.path, sizeof(ca->denied.path), "%s", path);
 }
 
-/* Hooks what of table exists in the file; returns the number of functions hooked, and *err the
- * first failure other than a function the file lacks. */
-static int cuda_hook_file(struct cuda_attach *ca, const char *path, const struct cuda_fn *table,
-			  size_t n, int *first_err)
+/* Hooks the file's functions for h's process; returns how many, and *first_err the first
+ * failure other than a function the file lacks. */
+static int cuda_hook_file(struct cuda_attach *ca, struct cuda_hook *h, const char *path,
+			  const struct cuda_file *cf, int *first_err)
 {
 	int hooked = 0;
 
 	*first_err = 0;
-	for (size_t i = 0; i < n; i++) {
-		int err = cuda_hook_one(ca, path, &table[i]);
+	for (size_t i = 0; i < cf->n; i++) {
+		int err;
 
+		if (!cf->by_name && !cf->offs[i])
+			continue;
+		err = cuda_hook_fn(ca, h, path, &cf->table[i], cf->by_name ? 0 : cf->offs[i]);
 		if (!err) {
 			hooked++;
 			continue;
@@ -145,8 +178,8 @@ static int cuda_hook_file(struct cuda_attach *ca, const char *path, const struct
 		if (!*first_err)
 			*first_err = err;
 		if (ca->verbose)
-			fprintf(stderr, "tokenscope: cannot hook %s in %s: %s\n", table[i].name,
-				path, strerror(-err));
+			fprintf(stderr, "tokenscope: cannot hook %s in %s for pid %u: %s\n",
+				cf->table[i].name, path, h->pid, strerror(-err));
 	}
 	return hooked;
 }
@@ -156,14 +189,11 @@ static bool cuda_hook_cupti(struct cuda_attach *ca, uint32_t pid, const char *fu
 			    const char *path)
 {
 	static const char *const probes[] = { "runs", "kernels" };
-	int attached = 0, err = 0;
+	struct cuda_hook *h;
+	int err = 0;
 
-	for (int i = 0; i < ca->ncupti; i++)
-		if (ca->cupti_pids[i] == pid)
-			return false;
-	if (ca->ncupti == CUDA_MAX_CUPTI)
+	if (cuda_hook_find(ca, pid, -1) || !(h = cuda_hook_new(ca, pid, -1)))
 		return false;
-	ca->cupti_pids[ca->ncupti++] = pid;
 	for (int i = 0; i < (ca->kernels ? 2 : 1); i++) {
 		struct bpf_link *l =
 		    bpf_program__attach_usdt(ca->skel->progs.ts_cupti_runs, (int)pid, full,
@@ -177,50 +207,59 @@ static bool cuda_hook_cupti(struct cuda_attach *ca, uint32_t pid, const char *fu
 				TS_CUPTI_PROVIDER, probes[i], pid, path, strerror(-err));
 			break;
 		}
-		if (cuda_keep_link(ca, l)) {
-			bpf_link__destroy(l);
-			break;
-		}
-		attached++;
+		h->links[h->nlinks++] = l;
 	}
 	if (cuda_is_denial(err))
 		cuda_deny(ca, CUDA_DENIED_UPROBE, err, pid, path);
-	if (attached && !err) {
-		ca->cupti_attached++;
-		fprintf(stderr, "tokenscope: device times of pid %u from %s (CUPTI)\n", pid, path);
+	if (err) {
+		cuda_hook_unlink(h);
+		return false;
 	}
-	return attached && !err;
+	ca->cupti_attached++;
+	fprintf(stderr, "tokenscope: device times of pid %u from %s (CUPTI)\n", pid, path);
+	return true;
 }
 
-static struct cuda_file *cuda_file_seen(struct cuda_attach *ca, dev_t dev, ino_t ino)
+/* The file offset of a function at vaddr: in the executable segment that holds it. */
+static uint64_t cuda_vaddr_off(Elf *e, size_t phnum, uint64_t vaddr)
 {
-	for (int i = 0; i < ca->nfiles; i++)
-		if (ca->files[i].dev == dev && ca->files[i].ino == ino)
-			return &ca->files[i];
-	return NULL;
+	for (size_t i = 0; i < phnum; i++) {
+		GElf_Phdr ph;
+
+		if (gelf_getphdr(e, (int)i, &ph) && ph.p_type == PT_LOAD && (ph.p_flags & PF_X) &&
+		    vaddr >= ph.p_vaddr && vaddr - ph.p_vaddr < ph.p_memsz)
+			return vaddr - ph.p_vaddr + ph.p_offset;
+	}
+	return 0;
 }
 
 /*
- * Whether the ELF file defines a function of table, in one pass over its symbol tables. An
- * executable is looked at for a statically linked runtime, and asking libbpf to attach each
- * function parses the file once per name: for a large executable that links no CUDA (Node's is
- * 100 MB) that stalled the loader, and the draining of the ring buffer, for seconds. True when
- * the file cannot be read: libbpf then decides.
+ * Where each function of the file's table lies (cf->offs; 0 where it is not defined), in one
+ * pass over its symbol tables, as libbpf would find it by name (the first defined function of
+ * that name). Asking libbpf to attach each function by name parses the file once per name and
+ * per process: for a large executable that links no CUDA (Node's is 100 MB) that stalled the
+ * loader, and the draining of the ring buffer, for seconds. Returns how many it found, or
+ * -errno when the file cannot be read as ELF.
  */
-static bool cuda_file_defines_any(const char *path, const struct cuda_fn *table, size_t n)
+static int cuda_resolve(const char *path, struct cuda_file *cf)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int fd = open(path, O_RDONLY | O_CLOEXEC), found = 0;
 	Elf_Scn *scn = NULL;
-	bool found = false;
+	size_t phnum;
 	Elf *e;
 
 	if (fd < 0)
-		return true;
+		return -errno;
 	if (elf_version(EV_CURRENT) == EV_NONE || !(e = elf_begin(fd, ELF_C_READ_MMAP, NULL))) {
 		close(fd);
-		return true;
+		return -EINVAL;
 	}
-	while (!found && (scn = elf_nextscn(e, scn))) {
+	if (elf_kind(e) != ELF_K_ELF || elf_getphdrnum(e, &phnum)) {
+		elf_end(e);
+		close(fd);
+		return -EINVAL;
+	}
+	while ((scn = elf_nextscn(e, scn))) {
 		GElf_Shdr sh;
 		Elf_Data *d;
 
@@ -228,24 +267,55 @@ static bool cuda_file_defines_any(const char *path, const struct cuda_fn *table,
 		    (sh.sh_type != SHT_SYMTAB && sh.sh_type != SHT_DYNSYM) || !sh.sh_entsize ||
 		    !(d = elf_getdata(scn, NULL)))
 			continue;
-		for (size_t i = 0; !found && i < sh.sh_size / sh.sh_entsize; i++) {
+		for (size_t i = 0; i < sh.sh_size / sh.sh_entsize; i++) {
 			GElf_Sym sym;
 			const char *name;
 
-			if (!gelf_getsym(d, i, &sym) || GELF_ST_TYPE(sym.st_info) != STT_FUNC ||
-			    sym.st_shndx == SHN_UNDEF)
+			if (!gelf_getsym(d, (int)i, &sym) ||
+			    GELF_ST_TYPE(sym.st_info) != STT_FUNC || sym.st_shndx == SHN_UNDEF ||
+			    !sym.st_value)
 				continue;
 			name = elf_strptr(e, sh.sh_link, sym.st_name);
 			/* Every name in the tables starts with "cu". */
 			if (!name || name[0] != 'c' || name[1] != 'u')
 				continue;
-			for (size_t k = 0; k < n && !found; k++)
-				found = !strcmp(name, table[k].name);
+			for (size_t k = 0; k < cf->n; k++) {
+				if (cf->offs[k] || strcmp(name, cf->table[k].name))
+					continue;
+				cf->offs[k] = cuda_vaddr_off(e, phnum, sym.st_value);
+				found += cf->offs[k] != 0;
+				break;
+			}
 		}
 	}
 	elf_end(e);
 	close(fd);
 	return found;
+}
+
+/* The file (seen before, or now: its functions found); NULL when CUDA_MAX_FILES are known. */
+static struct cuda_file *cuda_file_of(struct cuda_attach *ca, const struct stat *st,
+				      const char *full, const struct cuda_fn *table, size_t n)
+{
+	struct cuda_file *cf;
+	int found;
+
+	for (int i = 0; i < ca->nfiles; i++)
+		if (ca->files[i].dev == st->st_dev && ca->files[i].ino == st->st_ino)
+			return &ca->files[i];
+	if (ca->nfiles == CUDA_MAX_FILES)
+		return NULL;
+	cf = &ca->files[ca->nfiles++];
+	memset(cf, 0, sizeof(*cf));
+	cf->dev = st->st_dev;
+	cf->ino = st->st_ino;
+	cf->table = table;
+	cf->n = n;
+	found = cuda_resolve(full, cf);
+	/* Unreadable here: libbpf may still read it (it decides, function by function). */
+	cf->by_name = found < 0;
+	cf->nfns = found < 0 ? (int)n : found;
+	return cf;
 }
 
 /* Which table a mapped file calls for: the runtime, the driver, or (for the executable) maybe
@@ -298,6 +368,7 @@ int cuda_scan(struct cuda_attach *ca, uint32_t pid)
 		unsigned long long start, end, off, ino;
 		unsigned int major, minor;
 		struct cuda_file *cf;
+		struct cuda_hook *h;
 		struct stat st;
 		size_t n;
 		int hooked, err = 0;
@@ -322,23 +393,23 @@ int cuda_scan(struct cuda_attach *ca, uint32_t pid)
 				cuda_deny(ca, CUDA_DENIED_ROOT, -errno, pid, path);
 			continue;
 		}
-		if (cuda_file_seen(ca, st.st_dev, st.st_ino))
-			continue;
-		if (ca->nfiles == CUDA_MAX_FILES)
+		cf = cuda_file_of(ca, &st, full, table, n);
+		if (!cf)
 			break;
-		hooked = !guess || cuda_file_defines_any(full, table, n)
-			     ? cuda_hook_file(ca, full, table, n, &err)
-			     : 0;
+		/* An executable is hooked only where its symbols show a runtime linked in. */
+		if (!cf->nfns || (guess && cf->by_name))
+			continue;
+		if (cuda_hook_find(ca, pid, (int)(cf - ca->files)) ||
+		    !(h = cuda_hook_new(ca, pid, (int)(cf - ca->files))))
+			continue;
+		hooked = cuda_hook_file(ca, h, full, cf, &err);
 		if (!hooked && cuda_is_denial(err))
 			cuda_deny(ca, CUDA_DENIED_UPROBE, err, pid, path);
-		cf = &ca->files[ca->nfiles++];
-		cf->dev = st.st_dev;
-		cf->ino = st.st_ino;
-		cf->hooked = hooked;
-		if (hooked)
-			fprintf(stderr,
-				"tokenscope: tracing CUDA calls of pid %u in %s (%d functions)\n",
-				pid, path, hooked);
+		if (!hooked)
+			continue;
+		cf->hooked = true;
+		fprintf(stderr, "tokenscope: tracing CUDA calls of pid %u in %s (%d functions)\n",
+			pid, path, hooked);
 		total += hooked;
 	}
 	fclose(f);
@@ -350,15 +421,25 @@ int cuda_hooked_files(const struct cuda_attach *ca)
 	int n = 0;
 
 	for (int i = 0; i < ca->nfiles; i++)
-		n += ca->files[i].hooked > 0;
+		n += ca->files[i].hooked;
 	return n;
+}
+
+void cuda_forget(struct cuda_attach *ca, uint32_t pid)
+{
+	for (int i = 0; i < ca->nhooks; i++) {
+		if (ca->hooks[i].pid != pid)
+			continue;
+		cuda_hook_unlink(&ca->hooks[i]);
+		ca->hooks[i--] = ca->hooks[--ca->nhooks];
+	}
 }
 
 void cuda_detach(struct cuda_attach *ca)
 {
-	for (int i = 0; i < ca->nlinks; i++)
-		bpf_link__destroy(ca->links[i]);
-	free(ca->links);
-	ca->links = NULL;
-	ca->nlinks = ca->cap = 0;
+	for (int i = 0; i < ca->nhooks; i++)
+		cuda_hook_unlink(&ca->hooks[i]);
+	free(ca->hooks);
+	ca->hooks = NULL;
+	ca->nhooks = 0;
 }

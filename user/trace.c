@@ -125,6 +125,7 @@ static void process_gone(void *ctx, uint32_t pid)
 	/* A later server that gets this pid is a new one. */
 	if (tr->seen)
 		discover_set_remove(tr->seen, pid);
+	cuda_forget(&tr->cuda, pid);
 	do {
 		void *prev = NULL;
 

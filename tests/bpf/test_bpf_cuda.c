@@ -3,9 +3,12 @@
  * CUDA uprobes on the real CUDA runtime (the toolkit's libcudart: with no GPU every call returns
  * an error, but the function is entered) or, where no toolkit is installed, on the stand-in
  * library with the same symbols. This process loads it, the loader's own code finds and hooks it
- * through /proc/self/maps, and the test issues steps of known shape and checks the step records.
+ * through /proc/self/maps, and the test issues steps of known shape and checks the step records;
+ * and the probes are a hooked process's alone (another process mapping the file never traps).
  */
 #include <dlfcn.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <linux/types.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -154,6 +157,94 @@ out:
 		dlclose(c.h);
 }
 
+/* How many times a program ran, with the kernel's run statistics on (-1: cannot tell). */
+static long long prog_runs(const struct bpf_program *p)
+{
+	struct bpf_prog_info info = {};
+	__u32 len = sizeof(info);
+
+	if (bpf_obj_get_info_by_fd(bpf_program__fd(p), &info, &len))
+		return -1;
+	return (long long)info.run_cnt;
+}
+
+/*
+ * The probes are a traced process's alone: another process that maps the same library (here
+ * this test, with a child hooked) never traps, the child's calls run the program, and once the
+ * child is forgotten nothing of it is left to run.
+ */
+static void test_probes_per_process(void)
+{
+	const char *path = "/usr/local/cuda/lib64/libcudart.so.13";
+	struct tokenscope_bpf *skel = NULL;
+	int go[2] = { -1, -1 }, stats_fd = -1, status;
+	struct cuda_attach ca;
+	struct cudart c = { 0 };
+	long long before;
+	pid_t child = -1;
+	char b = 0;
+
+	if (!cudart_open(&c, path) && !cudart_open(&c, ".output/standin/libcudart.so.13")) {
+		SKIP("no runtime");
+		return;
+	}
+	libbpf_set_print(NULL);
+	skel = tokenscope_bpf__open_and_load();
+	if (!ASSERT_OK_PTR(skel, "load") || !ASSERT_OK(pipe(go), "pipe"))
+		goto out;
+	stats_fd = bpf_enable_stats(BPF_STATS_RUN_TIME);
+	if (stats_fd < 0) {
+		SKIP("the kernel's BPF run statistics cannot be turned on");
+		goto out;
+	}
+	child = fork();
+	if (child == 0) {
+		/* Waits for the word, then makes 10 launches of its own. */
+		if (read(go[0], &b, 1) == 1)
+			for (int i = 0; i < 10; i++)
+				c.launch(NULL, 0, 0, NULL, 0, NULL);
+		_exit(0);
+	}
+	if (!ASSERT_TRUE(child > 0, "fork"))
+		goto out;
+	cuda_init(&ca, skel, false);
+	ASSERT_TRUE(cuda_scan(&ca, child) >= 5, "hooked for the child");
+	before = prog_runs(skel->progs.ts_cuda_call);
+	for (int i = 0; i < 10; i++)
+		c.launch(NULL, 0, 0, NULL, 0, NULL);
+	ASSERT_EQ(prog_runs(skel->progs.ts_cuda_call), before,
+		  "this process maps the same file and never traps");
+	ASSERT_EQ(write(go[1], "g", 1), 1, "go");
+	waitpid(child, &status, 0);
+	child = -1;
+	ASSERT_EQ(prog_runs(skel->progs.ts_cuda_call), before + 10, "the child's 10 launches");
+	cuda_forget(&ca, getpid() + 1000000); /* no such process: nothing changes */
+	ASSERT_EQ(ca.nhooks, 1, "one hook");
+	ASSERT_TRUE(cuda_scan(&ca, getpid()) >= 5, "hooked for this process too");
+	c.launch(NULL, 0, 0, NULL, 0, NULL);
+	ASSERT_EQ(prog_runs(skel->progs.ts_cuda_call), before + 11, "now this process traps");
+	cuda_forget(&ca, getpid());
+	ASSERT_EQ(ca.nhooks, 1, "its hook is gone");
+	c.launch(NULL, 0, 0, NULL, 0, NULL);
+	ASSERT_EQ(prog_runs(skel->progs.ts_cuda_call), before + 11, "and its probes with it");
+	ASSERT_EQ(cuda_hooked_files(&ca), 1, "one file hooked");
+	cuda_detach(&ca);
+out:
+	if (child > 0) {
+		kill(child, SIGKILL);
+		waitpid(child, &status, 0);
+	}
+	if (stats_fd >= 0)
+		close(stats_fd);
+	if (go[0] >= 0) {
+		close(go[0]);
+		close(go[1]);
+	}
+	tokenscope_bpf__destroy(skel);
+	if (c.h)
+		dlclose(c.h);
+}
+
 /* The toolkit's real runtime: no GPU here, so calls fail, but they are entered. */
 static void test_cuda_runtime(void)
 {
@@ -181,5 +272,6 @@ int main(void)
 	RUN(test_cuda_runtime);
 	RUN(test_cuda_runtime_calls);
 	RUN(test_standin_runtime);
+	RUN(test_probes_per_process);
 	return CHECK_DONE();
 }
