@@ -72,7 +72,7 @@ static struct cuda_hook *cuda_hook_find(struct cuda_attach *ca, uint32_t pid, in
 	return NULL;
 }
 
-/* A new hook without links; NULL when CUDA_MAX_HOOKS are in use (counted) or there is no
+/* A new hook without links; NULL when CUDA_MAX_HOOKS are in use (said once) or there is no
  * memory. Kept even if nothing attaches: a process is tried once per file. */
 static struct cuda_hook *cuda_hook_new(struct cuda_attach *ca, uint32_t pid, int file)
 {
@@ -81,7 +81,12 @@ static struct cuda_hook *cuda_hook_new(struct cuda_attach *ca, uint32_t pid, int
 	if (!ca->hooks && !(ca->hooks = calloc(CUDA_MAX_HOOKS, sizeof(*ca->hooks))))
 		return NULL;
 	if (ca->nhooks == CUDA_MAX_HOOKS) {
-		ca->hooks_dropped++;
+		if (!ca->hooks_full)
+			fprintf(
+			    stderr,
+			    "tokenscope: %d (process, CUDA library) pairs hooked, the most kept: "
+			    "GPU steps of pid %u and of later processes are not traced\n",
+			    CUDA_MAX_HOOKS, pid);
 		return NULL;
 	}
 	h = &ca->hooks[ca->nhooks++];
@@ -303,8 +308,15 @@ static struct cuda_file *cuda_file_of(struct cuda_attach *ca, const struct stat 
 	for (int i = 0; i < ca->nfiles; i++)
 		if (ca->files[i].dev == st->st_dev && ca->files[i].ino == st->st_ino)
 			return &ca->files[i];
-	if (ca->nfiles == CUDA_MAX_FILES)
+	if (ca->nfiles == CUDA_MAX_FILES) {
+		if (!ca->files_full)
+			fprintf(
+			    stderr,
+			    "tokenscope: %d CUDA library files looked at, the most kept: %s and "
+			    "later files are not hooked\n",
+			    CUDA_MAX_FILES, full);
 		return NULL;
+	}
 	cf = &ca->files[ca->nfiles++];
 	memset(cf, 0, sizeof(*cf));
 	cf->dev = st->st_dev;

@@ -23,7 +23,7 @@
 #include <sys/types.h>
 
 /* Library files looked at, and (process, file) pairs hooked; beyond them, nothing is hooked
- * (counted in cuda_attach.hooks_dropped). */
+ * (counted, and said once). */
 #define CUDA_MAX_FILES 64
 #define CUDA_MAX_HOOKS 256
 /* Functions of the longest table (runtime or driver), and links of one hook: a probe per
@@ -74,7 +74,7 @@ struct cuda_attach {
 	int nfiles;
 	struct cuda_hook *hooks; /* CUDA_MAX_HOOKS, allocated with the first */
 	int nhooks;
-	uint64_t hooks_dropped; /* (process, file) pairs not hooked: CUDA_MAX_HOOKS reached */
+	bool hooks_full, files_full; /* a cap was reached: said once, nothing more hooked */
 	bool verbose;
 	bool kernels; /* --kernels: the library's per-operation probe too */
 	struct cuda_denial denied;
