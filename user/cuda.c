@@ -87,6 +87,7 @@ static struct cuda_hook *cuda_hook_new(struct cuda_attach *ca, uint32_t pid, int
 			    "tokenscope: %d (process, CUDA library) pairs hooked, the most kept: "
 			    "GPU steps of pid %u and of later processes are not traced\n",
 			    CUDA_MAX_HOOKS, pid);
+		ca->hooks_full = true;
 		return NULL;
 	}
 	h = &ca->hooks[ca->nhooks++];
@@ -315,6 +316,7 @@ static struct cuda_file *cuda_file_of(struct cuda_attach *ca, const struct stat 
 			    "tokenscope: %d CUDA library files looked at, the most kept: %s and "
 			    "later files are not hooked\n",
 			    CUDA_MAX_FILES, full);
+		ca->files_full = true;
 		return NULL;
 	}
 	cf = &ca->files[ca->nfiles++];
