@@ -2,31 +2,46 @@
 # GPU check: tokenscope against a real GPU streaming server, for a person to read.
 #
 # Starts scripts/gpu_server.py (an HTTP process plus a spawned GPU engine process: a random-
-# weight transformer, eager prefill, CUDA-graph decode, .item() per token), warms it up,
-# attaches .output/tokenscope (--json --tokens --gpu-steps), drives 12 streaming requests with
-# .output/gtclient (3 at a time, so requests queue), stops everything and prints: tokenscope's
-# stderr (attach, CUDA hooks, summary, GPU per-process statistics), a per-request comparison
-# with the client's own clock, GPU step statistics, and tokenscope's steps matched against the
-# server's own step log. It passes or fails nothing; the last line is a one-line verdict.
+# weight transformer, eager prefill, CUDA-graph decode, .item() per token) three times:
+#  1. trace -p: warms it up, attaches .output/tokenscope (--json --tokens --gpu-steps), drives
+#     12 streaming requests with .output/gtclient (3 at a time, so requests queue) and prints
+#     tokenscope's stderr, a per-request comparison with the client's own clock, GPU step
+#     statistics, and tokenscope's steps matched against the server's own step log;
+#  2. plain: the server alone under the load of phase 3 (24 requests, 3 at a time, 64 tokens),
+#     for the overhead;
+#  3. run: `tokenscope run --json --tokens --gpu-steps --listen` starts the server with the CUPTI
+#     library injected (device times) and NVML read; the same load, one /metrics scrape and one
+#     `nvidia-smi` reading during it; then scripts/gpu_check_device.py prints steps by kind with
+#     device busy time, request prefill/decode device time against the server's own timings,
+#     NVML against nvidia-smi, and the throughput ratio run / plain.
+# It passes or fails nothing; the last lines are one-line verdicts.
 #
-#   scripts/gpu-check.sh                 # as root, from any directory; about a minute
+#   scripts/gpu-check.sh                 # as root, from any directory; about three minutes
 #
 # Environment:
-#   OUT=DIR              artefacts (default /tmp/gpu-check): report.txt, server.out,
-#                        steps.jsonl, tokenscope.jsonl, tokenscope.err, client.jsonl
+#   OUT=DIR              artefacts (default /tmp/gpu-check): report.txt; phase 1: server.out,
+#                        steps.jsonl, tokenscope.jsonl, tokenscope.err, client.jsonl; phase 2:
+#                        plain.server.out, plain.steps.jsonl, plain.client.jsonl; phase 3:
+#                        run.jsonl (tokenscope's lines and the server's stdout), run.err,
+#                        run.steps.jsonl, run.client.jsonl, run.metrics.txt, run.nvsmi.csv,
+#                        run.nvsmi-apps.csv
 #   PYTHON=python3       the Python that has torch
 #   GPU_CHECK_NO_GPU=1   dry run on a machine without a GPU: skip the GPU checks and run the
-#                        server with --no-gpu (sleeps instead of CUDA; no GPU steps to match)
-#   GPU_CHECK_TIMEOUT_S  bound on the whole run (default 270; then up to 20 s to clean up)
+#                        server with --no-gpu (sleeps instead of CUDA; no GPU steps to match,
+#                        no device times, no NVML)
+#   GPU_CHECK_TIMEOUT_S  bound on the whole run (default 360; then up to 20 s to clean up)
+#   TOKENSCOPE_CUPTI_PATH  libcupti for the injection library, when neither the loader nor the
+#                        places this script looks (PyTorch's nvidia/cuda_cupti wheel, the CUDA
+#                        toolkit) find it
 #
-# Needs .output/tokenscope and .output/gtclient built beforehand (nothing is installed). When
-# their shared libraries (libbpf, libcjson, libelf) are missing on this machine, put copies in
-# .output/lib/: they are used for those two programs only.
+# Needs .output/tokenscope, .output/libtokenscope_cupti.so and .output/gtclient built beforehand
+# (nothing is installed). When their shared libraries (libbpf, libcjson, libelf) are missing on
+# this machine, put copies in .output/lib/: they are used for those programs only.
 set -uo pipefail
 
 if [ -z "${GPU_CHECK_BOUNDED:-}" ]; then
 	export GPU_CHECK_BOUNDED=1
-	exec timeout -k 20 "${GPU_CHECK_TIMEOUT_S:-270}" bash "$0" "$@"
+	exec timeout -k 20 "${GPU_CHECK_TIMEOUT_S:-360}" bash "$0" "$@"
 fi
 # On that SIGTERM this shell waits for main's clean-up and report (see the end).
 trap : INT TERM
@@ -36,10 +51,14 @@ OUT=${OUT:-/tmp/gpu-check}
 PY=${PYTHON:-python3}
 NO_GPU=${GPU_CHECK_NO_GPU:-}
 mkdir -p "$OUT" || exit 1
-rm -f "$OUT"/{report.txt,server.out,steps.jsonl,tokenscope.jsonl,tokenscope.err,client.jsonl}
+rm -f "$OUT"/{report.txt,server.out,steps.jsonl,tokenscope.jsonl,tokenscope.err,client.jsonl} \
+	"$OUT"/plain.{server.out,steps.jsonl,client.jsonl} \
+	"$OUT"/run.{jsonl,err,steps.jsonl,client.jsonl,metrics.txt,nvsmi.csv,nvsmi-apps.csv}
 TMP=$(mktemp -d)
 
-SERVER_PID='' SERVER_PGID='' SRV='' ENGINE='' TS_PID=''
+SERVER_PID='' SERVER_PGID='' SRV='' ENGINE='' TS_PID='' PORT=''
+# The load of phases 2 and 3, whose throughputs are compared.
+LOAD=(-n 24 -c 3 --max-tokens 64 --usage)
 
 say() { printf '%s\n' "$*"; }
 STEP=start
@@ -118,6 +137,64 @@ stop_server() {
 	SERVER_PID=
 }
 
+# start_server OUT ERR LOG [PREFIX...]: scripts/gpu_server.py logging its steps to LOG, started
+# after PREFIX (tokenscope run ... --) in a session of its own, bounded; stdout to OUT, stderr
+# to ERR (to OUT when ERR is empty). Waits for it to listen (150 s: torch import, CUDA context,
+# capture) and sets SERVER_PID, SERVER_PGID, PORT, SRV and ENGINE; false when it did not start.
+start_server() {
+	local out=$1 err=${2:-$1} i setsid=() srv_args=(--port 0 --log "$3")
+	shift 3
+	[ -n "$NO_GPU" ] && srv_args+=(--no-gpu)
+	command -v setsid >/dev/null && setsid=(setsid)
+	: >"$out"
+	[ "$err" = "$out" ] || : >"$err"
+	${setsid[@]+"${setsid[@]}"} timeout -s INT -k 10 250 "$@" "$PY" -u scripts/gpu_server.py \
+		"${srv_args[@]}" >>"$out" 2>>"$err" &
+	SERVER_PID=$!
+	SERVER_PGID=
+	[ -n "${setsid[*]}" ] && SERVER_PGID=$SERVER_PID
+	for ((i = 0; i < 1500; i++)); do
+		grep -q '^listening on' "$out" && break
+		alive "$SERVER_PID" || break
+		sleep 0.1
+	done
+	grep -v '^{' "$out"
+	[ "$err" = "$out" ] || grep -v '^tokenscope' "$err"
+	grep -q '^listening on' "$out" || return 1
+	PORT=$(sed -n 's/^listening on 127\.0\.0\.1:\([0-9]*\)$/\1/p' "$out")
+	SRV=$(sed -n 's/^server pid \([0-9]*\) engine pid \([0-9]*\)$/\1/p' "$out")
+	ENGINE=$(sed -n 's/^server pid \([0-9]*\) engine pid \([0-9]*\)$/\2/p' "$out")
+	say "HTTP process $SRV, engine process $ENGINE, port $PORT"
+	say "warm-up: one request"
+	tool 30 .output/gtclient --port "$PORT" -n 1 --max-tokens 8 --usage -o "$TMP/warmup.jsonl" ||
+		{
+			say "the warm-up request failed: $(cat "$TMP/warmup.jsonl" 2>/dev/null)"
+			return 1
+		}
+}
+
+# The run phase: SIGINT to tokenscope run (through timeout), which passes it on to the server
+# and exits with its status once it exits; then whatever is left of the session goes.
+stop_run() {
+	[ -n "$SERVER_PID" ] || return 0
+	kill -INT "$SERVER_PID" 2>/dev/null
+	wait_gone 20 "$SERVER_PID" || say "gpu-check: tokenscope run did not end 20 s after SIGINT"
+	stop_server
+}
+
+# libcupti for the injection library, where the loader would not find it: PyTorch's wheel
+# (nvidia/cuda_cupti/lib), then the toolkit. Prints the path, or nothing.
+find_cupti() {
+	local d f
+	for d in $("$PY" -c 'import os, nvidia.cuda_cupti as m; print(os.path.join(list(m.__path__)[0], "lib"))' 2>/dev/null) \
+		/usr/local/cuda/extras/CUPTI/lib64 /usr/local/cuda/lib64; do
+		for f in "$d"/libcupti.so.13 "$d"/libcupti.so.12 "$d"/libcupti.so; do
+			[ -e "$f" ] && echo "$f" && return 0
+		done
+	done
+	return 1
+}
+
 # shellcheck disable=SC2317 # run by the EXIT trap
 cleanup() {
 	trap - EXIT INT TERM
@@ -171,31 +248,8 @@ print("torch", torch.__version__, "CUDA", torch.version.cuda, "device", torch.cu
 	[ -n "$ts_ok" ] && say "tokenscope: $(tool 10 .output/tokenscope version 2>&1 | head -n 1)"
 
 	section "GPU server: scripts/gpu_server.py"
-	local setsid=() srv_args=(--port 0 --log "$OUT/steps.jsonl")
-	[ -n "$NO_GPU" ] && srv_args+=(--no-gpu)
-	command -v setsid >/dev/null && setsid=(setsid)
-	${setsid[@]+"${setsid[@]}"} timeout -k 5 250 "$PY" -u scripts/gpu_server.py "${srv_args[@]}" \
-		>"$OUT/server.out" 2>&1 &
-	SERVER_PID=$!
-	[ -n "${setsid[*]}" ] && SERVER_PGID=$SERVER_PID
-	local i
-	for ((i = 0; i < 1500; i++)); do # 150 s: torch import, CUDA context, capture
-		grep -q '^listening on' "$OUT/server.out" && break
-		alive "$SERVER_PID" || break
-		sleep 0.1
-	done
-	cat "$OUT/server.out"
-	grep -q '^listening on' "$OUT/server.out" || die "the GPU server did not start (above)"
-	local port
-	port=$(sed -n 's/^listening on 127\.0\.0\.1:\([0-9]*\)$/\1/p' "$OUT/server.out")
-	SRV=$(sed -n 's/^server pid \([0-9]*\) engine pid \([0-9]*\)$/\1/p' "$OUT/server.out")
-	ENGINE=$(sed -n 's/^server pid \([0-9]*\) engine pid \([0-9]*\)$/\2/p' "$OUT/server.out")
-	say "HTTP process $SRV, engine process $ENGINE, port $port"
-
-	say "warm-up: one request"
-	tool 30 .output/gtclient --port "$port" -n 1 \
-		--max-tokens 8 --usage -o "$TMP/warmup.jsonl" ||
-		die "the warm-up request failed: $(cat "$TMP/warmup.jsonl" 2>/dev/null)"
+	start_server "$OUT/server.out" "" "$OUT/steps.jsonl" || die "the GPU server did not start (above)"
+	local i port=$PORT
 	say "CUDA libraries the engine maps:"
 	awk '$6 ~ /\/lib(cudart|cuda|cublas|cublasLt|nvrtc|cudnn)[.-][^\/]*$/ {print "  " $6}' \
 		"/proc/$ENGINE/maps" 2>/dev/null | sort -u
@@ -478,6 +532,64 @@ print(f"gpu-check: {seen}/{len(gt)} requests seen by tokenscope, max |ttft diff|
       f"max |token diff| {tok_txt}, {matched}/{len(srv_steps)} server steps matched")
 PY
 		say "gpu-check: the comparison failed (above); artefacts in $OUT"
+
+	section "plain: the server alone, under the load of the run phase"
+	if start_server "$OUT/plain.server.out" "" "$OUT/plain.steps.jsonl"; then
+		tool 120 .output/gtclient --port "$PORT" "${LOAD[@]}" -o "$OUT/plain.client.jsonl"
+		say "(exit status $?)"
+	else
+		say "the GPU server did not start (above): no plain figures"
+	fi
+	stop_server
+
+	section "run: tokenscope run --json --tokens --gpu-steps --listen 127.0.0.1:0 -- gpu_server.py"
+	local cupti metrics=''
+	[ -f .output/libtokenscope_cupti.so ] ||
+		say "warning: .output/libtokenscope_cupti.so is missing (no CUPTI headers where it was built): no device times"
+	if [ -z "${TOKENSCOPE_CUPTI_PATH:-}" ] && cupti=$(find_cupti); then
+		export TOKENSCOPE_CUPTI_PATH=$cupti
+		say "libcupti: $cupti (TOKENSCOPE_CUPTI_PATH)"
+	fi
+	if [ -z "$ts_ok" ]; then
+		say "skipped: tokenscope cannot run here (above)"
+	elif start_server "$OUT/run.jsonl" "$OUT/run.err" "$OUT/run.steps.jsonl" \
+		${TOOL_ENV[@]+"${TOOL_ENV[@]}"} .output/tokenscope run --json --tokens --gpu-steps \
+		--listen 127.0.0.1:0 --; then
+		# The engine loaded CUDA at start-up; its probes go in at the next scan (1 s).
+		for ((i = 0; i < 100; i++)); do
+			grep -q 'device times of pid' "$OUT/run.err" && break
+			sleep 0.1
+		done
+		grep '^tokenscope' "$OUT/run.err"
+		metrics=$(grep -o 'metrics at http://[^ ]*' "$OUT/run.err" | head -n 1 | cut -d' ' -f3)
+		tool 120 .output/gtclient --port "$PORT" "${LOAD[@]}" -o "$OUT/run.client.jsonl" &
+		local load=$!
+		sleep 3 # into the load: the GPU busy, a few NVML samples taken
+		if [ -n "$metrics" ]; then
+			"$PY" -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())' \
+				"$metrics" >"$OUT/run.metrics.txt" 2>&1 || say "the /metrics scrape failed"
+		fi
+		if [ -z "$NO_GPU" ]; then
+			timeout --foreground 20 nvidia-smi --format=csv,noheader,nounits \
+				--query-gpu=index,utilization.gpu,memory.used,memory.total,clocks.sm,power.draw \
+				>"$OUT/run.nvsmi.csv" 2>&1
+			timeout --foreground 20 nvidia-smi --format=csv,noheader,nounits \
+				--query-compute-apps=pid,used_memory >"$OUT/run.nvsmi-apps.csv" 2>&1
+			say "nvidia-smi: $(tr '\n' ';' <"$OUT/run.nvsmi.csv")"
+		fi
+		wait "$load"
+		say "(client exit status $?)"
+		sleep 0.5
+	else
+		say "the GPU server did not start under tokenscope run (above)"
+	fi
+	stop_run
+	section "run: tokenscope's stderr"
+	grep '^  \|^tokenscope\|^---' "$OUT/run.err" 2>/dev/null
+
+	section "device comparison"
+	timeout --foreground 60 "$PY" scripts/gpu_check_device.py "$OUT" "${ENGINE:-0}" ||
+		say "gpu-check: the device comparison failed (above); artefacts in $OUT"
 }
 
 main "$@" 2>&1 | (trap '' INT TERM && exec tee "$OUT/report.txt")
