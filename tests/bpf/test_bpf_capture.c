@@ -169,7 +169,7 @@ static void drain_socket(int fd, size_t n)
 	}
 }
 
-static void test_write_syscalls(void)
+TEST(test_write_syscalls)
 {
 	struct fixture f;
 	const struct ts_data_event *e[16];
@@ -215,7 +215,7 @@ out:
 	fixture_close(&f);
 }
 
-static void test_read_syscalls(void)
+TEST(test_read_syscalls)
 {
 	struct fixture f;
 	const struct ts_data_event *e[16];
@@ -254,7 +254,7 @@ out:
 	fixture_close(&f);
 }
 
-static void test_large_write_chunks(void)
+TEST(test_large_write_chunks)
 {
 	struct fixture f;
 	const struct ts_data_event *e[16];
@@ -286,7 +286,7 @@ out:
 	fixture_close(&f);
 }
 
-static void test_capture_limit(void)
+TEST(test_capture_limit)
 {
 	struct fixture f;
 	const struct ts_data_event *e[4];
@@ -309,7 +309,7 @@ out:
 	fixture_close(&f);
 }
 
-static void test_iovec_limit(void)
+TEST(test_iovec_limit)
 {
 	struct fixture f;
 	const struct ts_data_event *e[4];
@@ -331,7 +331,7 @@ out:
 	fixture_close(&f);
 }
 
-static void test_ring_full_counts_losses(void)
+TEST(test_ring_full_counts_losses)
 {
 	struct fixture f;
 	char buf[2000];
@@ -360,7 +360,7 @@ out:
 	fixture_close(&f);
 }
 
-static void test_fd_reuse_new_conn(void)
+TEST(test_fd_reuse_new_conn)
 {
 	struct fixture f;
 	const struct ts_data_event *e[4];
@@ -396,7 +396,7 @@ out:
 	fixture_close(&f);
 }
 
-static void test_close_reports_offsets(void)
+TEST(test_close_reports_offsets)
 {
 	struct fixture f;
 	const struct ts_conn_event *c = NULL;
@@ -423,7 +423,7 @@ out:
 	fixture_close(&f);
 }
 
-static void test_ignores_pipes_and_untraced(void)
+TEST(test_ignores_pipes_and_untraced)
 {
 	struct fixture f;
 	int p[2];
@@ -454,7 +454,7 @@ out:
 	fixture_close(&f);
 }
 
-static void test_fork_followed(void)
+TEST(test_fork_followed)
 {
 	struct fixture f;
 	const struct ts_data_event *e[4];
@@ -492,7 +492,7 @@ out:
 	fixture_close(&f);
 }
 
-static void test_peer_gone_records(void)
+TEST(test_peer_gone_records)
 {
 	struct fixture f;
 	const struct ts_data_event *in[4], *out[4];
@@ -547,7 +547,7 @@ static uint64_t last_queued(struct fixture *f, int fd, const struct ts_data_even
  * queued_ns: when the oldest byte a read returned reached the socket (sk_data_ready), or 0 when
  * the tracer cannot know. Checked against this process's own clock around the writes.
  */
-static void test_socket_arrival(void)
+TEST(test_socket_arrival)
 {
 	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	struct sockaddr_un ua = { .sun_family = AF_UNIX };
@@ -647,17 +647,5 @@ int main(void)
 		printf("SKIP bpf attach tests: need root\n");
 		return 0;
 	}
-	RUN(test_write_syscalls);
-	RUN(test_read_syscalls);
-	RUN(test_large_write_chunks);
-	RUN(test_capture_limit);
-	RUN(test_iovec_limit);
-	RUN(test_ring_full_counts_losses);
-	RUN(test_fd_reuse_new_conn);
-	RUN(test_close_reports_offsets);
-	RUN(test_ignores_pipes_and_untraced);
-	RUN(test_fork_followed);
-	RUN(test_peer_gone_records);
-	RUN(test_socket_arrival);
-	return CHECK_DONE();
+	return check_run_all();
 }

@@ -173,7 +173,7 @@ static long long prog_runs(const struct bpf_program *p)
  * this test, with a child hooked) never traps, the child's calls run the program, and once the
  * child is forgotten nothing of it is left to run.
  */
-static void test_probes_per_process(void)
+TEST(test_probes_per_process)
 {
 	const char *path = "/usr/local/cuda/lib64/libcudart.so.13";
 	struct tokenscope_bpf *skel = NULL;
@@ -246,19 +246,19 @@ out:
 }
 
 /* The toolkit's real runtime: no GPU here, so calls fail, but they are entered. */
-static void test_cuda_runtime(void)
+TEST(test_cuda_runtime)
 {
 	cuda_steps("/usr/local/cuda/lib64/libcudart.so.13", false);
 }
 
 /* --kernels: a record per launch and copy as well. */
-static void test_cuda_runtime_calls(void)
+TEST(test_cuda_runtime_calls)
 {
 	cuda_steps("/usr/local/cuda/lib64/libcudart.so.13", true);
 }
 
 /* The stand-in with the same symbols, for machines without the toolkit. */
-static void test_standin_runtime(void)
+TEST(test_standin_runtime)
 {
 	cuda_steps(".output/standin/libcudart.so.13", false);
 }
@@ -269,9 +269,5 @@ int main(void)
 		printf("SKIP bpf CUDA tests: need root\n");
 		return 0;
 	}
-	RUN(test_cuda_runtime);
-	RUN(test_cuda_runtime_calls);
-	RUN(test_standin_runtime);
-	RUN(test_probes_per_process);
-	return CHECK_DONE();
+	return check_run_all();
 }

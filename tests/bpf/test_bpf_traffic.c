@@ -232,7 +232,7 @@ static void thread_frames(int fd)
 	pthread_join(t, NULL);
 }
 
-static void test_stream_socket_frames(void)
+TEST(test_stream_socket_frames)
 {
 	struct ts_traffic_seen v;
 	int srv, cli;
@@ -270,7 +270,7 @@ static void test_stream_socket_frames(void)
 	unload();
 }
 
-static void test_not_frames_or_not_stream_sockets(void)
+TEST(test_not_frames_or_not_stream_sockets)
 {
 	struct ts_traffic_seen v;
 	char path[] = "/tmp/ts-traffic-XXXXXX";
@@ -300,7 +300,7 @@ static void test_not_frames_or_not_stream_sockets(void)
 	unload();
 }
 
-static void test_traced_self_and_off(void)
+TEST(test_traced_self_and_off)
 {
 	struct ts_traffic_seen v;
 	__u32 me = getpid();
@@ -330,8 +330,5 @@ int main(void)
 		printf("SKIP bpf traffic tests: need root\n");
 		return 0;
 	}
-	RUN(test_stream_socket_frames);
-	RUN(test_not_frames_or_not_stream_sockets);
-	RUN(test_traced_self_and_off);
-	return CHECK_DONE();
+	return check_run_all();
 }

@@ -41,7 +41,8 @@ static void feed(struct sink *sk, int i, bool slow)
 	char conn[64];
 	struct request *r;
 	struct request_metrics m;
-	struct gpu_attribution ga = { 10 * MS, 40 * MS, 95 * MS, 50 * MS, 20 * MS, "by time", -1, -1, NULL };
+	struct gpu_attribution ga = { 10 * MS,	 40 * MS, 95 * MS, 50 * MS, 20 * MS,
+				      "by time", -1,	  -1,	   NULL };
 	uint64_t t0 = T0 + (uint64_t)i * 1000 * MS, t = t0 + (slow ? 2000 : 100) * MS;
 
 	snprintf(conn, sizeof(conn), "127.0.0.1:8000<-127.0.0.1:%d#%d", 40000 + i % 20000, i);
@@ -177,7 +178,7 @@ static bool accounted(const struct otlp_stats *st, uint64_t offered)
 	return ASSERT_EQ(sum, offered, "every trace accounted for");
 }
 
-static void test_export(void)
+TEST(test_export)
 {
 	struct otlp_opts opts;
 	struct otlp_stats st;
@@ -212,7 +213,7 @@ static void test_export(void)
 }
 
 /* A few spans go out within the flush interval, before close. */
-static void test_flush_interval(void)
+TEST(test_flush_interval)
 {
 	struct otlp_opts opts;
 	struct otlp_stats st;
@@ -242,7 +243,7 @@ static void test_flush_interval(void)
 	accounted(&st, 3);
 }
 
-static void test_retry_503(void)
+TEST(test_retry_503)
 {
 	struct otlp_opts opts;
 	struct otlp_stats st;
@@ -268,7 +269,7 @@ static void test_retry_503(void)
 	ASSERT_EQ(rc.roots, 10, "received once");
 }
 
-static void test_retry_429(void)
+TEST(test_retry_429)
 {
 	struct otlp_opts opts;
 	struct otlp_stats st;
@@ -292,7 +293,7 @@ static void test_retry_429(void)
 	accounted(&st, 1);
 }
 
-static void test_reject(void)
+TEST(test_reject)
 {
 	struct otlp_opts opts;
 	struct otlp_stats st;
@@ -332,7 +333,7 @@ static double feed_many(struct sink *sk, int n)
 }
 
 /* A port that refuses connections: bound, never listening. */
-static void test_collector_down(void)
+TEST(test_collector_down)
 {
 	struct sockaddr_in sa = { .sin_family = AF_INET,
 				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
@@ -384,7 +385,7 @@ out:
 
 /* A collector that accepts the connection and never answers: the sink goes on while the
  * sender waits, and close cuts the wait short. */
-static void test_collector_silent(void)
+TEST(test_collector_silent)
 {
 	struct sockaddr_in sa = { .sin_family = AF_INET,
 				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
@@ -434,7 +435,7 @@ out:
 
 /* A replay feeds far faster than a small queue drains: without backpressure most spans are
  * dropped; with it every one reaches the collector, none dropped. */
-static void test_backpressure(void)
+TEST(test_backpressure)
 {
 	const int n = 600;
 	struct otlp_opts opts;
@@ -481,7 +482,7 @@ static void test_backpressure(void)
 
 /* Backpressure with a collector that refuses connections: the feed waits for the first batch's
  * retries only, then drops as live; close is bounded and every trace is accounted for. */
-static void test_backpressure_down(void)
+TEST(test_backpressure_down)
 {
 	struct sockaddr_in sa = { .sin_family = AF_INET,
 				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
@@ -539,14 +540,5 @@ int main(int argc, char **argv)
 	}
 	port = atoi(argv[1]);
 	body_dir = argv[2];
-	RUN(test_export);
-	RUN(test_flush_interval);
-	RUN(test_retry_503);
-	RUN(test_retry_429);
-	RUN(test_reject);
-	RUN(test_collector_down);
-	RUN(test_collector_silent);
-	RUN(test_backpressure);
-	RUN(test_backpressure_down);
-	return CHECK_DONE();
+	return check_run_all();
 }

@@ -2,11 +2,14 @@
 /*
  * Minimal test harness shared by every C test program.
  *
- * A test is a function `static void test_x(void)`; main() calls RUN(test_x) for each.
- * ASSERT_* macros record a failure with file:line and a label, and return false so a test
- * can stop early: `if (!ASSERT_EQ(a, b, "frames")) return;`.
- * Each RUN prints "PASS name" or "FAIL name"; CHECK_DONE() prints "N passed, N failed" and
- * returns the exit status. tests/run.sh adds the PASS/FAIL/SKIP lines of every program.
+ * A test is defined with TEST(test_x) { ... }: that registers it (before main runs), so no
+ * test can be written and then forgotten; main() returns check_run_all(), which runs every
+ * registered test in the order they are defined. ASSERT_* macros record a failure with
+ * file:line and a label, and return false so a test can stop early:
+ * `if (!ASSERT_EQ(a, b, "frames")) return;`.
+ * Each test prints "PASS name" or "FAIL name"; the totals line "N passed, N failed, N skipped"
+ * ends the program, whose exit status says whether any failed. tests/run.sh adds the
+ * PASS/FAIL/SKIP lines of every program.
  */
 #ifndef TS_CHECK_H
 #define TS_CHECK_H
@@ -75,26 +78,62 @@ static inline bool check_report(bool ok, const char *file, int line, const char 
 /* Mark the running test skipped (with a reason); use as `return SKIP("no root");`. */
 #define SKIP(reason) ((void)(check_skip_reason = (reason)))
 
-#define RUN(fn)                                                          \
-	do {                                                             \
-		check_cur_failed = 0;                                    \
-		check_skip_reason = NULL;                                \
-		fn();                                                    \
-		if (check_cur_failed) {                                  \
-			check_failed++;                                  \
-			printf("FAIL %s\n", #fn);                        \
-		} else if (check_skip_reason) {                          \
-			check_skipped++;                                 \
-			printf("SKIP %s: %s\n", #fn, check_skip_reason); \
-		} else {                                                 \
-			check_passed++;                                  \
-			printf("PASS %s\n", #fn);                        \
-		}                                                        \
-		fflush(stdout);                                          \
-	} while (0)
+/* The tests of this program, in the order they are defined (TEST). */
+#define CHECK_MAX_TESTS 256
+static struct {
+	const char *name;
+	void (*fn)(void);
+} check_tests[CHECK_MAX_TESTS];
+static int check_ntests, check_overflow;
 
-#define CHECK_DONE()                                                                              \
-	(printf("%d passed, %d failed, %d skipped\n", check_passed, check_failed, check_skipped), \
-	 check_failed ? 1 : 0)
+static inline void check_register(const char *name, void (*fn)(void))
+{
+	if (check_ntests == CHECK_MAX_TESTS) {
+		check_overflow++;
+		return;
+	}
+	check_tests[check_ntests].name = name;
+	check_tests[check_ntests++].fn = fn;
+}
+
+#define TEST(fn)                                                           \
+	static void fn(void);                                              \
+	__attribute__((constructor)) static void check_register_##fn(void) \
+	{                                                                  \
+		check_register(#fn, fn);                                   \
+	}                                                                  \
+	static void fn(void)
+
+static inline void check_run(const char *name, void (*fn)(void))
+{
+	check_cur_failed = 0;
+	check_skip_reason = NULL;
+	fn();
+	if (check_cur_failed) {
+		check_failed++;
+		printf("FAIL %s\n", name);
+	} else if (check_skip_reason) {
+		check_skipped++;
+		printf("SKIP %s: %s\n", name, check_skip_reason);
+	} else {
+		check_passed++;
+		printf("PASS %s\n", name);
+	}
+	fflush(stdout);
+}
+
+/* Runs every registered test, prints the totals line and returns the exit status. */
+static inline int check_run_all(void)
+{
+	for (int i = 0; i < check_ntests; i++)
+		check_run(check_tests[i].name, check_tests[i].fn);
+	if (check_overflow) {
+		printf("FAIL check: %d tests beyond CHECK_MAX_TESTS were not run\n",
+		       check_overflow);
+		check_failed++;
+	}
+	printf("%d passed, %d failed, %d skipped\n", check_passed, check_failed, check_skipped);
+	return check_failed ? 1 : 0;
+}
 
 #endif

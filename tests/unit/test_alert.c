@@ -14,7 +14,7 @@
 #define S 1000000000ull
 #define MS 1000000ull
 
-static void test_parse(void)
+TEST(test_parse)
 {
 	struct alert_rule r;
 	char err[512];
@@ -55,7 +55,10 @@ static void feed(struct sink *sk, uint64_t end, uint64_t ttft)
 				      .decode_ns = 10 * MS,
 				      .gpu_ns = 8 * MS,
 				      .host_ns = 2 * MS,
-				      .how = "by time", -1, -1, NULL };
+				      .how = "by time",
+				      -1,
+				      -1,
+				      NULL };
 
 	r->arrival_ns = end - ttft - 10 * MS;
 	request_add_token(r, end - 10 * MS);
@@ -67,7 +70,7 @@ static void feed(struct sink *sk, uint64_t end, uint64_t ttft)
 	request_free(r);
 }
 
-static void test_fire_and_resolve(void)
+TEST(test_fire_and_resolve)
 {
 	struct alert_set a;
 	struct alert_rule r;
@@ -141,7 +144,7 @@ static void test_fire_and_resolve(void)
 	free(out);
 }
 
-static void test_success_rate(void)
+TEST(test_success_rate)
 {
 	struct alert_set a;
 	struct alert_rule r;
@@ -174,8 +177,5 @@ static void test_success_rate(void)
 
 int main(void)
 {
-	RUN(test_parse);
-	RUN(test_fire_and_resolve);
-	RUN(test_success_rate);
-	return CHECK_DONE();
+	return check_run_all();
 }

@@ -105,7 +105,7 @@ static uint32_t run_ops(const struct ts_dev_run *run)
 	return run->kernels + run->graphs + run->memcpys;
 }
 
-static void test_back_to_back_merge(void)
+TEST(test_back_to_back_merge)
 {
 	struct got *g;
 	struct runs *r = runs_new(&g);
@@ -143,7 +143,7 @@ static void test_back_to_back_merge(void)
 	runs_free(r, g);
 }
 
-static void test_gap_limit(void)
+TEST(test_gap_limit)
 {
 	struct got *g;
 	struct runs *r = runs_new(&g);
@@ -170,7 +170,7 @@ static void test_gap_limit(void)
 }
 
 /* An operation that starts before its stream's open run began starts a run of its own. */
-static void test_earlier_op_splits(void)
+TEST(test_earlier_op_splits)
 {
 	struct got *g;
 	struct runs *r = runs_new(&g);
@@ -186,7 +186,7 @@ static void test_earlier_op_splits(void)
 	runs_free(r, g);
 }
 
-static void test_streams_interleaved(void)
+TEST(test_streams_interleaved)
 {
 	struct got *g;
 	struct runs *r = runs_new(&g);
@@ -225,7 +225,7 @@ static void test_streams_interleaved(void)
 
 /* Two streams more than RUNS_OPEN: each new one closes the open run that ended first, which
  * is not the one opened first; no operation is lost. */
-static void test_more_streams_than_open(void)
+TEST(test_more_streams_than_open)
 {
 	struct got *g;
 	struct runs *r = runs_new(&g);
@@ -261,7 +261,7 @@ static void test_more_streams_than_open(void)
 	runs_free(r, g);
 }
 
-static void test_no_launch(void)
+TEST(test_no_launch)
 {
 	struct got *g;
 	struct runs *r = runs_new(&g);
@@ -284,7 +284,7 @@ static void test_no_launch(void)
 }
 
 /* A launch is taken by its operation: a second operation of the same correlation has none. */
-static void test_launch_taken_once(void)
+TEST(test_launch_taken_once)
 {
 	struct got *g;
 	struct runs *r = runs_new(&g);
@@ -302,7 +302,7 @@ static void test_launch_taken_once(void)
 }
 
 /* Two correlation ids in one slot of the launch table: the newer launch evicts the older. */
-static void test_launch_eviction(void)
+TEST(test_launch_eviction)
 {
 	struct got *g;
 	struct runs *r = runs_new(&g);
@@ -326,7 +326,7 @@ static void test_launch_eviction(void)
 }
 
 /* The runtime call and the driver call it makes share a correlation id, in either order. */
-static void test_runtime_and_driver(void)
+TEST(test_runtime_and_driver)
 {
 	struct got *g;
 	struct runs *r = runs_new(&g);
@@ -353,7 +353,7 @@ static void test_runtime_and_driver(void)
 	runs_free(r, g);
 }
 
-static void test_end_before_start(void)
+TEST(test_end_before_start)
 {
 	struct got *g;
 	struct runs *r = runs_new(&g);
@@ -372,7 +372,7 @@ static void test_end_before_start(void)
 	runs_free(r, g);
 }
 
-static void test_start_before_launch(void)
+TEST(test_start_before_launch)
 {
 	struct got *g;
 	struct runs *r = runs_new(&g);
@@ -393,7 +393,7 @@ static void test_start_before_launch(void)
 	runs_free(r, g);
 }
 
-static void test_single(void)
+TEST(test_single)
 {
 	static const uint64_t start[] = { 1000, 1100, 1300 };
 	struct got *g;
@@ -423,7 +423,7 @@ static void test_single(void)
 	runs_free(r, g);
 }
 
-static void test_batches(void)
+TEST(test_batches)
 {
 	struct got *g;
 	struct runs *r = runs_new(&g);
@@ -459,7 +459,7 @@ static void test_batches(void)
 }
 
 /* A graph record around its own nodes' copy on one stream: busy is at most the run's length. */
-static void test_busy_capped(void)
+TEST(test_busy_capped)
 {
 	struct got *g;
 	struct runs *r = runs_new(&g);
@@ -478,7 +478,7 @@ static void test_busy_capped(void)
 
 /* Times from a corrupt record can be anything: a sum that wrapped past 2^64 would read as
  * less than one of its terms (fuzz_cupti found a delay sum below its max). They saturate. */
-static void test_sums_saturate(void)
+TEST(test_sums_saturate)
 {
 	const uint64_t half = 1ull << 63;
 	const struct ts_dev_run *run;
@@ -556,7 +556,7 @@ static void memcpy_rec(struct runs *r, uint8_t copy_kind, uint32_t stream, uint3
 	records_read(r, (const CUpti_Activity *)&m, 0);
 }
 
-static void test_records_kernel(void)
+TEST(test_records_kernel)
 {
 	struct got *g;
 	struct runs *r = runs_new(&g);
@@ -587,7 +587,7 @@ static void test_records_kernel(void)
 
 /* A decode step: a graph replay, then its logits copied to the host; a copy to the device on
  * a copy stream. */
-static void test_records_graph_memcpy(void)
+TEST(test_records_graph_memcpy)
 {
 	struct got *g;
 	struct runs *r = runs_new(&g);
@@ -636,7 +636,7 @@ static void test_records_graph_memcpy(void)
 	runs_free(r, g);
 }
 
-static void test_records_offset(void)
+TEST(test_records_offset)
 {
 	struct got *g;
 	struct runs *r = runs_new(&g);
@@ -675,7 +675,7 @@ static void test_records_offset(void)
 /* Offsets at the ends of their range: INT64_MIN (whose negation as an int64_t is undefined:
  * fuzz_cupti found it), and a time the offset would carry past 2^64, held at the limit
  * rather than wrapped to the start of the clock. */
-static void test_records_offset_limits(void)
+TEST(test_records_offset_limits)
 {
 	const uint64_t half = 1ull << 63;
 	struct got *g;
@@ -703,7 +703,7 @@ static void test_records_offset_limits(void)
 }
 
 /* The legacy kernel kind is read like a concurrent kernel; a kind not read is counted. */
-static void test_records_kinds(void)
+TEST(test_records_kinds)
 {
 	struct got *g;
 	struct runs *r = runs_new(&g);
@@ -739,25 +739,5 @@ static void test_records_kinds(void)
 int main(void)
 {
 	alarm(10); /* a hang is a failure, not a stuck test run */
-	RUN(test_back_to_back_merge);
-	RUN(test_gap_limit);
-	RUN(test_earlier_op_splits);
-	RUN(test_streams_interleaved);
-	RUN(test_more_streams_than_open);
-	RUN(test_no_launch);
-	RUN(test_launch_taken_once);
-	RUN(test_launch_eviction);
-	RUN(test_runtime_and_driver);
-	RUN(test_end_before_start);
-	RUN(test_start_before_launch);
-	RUN(test_single);
-	RUN(test_batches);
-	RUN(test_busy_capped);
-	RUN(test_sums_saturate);
-	RUN(test_records_kernel);
-	RUN(test_records_graph_memcpy);
-	RUN(test_records_offset);
-	RUN(test_records_offset_limits);
-	RUN(test_records_kinds);
-	return CHECK_DONE();
+	return check_run_all();
 }

@@ -108,7 +108,7 @@ static void thirds(struct run *r, const struct shape *a, const struct shape *mid
 		run_request(r, 1000 * SEC + i * SEC, i < 10 ? a : i < 20 ? mid : b);
 }
 
-static void test_queue_grows(void)
+TEST(test_queue_grows)
 {
 	/* TTFT 100 ms: queue 10 %, prefill 80 %; then 400 ms: queue 70 %, prefill 20 %. */
 	struct shape a = { 10 * MS, 80 * MS, 10 * MS, 30 * MS, 5, 0.9, OUTCOME_OK };
@@ -151,7 +151,7 @@ static void test_queue_grows(void)
  * Only the slow tail counts: one slow request per third, the rest fast and differently split.
  * The P99s are the histogram's, as in the summary (99.88 ms for a 100 ms maximum here).
  */
-static void test_slow_tail_only(void)
+TEST(test_slow_tail_only)
 {
 	struct shape fast = { 0, 20 * MS, 0, 30 * MS, 3, 0.5, OUTCOME_OK };
 	struct shape slow_a = { 50 * MS, 40 * MS, 10 * MS, 30 * MS, 3, 0.5, OUTCOME_OK };
@@ -175,7 +175,7 @@ static void test_slow_tail_only(void)
 	run_close(&r);
 }
 
-static void test_itl_host_grows(void)
+TEST(test_itl_host_grows)
 {
 	struct shape a = { 10 * MS, 80 * MS, 10 * MS, 30 * MS, 20, 0.9, OUTCOME_OK };
 	struct shape b = { 10 * MS, 80 * MS, 10 * MS, 90 * MS, 20, 0.3, OUTCOME_OK };
@@ -197,7 +197,7 @@ static void test_itl_host_grows(void)
 	run_close(&r);
 }
 
-static void test_itl_gpu_grows_and_ttft_falls(void)
+TEST(test_itl_gpu_grows_and_ttft_falls)
 {
 	struct shape a = { 280 * MS, 80 * MS, 40 * MS, 20 * MS, 10, 0.5, OUTCOME_OK };
 	struct shape b = { 10 * MS, 80 * MS, 10 * MS, 40 * MS, 10, 0.9, OUTCOME_OK };
@@ -218,7 +218,7 @@ static void test_itl_gpu_grows_and_ttft_falls(void)
 	run_close(&r);
 }
 
-static void test_proportional_and_small_changes(void)
+TEST(test_proportional_and_small_changes)
 {
 	/* Everything twice as long: no share moved. */
 	struct shape a = { 20 * MS, 60 * MS, 20 * MS, 30 * MS, 5, 0.8, OUTCOME_OK };
@@ -248,7 +248,7 @@ static void test_proportional_and_small_changes(void)
 	run_close(&r);
 }
 
-static void test_empty(void)
+TEST(test_empty)
 {
 	struct shape failed = { 10 * MS, 80 * MS, 10 * MS, 30 * MS, 5, 0.9, OUTCOME_HTTP_ERROR };
 	struct shape none = { 10 * MS, 80 * MS, 10 * MS, 30 * MS, 0, 0.9, OUTCOME_OK };
@@ -269,7 +269,7 @@ static void test_empty(void)
 	run_close(&r);
 }
 
-static void test_unattributed(void)
+TEST(test_unattributed)
 {
 	struct shape a = { -1, 100 * MS, 0, 30 * MS, 5, 0, OUTCOME_OK };
 	struct shape b = { -1, 400 * MS, 0, 30 * MS, 5, 0, OUTCOME_OK };
@@ -300,7 +300,7 @@ static void test_unattributed(void)
 	run_close(&r);
 }
 
-static void test_few_requests_and_whole_equals_summary(void)
+TEST(test_few_requests_and_whole_equals_summary)
 {
 	struct shape a = { 10 * MS, 80 * MS, 10 * MS, 30 * MS, 5, 0.9, OUTCOME_OK };
 	struct shape b = { 10 * MS, 300 * MS, 10 * MS, 25 * MS, 4, 0.9, OUTCOME_OK };
@@ -330,7 +330,7 @@ static void test_few_requests_and_whole_equals_summary(void)
 }
 
 /* Requests finish out of arrival order; thirds are still by arrival. Wall-clock times. */
-static void test_out_of_order_and_wall_clock(void)
+TEST(test_out_of_order_and_wall_clock)
 {
 	struct shape a = { 10 * MS, 80 * MS, 10 * MS, 30 * MS, 5, 0.9, OUTCOME_OK };
 	struct shape b = { 280 * MS, 80 * MS, 40 * MS, 30 * MS, 5, 0.9, OUTCOME_OK };
@@ -353,7 +353,7 @@ static void test_out_of_order_and_wall_clock(void)
 }
 
 /* The wait in the server's socket: a line per window where known, and its own verdict. */
-static void test_socket_wait(void)
+TEST(test_socket_wait)
 {
 	struct shape sh = { 10 * MS, 80 * MS, 10 * MS, 30 * MS, 5, 0.9, OUTCOME_OK };
 	struct run r;
@@ -392,15 +392,5 @@ static void test_socket_wait(void)
 
 int main(void)
 {
-	RUN(test_queue_grows);
-	RUN(test_slow_tail_only);
-	RUN(test_itl_host_grows);
-	RUN(test_itl_gpu_grows_and_ttft_falls);
-	RUN(test_proportional_and_small_changes);
-	RUN(test_empty);
-	RUN(test_unattributed);
-	RUN(test_few_requests_and_whole_equals_summary);
-	RUN(test_out_of_order_and_wall_clock);
-	RUN(test_socket_wait);
-	return CHECK_DONE();
+	return check_run_all();
 }

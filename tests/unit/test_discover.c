@@ -149,7 +149,7 @@ struct want {
 	const char *server, *runtime, *id, *short_id;
 };
 
-static void test_scan(void)
+TEST(test_scan)
 {
 	static const struct want want[] = {
 		{ 100, "vllm", "docker", HEX_A, "0123456789ab" },
@@ -182,7 +182,7 @@ static void test_scan(void)
 	ASSERT_STREQ(out[5].rule, "server --model *.gguf", "llama.cpp server rule");
 }
 
-static void test_scan_limit(void)
+TEST(test_scan_limit)
 {
 	struct discovered out[3];
 	size_t n;
@@ -194,7 +194,7 @@ static void test_scan_limit(void)
 	ASSERT_EQ(n, 0, "none");
 }
 
-static void test_container(void)
+TEST(test_container)
 {
 	char id[DISCOVER_ID_LEN + 1];
 	const char *rt;
@@ -227,7 +227,7 @@ static void test_container(void)
 	ASSERT_FALSE(discover_container("0::/system.slice/docker.service\n", id, &rt), "daemon");
 }
 
-static void test_match(void)
+TEST(test_match)
 {
 	static const char sh[] = "python3\0-m\0sglang.srt.entrypoints.http_server\0";
 	static const char llcpp[] = "python3\0-m\0llama_cpp.server\0--model\0a.gguf\0";
@@ -243,7 +243,7 @@ static void test_match(void)
 	ASSERT_TRUE(discover_match("", 0, "kthreadd", &rule) == NULL, "kernel thread");
 }
 
-static void test_rescan(void)
+TEST(test_rescan)
 {
 	struct discover_set set;
 	struct discovered out[32];
@@ -285,7 +285,7 @@ out:
 }
 
 /* A process found by its traffic: described from /proc by pid, whatever its command line. */
-static void test_describe(void)
+TEST(test_describe)
 {
 	struct discovered d;
 
@@ -310,13 +310,10 @@ static void test_describe(void)
 
 int main(void)
 {
+	int rc;
+
 	setup();
-	RUN(test_scan);
-	RUN(test_scan_limit);
-	RUN(test_container);
-	RUN(test_match);
-	RUN(test_rescan);
-	RUN(test_describe);
+	rc = check_run_all();
 	teardown();
-	return CHECK_DONE();
+	return rc;
 }

@@ -27,7 +27,7 @@ static struct frame_info classify(const char *event, const char *data)
 	return fi;
 }
 
-static void test_done_and_invalid(void)
+TEST(test_done_and_invalid)
 {
 	struct frame_info fi = classify("", "[DONE]");
 
@@ -48,7 +48,7 @@ static void test_done_and_invalid(void)
 	ASSERT_EQ(fi.format, FMT_ANTHROPIC, "known by its event line");
 }
 
-static void test_openai_chat(void)
+TEST(test_openai_chat)
 {
 	struct frame_info fi;
 
@@ -99,7 +99,7 @@ static void test_openai_chat(void)
 	ASSERT_EQ(fi.completion_tokens, -1, "negative");
 }
 
-static void test_openai_completion(void)
+TEST(test_openai_completion)
 {
 	struct frame_info fi =
 	    classify("", "{\"object\":\"text_completion\",\"choices\":[{\"text\":"
@@ -112,7 +112,7 @@ static void test_openai_completion(void)
 	ASSERT_FALSE(fi.content, "empty text");
 }
 
-static void test_tgi(void)
+TEST(test_tgi)
 {
 	struct frame_info fi;
 
@@ -132,7 +132,7 @@ static void test_tgi(void)
 	ASSERT_TRUE(fi.error, "TGI error");
 }
 
-static void test_ollama(void)
+TEST(test_ollama)
 {
 	struct frame_info fi;
 
@@ -155,7 +155,7 @@ static void test_ollama(void)
 	ASSERT_TRUE(classify("", "{\"error\":\"model not found\"}").error, "error");
 }
 
-static void test_anthropic(void)
+TEST(test_anthropic)
 {
 	struct frame_info fi;
 
@@ -212,7 +212,7 @@ static void test_anthropic(void)
 	ASSERT_FALSE(fi.done, "not done");
 }
 
-static void test_errors(void)
+TEST(test_errors)
 {
 	struct frame_info fi =
 	    classify("", "{\"error\": {\"object\": \"error\", \"message\": \"x\", "
@@ -226,7 +226,7 @@ static void test_errors(void)
 	ASSERT_TRUE(classify("error", "{}").error, "event: error");
 }
 
-static void test_format_names(void)
+TEST(test_format_names)
 {
 	ASSERT_STREQ(frame_format_name(FMT_OPENAI_CHAT), "openai-chat", "chat");
 	ASSERT_STREQ(frame_format_name(FMT_OPENAI_COMPLETION), "openai-completion", "completion");
@@ -241,7 +241,7 @@ static void test_format_names(void)
  * than the scratch (the rest comes from malloc), the same frame cut in the middle, and the
  * caller's own cJSON trees, made before, between and after frames, which must stay intact.
  * Under the sanitizers, scratch given to free or reused under a live tree would show. */
-static void test_scratch_memory(void)
+TEST(test_scratch_memory)
 {
 	const char *head = "{\"object\":\"chat.completion.chunk\",\"choices\":[{\"delta\":"
 			   "{\"content\":\"x\"}}],\"usage\":{\"prompt_tokens\":5,"
@@ -503,7 +503,7 @@ static bool check_summary(const struct stream_expect *e, const struct summary *s
 	       ASSERT_EQ(s->cached, e->cached, e->name);
 }
 
-static void test_fixture_streams(void)
+TEST(test_fixture_streams)
 {
 	for (size_t i = 0; i < sizeof(streams) / sizeof(streams[0]); i++) {
 		const struct stream_expect *e = &streams[i];
@@ -563,7 +563,7 @@ static int pipe_feed_gap(struct pipe *p, const struct fixture *f, size_t w, size
 	return err;
 }
 
-static void test_gap_damages_one_frame(void)
+TEST(test_gap_damages_one_frame)
 {
 	struct pipe *p = pipe_new();
 	struct summary s;
@@ -587,7 +587,7 @@ out:
 	pipe_free(p);
 }
 
-static void test_gap_in_last_writev(void)
+TEST(test_gap_in_last_writev)
 {
 	struct pipe *p = pipe_new();
 	struct summary s;
@@ -609,7 +609,7 @@ out:
 	pipe_free(p);
 }
 
-static void test_gap_in_ndjson(void)
+TEST(test_gap_in_ndjson)
 {
 	struct pipe *p = pipe_new();
 	struct summary s;
@@ -629,7 +629,7 @@ out:
 	pipe_free(p);
 }
 
-static void test_truncated_stream(void)
+TEST(test_truncated_stream)
 {
 	struct fixture f;
 
@@ -655,19 +655,5 @@ static void test_truncated_stream(void)
 
 int main(void)
 {
-	RUN(test_done_and_invalid);
-	RUN(test_openai_chat);
-	RUN(test_openai_completion);
-	RUN(test_tgi);
-	RUN(test_ollama);
-	RUN(test_anthropic);
-	RUN(test_errors);
-	RUN(test_format_names);
-	RUN(test_scratch_memory);
-	RUN(test_fixture_streams);
-	RUN(test_gap_damages_one_frame);
-	RUN(test_gap_in_last_writev);
-	RUN(test_gap_in_ndjson);
-	RUN(test_truncated_stream);
-	return CHECK_DONE();
+	return check_run_all();
 }

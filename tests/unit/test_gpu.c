@@ -32,7 +32,7 @@ static struct request *stream_request(uint64_t arrival, const uint64_t *tokens, 
 	return r;
 }
 
-static void test_classify(void)
+TEST(test_classify)
 {
 	ASSERT_EQ(gpu_classify(40, 0), STEP_PREFILL, "eager launches only");
 	ASSERT_EQ(gpu_classify(3, 1), STEP_DECODE, "a graph and a few eager kernels");
@@ -40,7 +40,7 @@ static void test_classify(void)
 	ASSERT_EQ(gpu_classify(0, 0), STEP_OTHER, "copies only");
 }
 
-static void test_attribution_by_time(void)
+TEST(test_attribution_by_time)
 {
 	struct gpu_timeline g;
 	struct gpu_attribution a;
@@ -55,8 +55,10 @@ static void test_attribution_by_time(void)
 	/* Decode steps, 9 ms each, inside the 10 ms token gaps; a second (tensor-parallel)
 	 * worker runs the same steps and must not be counted twice. */
 	for (int i = 0; i < 3; i++) {
-		add_step(&g, 7, 51 * MS + MS / 2 + i * 10 * MS, 60 * MS + MS / 2 + i * 10 * MS, 2, 1);
-		add_step(&g, 8, 51 * MS + MS / 2 + i * 10 * MS, 60 * MS + MS / 2 + i * 10 * MS, 2, 1);
+		add_step(&g, 7, 51 * MS + MS / 2 + i * 10 * MS, 60 * MS + MS / 2 + i * 10 * MS, 2,
+			 1);
+		add_step(&g, 8, 51 * MS + MS / 2 + i * 10 * MS, 60 * MS + MS / 2 + i * 10 * MS, 2,
+			 1);
 	}
 	gpu_attribute(&g, r, &a);
 	ASSERT_EQ(a.queue_ns, 5 * MS, "queue: arrival to the prefill step's start");
@@ -69,7 +71,7 @@ static void test_attribution_by_time(void)
 	gpu_free(&g);
 }
 
-static void test_unattributable(void)
+TEST(test_unattributable)
 {
 	struct gpu_timeline g;
 	struct gpu_attribution a;
@@ -90,7 +92,7 @@ static void test_unattributable(void)
 	gpu_free(&g);
 }
 
-static void test_history_wraps(void)
+TEST(test_history_wraps)
 {
 	struct gpu_timeline g;
 	struct gpu_attribution a;
@@ -111,9 +113,5 @@ static void test_history_wraps(void)
 
 int main(void)
 {
-	RUN(test_classify);
-	RUN(test_attribution_by_time);
-	RUN(test_unattributable);
-	RUN(test_history_wraps);
-	return CHECK_DONE();
+	return check_run_all();
 }

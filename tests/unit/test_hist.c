@@ -20,7 +20,7 @@ static uint64_t exact_quantile(const uint64_t *v, size_t n, double q)
 	return v[(rank ? rank : 1) - 1];
 }
 
-static void test_buckets_cover_values(void)
+TEST(test_buckets_cover_values)
 {
 	uint64_t prev_low = 0;
 
@@ -38,7 +38,7 @@ static void test_buckets_cover_values(void)
 	ASSERT_EQ(hist_bucket(~0ull), HIST_BUCKETS - 1, "huge values clamp to the last bucket");
 }
 
-static void test_quantile_error_bound(void)
+TEST(test_quantile_error_bound)
 {
 	enum { N = 20000 };
 	static uint64_t v[N];
@@ -65,7 +65,7 @@ static void test_quantile_error_bound(void)
 	free(h);
 }
 
-static void test_merge_equals_combined(void)
+TEST(test_merge_equals_combined)
 {
 	struct hist *a = calloc(1, sizeof(*a)), *b = calloc(1, sizeof(*b)),
 		    *all = calloc(1, sizeof(*all));
@@ -81,7 +81,7 @@ static void test_merge_equals_combined(void)
 	free(all);
 }
 
-static void test_small_and_empty(void)
+TEST(test_small_and_empty)
 {
 	struct hist *h = calloc(1, sizeof(*h));
 
@@ -96,9 +96,5 @@ static void test_small_and_empty(void)
 
 int main(void)
 {
-	RUN(test_buckets_cover_values);
-	RUN(test_quantile_error_bound);
-	RUN(test_merge_equals_combined);
-	RUN(test_small_and_empty);
-	return CHECK_DONE();
+	return check_run_all();
 }

@@ -182,7 +182,7 @@ static const struct resp_expect resp_fixtures[] = {
 	{ "keepalive", 2, "text/event-stream", true, { 8, 10 } },
 };
 
-static void test_fixture_responses(void)
+TEST(test_fixture_responses)
 {
 	for (size_t i = 0; i < sizeof(resp_fixtures) / sizeof(resp_fixtures[0]); i++) {
 		const struct resp_expect *e = &resp_fixtures[i];
@@ -215,7 +215,7 @@ static void test_fixture_responses(void)
 	}
 }
 
-static void test_keepalive_second_response(void)
+TEST(test_keepalive_second_response)
 {
 	struct fixture f;
 	struct rec *r;
@@ -252,7 +252,7 @@ static const struct req_expect req_fixtures[] = {
 	{ "keepalive", "POST", "/v1/chat/completions" },
 };
 
-static void test_fixture_requests(void)
+TEST(test_fixture_requests)
 {
 	for (size_t i = 0; i < sizeof(req_fixtures) / sizeof(req_fixtures[0]); i++) {
 		const struct req_expect *e = &req_fixtures[i];
@@ -278,7 +278,7 @@ static void test_fixture_requests(void)
 	}
 }
 
-static void test_pipelined_requests(void)
+TEST(test_pipelined_requests)
 {
 	struct rec *r = rec_new(HTTP_DIR_REQUEST);
 	const char *in =
@@ -300,7 +300,7 @@ static void test_pipelined_requests(void)
 	rec_free(r);
 }
 
-static void test_close_delimited(void)
+TEST(test_close_delimited)
 {
 	struct rec *r = rec_new(HTTP_DIR_RESPONSE);
 
@@ -331,7 +331,7 @@ static void test_close_delimited(void)
 	rec_free(r);
 }
 
-static void test_no_body(void)
+TEST(test_no_body)
 {
 	struct rec *r = rec_new(HTTP_DIR_RESPONSE);
 
@@ -377,7 +377,7 @@ static void test_no_body(void)
 	rec_free(r);
 }
 
-static void test_chunk_syntax(void)
+TEST(test_chunk_syntax)
 {
 	struct rec *r = rec_new(HTTP_DIR_RESPONSE);
 	const char *in = "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"
@@ -404,7 +404,7 @@ static void test_chunk_syntax(void)
 	rec_free(r);
 }
 
-static void test_head_fields(void)
+TEST(test_head_fields)
 {
 	struct rec *r = rec_new(HTTP_DIR_REQUEST);
 	char path[400];
@@ -464,7 +464,7 @@ static const struct {
 	  "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n11111111111111111\r\n" },
 };
 
-static void test_garbage(void)
+TEST(test_garbage)
 {
 	for (size_t i = 0; i < sizeof(garbage) / sizeof(garbage[0]); i++) {
 		struct rec *r = rec_new(garbage[i].dir);
@@ -479,7 +479,7 @@ static void test_garbage(void)
 	}
 }
 
-static void test_garbage_is_quick(void)
+TEST(test_garbage_is_quick)
 {
 	struct rec *r = rec_new(HTTP_DIR_RESPONSE);
 
@@ -499,7 +499,7 @@ static void test_garbage_is_quick(void)
 	rec_free(r);
 }
 
-static void test_head_limit(void)
+TEST(test_head_limit)
 {
 	struct rec *r = rec_new(HTTP_DIR_REQUEST);
 	char line[100];
@@ -522,7 +522,7 @@ static void test_head_limit(void)
 }
 
 /* A connection closed part way: nothing ends, nothing crashes, the parser is idle again. */
-static void test_truncated(void)
+TEST(test_truncated)
 {
 	struct fixture f;
 
@@ -564,7 +564,7 @@ static int feed_with_gap(struct rec *r, const struct fixture *f, size_t w, size_
 	return err;
 }
 
-static void test_gap_in_chunk_data(void)
+TEST(test_gap_in_chunk_data)
 {
 	struct rec *full = rec_new(HTTP_DIR_RESPONSE), *r = rec_new(HTTP_DIR_RESPONSE);
 	struct fixture f;
@@ -585,7 +585,7 @@ out:
 	rec_free(r);
 }
 
-static void test_gap_over_chunk_end(void)
+TEST(test_gap_over_chunk_end)
 {
 	struct fixture f;
 	size_t len3;
@@ -614,7 +614,7 @@ static void test_gap_over_chunk_end(void)
 	fixture_free(&f);
 }
 
-static void test_gap_in_size_line(void)
+TEST(test_gap_in_size_line)
 {
 	struct rec *r = rec_new(HTTP_DIR_RESPONSE);
 	struct fixture f;
@@ -634,7 +634,7 @@ out:
 	rec_free(r);
 }
 
-static void test_gap_in_head_or_idle(void)
+TEST(test_gap_in_head_or_idle)
 {
 	struct rec *r = rec_new(HTTP_DIR_RESPONSE);
 
@@ -652,7 +652,7 @@ static void test_gap_in_head_or_idle(void)
 	rec_free(r);
 }
 
-static void test_gap_in_content_length(void)
+TEST(test_gap_in_content_length)
 {
 	struct rec *r = rec_new(HTTP_DIR_RESPONSE);
 
@@ -687,7 +687,7 @@ static uint64_t fuzz_next(uint64_t *s)
 }
 
 /* Mutated fixtures cut at random places: the parser may refuse them, never crash. */
-static void test_fuzz(void)
+TEST(test_fuzz)
 {
 	static const char *const names[] = { "uvicorn_h11.resp", "node_express.resp",
 					     "keepalive.resp", "keepalive.req" };
@@ -731,23 +731,5 @@ static void test_fuzz(void)
 
 int main(void)
 {
-	RUN(test_fixture_responses);
-	RUN(test_keepalive_second_response);
-	RUN(test_fixture_requests);
-	RUN(test_pipelined_requests);
-	RUN(test_close_delimited);
-	RUN(test_no_body);
-	RUN(test_chunk_syntax);
-	RUN(test_head_fields);
-	RUN(test_garbage);
-	RUN(test_garbage_is_quick);
-	RUN(test_head_limit);
-	RUN(test_truncated);
-	RUN(test_gap_in_chunk_data);
-	RUN(test_gap_over_chunk_end);
-	RUN(test_gap_in_size_line);
-	RUN(test_gap_in_head_or_idle);
-	RUN(test_gap_in_content_length);
-	RUN(test_fuzz);
-	return CHECK_DONE();
+	return check_run_all();
 }

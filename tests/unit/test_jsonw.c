@@ -36,7 +36,7 @@ static void mem_close(struct mem *m)
 	free(m->buf);
 }
 
-static void test_escape(void)
+TEST(test_escape)
 {
 	static const struct {
 		const char *in, *out;
@@ -86,7 +86,7 @@ static bool check_u64(uint64_t v)
 	return ASSERT_STREQ(got, want, "as printf prints it");
 }
 
-static void test_integers(void)
+TEST(test_integers)
 {
 	struct mem m;
 	struct jsonw w;
@@ -116,7 +116,7 @@ static void test_integers(void)
 	mem_close(&m);
 }
 
-static void test_object(void)
+TEST(test_object)
 {
 	struct mem m;
 	struct jsonw w;
@@ -147,8 +147,5 @@ static void test_object(void)
 
 int main(void)
 {
-	RUN(test_escape);
-	RUN(test_integers);
-	RUN(test_object);
-	return CHECK_DONE();
+	return check_run_all();
 }

@@ -58,7 +58,7 @@ static uint64_t now_ns(void)
 
 static struct nvml_snapshot snap; /* large: not on the stack */
 
-static void test_exact_values(void)
+TEST(test_exact_values)
 {
 	struct nvml *n = open_with(STANDIN, TWO_GPUS);
 	const struct nvml_device *a = &snap.devices[0], *b = &snap.devices[1];
@@ -110,7 +110,7 @@ static void test_exact_values(void)
 }
 
 /* A library without nvmlDeviceGetClockInfo and the _v3 process query. */
-static void test_old_library(void)
+TEST(test_old_library)
 {
 	struct nvml *n = open_with(STANDIN_OLD, "name=Old,uuid=GPU-old,util=7,sm=1500,power=1000,"
 						"procs=4242:4096");
@@ -131,7 +131,7 @@ static void test_old_library(void)
 	ASSERT_EQ(snap.devices[0].nprocs, 0, "no processes");
 }
 
-static void test_caps(void)
+TEST(test_caps)
 {
 	static char cfg[8192];
 	struct nvml *n;
@@ -175,7 +175,7 @@ static void test_caps(void)
 
 /* Names go to labels, JSON and the terminal: control and invalid bytes replaced, the rest
  * (quotes, backslashes) kept for each encoder to escape. */
-static void test_text_cleaned(void)
+TEST(test_text_cleaned)
 {
 	struct nvml *n = open_with(STANDIN, "name=A\"q\\ \x01z\xff,uuid=GPU-\xc3\xa9");
 
@@ -196,7 +196,7 @@ static int count_lines(const char *s)
 	return n;
 }
 
-static void test_no_driver(void)
+TEST(test_no_driver)
 {
 	const char *head = "tokenscope: NVML unavailable (/nonexistent/libnvidia-ml.so.1: ";
 	const char *tail = "): GPU utilisation and memory will not be shown\n";
@@ -224,7 +224,7 @@ static void test_no_driver(void)
 
 /* The thread: opening off the caller's thread (a driver slow to initialise), one sample per
  * period, and a stop that does not wait for the period to end. */
-static void test_thread(void)
+TEST(test_thread)
 {
 	FILE *err = fmemopen(msg, sizeof(msg), "w");
 	struct nvml_opts o = { .library = STANDIN, .period_ms = 20, .err = err };
@@ -267,7 +267,7 @@ out:
 	free(s);
 }
 
-static void test_thread_long_period_stop(void)
+TEST(test_thread_long_period_stop)
 {
 	struct nvml_opts o = { .library = STANDIN, .period_ms = 10000 };
 	struct nvml_snapshot *s = calloc(1, sizeof(*s));
@@ -288,7 +288,7 @@ out:
 	free(s);
 }
 
-static void test_thread_no_driver(void)
+TEST(test_thread_no_driver)
 {
 	FILE *err = fmemopen(msg, sizeof(msg), "w");
 	struct nvml_opts o = { .library = STANDIN, .period_ms = 10, .err = err };
@@ -332,7 +332,7 @@ static bool sample_two(void)
 	return true;
 }
 
-static void test_keep_procs(void)
+TEST(test_keep_procs)
 {
 	if (!sample_two())
 		return;
@@ -343,7 +343,7 @@ static void test_keep_procs(void)
 	ASSERT_EQ(snap.devices[0].procs[1].mem_bytes, 2 * MIB, "values kept");
 }
 
-static void test_usage_summary(void)
+TEST(test_usage_summary)
 {
 	struct nvml_usage *u = calloc(1, sizeof(*u));
 	char *text = NULL;
@@ -401,7 +401,7 @@ static char *render(struct prom *p)
 	return buf;
 }
 
-static void test_prom_families(void)
+TEST(test_prom_families)
 {
 	struct prom *p = prom_new(NULL, NULL);
 	char *text;
@@ -474,7 +474,7 @@ out:
 	prom_free(p);
 }
 
-static void test_timeline_counters(void)
+TEST(test_timeline_counters)
 {
 	char path[] = "/tmp/test_nvml_tl.XXXXXX";
 	struct timeline *t = calloc(1, sizeof(*t));
@@ -549,17 +549,5 @@ out:
 
 int main(void)
 {
-	RUN(test_exact_values);
-	RUN(test_old_library);
-	RUN(test_caps);
-	RUN(test_text_cleaned);
-	RUN(test_no_driver);
-	RUN(test_thread);
-	RUN(test_thread_long_period_stop);
-	RUN(test_thread_no_driver);
-	RUN(test_keep_procs);
-	RUN(test_usage_summary);
-	RUN(test_prom_families);
-	RUN(test_timeline_counters);
-	return CHECK_DONE();
+	return check_run_all();
 }

@@ -174,7 +174,7 @@ static int count_events(cJSON *span, const char *name)
 	return n;
 }
 
-static void test_url(void)
+TEST(test_url)
 {
 	struct otlp_url u;
 	char err[512];
@@ -220,7 +220,7 @@ static void test_url(void)
 
 /* A slow first token: the full trace, an event per token, the GPU attribution as children. */
 /* A collector's answer: its status and Retry-After in seconds, and what is not an answer. */
-static void test_response(void)
+TEST(test_response)
 {
 	static const struct {
 		const char *head;
@@ -250,7 +250,7 @@ static void test_response(void)
 	}
 }
 
-static void test_anomalous(void)
+TEST(test_anomalous)
 {
 	struct req_spec q = { .path = "/v1/chat/completions?api-version=2024",
 			      .model = "llama-3-8b",
@@ -261,7 +261,8 @@ static void test_anomalous(void)
 			      .ntokens = 5,
 			      .prompt_tokens = 12,
 			      .completion_tokens = 5 };
-	struct gpu_attribution ga = { 100 * MS, 200 * MS, 85 * MS, 60 * MS, 20 * MS, "by time", -1, -1, NULL };
+	struct gpu_attribution ga = { 100 * MS,	 200 * MS, 85 * MS, 60 * MS, 20 * MS,
+				      "by time", -1,	   -1,	    NULL };
 	struct otlp_opts opts;
 	struct otlp_stats st;
 	struct otlp o;
@@ -373,7 +374,7 @@ out:
 }
 
 /* A normal request sampled in: a summary span, no token events, no children unknown. */
-static void test_summary(void)
+TEST(test_summary)
 {
 	struct req_spec q = { .model = "m",
 			      .status = 200,
@@ -410,7 +411,7 @@ static void test_summary(void)
 }
 
 /* Failures: ERROR with the outcome; a gap over slow_itl; a non-GenAI path; IPv6 and Unix. */
-static void test_errors_and_names(void)
+TEST(test_errors_and_names)
 {
 	struct req_spec aborted = { .model = "m",
 				    .conn = "[::1]:8000<-[::1]:40000#3",
@@ -491,7 +492,7 @@ out:
 	otlp_close(&o);
 }
 
-static void test_token_event_cap(void)
+TEST(test_token_event_cap)
 {
 	struct req_spec q = { .status = 200,
 			      .outcome = OUTCOME_STREAM_ERROR,
@@ -579,7 +580,7 @@ static size_t sample_run(double ratio, uint64_t seed, size_t n, struct otlp_stat
 	return kept;
 }
 
-static void test_sampling(void)
+TEST(test_sampling)
 {
 	struct otlp_stats st;
 	bool agree;
@@ -619,7 +620,7 @@ static void test_sampling(void)
 	ASSERT_FALSE(otlp_sampled(id, 0.5), "high bits ignored");
 }
 
-static void test_queue_full(void)
+TEST(test_queue_full)
 {
 	struct req_spec q = { .status = 200,
 			      .outcome = OUTCOME_OK,
@@ -658,7 +659,7 @@ static void test_queue_full(void)
 
 /* A recording's clocks and host replace the ones given at init: every time is the kernel time
  * plus the new offset, exactly, and host.name is the recording's. */
-static void test_set_source(void)
+TEST(test_set_source)
 {
 	/* Recorded a day and 123 ns before this process's offset would say. */
 	const int64_t recorded = OFFSET - 86400000000123ll;
@@ -715,7 +716,7 @@ static void test_set_source(void)
 
 /* Backpressure waits for a sender; without one (no endpoint) a full queue still drops rather
  * than waiting for ever. */
-static void test_backpressure_no_sender(void)
+TEST(test_backpressure_no_sender)
 {
 	struct req_spec q = { .status = 200,
 			      .outcome = OUTCOME_OK,
@@ -746,15 +747,5 @@ static void test_backpressure_no_sender(void)
 
 int main(void)
 {
-	RUN(test_url);
-	RUN(test_response);
-	RUN(test_anomalous);
-	RUN(test_summary);
-	RUN(test_errors_and_names);
-	RUN(test_token_event_cap);
-	RUN(test_sampling);
-	RUN(test_queue_full);
-	RUN(test_set_source);
-	RUN(test_backpressure_no_sender);
-	return CHECK_DONE();
+	return check_run_all();
 }

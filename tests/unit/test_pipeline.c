@@ -206,7 +206,7 @@ static bool is_null(cJSON *o, const char *k)
 	return cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(o, k));
 }
 
-static void test_stream_request(void)
+TEST(test_stream_request)
 {
 	struct harness h;
 	cJSON *r, *tok;
@@ -248,7 +248,7 @@ out:
 
 /* A process's container labels its requests from their start: a sink keys what it keeps open (in
  * flight) by it as it keys what finishes, and the JSON line carries it. */
-static void test_container_label_from_start(void)
+TEST(test_container_label_from_start)
 {
 	static const char *const in_flight =
 	    "tokenscope_streams_in_flight{model=\"m1\",container=\"0123456789ab\"} ";
@@ -292,7 +292,7 @@ out:
 	h_close(&h);
 }
 
-static void test_keepalive_and_fd_reuse(void)
+TEST(test_keepalive_and_fd_reuse)
 {
 	struct harness h;
 
@@ -317,7 +317,7 @@ out:
 	h_close(&h);
 }
 
-static void test_lost_record_mid_stream(void)
+TEST(test_lost_record_mid_stream)
 {
 	struct harness h;
 	char frame[256];
@@ -341,7 +341,7 @@ out:
 	h_close(&h);
 }
 
-static void test_uncaptured_request_body(void)
+TEST(test_uncaptured_request_body)
 {
 	struct harness h;
 	char req[1024];
@@ -367,7 +367,7 @@ out:
 	h_close(&h);
 }
 
-static void test_close_mid_stream_aborts(void)
+TEST(test_close_mid_stream_aborts)
 {
 	struct harness h;
 
@@ -402,7 +402,7 @@ out:
 	h_close(&h);
 }
 
-static void test_errors_and_non_streaming(void)
+TEST(test_errors_and_non_streaming)
 {
 	struct harness h;
 	const char *body = "{\"id\":\"x\",\"object\":\"chat.completion\",\"choices\":[{\"message\":"
@@ -444,7 +444,7 @@ out:
 	h_close(&h);
 }
 
-static void test_ignores_other_protocols(void)
+TEST(test_ignores_other_protocols)
 {
 	struct harness h;
 
@@ -462,7 +462,7 @@ static void test_ignores_other_protocols(void)
 	h_close(&h);
 }
 
-static void test_joined_mid_connection(void)
+TEST(test_joined_mid_connection)
 {
 	struct harness h;
 
@@ -488,7 +488,7 @@ out:
  * a write at offset 0 that is no response head. That response is not reported; the next
  * request on the same keep-alive connection is, whole.
  */
-static void test_joined_mid_response_at_offset_zero(void)
+TEST(test_joined_mid_response_at_offset_zero)
 {
 	struct harness h;
 
@@ -513,7 +513,7 @@ out:
 }
 
 /* A server that speaks first in another protocol: ignored once its first read is no request. */
-static void test_server_speaks_first_ignored(void)
+TEST(test_server_speaks_first_ignored)
 {
 	struct harness h;
 
@@ -529,7 +529,7 @@ static void test_server_speaks_first_ignored(void)
 	h_close(&h);
 }
 
-static void test_frames_split_at_every_byte(void)
+TEST(test_frames_split_at_every_byte)
 {
 	char resp[2048];
 	size_t n;
@@ -582,7 +582,7 @@ static void eof_event(struct harness *h, uint64_t id, uint64_t ts)
 	pipeline_feed(&h->pl, &e, sizeof(e));
 }
 
-static void test_client_hangup_is_aborted(void)
+TEST(test_client_hangup_is_aborted)
 {
 	struct harness h;
 
@@ -609,7 +609,7 @@ out:
 	h_close(&h);
 }
 
-static void test_kernel_losses_at_exit(void)
+TEST(test_kernel_losses_at_exit)
 {
 	struct harness h;
 
@@ -638,7 +638,7 @@ out:
 	h_close(&h);
 }
 
-static void test_bad_records_are_counted(void)
+TEST(test_bad_records_are_counted)
 {
 	struct harness h;
 	uint8_t junk[64];
@@ -662,7 +662,7 @@ static void test_bad_records_are_counted(void)
  * first bytes; socket_wait_ms: from there to arrival_ns. Unknown (0) arrivals print null, and a
  * request's later reads never move it.
  */
-static void test_socket_arrival(void)
+TEST(test_socket_arrival)
 {
 	struct harness h;
 	char req[1024];
@@ -724,7 +724,7 @@ static void proc_exit(struct pipeline *pl, uint32_t pid)
  * Roots: with --all (keep_running) an exited server frees its slot, so a node agent running for
  * days follows new servers past the limit; with -p the roots stay and tell when all are gone.
  */
-static void test_root_slots(void)
+TEST(test_root_slots)
 {
 	struct harness h;
 
@@ -763,7 +763,7 @@ static void proc_fork(struct pipeline *pl, uint32_t pid, uint32_t ppid)
  * use-after-free there), and an exited child takes its entry with it, so a server forking for
  * days leaves as many entries as it has processes alive.
  */
-static void test_fork_labels_bounded(void)
+TEST(test_fork_labels_bounded)
 {
 	struct prom *p = prom_new(NULL, NULL);
 	struct harness h;
@@ -821,7 +821,7 @@ static void test_fork_labels_bounded(void)
 }
 
 /* Bytes from traffic that are not printable UTF-8 are replaced before any sink sees them. */
-static void test_hostile_strings(void)
+TEST(test_hostile_strings)
 {
 	static const char body[] = "{\"model\":\"a\\u001b[31mb\\nc\xff\xc3\",\"stream\":true}";
 	char req[512];
@@ -855,7 +855,7 @@ static void test_hostile_strings(void)
 
 /* A complete body that ends where a value belongs (`[}`) once stopped the body scanner from
  * advancing: the tracer spun and reported nothing more. */
-static void test_truncated_body_does_not_hang(void)
+TEST(test_truncated_body_does_not_hang)
 {
 	static const char *const bodies[] = {
 		"{\"model\":\"x\",\"messages\":[}",
@@ -892,7 +892,7 @@ static void test_truncated_body_does_not_hang(void)
 /* What the parsers let go is counted, in the loss report that the summary, the Prometheus
  * counters and the recording's report all take: a frame over the size limit, a request never
  * finished, a response to a request not seen. */
-static void test_drops_are_counted(void)
+TEST(test_drops_are_counted)
 {
 	size_t big = SSE_FRAME_MAX + 100, n;
 	char *frame = malloc(big + 16);
@@ -940,7 +940,7 @@ static void test_drops_are_counted(void)
 
 /* Clients half-way through heads and bodies hold at most the memory cap; past it what cannot be
  * kept is counted, and the requests that come after are reported as before. */
-static void test_memory_cap(void)
+TEST(test_memory_cap)
 {
 	char body[40000];
 	struct loss_report loss;
@@ -983,7 +983,7 @@ static void test_memory_cap(void)
 
 /* The connection table grows with the connections (a scan costs what is open, not the largest
  * table), and moving them to new buckets loses none: every one is found again by its id. */
-static void test_table_grows(void)
+TEST(test_table_grows)
 {
 	enum { N = 5000 };
 	struct ts_conn_event e = { .hdr = { TS_EV_CONN_OPEN, sizeof(e), 100, 100 } };
@@ -1019,28 +1019,5 @@ static void test_table_grows(void)
 
 int main(void)
 {
-	RUN(test_stream_request);
-	RUN(test_container_label_from_start);
-	RUN(test_keepalive_and_fd_reuse);
-	RUN(test_lost_record_mid_stream);
-	RUN(test_uncaptured_request_body);
-	RUN(test_close_mid_stream_aborts);
-	RUN(test_errors_and_non_streaming);
-	RUN(test_ignores_other_protocols);
-	RUN(test_joined_mid_connection);
-	RUN(test_joined_mid_response_at_offset_zero);
-	RUN(test_server_speaks_first_ignored);
-	RUN(test_frames_split_at_every_byte);
-	RUN(test_client_hangup_is_aborted);
-	RUN(test_kernel_losses_at_exit);
-	RUN(test_bad_records_are_counted);
-	RUN(test_socket_arrival);
-	RUN(test_root_slots);
-	RUN(test_fork_labels_bounded);
-	RUN(test_hostile_strings);
-	RUN(test_truncated_body_does_not_hang);
-	RUN(test_drops_are_counted);
-	RUN(test_memory_cap);
-	RUN(test_table_grows);
-	return CHECK_DONE();
+	return check_run_all();
 }

@@ -94,7 +94,9 @@ static void feed_from(const struct sink *s, const struct req_spec *q,
 {
 	struct request *r = new_request(q->model, pid, container);
 	struct request_metrics m;
-	struct gpu_attribution none = { -1, -1, -1, -1, -1, "none: no GPU steps seen", -1, -1, NULL };
+	struct gpu_attribution none = {
+		-1, -1, -1, -1, -1, "none: no GPU steps seen", -1, -1, NULL
+	};
 
 	r->outcome = q->outcome;
 	r->arrival_ns = BASE + q->arrival_ms * MS;
@@ -136,13 +138,14 @@ static char *render(struct prom *p)
 	return buf;
 }
 
-static void test_histograms_and_counters(void)
+TEST(test_histograms_and_counters)
 {
 	static const uint64_t toks[] = { 30, 40, 55 };
 	static const uint64_t toks2[] = { 100, 300 };
 	struct prom *p = prom_new(NULL, NULL);
 	struct sink s;
-	struct gpu_attribution ga = { 5 * MS, 20 * MS, 30 * MS, 20 * MS, 5 * MS, "by time", -1, -1, NULL };
+	struct gpu_attribution ga = { 5 * MS,	 20 * MS, 30 * MS, 20 * MS, 5 * MS,
+				      "by time", -1,	  -1,	   NULL };
 	char *t;
 
 	if (!ASSERT_OK_PTR(p, "prom_new"))
@@ -257,7 +260,7 @@ out:
 	prom_free(p);
 }
 
-static void test_empty(void)
+TEST(test_empty)
 {
 	struct prom *p = prom_new(NULL, NULL);
 	char *t = p ? render(p) : NULL;
@@ -275,7 +278,7 @@ out:
 }
 
 /* In flight per model: counted from a request's arrival to its end. */
-static void test_in_flight(void)
+TEST(test_in_flight)
 {
 	struct prom *p = prom_new(NULL, NULL);
 	struct request *r = request_new(1, 1, 0, "c");
@@ -302,7 +305,7 @@ out:
 	prom_free(p);
 }
 
-static void test_label_escaping(void)
+TEST(test_label_escaping)
 {
 	struct prom *p = prom_new(NULL, NULL);
 	struct sink s;
@@ -329,7 +332,7 @@ out:
 	prom_free(p);
 }
 
-static void test_model_cap(void)
+TEST(test_model_cap)
 {
 	struct prom *p = prom_new(NULL, NULL);
 	struct sink s;
@@ -383,10 +386,11 @@ static const char *const request_families[] = {
 
 #define NFAMILIES (sizeof(request_families) / sizeof(request_families[0]))
 
-static void test_by_process(void)
+TEST(test_by_process)
 {
 	static const uint64_t toks[] = { 30, 40, 55 };
-	struct gpu_attribution ga = { 5 * MS, 20 * MS, 30 * MS, 20 * MS, 5 * MS, "by time", -1, -1, NULL };
+	struct gpu_attribution ga = { 5 * MS,	 20 * MS, 30 * MS, 20 * MS, 5 * MS,
+				      "by time", -1,	  -1,	   NULL };
 	const struct req_spec a = { "llama", OUTCOME_OK, 0, toks, 3, 60, 10, 3, 4 };
 	const struct req_spec b = { "llama", OUTCOME_ABORTED, 0, toks, 2, 80, -1, -1, -1 };
 	struct prom *p = prom_new(NULL, NULL);
@@ -458,7 +462,7 @@ out:
 
 /* A container label on the series of processes that have a container id, and no label (not an
  * empty one) on the others; in flight counted on the same series the request ends on. */
-static void test_container_label(void)
+TEST(test_container_label)
 {
 	const struct req_spec q = { "qwen", OUTCOME_OK, 0, NULL, 0, 10, 5, -1, -1 };
 	const struct req_spec q2 = { "qwen", OUTCOME_OK, 0, NULL, 0, 20, 6, -1, -1 };
@@ -522,7 +526,7 @@ out:
 
 /* With --by-process the cap is on (model, pid, container) sets: the processes past it share
  * model="other",pid="other", and the requests and GPU steps that went there are counted. */
-static void test_label_set_cap(void)
+TEST(test_label_set_cap)
 {
 	const struct req_spec q = { "m", OUTCOME_OK, 0, NULL, 0, 1, -1, -1, -1 };
 	struct prom *p = prom_new(NULL, NULL);
@@ -588,7 +592,7 @@ static void publish(void *ctx, char *buf, size_t len)
 	pub->n++;
 }
 
-static void test_publish_on_tick(void)
+TEST(test_publish_on_tick)
 {
 	struct pipeline_opts po = { .out = stdout, .err = stderr };
 	struct published pub = { 0 };
@@ -642,7 +646,7 @@ out:
 	pipeline_free(&pl);
 }
 
-static void test_parse_listen(void)
+TEST(test_parse_listen)
 {
 	struct sockaddr_storage ss;
 	struct sockaddr_in *a4 = (struct sockaddr_in *)&ss;
@@ -703,7 +707,7 @@ static int http_get(int port, const char *method, const char *path, char *out, s
 	return 0;
 }
 
-static void test_httpd(void)
+TEST(test_httpd)
 {
 	static const char metrics[] = "# TYPE x counter\nx 1\n";
 	struct httpd *h = NULL, *h2 = NULL;
@@ -753,7 +757,7 @@ out:
 }
 
 /* tokenscope_request_socket_wait_seconds: every outcome, only where the arrival is known. */
-static void test_socket_wait(void)
+TEST(test_socket_wait)
 {
 	static const uint64_t toks[] = { 30, 40 };
 	struct prom *p = prom_new(NULL, NULL);
@@ -773,8 +777,8 @@ static void test_socket_wait(void)
 	if (!t)
 		goto out;
 	ASSERT_LINE(t, "# TYPE tokenscope_request_socket_wait_seconds histogram");
-	ASSERT_LINE(t,
-		    "tokenscope_request_socket_wait_seconds_bucket{model=\"llama\",le=\"0.005\"} 1");
+	ASSERT_LINE(
+	    t, "tokenscope_request_socket_wait_seconds_bucket{model=\"llama\",le=\"0.005\"} 1");
 	ASSERT_LINE(t,
 		    "tokenscope_request_socket_wait_seconds_bucket{model=\"llama\",le=\"0.04\"} 2");
 	ASSERT_LINE(t, "tokenscope_request_socket_wait_seconds_sum{model=\"llama\"} 0.033");
@@ -786,17 +790,5 @@ out:
 
 int main(void)
 {
-	RUN(test_histograms_and_counters);
-	RUN(test_empty);
-	RUN(test_in_flight);
-	RUN(test_label_escaping);
-	RUN(test_model_cap);
-	RUN(test_by_process);
-	RUN(test_container_label);
-	RUN(test_label_set_cap);
-	RUN(test_publish_on_tick);
-	RUN(test_parse_listen);
-	RUN(test_httpd);
-	RUN(test_socket_wait);
-	return CHECK_DONE();
+	return check_run_all();
 }

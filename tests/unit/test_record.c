@@ -188,7 +188,7 @@ static void free_all(void *rec[], int n)
 		free(rec[i]);
 }
 
-static void test_round_trip_every_type(void)
+TEST(test_round_trip_every_type)
 {
 	void *rec[16];
 	size_t len[16];
@@ -244,7 +244,7 @@ out:
 }
 
 /* Records larger than the write buffer, and enough of them to fill it many times. */
-static void test_round_trip_large(void)
+TEST(test_round_trip_large)
 {
 	size_t big = RECORD_MAX_BYTES;
 	struct ts_data_event *e = calloc(1, big);
@@ -287,7 +287,7 @@ out:
 	rm_path(path);
 }
 
-static void test_header_round_trip(void)
+TEST(test_header_round_trip)
 {
 	struct record_writer w;
 	struct record_meta m, back;
@@ -342,7 +342,7 @@ out:
 }
 
 /* A header grown by a later tokenscope: readers skip the bytes they do not know. */
-static void test_header_growth(void)
+TEST(test_header_growth)
 {
 	void *rec[16];
 	size_t len[16], n_file;
@@ -385,7 +385,7 @@ out:
 }
 
 /* Cut at every byte of the last two records: the whole records before the cut are fed. */
-static void test_truncated_every_offset(void)
+TEST(test_truncated_every_offset)
 {
 	void *rec[16];
 	size_t len[16], n_file;
@@ -459,7 +459,7 @@ out:
 	rm_path(cut);
 }
 
-static void test_not_a_recording(void)
+TEST(test_not_a_recording)
 {
 	static const char *texts[] = { "", "hello world, this is not a recording at all\n", "T",
 				       "TSRE", "{\"pid\":1}\n" };
@@ -502,7 +502,7 @@ static void test_not_a_recording(void)
 }
 
 /* A valid header followed by garbage: stops cleanly wherever framing fails (no crash). */
-static void test_garbage_after_header(void)
+TEST(test_garbage_after_header)
 {
 	struct record_writer w;
 	struct record_meta m;
@@ -545,7 +545,7 @@ static void test_garbage_after_header(void)
 }
 
 /* A version 1 file (data records without queued_ns) replays with the arrival unknown. */
-static void test_version_1_data_records(void)
+TEST(test_version_1_data_records)
 {
 	struct record_writer w;
 	struct record_meta m;
@@ -604,7 +604,7 @@ static void test_version_1_data_records(void)
 	rm_path(path);
 }
 
-static void test_wrong_magic_and_version(void)
+TEST(test_wrong_magic_and_version)
 {
 	struct record_writer w;
 	struct record_meta m;
@@ -659,7 +659,7 @@ static void put32(unsigned char *p, uint32_t v)
 }
 
 /* A corrupt length in the middle: the records before it are fed, the offset is reported. */
-static void test_corrupt_length_in_middle(void)
+TEST(test_corrupt_length_in_middle)
 {
 	void *rec[16];
 	size_t len[16], n_file;
@@ -723,7 +723,7 @@ out:
 	rm_path(path);
 }
 
-static void test_writer_rejects(void)
+TEST(test_writer_rejects)
 {
 	struct ts_gpu_call_event e = { .hdr = { TS_EV_GPU_CALL, sizeof(e), 1, 1 } };
 	struct record_writer w;
@@ -841,7 +841,7 @@ static void count_tick(void *ctx, const struct pipeline *pl, uint64_t now_ns)
 	(*(int *)ctx)++;
 }
 
-static void test_replay_through_pipeline(void)
+TEST(test_replay_through_pipeline)
 {
 	int ticks = 0;
 	struct sink ticker = { .name = "ticks", .ctx = &ticks, .tick = count_tick };
@@ -905,7 +905,7 @@ static void test_replay_through_pipeline(void)
 
 /* A recording holding a request body cut where a value belongs (`[}`) once made `report` spin
  * forever in the body scanner: it finishes, with the request reported. */
-static void test_replay_truncated_body(void)
+TEST(test_replay_truncated_body)
 {
 	static const char req[] = "POST /v1/completions HTTP/1.1\r\nContent-Length: 24\r\n\r\n"
 				  "{\"model\":\"x\",\"prompt\":[}";
@@ -946,18 +946,5 @@ static void test_replay_truncated_body(void)
 
 int main(void)
 {
-	RUN(test_round_trip_every_type);
-	RUN(test_round_trip_large);
-	RUN(test_header_round_trip);
-	RUN(test_header_growth);
-	RUN(test_truncated_every_offset);
-	RUN(test_not_a_recording);
-	RUN(test_garbage_after_header);
-	RUN(test_wrong_magic_and_version);
-	RUN(test_version_1_data_records);
-	RUN(test_corrupt_length_in_middle);
-	RUN(test_writer_rejects);
-	RUN(test_replay_through_pipeline);
-	RUN(test_replay_truncated_body);
-	return CHECK_DONE();
+	return check_run_all();
 }

@@ -57,7 +57,7 @@ static const struct body_expect bodies[] = {
 	{ "keepalive", "Qwen/Qwen2.5-0.5B", 1, 64, false },
 };
 
-static void test_fixture_bodies(void)
+TEST(test_fixture_bodies)
 {
 	for (size_t i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++) {
 		const struct body_expect *e = &bodies[i];
@@ -106,7 +106,7 @@ static void test_fixture_bodies(void)
 	}
 }
 
-static void test_keys_inside_strings(void)
+TEST(test_keys_inside_strings)
 {
 	const char *body = "{\"messages\":[{\"role\":\"user\",\"content\":\"say {\\\"model\\\": "
 			   "\\\"evil\\\", \\\"stream\\\": false, \\\"max_tokens\\\": 1}\"},"
@@ -126,7 +126,7 @@ static void test_keys_inside_strings(void)
 	ASSERT_STREQ(ri.model, "ok", "escaped quote");
 }
 
-static void test_cut_values(void)
+TEST(test_cut_values)
 {
 	struct req_info ri;
 
@@ -145,7 +145,7 @@ static void test_cut_values(void)
 	ASSERT_EQ(ri.stream, -1, "nothing captured");
 }
 
-static void test_limits_and_dialects(void)
+TEST(test_limits_and_dialects)
 {
 	struct req_info ri;
 
@@ -175,7 +175,7 @@ static void test_limits_and_dialects(void)
 	ASSERT_EQ(ri.stream, -1, "null stream");
 }
 
-static void test_model_text(void)
+TEST(test_model_text)
 {
 	char body[400];
 	struct req_info ri;
@@ -195,7 +195,7 @@ static void test_model_text(void)
 	ASSERT_EQ(strlen(ri.model), REQBODY_MODEL_MAX - 1, "truncated (scanner)");
 }
 
-static void test_not_json(void)
+TEST(test_not_json)
 {
 	struct req_info ri;
 
@@ -215,7 +215,7 @@ static void test_not_json(void)
 
 /* A delimiter where a value belongs once left the scanner where it was, forever: whole bodies
  * (cJSON refuses them, the scanner gets them) and cut ones. */
-static void test_no_value_does_not_hang(void)
+TEST(test_no_value_does_not_hang)
 {
 	static const char *const bodies[] = {
 		"{\"model\":\"x\",\"messages\":[}",
@@ -245,7 +245,7 @@ static void test_no_value_does_not_hang(void)
 }
 
 /* A model name is printable UTF-8 from either path, whatever the client sent. */
-static void test_model_cleaned(void)
+TEST(test_model_cleaned)
 {
 	struct req_info ri;
 
@@ -263,7 +263,7 @@ static void test_model_cleaned(void)
 	ASSERT_STREQ(ri.model, "\xef\xbf\xbd\xef\xbf\xbd", "raw bytes");
 }
 
-static void test_deep_and_random(void)
+TEST(test_deep_and_random)
 {
 	char *deep = malloc(20001);
 	uint64_t s = 0x2545f4914f6cdd1dull;
@@ -301,14 +301,5 @@ static void test_deep_and_random(void)
 
 int main(void)
 {
-	RUN(test_fixture_bodies);
-	RUN(test_keys_inside_strings);
-	RUN(test_cut_values);
-	RUN(test_limits_and_dialects);
-	RUN(test_model_text);
-	RUN(test_not_json);
-	RUN(test_no_value_does_not_hang);
-	RUN(test_model_cleaned);
-	RUN(test_deep_and_random);
-	return CHECK_DONE();
+	return check_run_all();
 }

@@ -55,7 +55,7 @@ static void feed(struct srec *r, const char *s, uint64_t ts)
 	sse_feed(&r->p, (const uint8_t *)s, strlen(s), ts);
 }
 
-static void test_basic_fields(void)
+TEST(test_basic_fields)
 {
 	struct srec *r = srec_new(SSE_MODE_SSE);
 
@@ -90,7 +90,7 @@ out:
 	srec_free(r);
 }
 
-static void test_line_endings(void)
+TEST(test_line_endings)
 {
 	struct srec *r = srec_new(SSE_MODE_SSE);
 
@@ -110,7 +110,7 @@ out:
 	srec_free(r);
 }
 
-static void test_bom(void)
+TEST(test_bom)
 {
 	struct srec *r = srec_new(SSE_MODE_SSE);
 
@@ -132,7 +132,7 @@ static void test_bom(void)
 	srec_free(r);
 }
 
-static void test_finish_flushes(void)
+TEST(test_finish_flushes)
 {
 	struct srec *r = srec_new(SSE_MODE_SSE);
 
@@ -160,7 +160,7 @@ static void test_finish_flushes(void)
 	srec_free(r);
 }
 
-static void test_ndjson(void)
+TEST(test_ndjson)
 {
 	struct srec *r = srec_new(SSE_MODE_NDJSON);
 
@@ -175,7 +175,7 @@ out:
 	srec_free(r);
 }
 
-static void test_oversize(void)
+TEST(test_oversize)
 {
 	struct srec *r = srec_new(SSE_MODE_SSE);
 	size_t big = SSE_FRAME_MAX + 100;
@@ -214,7 +214,7 @@ static void test_oversize(void)
 	free(line);
 }
 
-static void test_gap_resync(void)
+TEST(test_gap_resync)
 {
 	struct srec *r = srec_new(SSE_MODE_SSE);
 
@@ -263,7 +263,7 @@ out:
 }
 
 /* The same body split in two at every byte gives the same frames and ts by position. */
-static void test_every_split(void)
+TEST(test_every_split)
 {
 	static const char body[] = "\xef\xbb\xbf: hi\r\nevent: a\r\ndata: 1\r\ndata: 2\r\n\r\n"
 				   "data:x\r\rdata: y\n\nevent: b\ndata: {\"k\":\"v\"}\n\n";
@@ -297,7 +297,7 @@ out:
 	srec_free(ref);
 }
 
-static void test_mode_for(void)
+TEST(test_mode_for)
 {
 	ASSERT_EQ(sse_mode_for("text/event-stream"), SSE_MODE_SSE, "sse");
 	ASSERT_EQ(sse_mode_for("application/x-ndjson"), SSE_MODE_NDJSON, "ndjson");
@@ -308,7 +308,7 @@ static void test_mode_for(void)
 	ASSERT_EQ(sse_mode_for(NULL), -1, "null");
 }
 
-static void test_garbage(void)
+TEST(test_garbage)
 {
 	struct srec *r = srec_new(SSE_MODE_SSE);
 	uint8_t buf[4096];
@@ -334,15 +334,5 @@ static void test_garbage(void)
 
 int main(void)
 {
-	RUN(test_basic_fields);
-	RUN(test_line_endings);
-	RUN(test_bom);
-	RUN(test_finish_flushes);
-	RUN(test_ndjson);
-	RUN(test_oversize);
-	RUN(test_gap_resync);
-	RUN(test_every_split);
-	RUN(test_mode_for);
-	RUN(test_garbage);
-	return CHECK_DONE();
+	return check_run_all();
 }

@@ -227,7 +227,7 @@ static const struct gpu_attribution NOT_ATTRIBUTED = {
 	-1, -1, -1, -1, -1, "none: no GPU steps seen", -1, -1, NULL,
 };
 
-static void test_attributed_request(void)
+TEST(test_attributed_request)
 {
 	struct tfile f;
 	/* Arrives at +5.000123 ms, queues 2 ms, prefill 30 ms, 4 tokens 10 ms apart from +38. */
@@ -299,7 +299,7 @@ out:
 	tf_free(&f);
 }
 
-static void test_unattributed_and_failed(void)
+TEST(test_unattributed_and_failed)
 {
 	struct tfile f;
 	struct request *r =
@@ -368,7 +368,7 @@ static void step(struct tfile *f, uint32_t pid, uint64_t start, uint64_t end, ui
 	step_to(&f->s, pid, start, end, launches, graphs);
 }
 
-static void test_gpu_steps(void)
+TEST(test_gpu_steps)
 {
 	struct tfile f;
 	const cJSON *e;
@@ -408,7 +408,7 @@ out:
 /* A step with device times (CUPTI) also has a slice on its process's device track, from the
  * first device start to the last device end, with a "busy" slice per span when there are gaps;
  * a step without any has none, and each host slice says which times it has. */
-static void test_device_track(void)
+TEST(test_device_track)
 {
 	struct tfile f;
 	struct gpu_step s = { .pid = 4242,
@@ -483,7 +483,7 @@ out:
  * before it comes out negative (why the tracer gives the start of tracing). */
 /* Times 2^63 ns or more before the origin (a damaged recording's, found by fuzz_record) are
  * held at the farthest representable time, never negated out of range (UBSan). */
-static void test_time_far_before_origin(void)
+TEST(test_time_far_before_origin)
 {
 	const uint64_t origin = 1ull << 63;
 	struct tfile f;
@@ -501,7 +501,7 @@ out:
 	tf_free(&f);
 }
 
-static void test_origin_first_event(void)
+TEST(test_origin_first_event)
 {
 	struct tfile f;
 	struct request *r =
@@ -524,7 +524,7 @@ out:
 }
 
 /* A tracer killed before timeline_close leaves every flushed event whole: "]}" completes it. */
-static void test_cut_file(void)
+TEST(test_cut_file)
 {
 	struct tfile f;
 	struct request *r =
@@ -564,7 +564,7 @@ out:
 
 /* Token instants are written by hand, not through jsonw: their exact bytes, with times before
  * the origin, below a microsecond and far from it. */
-static void test_token_bytes(void)
+TEST(test_token_bytes)
 {
 	static const char *const want[] = {
 		",\n{\"name\":\"token\",\"cat\":\"token\",\"ph\":\"i\",\"ts\":-1.500,"
@@ -624,7 +624,7 @@ static int count_text(const char *text, const char *needle)
 
 /* The event buffer is reused after each write, and given back after a request larger than
  * TIMELINE_KEEP_BYTES: every event is in the file once either way. */
-static void test_buffer_reuse(void)
+TEST(test_buffer_reuse)
 {
 	/* Enough tokens for about twice TIMELINE_KEEP_BYTES (each token event is ~90 bytes). */
 	const uint32_t big = 2 * TIMELINE_KEEP_BYTES / 90;
@@ -659,7 +659,7 @@ out:
 	tf_free(&f);
 }
 
-static void test_keepalive_and_escaping(void)
+TEST(test_keepalive_and_escaping)
 {
 	struct tfile f;
 	struct request *a =
@@ -684,7 +684,7 @@ out:
 	tf_free(&f);
 }
 
-static void test_empty_and_errors(void)
+TEST(test_empty_and_errors)
 {
 	struct tfile f;
 	struct timeline t;
@@ -958,7 +958,7 @@ static void sim_feed(struct sim *s, const struct sim_req *q, int nq)
 	}
 }
 
-static void test_through_pipeline(void)
+TEST(test_through_pipeline)
 {
 	struct sim_req q[] = {
 		/* conn, arrival, max_tokens, abort_after: sorted by connection, then time */
@@ -1029,17 +1029,5 @@ out:
 
 int main(void)
 {
-	RUN(test_attributed_request);
-	RUN(test_unattributed_and_failed);
-	RUN(test_gpu_steps);
-	RUN(test_device_track);
-	RUN(test_origin_first_event);
-	RUN(test_time_far_before_origin);
-	RUN(test_cut_file);
-	RUN(test_token_bytes);
-	RUN(test_buffer_reuse);
-	RUN(test_keepalive_and_escaping);
-	RUN(test_empty_and_errors);
-	RUN(test_through_pipeline);
-	return CHECK_DONE();
+	return check_run_all();
 }

@@ -75,7 +75,7 @@ static const char *last_frame(const char *out)
 	return frame;
 }
 
-static void test_rows_and_window(void)
+TEST(test_rows_and_window)
 {
 	struct pipeline pl;
 	struct top t;
@@ -168,7 +168,7 @@ static void test_rows_and_window(void)
 	free(out);
 }
 
-static void test_tty_and_by_process(void)
+TEST(test_tty_and_by_process)
 {
 	struct pipeline pl;
 	struct top t;
@@ -201,7 +201,7 @@ static void test_tty_and_by_process(void)
 	free(out);
 }
 
-static void test_model_cap(void)
+TEST(test_model_cap)
 {
 	struct top t;
 	struct sink sk;
@@ -236,7 +236,7 @@ static void test_model_cap(void)
 	free(out);
 }
 
-static void test_gpu_lines(void)
+TEST(test_gpu_lines)
 {
 	struct nvml_snapshot *s = calloc(1, sizeof(*s));
 	struct top t;
@@ -297,7 +297,7 @@ static void test_gpu_lines(void)
 	free(s);
 }
 
-static void test_keys(void)
+TEST(test_keys)
 {
 	struct termios saved;
 	int p[2];
@@ -317,10 +317,5 @@ static void test_keys(void)
 
 int main(void)
 {
-	RUN(test_rows_and_window);
-	RUN(test_tty_and_by_process);
-	RUN(test_model_cap);
-	RUN(test_gpu_lines);
-	RUN(test_keys);
-	return CHECK_DONE();
+	return check_run_all();
 }

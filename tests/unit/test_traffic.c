@@ -52,7 +52,7 @@ static bool fixture_kinds(const char *name, char *out, size_t max)
  * its chunk-size line does (Node's 4-iovec writev appears here as its bytes; the iovec walk
  * is tested in tests/bpf/test_bpf_traffic.c).
  */
-static void test_fixture_writes(void)
+TEST(test_fixture_writes)
 {
 	static const struct {
 		const char *name, *kinds;
@@ -83,7 +83,7 @@ static void test_fixture_writes(void)
 /* Ollama's /api/chat and /api/generate objects (api.ChatResponse, api.GenerateResponse: the
  * model is the first field), chunked as Go's net/http writes them, and as json.dumps spaces
  * them. */
-static void test_ollama_ndjson(void)
+TEST(test_ollama_ndjson)
 {
 	ASSERT_EQ(
 	    peek_str("7c\r\n{\"model\":\"llama3.2\",\"created_at\":\"2024-01-01T00:00:00Z\","
@@ -97,7 +97,7 @@ static void test_ollama_ndjson(void)
 		  TS_TRAFFIC_NDJSON, "json.dumps spacing");
 }
 
-static void test_frame_starts(void)
+TEST(test_frame_starts)
 {
 	ASSERT_EQ(peek_str("data: {\"id\":\"x\"}\n\n"), TS_TRAFFIC_SSE, "SSE, not chunked");
 	ASSERT_EQ(peek_str("data:{\"token\":{}}\n\n"), TS_TRAFFIC_SSE, "TGI: no space");
@@ -114,7 +114,7 @@ static void test_frame_starts(void)
 		  "OpenAI Responses API");
 }
 
-static void test_not_frames(void)
+TEST(test_not_frames)
 {
 	static const char *const no[] = {
 		"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n",
@@ -152,7 +152,7 @@ static void test_not_frames(void)
 }
 
 /* When the first piece of a writev is worth reading the next one for. */
-static void test_need_more(void)
+TEST(test_need_more)
 {
 	static const char *const yes[] = { "a6", "a6\r", "a6\r\n", "0", "fffffff0\r\n", "da" };
 	static const char *const no[] = { "", "data", "a6\r\nd", "a6\n", "HTTP/1.1", "a6 " };
@@ -167,10 +167,5 @@ static void test_need_more(void)
 
 int main(void)
 {
-	RUN(test_fixture_writes);
-	RUN(test_ollama_ndjson);
-	RUN(test_frame_starts);
-	RUN(test_not_frames);
-	RUN(test_need_more);
-	return CHECK_DONE();
+	return check_run_all();
 }

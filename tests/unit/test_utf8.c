@@ -6,7 +6,7 @@
 #include "check.h"
 #include "utf8.h"
 
-static void test_len(void)
+TEST(test_len)
 {
 	static const struct {
 		const char *s;
@@ -34,7 +34,7 @@ static void test_len(void)
 			printf("  case %zu\n", i);
 }
 
-static void test_clean(void)
+TEST(test_clean)
 {
 	static const struct {
 		const char *in, *out;
@@ -61,7 +61,7 @@ static void test_clean(void)
 	ASSERT_STREQ(out, "a" UTF8_REPLACEMENT "b", "NUL replaced");
 }
 
-static void test_cut_at_a_character(void)
+TEST(test_cut_at_a_character)
 {
 	char out[6];
 
@@ -75,7 +75,7 @@ static void test_cut_at_a_character(void)
 }
 
 /* Every byte string of up to 3 bytes cleans to text that utf8_len accepts end to end. */
-static void test_exhaustive_short(void)
+TEST(test_exhaustive_short)
 {
 	unsigned char in[3];
 	char out[16];
@@ -99,9 +99,5 @@ static void test_exhaustive_short(void)
 
 int main(void)
 {
-	RUN(test_len);
-	RUN(test_clean);
-	RUN(test_cut_at_a_character);
-	RUN(test_exhaustive_short);
-	return CHECK_DONE();
+	return check_run_all();
 }
