@@ -25,11 +25,6 @@ static const char ALERT_FORM[] =
     "'success < 99% for 5m', 'itl.p99 >= 200ms'; METRIC is ttft|itl|tpot|e2e|queue|prefill|"
     "decode.p50|p90|p95|p99|p999, success or rps";
 
-const char *alert_metric_name(enum alert_metric m)
-{
-	return m < AM_MAX ? metric_names[m] : "?";
-}
-
 static bool is_latency(enum alert_metric m)
 {
 	return m < AM_SUCCESS;

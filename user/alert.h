@@ -92,7 +92,6 @@ void alert_free(struct alert_set *a);
 struct sink alert_sink(struct alert_set *a);
 /* Evaluates every rule at kernel time now_ns (the sink's tick does this once per second). */
 void alert_evaluate(struct alert_set *a, uint64_t now_ns);
-const char *alert_metric_name(enum alert_metric m);
 /* Starts the --alert-exec commands still waiting for a rule's previous one, waiting up to
  * timeout_ms for those; says on a->out what it could not start. alert_free does this with 5 s. */
 void alert_exec_drain(struct alert_set *a, int timeout_ms);

@@ -41,11 +41,6 @@ enum step_kind gpu_classify(uint32_t launches, uint32_t graph_launches)
 	return launches ? STEP_PREFILL : STEP_OTHER;
 }
 
-bool gpu_seen(const struct gpu_timeline *g)
-{
-	return g->steps > 0;
-}
-
 static const struct gpu_proc *gpu_proc_find(const struct gpu_timeline *g, uint32_t pid)
 {
 	for (uint32_t i = 0; i < g->nprocs; i++)

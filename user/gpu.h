@@ -138,7 +138,6 @@ bool gpu_next_ready(struct gpu_timeline *g, uint64_t now_ns, bool all, struct gp
 /* Whether the device times of every process that has them are complete up to t_ns (the
  * request that ended then can be attributed), or waited long enough by now_ns. */
 bool gpu_device_complete(const struct gpu_timeline *g, uint64_t t_ns, uint64_t now_ns);
-bool gpu_seen(const struct gpu_timeline *g);
 void gpu_attribute(const struct gpu_timeline *g, const struct request *r,
 		   struct gpu_attribution *a);
 /* Per-process statistics over the wall time [from_ns, to_ns] of the run. */

@@ -373,6 +373,7 @@ void pipeline_loss(const struct pipeline *pl, struct loss_report *loss)
 	loss->desyncs = pl->conns.stats.desyncs;
 	loss->bad_records = pl->bad_records;
 	loss->untraced_sockets = pl->kstats[TS_STAT_CONN_TABLE_FULL];
+	loss->copy_failed = pl->kstats[TS_STAT_COPY_FAILED];
 	loss->http_conns = pl->conns.stats.http_conns;
 	loss->ignored_conns = pl->conns.stats.ignored_conns;
 	loss->partial_requests = pl->conns.stats.partial_requests;

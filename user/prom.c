@@ -733,6 +733,7 @@ static void render_loss(const struct prom *p, FILE *f)
 		{ "oversize_frame", l->oversize_frames },
 		{ "damaged_stream", l->damaged_frames },
 		{ "memory_cap", l->budget_refused },
+		{ "copy_failed", l->copy_failed },
 	};
 
 	put_header(
@@ -749,7 +750,8 @@ static void render_loss(const struct prom *p, FILE *f)
 	    "gap or bad bytes, malformed records, sockets the kernel table had no room for, "
 	    "requests never finished or read past the pipelining limit, responses to requests "
 	    "not seen, stream frames over the size limit or damaged by missing bytes, "
-	    "buffers refused at the connections' memory cap.");
+	    "buffers refused at the connections' memory cap, failed reads of traced bytes from "
+	    "the process's memory.");
 	for (size_t i = 0; i < sizeof(events) / sizeof(events[0]); i++)
 		fprintf(f, "tokenscope_dropped_total{what=\"%s\"} %" PRIu64 "\n", events[i].name,
 			events[i].v);

@@ -107,6 +107,12 @@ void summary_print(const struct summary *s, const struct loss_report *loss, cons
 		fprintf(f,
 			"  lost: %llu sockets not traced: the kernel's connection table was full\n",
 			(unsigned long long)loss->untraced_sockets);
+	if (loss->copy_failed)
+		fprintf(
+		    f,
+		    "  lost: %llu reads of traced bytes from the process's memory failed (their "
+		    "bytes are counted beyond capture)\n",
+		    (unsigned long long)loss->copy_failed);
 	if (loss->cupti || loss->cupti_abi_bad)
 		fprintf(
 		    f,

@@ -26,6 +26,8 @@ struct summary {
 struct loss_report {
 	uint64_t lost_events, lost_bytes, uncaptured_bytes, gap_bytes, desyncs, bad_records;
 	uint64_t untraced_sockets; /* the kernel's connection table was full */
+	uint64_t copy_failed;	   /* reads of traced bytes from the process's memory that failed
+				    * (their bytes are in uncaptured_bytes) */
 	uint64_t http_conns, ignored_conns;
 	/* What the parsers let go (struct conn_stats): never a request reported with wrong numbers,
 	 * always a count. */

@@ -934,6 +934,14 @@ TEST(test_drops_are_counted)
 				      "requests, 0 requests past the pipelining limit, 1 frames "
 				      "over 64 KiB"),
 		    "the summary shows them");
+	ASSERT_TRUE(!strstr(h.err, "reads of traced bytes"), "no failed read: no line for them");
+	/* Failed reads of the process's memory, counted in the kernel, are said when there are. */
+	h.pl.kstats[TS_STAT_COPY_FAILED] = 2;
+	pipeline_print_total(&h.pl);
+	fflush(h.ferr);
+	ASSERT_TRUE(strstr(h.err, "  lost: 2 reads of traced bytes from the process's memory "
+				  "failed (their bytes are counted beyond capture)\n") != NULL,
+		    "the summary shows failed reads");
 	h_close(&h);
 	free(frame);
 }

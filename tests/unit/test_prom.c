@@ -630,15 +630,20 @@ TEST(test_publish_on_tick)
 	s.tick(s.ctx, &pl, BASE + PROM_RENDER_PERIOD_NS / 2);
 	ASSERT_EQ(pub.n, 4, "lost records");
 	ASSERT_LINE(pub.last, "tokenscope_events_lost_total 7");
+	/* failed reads of the process's memory, counted in the kernel, too */
+	pl.kstats[TS_STAT_COPY_FAILED] = 3;
+	s.tick(s.ctx, &pl, BASE + PROM_RENDER_PERIOD_NS / 2);
+	ASSERT_EQ(pub.n, 5, "failed reads");
+	ASSERT_LINE(pub.last, "tokenscope_dropped_total{what=\"copy_failed\"} 3");
 	/* under steady load, once per period */
 	for (int i = 1; i <= 10; i++)
 		s.tick(s.ctx, &pl,
 		       BASE + PROM_RENDER_PERIOD_NS / 2 + i * PROM_RENDER_PERIOD_NS / 10);
-	ASSERT_EQ(pub.n, 5, "one per period");
+	ASSERT_EQ(pub.n, 6, "one per period");
 	/* the end of tracing publishes the final state */
 	feed(&s, &(struct req_spec){ "m", OUTCOME_LOST, 0, NULL, 0, 1, -1, -1, -1 }, NULL);
 	s.finish(s.ctx, &pl);
-	ASSERT_EQ(pub.n, 6, "finish");
+	ASSERT_EQ(pub.n, 7, "finish");
 	ASSERT_LINE(pub.last, "tokenscope_requests_total{model=\"m\",outcome=\"lost\"} 1");
 out:
 	prom_free(p);
