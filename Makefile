@@ -4,6 +4,12 @@
 
 OUTPUT := .output
 ARCH := $(shell uname -m | sed -e 's/x86_64/x86/' -e 's/aarch64/arm64/')
+# The BPF program matches syscalls by number, and has the table of x86_64 only (bpf/, NR_*); a
+# build for another architecture would load and trace the wrong syscalls.
+SUPPORTED_ARCHS := x86
+ifeq ($(filter $(ARCH),$(SUPPORTED_ARCHS)),)
+$(error tokenscope builds for $(SUPPORTED_ARCHS) only: its BPF program has no syscall table for $(ARCH) ($(shell uname -m)))
+endif
 CLANG ?= clang
 LLVM_STRIP ?= llvm-strip
 BPFTOOL ?= bpftool
@@ -12,6 +18,8 @@ CC ?= cc
 CFLAGS ?= -O2 -g
 WARN := -Wall -Wextra -Werror
 USER_CFLAGS := $(CFLAGS) $(WARN) -std=gnu11 -D_GNU_SOURCE -Iinclude -Iuser -I$(OUTPUT)
+# Objects of user/ record the headers they include (.d files beside them, read below).
+DEPFLAGS = -MMD -MP -MF $(@:.o=.d)
 # usdt.bpf.h includes <linux/errno.h>, whose <asm/errno.h> is in the multiarch folder.
 BPF_CFLAGS := -g -O2 -Wall -Werror -target bpf -mcpu=v3 -D__TARGET_ARCH_$(ARCH) \
 	-Ivmlinux/$(ARCH) -Iinclude -idirafter /usr/include/$(shell $(CC) -print-multiarch)
@@ -92,9 +100,9 @@ $(OUTPUT)/tokenscope.skel.h: $(OUTPUT)/tokenscope.bpf.o
 
 $(OUTPUT)/user/trace.o $(OUTPUT)/user/cuda.o: $(OUTPUT)/tokenscope.skel.h
 
-$(OUTPUT)/user/%.o: user/%.c $(wildcard user/*.h) $(wildcard include/*.h) | $(OUTPUT)/user
+$(OUTPUT)/user/%.o: user/%.c | $(OUTPUT)/user
 	$(call msg,CC,$@)
-	$(Q)$(CC) $(USER_CFLAGS) -c $< -o $@
+	$(Q)$(CC) $(USER_CFLAGS) $(DEPFLAGS) -c $< -o $@
 
 $(OUTPUT)/tokenscope: $(LIB_OBJS) $(TOOL_OBJS)
 	$(call msg,LINK,$@)
@@ -117,9 +125,9 @@ $(OUTPUT)/peekcost: tests/peekcost.c $(OUTPUT)/tokenscope.skel.h | $(OUTPUT)
 	$(call msg,CC,$@)
 	$(Q)$(CC) $(USER_CFLAGS) $< -o $@ $(LDLIBS)
 
-$(OUTPUT)/san/%.o: user/%.c $(wildcard user/*.h) $(wildcard include/*.h) | $(OUTPUT)/san
+$(OUTPUT)/san/%.o: user/%.c | $(OUTPUT)/san
 	$(call msg,CC-SAN,$@)
-	$(Q)$(CC) $(USER_CFLAGS) $(SAN_FLAGS) -c $< -o $@
+	$(Q)$(CC) $(USER_CFLAGS) $(SAN_FLAGS) $(DEPFLAGS) -c $< -o $@
 
 # libFuzzer targets (tests/fuzz/, run by scripts/fuzz.sh): clang, and the pipeline built again
 # with the fuzzer's coverage instrumentation, so it can steer into the parsers.
@@ -136,9 +144,9 @@ fuzz-build: $(FUZZ_BINS)
 $(OUTPUT)/fuzz/obj:
 	$(Q)mkdir -p $@
 
-$(OUTPUT)/fuzz/obj/%.o: user/%.c $(wildcard user/*.h) $(wildcard include/*.h) | $(OUTPUT)/fuzz/obj
+$(OUTPUT)/fuzz/obj/%.o: user/%.c | $(OUTPUT)/fuzz/obj
 	$(call msg,CC-FUZZ,$@)
-	$(Q)$(CLANG) $(USER_CFLAGS) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+	$(Q)$(CLANG) $(USER_CFLAGS) $(FUZZ_FLAGS) $(DEPFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
 
 $(OUTPUT)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(wildcard tests/fuzz/*.h) $(FUZZ_OBJS)
 	$(call msg,FUZZ,$@)
@@ -246,3 +254,7 @@ format:
 
 clean:
 	$(Q)rm -rf $(OUTPUT)
+
+# The headers each object included when it was last built (none before the first build, when
+# everything is built anyway).
+-include $(wildcard $(OUTPUT)/user/*.d $(OUTPUT)/san/*.d $(OUTPUT)/fuzz/obj/*.d)
