@@ -8,8 +8,8 @@
  * min-heap, and a timerfd is armed at the earliest one: the gaps a tracer measures are the gaps
  * that were scheduled, and nothing ever sleeps in the loop.
  *
- * --pattern chooses how the bytes of a stream are cut into syscalls, reproducing the stacks in
- * WIRE.md, because the tracer must reassemble frames whatever the cut. Bytes a socket does not
+ * --pattern chooses how the bytes of a stream are cut into syscalls, reproducing the stacks
+ * captured in tests/fixtures/, because the tracer must reassemble frames whatever the cut. Bytes a socket does not
  * take are kept and written on EPOLLOUT, so back-pressure changes the cut but never the bytes.
  *
  * --gpu reproduces vLLM's process layout instead of timing tokens itself: this process stays the

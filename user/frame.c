@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
- * Frame classification; the contract is in frame.h, the formats in shared WIRE.md.
+ * Frame classification; the contract is in frame.h, the formats as captured from real servers
+ * in tests/fixtures/ (README.md there).
  *
  * The format is told by the members a frame has, not by the request path, so a proxy or a
  * home-grown server that speaks a known dialect is recognised too. Strings are only ever

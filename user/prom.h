@@ -4,7 +4,7 @@
  * finished requests and GPU steps, rendered in the text exposition format 0.0.4. Bucket bounds
  * are those of the OpenTelemetry GenAI semantic conventions, so dashboards built for them fit.
  *
- * Labels stay few (DESIGN.md rule 7). Request metrics: `model` (the request body's model,
+ * Labels stay few (each value of a label is a series of its own). Request metrics: `model` (the request body's model,
  * "unknown" when it was absent or not captured), `pid` (the server process that served the
  * request, only with prom_set_by_process), `container` (only on requests of a process with a
  * container id); beyond PROM_MAX_LABEL_SETS distinct sets of these, one set collects the rest:

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Recordings (`.tsr`): the raw event stream written to a file by `tokenscope record` and
- * replayed through the same pipeline by `tokenscope report` (DESIGN.md rule 2: every number is a
- * function of the event stream, so a replay reports exactly what the live tracer would have).
+ * replayed through the same pipeline by `tokenscope report` (every number is a function of
+ * the event stream, so a replay reports exactly what the live tracer would have).
  *
  * File format, version 2 (version 1 differed only in struct ts_data_event, which lacked
  * queued_ns). Every integer is little endian.
@@ -34,7 +34,7 @@
  * One record type exists only in files: RECORD_EV_KSTATS, a snapshot of the kernel's counters
  * (lost records, bytes beyond capture, ...), which live only in a BPF map and not in the ring
  * buffer. The recorder writes one whenever they change, in stream order, so a replay marks the
- * same open requests as maybe lost and shows the same loss figures (DESIGN.md rule 3).
+ * same open requests as maybe lost and shows the same loss figures (nothing is lost silently).
  *
  * Replay stops at the first record that cannot be framed (a zero or insane length, a length
  * that disagrees with hdr.size, a truncated last record): everything before it has been fed,

@@ -8,7 +8,8 @@
  * wrote.
  *
  * Recognised at the start of the write, or after one HTTP/1.1 chunk-size line (hex digits and
- * CRLF: every stack in WIRE.md chunks its SSE body, so there a frame never starts a write):
+ * CRLF: the chunked stacks captured in tests/fixtures/ put one before each piece of the SSE
+ * body, so there a frame never starts a write):
  *   SSE     `data:` with or without a space, then `{`;
  *           `event:` then `message_start`, `content_block_` (Anthropic) or `response.` (OpenAI
  *           Responses API): their frames carry `event:` lines before `data:`.

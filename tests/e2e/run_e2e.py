@@ -389,7 +389,7 @@ def compare_pair(c, t, tol_ns):
             out.append(Mismatch(f"ttft_ms {t['ttft_ms']} != first_token_ns - arrival_ns "
                                 f"{ms(tf - arrival)}"))
         # The client's TTFT runs from its send; tokenscope's TTFT from the server's read
-        # (DESIGN.md). The same span in tokenscope's terms starts at the socket arrival.
+        # (README, Definitions). The same span in tokenscope's terms starts at the socket arrival.
         if received is not None and abs((tf - received) / 1e6 - c["ttft_ms"]) * 1e6 > tol_ns:
             out.append(timing(f"first_token_ns - received_ns {ms(tf - received)} vs client "
                               f"ttft_ms {c['ttft_ms']}"))
