@@ -7,12 +7,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "alert.h"
 #include "gpu.h"
 #include "pipeline.h"
 #include "request.h"
-
-#define NS_PER_S 1000000000ull
 
 static const char *const metric_names[AM_MAX] = {
 	[AM_TTFT] = "ttft",	[AM_ITL] = "itl",	  [AM_TPOT] = "tpot",

@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "httpd.h"
 
 #define METRICS_PATH "/metrics"
@@ -42,14 +43,6 @@ struct httpd {
 	char address[INET6_ADDRSTRLEN + 16];
 	struct httpd_conn conns[HTTPD_MAX_CONNS]; /* MHD admits no more than this many */
 };
-
-static double mono_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 /* MHD has no call to close a connection: shutting its socket down makes MHD's next turn see
  * the end and close it itself, and the descriptor stays MHD's until then. */

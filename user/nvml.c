@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "nvml.h"
 #include "utf8.h"
 
@@ -81,14 +82,6 @@ struct nvml {
 	bool stopping;
 	struct nvml_snapshot latest;
 };
-
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static const char *nvml_why(const struct nvml *n, nvmlReturn_t r)
 {

@@ -12,13 +12,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "gpu.h"
 #include "jsonw.h"
 #include "otlp.h"
 #include "request.h"
 
-#define NS_PER_MS 1000000ull
-#define NS_PER_S 1000000000ull
 /* Failures are reported at most this often (they are all counted). */
 #define OTLP_WARN_INTERVAL_NS (60 * NS_PER_S)
 /* What a trace costs in the body, to bound batches and the queue without encoding twice:
@@ -99,14 +98,6 @@ static void rng_id(uint64_t s[4], uint8_t *id, size_t len)
 		for (size_t i = 0; i < len; i++)
 			zero &= !id[i];
 	}
-}
-
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * NS_PER_S + ts.tv_nsec;
 }
 
 static uint64_t keep_threshold(double ratio)

@@ -6,14 +6,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "gpu.h"
 #include "nvml.h"
 #include "pipeline.h"
 #include "prom.h"
 #include "request.h"
 #include "utf8.h"
-
-#define MS_NS 1000000ull
 
 /* OpenTelemetry GenAI semantic conventions, explicit bucket boundaries (in milliseconds here,
  * all of them whole milliseconds): gen_ai.server.time_to_first_token, also used for ITL, queue,
@@ -146,7 +145,7 @@ static void phist_add(struct phist *h, const struct bounds *b, uint64_t ns)
 {
 	unsigned int i = 0;
 
-	while (i < b->n && ns > b->ms[i] * MS_NS)
+	while (i < b->n && ns > b->ms[i] * NS_PER_MS)
 		i++;
 	h->buckets[i]++;
 	h->count++;
@@ -421,7 +420,7 @@ static void put_hist(FILE *f, const char *name, const char *labels, const struct
 	for (unsigned int i = 0; i < b->n; i++) {
 		cum += h->buckets[i];
 		fprintf(f, "%s_bucket{%s,le=\"", name, labels);
-		put_seconds(f, b->ms[i] * MS_NS);
+		put_seconds(f, b->ms[i] * NS_PER_MS);
 		fprintf(f, "\"} %" PRIu64 "\n", cum);
 	}
 	cum += h->buckets[b->n];

@@ -8,12 +8,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "pipeline.h"
 #include "request.h"
 #include "top.h"
-
-#define NS_PER_S 1000000000ull
-#define NS_PER_MS 1e6
 
 static void lat_reset(struct top_lat *l)
 {

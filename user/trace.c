@@ -11,6 +11,7 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 
+#include "clock.h"
 #include "cuda.h"
 #include "discover.h"
 #include "top.h"
@@ -60,14 +61,6 @@ static int libbpf_print_quiet(enum libbpf_print_level level, const char *fmt, va
 {
 	(void)level, (void)fmt, (void)args;
 	return 0;
-}
-
-static double mono_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
 static int on_record(void *ctx, void *data, size_t size)
