@@ -406,6 +406,174 @@ static int trace_load(struct tracer *tr, const struct trace_opts *o)
 	return 0;
 }
 
+/* What the run loop's jobs work on. */
+struct loop {
+	struct tracer *tr;
+	const struct trace_opts *o;
+	struct discover_set *seen;
+	struct top *top; /* NULL without the live view */
+	double start;	 /* mono_s() when tracing began */
+	long intervals;	 /* interval summaries printed */
+};
+
+/*
+ * A periodic job of the run loop: run once due (first `first` seconds after the start, then
+ * every `period`: on a fixed rate, or `period` after it last ran; period 0: after every drain
+ * of the ring buffer). It returns true to end the trace.
+ */
+struct loop_job {
+	bool (*wanted)(const struct loop *l);
+	bool (*run)(struct loop *l, double now);
+	double first, period;
+	bool fixed_rate;
+	double next;
+};
+
+static bool want_always(const struct loop *l)
+{
+	(void)l;
+	return true;
+}
+
+static bool want_interval(const struct loop *l)
+{
+	return l->o->interval_s > 0;
+}
+
+static bool want_top(const struct loop *l)
+{
+	return l->top != NULL;
+}
+
+static bool want_all(const struct loop *l)
+{
+	return l->o->all;
+}
+
+static bool want_traffic(const struct loop *l)
+{
+	return l->o->all && !l->o->no_traffic;
+}
+
+static bool want_duration(const struct loop *l)
+{
+	return l->o->duration_s > 0;
+}
+
+static bool job_interval(struct loop *l, double now)
+{
+	(void)now;
+	pipeline_print_interval(&l->tr->pl);
+	return l->o->count && ++l->intervals >= l->o->count;
+}
+
+static bool job_top(struct loop *l, double now)
+{
+	(void)now;
+	if (top_keypress(STDIN_FILENO) == 1)
+		return true;
+	/* Kernel time moves only with records: redraw an idle screen on this clock (the same
+	 * one), which decides only when to draw. */
+	top_tick(l->top, &l->tr->pl, mono_ns());
+	return false;
+}
+
+static bool job_discover(struct loop *l, double now)
+{
+	(void)now;
+	discover_follow(l->tr, l->seen);
+	return false;
+}
+
+static bool job_traffic(struct loop *l, double now)
+{
+	(void)now;
+	traffic_follow(l->tr, l->seen);
+	return false;
+}
+
+static bool job_cuda(struct loop *l, double now)
+{
+	(void)now;
+	cuda_scan_all(l->tr);
+	cuda_explain(l->tr);
+	return false;
+}
+
+static bool job_duration(struct loop *l, double now)
+{
+	return now - l->start >= l->o->duration_s;
+}
+
+static bool job_exited(struct loop *l, double now)
+{
+	(void)now;
+	if (!pipeline_all_exited(&l->tr->pl))
+		return false;
+	fprintf(stderr, "tokenscope: every traced process has exited\n");
+	return true;
+}
+
+/* Drains the ring buffer into the pipeline (and the recording). */
+static void loop_drain(struct loop *l, struct ring_buffer *rb)
+{
+	struct tracer *tr = l->tr;
+
+	ring_buffer__consume(rb);
+	read_kstats(tr);
+	pipeline_tick(&tr->pl);
+	if (tr->recording && !tr->rec_err) {
+		/* Counters too (a report shows the losses), and a file usable if killed. */
+		record_write_kstats(&tr->rec, tr->pl.kstats);
+		record_flush(&tr->rec);
+	}
+}
+
+/* Polls the ring buffer and runs the jobs until one ends the trace, a signal asks it to, or the
+ * ring buffer cannot be read (its error). */
+static int loop_run(struct loop *l, struct ring_buffer *rb, volatile sig_atomic_t *exiting)
+{
+	struct loop_job jobs[] = {
+		{ want_interval, job_interval, l->o->interval_s, l->o->interval_s, true, 0 },
+		{ want_top, job_top, 0, 0, false, 0 },
+		{ want_all, job_discover, 0, DISCOVER_RESCAN_S, false, 0 },
+		{ want_traffic, job_traffic, 0, TRAFFIC_DRAIN_S, false, 0 },
+		{ want_always, job_cuda, CUDA_RESCAN_S, CUDA_RESCAN_S, false, 0 },
+		{ want_duration, job_duration, 0, 0, false, 0 },
+		{ want_always, job_exited, 0, 0, false, 0 },
+	};
+	const size_t njobs = sizeof(jobs) / sizeof(jobs[0]);
+
+	for (size_t i = 0; i < njobs; i++)
+		jobs[i].next = l->start + jobs[i].first;
+	while (!*exiting) {
+		int n = ring_buffer__poll(rb, DRAIN_PERIOD_MS);
+		double now;
+
+		/* A signal: the loop's condition says whether it ends the trace (run passes
+		 * most signals on to its command and goes on). */
+		if (n == -EINTR)
+			continue;
+		if (n < 0) {
+			fprintf(stderr, "tokenscope: reading the ring buffer failed: %s\n",
+				strerror(-n));
+			return n;
+		}
+		loop_drain(l, rb);
+		now = mono_s();
+		for (size_t i = 0; i < njobs; i++) {
+			struct loop_job *j = &jobs[i];
+
+			if (!j->wanted(l) || now < j->next)
+				continue;
+			j->next = j->fixed_rate ? j->next + j->period : now + j->period;
+			if (j->run(l, now))
+				return 0;
+		}
+	}
+	return 0;
+}
+
 int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 {
 	struct pipeline_opts po = {
@@ -427,10 +595,8 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 	bool top_on = false, raw = false;
 	struct termios saved;
 	FILE *devnull = NULL;
-	double next_discover = 0, next_traffic = 0;
 	struct timespec now_ts;
-	double start, next_interval, next_cuda_scan;
-	long intervals = 0;
+	struct loop loop;
 	int err, nprocs = 0;
 
 	for (int i = 0; i < o->npids; i++) {
@@ -551,69 +717,10 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 	if (o->attached && (err = o->attached(o->attached_ctx)))
 		goto out;
 
-	start = mono_s();
-	next_interval = start + o->interval_s;
-	next_cuda_scan = start + CUDA_RESCAN_S;
-	err = 0;
-	while (!*exiting) {
-		int n = ring_buffer__poll(rb, DRAIN_PERIOD_MS);
-		double now;
-
-		/* A signal: the loop's condition says whether it ends the trace (run passes
-		 * most signals on to its command and goes on). */
-		if (n == -EINTR)
-			continue;
-		if (n < 0) {
-			fprintf(stderr, "tokenscope: reading the ring buffer failed: %s\n",
-				strerror(-n));
-			err = n;
-			break;
-		}
-		ring_buffer__consume(rb);
-		read_kstats(&tr);
-		pipeline_tick(&tr.pl);
-		if (tr.recording && !tr.rec_err) {
-			/* Counters too (a report shows the losses), and a file usable if killed. */
-			record_write_kstats(&tr.rec, tr.pl.kstats);
-			record_flush(&tr.rec);
-		}
-		now = mono_s();
-		if (o->interval_s > 0 && now >= next_interval) {
-			pipeline_print_interval(&tr.pl);
-			next_interval += o->interval_s;
-			if (o->count && ++intervals >= o->count)
-				break;
-		}
-		if (top_on) {
-			struct timespec mt;
-
-			if (top_keypress(STDIN_FILENO) == 1)
-				break;
-			/* Kernel time moves only with records: redraw an idle screen on this clock
-			 * (the same one), which decides only when to draw. */
-			clock_gettime(CLOCK_MONOTONIC, &mt);
-			top_tick(&top, &tr.pl, mt.tv_sec * 1000000000ull + (uint64_t)mt.tv_nsec);
-		}
-		if (o->all && now >= next_discover) {
-			discover_follow(&tr, &seen);
-			next_discover = now + DISCOVER_RESCAN_S;
-		}
-		if (o->all && !o->no_traffic && now >= next_traffic) {
-			traffic_follow(&tr, &seen);
-			next_traffic = now + TRAFFIC_DRAIN_S;
-		}
-		if (now >= next_cuda_scan) {
-			cuda_scan_all(&tr);
-			cuda_explain(&tr);
-			next_cuda_scan = now + CUDA_RESCAN_S;
-		}
-		if (o->duration_s > 0 && now - start >= o->duration_s)
-			break;
-		if (pipeline_all_exited(&tr.pl)) {
-			fprintf(stderr, "tokenscope: every traced process has exited\n");
-			break;
-		}
-	}
+	loop = (struct loop){
+		.tr = &tr, .o = o, .seen = &seen, .top = top_on ? &top : NULL, .start = mono_s()
+	};
+	err = loop_run(&loop, rb, exiting);
 	ring_buffer__consume(rb);
 	read_kstats(&tr);
 	if (tr.recording && !tr.rec_err)
