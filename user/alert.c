@@ -10,7 +10,6 @@
 #include "clock.h"
 #include "alert.h"
 #include "gpu.h"
-#include "pipeline.h"
 #include "request.h"
 
 static const char *const metric_names[AM_MAX] = {
@@ -480,11 +479,11 @@ void alert_evaluate(struct alert_set *a, uint64_t now_ns)
 	}
 }
 
-static void alert_on_tick(void *ctx, const struct pipeline *pl, uint64_t now_ns)
+static void alert_on_tick(void *ctx, const struct pipeline_status *st)
 {
 	struct alert_set *a = ctx;
+	uint64_t now_ns = st->now_ns;
 
-	(void)pl;
 	/* Once per second of kernel time. */
 	if (!now_ns || now_ns / NS_PER_S == a->last_eval_s)
 		return;
@@ -493,12 +492,12 @@ static void alert_on_tick(void *ctx, const struct pipeline *pl, uint64_t now_ns)
 }
 
 /* The end of a run (or of a replayed recording shorter than a second) is evaluated too. */
-static void alert_on_finish(void *ctx, const struct pipeline *pl)
+static void alert_on_finish(void *ctx, const struct pipeline_status *st)
 {
 	struct alert_set *a = ctx;
 
-	if (pl->last_ns)
-		alert_evaluate(a, pl->last_ns);
+	if (st->now_ns)
+		alert_evaluate(a, st->now_ns);
 }
 
 struct sink alert_sink(struct alert_set *a)

@@ -14,26 +14,23 @@
 
 static bool traced_pid(void *ctx, uint32_t pid)
 {
-	const struct pipeline *pl = ctx;
+	const struct pipeline_status *st = ctx;
 
-	for (uint32_t i = 0; i < pl->nlive; i++)
-		if (pl->live[i].pid == pid)
+	for (uint32_t i = 0; i < st->ntraced; i++)
+		if (st->traced[i] == pid)
 			return true;
 	return false;
 }
 
 /* A new GPU sample, if the sampler has one, to the exporters that show it. Before them in the
  * sink order, so the metrics snapshot of this same tick has it. */
-static void gpu_tick(void *ctx, const struct pipeline *pl, uint64_t now_ns)
+static void gpu_tick(void *ctx, const struct pipeline_status *st)
 {
 	struct exporters *x = ctx;
 
-	(void)now_ns;
 	if (!nvml_latest(x->nvml, x->gpu))
 		return;
-	/* A known reach-around: the traced processes are read from the pipeline's own state here;
-	 * a later refactor gives sinks them as a value snapshot. */
-	nvml_keep_procs(x->gpu, traced_pid, (void *)pl);
+	nvml_keep_procs(x->gpu, traced_pid, (void *)st);
 	nvml_usage_add(x->gpu_usage, x->gpu);
 	if (x->prom)
 		prom_set_gpu_sample(x->prom, x->gpu);

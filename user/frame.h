@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * What one streamed frame means: its wire format, whether it carries generated output (a
- * "content frame" as the README's Definitions define it), whether it ends the stream or reports an error,
- * and the token counts it states. Parses the frame's JSON in memory and keeps no text.
- * Token counts are those the frame states: a later frame of the same stream supersedes an
- * earlier one (Anthropic's message_start says output_tokens 1, its message_delta the total).
+ * "content frame" as the README's Definitions define it), whether it ends the stream or reports an
+ * error, and the token counts it states. Parses the frame's JSON in memory and keeps no text. Token
+ * counts are those the frame states: a later frame of the same stream supersedes an earlier one
+ * (Anthropic's message_start says output_tokens 1, its message_delta the total).
  */
 #ifndef TS_FRAME_H
 #define TS_FRAME_H

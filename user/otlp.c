@@ -455,11 +455,11 @@ static void otlp_on_request(void *ctx, const struct request *r, const struct req
 		    o->o.queue_max);
 }
 
-static void otlp_on_finish(void *ctx, const struct pipeline *pl)
+static void otlp_on_finish(void *ctx, const struct pipeline_status *st)
 {
 	struct otlp *o = ctx;
 
-	(void)pl;
+	(void)st;
 	/* Send what is queued now rather than at the next flush. */
 	pthread_mutex_lock(&o->lock);
 	o->flush_now = true;

@@ -139,6 +139,7 @@ void pipeline_free(struct pipeline *pl)
 	conn_table_free(&pl->conns);
 	gpu_free(&pl->gpu);
 	free(pl->live);
+	free(pl->status_pids);
 	pl->live = NULL;
 }
 
@@ -343,9 +344,12 @@ void pipeline_finish(struct pipeline *pl)
 {
 	conn_finish_maybe_lost(&pl->conns);
 	pl_release(pl, true);
+	struct pipeline_status st;
+
+	pipeline_status(pl, &st);
 	for (int i = 0; i < pl->nsinks; i++)
 		if (pl->sinks[i].finish)
-			pl->sinks[i].finish(pl->sinks[i].ctx, pl);
+			pl->sinks[i].finish(pl->sinks[i].ctx, &st);
 }
 
 int pipeline_add_sink(struct pipeline *pl, const struct sink *s)
@@ -356,12 +360,33 @@ int pipeline_add_sink(struct pipeline *pl, const struct sink *s)
 	return 0;
 }
 
+void pipeline_status(struct pipeline *pl, struct pipeline_status *st)
+{
+	uint32_t *pids = grow(pl->status_pids, &pl->status_cap, pl->nlive, sizeof(*pids), 64);
+
+	memset(st, 0, sizeof(*st));
+	st->now_ns = pl->last_ns;
+	st->in_flight = conn_inflight(&pl->conns);
+	/* Without memory for the copy, the sinks see no traced process rather than a wrong one. */
+	if (pids) {
+		pl->status_pids = pids;
+		for (uint32_t i = 0; i < pl->nlive; i++)
+			pids[i] = pl->live[i].pid;
+		st->ntraced = pl->nlive;
+		st->traced = pids;
+	}
+	pipeline_loss(pl, &st->loss);
+}
+
 void pipeline_tick(struct pipeline *pl)
 {
+	struct pipeline_status st;
+
 	pl_release(pl, false);
+	pipeline_status(pl, &st);
 	for (int i = 0; i < pl->nsinks; i++)
 		if (pl->sinks[i].tick)
-			pl->sinks[i].tick(pl->sinks[i].ctx, pl, pl->last_ns);
+			pl->sinks[i].tick(pl->sinks[i].ctx, &st);
 }
 
 void pipeline_loss(const struct pipeline *pl, struct loss_report *loss)

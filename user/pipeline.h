@@ -50,6 +50,8 @@ struct pipeline {
 	struct pipeline_proc *live;
 	uint32_t nlive;
 	size_t live_cap;
+	uint32_t *status_pids; /* the live pids as given to the sinks */
+	size_t status_cap;
 	uint32_t roots[PIPELINE_MAX_ROOTS]; /* processes named with -p or found by --all */
 	uint32_t nroots;
 	bool keep_running; /* --all: the run does not end when every traced process has */
@@ -83,6 +85,8 @@ void pipeline_kernel_lost(struct pipeline *pl, uint64_t lost_events);
 /* End of tracing: open requests that may have lost records are reported `lost`. */
 void pipeline_finish(struct pipeline *pl);
 void pipeline_loss(const struct pipeline *pl, struct loss_report *loss);
+/* What the sinks are given at a tick; st->traced stays valid until the next call. */
+void pipeline_status(struct pipeline *pl, struct pipeline_status *st);
 /* Registers an exporter; -E2BIG beyond PIPELINE_MAX_SINKS. */
 int pipeline_add_sink(struct pipeline *pl, const struct sink *s);
 /* Calls every sink's tick with the latest kernel time (the loader, after each drain). */

@@ -9,7 +9,6 @@
 #include "clock.h"
 #include "gpu.h"
 #include "nvml.h"
-#include "pipeline.h"
 #include "prom.h"
 #include "request.h"
 #include "utf8.h"
@@ -265,24 +264,23 @@ static void prom_publish(struct prom *p, uint64_t now_ns)
 	p->rendered_ns = now_ns;
 }
 
-static void prom_tick(void *ctx, const struct pipeline *pl, uint64_t now_ns)
+static void prom_tick(void *ctx, const struct pipeline_status *st)
 {
 	struct prom *p = ctx;
+	uint64_t now_ns = st->now_ns;
 	bool quiet = now_ns == p->prev_tick_ns;
-	struct loss_report loss;
 
 	/* New records may have started requests (in flight) without finishing any. */
 	if (!quiet)
 		p->dirty = true;
 	p->prev_tick_ns = now_ns;
-	if (pl->kstats[TS_STAT_LOST_EVENTS] != p->lost_events) {
-		p->lost_events = pl->kstats[TS_STAT_LOST_EVENTS];
+	if (st->loss.lost_events != p->lost_events) {
+		p->lost_events = st->loss.lost_events;
 		p->dirty = true;
 	}
-	pipeline_loss(pl, &loss);
-	if (memcmp(&loss, &p->loss, sizeof(loss)) || pl->nlive != p->traced) {
-		p->loss = loss;
-		p->traced = pl->nlive;
+	if (memcmp(&st->loss, &p->loss, sizeof(st->loss)) || st->ntraced != p->traced) {
+		p->loss = st->loss;
+		p->traced = st->ntraced;
 		p->dirty = true;
 	}
 	if (!p->dirty || !p->publish)
@@ -290,19 +288,19 @@ static void prom_tick(void *ctx, const struct pipeline *pl, uint64_t now_ns)
 	/* Under load, one snapshot per period; once records stop, the last change at once. */
 	if (!quiet && now_ns - p->rendered_ns < PROM_RENDER_PERIOD_NS)
 		return;
-	p->inflight = conn_inflight(&pl->conns);
+	p->inflight = st->in_flight;
 	prom_publish(p, now_ns);
 }
 
-static void prom_finish(void *ctx, const struct pipeline *pl)
+static void prom_finish(void *ctx, const struct pipeline_status *st)
 {
 	struct prom *p = ctx;
 
-	p->lost_events = pl->kstats[TS_STAT_LOST_EVENTS];
-	pipeline_loss(pl, &p->loss);
-	p->traced = pl->nlive;
-	p->inflight = conn_inflight(&pl->conns);
-	prom_publish(p, pl->last_ns);
+	p->lost_events = st->loss.lost_events;
+	p->loss = st->loss;
+	p->traced = st->ntraced;
+	p->inflight = st->in_flight;
+	prom_publish(p, st->now_ns);
 }
 
 struct prom *prom_new(prom_publish_fn publish, void *publish_ctx)

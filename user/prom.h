@@ -4,12 +4,12 @@
  * finished requests and GPU steps, rendered in the text exposition format 0.0.4. Bucket bounds
  * are those of the OpenTelemetry GenAI semantic conventions, so dashboards built for them fit.
  *
- * Labels stay few (each value of a label is a series of its own). Request metrics: `model` (the request body's model,
- * "unknown" when it was absent or not captured), `pid` (the server process that served the
- * request, only with prom_set_by_process), `container` (only on requests of a process with a
- * container id); beyond PROM_MAX_LABEL_SETS distinct sets of these, one set collects the rest:
- * model="other" (and pid="other"), no container, and tokenscope_label_overflow_total counts
- * what went there. Then `outcome` and `type`; for GPU steps `kind` and `pid` (beyond
+ * Labels stay few (each value of a label is a series of its own). Request metrics: `model` (the
+ * request body's model, "unknown" when it was absent or not captured), `pid` (the server process
+ * that served the request, only with prom_set_by_process), `container` (only on requests of a
+ * process with a container id); beyond PROM_MAX_LABEL_SETS distinct sets of these, one set collects
+ * the rest: model="other" (and pid="other"), no container, and tokenscope_label_overflow_total
+ * counts what went there. Then `outcome` and `type`; for GPU steps `kind` and `pid` (beyond
  * PROM_MAX_GPU_PIDS processes, "other", counted the same way).
  *
  * Like every sink it is a pure function of the event stream. On tick it renders a snapshot

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * One HTTP request/response exchange as the tracer saw it, and the numbers derived from it,
- * exactly as the README's Definitions define them. Built by conn.c, consumed by the sinks, then freed.
+ * exactly as the README's Definitions define them. Built by conn.c, consumed by the sinks, then
+ * freed.
  */
 #ifndef TS_REQUEST_H
 #define TS_REQUEST_H

@@ -1,20 +1,32 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Sinks: consumers of what the pipeline finds (exporters: Prometheus, timeline, alerts, ...).
- * Each registers callbacks; the pipeline calls every sink in registration order. Times given
- * to sinks are kernel times (CLOCK_MONOTONIC ns) taken from the event stream, never a clock
- * read in user space, so a replayed recording drives sinks exactly as the live tracer does.
+ * Each registers callbacks; the pipeline calls every sink in registration order. Sinks get
+ * values only (a request, a step, a status), never the pipeline itself, so no sink depends on
+ * its connection table or its other state. Times given to sinks are kernel times
+ * (CLOCK_MONOTONIC ns) taken from the event stream, never a clock read in user space, so a
+ * replayed recording drives sinks exactly as the live tracer does.
  */
 #ifndef TS_SINK_H
 #define TS_SINK_H
 
 #include <stdint.h>
 
+#include "summary.h"
+
 struct request;
 struct request_metrics;
 struct gpu_attribution;
 struct gpu_step;
-struct pipeline;
+
+/* The pipeline as of a tick (or the end): copied out for the call, valid during it. */
+struct pipeline_status {
+	uint64_t now_ns;	 /* the latest kernel time in any record so far */
+	uint32_t in_flight;	 /* streams open now */
+	uint32_t ntraced;	 /* processes traced now ... */
+	const uint32_t *traced;	 /* ... their pids */
+	struct loss_report loss; /* what the summary's lost and dropped lines would say now */
+};
 
 struct sink {
 	const char *name;
@@ -26,10 +38,10 @@ struct sink {
 			const struct gpu_attribution *ga);
 	/* A GPU step ended. */
 	void (*gpu_step)(void *ctx, const struct gpu_step *s);
-	/* After each batch of records: now_ns is the latest kernel time seen so far. */
-	void (*tick)(void *ctx, const struct pipeline *pl, uint64_t now_ns);
+	/* After each batch of records. */
+	void (*tick)(void *ctx, const struct pipeline_status *st);
 	/* Tracing ended (after the last request was reported). */
-	void (*finish)(void *ctx, const struct pipeline *pl);
+	void (*finish)(void *ctx, const struct pipeline_status *st);
 };
 
 #endif

@@ -400,11 +400,11 @@ static void tl_step(void *ctx, const struct gpu_step *s)
 		tl_flush(t);
 }
 
-static void tl_tick(void *ctx, const struct pipeline *pl, uint64_t now_ns)
+static void tl_tick(void *ctx, const struct pipeline_status *st)
 {
 	struct timeline *t = ctx;
 
-	(void)pl, (void)now_ns;
+	(void)st;
 	/* A tick comes after every drain (100 a second), mostly with nothing new, and even
 	 * asking a memstream its position (ftell) showed in profiles. All that is buffered but
 	 * the closing "]}" is events, so an unchanged count means nothing to write. */
@@ -412,9 +412,9 @@ static void tl_tick(void *ctx, const struct pipeline *pl, uint64_t now_ns)
 		tl_flush(t);
 }
 
-static void tl_finish(void *ctx, const struct pipeline *pl)
+static void tl_finish(void *ctx, const struct pipeline_status *st)
 {
-	(void)pl;
+	(void)st;
 	tl_flush(ctx);
 }
 

@@ -9,7 +9,6 @@
 #include <unistd.h>
 
 #include "clock.h"
-#include "pipeline.h"
 #include "request.h"
 #include "top.h"
 
@@ -204,27 +203,35 @@ static void top_on_gpu_step(void *ctx, const struct gpu_step *st)
 		lat_add(&slot->dur[st->kind], st->end_ns - st->start_ns);
 }
 
-void top_tick(struct top *t, const struct pipeline *pl, uint64_t now_ns)
+void top_tick(struct top *t, uint64_t now_ns)
 {
 	uint64_t s = now_ns / NS_PER_S;
 
 	top_seen(t, s);
 	if (t->framed && s <= t->last_frame_s)
 		return;
-	top_render(t, pl, now_ns, t->out);
+	top_render(t, now_ns, t->out);
 }
 
-static void top_on_tick(void *ctx, const struct pipeline *pl, uint64_t now_ns)
+static void top_status(struct top *t, const struct pipeline_status *st)
 {
-	top_tick(ctx, pl, now_ns);
+	t->in_flight = st->in_flight;
+	t->lost_events = st->loss.lost_events;
 }
 
-static void top_on_finish(void *ctx, const struct pipeline *pl)
+static void top_on_tick(void *ctx, const struct pipeline_status *st)
+{
+	top_status(ctx, st);
+	top_tick(ctx, st->now_ns);
+}
+
+static void top_on_finish(void *ctx, const struct pipeline_status *st)
 {
 	struct top *t = ctx;
 
+	top_status(t, st);
 	/* The last partial second too: a short run still shows what it saw. */
-	top_render(t, pl, pl->last_ns + NS_PER_S, t->out);
+	top_render(t, st->now_ns + NS_PER_S, t->out);
 }
 
 struct sink top_sink(struct top *t)
@@ -394,7 +401,7 @@ static void render_gpus(struct top *t, struct tframe *fr, uint64_t now_ns)
 		line(fr, "%u more GPUs not shown (over %d)", s->devices_dropped, NVML_MAX_DEVICES);
 }
 
-void top_render(struct top *t, const struct pipeline *pl, uint64_t now_ns, FILE *f)
+void top_render(struct top *t, uint64_t now_ns, FILE *f)
 {
 	uint64_t now_s = now_ns / NS_PER_S, span, in_win = 0;
 	int model_w = t->by_process ? 22 : 30;
@@ -414,8 +421,7 @@ void top_render(struct top *t, const struct pipeline *pl, uint64_t now_ns, FILE 
 		fputs(TOP_CLEAR, fr.f);
 	line(&fr,
 	     "tokenscope top  window %llu s ending %llu s (kernel time)  in flight %u (all models)",
-	     (unsigned long long)span, (unsigned long long)now_s,
-	     pl ? conn_inflight(&pl->conns) : 0);
+	     (unsigned long long)span, (unsigned long long)now_s, t->in_flight);
 	line(&fr, "%-*s%s%-*s %6s %7s %7s %6s %6s %7s %5s %5s %5s %5s", model_w, "MODEL",
 	     t->by_process ? " " : "", t->by_process ? 7 : 0, t->by_process ? "PID" : "", "RPS",
 	     "TTFT50", "TTFT99", "ITL50", "ITL99", "TOK/S", "OK%", "QUE%", "PRE%", "GPU%");
@@ -436,7 +442,7 @@ void top_render(struct top *t, const struct pipeline *pl, uint64_t now_ns, FILE 
 	line(&fr,
 	     "%llu requests in the window, %llu since start%s; lost %llu records in the kernel",
 	     (unsigned long long)in_win, (unsigned long long)t->requests, dropped,
-	     pl ? (unsigned long long)pl->kstats[TS_STAT_LOST_EVENTS] : 0ull);
+	     (unsigned long long)t->lost_events);
 	if (t->tty)
 		line(&fr, "times in ms; q quits");
 	else

@@ -87,6 +87,8 @@ struct top {
 	uint64_t requests;	   /* every finished request seen */
 	uint64_t models_dropped;   /* requests not shown: every row was in use */
 	struct nvml_snapshot *gpu; /* the latest NVML sample given; NULL before the first */
+	uint32_t in_flight;	   /* as of the latest pipeline status */
+	uint64_t lost_events;
 };
 
 /* -ENOMEM when the step window cannot be allocated. */
@@ -98,9 +100,9 @@ struct sink top_sink(struct top *t);
 int top_set_gpu_sample(struct top *t, const struct nvml_snapshot *s);
 /* Draws a frame if the second of now_ns is past the last frame's (the sink's tick does this;
  * the loader may too while no record comes, with CLOCK_MONOTONIC, the kernel's clock). */
-void top_tick(struct top *t, const struct pipeline *pl, uint64_t now_ns);
+void top_tick(struct top *t, uint64_t now_ns);
 /* Draws one frame for the window ending at the second of now_ns. */
-void top_render(struct top *t, const struct pipeline *pl, uint64_t now_ns, FILE *f);
+void top_render(struct top *t, uint64_t now_ns, FILE *f);
 
 /* Terminal: 1 when 'q' was read from fd without blocking, 0 when not, -errno on error. */
 int top_keypress(int fd);

@@ -474,7 +474,7 @@ static bool job_top(struct loop *l, double now)
 		return true;
 	/* Kernel time moves only with records: redraw an idle screen on this clock (the same
 	 * one), which decides only when to draw. */
-	top_tick(l->top, &l->tr->pl, mono_ns());
+	top_tick(l->top, mono_ns());
 	return false;
 }
 

@@ -91,12 +91,12 @@ TEST(test_fire_and_resolve)
 	/* Slow requests every second from t=1000 s: the condition holds from the first tick. */
 	for (uint64_t t = 1000; t < 1000 + 179; t++) {
 		feed(&sk, t * S + S / 2, 6 * S);
-		sk.tick(sk.ctx, NULL, t * S + S / 2 + 1);
+		sk.tick(sk.ctx, &(struct pipeline_status){ .now_ns = t * S + S / 2 + 1 });
 	}
 	ASSERT_FALSE(a.rules[0].firing, "not before 3 minutes");
 	for (uint64_t t = 1179; t < 1182; t++) {
 		feed(&sk, t * S + S / 2, 6 * S);
-		sk.tick(sk.ctx, NULL, t * S + S / 2 + 1);
+		sk.tick(sk.ctx, &(struct pipeline_status){ .now_ns = t * S + S / 2 + 1 });
 	}
 	ASSERT_TRUE(a.rules[0].firing, "fires after holding 3 minutes");
 	ASSERT_EQ(a.fired, 1, "once");
@@ -104,7 +104,7 @@ TEST(test_fire_and_resolve)
 	/* Fast requests: once the window holds no slow request, it resolves. */
 	for (uint64_t t = 1182; t < 1182 + 62; t++) {
 		feed(&sk, t * S + S / 2, 1 * S);
-		sk.tick(sk.ctx, NULL, t * S + S / 2 + 1);
+		sk.tick(sk.ctx, &(struct pipeline_status){ .now_ns = t * S + S / 2 + 1 });
 	}
 	ASSERT_FALSE(a.rules[0].firing, "resolved");
 	ASSERT_EQ(a.resolved, 1, "resolved once");
@@ -167,7 +167,7 @@ TEST(test_success_rate)
 		request_metrics(q, &m);
 		sk.request(sk.ctx, q, &m, &ga);
 		request_free(q);
-		sk.tick(sk.ctx, NULL, t * S + 2);
+		sk.tick(sk.ctx, &(struct pipeline_status){ .now_ns = t * S + 2 });
 	}
 	ASSERT_NEAR(a.rules[0].value, 100.0 * 27 / 29, 0.01, "success over the window");
 	ASSERT_TRUE(a.rules[0].firing, "fires");

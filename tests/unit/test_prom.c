@@ -592,6 +592,24 @@ static void publish(void *ctx, char *buf, size_t len)
 	pub->n++;
 }
 
+/* The sink's tick and finish with the pipeline's status at kernel time now. */
+static void prom_tick_at(struct sink *s, struct pipeline *pl, uint64_t now)
+{
+	struct pipeline_status st;
+
+	pipeline_status(pl, &st);
+	st.now_ns = now;
+	s->tick(s->ctx, &st);
+}
+
+static void prom_finish_at(struct sink *s, struct pipeline *pl)
+{
+	struct pipeline_status st;
+
+	pipeline_status(pl, &st);
+	s->finish(s->ctx, &st);
+}
+
 TEST(test_publish_on_tick)
 {
 	struct pipeline_opts po = { .out = stdout, .err = stderr };
@@ -610,39 +628,39 @@ TEST(test_publish_on_tick)
 	ASSERT_TRUE(pub.last && has_line(pub.last, "tokenscope_events_lost_total 0"), "valid");
 
 	feed(&s, &(struct req_spec){ "m", OUTCOME_OK, 0, NULL, 0, 1, -1, -1, -1 }, NULL);
-	s.tick(s.ctx, &pl, BASE);
+	prom_tick_at(&s, &pl, BASE);
 	ASSERT_EQ(pub.n, 2, "records came: published");
 	ASSERT_LINE(pub.last, "tokenscope_requests_total{model=\"m\",outcome=\"ok\"} 1");
 
 	/* more records within the period: held back while they keep coming ... */
 	feed(&s, &(struct req_spec){ "m", OUTCOME_OK, 0, NULL, 0, 1, -1, -1, -1 }, NULL);
-	s.tick(s.ctx, &pl, BASE + PROM_RENDER_PERIOD_NS / 2);
+	prom_tick_at(&s, &pl, BASE + PROM_RENDER_PERIOD_NS / 2);
 	ASSERT_EQ(pub.n, 2, "within the period");
 	/* ... and published at the first quiet tick */
-	s.tick(s.ctx, &pl, BASE + PROM_RENDER_PERIOD_NS / 2);
+	prom_tick_at(&s, &pl, BASE + PROM_RENDER_PERIOD_NS / 2);
 	ASSERT_EQ(pub.n, 3, "quiet tick");
 	ASSERT_LINE(pub.last, "tokenscope_requests_total{model=\"m\",outcome=\"ok\"} 2");
 	/* nothing new: nothing rendered */
-	s.tick(s.ctx, &pl, BASE + PROM_RENDER_PERIOD_NS / 2);
+	prom_tick_at(&s, &pl, BASE + PROM_RENDER_PERIOD_NS / 2);
 	ASSERT_EQ(pub.n, 3, "idle");
 	/* the kernel's lost-record count is a change on its own */
 	pl.kstats[TS_STAT_LOST_EVENTS] = 7;
-	s.tick(s.ctx, &pl, BASE + PROM_RENDER_PERIOD_NS / 2);
+	prom_tick_at(&s, &pl, BASE + PROM_RENDER_PERIOD_NS / 2);
 	ASSERT_EQ(pub.n, 4, "lost records");
 	ASSERT_LINE(pub.last, "tokenscope_events_lost_total 7");
 	/* failed reads of the process's memory, counted in the kernel, too */
 	pl.kstats[TS_STAT_COPY_FAILED] = 3;
-	s.tick(s.ctx, &pl, BASE + PROM_RENDER_PERIOD_NS / 2);
+	prom_tick_at(&s, &pl, BASE + PROM_RENDER_PERIOD_NS / 2);
 	ASSERT_EQ(pub.n, 5, "failed reads");
 	ASSERT_LINE(pub.last, "tokenscope_dropped_total{what=\"copy_failed\"} 3");
 	/* under steady load, once per period */
 	for (int i = 1; i <= 10; i++)
-		s.tick(s.ctx, &pl,
-		       BASE + PROM_RENDER_PERIOD_NS / 2 + i * PROM_RENDER_PERIOD_NS / 10);
+		prom_tick_at(&s, &pl,
+			     BASE + PROM_RENDER_PERIOD_NS / 2 + i * PROM_RENDER_PERIOD_NS / 10);
 	ASSERT_EQ(pub.n, 6, "one per period");
 	/* the end of tracing publishes the final state */
 	feed(&s, &(struct req_spec){ "m", OUTCOME_LOST, 0, NULL, 0, 1, -1, -1, -1 }, NULL);
-	s.finish(s.ctx, &pl);
+	prom_finish_at(&s, &pl);
 	ASSERT_EQ(pub.n, 7, "finish");
 	ASSERT_LINE(pub.last, "tokenscope_requests_total{model=\"m\",outcome=\"lost\"} 1");
 out:

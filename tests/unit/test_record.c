@@ -835,9 +835,9 @@ static void live_data(struct live *l, uint64_t id, int dir, const char *s, uint6
 #define HEAD "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n"
 #define TOKEN "data: {\"choices\":[{\"text\":\"hi\"}]}\n\n"
 
-static void count_tick(void *ctx, const struct pipeline *pl, uint64_t now_ns)
+static void count_tick(void *ctx, const struct pipeline_status *st)
 {
-	(void)pl, (void)now_ns;
+	(void)st;
 	(*(int *)ctx)++;
 }
 

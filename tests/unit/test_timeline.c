@@ -544,7 +544,7 @@ TEST(test_cut_file)
 	if (!tf_parse(&f, "]}"))
 		goto out;
 	ASSERT_EQ(count(f.events, "X", "decode"), 0, "a GPU step waits for the next tick");
-	f.s.tick(f.s.ctx, NULL, ORIGIN + 10 * MS);
+	f.s.tick(f.s.ctx, &(struct pipeline_status){ .now_ns = ORIGIN + 10 * MS });
 	if (!tf_parse(&f, "]}") || !check_events(f.events))
 		goto out;
 	ASSERT_EQ(count(f.events, "X", "decode"), 1, "written at the tick");
@@ -703,7 +703,7 @@ TEST(test_empty_and_errors)
 	if (access("/dev/full", W_OK) == 0 && ASSERT_OK(timeline_open(&t, "/dev/full"), "full")) {
 		struct sink s = timeline_sink(&t);
 
-		s.tick(s.ctx, NULL, 0);
+		s.tick(s.ctx, &(struct pipeline_status){ .now_ns = 0 });
 		step_to(&s, 7, ORIGIN, ORIGIN + MS, 2, 1);
 		ASSERT_EQ(timeline_close(&t), -ENOSPC, "a write error is reported at close");
 	}

@@ -37,6 +37,15 @@ static void feed(struct sink *sk, const char *model, uint32_t pid, uint64_t end,
 	request_free(r);
 }
 
+/* A tick of the pipeline's status: kernel time now, in flight 0, the lost records of pl. */
+static void tick(struct sink *sk, const struct pipeline *pl, uint64_t now)
+{
+	struct pipeline_status st = { .now_ns = now };
+
+	st.loss.lost_events = pl->kstats[TS_STAT_LOST_EVENTS];
+	sk->tick(sk->ctx, &st);
+}
+
 static void step(struct sink *sk, uint64_t end, uint64_t dur, enum step_kind k)
 {
 	struct gpu_step s = { .pid = 9, .tid = 9, .start_ns = end - dur, .end_ns = end, .kind = k };
@@ -110,8 +119,8 @@ TEST(test_rows_and_window)
 		step(&sk, 2100 * MS + i * 10 * MS, 10 * MS, STEP_DECODE);
 	step(&sk, 2200 * MS, 30 * MS, STEP_PREFILL);
 
-	sk.tick(sk.ctx, &pl, 3 * S);
-	sk.tick(sk.ctx, &pl, 3 * S + 500 * MS); /* same second: no new frame */
+	tick(&sk, &pl, 3 * S);
+	tick(&sk, &pl, 3 * S + 500 * MS); /* same second: no new frame */
 	fflush(f);
 	ASSERT_TRUE(strstr(out, "tokenscope top  window 2 s ending 3 s") != NULL, "header");
 	ASSERT_TRUE(strstr(last_frame(out) + 1, "tokenscope top") == NULL, "one frame");
@@ -144,13 +153,13 @@ TEST(test_rows_and_window)
 		    "footer");
 
 	/* At 12 s the window is seconds 2..11: llama (second 1) is out, qwen (second 2) in. */
-	sk.tick(sk.ctx, &pl, 12 * S);
+	tick(&sk, &pl, 12 * S);
 	fflush(f);
 	ASSERT_FALSE(find_row(out, "llama", &r), "llama slid out");
 	if (ASSERT_TRUE(find_row(out, "qwen", &r), "qwen still in"))
 		ASSERT_NEAR(r.rps, 0.2, 1e-9, "qwen rps over 10 s");
 	ASSERT_TRUE(strstr(last_frame(out), "window 10 s ending 12 s") != NULL, "full window");
-	sk.tick(sk.ctx, &pl, 13 * S);
+	tick(&sk, &pl, 13 * S);
 	fflush(f);
 	ASSERT_FALSE(find_row(out, "qwen", &r), "qwen slid out");
 	ASSERT_TRUE(strstr(last_frame(out), "0 requests in the window, 6 since start") != NULL,
@@ -184,8 +193,8 @@ TEST(test_tty_and_by_process)
 	feed(&sk, "llama", 100, 1500 * MS, 100 * MS, 20 * MS, 4, OUTCOME_OK, NULL);
 	feed(&sk, "llama", 200, 1500 * MS, 300 * MS, 20 * MS, 4, OUTCOME_OK, NULL);
 	feed(&sk, "", 200, 1500 * MS, 300 * MS, 20 * MS, 4, OUTCOME_OK, NULL);
-	sk.tick(sk.ctx, &pl, 2 * S);
-	sk.tick(sk.ctx, &pl, 3 * S);
+	tick(&sk, &pl, 2 * S);
+	tick(&sk, &pl, 3 * S);
 	fflush(f);
 	ASSERT_TRUE(strncmp(out, TOP_CLEAR, strlen(TOP_CLEAR)) == 0, "clears first");
 	ASSERT_TRUE(strstr(out + 1, TOP_CLEAR "tokenscope top") != NULL, "each frame clears");
@@ -218,7 +227,7 @@ TEST(test_model_cap)
 	}
 	ASSERT_EQ(t.nmodels, TOP_MAX_MODELS, "rows capped");
 	ASSERT_EQ(t.models_dropped, 1, "one dropped");
-	top_render(&t, NULL, 2 * S, f);
+	top_render(&t, 2 * S, f);
 	fflush(f);
 	ASSERT_TRUE(
 	    strstr(out,
@@ -228,7 +237,7 @@ TEST(test_model_cap)
 	/* Once every row has left the window, a new model takes one. */
 	feed(&sk, "late", 1, 20 * S, 10 * MS, 0, 1, OUTCOME_OK, NULL);
 	ASSERT_EQ(t.models_dropped, 1, "row reused");
-	top_render(&t, NULL, 21 * S, f);
+	top_render(&t, 21 * S, f);
 	fflush(f);
 	ASSERT_TRUE(strstr(last_frame(out), " late ") != NULL, "late row");
 	top_free(&t);
@@ -247,7 +256,7 @@ TEST(test_gpu_lines)
 	if (!ASSERT_OK_PTR(s, "snapshot") || !ASSERT_OK_PTR(f, "memstream") ||
 	    !ASSERT_OK(top_init(&t, f, false, false), "init"))
 		return;
-	top_render(&t, NULL, 2 * S, f);
+	top_render(&t, 2 * S, f);
 	fflush(f);
 	ASSERT_TRUE(strstr(out, "GPU 0") == NULL, "no line before a sample");
 
@@ -275,7 +284,7 @@ TEST(test_gpu_lines)
 	};
 	ASSERT_OK(top_set_gpu_sample(&t, s), "sample");
 	s->devices[0].util_pct = 1; /* top keeps a copy */
-	top_render(&t, NULL, 2 * S, f);
+	top_render(&t, 2 * S, f);
 	fflush(f);
 	ASSERT_TRUE(
 	    strstr(last_frame(out),
@@ -286,7 +295,7 @@ TEST(test_gpu_lines)
 	ASSERT_TRUE(strstr(last_frame(out), "2.000 GPU 1 unnamed: util 7%, memory n/a\n") != NULL,
 		    "GPU 1: what it gives, n/a for memory, no clock or power");
 	ASSERT_TRUE(strstr(last_frame(out), "GPU 1 memory of") == NULL, "GPU 1: no processes");
-	top_render(&t, NULL, 10 * S, f);
+	top_render(&t, 10 * S, f);
 	fflush(f);
 	ASSERT_TRUE(
 	    strstr(last_frame(out), "GPU 1 unnamed: util 7%, memory n/a (sampled 9 s ago)") != NULL,
