@@ -248,3 +248,58 @@ void output_call_json(FILE *f, const struct ts_gpu_call_event *e)
 	jsonw_end(&w);
 	fputc('\n', f);
 }
+
+static void lines_request(void *ctx, const struct request *r, const struct request_metrics *m,
+			  const struct gpu_attribution *ga)
+{
+	struct lines *l = ctx;
+
+	if (l->o.json) {
+		output_json(l->o.out, r, m, ga, l->o.tokens);
+	} else {
+		if (!l->header_done)
+			output_text_header(l->o.out);
+		l->header_done = true;
+		output_text(l->o.out, r, m, ga);
+	}
+	fflush(l->o.out);
+}
+
+static void lines_step(void *ctx, const struct gpu_step *s)
+{
+	struct lines *l = ctx;
+
+	if (!l->o.gpu_steps)
+		return;
+	if (l->o.json)
+		output_step_json(l->o.out, s);
+	else
+		output_step_text(l->o.out, s);
+}
+
+static void lines_call(void *ctx, const struct ts_gpu_call_event *e)
+{
+	struct lines *l = ctx;
+
+	if (!l->o.gpu_calls)
+		return;
+	if (l->o.json)
+		output_call_json(l->o.out, e);
+	else
+		output_call_text(l->o.out, e);
+}
+
+void lines_init(struct lines *l, const struct lines_opts *o)
+{
+	memset(l, 0, sizeof(*l));
+	l->o = *o;
+}
+
+struct sink lines_sink(struct lines *l)
+{
+	return (struct sink){ .name = "lines",
+			      .ctx = l,
+			      .request = lines_request,
+			      .gpu_step = lines_step,
+			      .gpu_call = lines_call };
+}

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Per-request output: a text line (with a header) or one JSON object per line, in the schema
- * documented in README.md. Never prints prompt or completion text.
+ * documented in README.md; and the sink that writes them (lines_sink): requests, and with the
+ * options GPU steps and CUDA calls, a line each as they come. Never prints prompt or
+ * completion text.
  */
 #ifndef TS_OUTPUT_H
 #define TS_OUTPUT_H
@@ -11,6 +13,25 @@
 
 #include "gpu.h"
 #include "request.h"
+#include "sink.h"
+
+struct lines_opts {
+	FILE *out;	/* where the lines go */
+	bool json;	/* JSON objects instead of text lines */
+	bool tokens;	/* JSON: every content frame's time */
+	bool gpu_steps; /* a line per GPU step */
+	bool gpu_calls; /* a line per CUDA launch and copy */
+};
+
+struct lines {
+	struct lines_opts o;
+	bool header_done; /* text: the header is written before the first line */
+};
+
+void lines_init(struct lines *l, const struct lines_opts *o);
+/* The sink to register with pipeline_add_sink, after every other: a request's line is written
+ * once the other sinks have had it. */
+struct sink lines_sink(struct lines *l);
 
 void output_text_header(FILE *f);
 void output_text(FILE *f, const struct request *r, const struct request_metrics *m,

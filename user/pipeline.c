@@ -4,7 +4,6 @@
 #include <string.h>
 
 #include "grow.h"
-#include "output.h"
 #include "pipeline.h"
 #include "utf8.h"
 
@@ -36,7 +35,7 @@ static void pl_request_start(void *ctx, struct request *r)
 			pl->sinks[i].request_start(pl->sinks[i].ctx, r);
 }
 
-/* A finished request to the summaries, the sinks and the lines; then freed. */
+/* A finished request to the summaries and the sinks; then freed. */
 static void pl_request_out(struct pipeline *pl, struct request *r)
 {
 	struct request_metrics m;
@@ -49,15 +48,6 @@ static void pl_request_out(struct pipeline *pl, struct request *r)
 	for (int i = 0; i < pl->nsinks; i++)
 		if (pl->sinks[i].request)
 			pl->sinks[i].request(pl->sinks[i].ctx, r, &m, &ga);
-	if (pl->o.json) {
-		output_json(pl->o.out, r, &m, &ga, pl->o.tokens);
-	} else {
-		if (!pl->header_done)
-			output_text_header(pl->o.out);
-		pl->header_done = true;
-		output_text(pl->o.out, r, &m, &ga);
-	}
-	fflush(pl->o.out);
 	request_free(r);
 }
 
@@ -94,12 +84,6 @@ static void pl_step_out(struct pipeline *pl, const struct gpu_step *s)
 	for (int i = 0; i < pl->nsinks; i++)
 		if (pl->sinks[i].gpu_step)
 			pl->sinks[i].gpu_step(pl->sinks[i].ctx, s);
-	if (pl->o.gpu_steps) {
-		if (pl->o.json)
-			output_step_json(pl->o.out, s);
-		else
-			output_step_text(pl->o.out, s);
-	}
 }
 
 /* Lets out the steps and requests whose device times are in (or waited long enough; all:
@@ -290,12 +274,9 @@ int pipeline_feed(struct pipeline *pl, const void *rec, size_t len)
 		if (len != sizeof(struct ts_gpu_call_event))
 			goto bad;
 		pl->gpu.calls++;
-		if (pl->o.gpu_calls) {
-			if (pl->o.json)
-				output_call_json(pl->o.out, rec);
-			else
-				output_call_text(pl->o.out, rec);
-		}
+		for (int i = 0; i < pl->nsinks; i++)
+			if (pl->sinks[i].gpu_call)
+				pl->sinks[i].gpu_call(pl->sinks[i].ctx, rec);
 		return 0;
 	case TS_EV_GPU_STEP: {
 		struct gpu_step s;
@@ -423,18 +404,15 @@ void pipeline_loss(const struct pipeline *pl, struct loss_report *loss)
 	loss->cupti_abi_bad = pl->gpu.cupti_abi_bad;
 }
 
-static FILE *summary_stream(const struct pipeline *pl)
-{
-	return pl->o.json ? pl->o.err : pl->o.out;
-}
-
 void pipeline_print_interval(struct pipeline *pl)
 {
 	struct loss_report loss;
 
-	pipeline_loss(pl, &loss);
-	summary_print(&pl->interval, &loss, "interval", summary_stream(pl));
-	fflush(summary_stream(pl));
+	if (pl->o.summary) {
+		pipeline_loss(pl, &loss);
+		summary_print(&pl->interval, &loss, "interval", pl->o.summary);
+		fflush(pl->o.summary);
+	}
 	summary_reset_interval(&pl->interval);
 }
 
@@ -442,8 +420,10 @@ void pipeline_print_total(struct pipeline *pl)
 {
 	struct loss_report loss;
 
+	if (!pl->o.summary)
+		return;
 	pipeline_loss(pl, &loss);
-	summary_print(&pl->total, &loss, "summary", summary_stream(pl));
-	gpu_print_stats(&pl->gpu, summary_stream(pl));
-	fflush(summary_stream(pl));
+	summary_print(&pl->total, &loss, "summary", pl->o.summary);
+	gpu_print_stats(&pl->gpu, pl->o.summary);
+	fflush(pl->o.summary);
 }

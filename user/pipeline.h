@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The user-side pipeline as a pure function of the event stream: records in, request lines and
- * summaries out. Driven by the live tracer (trace.c) and by tests with recorded records alike.
+ * The user-side pipeline as a pure function of the event stream: records in, finished requests,
+ * GPU steps and CUDA calls out to its sinks (the request lines are one: lines_sink), and the
+ * summaries. Driven by the live tracer (trace.c) and by tests with recorded records alike.
  */
 #ifndef TS_PIPELINE_H
 #define TS_PIPELINE_H
@@ -17,13 +18,9 @@
 #include "summary.h"
 
 struct pipeline_opts {
-	bool json;	/* JSON lines instead of text lines */
-	bool tokens;	/* JSON: every content frame's time */
-	bool verbose;	/* report every traced process's fork and exit */
-	bool gpu_steps; /* a line per GPU step */
-	bool gpu_calls; /* a line per CUDA launch and copy */
-	FILE *out;	/* request lines (and the summary in text mode) */
-	FILE *err;	/* messages (and the summary in JSON mode) */
+	bool verbose;  /* report every traced process's fork and exit */
+	FILE *summary; /* the interval and total summaries; NULL: none printed */
+	FILE *err;     /* messages */
 };
 
 #define PIPELINE_MAX_ROOTS 64
@@ -55,8 +52,7 @@ struct pipeline {
 	uint32_t roots[PIPELINE_MAX_ROOTS]; /* processes named with -p or found by --all */
 	uint32_t nroots;
 	bool keep_running; /* --all: the run does not end when every traced process has */
-	bool header_done;
-	uint64_t last_ns; /* the latest kernel time in any record so far */
+	uint64_t last_ns;  /* the latest kernel time in any record so far */
 	struct sink sinks[PIPELINE_MAX_SINKS];
 	int nsinks;
 	/* Finished requests waiting for device times (pl_request_done), oldest first. */

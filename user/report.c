@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "diagnosis.h"
+#include "output.h"
 #include "record.h"
 #include "report.h"
 
@@ -31,16 +32,19 @@ static int report_feed(void *ctx, const void *rec, size_t len)
 
 int report_run(const struct report_opts *o)
 {
+	/* With --prometheus, stdout carries the metrics text alone (for promtool, a file), so
+	 * the lines go to stderr; summaries go with the lines, or to stderr with --json. */
+	FILE *out = o->ex.prometheus ? stderr : stdout;
 	struct pipeline_opts po = {
-		.json = o->json,
-		.tokens = o->tokens,
 		.verbose = o->verbose,
-		.gpu_steps = o->gpu_steps,
-		/* With --prometheus, stdout carries the metrics text alone (for promtool, a file).
-		 */
-		.out = o->ex.prometheus ? stderr : stdout,
+		.summary = o->json ? stderr : out,
 		.err = stderr,
 	};
+	struct lines_opts lo = {
+		.out = out, .json = o->json, .tokens = o->tokens, .gpu_steps = o->gpu_steps
+	};
+	struct lines lines;
+	struct sink ls;
 	struct record_replay_stats st = { 0 };
 	struct record_meta meta = { 0 };
 	struct export_opts eo = o->ex;
@@ -69,6 +73,10 @@ int report_run(const struct report_opts *o)
 		exporters_stop(&ex);
 		goto out;
 	}
+	/* Last: a request's line is written once every other sink has had it. */
+	lines_init(&lines, &lo);
+	ls = lines_sink(&lines);
+	pipeline_add_sink(&pl, &ls);
 	err = record_replay(o->path, report_feed, &rf, &meta, &st);
 	if (!st.header_ok) {
 		fprintf(stderr, "tokenscope: %s: %s\n", o->path,

@@ -18,6 +18,7 @@ struct request;
 struct request_metrics;
 struct gpu_attribution;
 struct gpu_step;
+struct ts_gpu_call_event;
 
 /* The pipeline as of a tick (or the end): copied out for the call, valid during it. */
 struct pipeline_status {
@@ -38,6 +39,8 @@ struct sink {
 			const struct gpu_attribution *ga);
 	/* A GPU step ended. */
 	void (*gpu_step)(void *ctx, const struct gpu_step *s);
+	/* A CUDA launch or copy (--kernels: the kernel sends a record per call). */
+	void (*gpu_call)(void *ctx, const struct ts_gpu_call_event *e);
 	/* After each batch of records. */
 	void (*tick)(void *ctx, const struct pipeline_status *st);
 	/* Tracing ended (after the last request was reported). */

@@ -13,6 +13,7 @@
 
 #include "clock.h"
 #include "cuda.h"
+#include "output.h"
 #include "discover.h"
 #include "top.h"
 #include "proc.h"
@@ -576,15 +577,22 @@ static int loop_run(struct loop *l, struct ring_buffer *rb, volatile sig_atomic_
 
 int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 {
+	/* Where everything goes: request lines to stdout (none in the live view, which replaces
+	 * them), summaries with them, or to stderr with --json (stdout is JSON only); in the live
+	 * view only a JSON run's summary is kept, on stderr. Messages to stderr. */
 	struct pipeline_opts po = {
-		.json = o->json,
-		.tokens = o->tokens,
 		.verbose = o->verbose,
-		.gpu_steps = o->gpu_steps,
-		.gpu_calls = o->gpu_calls,
-		.out = stdout,
+		.summary = o->json  ? stderr
+			   : o->top ? NULL
+				    : stdout,
 		.err = stderr,
 	};
+	struct lines_opts lo = { .out = stdout,
+				 .json = o->json,
+				 .tokens = o->tokens,
+				 .gpu_steps = o->gpu_steps,
+				 .gpu_calls = o->gpu_calls };
+	struct lines lines;
 	struct tracer tr = { .verbose = o->verbose };
 	bool seccomp;
 	struct ring_buffer *rb = NULL;
@@ -594,7 +602,6 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 	struct top top;
 	bool top_on = false, raw = false;
 	struct termios saved;
-	FILE *devnull = NULL;
 	struct timespec now_ts;
 	struct loop loop;
 	int err, nprocs = 0;
@@ -611,17 +618,8 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 	if (tr.ncpus <= 0)
 		return tr.ncpus ? tr.ncpus : -EINVAL;
 	discover_set_init(&seen);
-	if (o->top) {
-		/* The live view replaces request lines. */
-		devnull = fopen("/dev/null", "we");
-		if (!devnull)
-			return -errno;
-		po.out = devnull;
-	}
 	err = pipeline_init(&tr.pl, &po);
 	if (err) {
-		if (devnull)
-			fclose(devnull);
 		return err;
 	}
 	tr.pl.keep_running = o->all;
@@ -635,6 +633,15 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 	ex_started = true;
 	if (err)
 		goto out;
+	if (!o->top) {
+		struct sink ls;
+
+		lines_init(&lines, &lo);
+		ls = lines_sink(&lines);
+		err = pipeline_add_sink(&tr.pl, &ls);
+		if (err)
+			goto out;
+	}
 	if (o->record_path) {
 		struct record_meta m;
 
@@ -756,7 +763,5 @@ out:
 	cuda_detach(&tr.cuda);
 	tokenscope_bpf__destroy(tr.skel);
 	pipeline_free(&tr.pl);
-	if (devnull)
-		fclose(devnull);
 	return err;
 }

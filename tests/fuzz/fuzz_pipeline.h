@@ -11,6 +11,7 @@
 
 #include "alert.h"
 #include "fuzz.h"
+#include "output.h"
 #include "pipeline.h"
 #include "prom.h"
 #include "timeline.h"
@@ -36,6 +37,7 @@ static const char *const fuzz_alert_rules[] = {
 
 struct fuzz_pipeline {
 	struct pipeline pl;
+	struct lines lines;
 	struct prom *prom;
 	struct alert_set alerts;
 	struct timeline tl;
@@ -55,13 +57,16 @@ static void fuzz_prom_publish(void *ctx, char *buf, size_t len)
 static void fuzz_pipeline_open(struct fuzz_pipeline *f, unsigned flags)
 {
 	struct pipeline_opts o = {
+		.verbose = flags & FP_VERBOSE,
+		.summary = fuzz_devnull(),
+		.err = fuzz_devnull(),
+	};
+	struct lines_opts lo = {
+		.out = fuzz_devnull(),
 		.json = flags & FP_JSON,
 		.tokens = flags & FP_TOKENS,
-		.verbose = flags & FP_VERBOSE,
 		.gpu_steps = flags & FP_GPU,
 		.gpu_calls = flags & FP_GPU,
-		.out = fuzz_devnull(),
-		.err = fuzz_devnull(),
 	};
 	struct sink s;
 
@@ -103,6 +108,10 @@ static void fuzz_pipeline_open(struct fuzz_pipeline *f, unsigned flags)
 		s = timeline_sink(&f->tl);
 		pipeline_add_sink(&f->pl, &s);
 	}
+	/* The request lines last, as the loader registers them. */
+	lines_init(&f->lines, &lo);
+	s = lines_sink(&f->lines);
+	pipeline_add_sink(&f->pl, &s);
 }
 
 /* The end of a run, as the loader does it: lost requests, the sinks' finish, the summaries. */

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "output.h"
 #include "pipeline.h"
 #include "prom.h"
 #include "sse.h"
@@ -18,6 +19,7 @@
 
 struct harness {
 	struct pipeline pl;
+	struct lines sink_lines; /* the request lines' sink */
 	char *out, *err;
 	size_t out_len, err_len;
 	FILE *fout, *ferr;
@@ -29,14 +31,18 @@ struct harness {
 
 static void h_open(struct harness *h)
 {
-	struct pipeline_opts o = { .json = true, .tokens = true };
+	struct pipeline_opts o = { 0 };
+	struct sink ls;
 
 	memset(h, 0, sizeof(*h));
 	h->fout = open_memstream(&h->out, &h->out_len);
 	h->ferr = open_memstream(&h->err, &h->err_len);
-	o.out = h->fout;
-	o.err = h->ferr;
+	o.summary = o.err = h->ferr; /* as with --json */
 	pipeline_init(&h->pl, &o);
+	lines_init(&h->sink_lines,
+		   &(struct lines_opts){ .out = h->fout, .json = true, .tokens = true });
+	ls = lines_sink(&h->sink_lines);
+	pipeline_add_sink(&h->pl, &ls);
 	pipeline_add_process(&h->pl, 100, true);
 }
 

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "output.h"
 #include "record.h"
 
 #define MAX_RECS 64
@@ -767,6 +768,7 @@ TEST(test_writer_rejects)
  */
 struct live {
 	struct pipeline pl;
+	struct lines lines;
 	struct record_writer w;
 	char *out, *err;
 	size_t out_len, err_len;
@@ -776,15 +778,18 @@ struct live {
 
 static void live_open(struct live *l, const char *path)
 {
-	struct pipeline_opts o = { .json = true, .tokens = true };
+	struct pipeline_opts o = { 0 };
 	struct record_meta m;
+	struct sink ls;
 
 	memset(l, 0, sizeof(*l));
 	l->fout = open_memstream(&l->out, &l->out_len);
 	l->ferr = open_memstream(&l->err, &l->err_len);
-	o.out = l->fout;
-	o.err = l->ferr;
+	o.summary = o.err = l->ferr; /* as with --json */
 	pipeline_init(&l->pl, &o);
+	lines_init(&l->lines, &(struct lines_opts){ .out = l->fout, .json = true, .tokens = true });
+	ls = lines_sink(&l->lines);
+	pipeline_add_sink(&l->pl, &ls);
 	if (path) {
 		test_meta(&m);
 		m.nroots = 1;

@@ -968,7 +968,7 @@ TEST(test_through_pipeline)
 		{ 6, ORIGIN + 120 * MS, 20, 5, 0, false },
 	};
 	const int nq = sizeof(q) / sizeof(q[0]);
-	struct pipeline_opts o = { .json = true };
+	struct pipeline_opts o = { 0 };
 	const char *out = getenv("TIMELINE_OUT");
 	struct sim *s = calloc(1, sizeof(*s));
 	struct tfile f;
@@ -978,7 +978,7 @@ TEST(test_through_pipeline)
 
 	if (!ASSERT_OK_PTR(s, "alloc"))
 		return;
-	o.out = o.err = fopen("/dev/null", "w");
+	o.summary = o.err = fopen("/dev/null", "w");
 	tf_open(&f);
 	if (out && *out) {
 		timeline_close(&f.t);
@@ -1016,7 +1016,7 @@ TEST(test_through_pipeline)
 	ASSERT_EQ(queued, 2, "queued behind a full batch");
 out:
 	pipeline_free(&s->pl);
-	fclose(o.out);
+	fclose(o.err);
 	free(s);
 	if (out && *out) {
 		timeline_close(&f.t);
