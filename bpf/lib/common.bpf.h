@@ -1,0 +1,80 @@
+/* SPDX-License-Identifier: GPL-2.0 OR MIT */
+/*
+ * What every part of the kernel side shares: limits, the settings user space writes before
+ * load, the map of traced processes, the counters, the ring buffer and the one way records go
+ * into it (emit: submitted, or counted lost with their payload).
+ * Part of tokenscope.bpf.c, which includes the parts in order; not a header to include alone.
+ */
+#ifndef TS_BPF_COMMON_H
+#define TS_BPF_COMMON_H
+
+#define EPIPE 32
+#define ECONNRESET 104
+#define S_IFMT 00170000
+#define S_IFSOCK 0140000
+#define SOCK_STREAM 1
+#define AF_UNIX 1
+#define AF_INET 2
+#define AF_INET6 10
+
+#define MAX_TRACED_PROCS 16384
+#define MAX_CONNS 65536
+/* Loop bound: one iteration per copied piece; pieces end at chunk or iovec boundaries. */
+#define COPY_LOOPS (2 * (TS_CAPTURE_MAX / TS_CHUNK_BYTES) + TS_IOV_MAX + 4)
+
+/* Set by user space between open and load. */
+const volatile __u32 capture_bytes = TS_CAPTURE_DEFAULT;
+/* A record per CUDA launch and copy, besides the counts (--kernels). */
+const volatile bool emit_gpu_calls = false;
+/* Wake the consumer only when this much is waiting (an eighth of the ring, set by user space);
+ * it also drains on a short timer. */
+const volatile __u64 wakeup_bytes = 256 * 1024;
+
+__u64 next_conn_id = 0;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_TRACED_PROCS);
+	__type(key, __u32);
+	__type(value, __u8);
+} traced SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, TS_STAT_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} stats SEC(".maps");
+
+/* Sized by user space before load (--ring-buffer-mb). */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, TS_RING_DEFAULT_MB * 1024 * 1024);
+} events SEC(".maps");
+
+static __always_inline void stat_add(__u32 which, __u64 n)
+{
+	__u64 *v = bpf_map_lookup_elem(&stats, &which);
+
+	if (v)
+		*v += n;
+}
+
+static __always_inline __u64 rb_flags(void)
+{
+	return bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes ? BPF_RB_FORCE_WAKEUP
+									     : BPF_RB_NO_WAKEUP;
+}
+
+/* Submit a record, or count it lost with its payload. */
+static __always_inline void emit(void *rec, __u64 size, __u64 payload)
+{
+	if (bpf_ringbuf_output(&events, rec, size, rb_flags())) {
+		stat_add(TS_STAT_LOST_EVENTS, 1);
+		stat_add(TS_STAT_LOST_BYTES, payload);
+	} else {
+		stat_add(TS_STAT_EVENTS, 1);
+	}
+}
+
+#endif

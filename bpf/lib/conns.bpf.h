@@ -1,0 +1,135 @@
+/* SPDX-License-Identifier: GPL-2.0 OR MIT */
+/*
+ * Connections: the syscall a thread is in (stash, in its task storage), the table of traced
+ * stream sockets (conns), and what tells a stream socket from any other fd.
+ * Part of tokenscope.bpf.c, which includes the parts in order; not a header to include alone.
+ */
+#ifndef TS_BPF_CONNS_H
+#define TS_BPF_CONNS_H
+
+/*
+ * Arguments saved at sys_enter for sys_exit, in the thread's own task storage: the lookup at
+ * every sys_exit on the machine is a pointer read for threads that never had one, and the
+ * storage goes away with the thread (one that dies inside a syscall leaves nothing behind).
+ */
+struct stash {
+	__u64 enter_ns;
+	__u64 buf;    /* buffer, iovec array, or msghdr's iovec array */
+	__u64 iovcnt; /* 0: buf is a plain buffer */
+	__s32 fd;
+	__u8 sys; /* enum ts_syscall; 0: no syscall pending */
+	__u8 pad[3];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct stash);
+} stash SEC(".maps");
+
+struct conn {
+	__u64 conn_id;
+	__u64 file;   /* struct file *: a different file on the same fd is a new connection */
+	__u64 sk;     /* struct sock *: key of map `rx_pending` */
+	__u64 pos[2]; /* bytes so far per direction, indexed by enum ts_dir */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_CONNS);
+	__type(key, struct ts_conn_key);
+	__type(value, struct conn);
+} conns SEC(".maps");
+
+static __always_inline __u8 syscall_kind(long id)
+{
+	switch (id) {
+	case NR_READ:
+		return TS_SYS_READ;
+	case NR_READV:
+		return TS_SYS_READV;
+	case NR_RECVFROM:
+		return TS_SYS_RECVFROM;
+	case NR_RECVMSG:
+		return TS_SYS_RECVMSG;
+	case NR_WRITE:
+		return TS_SYS_WRITE;
+	case NR_WRITEV:
+		return TS_SYS_WRITEV;
+	case NR_SENDTO:
+		return TS_SYS_SENDTO;
+	case NR_SENDMSG:
+		return TS_SYS_SENDMSG;
+	case NR_CLOSE:
+		return TS_SYS_CLOSE;
+	case NR_ACCEPT:
+	case NR_ACCEPT4:
+		return TS_SYS_ACCEPT;
+	default:
+		return 0;
+	}
+}
+
+static __always_inline __u8 syscall_dir(__u8 sys)
+{
+	return sys >= TS_SYS_WRITE ? TS_DIR_OUT : TS_DIR_IN;
+}
+
+/* The struct file behind fd in the current process, or NULL. */
+static __always_inline struct file *fd_file(__s32 fd)
+{
+	/* BTF pointers from the current task: plain loads, not helper calls. */
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct fdtable *fdt = task->files->fdt;
+	struct file **fds;
+	struct file *f = NULL;
+
+	if (!fdt || fd < 0 || (__u32)fd >= fdt->max_fds)
+		return NULL;
+	fds = fdt->fd;
+	bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]);
+	return f;
+}
+
+/* The stream socket's struct sock behind a file, or NULL when it is anything else. */
+static __always_inline struct sock *file_stream_sock(struct file *f)
+{
+	struct socket *sock;
+	struct sock *sk;
+	__u16 family;
+
+	if ((BPF_CORE_READ(f, f_inode, i_mode) & S_IFMT) != S_IFSOCK)
+		return NULL;
+	sock = BPF_CORE_READ(f, private_data);
+	if (!sock || BPF_CORE_READ(sock, type) != SOCK_STREAM)
+		return NULL;
+	sk = BPF_CORE_READ(sock, sk);
+	if (!sk)
+		return NULL;
+	family = BPF_CORE_READ(sk, __sk_common.skc_family);
+	if (family != AF_INET && family != AF_INET6 && family != AF_UNIX)
+		return NULL;
+	return sk;
+}
+
+static __always_inline void conn_fill_addrs(struct ts_conn_event *ce, struct sock *sk)
+{
+	ce->family = BPF_CORE_READ(sk, __sk_common.skc_family);
+	if (ce->family == AF_INET) {
+		__u32 l = BPF_CORE_READ(sk, __sk_common.skc_rcv_saddr);
+		__u32 p = BPF_CORE_READ(sk, __sk_common.skc_daddr);
+
+		__builtin_memcpy(ce->local_addr, &l, 4);
+		__builtin_memcpy(ce->peer_addr, &p, 4);
+	} else if (ce->family == AF_INET6) {
+		bpf_core_read(ce->local_addr, 16, &sk->__sk_common.skc_v6_rcv_saddr);
+		bpf_core_read(ce->peer_addr, 16, &sk->__sk_common.skc_v6_daddr);
+	}
+	if (ce->family != AF_UNIX) {
+		ce->local_port = BPF_CORE_READ(sk, __sk_common.skc_num);
+		ce->peer_port = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
+	}
+}
+
+#endif
