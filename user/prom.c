@@ -709,14 +709,24 @@ static void render_overflow(const struct prom *p, FILE *f)
 		p->gpu_overflow_steps);
 }
 
+/* A counter family with one series per name, under one label. */
+struct named_count {
+	const char *name;
+	uint64_t v;
+};
+
+static void put_counts(FILE *f, const char *family, const char *label, const struct named_count *c,
+		       size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		fprintf(f, "%s{%s=\"%s\"} %" PRIu64 "\n", family, label, c[i].name, c[i].v);
+}
+
 /* What the summary's `lost` and `dropped` lines say, as counters. */
 static void render_loss(const struct prom *p, FILE *f)
 {
 	const struct loss_report *l = &p->loss;
-	const struct {
-		const char *name;
-		uint64_t v;
-	} bytes[] = {
+	const struct named_count bytes[] = {
 		{ "kernel", l->lost_bytes },
 		{ "capture", l->uncaptured_bytes },
 		{ "stream", l->gap_bytes },
@@ -738,9 +748,8 @@ static void render_loss(const struct prom *p, FILE *f)
 	    "Traced bytes the tracer did not see: in records the kernel lost (where=\"kernel\"), "
 	    "beyond --capture-bytes (\"capture\"), missing from a connection's stream "
 	    "(\"stream\").");
-	for (size_t i = 0; i < sizeof(bytes) / sizeof(bytes[0]); i++)
-		fprintf(f, "tokenscope_dropped_bytes_total{where=\"%s\"} %" PRIu64 "\n",
-			bytes[i].name, bytes[i].v);
+	put_counts(f, "tokenscope_dropped_bytes_total", "where", bytes,
+		   sizeof(bytes) / sizeof(bytes[0]));
 	put_header(
 	    f, "tokenscope_dropped_total", "counter",
 	    "Things the tracer let go rather than report wrong numbers: framing lost after a "
@@ -749,15 +758,11 @@ static void render_loss(const struct prom *p, FILE *f)
 	    "not seen, stream frames over the size limit or damaged by missing bytes, "
 	    "buffers refused at the connections' memory cap, failed reads of traced bytes from "
 	    "the process's memory.");
-	for (size_t i = 0; i < sizeof(events) / sizeof(events[0]); i++)
-		fprintf(f, "tokenscope_dropped_total{what=\"%s\"} %" PRIu64 "\n", events[i].name,
-			events[i].v);
+	put_counts(f, "tokenscope_dropped_total", "what", events,
+		   sizeof(events) / sizeof(events[0]));
 	/* Device times: only where a CUPTI library reported (as the summary's line). */
 	if (l->cupti || l->cupti_abi_bad) {
-		const struct {
-			const char *name;
-			uint64_t v;
-		} dev[] = {
+		const struct named_count dev[] = {
 			{ "cupti_dropped", l->cupti_dropped },
 			{ "buffer_refused", l->cupti_pool_empty },
 			{ "unplaced_run", l->cupti_unplaced },
@@ -772,9 +777,8 @@ static void render_loss(const struct prom *p, FILE *f)
 		    "in use (\"buffer_refused\"), runs in no GPU step (\"unplaced_run\"), steps "
 		    "shown before their device times were in (\"late_step\"), records of a "
 		    "library of another version (\"other_version\").");
-		for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++)
-			fprintf(f, "tokenscope_device_times_lost_total{what=\"%s\"} %" PRIu64 "\n",
-				dev[i].name, dev[i].v);
+		put_counts(f, "tokenscope_device_times_lost_total", "what", dev,
+			   sizeof(dev) / sizeof(dev[0]));
 	}
 	put_header(f, "tokenscope_traced_processes", "gauge",
 		   "Processes traced now: those named with -p or found by --all, and their "
