@@ -309,35 +309,18 @@ print("torch", torch.__version__, "CUDA", torch.version.cuda, "device", torch.cu
 """Compares tokenscope's requests with the client's, and its GPU steps with the server's log."""
 import bisect
 import collections
-import json
-import math
 import os
 import sys
+
+sys.path.insert(0, "scripts")
+from gpu_check_device import jsonl as read_jsonl, pct  # noqa: E402 (the readers of phase 3)
 
 out, engine_pid, t_attach, t_stop = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 MATCH_NS = 2_000_000  # a tokenscope step matches a server step within 2 ms at both ends
 
 
 def jsonl(name):
-    rows = []
-    try:
-        with open(os.path.join(out, name)) as f:
-            for line in f:
-                line = line.strip()
-                if line.startswith("{"):
-                    try:
-                        rows.append(json.loads(line))
-                    except ValueError:
-                        pass
-    except OSError:
-        pass
-    return rows
-
-
-def pct(v, q):
-    """Nearest-rank percentile of a non-empty list."""
-    v = sorted(v)
-    return v[min(len(v) - 1, max(0, math.ceil(q * len(v)) - 1))]
+    return read_jsonl(os.path.join(out, name))
 
 
 def ms(x, width=8, digits=2):
