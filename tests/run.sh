@@ -53,6 +53,7 @@ for t in $TESTS; do
 		;;
 	golden)
 		run golden tests/golden/run_golden.sh
+		run e2e-compare /usr/bin/python3 tests/e2e/test_compare.py
 		;;
 	fuzz)
 		run fuzz-regress scripts/fuzz.sh --regress

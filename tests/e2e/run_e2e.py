@@ -31,6 +31,15 @@ PYTHON = "/usr/bin/python3"  # Debian's: it has fastapi/uvicorn/aiohttp, a pyenv
 # Both clocks are CLOCK_MONOTONIC, so the only difference is the time between the server's
 # syscall and the client's, plus scheduling noise on a loaded CI machine.
 TOLERANCE_NS = 2_000_000
+# A stall of the client or the server (a vCPU descheduled by the host, softirq work deferred to
+# ksoftirqd) puts a few measures of a run past the tolerance at once: one frame per stream in the
+# stalled milliseconds. A case passes with at most this share of its timing measures (received,
+# TTFT, each token time, E2E) over the tolerance, none over OUTLIER_MAX_NS. A tokenscope error is
+# not a stall: a frame's time taken from its neighbour, a request's from another, or a shifted
+# clock moves every measure it touches, far more than this share, and the causality checks
+# (written before read) have no tolerance at all.
+OUTLIER_SHARE = 0.03
+OUTLIER_MAX_NS = 15_000_000
 SERVER_READY_S = 20
 ATTACH_S = 20
 CLIENT_S = 180
@@ -325,18 +334,45 @@ def ms(ns):
 class Mismatch(str):
     """A failed assertion. timing: only a bound on a time difference was exceeded, which
     scheduling noise on a busy machine can do; everything else is wrong however late a
-    process ran."""
+    process ran. A timing mismatch stands for count measures, the furthest off_ns off."""
     timing = False
+    count = 1
+    off_ns = 0
 
 
-def timing(msg):
+def timing(msg, off_ns, count=1):
     m = Mismatch(msg)
-    m.timing = True
+    m.timing, m.off_ns, m.count = True, abs(off_ns), count
     return m
 
 
-def compare_pair(c, t, tol_ns):
-    """Mismatches between one client record c and tokenscope's record t of the same request."""
+def retag(m, text):
+    """m's verdict on a new text."""
+    out = Mismatch(text)
+    out.timing, out.off_ns, out.count = m.timing, m.off_ns, m.count
+    return out
+
+
+class Mismatches(list):
+    """compare()'s result; measures: how many time differences it bounded."""
+    measures = 0
+
+
+def within_budget(errors):
+    """(ok, note): whether errors are only timing outliers that a stall explains."""
+    if not errors or any(not e.timing for e in errors):
+        return False, ""
+    over = sum(e.count for e in errors)
+    worst = max(e.off_ns for e in errors)
+    allowed = max(1, int(OUTLIER_SHARE * errors.measures))
+    note = (f"{over} of {errors.measures} timing measures over the tolerance, "
+            f"at most {ms(worst)}; {allowed} allowed, each under {ms(OUTLIER_MAX_NS)}")
+    return over <= allowed and worst < OUTLIER_MAX_NS, note
+
+
+def compare_pair(c, t, tol_ns, tally):
+    """Mismatches between one client record c and tokenscope's record t of the same request;
+    tally["measures"] counts the time differences bounded."""
     out = []
     if c["outcome"] in ("timeout", "error"):
         return [Mismatch(f"client outcome {c['outcome']}: the server or the harness failed, "
@@ -368,9 +404,11 @@ def compare_pair(c, t, tol_ns):
         if received < c["send_start_ns"]:
             out.append(Mismatch(f"received_ns {received} before client send_start_ns "
                                 f"{c['send_start_ns']}"))
-        elif received - c["send_start_ns"] > tol_ns:
-            out.append(timing(f"received_ns {ms(received - c['send_start_ns'])} after the "
-                              "client began sending"))
+        else:
+            tally["measures"] += 1
+            if received - c["send_start_ns"] > tol_ns:
+                out.append(timing(f"received_ns {ms(received - c['send_start_ns'])} after the "
+                                  "client began sending", received - c["send_start_ns"]))
         if isinstance(arrival, int):
             if received > arrival:
                 out.append(Mismatch(f"received_ns {received} after arrival_ns {arrival}"))
@@ -390,9 +428,12 @@ def compare_pair(c, t, tol_ns):
                                 f"{ms(tf - arrival)}"))
         # The client's TTFT runs from its send; tokenscope's TTFT from the server's read
         # (README, Definitions). The same span in tokenscope's terms starts at the socket arrival.
-        if received is not None and abs((tf - received) / 1e6 - c["ttft_ms"]) * 1e6 > tol_ns:
-            out.append(timing(f"first_token_ns - received_ns {ms(tf - received)} vs client "
-                              f"ttft_ms {c['ttft_ms']}"))
+        if received is not None:
+            tally["measures"] += 1
+            off = (tf - received) - c["ttft_ms"] * 1e6
+            if abs(off) > tol_ns:
+                out.append(timing(f"first_token_ns - received_ns {ms(tf - received)} vs client "
+                                  f"ttft_ms {c['ttft_ms']}", off))
 
     cts, tts = c.get("token_ns") or [], t.get("token_ns")
     if tts is None:
@@ -404,24 +445,29 @@ def compare_pair(c, t, tol_ns):
             out.append(Mismatch(f"{len(tts)} token times < the {len(cts)} the client read"))
     elif len(tts) != len(cts):
         out.append(Mismatch(f"{len(tts)} token times != client {len(cts)}"))
-    late = [(i, a, b) for i, (a, b) in enumerate(zip(tts, cts)) if a > b]
-    far = [(i, a, b) for i, (a, b) in enumerate(zip(tts, cts)) if a <= b and b - a > tol_ns]
+    pairs = list(zip(tts, cts))
+    tally["measures"] += len(pairs)
+    late = [(i, a, b) for i, (a, b) in enumerate(pairs) if a > b]
+    far = [(i, a, b) for i, (a, b) in enumerate(pairs) if a <= b and b - a > tol_ns]
     for what, bad in (("after the client read it", late), ("vs client", far)):
         for i, a, b in bad[:3]:
             msg = f"token_ns[{i}] {a} {what} {b} ({ms(a - b)})"
-            out.append(Mismatch(msg) if bad is late else timing(msg))
+            out.append(Mismatch(msg) if bad is late else timing(msg, b - a))
         if len(bad) > 3:
             msg = f"... and {len(bad) - 3} more token times {what}"
-            out.append(Mismatch(msg) if bad is late else timing(msg))
+            out.append(Mismatch(msg) if bad is late else
+                       timing(msg, max(b - a for _, a, b in bad[3:]), len(bad) - 3))
     end = t.get("end_ns")
     if isinstance(arrival, int) and isinstance(end, int) and \
             not close_ms(t.get("e2e_ms"), end - arrival):
         out.append(Mismatch(f"e2e_ms {t.get('e2e_ms')} != end_ns - arrival_ns "
                             f"{ms(end - arrival)}"))
-    if c["outcome"] != "aborted" and received is not None and isinstance(end, int) and \
-            abs((end - received) / 1e6 - c["e2e_ms"]) * 1e6 > tol_ns:
-        out.append(timing(f"end_ns - received_ns {ms(end - received)} vs client e2e_ms "
-                          f"{c['e2e_ms']}"))
+    if c["outcome"] != "aborted" and received is not None and isinstance(end, int):
+        tally["measures"] += 1
+        off = (end - received) - c["e2e_ms"] * 1e6
+        if abs(off) > tol_ns:
+            out.append(timing(f"end_ns - received_ns {ms(end - received)} vs client e2e_ms "
+                              f"{c['e2e_ms']}", off))
     return out
 
 
@@ -432,8 +478,9 @@ def close_ms(value, ns):
 
 def compare(gt, got, tol_ns, verbose):
     """Match requests by the client's local port, then by order on that port; return the
-    mismatches."""
-    errors = []
+    mismatches (a Mismatches)."""
+    errors = Mismatches()
+    tally = {"measures": 0}
     if len(got) != len(gt):
         errors.append(Mismatch(f"tokenscope reported {len(got)} requests, the client made "
                                f"{len(gt)}"))
@@ -460,18 +507,19 @@ def compare(gt, got, tol_ns, verbose):
             if c["seq"] != i:
                 errors.append(Mismatch(f"port {port}: client seq {c['seq']} is request {i} "
                                        "on the port"))
-            for k, m in enumerate(compare_pair(c, t, tol_ns)):
+            for k, m in enumerate(compare_pair(c, t, tol_ns, tally)):
                 text = f"id {c['id']} port {port} seq {c['seq']}: {m}"
                 if verbose and k == 0:
                     text += ("\n    client:     " + json.dumps(c) +
                              "\n    tokenscope: " + json.dumps(t))
-                errors.append(timing(text) if m.timing else Mismatch(text))
+                errors.append(retag(m, text))
         if verbose:
             for c in cs[len(ts):]:
                 errors.append(Mismatch(f"port {port}: not reported: client {json.dumps(c)}"))
             for t in ts[len(cs):]:
                 errors.append(Mismatch(f"port {port}: not made by the client: tokenscope "
                                        f"{json.dumps(t)}"))
+    errors.measures = tally["measures"]
     return errors
 
 
@@ -487,18 +535,18 @@ def run_attempts(name, top, args):
             errors = run_case(CASES[name], work, args.tolerance_ms * 1_000_000, args.verbose)
         except (CaseFailed, OSError, subprocess.SubprocessError) as e:
             errors = [Mismatch(str(e))]
-        if not errors:
-            note = f" (attempt {attempt}; " + "; ".join(notes) + ")" if notes else ""
-            return f"PASS {name}{note}", True
+        stalled, budget = within_budget(errors) if isinstance(errors, Mismatches) else (False, "")
+        if not errors or stalled:
+            said = [f"attempt {attempt}"] * bool(notes) + notes + [budget] * stalled
+            return f"PASS {name}" + (" (" + "; ".join(said) + ")" if said else ""), True
         if any(not e.timing for e in errors) or attempt == args.attempts:
             break
-        notes.append(f"attempt {attempt}: {len(errors)} timing mismatches, first: "
-                     + errors[0].split("\n")[0])
+        notes.append(f"attempt {attempt}: {budget}, first: " + errors[0].split("\n")[0])
     if not args.verbose:
         # Structural mismatches first: they are the ones a retry cannot explain.
         errors.sort(key=lambda e: e.timing)
     shown = errors if args.verbose else errors[:MAX_REPORTED]
-    lines = [*shown, *notes]
+    lines = [*shown, *notes, *[budget] * bool(budget)]
     if len(errors) > len(shown):
         lines.append(f"... {len(errors) - len(shown)} more (-v shows all)")
     return f"FAIL {name}" + (f" (attempt {attempt})" if attempt > 1 else "") + ": " + \

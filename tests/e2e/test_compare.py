@@ -3,7 +3,7 @@
 servers): every assertion the harness makes must catch the error it is for, and a faithful
 tokenscope report of the same requests must pass.
 
-Usage: tests/e2e/test_compare.py [-v]
+Usage: tests/e2e/test_compare.py [-v]; prints PASS or FAIL per test, exits 1 on a failure.
 """
 import copy
 import os
@@ -32,14 +32,17 @@ def client(id_, port, seq, outcome="ok", send=0, tokens=4, status=200, stream=Tr
 
 
 def observed(c, conn_id=1, early_ns=50_000):
-    """What a correct tokenscope reports for client record c: the server read the request
-    after the client sent it and wrote every frame early_ns before the client read it."""
+    """What a correct tokenscope reports for client record c: the request reached the server's
+    socket early_ns / 2 after the client sent it, the server read it early_ns after, and wrote
+    every frame early_ns before the client read it."""
     arrival = c["send_ns"] + early_ns
+    received = c["send_ns"] + early_ns // 2
     token_ns = [t - early_ns for t in c["token_ns"]]
     first = token_ns[0] if token_ns else None
     end = c["end_ns"] - early_ns
     return {"pid": 1, "conn": f"127.0.0.1:8000<-127.0.0.1:{c['port']}#{conn_id}",
             "status": c["status"], "outcome": c["outcome"], "arrival_ns": arrival,
+            "received_ns": received, "socket_wait_ms": (arrival - received) / MS,
             "first_token_ns": first, "end_ns": end,
             "ttft_ms": (first - arrival) / MS if first is not None else None,
             "e2e_ms": (end - arrival) / MS, "tokens": c["tokens"], "frames": c["frames"],
@@ -138,8 +141,10 @@ class Compare(unittest.TestCase):
 
     def test_ttft(self):
         gt, got = workload()
-        got[1]["ttft_ms"] += 2.5
-        self.assertOne(gt, got, "ttft_ms", True)
+        # The first frame written 2.5 ms before the client's TTFT says, ttft_ms consistent.
+        got[1]["first_token_ns"] -= 2.5 * MS
+        got[1]["ttft_ms"] -= 2.5
+        self.assertOne(gt, got, "vs client ttft_ms", True)
 
     def test_first_token_missing(self):
         gt, got = workload()
@@ -148,14 +153,58 @@ class Compare(unittest.TestCase):
 
     def test_e2e(self):
         gt, got = workload()
+        got[0]["end_ns"] -= 3 * MS
         got[0]["e2e_ms"] -= 3
-        self.assertOne(gt, got, "e2e_ms", True)
+        self.assertOne(gt, got, "vs client e2e_ms", True)
+
+    def test_e2e_inconsistent_with_end(self):
+        gt, got = workload()
+        got[0]["e2e_ms"] -= 3
+        self.assertOne(gt, got, "e2e_ms", False)
 
     def test_within_tolerance_passes(self):
         gt, got = workload()
         got[0]["token_ns"][1] = gt[0]["token_ns"][1] - TOL
-        got[1]["ttft_ms"] += 1.9
+        got[1]["first_token_ns"] -= 1.9 * MS
+        got[1]["ttft_ms"] -= 1.9
         self.assertEqual(check(gt, got), [])
+
+    def test_measures_counted(self):
+        # received, TTFT, 4 tokens, E2E twice; received, TTFT and 2 tokens of the abort (no
+        # E2E); received and E2E of the HTTP error.
+        gt, got = workload()
+        self.assertEqual(check(gt, got).measures, 7 + 7 + 4 + 2)
+
+    def test_one_stalled_measure_is_within_budget(self):
+        gt, got = workload()
+        got[0]["token_ns"][1] = gt[0]["token_ns"][1] - TOL - 3 * MS
+        errors = check(gt, got)
+        self.assertEqual(len(errors), 1)
+        ok, note = run_e2e.within_budget(errors)
+        self.assertTrue(ok, note)
+        self.assertIn("1 of 20 timing measures", note)
+
+    def test_shifted_tokens_are_over_budget(self):
+        # Every token time of a request taken 3 ms early (its neighbour frame's time, say)
+        # is no stall, even though each is only a timing bound.
+        gt, got = workload()
+        got[0]["token_ns"] = [t - TOL - MS for t in gt[0]["token_ns"]]
+        errors = check(gt, got)
+        self.assertTrue(all(e.timing for e in errors))
+        self.assertEqual(sum(e.count for e in errors), 4)
+        self.assertFalse(run_e2e.within_budget(errors)[0])
+
+    def test_far_outlier_is_over_budget(self):
+        gt, got = workload()
+        got[0]["token_ns"][1] = gt[0]["token_ns"][1] - run_e2e.OUTLIER_MAX_NS
+        errors = check(gt, got)
+        self.assertEqual(len(errors), 1)
+        self.assertFalse(run_e2e.within_budget(errors)[0])
+
+    def test_structural_mismatch_is_never_within_budget(self):
+        gt, got = workload()
+        got[2]["outcome"] = "ok"
+        self.assertFalse(run_e2e.within_budget(check(gt, got))[0])
 
     def test_requests_on_a_port_pair_by_order(self):
         # Swapping the arrival times of two requests on one connection pairs them wrongly.
@@ -174,5 +223,20 @@ class Compare(unittest.TestCase):
         self.assertEqual(run_e2e.peer_port("[::1]:8000<-[::1]:40000#12"), 40000)
 
 
+class Verdicts(unittest.TextTestResult):
+    """A PASS or FAIL line per test, as every test program of the project prints."""
+    def addSuccess(self, test):
+        super().addSuccess(test)
+        print(f"PASS {test._testMethodName}", flush=True)
+
+    def addFailure(self, test, err):
+        super().addFailure(test, err)
+        print(f"FAIL {test._testMethodName}: {err[1]}", flush=True)
+
+    def addError(self, test, err):
+        super().addError(test, err)
+        print(f"FAIL {test._testMethodName}: {err[0].__name__}: {err[1]}", flush=True)
+
+
 if __name__ == "__main__":
-    unittest.main()
+    unittest.main(testRunner=unittest.TextTestRunner(resultclass=Verdicts, verbosity=0))
