@@ -161,10 +161,15 @@ int alert_parse(const char *text, struct alert_rule *r, char *err, size_t errlen
 int alert_init(struct alert_set *a, FILE *out, const char *exec)
 {
 	memset(a, 0, sizeof(*a));
-	a->slots = calloc(ALERT_WINDOW_S, sizeof(*a->slots));
 	a->out = out;
 	a->exec = exec;
-	return a->slots ? 0 : -ENOMEM;
+	a->merged = malloc(sizeof(*a->merged));
+	if (!a->merged || window_init(&a->win, ALERT_WINDOW_S, (1u << WM_MAX) - 1) < 0) {
+		free(a->merged);
+		a->merged = NULL;
+		return -ENOMEM;
+	}
+	return 0;
 }
 
 int alert_add(struct alert_set *a, const struct alert_rule *r)
@@ -178,119 +183,40 @@ int alert_add(struct alert_set *a, const struct alert_rule *r)
 void alert_free(struct alert_set *a)
 {
 	alert_exec_drain(a, 5000);
-	free(a->slots);
-	a->slots = NULL;
-}
-
-static unsigned int alert_bucket(uint64_t v)
-{
-	unsigned int e;
-
-	if (v < (1u << ALERT_SUB_BITS))
-		return v;
-	e = 63 - __builtin_clzll(v);
-	if (e >= 40)
-		return ALERT_BUCKETS - 1;
-	return ((e - ALERT_SUB_BITS + 1) << ALERT_SUB_BITS) +
-	       ((v >> (e - ALERT_SUB_BITS)) & ((1u << ALERT_SUB_BITS) - 1));
-}
-
-/* The middle of bucket i. */
-static double alert_bucket_value(unsigned int i)
-{
-	unsigned int e, sub;
-
-	if (i < (1u << ALERT_SUB_BITS))
-		return i;
-	e = (i >> ALERT_SUB_BITS) + ALERT_SUB_BITS - 1;
-	sub = i & ((1u << ALERT_SUB_BITS) - 1);
-	return (double)(1ull << e) + ((double)sub + 0.5) * (double)(1ull << (e - ALERT_SUB_BITS));
-}
-
-/* The slot for kernel second s, cleared when it last held an older second. */
-static struct alert_slot *alert_slot(struct alert_set *a, uint64_t s)
-{
-	struct alert_slot *slot = &a->slots[s % ALERT_WINDOW_S];
-
-	if (slot->second != s) {
-		memset(slot, 0, sizeof(*slot));
-		slot->second = s;
-	}
-	return slot;
-}
-
-static void alert_add_sample(struct alert_slot *slot, enum alert_metric m, int64_t ns)
-{
-	if (ns >= 0)
-		slot->buckets[m][alert_bucket(ns)]++;
+	window_free(&a->win);
+	free(a->merged);
+	a->merged = NULL;
 }
 
 static void alert_on_request(void *ctx, const struct request *r, const struct request_metrics *m,
 			     const struct gpu_attribution *ga)
 {
 	struct alert_set *a = ctx;
-	struct alert_slot *slot;
 
-	if (!r->end_ns)
-		return;
-	slot = alert_slot(a, r->end_ns / NS_PER_S);
-	slot->requests++;
-	alert_add_sample(slot, AM_E2E, m->e2e_ns);
-	if (r->outcome != OUTCOME_OK)
-		return;
-	slot->ok++;
-	alert_add_sample(slot, AM_TTFT, m->ttft_ns);
-	alert_add_sample(slot, AM_TPOT, m->tpot_ns);
-	for (uint32_t i = 1; i < r->ntokens; i++)
-		alert_add_sample(slot, AM_ITL, r->token_ns[i] - r->token_ns[i - 1]);
-	alert_add_sample(slot, AM_QUEUE, ga->queue_ns);
-	alert_add_sample(slot, AM_PREFILL, ga->prefill_ns);
-	alert_add_sample(slot, AM_DECODE, ga->decode_ns);
-	if (ga->queue_ns >= 0 && ga->prefill_ns >= 0 && m->ttft_ns > 0) {
-		slot->attributed++;
-		slot->ttft_ns += m->ttft_ns;
-		slot->queue_ns += ga->queue_ns;
-		slot->prefill_ns += ga->prefill_ns;
-	}
-	if (ga->gpu_ns >= 0 && ga->host_ns >= 0) {
-		slot->gpu_ns += ga->gpu_ns;
-		slot->host_ns += ga->host_ns;
-	}
+	window_add_request(&a->win, r, m, ga);
+}
+
+/* The window of an evaluation at second now_s: the ALERT_WINDOW_S seconds ending with it. */
+static void alert_sum(const struct alert_set *a, uint64_t now_s, struct win_counts *c,
+		      uint32_t what, struct whist *h)
+{
+	window_sum(&a->win, now_s >= ALERT_WINDOW_S ? now_s - ALERT_WINDOW_S + 1 : 0, now_s, c,
+		   what, h);
 }
 
 /* The rule's metric over the window ending at second now_s; NAN when there is nothing. */
-static double alert_value(const struct alert_set *a, const struct alert_rule *r, uint64_t now_s)
+static double alert_value(struct alert_set *a, const struct alert_rule *r, uint64_t now_s)
 {
-	static uint32_t merged[ALERT_BUCKETS];
-	uint64_t requests = 0, ok = 0, total = 0, rank, seen = 0;
+	struct win_counts c;
+	double v;
 
-	memset(merged, 0, sizeof(merged));
-	for (int i = 0; i < ALERT_WINDOW_S; i++) {
-		const struct alert_slot *s = &a->slots[i];
-
-		if (!s->second || s->second + ALERT_WINDOW_S <= now_s || s->second > now_s)
-			continue;
-		requests += s->requests;
-		ok += s->ok;
-		if (is_latency(r->metric))
-			for (unsigned int b = 0; b < ALERT_BUCKETS; b++)
-				merged[b] += s->buckets[r->metric][b];
-	}
+	alert_sum(a, now_s, &c, is_latency(r->metric) ? WM_BIT(r->metric) : 0, a->merged);
 	if (r->metric == AM_RPS)
-		return (double)requests / ALERT_WINDOW_S;
+		return (double)c.requests / ALERT_WINDOW_S;
 	if (r->metric == AM_SUCCESS)
-		return requests ? 100.0 * ok / requests : NAN;
-	for (unsigned int b = 0; b < ALERT_BUCKETS; b++)
-		total += merged[b];
-	if (!total)
-		return NAN;
-	rank = (uint64_t)ceil(r->quantile * total);
-	for (unsigned int b = 0; b < ALERT_BUCKETS; b++) {
-		seen += merged[b];
-		if (seen >= rank)
-			return alert_bucket_value(b) / 1e9;
-	}
-	return NAN;
+		return c.requests ? 100.0 * c.ok / c.requests : NAN;
+	v = whist_quantile(a->merged, r->quantile);
+	return v < 0 ? NAN : v / 1e9;
 }
 
 static bool alert_holds(const struct alert_rule *r, double v)
@@ -314,19 +240,12 @@ static bool alert_holds(const struct alert_rule *r, double v)
 static void alert_cause(const struct alert_set *a, const struct alert_rule *r, uint64_t now_s,
 			char *out, size_t n)
 {
-	uint64_t ttft = 0, queue = 0, prefill = 0, gpu = 0, host = 0;
+	struct win_counts c;
+	uint64_t ttft, queue, prefill, gpu, host;
 
-	for (int i = 0; i < ALERT_WINDOW_S; i++) {
-		const struct alert_slot *s = &a->slots[i];
-
-		if (!s->second || s->second + ALERT_WINDOW_S <= now_s || s->second > now_s)
-			continue;
-		ttft += s->ttft_ns;
-		queue += s->queue_ns;
-		prefill += s->prefill_ns;
-		gpu += s->gpu_ns;
-		host += s->host_ns;
-	}
+	alert_sum(a, now_s, &c, 0, NULL);
+	ttft = c.ttft_ns, queue = c.queue_ns, prefill = c.prefill_ns;
+	gpu = c.gpu_ns, host = c.host_ns;
 	if ((r->metric == AM_TTFT || r->metric == AM_QUEUE || r->metric == AM_PREFILL) && ttft) {
 		snprintf(out, n, "%s (queue %.0f%%, prefill %.0f%% of TTFT in the window)",
 			 queue >= prefill ? "queueing" : "prefill", 100.0 * queue / ttft,

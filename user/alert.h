@@ -22,23 +22,23 @@
 #include <stdio.h>
 
 #include "sink.h"
+#include "window.h"
 
 #define ALERT_MAX_RULES 16
-/* The window metrics are computed over. */
+/* The window metrics are computed over: window.h's slots, whist_quantile's percentiles (under
+ * 3.2 % relative error, clamped to the window's exact minimum and maximum). */
 #define ALERT_WINDOW_S 60
-/* Sub-buckets per power of two in the window histograms: under 3.2 % relative error. */
-#define ALERT_SUB_BITS 5
-#define ALERT_BUCKETS ((40 - ALERT_SUB_BITS + 2) << ALERT_SUB_BITS)
 
+/* The latency metrics are the window's. */
 enum alert_metric {
-	AM_TTFT,
-	AM_ITL,
-	AM_TPOT,
-	AM_E2E,
-	AM_QUEUE,
-	AM_PREFILL,
-	AM_DECODE,
-	AM_SUCCESS,
+	AM_TTFT = WM_TTFT,
+	AM_ITL = WM_ITL,
+	AM_TPOT = WM_TPOT,
+	AM_E2E = WM_E2E,
+	AM_QUEUE = WM_QUEUE,
+	AM_PREFILL = WM_PREFILL,
+	AM_DECODE = WM_DECODE,
+	AM_SUCCESS = WM_MAX,
 	AM_RPS,
 	AM_MAX,
 };
@@ -63,20 +63,11 @@ struct alert_rule {
 	char pend_state[16], pend_value[32], pend_cause[160];
 };
 
-/* One second of the window: counts per bucket for each latency metric, and request counts. */
-struct alert_slot {
-	uint64_t second; /* kernel time in whole seconds this slot holds */
-	uint32_t buckets[AM_SUCCESS][ALERT_BUCKETS];
-	uint32_t requests, ok;
-	/* For the cause: sums over ok requests of the attributed parts (ns). */
-	uint64_t ttft_ns, queue_ns, prefill_ns, decode_ns, gpu_ns, host_ns;
-	uint32_t attributed;
-};
-
 struct alert_set {
 	struct alert_rule rules[ALERT_MAX_RULES];
 	int nrules;
-	struct alert_slot *slots; /* ALERT_WINDOW_S of them, by second modulo */
+	struct window win;    /* ALERT_WINDOW_S seconds, every latency metric kept */
+	struct whist *merged; /* a metric over the window, at evaluation */
 	uint64_t last_eval_s;
 	const char *exec; /* --alert-exec command, or NULL */
 	FILE *out;

@@ -65,9 +65,35 @@ void hist_merge(struct hist *dst, const struct hist *src)
 		dst->buckets[i] += src->buckets[i];
 }
 
+uint64_t quantile_rank(double q, uint64_t n)
+{
+	uint64_t rank = (uint64_t)(q * n);
+
+	if ((double)rank < q * n)
+		rank++;
+	return rank ? rank : 1;
+}
+
+/* The middle of the buckets [lo, lo + 2^bits) of hist_bucket's, clamped to [min, max]. */
+static uint64_t bucket_value(unsigned int lo, unsigned int bits, uint64_t min, uint64_t max)
+{
+	uint64_t low = hist_bucket_low(lo), high, v;
+
+	if (lo + (1u << bits) < HIST_BUCKETS)
+		high = hist_bucket_low(lo + (1u << bits));
+	else
+		high = low + (hist_bucket_width(HIST_BUCKETS - 1) << bits);
+	v = low + (high - low) / 2;
+	if (v < min)
+		v = min;
+	if (v > max)
+		v = max;
+	return v;
+}
+
 uint64_t hist_quantile(const struct hist *h, double q)
 {
-	uint64_t rank, seen = 0, v;
+	uint64_t rank, seen = 0;
 
 	if (!h->count)
 		return 0;
@@ -75,22 +101,55 @@ uint64_t hist_quantile(const struct hist *h, double q)
 		return h->min;
 	if (q >= 1)
 		return h->max;
-	/* Nearest-rank: the smallest value with at least q of the samples at or below it. */
-	rank = (uint64_t)(q * h->count);
-	if ((double)rank < q * h->count)
-		rank++;
-	if (!rank)
-		rank = 1;
+	rank = quantile_rank(q, h->count);
 	for (unsigned int i = 0; i < HIST_BUCKETS; i++) {
 		seen += h->buckets[i];
-		if (seen < rank)
-			continue;
-		v = hist_bucket_low(i) + hist_bucket_width(i) / 2;
-		if (v < h->min)
-			v = h->min;
-		if (v > h->max)
-			v = h->max;
-		return v;
+		if (seen >= rank)
+			return bucket_value(i, 0, h->min, h->max);
 	}
 	return h->max;
+}
+
+void whist_reset(struct whist *h)
+{
+	memset(h, 0, sizeof(*h));
+}
+
+void whist_add(struct whist *h, uint64_t v)
+{
+	if (!h->n || v < h->min)
+		h->min = v;
+	if (!h->n || v > h->max)
+		h->max = v;
+	h->n++;
+	h->b[hist_bucket(v) >> WHIST_COARSEN_BITS]++;
+}
+
+void whist_merge(struct whist *dst, const struct whist *src)
+{
+	if (!src->n)
+		return;
+	if (!dst->n || src->min < dst->min)
+		dst->min = src->min;
+	if (!dst->n || src->max > dst->max)
+		dst->max = src->max;
+	dst->n += src->n;
+	for (unsigned int i = 0; i < WHIST_BUCKETS; i++)
+		dst->b[i] += src->b[i];
+}
+
+double whist_quantile(const struct whist *h, double q)
+{
+	uint64_t rank, seen = 0;
+
+	if (!h->n)
+		return -1;
+	rank = quantile_rank(q, h->n);
+	for (unsigned int i = 0; i < WHIST_BUCKETS; i++) {
+		seen += h->b[i];
+		if (seen >= rank)
+			return (double)bucket_value(i << WHIST_COARSEN_BITS, WHIST_COARSEN_BITS,
+						    h->min, h->max);
+	}
+	return (double)h->max;
 }

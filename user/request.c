@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "grow.h"
+#include "hist.h"
 #include "request.h"
 
 static const char *const outcome_names[OUTCOME_MAX] = {
@@ -79,11 +80,7 @@ uint32_t request_itl_sorted(const struct request *r, uint64_t *out)
 /* Nearest-rank percentile of a sorted array. */
 static uint64_t sorted_quantile(const uint64_t *v, uint32_t n, double q)
 {
-	uint32_t rank = (uint32_t)ceil(q * n);
-
-	if (rank < 1)
-		rank = 1;
-	return v[rank - 1];
+	return v[quantile_rank(q, n) - 1];
 }
 
 void request_metrics(const struct request *r, struct request_metrics *m)

@@ -12,71 +12,14 @@
 #include "request.h"
 #include "top.h"
 
-static void lat_reset(struct top_lat *l)
-{
-	memset(l, 0, sizeof(*l));
-}
-
-static void lat_add(struct top_lat *l, uint64_t v)
-{
-	if (!l->n || v < l->min)
-		l->min = v;
-	if (!l->n || v > l->max)
-		l->max = v;
-	l->n++;
-	l->b[hist_bucket(v) >> TOP_COARSEN_BITS]++;
-}
-
-static void lat_merge(struct top_lat *dst, const struct top_lat *src)
-{
-	if (!src->n)
-		return;
-	if (!dst->n || src->min < dst->min)
-		dst->min = src->min;
-	if (!dst->n || src->max > dst->max)
-		dst->max = src->max;
-	dst->n += src->n;
-	for (unsigned int i = 0; i < TOP_BUCKETS; i++)
-		dst->b[i] += src->b[i];
-}
-
-/* Value at quantile q: the middle of its bucket, clamped to the exact extremes; < 0 if empty. */
-static double lat_quantile(const struct top_lat *l, double q)
-{
-	uint64_t rank, seen = 0;
-
-	if (!l->n)
-		return -1;
-	rank = (uint64_t)ceil(q * l->n);
-	if (rank < 1)
-		rank = 1;
-	for (unsigned int i = 0; i < TOP_BUCKETS; i++) {
-		uint64_t lo, hi, v;
-
-		seen += l->b[i];
-		if (seen < rank)
-			continue;
-		lo = hist_bucket_low(i << TOP_COARSEN_BITS);
-		hi = hist_bucket_low((i + 1) << TOP_COARSEN_BITS);
-		v = lo + (hi - lo) / 2;
-		if (v < l->min)
-			v = l->min;
-		if (v > l->max)
-			v = l->max;
-		return (double)v;
-	}
-	return (double)l->max;
-}
-
 int top_init(struct top *t, FILE *out, bool tty, bool by_process)
 {
 	memset(t, 0, sizeof(*t));
 	t->out = out;
 	t->tty = tty;
 	t->by_process = by_process;
-	t->steps = calloc(TOP_SLOTS, sizeof(*t->steps));
 	t->scratch = calloc(1, sizeof(*t->scratch));
-	if (!t->steps || !t->scratch) {
+	if (!t->scratch || window_init(&t->steps, TOP_SLOTS, (1u << STEP_KIND_MAX) - 1) < 0) {
 		top_free(t);
 		return -ENOMEM;
 	}
@@ -86,16 +29,36 @@ int top_init(struct top *t, FILE *out, bool tty, bool by_process)
 void top_free(struct top *t)
 {
 	for (uint32_t i = 0; i < t->nmodels; i++)
-		free(t->models[i].slots);
-	free(t->steps);
+		window_free(&t->models[i].win);
+	window_free(&t->steps);
 	free(t->scratch);
 	free(t->gpu);
 	memset(t, 0, sizeof(*t));
 }
 
-static bool in_window(bool used, uint64_t second, uint64_t now_s)
+/* The window of a frame at second now_s: the TOP_WINDOW_S whole seconds before it. */
+static void window_of(uint64_t now_s, uint64_t *lo_s, uint64_t *hi_s)
 {
-	return used && second < now_s && second + TOP_WINDOW_S >= now_s;
+	*lo_s = now_s > TOP_WINDOW_S ? now_s - TOP_WINDOW_S : 0;
+	*hi_s = now_s ? now_s - 1 : 0;
+}
+
+/* Requests finished in the frame's window, counts and the merged histogram of what. */
+static void sum_window(const struct window *w, uint64_t now_s, struct win_counts *c, uint32_t what,
+		       struct whist *h)
+{
+	uint64_t lo, hi;
+
+	window_of(now_s, &lo, &hi);
+	if (!now_s) {
+		/* No whole second before the first: an empty window. */
+		if (c)
+			memset(c, 0, sizeof(*c));
+		if (h)
+			whist_reset(h);
+		return;
+	}
+	window_sum(w, lo, hi, c, what, h);
 }
 
 static void top_seen(struct top *t, uint64_t s)
@@ -115,8 +78,7 @@ static struct top_model *top_model(struct top *t, const char *model, uint32_t pi
 			return &t->models[i];
 	if (t->nmodels < TOP_MAX_MODELS) {
 		m = &t->models[t->nmodels];
-		m->slots = calloc(TOP_SLOTS, sizeof(*m->slots));
-		if (!m->slots)
+		if (window_init(&m->win, TOP_SLOTS, WM_BIT(WM_TTFT) | WM_BIT(WM_ITL)) < 0)
 			return NULL;
 		t->nmodels++;
 	} else {
@@ -126,7 +88,7 @@ static struct top_model *top_model(struct top *t, const char *model, uint32_t pi
 				m = &t->models[i];
 		if (!m)
 			return NULL;
-		memset(m->slots, 0, TOP_SLOTS * sizeof(*m->slots));
+		window_clear(&m->win);
 	}
 	snprintf(m->model, sizeof(m->model), "%s", model);
 	m->pid = pid;
@@ -139,7 +101,6 @@ static void top_on_request(void *ctx, const struct request *r, const struct requ
 {
 	struct top *t = ctx;
 	struct top_model *row;
-	struct top_slot *slot;
 	uint64_t s;
 
 	if (!r->end_ns)
@@ -154,53 +115,18 @@ static void top_on_request(void *ctx, const struct request *r, const struct requ
 	}
 	if (s > row->last_s)
 		row->last_s = s;
-	slot = &row->slots[s % TOP_SLOTS];
-	if (!slot->used || slot->second != s) {
-		if (slot->used && slot->second > s)
-			return; /* older than the window this slot holds now */
-		memset(slot, 0, sizeof(*slot));
-		slot->used = true;
-		slot->second = s;
-	}
-	slot->requests++;
-	if (m->tokens > 0)
-		slot->tokens += m->tokens;
-	if (r->outcome != OUTCOME_OK)
-		return;
-	slot->ok++;
-	if (m->ttft_ns >= 0)
-		lat_add(&slot->ttft, m->ttft_ns);
-	for (uint32_t i = 1; i < r->ntokens; i++)
-		lat_add(&slot->itl, r->token_ns[i] - r->token_ns[i - 1]);
-	if (ga && ga->queue_ns >= 0 && ga->prefill_ns >= 0 && m->ttft_ns > 0) {
-		slot->attributed++;
-		slot->ttft_ns += m->ttft_ns;
-		slot->queue_ns += ga->queue_ns;
-		slot->prefill_ns += ga->prefill_ns;
-	}
-	if (ga && ga->gpu_ns >= 0 && ga->host_ns >= 0) {
-		slot->gpu_ns += ga->gpu_ns;
-		slot->host_ns += ga->host_ns;
-	}
+	/* A request older than the second its slot holds now has left the window. */
+	window_add_request(&row->win, r, m, ga);
 }
 
 static void top_on_gpu_step(void *ctx, const struct gpu_step *st)
 {
 	struct top *t = ctx;
-	struct top_step_slot *slot;
 	uint64_t s = st->end_ns / NS_PER_S;
 
 	top_seen(t, s);
-	slot = &t->steps[s % TOP_SLOTS];
-	if (!slot->used || slot->second != s) {
-		if (slot->used && slot->second > s)
-			return;
-		memset(slot, 0, sizeof(*slot));
-		slot->used = true;
-		slot->second = s;
-	}
 	if (st->kind < STEP_KIND_MAX && st->end_ns >= st->start_ns)
-		lat_add(&slot->dur[st->kind], st->end_ns - st->start_ns);
+		window_add(&t->steps, s, st->kind, st->end_ns - st->start_ns);
 }
 
 void top_tick(struct top *t, uint64_t now_ns)
@@ -291,40 +217,19 @@ static const char *pct(char *out, size_t n, uint64_t part, uint64_t whole)
 static void render_row(struct top *t, struct tframe *fr, const struct top_model *row,
 		       uint64_t now_s, double span_s, int model_w)
 {
-	struct top_slot sum = { 0 };
-	struct top_lat *lat = t->scratch;
+	struct win_counts sum;
+	struct whist *lat = t->scratch;
 	char name[REQBODY_MODEL_MAX], pid[16] = "", t50[16], t99[16], i50[16], i99[16], ok[16],
 				      qu[16], pf[16], gp[16];
 
-	for (int i = 0; i < TOP_SLOTS; i++) {
-		const struct top_slot *s = &row->slots[i];
-
-		if (!in_window(s->used, s->second, now_s))
-			continue;
-		sum.requests += s->requests;
-		sum.ok += s->ok;
-		sum.tokens += s->tokens;
-		sum.attributed += s->attributed;
-		sum.ttft_ns += s->ttft_ns;
-		sum.queue_ns += s->queue_ns;
-		sum.prefill_ns += s->prefill_ns;
-		sum.gpu_ns += s->gpu_ns;
-		sum.host_ns += s->host_ns;
-	}
+	sum_window(&row->win, now_s, &sum, WM_BIT(WM_TTFT), lat);
 	if (!sum.requests)
 		return;
-	lat_reset(lat);
-	for (int i = 0; i < TOP_SLOTS; i++)
-		if (in_window(row->slots[i].used, row->slots[i].second, now_s))
-			lat_merge(lat, &row->slots[i].ttft);
-	ms(t50, sizeof(t50), lat_quantile(lat, 0.5));
-	ms(t99, sizeof(t99), lat_quantile(lat, 0.99));
-	lat_reset(lat);
-	for (int i = 0; i < TOP_SLOTS; i++)
-		if (in_window(row->slots[i].used, row->slots[i].second, now_s))
-			lat_merge(lat, &row->slots[i].itl);
-	ms(i50, sizeof(i50), lat_quantile(lat, 0.5));
-	ms(i99, sizeof(i99), lat_quantile(lat, 0.99));
+	ms(t50, sizeof(t50), whist_quantile(lat, 0.5));
+	ms(t99, sizeof(t99), whist_quantile(lat, 0.99));
+	sum_window(&row->win, now_s, NULL, WM_BIT(WM_ITL), lat);
+	ms(i50, sizeof(i50), whist_quantile(lat, 0.5));
+	ms(i99, sizeof(i99), whist_quantile(lat, 0.99));
 	snprintf(name, sizeof(name), "%s", row->model[0] ? row->model : "(unknown)");
 	if (t->by_process)
 		snprintf(pid, sizeof(pid), "%u", row->pid);
@@ -338,27 +243,20 @@ static void render_row(struct top *t, struct tframe *fr, const struct top_model 
 
 static void render_steps(struct top *t, struct tframe *fr, uint64_t now_s, double span_s)
 {
-	struct top_lat *lat = t->scratch;
+	struct whist *lat = t->scratch;
 	char all[16], dec[16], pre[16], mix[16];
 	uint64_t n = 0;
 
-	lat_reset(lat);
-	for (int k = 0; k < STEP_KIND_MAX; k++)
-		for (int i = 0; i < TOP_SLOTS; i++)
-			if (in_window(t->steps[i].used, t->steps[i].second, now_s))
-				lat_merge(lat, &t->steps[i].dur[k]);
+	sum_window(&t->steps, now_s, NULL, (1u << STEP_KIND_MAX) - 1, lat);
 	n = lat->n;
 	if (!n)
 		return;
-	ms(all, sizeof(all), lat_quantile(lat, 0.5));
+	ms(all, sizeof(all), whist_quantile(lat, 0.5));
 	const enum step_kind kinds[] = { STEP_DECODE, STEP_PREFILL, STEP_MIXED };
 	char *outs[] = { dec, pre, mix };
 	for (int k = 0; k < 3; k++) {
-		lat_reset(lat);
-		for (int i = 0; i < TOP_SLOTS; i++)
-			if (in_window(t->steps[i].used, t->steps[i].second, now_s))
-				lat_merge(lat, &t->steps[i].dur[kinds[k]]);
-		ms(outs[k], 16, lat_quantile(lat, 0.5));
+		sum_window(&t->steps, now_s, NULL, 1u << kinds[k], lat);
+		ms(outs[k], 16, whist_quantile(lat, 0.5));
 	}
 	line(fr, "GPU steps %.1f/s, step p50 %s ms (decode %s, prefill %s, mixed %s)", n / span_s,
 	     all, dec, pre, mix);
@@ -426,11 +324,11 @@ void top_render(struct top *t, uint64_t now_ns, FILE *f)
 	     t->by_process ? " " : "", t->by_process ? 7 : 0, t->by_process ? "PID" : "", "RPS",
 	     "TTFT50", "TTFT99", "ITL50", "ITL99", "TOK/S", "OK%", "QUE%", "PRE%", "GPU%");
 	for (uint32_t i = 0; i < t->nmodels; i++) {
+		struct win_counts c;
+
 		render_row(t, &fr, &t->models[i], now_s, span_s, model_w);
-		for (int j = 0; j < TOP_SLOTS; j++)
-			if (in_window(t->models[i].slots[j].used, t->models[i].slots[j].second,
-				      now_s))
-				in_win += t->models[i].slots[j].requests;
+		sum_window(&t->models[i].win, now_s, &c, 0, NULL);
+		in_win += c.requests;
 	}
 	render_steps(t, &fr, now_s, span_s);
 	render_gpus(t, &fr, now_ns);

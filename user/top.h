@@ -7,8 +7,8 @@
  * The window is the TOP_WINDOW_S whole seconds before the current one (a second is shown once
  * it is over), kept as one slot per second, so memory is fixed: TOP_MAX_MODELS rows, each with
  * its slots allocated on its first request; a row whose requests all left the window is reused.
- * Percentiles come from hist.h's buckets merged four by four (32 sub-buckets per power of two,
- * under 3.2 % relative error), clamped to the window's exact minimum and maximum.
+ * The slots are window.h's; percentiles are whist_quantile's (32 sub-buckets per power of two,
+ * under 3.2 % relative error, clamped to the window's exact minimum and maximum).
  *
  * On a terminal (tty) each frame clears the screen first; otherwise every line of a frame starts
  * with its kernel time in seconds and no escape byte is written (logs, pipes, kubectl exec).
@@ -26,51 +26,24 @@
 #include "nvml.h"
 #include "reqbody.h"
 #include "sink.h"
+#include "window.h"
 
 #define TOP_WINDOW_S 10
 /* One more slot than the window: the second in progress fills while the window's are read. */
 #define TOP_SLOTS (TOP_WINDOW_S + 1)
 /* Rows kept; requests of further models are counted (footer) until a row frees up. */
 #define TOP_MAX_MODELS 32
-/* hist.h buckets merged into one: 2^2 of its 128 sub-buckets per power of two. */
-#define TOP_COARSEN_BITS 2
-#define TOP_BUCKETS (HIST_BUCKETS >> TOP_COARSEN_BITS)
 /* GPU lines: traced processes listed per device, and the age from which a sample says it. */
 #define TOP_GPU_PROCS 4
 #define TOP_GPU_STALE_NS (3 * NVML_PERIOD_MS * 1000000ull)
 /* ANSI: cursor home, then erase the screen. */
 #define TOP_CLEAR "\033[H\033[2J"
 
-/* Bucket counts of one latency over one second, with its exact extremes. */
-struct top_lat {
-	uint32_t n;
-	uint64_t min, max;
-	uint32_t b[TOP_BUCKETS];
-};
-
-struct top_slot {
-	bool used;
-	uint64_t second; /* kernel time in whole seconds this slot holds */
-	uint32_t requests, ok;
-	uint64_t tokens; /* output tokens of every request that reported or streamed some */
-	/* Over ok requests with a queue/prefill attribution: sums (ns) for the shares. */
-	uint32_t attributed;
-	uint64_t ttft_ns, queue_ns, prefill_ns;
-	uint64_t gpu_ns, host_ns; /* token gaps split into GPU and host time */
-	struct top_lat ttft, itl; /* over ok requests (as the summary) */
-};
-
 struct top_model {
 	char model[REQBODY_MODEL_MAX]; /* "" when the body did not say */
 	uint32_t pid;		       /* server process (by_process), else 0 */
 	uint64_t last_s;	       /* second of its latest request */
-	struct top_slot *slots;	       /* TOP_SLOTS, by second modulo */
-};
-
-struct top_step_slot {
-	bool used;
-	uint64_t second;
-	struct top_lat dur[STEP_KIND_MAX];
+	struct window win;	       /* TOP_SLOTS seconds, TTFT and ITL kept */
 };
 
 struct top {
@@ -78,9 +51,9 @@ struct top {
 	bool tty, by_process;
 	struct top_model models[TOP_MAX_MODELS];
 	uint32_t nmodels;
-	struct top_step_slot *steps; /* TOP_SLOTS, by second modulo */
-	struct top_lat *scratch;     /* window merge, at render */
-	uint64_t first_s;	     /* first second anything was seen; the rate's start */
+	struct window steps;   /* TOP_SLOTS seconds of GPU step durations, by step kind */
+	struct whist *scratch; /* window merge, at render */
+	uint64_t first_s;      /* first second anything was seen; the rate's start */
 	bool started;
 	uint64_t last_frame_s; /* second of the latest frame */
 	bool framed;
