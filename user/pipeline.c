@@ -346,7 +346,8 @@ void pipeline_status(struct pipeline *pl, struct pipeline_status *st)
 	uint32_t *pids = grow(pl->status_pids, &pl->status_cap, pl->nlive, sizeof(*pids), 64);
 
 	memset(st, 0, sizeof(*st));
-	st->now_ns = pl->last_ns;
+	st->record_ns = pl->last_ns;
+	st->now_ns = pl->clock_ns > pl->last_ns ? pl->clock_ns : pl->last_ns;
 	st->in_flight = conn_inflight(&pl->conns);
 	/* Without memory for the copy, the sinks see no traced process rather than a wrong one. */
 	if (pids) {
@@ -357,6 +358,12 @@ void pipeline_status(struct pipeline *pl, struct pipeline_status *st)
 		st->traced = pids;
 	}
 	pipeline_loss(pl, &st->loss);
+}
+
+void pipeline_clock(struct pipeline *pl, uint64_t now_ns)
+{
+	if (now_ns > pl->clock_ns)
+		pl->clock_ns = now_ns;
 }
 
 void pipeline_tick(struct pipeline *pl)

@@ -53,6 +53,7 @@ struct pipeline {
 	uint32_t nroots;
 	bool keep_running; /* --all: the run does not end when every traced process has */
 	uint64_t last_ns;  /* the latest kernel time in any record so far */
+	uint64_t clock_ns; /* the kernel clock as the loader last read it; 0: none (a replay) */
 	struct sink sinks[PIPELINE_MAX_SINKS];
 	int nsinks;
 	/* Finished requests waiting for device times (pl_request_done), oldest first. */
@@ -85,7 +86,10 @@ void pipeline_loss(const struct pipeline *pl, struct loss_report *loss);
 void pipeline_status(struct pipeline *pl, struct pipeline_status *st);
 /* Registers an exporter; -E2BIG beyond PIPELINE_MAX_SINKS. */
 int pipeline_add_sink(struct pipeline *pl, const struct sink *s);
-/* Calls every sink's tick with the latest kernel time (the loader, after each drain). */
+/* The live tracer's reading of the kernel clock (CLOCK_MONOTONIC, the records' clock), so that
+ * the sinks' time moves on while no record comes. */
+void pipeline_clock(struct pipeline *pl, uint64_t now_ns);
+/* Calls every sink's tick with the kernel time now (the loader, after each drain). */
 void pipeline_tick(struct pipeline *pl);
 /* Prints the interval summary and starts a new interval. */
 void pipeline_print_interval(struct pipeline *pl);

@@ -268,12 +268,12 @@ static void prom_tick(void *ctx, const struct pipeline_status *st)
 {
 	struct prom *p = ctx;
 	uint64_t now_ns = st->now_ns;
-	bool quiet = now_ns == p->prev_tick_ns;
+	bool quiet = st->record_ns == p->prev_tick_ns;
 
 	/* New records may have started requests (in flight) without finishing any. */
 	if (!quiet)
 		p->dirty = true;
-	p->prev_tick_ns = now_ns;
+	p->prev_tick_ns = st->record_ns;
 	if (st->loss.lost_events != p->lost_events) {
 		p->lost_events = st->loss.lost_events;
 		p->dirty = true;

@@ -22,7 +22,11 @@ struct ts_gpu_call_event;
 
 /* The pipeline as of a tick (or the end): copied out for the call, valid during it. */
 struct pipeline_status {
-	uint64_t now_ns;	 /* the latest kernel time in any record so far */
+	/* Kernel time now: the latest in any record so far, or, when the live tracer read the
+	 * kernel's clock (CLOCK_MONOTONIC) later than that, the clock: idle time moves on too. A
+	 * replay has no clock; its time moves with its records only. */
+	uint64_t now_ns;
+	uint64_t record_ns;	 /* the latest kernel time in any record so far */
 	uint32_t in_flight;	 /* streams open now */
 	uint32_t ntraced;	 /* processes traced now ... */
 	const uint32_t *traced;	 /* ... their pids */

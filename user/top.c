@@ -129,7 +129,8 @@ static void top_on_gpu_step(void *ctx, const struct gpu_step *st)
 		window_add(&t->steps, s, st->kind, st->end_ns - st->start_ns);
 }
 
-void top_tick(struct top *t, uint64_t now_ns)
+/* Draws a frame if the second of now_ns is past the last frame's. */
+static void top_tick(struct top *t, uint64_t now_ns)
 {
 	uint64_t s = now_ns / NS_PER_S;
 

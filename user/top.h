@@ -71,9 +71,6 @@ struct sink top_sink(struct top *t);
 /* The latest GPU sample (NVML, cut down to the traced processes), shown from the next frame on:
  * a line per device. -ENOMEM when there is no room for it (the frame then has no GPU lines). */
 int top_set_gpu_sample(struct top *t, const struct nvml_snapshot *s);
-/* Draws a frame if the second of now_ns is past the last frame's (the sink's tick does this;
- * the loader may too while no record comes, with CLOCK_MONOTONIC, the kernel's clock). */
-void top_tick(struct top *t, uint64_t now_ns);
 /* Draws one frame for the window ending at the second of now_ns. */
 void top_render(struct top *t, uint64_t now_ns, FILE *f);
 

@@ -412,9 +412,9 @@ struct loop {
 	struct tracer *tr;
 	const struct trace_opts *o;
 	struct discover_set *seen;
-	struct top *top; /* NULL without the live view */
-	double start;	 /* mono_s() when tracing began */
-	long intervals;	 /* interval summaries printed */
+	bool top;	/* the live view: the loader reads its keys */
+	double start;	/* mono_s() when tracing began */
+	long intervals; /* interval summaries printed */
 };
 
 /*
@@ -443,7 +443,7 @@ static bool want_interval(const struct loop *l)
 
 static bool want_top(const struct loop *l)
 {
-	return l->top != NULL;
+	return l->top;
 }
 
 static bool want_all(const struct loop *l)
@@ -470,13 +470,10 @@ static bool job_interval(struct loop *l, double now)
 
 static bool job_top(struct loop *l, double now)
 {
-	(void)now;
-	if (top_keypress(STDIN_FILENO) == 1)
-		return true;
-	/* Kernel time moves only with records: redraw an idle screen on this clock (the same
-	 * one), which decides only when to draw. */
-	top_tick(l->top, mono_ns());
-	return false;
+	(void)l, (void)now;
+	/* The frames are the sink's, on the pipeline's kernel time (which the drain moves on
+	 * with the clock while no record comes); the loader only reads the keys. */
+	return top_keypress(STDIN_FILENO) == 1;
 }
 
 static bool job_discover(struct loop *l, double now)
@@ -522,6 +519,7 @@ static void loop_drain(struct loop *l, struct ring_buffer *rb)
 
 	ring_buffer__consume(rb);
 	read_kstats(tr);
+	pipeline_clock(&tr->pl, mono_ns());
 	pipeline_tick(&tr->pl);
 	if (tr->recording && !tr->rec_err) {
 		/* Counters too (a report shows the losses), and a file usable if killed. */
@@ -724,9 +722,7 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 	if (o->attached && (err = o->attached(o->attached_ctx)))
 		goto out;
 
-	loop = (struct loop){
-		.tr = &tr, .o = o, .seen = &seen, .top = top_on ? &top : NULL, .start = mono_s()
-	};
+	loop = (struct loop){ .tr = &tr, .o = o, .seen = &seen, .top = top_on, .start = mono_s() };
 	err = loop_run(&loop, rb, exiting);
 	ring_buffer__consume(rb);
 	read_kstats(&tr);

@@ -308,6 +308,15 @@ if [ $rc -eq 0 ] && grep -q "MODEL .*RPS .*TTFT50" "$TMP/top.out" && grep -q " r
 else
 	ko "top" "rc=$rc: $(head -c 400 "$TMP/top.out")"
 fi
+# Kernel time moves on while no record comes (before and after the client's requests): a frame
+# each second of the 4 (records alone gave 3 here), each ending a later second.
+frames=$(grep -c "tokenscope top  window" "$TMP/top.out")
+ends=$(grep -o "ending [0-9]* s" "$TMP/top.out" | sort -u | wc -l)
+if [ "$frames" -ge 4 ] && [ "$ends" -eq "$frames" ]; then
+	ok "top draws a frame per second while idle ($frames frames, $ends distinct seconds)"
+else
+	ko "top idle frames" "$frames frames, $ends distinct ending seconds"
+fi
 kill "$RSPID" 2>/dev/null
 wait "$RSPID" 2>/dev/null
 
