@@ -593,13 +593,21 @@ static void publish(void *ctx, char *buf, size_t len)
 }
 
 /* The sink's tick and finish with the pipeline's status at kernel time now. */
-static void prom_tick_at(struct sink *s, struct pipeline *pl, uint64_t now)
+/* A tick at kernel time now, the latest record at record_ns. */
+static void prom_tick_clock(struct sink *s, struct pipeline *pl, uint64_t record_ns, uint64_t now)
 {
 	struct pipeline_status st;
 
 	pipeline_status(pl, &st);
+	st.record_ns = record_ns;
 	st.now_ns = now;
 	s->tick(s->ctx, &st);
+}
+
+/* A tick after records up to now. */
+static void prom_tick_at(struct sink *s, struct pipeline *pl, uint64_t now)
+{
+	prom_tick_clock(s, pl, now, now);
 }
 
 static void prom_finish_at(struct sink *s, struct pipeline *pl)
@@ -658,10 +666,20 @@ TEST(test_publish_on_tick)
 		prom_tick_at(&s, &pl,
 			     BASE + PROM_RENDER_PERIOD_NS / 2 + i * PROM_RENDER_PERIOD_NS / 10);
 	ASSERT_EQ(pub.n, 6, "one per period");
+	/* Live, the kernel clock moves on without records: still quiet, a change is published at
+	 * once. */
+	feed(&s, &(struct req_spec){ "m", OUTCOME_OK, 0, NULL, 0, 1, -1, -1, -1 }, NULL);
+	prom_tick_clock(&s, &pl, BASE + PROM_RENDER_PERIOD_NS / 2 + PROM_RENDER_PERIOD_NS + 1,
+			BASE + PROM_RENDER_PERIOD_NS / 2 + PROM_RENDER_PERIOD_NS + 1);
+	ASSERT_EQ(pub.n, 6, "records within the period: held back");
+	prom_tick_clock(&s, &pl, BASE + PROM_RENDER_PERIOD_NS / 2 + PROM_RENDER_PERIOD_NS + 1,
+			BASE + PROM_RENDER_PERIOD_NS / 2 + PROM_RENDER_PERIOD_NS + 2);
+	ASSERT_EQ(pub.n, 7, "the clock alone moved: a quiet tick, published");
+	ASSERT_LINE(pub.last, "tokenscope_requests_total{model=\"m\",outcome=\"ok\"} 3");
 	/* the end of tracing publishes the final state */
 	feed(&s, &(struct req_spec){ "m", OUTCOME_LOST, 0, NULL, 0, 1, -1, -1, -1 }, NULL);
 	prom_finish_at(&s, &pl);
-	ASSERT_EQ(pub.n, 7, "finish");
+	ASSERT_EQ(pub.n, 8, "finish");
 	ASSERT_LINE(pub.last, "tokenscope_requests_total{model=\"m\",outcome=\"lost\"} 1");
 out:
 	prom_free(p);
