@@ -10,39 +10,17 @@
 #include "httpd.h"
 #include "nvml.h"
 #include "prom.h"
-#include "top.h"
 
-static bool traced_pid(void *ctx, uint32_t pid)
+/* Every GPU sample, for the summary's GPU lines. */
+static void usage_sample(void *ctx, const struct nvml_snapshot *s)
 {
-	const struct pipeline_status *st = ctx;
-
-	for (uint32_t i = 0; i < st->ntraced; i++)
-		if (st->traced[i] == pid)
-			return true;
-	return false;
+	nvml_usage_add(ctx, s);
 }
 
-/* A new GPU sample, if the sampler has one, to the exporters that show it. Before them in the
- * sink order, so the metrics snapshot of this same tick has it. */
-static void gpu_tick(void *ctx, const struct pipeline_status *st)
+void exporters_poll_gpu(struct exporters *x, struct pipeline *pl)
 {
-	struct exporters *x = ctx;
-
-	if (!nvml_latest(x->nvml, x->gpu))
-		return;
-	nvml_keep_procs(x->gpu, traced_pid, (void *)st);
-	nvml_usage_add(x->gpu_usage, x->gpu);
-	if (x->prom)
-		prom_set_gpu_sample(x->prom, x->gpu);
-	if (x->tl_open)
-		timeline_gpu_sample(&x->tl, x->gpu);
-	if (x->top)
-		top_set_gpu_sample(x->top, x->gpu);
-}
-
-void exporters_set_top(struct exporters *x, struct top *t)
-{
-	x->top = t;
+	if (x->nvml && nvml_latest(x->nvml, x->gpu))
+		pipeline_gpu_sample(pl, x->gpu);
 }
 
 int exporters_start(struct exporters *x, const struct export_opts *eo, struct pipeline *pl,
@@ -62,7 +40,9 @@ int exporters_start(struct exporters *x, const struct export_opts *eo, struct pi
 		x->gpu_usage = calloc(1, sizeof(*x->gpu_usage));
 		if (!x->gpu || !x->gpu_usage)
 			return -ENOMEM;
-		sink = (struct sink){ .name = "nvml", .ctx = x, .tick = gpu_tick };
+		sink = (struct sink){ .name = "nvml",
+				      .ctx = x->gpu_usage,
+				      .gpu_sample = usage_sample };
 		err = pipeline_add_sink(pl, &sink);
 		if (err)
 			return err;

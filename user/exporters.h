@@ -26,7 +26,7 @@ struct export_opts {
 	int64_t slow_ttft_ns, slow_itl_ns; /* anomalies exported in full; 0: not checked */
 	double trace_sample;		   /* share of normal requests exported as summary spans */
 	bool json; /* the summary (and the exporters' counters) go to stderr */
-	bool top;  /* tokenscope top: its frames show the GPU samples (exporters_set_top) */
+	bool top;  /* tokenscope top: its frames show the GPU samples */
 	/* report: records are replayed faster than they happened, so the trace exporter waits
 	 * for room in its queue rather than dropping, and for it to drain at the end (both
 	 * bounded by its retry policy); times and host.name come from exporters_set_source. */
@@ -38,7 +38,6 @@ struct prom;
 struct nvml;
 struct nvml_snapshot;
 struct nvml_usage;
-struct top;
 
 struct exporters {
 	struct httpd *httpd;
@@ -56,15 +55,15 @@ struct exporters {
 	struct nvml *nvml;
 	struct nvml_snapshot *gpu;    /* the latest sample, cut down to the traced processes */
 	struct nvml_usage *gpu_usage; /* every sample, for the summary */
-	struct top *top;	      /* given each sample; NULL when not top */
 };
 
 /* Starts what eo asks for and registers the sinks; origin_ns is the timeline's time zero (a
  * CLOCK_MONOTONIC time no record precedes). Prints why on failure. */
 int exporters_start(struct exporters *x, const struct export_opts *eo, struct pipeline *pl,
 		    uint64_t origin_ns);
-/* top: its table, started after the exporters, gets every GPU sample from now on. */
-void exporters_set_top(struct exporters *x, struct top *t);
+/* The loader, after each drain and before the tick: a new GPU sample, if the sampler has one,
+ * to every sink (pipeline_gpu_sample). */
+void exporters_poll_gpu(struct exporters *x, struct pipeline *pl);
 /* A replay: the records were made on host at a time when CLOCK_MONOTONIC read start_mono_ns and
  * CLOCK_REALTIME start_real_ns (a recording's header). Call before the first record is fed, so
  * that every span carries the recording's unix times, not this machine's. */

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "grow.h"
+#include "nvml.h"
 #include "pipeline.h"
 #include "utf8.h"
 
@@ -358,6 +359,24 @@ void pipeline_status(struct pipeline *pl, struct pipeline_status *st)
 		st->traced = pids;
 	}
 	pipeline_loss(pl, &st->loss);
+}
+
+static bool pl_traced(void *ctx, uint32_t pid)
+{
+	const struct pipeline *pl = ctx;
+
+	for (uint32_t i = 0; i < pl->nlive; i++)
+		if (pl->live[i].pid == pid)
+			return true;
+	return false;
+}
+
+void pipeline_gpu_sample(struct pipeline *pl, struct nvml_snapshot *s)
+{
+	nvml_keep_procs(s, pl_traced, pl);
+	for (int i = 0; i < pl->nsinks; i++)
+		if (pl->sinks[i].gpu_sample)
+			pl->sinks[i].gpu_sample(pl->sinks[i].ctx, s);
 }
 
 void pipeline_clock(struct pipeline *pl, uint64_t now_ns)

@@ -338,6 +338,12 @@ void prom_set_by_process(struct prom *p, bool on)
 	p->by_process = on;
 }
 
+/* Without memory for the copy the metrics keep the previous sample (and say its age). */
+static void prom_gpu_sample(void *ctx, const struct nvml_snapshot *s)
+{
+	prom_set_gpu_sample(ctx, s);
+}
+
 struct sink prom_sink(struct prom *p)
 {
 	return (struct sink){
@@ -345,6 +351,7 @@ struct sink prom_sink(struct prom *p)
 		.ctx = p,
 		.request = prom_request,
 		.gpu_step = prom_gpu_step,
+		.gpu_sample = prom_gpu_sample,
 		.tick = prom_tick,
 		.request_start = prom_request_start,
 		.finish = prom_finish,

@@ -19,6 +19,7 @@ struct request_metrics;
 struct gpu_attribution;
 struct gpu_step;
 struct ts_gpu_call_event;
+struct nvml_snapshot;
 
 /* The pipeline as of a tick (or the end): copied out for the call, valid during it. */
 struct pipeline_status {
@@ -45,6 +46,9 @@ struct sink {
 	void (*gpu_step)(void *ctx, const struct gpu_step *s);
 	/* A CUDA launch or copy (--kernels: the kernel sends a record per call). */
 	void (*gpu_call)(void *ctx, const struct ts_gpu_call_event *e);
+	/* A GPU sample (NVML: utilisation, memory, the processes on each device), cut down to the
+	 * traced processes; live only, before the tick of the same drain. */
+	void (*gpu_sample)(void *ctx, const struct nvml_snapshot *s);
 	/* After each batch of records. */
 	void (*tick)(void *ctx, const struct pipeline_status *st);
 	/* Tracing ended (after the last request was reported). */

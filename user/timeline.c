@@ -480,6 +480,11 @@ int timeline_set_origin(struct timeline *t, uint64_t origin_ns)
 	return 0;
 }
 
+static void tl_gpu_sample(void *ctx, const struct nvml_snapshot *s)
+{
+	timeline_gpu_sample(ctx, s);
+}
+
 struct sink timeline_sink(struct timeline *t)
 {
 	return (struct sink){
@@ -487,6 +492,7 @@ struct sink timeline_sink(struct timeline *t)
 		.ctx = t,
 		.request = tl_request,
 		.gpu_step = tl_step,
+		.gpu_sample = tl_gpu_sample,
 		.tick = tl_tick,
 		.finish = tl_finish,
 	};

@@ -161,6 +161,12 @@ static void top_on_finish(void *ctx, const struct pipeline_status *st)
 	top_render(t, st->now_ns + NS_PER_S, t->out);
 }
 
+/* Without memory for the copy the next frames have no GPU lines. */
+static void top_on_gpu_sample(void *ctx, const struct nvml_snapshot *s)
+{
+	top_set_gpu_sample(ctx, s);
+}
+
 struct sink top_sink(struct top *t)
 {
 	return (struct sink){
@@ -168,6 +174,7 @@ struct sink top_sink(struct top *t)
 		.ctx = t,
 		.request = top_on_request,
 		.gpu_step = top_on_gpu_step,
+		.gpu_sample = top_on_gpu_sample,
 		.tick = top_on_tick,
 		.finish = top_on_finish,
 	};

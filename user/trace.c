@@ -412,9 +412,10 @@ struct loop {
 	struct tracer *tr;
 	const struct trace_opts *o;
 	struct discover_set *seen;
-	bool top;	/* the live view: the loader reads its keys */
-	double start;	/* mono_s() when tracing began */
-	long intervals; /* interval summaries printed */
+	struct exporters *ex; /* the GPU sampler's samples, polled at each drain */
+	bool top;	      /* the live view: the loader reads its keys */
+	double start;	      /* mono_s() when tracing began */
+	long intervals;	      /* interval summaries printed */
 };
 
 /*
@@ -520,6 +521,7 @@ static void loop_drain(struct loop *l, struct ring_buffer *rb)
 	ring_buffer__consume(rb);
 	read_kstats(tr);
 	pipeline_clock(&tr->pl, mono_ns());
+	exporters_poll_gpu(l->ex, &tr->pl);
 	pipeline_tick(&tr->pl);
 	if (tr->recording && !tr->rec_err) {
 		/* Counters too (a report shows the losses), and a file usable if killed. */
@@ -703,7 +705,6 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 		if (err)
 			goto out;
 		top_on = true;
-		exporters_set_top(&ex, &top);
 		struct sink ts = top_sink(&top);
 
 		err = pipeline_add_sink(&tr.pl, &ts);
@@ -722,7 +723,9 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 	if (o->attached && (err = o->attached(o->attached_ctx)))
 		goto out;
 
-	loop = (struct loop){ .tr = &tr, .o = o, .seen = &seen, .top = top_on, .start = mono_s() };
+	loop = (struct loop){
+		.tr = &tr, .o = o, .seen = &seen, .ex = &ex, .top = top_on, .start = mono_s()
+	};
 	err = loop_run(&loop, rb, exiting);
 	ring_buffer__consume(rb);
 	read_kstats(&tr);
@@ -734,10 +737,8 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 out:
 	if (raw)
 		top_term_restore(STDIN_FILENO, &saved);
-	if (top_on) {
-		exporters_set_top(&ex, NULL);
+	if (top_on)
 		top_free(&top);
-	}
 	discover_set_free(&seen);
 	if (ex_started) {
 		int e = exporters_stop(&ex);
