@@ -29,8 +29,6 @@ static void pl_request_start(void *ctx, struct request *r)
 	/* Labelled at its start: the sinks key what they keep open (in flight) by it. */
 	if (p)
 		memcpy(r->container, p->container, sizeof(r->container));
-	summary_start(&pl->total, r);
-	summary_start(&pl->interval, r);
 	for (int i = 0; i < pl->nsinks; i++)
 		if (pl->sinks[i].request_start)
 			pl->sinks[i].request_start(pl->sinks[i].ctx, r);
@@ -44,8 +42,6 @@ static void pl_request_out(struct pipeline *pl, struct request *r)
 
 	request_metrics(r, &m);
 	gpu_attribute(&pl->gpu, r, &ga);
-	summary_done(&pl->total, r, &m);
-	summary_done(&pl->interval, r, &m);
 	for (int i = 0; i < pl->nsinks; i++)
 		if (pl->sinks[i].request)
 			pl->sinks[i].request(pl->sinks[i].ctx, r, &m, &ga);
@@ -110,8 +106,6 @@ int pipeline_init(struct pipeline *pl, const struct pipeline_opts *o)
 
 	memset(pl, 0, sizeof(*pl));
 	pl->o = *o;
-	summary_init(&pl->total);
-	summary_init(&pl->interval);
 	if (gpu_init(&pl->gpu))
 		return -ENOMEM;
 	return conn_table_init(&pl->conns, &sink);
@@ -359,6 +353,7 @@ void pipeline_status(struct pipeline *pl, struct pipeline_status *st)
 		st->traced = pids;
 	}
 	pipeline_loss(pl, &st->loss);
+	st->gpu = &pl->gpu;
 }
 
 static bool pl_traced(void *ctx, uint32_t pid)
@@ -430,26 +425,12 @@ void pipeline_loss(const struct pipeline *pl, struct loss_report *loss)
 	loss->cupti_abi_bad = pl->gpu.cupti_abi_bad;
 }
 
-void pipeline_print_interval(struct pipeline *pl)
+void pipeline_interval(struct pipeline *pl)
 {
-	struct loss_report loss;
+	struct pipeline_status st;
 
-	if (pl->o.summary) {
-		pipeline_loss(pl, &loss);
-		summary_print(&pl->interval, &loss, "interval", pl->o.summary);
-		fflush(pl->o.summary);
-	}
-	summary_reset_interval(&pl->interval);
-}
-
-void pipeline_print_total(struct pipeline *pl)
-{
-	struct loss_report loss;
-
-	if (!pl->o.summary)
-		return;
-	pipeline_loss(pl, &loss);
-	summary_print(&pl->total, &loss, "summary", pl->o.summary);
-	gpu_print_stats(&pl->gpu, pl->o.summary);
-	fflush(pl->o.summary);
+	pipeline_status(pl, &st);
+	for (int i = 0; i < pl->nsinks; i++)
+		if (pl->sinks[i].interval)
+			pl->sinks[i].interval(pl->sinks[i].ctx, &st);
 }

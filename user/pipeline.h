@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The user-side pipeline as a pure function of the event stream: records in, finished requests,
- * GPU steps and CUDA calls out to its sinks (the request lines are one: lines_sink), and the
- * summaries. Driven by the live tracer (trace.c) and by tests with recorded records alike.
+ * GPU steps and CUDA calls out to its sinks (the request lines are one: lines_sink; the
+ * summaries another: summaries_sink). Driven by the live tracer (trace.c) and by tests with
+ * recorded records alike.
  */
 #ifndef TS_PIPELINE_H
 #define TS_PIPELINE_H
@@ -15,16 +16,14 @@
 #include "conn.h"
 #include "gpu.h"
 #include "sink.h"
-#include "summary.h"
 
 struct pipeline_opts {
-	bool verbose;  /* report every traced process's fork and exit */
-	FILE *summary; /* the interval and total summaries; NULL: none printed */
-	FILE *err;     /* messages */
+	bool verbose; /* report every traced process's fork and exit */
+	FILE *err;    /* messages */
 };
 
 #define PIPELINE_MAX_ROOTS 64
-#define PIPELINE_MAX_SINKS 8
+#define PIPELINE_MAX_SINKS 16
 /* Finished requests waiting for device times at once; one more lets the oldest out. */
 #define PIPELINE_MAX_HELD 4096
 
@@ -37,7 +36,6 @@ struct pipeline_proc {
 struct pipeline {
 	struct pipeline_opts o;
 	struct conn_table conns;
-	struct summary total, interval;
 	struct gpu_timeline gpu;
 	uint64_t kstats[TS_STAT_MAX]; /* the kernel's counters, refreshed by the loader */
 	uint64_t bad_records;
@@ -94,8 +92,8 @@ void pipeline_clock(struct pipeline *pl, uint64_t now_ns);
 void pipeline_gpu_sample(struct pipeline *pl, struct nvml_snapshot *s);
 /* Calls every sink's tick with the kernel time now (the loader, after each drain). */
 void pipeline_tick(struct pipeline *pl);
-/* Prints the interval summary and starts a new interval. */
-void pipeline_print_interval(struct pipeline *pl);
-void pipeline_print_total(struct pipeline *pl);
+/* An interval ended (the loader's --interval): every sink's interval (the summary prints its
+ * interval's and starts a new one). */
+void pipeline_interval(struct pipeline *pl);
 
 #endif

@@ -7,6 +7,7 @@
 #include "diagnosis.h"
 #include "output.h"
 #include "record.h"
+#include "summary.h"
 #include "report.h"
 
 /* The pipeline's feed, which first gives the exporters the recording's clocks and host: the
@@ -35,11 +36,8 @@ int report_run(const struct report_opts *o)
 	/* With --prometheus, stdout carries the metrics text alone (for promtool, a file), so
 	 * the lines go to stderr; summaries go with the lines, or to stderr with --json. */
 	FILE *out = o->ex.prometheus ? stderr : stdout;
-	struct pipeline_opts po = {
-		.verbose = o->verbose,
-		.summary = o->json ? stderr : out,
-		.err = stderr,
-	};
+	struct pipeline_opts po = { .verbose = o->verbose, .err = stderr };
+	struct summaries sums;
 	struct lines_opts lo = {
 		.out = out, .json = o->json, .tokens = o->tokens, .gpu_steps = o->gpu_steps
 	};
@@ -77,6 +75,10 @@ int report_run(const struct report_opts *o)
 	lines_init(&lines, &lo);
 	ls = lines_sink(&lines);
 	pipeline_add_sink(&pl, &ls);
+	/* After the lines: the total comes once the last request's line is out. */
+	summaries_init(&sums, o->json ? stderr : out);
+	ls = summaries_sink(&sums);
+	pipeline_add_sink(&pl, &ls);
 	err = record_replay(o->path, report_feed, &rf, &meta, &st);
 	if (!st.header_ok) {
 		fprintf(stderr, "tokenscope: %s: %s\n", o->path,
@@ -89,7 +91,6 @@ int report_run(const struct report_opts *o)
 	pipeline_tick(&pl);
 	pipeline_finish(&pl);
 	exporters_flush(&ex);
-	pipeline_print_total(&pl);
 	diagnosis_print(&d, o->json || o->ex.prometheus ? stderr : stdout);
 	rc = exporters_stop(&ex);
 	if (err) {

@@ -10,9 +10,9 @@
 #ifndef TS_SINK_H
 #define TS_SINK_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
-
-#include "summary.h"
 
 struct request;
 struct request_metrics;
@@ -20,6 +20,29 @@ struct gpu_attribution;
 struct gpu_step;
 struct ts_gpu_call_event;
 struct nvml_snapshot;
+struct gpu_timeline;
+
+/* Everything the tracer could not see, shown under every summary, and what it looked at. */
+struct loss_report {
+	uint64_t lost_events, lost_bytes, uncaptured_bytes, gap_bytes, desyncs, bad_records;
+	uint64_t untraced_sockets; /* the kernel's connection table was full */
+	uint64_t copy_failed;	   /* reads of traced bytes from the process's memory that failed
+				    * (their bytes are in uncaptured_bytes) */
+	uint64_t http_conns, ignored_conns;
+	/* What the parsers let go (struct conn_stats): never a request reported with wrong numbers,
+	 * always a count. */
+	uint64_t partial_requests, orphan_responses, pipeline_overflow, oversize_frames,
+	    damaged_frames;
+	uint64_t budget_refused; /* buffers refused: the connections' memory cap was reached */
+	size_t budget_max;
+	/* Device times (CUPTI injection library), when some process reported them. */
+	bool cupti;
+	uint64_t cupti_dropped;	   /* records CUPTI dropped, as its libraries counted */
+	uint64_t cupti_pool_empty; /* buffer requests the libraries refused: pools in use */
+	uint64_t cupti_unplaced;   /* runs in no host step */
+	uint64_t cupti_late;	   /* steps shown before their device times were complete */
+	uint64_t cupti_abi_bad;	   /* records of a library of another ABI version */
+};
 
 /* The pipeline as of a tick (or the end): copied out for the call, valid during it. */
 struct pipeline_status {
@@ -32,6 +55,8 @@ struct pipeline_status {
 	uint32_t ntraced;	 /* processes traced now ... */
 	const uint32_t *traced;	 /* ... their pids */
 	struct loss_report loss; /* what the summary's lost and dropped lines would say now */
+	/* The GPU steps' statistics per process (the summary's GPU lines), read-only. */
+	const struct gpu_timeline *gpu;
 };
 
 struct sink {
@@ -49,6 +74,8 @@ struct sink {
 	/* A GPU sample (NVML: utilisation, memory, the processes on each device), cut down to the
 	 * traced processes; live only, before the tick of the same drain. */
 	void (*gpu_sample)(void *ctx, const struct nvml_snapshot *s);
+	/* An interval ended (the loader's --interval clock). */
+	void (*interval)(void *ctx, const struct pipeline_status *st);
 	/* After each batch of records. */
 	void (*tick)(void *ctx, const struct pipeline_status *st);
 	/* Tracing ended (after the last request was reported). */

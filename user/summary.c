@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include <string.h>
 
+#include "gpu.h"
 #include "sse.h"
 #include "summary.h"
 
@@ -128,4 +129,67 @@ void summary_print(const struct summary *s, const struct loss_report *loss, cons
 		"  connections: %llu serving HTTP/1.x, %llu ignored (another protocol, TLS, or "
 		"outgoing)\n",
 		(unsigned long long)loss->http_conns, (unsigned long long)loss->ignored_conns);
+}
+
+void summaries_init(struct summaries *s, FILE *out)
+{
+	s->out = out;
+	summary_init(&s->total);
+	summary_init(&s->interval);
+}
+
+static void sums_request_start(void *ctx, const struct request *r)
+{
+	struct summaries *s = ctx;
+
+	summary_start(&s->total, r);
+	summary_start(&s->interval, r);
+}
+
+static void sums_request(void *ctx, const struct request *r, const struct request_metrics *m,
+			 const struct gpu_attribution *ga)
+{
+	struct summaries *s = ctx;
+
+	(void)ga;
+	summary_done(&s->total, r, m);
+	summary_done(&s->interval, r, m);
+}
+
+static void sums_interval(void *ctx, const struct pipeline_status *st)
+{
+	struct summaries *s = ctx;
+
+	if (s->out) {
+		summary_print(&s->interval, &st->loss, "interval", s->out);
+		fflush(s->out);
+	}
+	summary_reset_interval(&s->interval);
+}
+
+void summaries_print_total(const struct summaries *s, const struct pipeline_status *st)
+{
+	if (!s->out)
+		return;
+	summary_print(&s->total, &st->loss, "summary", s->out);
+	if (st->gpu)
+		gpu_print_stats(st->gpu, s->out);
+	fflush(s->out);
+}
+
+static void sums_finish(void *ctx, const struct pipeline_status *st)
+{
+	summaries_print_total(ctx, st);
+}
+
+struct sink summaries_sink(struct summaries *s)
+{
+	return (struct sink){
+		.name = "summary",
+		.ctx = s,
+		.request_start = sums_request_start,
+		.request = sums_request,
+		.interval = sums_interval,
+		.finish = sums_finish,
+	};
 }

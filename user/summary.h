@@ -11,6 +11,7 @@
 
 #include "hist.h"
 #include "request.h"
+#include "sink.h"
 
 struct summary {
 	uint64_t requests, streamed;
@@ -22,28 +23,6 @@ struct summary {
 	struct hist ttft, itl, tpot, e2e;
 };
 
-/* Everything the tracer could not see, shown under every summary, and what it looked at. */
-struct loss_report {
-	uint64_t lost_events, lost_bytes, uncaptured_bytes, gap_bytes, desyncs, bad_records;
-	uint64_t untraced_sockets; /* the kernel's connection table was full */
-	uint64_t copy_failed;	   /* reads of traced bytes from the process's memory that failed
-				    * (their bytes are in uncaptured_bytes) */
-	uint64_t http_conns, ignored_conns;
-	/* What the parsers let go (struct conn_stats): never a request reported with wrong numbers,
-	 * always a count. */
-	uint64_t partial_requests, orphan_responses, pipeline_overflow, oversize_frames,
-	    damaged_frames;
-	uint64_t budget_refused; /* buffers refused: the connections' memory cap was reached */
-	size_t budget_max;
-	/* Device times (CUPTI injection library), when some process reported them. */
-	bool cupti;
-	uint64_t cupti_dropped;	   /* records CUPTI dropped, as its libraries counted */
-	uint64_t cupti_pool_empty; /* buffer requests the libraries refused: pools in use */
-	uint64_t cupti_unplaced;   /* runs in no host step */
-	uint64_t cupti_late;	   /* steps shown before their device times were complete */
-	uint64_t cupti_abi_bad;	   /* records of a library of another ABI version */
-};
-
 void summary_init(struct summary *s);
 /* Starts a new interval: counts and histograms cleared, requests still in flight kept. */
 void summary_reset_interval(struct summary *s);
@@ -51,5 +30,18 @@ void summary_start(struct summary *s, const struct request *r);
 void summary_done(struct summary *s, const struct request *r, const struct request_metrics *m);
 void summary_print(const struct summary *s, const struct loss_report *loss, const char *title,
 		   FILE *f);
+
+/* The summaries as a sink: the run's total, printed at the end with the loss report and the
+ * GPU steps' statistics, and the interval's, printed and started anew on each interval (the
+ * loader's --interval, pipeline_interval). */
+struct summaries {
+	FILE *out; /* NULL: kept, not printed */
+	struct summary total, interval;
+};
+
+void summaries_init(struct summaries *s, FILE *out);
+struct sink summaries_sink(struct summaries *s);
+/* The total as of st (the sink's finish prints it so). */
+void summaries_print_total(const struct summaries *s, const struct pipeline_status *st);
 
 #endif

@@ -18,6 +18,7 @@
 #include "top.h"
 #include "proc.h"
 #include "record.h"
+#include "summary.h"
 #include "tokenscope.skel.h"
 #include "trace.h"
 #include "traffic.h"
@@ -465,7 +466,7 @@ static bool want_duration(const struct loop *l)
 static bool job_interval(struct loop *l, double now)
 {
 	(void)now;
-	pipeline_print_interval(&l->tr->pl);
+	pipeline_interval(&l->tr->pl);
 	return l->o->count && ++l->intervals >= l->o->count;
 }
 
@@ -580,13 +581,9 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 	/* Where everything goes: request lines to stdout (none in the live view, which replaces
 	 * them), summaries with them, or to stderr with --json (stdout is JSON only); in the live
 	 * view only a JSON run's summary is kept, on stderr. Messages to stderr. */
-	struct pipeline_opts po = {
-		.verbose = o->verbose,
-		.summary = o->json  ? stderr
-			   : o->top ? NULL
-				    : stdout,
-		.err = stderr,
-	};
+	struct pipeline_opts po = { .verbose = o->verbose, .err = stderr };
+	FILE *summary_out = o->json ? stderr : o->top ? NULL : stdout;
+	struct summaries sums;
 	struct lines_opts lo = { .out = stdout,
 				 .json = o->json,
 				 .tokens = o->tokens,
@@ -639,6 +636,15 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 		lines_init(&lines, &lo);
 		ls = lines_sink(&lines);
 		err = pipeline_add_sink(&tr.pl, &ls);
+		if (err)
+			goto out;
+	}
+	/* After the lines: the total comes once the last request's line is out. */
+	summaries_init(&sums, summary_out);
+	{
+		struct sink ss = summaries_sink(&sums);
+
+		err = pipeline_add_sink(&tr.pl, &ss);
 		if (err)
 			goto out;
 	}
@@ -731,9 +737,9 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 	read_kstats(&tr);
 	if (tr.recording && !tr.rec_err)
 		record_write_kstats(&tr.rec, tr.pl.kstats);
+	/* The sinks' finish: the summary's total among them. */
 	pipeline_finish(&tr.pl);
 	exporters_flush(&ex);
-	pipeline_print_total(&tr.pl);
 out:
 	if (raw)
 		top_term_restore(STDIN_FILENO, &saved);

@@ -379,7 +379,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		case OP_TICK:
 			pipeline_tick(it.pl);
 			if (variant & 1)
-				pipeline_print_interval(it.pl);
+				pipeline_interval(it.pl);
 			break;
 		case OP_RAW:
 			op_raw(&it, variant);

@@ -14,6 +14,7 @@
 #include "output.h"
 #include "pipeline.h"
 #include "prom.h"
+#include "summary.h"
 #include "timeline.h"
 
 enum {
@@ -38,6 +39,7 @@ static const char *const fuzz_alert_rules[] = {
 struct fuzz_pipeline {
 	struct pipeline pl;
 	struct lines lines;
+	struct summaries sums;
 	struct prom *prom;
 	struct alert_set alerts;
 	struct timeline tl;
@@ -58,7 +60,6 @@ static void fuzz_pipeline_open(struct fuzz_pipeline *f, unsigned flags)
 {
 	struct pipeline_opts o = {
 		.verbose = flags & FP_VERBOSE,
-		.summary = fuzz_devnull(),
 		.err = fuzz_devnull(),
 	};
 	struct lines_opts lo = {
@@ -108,20 +109,22 @@ static void fuzz_pipeline_open(struct fuzz_pipeline *f, unsigned flags)
 		s = timeline_sink(&f->tl);
 		pipeline_add_sink(&f->pl, &s);
 	}
-	/* The request lines last, as the loader registers them. */
+	/* The request lines, then the summaries, last, as the loader registers them. */
 	lines_init(&f->lines, &lo);
 	s = lines_sink(&f->lines);
+	pipeline_add_sink(&f->pl, &s);
+	summaries_init(&f->sums, fuzz_devnull());
+	s = summaries_sink(&f->sums);
 	pipeline_add_sink(&f->pl, &s);
 }
 
 /* The end of a run, as the loader does it: lost requests, the sinks' finish, the summaries. */
 static void fuzz_pipeline_close(struct fuzz_pipeline *f)
 {
+	/* The sinks' finish: the summary's total among them. */
 	pipeline_finish(&f->pl);
-	if (f->flags & FP_VERBOSE) {
-		pipeline_print_interval(&f->pl);
-		pipeline_print_total(&f->pl);
-	}
+	if (f->flags & FP_VERBOSE)
+		pipeline_interval(&f->pl);
 	if (f->prom) {
 		char *buf;
 		size_t len;

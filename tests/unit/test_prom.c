@@ -620,7 +620,7 @@ static void prom_finish_at(struct sink *s, struct pipeline *pl)
 
 TEST(test_publish_on_tick)
 {
-	struct pipeline_opts po = { .summary = stdout, .err = stderr };
+	struct pipeline_opts po = { .err = stderr };
 	struct published pub = { 0 };
 	struct pipeline pl;
 	struct prom *p;

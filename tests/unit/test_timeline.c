@@ -978,7 +978,7 @@ TEST(test_through_pipeline)
 
 	if (!ASSERT_OK_PTR(s, "alloc"))
 		return;
-	o.summary = o.err = fopen("/dev/null", "w");
+	o.err = fopen("/dev/null", "w");
 	tf_open(&f);
 	if (out && *out) {
 		timeline_close(&f.t);
