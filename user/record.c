@@ -12,7 +12,6 @@
 
 #include "record.h"
 
-_Static_assert(RECORD_MAX_ROOTS >= PIPELINE_MAX_ROOTS, "a recording holds every -p");
 _Static_assert(sizeof(struct record_kstats_event) == 24, "record_kstats_event layout");
 
 /* Header field offsets (the table in record.h). */
@@ -434,139 +433,101 @@ static uint32_t upgrade_v1(unsigned char *rec, uint32_t len)
 _Static_assert(offsetof(struct ts_data_event, queued_ns) == V1_QUEUED_AT, "v1 data layout");
 _Static_assert(sizeof(struct ts_data_event) == V1_DATA_BYTES + 8, "v1 data layout");
 
-static int replay_records(FILE *f, uint32_t version,
-			  int (*feed)(void *ctx, const void *rec, size_t len), void *ctx,
-			  struct record_replay_stats *st)
+int record_reader_open(struct record_reader *r, const char *path)
 {
-	unsigned char lenb[REC_LEN_BYTES];
-	unsigned char *rec = NULL;
-	size_t cap = 0;
-	int err = 0;
+	int err;
 
-	for (;;) {
-		uint64_t off = st->bytes;
-		struct ts_event_hdr hdr;
-		uint32_t len;
-		long n = read_some(f, lenb, sizeof(lenb));
-
-		if (n < 0) {
-			err = stop(st, n, off, "read error: %s", strerror(-n));
-			break;
-		}
-		if (n == 0)
-			break;
-		if (n < (long)sizeof(lenb)) {
-			err = stop(st, -EPROTO, off, "truncated record (%ld of 4 length bytes)", n);
-			break;
-		}
-		len = get_le32(lenb);
-		if (len < sizeof(hdr) || len > RECORD_MAX_BYTES) {
-			err = stop(st, -EBADMSG, off, "corrupt record length %u", len);
-			break;
-		}
-		if (len + 8 > cap) {
-			/* Grows to the largest record seen (and room to upgrade a version 1 one). */
-			unsigned char *p = realloc(rec, len + 8);
-
-			if (!p) {
-				err = stop(st, -ENOMEM, off, "out of memory");
-				break;
-			}
-			rec = p;
-			cap = len + 8;
-		}
-		n = read_some(f, rec, len);
-		if (n < 0) {
-			err = stop(st, n, off, "read error: %s", strerror(-n));
-			break;
-		}
-		if ((size_t)n < len) {
-			err = stop(st, -EPROTO, off, "truncated record (%ld of %u bytes)", n, len);
-			break;
-		}
-		memcpy(&hdr, rec, sizeof(hdr));
-		if (hdr.size != len) {
-			err = stop(st, -EBADMSG, off,
-				   "corrupt record: length %u but its header says %u bytes", len,
-				   hdr.size);
-			break;
-		}
-		st->bytes = off + sizeof(lenb) + len;
-		if (version == 1)
-			len = upgrade_v1(rec, len);
-		if (feed(ctx, rec, len) < 0)
-			st->rejected++;
-		st->records++;
+	memset(r, 0, sizeof(*r));
+	r->st.bad_offset = -1;
+	r->f = fopen(path, "rbe");
+	if (!r->f) {
+		err = errno;
+		return stop(&r->st, -err, 0, "%s", strerror(err));
 	}
-	free(rec);
-	return err;
+	r->iobuf = malloc(REPLAY_BUF_BYTES);
+	if (r->iobuf)
+		setvbuf(r->f, r->iobuf, _IOFBF, REPLAY_BUF_BYTES);
+	return r->err = read_header(r->f, &r->meta, &r->st);
+}
+
+int record_next(struct record_reader *r, const void **rec_out, size_t *len_out)
+{
+	struct record_replay_stats *st = &r->st;
+	unsigned char lenb[REC_LEN_BYTES];
+	uint64_t off = st->bytes;
+	struct ts_event_hdr hdr;
+	uint32_t len;
+	long n;
+
+	if (!st->header_ok || r->done)
+		return r->err;
+	r->done = true; /* until a record is returned */
+	n = read_some(r->f, lenb, sizeof(lenb));
+	if (n < 0)
+		return r->err = stop(st, n, off, "read error: %s", strerror(-n));
+	if (n == 0)
+		return 0;
+	if (n < (long)sizeof(lenb))
+		return r->err = stop(st, -EPROTO, off, "truncated record (%ld of 4 length bytes)", n);
+	len = get_le32(lenb);
+	if (len < sizeof(hdr) || len > RECORD_MAX_BYTES)
+		return r->err = stop(st, -EBADMSG, off, "corrupt record length %u", len);
+	if (len + 8 > r->cap) {
+		/* Grows to the largest record seen (and room to upgrade a version 1 one). */
+		unsigned char *p = realloc(r->rec, len + 8);
+
+		if (!p)
+			return r->err = stop(st, -ENOMEM, off, "out of memory");
+		r->rec = p;
+		r->cap = len + 8;
+	}
+	n = read_some(r->f, r->rec, len);
+	if (n < 0)
+		return r->err = stop(st, n, off, "read error: %s", strerror(-n));
+	if ((size_t)n < len)
+		return r->err = stop(st, -EPROTO, off, "truncated record (%ld of %u bytes)", n, len);
+	memcpy(&hdr, r->rec, sizeof(hdr));
+	if (hdr.size != len)
+		return r->err = stop(st, -EBADMSG, off,
+				     "corrupt record: length %u but its header says %u bytes", len,
+				     hdr.size);
+	st->bytes = off + sizeof(lenb) + len;
+	if (r->meta.version == 1)
+		len = upgrade_v1(r->rec, len);
+	st->records++;
+	r->done = false;
+	*rec_out = r->rec;
+	*len_out = len;
+	return 1;
+}
+
+void record_reader_close(struct record_reader *r)
+{
+	if (r->f)
+		fclose(r->f);
+	free(r->iobuf);
+	free(r->rec);
+	r->f = NULL;
+	r->iobuf = NULL;
+	r->rec = NULL;
 }
 
 int record_replay(const char *path, int (*feed)(void *ctx, const void *rec, size_t len), void *ctx,
 		  struct record_meta *meta_out, struct record_replay_stats *st)
 {
-	struct record_meta meta = { 0 };
-	char *iobuf;
-	FILE *f;
-	int err;
+	struct record_reader r;
+	const void *rec;
+	size_t len;
+	int err = record_reader_open(&r, path);
 
-	memset(st, 0, sizeof(*st));
-	st->bad_offset = -1;
-	f = fopen(path, "rbe");
-	if (!f) {
-		err = errno;
-		return stop(st, -err, 0, "%s", strerror(err));
+	if (!err && meta_out)
+		*meta_out = r.meta;
+	while (!err && (err = record_next(&r, &rec, &len)) > 0) {
+		err = 0;
+		if (feed(ctx, rec, len) < 0)
+			r.st.rejected++;
 	}
-	iobuf = malloc(REPLAY_BUF_BYTES);
-	if (iobuf)
-		setvbuf(f, iobuf, _IOFBF, REPLAY_BUF_BYTES);
-	err = read_header(f, &meta, st);
-	if (!err) {
-		if (meta_out)
-			*meta_out = meta;
-		err = replay_records(f, meta.version, feed, ctx, st);
-	}
-	fclose(f);
-	free(iobuf);
-	return err;
-}
-
-void record_feeder_init(struct record_feeder *f, struct pipeline *pl,
-			const struct record_meta *meta)
-{
-	memset(f, 0, sizeof(*f));
-	f->pl = pl;
-	f->meta = meta;
-}
-
-int record_feed_pipeline(void *feeder, const void *rec, size_t len)
-{
-	struct record_feeder *f = feeder;
-	struct pipeline *pl = f->pl;
-	const struct record_kstats_event *ks = record_kstats(rec, len);
-	int err = 0;
-
-	if (!f->started) {
-		f->started = true;
-		/* As the live loader does before its first drain. */
-		for (uint32_t i = 0; f->meta && i < f->meta->nroots && i < RECORD_MAX_ROOTS; i++)
-			pipeline_add_process(pl, f->meta->roots[i], true);
-	}
-	if (ks) {
-		uint32_t n = ks->nstats < TS_STAT_MAX ? ks->nstats : TS_STAT_MAX;
-
-		for (uint32_t k = 0; k < n; k++)
-			pl->kstats[k] = ks->stats[k];
-		/* As the live loader does after each drain: a grown count marks open requests. */
-		if (n > TS_STAT_LOST_EVENTS)
-			pipeline_kernel_lost(pl, ks->stats[TS_STAT_LOST_EVENTS]);
-	} else {
-		err = pipeline_feed(pl, rec, len);
-	}
-	if (!f->ticked || pl->last_ns >= f->tick_ns + RECORD_TICK_NS) {
-		pipeline_tick(pl);
-		f->ticked = true;
-		f->tick_ns = pl->last_ns;
-	}
+	*st = r.st;
+	record_reader_close(&r);
 	return err;
 }

@@ -48,8 +48,9 @@
 #include <stdint.h>
 #include <linux/types.h>
 
+#include <stdio.h>
+
 #include "events.h"
-#include "pipeline.h"
 
 #define RECORD_MAGIC "TSREC\0\0\0"
 #define RECORD_MAGIC_BYTES 8
@@ -131,8 +132,33 @@ int record_flush(struct record_writer *w);
 int record_close(struct record_writer *w);
 
 /*
+ * A reader: the header first (record_reader_open fills meta, so that a report can set up its
+ * outputs with the recording's clocks and host before any record), then the records in order
+ * (record_next). st says how far it got and, when it stopped early, where and why.
+ */
+struct record_reader {
+	struct record_meta meta;      /* valid when st.header_ok */
+	struct record_replay_stats st; /* rejected: the caller's to count */
+	FILE *f;
+	char *iobuf;
+	unsigned char *rec; /* the current record (grown to the largest seen) */
+	size_t cap;
+	bool done; /* the end, or an error (err), was reached */
+	int err;
+};
+
+/* Opens path and reads its header: 0, or the errors of record_replay below (st.reason says). */
+int record_reader_open(struct record_reader *r, const char *path);
+/* The next record in *rec (valid until the next call; a version 1 data record upgraded): 1; 0
+ * at the end of a whole file; a negative errno (as record_replay's) at the first record that
+ * cannot be framed, and at every call after. */
+int record_next(struct record_reader *r, const void **rec, size_t *len);
+/* Safe after a failed open, and twice. */
+void record_reader_close(struct record_reader *r);
+
+/*
  * Validates the header and feeds every record, in order, to feed (RECORD_EV_KSTATS records
- * included: record_feed_pipeline handles them). A negative return from feed counts the record
+ * included: replay_feed handles them). A negative return from feed counts the record
  * in st->rejected; replay goes on. Returns:
  *   0                  the file was whole;
  *   -EBADMSG           a record with a corrupt length, or a truncated header;
@@ -148,26 +174,5 @@ int record_replay(const char *path, int (*feed)(void *ctx, const void *rec, size
 
 /* Returns the kernel counters record, or NULL when rec is not a valid one. */
 const struct record_kstats_event *record_kstats(const void *rec, size_t len);
-
-/*
- * A feed for record_replay that drives a pipeline as the live loader does: kernel-counter
- * records update pl->kstats (and mark open requests maybe lost when the lost count grew), every
- * other record goes to pipeline_feed, and sinks get a tick whenever kernel time has advanced by
- * RECORD_TICK_NS (the live loader's drain period) since the last one, the first after the first
- * record. Before the first record it registers the recording's roots with the pipeline, from
- * *meta: pass the same struct as record_replay's meta_out (the replay fills it from the header
- * before it feeds anything).
- */
-#define RECORD_TICK_NS (10 * 1000 * 1000ull)
-struct record_feeder {
-	struct pipeline *pl;
-	const struct record_meta *meta;
-	bool started;	  /* roots registered */
-	bool ticked;	  /* the first tick is done */
-	uint64_t tick_ns; /* kernel time of the last tick */
-};
-void record_feeder_init(struct record_feeder *f, struct pipeline *pl,
-			const struct record_meta *meta);
-int record_feed_pipeline(void *feeder, const void *rec, size_t len);
 
 #endif

@@ -7,29 +7,9 @@
 #include "diagnosis.h"
 #include "output.h"
 #include "record.h"
+#include "replay.h"
 #include "summary.h"
 #include "report.h"
-
-/* The pipeline's feed, which first gives the exporters the recording's clocks and host: the
- * header is read by record_replay, after the exporters started and before the first record. */
-struct report_feeder {
-	struct record_feeder fe;
-	struct exporters *ex;
-	const struct record_meta *meta;
-	bool anchored;
-};
-
-static int report_feed(void *ctx, const void *rec, size_t len)
-{
-	struct report_feeder *rf = ctx;
-
-	if (!rf->anchored) {
-		exporters_set_source(rf->ex, rf->meta->start_mono_ns, rf->meta->start_real_ns,
-				     rf->meta->hostname);
-		rf->anchored = true;
-	}
-	return record_feed_pipeline(&rf->fe, rec, len);
-}
 
 int report_run(const struct report_opts *o)
 {
@@ -43,34 +23,42 @@ int report_run(const struct report_opts *o)
 	};
 	struct lines lines;
 	struct sink ls;
-	struct record_replay_stats st = { 0 };
-	struct record_meta meta = { 0 };
 	struct export_opts eo = o->ex;
 	struct exporters ex;
-	struct report_feeder rf = { .ex = &ex, .meta = &meta };
+	struct record_reader rd;
+	struct replay rp;
 	struct diagnosis d;
 	struct pipeline pl;
 	struct sink ds;
 	int err, rc = 0;
 
-	err = pipeline_init(&pl, &po);
-	if (err)
+	/* The header first: the outputs start knowing the recording's clocks and host. */
+	err = record_reader_open(&rd, o->path);
+	if (err) {
+		fprintf(stderr, "tokenscope: %s: %s\n", o->path,
+			rd.st.reason[0] ? rd.st.reason : strerror(-err));
+		record_reader_close(&rd);
 		return err;
+	}
+	err = pipeline_init(&pl, &po);
+	if (err) {
+		record_reader_close(&rd);
+		return err;
+	}
 	diagnosis_init(&d);
+	diagnosis_set_wall_clock(&d, rd.meta.start_mono_ns, rd.meta.start_real_ns);
 	ds = diagnosis_sink(&d);
 	pipeline_add_sink(&pl, &ds);
-	record_feeder_init(&rf.fe, &pl, &meta);
-	/* The timeline's zero is the recording's start: no record is earlier. The header is read
-	 * before the first record is fed, and exporters only see records, so they start here
-	 * (failing before the replay if they cannot) and get the header's clocks from
-	 * report_feed. */
+	/* The timeline's zero is the recording's start: no record is earlier. Spans carry the
+	 * recording's unix times and host. */
 	eo.replay = true;
-	err = exporters_start(&ex, &eo, &pl, 0);
+	err = exporters_start(&ex, &eo, &pl, rd.meta.start_mono_ns);
 	if (err) {
 		rc = err;
 		exporters_stop(&ex);
 		goto out;
 	}
+	exporters_set_source(&ex, rd.meta.start_mono_ns, rd.meta.start_real_ns, rd.meta.hostname);
 	/* Last: a request's line is written once every other sink has had it. */
 	lines_init(&lines, &lo);
 	ls = lines_sink(&lines);
@@ -79,16 +67,8 @@ int report_run(const struct report_opts *o)
 	summaries_init(&sums, o->json ? stderr : out);
 	ls = summaries_sink(&sums);
 	pipeline_add_sink(&pl, &ls);
-	err = record_replay(o->path, report_feed, &rf, &meta, &st);
-	if (!st.header_ok) {
-		fprintf(stderr, "tokenscope: %s: %s\n", o->path,
-			st.reason[0] ? st.reason : strerror(-err));
-		rc = err ? err : -EINVAL;
-		exporters_stop(&ex);
-		goto out;
-	}
-	diagnosis_set_wall_clock(&d, meta.start_mono_ns, meta.start_real_ns);
-	pipeline_tick(&pl);
+	replay_init(&rp, &pl, &rd.meta);
+	err = replay_run(&rp, &rd);
 	pipeline_finish(&pl);
 	exporters_flush(&ex);
 	diagnosis_print(&d, o->json || o->ex.prometheus ? stderr : stdout);
@@ -97,11 +77,12 @@ int report_run(const struct report_opts *o)
 		fprintf(stderr,
 			"tokenscope: %s: %s at byte %" PRId64 "; the report covers the %" PRIu64
 			" records before it\n",
-			o->path, st.reason, st.bad_offset, st.records);
+			o->path, rd.st.reason, rd.st.bad_offset, rd.st.records);
 		rc = err;
 	}
 out:
 	diagnosis_free(&d);
 	pipeline_free(&pl);
+	record_reader_close(&rd);
 	return rc;
 }

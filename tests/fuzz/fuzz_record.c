@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
- * user/record.c: a .tsr file read by record_replay and fed by record_feed_pipeline into a real
- * pipeline with its exporters, as `tokenscope report` does. The input is the file, written to
+ * user/record.c and user/replay.c: a .tsr file read by record_replay and fed by replay_feed into a
+ * real pipeline with its exporters, as `tokenscope report` does. The input is the file, written to
  * a memfd and opened by record_replay as /proc/self/fd/N (its API takes a path).
  *
  * The pipeline's options come from the header's reserved flags word (offset 392), which the
@@ -19,13 +19,14 @@
 
 #include "fuzz_pipeline.h"
 #include "record.h"
+#include "replay.h"
 
 #define RECORD_FUZZ_FLAGS_AT 392
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 struct rctx {
-	struct record_feeder feeder;
+	struct replay feeder;
 	uint64_t fed;
 };
 
@@ -38,7 +39,7 @@ static int feed(void *ctx, const void *rec, size_t len)
 	memcpy(&h, rec, sizeof(h));
 	FUZZ_CHECK(h.size == len, "a record of %zu bytes whose header says %u", len, h.size);
 	c->fed++;
-	return record_feed_pipeline(&c->feeder, rec, len);
+	return replay_feed(&c->feeder, rec, len);
 }
 
 static bool known_error(int rc)
@@ -61,7 +62,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		abort();
 	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
 	fuzz_pipeline_open(&f, flags);
-	record_feeder_init(&c.feeder, &f.pl, &meta);
+	replay_init(&c.feeder, &f.pl, &meta);
 	rc = record_replay(path, feed, &c, &meta, &st);
 	close(fd);
 

@@ -12,6 +12,7 @@
 #include "check.h"
 #include "output.h"
 #include "record.h"
+#include "replay.h"
 #include "summary.h"
 
 #define MAX_RECS 64
@@ -241,6 +242,71 @@ TEST(test_round_trip_every_type)
 	}
 out:
 	recs_free(&got);
+	free_all(rec, n);
+	rm_path(path);
+}
+
+/* The reader: the header before any record, the records one by one, and an error that stays. */
+TEST(test_reader)
+{
+	void *rec[16];
+	size_t len[16];
+	int n = build_all(rec, len);
+	struct record_writer w;
+	struct record_meta m;
+	struct record_reader r;
+	char *path = tmp_path();
+	const void *got;
+	size_t got_len;
+	int k = 0, rc;
+
+	if (!ASSERT_OK_PTR(path, "temp file"))
+		goto out;
+	test_meta(&m);
+	if (!ASSERT_OK(record_open(&w, path, &m), "open"))
+		goto out;
+	for (int i = 0; i < n; i++)
+		record_write(&w, rec[i], len[i]);
+	ASSERT_OK(record_close(&w), "close");
+	if (!ASSERT_OK(record_reader_open(&r, path), "reader"))
+		goto out;
+	ASSERT_TRUE(r.st.header_ok, "header read at open");
+	ASSERT_EQ(r.st.records, 0, "no record read yet");
+	ASSERT_EQ(r.meta.start_mono_ns, m.start_mono_ns, "clocks known before the records");
+	ASSERT_STREQ(r.meta.hostname, m.hostname, "host known before the records");
+	while ((rc = record_next(&r, &got, &got_len)) > 0 && k < n) {
+		ASSERT_TRUE(got_len == len[k] && !memcmp(got, rec[k], len[k]), "record in order");
+		k++;
+	}
+	ASSERT_EQ(rc, 0, "the end of a whole file");
+	ASSERT_EQ(k, n, "every record");
+	ASSERT_EQ(record_next(&r, &got, &got_len), 0, "still the end");
+	record_reader_close(&r);
+	record_reader_close(&r);
+
+	/* A corrupt length after the first record: the error, at every call after. */
+	int fd = open(path, O_WRONLY | O_APPEND);
+	unsigned char junk[4] = { 1, 0, 0, 0 };
+
+	if (ASSERT_TRUE(fd >= 0, "append") && ASSERT_EQ(write(fd, junk, 4), 4, "junk length"))
+		close(fd);
+	if (!ASSERT_OK(record_reader_open(&r, path), "reader again"))
+		goto out;
+	for (k = 0; (rc = record_next(&r, &got, &got_len)) > 0; k++)
+		;
+	ASSERT_EQ(rc, -EBADMSG, "corrupt record length");
+	ASSERT_EQ(k, n, "the records before it");
+	ASSERT_EQ(record_next(&r, &got, &got_len), -EBADMSG, "the error stays");
+	ASSERT_TRUE(strstr(r.st.reason, "corrupt record length 1") != NULL, "reason");
+	record_reader_close(&r);
+
+	/* Not a recording: refused at open, and no record after. */
+	write_file(path, "hello", 5);
+	ASSERT_EQ(record_reader_open(&r, path), -ENOEXEC, "not a recording");
+	ASSERT_FALSE(r.st.header_ok, "no header");
+	ASSERT_EQ(record_next(&r, &got, &got_len), -ENOEXEC, "nothing to read");
+	record_reader_close(&r);
+out:
 	free_all(rec, n);
 	rm_path(path);
 }
@@ -857,7 +923,7 @@ TEST(test_replay_through_pipeline)
 	int ticks = 0;
 	struct sink ticker = { .name = "ticks", .ctx = &ticks, .tick = count_tick };
 	struct live a, b;
-	struct record_feeder feeder;
+	struct replay feeder;
 	struct record_meta back;
 	struct record_replay_stats st;
 	struct loss_report la, lb;
@@ -887,8 +953,8 @@ TEST(test_replay_through_pipeline)
 
 	live_open(&b, NULL);
 	pipeline_add_sink(&b.pl, &ticker);
-	record_feeder_init(&feeder, &b.pl, &back);
-	err = record_replay(path, record_feed_pipeline, &feeder, &back, &st);
+	replay_init(&feeder, &b.pl, &back);
+	err = record_replay(path, replay_feed, &feeder, &back, &st);
 	ASSERT_EQ(err, 0, "whole");
 	pipeline_finish(&b.pl);
 	fflush(a.fout), fflush(b.fout), fflush(a.ferr), fflush(b.ferr);
@@ -919,7 +985,7 @@ TEST(test_replay_truncated_body)
 	static const char req[] = "POST /v1/completions HTTP/1.1\r\nContent-Length: 24\r\n\r\n"
 				  "{\"model\":\"x\",\"prompt\":[}";
 	struct live a, b;
-	struct record_feeder feeder;
+	struct replay feeder;
 	struct record_meta back;
 	struct record_replay_stats st;
 	struct ts_conn_event close_ev = { 0 };
@@ -941,8 +1007,8 @@ TEST(test_replay_truncated_body)
 	live_feed(&a, &close_ev, sizeof(close_ev));
 	ASSERT_OK(record_close(&a.w), "close");
 	live_open(&b, NULL);
-	record_feeder_init(&feeder, &b.pl, &back);
-	ASSERT_EQ(record_replay(path, record_feed_pipeline, &feeder, &back, &st), 0, "whole");
+	replay_init(&feeder, &b.pl, &back);
+	ASSERT_EQ(record_replay(path, replay_feed, &feeder, &back, &st), 0, "whole");
 	pipeline_finish(&b.pl);
 	alarm(0);
 	fflush(b.fout);
