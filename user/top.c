@@ -36,29 +36,15 @@ void top_free(struct top *t)
 	memset(t, 0, sizeof(*t));
 }
 
-/* The window of a frame at second now_s: the TOP_WINDOW_S whole seconds before it. */
-static void window_of(uint64_t now_s, uint64_t *lo_s, uint64_t *hi_s)
-{
-	*lo_s = now_s > TOP_WINDOW_S ? now_s - TOP_WINDOW_S : 0;
-	*hi_s = now_s ? now_s - 1 : 0;
-}
-
-/* Requests finished in the frame's window, counts and the merged histogram of what. */
+/* Requests finished in the window of a frame at second now_s (the TOP_WINDOW_S whole seconds
+ * before it): counts into c and the merged histogram of what into h. Before second 1 the range
+ * [1, 0] is empty, and window_sum still resets c and h. */
 static void sum_window(const struct window *w, uint64_t now_s, struct win_counts *c, uint32_t what,
 		       struct whist *h)
 {
-	uint64_t lo, hi;
+	uint64_t lo = now_s > TOP_WINDOW_S ? now_s - TOP_WINDOW_S : 0;
 
-	window_of(now_s, &lo, &hi);
-	if (!now_s) {
-		/* No whole second before the first: an empty window. */
-		if (c)
-			memset(c, 0, sizeof(*c));
-		if (h)
-			whist_reset(h);
-		return;
-	}
-	window_sum(w, lo, hi, c, what, h);
+	window_sum(w, now_s ? lo : 1, now_s ? now_s - 1 : 0, c, what, h);
 }
 
 static void top_seen(struct top *t, uint64_t s)
