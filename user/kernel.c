@@ -219,9 +219,12 @@ int kernel_attach_cuda(struct kernel *k, enum kernel_cuda_probe probe, int pid, 
 {
 	LIBBPF_OPTS(bpf_uprobe_opts, opts, .func_name = func, .bpf_cookie = cookie,
 		    .retprobe = probe == KERNEL_CUDA_SYNC_RET);
-	struct bpf_program *prog = probe == KERNEL_CUDA_SYNC	   ? k->skel->progs.ts_cuda_sync
-				   : probe == KERNEL_CUDA_SYNC_RET ? k->skel->progs.ts_cuda_sync_ret
-								   : k->skel->progs.ts_cuda_call;
+	struct bpf_program *prog = k->skel->progs.ts_cuda_call;
+
+	if (probe == KERNEL_CUDA_SYNC)
+		prog = k->skel->progs.ts_cuda_sync;
+	else if (probe == KERNEL_CUDA_SYNC_RET)
+		prog = k->skel->progs.ts_cuda_sync_ret;
 
 	*link = bpf_program__attach_uprobe_opts(prog, pid, path, off, &opts);
 	return *link ? 0 : -errno;
