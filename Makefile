@@ -40,9 +40,9 @@ Q := @
 msg = @printf '  %-8s %s\n' "$(1)" "$(2)";
 endif
 
-# Every user/ file but the loader (main.c, trace.c, cuda.c, run.c) is a pipeline stage that
-# tests link too.
-LOADER_SRCS := user/main.c user/trace.c user/cuda.c user/run.c
+# Every user/ file but the loader (main.c, trace.c, cuda.c, run.c, kernel.c) is a pipeline stage
+# that tests link too.
+LOADER_SRCS := user/main.c user/trace.c user/cuda.c user/run.c user/kernel.c
 LIB_SRCS := $(filter-out $(LOADER_SRCS),$(wildcard user/*.c))
 LIB_OBJS := $(patsubst user/%.c,$(OUTPUT)/user/%.o,$(LIB_SRCS))
 TOOL_OBJS := $(patsubst user/%.c,$(OUTPUT)/user/%.o,$(LOADER_SRCS))
@@ -98,7 +98,8 @@ $(OUTPUT)/tokenscope.skel.h: $(OUTPUT)/tokenscope.bpf.o
 	$(call msg,GEN-SKEL,$@)
 	$(Q)$(BPFTOOL) gen skeleton $< name tokenscope_bpf > $@
 
-$(OUTPUT)/user/trace.o $(OUTPUT)/user/cuda.o: $(OUTPUT)/tokenscope.skel.h
+# kernel.c alone includes the skeleton (kernel.h: the loader's kernel side).
+$(OUTPUT)/user/kernel.o: $(OUTPUT)/tokenscope.skel.h
 
 $(OUTPUT)/user/%.o: user/%.c | $(OUTPUT)/user
 	$(call msg,CC,$@)
@@ -218,9 +219,11 @@ $(OUTPUT)/tests/test_cupti_runs: tests/unit/test_cupti_runs.c tests/unit/check.h
 	$(call msg,TEST,$@)
 	$(Q)$(CC) $(CUPTI_CFLAGS) $(SAN_FLAGS) -Itests/unit $< $(CUPTI_TESTED) -o $@
 
-$(OUTPUT)/tests/%: tests/bpf/%.c tests/unit/check.h $(LIB_OBJS) $(OUTPUT)/user/cuda.o $(OUTPUT)/tokenscope.skel.h | $(OUTPUT)/tests
+$(OUTPUT)/tests/%: tests/bpf/%.c tests/unit/check.h $(LIB_OBJS) $(OUTPUT)/user/cuda.o \
+		$(OUTPUT)/user/kernel.o $(OUTPUT)/tokenscope.skel.h | $(OUTPUT)/tests
 	$(call msg,TEST,$@)
-	$(Q)$(CC) $(USER_CFLAGS) -Itests/unit $< $(LIB_OBJS) $(OUTPUT)/user/cuda.o -o $@ $(LDLIBS) -ldl
+	$(Q)$(CC) $(USER_CFLAGS) -Itests/unit $< $(LIB_OBJS) $(OUTPUT)/user/cuda.o \
+		$(OUTPUT)/user/kernel.o -o $@ $(LDLIBS) -ldl
 
 deps:
 	$(Q)scripts/deps.sh

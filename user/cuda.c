@@ -9,11 +9,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <linux/types.h>
-#include <bpf/libbpf.h>
 
 #include "cuda.h"
 #include "events.h"
-#include "tokenscope.skel.h"
+#include "kernel.h"
 
 struct cuda_fn {
 	const char *name;
@@ -56,10 +55,10 @@ static const struct cuda_fn driver_fns[] = {
 	{ "cuEventSynchronize", TS_CUDA_SYNC },
 };
 
-void cuda_init(struct cuda_attach *ca, struct tokenscope_bpf *skel, bool verbose)
+void cuda_init(struct cuda_attach *ca, struct kernel *k, bool verbose)
 {
 	memset(ca, 0, sizeof(*ca));
-	ca->skel = skel;
+	ca->k = k;
 	ca->verbose = verbose;
 }
 
@@ -100,7 +99,7 @@ static struct cuda_hook *cuda_hook_new(struct cuda_attach *ca, uint32_t pid, int
 static void cuda_hook_unlink(struct cuda_hook *h)
 {
 	for (int i = 0; i < h->nlinks; i++)
-		bpf_link__destroy(h->links[i]);
+		kernel_link_destroy(h->links[i]);
 	h->nlinks = 0;
 }
 
@@ -111,32 +110,28 @@ static void cuda_hook_unlink(struct cuda_hook *h)
 static int cuda_hook_fn(struct cuda_attach *ca, struct cuda_hook *h, const char *path,
 			const struct cuda_fn *fn, uint64_t off)
 {
-	LIBBPF_OPTS(bpf_uprobe_opts, opts, .func_name = off ? NULL : fn->name,
-		    .bpf_cookie = fn->kind);
+	const char *name = off ? NULL : fn->name;
 	struct bpf_link *l, *r = NULL;
-	int pid = (int)h->pid;
+	int pid = (int)h->pid, err;
 
 	if (h->nlinks + 2 > CUDA_HOOK_LINKS)
 		return -E2BIG;
 	if (fn->kind == TS_CUDA_SYNC) {
-		l = bpf_program__attach_uprobe_opts(ca->skel->progs.ts_cuda_sync, pid, path, off,
-						    &opts);
-		if (!l)
-			return -errno;
-		opts.retprobe = true;
-		r = bpf_program__attach_uprobe_opts(ca->skel->progs.ts_cuda_sync_ret, pid, path,
-						    off, &opts);
-		if (!r) {
-			int err = -errno;
-
-			bpf_link__destroy(l);
+		err =
+		    kernel_attach_cuda(ca->k, KERNEL_CUDA_SYNC, pid, path, off, name, fn->kind, &l);
+		if (err)
+			return err;
+		err = kernel_attach_cuda(ca->k, KERNEL_CUDA_SYNC_RET, pid, path, off, name,
+					 fn->kind, &r);
+		if (err) {
+			kernel_link_destroy(l);
 			return err;
 		}
 	} else {
-		l = bpf_program__attach_uprobe_opts(ca->skel->progs.ts_cuda_call, pid, path, off,
-						    &opts);
-		if (!l)
-			return -errno;
+		err =
+		    kernel_attach_cuda(ca->k, KERNEL_CUDA_CALL, pid, path, off, name, fn->kind, &l);
+		if (err)
+			return err;
 	}
 	h->links[h->nlinks++] = l;
 	if (r)
@@ -201,12 +196,10 @@ static bool cuda_hook_cupti(struct cuda_attach *ca, uint32_t pid, const char *fu
 	if (cuda_hook_find(ca, pid, -1) || !(h = cuda_hook_new(ca, pid, -1)))
 		return false;
 	for (int i = 0; i < (ca->kernels ? 2 : 1); i++) {
-		struct bpf_link *l =
-		    bpf_program__attach_usdt(ca->skel->progs.ts_cupti_runs, (int)pid, full,
-					     TS_CUPTI_PROVIDER, probes[i], NULL);
+		struct bpf_link *l;
 
-		if (!l) {
-			err = -errno;
+		err = kernel_attach_cupti(ca->k, (int)pid, full, probes[i], &l);
+		if (err) {
 			fprintf(stderr,
 				"tokenscope: cannot attach to the probe %s:%s of pid %u in %s: "
 				"%s; no device times\n",

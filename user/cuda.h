@@ -32,7 +32,7 @@
 #define CUDA_HOOK_LINKS 24
 #define CUDA_CUPTI_LIB "libtokenscope_cupti"
 
-struct tokenscope_bpf;
+struct kernel;
 struct bpf_link;
 
 struct cuda_fn;
@@ -69,7 +69,7 @@ struct cuda_denial {
 };
 
 struct cuda_attach {
-	struct tokenscope_bpf *skel;
+	struct kernel *k; /* attaches the probes (kernel.h) */
 	struct cuda_file files[CUDA_MAX_FILES];
 	int nfiles;
 	struct cuda_hook *hooks; /* CUDA_MAX_HOOKS, allocated with the first */
@@ -81,7 +81,7 @@ struct cuda_attach {
 	int cupti_attached; /* processes whose CUPTI library probes were attached */
 };
 
-void cuda_init(struct cuda_attach *ca, struct tokenscope_bpf *skel, bool verbose);
+void cuda_init(struct cuda_attach *ca, struct kernel *k, bool verbose);
 /* Hooks the CUDA libraries pid maps that are not hooked yet; returns how many functions it
  * hooked now (0 when nothing new), or -errno. */
 int cuda_scan(struct cuda_attach *ca, uint32_t pid);

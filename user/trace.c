@@ -1,6 +1,5 @@
 // SPDX-License-Identifier: MIT
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,18 +7,17 @@
 #include <time.h>
 #include <unistd.h>
 #include <linux/capability.h>
-#include <bpf/bpf.h>
-#include <bpf/libbpf.h>
+#include <linux/types.h>
 
 #include "clock.h"
 #include "cuda.h"
 #include "output.h"
 #include "discover.h"
+#include "kernel.h"
 #include "top.h"
 #include "proc.h"
 #include "record.h"
 #include "summary.h"
-#include "tokenscope.skel.h"
 #include "trace.h"
 #include "traffic.h"
 #include "utf8.h"
@@ -38,32 +36,18 @@
 #define TRAFFIC_DRAIN_S 0.25
 
 struct tracer {
-	struct tokenscope_bpf *skel;
+	struct kernel *k;
 	const char *label; /* container of the processes being followed now (--all) */
 	struct pipeline pl;
 	struct cuda_attach cuda;
 	struct record_writer rec;
 	bool recording;
 	int rec_err; /* the first write error: recording stops, tracing goes on */
-	int ncpus;
 	bool verbose;
 	struct discover_set *seen; /* --all: servers found so far, dropped when they exit */
 	uint64_t caps;		   /* the effective capabilities, for the messages of a refusal */
 	bool cuda_explained;	   /* why no CUDA library could be hooked was said */
 };
-
-static int libbpf_print(enum libbpf_print_level level, const char *fmt, va_list args)
-{
-	if (level == LIBBPF_DEBUG)
-		return 0;
-	return vfprintf(stderr, fmt, args);
-}
-
-static int libbpf_print_quiet(enum libbpf_print_level level, const char *fmt, va_list args)
-{
-	(void)level, (void)fmt, (void)args;
-	return 0;
-}
 
 static int on_record(void *ctx, void *data, size_t size)
 {
@@ -89,15 +73,11 @@ static int on_record(void *ctx, void *data, size_t size)
  */
 static void read_kstats(struct tracer *tr)
 {
-	__u64 vals[tr->ncpus];
+	for (unsigned int k = 0; k < TS_STAT_MAX; k++) {
+		uint64_t sum;
 
-	for (__u32 k = 0; k < TS_STAT_MAX; k++) {
-		__u64 sum = 0;
-
-		if (bpf_map_lookup_elem(bpf_map__fd(tr->skel->maps.stats), &k, vals))
+		if (kernel_read_stat(tr->k, k, &sum))
 			continue;
-		for (int c = 0; c < tr->ncpus; c++)
-			sum += vals[c];
 		if (k == TS_STAT_LOST_EVENTS)
 			pipeline_kernel_lost(&tr->pl, sum);
 		else
@@ -105,34 +85,17 @@ static void read_kstats(struct tracer *tr)
 	}
 }
 
-/* Keys collected per pass over map `conns` before deleting them. */
-#define FORGET_BATCH 256
-
 /* A process exited: the kernel never saw close() for its sockets (forget them), and --all may
  * find a new server under its pid. */
 static void process_gone(void *ctx, uint32_t pid)
 {
 	struct tracer *tr = ctx;
-	int fd = bpf_map__fd(tr->skel->maps.conns);
-	struct ts_conn_key key, dead[FORGET_BATCH];
-	int n;
 
 	/* A later server that gets this pid is a new one. */
 	if (tr->seen)
 		discover_set_remove(tr->seen, pid);
 	cuda_forget(&tr->cuda, pid);
-	do {
-		void *prev = NULL;
-
-		n = 0;
-		while (n < FORGET_BATCH && bpf_map_get_next_key(fd, prev, &key) == 0) {
-			if (key.pid == pid)
-				dead[n++] = key;
-			prev = &key;
-		}
-		for (int i = 0; i < n; i++)
-			bpf_map_delete_elem(fd, &dead[i]);
-	} while (n == FORGET_BATCH);
+	kernel_forget_conns(tr->k, pid);
 }
 
 /* record_open's refusals, in words (the recording holds captured prompts). */
@@ -258,19 +221,16 @@ static void cuda_scan_all(struct tracer *tr)
 
 static int trace_follow(struct tracer *tr, uint32_t pid, bool root)
 {
-	__u8 one = 1;
 	/* The pipeline first: when it has no room (-E2BIG), the kernel must not trace pid either.
 	 */
 	int err = pipeline_add_process(&tr->pl, pid, root);
 
 	if (err)
 		return err;
-	if (bpf_map_update_elem(bpf_map__fd(tr->skel->maps.traced), &pid, &one, BPF_ANY)) {
-		err = -errno;
+	err = kernel_trace_pid(tr->k, pid);
+	if (err)
 		pipeline_forget_process(&tr->pl, pid);
-		return err;
-	}
-	return 0;
+	return err;
 }
 
 static void follow_descendant(void *ctx, uint32_t pid)
@@ -316,6 +276,39 @@ static int discover_follow(struct tracer *tr, struct discover_set *seen)
 	return added;
 }
 
+/* What traffic_follow's entries work on. */
+struct traffic_ctx {
+	struct tracer *tr;
+	struct discover_set *seen;
+};
+
+/* One process the kernel saw writing streamed completions, neither the tracer nor traced:
+ * followed unless its pid now names another process; 1 if followed. */
+static int traffic_one(void *ctx, uint32_t pid, const struct ts_traffic_seen *v)
+{
+	struct traffic_ctx *t = ctx;
+	struct tracer *tr = t->tr;
+	struct discovered d;
+	char comm[sizeof(d.comm)];
+	const char *rule = discover_traffic_rule(v->kind);
+
+	if (!rule || discover_describe("/proc", pid, NULL, rule, &d))
+		return 0;
+	/* Cleaned as d.comm was, to compare like with like. */
+	utf8_clean(comm, sizeof(comm), v->comm, strnlen(v->comm, sizeof(v->comm)));
+	if (strcmp(d.comm, comm)) {
+		if (tr->verbose)
+			fprintf(stderr,
+				"tokenscope: %s seen from pid %u, which is now %s: skipped\n", rule,
+				pid, d.comm);
+		return 0;
+	}
+	if (tr->verbose)
+		fprintf(stderr, "tokenscope: %u (%s): %u writes started frames (%s) over %.3f s\n",
+			pid, d.comm, v->matches, rule, (v->last_ns - v->first_ns) / 1e9);
+	return discover_attach(tr, t->seen, &d);
+}
+
 /*
  * --all: follows the processes the kernel saw writing streamed completions to a socket (map
  * traffic_seen), and empties the map. Those already traced (a race with a rescan) and those
@@ -323,72 +316,31 @@ static int discover_follow(struct tracer *tr, struct discover_set *seen)
  */
 static int traffic_follow(struct tracer *tr, struct discover_set *seen)
 {
-	int fd = bpf_map__fd(tr->skel->maps.traffic_seen);
-	int traced_fd = bpf_map__fd(tr->skel->maps.traced);
-	__u32 pids[TS_TRAFFIC_MAX], *prev = NULL;
-	int n = 0, added = 0;
+	struct traffic_ctx t = { .tr = tr, .seen = seen };
 
-	/* Keys first: deleting while walking would restart the walk. */
-	while (n < TS_TRAFFIC_MAX && !bpf_map_get_next_key(fd, prev, &pids[n])) {
-		prev = &pids[n];
-		n++;
-	}
-	for (int i = 0; i < n; i++) {
-		struct ts_traffic_seen v;
-		struct discovered d;
-		char comm[sizeof(d.comm)];
-		const char *rule;
-		__u8 one;
-
-		if (bpf_map_lookup_and_delete_elem(fd, &pids[i], &v))
-			continue;
-		rule = discover_traffic_rule(v.kind);
-		/* The kernel side leaves the tracer out already (self_tgid). */
-		if (!rule || pids[i] == (__u32)getpid() ||
-		    !bpf_map_lookup_elem(traced_fd, &pids[i], &one) ||
-		    discover_describe("/proc", pids[i], NULL, rule, &d))
-			continue;
-		/* Cleaned as d.comm was, to compare like with like. */
-		utf8_clean(comm, sizeof(comm), v.comm, strnlen(v.comm, sizeof(v.comm)));
-		if (strcmp(d.comm, comm)) {
-			if (tr->verbose)
-				fprintf(
-				    stderr,
-				    "tokenscope: %s seen from pid %u, which is now %s: skipped\n",
-				    rule, pids[i], d.comm);
-			continue;
-		}
-		if (tr->verbose)
-			fprintf(stderr,
-				"tokenscope: %u (%s): %u writes started frames (%s) over %.3f s\n",
-				pids[i], d.comm, v.matches, rule, (v.last_ns - v.first_ns) / 1e9);
-		if (discover_attach(tr, seen, &d))
-			added++;
-	}
-	return added;
+	return kernel_traffic_take(tr->k, traffic_one, &t);
 }
 
 static int trace_load(struct tracer *tr, const struct trace_opts *o)
 {
+	const struct kernel_config kc = { .capture_bytes = o->capture_bytes,
+					  .gpu_calls = o->gpu_calls,
+					  .discover_traffic = o->all && !o->no_traffic,
+					  .self_tgid = getpid(),
+					  .ring_mb = o->ring_mb };
 	int err;
 
-	tr->skel = tokenscope_bpf__open();
-	if (!tr->skel) {
-		err = -errno;
+	err = kernel_open(&tr->k);
+	if (err) {
 		fprintf(stderr, "tokenscope: cannot open the BPF object: %s\n", strerror(-err));
 		return err;
 	}
-	tr->skel->rodata->capture_bytes = o->capture_bytes;
-	tr->skel->rodata->emit_gpu_calls = o->gpu_calls;
-	tr->skel->rodata->discover_traffic = o->all && !o->no_traffic;
-	tr->skel->rodata->self_tgid = getpid();
-	tr->skel->rodata->wakeup_bytes = o->ring_mb * 1024ull * 1024ull / 8;
-	err = bpf_map__set_max_entries(tr->skel->maps.events, o->ring_mb * 1024u * 1024u);
+	err = kernel_configure(tr->k, &kc);
 	if (err) {
 		fprintf(stderr, "tokenscope: cannot size the ring buffer: %s\n", strerror(-err));
 		return err;
 	}
-	err = tokenscope_bpf__load(tr->skel);
+	err = kernel_load(tr->k);
 	if (err) {
 		if (err == -EPERM || err == -EACCES)
 			explain_load_denied(err);
@@ -399,7 +351,7 @@ static int trace_load(struct tracer *tr, const struct trace_opts *o)
 				strerror(-err));
 		return err;
 	}
-	err = tokenscope_bpf__attach(tr->skel);
+	err = kernel_attach(tr->k);
 	if (err) {
 		fprintf(stderr, "tokenscope: cannot attach to the syscall tracepoints: %s\n",
 			strerror(-err));
@@ -515,11 +467,11 @@ static bool job_exited(struct loop *l, double now)
 }
 
 /* Drains the ring buffer into the pipeline (and the recording). */
-static void loop_drain(struct loop *l, struct ring_buffer *rb)
+static void loop_drain(struct loop *l)
 {
 	struct tracer *tr = l->tr;
 
-	ring_buffer__consume(rb);
+	kernel_ring_consume(tr->k);
 	read_kstats(tr);
 	pipeline_clock(&tr->pl, mono_ns());
 	exporters_poll_gpu(l->ex, &tr->pl);
@@ -533,7 +485,7 @@ static void loop_drain(struct loop *l, struct ring_buffer *rb)
 
 /* Polls the ring buffer and runs the jobs until one ends the trace, a signal asks it to, or the
  * ring buffer cannot be read (its error). */
-static int loop_run(struct loop *l, struct ring_buffer *rb, volatile sig_atomic_t *exiting)
+static int loop_run(struct loop *l, volatile sig_atomic_t *exiting)
 {
 	struct loop_job jobs[] = {
 		{ want_interval, job_interval, l->o->interval_s, l->o->interval_s, true, 0 },
@@ -549,7 +501,7 @@ static int loop_run(struct loop *l, struct ring_buffer *rb, volatile sig_atomic_
 	for (size_t i = 0; i < njobs; i++)
 		jobs[i].next = l->start + jobs[i].first;
 	while (!*exiting) {
-		int n = ring_buffer__poll(rb, DRAIN_PERIOD_MS);
+		int n = kernel_ring_poll(l->tr->k, DRAIN_PERIOD_MS);
 		double now;
 
 		/* A signal: the loop's condition says whether it ends the trace (run passes
@@ -561,7 +513,7 @@ static int loop_run(struct loop *l, struct ring_buffer *rb, volatile sig_atomic_
 				strerror(-n));
 			return n;
 		}
-		loop_drain(l, rb);
+		loop_drain(l);
 		now = mono_s();
 		for (size_t i = 0; i < njobs; i++) {
 			struct loop_job *j = &jobs[i];
@@ -592,7 +544,6 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 	struct lines lines;
 	struct tracer tr = { .verbose = o->verbose };
 	bool seccomp;
-	struct ring_buffer *rb = NULL;
 	struct exporters ex;
 	bool ex_started = false;
 	struct discover_set seen;
@@ -601,7 +552,7 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 	struct termios saved;
 	struct timespec now_ts;
 	struct loop loop;
-	int err, nprocs = 0;
+	int err, nprocs = 0, ncpus;
 
 	for (int i = 0; i < o->npids; i++) {
 		if (proc_check(o->pids[i])) {
@@ -609,11 +560,11 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 			return -ESRCH;
 		}
 	}
-	libbpf_set_print(o->verbose ? libbpf_print : libbpf_print_quiet);
+	kernel_log_verbose(o->verbose);
 	tr.caps = self_caps(&seccomp);
-	tr.ncpus = libbpf_num_possible_cpus();
-	if (tr.ncpus <= 0)
-		return tr.ncpus ? tr.ncpus : -EINVAL;
+	ncpus = kernel_ncpus();
+	if (ncpus <= 0)
+		return ncpus ? ncpus : -EINVAL;
 	discover_set_init(&seen);
 	err = pipeline_init(&tr.pl, &po);
 	if (err) {
@@ -685,9 +636,8 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 	}
 	if (o->all)
 		nprocs += discover_follow(&tr, &seen);
-	rb = ring_buffer__new(bpf_map__fd(tr.skel->maps.events), on_record, &tr, NULL);
-	if (!rb) {
-		err = -errno;
+	err = kernel_ring_open(tr.k, on_record, &tr);
+	if (err) {
 		fprintf(stderr, "tokenscope: cannot map the ring buffer: %s\n", strerror(-err));
 		goto out;
 	}
@@ -718,7 +668,7 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 			goto out;
 		raw = isatty(STDIN_FILENO) && !top_term_raw(STDIN_FILENO, &saved);
 	}
-	cuda_init(&tr.cuda, tr.skel, o->verbose);
+	cuda_init(&tr.cuda, tr.k, o->verbose);
 	tr.cuda.kernels = o->gpu_calls;
 	cuda_scan_all(&tr);
 	if (!cuda_hooked_files(&tr.cuda) && !cuda_explain(&tr))
@@ -732,8 +682,8 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 	loop = (struct loop){
 		.tr = &tr, .o = o, .seen = &seen, .ex = &ex, .top = top_on, .start = mono_s()
 	};
-	err = loop_run(&loop, rb, exiting);
-	ring_buffer__consume(rb);
+	err = loop_run(&loop, exiting);
+	kernel_ring_consume(tr.k);
 	read_kstats(&tr);
 	if (tr.recording && !tr.rec_err)
 		record_write_kstats(&tr.rec, tr.pl.kstats);
@@ -762,9 +712,9 @@ out:
 		if (!err && tr.rec_err)
 			err = tr.rec_err;
 	}
-	ring_buffer__free(rb);
+	kernel_ring_close(tr.k);
 	cuda_detach(&tr.cuda);
-	tokenscope_bpf__destroy(tr.skel);
+	kernel_destroy(tr.k);
 	pipeline_free(&tr.pl);
 	return err;
 }

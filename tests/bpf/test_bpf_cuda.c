@@ -19,6 +19,7 @@
 #include "cuda.h"
 #include "events.h"
 #include "gpu.h"
+#include "kernel.h"
 #include "tokenscope.skel.h"
 
 #define MAX_STEPS 64
@@ -76,6 +77,7 @@ static bool cudart_open(struct cudart *c, const char *path)
 static void cuda_steps(const char *path, bool calls)
 {
 	struct tokenscope_bpf *skel = NULL;
+	struct kernel *k = NULL;
 	struct ring_buffer *rb = NULL;
 	struct cuda_attach ca;
 	struct cudart c = { 0 };
@@ -100,9 +102,9 @@ static void cuda_steps(const char *path, bool calls)
 	if (!ASSERT_OK(tokenscope_bpf__attach(skel), "attach"))
 		goto out;
 	rb = ring_buffer__new(bpf_map__fd(skel->maps.events), collect, NULL, NULL);
-	if (!ASSERT_OK_PTR(rb, "ring buffer"))
+	if (!ASSERT_OK_PTR(rb, "ring buffer") || !ASSERT_OK(kernel_borrow(&k, skel), "kernel side"))
 		goto out;
-	cuda_init(&ca, skel, false);
+	cuda_init(&ca, k, false);
 	hooked = cuda_scan(&ca, me);
 	ASSERT_TRUE(hooked >= 5, "launch, graph launch, copy and syncs hooked");
 	ASSERT_EQ(cuda_scan(&ca, me), 0, "a second scan hooks nothing again");
@@ -152,6 +154,7 @@ static void cuda_steps(const char *path, bool calls)
 	cuda_detach(&ca);
 out:
 	ring_buffer__free(rb);
+	kernel_destroy(k);
 	tokenscope_bpf__destroy(skel);
 	if (c.h)
 		dlclose(c.h);
@@ -177,6 +180,7 @@ TEST(test_probes_per_process)
 {
 	const char *path = "/usr/local/cuda/lib64/libcudart.so.13";
 	struct tokenscope_bpf *skel = NULL;
+	struct kernel *k = NULL;
 	int go[2] = { -1, -1 }, stats_fd = -1, status;
 	struct cuda_attach ca;
 	struct cudart c = { 0 };
@@ -205,9 +209,9 @@ TEST(test_probes_per_process)
 				c.launch(NULL, 0, 0, NULL, 0, NULL);
 		_exit(0);
 	}
-	if (!ASSERT_TRUE(child > 0, "fork"))
+	if (!ASSERT_TRUE(child > 0, "fork") || !ASSERT_OK(kernel_borrow(&k, skel), "kernel side"))
 		goto out;
-	cuda_init(&ca, skel, false);
+	cuda_init(&ca, k, false);
 	ASSERT_TRUE(cuda_scan(&ca, child) >= 5, "hooked for the child");
 	before = prog_runs(skel->progs.ts_cuda_call);
 	for (int i = 0; i < 10; i++)
@@ -240,6 +244,7 @@ out:
 		close(go[0]);
 		close(go[1]);
 	}
+	kernel_destroy(k);
 	tokenscope_bpf__destroy(skel);
 	if (c.h)
 		dlclose(c.h);

@@ -31,7 +31,7 @@ build() {
 	mkdir -p "$obj"
 	for f in user/*.c; do
 		b=$(basename "$f" .c)
-		case $b in main | trace | cuda | run) continue ;; esac
+		case $b in main | trace | cuda | run | kernel) continue ;; esac
 		o=$obj/$b.o
 		objs+=("$o")
 		if [ ! -f "$o" ] || [ -n "$(find "$f" user/*.h include/*.h -newer "$o" 2>/dev/null)" ]; then

@@ -1,0 +1,106 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The loader's kernel side: the only code that touches the BPF skeleton (tokenscope.skel.h)
+ * and the maps and programs in it. It opens the object and sets what the programs read as
+ * constants (capture bytes, GPU call records, traffic discovery, the tracer's own tgid, the
+ * ring buffer's size and wake-up bytes), loads and attaches it, reads the per-CPU counters
+ * (map `stats`), forgets an exited process's connections (map `conns`), adds a process to
+ * map `traced`, drains map `traffic_seen` for --all, maps and drains the ring buffer (map
+ * `events`) into a record callback, and attaches the CUDA uprobes and the CUPTI library's
+ * USDT probes for one process at a time.
+ *
+ * trace.c and cuda.c decide what to trace and say what went wrong; they see no skeleton and
+ * no map. Functions that can fail return 0 or a negative errno (the kernel's or libbpf's, as
+ * it was), and print nothing themselves.
+ */
+#ifndef TS_KERNEL_H
+#define TS_KERNEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct kernel;
+struct bpf_link;
+struct tokenscope_bpf;
+struct ts_traffic_seen;
+
+/* What the BPF programs read as constants, set before they are loaded. */
+struct kernel_config {
+	uint32_t capture_bytes; /* payload bytes copied per syscall */
+	bool gpu_calls;		/* a record per CUDA launch and copy (--kernels) */
+	bool discover_traffic;	/* --all: look at untraced processes' writes (map traffic_seen) */
+	uint32_t self_tgid;	/* the tracer's own process, never traced */
+	uint32_t ring_mb;	/* ring buffer size in MiB, a power of two */
+};
+
+/* libbpf's messages: warnings and information to stderr when verbose, none otherwise. */
+void kernel_log_verbose(bool verbose);
+/* The possible CPUs (the per-CPU maps' width), or a negative errno. */
+int kernel_ncpus(void);
+
+/* Opens the BPF object: *kp is the new kernel side, NULL on failure. */
+int kernel_open(struct kernel **kp);
+/* Sets the programs' constants and sizes the ring buffer (its failure is returned). */
+int kernel_configure(struct kernel *k, const struct kernel_config *c);
+/* Loads the programs and maps into the kernel (-EPERM/-EACCES: not allowed to). */
+int kernel_load(struct kernel *k);
+/* Attaches the syscall, fork and exit tracepoints' programs. */
+int kernel_attach(struct kernel *k);
+/* Frees what is left (the ring buffer too); NULL is nothing. */
+void kernel_destroy(struct kernel *k);
+/*
+ * The BPF tests (tests/bpf/) open and load the skeleton themselves and drive cuda.c over it: a
+ * kernel side over their skeleton, which kernel_destroy leaves to them to destroy.
+ */
+int kernel_borrow(struct kernel **kp, struct tokenscope_bpf *skel);
+
+/* Counter stat (enum ts_stat) summed over the CPUs into *sum. */
+int kernel_read_stat(struct kernel *k, unsigned int stat, uint64_t *sum);
+/* A process exited: its entries in map `conns` go (the kernel never saw their close()). */
+void kernel_forget_conns(struct kernel *k, uint32_t pid);
+/* Adds pid to map `traced`: its syscalls, forks and exit are traced from now on. */
+int kernel_trace_pid(struct kernel *k, uint32_t pid);
+
+/*
+ * --all: empties map `traffic_seen` (the processes seen writing streamed completions), taking
+ * the pids there now, each entry in turn, and calls fn for each one that is neither the tracer
+ * nor traced by then (fn may trace processes: later entries see it). Returns the sum of fn's
+ * returns.
+ */
+typedef int (*kernel_traffic_fn)(void *ctx, uint32_t pid, const struct ts_traffic_seen *v);
+int kernel_traffic_take(struct kernel *k, kernel_traffic_fn fn, void *ctx);
+
+/* The ring buffer of map `events`, each record handed to fn (which returns 0). */
+typedef int (*kernel_record_fn)(void *ctx, void *data, size_t size);
+int kernel_ring_open(struct kernel *k, kernel_record_fn fn, void *ctx);
+/* Waits up to timeout_ms for records and hands them over: how many, or a negative errno
+ * (-EINTR for a signal). */
+int kernel_ring_poll(struct kernel *k, int timeout_ms);
+/* Hands over the records there now, without waiting. */
+void kernel_ring_consume(struct kernel *k);
+/* Unmaps the ring buffer (none open, or k NULL: nothing). */
+void kernel_ring_close(struct kernel *k);
+
+/* The CUDA programs: a host wait's entry and return, and any other call (launch, copy). */
+enum kernel_cuda_probe {
+	KERNEL_CUDA_SYNC,
+	KERNEL_CUDA_SYNC_RET,
+	KERNEL_CUDA_CALL,
+};
+
+/*
+ * Attaches a CUDA program for pid alone at offset off of the file at path, or (func, with off
+ * 0) wherever libbpf finds that function by name; the program reads cookie (enum
+ * ts_cuda_fn). *link is the attachment on success.
+ */
+int kernel_attach_cuda(struct kernel *k, enum kernel_cuda_probe probe, int pid, const char *path,
+		       uint64_t off, const char *func, uint64_t cookie, struct bpf_link **link);
+/* Attaches the CUPTI program to the USDT probe TS_CUPTI_PROVIDER:name of the library at path,
+ * for pid alone. */
+int kernel_attach_cupti(struct kernel *k, int pid, const char *path, const char *name,
+			struct bpf_link **link);
+/* Detaches one attachment (NULL: nothing). */
+void kernel_link_destroy(struct bpf_link *link);
+
+#endif
