@@ -9,6 +9,9 @@ PKGS=(
 	libclang-rt-14-dev # libFuzzer, for make fuzz (tests/fuzz/)
 	# the metrics endpoint (libmicrohttpd) and its tests (promtool, prometheus)
 	libmicrohttpd-dev prometheus curl
+	# OTLP export: libcurl's header (the library is loaded at run time); openssl makes the
+	# https test's certificate
+	libcurl4-openssl-dev openssl
 	# end-to-end test servers and tools
 	python3 python3-fastapi python3-uvicorn python3-uvloop python3-httptools python3-aiohttp
 	golang-go nodejs strace bpftrace iproute2 procps

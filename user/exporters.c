@@ -111,6 +111,7 @@ int exporters_start(struct exporters *x, const struct export_opts *eo, struct pi
 
 		otlp_opts_default(&oo);
 		oo.endpoint = eo->otlp_url;
+		oo.ca_file = eo->otlp_ca;
 		oo.slow_ttft_ns = eo->slow_ttft_ns;
 		oo.slow_itl_ns = eo->slow_itl_ns;
 		oo.sample_ratio = eo->trace_sample;

@@ -23,6 +23,7 @@ struct export_opts {
 	bool prometheus;	/* report --prometheus: print the metrics text at the end */
 	bool by_process;	/* --by-process: a pid label on the request metrics */
 	const char *otlp_url;	/* --otlp URL, or NULL */
+	const char *otlp_ca;	/* --otlp-ca FILE, or NULL */
 	int64_t slow_ttft_ns, slow_itl_ns; /* anomalies exported in full; 0: not checked */
 	double trace_sample;		   /* share of normal requests exported as summary spans */
 	bool json; /* the summary (and the exporters' counters) go to stderr */

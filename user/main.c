@@ -59,6 +59,7 @@ enum {
 	OPT_SLOW_TTFT,
 	OPT_SLOW_ITL,
 	OPT_TRACE_SAMPLE,
+	OPT_OTLP_CA,
 	OPT_ALL,
 	OPT_NO_TRAFFIC,
 	OPT_BY_PROCESS,
@@ -93,7 +94,9 @@ static const struct argp_option trace_options[] = {
 	  0 },
 	{ "alert-exec", OPT_ALERT_EXEC, "CMD", 0, "Run CMD when an alert fires or resolves", 0 },
 	{ "otlp", OPT_OTLP, "URL", 0,
-	  "Send OpenTelemetry spans to an OTLP/HTTP collector (http://host:4318/v1/traces)", 0 },
+	  "Send OpenTelemetry spans to an OTLP/HTTP collector (http[s]://host:4318/v1/traces)", 0 },
+	{ "otlp-ca", OPT_OTLP_CA, "FILE", 0,
+	  "--otlp https: verify the collector with these CA certificates (PEM)", 0 },
 	{ "slow-ttft", OPT_SLOW_TTFT, "DUR", 0,
 	  "--otlp: a request with a slower TTFT is exported in full (e.g. 2s)", 0 },
 	{ "slow-itl", OPT_SLOW_ITL, "DUR", 0,
@@ -197,6 +200,9 @@ static bool parse_shared(int key, char *arg, struct argp_state *state, const str
 		if (parse_double(arg, &ex->trace_sample) || ex->trace_sample > 1)
 			argp_error(state, "invalid --trace-sample '%s' (0..1)", arg);
 		return true;
+	case OPT_OTLP_CA:
+		ex->otlp_ca = arg;
+		return true;
 	}
 	return false;
 }
@@ -290,6 +296,8 @@ static error_t trace_parse(int key, char *arg, struct argp_state *state)
 		}
 		if (o->no_traffic && !o->all)
 			argp_error(state, "--no-traffic is for --all");
+		if (o->ex.otlp_ca && !o->ex.otlp_url)
+			argp_error(state, "--otlp-ca is for --otlp https://...");
 		if (o->by_process && !live_view && !o->ex.listen)
 			argp_error(state, "--by-process labels the metrics of --listen (or splits "
 					  "the rows of tokenscope top): give --listen");
@@ -422,6 +430,8 @@ static const struct argp_option report_options[] = {
 	{ "alert-exec", OPT_ALERT_EXEC, "CMD", 0, "Run CMD when an alert fires or resolves", 0 },
 	{ "otlp", OPT_OTLP, "URL", 0,
 	  "Send the requests as OpenTelemetry spans, at the recording's times (see trace)", 0 },
+	{ "otlp-ca", OPT_OTLP_CA, "FILE", 0,
+	  "--otlp https: verify the collector with these CA certificates (PEM)", 0 },
 	{ "slow-ttft", OPT_SLOW_TTFT, "DUR", 0,
 	  "--otlp: a request with a slower TTFT is exported in full (e.g. 2s)", 0 },
 	{ "slow-itl", OPT_SLOW_ITL, "DUR", 0,
@@ -456,6 +466,8 @@ static error_t report_parse(int key, char *arg, struct argp_state *state)
 			argp_error(state, "no recording given: tokenscope report FILE");
 		if (o->ex.by_process && !o->ex.prometheus)
 			argp_error(state, "--by-process labels the metrics: give --prometheus");
+		if (o->ex.otlp_ca && !o->ex.otlp_url)
+			argp_error(state, "--otlp-ca is for --otlp https://...");
 		o->ex.json = o->json;
 		if (o->tokens && !o->json)
 			argp_error(state, "--tokens needs --json");

@@ -1,26 +1,20 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * OpenTelemetry traces: a sink that turns finished requests into traces and sends them to a
- * collector over OTLP/HTTP with the JSON encoding (POST {endpoint}, Content-Type
- * application/json). Plain http only: https is not supported; run a collector on loopback or
- * in the cluster and let it forward with TLS.
- *
- * A request is a SERVER span "{gen_ai.operation.name} {model}" (GenAI semantic conventions;
- * "{method} {path}" when the path is no GenAI operation) from arrival to end, with events
- * first_token and last_token, and INTERNAL child spans queue, prefill and decode when the GPU
- * attribution knows them.
+ * OpenTelemetry traces: a sink that turns finished requests into traces (otlp_span.h) and sends
+ * them to a collector over OTLP/HTTP with the JSON encoding (otlp_json.h; POST {endpoint},
+ * Content-Type application/json) through the libcurl transport (otlp_http.h: http and https).
  *
  * Tail sampling: a request is anomalous when its TTFT is above slow_ttft_ns, a token gap is
  * above slow_itl_ns, or its outcome is not ok. Anomalous requests are always exported, with an
  * event `token` per content frame; the others are exported as summary spans with probability
- * sample_ratio, decided from the trace id as OpenTelemetry's consistent probability sampling
- * does (its low 56 bits against a threshold), so the same ids always get the same decision.
+ * sample_ratio, decided from the trace id (consistent probability sampling).
  *
  * The sink callback only builds the span and puts it on a bounded queue; a thread batches
- * spans (batch_max, or every flush_ms), POSTs them and retries with backoff. A full queue drops
- * spans and counts them: a slow or dead collector never blocks tracing. A replay (backpressure)
- * has no kernel to keep up with: there the callback waits for room while the collector accepts
- * batches, and otlp_close keeps sending while batches are accepted.
+ * spans (batch_max, or every flush_ms), POSTs them and retries with backoff (429 and 5xx, and
+ * no answer; a Retry-After in seconds is followed, capped). A full queue drops spans and counts
+ * them: a slow or dead collector never blocks tracing. A replay (backpressure) has no kernel
+ * to keep up with: there the callback waits for room while the collector accepts batches, and
+ * otlp_close keeps sending while batches are accepted.
  *
  * Clocks: span times are the kernel's CLOCK_MONOTONIC times plus realtime_offset_ns
  * (CLOCK_REALTIME - CLOCK_MONOTONIC, measured once by the caller, or a recording's own from its
@@ -35,8 +29,10 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
-#include <sys/socket.h>
 
+#include "otlp_http.h"
+#include "otlp_json.h"
+#include "otlp_span.h"
 #include "sink.h"
 
 /* Defaults (otlp_opts_default). A trace costs about 2.4 KB encoded (request span and three
@@ -50,22 +46,21 @@
  * request is anomalous and long while the collector is away. */
 #define OTLP_QUEUE_BYTES (64u << 20)
 #define OTLP_FLUSH_MS 1000
-#define OTLP_TIMEOUT_MS 5000 /* one POST: connect, send, the response head */
+#define OTLP_TIMEOUT_MS 5000 /* one POST: connect (and TLS), send, the response */
 #define OTLP_MAX_ATTEMPTS 5
 #define OTLP_BACKOFF_MS 250	 /* before the first retry; doubled each time */
 #define OTLP_BACKOFF_MAX_MS 4000 /* also caps a Retry-After */
 #define OTLP_CLOSE_WAIT_MS 5000	 /* otlp_close: how long it keeps sending what is queued */
 /* Token events per span; more are counted in the span's droppedEventsCount. */
 #define OTLP_MAX_TOKEN_EVENTS 8192
-#define OTLP_MAX_ADDRS 4
 #define OTLP_DEFAULT_SERVICE "tokenscope"
-#define OTLP_DEFAULT_PATH "/v1/traces"
 #define OTLP_DEFAULT_RATIO 0.01
 
 struct otlp_opts {
-	/* http://host[:port][/path]; port 80 by default, path "/v1/traces" when empty. NULL:
-	 * nothing is sent and spans stay queued for otlp_take() (tests). */
+	/* http[s]://host[:port][/path]; port 80 or 443 by default, path "/v1/traces" when
+	 * empty. NULL: nothing is sent and spans stay queued for otlp_take() (tests). */
 	const char *endpoint;
+	const char *ca_file; /* https: the CA certificates to verify with; NULL: the system's */
 	const char *service_name; /* service.name; NULL: "tokenscope" */
 	const char *hostname;	  /* host.name; NULL: not sent */
 	int64_t slow_ttft_ns;	  /* anomaly thresholds; <= 0: not checked */
@@ -83,13 +78,6 @@ struct otlp_opts {
 	bool backpressure;
 };
 
-struct otlp_url {
-	char host[256]; /* without brackets for IPv6 */
-	uint16_t port;
-	char hostport[264]; /* Host header, as given */
-	char path[512];
-};
-
 /* Counts of requests (traces), not of spans: a trace is a request span and its children. */
 struct otlp_stats {
 	uint64_t exported;	 /* accepted by the collector (2xx) */
@@ -101,19 +89,15 @@ struct otlp_stats {
 	uint64_t retries;	 /* POST attempts after a batch's first */
 	uint64_t unsent;	 /* still queued when otlp_close stopped waiting */
 	uint64_t batches;	 /* POSTs accepted */
-	char last_error[160];	 /* the latest failure, "" if none */
+	char last_error[256];	 /* the latest failure, "" if none */
 };
-
-struct otlp_span; /* one request's trace, as queued */
 
 struct otlp {
 	struct otlp_opts o;
 	char service[128], hostname[256];
 	struct otlp_url url;
-	struct sockaddr_storage addrs[OTLP_MAX_ADDRS];
-	socklen_t addrlens[OTLP_MAX_ADDRS];
-	int naddrs;
-	uint64_t rng[4];	  /* used by the sink callback's thread only */
+	struct otlp_http *http;	  /* the sender thread's */
+	struct otlp_rng rng;	  /* used by the sink callback's thread only */
 	uint64_t keep_threshold;  /* sampling: keep when the id's low 56 bits are >= this */
 	pthread_mutex_t lock;	  /* queue, stats, stopping */
 	pthread_cond_t wake;	  /* CLOCK_MONOTONIC */
@@ -133,25 +117,10 @@ struct otlp {
 	char error[256]; /* why otlp_init failed */
 };
 
-/* Why a request was exported in full (a bit mask). */
-enum {
-	OTLP_SLOW_TTFT = 1,
-	OTLP_SLOW_ITL = 2,
-	OTLP_NOT_OK = 4,
-};
-
 void otlp_opts_default(struct otlp_opts *opts);
-/* "http://host[:port][/path]"; -EPROTONOSUPPORT for https (and other schemes), -EINVAL for a
- * malformed URL; err says why. */
-int otlp_parse_url(const char *url, struct otlp_url *u, char *err, size_t errlen);
-/*
- * A collector's response head (NUL-terminated, modified in place): "HTTP/1.x NNN ..." then
- * headers. 0 with *status (100..999) and *retry_after_s from Retry-After in seconds (-1 when
- * absent or not seconds), or -EPROTO for a head that is not one.
- */
-int otlp_parse_response(char *head, int *status, int *retry_after_s);
-/* Parses the endpoint and resolves its host (once, here: getaddrinfo may block), starts the
- * sender thread. Negative errno on failure, with o->error saying why; nothing to close then. */
+/* Parses the endpoint, opens the transport (loading libcurl), starts the sender thread; the
+ * host is resolved when sending (a proxy may be the one to resolve it). Negative errno on failure,
+ * with o->error saying why; nothing to close then. */
 int otlp_init(struct otlp *o, const struct otlp_opts *opts);
 struct sink otlp_sink(struct otlp *o);
 /* Where the spans come from when it is not this machine now (a recording's header): the offset
@@ -166,16 +135,11 @@ void otlp_get_stats(struct otlp *o, struct otlp_stats *st);
 /* One summary line ("  otlp: ...") and, after a failure, the last error. */
 void otlp_print_stats(const struct otlp_stats *st, const char *endpoint, FILE *f);
 
-/* The pieces, for tests and for the sender. */
-unsigned otlp_anomaly(const struct otlp_opts *opts, const struct request *r,
-		      const struct request_metrics *m);
-/* Consistent probability sampling on the trace id's low 56 bits. */
-bool otlp_sampled(const uint8_t trace_id[16], double ratio);
+/* The pieces, for tests. */
 /* Removes up to max queued spans (oldest first) into out; returns how many. */
 size_t otlp_take(struct otlp *o, struct otlp_span **out, size_t max);
-/* One ExportTraceServiceRequest for spans[0..n) into a malloc'ed buffer (*buf, *len). */
+/* spans[0..n) encoded as the sender encodes them (otlp_json_encode with o's resource). */
 int otlp_encode(const struct otlp *o, struct otlp_span *const *spans, size_t n, char **buf,
 		size_t *len);
-void otlp_span_free(struct otlp_span *s);
 
 #endif

@@ -1,10 +1,11 @@
 #!/usr/bin/python3
 """A loopback OTLP/HTTP receiver for the tests: stores every JSON body POSTed to it.
 
-    receiver.py --dir DIR --port-file FILE [--port N]
+    receiver.py --dir DIR --port-file FILE [--port N] [--tls CERT KEY]
 
-Listens on 127.0.0.1 (port 0: any free one, written to FILE once listening). A POST to
-/NAME/... is answered by NAME:
+Listens on 127.0.0.1 (port 0: any free one, written to FILE once listening), over TLS with
+--tls. A POST to /NAME/... (or, as a proxy sees it, to http://HOST/NAME/...) is answered by
+NAME:
   flaky   503 with Retry-After: 0 to its first two requests, then as ok
   busy    429 with Retry-After: 1 to its first request, then as ok
   reject  400 (a collector refusing the data; nothing stored)
@@ -16,7 +17,9 @@ import argparse
 import http.server
 import json
 import os
+import ssl
 import threading
+import urllib.parse
 
 lock = threading.Lock()
 seen = {}  # NAME -> requests so far
@@ -25,6 +28,10 @@ stored = [0]
 
 class Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # The head and the body are two writes; on a kept-alive connection Nagle's algorithm
+    # would hold the body until the client's delayed ACK (40 ms a POST), as a collector
+    # written in Go (TCP_NODELAY by default) does not.
+    disable_nagle_algorithm = True
 
     def reply(self, code, body=b"{}", headers=()):
         self.send_response(code)
@@ -38,7 +45,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def do_POST(self):
         length = int(self.headers.get("Content-Length", "0"))
         body = self.rfile.read(length)
-        name = self.path.strip("/").split("/")[0] or "root"
+        # A proxy is sent the absolute form of the target.
+        path = urllib.parse.urlsplit(self.path).path if "://" in self.path else self.path
+        name = path.strip("/").split("/")[0] or "root"
         with lock:
             seen[name] = seen.get(name, 0) + 1
             nth = seen[name]
@@ -77,9 +86,14 @@ def serve(handler):
     ap.add_argument("--dir", required=True)
     ap.add_argument("--port-file", required=True)
     ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--tls", nargs=2, metavar=("CERT", "KEY"))
     a = ap.parse_args()
     os.makedirs(a.dir, exist_ok=True)
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", a.port), handler)
+    if a.tls:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(a.tls[0], a.tls[1])
+        srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
     srv.daemon_threads = True
     srv.dir = a.dir
     with open(a.port_file + ".tmp", "w") as f:

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# OTLP export over a real socket: builds tests/otlp/test_otlp_live.c with user/*.c (but the
-# loader's main.c, trace.c, cuda.c, run.c) under ASan/UBSan into .output/otlp (OTLP_LIVE_BIN: use that
-# binary instead), starts tests/otlp/receiver.py on a loopback port, and runs the program
-# against it. Prints PASS/FAIL/SKIP lines and "N passed, N failed, N skipped".
+# OTLP export over a real socket, plain, through a proxy and over TLS: builds
+# tests/otlp/test_otlp_live.c with user/*.c (but the loader's files) under ASan/UBSan into
+# .output/otlp (OTLP_LIVE_BIN: use that binary instead), starts tests/otlp/receiver.py on two
+# loopback ports (http, and https with a certificate made here), and runs the program against
+# them. Prints PASS/FAIL/SKIP lines and "N passed, N failed, N skipped".
 set -u
 cd "$(dirname "$0")/../.."
 OUT=.output
@@ -55,21 +56,35 @@ else
 fi
 
 tmp=$(mktemp -d /tmp/tokenscope-otlp.XXXXXX)
-"$PY" tests/otlp/receiver.py --dir "$tmp/bodies" --port-file "$tmp/port" 2>"$tmp/receiver.log" &
-receiver=$!
+receivers=()
 cleanup() {
-	kill "$receiver" 2>/dev/null
-	wait "$receiver" 2>/dev/null
+	kill "${receivers[@]}" 2>/dev/null
+	wait "${receivers[@]}" 2>/dev/null
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
-for _ in $(seq 100); do
-	[ -s "$tmp/port" ] && break
-	kill -0 "$receiver" 2>/dev/null || break
-	sleep 0.05
-done
-if [ ! -s "$tmp/port" ]; then
-	cat "$tmp/receiver.log"
-	fail "otlp_live_receiver: receiver.py did not start"
+# The https receiver's certificate, for localhost and 127.0.0.1; the tests verify it as their
+# CA (a self-signed certificate is its own).
+if ! openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=localhost \
+	-addext "subjectAltName=DNS:localhost,IP:127.0.0.1" -keyout "$tmp/key.pem" \
+	-out "$tmp/cert.pem" >"$tmp/openssl.log" 2>&1; then
+	cat "$tmp/openssl.log"
+	fail "otlp_live_cert: openssl could not make the test certificate (install openssl)"
 fi
-"$BIN" "$(cat "$tmp/port")" "$tmp/bodies"
+start_receiver() { # name extra-args...
+	local name=$1
+	shift
+	"$PY" tests/otlp/receiver.py --dir "$tmp/bodies" --port-file "$tmp/$name.port" "$@" \
+		2>"$tmp/$name.log" &
+	receivers+=($!)
+	for _ in $(seq 100); do
+		[ -s "$tmp/$name.port" ] && return 0
+		kill -0 "${receivers[-1]}" 2>/dev/null || break
+		sleep 0.05
+	done
+	cat "$tmp/$name.log"
+	fail "otlp_live_receiver: receiver.py ($name) did not start"
+}
+start_receiver http
+start_receiver https --tls "$tmp/cert.pem" "$tmp/key.pem"
+"$BIN" "$(cat "$tmp/http.port")" "$tmp/bodies" "$(cat "$tmp/https.port")" "$tmp/cert.pem"

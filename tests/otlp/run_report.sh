@@ -164,9 +164,55 @@ else
 	ok "otlp_report_down: the report is whole, exits 0 and counts the undelivered traces (${took} s)"
 fi
 
-# 8. the options are checked as trace checks them
+# 8. https, verified with --otlp-ca (the receiver's self-signed certificate)
+if ! openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=localhost \
+	-addext "subjectAltName=DNS:localhost,IP:127.0.0.1" -keyout "$TMP/key.pem" \
+	-out "$TMP/cert.pem" >"$TMP/openssl.log" 2>&1; then
+	ko "otlp_report_https" "openssl could not make the certificate: $(tail -n 2 "$TMP/openssl.log")"
+else
+	"$PY" tests/otlp/receiver.py --dir "$TMP/bodies" --port-file "$TMP/tls.port" \
+		--tls "$TMP/cert.pem" "$TMP/key.pem" 2>"$TMP/tls.log" &
+	pids+=($!)
+	for _ in $(seq 100); do [ -s "$TMP/tls.port" ] && break; sleep 0.05; done
+	tls="https://localhost:$(cat "$TMP/tls.port" 2>/dev/null)"
+	report https --otlp "$tls/https/v1/traces" --otlp-ca "$TMP/cert.pem" --trace-sample 1
+	if [ "$(cat "$TMP/https.rc")" -ne 0 ] || ! cmp -s "$TMP/plain.json" "$TMP/https.json"; then
+		ko "otlp_report_https" "rc=$(cat "$TMP/https.rc"): $(tail -n 2 "$TMP/https.err")"
+	elif ! grep -q "otlp: 6 traces exported (0 anomalous queued), 0 sampled out, 0 dropped" "$TMP/https.err"; then
+		ko "otlp_report_https" "counters: $(grep otlp: "$TMP/https.err")"
+	elif ! out=$("$PY" "$CHECK" check "$TMP/moved.tsr" "$TMP/plain.json" "$TMP/bodies/https" summary); then
+		ko "otlp_report_https" "$out"
+	else
+		ok "otlp_report_https: the same spans over TLS, verified with --otlp-ca"
+	fi
+fi
+
+# 9. a machine without libcurl (hidden in a mount namespace): --otlp says what to install, and
+# the rest of tokenscope does not need it
+libs=$(ldconfig -p | awk '/libcurl(-gnutls)?\.so\.4 /{print $NF}' | sort -u | tr '\n' ' ')
+if [ -z "$libs" ] || ! unshare -m true 2>/dev/null; then
+	echo "SKIP otlp_report_no_libcurl: needs root (unshare -m) and libcurl installed"
+	skip=$((skip + 1))
+else
+	# shellcheck disable=SC2016 # expanded by the inner shell
+	unshare -m sh -c 'for l in $0; do mount --bind /dev/null "$l" || exit 9; done
+		"$1" report "$2" --otlp "$3" >"$4.out" 2>"$4.err"; echo $? >"$4.rc"
+		"$1" report "$2" --json --tokens >"$4.plain" 2>/dev/null; echo $? >"$4.plainrc"' \
+		"$libs" "$TS" "$TMP/moved.tsr" "$url/nolib/v1/traces" "$TMP/nolib"
+	if [ "$(cat "$TMP/nolib.rc" 2>/dev/null)" = 0 ] ||
+		! grep -q "OTLP export needs libcurl, which is not installed.*apt-get install libcurl4" "$TMP/nolib.err"; then
+		ko "otlp_report_no_libcurl" "rc=$(cat "$TMP/nolib.rc" 2>/dev/null): $(head -n 2 "$TMP/nolib.err")"
+	elif [ "$(cat "$TMP/nolib.plainrc")" != 0 ] || ! cmp -s "$TMP/plain.json" "$TMP/nolib.plain"; then
+		ko "otlp_report_no_libcurl" "report without --otlp failed without libcurl"
+	else
+		sed 's/^/  /' "$TMP/nolib.err" | head -n 1
+		ok "otlp_report_no_libcurl: --otlp refuses with what to install; report works without it"
+	fi
+fi
+
+# 10. the options are checked as trace checks them
 bad=0
-for args in "--trace-sample 2" "--otlp https://collector:4318" "--otlp http://h:0/" "--slow-ttft 5" \
+for args in "--trace-sample 2" "--otlp ftp://collector:4318" "--otlp http://h:0/" "--slow-ttft 5" \
 	"--slow-itl x"; do
 	# shellcheck disable=SC2086
 	"$TS" report "$TMP/moved.tsr" $args >/dev/null 2>"$TMP/usage.err"
@@ -176,7 +222,13 @@ for args in "--trace-sample 2" "--otlp https://collector:4318" "--otlp http://h:
 		bad=1
 	fi
 done
-[ $bad -eq 0 ] && ok "otlp_report_usage: bad --otlp, --trace-sample, --slow-* exit 2" ||
+"$TS" report "$TMP/moved.tsr" --otlp-ca "$TMP/cert.pem" >/dev/null 2>"$TMP/usage.err"
+rc=$?
+if [ $rc -ne 2 ] || ! grep -q -- "--otlp-ca is for --otlp" "$TMP/usage.err"; then
+	echo "  report --otlp-ca alone: rc=$rc $(head -n 1 "$TMP/usage.err")"
+	bad=1
+fi
+[ $bad -eq 0 ] && ok "otlp_report_usage: bad --otlp, --trace-sample, --slow-*, --otlp-ca alone exit 2" ||
 	ko "otlp_report_usage" "see above"
 
 done_

@@ -3,8 +3,10 @@
  * what arrives (count, structure, Content-Type), the flush interval, retries on 503 and 429
  * (Retry-After), a 4xx refusal, and a collector that refuses connections or never answers:
  * the sink never blocks, close returns within its bound, and every trace is accounted for.
+ * Then the transport's reach: https to a receiver with a certificate of its own (verified with
+ * it as the CA, and refused without), and a proxy from the environment.
  *
- * Usage: otlp_live PORT BODY_DIR */
+ * Usage: otlp_live PORT BODY_DIR TLS_PORT CERT */
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -24,8 +26,8 @@
 #define T0 5000000000000ull
 #define OFFSET 1700000000000000000ll
 
-static int port;
-static const char *body_dir;
+static int port, tls_port;
+static const char *body_dir, *cert;
 
 static double now_s(void)
 {
@@ -532,13 +534,111 @@ out:
 	close(fd);
 }
 
+/* https, verified against the receiver's own certificate: everything arrives. */
+TEST(test_https)
+{
+	struct otlp_opts opts;
+	struct otlp_stats st;
+	struct received rc;
+	struct otlp o;
+	struct sink sk;
+	char url[128];
+
+	opts_live(&opts, url, sizeof(url), "unused");
+	snprintf(url, sizeof(url), "https://localhost:%d/tls/v1/traces", tls_port);
+	opts.ca_file = cert;
+	if (!ASSERT_OK(otlp_init(&o, &opts), "init"))
+		return;
+	sk = otlp_sink(&o);
+	for (int i = 0; i < 12; i++)
+		feed(&sk, i, i % 3 == 0);
+	otlp_close(&o);
+	otlp_get_stats(&o, &st);
+	otlp_print_stats(&st, url, stdout);
+	ASSERT_EQ(st.exported, 12, "exported over TLS");
+	ASSERT_EQ(st.failed_batches, 0, "no failed batch");
+	accounted(&st, 12);
+	read_received("tls", &rc);
+	ASSERT_EQ(rc.roots, 12, "every request span received");
+	ASSERT_EQ(rc.anomalous, 4, "the slow ones in full");
+	ASSERT_FALSE(rc.bad_ctype || rc.bad_structure, "OTLP JSON as sent in plain http");
+}
+
+/* The same receiver without its CA: the certificate is refused, nothing is sent, and the
+ * summary says why; a CA file that is not there is refused at init. */
+TEST(test_https_unverified)
+{
+	struct otlp_opts opts;
+	struct otlp_stats st;
+	struct received rc;
+	struct otlp o;
+	struct sink sk;
+	char url[128];
+
+	opts_live(&opts, url, sizeof(url), "unused");
+	snprintf(url, sizeof(url), "https://localhost:%d/untrusted/v1/traces", tls_port);
+	opts.max_attempts = 1;
+	opts.err = NULL;
+	if (!ASSERT_OK(otlp_init(&o, &opts), "init"))
+		return;
+	sk = otlp_sink(&o);
+	for (int i = 0; i < 3; i++)
+		feed(&sk, i, false);
+	otlp_close(&o);
+	otlp_get_stats(&o, &st);
+	otlp_print_stats(&st, url, stdout);
+	ASSERT_EQ(st.exported, 0, "nothing exported to an unverified collector");
+	ASSERT_EQ(st.failed, 3, "the batch failed");
+	ASSERT_TRUE(strstr(st.last_error, "certificate") != NULL, "says the certificate");
+	read_received("untrusted", &rc);
+	ASSERT_EQ(rc.bodies, 0, "nothing received");
+	accounted(&st, 3);
+
+	opts.ca_file = "/nonexistent/ca.pem";
+	ASSERT_EQ(otlp_init(&o, &opts), -ENOENT, "a missing CA file");
+	ASSERT_TRUE(strstr(o.error, "/nonexistent/ca.pem") != NULL, "names it");
+}
+
+/* http_proxy from the environment: the endpoint's host does not resolve, and the proxy (the
+ * plain receiver, which takes the absolute form) is where the POST goes. */
+TEST(test_proxy)
+{
+	struct otlp_opts opts;
+	struct otlp_stats st;
+	struct received rc;
+	struct otlp o;
+	struct sink sk;
+	char url[128], proxy[64];
+
+	opts_live(&opts, url, sizeof(url), "unused");
+	snprintf(url, sizeof(url), "http://collector.invalid:4318/proxied/v1/traces");
+	snprintf(proxy, sizeof(proxy), "http://127.0.0.1:%d", port);
+	setenv("http_proxy", proxy, 1);
+	if (!ASSERT_OK(otlp_init(&o, &opts), "init"))
+		goto out;
+	sk = otlp_sink(&o);
+	for (int i = 0; i < 5; i++)
+		feed(&sk, i, false);
+	otlp_close(&o);
+	otlp_get_stats(&o, &st);
+	otlp_print_stats(&st, url, stdout);
+	ASSERT_EQ(st.exported, 5, "exported through the proxy");
+	accounted(&st, 5);
+	read_received("proxied", &rc);
+	ASSERT_EQ(rc.roots, 5, "the proxy received every span");
+out:
+	unsetenv("http_proxy");
+}
+
 int main(int argc, char **argv)
 {
-	if (argc != 3) {
-		fprintf(stderr, "usage: %s PORT BODY_DIR\n", argv[0]);
+	if (argc != 5) {
+		fprintf(stderr, "usage: %s PORT BODY_DIR TLS_PORT CERT\n", argv[0]);
 		return 2;
 	}
 	port = atoi(argv[1]);
 	body_dir = argv[2];
+	tls_port = atoi(argv[3]);
+	cert = argv[4];
 	return check_run_all();
 }

@@ -194,14 +194,18 @@ TEST(test_url)
 	ASSERT_OK(otlp_parse_url("HTTP://c:4318/otlp/v1/traces", &u, err, sizeof(err)), "case");
 	ASSERT_STREQ(u.path, "/otlp/v1/traces", "own path");
 
-	ASSERT_EQ(otlp_parse_url("https://c:4318/v1/traces", &u, err, sizeof(err)),
-		  -EPROTONOSUPPORT, "https");
-	ASSERT_TRUE(strstr(err, "https is not supported") != NULL, "says https is not supported");
+	ASSERT_STREQ(u.full, "http://c:4318/otlp/v1/traces", "what is requested");
+	ASSERT_FALSE(u.tls, "http is plain");
+	ASSERT_OK(otlp_parse_url("https://collector.example", &u, err, sizeof(err)), "https");
+	ASSERT_TRUE(u.tls, "https is TLS");
+	ASSERT_EQ(u.port, 443, "https default port");
+	ASSERT_STREQ(u.full, "https://collector.example/v1/traces", "https default path");
 	ASSERT_EQ(otlp_parse_url("grpc://c:4317", &u, err, sizeof(err)), -EPROTONOSUPPORT, "grpc");
 	const char *bad[] = { "c:4318",		 "http://",	     "http://:4318/",
 			      "http://c:0/",	 "http://c:65536",   "http://c:43x8/",
 			      "http://[::1/",	 "http://u@c/",	     "http://c/a b",
-			      "http://c/a#frag", "http://[::1]x:80/" };
+			      "http://c/a#frag", "http://[::1]x:80/", "https://",
+			      "http://c%0a@x/",	 "http://a,b/",	     "http://c\\d/" };
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
 		ASSERT_EQ(otlp_parse_url(bad[i], &u, err, sizeof(err)), -EINVAL, bad[i]);
 
@@ -209,9 +213,9 @@ TEST(test_url)
 	struct otlp_opts opts;
 
 	otlp_opts_default(&opts);
-	opts.endpoint = "https://c:4318";
-	ASSERT_EQ(otlp_init(&o, &opts), -EPROTONOSUPPORT, "init refuses https");
-	ASSERT_TRUE(strstr(o.error, "https is not supported") != NULL, "init says why");
+	opts.endpoint = "ftp://c:4318";
+	ASSERT_EQ(otlp_init(&o, &opts), -EPROTONOSUPPORT, "init refuses another scheme");
+	ASSERT_TRUE(strstr(o.error, "expected http[s]://") != NULL, "init says why");
 	opts.endpoint = "http://127.0.0.1:4318";
 	opts.sample_ratio = 1.5;
 	ASSERT_EQ(otlp_init(&o, &opts), -EINVAL, "ratio above 1");
@@ -219,35 +223,31 @@ TEST(test_url)
 }
 
 /* A slow first token: the full trace, an event per token, the GPU attribution as children. */
-/* A collector's answer: its status and Retry-After in seconds, and what is not an answer. */
-TEST(test_response)
+/* A collector's answer: Retry-After in seconds, what is not seconds, and other headers. */
+TEST(test_retry_after)
 {
 	static const struct {
-		const char *head;
-		int rc, status, retry;
+		const char *line;
+		int v;
 	} cases[] = {
-		{ "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}", 0, 200, -1 },
-		{ "HTTP/1.0 429 Too Many\r\nretry-after: 3\r\n\r\n", 0, 429, 3 },
-		{ "HTTP/1.1 503 X\r\nRetry-After: Wed, 21 Oct 2026 07:28:00 GMT\r\n\r\n", 0, 503,
-		  -1 },
-		{ "HTTP/1.1 503 X\r\nRetry-After: 99999999999\r\n\r\n", 0, 503, INT32_MAX },
-		{ "HTTP/1.1 040 X\r\n\r\n", -EPROTO, -1, -1 }, /* found by fuzz_otlp_response */
-		{ "HTTP/1.1 20", -EPROTO, -1, -1 },
-		{ "HTTP/2 200\r\n\r\n", -EPROTO, -1, -1 },
-		{ "", -EPROTO, -1, -1 },
+		{ "Retry-After: 3\r\n", 3 },
+		{ "retry-after:0", 0 },
+		{ "RETRY-AFTER: \t 12 \r\n", 12 },
+		{ "Retry-After: 99999999999\r\n", INT32_MAX },
+		{ "Retry-After: Wed, 21 Oct 2026 07:28:00 GMT\r\n", -1 },
+		{ "Retry-After: 3x\r\n", -1 },
+		{ "Retry-After:\r\n", -1 },
+		{ "Retry-After: -1\r\n", -1 },
+		{ "Retry-Afte: 3\r\n", -2 },
+		{ "Content-Length: 2\r\n", -2 },
+		{ "", -2 },
 	};
 
-	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		char head[256];
-		int status = -1, retry = -7;
-
-		snprintf(head, sizeof(head), "%s", cases[i].head);
-		if (!ASSERT_EQ(otlp_parse_response(head, &status, &retry), cases[i].rc,
-			       cases[i].head))
-			continue;
-		ASSERT_EQ(status, cases[i].status, "status");
-		ASSERT_EQ(retry, cases[i].retry, "Retry-After");
-	}
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		ASSERT_EQ(otlp_retry_after(cases[i].line, strlen(cases[i].line)), cases[i].v,
+			  cases[i].line);
+	/* Only n bytes are read: "Retry-After: 7" cut before its digit. */
+	ASSERT_EQ(otlp_retry_after("Retry-After: 7", 13), -1, "length bounds the line");
 }
 
 TEST(test_anomalous)
