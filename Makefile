@@ -40,10 +40,12 @@ Q := @
 msg = @printf '  %-8s %s\n' "$(1)" "$(2)";
 endif
 
-# Every user/ file but the loader (main.c, trace.c, cuda.c, run.c, kernel.c) is a pipeline stage
-# that tests link too.
-LOADER_SRCS := user/main.c user/trace.c user/cuda.c user/run.c user/kernel.c
-LIB_SRCS := $(filter-out $(LOADER_SRCS),$(wildcard user/*.c))
+# user/ is in folders by the data flow (docs/architecture.md): cli, loader, pipeline, record,
+# sinks, lib. Every file but main.c and the loader's skeleton users (trace.c, cuda.c, run.c,
+# kernel.c) is code the tests link too.
+LOADER_SRCS := user/cli/main.c user/loader/trace.c user/loader/cuda.c user/loader/run.c \
+	user/loader/kernel.c
+LIB_SRCS := $(filter-out $(LOADER_SRCS),$(wildcard user/*/*.c))
 LIB_OBJS := $(patsubst user/%.c,$(OUTPUT)/user/%.o,$(LIB_SRCS))
 TOOL_OBJS := $(patsubst user/%.c,$(OUTPUT)/user/%.o,$(LOADER_SRCS))
 # Unit tests run under AddressSanitizer and UBSan, against their own build of the pipeline.
@@ -84,7 +86,7 @@ endif
 
 all: $(OUTPUT)/tokenscope $(TOOLS) $(UNIT_TESTS) $(BPF_TESTS)
 
-$(OUTPUT) $(OUTPUT)/user $(OUTPUT)/tests $(OUTPUT)/san:
+$(OUTPUT) $(OUTPUT)/tests:
 	$(Q)mkdir -p $@
 
 $(OUTPUT)/tokenscope.bpf.o: bpf/tokenscope.bpf.c $(wildcard bpf/lib/*.h) $(wildcard include/*.h) \
@@ -99,10 +101,11 @@ $(OUTPUT)/tokenscope.skel.h: $(OUTPUT)/tokenscope.bpf.o
 	$(Q)$(BPFTOOL) gen skeleton $< name tokenscope_bpf > $@
 
 # kernel.c alone includes the skeleton (kernel.h: the loader's kernel side).
-$(OUTPUT)/user/kernel.o: $(OUTPUT)/tokenscope.skel.h
+$(OUTPUT)/user/loader/kernel.o: $(OUTPUT)/tokenscope.skel.h
 
-$(OUTPUT)/user/%.o: user/%.c | $(OUTPUT)/user
+$(OUTPUT)/user/%.o: user/%.c
 	$(call msg,CC,$@)
+	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(USER_CFLAGS) $(DEPFLAGS) -c $< -o $@
 
 $(OUTPUT)/tokenscope: $(LIB_OBJS) $(TOOL_OBJS)
@@ -126,8 +129,9 @@ $(OUTPUT)/peekcost: tests/peekcost.c $(OUTPUT)/tokenscope.skel.h | $(OUTPUT)
 	$(call msg,CC,$@)
 	$(Q)$(CC) $(USER_CFLAGS) $< -o $@ $(LDLIBS)
 
-$(OUTPUT)/san/%.o: user/%.c | $(OUTPUT)/san
+$(OUTPUT)/san/%.o: user/%.c
 	$(call msg,CC-SAN,$@)
+	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(USER_CFLAGS) $(SAN_FLAGS) $(DEPFLAGS) -c $< -o $@
 
 # libFuzzer targets (tests/fuzz/, run by scripts/fuzz.sh): clang, and the pipeline built again
@@ -145,8 +149,9 @@ fuzz-build: $(FUZZ_BINS)
 $(OUTPUT)/fuzz/obj:
 	$(Q)mkdir -p $@
 
-$(OUTPUT)/fuzz/obj/%.o: user/%.c | $(OUTPUT)/fuzz/obj
+$(OUTPUT)/fuzz/obj/%.o: user/%.c
 	$(call msg,CC-FUZZ,$@)
+	$(Q)mkdir -p $(@D)
 	$(Q)$(CLANG) $(USER_CFLAGS) $(FUZZ_FLAGS) $(DEPFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
 
 $(OUTPUT)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(wildcard tests/fuzz/*.h) $(FUZZ_OBJS)
@@ -219,11 +224,11 @@ $(OUTPUT)/tests/test_cupti_runs: tests/unit/test_cupti_runs.c tests/unit/check.h
 	$(call msg,TEST,$@)
 	$(Q)$(CC) $(CUPTI_CFLAGS) $(SAN_FLAGS) -Itests/unit $< $(CUPTI_TESTED) -o $@
 
-$(OUTPUT)/tests/%: tests/bpf/%.c tests/unit/check.h $(LIB_OBJS) $(OUTPUT)/user/cuda.o \
-		$(OUTPUT)/user/kernel.o $(OUTPUT)/tokenscope.skel.h | $(OUTPUT)/tests
+$(OUTPUT)/tests/%: tests/bpf/%.c tests/unit/check.h $(LIB_OBJS) $(OUTPUT)/user/loader/cuda.o \
+		$(OUTPUT)/user/loader/kernel.o $(OUTPUT)/tokenscope.skel.h | $(OUTPUT)/tests
 	$(call msg,TEST,$@)
-	$(Q)$(CC) $(USER_CFLAGS) -Itests/unit $< $(LIB_OBJS) $(OUTPUT)/user/cuda.o \
-		$(OUTPUT)/user/kernel.o -o $@ $(LDLIBS) -ldl
+	$(Q)$(CC) $(USER_CFLAGS) -Itests/unit $< $(LIB_OBJS) $(OUTPUT)/user/loader/cuda.o \
+		$(OUTPUT)/user/loader/kernel.o -o $@ $(LDLIBS) -ldl
 
 deps:
 	$(Q)scripts/deps.sh
@@ -253,11 +258,11 @@ vmlinux:
 	$(Q)scripts/gen-vmlinux.sh
 
 format:
-	$(Q)clang-format -i bpf/*.c include/*.h user/*.c user/*.h tests/*.c tests/unit/*.[ch] tests/bpf/*.c
+	$(Q)clang-format -i bpf/*.c include/*.h $(filter-out user/record/record.c,$(wildcard user/*/*.[ch])) tests/*.c tests/unit/*.[ch] tests/bpf/*.c
 
 clean:
 	$(Q)rm -rf $(OUTPUT)
 
 # The headers each object included when it was last built (none before the first build, when
 # everything is built anyway).
--include $(wildcard $(OUTPUT)/user/*.d $(OUTPUT)/san/*.d $(OUTPUT)/fuzz/obj/*.d)
+-include $(wildcard $(OUTPUT)/user/*/*.d $(OUTPUT)/san/*/*.d $(OUTPUT)/fuzz/obj/*/*.d)

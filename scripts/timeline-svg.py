@@ -29,7 +29,7 @@ PALETTE = ["#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#76b7b2", "#edc948", "#f
 LEGEND_ORDER = ["queue", "prefill", "decode", "mixed", "other", "waiting for first token",
                 "streaming"]
 
-CONN_PID = 4194304  # user/timeline.h: TIMELINE_CONN_PID; a connection's tid is it + its number
+CONN_PID = 4194304  # user/sinks/timeline.h: TIMELINE_CONN_PID; a connection's tid is it + its number
 LABEL_W = 200   # px for the row labels
 RIGHT_PAD = 24
 ROW_H = 22

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * nvmlstub: a stand-in for NVML (libnvidia-ml.so.1) on machines without an NVIDIA driver. It
- * exports the functions user/nvml.c looks up, with NVML's signatures and struct layouts, and
+ * exports the functions user/loader/nvml.c looks up, with NVML's signatures and struct layouts, and
  * answers them from the environment, so tests know the exact values tokenscope must show.
  *
  *   make .output/standin/libnvidia-ml.so.1       (every function)

@@ -9,8 +9,9 @@
  * that were scheduled, and nothing ever sleeps in the loop.
  *
  * --pattern chooses how the bytes of a stream are cut into syscalls, reproducing the stacks
- * captured in tests/fixtures/, because the tracer must reassemble frames whatever the cut. Bytes a socket does not
- * take are kept and written on EPOLLOUT, so back-pressure changes the cut but never the bytes.
+ * captured in tests/fixtures/, because the tracer must reassemble frames whatever the cut. Bytes a
+ * socket does not take are kept and written on EPOLLOUT, so back-pressure changes the cut but never
+ * the bytes.
  *
  * --gpu reproduces vLLM's process layout instead of timing tokens itself: this process stays the
  * API server and a child process (the engine, this binary exec'd again with --engine-fd) runs a

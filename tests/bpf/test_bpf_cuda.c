@@ -16,10 +16,10 @@
 #include <bpf/libbpf.h>
 
 #include "check.h"
-#include "cuda.h"
+#include "loader/cuda.h"
 #include "events.h"
-#include "gpu.h"
-#include "kernel.h"
+#include "pipeline/gpu.h"
+#include "loader/kernel.h"
 #include "tokenscope.skel.h"
 
 #define MAX_STEPS 64

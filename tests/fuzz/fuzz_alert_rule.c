@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * The --alert rule parser (alert_parse, user/alert.c) on any text, and an accepted rule added
+ * The --alert rule parser (alert_parse, user/sinks/alert.c) on any text, and an accepted rule added
  * to an alert set, evaluated over a few finished requests and rendered for Prometheus.
  *
  * Input: the rule, up to its first NUL.
@@ -12,10 +12,10 @@
  */
 #include <math.h>
 
-#include "alert.h"
-#include "gpu.h"
+#include "sinks/alert.h"
+#include "pipeline/gpu.h"
 #include "fuzz.h"
-#include "request.h"
+#include "pipeline/request.h"
 
 #define ALERT_FUZZ_T0 1000000000000ull
 #define ALERT_FUZZ_S 1000000000ull

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * The CLI's duration parser: alert_parse_duration (user/alert.c), which main.c uses for
+ * The CLI's duration parser: alert_parse_duration (user/sinks/alert.c), which main.c uses for
  * --slow-ttft and --slow-itl and alert_parse for thresholds and `for`. (main.c's own
  * parse_double, for -d and --trace-sample, is static there and not reachable from here.)
  *
@@ -13,7 +13,7 @@
  */
 #include <math.h>
 
-#include "alert.h"
+#include "sinks/alert.h"
 #include "fuzz.h"
 
 /* 2^63 ns: the first duration that int64_t nanoseconds cannot hold. */

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * user/frame.c: frame_classify on any event type and data, as sse.c hands them over (each
+ * user/pipeline/frame.c: frame_classify on any event type and data, as sse.c hands them over (each
  * NUL-terminated at its length, in a buffer of exactly that size, so a read past it is caught).
  *
  * Input:
@@ -12,7 +12,7 @@
  * classified twice gives the same answer (the parse reuses per-thread scratch memory, so state
  * left by one frame must not leak into the next).
  */
-#include "frame.h"
+#include "pipeline/frame.h"
 #include "fuzz.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The body of fuzz_http_request and fuzz_http_response: user/http.c fed one direction of a
+ * The body of fuzz_http_request and fuzz_http_response: user/pipeline/http.c fed one direction of a
  * connection, split where the input says, with gaps, optionally chunk-encoded by the harness.
  *
  * Input:
@@ -24,7 +24,7 @@
 #include <errno.h>
 
 #include "fuzz.h"
-#include "http.h"
+#include "pipeline/http.h"
 
 #define HTTP_FUZZ_CTL_MAX 32
 #define HTTP_FUZZ_BUDGET_UNIT 256
@@ -290,8 +290,8 @@ static int http_fuzz_run(enum http_dir dir, const uint8_t *data, size_t size)
 	/* The harness's encoding ends the first message exactly: its body comes back whole. Not
 	 * after a desync: a parser started again (FLAG_REINIT) reads from wherever it was, and its
 	 * first message is not the one the harness encoded. */
-	if (encoded && !gapped && !ever_desynced && !budget.refused && c.heads >= 1 && c.ends >= 1 &&
-	    c.first_chunked && !c.first_no_body) {
+	if (encoded && !gapped && !ever_desynced && !budget.refused && c.heads >= 1 &&
+	    c.ends >= 1 && c.first_chunked && !c.first_no_body) {
 		FUZZ_CHECK(c.body_len == in.n - body_at &&
 			       (!c.body_len || !memcmp(c.body, in.p + body_at, c.body_len)),
 			   "a chunk-encoded body of %zu bytes came back as %zu bytes",

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
-/* user/http.c on the response direction; the input format and the properties are in fuzz_http.h. */
+/* user/pipeline/http.c on the response direction; the input format and the properties are in
+ * fuzz_http.h. */
 #include "fuzz_http.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 /*
- * Strings from outside into JSON: the JSON writer (user/jsonw.c) with input strings as keys
- * and values, a request line (user/output.c) whose model, path, method, connection and
- * container come from the input, and the OTLP encoder (user/otlp.c) on a span of that request
+ * Strings from outside into JSON: the JSON writer (user/lib/jsonw.c) with input strings as keys
+ * and values, a request line (user/sinks/output.c) whose model, path, method, connection and
+ * container come from the input, and the OTLP encoder (user/sinks/otlp.c) on a span of that request
  * with the service and host names from the input too.
  *
  * Input: up to JSON_FUZZ_STRINGS strings, each ended by a NUL (or the end of the input).
@@ -14,10 +14,10 @@
 #include <cjson/cJSON.h>
 
 #include "fuzz.h"
-#include "jsonw.h"
-#include "otlp.h"
-#include "output.h"
-#include "request.h"
+#include "lib/jsonw.h"
+#include "sinks/otlp.h"
+#include "sinks/output.h"
+#include "pipeline/request.h"
 
 #define JSON_FUZZ_STRINGS 8
 #define JSON_FUZZ_STRING_MAX 512

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
  * The OpenTelemetry exporter's reading of a collector's answer: otlp_retry_after
- * (user/otlp_http.c), on the response's header lines, which another process writes. libcurl
+ * (user/sinks/otlp_http.c), on the response's header lines, which another process writes. libcurl
  * parses the status line and hands each header line to the transport as received; the
  * transport reads Retry-After from them.
  *
@@ -18,7 +18,7 @@
 #include <strings.h>
 
 #include "fuzz.h"
-#include "otlp_http.h"
+#include "sinks/otlp_http.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

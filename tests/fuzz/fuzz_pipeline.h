@@ -9,13 +9,13 @@
 #ifndef TS_FUZZ_PIPELINE_H
 #define TS_FUZZ_PIPELINE_H
 
-#include "alert.h"
+#include "sinks/alert.h"
 #include "fuzz.h"
-#include "output.h"
-#include "pipeline.h"
-#include "prom.h"
-#include "summary.h"
-#include "timeline.h"
+#include "sinks/output.h"
+#include "pipeline/pipeline.h"
+#include "sinks/prom.h"
+#include "sinks/summary.h"
+#include "sinks/timeline.h"
 
 enum {
 	FP_JSON = 1,

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * Prometheus label values from outside (user/prom.c): the request body's model and the
+ * Prometheus label values from outside (user/sinks/prom.c): the request body's model and the
  * server's container id label the request series, an alert rule's text labels
  * tokenscope_alert_firing. The escaping is static in prom.c, so it is driven through the
  * sink: finished requests with those labels, then prom_render.
@@ -15,10 +15,10 @@
  * double quote or backslash except as the escapes \\ \" \n, then a value; and a model that
  * was printable UTF-8 reads back from its label exactly.
  */
-#include "alert.h"
+#include "sinks/alert.h"
 #include "fuzz.h"
-#include "prom.h"
-#include "request.h"
+#include "sinks/prom.h"
+#include "pipeline/request.h"
 
 #define PROM_FUZZ_STRING_MAX 256
 #define PROM_FUZZ_T0 1000000000ull

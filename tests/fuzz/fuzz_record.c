@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT
 /*
- * user/record.c and user/replay.c: a .tsr file read by record_replay and fed by replay_feed into a
- * real pipeline with its exporters, as `tokenscope report` does. The input is the file, written to
- * a memfd and opened by record_replay as /proc/self/fd/N (its API takes a path).
+ * user/record/record.c and user/record/replay.c: a .tsr file read by record_replay and fed by
+ * replay_feed into a real pipeline with its exporters, as `tokenscope report` does. The input is
+ * the file, written to a memfd and opened by record_replay as /proc/self/fd/N (its API takes a
+ * path).
  *
  * The pipeline's options come from the header's reserved flags word (offset 392), which the
  * reader does not interpret, so every file is still a plain recording (FP_* in
@@ -18,8 +19,8 @@
 #include <unistd.h>
 
 #include "fuzz_pipeline.h"
-#include "record.h"
-#include "replay.h"
+#include "record/record.h"
+#include "record/replay.h"
 
 #define RECORD_FUZZ_FLAGS_AT 392
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * user/reqbody.c: reqbody_parse on a body read whole (captured == total: cJSON, then the
+ * user/pipeline/reqbody.c: reqbody_parse on a body read whole (captured == total: cJSON, then the
  * scanner when cJSON refuses it) and on the same body cut by the capture limit (the scanner),
  * each time from a buffer of exactly the captured bytes, so a read past them is caught.
  *
@@ -13,7 +13,7 @@
  * any bytes: libFuzzer's -timeout catches one that does not).
  */
 #include "fuzz.h"
-#include "reqbody.h"
+#include "pipeline/reqbody.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
- * user/sse.c, SSE and NDJSON, fed one or two response bodies split where the input says, with
- * gaps, each ended by sse_finish.
+ * user/pipeline/sse.c, SSE and NDJSON, fed one or two response bodies split where the input says,
+ * with gaps, each ended by sse_finish.
  *
  * Input:
  *   u8  flags    bit 0: NDJSON (else SSE); bit 1: control bytes with the top bit set are gaps;
@@ -22,7 +22,7 @@
  * too).
  */
 #include "fuzz.h"
-#include "sse.h"
+#include "pipeline/sse.h"
 
 #define SSE_FUZZ_CTL_MAX 32
 #define SSE_FUZZ_FINISH_TS 1000000000ull

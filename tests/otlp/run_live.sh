@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # OTLP export over a real socket, plain, through a proxy and over TLS: builds
-# tests/otlp/test_otlp_live.c with user/*.c (but the loader's files) under ASan/UBSan into
+# tests/otlp/test_otlp_live.c with user/*/*.c (but the loader's files) under ASan/UBSan into
 # .output/otlp (OTLP_LIVE_BIN: use that binary instead), starts tests/otlp/receiver.py on two
 # loopback ports (http, and https with a certificate made here), and runs the program against
 # them. Prints PASS/FAIL/SKIP lines and "N passed, N failed, N skipped".
@@ -30,12 +30,15 @@ build() {
 		-Itests/unit -fsanitize=address,undefined -fno-sanitize-recover=all
 		-fno-omit-frame-pointer)
 	mkdir -p "$obj"
-	for f in user/*.c; do
+	for f in user/*/*.c; do
 		b=$(basename "$f" .c)
-		case $b in main | trace | cuda | run | kernel) continue ;; esac
+		# The Makefile's LOADER_SRCS: main and the users of the BPF skeleton.
+		case $f in user/cli/main.c | user/loader/trace.c | user/loader/cuda.c | \
+			user/loader/run.c | user/loader/kernel.c) continue ;;
+		esac
 		o=$obj/$b.o
 		objs+=("$o")
-		if [ ! -f "$o" ] || [ -n "$(find "$f" user/*.h include/*.h -newer "$o" 2>/dev/null)" ]; then
+		if [ ! -f "$o" ] || [ -n "$(find "$f" user/*/*.h include/*.h -newer "$o" 2>/dev/null)" ]; then
 			${CC:-cc} "${flags[@]}" -c "$f" -o "$o" &
 			pids+=($!)
 		fi
@@ -44,7 +47,7 @@ build() {
 		wait "$p" || return 1
 	done
 	libs=(-lcjson -lm -lpthread)
-	if grep -lq 'microhttpd.h' user/*.c; then
+	if grep -lq 'microhttpd.h' user/*/*.c; then
 		libs+=(-lmicrohttpd)
 	fi
 	${CC:-cc} "${flags[@]}" tests/otlp/test_otlp_live.c "${objs[@]}" -o "$BIN" "${libs[@]}"
@@ -52,7 +55,7 @@ build() {
 if [ -n "${OTLP_LIVE_BIN:-}" ]; then
 	BIN=$OTLP_LIVE_BIN
 else
-	build || fail "otlp_live_build: building tests/otlp/test_otlp_live.c and user/*.c"
+	build || fail "otlp_live_build: building tests/otlp/test_otlp_live.c and user/*/*.c"
 fi
 
 tmp=$(mktemp -d /tmp/tokenscope-otlp.XXXXXX)

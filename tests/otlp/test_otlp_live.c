@@ -18,9 +18,9 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "gpu.h"
-#include "otlp.h"
-#include "request.h"
+#include "pipeline/gpu.h"
+#include "sinks/otlp.h"
+#include "pipeline/request.h"
 
 #define MS 1000000ull
 #define T0 5000000000000ull

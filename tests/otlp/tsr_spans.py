@@ -13,7 +13,7 @@
         summary: no token events; full: one token event per content frame, the anomaly named.
 
 Prints what differs and exits 1, or prints a one-line summary and exits 0.
-The header layout is the one user/record.h documents.
+The header layout is the one user/record/record.h documents.
 """
 import glob
 import json

@@ -21,7 +21,7 @@ PY=/usr/bin/python3
 TMP=$(mktemp -d)
 . tests/lib.sh
 pids=()
-# Limits the checks are made against (user/httpd.h).
+# Limits the checks are made against (user/sinks/httpd.h).
 HEAD_DEADLINE_S=5 MAX_CONNS=16
 
 cleanup() {

@@ -6,10 +6,10 @@
 #include <unistd.h>
 #include <stdlib.h>
 
-#include "alert.h"
+#include "sinks/alert.h"
 #include "check.h"
-#include "gpu.h"
-#include "request.h"
+#include "pipeline/gpu.h"
+#include "pipeline/request.h"
 
 #define S 1000000000ull
 #define MS 1000000ull

@@ -7,9 +7,9 @@
 #include <time.h>
 
 #include "check.h"
-#include "diagnosis.h"
-#include "gpu.h"
-#include "summary.h"
+#include "sinks/diagnosis.h"
+#include "pipeline/gpu.h"
+#include "sinks/summary.h"
 
 #define MS 1000000ll
 #define SEC (1000 * MS)

@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "discover.h"
+#include "loader/discover.h"
 #include "traffic.h"
 
 #define HEX_A "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * user/frame.c on single frames of every format, then the whole chain http -> sse -> frame
+ * user/pipeline/frame.c on single frames of every format, then the whole chain http -> sse -> frame
  * on every captured fixture: one syscall per feed must give the known frame, content and
  * token counts with the write that completed each frame as its ts, and one byte per feed or
  * two feeds split at any byte must give the same frames stamped by position. Gaps inside
@@ -11,9 +11,9 @@
 
 #include "check.h"
 #include "fixture.h"
-#include "frame.h"
-#include "http.h"
-#include "sse.h"
+#include "pipeline/frame.h"
+#include "pipeline/http.h"
+#include "pipeline/sse.h"
 
 #define PIPE_FRAMES_MAX 64
 #define PIPE_ENDS_MAX 4

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 
 #include "check.h"
-#include "gpu.h"
+#include "pipeline/gpu.h"
 
 #define MS 1000000ull
 

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 
 #include "check.h"
-#include "hist.h"
+#include "lib/hist.h"
 
 static int cmp_u64(const void *a, const void *b)
 {

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
- * user/http.c on captured wire bytes: every fixture replayed one syscall per feed, one byte
- * per feed and split in two at every byte boundary must give the same heads, body bytes and
+ * user/pipeline/http.c on captured wire bytes: every fixture replayed one syscall per feed, one
+ * byte per feed and split in two at every byte boundary must give the same heads, body bytes and
  * ends, each stamped with the ts of the feed that completed it; then framing corner cases,
  * garbage, truncation and gaps.
  */
@@ -10,7 +10,7 @@
 
 #include "check.h"
 #include "fixture.h"
-#include "http.h"
+#include "pipeline/http.h"
 
 #define REC_EVENTS_MAX 64
 #define REC_HEADS_MAX 8

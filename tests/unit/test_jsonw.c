@@ -8,7 +8,7 @@
 #include <stdlib.h>
 
 #include "check.h"
-#include "jsonw.h"
+#include "lib/jsonw.h"
 
 /* What f holds, as a string the caller frees. */
 struct mem {

@@ -16,9 +16,9 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "nvml.h"
-#include "prom.h"
-#include "timeline.h"
+#include "loader/nvml.h"
+#include "sinks/prom.h"
+#include "sinks/timeline.h"
 
 #define STANDIN ".output/standin/libnvidia-ml.so.1"
 #define STANDIN_OLD ".output/standin/nvml-old/libnvidia-ml.so.1"

@@ -8,9 +8,9 @@
 #include <stdlib.h>
 
 #include "check.h"
-#include "gpu.h"
-#include "otlp.h"
-#include "request.h"
+#include "pipeline/gpu.h"
+#include "sinks/otlp.h"
+#include "pipeline/request.h"
 
 #define MS 1000000ull
 /* 2023-11-14T22:13:20Z minus a boot time: what the caller would measure. */
@@ -201,11 +201,11 @@ TEST(test_url)
 	ASSERT_EQ(u.port, 443, "https default port");
 	ASSERT_STREQ(u.full, "https://collector.example/v1/traces", "https default path");
 	ASSERT_EQ(otlp_parse_url("grpc://c:4317", &u, err, sizeof(err)), -EPROTONOSUPPORT, "grpc");
-	const char *bad[] = { "c:4318",		 "http://",	     "http://:4318/",
-			      "http://c:0/",	 "http://c:65536",   "http://c:43x8/",
-			      "http://[::1/",	 "http://u@c/",	     "http://c/a b",
+	const char *bad[] = { "c:4318",		 "http://",	      "http://:4318/",
+			      "http://c:0/",	 "http://c:65536",    "http://c:43x8/",
+			      "http://[::1/",	 "http://u@c/",	      "http://c/a b",
 			      "http://c/a#frag", "http://[::1]x:80/", "https://",
-			      "http://c%0a@x/",	 "http://a,b/",	     "http://c\\d/" };
+			      "http://c%0a@x/",	 "http://a,b/",	      "http://c\\d/" };
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
 		ASSERT_EQ(otlp_parse_url(bad[i], &u, err, sizeof(err)), -EINVAL, bad[i]);
 

@@ -10,11 +10,11 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "output.h"
-#include "pipeline.h"
-#include "summary.h"
-#include "prom.h"
-#include "sse.h"
+#include "sinks/output.h"
+#include "pipeline/pipeline.h"
+#include "sinks/summary.h"
+#include "sinks/prom.h"
+#include "pipeline/sse.h"
 
 #define MAX_LINES 64
 

@@ -13,9 +13,9 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "httpd.h"
-#include "pipeline.h"
-#include "prom.h"
+#include "sinks/httpd.h"
+#include "pipeline/pipeline.h"
+#include "sinks/prom.h"
 
 #define MS 1000000ull
 #define BASE (1000 * MS) /* arrival times must be non-zero */

@@ -10,10 +10,10 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "output.h"
-#include "record.h"
-#include "replay.h"
-#include "summary.h"
+#include "sinks/output.h"
+#include "record/record.h"
+#include "record/replay.h"
+#include "sinks/summary.h"
 
 #define MAX_RECS 64
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * user/reqbody.c: the fields of every captured request body, then the same bodies cut at
+ * user/pipeline/reqbody.c: the fields of every captured request body, then the same bodies cut at
  * every byte as the capture limit would cut them: a field is then either unknown or right,
  * never wrong. Then the scanner's traps: keys inside strings, nested keys, escapes, values
  * cut in half.
@@ -13,7 +13,7 @@
 
 #include "check.h"
 #include "fixture.h"
-#include "reqbody.h"
+#include "pipeline/reqbody.h"
 
 static struct req_info parse_str(const char *s, size_t total)
 {

@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: MIT
 /*
- * user/sse.c: WHATWG event-stream rules, NDJSON lines, the frame size bound, gaps and
+ * user/pipeline/sse.c: WHATWG event-stream rules, NDJSON lines, the frame size bound, gaps and
  * resync, and the same frames whichever byte boundaries the body arrives split at.
  */
 #include <stdlib.h>
 
 #include "check.h"
-#include "sse.h"
+#include "pipeline/sse.h"
 
 #define REC_FRAMES_MAX 32
 #define REC_TEXT_MAX 256

@@ -12,8 +12,8 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "pipeline.h"
-#include "timeline.h"
+#include "pipeline/pipeline.h"
+#include "sinks/timeline.h"
 
 #define US 1000ull
 #define MS 1000000ull

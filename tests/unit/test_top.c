@@ -8,10 +8,10 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "gpu.h"
-#include "pipeline.h"
-#include "request.h"
-#include "top.h"
+#include "pipeline/gpu.h"
+#include "pipeline/pipeline.h"
+#include "pipeline/request.h"
+#include "sinks/top.h"
 
 #define S 1000000000ull
 #define MS 1000000ull

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: MIT
 /*
- * user/utf8.c: the strict UTF-8 check every encoder relies on, and the cleaning of strings from
+ * user/lib/utf8.c: the strict UTF-8 check every encoder relies on, and the cleaning of strings from
  * traffic: controls and bytes that are not UTF-8 replaced, the result cut at a character.
  */
 #include "check.h"
-#include "utf8.h"
+#include "lib/utf8.h"
 
 TEST(test_len)
 {

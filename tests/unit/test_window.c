@@ -5,10 +5,10 @@
 #include <stdlib.h>
 
 #include "check.h"
-#include "gpu.h"
-#include "hist.h"
-#include "request.h"
-#include "window.h"
+#include "pipeline/gpu.h"
+#include "lib/hist.h"
+#include "pipeline/request.h"
+#include "sinks/window.h"
 
 #define S 1000000000ull
 #define MS 1000000ull

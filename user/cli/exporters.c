@@ -1,0 +1,223 @@
+// SPDX-License-Identifier: MIT
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli/exporters.h"
+#include "sinks/httpd.h"
+#include "loader/nvml.h"
+#include "sinks/prom.h"
+
+/* Every GPU sample, for the summary's GPU lines. */
+static void usage_sample(void *ctx, const struct nvml_snapshot *s)
+{
+	nvml_usage_add(ctx, s);
+}
+
+void exporters_poll_gpu(struct exporters *x, struct pipeline *pl)
+{
+	if (x->nvml && nvml_latest(x->nvml, x->gpu))
+		pipeline_gpu_sample(pl, x->gpu);
+}
+
+int exporters_start(struct exporters *x, const struct export_opts *eo, struct pipeline *pl,
+		    uint64_t origin_ns)
+{
+	/* A replay has no GPU to read; a plain trace's summary alone does not open NVML, so a run
+	 * that asked for neither output prints nothing new where there is no driver. */
+	bool want_gpu = !eo->replay && (eo->listen || eo->timeline || eo->top);
+	struct sink sink;
+	int err;
+
+	memset(x, 0, sizeof(*x));
+	/* report --prometheus: stdout carries the metrics text alone. */
+	x->print_to_stderr = eo->json || eo->prometheus;
+	if (want_gpu) {
+		x->gpu = calloc(1, sizeof(*x->gpu));
+		x->gpu_usage = calloc(1, sizeof(*x->gpu_usage));
+		if (!x->gpu || !x->gpu_usage)
+			return -ENOMEM;
+		sink = (struct sink){ .name = "nvml",
+				      .ctx = x->gpu_usage,
+				      .gpu_sample = usage_sample };
+		err = pipeline_add_sink(pl, &sink);
+		if (err)
+			return err;
+	}
+	if (eo->listen) {
+		/* Bound before anything is attached, so a busy port fails fast. */
+		err = httpd_start(&x->httpd, eo->listen, stderr);
+		if (err)
+			return err;
+		fprintf(stderr, "tokenscope: metrics at http://%s/metrics\n",
+			httpd_address(x->httpd));
+	}
+	/* Alerts before the metrics: a tick evaluates them before the snapshot is rendered. */
+	if (eo->nalerts) {
+		err = alert_init(&x->alerts, stderr, eo->alert_exec);
+		if (err)
+			return err;
+		x->alerts_on = true;
+		for (int i = 0; i < eo->nalerts; i++) {
+			struct alert_rule r;
+			char msg[512];
+
+			err = alert_parse(eo->alerts[i], &r, msg, sizeof(msg));
+			if (!err)
+				err = alert_add(&x->alerts, &r);
+			if (err) {
+				fprintf(stderr, "tokenscope: %s\n", msg);
+				return err;
+			}
+		}
+		sink = alert_sink(&x->alerts);
+		err = pipeline_add_sink(pl, &sink);
+		if (err)
+			return err;
+	}
+	if (eo->listen || eo->prometheus) {
+		x->prom = prom_new(x->httpd ? httpd_publish : NULL, x->httpd);
+		if (!x->prom)
+			return -ENOMEM;
+		x->print_prometheus = eo->prometheus;
+		prom_set_by_process(x->prom, eo->by_process);
+		if (x->alerts_on)
+			prom_set_extra(x->prom, alert_render_prom, &x->alerts);
+		sink = prom_sink(x->prom);
+		err = pipeline_add_sink(pl, &sink);
+		if (err)
+			return err;
+	}
+	if (eo->timeline) {
+		err = timeline_open(&x->tl, eo->timeline);
+		if (err) {
+			fprintf(stderr, "tokenscope: %s: %s\n", eo->timeline, strerror(-err));
+			return err;
+		}
+		x->tl_open = true;
+		timeline_set_origin(&x->tl, origin_ns);
+		sink = timeline_sink(&x->tl);
+		err = pipeline_add_sink(pl, &sink);
+		if (err)
+			return err;
+	}
+	if (eo->otlp_url) {
+		struct otlp_opts oo;
+		struct timespec rt, mt;
+		char host[256] = "";
+
+		otlp_opts_default(&oo);
+		oo.endpoint = eo->otlp_url;
+		oo.ca_file = eo->otlp_ca;
+		oo.slow_ttft_ns = eo->slow_ttft_ns;
+		oo.slow_itl_ns = eo->slow_itl_ns;
+		oo.sample_ratio = eo->trace_sample;
+		oo.backpressure = eo->replay;
+		oo.err = stderr;
+		/* Spans need unix-epoch times: the one wall-clock reading, taken once. */
+		clock_gettime(CLOCK_REALTIME, &rt);
+		clock_gettime(CLOCK_MONOTONIC, &mt);
+		oo.realtime_offset_ns =
+		    (int64_t)(rt.tv_sec - mt.tv_sec) * 1000000000 + (rt.tv_nsec - mt.tv_nsec);
+		gethostname(host, sizeof(host) - 1);
+		oo.hostname = host;
+		err = otlp_init(&x->otlp, &oo);
+		if (err) {
+			fprintf(stderr, "tokenscope: %s\n", x->otlp.error);
+			return err;
+		}
+		x->otlp_url = eo->otlp_url;
+		sink = otlp_sink(&x->otlp);
+		err = pipeline_add_sink(pl, &sink);
+		if (err)
+			return err;
+	}
+	/* Last, once every exporter is up: a failure above leaves no thread to stop. Without a
+	 * driver the thread prints why and ends; tracing goes on. */
+	if (want_gpu) {
+		x->nvml = nvml_start(NULL);
+		if (!x->nvml)
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+void exporters_set_source(struct exporters *x, uint64_t start_mono_ns, uint64_t start_real_ns,
+			  const char *host)
+{
+	if (x->otlp_url)
+		otlp_set_source(&x->otlp, (int64_t)(start_real_ns - start_mono_ns), host);
+	/* Before the first record: the timeline's zero is the start of the recording. */
+	if (x->tl_open)
+		timeline_set_origin(&x->tl, start_mono_ns);
+}
+
+void exporters_flush(struct exporters *x)
+{
+	otlp_close(&x->otlp);
+}
+
+int exporters_stop(struct exporters *x)
+{
+	int err = 0;
+
+	nvml_stop(x->nvml);
+	x->nvml = NULL;
+	if (x->gpu_usage) {
+		nvml_usage_print(x->gpu_usage, x->print_to_stderr ? stderr : stdout);
+		fflush(stdout);
+	}
+	free(x->gpu);
+	x->gpu = NULL;
+	free(x->gpu_usage);
+	x->gpu_usage = NULL;
+	otlp_close(&x->otlp);
+	if (x->otlp_url) {
+		struct otlp_stats st;
+
+		uint64_t lost;
+
+		otlp_get_stats(&x->otlp, &st);
+		otlp_print_stats(&st, x->otlp_url, x->print_to_stderr ? stderr : stdout);
+		lost = st.dropped + st.failed + st.unsent;
+		fflush(stdout); /* after the counters in a pipe too */
+		if (lost)
+			fprintf(stderr,
+				"tokenscope: otlp: %llu traces not delivered to %s (%llu dropped, "
+				"%llu failed, %llu unsent)\n",
+				(unsigned long long)lost, x->otlp_url,
+				(unsigned long long)st.dropped, (unsigned long long)st.failed,
+				(unsigned long long)st.unsent);
+		x->otlp_url = NULL;
+	}
+
+	if (x->tl_open) {
+		err = timeline_close(&x->tl);
+		if (err)
+			fprintf(stderr, "tokenscope: writing the timeline failed: %s\n",
+				strerror(-err));
+		x->tl_open = false;
+	}
+	if (x->print_prometheus && x->prom) {
+		char *buf = NULL;
+		size_t len = 0;
+
+		if (!prom_render(x->prom, &buf, &len)) {
+			fwrite(buf, 1, len, stdout);
+			fflush(stdout);
+		}
+		free(buf);
+	}
+	if (x->alerts_on) {
+		alert_free(&x->alerts);
+		x->alerts_on = false;
+	}
+	httpd_stop(x->httpd);
+	x->httpd = NULL;
+	prom_free(x->prom);
+	x->prom = NULL;
+	return err;
+}

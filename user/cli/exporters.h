@@ -1,0 +1,82 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The exporters a run asked for (Prometheus endpoint, timeline file, alerts), set up as pipeline
+ * sinks the same way for the live tracer and for a report replayed from a recording.
+ */
+#ifndef TS_EXPORTERS_H
+#define TS_EXPORTERS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "sinks/alert.h"
+#include "sinks/otlp.h"
+#include "pipeline/pipeline.h"
+#include "sinks/timeline.h"
+
+struct export_opts {
+	const char *listen;		     /* --listen ADDR:PORT, or NULL */
+	const char *timeline;		     /* --timeline FILE, or NULL */
+	const char *alerts[ALERT_MAX_RULES]; /* --alert rules (already checked by alert_parse) */
+	int nalerts;
+	const char *alert_exec; /* --alert-exec CMD, or NULL */
+	bool prometheus;	/* report --prometheus: print the metrics text at the end */
+	bool by_process;	/* --by-process: a pid label on the request metrics */
+	const char *otlp_url;	/* --otlp URL, or NULL */
+	const char *otlp_ca;	/* --otlp-ca FILE, or NULL */
+	int64_t slow_ttft_ns, slow_itl_ns; /* anomalies exported in full; 0: not checked */
+	double trace_sample;		   /* share of normal requests exported as summary spans */
+	bool json; /* the summary (and the exporters' counters) go to stderr */
+	bool top;  /* tokenscope top: its frames show the GPU samples */
+	/* report: records are replayed faster than they happened, so the trace exporter waits
+	 * for room in its queue rather than dropping, and for it to drain at the end (both
+	 * bounded by its retry policy); times and host.name come from exporters_set_source. */
+	bool replay;
+};
+
+struct httpd;
+struct prom;
+struct nvml;
+struct nvml_snapshot;
+struct nvml_usage;
+
+struct exporters {
+	struct httpd *httpd;
+	struct prom *prom;
+	struct timeline tl;
+	bool tl_open;
+	struct alert_set alerts;
+	bool alerts_on;
+	bool print_prometheus;
+	struct otlp otlp; /* zeroed: closing is a no-op unless it was started */
+	const char *otlp_url;
+	bool print_to_stderr; /* the counters: with --json or --prometheus */
+	/* GPU utilisation and memory (NVML): sampled in a live trace whose output carries them,
+	 * --listen, --timeline or top, and then in the summary too. */
+	struct nvml *nvml;
+	struct nvml_snapshot *gpu;    /* the latest sample, cut down to the traced processes */
+	struct nvml_usage *gpu_usage; /* every sample, for the summary */
+};
+
+/* Starts what eo asks for and registers the sinks; origin_ns is the timeline's time zero (a
+ * CLOCK_MONOTONIC time no record precedes). Prints why on failure. */
+int exporters_start(struct exporters *x, const struct export_opts *eo, struct pipeline *pl,
+		    uint64_t origin_ns);
+/* The loader, after each drain and before the tick: a new GPU sample, if the sampler has one,
+ * to every sink (pipeline_gpu_sample). */
+void exporters_poll_gpu(struct exporters *x, struct pipeline *pl);
+/* A replay: the records were made on host at a time when CLOCK_MONOTONIC read start_mono_ns and
+ * CLOCK_REALTIME start_real_ns (a recording's header). Call before the first record is fed, so
+ * that every span carries the recording's unix times, not this machine's. */
+void exporters_set_source(struct exporters *x, uint64_t start_mono_ns, uint64_t start_real_ns,
+			  const char *host);
+/* After pipeline_finish, before the summary: sends what the trace exporter still holds
+ * (bounded wait). */
+void exporters_flush(struct exporters *x);
+/* After the summary: stops the GPU sampler and prints the GPUs' figures, prints the exporters'
+ * counters (and, on stderr, how many traces the collector did not get), closes the timeline,
+ * prints the metrics if asked, stops the endpoint. Returns the first error; traces not
+ * delivered are not one (tracing itself worked). */
+int exporters_stop(struct exporters *x);
+
+#endif

@@ -1,0 +1,536 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tokenscope: per-request TTFT, inter-token latency, tokens/s and end-to-end latency of a
+ * running LLM streaming server, measured from the kernel.
+ */
+#include <argp.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sinks/httpd.h"
+#include "cli/report.h"
+#include "loader/run.h"
+#include "loader/trace.h"
+#include "lib/version.h"
+
+static volatile sig_atomic_t exiting;
+
+static void on_signal(int sig)
+{
+	(void)sig;
+	exiting = 1;
+}
+
+const char *argp_program_version = "tokenscope " TOKENSCOPE_VERSION;
+/* Usage errors exit 2, like the other errors of this kind in the tool. */
+error_t argp_err_exit_status = 2;
+const char *argp_program_bug_address = "the tokenscope issue tracker";
+
+static const char trace_doc[] =
+    "Trace the streamed LLM requests a running server handles, from the kernel.\n"
+    "\n"
+    "EXAMPLES:\n"
+    "  tokenscope trace -p 1234         # a line per request; a summary on Ctrl-C\n"
+    "  tokenscope trace -p 1234 --json  # one JSON object per request\n"
+    "  tokenscope trace -p 1234 --json --tokens   # ... with every token's time\n"
+    "  tokenscope trace -p 1234 -d 30   # stop after 30 s\n"
+    "  tokenscope trace -p 1234 10      # also a summary every 10 s\n"
+    "  tokenscope trace -p 1234 10 6    # six 10 s summaries, then stop\n"
+    "  tokenscope trace -p 1234 --listen :9464   # Prometheus metrics on 127.0.0.1:9464\n"
+    "  tokenscope trace --all --listen :9464 --by-process   # ... with a pid label\n";
+
+enum {
+	OPT_TOKENS = 0x100,
+	OPT_CAPTURE,
+	OPT_RING,
+	OPT_GPU_STEPS,
+	OPT_KERNELS,
+	OPT_LISTEN,
+	OPT_TIMELINE,
+	OPT_ALERT,
+	OPT_ALERT_EXEC,
+	OPT_PROMETHEUS,
+	OPT_OTLP,
+	OPT_SLOW_TTFT,
+	OPT_SLOW_ITL,
+	OPT_TRACE_SAMPLE,
+	OPT_OTLP_CA,
+	OPT_ALL,
+	OPT_NO_TRAFFIC,
+	OPT_BY_PROCESS,
+};
+
+static const struct argp_option trace_options[] = {
+	{ "pid", 'p', "PID", 0, "Trace this process and its descendants (repeatable)", 0 },
+	{ "all", OPT_ALL, NULL, 0,
+	  "Find the inference servers on the node (vLLM, SGLang, TGI, llama.cpp, Ollama, and any "
+	  "process seen writing streamed completions), also ones started later",
+	  0 },
+	{ "no-traffic", OPT_NO_TRAFFIC, NULL, 0,
+	  "With --all: find servers by command line only, not by the frames they write", 0 },
+	{ "by-process", OPT_BY_PROCESS, NULL, 0,
+	  "A pid label on the request metrics (--listen); top: a row per model and process", 0 },
+	{ "json", 'j', NULL, 0, "One JSON object per finished request on stdout", 0 },
+	{ "tokens", OPT_TOKENS, NULL, 0, "With --json: every content frame's time (token_ns)", 0 },
+	{ "gpu-steps", OPT_GPU_STEPS, NULL, 0, "Also a line (or JSON object) per GPU step", 0 },
+	{ "kernels", OPT_KERNELS, NULL, 0,
+	  "Also a line per CUDA launch and copy (a ring-buffer record each: costly)", 0 },
+	{ "duration", 'd', "SEC", 0, "Stop after SEC seconds", 0 },
+	{ "capture-bytes", OPT_CAPTURE, "N", 0,
+	  "Bytes copied per syscall (default 65536); more is counted as a gap", 0 },
+	{ "ring-buffer-mb", OPT_RING, "MB", 0,
+	  "Ring buffer size, a power of two (default 2); larger if records are lost", 0 },
+	{ "verbose", 'v', NULL, 0, "Report process forks and exits, and libbpf messages", 0 },
+	{ "listen", OPT_LISTEN, "ADDR:PORT", 0,
+	  "Serve Prometheus metrics at http://ADDR:PORT/metrics (:PORT or PORT: on 127.0.0.1)", 0 },
+	{ "timeline", OPT_TIMELINE, "FILE", 0,
+	  "Write a timeline of requests and GPU steps (Perfetto, chrome://tracing)", 0 },
+	{ "alert", OPT_ALERT, "RULE", 0, "Alert rule, e.g. 'ttft.p99 > 5s for 3m' (repeatable)",
+	  0 },
+	{ "alert-exec", OPT_ALERT_EXEC, "CMD", 0, "Run CMD when an alert fires or resolves", 0 },
+	{ "otlp", OPT_OTLP, "URL", 0,
+	  "Send OpenTelemetry spans to an OTLP/HTTP collector (http[s]://host:4318/v1/traces)", 0 },
+	{ "otlp-ca", OPT_OTLP_CA, "FILE", 0,
+	  "--otlp https: verify the collector with these CA certificates (PEM)", 0 },
+	{ "slow-ttft", OPT_SLOW_TTFT, "DUR", 0,
+	  "--otlp: a request with a slower TTFT is exported in full (e.g. 2s)", 0 },
+	{ "slow-itl", OPT_SLOW_ITL, "DUR", 0,
+	  "--otlp: a request with a slower token gap is exported in full (e.g. 200ms)", 0 },
+	{ "trace-sample", OPT_TRACE_SAMPLE, "RATIO", 0,
+	  "--otlp: share of normal requests exported as summary spans (default 0.01)", 0 },
+	{ "output", 'o', "FILE", 0, "record: the file to write the event stream to", 0 },
+	{},
+};
+
+static int parse_double(const char *s, double *out)
+{
+	char *end;
+
+	errno = 0;
+	*out = strtod(s, &end);
+	/* strtod reads "nan" and "inf" too: -d nan would never end. */
+	return errno || end == s || *end || !isfinite(*out) || *out < 0 ? -EINVAL : 0;
+}
+
+static int parse_ulong(const char *s, unsigned long max, unsigned long *out)
+{
+	char *end;
+
+	errno = 0;
+	*out = strtoul(s, &end, 10);
+	return errno || end == s || *end || *out > max || s[0] == '-' ? -EINVAL : 0;
+}
+
+/* Set by cmd_record: the same options as trace, plus -o. */
+static bool recording;
+/* Set by cmd_top: the same options as trace, a live view instead of lines. */
+static bool live_view;
+/* Set by cmd_run: the same options as trace, then the command to start and trace. */
+static bool running;
+static char **run_argv;
+
+/* Checks an --alert rule now, so a bad one is refused before anything is attached. */
+static void export_add_alert(struct export_opts *ex, const char *text, struct argp_state *state)
+{
+	struct alert_rule r;
+	char msg[512];
+
+	if (alert_parse(text, &r, msg, sizeof(msg)))
+		argp_error(state, "%s", msg);
+	if (ex->nalerts == ALERT_MAX_RULES)
+		argp_error(state, "at most %d --alert rules", ALERT_MAX_RULES);
+	ex->alerts[ex->nalerts++] = text;
+}
+
+/* The options trace, record and report share: how requests are shown, and the exporters
+ * that work on a replay too (all but --listen). Returns true when key was one of them. */
+struct shown {
+	bool *json, *tokens, *gpu_steps, *verbose;
+};
+
+static bool parse_shared(int key, char *arg, struct argp_state *state, const struct shown *sh,
+			 struct export_opts *ex)
+{
+	switch (key) {
+	case 'j':
+		*sh->json = true;
+		return true;
+	case OPT_TOKENS:
+		*sh->tokens = true;
+		return true;
+	case OPT_GPU_STEPS:
+		*sh->gpu_steps = true;
+		return true;
+	case 'v':
+		*sh->verbose = true;
+		return true;
+	case OPT_TIMELINE:
+		ex->timeline = arg;
+		return true;
+	case OPT_ALERT:
+		export_add_alert(ex, arg, state);
+		return true;
+	case OPT_ALERT_EXEC:
+		ex->alert_exec = arg;
+		return true;
+	case OPT_OTLP: {
+		struct otlp_url u;
+		char msg[256];
+
+		if (otlp_parse_url(arg, &u, msg, sizeof(msg)))
+			argp_error(state, "invalid --otlp '%s': %s", arg, msg);
+		ex->otlp_url = arg;
+		return true;
+	}
+	case OPT_SLOW_TTFT:
+	case OPT_SLOW_ITL: {
+		double s;
+
+		if (!alert_parse_duration(arg, &s))
+			argp_error(state, "invalid duration '%s' (with a unit: 200ms, 2s)", arg);
+		*(key == OPT_SLOW_TTFT ? &ex->slow_ttft_ns : &ex->slow_itl_ns) = (int64_t)(s * 1e9);
+		return true;
+	}
+	case OPT_TRACE_SAMPLE:
+		if (parse_double(arg, &ex->trace_sample) || ex->trace_sample > 1)
+			argp_error(state, "invalid --trace-sample '%s' (0..1)", arg);
+		return true;
+	case OPT_OTLP_CA:
+		ex->otlp_ca = arg;
+		return true;
+	}
+	return false;
+}
+
+static error_t trace_parse(int key, char *arg, struct argp_state *state)
+{
+	struct trace_opts *o = state->input;
+	const struct shown sh = { &o->json, &o->tokens, &o->gpu_steps, &o->verbose };
+	static int positional;
+	unsigned long v;
+
+	if (parse_shared(key, arg, state, &sh, &o->ex))
+		return 0;
+	switch (key) {
+	case 'p':
+		if (parse_ulong(arg, INT_MAX, &v) || v == 0)
+			argp_error(state, "invalid PID '%s'", arg);
+		if (o->npids == PIPELINE_MAX_ROOTS)
+			argp_error(state, "at most %d -p options", PIPELINE_MAX_ROOTS);
+		o->pids[o->npids++] = v;
+		break;
+	case OPT_KERNELS:
+		o->gpu_calls = true;
+		break;
+	case 'd':
+		if (parse_double(arg, &o->duration_s) || o->duration_s == 0)
+			argp_error(state, "invalid duration '%s' (seconds, > 0)", arg);
+		break;
+	case OPT_CAPTURE:
+		if (parse_ulong(arg, TS_CAPTURE_MAX, &v))
+			argp_error(state, "invalid --capture-bytes '%s' (0..%d)", arg,
+				   TS_CAPTURE_MAX);
+		o->capture_bytes = v;
+		break;
+	case OPT_RING:
+		if (parse_ulong(arg, TS_RING_MAX_MB, &v) || v == 0 || (v & (v - 1)))
+			argp_error(state, "invalid --ring-buffer-mb '%s' (a power of two, 1..%d)",
+				   arg, TS_RING_MAX_MB);
+		o->ring_mb = v;
+		break;
+	case OPT_LISTEN: {
+		struct sockaddr_storage addr;
+		socklen_t addrlen;
+
+		if (httpd_parse_listen(arg, &addr, &addrlen))
+			argp_error(state, "invalid --listen '%s' (ADDR:PORT, :PORT or PORT)", arg);
+		o->ex.listen = arg;
+		break;
+	}
+	case 'o':
+		o->record_path = arg;
+		break;
+	case OPT_ALL:
+		o->all = true;
+		break;
+	case OPT_NO_TRAFFIC:
+		o->no_traffic = true;
+		break;
+	case OPT_BY_PROCESS:
+		o->by_process = true;
+		break;
+	case ARGP_KEY_ARG:
+		if (running) {
+			/* The command and its arguments: nothing after it is tokenscope's. */
+			run_argv = &state->argv[state->next - 1];
+			state->next = state->argc;
+			break;
+		}
+		if (positional == 0) {
+			if (parse_double(arg, &o->interval_s) || o->interval_s == 0)
+				argp_error(state, "invalid interval '%s' (seconds, > 0)", arg);
+		} else if (positional == 1) {
+			if (parse_ulong(arg, LONG_MAX, &v) || v == 0)
+				argp_error(state, "invalid count '%s'", arg);
+			o->count = v;
+		} else {
+			argp_error(state, "unexpected argument '%s'", arg);
+		}
+		positional++;
+		break;
+	case ARGP_KEY_END:
+		if (running) {
+			if (!run_argv)
+				argp_error(state, "no command given: tokenscope run [OPTION...] -- "
+						  "CMD [ARG...]");
+			if (o->npids || o->all)
+				argp_error(state, "run traces the command it starts: -p and --all "
+						  "are for trace");
+		} else if (!o->npids && !o->all) {
+			argp_error(state, "no process given: use -p PID or --all");
+		}
+		if (o->no_traffic && !o->all)
+			argp_error(state, "--no-traffic is for --all");
+		if (o->ex.otlp_ca && !o->ex.otlp_url)
+			argp_error(state, "--otlp-ca is for --otlp https://...");
+		if (o->by_process && !live_view && !o->ex.listen)
+			argp_error(state, "--by-process labels the metrics of --listen (or splits "
+					  "the rows of tokenscope top): give --listen");
+		o->ex.by_process = o->by_process;
+		o->ex.json = o->json;
+		if (recording != !!o->record_path)
+			argp_error(state, recording ? "record needs -o FILE"
+						    : "-o is for tokenscope record");
+		if (o->tokens && !o->json)
+			argp_error(state, "--tokens needs --json");
+		break;
+	default:
+		return ARGP_ERR_UNKNOWN;
+	}
+	return 0;
+}
+
+/* The options of trace, record, top and run before the command line is read. */
+static struct trace_opts trace_defaults(void)
+{
+	return (struct trace_opts){ .capture_bytes = TS_CAPTURE_DEFAULT,
+				    .ring_mb = TS_RING_DEFAULT_MB,
+				    .ex.trace_sample = OTLP_DEFAULT_RATIO };
+}
+
+/* trace and record: the same options (record adds -o), the same loop. */
+static int run_tracer(int argc, char **argv, const char *name, const char *doc)
+{
+	const struct argp argp = { trace_options, trace_parse, "[interval [count]]", doc, NULL,
+				   NULL,	  NULL };
+	struct trace_opts o = trace_defaults();
+	struct sigaction sa = { .sa_handler = on_signal };
+
+	/* argp names the program after argv[0]: say "tokenscope trace", not "trace". */
+	argv[0] = (char *)name;
+	if (argp_parse(&argp, argc, argv, 0, NULL, &o))
+		return 2;
+	o.top = live_view;
+	o.ex.top = live_view;
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	/* Output goes to a pipe as often as to a terminal: a line at a time either way. */
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	return trace_run(&o, &exiting) ? 1 : 0;
+}
+
+static const char run_doc[] =
+    "Start a command and trace it from its first instruction: its requests, and its GPU "
+    "steps with device times when the CUDA driver loads tokenscope's CUPTI library (named in "
+    "CUDA_INJECTION64_PATH for the command). Takes the options of trace. Signals sent to "
+    "tokenscope are passed on to the command (Ctrl-C reaches it from the terminal); tracing "
+    "ends when it exits, and tokenscope exits with its status.\n"
+    "\n"
+    "EXAMPLES:\n"
+    "  tokenscope run -- python3 -m vllm.entrypoints.openai.api_server --model M\n"
+    "  tokenscope run --json --gpu-steps -- ./server --port 8000\n"
+    "  tokenscope run --listen :9464 -d 600 -- ./server   # traced 10 min, then runs on\n";
+
+static int cmd_run(int argc, char **argv)
+{
+	const struct argp argp = { trace_options, trace_parse, "[--] CMD [ARG...]", run_doc, NULL,
+				   NULL,	  NULL };
+	struct trace_opts o = trace_defaults();
+
+	running = true;
+	argv[0] = "tokenscope run";
+	/* In order: the command's own options are not tokenscope's. */
+	if (argp_parse(&argp, argc, argv, ARGP_IN_ORDER, NULL, &o))
+		return 2;
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	return run_command(&o, run_argv, &exiting);
+}
+
+static int cmd_trace(int argc, char **argv)
+{
+	return run_tracer(argc, argv, "tokenscope trace", trace_doc);
+}
+
+static const char record_doc[] =
+    "Record the raw event stream of a running server to a file, for `tokenscope report` "
+    "elsewhere. Takes the options of trace; request lines are printed as in trace.\n"
+    "\n"
+    "The file holds the captured request and response bytes, prompts included: it is "
+    "created readable by its owner only.\n"
+    "\n"
+    "EXAMPLES:\n"
+    "  tokenscope record -p 1234 -o run.tsr -d 60\n";
+
+static int cmd_record(int argc, char **argv)
+{
+	recording = true;
+	return run_tracer(argc, argv, "tokenscope record", record_doc);
+}
+
+static const char top_doc[] =
+    "A live view of the traced server, refreshed every second: a row per model (and per "
+    "process with --by-process) with requests/s, TTFT and ITL p50/p99, tokens/s, success, "
+    "and the queue/prefill/GPU shares. q quits. Not a terminal: plain lines every second. "
+    "Takes the options of trace.\n"
+    "\n"
+    "EXAMPLES:\n"
+    "  tokenscope top -p 1234\n"
+    "  tokenscope top --all --by-process\n";
+
+static int cmd_top(int argc, char **argv)
+{
+	live_view = true;
+	return run_tracer(argc, argv, "tokenscope top", top_doc);
+}
+
+static const char report_doc[] =
+    "Replay a recording made with `tokenscope record` through the same pipeline as trace: the "
+    "same request lines, summary and exporters, then a diagnosis of TTFT and ITL P99.\n"
+    "\n"
+    "EXAMPLES:\n"
+    "  tokenscope report run.tsr\n"
+    "  tokenscope report run.tsr --json --timeline run.json\n"
+    "  tokenscope report run.tsr --prometheus | promtool check metrics\n"
+    "  tokenscope report run.tsr --otlp http://127.0.0.1:4318/v1/traces\n";
+
+static const struct argp_option report_options[] = {
+	{ "json", 'j', NULL, 0, "One JSON object per request on stdout", 0 },
+	{ "tokens", OPT_TOKENS, NULL, 0, "With --json: every content frame's time (token_ns)", 0 },
+	{ "gpu-steps", OPT_GPU_STEPS, NULL, 0, "Also a line (or JSON object) per GPU step", 0 },
+	{ "timeline", OPT_TIMELINE, "FILE", 0, "Write the timeline of the recording to FILE", 0 },
+	{ "prometheus", OPT_PROMETHEUS, NULL, 0, "Print the metrics text at the end", 0 },
+	{ "by-process", OPT_BY_PROCESS, NULL, 0,
+	  "With --prometheus: a pid label on the request metrics", 0 },
+	{ "alert", OPT_ALERT, "RULE", 0, "Evaluate an alert rule over the recording", 0 },
+	{ "alert-exec", OPT_ALERT_EXEC, "CMD", 0, "Run CMD when an alert fires or resolves", 0 },
+	{ "otlp", OPT_OTLP, "URL", 0,
+	  "Send the requests as OpenTelemetry spans, at the recording's times (see trace)", 0 },
+	{ "otlp-ca", OPT_OTLP_CA, "FILE", 0,
+	  "--otlp https: verify the collector with these CA certificates (PEM)", 0 },
+	{ "slow-ttft", OPT_SLOW_TTFT, "DUR", 0,
+	  "--otlp: a request with a slower TTFT is exported in full (e.g. 2s)", 0 },
+	{ "slow-itl", OPT_SLOW_ITL, "DUR", 0,
+	  "--otlp: a request with a slower token gap is exported in full (e.g. 200ms)", 0 },
+	{ "trace-sample", OPT_TRACE_SAMPLE, "RATIO", 0,
+	  "--otlp: share of normal requests exported as summary spans (default 0.01)", 0 },
+	{ "verbose", 'v', NULL, 0, "Report process forks and exits", 0 },
+	{},
+};
+
+static error_t report_parse(int key, char *arg, struct argp_state *state)
+{
+	struct report_opts *o = state->input;
+	const struct shown sh = { &o->json, &o->tokens, &o->gpu_steps, &o->verbose };
+
+	if (parse_shared(key, arg, state, &sh, &o->ex))
+		return 0;
+	switch (key) {
+	case OPT_PROMETHEUS:
+		o->ex.prometheus = true;
+		break;
+	case OPT_BY_PROCESS:
+		o->ex.by_process = true;
+		break;
+	case ARGP_KEY_ARG:
+		if (o->path)
+			argp_error(state, "one recording at a time");
+		o->path = arg;
+		break;
+	case ARGP_KEY_END:
+		if (!o->path)
+			argp_error(state, "no recording given: tokenscope report FILE");
+		if (o->ex.by_process && !o->ex.prometheus)
+			argp_error(state, "--by-process labels the metrics: give --prometheus");
+		if (o->ex.otlp_ca && !o->ex.otlp_url)
+			argp_error(state, "--otlp-ca is for --otlp https://...");
+		o->ex.json = o->json;
+		if (o->tokens && !o->json)
+			argp_error(state, "--tokens needs --json");
+		break;
+	default:
+		return ARGP_ERR_UNKNOWN;
+	}
+	return 0;
+}
+
+static int cmd_report(int argc, char **argv)
+{
+	static const struct argp argp = { report_options, report_parse, "FILE", report_doc,
+					  NULL,		  NULL,		NULL };
+	struct report_opts o = { .ex.trace_sample = OTLP_DEFAULT_RATIO };
+
+	argv[0] = "tokenscope report";
+	if (argp_parse(&argp, argc, argv, 0, NULL, &o))
+		return 2;
+	return report_run(&o) ? 1 : 0;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f, "Usage: tokenscope COMMAND [OPTION...]\n"
+		   "\n"
+		   "Latency of streamed LLM requests (TTFT, inter-token latency, tokens/s, "
+		   "E2E),\nmeasured from the kernel with eBPF, without touching the server.\n"
+		   "\n"
+		   "Commands:\n"
+		   "  trace     trace a running server (tokenscope trace --help)\n"
+		   "  run       start a server and trace it (tokenscope run -- CMD ARG...)\n"
+		   "  top       a live view, refreshed every second\n"
+		   "  record    trace and write the event stream to a file\n"
+		   "  report    replay a recording through the same pipeline, with a diagnosis\n"
+		   "  version   print the version\n");
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2) {
+		usage(stderr);
+		return 2;
+	}
+	if (!strcmp(argv[1], "trace"))
+		return cmd_trace(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "run"))
+		return cmd_run(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "top"))
+		return cmd_top(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "record"))
+		return cmd_record(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "report"))
+		return cmd_report(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "version") || !strcmp(argv[1], "--version")) {
+		printf("%s\n", argp_program_version);
+		return 0;
+	}
+	if (!strcmp(argv[1], "help") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+		usage(stdout);
+		return 0;
+	}
+	fprintf(stderr, "tokenscope: unknown command '%s'\n\n", argv[1]);
+	usage(stderr);
+	return 2;
+}

@@ -1,0 +1,244 @@
+// SPDX-License-Identifier: MIT
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <linux/types.h>
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+
+#include "events.h"
+#include "loader/kernel.h"
+#include "tokenscope.skel.h"
+#include "traffic.h"
+
+struct kernel {
+	struct tokenscope_bpf *skel;
+	struct ring_buffer *rb;
+	uint32_t self_tgid;
+	int ncpus;
+	bool borrowed; /* the skeleton is the caller's (kernel_borrow) */
+};
+
+static int libbpf_print(enum libbpf_print_level level, const char *fmt, va_list args)
+{
+	if (level == LIBBPF_DEBUG)
+		return 0;
+	return vfprintf(stderr, fmt, args);
+}
+
+static int libbpf_print_quiet(enum libbpf_print_level level, const char *fmt, va_list args)
+{
+	(void)level, (void)fmt, (void)args;
+	return 0;
+}
+
+void kernel_log_verbose(bool verbose)
+{
+	libbpf_set_print(verbose ? libbpf_print : libbpf_print_quiet);
+}
+
+int kernel_ncpus(void)
+{
+	return libbpf_num_possible_cpus();
+}
+
+int kernel_open(struct kernel **kp)
+{
+	struct kernel *k = calloc(1, sizeof(*k));
+	int err;
+
+	*kp = NULL;
+	if (!k)
+		return -ENOMEM;
+	k->ncpus = libbpf_num_possible_cpus();
+	if (k->ncpus <= 0) {
+		err = k->ncpus ? k->ncpus : -EINVAL;
+		free(k);
+		return err;
+	}
+	k->skel = tokenscope_bpf__open();
+	if (!k->skel) {
+		err = -errno;
+		free(k);
+		return err;
+	}
+	*kp = k;
+	return 0;
+}
+
+int kernel_borrow(struct kernel **kp, struct tokenscope_bpf *skel)
+{
+	struct kernel *k = calloc(1, sizeof(*k));
+
+	*kp = NULL;
+	if (!k)
+		return -ENOMEM;
+	k->ncpus = libbpf_num_possible_cpus();
+	if (k->ncpus <= 0) {
+		int err = k->ncpus ? k->ncpus : -EINVAL;
+
+		free(k);
+		return err;
+	}
+	k->skel = skel;
+	k->borrowed = true;
+	*kp = k;
+	return 0;
+}
+
+int kernel_configure(struct kernel *k, const struct kernel_config *c)
+{
+	k->skel->rodata->capture_bytes = c->capture_bytes;
+	k->skel->rodata->emit_gpu_calls = c->gpu_calls;
+	k->skel->rodata->discover_traffic = c->discover_traffic;
+	k->skel->rodata->self_tgid = c->self_tgid;
+	k->skel->rodata->wakeup_bytes = c->ring_mb * 1024ull * 1024ull / 8;
+	k->self_tgid = c->self_tgid;
+	return bpf_map__set_max_entries(k->skel->maps.events, c->ring_mb * 1024u * 1024u);
+}
+
+int kernel_load(struct kernel *k)
+{
+	return tokenscope_bpf__load(k->skel);
+}
+
+int kernel_attach(struct kernel *k)
+{
+	return tokenscope_bpf__attach(k->skel);
+}
+
+void kernel_destroy(struct kernel *k)
+{
+	if (!k)
+		return;
+	kernel_ring_close(k);
+	if (!k->borrowed)
+		tokenscope_bpf__destroy(k->skel);
+	free(k);
+}
+
+/* A per-CPU array lookup: a few microseconds. */
+int kernel_read_stat(struct kernel *k, unsigned int stat, uint64_t *sum)
+{
+	__u64 vals[k->ncpus];
+	__u32 key = stat;
+
+	if (bpf_map_lookup_elem(bpf_map__fd(k->skel->maps.stats), &key, vals))
+		return -errno;
+	*sum = 0;
+	for (int c = 0; c < k->ncpus; c++)
+		*sum += vals[c];
+	return 0;
+}
+
+/* Keys collected per pass over map `conns` before deleting them. */
+#define FORGET_BATCH 256
+
+void kernel_forget_conns(struct kernel *k, uint32_t pid)
+{
+	int fd = bpf_map__fd(k->skel->maps.conns);
+	struct ts_conn_key key, dead[FORGET_BATCH];
+	int n;
+
+	do {
+		void *prev = NULL;
+
+		n = 0;
+		while (n < FORGET_BATCH && bpf_map_get_next_key(fd, prev, &key) == 0) {
+			if (key.pid == pid)
+				dead[n++] = key;
+			prev = &key;
+		}
+		for (int i = 0; i < n; i++)
+			bpf_map_delete_elem(fd, &dead[i]);
+	} while (n == FORGET_BATCH);
+}
+
+int kernel_trace_pid(struct kernel *k, uint32_t pid)
+{
+	__u8 one = 1;
+
+	if (bpf_map_update_elem(bpf_map__fd(k->skel->maps.traced), &pid, &one, BPF_ANY))
+		return -errno;
+	return 0;
+}
+
+int kernel_traffic_take(struct kernel *k, kernel_traffic_fn fn, void *ctx)
+{
+	int fd = bpf_map__fd(k->skel->maps.traffic_seen);
+	int traced_fd = bpf_map__fd(k->skel->maps.traced);
+	__u32 pids[TS_TRAFFIC_MAX], *prev = NULL;
+	int n = 0, sum = 0;
+
+	/* Keys first: deleting while walking would restart the walk. */
+	while (n < TS_TRAFFIC_MAX && !bpf_map_get_next_key(fd, prev, &pids[n])) {
+		prev = &pids[n];
+		n++;
+	}
+	for (int i = 0; i < n; i++) {
+		struct ts_traffic_seen v;
+		__u8 one;
+
+		if (bpf_map_lookup_and_delete_elem(fd, &pids[i], &v))
+			continue;
+		/* The kernel side leaves the tracer out already (self_tgid). */
+		if (pids[i] == k->self_tgid || !bpf_map_lookup_elem(traced_fd, &pids[i], &one))
+			continue;
+		sum += fn(ctx, pids[i], &v);
+	}
+	return sum;
+}
+
+int kernel_ring_open(struct kernel *k, kernel_record_fn fn, void *ctx)
+{
+	k->rb = ring_buffer__new(bpf_map__fd(k->skel->maps.events), fn, ctx, NULL);
+	return k->rb ? 0 : -errno;
+}
+
+int kernel_ring_poll(struct kernel *k, int timeout_ms)
+{
+	return ring_buffer__poll(k->rb, timeout_ms);
+}
+
+void kernel_ring_consume(struct kernel *k)
+{
+	ring_buffer__consume(k->rb);
+}
+
+void kernel_ring_close(struct kernel *k)
+{
+	if (!k)
+		return;
+	ring_buffer__free(k->rb);
+	k->rb = NULL;
+}
+
+int kernel_attach_cuda(struct kernel *k, enum kernel_cuda_probe probe, int pid, const char *path,
+		       uint64_t off, const char *func, uint64_t cookie, struct bpf_link **link)
+{
+	LIBBPF_OPTS(bpf_uprobe_opts, opts, .func_name = func, .bpf_cookie = cookie,
+		    .retprobe = probe == KERNEL_CUDA_SYNC_RET);
+	struct bpf_program *prog = k->skel->progs.ts_cuda_call;
+
+	if (probe == KERNEL_CUDA_SYNC)
+		prog = k->skel->progs.ts_cuda_sync;
+	else if (probe == KERNEL_CUDA_SYNC_RET)
+		prog = k->skel->progs.ts_cuda_sync_ret;
+
+	*link = bpf_program__attach_uprobe_opts(prog, pid, path, off, &opts);
+	return *link ? 0 : -errno;
+}
+
+int kernel_attach_cupti(struct kernel *k, int pid, const char *path, const char *name,
+			struct bpf_link **link)
+{
+	*link = bpf_program__attach_usdt(k->skel->progs.ts_cupti_runs, pid, path, TS_CUPTI_PROVIDER,
+					 name, NULL);
+	return *link ? 0 : -errno;
+}
+
+void kernel_link_destroy(struct bpf_link *link)
+{
+	bpf_link__destroy(link);
+}

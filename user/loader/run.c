@@ -1,0 +1,208 @@
+// SPDX-License-Identifier: MIT
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "loader/run.h"
+
+/* The signals tokenscope passes on to the command. */
+static const int forwarded[] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 };
+
+static volatile pid_t child;
+static volatile sig_atomic_t *child_exited;
+
+static void on_signal(int sig, siginfo_t *si, void *uc)
+{
+	(void)uc;
+	if (sig == SIGCHLD) {
+		/* Every record the command made is in the ring buffer before its parent hears of
+		 * its exit: the trace ends with the last drain. */
+		*child_exited = 1;
+		return;
+	}
+	/* A signal sent by a process (kill, a supervisor) is passed on. One the terminal
+	 * generated (Ctrl-C, SI_KERNEL) went to the command's process group as well: passing it
+	 * on would deliver it twice. */
+	if (si->si_code <= 0 && child > 0)
+		kill(child, sig);
+}
+
+int run_find_cupti_lib(char *buf, size_t len)
+{
+	const char *env = getenv(RUN_CUPTI_LIB_ENV);
+	char exe[PATH_MAX];
+	ssize_t n;
+	char *slash;
+
+	if (env && *env) {
+		snprintf(buf, len, "%s", env);
+		return access(buf, R_OK) ? -ENOENT : 0;
+	}
+	n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	if (n <= 0) {
+		snprintf(buf, len, "%s", RUN_CUPTI_LIB_NAME);
+		return -ENOENT;
+	}
+	exe[n] = '\0';
+	slash = strrchr(exe, '/');
+	if (slash)
+		*slash = '\0';
+	if ((size_t)snprintf(buf, len, "%s/%s", slash ? exe : ".", RUN_CUPTI_LIB_NAME) >= len)
+		return -ENAMETOOLONG;
+	return access(buf, R_OK) ? -ENOENT : 0;
+}
+
+struct run_ctx {
+	pid_t pid;
+	int go_fd;     /* a byte written here lets the child exec */
+	int err_fd;    /* the child's exec errno, or end of file once exec succeeded */
+	int exec_err;  /* why exec failed, 0 if it did not */
+	bool released; /* the child was told to exec */
+	const char *cmd;
+};
+
+/* Called by trace_run once the child is followed and every program is attached. */
+static int release_child(void *p)
+{
+	struct run_ctx *c = p;
+	char go = 1;
+	int e = 0;
+	ssize_t n;
+
+	c->released = true;
+	if (write(c->go_fd, &go, 1) != 1) {
+		e = errno;
+		fprintf(stderr, "tokenscope: cannot start %s: %s\n", c->cmd, strerror(e));
+		return -e;
+	}
+	close(c->go_fd);
+	c->go_fd = -1;
+	/* The pipe is close-on-exec in the child: end of file means exec succeeded. */
+	do
+		n = read(c->err_fd, &e, sizeof(e));
+	while (n < 0 && errno == EINTR);
+	if (n == sizeof(e)) {
+		c->exec_err = e ? e : EINVAL;
+		fprintf(stderr, "tokenscope: cannot run %s: %s\n", c->cmd, strerror(c->exec_err));
+		return -c->exec_err;
+	}
+	return 0;
+}
+
+/* In the child: waits to be released, then becomes the command. Never returns. */
+static void child_main(char *const argv[], int go_fd, int err_fd, const char *lib)
+{
+	char go;
+	int e;
+
+	if (read(go_fd, &go, 1) != 1)
+		_exit(127); /* tokenscope could not attach, and said why */
+	close(go_fd);
+	if (lib && !getenv(RUN_INJECTION_ENV))
+		setenv(RUN_INJECTION_ENV, lib, 1);
+	execvp(argv[0], argv);
+	e = errno;
+	if (write(err_fd, &e, sizeof(e)) != sizeof(e))
+		_exit(127);
+	_exit(127);
+}
+
+static int exit_status(int status)
+{
+	if (WIFEXITED(status))
+		return WEXITSTATUS(status);
+	if (WIFSIGNALED(status))
+		return 128 + WTERMSIG(status);
+	return 1;
+}
+
+static const char *base_name(const char *path)
+{
+	const char *s = strrchr(path, '/');
+
+	return s && s[1] ? s + 1 : path;
+}
+
+int run_command(struct trace_opts *o, char *const argv[], volatile sig_atomic_t *exiting)
+{
+	struct sigaction sa = { .sa_sigaction = on_signal, .sa_flags = SA_SIGINFO };
+	struct run_ctx c = { .go_fd = -1, .err_fd = -1, .cmd = argv[0] };
+	char lib[PATH_MAX];
+	const char *inject = NULL;
+	int go[2], err[2], status = 0, rc;
+	const char *set = getenv(RUN_INJECTION_ENV);
+
+	if (set && *set) {
+		if (o->verbose)
+			fprintf(stderr, "tokenscope: %s is already set (%s): left as it is\n",
+				RUN_INJECTION_ENV, set);
+	} else if (run_find_cupti_lib(lib, sizeof(lib)) == 0) {
+		inject = lib;
+	} else {
+		fprintf(stderr,
+			"tokenscope: no %s at %s (set %s to its path): GPU steps come from "
+			"host-side CUDA calls only, without device times\n",
+			RUN_CUPTI_LIB_NAME, lib, RUN_CUPTI_LIB_ENV);
+	}
+	if (pipe2(go, O_CLOEXEC) || pipe2(err, O_CLOEXEC)) {
+		fprintf(stderr, "tokenscope: cannot start %s: %s\n", argv[0], strerror(errno));
+		return 1;
+	}
+	fflush(NULL);
+	c.pid = fork();
+	if (c.pid < 0) {
+		fprintf(stderr, "tokenscope: cannot start %s: %s\n", argv[0], strerror(errno));
+		return 1;
+	}
+	if (c.pid == 0) {
+		close(go[1]);
+		close(err[0]);
+		child_main(argv, go[0], err[1], inject);
+	}
+	close(go[0]);
+	close(err[1]);
+	c.go_fd = go[1];
+	c.err_fd = err[0];
+
+	child = c.pid;
+	child_exited = exiting;
+	sigemptyset(&sa.sa_mask);
+	for (size_t i = 0; i < sizeof(forwarded) / sizeof(forwarded[0]); i++)
+		sigaction(forwarded[i], &sa, NULL);
+	sa.sa_flags |= SA_NOCLDSTOP;
+	sigaction(SIGCHLD, &sa, NULL);
+
+	o->pids[0] = (uint32_t)c.pid;
+	o->npids = 1;
+	o->run_name = base_name(argv[0]);
+	o->attached = release_child;
+	o->attached_ctx = &c;
+	rc = trace_run(o, exiting);
+	if (c.go_fd >= 0)
+		close(c.go_fd);
+	close(c.err_fd);
+	if (!c.released) {
+		/* Tracing failed before the command started: it never will. */
+		kill(c.pid, SIGKILL);
+		waitpid(c.pid, NULL, 0);
+		return 1;
+	}
+	if (c.exec_err) {
+		waitpid(c.pid, NULL, 0);
+		return c.exec_err == EACCES || c.exec_err == ENOEXEC ? 126 : 127;
+	}
+	if (waitpid(c.pid, &status, WNOHANG) == 0) {
+		/* -d or a failure ended the trace first: the command is the user's work. */
+		fprintf(stderr, "tokenscope: tracing %s; waiting for %s (PID %d) to exit\n",
+			rc ? "failed" : "ended", o->run_name, (int)c.pid);
+		while (waitpid(c.pid, &status, 0) < 0 && errno == EINTR)
+			;
+	}
+	child = 0;
+	return exit_status(status);
+}

@@ -1,0 +1,720 @@
+// SPDX-License-Identifier: MIT
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <termios.h>
+#include <time.h>
+#include <unistd.h>
+#include <linux/capability.h>
+#include <linux/types.h>
+
+#include "lib/clock.h"
+#include "loader/cuda.h"
+#include "sinks/output.h"
+#include "loader/discover.h"
+#include "loader/kernel.h"
+#include "sinks/top.h"
+#include "loader/proc.h"
+#include "record/record.h"
+#include "sinks/summary.h"
+#include "loader/trace.h"
+#include "traffic.h"
+#include "lib/utf8.h"
+#include "lib/version.h"
+
+/* Records are submitted without wake-up; the consumer drains on this period, and is woken early
+ * only when the kernel sees the buffer filling (wakeup_bytes). */
+#define DRAIN_PERIOD_MS 10
+/* How often the traced processes' maps are read again for CUDA libraries loaded since: an
+ * engine process maps libcudart seconds after it starts. */
+#define CUDA_RESCAN_S 1.0
+/* How often --all looks for inference servers started since. */
+#define DISCOVER_RESCAN_S 5.0
+/* How often --all drains the processes the kernel saw writing streamed completions: a few map
+ * lookups, so often enough that little of a found server's traffic goes by untraced. */
+#define TRAFFIC_DRAIN_S 0.25
+
+struct tracer {
+	struct kernel *k;
+	const char *label; /* container of the processes being followed now (--all) */
+	struct pipeline pl;
+	struct cuda_attach cuda;
+	struct record_writer rec;
+	bool recording;
+	int rec_err; /* the first write error: recording stops, tracing goes on */
+	bool verbose;
+	struct discover_set *seen; /* --all: servers found so far, dropped when they exit */
+	uint64_t caps;		   /* the effective capabilities, for the messages of a refusal */
+	bool cuda_explained;	   /* why no CUDA library could be hooked was said */
+};
+
+static int on_record(void *ctx, void *data, size_t size)
+{
+	struct tracer *tr = ctx;
+
+	if (tr->recording && !tr->rec_err) {
+		int err = record_write(&tr->rec, data, size);
+
+		if (err && err != -EINVAL) {
+			tr->rec_err = err;
+			fprintf(stderr, "tokenscope: recording stopped: %s\n", strerror(-err));
+		}
+	}
+
+	pipeline_feed(&tr->pl, data, size);
+	return 0;
+}
+
+/*
+ * The kernel's counters, every drain: the lost-record count decides which open requests may be
+ * lost, and the others reach /metrics and recordings as they change (a per-CPU array lookup
+ * per counter, a few microseconds each 10 ms).
+ */
+static void read_kstats(struct tracer *tr)
+{
+	for (unsigned int k = 0; k < TS_STAT_MAX; k++) {
+		uint64_t sum;
+
+		if (kernel_read_stat(tr->k, k, &sum))
+			continue;
+		if (k == TS_STAT_LOST_EVENTS)
+			pipeline_kernel_lost(&tr->pl, sum);
+		else
+			tr->pl.kstats[k] = sum;
+	}
+}
+
+/* A process exited: the kernel never saw close() for its sockets (forget them), and --all may
+ * find a new server under its pid. */
+static void process_gone(void *ctx, uint32_t pid)
+{
+	struct tracer *tr = ctx;
+
+	/* A later server that gets this pid is a new one. */
+	if (tr->seen)
+		discover_set_remove(tr->seen, pid);
+	cuda_forget(&tr->cuda, pid);
+	kernel_forget_conns(tr->k, pid);
+}
+
+/* record_open's refusals, in words (the recording holds captured prompts). */
+static const char *record_open_why(int err)
+{
+	switch (err) {
+	case -ELOOP:
+		return "it is a symbolic link, and a recording is never written through one "
+		       "(give the path it points to)";
+	case -EEXIST:
+		return "the file exists and belongs to another user, who could read the "
+		       "recording (remove it, or give another path)";
+	case -EMLINK:
+		return "the file has other hard links (remove it, or give another path)";
+	default:
+		return strerror(-err);
+	}
+}
+
+/* The effective capability set (a bit per CAP_*), and whether a seccomp filter is on; all
+ * ones when /proc/self/status cannot be read, so that nothing is blamed on a capability. */
+static uint64_t self_caps(bool *seccomp)
+{
+	char text[4096], *p;
+	uint64_t caps = ~0ull;
+
+	*seccomp = false;
+	if (proc_read_file("/proc/self/status", text, sizeof(text)) <= 0)
+		return caps;
+	if ((p = strstr(text, "\nCapEff:")))
+		caps = strtoull(p + 8, NULL, 16);
+	if ((p = strstr(text, "\nSeccomp:")))
+		*seccomp = strtol(p + 9, NULL, 10) == 2;
+	return caps;
+}
+
+static bool has_cap(uint64_t caps, int cap)
+{
+	return caps >> cap & 1;
+}
+
+/* Whether this process runs in a user namespace other than the initial one, whose
+ * capabilities do not count for loading BPF programs. */
+static bool in_user_ns(void)
+{
+	char text[128];
+	unsigned long long inside, outside, count;
+
+	return proc_read_file("/proc/self/uid_map", text, sizeof(text)) > 0 &&
+	       (sscanf(text, "%llu %llu %llu", &inside, &outside, &count) != 3 || inside ||
+		outside || count != 4294967295ull);
+}
+
+/*
+ * Why the kernel refused to load the programs, naming what is missing. Loading maps and BTF
+ * takes CAP_BPF, and tracing programs CAP_PERFMON as well; CAP_SYS_ADMIN stands for either.
+ */
+static void explain_load_denied(int err)
+{
+	bool seccomp;
+	uint64_t caps = self_caps(&seccomp);
+	bool bpf = has_cap(caps, CAP_BPF) || has_cap(caps, CAP_SYS_ADMIN);
+	bool perfmon = has_cap(caps, CAP_PERFMON) || has_cap(caps, CAP_SYS_ADMIN);
+
+	if (!bpf || !perfmon)
+		fprintf(stderr,
+			"tokenscope: not allowed to load BPF programs (%s): needs %s (or root)\n",
+			strerror(-err),
+			!bpf && !perfmon ? "CAP_BPF and CAP_PERFMON"
+			: !bpf		 ? "CAP_BPF as well as CAP_PERFMON"
+					 : "CAP_PERFMON as well as CAP_BPF");
+	else
+		fprintf(stderr,
+			"tokenscope: not allowed to load BPF programs (%s), although this process "
+			"has CAP_BPF and CAP_PERFMON: %s\n",
+			strerror(-err),
+			in_user_ns() ? "they are a user namespace's, which do not count for BPF"
+			: seccomp    ? "a seccomp filter may deny bpf() (a container runtime's "
+				       "default profile without CAP_SYS_ADMIN)"
+				     : "kernel lockdown or a security module may forbid it");
+}
+
+/*
+ * Says once why GPU steps are not traced when nothing could be hooked for want of a permission
+ * (the scan keeps the first refusal): uprobes need CAP_SYS_ADMIN (Linux 6.16 and later), and
+ * another process's libraries, reached through /proc/PID/root, CAP_SYS_PTRACE. Returns true
+ * once said.
+ */
+static bool cuda_explain(struct tracer *tr)
+{
+	const struct cuda_denial *d = &tr->cuda.denied;
+	bool admin = has_cap(tr->caps, CAP_SYS_ADMIN), ptrace = has_cap(tr->caps, CAP_SYS_PTRACE);
+	const char *why;
+
+	if (tr->cuda_explained || d->what == CUDA_DENIED_NONE || cuda_hooked_files(&tr->cuda))
+		return tr->cuda_explained;
+	if (d->what == CUDA_DENIED_MAPS) {
+		fprintf(stderr,
+			"tokenscope: cannot read %s (%s): finding the CUDA libraries of another "
+			"user's process needs CAP_SYS_PTRACE%s; GPU steps are not traced\n",
+			d->path, strerror(d->err), ptrace ? ", which this process has" : "");
+	} else {
+		if (d->what == CUDA_DENIED_ROOT)
+			why = ptrace ? "opening it through /proc/PID/root was refused"
+				     : "opening it through /proc/PID/root needs CAP_SYS_PTRACE";
+		else
+			why = admin ? "attaching uprobes was refused"
+				    : "uprobes need CAP_SYS_ADMIN (Linux 6.16 and later)";
+		fprintf(stderr,
+			"tokenscope: cannot hook the CUDA library %s of pid %u: %s (%s); GPU steps "
+			"are not traced\n",
+			d->path, d->pid, why, strerror(d->err));
+	}
+	tr->cuda_explained = true;
+	return true;
+}
+
+static void cuda_scan_all(struct tracer *tr)
+{
+	for (uint32_t i = 0; i < tr->pl.nlive; i++)
+		cuda_scan(&tr->cuda, tr->pl.live[i].pid);
+}
+
+static int trace_follow(struct tracer *tr, uint32_t pid, bool root)
+{
+	/* The pipeline first: when it has no room (-E2BIG), the kernel must not trace pid either.
+	 */
+	int err = pipeline_add_process(&tr->pl, pid, root);
+
+	if (err)
+		return err;
+	err = kernel_trace_pid(tr->k, pid);
+	if (err)
+		pipeline_forget_process(&tr->pl, pid);
+	return err;
+}
+
+static void follow_descendant(void *ctx, uint32_t pid)
+{
+	struct tracer *tr = ctx;
+
+	if (!trace_follow(tr, pid, false))
+		pipeline_label_process(&tr->pl, pid, tr->label);
+}
+
+/* --all: follows a server found by a rule, with its descendants; false when it cannot. */
+static bool discover_attach(struct tracer *tr, struct discover_set *seen,
+			    const struct discovered *d)
+{
+	discover_set_add(seen, d->pid);
+	if (trace_follow(tr, d->pid, true))
+		return false;
+	tr->label = d->container_short;
+	pipeline_label_process(&tr->pl, d->pid, d->container_short);
+	proc_descendants(d->pid, follow_descendant, tr);
+	tr->label = NULL;
+	/* A server found by its traffic is named by its comm. */
+	fprintf(stderr, "tokenscope: found %u (%s, rule '%s') %s%s\n", d->pid,
+		d->server ? d->server : d->comm, d->rule,
+		d->container_short[0] ? "in container " : "on the host", d->container_short);
+	return true;
+}
+
+/* --all: follows the inference servers that are not followed yet; returns how many. */
+static int discover_follow(struct tracer *tr, struct discover_set *seen)
+{
+	struct discovered found[PIPELINE_MAX_ROOTS];
+	size_t n = 0;
+	int added = 0;
+
+	if (discover_scan("/proc", found, PIPELINE_MAX_ROOTS, &n) == -E2BIG)
+		fprintf(stderr,
+			"tokenscope: more than %d inference servers: following the first %d\n",
+			PIPELINE_MAX_ROOTS, PIPELINE_MAX_ROOTS);
+	for (size_t i = 0; i < n; i++)
+		if (discover_is_new(seen, &found[i]) && discover_attach(tr, seen, &found[i]))
+			added++;
+	return added;
+}
+
+/* What traffic_follow's entries work on. */
+struct traffic_ctx {
+	struct tracer *tr;
+	struct discover_set *seen;
+};
+
+/* One process the kernel saw writing streamed completions, neither the tracer nor traced:
+ * followed unless its pid now names another process; 1 if followed. */
+static int traffic_one(void *ctx, uint32_t pid, const struct ts_traffic_seen *v)
+{
+	struct traffic_ctx *t = ctx;
+	struct tracer *tr = t->tr;
+	struct discovered d;
+	char comm[sizeof(d.comm)];
+	const char *rule = discover_traffic_rule(v->kind);
+
+	if (!rule || discover_describe("/proc", pid, NULL, rule, &d))
+		return 0;
+	/* Cleaned as d.comm was, to compare like with like. */
+	utf8_clean(comm, sizeof(comm), v->comm, strnlen(v->comm, sizeof(v->comm)));
+	if (strcmp(d.comm, comm)) {
+		if (tr->verbose)
+			fprintf(stderr,
+				"tokenscope: %s seen from pid %u, which is now %s: skipped\n", rule,
+				pid, d.comm);
+		return 0;
+	}
+	if (tr->verbose)
+		fprintf(stderr, "tokenscope: %u (%s): %u writes started frames (%s) over %.3f s\n",
+			pid, d.comm, v->matches, rule, (v->last_ns - v->first_ns) / 1e9);
+	return discover_attach(tr, t->seen, &d);
+}
+
+/*
+ * --all: follows the processes the kernel saw writing streamed completions to a socket (map
+ * traffic_seen), and empties the map. Those already traced (a race with a rescan) and those
+ * whose pid now names another process are skipped. Returns how many were followed.
+ */
+static int traffic_follow(struct tracer *tr, struct discover_set *seen)
+{
+	struct traffic_ctx t = { .tr = tr, .seen = seen };
+
+	return kernel_traffic_take(tr->k, traffic_one, &t);
+}
+
+static int trace_load(struct tracer *tr, const struct trace_opts *o)
+{
+	const struct kernel_config kc = { .capture_bytes = o->capture_bytes,
+					  .gpu_calls = o->gpu_calls,
+					  .discover_traffic = o->all && !o->no_traffic,
+					  .self_tgid = getpid(),
+					  .ring_mb = o->ring_mb };
+	int err;
+
+	err = kernel_open(&tr->k);
+	if (err) {
+		fprintf(stderr, "tokenscope: cannot open the BPF object: %s\n", strerror(-err));
+		return err;
+	}
+	err = kernel_configure(tr->k, &kc);
+	if (err) {
+		fprintf(stderr, "tokenscope: cannot size the ring buffer: %s\n", strerror(-err));
+		return err;
+	}
+	err = kernel_load(tr->k);
+	if (err) {
+		if (err == -EPERM || err == -EACCES)
+			explain_load_denied(err);
+		else
+			fprintf(stderr,
+				"tokenscope: the kernel refused the BPF programs (%s); run with -v "
+				"for the verifier log\n",
+				strerror(-err));
+		return err;
+	}
+	err = kernel_attach(tr->k);
+	if (err) {
+		fprintf(stderr, "tokenscope: cannot attach to the syscall tracepoints: %s\n",
+			strerror(-err));
+		return err;
+	}
+	return 0;
+}
+
+/* What the run loop's jobs work on. */
+struct loop {
+	struct tracer *tr;
+	const struct trace_opts *o;
+	struct discover_set *seen;
+	struct exporters *ex; /* the GPU sampler's samples, polled at each drain */
+	bool top;	      /* the live view: the loader reads its keys */
+	double start;	      /* mono_s() when tracing began */
+	long intervals;	      /* interval summaries printed */
+};
+
+/*
+ * A periodic job of the run loop: run once due (first `first` seconds after the start, then
+ * every `period`: on a fixed rate, or `period` after it last ran; period 0: after every drain
+ * of the ring buffer). It returns true to end the trace.
+ */
+struct loop_job {
+	bool (*wanted)(const struct loop *l);
+	bool (*run)(struct loop *l, double now);
+	double first, period;
+	bool fixed_rate;
+	double next;
+};
+
+static bool want_always(const struct loop *l)
+{
+	(void)l;
+	return true;
+}
+
+static bool want_interval(const struct loop *l)
+{
+	return l->o->interval_s > 0;
+}
+
+static bool want_top(const struct loop *l)
+{
+	return l->top;
+}
+
+static bool want_all(const struct loop *l)
+{
+	return l->o->all;
+}
+
+static bool want_traffic(const struct loop *l)
+{
+	return l->o->all && !l->o->no_traffic;
+}
+
+static bool want_duration(const struct loop *l)
+{
+	return l->o->duration_s > 0;
+}
+
+static bool job_interval(struct loop *l, double now)
+{
+	(void)now;
+	pipeline_interval(&l->tr->pl);
+	return l->o->count && ++l->intervals >= l->o->count;
+}
+
+static bool job_top(struct loop *l, double now)
+{
+	(void)l, (void)now;
+	/* The frames are the sink's, on the pipeline's kernel time (which the drain moves on
+	 * with the clock while no record comes); the loader only reads the keys. */
+	return top_keypress(STDIN_FILENO) == 1;
+}
+
+static bool job_discover(struct loop *l, double now)
+{
+	(void)now;
+	discover_follow(l->tr, l->seen);
+	return false;
+}
+
+static bool job_traffic(struct loop *l, double now)
+{
+	(void)now;
+	traffic_follow(l->tr, l->seen);
+	return false;
+}
+
+static bool job_cuda(struct loop *l, double now)
+{
+	(void)now;
+	cuda_scan_all(l->tr);
+	cuda_explain(l->tr);
+	return false;
+}
+
+static bool job_duration(struct loop *l, double now)
+{
+	return now - l->start >= l->o->duration_s;
+}
+
+static bool job_exited(struct loop *l, double now)
+{
+	(void)now;
+	if (!pipeline_all_exited(&l->tr->pl))
+		return false;
+	fprintf(stderr, "tokenscope: every traced process has exited\n");
+	return true;
+}
+
+/* Drains the ring buffer into the pipeline (and the recording). */
+static void loop_drain(struct loop *l)
+{
+	struct tracer *tr = l->tr;
+
+	kernel_ring_consume(tr->k);
+	read_kstats(tr);
+	pipeline_clock(&tr->pl, mono_ns());
+	exporters_poll_gpu(l->ex, &tr->pl);
+	pipeline_tick(&tr->pl);
+	if (tr->recording && !tr->rec_err) {
+		/* Counters too (a report shows the losses), and a file usable if killed. */
+		record_write_kstats(&tr->rec, tr->pl.kstats);
+		record_flush(&tr->rec);
+	}
+}
+
+/* Polls the ring buffer and runs the jobs until one ends the trace, a signal asks it to, or the
+ * ring buffer cannot be read (its error). */
+static int loop_run(struct loop *l, volatile sig_atomic_t *exiting)
+{
+	struct loop_job jobs[] = {
+		{ want_interval, job_interval, l->o->interval_s, l->o->interval_s, true, 0 },
+		{ want_top, job_top, 0, 0, false, 0 },
+		{ want_all, job_discover, 0, DISCOVER_RESCAN_S, false, 0 },
+		{ want_traffic, job_traffic, 0, TRAFFIC_DRAIN_S, false, 0 },
+		{ want_always, job_cuda, CUDA_RESCAN_S, CUDA_RESCAN_S, false, 0 },
+		{ want_duration, job_duration, 0, 0, false, 0 },
+		{ want_always, job_exited, 0, 0, false, 0 },
+	};
+	const size_t njobs = sizeof(jobs) / sizeof(jobs[0]);
+
+	for (size_t i = 0; i < njobs; i++)
+		jobs[i].next = l->start + jobs[i].first;
+	while (!*exiting) {
+		int n = kernel_ring_poll(l->tr->k, DRAIN_PERIOD_MS);
+		double now;
+
+		/* A signal: the loop's condition says whether it ends the trace (run passes
+		 * most signals on to its command and goes on). */
+		if (n == -EINTR)
+			continue;
+		if (n < 0) {
+			fprintf(stderr, "tokenscope: reading the ring buffer failed: %s\n",
+				strerror(-n));
+			return n;
+		}
+		loop_drain(l);
+		now = mono_s();
+		for (size_t i = 0; i < njobs; i++) {
+			struct loop_job *j = &jobs[i];
+
+			if (!j->wanted(l) || now < j->next)
+				continue;
+			j->next = j->fixed_rate ? j->next + j->period : now + j->period;
+			if (j->run(l, now))
+				return 0;
+		}
+	}
+	return 0;
+}
+
+int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
+{
+	/* Where everything goes: request lines to stdout (none in the live view, which replaces
+	 * them), summaries with them, or to stderr with --json (stdout is JSON only); in the live
+	 * view only a JSON run's summary is kept, on stderr. Messages to stderr. */
+	struct pipeline_opts po = { .verbose = o->verbose, .err = stderr };
+	FILE *summary_out = o->json ? stderr : o->top ? NULL : stdout;
+	struct summaries sums;
+	struct lines_opts lo = { .out = stdout,
+				 .json = o->json,
+				 .tokens = o->tokens,
+				 .gpu_steps = o->gpu_steps,
+				 .gpu_calls = o->gpu_calls };
+	struct lines lines;
+	struct tracer tr = { .verbose = o->verbose };
+	bool seccomp;
+	struct exporters ex;
+	bool ex_started = false;
+	struct discover_set seen;
+	struct top top;
+	bool top_on = false, raw = false;
+	struct termios saved;
+	struct timespec now_ts;
+	struct loop loop;
+	int err, nprocs = 0, ncpus;
+
+	for (int i = 0; i < o->npids; i++) {
+		if (proc_check(o->pids[i])) {
+			fprintf(stderr, "tokenscope: no process with PID %u\n", o->pids[i]);
+			return -ESRCH;
+		}
+	}
+	kernel_log_verbose(o->verbose);
+	tr.caps = self_caps(&seccomp);
+	ncpus = kernel_ncpus();
+	if (ncpus <= 0)
+		return ncpus ? ncpus : -EINVAL;
+	discover_set_init(&seen);
+	err = pipeline_init(&tr.pl, &po);
+	if (err) {
+		return err;
+	}
+	tr.pl.keep_running = o->all;
+	tr.seen = o->all ? &seen : NULL;
+	tr.pl.on_exit = process_gone;
+	tr.pl.on_exit_ctx = &tr;
+	/* Every record is later than now (the same clock as bpf_ktime_get_ns): the timeline's 0. */
+	clock_gettime(CLOCK_MONOTONIC, &now_ts);
+	err = exporters_start(&ex, &o->ex, &tr.pl,
+			      now_ts.tv_sec * 1000000000ull + (uint64_t)now_ts.tv_nsec);
+	ex_started = true;
+	if (err)
+		goto out;
+	if (!o->top) {
+		struct sink ls;
+
+		lines_init(&lines, &lo);
+		ls = lines_sink(&lines);
+		err = pipeline_add_sink(&tr.pl, &ls);
+		if (err)
+			goto out;
+	}
+	/* After the lines: the total comes once the last request's line is out. */
+	summaries_init(&sums, summary_out);
+	{
+		struct sink ss = summaries_sink(&sums);
+
+		err = pipeline_add_sink(&tr.pl, &ss);
+		if (err)
+			goto out;
+	}
+	if (o->record_path) {
+		struct record_meta m;
+
+		record_meta_fill(&m, TOKENSCOPE_VERSION);
+		m.capture_bytes = o->capture_bytes;
+		for (int i = 0; i < o->npids && i < (int)(sizeof(m.roots) / sizeof(m.roots[0]));
+		     i++)
+			m.roots[m.nroots++] = o->pids[i];
+		err = record_open(&tr.rec, o->record_path, &m);
+		if (err) {
+			fprintf(stderr, "tokenscope: cannot write %s: %s\n", o->record_path,
+				record_open_why(err));
+			goto out;
+		}
+		tr.recording = true;
+		fprintf(stderr, "tokenscope: recording the event stream to %s\n", o->record_path);
+	}
+	err = trace_load(&tr, o);
+	if (err)
+		goto out;
+
+	/* Attached first, followed second: a fork after a parent is in the map is caught by the
+	 * fork tracepoint, and one before it by the /proc walk. */
+	for (int i = 0; i < o->npids; i++) {
+		err = trace_follow(&tr, o->pids[i], true);
+		if (err) {
+			fprintf(stderr, "tokenscope: cannot follow PID %u: %s\n", o->pids[i],
+				strerror(-err));
+			goto out;
+		}
+		nprocs++;
+		err = proc_descendants(o->pids[i], follow_descendant, &tr);
+		if (err > 0)
+			nprocs += err;
+	}
+	if (o->all)
+		nprocs += discover_follow(&tr, &seen);
+	err = kernel_ring_open(tr.k, on_record, &tr);
+	if (err) {
+		fprintf(stderr, "tokenscope: cannot map the ring buffer: %s\n", strerror(-err));
+		goto out;
+	}
+
+	fprintf(stderr, "tokenscope: attached to %d process%s", nprocs, nprocs == 1 ? "" : "es");
+	for (int i = 0; i < o->npids; i++) {
+		char comm[32];
+
+		if (o->run_name)
+			snprintf(comm, sizeof(comm), "%s", o->run_name);
+		else
+			proc_comm(o->pids[i], comm, sizeof(comm));
+		fprintf(stderr, "%s%u %s", i ? ", " : " (", o->pids[i], comm);
+	}
+	if (o->npids)
+		fprintf(stderr, "%s)", nprocs > o->npids ? " and descendants" : "");
+	fprintf(stderr, "%s; Ctrl-C to stop\n",
+		o->all ? ", watching for inference servers (--all)" : "");
+	if (o->top) {
+		err = top_init(&top, stdout, isatty(STDOUT_FILENO), o->by_process);
+		if (err)
+			goto out;
+		top_on = true;
+		struct sink ts = top_sink(&top);
+
+		err = pipeline_add_sink(&tr.pl, &ts);
+		if (err)
+			goto out;
+		raw = isatty(STDIN_FILENO) && !top_term_raw(STDIN_FILENO, &saved);
+	}
+	cuda_init(&tr.cuda, tr.k, o->verbose);
+	tr.cuda.kernels = o->gpu_calls;
+	cuda_scan_all(&tr);
+	if (!cuda_hooked_files(&tr.cuda) && !cuda_explain(&tr))
+		fprintf(stderr, "tokenscope: no CUDA library in the traced processes; GPU steps "
+				"will be traced if one is loaded later\n");
+
+	/* run: every program is attached and the child followed; it may exec its command. */
+	if (o->attached && (err = o->attached(o->attached_ctx)))
+		goto out;
+
+	loop = (struct loop){
+		.tr = &tr, .o = o, .seen = &seen, .ex = &ex, .top = top_on, .start = mono_s()
+	};
+	err = loop_run(&loop, exiting);
+	kernel_ring_consume(tr.k);
+	read_kstats(&tr);
+	if (tr.recording && !tr.rec_err)
+		record_write_kstats(&tr.rec, tr.pl.kstats);
+	/* The sinks' finish: the summary's total among them. */
+	pipeline_finish(&tr.pl);
+	exporters_flush(&ex);
+out:
+	if (raw)
+		top_term_restore(STDIN_FILENO, &saved);
+	if (top_on)
+		top_free(&top);
+	discover_set_free(&seen);
+	if (ex_started) {
+		int e = exporters_stop(&ex);
+
+		if (e && !err)
+			err = e;
+	}
+	if (tr.recording) {
+		int e = record_close(&tr.rec);
+
+		if (e && !err) {
+			fprintf(stderr, "tokenscope: %s: %s\n", o->record_path, strerror(-e));
+			err = e;
+		}
+		if (!err && tr.rec_err)
+			err = tr.rec_err;
+	}
+	kernel_ring_close(tr.k);
+	cuda_detach(&tr.cuda);
+	kernel_destroy(tr.k);
+	pipeline_free(&tr.pl);
+	return err;
+}

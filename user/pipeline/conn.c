@@ -1,0 +1,799 @@
+// SPDX-License-Identifier: MIT
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "pipeline/conn.h"
+#include "pipeline/http.h"
+#include "pipeline/sse.h"
+#include "lib/utf8.h"
+
+/* Buckets of the connection table: it starts small and doubles as connections come (at most one
+ * per bucket on average), so a scan over it (a process exit, a kernel loss) costs what the
+ * connections alive cost, not what the largest table would. */
+#define CONN_BUCKETS_MIN 64
+#define CONN_BUCKETS_MAX (1u << 17)
+/* Requests read ahead of their responses on one connection (HTTP pipelining). */
+#define CONN_PIPELINE_MAX 16
+/* Request body bytes kept to read model/stream/max_tokens; the rest is counted, not kept. */
+#define REQ_BODY_MAX (64 * 1024)
+/* Non-streamed response body bytes kept to read `usage`. */
+#define RESP_BODY_MAX (256 * 1024)
+/* Bytes all connections together may hold in heads, bodies and frames being assembled: 256
+ * clients each half-way through a 64 KiB body, or 2,000 through a head, fit; a tracer that
+ * traces everything within 64 MiB needs the cap (README "Hardening"). */
+#define CONN_MEMORY_BUDGET (16u << 20)
+
+enum conn_role {
+	ROLE_NEW,
+	ROLE_SERVER, /* the traced process serves HTTP on it */
+	ROLE_IGNORED,
+};
+
+struct buf {
+	uint8_t *p;
+	size_t len, cap;
+	uint64_t dropped;
+};
+
+struct conn {
+	struct conn *next;
+	struct conn_table *t;
+	uint64_t id;
+	uint32_t pid;
+	int fd;
+	char label[96];
+	enum conn_role role;
+	uint64_t expect[2];	/* next stream offset per direction (enum ts_dir) */
+	bool in_sync, out_sync; /* the parser is aligned with message boundaries */
+	struct http_parser req, resp;
+	struct sse_parser sse;
+	uint32_t seq;
+	struct request *reading;		  /* request being read */
+	struct request *queue[CONN_PIPELINE_MAX]; /* read, response pending or in progress */
+	uint32_t qhead, qlen;
+	bool resp_active;	 /* queue[qhead] has a response head */
+	bool resp_informational; /* the response being parsed is 1xx */
+	bool resp_orphan;	 /* the response being parsed answers a request we did not see */
+	struct buf body;  /* request body (model etc.), then the non-streamed response body */
+	uint64_t last_ns; /* time of the latest record seen */
+	/* Socket arrival (ts_data_event.queued_ns) of the read being fed, and of the read that
+	 * brought the first bytes of the request being read; latched: the latter is set. */
+	uint64_t rx_cur, rx_first;
+	bool rx_latched;
+};
+
+static void buf_reset(struct buf *b, struct budget *bg)
+{
+	budget_give(bg, b->cap);
+	free(b->p);
+	memset(b, 0, sizeof(*b));
+}
+
+/* Keeps up to max bytes; what finds no room (max, or the memory budget) is counted dropped. */
+static void buf_append(struct buf *b, struct budget *bg, const uint8_t *p, size_t n, size_t max)
+{
+	if (b->len + n > max) {
+		size_t keep = b->len < max ? max - b->len : 0;
+
+		b->dropped += n - keep;
+		n = keep;
+	}
+	if (!n)
+		return;
+	if (b->len + n > b->cap) {
+		size_t cap = b->cap ? b->cap : 1024;
+		uint8_t *q;
+
+		while (cap < b->len + n)
+			cap *= 2;
+		if (!budget_take(bg, cap - b->cap)) {
+			b->dropped += n;
+			return;
+		}
+		q = realloc(b->p, cap);
+		if (!q) {
+			budget_give(bg, cap - b->cap);
+			b->dropped += n;
+			return;
+		}
+		b->p = q;
+		b->cap = cap;
+	}
+	memcpy(b->p + b->len, p, n);
+	b->len += n;
+}
+
+static struct request *conn_current(struct conn *c)
+{
+	return c->qlen ? c->queue[c->qhead] : NULL;
+}
+
+static void conn_pop(struct conn *c)
+{
+	c->queue[c->qhead] = NULL;
+	c->qhead = (c->qhead + 1) % CONN_PIPELINE_MAX;
+	c->qlen--;
+	c->t->inflight--;
+	c->resp_active = false;
+}
+
+static enum outcome request_outcome(const struct request *r, bool complete)
+{
+	if (r->status >= 400)
+		return OUTCOME_HTTP_ERROR;
+	if (r->lost_bytes || r->dropped_frames || (!complete && r->maybe_lost))
+		return OUTCOME_LOST;
+	if (r->error_frame)
+		return OUTCOME_STREAM_ERROR;
+	if (!complete || r->peer_gone)
+		return OUTCOME_ABORTED;
+	return OUTCOME_OK;
+}
+
+/* Finish the request at the front of the queue and hand it to the sink. */
+static void conn_finish(struct conn *c, uint64_t end_ns, bool complete)
+{
+	struct request *r = conn_current(c);
+
+	if (!r)
+		return;
+	/* A stream that sent its last frame is complete even if the terminator never came. */
+	if (!complete && r->done_frame)
+		complete = true;
+	else
+		r->end_ns = end_ns;
+	if (!r->end_ns)
+		r->end_ns = end_ns;
+	r->outcome = request_outcome(r, complete);
+	if (r->streamed && r->ntokens == 0 && r->frames && r->format == FMT_UNKNOWN)
+		r->unknown_frames = true;
+	conn_pop(c);
+	buf_reset(&c->body, &c->t->budget);
+	c->t->sink.request_done(c->t->sink.ctx, r);
+}
+
+/* ---- request direction ---- */
+
+static void req_on_head(void *ctx, const struct http_head *h, uint64_t ts)
+{
+	struct conn *c = ctx;
+	struct request *r;
+
+	(void)ts;
+	request_free(c->reading);
+	buf_reset(&c->body, &c->t->budget);
+	r = request_new(c->pid, c->id, c->seq++, c->label);
+	c->reading = r;
+	if (!r)
+		return;
+	snprintf(r->method, sizeof(r->method), "%s", h->method);
+	/* The target is whatever the client sent: printable text before any sink sees it. */
+	utf8_clean(r->path, sizeof(r->path), h->path, strlen(h->path));
+	r->received_ns = c->rx_first;
+	r->prompt_bytes = h->content_length >= 0 ? h->content_length : 0;
+}
+
+static void req_on_body(void *ctx, const uint8_t *p, size_t n, uint64_t ts)
+{
+	struct conn *c = ctx;
+
+	(void)ts;
+	if (c->reading)
+		buf_append(&c->body, &c->t->budget, p, n, REQ_BODY_MAX);
+}
+
+static void req_on_body_gap(void *ctx, size_t n)
+{
+	struct conn *c = ctx;
+
+	if (c->reading)
+		c->reading->request_uncaptured += n;
+}
+
+static void req_on_end(void *ctx, uint64_t ts)
+{
+	struct conn *c = ctx;
+	struct request *r = c->reading;
+	size_t total;
+
+	c->reading = NULL;
+	/* Bytes after this request in the same read start the next one (pipelining); a later read
+	 * latches its own arrival. */
+	c->rx_first = c->rx_cur;
+	c->rx_latched = false;
+	if (!r)
+		return;
+	r->arrival_ns = ts;
+	if (r->received_ns > ts)
+		r->received_ns = 0;
+	if (r->prompt_bytes <= 0)
+		r->prompt_bytes = c->body.len + c->body.dropped + r->request_uncaptured;
+	total = c->body.len + c->body.dropped + r->request_uncaptured;
+	r->request_uncaptured += c->body.dropped;
+	if (c->body.len)
+		reqbody_parse(c->body.p, c->body.len, total, &r->info);
+	/* The prompt was only needed for its structure. */
+	if (c->body.p)
+		memset(c->body.p, 0, c->body.len);
+	buf_reset(&c->body, &c->t->budget);
+	if (c->qlen == CONN_PIPELINE_MAX) {
+		c->t->stats.pipeline_overflow++;
+		request_free(r);
+		return;
+	}
+	c->queue[(c->qhead + c->qlen) % CONN_PIPELINE_MAX] = r;
+	c->qlen++;
+	c->t->inflight++;
+	c->t->sink.request_start(c->t->sink.ctx, r);
+}
+
+static const struct http_callbacks req_callbacks = {
+	.on_head = req_on_head,
+	.on_body = req_on_body,
+	.on_body_gap = req_on_body_gap,
+	.on_end = req_on_end,
+};
+
+/* ---- response direction ---- */
+
+/* Done with the stream parser: what it dropped goes into the table's counts, which outlive it. */
+static void conn_sse_release(struct conn *c)
+{
+	c->t->stats.oversize_frames += c->sse.oversize_frames;
+	c->t->stats.damaged_frames += c->sse.damaged_frames;
+	c->sse.oversize_frames = c->sse.damaged_frames = 0;
+	sse_free(&c->sse);
+}
+
+static void sse_on_frame(void *ctx, const struct sse_frame *f, uint64_t ts)
+{
+	struct conn *c = ctx;
+	struct request *r = conn_current(c);
+	struct frame_info fi;
+
+	if (!r || c->resp_orphan)
+		return;
+	frame_classify(f, &fi);
+	r->frames++;
+	if (fi.format != FMT_UNKNOWN && r->format == FMT_UNKNOWN)
+		r->format = fi.format;
+	if (fi.invalid)
+		r->unknown_frames = true;
+	if (fi.content)
+		request_add_token(r, ts);
+	if (fi.error)
+		r->error_frame = true;
+	if (fi.done && !r->done_frame) {
+		r->done_frame = true;
+		r->end_ns = ts;
+	}
+	if (fi.prompt_tokens >= 0)
+		r->prompt_tokens = fi.prompt_tokens;
+	if (fi.completion_tokens >= 0)
+		r->completion_tokens = fi.completion_tokens;
+	if (fi.cached_tokens >= 0)
+		r->cached_tokens = fi.cached_tokens;
+}
+
+static void resp_on_head(void *ctx, const struct http_head *h, uint64_t ts)
+{
+	struct conn *c = ctx;
+	struct request *r = conn_current(c);
+	int mode;
+
+	(void)ts;
+	c->resp_informational = h->status < 200;
+	c->resp_orphan = !r || c->resp_active;
+	if (c->resp_orphan) {
+		c->t->stats.orphan_responses++;
+		return;
+	}
+	if (c->resp_informational)
+		return;
+	c->resp_active = true;
+	r->status = h->status;
+	buf_reset(&c->body, &c->t->budget);
+	mode = sse_mode_for(h->content_type);
+	r->streamed = mode >= 0;
+	if (r->streamed) {
+		conn_sse_release(c);
+		sse_init(&c->sse, mode, sse_on_frame, c);
+		sse_set_budget(&c->sse, &c->t->budget);
+	}
+}
+
+static void resp_on_body(void *ctx, const uint8_t *p, size_t n, uint64_t ts)
+{
+	struct conn *c = ctx;
+	struct request *r = conn_current(c);
+
+	if (!r || c->resp_orphan || c->resp_informational)
+		return;
+	if (r->streamed) {
+		uint64_t before = c->sse.oversize_frames;
+
+		sse_feed(&c->sse, p, n, ts);
+		/* A frame not read may have held tokens: the request's counts are unknown. */
+		r->dropped_frames += c->sse.oversize_frames - before;
+	} else {
+		buf_append(&c->body, &c->t->budget, p, n, RESP_BODY_MAX);
+	}
+}
+
+static void resp_on_body_gap(void *ctx, size_t n)
+{
+	struct conn *c = ctx;
+	struct request *r = conn_current(c);
+
+	if (!r || c->resp_orphan || c->resp_informational)
+		return;
+	r->lost_bytes += n;
+	if (r->streamed)
+		sse_gap(&c->sse, n);
+}
+
+/* A non-streamed JSON body is classified like one frame: it says `usage` and errors. */
+static void resp_read_body(struct conn *c, struct request *r)
+{
+	struct sse_frame f = { .event = "" };
+	struct frame_info fi;
+
+	if (!c->body.len || c->body.dropped)
+		return;
+	f.data = (const char *)c->body.p;
+	f.data_len = c->body.len;
+	frame_classify(&f, &fi);
+	r->format = fi.format;
+	if (fi.prompt_tokens >= 0)
+		r->prompt_tokens = fi.prompt_tokens;
+	if (fi.completion_tokens >= 0)
+		r->completion_tokens = fi.completion_tokens;
+	if (fi.cached_tokens >= 0)
+		r->cached_tokens = fi.cached_tokens;
+}
+
+static void resp_on_end(void *ctx, uint64_t ts)
+{
+	struct conn *c = ctx;
+	struct request *r = conn_current(c);
+
+	if (c->resp_orphan || c->resp_informational || !r) {
+		c->resp_orphan = c->resp_informational = false;
+		return;
+	}
+	if (r->streamed) {
+		uint64_t before = c->sse.oversize_frames;
+
+		sse_finish(&c->sse, ts);
+		r->dropped_frames += c->sse.oversize_frames - before;
+		conn_sse_release(c);
+	} else {
+		resp_read_body(c, r);
+	}
+	/* The body's end, not an earlier [DONE], ends the exchange. */
+	r->end_ns = ts;
+	r->done_frame = false;
+	conn_finish(c, ts, true);
+}
+
+static const struct http_callbacks resp_callbacks = {
+	.on_head = resp_on_head,
+	.on_body = resp_on_body,
+	.on_body_gap = resp_on_body_gap,
+	.on_end = resp_on_end,
+};
+
+/* ---- classification and synchronisation ---- */
+
+/* "GET /..." and friends: an upper-case token of 3-7 letters, a space, then '/' or '*' or a
+ * scheme (absolute-form). */
+static bool looks_like_request(const uint8_t *p, size_t n)
+{
+	size_t i = 0;
+
+	while (i < n && i < 8 && p[i] >= 'A' && p[i] <= 'Z')
+		i++;
+	if (i == n && n < 8)
+		return n > 0; /* a short first write of a method: the parser decides */
+	if (i < 3 || i > 7 || p[i] != ' ')
+		return false;
+	if (i + 1 == n)
+		return true;
+	return p[i + 1] == '/' || p[i + 1] == '*' || (p[i + 1] >= 'a' && p[i + 1] <= 'z');
+}
+
+/* "HTTP/", or a write so short that it is a prefix of it. */
+static bool looks_like_response(const uint8_t *p, size_t n)
+{
+	return n > 0 && memcmp(p, "HTTP/", n < 5 ? n : 5) == 0;
+}
+
+/* Lost the request framing: the request being read cannot be finished. */
+static void conn_desync_in(struct conn *c)
+{
+	c->t->stats.desyncs++;
+	if (c->reading) {
+		c->t->stats.partial_requests++;
+		request_free(c->reading);
+		c->reading = NULL;
+	}
+	buf_reset(&c->body, &c->t->budget);
+	c->in_sync = false;
+	c->rx_latched = false;
+}
+
+/* Lost the response framing: the response in progress is reported lost. */
+static void conn_desync_out(struct conn *c, uint64_t ts)
+{
+	struct request *r = conn_current(c);
+
+	c->t->stats.desyncs++;
+	c->out_sync = false;
+	if (r && c->resp_active && !c->resp_orphan) {
+		if (!r->lost_bytes)
+			r->lost_bytes = 1;
+		conn_finish(c, ts, false);
+	}
+	c->resp_orphan = c->resp_informational = false;
+}
+
+static void conn_feed_in(struct conn *c, const uint8_t *p, size_t n, uint64_t ts, bool at_start,
+			 uint64_t pos)
+{
+	if (!c->in_sync) {
+		if (!at_start || !looks_like_request(p, n)) {
+			/* From the connection's first byte: not an HTTP server connection. */
+			if (c->role == ROLE_NEW && pos == 0) {
+				c->role = ROLE_IGNORED;
+				c->t->stats.ignored_conns++;
+			}
+			return;
+		}
+		http_free(&c->req);
+		http_init(&c->req, HTTP_DIR_REQUEST, &req_callbacks, c);
+		http_set_budget(&c->req, &c->t->budget);
+		c->in_sync = true;
+		if (c->role == ROLE_NEW) {
+			c->role = ROLE_SERVER;
+			c->t->stats.http_conns++;
+		}
+	}
+	if (!c->rx_latched) {
+		c->rx_first = c->rx_cur;
+		c->rx_latched = true;
+	}
+	if (http_feed(&c->req, p, n, ts) < 0)
+		conn_desync_in(c);
+}
+
+static void conn_feed_out(struct conn *c, const uint8_t *p, size_t n, uint64_t ts, bool at_start,
+			  uint64_t pos)
+{
+	struct request *r;
+
+	if (c->role != ROLE_SERVER) {
+		/*
+		 * The traced process sends a request first: it is a client there. Any other first
+		 * write leaves the role to the first read: a connection seen first after tracing
+		 * began (its offsets count from there) may be a server connection joined in the
+		 * middle of a response, which is followed from its next request; a protocol whose
+		 * server speaks first is ignored when its first read is not an HTTP request.
+		 */
+		if (c->role == ROLE_NEW && pos == 0 && at_start && looks_like_request(p, n)) {
+			c->role = ROLE_IGNORED;
+			c->t->stats.ignored_conns++;
+		}
+		return;
+	}
+	if (!c->out_sync) {
+		if (!at_start || !looks_like_response(p, n) || !c->qlen)
+			return;
+		http_free(&c->resp);
+		http_init(&c->resp, HTTP_DIR_RESPONSE, &resp_callbacks, c);
+		http_set_budget(&c->resp, &c->t->budget);
+		c->out_sync = true;
+	}
+	r = conn_current(c);
+	if (r && !c->resp_active && http_idle(&c->resp) && strcmp(r->method, "HEAD") == 0)
+		http_expect_no_body(&c->resp);
+	if (http_feed(&c->resp, p, n, ts) < 0)
+		conn_desync_out(c, ts);
+}
+
+/*
+ * The client closed its side (a read returned 0) or refused a write: every exchange still open
+ * on the connection was abandoned by it, even if the server goes on to end the response (Go's
+ * net/http writes the chunked terminator after its handler sees the hang-up).
+ */
+static void conn_peer_gone(struct conn *c)
+{
+	for (uint32_t i = 0; i < c->qlen; i++) {
+		struct request *r = c->queue[(c->qhead + i) % CONN_PIPELINE_MAX];
+
+		if (!r->done_frame)
+			r->peer_gone = true;
+	}
+}
+
+/* n bytes of direction dir were not seen. */
+static void conn_gap(struct conn *c, int dir, uint64_t n, uint64_t ts)
+{
+	if (!n || c->role == ROLE_IGNORED)
+		return;
+	if (c->role == ROLE_SERVER)
+		c->t->stats.gap_bytes += n;
+	if (dir == TS_DIR_IN) {
+		if (!c->in_sync)
+			return;
+		http_gap(&c->req, n);
+		if (http_desynced(&c->req))
+			conn_desync_in(c);
+	} else {
+		struct request *r = conn_current(c);
+		uint64_t before = r ? r->lost_bytes : 0;
+
+		if (!c->out_sync)
+			return;
+		http_gap(&c->resp, n);
+		if (http_desynced(&c->resp)) {
+			/* A gap that breaks framing was not reported as a body gap: count it. */
+			if (r && c->resp_active && r->lost_bytes == before)
+				r->lost_bytes += n;
+			conn_desync_out(c, ts);
+		}
+	}
+}
+
+/* ---- table ---- */
+
+static struct conn **conn_slot(struct conn_table *t, uint64_t id)
+{
+	struct conn **pp = &t->buckets[id % t->nbuckets];
+
+	while (*pp && (*pp)->id != id)
+		pp = &(*pp)->next;
+	return pp;
+}
+
+static void conn_label(char *out, size_t n, const struct ts_conn_event *e)
+{
+	char l[INET6_ADDRSTRLEN], p[INET6_ADDRSTRLEN];
+
+	if (e->family == AF_INET || e->family == AF_INET6) {
+		int af = e->family == AF_INET ? AF_INET : AF_INET6;
+		const char *fmt = af == AF_INET ? "%s:%u<-%s:%u#%llu" : "[%s]:%u<-[%s]:%u#%llu";
+
+		inet_ntop(af, e->local_addr, l, sizeof(l));
+		inet_ntop(af, e->peer_addr, p, sizeof(p));
+		snprintf(out, n, fmt, l, e->local_port, p, e->peer_port,
+			 (unsigned long long)e->conn_id);
+	} else {
+		snprintf(out, n, "unix:fd%d#%llu", e->fd, (unsigned long long)e->conn_id);
+	}
+}
+
+/* Doubles the buckets; the table stays as it is when memory runs out (chains grow instead). */
+static void conn_table_grow(struct conn_table *t)
+{
+	uint32_t n = t->nbuckets * 2;
+	struct conn **b = calloc(n, sizeof(*b));
+
+	if (!b)
+		return;
+	for (uint32_t i = 0; i < t->nbuckets; i++) {
+		while (t->buckets[i]) {
+			struct conn *c = t->buckets[i];
+
+			t->buckets[i] = c->next;
+			c->next = b[c->id % n];
+			b[c->id % n] = c;
+		}
+	}
+	free(t->buckets);
+	t->buckets = b;
+	t->nbuckets = n;
+}
+
+static struct conn *conn_new(struct conn_table *t, uint64_t id, uint32_t pid, int fd)
+{
+	struct conn *c;
+	struct conn **pp;
+
+	if (t->count >= t->nbuckets && t->nbuckets < CONN_BUCKETS_MAX)
+		conn_table_grow(t);
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return NULL;
+	c->t = t;
+	c->id = id;
+	c->pid = pid;
+	c->fd = fd;
+	snprintf(c->label, sizeof(c->label), "pid%u:fd%d#%llu", pid, fd, (unsigned long long)id);
+	pp = conn_slot(t, id);
+	c->next = *pp;
+	*pp = c;
+	t->count++;
+	t->stats.conns++;
+	return c;
+}
+
+static void conn_free(struct conn *c)
+{
+	request_free(c->reading);
+	while (c->qlen) {
+		request_free(conn_current(c));
+		conn_pop(c);
+	}
+	buf_reset(&c->body, &c->t->budget);
+	http_free(&c->req);
+	http_free(&c->resp);
+	conn_sse_release(c);
+	free(c);
+}
+
+int conn_table_init(struct conn_table *t, const struct conn_sink *sink)
+{
+	memset(t, 0, sizeof(*t));
+	t->nbuckets = CONN_BUCKETS_MIN;
+	t->budget.max = CONN_MEMORY_BUDGET;
+	t->buckets = calloc(t->nbuckets, sizeof(*t->buckets));
+	if (!t->buckets)
+		return -ENOMEM;
+	t->sink = *sink;
+	return 0;
+}
+
+void conn_table_free(struct conn_table *t)
+{
+	for (uint32_t i = 0; t->buckets && i < t->nbuckets; i++) {
+		while (t->buckets[i]) {
+			struct conn *c = t->buckets[i];
+
+			t->buckets[i] = c->next;
+			conn_free(c);
+		}
+	}
+	free(t->buckets);
+	t->buckets = NULL;
+	t->count = 0;
+}
+
+void conn_on_open(struct conn_table *t, const struct ts_conn_event *e)
+{
+	struct conn *c = *conn_slot(t, e->conn_id);
+
+	if (!c)
+		c = conn_new(t, e->conn_id, e->hdr.pid, e->fd);
+	if (c)
+		conn_label(c->label, sizeof(c->label), e);
+}
+
+void conn_on_data(struct conn_table *t, const struct ts_data_event *e)
+{
+	struct conn *c = *conn_slot(t, e->conn_id);
+	int dir = e->dir & 1;
+	/* Token times are when the server began the write; arrival is when the read returned. */
+	uint64_t ts = dir == TS_DIR_OUT ? e->enter_ns : e->exit_ns;
+	uint64_t skip = 0, end;
+
+	if (!c)
+		c = conn_new(t, e->conn_id, e->hdr.pid, e->fd);
+	if (!c || c->role == ROLE_IGNORED)
+		return;
+	c->last_ns = ts;
+	if (e->status != TS_DATA_BYTES) {
+		if (c->role == ROLE_SERVER)
+			conn_peer_gone(c);
+		return;
+	}
+	if (c->expect[dir] == 0 && c->role == ROLE_NEW && e->syscall_pos > 0)
+		c->expect[dir] = e->syscall_pos; /* joined mid-connection: nothing before is owed */
+	if (e->pos > c->expect[dir])
+		conn_gap(c, dir, e->pos - c->expect[dir], ts);
+	else
+		skip = c->expect[dir] - e->pos; /* bytes already fed (should not happen) */
+	if (skip < e->data_bytes) {
+		bool at_start = e->pos == e->syscall_pos && !skip;
+
+		if (dir == TS_DIR_IN) {
+			/* The kernel's arrival time holds for the syscall's first bytes only. */
+			c->rx_cur = at_start ? e->queued_ns : 0;
+			conn_feed_in(c, e->data + skip, e->data_bytes - skip, ts, at_start, e->pos);
+		} else {
+			conn_feed_out(c, e->data + skip, e->data_bytes - skip, ts, at_start,
+				      e->pos);
+		}
+		c->expect[dir] = e->pos + e->data_bytes;
+	}
+	if (e->last) {
+		end = e->syscall_pos + e->syscall_bytes;
+		if (end > c->expect[dir]) {
+			conn_gap(c, dir, end - c->expect[dir], ts);
+			c->expect[dir] = end;
+		}
+	}
+}
+
+static void conn_end(struct conn_table *t, struct conn *c, uint64_t ts)
+{
+	struct conn **pp = conn_slot(t, c->id);
+
+	if (c->role == ROLE_SERVER) {
+		if (c->out_sync)
+			http_close(&c->resp, ts);
+		if (c->reading) {
+			t->stats.partial_requests++;
+			request_free(c->reading);
+			c->reading = NULL;
+		}
+		while (c->qlen)
+			conn_finish(c, ts, false);
+	}
+	*pp = c->next;
+	t->count--;
+	conn_free(c);
+}
+
+void conn_on_close(struct conn_table *t, const struct ts_conn_event *e)
+{
+	struct conn *c = *conn_slot(t, e->conn_id);
+
+	if (!c)
+		return;
+	/* Bytes whose records were lost at the very end are owed too. */
+	if (e->rx_bytes > c->expect[TS_DIR_IN])
+		conn_gap(c, TS_DIR_IN, e->rx_bytes - c->expect[TS_DIR_IN], e->ts_ns);
+	if (e->tx_bytes > c->expect[TS_DIR_OUT])
+		conn_gap(c, TS_DIR_OUT, e->tx_bytes - c->expect[TS_DIR_OUT], e->ts_ns);
+	conn_end(t, c, e->ts_ns);
+}
+
+void conn_close_pid(struct conn_table *t, uint32_t pid, uint64_t ts)
+{
+	for (uint32_t i = 0; i < t->nbuckets; i++) {
+		struct conn *c = t->buckets[i];
+
+		while (c) {
+			struct conn *next = c->next;
+
+			if (c->pid == pid)
+				conn_end(t, c, ts);
+			c = next;
+		}
+	}
+}
+
+void conn_mark_open_maybe_lost(struct conn_table *t)
+{
+	for (uint32_t i = 0; i < t->nbuckets; i++)
+		for (struct conn *c = t->buckets[i]; c; c = c->next)
+			for (uint32_t k = 0; k < c->qlen; k++)
+				c->queue[(c->qhead + k) % CONN_PIPELINE_MAX]->maybe_lost = true;
+}
+
+uint32_t conn_finish_maybe_lost(struct conn_table *t)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < t->nbuckets; i++) {
+		for (struct conn *c = t->buckets[i]; c; c = c->next) {
+			/* In order: a request behind an unfinished one cannot have finished. */
+			while (c->qlen && conn_current(c)->maybe_lost) {
+				struct request *r = conn_current(c);
+
+				conn_finish(c, r->end_ns ? r->end_ns : c->last_ns, false);
+				n++;
+			}
+		}
+	}
+	return n;
+}
+
+uint32_t conn_inflight(const struct conn_table *t)
+{
+	return t->inflight;
+}

@@ -1,0 +1,76 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Connections: per-connection reassembly of both directions from data records (exact gaps from
+ * stream offsets), HTTP/1.1 framing of requests and responses, SSE/NDJSON frames of streamed
+ * responses, and the request records built from them, handed to a sink when finished.
+ *
+ * A connection is classified on its first bytes: an HTTP server connection (requests read,
+ * responses written) is followed; anything else (another protocol, or the traced process acting
+ * as an HTTP client) is ignored and counted. A connection joined in the middle synchronises on
+ * the next read that starts a request: the response in flight when tracing began is not
+ * reported (its request was never seen), the connection's later requests are.
+ */
+#ifndef TS_CONN_H
+#define TS_CONN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <linux/types.h>
+
+#include "pipeline/budget.h"
+#include "events.h"
+#include "pipeline/request.h"
+
+struct conn_sink {
+	/* A request was read completely (arrival); the callee may label it (its container). */
+	void (*request_start)(void *ctx, struct request *r);
+	/* A request finished: the response ended, failed, or its connection closed. The callee
+	 * owns the request from then on (request_free). */
+	void (*request_done)(void *ctx, struct request *r);
+	void *ctx;
+};
+
+struct conn_stats {
+	uint64_t conns;		    /* connections seen */
+	uint64_t http_conns;	    /* ... that carried HTTP requests to the traced server */
+	uint64_t ignored_conns;	    /* ... that did not (other protocols, outgoing HTTP) */
+	uint64_t gap_bytes;	    /* bytes missing from followed connections */
+	uint64_t desyncs;	    /* times a gap broke HTTP framing */
+	uint64_t orphan_responses;  /* responses whose request was not seen (joined mid-way) */
+	uint64_t partial_requests;  /* requests whose bytes ended before the request did */
+	uint64_t pipeline_overflow; /* requests dropped beyond CONN_PIPELINE_MAX */
+	uint64_t oversize_frames;   /* stream frames dropped for size (SSE_FRAME_MAX) */
+	uint64_t damaged_frames;    /* stream regions dropped because bytes were missing */
+};
+
+struct conn;
+
+struct conn_table {
+	struct conn **buckets;
+	uint32_t nbuckets;
+	uint32_t count;
+	uint32_t inflight; /* requests read and not finished, over every connection */
+	struct conn_sink sink;
+	struct conn_stats stats;
+	struct budget budget; /* what the connections' parsers hold, together */
+};
+
+int conn_table_init(struct conn_table *t, const struct conn_sink *sink);
+/* Frees every connection without reporting its requests. */
+void conn_table_free(struct conn_table *t);
+
+void conn_on_open(struct conn_table *t, const struct ts_conn_event *e);
+void conn_on_data(struct conn_table *t, const struct ts_data_event *e);
+void conn_on_close(struct conn_table *t, const struct ts_conn_event *e);
+/* The process exited: its sockets are closed without close(); finish them at ts. */
+void conn_close_pid(struct conn_table *t, uint32_t pid, uint64_t ts);
+/* The kernel reported lost records: any request open now may have lost its ending. */
+void conn_mark_open_maybe_lost(struct conn_table *t);
+/* End of tracing: requests that are still open and may have lost records are finished as
+ * `lost` (their end never came, or came in a lost record); returns how many. The others stay
+ * open (still streaming when tracing stopped) and are only counted. */
+uint32_t conn_finish_maybe_lost(struct conn_table *t);
+/* Requests read and not yet finished. */
+uint32_t conn_inflight(const struct conn_table *t);
+
+#endif

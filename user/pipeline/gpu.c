@@ -1,0 +1,534 @@
+// SPDX-License-Identifier: MIT
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pipeline/gpu.h"
+
+static const char *const kind_names[STEP_KIND_MAX] = {
+	[STEP_PREFILL] = "prefill",
+	[STEP_DECODE] = "decode",
+	[STEP_MIXED] = "mixed",
+	[STEP_OTHER] = "other",
+};
+
+const char *gpu_kind_name(enum step_kind k)
+{
+	return k < STEP_KIND_MAX ? kind_names[k] : "?";
+}
+
+int gpu_init(struct gpu_timeline *g)
+{
+	memset(g, 0, sizeof(*g));
+	return 0;
+}
+
+void gpu_free(struct gpu_timeline *g)
+{
+	for (uint32_t i = 0; i < g->nprocs; i++)
+		for (int k = 0; k < STEP_KIND_MAX; k++)
+			free(g->procs[i].dur[k]);
+	free(g->ring);
+	g->ring = NULL;
+	free(g->orphans);
+	g->orphans = NULL;
+}
+
+enum step_kind gpu_classify(uint32_t launches, uint32_t graph_launches)
+{
+	if (graph_launches)
+		return launches >= GPU_PREFILL_MIN_LAUNCHES ? STEP_MIXED : STEP_DECODE;
+	return launches ? STEP_PREFILL : STEP_OTHER;
+}
+
+static const struct gpu_proc *gpu_proc_find(const struct gpu_timeline *g, uint32_t pid)
+{
+	for (uint32_t i = 0; i < g->nprocs; i++)
+		if (g->procs[i].pid == pid)
+			return &g->procs[i];
+	return NULL;
+}
+
+/* pid's statistics, a new entry the first time; NULL past GPU_MAX_PROCS (counted). */
+static struct gpu_proc *gpu_proc_of(struct gpu_timeline *g, uint32_t pid)
+{
+	struct gpu_proc *p = (struct gpu_proc *)gpu_proc_find(g, pid);
+
+	if (p)
+		return p;
+	if (g->nprocs == GPU_MAX_PROCS) {
+		g->procs_dropped++;
+		return NULL;
+	}
+	p = &g->procs[g->nprocs++];
+	memset(p, 0, sizeof(*p));
+	p->pid = pid;
+	return p;
+}
+
+/* Where the next step goes in the history, the oldest making room; NULL without memory for
+ * the history (allocated with the first step: most runs trace no GPU process). */
+static struct gpu_step *gpu_slot(struct gpu_timeline *g)
+{
+	struct gpu_step *s;
+
+	if (!g->ring && !(g->ring = calloc(GPU_HISTORY, sizeof(*g->ring))))
+		return NULL;
+	if (g->count == GPU_HISTORY) {
+		s = &g->ring[g->head];
+		g->head = (g->head + 1) % GPU_HISTORY;
+	} else {
+		s = &g->ring[(g->head + g->count) % GPU_HISTORY];
+		g->count++;
+	}
+	return s;
+}
+
+static void dev_add_run(struct gpu_device *d, const struct ts_dev_run *r);
+
+/* The runs waiting for step s (its process's, inside its host window) go into it; runs waiting
+ * longer than GPU_DEVICE_WAIT_NS leave, in no step. */
+static void adopt_orphans(struct gpu_timeline *g, struct gpu_step *s)
+{
+	uint32_t kept = 0;
+
+	for (uint32_t i = 0; i < g->norphans; i++) {
+		__typeof__(g->orphans[0]) o = g->orphans[(g->orphan_head + i) % GPU_ORPHANS];
+
+		if (o.pid == s->pid && s->start_ns <= o.run.start_ns &&
+		    o.run.start_ns < s->end_ns) {
+			dev_add_run(&s->dev, &o.run);
+			continue;
+		}
+		if (o.run.end_ns + GPU_DEVICE_WAIT_NS < s->end_ns) {
+			struct gpu_proc *p = gpu_proc_of(g, o.pid);
+
+			if (p)
+				p->cupti.unplaced++;
+			continue;
+		}
+		g->orphans[(g->orphan_head + kept++) % GPU_ORPHANS] = o;
+	}
+	g->norphans = kept;
+}
+
+/* A run no step holds yet: kept for a later step (adopt_orphans). */
+static void keep_orphan(struct gpu_timeline *g, struct gpu_proc *p, const struct ts_dev_run *r)
+{
+	uint32_t at;
+
+	if (!g->orphans && !(g->orphans = calloc(GPU_ORPHANS, sizeof(*g->orphans)))) {
+		p->cupti.unplaced++;
+		return;
+	}
+	if (g->norphans == GPU_ORPHANS) {
+		struct gpu_proc *q = gpu_proc_of(g, g->orphans[g->orphan_head].pid);
+
+		if (q)
+			q->cupti.unplaced++;
+		g->orphan_head = (g->orphan_head + 1) % GPU_ORPHANS;
+		g->norphans--;
+	}
+	at = (g->orphan_head + g->norphans++) % GPU_ORPHANS;
+	g->orphans[at].pid = p->pid;
+	g->orphans[at].run = *r;
+}
+
+void gpu_add(struct gpu_timeline *g, const struct ts_gpu_step_event *e, struct gpu_step *out)
+{
+	struct gpu_step lone, *s = gpu_slot(g);
+	struct gpu_proc *p;
+
+	/* Not kept for attribution, the step is still counted and shown. */
+	if (!s)
+		s = &lone;
+	s->pid = e->hdr.pid;
+	s->tid = e->hdr.tid;
+	/* A step whose only call was the wait itself starts when the wait does. */
+	s->start_ns = e->start_ns ? e->start_ns : e->wait_start_ns;
+	s->wait_start_ns = e->wait_start_ns;
+	s->end_ns = e->end_ns;
+	s->launches = e->launches;
+	s->graph_launches = e->graph_launches;
+	s->memcpys = e->memcpys;
+	s->memcpys_dtoh = e->memcpys_dtoh;
+	s->waits = e->waits;
+	s->kind = gpu_classify(e->launches, e->graph_launches);
+	memset(&s->dev, 0, sizeof(s->dev));
+	g->steps++;
+	adopt_orphans(g, s);
+	p = gpu_proc_of(g, s->pid);
+	/* Held for its device times: only a kept step can be given back. */
+	s->pending = p && p->cupti.seen && s != &lone && g->npending < GPU_PENDING_MAX;
+	if (s->pending)
+		g->pending[(g->pending_head + g->npending++) % GPU_PENDING_MAX] =
+		    (uint32_t)(s - g->ring);
+	if (out)
+		*out = *s;
+	if (!p)
+		return;
+	if (!p->dur[s->kind])
+		p->dur[s->kind] = calloc(1, sizeof(struct hist));
+	if (p->dur[s->kind])
+		hist_add(p->dur[s->kind], s->end_ns - s->start_ns);
+	p->steps[s->kind]++;
+	p->launches += s->launches;
+	p->graph_launches += s->graph_launches;
+	if (s->end_ns > s->wait_start_ns)
+		p->wait_ns += s->end_ns - s->wait_start_ns;
+	if (!p->first_ns || s->start_ns < p->first_ns)
+		p->first_ns = s->start_ns;
+	if (s->end_ns > p->last_ns)
+		p->last_ns = s->end_ns;
+}
+
+/* Adds [a, b) to the step's disjoint spans; past GPU_STEP_SPANS, the two closest merge and the
+ * gap between them counts as busy (approx). */
+static void dev_add_span(struct gpu_device *d, uint64_t a, uint64_t b)
+{
+	struct gpu_span *v = d->spans;
+	uint32_t n = d->nspans, i = 0, j;
+
+	while (i < n && v[i].b < a)
+		i++;
+	/* v[i..j) touch or overlap [a, b): they become one span. */
+	for (j = i; j < n && v[j].a <= b; j++) {
+		if (v[j].a < a)
+			a = v[j].a;
+		if (v[j].b > b)
+			b = v[j].b;
+	}
+	if (j > i) {
+		v[i] = (struct gpu_span){ a, b };
+		memmove(&v[i + 1], &v[j], (n - j) * sizeof(*v));
+		n -= j - i - 1;
+	} else {
+		if (n == GPU_STEP_SPANS) {
+			/* Room for one: close the smallest gap, the new span included. */
+			struct gpu_span all[GPU_STEP_SPANS + 1];
+			uint32_t k, best = 0;
+
+			memcpy(all, v, i * sizeof(*v));
+			all[i] = (struct gpu_span){ a, b };
+			memcpy(&all[i + 1], &v[i], (n - i) * sizeof(*v));
+			for (k = 1; k + 1 <= n; k++)
+				if (all[k + 1].a - all[k].b < all[best + 1].a - all[best].b)
+					best = k;
+			all[best].b = all[best + 1].b;
+			memmove(&all[best + 1], &all[best + 2], (n - best - 1) * sizeof(*v));
+			memcpy(v, all, n * sizeof(*v));
+			d->approx = true;
+		} else {
+			memmove(&v[i + 1], &v[i], (n - i) * sizeof(*v));
+			v[i] = (struct gpu_span){ a, b };
+			n++;
+		}
+	}
+	d->nspans = (uint8_t)n;
+}
+
+/* A run into its step's device figures. busy: with every run disjoint from the others the sum
+ * of their own busy times (exact: the gaps inside a run are left out); where runs overlap
+ * (streams side by side) the union of their spans. */
+static void dev_add_run(struct gpu_device *d, const struct ts_dev_run *r)
+{
+	uint64_t span = 0;
+
+	if (!d->device || r->start_ns < d->start_ns)
+		d->start_ns = r->start_ns;
+	if (r->end_ns > d->end_ns)
+		d->end_ns = r->end_ns;
+	if ((r->flags & TS_RUN_F_LAUNCH) && (!d->launch_ns || r->first_launch_ns < d->launch_ns))
+		d->launch_ns = r->first_launch_ns;
+	d->device = true;
+	d->runs++;
+	d->kernels += r->kernels;
+	d->graphs += r->graphs;
+	d->memcpys += r->memcpys;
+	d->delay_ns += r->delay_ns;
+	d->launched += r->launched;
+	d->run_busy_ns += r->busy_ns;
+	dev_add_span(d, r->start_ns, r->end_ns);
+	for (uint32_t i = 0; i < d->nspans; i++)
+		span += d->spans[i].b - d->spans[i].a;
+	/* Disjoint runs: their spans add up to at least their busy times. */
+	d->busy_ns = d->run_busy_ns <= span ? d->run_busy_ns : span;
+}
+
+/* The held or shown step of pid whose host window holds device time t, newest first. */
+static struct gpu_step *step_at(struct gpu_timeline *g, uint32_t pid, uint64_t t)
+{
+	for (uint32_t i = g->count; i-- > 0;) {
+		struct gpu_step *s = &g->ring[(g->head + i) % GPU_HISTORY];
+
+		if (s->pid != pid)
+			continue;
+		if (s->start_ns <= t && t < s->end_ns)
+			return s;
+		/* Steps are kept in the order they ended: no older one can hold t. */
+		if (s->end_ns + GPU_DEVICE_WAIT_NS < t)
+			break;
+	}
+	return NULL;
+}
+
+void gpu_add_runs(struct gpu_timeline *g, const struct ts_dev_runs_event *e)
+{
+	struct gpu_proc *p;
+
+	if (e->abi != TS_CUPTI_ABI) {
+		g->cupti_abi_bad++;
+		return;
+	}
+	p = gpu_proc_of(g, e->hdr.pid);
+	if (!p)
+		return;
+	if (!p->cupti.seen)
+		g->cupti_procs++;
+	p->cupti.seen = true;
+	p->cupti.stats = e->stats;
+	if (e->stats.flush_ns > p->cupti.flush_ns)
+		p->cupti.flush_ns = e->stats.flush_ns;
+	for (uint32_t i = 0; i < e->n && i < TS_RUNS_PER_PROBE; i++) {
+		const struct ts_dev_run *r = &e->runs[i];
+		struct gpu_step *s;
+
+		if (r->end_ns < r->start_ns)
+			continue; /* the library never sends one; a damaged record might */
+		p->cupti.runs++;
+		p->cupti.busy_ns += r->busy_ns;
+		s = g->ring ? step_at(g, p->pid, r->start_ns) : NULL;
+		if (!s) {
+			keep_orphan(g, p, r);
+			continue;
+		}
+		if (!s->pending)
+			p->cupti.late++;
+		dev_add_run(&s->dev, r);
+	}
+}
+
+bool gpu_next_ready(struct gpu_timeline *g, uint64_t now_ns, bool all, struct gpu_step *out)
+{
+	struct gpu_step *s;
+	const struct gpu_proc *p;
+	bool complete;
+
+	/* A held step the ring overwrote (GPU_HISTORY newer steps of processes without device
+	 * times came first) is no longer there to give back. */
+	while (g->npending && !g->ring[g->pending[g->pending_head]].pending) {
+		g->pending_head = (g->pending_head + 1) % GPU_PENDING_MAX;
+		g->npending--;
+	}
+	if (!g->npending)
+		return false;
+	s = &g->ring[g->pending[g->pending_head]];
+	p = gpu_proc_find(g, s->pid);
+	complete = p && p->cupti.flush_ns >= s->end_ns;
+	if (!complete && !all && now_ns < s->end_ns + GPU_DEVICE_WAIT_NS &&
+	    g->npending < GPU_PENDING_MAX)
+		return false;
+	if (!complete)
+		g->released_late++;
+	g->pending_head = (g->pending_head + 1) % GPU_PENDING_MAX;
+	g->npending--;
+	s->pending = false;
+	*out = *s;
+	return true;
+}
+
+bool gpu_device_complete(const struct gpu_timeline *g, uint64_t t_ns, uint64_t now_ns)
+{
+	if (!g->cupti_procs || now_ns >= t_ns + GPU_DEVICE_WAIT_NS)
+		return true;
+	for (uint32_t i = 0; i < g->nprocs; i++)
+		if (g->procs[i].cupti.seen && g->procs[i].cupti.flush_ns < t_ns)
+			return false;
+	return true;
+}
+
+struct span {
+	uint64_t a, b;
+};
+
+static int span_cmp(const void *x, const void *y)
+{
+	const struct span *p = x, *q = y;
+
+	return p->a < q->a ? -1 : p->a > q->a;
+}
+
+/* GPU time inside each gap between consecutive tokens tok (between lo and hi when ntok < 2):
+ * the union over every process of its steps' device intervals where the step has device
+ * times, else of the steps' host windows (*all_device false). */
+static uint64_t gpu_time_in_gaps(const struct gpu_timeline *g, const uint64_t *tok, uint32_t ntok,
+				 uint64_t lo, uint64_t hi, bool *all_device)
+{
+	uint64_t sum = 0;
+	struct span *v = malloc(g->count * GPU_STEP_SPANS * sizeof(*v));
+	uint32_t n = 0, m = 0, t = 0, ngaps = ntok >= 2 ? ntok - 1 : 1;
+
+	*all_device = true;
+	if (!v)
+		return 0;
+	for (uint32_t i = 0; i < g->count; i++) {
+		const struct gpu_step *s = &g->ring[(g->head + i) % GPU_HISTORY];
+
+		if (s->end_ns <= lo || s->start_ns >= hi)
+			continue;
+		if (!s->dev.device) {
+			*all_device = false;
+			v[n++] = (struct span){ s->start_ns, s->end_ns };
+			continue;
+		}
+		for (uint32_t k = 0; k < s->dev.nspans; k++)
+			v[n++] = (struct span){ s->dev.spans[k].a, s->dev.spans[k].b };
+	}
+	qsort(v, n, sizeof(*v), span_cmp);
+	/* Merge overlapping steps (tensor-parallel workers run the same step at once). */
+	for (uint32_t i = 0; i < n; i++) {
+		if (m && v[i].a <= v[m - 1].b) {
+			if (v[i].b > v[m - 1].b)
+				v[m - 1].b = v[i].b;
+		} else {
+			v[m++] = v[i];
+		}
+	}
+	/* Sweep the merged spans against the gaps; both are sorted. */
+	for (uint32_t i = 0; i < ngaps; i++) {
+		uint64_t ga = ntok >= 2 ? tok[i] : lo;
+		uint64_t gb = ntok >= 2 ? tok[i + 1] : hi;
+
+		while (t < m && v[t].b <= ga)
+			t++;
+		for (uint32_t k = t; k < m && v[k].a < gb; k++) {
+			uint64_t a = v[k].a > ga ? v[k].a : ga, b = v[k].b < gb ? v[k].b : gb;
+
+			if (b > a)
+				sum += b - a;
+		}
+	}
+	free(v);
+	return sum;
+}
+
+void gpu_attribute(const struct gpu_timeline *g, const struct request *r, struct gpu_attribution *a)
+{
+	const struct gpu_step *best = NULL;
+	uint64_t first_kept;
+
+	bool all_device;
+
+	a->queue_ns = a->prefill_ns = a->decode_ns = a->gpu_ns = a->host_ns = -1;
+	a->prefill_gpu_ns = a->decode_gpu_ns = -1;
+	a->source = NULL;
+	if (!g->count) {
+		a->how = "none: no GPU steps seen";
+		return;
+	}
+	if (!r->ntokens) {
+		a->how = "none: no token was streamed";
+		return;
+	}
+	if (r->end_ns >= r->first_token_ns)
+		a->decode_ns = r->end_ns - r->first_token_ns;
+	first_kept = g->ring[g->head].start_ns;
+	for (uint32_t i = 0; i < g->count; i++) {
+		const struct gpu_step *s = &g->ring[(g->head + i) % GPU_HISTORY];
+
+		if (s->kind != STEP_PREFILL && s->kind != STEP_MIXED)
+			continue;
+		if (s->start_ns >= r->arrival_ns && s->end_ns <= r->first_token_ns &&
+		    (!best || s->end_ns > best->end_ns))
+			best = s;
+	}
+	if (r->ntokens >= 2) {
+		uint64_t span = r->token_ns[r->ntokens - 1] - r->first_token_ns;
+		uint64_t gpu = gpu_time_in_gaps(g, r->token_ns, r->ntokens, r->token_ns[0],
+						r->token_ns[r->ntokens - 1], &all_device);
+
+		a->gpu_ns = gpu;
+		a->host_ns = span - gpu;
+		a->source = all_device ? "cupti" : "host-calls";
+	}
+	if (g->cupti_procs && r->end_ns > r->first_token_ns) {
+		/* The device time of the steps of the decode (every process's, as above). */
+		uint64_t gpu =
+		    gpu_time_in_gaps(g, NULL, 0, r->first_token_ns, r->end_ns, &all_device);
+
+		if (all_device)
+			a->decode_gpu_ns = gpu;
+	}
+	if (best) {
+		a->queue_ns = best->start_ns - r->arrival_ns;
+		a->prefill_ns = best->end_ns - best->start_ns;
+		if (best->dev.device)
+			a->prefill_gpu_ns = best->dev.busy_ns;
+		a->how = a->source && !strcmp(a->source, "cupti")
+			     ? "by time: prefill is the last prefill step between arrival and "
+			       "first token; gpu/host split the token gaps by the device "
+			       "intervals (CUPTI) of the steps that overlap them"
+			     : "by time: prefill is the last prefill step between arrival and "
+			       "first token; gpu/host split the token gaps by the steps that "
+			       "overlap them";
+	} else if (g->count == GPU_HISTORY && first_kept > r->arrival_ns) {
+		a->how = "partial: the steps around this request's arrival were no longer kept";
+	} else {
+		a->how = "partial: no prefill step ran between arrival and first token";
+	}
+}
+
+void gpu_print_stats(const struct gpu_timeline *g, FILE *f)
+{
+	for (uint32_t i = 0; i < g->nprocs; i++) {
+		const struct gpu_proc *p = &g->procs[i];
+		uint64_t steps = 0;
+		double wall = p->last_ns > p->first_ns ? (p->last_ns - p->first_ns) / 1e9 : 0;
+
+		for (int k = 0; k < STEP_KIND_MAX; k++)
+			steps += p->steps[k];
+		fprintf(
+		    f,
+		    "  GPU pid %u: %llu steps (prefill %llu, decode %llu, mixed %llu, other %llu), "
+		    "%.1f steps/s, %.1f launches and %.2f graph launches per step, host waiting "
+		    "%.1f%% of %.3f s\n",
+		    p->pid, (unsigned long long)steps, (unsigned long long)p->steps[STEP_PREFILL],
+		    (unsigned long long)p->steps[STEP_DECODE],
+		    (unsigned long long)p->steps[STEP_MIXED],
+		    (unsigned long long)p->steps[STEP_OTHER], wall > 0 ? steps / wall : 0.0,
+		    steps ? (double)p->launches / steps : 0.0,
+		    steps ? (double)p->graph_launches / steps : 0.0,
+		    wall > 0 ? 100.0 * p->wait_ns / 1e9 / wall : 0.0, wall);
+		if (p->cupti.seen) {
+			const struct ts_cupti_stats *st = &p->cupti.stats;
+
+			fprintf(f,
+				"    device (CUPTI): %llu runs, %.3f s busy (%.1f%% of the wall "
+				"time), %llu runs shown late, %llu in no step; clock %s",
+				(unsigned long long)p->cupti.runs, p->cupti.busy_ns / 1e9,
+				wall > 0 ? 100.0 * p->cupti.busy_ns / 1e9 / wall : 0.0,
+				(unsigned long long)p->cupti.late,
+				(unsigned long long)p->cupti.unplaced,
+				st->clock == TS_CUPTI_CLOCK_CALLBACK ? "CLOCK_MONOTONIC from CUPTI"
+				: st->clock == TS_CUPTI_CLOCK_OFFSET ? "offset"
+								     : "unknown");
+			if (st->clock == TS_CUPTI_CLOCK_OFFSET)
+				fprintf(f, " (error <= %.1f us)", st->clock_err_ns / 1e3);
+			fprintf(f, "; %llu operations without a launch time\n",
+				(unsigned long long)st->no_launch);
+		}
+		for (int k = 0; k < STEP_KIND_MAX; k++) {
+			const struct hist *h = p->dur[k];
+
+			if (!h || !h->count)
+				continue;
+			fprintf(f, "    %-7s step p50 %8.2f  p99 %8.2f  max %8.2f ms  (n=%llu)\n",
+				gpu_kind_name(k), hist_quantile(h, 0.5) / 1e6,
+				hist_quantile(h, 0.99) / 1e6, h->max / 1e6,
+				(unsigned long long)h->count);
+		}
+	}
+	if (g->procs_dropped)
+		fprintf(f, "  GPU: steps of %llu more processes are not in these statistics\n",
+			(unsigned long long)g->procs_dropped);
+}

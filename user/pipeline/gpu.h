@@ -1,0 +1,146 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * GPU steps: the timeline of every traced GPU process's steps (the work between two host waits,
+ * from the kernel's step records), their classification, per-process statistics, and the
+ * attribution of a request's latency to queue, prefill and decode by time.
+ *
+ * Classification (README "GPU steps"): a step that replays a CUDA graph and launches fewer than
+ * GPU_PREFILL_MIN_LAUNCHES kernels eagerly is decode (vLLM and SGLang replay one graph per
+ * decode step); one that launches kernels and replays no graph is prefill; one that does both
+ * in quantity is mixed (chunked prefill batched with decodes); one with copies only is other.
+ */
+#ifndef TS_GPU_H
+#define TS_GPU_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <linux/types.h>
+
+#include "events.h"
+#include "lib/hist.h"
+#include "pipeline/request.h"
+
+/* Eager launches from which a step that also replays a graph counts as mixed: a decode step's
+ * sampling and bookkeeping add a handful of eager kernels around the graph. */
+#define GPU_PREFILL_MIN_LAUNCHES 32
+/* Steps kept (all processes together) to attribute requests; older ones are forgotten. */
+#define GPU_HISTORY 16384
+#define GPU_MAX_PROCS 64
+
+enum step_kind { STEP_PREFILL, STEP_DECODE, STEP_MIXED, STEP_OTHER, STEP_KIND_MAX };
+
+/* Disjoint device intervals kept per step for its busy time; more merge the closest two. */
+#define GPU_STEP_SPANS 4
+/* Kernel time a step of a process with device times waits for them before it is shown
+ * anyway (counted late); requests wait as long for the steps they overlap. */
+#define GPU_DEVICE_WAIT_NS 2000000000ull
+/* Steps waiting for their device times at once; one more releases the oldest. */
+#define GPU_PENDING_MAX 4096
+/* Runs that came before the record of the step they ran in (a flush during a long step): kept
+ * for the step to take when it ends, up to GPU_DEVICE_WAIT_NS; beyond that, in no step. */
+#define GPU_ORPHANS 1024
+
+struct gpu_span {
+	uint64_t a, b;
+};
+
+/* What the CUPTI injection library reported of a step's device work (device: any run). */
+struct gpu_device {
+	bool device;
+	bool approx; /* busy_ns is an upper bound: more disjoint spans than were kept */
+	uint32_t runs, kernels, graphs, memcpys;
+	uint64_t start_ns, end_ns; /* first device start, last device end */
+	uint64_t busy_ns;	   /* the union of the runs' device time */
+	uint64_t launch_ns;	   /* the first known launch of the step's device work, 0 if none */
+	uint64_t delay_ns;	   /* sum of launch-to-start delays of launched operations */
+	uint32_t launched;	   /* operations those are over */
+	uint8_t nspans;
+	struct gpu_span spans[GPU_STEP_SPANS]; /* sorted, disjoint */
+	uint64_t run_busy_ns;		       /* sum of the runs' own busy times */
+};
+
+struct gpu_step {
+	uint32_t pid, tid;
+	uint64_t start_ns, wait_start_ns, end_ns;
+	uint32_t launches, graph_launches, memcpys, memcpys_dtoh, waits;
+	enum step_kind kind;
+	bool pending; /* held for its device times */
+	struct gpu_device dev;
+};
+
+/* A process's CUPTI injection library, as its records said. */
+struct gpu_cupti {
+	bool seen;		     /* a record arrived: its steps wait for device times */
+	uint64_t flush_ns;	     /* the latest heartbeat: device work ended before it is in */
+	struct ts_cupti_stats stats; /* the library's counters, as last reported */
+	uint64_t runs, busy_ns;	     /* runs received, and their device time */
+	uint64_t late;		     /* runs whose step was shown before they came */
+	uint64_t unplaced;	     /* runs in no host step of the process */
+};
+
+struct gpu_proc {
+	uint32_t pid;
+	struct gpu_cupti cupti;
+	uint64_t steps[STEP_KIND_MAX];
+	struct hist *dur[STEP_KIND_MAX]; /* allocated on the process's first step */
+	uint64_t launches, graph_launches;
+	uint64_t wait_ns;	    /* time inside host waits */
+	uint64_t first_ns, last_ns; /* first step's start, last step's end */
+};
+
+struct gpu_timeline {
+	struct gpu_step *ring; /* GPU_HISTORY steps, oldest overwritten */
+	uint32_t head, count;
+	uint64_t steps;
+	uint64_t calls; /* per-call records (--kernels) */
+	struct gpu_proc procs[GPU_MAX_PROCS];
+	uint32_t nprocs;
+	uint64_t procs_dropped; /* GPU processes beyond GPU_MAX_PROCS (steps still attributed) */
+	uint32_t cupti_procs;	/* processes with device times */
+	/* Ring positions of the steps held for device times, oldest first. */
+	uint32_t pending[GPU_PENDING_MAX];
+	uint32_t pending_head, npending;
+	uint64_t released_late; /* steps shown before their device times were known complete */
+	struct {
+		uint32_t pid;
+		struct ts_dev_run run;
+	} * orphans; /* GPU_ORPHANS, allocated with the first; oldest at orphan_head */
+	uint32_t orphan_head, norphans;
+	uint64_t cupti_abi_bad; /* records of a library of an ABI version this build cannot read */
+};
+
+/* How a request's latency was split. Values < 0 are unknown (printed as null). */
+struct gpu_attribution {
+	int64_t queue_ns, prefill_ns, decode_ns, gpu_ns, host_ns;
+	const char *how; /* a short sentence: how it was decided, or why it could not be */
+	/* Device time (CUPTI) of the prefill step, and of the steps between the first token and
+	 * the end; -1 without device times (0 in an initialiser that stops before them: shown
+	 * only with source). */
+	int64_t prefill_gpu_ns, decode_gpu_ns;
+	/* "cupti": gpu/host from device intervals; "host-calls": from the host's CUDA calls
+	 * (some overlapping step had no device times); NULL: not split. */
+	const char *source;
+};
+
+int gpu_init(struct gpu_timeline *g);
+void gpu_free(struct gpu_timeline *g);
+enum step_kind gpu_classify(uint32_t launches, uint32_t graph_launches);
+const char *gpu_kind_name(enum step_kind k);
+/* Adds a step record; the classified step is copied to *out when out is not NULL. A step of a
+ * process with device times is held (out->pending): gpu_next_ready gives it back. */
+void gpu_add(struct gpu_timeline *g, const struct ts_gpu_step_event *e, struct gpu_step *out);
+/* A record of the CUPTI injection library: its runs go to the steps they ran in. */
+void gpu_add_runs(struct gpu_timeline *g, const struct ts_dev_runs_event *e);
+/* The oldest held step, if its device times are complete (a heartbeat after its end), it has
+ * waited GPU_DEVICE_WAIT_NS of kernel time (now_ns), or all is set; copied to *out. */
+bool gpu_next_ready(struct gpu_timeline *g, uint64_t now_ns, bool all, struct gpu_step *out);
+/* Whether the device times of every process that has them are complete up to t_ns (the
+ * request that ended then can be attributed), or waited long enough by now_ns. */
+bool gpu_device_complete(const struct gpu_timeline *g, uint64_t t_ns, uint64_t now_ns);
+void gpu_attribute(const struct gpu_timeline *g, const struct request *r,
+		   struct gpu_attribution *a);
+/* Per-process statistics over the wall time [from_ns, to_ns] of the run. */
+void gpu_print_stats(const struct gpu_timeline *g, FILE *f);
+
+#endif

@@ -1,0 +1,436 @@
+// SPDX-License-Identifier: MIT
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lib/grow.h"
+#include "pipeline/nvml_sample.h"
+#include "pipeline/pipeline.h"
+#include "lib/utf8.h"
+
+_Static_assert(sizeof(((struct request *)0)->container) ==
+		   sizeof(((struct pipeline_proc *)0)->container),
+	       "a request's container is its process's");
+
+static struct pipeline_proc *live_proc(const struct pipeline *pl, uint32_t pid)
+{
+	for (uint32_t i = 0; i < pl->nlive; i++)
+		if (pl->live[i].pid == pid)
+			return &pl->live[i];
+	return NULL;
+}
+
+static void pl_request_start(void *ctx, struct request *r)
+{
+	struct pipeline *pl = ctx;
+
+	const struct pipeline_proc *p = live_proc(pl, r->pid);
+
+	/* Labelled at its start: the sinks key what they keep open (in flight) by it. */
+	if (p)
+		memcpy(r->container, p->container, sizeof(r->container));
+	for (int i = 0; i < pl->nsinks; i++)
+		if (pl->sinks[i].request_start)
+			pl->sinks[i].request_start(pl->sinks[i].ctx, r);
+}
+
+/* A finished request to the summaries and the sinks; then freed. */
+static void pl_request_out(struct pipeline *pl, struct request *r)
+{
+	struct request_metrics m;
+	struct gpu_attribution ga;
+
+	request_metrics(r, &m);
+	gpu_attribute(&pl->gpu, r, &ga);
+	for (int i = 0; i < pl->nsinks; i++)
+		if (pl->sinks[i].request)
+			pl->sinks[i].request(pl->sinks[i].ctx, r, &m, &ga);
+	request_free(r);
+}
+
+/* The oldest held request, out of the queue (there must be one). */
+static struct request *held_pop(struct pipeline *pl)
+{
+	struct request *r = pl->held[pl->held_head];
+
+	pl->held_head = (pl->held_head + 1) % PIPELINE_MAX_HELD;
+	pl->nheld--;
+	return r;
+}
+
+/*
+ * Where GPU processes report device times (CUPTI), a finished request waits for those of the
+ * steps it overlaps, which come in up to a flush period later (gpu_device_complete), so that
+ * its attribution uses them; requests leave in the order they finished.
+ */
+static void pl_request_done(void *ctx, struct request *r)
+{
+	struct pipeline *pl = ctx;
+
+	if (!pl->nheld && gpu_device_complete(&pl->gpu, r->end_ns, pl->last_ns)) {
+		pl_request_out(pl, r);
+		return;
+	}
+	if (pl->nheld == PIPELINE_MAX_HELD)
+		pl_request_out(pl, held_pop(pl));
+	pl->held[(pl->held_head + pl->nheld++) % PIPELINE_MAX_HELD] = r;
+}
+
+static void pl_step_out(struct pipeline *pl, const struct gpu_step *s)
+{
+	for (int i = 0; i < pl->nsinks; i++)
+		if (pl->sinks[i].gpu_step)
+			pl->sinks[i].gpu_step(pl->sinks[i].ctx, s);
+}
+
+/* Lets out the steps and requests whose device times are in (or waited long enough; all:
+ * everything, at the end). */
+static void pl_release(struct pipeline *pl, bool all)
+{
+	struct gpu_step s;
+
+	while (gpu_next_ready(&pl->gpu, pl->last_ns, all, &s))
+		pl_step_out(pl, &s);
+	while (pl->nheld &&
+	       (all || gpu_device_complete(&pl->gpu, pl->held[pl->held_head]->end_ns, pl->last_ns)))
+		pl_request_out(pl, held_pop(pl));
+}
+
+int pipeline_init(struct pipeline *pl, const struct pipeline_opts *o)
+{
+	struct conn_sink sink = {
+		.request_start = pl_request_start,
+		.request_done = pl_request_done,
+		.ctx = pl,
+	};
+
+	memset(pl, 0, sizeof(*pl));
+	pl->o = *o;
+	if (gpu_init(&pl->gpu))
+		return -ENOMEM;
+	return conn_table_init(&pl->conns, &sink);
+}
+
+void pipeline_free(struct pipeline *pl)
+{
+	while (pl->nheld)
+		request_free(held_pop(pl));
+	conn_table_free(&pl->conns);
+	gpu_free(&pl->gpu);
+	free(pl->live);
+	free(pl->status_pids);
+	pl->live = NULL;
+}
+
+static bool is_root(const struct pipeline *pl, uint32_t pid)
+{
+	for (uint32_t i = 0; i < pl->nroots; i++)
+		if (pl->roots[i] == pid)
+			return true;
+	return false;
+}
+
+int pipeline_add_process(struct pipeline *pl, uint32_t pid, bool root)
+{
+	struct pipeline_proc *live;
+
+	if (root && !is_root(pl, pid)) {
+		if (pl->nroots == PIPELINE_MAX_ROOTS)
+			return -E2BIG;
+		pl->roots[pl->nroots++] = pid;
+	}
+	if (live_proc(pl, pid))
+		return 0;
+	live = grow(pl->live, &pl->live_cap, pl->nlive + 1, sizeof(*live), 16);
+	if (!live)
+		return -ENOMEM;
+	pl->live = live;
+	pl->live[pl->nlive++] = (struct pipeline_proc){ .pid = pid };
+	return 0;
+}
+
+static void drop_root(struct pipeline *pl, uint32_t pid)
+{
+	for (uint32_t i = 0; i < pl->nroots; i++)
+		if (pl->roots[i] == pid) {
+			pl->roots[i] = pl->roots[--pl->nroots];
+			return;
+		}
+}
+
+/* The process left: its entry goes, the last one taking its place. */
+static void drop_live(struct pipeline *pl, uint32_t pid)
+{
+	struct pipeline_proc *p = live_proc(pl, pid);
+
+	if (p)
+		*p = pl->live[--pl->nlive];
+}
+
+void pipeline_forget_process(struct pipeline *pl, uint32_t pid)
+{
+	drop_live(pl, pid);
+	drop_root(pl, pid);
+}
+
+bool pipeline_all_exited(const struct pipeline *pl)
+{
+	return !pl->keep_running && pl->nroots && pl->nlive == 0;
+}
+
+int pipeline_label_process(struct pipeline *pl, uint32_t pid, const char *container)
+{
+	struct pipeline_proc *p = live_proc(pl, pid);
+
+	if (!p)
+		return -ENOENT;
+	snprintf(p->container, sizeof(p->container), "%s", container ? container : "");
+	return 0;
+}
+
+static void pl_proc_exit(struct pipeline *pl, const struct ts_proc_event *e)
+{
+	char comm[UTF8_REPLACEMENT_BYTES * sizeof(e->comm) + 1];
+
+	/* A process names itself (prctl): no escape sequence of its reaches the terminal. */
+	utf8_clean(comm, sizeof(comm), e->comm, strnlen(e->comm, sizeof(e->comm)));
+	conn_close_pid(&pl->conns, e->hdr.pid, e->ts_ns);
+	drop_live(pl, e->hdr.pid);
+	if (pl->on_exit)
+		pl->on_exit(pl->on_exit_ctx, e->hdr.pid);
+	if (is_root(pl, e->hdr.pid) || pl->o.verbose) {
+		int st = e->exit_code;
+
+		if (st & 0x7f)
+			fprintf(pl->o.err, "tokenscope: process %u (%s) was killed by signal %d\n",
+				e->hdr.pid, comm, st & 0x7f);
+		else
+			fprintf(pl->o.err, "tokenscope: process %u (%s) exited with status %d\n",
+				e->hdr.pid, comm, (st >> 8) & 0xff);
+	}
+	/* --all runs for as long as it is left: an exited server's slot goes to the next one. With
+	 * -p the roots stay, to tell when all of them are gone. */
+	if (pl->keep_running)
+		drop_root(pl, e->hdr.pid);
+}
+
+int pipeline_feed(struct pipeline *pl, const void *rec, size_t len)
+{
+	const struct ts_event_hdr *h = rec;
+
+	if (len < sizeof(*h) || h->size != len)
+		goto bad;
+	switch (h->type) {
+	case TS_EV_DATA: {
+		const struct ts_data_event *e = rec;
+
+		if (len < sizeof(*e) || len != sizeof(*e) + e->data_bytes || e->dir > TS_DIR_OUT)
+			goto bad;
+		if (e->exit_ns > pl->last_ns)
+			pl->last_ns = e->exit_ns;
+		conn_on_data(&pl->conns, e);
+		return 0;
+	}
+	case TS_EV_CONN_OPEN:
+	case TS_EV_CONN_CLOSE:
+		if (len != sizeof(struct ts_conn_event))
+			goto bad;
+		if (((const struct ts_conn_event *)rec)->ts_ns > pl->last_ns)
+			pl->last_ns = ((const struct ts_conn_event *)rec)->ts_ns;
+		if (h->type == TS_EV_CONN_OPEN)
+			conn_on_open(&pl->conns, rec);
+		else
+			conn_on_close(&pl->conns, rec);
+		return 0;
+	case TS_EV_PROC_FORK: {
+		const struct ts_proc_event *e = rec;
+		const struct pipeline_proc *parent;
+		char container[sizeof(parent->container)] = "";
+
+		if (len != sizeof(*e))
+			goto bad;
+		/* Copied out before the child's entry is added: that may move the list. */
+		parent = live_proc(pl, e->ppid);
+		if (parent)
+			memcpy(container, parent->container, sizeof(container));
+		if (!pipeline_add_process(pl, e->hdr.pid, false))
+			pipeline_label_process(pl, e->hdr.pid, container);
+		if (pl->o.verbose)
+			fprintf(pl->o.err, "tokenscope: following process %u (child of %u)\n",
+				e->hdr.pid, e->ppid);
+		return 0;
+	}
+	case TS_EV_PROC_EXIT:
+		if (len != sizeof(struct ts_proc_event))
+			goto bad;
+		pl_proc_exit(pl, rec);
+		return 0;
+	case TS_EV_GPU_CALL:
+		if (len != sizeof(struct ts_gpu_call_event))
+			goto bad;
+		pl->gpu.calls++;
+		for (int i = 0; i < pl->nsinks; i++)
+			if (pl->sinks[i].gpu_call)
+				pl->sinks[i].gpu_call(pl->sinks[i].ctx, rec);
+		return 0;
+	case TS_EV_GPU_STEP: {
+		struct gpu_step s;
+
+		if (len != sizeof(struct ts_gpu_step_event))
+			goto bad;
+		gpu_add(&pl->gpu, rec, &s);
+		if (s.end_ns > pl->last_ns)
+			pl->last_ns = s.end_ns;
+		if (!s.pending)
+			pl_step_out(pl, &s);
+		return 0;
+	}
+	case TS_EV_DEV_RUNS: {
+		const struct ts_dev_runs_event *e = rec;
+
+		if (len != sizeof(*e) || e->n > TS_RUNS_PER_PROBE)
+			goto bad;
+		if (e->abi == TS_CUPTI_ABI && e->stats.flush_ns > pl->last_ns)
+			pl->last_ns = e->stats.flush_ns;
+		if (e->abi != TS_CUPTI_ABI && !pl->gpu.cupti_abi_bad)
+			fprintf(
+			    pl->o.err,
+			    "tokenscope: pid %u runs a libtokenscope_cupti.so of ABI version %u; "
+			    "this tokenscope reads version %u: no device times from it\n",
+			    e->hdr.pid, e->abi, TS_CUPTI_ABI);
+		gpu_add_runs(&pl->gpu, e);
+		pl_release(pl, false);
+		return 0;
+	}
+	}
+bad:
+	pl->bad_records++;
+	return -EINVAL;
+}
+
+void pipeline_kernel_lost(struct pipeline *pl, uint64_t lost_events)
+{
+	if (lost_events > pl->lost_seen)
+		conn_mark_open_maybe_lost(&pl->conns);
+	pl->lost_seen = lost_events;
+	pl->kstats[TS_STAT_LOST_EVENTS] = lost_events;
+}
+
+void pipeline_finish(struct pipeline *pl)
+{
+	conn_finish_maybe_lost(&pl->conns);
+	pl_release(pl, true);
+	struct pipeline_status st;
+
+	pipeline_status(pl, &st);
+	for (int i = 0; i < pl->nsinks; i++)
+		if (pl->sinks[i].finish)
+			pl->sinks[i].finish(pl->sinks[i].ctx, &st);
+}
+
+int pipeline_add_sink(struct pipeline *pl, const struct sink *s)
+{
+	if (pl->nsinks == PIPELINE_MAX_SINKS)
+		return -E2BIG;
+	pl->sinks[pl->nsinks++] = *s;
+	return 0;
+}
+
+void pipeline_status(struct pipeline *pl, struct pipeline_status *st)
+{
+	uint32_t *pids = grow(pl->status_pids, &pl->status_cap, pl->nlive, sizeof(*pids), 64);
+
+	memset(st, 0, sizeof(*st));
+	st->record_ns = pl->last_ns;
+	st->now_ns = pl->clock_ns > pl->last_ns ? pl->clock_ns : pl->last_ns;
+	st->in_flight = conn_inflight(&pl->conns);
+	/* Without memory for the copy, the sinks see no traced process rather than a wrong one. */
+	if (pids) {
+		pl->status_pids = pids;
+		for (uint32_t i = 0; i < pl->nlive; i++)
+			pids[i] = pl->live[i].pid;
+		st->ntraced = pl->nlive;
+		st->traced = pids;
+	}
+	pipeline_loss(pl, &st->loss);
+	st->gpu = &pl->gpu;
+}
+
+static bool pl_traced(void *ctx, uint32_t pid)
+{
+	const struct pipeline *pl = ctx;
+
+	for (uint32_t i = 0; i < pl->nlive; i++)
+		if (pl->live[i].pid == pid)
+			return true;
+	return false;
+}
+
+void pipeline_gpu_sample(struct pipeline *pl, struct nvml_snapshot *s)
+{
+	nvml_keep_procs(s, pl_traced, pl);
+	for (int i = 0; i < pl->nsinks; i++)
+		if (pl->sinks[i].gpu_sample)
+			pl->sinks[i].gpu_sample(pl->sinks[i].ctx, s);
+}
+
+void pipeline_clock(struct pipeline *pl, uint64_t now_ns)
+{
+	if (now_ns > pl->clock_ns)
+		pl->clock_ns = now_ns;
+}
+
+void pipeline_tick(struct pipeline *pl)
+{
+	struct pipeline_status st;
+
+	pl_release(pl, false);
+	pipeline_status(pl, &st);
+	for (int i = 0; i < pl->nsinks; i++)
+		if (pl->sinks[i].tick)
+			pl->sinks[i].tick(pl->sinks[i].ctx, &st);
+}
+
+void pipeline_loss(const struct pipeline *pl, struct loss_report *loss)
+{
+	loss->lost_events = pl->kstats[TS_STAT_LOST_EVENTS];
+	loss->lost_bytes = pl->kstats[TS_STAT_LOST_BYTES];
+	loss->uncaptured_bytes = pl->kstats[TS_STAT_UNCAPTURED_BYTES];
+	loss->gap_bytes = pl->conns.stats.gap_bytes;
+	loss->desyncs = pl->conns.stats.desyncs;
+	loss->bad_records = pl->bad_records;
+	loss->untraced_sockets = pl->kstats[TS_STAT_CONN_TABLE_FULL];
+	loss->copy_failed = pl->kstats[TS_STAT_COPY_FAILED];
+	loss->http_conns = pl->conns.stats.http_conns;
+	loss->ignored_conns = pl->conns.stats.ignored_conns;
+	loss->partial_requests = pl->conns.stats.partial_requests;
+	loss->orphan_responses = pl->conns.stats.orphan_responses;
+	loss->pipeline_overflow = pl->conns.stats.pipeline_overflow;
+	loss->oversize_frames = pl->conns.stats.oversize_frames;
+	loss->damaged_frames = pl->conns.stats.damaged_frames;
+	loss->budget_refused = pl->conns.budget.refused;
+	loss->budget_max = pl->conns.budget.max;
+	loss->cupti = pl->gpu.cupti_procs > 0;
+	loss->cupti_dropped = loss->cupti_pool_empty = loss->cupti_unplaced = 0;
+	for (uint32_t i = 0; i < pl->gpu.nprocs; i++) {
+		const struct gpu_cupti *c = &pl->gpu.procs[i].cupti;
+
+		loss->cupti_dropped += c->stats.dropped;
+		loss->cupti_pool_empty += c->stats.pool_empty;
+		loss->cupti_unplaced += c->unplaced;
+	}
+	/* Runs still waiting for a step at the end ran in none. */
+	loss->cupti_unplaced += pl->gpu.norphans;
+	loss->cupti_late = pl->gpu.released_late;
+	loss->cupti_abi_bad = pl->gpu.cupti_abi_bad;
+}
+
+void pipeline_interval(struct pipeline *pl)
+{
+	struct pipeline_status st;
+
+	pipeline_status(pl, &st);
+	for (int i = 0; i < pl->nsinks; i++)
+		if (pl->sinks[i].interval)
+			pl->sinks[i].interval(pl->sinks[i].ctx, &st);
+}

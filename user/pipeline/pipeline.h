@@ -1,0 +1,99 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The user-side pipeline as a pure function of the event stream: records in, finished requests,
+ * GPU steps and CUDA calls out to its sinks (the request lines are one: lines_sink; the
+ * summaries another: summaries_sink). Driven by the live tracer (trace.c) and by tests with
+ * recorded records alike.
+ */
+#ifndef TS_PIPELINE_H
+#define TS_PIPELINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "pipeline/conn.h"
+#include "pipeline/gpu.h"
+#include "pipeline/sink.h"
+
+struct pipeline_opts {
+	bool verbose; /* report every traced process's fork and exit */
+	FILE *err;    /* messages */
+};
+
+#define PIPELINE_MAX_ROOTS 64
+#define PIPELINE_MAX_SINKS 16
+/* Finished requests waiting for device times at once; one more lets the oldest out. */
+#define PIPELINE_MAX_HELD 4096
+
+/* A traced process that has not exited, and the container it runs in ("" when unknown). */
+struct pipeline_proc {
+	uint32_t pid;
+	char container[13];
+};
+
+struct pipeline {
+	struct pipeline_opts o;
+	struct conn_table conns;
+	struct gpu_timeline gpu;
+	uint64_t kstats[TS_STAT_MAX]; /* the kernel's counters, refreshed by the loader */
+	uint64_t bad_records;
+	uint64_t lost_seen; /* kernel lost-record count at the last pipeline_kernel_lost() */
+	/* Traced processes still running: an exited one leaves at once, so the list (scanned at
+	 * every request start) is as long as the processes alive, however many have forked. */
+	struct pipeline_proc *live;
+	uint32_t nlive;
+	size_t live_cap;
+	uint32_t *status_pids; /* the live pids as given to the sinks */
+	size_t status_cap;
+	uint32_t roots[PIPELINE_MAX_ROOTS]; /* processes named with -p or found by --all */
+	uint32_t nroots;
+	bool keep_running; /* --all: the run does not end when every traced process has */
+	uint64_t last_ns;  /* the latest kernel time in any record so far */
+	uint64_t clock_ns; /* the kernel clock as the loader last read it; 0: none (a replay) */
+	struct sink sinks[PIPELINE_MAX_SINKS];
+	int nsinks;
+	/* Finished requests waiting for device times (pl_request_done), oldest first. */
+	struct request *held[PIPELINE_MAX_HELD];
+	uint32_t held_head, nheld;
+	/* Called when a traced process exits (the loader forgets its sockets). */
+	void (*on_exit)(void *ctx, uint32_t pid);
+	void *on_exit_ctx;
+};
+
+int pipeline_init(struct pipeline *pl, const struct pipeline_opts *o);
+void pipeline_free(struct pipeline *pl);
+/* Registers a process traced from the start; root: named by the user. */
+int pipeline_add_process(struct pipeline *pl, uint32_t pid, bool root);
+/* Undoes pipeline_add_process (the kernel side could not follow pid after all). */
+void pipeline_forget_process(struct pipeline *pl, uint32_t pid);
+/* One ring-buffer record. -EINVAL for a malformed one (counted, skipped). */
+int pipeline_feed(struct pipeline *pl, const void *rec, size_t len);
+bool pipeline_all_exited(const struct pipeline *pl);
+/* Labels a traced process (and, through fork records, its later children) with a container;
+ * -ENOENT when pid is not a traced process. */
+int pipeline_label_process(struct pipeline *pl, uint32_t pid, const char *container);
+/* The kernel's count of lost records now: when it grows, every open request may have lost
+ * records of its own (the kernel cannot say whose). */
+void pipeline_kernel_lost(struct pipeline *pl, uint64_t lost_events);
+/* End of tracing: open requests that may have lost records are reported `lost`. */
+void pipeline_finish(struct pipeline *pl);
+void pipeline_loss(const struct pipeline *pl, struct loss_report *loss);
+/* What the sinks are given at a tick; st->traced stays valid until the next call. */
+void pipeline_status(struct pipeline *pl, struct pipeline_status *st);
+/* Registers an exporter; -E2BIG beyond PIPELINE_MAX_SINKS. */
+int pipeline_add_sink(struct pipeline *pl, const struct sink *s);
+/* The live tracer's reading of the kernel clock (CLOCK_MONOTONIC, the records' clock), so that
+ * the sinks' time moves on while no record comes. */
+void pipeline_clock(struct pipeline *pl, uint64_t now_ns);
+/* A new NVML sample (the loader, before the tick): cut down in place to the processes traced
+ * now, then given to every sink. */
+void pipeline_gpu_sample(struct pipeline *pl, struct nvml_snapshot *s);
+/* Calls every sink's tick with the kernel time now (the loader, after each drain). */
+void pipeline_tick(struct pipeline *pl);
+/* An interval ended (the loader's --interval): every sink's interval (the summary prints its
+ * interval's and starts a new one). */
+void pipeline_interval(struct pipeline *pl);
+
+#endif

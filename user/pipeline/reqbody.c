@@ -1,0 +1,414 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Request-body fields; the contract is in reqbody.h.
+ *
+ * Both paths (cJSON for a whole body, the scanner for a cut one) fill the same candidate
+ * slots, first occurrence wins, and reqbody_finish() picks from them, so they cannot disagree
+ * on a body both can read.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "pipeline/reqbody.h"
+#include "lib/utf8.h"
+
+/* Request bodies nest a few levels (messages[].content[].image_url...); deeper is not a
+ * request we understand, and the scanner stops there rather than guess. */
+#define REQBODY_DEPTH_MAX 64
+/* 2^63: the first double that does not fit int64_t (the test also rejects NaN). */
+#define REQBODY_COUNT_LIMIT 0x1p63
+/* Longest JSON number or literal we read a value from. */
+#define REQBODY_SCALAR_MAX 32
+
+/* Keys whose values we want; the nested ones only count under their parent. */
+enum reqbody_key {
+	RK_NONE,
+	RK_MODEL,
+	RK_STREAM,
+	RK_MAX_TOKENS,
+	RK_MAX_COMPLETION_TOKENS,
+	RK_NUM_PREDICT,
+	RK_OPTIONS,	   /* Ollama: {"options":{"num_predict":N}} */
+	RK_PARAMETERS,	   /* TGI: {"parameters":{"max_new_tokens":N}} */
+	RK_STREAM_OPTIONS, /* OpenAI: {"stream_options":{"include_usage":true}} */
+	RK_OPTIONS_NUM_PREDICT,
+	RK_PARAMETERS_MAX_NEW_TOKENS,
+	RK_STREAM_OPTIONS_INCLUDE_USAGE,
+};
+
+/* Candidates in the order max_tokens prefers them (reqbody.h). */
+enum reqbody_limit {
+	RL_MAX_COMPLETION_TOKENS,
+	RL_MAX_TOKENS,
+	RL_OPTIONS_NUM_PREDICT,
+	RL_NUM_PREDICT,
+	RL_MAX_NEW_TOKENS,
+	RL_COUNT,
+};
+
+struct reqbody_slots {
+	bool model_set, stream_set, usage_set;
+	bool limit_set[RL_COUNT];
+	int64_t limit[RL_COUNT];
+};
+
+struct reqbody_name {
+	const char *name;
+	enum reqbody_key key;
+};
+
+static const struct reqbody_name reqbody_top_keys[] = {
+	{ "model", RK_MODEL },
+	{ "stream", RK_STREAM },
+	{ "max_tokens", RK_MAX_TOKENS },
+	{ "max_completion_tokens", RK_MAX_COMPLETION_TOKENS },
+	{ "num_predict", RK_NUM_PREDICT },
+	{ "options", RK_OPTIONS },
+	{ "parameters", RK_PARAMETERS },
+	{ "stream_options", RK_STREAM_OPTIONS },
+};
+
+static enum reqbody_key reqbody_top_key(const char *s, size_t len)
+{
+	for (size_t i = 0; i < sizeof(reqbody_top_keys) / sizeof(reqbody_top_keys[0]); i++)
+		if (strlen(reqbody_top_keys[i].name) == len &&
+		    memcmp(reqbody_top_keys[i].name, s, len) == 0)
+			return reqbody_top_keys[i].key;
+	return RK_NONE;
+}
+
+static enum reqbody_key reqbody_nested_key(enum reqbody_key parent, const char *s, size_t len)
+{
+#define REQBODY_IS(lit) (strlen(lit) == len && memcmp(s, lit, len) == 0)
+	if (parent == RK_OPTIONS && REQBODY_IS("num_predict"))
+		return RK_OPTIONS_NUM_PREDICT;
+	if (parent == RK_PARAMETERS && REQBODY_IS("max_new_tokens"))
+		return RK_PARAMETERS_MAX_NEW_TOKENS;
+	if (parent == RK_STREAM_OPTIONS && REQBODY_IS("include_usage"))
+		return RK_STREAM_OPTIONS_INCLUDE_USAGE;
+#undef REQBODY_IS
+	return RK_NONE;
+}
+
+static void reqbody_set_limit(struct reqbody_slots *sl, enum reqbody_key key, double v)
+{
+	static const struct {
+		enum reqbody_key key;
+		enum reqbody_limit slot;
+	} map[] = {
+		{ RK_MAX_COMPLETION_TOKENS, RL_MAX_COMPLETION_TOKENS },
+		{ RK_MAX_TOKENS, RL_MAX_TOKENS },
+		{ RK_OPTIONS_NUM_PREDICT, RL_OPTIONS_NUM_PREDICT },
+		{ RK_NUM_PREDICT, RL_NUM_PREDICT },
+		{ RK_PARAMETERS_MAX_NEW_TOKENS, RL_MAX_NEW_TOKENS },
+	};
+
+	for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++) {
+		if (map[i].key != key || sl->limit_set[map[i].slot])
+			continue;
+		sl->limit_set[map[i].slot] = true;
+		/* Ollama's num_predict -1 means no limit; anything not a count is unknown. */
+		if (v >= 0 && v < REQBODY_COUNT_LIMIT && v == (double)(int64_t)v)
+			sl->limit[map[i].slot] = (int64_t)v;
+		else
+			sl->limit[map[i].slot] = -1;
+	}
+}
+
+static void reqbody_set_bool(struct reqbody_slots *sl, struct req_info *out, enum reqbody_key key,
+			     bool v)
+{
+	if (key == RK_STREAM && !sl->stream_set) {
+		sl->stream_set = true;
+		out->stream = v ? 1 : 0;
+	} else if (key == RK_STREAM_OPTIONS_INCLUDE_USAGE && !sl->usage_set) {
+		sl->usage_set = true;
+		out->include_usage = v;
+	}
+}
+
+static void reqbody_finish(const struct reqbody_slots *sl, struct req_info *out)
+{
+	for (int i = 0; i < RL_COUNT; i++) {
+		if (sl->limit_set[i]) {
+			out->max_tokens = sl->limit[i];
+			return;
+		}
+	}
+}
+
+/* ---- complete bodies: cJSON ---- */
+
+static void reqbody_cjson_member(struct reqbody_slots *sl, struct req_info *out,
+				 enum reqbody_key key, const cJSON *v)
+{
+	if (key == RK_MODEL && cJSON_IsString(v) && !sl->model_set) {
+		sl->model_set = true;
+		utf8_clean(out->model, sizeof(out->model), v->valuestring, strlen(v->valuestring));
+	} else if (cJSON_IsBool(v)) {
+		reqbody_set_bool(sl, out, key, cJSON_IsTrue(v));
+	} else if (cJSON_IsNumber(v)) {
+		reqbody_set_limit(sl, key, v->valuedouble);
+	}
+}
+
+static int reqbody_cjson(const uint8_t *buf, size_t len, struct reqbody_slots *sl,
+			 struct req_info *out)
+{
+	cJSON *root = cJSON_ParseWithLength((const char *)buf, len);
+	const cJSON *m, *n;
+
+	if (!root)
+		return -1;
+	if (!cJSON_IsObject(root)) {
+		cJSON_Delete(root);
+		return 0;
+	}
+	cJSON_ArrayForEach(m, root)
+	{
+		enum reqbody_key key = reqbody_top_key(m->string, strlen(m->string));
+
+		if (cJSON_IsObject(m) && key != RK_NONE) {
+			cJSON_ArrayForEach(n, m) reqbody_cjson_member(
+			    sl, out, reqbody_nested_key(key, n->string, strlen(n->string)), n);
+		} else {
+			reqbody_cjson_member(sl, out, key, m);
+		}
+	}
+	cJSON_Delete(root);
+	return 0;
+}
+
+/* ---- cut bodies: the scanner ---- */
+
+struct reqbody_scan {
+	const char *s;
+	size_t len, pos;
+};
+
+static void reqbody_skip_ws(struct reqbody_scan *sc)
+{
+	while (sc->pos < sc->len && (sc->s[sc->pos] == ' ' || sc->s[sc->pos] == '\t' ||
+				     sc->s[sc->pos] == '\n' || sc->s[sc->pos] == '\r'))
+		sc->pos++;
+}
+
+/*
+ * Steps over a string whose opening quote is at pos; on success pos is past the closing
+ * quote and [*start, *start + *slen) is the raw content. False if the capture ends inside.
+ */
+static bool reqbody_string(struct reqbody_scan *sc, size_t *start, size_t *slen)
+{
+	size_t i = sc->pos + 1;
+
+	while (i < sc->len) {
+		if (sc->s[i] == '\\') {
+			i += 2;
+			continue;
+		}
+		if (sc->s[i] == '"') {
+			*start = sc->pos + 1;
+			*slen = i - *start;
+			sc->pos = i + 1;
+			return true;
+		}
+		i++;
+	}
+	return false;
+}
+
+/* Copies a raw JSON string into a C string, undoing simple escapes; non-ASCII \u is '?'. */
+static void reqbody_unescape(const char *s, size_t len, char *dst, size_t cap)
+{
+	size_t o = 0;
+
+	for (size_t i = 0; i < len && o + 1 < cap; i++) {
+		char c = s[i];
+
+		if (c == '\\' && i + 1 < len) {
+			c = s[++i];
+			switch (c) {
+			case 'n':
+				c = '\n';
+				break;
+			case 't':
+				c = '\t';
+				break;
+			case 'r':
+				c = '\r';
+				break;
+			case 'b':
+				c = '\b';
+				break;
+			case 'f':
+				c = '\f';
+				break;
+			case 'u': {
+				char hex[5] = { 0 };
+				long cp;
+
+				if (i + 4 >= len)
+					return;
+				memcpy(hex, s + i + 1, 4);
+				cp = strtol(hex, NULL, 16);
+				c = cp > 0 && cp < 0x80 ? (char)cp : '?';
+				i += 4;
+				break;
+			}
+			default:
+				break; /* \" \\ \/ are the character itself */
+			}
+		}
+		dst[o++] = c;
+	}
+	dst[o] = '\0';
+}
+
+/*
+ * A number or literal at pos. False if it runs to the end of the capture (maybe cut), or if
+ * there is none: a delimiter where a value belongs (`[}`, `{"a":]`) is not JSON, and taking it
+ * as an empty scalar would leave pos where it was.
+ */
+static bool reqbody_scalar(struct reqbody_scan *sc, char *tok, size_t cap)
+{
+	size_t start = sc->pos, n;
+
+	while (sc->pos < sc->len && strchr(",}] \t\r\n", sc->s[sc->pos]) == NULL)
+		sc->pos++;
+	if (sc->pos == sc->len || sc->pos == start)
+		return false;
+	n = sc->pos - start;
+	if (n >= cap)
+		n = cap - 1;
+	memcpy(tok, sc->s + start, n);
+	tok[n] = '\0';
+	return true;
+}
+
+struct reqbody_level {
+	bool object;
+	bool want_key;		 /* object: a key (or the end) comes next, not a comma */
+	enum reqbody_key parent; /* the top-level key this container is the value of */
+};
+
+static void reqbody_scan_value_scalar(struct reqbody_slots *sl, struct req_info *out,
+				      enum reqbody_key key, const char *tok)
+{
+	char *end;
+	double v;
+
+	if (strcmp(tok, "true") == 0 || strcmp(tok, "false") == 0) {
+		reqbody_set_bool(sl, out, key, tok[0] == 't');
+		return;
+	}
+	v = strtod(tok, &end);
+	if (end != tok && *end == '\0')
+		reqbody_set_limit(sl, key, v);
+}
+
+static void reqbody_scan(const uint8_t *buf, size_t len, struct reqbody_slots *sl,
+			 struct req_info *out)
+{
+	struct reqbody_scan sc = { (const char *)buf, len, 0 };
+	struct reqbody_level lv[REQBODY_DEPTH_MAX];
+	int depth = 0;
+
+	reqbody_skip_ws(&sc);
+	if (sc.pos >= sc.len || sc.s[sc.pos] != '{')
+		return;
+	sc.pos++;
+	lv[depth++] = (struct reqbody_level){ true, true, RK_NONE };
+
+	/* Every turn consumes at least one byte or returns: a close, a comma, a key (two quotes
+	 * at least), an opening bracket, a string, or a scalar of one byte or more. */
+	while (depth > 0) {
+		struct reqbody_level *cur = &lv[depth - 1];
+		enum reqbody_key key = RK_NONE;
+		size_t start, slen;
+		char c;
+
+		reqbody_skip_ws(&sc);
+		if (sc.pos >= sc.len)
+			return;
+		c = sc.s[sc.pos];
+		if (c == (cur->object ? '}' : ']')) {
+			sc.pos++;
+			depth--;
+			if (depth)
+				lv[depth - 1].want_key = false;
+			continue;
+		}
+		if (c == ',') {
+			sc.pos++;
+			cur->want_key = cur->object;
+			continue;
+		}
+		if (cur->object) {
+			if (c != '"' || !cur->want_key)
+				return; /* not JSON after all */
+			if (!reqbody_string(&sc, &start, &slen))
+				return;
+			reqbody_skip_ws(&sc);
+			if (sc.pos >= sc.len || sc.s[sc.pos] != ':')
+				return;
+			sc.pos++;
+			reqbody_skip_ws(&sc);
+			if (sc.pos >= sc.len)
+				return;
+			if (depth == 1)
+				key = reqbody_top_key(sc.s + start, slen);
+			else if (depth == 2)
+				key = reqbody_nested_key(cur->parent, sc.s + start, slen);
+			cur->want_key = false;
+			c = sc.s[sc.pos];
+		}
+
+		/* A value, for `key` (RK_NONE inside arrays and unwanted members). */
+		if (c == '{' || c == '[') {
+			enum reqbody_key parent = depth == 1 ? key : RK_NONE;
+
+			if (depth == REQBODY_DEPTH_MAX)
+				return;
+			sc.pos++;
+			lv[depth++] = (struct reqbody_level){ c == '{', c == '{', parent };
+		} else if (c == '"') {
+			if (!reqbody_string(&sc, &start, &slen))
+				return;
+			if (key == RK_MODEL && !sl->model_set) {
+				char raw[REQBODY_MODEL_MAX];
+
+				sl->model_set = true;
+				reqbody_unescape(sc.s + start, slen, raw, sizeof(raw));
+				utf8_clean(out->model, sizeof(out->model), raw, strlen(raw));
+			}
+		} else {
+			char tok[REQBODY_SCALAR_MAX];
+
+			if (!reqbody_scalar(&sc, tok, sizeof(tok)))
+				return;
+			reqbody_scan_value_scalar(sl, out, key, tok);
+		}
+	}
+}
+
+void reqbody_parse(const uint8_t *buf, size_t captured, size_t total, struct req_info *out)
+{
+	struct reqbody_slots sl = { 0 };
+
+	memset(out, 0, sizeof(*out));
+	out->stream = -1;
+	out->max_tokens = -1;
+	/* Bytes past the body's length are not the body (a pipelined request, say). */
+	if (captured > total)
+		captured = total;
+	if (!buf || !captured)
+		return;
+	if (captured == total && reqbody_cjson(buf, captured, &sl, out) == 0) {
+		reqbody_finish(&sl, out);
+		return;
+	}
+	reqbody_scan(buf, captured, &sl, out);
+	reqbody_finish(&sl, out);
+}

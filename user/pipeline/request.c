@@ -1,0 +1,114 @@
+// SPDX-License-Identifier: MIT
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lib/grow.h"
+#include "lib/hist.h"
+#include "pipeline/request.h"
+
+static const char *const outcome_names[OUTCOME_MAX] = {
+	[OUTCOME_OK] = "ok",
+	[OUTCOME_HTTP_ERROR] = "http_error",
+	[OUTCOME_STREAM_ERROR] = "stream_error",
+	[OUTCOME_ABORTED] = "aborted",
+	[OUTCOME_LOST] = "lost",
+};
+
+const char *outcome_name(enum outcome o)
+{
+	return o < OUTCOME_MAX ? outcome_names[o] : "?";
+}
+
+struct request *request_new(uint32_t pid, uint64_t conn_id, uint32_t seq, const char *conn)
+{
+	struct request *r = calloc(1, sizeof(*r));
+
+	if (!r)
+		return NULL;
+	r->pid = pid;
+	r->conn_id = conn_id;
+	r->seq = seq;
+	snprintf(r->conn, sizeof(r->conn), "%s", conn);
+	r->info.stream = -1;
+	r->info.max_tokens = -1;
+	r->prompt_bytes = -1;
+	r->prompt_tokens = r->completion_tokens = r->cached_tokens = -1;
+	return r;
+}
+
+void request_free(struct request *r)
+{
+	if (!r)
+		return;
+	free(r->token_ns);
+	free(r);
+}
+
+int request_add_token(struct request *r, uint64_t ts)
+{
+	uint64_t *n = grow(r->token_ns, &r->token_cap, r->ntokens + 1, sizeof(*n), 64);
+
+	if (!n)
+		return -ENOMEM;
+	r->token_ns = n;
+	if (!r->ntokens)
+		r->first_token_ns = ts;
+	r->token_ns[r->ntokens++] = ts;
+	return 0;
+}
+
+static int u64_cmp(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+uint32_t request_itl_sorted(const struct request *r, uint64_t *out)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 1; i < r->ntokens; i++)
+		out[n++] = r->token_ns[i] - r->token_ns[i - 1];
+	qsort(out, n, sizeof(*out), u64_cmp);
+	return n;
+}
+
+/* Nearest-rank percentile of a sorted array. */
+static uint64_t sorted_quantile(const uint64_t *v, uint32_t n, double q)
+{
+	return v[quantile_rank(q, n) - 1];
+}
+
+void request_metrics(const struct request *r, struct request_metrics *m)
+{
+	m->ttft_ns = r->ntokens ? (int64_t)(r->first_token_ns - r->arrival_ns) : -1;
+	m->e2e_ns =
+	    r->end_ns >= r->arrival_ns && r->arrival_ns ? (int64_t)(r->end_ns - r->arrival_ns) : -1;
+	m->socket_wait_ns = r->received_ns && r->received_ns <= r->arrival_ns
+				? (int64_t)(r->arrival_ns - r->received_ns)
+				: -1;
+	m->tokens_from_usage = r->completion_tokens >= 0;
+	m->tokens = m->tokens_from_usage ? r->completion_tokens : r->ntokens;
+	m->itl_p50_ns = m->itl_p99_ns = m->itl_max_ns = -1;
+	m->tpot_ns = -1;
+	if (r->ntokens >= 2) {
+		uint64_t *gaps = malloc((r->ntokens - 1) * sizeof(*gaps));
+
+		if (gaps) {
+			uint32_t n = request_itl_sorted(r, gaps);
+
+			m->itl_p50_ns = sorted_quantile(gaps, n, 0.50);
+			m->itl_p99_ns = sorted_quantile(gaps, n, 0.99);
+			m->itl_max_ns = gaps[n - 1];
+			free(gaps);
+		}
+	}
+	if (r->ntokens >= 1 && m->tokens >= 2)
+		m->tpot_ns =
+		    (int64_t)(r->token_ns[r->ntokens - 1] - r->first_token_ns) / (m->tokens - 1);
+	m->tok_per_s = m->e2e_ns > 0 && m->tokens > 0 ? m->tokens / (m->e2e_ns / 1e9) : NAN;
+}

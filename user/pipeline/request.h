@@ -1,0 +1,78 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * One HTTP request/response exchange as the tracer saw it, and the numbers derived from it,
+ * exactly as the README's Definitions define them. Built by conn.c, consumed by the sinks, then
+ * freed.
+ */
+#ifndef TS_REQUEST_H
+#define TS_REQUEST_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "pipeline/frame.h"
+#include "pipeline/reqbody.h"
+
+enum outcome {
+	OUTCOME_OK,
+	OUTCOME_HTTP_ERROR,   /* status >= 400 */
+	OUTCOME_STREAM_ERROR, /* an error frame */
+	OUTCOME_ABORTED,      /* closed by either side before the response ended */
+	OUTCOME_LOST,	      /* the tracer lost bytes of it */
+	OUTCOME_MAX,
+};
+
+struct request {
+	uint32_t pid;
+	uint64_t conn_id;
+	uint32_t seq;	    /* index of the request on its connection */
+	char conn[112];	    /* "local<-peer#id" */
+	char container[13]; /* short container id of the server (trace --all), "" when none */
+	char method[16];
+	char path[256];
+	struct req_info info;	     /* model, stream, max_tokens from the body */
+	int64_t prompt_bytes;	     /* request body length */
+	uint64_t request_uncaptured; /* body bytes not captured (model may be unknown) */
+
+	int status;    /* 0 until the response head */
+	bool streamed; /* SSE or NDJSON response body */
+	enum frame_format format;
+	uint64_t arrival_ns, first_token_ns, end_ns;
+	/* When the request's first bytes reached the server's socket (the kernel's sk_data_ready):
+	 * arrival_ns minus this is the upload plus the wait for the server to read. 0: unknown. */
+	uint64_t received_ns;
+	uint64_t *token_ns; /* every content frame, in order */
+	uint32_t ntokens;
+	size_t token_cap;
+	uint32_t frames;					 /* every frame, content or not */
+	int64_t prompt_tokens, completion_tokens, cached_tokens; /* -1: not reported */
+	uint64_t lost_bytes; /* response bytes (or request head bytes) the tracer lost */
+	/* stream frames too large to read (SSE_FRAME_MAX, or the memory cap): tokens unknown */
+	uint64_t dropped_frames;
+	bool error_frame, done_frame, unknown_frames;
+	bool peer_gone; /* the client hung up before the stream ended */
+	/* The kernel lost records while it was open: if it never ends, some were its own. */
+	bool maybe_lost;
+	enum outcome outcome;
+};
+
+/* Derived per-request numbers; *_ns < 0 means "not applicable" (printed as null). */
+struct request_metrics {
+	int64_t ttft_ns, e2e_ns, tpot_ns;
+	int64_t socket_wait_ns; /* received_ns to arrival_ns; -1: the arrival is unknown */
+	int64_t itl_p50_ns, itl_p99_ns, itl_max_ns;
+	int64_t tokens;
+	bool tokens_from_usage;
+	double tok_per_s; /* tokens / E2E; NaN when not applicable */
+};
+
+const char *outcome_name(enum outcome o);
+struct request *request_new(uint32_t pid, uint64_t conn_id, uint32_t seq, const char *conn);
+void request_free(struct request *r);
+/* Appends a content frame time; -ENOMEM when the list cannot grow (the frame is still counted). */
+int request_add_token(struct request *r, uint64_t ts);
+void request_metrics(const struct request *r, struct request_metrics *m);
+/* Sorted copy of the ITL gaps into out (ntokens - 1 values); returns the count. */
+uint32_t request_itl_sorted(const struct request *r, uint64_t *out);
+
+#endif

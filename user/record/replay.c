@@ -1,0 +1,55 @@
+// SPDX-License-Identifier: MIT
+/* A recording through the pipeline, as the live loader drives it (see replay.h). */
+#include "record/replay.h"
+
+_Static_assert(RECORD_MAX_ROOTS >= PIPELINE_MAX_ROOTS, "a recording holds every -p");
+
+void replay_init(struct replay *rp, struct pipeline *pl, const struct record_meta *meta)
+{
+	*rp = (struct replay){ .pl = pl, .meta = meta };
+}
+
+int replay_feed(void *replay, const void *rec, size_t len)
+{
+	struct replay *rp = replay;
+	struct pipeline *pl = rp->pl;
+	const struct record_kstats_event *ks = record_kstats(rec, len);
+	int err = 0;
+
+	if (!rp->started) {
+		rp->started = true;
+		/* As the live loader does before its first drain. */
+		for (uint32_t i = 0; rp->meta && i < rp->meta->nroots && i < RECORD_MAX_ROOTS; i++)
+			pipeline_add_process(pl, rp->meta->roots[i], true);
+	}
+	if (ks) {
+		uint32_t n = ks->nstats < TS_STAT_MAX ? ks->nstats : TS_STAT_MAX;
+
+		for (uint32_t k = 0; k < n; k++)
+			pl->kstats[k] = ks->stats[k];
+		/* As the live loader does after each drain: a grown count marks open requests. */
+		if (n > TS_STAT_LOST_EVENTS)
+			pipeline_kernel_lost(pl, ks->stats[TS_STAT_LOST_EVENTS]);
+	} else {
+		err = pipeline_feed(pl, rec, len);
+	}
+	if (!rp->ticked || pl->last_ns >= rp->tick_ns + REPLAY_TICK_NS) {
+		pipeline_tick(pl);
+		rp->ticked = true;
+		rp->tick_ns = pl->last_ns;
+	}
+	return err;
+}
+
+int replay_run(struct replay *rp, struct record_reader *r)
+{
+	const void *rec;
+	size_t len;
+	int err;
+
+	while ((err = record_next(r, &rec, &len)) > 0)
+		if (replay_feed(rp, rec, len) < 0)
+			r->st.rejected++;
+	pipeline_tick(rp->pl);
+	return err;
+}

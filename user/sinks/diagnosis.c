@@ -1,0 +1,458 @@
+// SPDX-License-Identifier: MIT
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "sinks/diagnosis.h"
+#include "pipeline/gpu.h"
+#include "lib/grow.h"
+#include "lib/hist.h"
+#include "pipeline/request.h"
+
+void diagnosis_init(struct diagnosis *d)
+{
+	memset(d, 0, sizeof(*d));
+}
+
+void diagnosis_free(struct diagnosis *d)
+{
+	free(d->reqs);
+	free(d->gaps);
+	memset(d, 0, sizeof(*d));
+}
+
+void diagnosis_set_wall_clock(struct diagnosis *d, uint64_t mono_ns, uint64_t real_ns)
+{
+	d->have_clock = true;
+	d->clock_mono_ns = mono_ns;
+	d->clock_real_ns = real_ns;
+}
+
+static void diag_request(void *ctx, const struct request *r, const struct request_metrics *m,
+			 const struct gpu_attribution *ga)
+{
+	struct diagnosis *d = ctx;
+	uint32_t ngaps = r->ntokens > 1 ? r->ntokens - 1 : 0;
+	struct diag_req *q, *reqs;
+	uint64_t *gaps;
+
+	d->finished++;
+	/* As the summary: latency percentiles describe requests that worked. */
+	if (r->outcome != OUTCOME_OK || m->ttft_ns < 0)
+		return;
+	reqs = grow(d->reqs, &d->cap, d->n + 1, sizeof(*reqs), 64);
+	if (reqs)
+		d->reqs = reqs;
+	gaps = reqs ? grow(d->gaps, &d->gaps_cap, d->ngaps + ngaps, sizeof(*gaps), 64) : NULL;
+	if (gaps)
+		d->gaps = gaps;
+	if (!reqs || !gaps) {
+		d->dropped++;
+		return;
+	}
+	q = &d->reqs[d->n++];
+	q->arrival_ns = r->arrival_ns;
+	q->ttft_ns = m->ttft_ns;
+	q->itl_p99_ns = m->itl_p99_ns;
+	q->queue_ns = ga ? ga->queue_ns : -1;
+	q->prefill_ns = ga ? ga->prefill_ns : -1;
+	q->decode_ns = ga ? ga->decode_ns : -1;
+	q->gpu_ns = ga ? ga->gpu_ns : -1;
+	q->host_ns = ga ? ga->host_ns : -1;
+	q->wait_ns = m->socket_wait_ns;
+	q->gap0 = d->ngaps;
+	q->ngaps = ngaps;
+	for (uint32_t i = 1; i < r->ntokens; i++)
+		d->gaps[d->ngaps++] = r->token_ns[i] - r->token_ns[i - 1];
+}
+
+static void diag_gpu_step(void *ctx, const struct gpu_step *s)
+{
+	struct diagnosis *d = ctx;
+
+	(void)s;
+	d->gpu_steps++;
+}
+
+struct sink diagnosis_sink(struct diagnosis *d)
+{
+	return (struct sink){
+		.name = "diagnosis",
+		.ctx = d,
+		.request = diag_request,
+		.gpu_step = diag_gpu_step,
+	};
+}
+
+/* What one window of requests says. Shares are fractions in [0, 1]. */
+struct window {
+	const char *name;
+	size_t n;
+	uint64_t first_ns, last_ns; /* arrivals */
+	double ttft_p99;	    /* ns */
+	size_t ttft_tail, ttft_attr;
+	double queue, prefill, other;
+	bool has_itl;
+	double itl_p99;
+	size_t itl_tail, itl_attr;
+	double gpu, host;
+	size_t wait_known; /* requests whose socket wait is known */
+	double wait_p99;   /* ns */
+};
+
+static int by_arrival(const void *a, const void *b)
+{
+	const struct diag_req *x = a, *y = b;
+
+	if (x->arrival_ns != y->arrival_ns)
+		return x->arrival_ns < y->arrival_ns ? -1 : 1;
+	return x->gap0 < y->gap0 ? -1 : x->gap0 > y->gap0;
+}
+
+static double clamp01(double v)
+{
+	return v < 0 ? 0 : v > 1 ? 1 : v;
+}
+
+static void window_ttft(struct window *w, const struct diag_req *q, size_t n, struct hist *h)
+{
+	hist_reset(h);
+	for (size_t i = 0; i < n; i++)
+		hist_add(h, q[i].ttft_ns);
+	w->ttft_p99 = hist_quantile(h, 0.99);
+	for (size_t i = 0; i < n; i++) {
+		double t = q[i].ttft_ns;
+
+		/* hist_quantile is clamped to the maximum: the slowest request is always in. */
+		if (t < w->ttft_p99)
+			continue;
+		w->ttft_tail++;
+		if (q[i].queue_ns < 0 || q[i].prefill_ns < 0 || q[i].ttft_ns <= 0)
+			continue;
+		w->ttft_attr++;
+		w->queue += clamp01(q[i].queue_ns / t);
+		w->prefill += clamp01(q[i].prefill_ns / t);
+		w->other += clamp01(1 - (double)(q[i].queue_ns + q[i].prefill_ns) / t);
+	}
+	if (w->ttft_attr) {
+		w->queue /= w->ttft_attr;
+		w->prefill /= w->ttft_attr;
+		w->other /= w->ttft_attr;
+	}
+}
+
+static void window_itl(struct window *w, const struct diag_req *q, size_t n, const uint64_t *gaps,
+		       struct hist *h)
+{
+	int64_t top = -1;
+	double at;
+
+	hist_reset(h);
+	for (size_t i = 0; i < n; i++) {
+		for (uint32_t k = 0; k < q[i].ngaps; k++)
+			hist_add(h, gaps[q[i].gap0 + k]);
+		if (q[i].itl_p99_ns > top)
+			top = q[i].itl_p99_ns;
+	}
+	if (!h->count || top < 0)
+		return;
+	w->has_itl = true;
+	w->itl_p99 = hist_quantile(h, 0.99);
+	/* No request's own p99 may reach the pooled one: the highest ones stand for the tail. */
+	at = top < w->itl_p99 ? top : w->itl_p99;
+	for (size_t i = 0; i < n; i++) {
+		double span;
+
+		if (q[i].itl_p99_ns < 0 || q[i].itl_p99_ns < at)
+			continue;
+		w->itl_tail++;
+		if (q[i].gpu_ns < 0 || q[i].host_ns < 0 || q[i].gpu_ns + q[i].host_ns <= 0)
+			continue;
+		span = q[i].gpu_ns + q[i].host_ns;
+		w->itl_attr++;
+		w->gpu += q[i].gpu_ns / span;
+		w->host += q[i].host_ns / span;
+	}
+	if (w->itl_attr) {
+		w->gpu /= w->itl_attr;
+		w->host /= w->itl_attr;
+	}
+}
+
+/* The wait in the server's socket before its read (not part of TTFT), where known. */
+static void window_wait(struct window *w, const struct diag_req *q, size_t n, struct hist *h)
+{
+	hist_reset(h);
+	for (size_t i = 0; i < n; i++) {
+		if (q[i].wait_ns < 0)
+			continue;
+		hist_add(h, q[i].wait_ns);
+		w->wait_known++;
+	}
+	if (w->wait_known)
+		w->wait_p99 = hist_quantile(h, 0.99);
+}
+
+static void window_compute(struct window *w, const char *name, const struct diag_req *q, size_t n,
+			   const uint64_t *gaps, struct hist *h)
+{
+	memset(w, 0, sizeof(*w));
+	w->name = name;
+	w->n = n;
+	if (!n)
+		return;
+	w->first_ns = q[0].arrival_ns;
+	w->last_ns = q[n - 1].arrival_ns;
+	window_ttft(w, q, n, h);
+	window_itl(w, q, n, gaps, h);
+	window_wait(w, q, n, h);
+}
+
+static const char *plural(size_t n, const char *one, const char *many)
+{
+	return n == 1 ? one : many;
+}
+
+/* Why a slow tail has no split. */
+static const char *unattributed(const struct diagnosis *d)
+{
+	return d->gpu_steps ? "not attributed (no prefill step found for them)"
+			    : "not attributed (no GPU steps)";
+}
+
+static void window_print(const struct diagnosis *d, const struct window *w, uint64_t t0, FILE *f)
+{
+	fprintf(f, "  %-12s %zu %s, arriving +%.1f to +%.1f s\n", w->name, w->n,
+		plural(w->n, "request", "requests"), (w->first_ns - t0) / 1e9,
+		(w->last_ns - t0) / 1e9);
+	fprintf(f, "    TTFT p99 %9.2f ms; slow tail (%zu %s): ", w->ttft_p99 / 1e6, w->ttft_tail,
+		plural(w->ttft_tail, "request", "requests"));
+	if (w->ttft_attr)
+		fprintf(f, "queue %.0f %%, prefill %.0f %%, other %.0f %%", 100 * w->queue,
+			100 * w->prefill, 100 * w->other);
+	else
+		fprintf(f, "%s", unattributed(d));
+	if (w->ttft_attr && w->ttft_attr < w->ttft_tail)
+		fprintf(f, " (%zu of them attributed)", w->ttft_attr);
+	fprintf(f, "\n");
+	if (w->wait_known)
+		fprintf(f,
+			"    wait p99 %9.2f ms in the server's socket before its read, not in TTFT "
+			"(%zu of %zu known)\n",
+			w->wait_p99 / 1e6, w->wait_known, w->n);
+	if (!w->has_itl) {
+		fprintf(f, "    ITL  p99 %9s    (no request streamed two or more tokens)\n", "-");
+		return;
+	}
+	fprintf(f, "    ITL  p99 %9.2f ms; slow tail (%zu %s): ", w->itl_p99 / 1e6, w->itl_tail,
+		plural(w->itl_tail, "request", "requests"));
+	if (w->itl_attr)
+		fprintf(f, "GPU %.0f %%, host %.0f %% of their decode", 100 * w->gpu,
+			100 * w->host);
+	else
+		fprintf(f, "%s", d->gpu_steps ? "not attributed" : "not attributed (no GPU steps)");
+	if (w->itl_attr && w->itl_attr < w->itl_tail)
+		fprintf(f, " (%zu of them attributed)", w->itl_attr);
+	fprintf(f, "\n");
+}
+
+/* Milliseconds with 3 significant digits or more: "480 ms", "45.1 ms", "3.20 ms". */
+static const char *fmt_ms(char *buf, size_t len, double ns)
+{
+	double ms = ns / 1e6;
+
+	snprintf(buf, len, ms >= 100 ? "%.0f ms" : ms >= 10 ? "%.1f ms" : "%.2f ms", ms);
+	return buf;
+}
+
+/* Rose (+1), fell (-1) or stable (0) by the DIAG_STABLE_PCT rule. */
+static int direction(double first, double last)
+{
+	if (first <= 0)
+		return last > 0 ? 1 : 0;
+	if ((last - first) / first * 100 >= DIAG_STABLE_PCT)
+		return 1;
+	if ((first - last) / first * 100 >= DIAG_STABLE_PCT)
+		return -1;
+	return 0;
+}
+
+/* Says the P99 line of a verdict; returns the direction. */
+static int verdict_head(const char *metric, double a, double b, FILE *f)
+{
+	char x[32], y[32];
+	int dir = direction(a, b);
+
+	if (dir)
+		fprintf(f, "    %s P99 %s from %s to %s", metric, dir > 0 ? "rose" : "fell",
+			fmt_ms(x, sizeof(x), a), fmt_ms(y, sizeof(y), b));
+	else
+		fprintf(f, "    %s P99 is stable: %s in the first third, %s in the last", metric,
+			fmt_ms(x, sizeof(x), a), fmt_ms(y, sizeof(y), b));
+	return dir;
+}
+
+struct component {
+	const char *name; /* as it starts a clause: "queueing went from ..." */
+	double first, last;
+	const char *up, *down; /* what a grown or a shrunk share means */
+};
+
+/* Names the component whose share moved most in direction dir, or says none moved. */
+static void verdict_cause(const struct component *c, int nc, int dir, const char *of, FILE *f)
+{
+	int best = -1;
+	double move = 0;
+
+	for (int i = 0; i < nc; i++) {
+		double m = (c[i].last - c[i].first) * dir * 100;
+
+		if (m > move)
+			move = m, best = i;
+	}
+	if (best < 0 || move < DIAG_SHARE_MIN_POINTS) {
+		fprintf(f, "; no share of %s moved by %d points or more: every part %s alike", of,
+			DIAG_SHARE_MIN_POINTS, dir > 0 ? "grew" : "shrank");
+		return;
+	}
+	fprintf(f, "; %s went from %.0f %% to %.0f %% of %s: %s", c[best].name, 100 * c[best].first,
+		100 * c[best].last, of, dir > 0 ? c[best].up : c[best].down);
+}
+
+static void verdict_ttft(const struct diagnosis *d, const struct window *a, const struct window *b,
+			 FILE *f)
+{
+	const struct component c[] = {
+		{ "queueing", a->queue, b->queue, "requests wait for a free slot, not for the GPU",
+		  "requests wait less for a free slot" },
+		{ "prefill", a->prefill, b->prefill,
+		  "the prefill step itself takes longer (longer prompts, or more work batched with "
+		  "it)",
+		  "the prefill step itself got shorter" },
+		{ "other (after prefill, before the first write)", a->other, b->other,
+		  "the host is slow to send the first token (sampling, detokenization, the HTTP "
+		  "layer)",
+		  "the host sends the first token sooner" },
+	};
+	int dir = verdict_head("TTFT", a->ttft_p99, b->ttft_p99, f);
+
+	if (dir && (!a->ttft_attr || !b->ttft_attr))
+		fprintf(f, "; %s", unattributed(d));
+	else if (dir)
+		verdict_cause(c, 3, dir, "the slow tail", f);
+	fprintf(f, "\n");
+}
+
+static void verdict_itl(const struct diagnosis *d, const struct window *a, const struct window *b,
+			FILE *f)
+{
+	const struct component c[] = {
+		{ "host time", a->host, b->host,
+		  "tokens wait for the host between GPU steps (scheduling, detokenization, the "
+		  "HTTP layer), not for the GPU",
+		  "tokens wait less for the host between GPU steps" },
+		{ "GPU time", a->gpu, b->gpu,
+		  "each decode step takes longer on the GPU (a larger batch, or longer contexts)",
+		  "decode steps got shorter on the GPU" },
+	};
+	int dir;
+
+	if (!a->has_itl || !b->has_itl) {
+		fprintf(f, "    ITL: no request streamed two or more tokens in the %s third\n",
+			!a->has_itl ? "first" : "last");
+		return;
+	}
+	dir = verdict_head("ITL", a->itl_p99, b->itl_p99, f);
+	if (dir && (!a->itl_attr || !b->itl_attr))
+		fprintf(f, "; %s",
+			d->gpu_steps ? "not attributed" : "not attributed (no GPU steps)");
+	else if (dir)
+		verdict_cause(c, 2, dir, "the slow requests' decode", f);
+	fprintf(f, "\n");
+}
+
+/* The socket wait adds to what clients see as TTFT; said only where it is known in both. */
+static void verdict_wait(const struct window *a, const struct window *b, FILE *f)
+{
+	int dir;
+
+	if (!a->wait_known || !b->wait_known)
+		return;
+	dir = verdict_head("Socket wait", a->wait_p99, b->wait_p99, f);
+	if (dir > 0)
+		fprintf(f, "; requests wait longer before the server reads them (a busy event loop "
+			   "or accept queue): clients see it on top of TTFT");
+	fprintf(f, "\n");
+}
+
+static void print_wall(const struct diagnosis *d, uint64_t mono_ns, FILE *f)
+{
+	int64_t real = (int64_t)d->clock_real_ns + ((int64_t)mono_ns - (int64_t)d->clock_mono_ns);
+	time_t s = real / 1000000000;
+	struct tm tm;
+	char buf[64];
+
+	if (real < 0 || !localtime_r(&s, &tm) ||
+	    !strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%S %Z", &tm))
+		return;
+	fprintf(f, " (first at %s)", buf);
+}
+
+void diagnosis_print(const struct diagnosis *d, FILE *f)
+{
+	struct diag_req *q;
+	struct window whole, first, last;
+	struct hist *h;
+	size_t third;
+
+	if (!d->n) {
+		if (!d->finished)
+			fprintf(f, "--- diagnosis: there were no requests\n");
+		else
+			fprintf(
+			    f,
+			    "--- diagnosis: none of the %llu requests finished ok with a token: "
+			    "nothing to diagnose\n",
+			    (unsigned long long)d->finished);
+		return;
+	}
+	q = malloc(d->n * sizeof(*q));
+	h = malloc(sizeof(*h));
+	if (!q || !h) {
+		fprintf(f, "--- diagnosis: out of memory\n");
+		goto out;
+	}
+	/* Requests finish out of arrival order; thirds are by arrival. */
+	memcpy(q, d->reqs, d->n * sizeof(*q));
+	qsort(q, d->n, sizeof(*q), by_arrival);
+	fprintf(f, "--- diagnosis: %zu %s finished ok with a token, arriving over %.1f s", d->n,
+		plural(d->n, "request", "requests"),
+		(q[d->n - 1].arrival_ns - q[0].arrival_ns) / 1e9);
+	if (d->have_clock)
+		print_wall(d, q[0].arrival_ns, f);
+	fprintf(f, "\n");
+	if (d->dropped)
+		fprintf(f, "  (%llu more not kept: out of memory)\n",
+			(unsigned long long)d->dropped);
+	window_compute(&whole, "whole run", q, d->n, d->gaps, h);
+	window_print(d, &whole, q[0].arrival_ns, f);
+	if (d->n < DIAG_MIN_COMPARE) {
+		fprintf(f,
+			"  verdict: too few requests to compare the first and last thirds (%zu, "
+			"%d needed)\n",
+			d->n, DIAG_MIN_COMPARE);
+		goto out;
+	}
+	third = d->n / 3;
+	window_compute(&first, "first third", q, third, d->gaps, h);
+	window_compute(&last, "last third", q + d->n - third, third, d->gaps, h);
+	window_print(d, &first, q[0].arrival_ns, f);
+	window_print(d, &last, q[0].arrival_ns, f);
+	fprintf(f, "  verdict (last third vs first third):\n");
+	verdict_ttft(d, &first, &last, f);
+	verdict_wait(&first, &last, f);
+	verdict_itl(d, &first, &last, f);
+out:
+	free(q);
+	free(h);
+}

@@ -1,0 +1,72 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The report's diagnosis: a sink that keeps, per request that finished ok with a first token,
+ * its arrival, TTFT, inter-token gaps and GPU attribution, and at the end says where the slow
+ * tail's time went, for the whole run and for its first and last thirds, and what changed.
+ *
+ * Rules (README "Diagnosis"; every number is from the event stream):
+ * - Thirds are by arrival order: the first third is the n/3 requests that arrived first, the
+ *   last third the n/3 that arrived last. They are compared only from DIAG_MIN_COMPARE requests.
+ * - TTFT P99 and ITL P99 are computed as the summary computes them (over ok requests; ITL over
+ *   every gap), so the whole-run figures equal the summary's.
+ * - TTFT slow tail: the requests whose TTFT is at or above the P99 (at least one). Their TTFT is
+ *   split into queue (arrival to the start of their prefill step), prefill (that step) and other
+ *   (the rest: the host after prefill, before the first write), as the mean of each request's
+ *   shares over the tail requests that have a GPU attribution.
+ * - ITL slow tail: the requests whose own ITL p99 is at or above the ITL P99 (at least one: the
+ *   highest). Their decode is split into GPU and host time (mean of shares).
+ * - Verdict per metric: if the last third's P99 is within DIAG_STABLE_PCT % of the first
+ *   third's, it is stable. Otherwise it rose or fell, and the component whose share of the slow
+ *   tail moved most in the same direction (grew most for a rise, shrank most for a fall) is
+ *   named with what that means, unless no share moved by DIAG_SHARE_MIN_POINTS points or more.
+ * Never prints request or response text (it keeps none).
+ */
+#ifndef TS_DIAGNOSIS_H
+#define TS_DIAGNOSIS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "pipeline/sink.h"
+
+/* Fewer requests than this are too few for thirds to mean anything (two per third). */
+#define DIAG_MIN_COMPARE 6
+/* A P99 that moved by less than this, in percent of the first third's, is stable. */
+#define DIAG_STABLE_PCT 10
+/* A share that moved by less than this, in percentage points, is not named as the cause. */
+#define DIAG_SHARE_MIN_POINTS 5
+
+/* One request that finished ok with a first token. Values < 0 are unknown. */
+struct diag_req {
+	uint64_t arrival_ns;
+	int64_t ttft_ns, itl_p99_ns;
+	int64_t queue_ns, prefill_ns, decode_ns, gpu_ns, host_ns;
+	int64_t wait_ns; /* request_metrics' socket_wait_ns */
+	size_t gap0;	 /* its inter-token gaps: gaps[gap0 .. gap0 + ngaps) */
+	uint32_t ngaps;
+};
+
+struct diagnosis {
+	struct diag_req *reqs;
+	size_t n, cap;
+	uint64_t *gaps; /* every kept request's inter-token gaps, in ns */
+	size_t ngaps, gaps_cap;
+	uint64_t finished;  /* requests finished, every outcome */
+	uint64_t gpu_steps; /* GPU steps seen: tells "no GPU steps" from "not attributed" */
+	uint64_t dropped;   /* ok requests not kept for lack of memory */
+	bool have_clock;
+	uint64_t clock_mono_ns, clock_real_ns; /* a CLOCK_MONOTONIC / CLOCK_REALTIME pair */
+};
+
+void diagnosis_init(struct diagnosis *d);
+/* The sink to register with pipeline_add_sink; d must outlive the pipeline's use of it. */
+struct sink diagnosis_sink(struct diagnosis *d);
+/* Optional: print arrival times as wall-clock times too (a recording's start_mono_ns and
+ * start_real_ns). */
+void diagnosis_set_wall_clock(struct diagnosis *d, uint64_t mono_ns, uint64_t real_ns);
+void diagnosis_print(const struct diagnosis *d, FILE *f);
+void diagnosis_free(struct diagnosis *d);
+
+#endif

@@ -1,0 +1,282 @@
+// SPDX-License-Identifier: MIT
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lib/jsonw.h"
+#include "sinks/otlp_json.h"
+
+static const char *const child_names[OTLP_CHILD_MAX] = { "queue", "prefill", "decode" };
+
+enum { SPAN_KIND_INTERNAL = 1, SPAN_KIND_SERVER = 2 };
+enum { STATUS_CODE_UNSET = 0, STATUS_CODE_ERROR = 2 };
+
+static void put_hex(struct jsonw *w, const char *key, const uint8_t *id, size_t len)
+{
+	char hex[2 * OTLP_TRACE_ID_LEN + 1];
+
+	for (size_t i = 0; i < len; i++)
+		snprintf(hex + 2 * i, 3, "%02x", id[i]);
+	jsonw_str(w, key, hex);
+}
+
+static void put_u64s(struct jsonw *w, const char *key, uint64_t v)
+{
+	jsonw_key(w, key);
+	fprintf(w->f, "\"%" PRIu64 "\"", v);
+}
+
+static void put_time(const struct otlp_resource *o, struct jsonw *w, const char *key, uint64_t mono)
+{
+	put_u64s(w, key, mono + (uint64_t)o->realtime_offset_ns);
+}
+
+static void attr_begin(struct jsonw *w, const char *key)
+{
+	jsonw_obj_begin(w, NULL);
+	jsonw_str(w, "key", key);
+	jsonw_obj_begin(w, "value");
+}
+
+static void attr_end(struct jsonw *w)
+{
+	jsonw_obj_end(w);
+	jsonw_obj_end(w);
+}
+
+static void attr_str(struct jsonw *w, const char *key, const char *v)
+{
+	attr_begin(w, key);
+	jsonw_str(w, "stringValue", v);
+	attr_end(w);
+}
+
+static void attr_int(struct jsonw *w, const char *key, int64_t v)
+{
+	attr_begin(w, key);
+	jsonw_key(w, "intValue");
+	fprintf(w->f, "\"%" PRId64 "\"", v);
+	attr_end(w);
+}
+
+/* Nanoseconds as seconds, exactly: nine decimals. */
+static void attr_seconds(struct jsonw *w, const char *key, int64_t ns)
+{
+	attr_begin(w, key);
+	jsonw_num(w, "doubleValue", ns / 1e9, 9);
+	attr_end(w);
+}
+
+/* "addr:port" or "[addr]:port" from [s, end) into the address/port attributes. */
+static void attr_endpoint(struct jsonw *w, const char *s, const char *end, const char *addr_key,
+			  const char *port_key)
+{
+	const char *colon = NULL, *a = s, *a_end;
+	char addr[64];
+	long port = 0;
+
+	for (const char *p = end; p > s; p--) {
+		if (p[-1] == ':') {
+			colon = p - 1;
+			break;
+		}
+	}
+	if (!colon || colon + 1 == end)
+		return;
+	for (const char *p = colon + 1; p < end; p++) {
+		if (!isdigit((unsigned char)*p))
+			return;
+		port = port * 10 + (*p - '0');
+		if (port > 65535)
+			return;
+	}
+	a_end = colon;
+	if (*a == '[' && a_end > a && a_end[-1] == ']') {
+		a++;
+		a_end--;
+	}
+	if (a_end <= a || (size_t)(a_end - a) >= sizeof(addr))
+		return;
+	memcpy(addr, a, a_end - a);
+	addr[a_end - a] = 0;
+	attr_str(w, addr_key, addr);
+	attr_int(w, port_key, port);
+}
+
+/* server.* from the local side of "local<-peer#N", client.* from the peer side; a Unix socket
+ * ("unix:fdN#N") has neither. */
+static void attr_conn(struct jsonw *w, const char *conn)
+{
+	const char *arrow = strstr(conn, "<-"), *hash;
+
+	if (!arrow)
+		return;
+	hash = strrchr(arrow, '#');
+	attr_endpoint(w, conn, arrow, "server.address", "server.port");
+	attr_endpoint(w, arrow + 2, hash ? hash : arrow + strlen(arrow), "client.address",
+		      "client.port");
+}
+
+static void anomaly_text(unsigned a, char *out, size_t n)
+{
+	snprintf(out, n, "%s%s%s", a & OTLP_SLOW_TTFT ? "slow_ttft," : "",
+		 a & OTLP_SLOW_ITL ? "slow_itl," : "", a & OTLP_NOT_OK ? "outcome," : "");
+	if (*out)
+		out[strlen(out) - 1] = 0;
+}
+
+static void put_event(const struct otlp_resource *o, struct jsonw *w, const char *name, uint64_t t,
+		      int64_t index)
+{
+	jsonw_obj_begin(w, NULL);
+	put_time(o, w, "timeUnixNano", t);
+	jsonw_str(w, "name", name);
+	if (index >= 0) {
+		jsonw_arr_begin(w, "attributes");
+		attr_int(w, "index", index);
+		jsonw_arr_end(w);
+	}
+	jsonw_obj_end(w);
+}
+
+static void put_span(const struct otlp_resource *o, struct jsonw *w, const struct otlp_span *s)
+{
+	size_t pathlen = strcspn(s->path, "?");
+	char name[512], why[40];
+
+	/* The span name, before attributes reuse the buffer. */
+	if (s->op && s->model[0])
+		snprintf(name, sizeof(name), "%s %s", s->op, s->model);
+	else if (s->op)
+		snprintf(name, sizeof(name), "%s", s->op);
+	else
+		snprintf(name, sizeof(name), "%s %.*s", s->method, (int)pathlen, s->path);
+
+	jsonw_obj_begin(w, NULL);
+	put_hex(w, "traceId", s->trace_id, OTLP_TRACE_ID_LEN);
+	put_hex(w, "spanId", s->span_id, OTLP_SPAN_ID_LEN);
+	jsonw_str(w, "name", name);
+	jsonw_u64(w, "kind", SPAN_KIND_SERVER);
+	put_time(o, w, "startTimeUnixNano", s->arrival_ns);
+	put_time(o, w, "endTimeUnixNano", s->end_ns);
+
+	jsonw_arr_begin(w, "attributes");
+	if (s->op)
+		attr_str(w, "gen_ai.operation.name", s->op);
+	if (s->model[0])
+		attr_str(w, "gen_ai.request.model", s->model);
+	if (s->max_tokens >= 0)
+		attr_int(w, "gen_ai.request.max_tokens", s->max_tokens);
+	if (s->prompt_tokens >= 0)
+		attr_int(w, "gen_ai.usage.input_tokens", s->prompt_tokens);
+	if (s->tokens >= 0)
+		attr_int(w, "gen_ai.usage.output_tokens", s->tokens);
+	if (s->ttft_ns >= 0)
+		attr_seconds(w, "gen_ai.server.time_to_first_token", s->ttft_ns);
+	if (s->tpot_ns >= 0)
+		attr_seconds(w, "gen_ai.server.time_per_output_token", s->tpot_ns);
+	attr_str(w, "http.request.method", s->method);
+	/* url.path has no query (it may carry keys); it is not exported. */
+	snprintf(name, sizeof(name), "%.*s", (int)pathlen, s->path);
+	attr_str(w, "url.path", name);
+	if (s->status > 0)
+		attr_int(w, "http.response.status_code", s->status);
+	attr_conn(w, s->conn);
+	attr_str(w, "tokenscope.outcome", outcome_name(s->outcome));
+	attr_str(w, "tokenscope.conn", s->conn);
+	attr_int(w, "tokenscope.pid", s->pid);
+	attr_int(w, "tokenscope.seq", s->seq);
+	attr_str(w, "tokenscope.format", frame_format_name(s->format));
+	if (s->tokens >= 0)
+		attr_str(w, "tokenscope.tokens_from", s->tokens_from_usage ? "usage" : "frames");
+	if (s->itl_max_ns >= 0)
+		attr_seconds(w, "tokenscope.itl.max", s->itl_max_ns);
+	anomaly_text(s->anomaly, why, sizeof(why));
+	if (*why)
+		attr_str(w, "tokenscope.anomaly", why);
+	jsonw_arr_end(w);
+
+	jsonw_arr_begin(w, "events");
+	if (s->first_token_ns)
+		put_event(o, w, "first_token", s->first_token_ns, -1);
+	for (uint32_t i = 0; i < s->ntokens; i++)
+		put_event(o, w, "token", s->token_ns[i], i);
+	if (s->last_token_ns)
+		put_event(o, w, "last_token", s->last_token_ns, -1);
+	jsonw_arr_end(w);
+	if (s->dropped_events)
+		jsonw_u64(w, "droppedEventsCount", s->dropped_events);
+
+	/* OpenTelemetry: instrumentation leaves a span it does not know to have failed UNSET (OK
+	 * is for an operator's override); tokenscope's failures are its outcomes. */
+	jsonw_obj_begin(w, "status");
+	if (s->outcome != OUTCOME_OK) {
+		jsonw_u64(w, "code", STATUS_CODE_ERROR);
+		jsonw_str(w, "message", outcome_name(s->outcome));
+	}
+	jsonw_obj_end(w);
+	jsonw_obj_end(w);
+
+	for (int i = 0; i < OTLP_CHILD_MAX; i++) {
+		if (!s->child_end[i])
+			continue;
+		jsonw_obj_begin(w, NULL);
+		put_hex(w, "traceId", s->trace_id, OTLP_TRACE_ID_LEN);
+		put_hex(w, "spanId", s->child_id[i], OTLP_SPAN_ID_LEN);
+		put_hex(w, "parentSpanId", s->span_id, OTLP_SPAN_ID_LEN);
+		jsonw_str(w, "name", child_names[i]);
+		jsonw_u64(w, "kind", SPAN_KIND_INTERNAL);
+		put_time(o, w, "startTimeUnixNano", s->child_start[i]);
+		put_time(o, w, "endTimeUnixNano", s->child_end[i]);
+		jsonw_obj_end(w);
+	}
+}
+
+int otlp_json_encode(const struct otlp_resource *o, struct otlp_span *const *spans, size_t n,
+		     char **buf, size_t *len)
+{
+	FILE *f = open_memstream(buf, len);
+	struct jsonw w;
+
+	if (!f)
+		return -ENOMEM;
+	jsonw_begin(&w, f);
+	jsonw_arr_begin(&w, "resourceSpans");
+	jsonw_obj_begin(&w, NULL);
+	jsonw_obj_begin(&w, "resource");
+	jsonw_arr_begin(&w, "attributes");
+	attr_str(&w, "service.name", o->service_name);
+	if (o->hostname && o->hostname[0])
+		attr_str(&w, "host.name", o->hostname);
+	jsonw_arr_end(&w);
+	jsonw_obj_end(&w);
+	jsonw_arr_begin(&w, "scopeSpans");
+	jsonw_obj_begin(&w, NULL);
+	jsonw_obj_begin(&w, "scope");
+	jsonw_str(&w, "name", "tokenscope");
+	jsonw_obj_end(&w);
+	jsonw_arr_begin(&w, "spans");
+	for (size_t i = 0; i < n; i++)
+		put_span(o, &w, spans[i]);
+	jsonw_arr_end(&w);
+	jsonw_obj_end(&w);
+	jsonw_arr_end(&w);
+	jsonw_obj_end(&w);
+	jsonw_arr_end(&w);
+	jsonw_end(&w);
+	if (ferror(f)) {
+		fclose(f);
+		free(*buf);
+		*buf = NULL;
+		return -ENOMEM;
+	}
+	if (fclose(f)) {
+		free(*buf);
+		*buf = NULL;
+		return -ENOMEM;
+	}
+	return 0;
+}

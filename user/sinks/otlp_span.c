@@ -1,0 +1,209 @@
+// SPDX-License-Identifier: MIT
+#include <stdlib.h>
+#include <string.h>
+
+#include "pipeline/gpu.h"
+#include "sinks/otlp_span.h"
+
+/* What a trace costs in the body, to bound batches and the queue without encoding twice:
+ * measured on encoded spans, with margin for longer names (a request span about
+ * 1.7 KB, each child 215 bytes, a token event 110). */
+#define OTLP_SPAN_BYTES 3072
+#define OTLP_EVENT_BYTES 128
+/* Consistent probability sampling reads the trace id's low 56 bits. */
+#define OTLP_RANDOM_BITS 56
+
+/* xoshiro256** seeded through splitmix64: ids need to be unique and unpredictable enough to
+ * sample on, not secret. */
+static uint64_t splitmix64(uint64_t *x)
+{
+	uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+static uint64_t rotl(uint64_t x, int k)
+{
+	return (x << k) | (x >> (64 - k));
+}
+
+static uint64_t rng_next(uint64_t s[4])
+{
+	uint64_t r = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+
+	s[2] ^= s[0];
+	s[3] ^= s[1];
+	s[1] ^= s[2];
+	s[0] ^= s[3];
+	s[2] ^= t;
+	s[3] = rotl(s[3], 45);
+	return r;
+}
+
+void otlp_rng_seed(struct otlp_rng *g, uint64_t seed)
+{
+	for (int i = 0; i < 4; i++)
+		g->s[i] = splitmix64(&seed);
+}
+
+void otlp_rng_id(struct otlp_rng *g, uint8_t *id, size_t len)
+{
+	bool zero = true;
+
+	while (zero) {
+		for (size_t i = 0; i < len; i += 8) {
+			uint64_t v = rng_next(g->s);
+
+			memcpy(id + i, &v, len - i < 8 ? len - i : 8);
+		}
+		for (size_t i = 0; i < len; i++)
+			zero &= !id[i];
+	}
+}
+
+uint64_t otlp_keep_threshold(double ratio)
+{
+	const uint64_t all = 1ull << OTLP_RANDOM_BITS;
+
+	if (!(ratio > 0))
+		return all;
+	if (ratio >= 1)
+		return 0;
+	return (uint64_t)((1.0 - ratio) * (double)all);
+}
+
+static uint64_t id_randomness(const uint8_t trace_id[OTLP_TRACE_ID_LEN])
+{
+	uint64_t r = 0;
+
+	for (int i = OTLP_TRACE_ID_LEN - OTLP_RANDOM_BITS / 8; i < OTLP_TRACE_ID_LEN; i++)
+		r = r << 8 | trace_id[i];
+	return r;
+}
+
+bool otlp_keep(const uint8_t trace_id[OTLP_TRACE_ID_LEN], uint64_t threshold)
+{
+	return id_randomness(trace_id) >= threshold;
+}
+
+bool otlp_sampled(const uint8_t trace_id[OTLP_TRACE_ID_LEN], double ratio)
+{
+	return otlp_keep(trace_id, otlp_keep_threshold(ratio));
+}
+
+static bool ends_with(const char *s, size_t n, const char *suffix)
+{
+	size_t k = strlen(suffix);
+
+	return n >= k && !memcmp(s + n - k, suffix, k);
+}
+
+const char *otlp_operation(const struct request *r)
+{
+	size_t n = strcspn(r->path, "?");
+
+	if (ends_with(r->path, n, "/chat/completions") || ends_with(r->path, n, "/v1/messages") ||
+	    ends_with(r->path, n, "/api/chat"))
+		return "chat";
+	if (ends_with(r->path, n, "/completions") || ends_with(r->path, n, "/api/generate") ||
+	    ends_with(r->path, n, "/generate") || ends_with(r->path, n, "/generate_stream"))
+		return "text_completion";
+	if (ends_with(r->path, n, "/embeddings") || ends_with(r->path, n, "/api/embed"))
+		return "embeddings";
+	switch (r->format) {
+	case FMT_OPENAI_CHAT:
+	case FMT_ANTHROPIC:
+		return "chat";
+	case FMT_OPENAI_COMPLETION:
+	case FMT_TGI:
+		return "text_completion";
+	default:
+		return NULL;
+	}
+}
+
+unsigned otlp_anomaly(int64_t slow_ttft_ns, int64_t slow_itl_ns, const struct request *r,
+		      const struct request_metrics *m)
+{
+	unsigned a = 0;
+
+	if (slow_ttft_ns > 0 && m->ttft_ns > slow_ttft_ns)
+		a |= OTLP_SLOW_TTFT;
+	if (slow_itl_ns > 0 && m->itl_max_ns > slow_itl_ns)
+		a |= OTLP_SLOW_ITL;
+	if (r->outcome != OUTCOME_OK)
+		a |= OTLP_NOT_OK;
+	return a;
+}
+
+uint64_t otlp_span_cost(const struct otlp_span *s)
+{
+	return OTLP_SPAN_BYTES + (uint64_t)(s->ntokens + 2) * OTLP_EVENT_BYTES;
+}
+
+struct otlp_span *otlp_span_new(struct otlp_rng *g, const struct request *r,
+				const struct request_metrics *m, const struct gpu_attribution *ga,
+				const uint8_t trace_id[OTLP_TRACE_ID_LEN], unsigned anomaly,
+				uint32_t max_token_events)
+{
+	uint32_t keep = anomaly ? r->ntokens : 0;
+	struct otlp_span *s;
+
+	if (keep > max_token_events)
+		keep = max_token_events;
+	s = calloc(1, sizeof(*s) + (size_t)keep * sizeof(s->token_ns[0]));
+	if (!s)
+		return NULL;
+	memcpy(s->trace_id, trace_id, OTLP_TRACE_ID_LEN);
+	otlp_rng_id(g, s->span_id, OTLP_SPAN_ID_LEN);
+	s->pid = r->pid;
+	s->seq = r->seq;
+	snprintf(s->conn, sizeof(s->conn), "%s", r->conn);
+	snprintf(s->method, sizeof(s->method), "%s", r->method);
+	snprintf(s->path, sizeof(s->path), "%s", r->path);
+	snprintf(s->model, sizeof(s->model), "%s", r->info.model);
+	s->op = otlp_operation(r);
+	s->status = r->status;
+	s->outcome = r->outcome;
+	s->format = r->format;
+	s->arrival_ns = r->arrival_ns;
+	/* A request reported at the end of tracing may have no end of its own. */
+	s->end_ns = r->end_ns >= r->arrival_ns ? r->end_ns : r->arrival_ns;
+	if (r->ntokens) {
+		s->first_token_ns = r->token_ns[0];
+		s->last_token_ns = r->token_ns[r->ntokens - 1];
+	}
+	s->ttft_ns = m->ttft_ns;
+	s->tpot_ns = m->tpot_ns;
+	s->itl_max_ns = m->itl_max_ns;
+	s->tokens = m->tokens;
+	s->tokens_from_usage = m->tokens_from_usage;
+	s->prompt_tokens = r->prompt_tokens;
+	s->max_tokens = r->info.max_tokens;
+	s->anomaly = anomaly;
+	s->ntokens = keep;
+	s->dropped_events = anomaly ? r->ntokens - keep : 0;
+	if (keep)
+		memcpy(s->token_ns, r->token_ns, (size_t)keep * sizeof(s->token_ns[0]));
+	if (ga && ga->queue_ns >= 0 && ga->prefill_ns >= 0) {
+		s->child_start[OTLP_CHILD_QUEUE] = r->arrival_ns;
+		s->child_end[OTLP_CHILD_QUEUE] = r->arrival_ns + ga->queue_ns;
+		s->child_start[OTLP_CHILD_PREFILL] = s->child_end[OTLP_CHILD_QUEUE];
+		s->child_end[OTLP_CHILD_PREFILL] = s->child_end[OTLP_CHILD_QUEUE] + ga->prefill_ns;
+	}
+	if (ga && ga->decode_ns >= 0 && r->ntokens) {
+		s->child_start[OTLP_CHILD_DECODE] = r->first_token_ns;
+		s->child_end[OTLP_CHILD_DECODE] = r->first_token_ns + ga->decode_ns;
+	}
+	for (int i = 0; i < OTLP_CHILD_MAX; i++)
+		if (s->child_end[i])
+			otlp_rng_id(g, s->child_id[i], OTLP_SPAN_ID_LEN);
+	return s;
+}
+
+void otlp_span_free(struct otlp_span *s)
+{
+	free(s);
+}

@@ -1,0 +1,89 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The OpenTelemetry span model: what one finished request becomes as a trace, before any
+ * encoding or sending.
+ *
+ * A request is a SERVER span "{gen_ai.operation.name} {model}" (GenAI semantic conventions;
+ * "{method} {path}" when the path is no GenAI operation) from arrival to end, with events
+ * first_token and last_token, and INTERNAL child spans queue, prefill and decode when the GPU
+ * attribution knows them. An anomalous request keeps its token times, for an event per token.
+ *
+ * Ids come from a generator seeded once (xoshiro256**): unique and unpredictable enough to
+ * sample on, not secret. Sampling is OpenTelemetry's consistent probability sampling: a trace
+ * is kept when its id's low 56 bits (random under W3C trace context level 2) are at or above
+ * a threshold set by the ratio, so the same id always gets the same decision.
+ */
+#ifndef TS_OTLP_SPAN_H
+#define TS_OTLP_SPAN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pipeline/request.h"
+
+#define OTLP_TRACE_ID_LEN 16
+#define OTLP_SPAN_ID_LEN 8
+
+/* Why a request was exported in full (a bit mask). */
+enum {
+	OTLP_SLOW_TTFT = 1,
+	OTLP_SLOW_ITL = 2,
+	OTLP_NOT_OK = 4,
+};
+
+enum { OTLP_CHILD_QUEUE, OTLP_CHILD_PREFILL, OTLP_CHILD_DECODE, OTLP_CHILD_MAX };
+
+struct otlp_span {
+	uint8_t trace_id[OTLP_TRACE_ID_LEN], span_id[OTLP_SPAN_ID_LEN];
+	uint8_t child_id[OTLP_CHILD_MAX][OTLP_SPAN_ID_LEN];
+	uint64_t child_start[OTLP_CHILD_MAX], child_end[OTLP_CHILD_MAX]; /* end 0: unknown */
+	uint32_t pid, seq;
+	char conn[112], method[16], path[256], model[128];
+	const char *op; /* GenAI operation, or NULL */
+	int status;
+	enum outcome outcome;
+	enum frame_format format;
+	uint64_t arrival_ns, end_ns, first_token_ns, last_token_ns; /* token times 0: none */
+	int64_t ttft_ns, tpot_ns, itl_max_ns, tokens, prompt_tokens, max_tokens;
+	bool tokens_from_usage;
+	unsigned anomaly;
+	uint32_t dropped_events;
+	uint32_t ntokens; /* token_ns[] kept: anomalous requests only */
+	uint64_t token_ns[];
+};
+
+struct otlp_rng {
+	uint64_t s[4];
+};
+
+struct gpu_attribution;
+
+void otlp_rng_seed(struct otlp_rng *g, uint64_t seed);
+/* An id of len bytes that is not all zeros (the OTLP encoding's "invalid"). */
+void otlp_rng_id(struct otlp_rng *g, uint8_t *id, size_t len);
+
+/* The threshold that keeps a share `ratio` (0..1) of ids; otlp_keep says whether an id is. */
+uint64_t otlp_keep_threshold(double ratio);
+bool otlp_keep(const uint8_t trace_id[OTLP_TRACE_ID_LEN], uint64_t threshold);
+bool otlp_sampled(const uint8_t trace_id[OTLP_TRACE_ID_LEN], double ratio);
+
+/* The OTLP_* reasons a request is anomalous: TTFT above slow_ttft_ns, a token gap above
+ * slow_itl_ns (each <= 0: not checked), an outcome that is not ok. */
+unsigned otlp_anomaly(int64_t slow_ttft_ns, int64_t slow_itl_ns, const struct request *r,
+		      const struct request_metrics *m);
+/* gen_ai.operation.name from the path (OpenAI, Anthropic, Ollama, TGI routes), else from the
+ * stream's format; NULL when the request is no GenAI operation tokenscope knows. */
+const char *otlp_operation(const struct request *r);
+
+/* The trace of request r (ga may be NULL), with new span ids from g; an anomalous one keeps up
+ * to max_token_events token times and counts the rest as dropped events. NULL: no memory. */
+struct otlp_span *otlp_span_new(struct otlp_rng *g, const struct request *r,
+				const struct request_metrics *m, const struct gpu_attribution *ga,
+				const uint8_t trace_id[OTLP_TRACE_ID_LEN], unsigned anomaly,
+				uint32_t max_token_events);
+/* Its encoded size, estimated from above: bounds batches and the queue without encoding. */
+uint64_t otlp_span_cost(const struct otlp_span *s);
+void otlp_span_free(struct otlp_span *s);
+
+#endif

@@ -1,0 +1,834 @@
+// SPDX-License-Identifier: MIT
+#include <errno.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lib/clock.h"
+#include "pipeline/gpu.h"
+#include "pipeline/nvml_sample.h"
+#include "sinks/prom.h"
+#include "pipeline/request.h"
+#include "lib/utf8.h"
+
+/* OpenTelemetry GenAI semantic conventions, explicit bucket boundaries (in milliseconds here,
+ * all of them whole milliseconds): gen_ai.server.time_to_first_token, also used for ITL, queue,
+ * prefill and GPU steps (latencies of the same scale); gen_ai.server.time_per_output_token;
+ * gen_ai.server.request.duration, also used for decode (a stream's length). */
+static const uint64_t ttft_ms[] = { 1,	 5,   10,  20,	 40,   60,   80,   100,
+				    250, 500, 750, 1000, 2500, 5000, 7500, 10000 };
+static const uint64_t tpot_ms[] = { 10, 25, 50, 75, 100, 150, 200, 300, 400, 500, 750, 1000, 2500 };
+static const uint64_t duration_ms[] = { 10,   20,   40,	  80,	 160,	320,   640,
+					1280, 2560, 5120, 10240, 20480, 40960, 81920 };
+
+#define PROM_MAX_BOUNDS 16
+#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+struct bounds {
+	const uint64_t *ms;
+	unsigned int n;
+};
+
+static const struct bounds ttft_bounds = { ttft_ms, ARRAY_LEN(ttft_ms) };
+static const struct bounds tpot_bounds = { tpot_ms, ARRAY_LEN(tpot_ms) };
+static const struct bounds duration_bounds = { duration_ms, ARRAY_LEN(duration_ms) };
+
+_Static_assert(ARRAY_LEN(ttft_ms) <= PROM_MAX_BOUNDS, "bounds");
+_Static_assert(ARRAY_LEN(tpot_ms) <= PROM_MAX_BOUNDS, "bounds");
+_Static_assert(ARRAY_LEN(duration_ms) <= PROM_MAX_BOUNDS, "bounds");
+
+/* Non-cumulative counts; buckets[n] is above the last bound (+Inf). Sum exact in ns. */
+struct phist {
+	uint64_t count, sum_ns;
+	uint64_t buckets[PROM_MAX_BOUNDS + 1];
+};
+
+enum ph_id {
+	PH_TTFT,
+	PH_ITL,
+	PH_TPOT,
+	PH_E2E,
+	PH_QUEUE,
+	PH_PREFILL,
+	PH_DECODE,
+	PH_SOCKET_WAIT,
+	PH_MAX
+};
+
+static const struct {
+	const char *name, *help;
+	const struct bounds *b;
+} ph_desc[PH_MAX] = {
+	[PH_TTFT] = { "tokenscope_time_to_first_token_seconds",
+		      "Time from the request's arrival to its first content frame (ok requests).",
+		      &ttft_bounds },
+	[PH_ITL] = { "tokenscope_inter_token_latency_seconds",
+		     "Gaps between consecutive content frames (every gap of ok requests).",
+		     &ttft_bounds },
+	[PH_TPOT] = { "tokenscope_time_per_output_token_seconds",
+		      "(last - first content frame) / (output tokens - 1), ok requests with 2 or "
+		      "more tokens.",
+		      &tpot_bounds },
+	[PH_E2E] = { "tokenscope_request_duration_seconds",
+		     "Time from the request's arrival to the end of its response (all outcomes).",
+		     &duration_bounds },
+	[PH_QUEUE] = { "tokenscope_request_queue_seconds",
+		       "Arrival to the start of the GPU step that prefilled the request (when "
+		       "attributed).",
+		       &ttft_bounds },
+	[PH_PREFILL] = { "tokenscope_request_prefill_seconds",
+			 "The GPU step(s) that prefilled the request (when attributed).",
+			 &ttft_bounds },
+	[PH_DECODE] = { "tokenscope_request_decode_seconds",
+			"First content frame to the end of the response (when attributed).",
+			&duration_bounds },
+	[PH_SOCKET_WAIT] = { "tokenscope_request_socket_wait_seconds",
+			     "From the request's first bytes reaching the server's socket to the "
+			     "read that completed it: not part of TTFT (all outcomes, when known).",
+			     &ttft_bounds },
+};
+
+enum tok_type { TOK_INPUT, TOK_OUTPUT, TOK_CACHED, TOK_MAX };
+static const char *const tok_names[TOK_MAX] = { "input", "output", "cached" };
+
+/* The short container id of struct request. */
+#define CONTAINER_MAX sizeof(((struct request *)0)->container)
+
+/* One label set of the request metrics, and its series. */
+struct prom_series {
+	char name[REQBODY_MODEL_MAX];  /* the model as the body gave it (not yet a valid label) */
+	uint32_t pid;		       /* the serving process; 0 without --by-process */
+	char container[CONTAINER_MAX]; /* "" when the process has no container id */
+	struct phist h[PH_MAX];
+	uint64_t requests[OUTCOME_MAX];
+	uint64_t tokens[TOK_MAX];
+	uint32_t inflight; /* read and not finished */
+};
+
+struct prom_gpu_pid {
+	uint32_t pid;
+	uint64_t steps[STEP_KIND_MAX];
+};
+
+struct prom {
+	/* series[PROM_MAX_LABEL_SETS] is "other": every label set past the cap */
+	struct prom_series series[PROM_MAX_LABEL_SETS + 1];
+	unsigned int nseries;
+	bool other_used;
+	bool by_process;	    /* a pid label on the request metrics */
+	uint64_t overflow_requests; /* finished requests counted under "other" */
+	/* gpu_pids[PROM_MAX_GPU_PIDS] is "other" */
+	struct prom_gpu_pid gpu_pids[PROM_MAX_GPU_PIDS + 1];
+	unsigned int ngpu_pids;
+	bool gpu_other_used;
+	uint64_t gpu_overflow_steps; /* GPU steps counted under pid "other" */
+	uint64_t gpu_steps;
+	struct phist step_dur[STEP_KIND_MAX];
+	uint64_t lost_events;
+	struct loss_report loss; /* at the latest tick */
+	uint32_t traced;	 /* processes traced now (pipeline.nlive) */
+	uint32_t inflight;
+	prom_publish_fn publish;
+	void *publish_ctx;
+	void (*extra)(void *ctx, FILE *f);
+	void *extra_ctx;
+	bool dirty;		    /* something changed since the last snapshot */
+	uint64_t rendered_ns;	    /* kernel time of the last snapshot */
+	uint64_t prev_tick_ns;	    /* kernel time at the previous tick */
+	struct nvml_snapshot *nvml; /* the latest GPU sample; NULL before the first */
+};
+
+static void phist_add(struct phist *h, const struct bounds *b, uint64_t ns)
+{
+	unsigned int i = 0;
+
+	while (i < b->n && ns > b->ms[i] * NS_PER_MS)
+		i++;
+	h->buckets[i]++;
+	h->count++;
+	h->sum_ns += ns;
+}
+
+/* The series of r's label set; the "other" one past the cap. */
+static struct prom_series *series_get(struct prom *p, const struct request *r)
+{
+	const char *name = r->info.model[0] ? r->info.model : "unknown";
+	uint32_t pid = p->by_process ? r->pid : 0;
+	struct prom_series *m;
+
+	for (unsigned int i = 0; i < p->nseries; i++) {
+		m = &p->series[i];
+		if (m->pid == pid && !strcmp(m->name, name) && !strcmp(m->container, r->container))
+			return m;
+	}
+	if (p->nseries == PROM_MAX_LABEL_SETS) {
+		p->other_used = true;
+		return &p->series[PROM_MAX_LABEL_SETS];
+	}
+	m = &p->series[p->nseries++];
+	snprintf(m->name, sizeof(m->name), "%s", name);
+	m->pid = pid;
+	snprintf(m->container, sizeof(m->container), "%s", r->container);
+	return m;
+}
+
+static void prom_request_start(void *ctx, const struct request *r)
+{
+	struct prom *p = ctx;
+
+	series_get(p, r)->inflight++;
+	p->dirty = true;
+}
+
+static void prom_request(void *ctx, const struct request *r, const struct request_metrics *m,
+			 const struct gpu_attribution *ga)
+{
+	struct prom *p = ctx;
+	struct prom_series *pm = series_get(p, r);
+	const int64_t attributed[] = { [PH_QUEUE] = ga ? ga->queue_ns : -1,
+				       [PH_PREFILL] = ga ? ga->prefill_ns : -1,
+				       [PH_DECODE] = ga ? ga->decode_ns : -1 };
+
+	p->dirty = true;
+	if (pm == &p->series[PROM_MAX_LABEL_SETS])
+		p->overflow_requests++;
+	if (pm->inflight)
+		pm->inflight--;
+	if (r->outcome < OUTCOME_MAX)
+		pm->requests[r->outcome]++;
+	if (m->tokens > 0)
+		pm->tokens[TOK_OUTPUT] += m->tokens;
+	if (r->prompt_tokens > 0)
+		pm->tokens[TOK_INPUT] += r->prompt_tokens;
+	if (r->cached_tokens > 0)
+		pm->tokens[TOK_CACHED] += r->cached_tokens;
+	if (m->e2e_ns >= 0)
+		phist_add(&pm->h[PH_E2E], &duration_bounds, m->e2e_ns);
+	if (m->socket_wait_ns >= 0)
+		phist_add(&pm->h[PH_SOCKET_WAIT], &ttft_bounds, m->socket_wait_ns);
+	for (int i = PH_QUEUE; i <= PH_DECODE; i++)
+		if (attributed[i] >= 0)
+			phist_add(&pm->h[i], ph_desc[i].b, attributed[i]);
+	/* Latencies of failed requests are counted by outcome, not averaged in (as the summary). */
+	if (r->outcome != OUTCOME_OK)
+		return;
+	if (m->ttft_ns >= 0)
+		phist_add(&pm->h[PH_TTFT], &ttft_bounds, m->ttft_ns);
+	if (m->tpot_ns >= 0)
+		phist_add(&pm->h[PH_TPOT], &tpot_bounds, m->tpot_ns);
+	for (uint32_t i = 1; i < r->ntokens; i++) {
+		uint64_t a = r->token_ns[i - 1], b = r->token_ns[i];
+
+		phist_add(&pm->h[PH_ITL], &ttft_bounds, b > a ? b - a : 0);
+	}
+}
+
+static struct prom_gpu_pid *gpu_pid_get(struct prom *p, uint32_t pid)
+{
+	for (unsigned int i = 0; i < p->ngpu_pids; i++)
+		if (p->gpu_pids[i].pid == pid)
+			return &p->gpu_pids[i];
+	if (p->ngpu_pids == PROM_MAX_GPU_PIDS) {
+		p->gpu_other_used = true;
+		p->gpu_overflow_steps++;
+		return &p->gpu_pids[PROM_MAX_GPU_PIDS];
+	}
+	p->gpu_pids[p->ngpu_pids].pid = pid;
+	return &p->gpu_pids[p->ngpu_pids++];
+}
+
+static void prom_gpu_step(void *ctx, const struct gpu_step *s)
+{
+	struct prom *p = ctx;
+
+	if (s->kind >= STEP_KIND_MAX)
+		return;
+	p->dirty = true;
+	p->gpu_steps++;
+	gpu_pid_get(p, s->pid)->steps[s->kind]++;
+	phist_add(&p->step_dur[s->kind], &ttft_bounds,
+		  s->end_ns > s->start_ns ? s->end_ns - s->start_ns : 0);
+}
+
+static void prom_publish(struct prom *p, uint64_t now_ns)
+{
+	char *buf;
+	size_t len;
+
+	if (!p->publish || prom_render(p, &buf, &len))
+		return; /* still dirty: tried again at the next tick */
+	p->publish(p->publish_ctx, buf, len);
+	p->dirty = false;
+	p->rendered_ns = now_ns;
+}
+
+static void prom_tick(void *ctx, const struct pipeline_status *st)
+{
+	struct prom *p = ctx;
+	uint64_t now_ns = st->now_ns;
+	bool quiet = st->record_ns == p->prev_tick_ns;
+
+	/* New records may have started requests (in flight) without finishing any. */
+	if (!quiet)
+		p->dirty = true;
+	p->prev_tick_ns = st->record_ns;
+	if (st->loss.lost_events != p->lost_events) {
+		p->lost_events = st->loss.lost_events;
+		p->dirty = true;
+	}
+	if (memcmp(&st->loss, &p->loss, sizeof(st->loss)) || st->ntraced != p->traced) {
+		p->loss = st->loss;
+		p->traced = st->ntraced;
+		p->dirty = true;
+	}
+	if (!p->dirty || !p->publish)
+		return;
+	/* Under load, one snapshot per period; once records stop, the last change at once. */
+	if (!quiet && now_ns - p->rendered_ns < PROM_RENDER_PERIOD_NS)
+		return;
+	p->inflight = st->in_flight;
+	prom_publish(p, now_ns);
+}
+
+static void prom_finish(void *ctx, const struct pipeline_status *st)
+{
+	struct prom *p = ctx;
+
+	p->lost_events = st->loss.lost_events;
+	p->loss = st->loss;
+	p->traced = st->ntraced;
+	p->inflight = st->in_flight;
+	prom_publish(p, st->now_ns);
+}
+
+struct prom *prom_new(prom_publish_fn publish, void *publish_ctx)
+{
+	struct prom *p = calloc(1, sizeof(*p));
+
+	if (!p)
+		return NULL;
+	snprintf(p->series[PROM_MAX_LABEL_SETS].name, sizeof(p->series[0].name), "other");
+	p->publish = publish;
+	p->publish_ctx = publish_ctx;
+	/* Something valid to serve before the first tick. */
+	prom_publish(p, 0);
+	return p;
+}
+
+void prom_free(struct prom *p)
+{
+	if (p)
+		free(p->nvml);
+	free(p);
+}
+
+int prom_set_gpu_sample(struct prom *p, const struct nvml_snapshot *s)
+{
+	if (!p->nvml && !(p->nvml = malloc(sizeof(*p->nvml))))
+		return -ENOMEM;
+	*p->nvml = *s;
+	p->dirty = true;
+	return 0;
+}
+
+void prom_set_by_process(struct prom *p, bool on)
+{
+	p->by_process = on;
+}
+
+/* Without memory for the copy the metrics keep the previous sample (and say its age). */
+static void prom_gpu_sample(void *ctx, const struct nvml_snapshot *s)
+{
+	prom_set_gpu_sample(ctx, s);
+}
+
+struct sink prom_sink(struct prom *p)
+{
+	return (struct sink){
+		.name = "prometheus",
+		.ctx = p,
+		.request = prom_request,
+		.gpu_step = prom_gpu_step,
+		.gpu_sample = prom_gpu_sample,
+		.tick = prom_tick,
+		.request_start = prom_request_start,
+		.finish = prom_finish,
+	};
+}
+
+/* Worst case of model="...",pid="...",container="...": every byte of the names 3 bytes
+ * (U+FFFD). */
+#define LABELS_MAX \
+	(REQBODY_MODEL_MAX * 3 + 16 + sizeof(",pid=\"4294967295\"") + CONTAINER_MAX * 3 + 16)
+
+/* `key="value"` as the text format wants it in out (at least LABELS_MAX bytes for a value
+ * shorter than REQBODY_MODEL_MAX): backslash, double quote and newline escaped, bytes that
+ * are not UTF-8 replaced by U+FFFD. Returns the end of what it wrote. */
+static char *label_pair(char *out, const char *key, const char *value)
+{
+	const unsigned char *s = (const unsigned char *)value;
+	size_t n = strlen(value);
+	char *o = out + sprintf(out, "%s=\"", key);
+
+	while (n) {
+		size_t len = utf8_len(s, n);
+
+		if (*s == '\\' || *s == '"') {
+			*o++ = '\\';
+			*o++ = *s;
+		} else if (*s == '\n') {
+			*o++ = '\\';
+			*o++ = 'n';
+		} else if (len) {
+			memcpy(o, s, len);
+			o += len;
+		} else {
+			memcpy(o, UTF8_REPLACEMENT, UTF8_REPLACEMENT_BYTES);
+			o += UTF8_REPLACEMENT_BYTES;
+		}
+		s += len ? len : 1;
+		n -= len ? len : 1;
+	}
+	*o++ = '"';
+	*o = 0;
+	return o;
+}
+
+/* Seconds from nanoseconds, exactly: "0.35", "1", "12.000000001". */
+static void put_seconds(FILE *f, uint64_t ns)
+{
+	char frac[16];
+	int end;
+
+	fprintf(f, "%" PRIu64, ns / 1000000000u);
+	if (!(ns % 1000000000u))
+		return;
+	end = snprintf(frac, sizeof(frac), "%09" PRIu64, ns % 1000000000u);
+	while (end > 0 && frac[end - 1] == '0')
+		frac[--end] = 0;
+	fprintf(f, ".%s", frac);
+}
+
+static void put_header(FILE *f, const char *name, const char *type, const char *help)
+{
+	fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* One histogram series; labels is the series' label set ("model=..."), already escaped. */
+static void put_hist(FILE *f, const char *name, const char *labels, const struct phist *h,
+		     const struct bounds *b)
+{
+	uint64_t cum = 0;
+
+	for (unsigned int i = 0; i < b->n; i++) {
+		cum += h->buckets[i];
+		fprintf(f, "%s_bucket{%s,le=\"", name, labels);
+		put_seconds(f, b->ms[i] * NS_PER_MS);
+		fprintf(f, "\"} %" PRIu64 "\n", cum);
+	}
+	cum += h->buckets[b->n];
+	fprintf(f, "%s_bucket{%s,le=\"+Inf\"} %" PRIu64 "\n", name, labels, cum);
+	fprintf(f, "%s_sum{%s} ", name, labels);
+	put_seconds(f, h->sum_ns);
+	fprintf(f, "\n%s_count{%s} %" PRIu64 "\n", name, labels, h->count);
+}
+
+/* Label sets in the order they were first seen, then "other" if it was used. */
+static unsigned int series_to_render(const struct prom *p, const struct prom_series **out)
+{
+	unsigned int n = 0;
+
+	for (unsigned int i = 0; i < p->nseries; i++)
+		out[n++] = &p->series[i];
+	if (p->other_used)
+		out[n++] = &p->series[PROM_MAX_LABEL_SETS];
+	return n;
+}
+
+/* A series' labels, escaped, in out (LABELS_MAX bytes): the pid with --by-process ("other" for
+ * the set past the cap), the container only when there is one. */
+static void series_labels(const struct prom *p, const struct prom_series *m, char *out)
+{
+	char *o = label_pair(out, "model", m->name);
+
+	if (p->by_process) {
+		if (m == &p->series[PROM_MAX_LABEL_SETS])
+			o += sprintf(o, ",pid=\"other\"");
+		else
+			o += sprintf(o, ",pid=\"%u\"", m->pid);
+	}
+	if (m->container[0]) {
+		*o++ = ',';
+		label_pair(o, "container", m->container);
+	}
+}
+
+static int render_models(const struct prom *p, FILE *f)
+{
+	const struct prom_series *ms[PROM_MAX_LABEL_SETS + 1];
+	unsigned int n = series_to_render(p, ms);
+	char(*labels)[LABELS_MAX] = malloc((n ? n : 1) * sizeof(*labels));
+
+	if (!labels)
+		return -ENOMEM;
+	for (unsigned int i = 0; i < n; i++)
+		series_labels(p, ms[i], labels[i]);
+
+	put_header(f, "tokenscope_requests_total", "counter",
+		   "Finished requests by outcome (ok, http_error, stream_error, aborted, lost).");
+	for (unsigned int i = 0; i < n; i++)
+		for (int o = 0; o < OUTCOME_MAX; o++)
+			fprintf(f, "tokenscope_requests_total{%s,outcome=\"%s\"} %" PRIu64 "\n",
+				labels[i], outcome_name(o), ms[i]->requests[o]);
+
+	put_header(f, "tokenscope_tokens_total", "counter",
+		   "Tokens of finished requests: output (usage, else content frames), input and "
+		   "cached (usage, when the server reports it).");
+	for (unsigned int i = 0; i < n; i++)
+		for (int t = 0; t < TOK_MAX; t++)
+			fprintf(f, "tokenscope_tokens_total{%s,type=\"%s\"} %" PRIu64 "\n",
+				labels[i], tok_names[t], ms[i]->tokens[t]);
+
+	put_header(
+	    f, "tokenscope_streams_in_flight", "gauge",
+	    "Requests read and not yet finished (streamed or not: whether a response streams "
+	    "is known only once it starts).");
+	for (unsigned int i = 0; i < n; i++)
+		fprintf(f, "tokenscope_streams_in_flight{%s} %u\n", labels[i], ms[i]->inflight);
+
+	for (int h = 0; h < PH_MAX; h++) {
+		put_header(f, ph_desc[h].name, "histogram", ph_desc[h].help);
+		for (unsigned int i = 0; i < n; i++)
+			if (ms[i]->h[h].count)
+				put_hist(f, ph_desc[h].name, labels[i], &ms[i]->h[h], ph_desc[h].b);
+	}
+	free(labels);
+	return 0;
+}
+
+static void render_gpu(const struct prom *p, FILE *f)
+{
+	unsigned int n = p->ngpu_pids + (p->gpu_other_used ? 1 : 0);
+
+	if (!p->gpu_steps)
+		return;
+	put_header(f, "tokenscope_gpu_steps_total", "counter",
+		   "GPU steps (work between two host waits) by process and kind.");
+	for (unsigned int i = 0; i < n; i++) {
+		const struct prom_gpu_pid *g =
+		    &p->gpu_pids[i < p->ngpu_pids ? i : PROM_MAX_GPU_PIDS];
+		char pid[16];
+
+		if (i < p->ngpu_pids)
+			snprintf(pid, sizeof(pid), "%u", g->pid);
+		else
+			snprintf(pid, sizeof(pid), "other");
+		for (int k = 0; k < STEP_KIND_MAX; k++)
+			fprintf(f,
+				"tokenscope_gpu_steps_total{pid=\"%s\",kind=\"%s\"} %" PRIu64 "\n",
+				pid, gpu_kind_name(k), g->steps[k]);
+	}
+	put_header(f, "tokenscope_gpu_step_duration_seconds", "histogram",
+		   "GPU step duration, first CUDA call to the end of the host wait, by kind.");
+	for (int k = 0; k < STEP_KIND_MAX; k++) {
+		char labels[32];
+
+		if (!p->step_dur[k].count)
+			continue;
+		snprintf(labels, sizeof(labels), "kind=\"%s\"", gpu_kind_name(k));
+		put_hist(f, "tokenscope_gpu_step_duration_seconds", labels, &p->step_dur[k],
+			 &ttft_bounds);
+	}
+}
+
+/* v / 10^digits exactly, without trailing zeros: "0.45", "1", "350.125". */
+static void put_decimal(FILE *f, uint64_t v, unsigned int digits)
+{
+	uint64_t scale = 1;
+	char frac[24];
+	int end;
+
+	for (unsigned int i = 0; i < digits; i++)
+		scale *= 10;
+	fprintf(f, "%" PRIu64, v / scale);
+	if (!(v % scale))
+		return;
+	end = snprintf(frac, sizeof(frac), "%0*" PRIu64, (int)digits, v % scale);
+	while (end > 0 && frac[end - 1] == '0')
+		frac[--end] = 0;
+	fprintf(f, ".%s", frac);
+}
+
+#define STR_(x) #x
+#define STR(x) STR_(x)
+
+/* gpu="N" and, when NVML gave one, uuid="..." (escaped, like every NVML string). */
+#define GPU_LABELS_MAX (2 * NVML_TEXT_MAX + 64)
+
+static void gpu_labels(const struct nvml_device *d, char *out)
+{
+	char *o = out + sprintf(out, "gpu=\"%u\"", d->index);
+
+	if (d->uuid[0]) {
+		*o++ = ',';
+		label_pair(o, "uuid", d->uuid);
+	}
+}
+
+enum gpu_value { GV_UTIL, GV_MEM_USED, GV_MEM_TOTAL, GV_CLOCK, GV_POWER, GV_MAX };
+
+static const struct {
+	const char *name, *help;
+} gv_desc[GV_MAX] = {
+	[GV_UTIL] = { "tokenscope_gpu_utilization_ratio", "Share of NVML's last sample period in "
+							  "which a kernel ran on the GPU (0 to 1; "
+							  "DCGM_FI_DEV_GPU_UTIL / 100)." },
+	[GV_MEM_USED] = { "tokenscope_gpu_memory_used_bytes",
+			  "Device memory used, what the driver reserves included (DCGM, in MiB: "
+			  "DCGM_FI_DEV_FB_USED + DCGM_FI_DEV_FB_RESERVED)." },
+	[GV_MEM_TOTAL] = { "tokenscope_gpu_memory_total_bytes",
+			   "Device memory in all (DCGM_FI_DEV_FB_TOTAL, in MiB there)." },
+	[GV_CLOCK] = { "tokenscope_gpu_sm_clock_hertz",
+		       "SM clock (DCGM_FI_DEV_SM_CLOCK, in MHz there)." },
+	[GV_POWER] = { "tokenscope_gpu_power_watts",
+		       "Power draw of the board (DCGM_FI_DEV_POWER_USAGE)." },
+};
+
+/* Whether d has value v, and it as a decimal with that many digits after the point. */
+static bool gpu_value(const struct nvml_device *d, int v, uint64_t *out, unsigned int *digits)
+{
+	*digits = 0;
+	switch (v) {
+	case GV_UTIL:
+		*out = d->util_pct;
+		*digits = 2;
+		return d->util_present;
+	case GV_MEM_USED:
+		*out = d->mem_used;
+		return d->mem_present;
+	case GV_MEM_TOTAL:
+		*out = d->mem_total;
+		return d->mem_present;
+	case GV_CLOCK:
+		*out = d->sm_clock_hz;
+		return d->clock_present;
+	case GV_POWER:
+		*out = d->power_mw;
+		*digits = 3;
+		return d->power_present;
+	}
+	return false;
+}
+
+/* The NVML families, once a sample came: a value NVML did not give has no series, and a
+ * family no device has a value of is left out. */
+static void render_nvml(const struct prom *p, FILE *f)
+{
+	const struct nvml_snapshot *s = p->nvml;
+	uint64_t unlisted = 0;
+	char labels[GPU_LABELS_MAX];
+
+	if (!s)
+		return;
+	put_header(f, "tokenscope_gpu_samples_total", "counter",
+		   "NVML samples taken, one a second: when it stops rising the tokenscope_gpu_ "
+		   "values are stale.");
+	fprintf(f, "tokenscope_gpu_samples_total %" PRIu64 "\n", s->seq);
+	if (s->ndevices)
+		put_header(f, "tokenscope_gpu_info", "gauge",
+			   "A GPU NVML sees (value 1), with its name.");
+	for (uint32_t i = 0; i < s->ndevices; i++) {
+		const struct nvml_device *d = &s->devices[i];
+		char name[GPU_LABELS_MAX];
+
+		gpu_labels(d, labels);
+		name[0] = 0;
+		if (d->name[0]) {
+			name[0] = ',';
+			label_pair(name + 1, "name", d->name);
+		}
+		fprintf(f, "tokenscope_gpu_info{%s%s} 1\n", labels, name);
+	}
+	for (int v = 0; v < GV_MAX; v++) {
+		bool header = false;
+
+		for (uint32_t i = 0; i < s->ndevices; i++) {
+			const struct nvml_device *d = &s->devices[i];
+			unsigned int digits;
+			uint64_t x;
+
+			if (!gpu_value(d, v, &x, &digits))
+				continue;
+			if (!header)
+				put_header(f, gv_desc[v].name, "gauge", gv_desc[v].help);
+			header = true;
+			gpu_labels(d, labels);
+			fprintf(f, "%s{%s} ", gv_desc[v].name, labels);
+			put_decimal(f, x, digits);
+			fputc('\n', f);
+		}
+	}
+	for (uint32_t i = 0, header = 0; i < s->ndevices; i++) {
+		const struct nvml_device *d = &s->devices[i];
+
+		unlisted += d->procs_dropped;
+		for (uint32_t j = 0; j < d->nprocs; j++) {
+			if (!d->procs[j].mem_present)
+				continue;
+			if (!header++)
+				put_header(f, "tokenscope_gpu_process_memory_bytes", "gauge",
+					   "Device memory used by a traced process (NVML's "
+					   "usedGpuMemory; DCGM has no per-process field).");
+			gpu_labels(d, labels);
+			fprintf(f,
+				"tokenscope_gpu_process_memory_bytes{%s,pid=\"%u\"} %" PRIu64 "\n",
+				labels, d->procs[j].pid, d->procs[j].mem_bytes);
+		}
+	}
+	if (!s->devices_dropped && !unlisted)
+		return;
+	put_header(
+	    f, "tokenscope_gpu_unlisted", "gauge",
+	    "In the latest sample: GPUs beyond the " STR(
+		NVML_MAX_DEVICES) " kept "
+				  "(what=\"devices\"), and compute processes beyond the " STR(
+				      NVML_MAX_PROCS) " "
+						      "kept per GPU, whose memory is not shown "
+						      "(what=\"processes\").");
+	fprintf(f, "tokenscope_gpu_unlisted{what=\"devices\"} %u\n", s->devices_dropped);
+	fprintf(f, "tokenscope_gpu_unlisted{what=\"processes\"} %" PRIu64 "\n", unlisted);
+}
+
+/* Only once a cap was reached, like the "other" series it counts. */
+static void render_overflow(const struct prom *p, FILE *f)
+{
+	if (!p->other_used && !p->gpu_other_used)
+		return;
+	put_header(f, "tokenscope_label_overflow_total", "counter",
+		   "Finished requests (family=\"requests\") and GPU steps (family=\"gpu_steps\") "
+		   "counted under the \"other\" label set: the cap on distinct label sets "
+		   "(model, pid, container; GPU process) was reached.");
+	fprintf(f, "tokenscope_label_overflow_total{family=\"requests\"} %" PRIu64 "\n",
+		p->overflow_requests);
+	fprintf(f, "tokenscope_label_overflow_total{family=\"gpu_steps\"} %" PRIu64 "\n",
+		p->gpu_overflow_steps);
+}
+
+/* A counter family with one series per name, under one label. */
+struct named_count {
+	const char *name;
+	uint64_t v;
+};
+
+static void put_counts(FILE *f, const char *family, const char *label, const struct named_count *c,
+		       size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		fprintf(f, "%s{%s=\"%s\"} %" PRIu64 "\n", family, label, c[i].name, c[i].v);
+}
+
+/* What the summary's `lost` and `dropped` lines say, as counters. */
+static void render_loss(const struct prom *p, FILE *f)
+{
+	const struct loss_report *l = &p->loss;
+	const struct named_count bytes[] = {
+		{ "kernel", l->lost_bytes },
+		{ "capture", l->uncaptured_bytes },
+		{ "stream", l->gap_bytes },
+	}, events[] = {
+		{ "desync", l->desyncs },
+		{ "bad_record", l->bad_records },
+		{ "untraced_socket", l->untraced_sockets },
+		{ "unfinished_request", l->partial_requests },
+		{ "orphan_response", l->orphan_responses },
+		{ "pipelining_overflow", l->pipeline_overflow },
+		{ "oversize_frame", l->oversize_frames },
+		{ "damaged_stream", l->damaged_frames },
+		{ "memory_cap", l->budget_refused },
+		{ "copy_failed", l->copy_failed },
+	};
+
+	put_header(
+	    f, "tokenscope_dropped_bytes_total", "counter",
+	    "Traced bytes the tracer did not see: in records the kernel lost (where=\"kernel\"), "
+	    "beyond --capture-bytes (\"capture\"), missing from a connection's stream "
+	    "(\"stream\").");
+	put_counts(f, "tokenscope_dropped_bytes_total", "where", bytes,
+		   sizeof(bytes) / sizeof(bytes[0]));
+	put_header(
+	    f, "tokenscope_dropped_total", "counter",
+	    "Things the tracer let go rather than report wrong numbers: framing lost after a "
+	    "gap or bad bytes, malformed records, sockets the kernel table had no room for, "
+	    "requests never finished or read past the pipelining limit, responses to requests "
+	    "not seen, stream frames over the size limit or damaged by missing bytes, "
+	    "buffers refused at the connections' memory cap, failed reads of traced bytes from "
+	    "the process's memory.");
+	put_counts(f, "tokenscope_dropped_total", "what", events,
+		   sizeof(events) / sizeof(events[0]));
+	/* Device times: only where a CUPTI library reported (as the summary's line). */
+	if (l->cupti || l->cupti_abi_bad) {
+		const struct named_count dev[] = {
+			{ "cupti_dropped", l->cupti_dropped },
+			{ "buffer_refused", l->cupti_pool_empty },
+			{ "unplaced_run", l->cupti_unplaced },
+			{ "late_step", l->cupti_late },
+			{ "other_version", l->cupti_abi_bad },
+		};
+
+		put_header(
+		    f, "tokenscope_device_times_lost_total", "counter",
+		    "What device times (the CUPTI library) missed: records CUPTI dropped "
+		    "(what=\"cupti_dropped\"), buffer requests refused with the library's pool "
+		    "in use (\"buffer_refused\"), runs in no GPU step (\"unplaced_run\"), steps "
+		    "shown before their device times were in (\"late_step\"), records of a "
+		    "library of another version (\"other_version\").");
+		put_counts(f, "tokenscope_device_times_lost_total", "what", dev,
+			   sizeof(dev) / sizeof(dev[0]));
+	}
+	put_header(f, "tokenscope_traced_processes", "gauge",
+		   "Processes traced now: those named with -p or found by --all, and their "
+		   "descendants; one that exits leaves.");
+	fprintf(f, "tokenscope_traced_processes %u\n", p->traced);
+}
+
+void prom_set_extra(struct prom *p, void (*render)(void *ctx, FILE *f), void *ctx)
+{
+	p->extra = render;
+	p->extra_ctx = ctx;
+	p->dirty = true;
+}
+
+int prom_render(struct prom *p, char **buf, size_t *len)
+{
+	FILE *f;
+	int err;
+
+	*buf = NULL;
+	*len = 0;
+	f = open_memstream(buf, len);
+	if (!f)
+		return -ENOMEM;
+	err = render_models(p, f);
+	put_header(f, "tokenscope_events_lost_total", "counter",
+		   "Records the kernel could not put in the ring buffer (requests open then may be "
+		   "reported lost).");
+	fprintf(f, "tokenscope_events_lost_total %" PRIu64 "\n", p->lost_events);
+	render_loss(p, f);
+	render_overflow(p, f);
+	render_gpu(p, f);
+	render_nvml(p, f);
+	if (p->extra)
+		p->extra(p->extra_ctx, f);
+	if (ferror(f))
+		err = -ENOMEM;
+	if (fclose(f) && !err)
+		err = -ENOMEM;
+	if (err) {
+		free(*buf);
+		*buf = NULL;
+		*len = 0;
+	}
+	return err;
+}

@@ -1,0 +1,195 @@
+// SPDX-License-Identifier: MIT
+#include <string.h>
+
+#include "pipeline/gpu.h"
+#include "pipeline/sse.h"
+#include "sinks/summary.h"
+
+void summary_init(struct summary *s)
+{
+	memset(s, 0, sizeof(*s));
+}
+
+void summary_reset_interval(struct summary *s)
+{
+	uint32_t inflight = s->inflight;
+
+	summary_init(s);
+	s->inflight = s->inflight_max = inflight;
+}
+
+void summary_start(struct summary *s, const struct request *r)
+{
+	(void)r;
+	s->inflight++;
+	if (s->inflight > s->inflight_max)
+		s->inflight_max = s->inflight;
+}
+
+void summary_done(struct summary *s, const struct request *r, const struct request_metrics *m)
+{
+	if (s->inflight)
+		s->inflight--;
+	s->requests++;
+	s->by_outcome[r->outcome]++;
+	if (r->streamed)
+		s->streamed++;
+	if (m->tokens > 0)
+		s->tokens += m->tokens;
+	if (r->arrival_ns && (!s->window_start_ns || r->arrival_ns < s->window_start_ns))
+		s->window_start_ns = r->arrival_ns;
+	if (r->end_ns > s->window_end_ns)
+		s->window_end_ns = r->end_ns;
+	if (m->e2e_ns >= 0) {
+		s->busy_ns += m->e2e_ns;
+		hist_add(&s->e2e, m->e2e_ns);
+	}
+	/* Latency percentiles describe requests that worked; failures are counted above. */
+	if (r->outcome != OUTCOME_OK)
+		return;
+	if (m->ttft_ns >= 0)
+		hist_add(&s->ttft, m->ttft_ns);
+	if (m->tpot_ns >= 0)
+		hist_add(&s->tpot, m->tpot_ns);
+	for (uint32_t i = 1; i < r->ntokens; i++)
+		hist_add(&s->itl, r->token_ns[i] - r->token_ns[i - 1]);
+}
+
+static void print_hist(FILE *f, const char *name, const struct hist *h)
+{
+	if (!h->count) {
+		fprintf(f, "  %-5s %8s\n", name, "-");
+		return;
+	}
+	fprintf(f, "  %-5s p50 %9.2f  p90 %9.2f  p99 %9.2f  max %9.2f ms  (n=%llu)\n", name,
+		hist_quantile(h, 0.50) / 1e6, hist_quantile(h, 0.90) / 1e6,
+		hist_quantile(h, 0.99) / 1e6, h->max / 1e6, (unsigned long long)h->count);
+}
+
+void summary_print(const struct summary *s, const struct loss_report *loss, const char *title,
+		   FILE *f)
+{
+	double window_s = s->window_end_ns > s->window_start_ns
+			      ? (s->window_end_ns - s->window_start_ns) / 1e9
+			      : 0;
+
+	fprintf(f, "--- %s: %llu requests (%llu streamed)", title, (unsigned long long)s->requests,
+		(unsigned long long)s->streamed);
+	if (s->requests)
+		fprintf(f, ", success %.1f%%",
+			100.0 * s->by_outcome[OUTCOME_OK] / (double)s->requests);
+	fprintf(f, "\n  outcome");
+	for (int o = 0; o < OUTCOME_MAX; o++)
+		fprintf(f, " %s=%llu", outcome_name(o), (unsigned long long)s->by_outcome[o]);
+	fprintf(f, "\n  in flight: max %u, mean %.2f, now %u\n", s->inflight_max,
+		window_s > 0 ? s->busy_ns / 1e9 / window_s : 0.0, s->inflight);
+	print_hist(f, "TTFT", &s->ttft);
+	print_hist(f, "ITL", &s->itl);
+	print_hist(f, "TPOT", &s->tpot);
+	print_hist(f, "E2E", &s->e2e);
+	fprintf(f, "  tokens %llu, %.1f tokens/s over %.3f s\n", (unsigned long long)s->tokens,
+		window_s > 0 ? s->tokens / window_s : 0.0, window_s);
+	fprintf(f,
+		"  lost: %llu records (%llu bytes) in the kernel, %llu bytes beyond capture, "
+		"%llu bytes missing from streams, %llu desyncs, %llu bad records\n",
+		(unsigned long long)loss->lost_events, (unsigned long long)loss->lost_bytes,
+		(unsigned long long)loss->uncaptured_bytes, (unsigned long long)loss->gap_bytes,
+		(unsigned long long)loss->desyncs, (unsigned long long)loss->bad_records);
+	fprintf(
+	    f,
+	    "  dropped: %llu unfinished requests, %llu responses to unseen requests, %llu "
+	    "requests past the pipelining limit, %llu frames over %d KiB, %llu stream runs "
+	    "with missing bytes, %llu buffers over the %zu MiB memory cap\n",
+	    (unsigned long long)loss->partial_requests, (unsigned long long)loss->orphan_responses,
+	    (unsigned long long)loss->pipeline_overflow, (unsigned long long)loss->oversize_frames,
+	    SSE_FRAME_MAX / 1024, (unsigned long long)loss->damaged_frames,
+	    (unsigned long long)loss->budget_refused, loss->budget_max >> 20);
+	if (loss->untraced_sockets)
+		fprintf(f,
+			"  lost: %llu sockets not traced: the kernel's connection table was full\n",
+			(unsigned long long)loss->untraced_sockets);
+	if (loss->copy_failed)
+		fprintf(
+		    f,
+		    "  lost: %llu reads of traced bytes from the process's memory failed (their "
+		    "bytes are counted beyond capture)\n",
+		    (unsigned long long)loss->copy_failed);
+	if (loss->cupti || loss->cupti_abi_bad)
+		fprintf(
+		    f,
+		    "  lost (device times): %llu records dropped by CUPTI, %llu buffer requests "
+		    "refused (pool in use), %llu runs in no GPU step, %llu steps shown before "
+		    "their device times, %llu records of another library version\n",
+		    (unsigned long long)loss->cupti_dropped,
+		    (unsigned long long)loss->cupti_pool_empty,
+		    (unsigned long long)loss->cupti_unplaced, (unsigned long long)loss->cupti_late,
+		    (unsigned long long)loss->cupti_abi_bad);
+	/* Says why a run can show no requests: TLS, HTTP/2 or another protocol on the sockets. */
+	fprintf(f,
+		"  connections: %llu serving HTTP/1.x, %llu ignored (another protocol, TLS, or "
+		"outgoing)\n",
+		(unsigned long long)loss->http_conns, (unsigned long long)loss->ignored_conns);
+}
+
+void summaries_init(struct summaries *s, FILE *out)
+{
+	s->out = out;
+	summary_init(&s->total);
+	summary_init(&s->interval);
+}
+
+static void sums_request_start(void *ctx, const struct request *r)
+{
+	struct summaries *s = ctx;
+
+	summary_start(&s->total, r);
+	summary_start(&s->interval, r);
+}
+
+static void sums_request(void *ctx, const struct request *r, const struct request_metrics *m,
+			 const struct gpu_attribution *ga)
+{
+	struct summaries *s = ctx;
+
+	(void)ga;
+	summary_done(&s->total, r, m);
+	summary_done(&s->interval, r, m);
+}
+
+static void sums_interval(void *ctx, const struct pipeline_status *st)
+{
+	struct summaries *s = ctx;
+
+	if (s->out) {
+		summary_print(&s->interval, &st->loss, "interval", s->out);
+		fflush(s->out);
+	}
+	summary_reset_interval(&s->interval);
+}
+
+void summaries_print_total(const struct summaries *s, const struct pipeline_status *st)
+{
+	if (!s->out)
+		return;
+	summary_print(&s->total, &st->loss, "summary", s->out);
+	if (st->gpu)
+		gpu_print_stats(st->gpu, s->out);
+	fflush(s->out);
+}
+
+static void sums_finish(void *ctx, const struct pipeline_status *st)
+{
+	summaries_print_total(ctx, st);
+}
+
+struct sink summaries_sink(struct summaries *s)
+{
+	return (struct sink){
+		.name = "summary",
+		.ctx = s,
+		.request_start = sums_request_start,
+		.request = sums_request,
+		.interval = sums_interval,
+		.finish = sums_finish,
+	};
+}
