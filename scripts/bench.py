@@ -11,7 +11,8 @@
    several rounds and the median is reported, because this machine is shared and noisy.
 2. tokenscope's own CPU and peak RSS at about 10,000 frames/s (100 streams at 100 frames/s),
    and with 1,000 concurrent open streams at the same frame rate. Records lost in every traced
-   run are printed with each section.
+   run are printed with each section. With BENCH_BASE, each configuration runs this build and
+   the base side by side on the same server, BENCH_ROUNDS rounds, medians.
 3. The exporters' cost: tokenscope's CPU at 10,000 frames/s with each exporter alone and with
    all of them, each run beside a tokenscope without exporters attached to the same server at
    the same time, over BENCH_EXPORTER_ROUNDS rounds.
@@ -30,8 +31,8 @@ Environment:
   BENCH_SECTIONS          sections to run, e.g. "3" or "0 2"; default all
   BENCH_ROUNDS            rounds of the interleaved sections (default 3)
   BENCH_EXPORTER_ROUNDS   rounds of section 3 (default 5: its differences are small)
-  BENCH_BASE              another tokenscope binary (an older build): section 3 measures it
-                          too, in the same rounds
+  BENCH_BASE              another tokenscope binary (an older build): sections 2 and 3
+                          measure it too, side by side with this build
   OUTPUT                  the build directory (default .output)
 """
 import atexit
@@ -410,6 +411,8 @@ def section_throughput(tmp, kinds):
 
 
 def section_own_cost(tmp):
+    if BASE_TS:
+        return section_own_cost_vs_base(tmp)
     print("2. tokenscope's own cost (CPU % of one core, peak RSS), 10 s each")
     for streams, token_ms in ((100, 10), (1000, 100)):
         res = steady_run(streams, token_ms, 10, tmp)
@@ -421,11 +424,38 @@ def section_own_cost(tmp):
               f"client errors {res['bad']}", flush=True)
 
 
+def section_own_cost_vs_base(tmp):
+    """This build against BENCH_BASE, both attached to one server at once (which attaches
+    first alternates), so that the machine's drift between runs does not enter the ratio."""
+    print(f"2. tokenscope's own cost (CPU % of one core, peak RSS), this build and {BASE_TS} "
+          f"(BENCH_BASE) attached to the same server at once, 10 s, {ROUNDS} rounds, medians")
+    for streams, token_ms in ((100, 10), (1000, 100)):
+        cpu = {0: [], 1: []}
+        rss = {0: [], 1: []}
+        lost = set()
+        for r in range(ROUNDS):
+            order = [0, 1] if r % 2 == 0 else [1, 0]
+            binaries = [TS, BASE_TS]
+            got, l, kib = paired_run(tmp, [([], binaries[i]) for i in order], streams, token_ms)
+            for k, i in enumerate(order):
+                cpu[i].append(got[k])
+                rss[i].append(kib[k] / 1024)
+            lost.update(l)
+        c = [statistics.median(cpu[i]) for i in (0, 1)]
+        m = [statistics.median(rss[i]) for i in (0, 1)]
+        ratio = sorted(a / b for a, b in zip(cpu[0], cpu[1]))
+        print(f"   {streams:5d} streams at {1000 // token_ms:3d} frames/s each: CPU "
+              f"{c[0]:5.2f} % (this build) vs {c[1]:5.2f} % (base), ratio {c[0] / c[1]:.3f} "
+              f"(rounds {ratio[0]:.3f} to {ratio[-1]:.3f}); peak RSS {m[0]:5.1f} vs "
+              f"{m[1]:5.1f} MiB; records lost {sorted(lost, key=str)}", flush=True)
+
+
 def paired_run(tmp, tracers, streams=100, token_ms=10, seconds=10):
     """Several tokenscope instances attached to one server at once, one per (extra arguments,
     binary): they see the same frames at the same moments on the same machine, so their CPU
     compares without the drift of a shared machine between runs. Returns each one's CPU (all
-    its threads) as % of one core over the client's run, and the records each lost."""
+    its threads) as % of one core over the client's run, the records each lost, and each one's
+    peak RSS in KiB."""
     srv = Server(tmp, "--token-ms", str(token_ms))
     trs = [Tracer("tokenscope", srv.p.pid, tmp, extra, binary, tag=i)
            for i, (extra, binary) in enumerate(tracers)]
@@ -433,11 +463,12 @@ def paired_run(tmp, tracers, streams=100, token_ms=10, seconds=10):
     time.sleep(SETTLE_S)  # as in steady_run: the end of every request is processed
     # Every CPU is read before any tracer is stopped (a stopping one prints its summary).
     cpu = [task_cpu_ns(tr.p.pid) - tr.cpu0_ns for tr in trs]
-    lost = [tr.stop().get("lost_records") for tr in trs]
+    infos = [tr.stop() for tr in trs]
     srv.stop()
     if bad:
         print(f"   ({bad} client errors)")
-    return [100 * c / 1e9 / wall for c in cpu], lost
+    return ([100 * c / 1e9 / wall for c in cpu], [i.get("lost_records") for i in infos],
+            [i["rss_kib"] for i in infos])
 
 
 def section_exporters(tmp):
@@ -475,7 +506,7 @@ def section_exporters(tmp):
             # Which one attaches first alternates between rounds.
             if r % 2:
                 pair.reverse()
-            cpu, l = paired_run(tmp, pair)
+            cpu, l, _ = paired_run(tmp, pair)
             if r % 2:
                 cpu.reverse()
             res[(mode, (bname, binary))].append(tuple(cpu))
