@@ -41,9 +41,9 @@ msg = @printf '  %-8s %s\n' "$(1)" "$(2)";
 endif
 
 # user/ is in folders by the data flow (docs/architecture.md): cli, loader, pipeline, record,
-# sinks, lib. Every file but main.c and the loader's skeleton users (trace.c, cuda.c, run.c,
+# sinks, lib. Every file but main.c and the loader's skeleton users (trace.c, uprobes.c, run.c,
 # kernel.c) is code the tests link too.
-LOADER_SRCS := user/cli/main.c user/loader/trace.c user/loader/cuda.c user/loader/run.c \
+LOADER_SRCS := user/cli/main.c user/loader/trace.c user/loader/uprobes.c user/loader/run.c \
 	user/loader/kernel.c
 LIB_SRCS := $(filter-out $(LOADER_SRCS),$(wildcard user/*/*.c))
 LIB_OBJS := $(patsubst user/%.c,$(OUTPUT)/user/%.o,$(LIB_SRCS))
@@ -224,10 +224,10 @@ $(OUTPUT)/tests/test_cupti_runs: tests/unit/test_cupti_runs.c tests/unit/check.h
 	$(call msg,TEST,$@)
 	$(Q)$(CC) $(CUPTI_CFLAGS) $(SAN_FLAGS) -Itests/unit $< $(CUPTI_TESTED) -o $@
 
-$(OUTPUT)/tests/%: tests/bpf/%.c tests/unit/check.h $(LIB_OBJS) $(OUTPUT)/user/loader/cuda.o \
+$(OUTPUT)/tests/%: tests/bpf/%.c tests/unit/check.h $(LIB_OBJS) $(OUTPUT)/user/loader/uprobes.o \
 		$(OUTPUT)/user/loader/kernel.o $(OUTPUT)/tokenscope.skel.h | $(OUTPUT)/tests
 	$(call msg,TEST,$@)
-	$(Q)$(CC) $(USER_CFLAGS) -Itests/unit $< $(LIB_OBJS) $(OUTPUT)/user/loader/cuda.o \
+	$(Q)$(CC) $(USER_CFLAGS) -Itests/unit $< $(LIB_OBJS) $(OUTPUT)/user/loader/uprobes.o \
 		$(OUTPUT)/user/loader/kernel.o -o $@ $(LDLIBS) -ldl
 
 deps:

@@ -4,7 +4,8 @@
  *
  * Filters by traced tgid first (map `traced`), then keeps only fds that are stream sockets,
  * timestamps enter and exit with bpf_ktime_get_ns(), copies a bounded slice of the bytes into
- * the ring buffer and counts whatever it could not copy or submit. It parses nothing.
+ * the ring buffer and counts whatever it could not copy or submit. It parses nothing. A TLS
+ * connection's plaintext comes from uprobes on the TLS library instead (lib/tls.bpf.h).
  * The process tree is followed through sched_process_fork/exit.
  */
 #include "vmlinux.h"
@@ -25,6 +26,7 @@ char LICENSE[] SEC("license") = "Dual MIT/GPL";
 #include "lib/conns.bpf.h"
 #include "lib/arrival.bpf.h"
 #include "lib/capture.bpf.h"
+#include "lib/tls.bpf.h"
 #include "lib/discovery.bpf.h"
 #include "lib/proctree.bpf.h"
 #include "lib/cuda.bpf.h"
@@ -104,10 +106,23 @@ int BPF_PROG(ts_sys_exit, struct pt_regs *regs, long ret)
 		return 0;
 	}
 	if (ret > 0) {
+		__u8 dir = syscall_dir(st.sys);
+
 		c = conn_get(pid_tgid >> 32, tid, st.fd, st.sys, st.enter_ns);
-		if (c)
-			emit_data(&st, c, pid_tgid, ret, bpf_ktime_get_ns(),
-				  syscall_dir(st.sys) == TS_DIR_IN ? rx_take(c) : 0);
+		if (!c)
+			return 0;
+		/* Inside a TLS library call: this is the socket its plaintext travels on. */
+		if (st.tls_fn)
+			sp->tls_fd1 = st.fd + 1;
+		/* The first bytes either way tell a TLS connection (once: then pos moves on). */
+		if (!c->tls && !c->pos[dir & 1] && tls_sniff(&st, ret))
+			tls_mark(c, pid_tgid, st.fd, st.sys, st.enter_ns);
+		if (c->tls) {
+			tls_cipher(sp, &st, c, ret);
+			return 0;
+		}
+		emit_data(&st, c, pid_tgid, ret, bpf_ktime_get_ns(),
+			  dir == TS_DIR_IN ? rx_take(c) : 0);
 		return 0;
 	}
 	/* Only for connections already traced: an EOF on an unknown socket says nothing. */

@@ -69,7 +69,21 @@ enum ts_syscall {
 	TS_SYS_CLOSE,
 	TS_SYS_ACCEPT,
 	TS_SYS_CONNECT,
+	/* Plaintext inside a TLS library (uprobes on SSL_read/SSL_write and their _ex forms): the
+	 * bytes before encryption or after decryption, on the connection of the socket the call
+	 * used. enter_ns is the library call's entry, exit_ns its return. */
+	TS_SYS_TLS_READ,
+	TS_SYS_TLS_WRITE,
 	TS_SYS_MAX,
+};
+
+/* TLS library functions hooked with uprobes; the value is the probe's bpf_cookie. */
+enum ts_tls_fn {
+	TS_TLS_READ = 1, /* int SSL_read(SSL *, void *buf, int num): bytes, or <= 0 */
+	TS_TLS_READ_EX,	 /* int SSL_read_ex(SSL *, void *buf, size_t num, size_t *readbytes): 1 or 0
+			  */
+	TS_TLS_WRITE,	 /* int SSL_write(SSL *, const void *buf, int num) */
+	TS_TLS_WRITE_EX, /* int SSL_write_ex(SSL *, const void *buf, size_t num, size_t *written) */
 };
 
 struct ts_event_hdr {
@@ -113,6 +127,9 @@ enum ts_data_status {
 	TS_DATA_BYTES = 0, /* bytes moved */
 	TS_DATA_EOF = 1,   /* a read returned 0: the peer closed its side */
 	TS_DATA_RESET = 2, /* a write failed with EPIPE or ECONNRESET: the peer is gone */
+	/* The connection carries TLS (its first bytes were a TLS record): its encrypted bytes are
+	 * not sent; its plaintext comes as TS_SYS_TLS_* records where a TLS library is hooked. */
+	TS_DATA_TLS = 3,
 };
 
 /* Address family values as in the kernel: AF_UNIX 1, AF_INET 2, AF_INET6 10. */
@@ -188,13 +205,15 @@ enum ts_stat {
 	TS_STAT_COPY_FAILED,	  /* bpf_probe_read_user failures (bytes are counted uncaptured) */
 	TS_STAT_SYSCALLS,	  /* traced socket syscalls */
 	TS_STAT_CONN_TABLE_FULL,  /* sockets not traced because map `conns` was full */
+	TS_STAT_TLS_CIPHER_BYTES, /* encrypted bytes of TLS connections, not sent */
+	TS_STAT_TLS_UNJOINED,	  /* TLS plaintext calls whose socket was not found (bytes lost) */
 	TS_STAT_MAX,
 };
 
 #define TS_STAT_NAMES                                                                     \
 	{                                                                                 \
 		"events", "lost_events", "lost_bytes", "uncaptured_bytes", "copy_failed", \
-		    "syscalls", "conn_table_full"                                         \
+		    "syscalls", "conn_table_full", "tls_cipher_bytes", "tls_unjoined"     \
 	}
 
 /* Key of map `conns`: user space deletes the entries of a process that exited. */

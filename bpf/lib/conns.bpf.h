@@ -17,8 +17,17 @@ struct stash {
 	__u64 buf;    /* buffer, iovec array, or msghdr's iovec array */
 	__u64 iovcnt; /* 0: buf is a plain buffer */
 	__s32 fd;
-	__u8 sys; /* enum ts_syscall; 0: no syscall pending */
-	__u8 pad[3];
+	__u8 sys;    /* enum ts_syscall; 0: no syscall pending */
+	__u8 tls_fn; /* enum ts_tls_fn of the TLS library call the thread is in; 0: none */
+	__u8 pad[2];
+	/* The TLS library call (tls.bpf.h), whose socket syscalls happen inside it. */
+	__u64 tls_ssl;	    /* its SSL * */
+	__u64 tls_buf;	    /* its plaintext buffer */
+	__u64 tls_ex_bytes; /* the _ex forms' size_t * for the bytes done */
+	__u64 tls_enter_ns;
+	/* fds plus one, so that the zeroed storage of a new thread says "none" */
+	__s32 tls_fd1;	    /* the socket a syscall inside the call used */
+	__s32 tls_last_in1; /* the TLS socket this thread last read encrypted bytes from */
 };
 
 struct {
@@ -30,9 +39,15 @@ struct {
 
 struct conn {
 	__u64 conn_id;
-	__u64 file;   /* struct file *: a different file on the same fd is a new connection */
-	__u64 sk;     /* struct sock *: key of map `rx_pending` */
-	__u64 pos[2]; /* bytes so far per direction, indexed by enum ts_dir */
+	__u64 file; /* struct file *: a different file on the same fd is a new connection */
+	__u64 sk;   /* struct sock *: key of map `rx_pending` */
+	/* bytes so far per direction, indexed by enum ts_dir: of the plaintext, on a TLS
+	 * connection, whose encrypted bytes are never sent */
+	__u64 pos[2];
+	/* TLS: when the encrypted bytes the next plaintext read decrypts reached the socket */
+	__u64 tls_queued_ns;
+	__u32 tls; /* 1: the connection carries TLS */
+	__u32 pad;
 };
 
 struct {
@@ -73,6 +88,8 @@ static __always_inline __u8 syscall_kind(long id)
 
 static __always_inline __u8 syscall_dir(__u8 sys)
 {
+	if (sys == TS_SYS_TLS_READ)
+		return TS_DIR_IN;
 	return sys >= TS_SYS_WRITE ? TS_DIR_OUT : TS_DIR_IN;
 }
 

@@ -16,7 +16,7 @@
 #include <bpf/libbpf.h>
 
 #include "check.h"
-#include "loader/cuda.h"
+#include "loader/uprobes.h"
 #include "events.h"
 #include "pipeline/gpu.h"
 #include "loader/kernel.h"
@@ -79,7 +79,7 @@ static void cuda_steps(const char *path, bool calls)
 	struct tokenscope_bpf *skel = NULL;
 	struct kernel *k = NULL;
 	struct ring_buffer *rb = NULL;
-	struct cuda_attach ca;
+	struct uprobes ca;
 	struct cudart c = { 0 };
 	uint32_t me = getpid();
 	uint8_t one = 1;
@@ -104,10 +104,10 @@ static void cuda_steps(const char *path, bool calls)
 	rb = ring_buffer__new(bpf_map__fd(skel->maps.events), collect, NULL, NULL);
 	if (!ASSERT_OK_PTR(rb, "ring buffer") || !ASSERT_OK(kernel_borrow(&k, skel), "kernel side"))
 		goto out;
-	cuda_init(&ca, k, false);
-	hooked = cuda_scan(&ca, me);
+	uprobes_init(&ca, k, false);
+	hooked = uprobes_scan(&ca, me);
 	ASSERT_TRUE(hooked >= 5, "launch, graph launch, copy and syncs hooked");
-	ASSERT_EQ(cuda_scan(&ca, me), 0, "a second scan hooks nothing again");
+	ASSERT_EQ(uprobes_scan(&ca, me), 0, "a second scan hooks nothing again");
 
 	/* Untraced: nothing is counted. */
 	c.launch(NULL, 0, 0, NULL, 0, NULL);
@@ -151,7 +151,7 @@ static void cuda_steps(const char *path, bool calls)
 	/* Per-call records only when asked for: 40 launches, a graph launch and a copy. */
 	ASSERT_EQ(ncalls, calls ? 42 : 0, "per-call records");
 	ASSERT_EQ(ndtoh, calls ? 1 : 0, "the copy's direction");
-	cuda_detach(&ca);
+	uprobes_detach(&ca);
 out:
 	ring_buffer__free(rb);
 	kernel_destroy(k);
@@ -182,7 +182,7 @@ TEST(test_probes_per_process)
 	struct tokenscope_bpf *skel = NULL;
 	struct kernel *k = NULL;
 	int go[2] = { -1, -1 }, stats_fd = -1, status;
-	struct cuda_attach ca;
+	struct uprobes ca;
 	struct cudart c = { 0 };
 	long long before;
 	pid_t child = -1;
@@ -211,8 +211,8 @@ TEST(test_probes_per_process)
 	}
 	if (!ASSERT_TRUE(child > 0, "fork") || !ASSERT_OK(kernel_borrow(&k, skel), "kernel side"))
 		goto out;
-	cuda_init(&ca, k, false);
-	ASSERT_TRUE(cuda_scan(&ca, child) >= 5, "hooked for the child");
+	uprobes_init(&ca, k, false);
+	ASSERT_TRUE(uprobes_scan(&ca, child) >= 5, "hooked for the child");
 	before = prog_runs(skel->progs.ts_cuda_call);
 	for (int i = 0; i < 10; i++)
 		c.launch(NULL, 0, 0, NULL, 0, NULL);
@@ -222,17 +222,17 @@ TEST(test_probes_per_process)
 	waitpid(child, &status, 0);
 	child = -1;
 	ASSERT_EQ(prog_runs(skel->progs.ts_cuda_call), before + 10, "the child's 10 launches");
-	cuda_forget(&ca, getpid() + 1000000); /* no such process: nothing changes */
+	uprobes_forget(&ca, getpid() + 1000000); /* no such process: nothing changes */
 	ASSERT_EQ(ca.nhooks, 1, "one hook");
-	ASSERT_TRUE(cuda_scan(&ca, getpid()) >= 5, "hooked for this process too");
+	ASSERT_TRUE(uprobes_scan(&ca, getpid()) >= 5, "hooked for this process too");
 	c.launch(NULL, 0, 0, NULL, 0, NULL);
 	ASSERT_EQ(prog_runs(skel->progs.ts_cuda_call), before + 11, "now this process traps");
-	cuda_forget(&ca, getpid());
+	uprobes_forget(&ca, getpid());
 	ASSERT_EQ(ca.nhooks, 1, "its hook is gone");
 	c.launch(NULL, 0, 0, NULL, 0, NULL);
 	ASSERT_EQ(prog_runs(skel->progs.ts_cuda_call), before + 11, "and its probes with it");
-	ASSERT_EQ(cuda_hooked_files(&ca), 1, "one file hooked");
-	cuda_detach(&ca);
+	ASSERT_EQ(uprobes_hooked_files(&ca, "CUDA"), 1, "one file hooked");
+	uprobes_detach(&ca);
 out:
 	if (child > 0) {
 		kill(child, SIGKILL);

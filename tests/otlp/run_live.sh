@@ -33,7 +33,7 @@ build() {
 	for f in user/*/*.c; do
 		b=$(basename "$f" .c)
 		# The Makefile's LOADER_SRCS: main and the users of the BPF skeleton.
-		case $f in user/cli/main.c | user/loader/trace.c | user/loader/cuda.c | \
+		case $f in user/cli/main.c | user/loader/trace.c | user/loader/uprobes.c | \
 			user/loader/run.c | user/loader/kernel.c) continue ;;
 		esac
 		o=$obj/$b.o

@@ -214,18 +214,32 @@ void kernel_ring_close(struct kernel *k)
 	k->rb = NULL;
 }
 
-int kernel_attach_cuda(struct kernel *k, enum kernel_cuda_probe probe, int pid, const char *path,
-		       uint64_t off, const char *func, uint64_t cookie, struct bpf_link **link)
+int kernel_attach_uprobe(struct kernel *k, enum kernel_probe probe, int pid, const char *path,
+			 uint64_t off, const char *func, uint64_t cookie, struct bpf_link **link)
 {
 	LIBBPF_OPTS(bpf_uprobe_opts, opts, .func_name = func, .bpf_cookie = cookie,
-		    .retprobe = probe == KERNEL_CUDA_SYNC_RET);
-	struct bpf_program *prog = k->skel->progs.ts_cuda_call;
+		    .retprobe = probe == KERNEL_CUDA_SYNC_RET || probe == KERNEL_TLS_RET);
+	struct bpf_program *prog;
 
-	if (probe == KERNEL_CUDA_SYNC)
+	switch (probe) {
+	case KERNEL_CUDA_SYNC:
 		prog = k->skel->progs.ts_cuda_sync;
-	else if (probe == KERNEL_CUDA_SYNC_RET)
+		break;
+	case KERNEL_CUDA_SYNC_RET:
 		prog = k->skel->progs.ts_cuda_sync_ret;
-
+		break;
+	case KERNEL_CUDA_CALL:
+		prog = k->skel->progs.ts_cuda_call;
+		break;
+	case KERNEL_TLS_CALL:
+		prog = k->skel->progs.ts_tls_enter;
+		break;
+	case KERNEL_TLS_RET:
+		prog = k->skel->progs.ts_tls_return;
+		break;
+	default:
+		return -EINVAL;
+	}
 	*link = bpf_program__attach_uprobe_opts(prog, pid, path, off, &opts);
 	return *link ? 0 : -errno;
 }

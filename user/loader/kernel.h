@@ -9,7 +9,7 @@
  * `events`) into a record callback, and attaches the CUDA uprobes and the CUPTI library's
  * USDT probes for one process at a time.
  *
- * trace.c and cuda.c decide what to trace and say what went wrong; they see no skeleton and
+ * trace.c and uprobes.c decide what to trace and say what went wrong; they see no skeleton and
  * no map. Functions that can fail return 0 or a negative errno (the kernel's or libbpf's, as
  * it was), and print nothing themselves.
  */
@@ -50,7 +50,7 @@ int kernel_attach(struct kernel *k);
 /* Frees what is left (the ring buffer too); NULL is nothing. */
 void kernel_destroy(struct kernel *k);
 /*
- * The BPF tests (tests/bpf/) open and load the skeleton themselves and drive cuda.c over it: a
+ * The BPF tests (tests/bpf/) open and load the skeleton themselves and drive uprobes.c over it: a
  * kernel side over their skeleton, which kernel_destroy leaves to them to destroy.
  */
 int kernel_borrow(struct kernel **kp, struct tokenscope_bpf *skel);
@@ -82,20 +82,24 @@ void kernel_ring_consume(struct kernel *k);
 /* Unmaps the ring buffer (none open, or k NULL: nothing). */
 void kernel_ring_close(struct kernel *k);
 
-/* The CUDA programs: a host wait's entry and return, and any other call (launch, copy). */
-enum kernel_cuda_probe {
+/* The uprobe programs: a CUDA host wait's entry and return, any other CUDA call (launch,
+ * copy); a TLS library read or write's entry and return. */
+enum kernel_probe {
+	KERNEL_PROBE_NONE,
 	KERNEL_CUDA_SYNC,
 	KERNEL_CUDA_SYNC_RET,
 	KERNEL_CUDA_CALL,
+	KERNEL_TLS_CALL,
+	KERNEL_TLS_RET,
 };
 
 /*
- * Attaches a CUDA program for pid alone at offset off of the file at path, or (func, with off
- * 0) wherever libbpf finds that function by name; the program reads cookie (enum
- * ts_cuda_fn). *link is the attachment on success.
+ * Attaches a uprobe program for pid alone at offset off of the file at path, or (func, with off
+ * 0) wherever libbpf finds that function by name; the program reads cookie (enum ts_cuda_fn,
+ * enum ts_tls_fn). *link is the attachment on success.
  */
-int kernel_attach_cuda(struct kernel *k, enum kernel_cuda_probe probe, int pid, const char *path,
-		       uint64_t off, const char *func, uint64_t cookie, struct bpf_link **link);
+int kernel_attach_uprobe(struct kernel *k, enum kernel_probe probe, int pid, const char *path,
+			 uint64_t off, const char *func, uint64_t cookie, struct bpf_link **link);
 /* Attaches the CUPTI program to the USDT probe TS_CUPTI_PROVIDER:name of the library at path,
  * for pid alone. */
 int kernel_attach_cupti(struct kernel *k, int pid, const char *path, const char *name,

@@ -10,7 +10,7 @@
 #include <linux/types.h>
 
 #include "lib/clock.h"
-#include "loader/cuda.h"
+#include "loader/uprobes.h"
 #include "sinks/output.h"
 #include "loader/discover.h"
 #include "loader/kernel.h"
@@ -39,7 +39,7 @@ struct tracer {
 	struct kernel *k;
 	const char *label; /* container of the processes being followed now (--all) */
 	struct pipeline pl;
-	struct cuda_attach cuda;
+	struct uprobes cuda;
 	struct record_writer rec;
 	bool recording;
 	int rec_err; /* the first write error: recording stops, tracing goes on */
@@ -94,7 +94,7 @@ static void process_gone(void *ctx, uint32_t pid)
 	/* A later server that gets this pid is a new one. */
 	if (tr->seen)
 		discover_set_remove(tr->seen, pid);
-	cuda_forget(&tr->cuda, pid);
+	uprobes_forget(&tr->cuda, pid);
 	kernel_forget_conns(tr->k, pid);
 }
 
@@ -186,28 +186,30 @@ static void explain_load_denied(int err)
  */
 static bool cuda_explain(struct tracer *tr)
 {
-	const struct cuda_denial *d = &tr->cuda.denied;
+	const struct uprobes_denial *d = &tr->cuda.denied;
 	bool admin = has_cap(tr->caps, CAP_SYS_ADMIN), ptrace = has_cap(tr->caps, CAP_SYS_PTRACE);
 	const char *why;
 
-	if (tr->cuda_explained || d->what == CUDA_DENIED_NONE || cuda_hooked_files(&tr->cuda))
+	if (tr->cuda_explained || d->what == UPROBES_DENIED_NONE ||
+	    uprobes_hooked_files(&tr->cuda, d->kind))
 		return tr->cuda_explained;
-	if (d->what == CUDA_DENIED_MAPS) {
+	if (d->what == UPROBES_DENIED_MAPS) {
 		fprintf(stderr,
-			"tokenscope: cannot read %s (%s): finding the CUDA libraries of another "
-			"user's process needs CAP_SYS_PTRACE%s; GPU steps are not traced\n",
+			"tokenscope: cannot read %s (%s): finding the CUDA and TLS libraries of "
+			"another user's process needs CAP_SYS_PTRACE%s; GPU steps and TLS "
+			"plaintext are not traced\n",
 			d->path, strerror(d->err), ptrace ? ", which this process has" : "");
 	} else {
-		if (d->what == CUDA_DENIED_ROOT)
+		if (d->what == UPROBES_DENIED_ROOT)
 			why = ptrace ? "opening it through /proc/PID/root was refused"
 				     : "opening it through /proc/PID/root needs CAP_SYS_PTRACE";
 		else
 			why = admin ? "attaching uprobes was refused"
 				    : "uprobes need CAP_SYS_ADMIN (Linux 6.16 and later)";
 		fprintf(stderr,
-			"tokenscope: cannot hook the CUDA library %s of pid %u: %s (%s); GPU steps "
-			"are not traced\n",
-			d->path, d->pid, why, strerror(d->err));
+			"tokenscope: cannot hook the %s library %s of pid %u: %s (%s); %s not "
+			"traced\n",
+			d->kind, d->path, d->pid, why, strerror(d->err), d->traces);
 	}
 	tr->cuda_explained = true;
 	return true;
@@ -216,7 +218,7 @@ static bool cuda_explain(struct tracer *tr)
 static void cuda_scan_all(struct tracer *tr)
 {
 	for (uint32_t i = 0; i < tr->pl.nlive; i++)
-		cuda_scan(&tr->cuda, tr->pl.live[i].pid);
+		uprobes_scan(&tr->cuda, tr->pl.live[i].pid);
 }
 
 static int trace_follow(struct tracer *tr, uint32_t pid, bool root)
@@ -668,10 +670,10 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 			goto out;
 		raw = isatty(STDIN_FILENO) && !top_term_raw(STDIN_FILENO, &saved);
 	}
-	cuda_init(&tr.cuda, tr.k, o->verbose);
+	uprobes_init(&tr.cuda, tr.k, o->verbose);
 	tr.cuda.kernels = o->gpu_calls;
 	cuda_scan_all(&tr);
-	if (!cuda_hooked_files(&tr.cuda) && !cuda_explain(&tr))
+	if (!uprobes_hooked_files(&tr.cuda, "CUDA") && !cuda_explain(&tr))
 		fprintf(stderr, "tokenscope: no CUDA library in the traced processes; GPU steps "
 				"will be traced if one is loaded later\n");
 
@@ -713,7 +715,7 @@ out:
 			err = tr.rec_err;
 	}
 	kernel_ring_close(tr.k);
-	cuda_detach(&tr.cuda);
+	uprobes_detach(&tr.cuda);
 	kernel_destroy(tr.k);
 	pipeline_free(&tr.pl);
 	return err;

@@ -64,6 +64,10 @@ struct conn {
 	 * brought the first bytes of the request being read; latched: the latter is set. */
 	uint64_t rx_cur, rx_first;
 	bool rx_latched;
+	/* TLS: the connection carries it; its plaintext (TS_SYS_TLS_* records) has come */
+	bool tls, tls_plain;
+	/* Started again (conn_tls): the next record of each direction sets where it stands. */
+	bool rejoin[2];
 };
 
 static void buf_reset(struct buf *b, struct budget *bg)
@@ -672,6 +676,46 @@ void conn_on_open(struct conn_table *t, const struct ts_conn_event *e)
 		conn_label(c->label, sizeof(c->label), e);
 }
 
+static bool is_plaintext(const struct ts_data_event *e)
+{
+	return e->syscall == TS_SYS_TLS_READ || e->syscall == TS_SYS_TLS_WRITE;
+}
+
+static void conn_end(struct conn_table *t, struct conn *c, uint64_t ts);
+
+/*
+ * A connection that carries TLS: the kernel said so (its first bytes were a TLS record), or its
+ * plaintext came. Plaintext that comes after encrypted bytes were fed (the connection was first
+ * seen in the middle of a TLS record, so the kernel could not tell) starts the connection again,
+ * from its next request: what was fed was ciphertext. Returns the connection to go on with.
+ */
+static struct conn *conn_tls(struct conn_table *t, struct conn *c, const struct ts_data_event *e)
+{
+	if (!c->tls) {
+		c->tls = true;
+		t->stats.tls_conns++;
+	}
+	if (!is_plaintext(e) || c->tls_plain)
+		return c;
+	if (c->expect[TS_DIR_IN] || c->expect[TS_DIR_OUT] || c->role != ROLE_NEW) {
+		char label[sizeof(c->label)];
+
+		memcpy(label, c->label, sizeof(label));
+		/* Not counted as a TLS connection left unread: its plaintext came. */
+		c->tls_plain = true;
+		conn_end(t, c, e->enter_ns);
+		c = conn_new(t, e->conn_id, e->hdr.pid, e->fd);
+		if (!c)
+			return NULL;
+		memcpy(c->label, label, sizeof(label));
+		t->stats.conns--; /* the same connection */
+		c->tls = true;
+		c->rejoin[TS_DIR_IN] = c->rejoin[TS_DIR_OUT] = true;
+	}
+	c->tls_plain = true;
+	return c;
+}
+
 void conn_on_data(struct conn_table *t, const struct ts_data_event *e)
 {
 	struct conn *c = *conn_slot(t, e->conn_id);
@@ -682,6 +726,8 @@ void conn_on_data(struct conn_table *t, const struct ts_data_event *e)
 
 	if (!c)
 		c = conn_new(t, e->conn_id, e->hdr.pid, e->fd);
+	if (c && (e->status == TS_DATA_TLS || is_plaintext(e)))
+		c = conn_tls(t, c, e);
 	if (!c || c->role == ROLE_IGNORED)
 		return;
 	c->last_ns = ts;
@@ -690,8 +736,9 @@ void conn_on_data(struct conn_table *t, const struct ts_data_event *e)
 			conn_peer_gone(c);
 		return;
 	}
-	if (c->expect[dir] == 0 && c->role == ROLE_NEW && e->syscall_pos > 0)
+	if (c->expect[dir] == 0 && (c->role == ROLE_NEW || c->rejoin[dir]) && e->syscall_pos > 0)
 		c->expect[dir] = e->syscall_pos; /* joined mid-connection: nothing before is owed */
+	c->rejoin[dir] = false;
 	if (e->pos > c->expect[dir])
 		conn_gap(c, dir, e->pos - c->expect[dir], ts);
 	else
@@ -722,6 +769,8 @@ static void conn_end(struct conn_table *t, struct conn *c, uint64_t ts)
 {
 	struct conn **pp = conn_slot(t, c->id);
 
+	if (c->tls && !c->tls_plain)
+		t->stats.tls_unread++;
 	if (c->role == ROLE_SERVER) {
 		if (c->out_sync)
 			http_close(&c->resp, ts);

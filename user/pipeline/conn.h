@@ -41,6 +41,8 @@ struct conn_stats {
 	uint64_t pipeline_overflow; /* requests dropped beyond CONN_PIPELINE_MAX */
 	uint64_t oversize_frames;   /* stream frames dropped for size (SSE_FRAME_MAX) */
 	uint64_t damaged_frames;    /* stream regions dropped because bytes were missing */
+	uint64_t tls_conns;	    /* connections that carried TLS */
+	uint64_t tls_unread;	    /* ... ended with no plaintext seen (no TLS library hooked) */
 };
 
 struct conn;

@@ -403,6 +403,8 @@ void pipeline_loss(const struct pipeline *pl, struct loss_report *loss)
 	loss->copy_failed = pl->kstats[TS_STAT_COPY_FAILED];
 	loss->http_conns = pl->conns.stats.http_conns;
 	loss->ignored_conns = pl->conns.stats.ignored_conns;
+	loss->tls_conns = pl->conns.stats.tls_conns;
+	loss->tls_unread = pl->conns.stats.tls_unread;
 	loss->partial_requests = pl->conns.stats.partial_requests;
 	loss->orphan_responses = pl->conns.stats.orphan_responses;
 	loss->pipeline_overflow = pl->conns.stats.pipeline_overflow;

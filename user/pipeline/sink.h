@@ -29,6 +29,8 @@ struct loss_report {
 	uint64_t copy_failed;	   /* reads of traced bytes from the process's memory that failed
 				    * (their bytes are in uncaptured_bytes) */
 	uint64_t http_conns, ignored_conns;
+	/* connections that carried TLS, and of those, the ones whose plaintext never came */
+	uint64_t tls_conns, tls_unread;
 	/* What the parsers let go (struct conn_stats): never a request reported with wrong numbers,
 	 * always a count. */
 	uint64_t partial_requests, orphan_responses, pipeline_overflow, oversize_frames,

@@ -127,8 +127,14 @@ void summary_print(const struct summary *s, const struct loss_report *loss, cons
 	/* Says why a run can show no requests: TLS, HTTP/2 or another protocol on the sockets. */
 	fprintf(f,
 		"  connections: %llu serving HTTP/1.x, %llu ignored (another protocol, TLS, or "
-		"outgoing)\n",
+		"outgoing)",
 		(unsigned long long)loss->http_conns, (unsigned long long)loss->ignored_conns);
+	if (loss->tls_conns)
+		fprintf(f,
+			"; %llu carried TLS, of which %llu ended with no plaintext seen (no TLS "
+			"library hooked)",
+			(unsigned long long)loss->tls_conns, (unsigned long long)loss->tls_unread);
+	fputc('\n', f);
 }
 
 void summaries_init(struct summaries *s, FILE *out)

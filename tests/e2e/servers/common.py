@@ -34,6 +34,8 @@ def parse_args(description, extra=None):
     ap = argparse.ArgumentParser(description=description)
     ap.add_argument("port_pos", nargs="?", type=int, metavar="PORT")
     ap.add_argument("--port", type=int)
+    ap.add_argument("--tls-cert", metavar="PEM",
+                    help="serve TLS with this certificate (and its key, in the same file)")
     if extra:
         extra(ap)
     args = ap.parse_args()

@@ -55,8 +55,9 @@ def main():
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", args.port))
+    tls = {"ssl_certfile": args.tls_cert} if args.tls_cert else {}
     config = uvicorn.Config(app, loop=loop, http=http, lifespan="off", log_level="warning",
-                            access_log=False)
+                            access_log=False, **tls)
     Server(config).run(sockets=[sock])
 
 

@@ -1,0 +1,480 @@
+// SPDX-License-Identifier: MIT
+#include <errno.h>
+#include <fcntl.h>
+#include <gelf.h>
+#include <libelf.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <linux/types.h>
+
+#include "loader/uprobes.h"
+#include "events.h"
+#include "loader/kernel.h"
+
+/* A function to hook: its name, the cookie its programs read, the program at its entry and the
+ * one at its return (KERNEL_PROBE_NONE: none). */
+struct uprobes_fn {
+	const char *name;
+	uint32_t cookie;
+	enum kernel_probe entry, ret;
+};
+
+#define CUDA_CALL(name, kind)                                   \
+	{                                                       \
+		name, kind, KERNEL_CUDA_CALL, KERNEL_PROBE_NONE \
+	}
+#define CUDA_WAIT(name)                                                    \
+	{                                                                  \
+		name, TS_CUDA_SYNC, KERNEL_CUDA_SYNC, KERNEL_CUDA_SYNC_RET \
+	}
+#define TLS_CALL(name, kind)                                \
+	{                                                   \
+		name, kind, KERNEL_TLS_CALL, KERNEL_TLS_RET \
+	}
+
+/* Runtime API (libcudart, or an executable that links it statically). */
+static const struct uprobes_fn runtime_fns[] = {
+	CUDA_CALL("cudaLaunchKernel", TS_CUDA_LAUNCH),
+	CUDA_CALL("cudaLaunchKernel_ptsz", TS_CUDA_LAUNCH),
+	CUDA_CALL("cudaLaunchKernelExC", TS_CUDA_LAUNCH),
+	CUDA_CALL("cudaLaunchKernelExC_ptsz", TS_CUDA_LAUNCH),
+	CUDA_CALL("cudaGraphLaunch", TS_CUDA_GRAPH_LAUNCH),
+	CUDA_CALL("cudaGraphLaunch_ptsz", TS_CUDA_GRAPH_LAUNCH),
+	CUDA_CALL("cudaMemcpy", TS_CUDA_MEMCPY),
+	CUDA_CALL("cudaMemcpy_ptds", TS_CUDA_MEMCPY),
+	CUDA_CALL("cudaMemcpyAsync", TS_CUDA_MEMCPY),
+	CUDA_CALL("cudaMemcpyAsync_ptsz", TS_CUDA_MEMCPY),
+	CUDA_WAIT("cudaStreamSynchronize"),
+	CUDA_WAIT("cudaStreamSynchronize_ptsz"),
+	CUDA_WAIT("cudaDeviceSynchronize"),
+	CUDA_WAIT("cudaEventSynchronize"),
+};
+
+/* Driver API (libcuda): Triton and other JITs launch through it directly. */
+static const struct uprobes_fn driver_fns[] = {
+	CUDA_CALL("cuLaunchKernel", TS_CUDA_LAUNCH),
+	CUDA_CALL("cuLaunchKernel_ptsz", TS_CUDA_LAUNCH),
+	CUDA_CALL("cuLaunchKernelEx", TS_CUDA_LAUNCH),
+	CUDA_CALL("cuLaunchKernelEx_ptsz", TS_CUDA_LAUNCH),
+	CUDA_CALL("cuGraphLaunch", TS_CUDA_GRAPH_LAUNCH),
+	CUDA_CALL("cuGraphLaunch_ptsz", TS_CUDA_GRAPH_LAUNCH),
+	CUDA_CALL("cuMemcpyDtoH_v2", TS_CUDA_MEMCPY_DTOH),
+	CUDA_CALL("cuMemcpyDtoH_v2_ptds", TS_CUDA_MEMCPY_DTOH),
+	CUDA_CALL("cuMemcpyDtoHAsync_v2", TS_CUDA_MEMCPY_DTOH),
+	CUDA_CALL("cuMemcpyDtoHAsync_v2_ptsz", TS_CUDA_MEMCPY_DTOH),
+	CUDA_WAIT("cuStreamSynchronize"),
+	CUDA_WAIT("cuStreamSynchronize_ptsz"),
+	CUDA_WAIT("cuCtxSynchronize"),
+	CUDA_WAIT("cuEventSynchronize"),
+};
+
+/* OpenSSL's (and BoringSSL's) plaintext calls: libssl.so.3 and .so.1.1, or an executable that
+ * links the library in (Node's). */
+static const struct uprobes_fn tls_fns[] = {
+	TLS_CALL("SSL_read", TS_TLS_READ),
+	TLS_CALL("SSL_read_ex", TS_TLS_READ_EX),
+	TLS_CALL("SSL_write", TS_TLS_WRITE),
+	TLS_CALL("SSL_write_ex", TS_TLS_WRITE_EX),
+};
+
+#define TABLE(fns) fns, sizeof(fns) / sizeof(fns[0])
+
+/* The libraries looked for, by the start of their file name; an executable is looked into for
+ * every table that exe_too says may be linked in statically. */
+static const struct uprobes_table tables[] = {
+	{ "CUDA", "GPU steps", "libcudart.so", true, TABLE(runtime_fns) },
+	{ "CUDA", "GPU steps", "libcuda.so", false, TABLE(driver_fns) },
+	{ "TLS", "TLS plaintext", "libssl.so", true, TABLE(tls_fns) },
+};
+
+void uprobes_init(struct uprobes *u, struct kernel *k, bool verbose)
+{
+	memset(u, 0, sizeof(*u));
+	u->k = k;
+	u->verbose = verbose;
+}
+
+/* The hook of pid in file (-1: the CUPTI library's probes), or NULL. */
+static struct uprobes_hook *hook_find(struct uprobes *u, uint32_t pid, int file)
+{
+	for (int i = 0; i < u->nhooks; i++)
+		if (u->hooks[i].pid == pid && u->hooks[i].file == file)
+			return &u->hooks[i];
+	return NULL;
+}
+
+/* A new hook without links; NULL when UPROBES_MAX_HOOKS are in use (said once) or there is no
+ * memory. Kept even if nothing attaches: a process is tried once per file. */
+static struct uprobes_hook *hook_new(struct uprobes *u, uint32_t pid, int file)
+{
+	struct uprobes_hook *h;
+
+	if (!u->hooks && !(u->hooks = calloc(UPROBES_MAX_HOOKS, sizeof(*u->hooks))))
+		return NULL;
+	if (u->nhooks == UPROBES_MAX_HOOKS) {
+		if (!u->hooks_full)
+			fprintf(stderr,
+				"tokenscope: %d (process, library) pairs hooked, the most kept: "
+				"the CUDA and TLS calls of pid %u and of later processes are not "
+				"traced\n",
+				UPROBES_MAX_HOOKS, pid);
+		u->hooks_full = true;
+		return NULL;
+	}
+	h = &u->hooks[u->nhooks++];
+	memset(h, 0, sizeof(*h));
+	h->pid = pid;
+	h->file = file;
+	return h;
+}
+
+static void hook_unlink(struct uprobes_hook *h)
+{
+	for (int i = 0; i < h->nlinks; i++)
+		kernel_link_destroy(h->links[i]);
+	h->nlinks = 0;
+}
+
+/*
+ * Attaches fn for h's process alone: at off in the file, or (off 0: the file's symbols could
+ * not be read here) wherever libbpf finds it by name; at its return too where its table says.
+ */
+static int hook_fn(struct uprobes *u, struct uprobes_hook *h, const char *path,
+		   const struct uprobes_fn *fn, uint64_t off)
+{
+	const char *name = off ? NULL : fn->name;
+	struct bpf_link *l, *r = NULL;
+	int pid = (int)h->pid, err;
+
+	if (h->nlinks + 2 > UPROBES_HOOK_LINKS)
+		return -E2BIG;
+	err = kernel_attach_uprobe(u->k, fn->entry, pid, path, off, name, fn->cookie, &l);
+	if (err)
+		return err;
+	if (fn->ret != KERNEL_PROBE_NONE) {
+		err = kernel_attach_uprobe(u->k, fn->ret, pid, path, off, name, fn->cookie, &r);
+		if (err) {
+			kernel_link_destroy(l);
+			return err;
+		}
+	}
+	h->links[h->nlinks++] = l;
+	if (r)
+		h->links[h->nlinks++] = r;
+	return 0;
+}
+
+static bool is_denial(int err)
+{
+	return err == -EACCES || err == -EPERM;
+}
+
+/* Keeps the first refusal for want of a permission (uprobes.denied); table NULL for the
+ * maps, and for the CUPTI library, whose refusal is said with the CUDA ones. */
+static void deny(struct uprobes *u, enum uprobes_denied what, int err, uint32_t pid,
+		 const char *path, const struct uprobes_table *table)
+{
+	if (u->denied.what != UPROBES_DENIED_NONE)
+		return;
+	u->denied.what = what;
+	u->denied.kind = table ? table->what : "CUDA";
+	u->denied.traces = table ? table->traces : "GPU steps";
+	u->denied.err = -err;
+	u->denied.pid = pid;
+	snprintf(u->denied.path, sizeof(u->denied.path), "%s", path);
+}
+
+/* Hooks the file's functions for h's process; returns how many, and *first_err the first
+ * failure other than a function the file lacks. */
+static int hook_file(struct uprobes *u, struct uprobes_hook *h, const char *path,
+		     const struct uprobes_file *cf, int *first_err)
+{
+	int hooked = 0;
+
+	*first_err = 0;
+	for (size_t i = 0; i < cf->table->n; i++) {
+		int err;
+
+		if (!cf->by_name && !cf->offs[i])
+			continue;
+		err = hook_fn(u, h, path, &cf->table->fns[i], cf->by_name ? 0 : cf->offs[i]);
+		if (!err) {
+			hooked++;
+			continue;
+		}
+		if (err == -ENOENT)
+			continue;
+		if (!*first_err)
+			*first_err = err;
+		if (u->verbose)
+			fprintf(stderr, "tokenscope: cannot hook %s in %s for pid %u: %s\n",
+				cf->table->fns[i].name, path, h->pid, strerror(-err));
+	}
+	return hooked;
+}
+
+/* Attaches the injection library's probes for pid (once per process); true if attached. */
+static bool hook_cupti(struct uprobes *u, uint32_t pid, const char *full, const char *path)
+{
+	static const char *const probes[] = { "runs", "kernels" };
+	struct uprobes_hook *h;
+	int err = 0;
+
+	if (hook_find(u, pid, -1) || !(h = hook_new(u, pid, -1)))
+		return false;
+	for (int i = 0; i < (u->kernels ? 2 : 1); i++) {
+		struct bpf_link *l;
+
+		err = kernel_attach_cupti(u->k, (int)pid, full, probes[i], &l);
+		if (err) {
+			fprintf(stderr,
+				"tokenscope: cannot attach to the probe %s:%s of pid %u in %s: "
+				"%s; no device times\n",
+				TS_CUPTI_PROVIDER, probes[i], pid, path, strerror(-err));
+			break;
+		}
+		h->links[h->nlinks++] = l;
+	}
+	if (is_denial(err))
+		deny(u, UPROBES_DENIED_UPROBE, err, pid, path, NULL);
+	if (err) {
+		hook_unlink(h);
+		return false;
+	}
+	u->cupti_attached++;
+	fprintf(stderr, "tokenscope: device times of pid %u from %s (CUPTI)\n", pid, path);
+	return true;
+}
+
+/* The file offset of a function at vaddr: in the executable segment that holds it. */
+static uint64_t vaddr_off(Elf *e, size_t phnum, uint64_t vaddr)
+{
+	for (size_t i = 0; i < phnum; i++) {
+		GElf_Phdr ph;
+
+		if (gelf_getphdr(e, (int)i, &ph) && ph.p_type == PT_LOAD && (ph.p_flags & PF_X) &&
+		    vaddr >= ph.p_vaddr && vaddr - ph.p_vaddr < ph.p_memsz)
+			return vaddr - ph.p_vaddr + ph.p_offset;
+	}
+	return 0;
+}
+
+/*
+ * Where each function of the file's table lies (cf->offs; 0 where it is not defined), in one
+ * pass over its symbol tables, as libbpf would find it by name (the first defined function of
+ * that name). Asking libbpf to attach each function by name parses the file once per name and
+ * per process: for a large executable that links no CUDA (Node's is 100 MB) that stalled the
+ * loader, and the draining of the ring buffer, for seconds. Returns how many it found, or
+ * -errno when the file cannot be read as ELF.
+ */
+static int resolve(const char *path, struct uprobes_file *cf)
+{
+	const char *first = cf->table->fns[0].name;
+	int fd = open(path, O_RDONLY | O_CLOEXEC), found = 0;
+	Elf_Scn *scn = NULL;
+	size_t phnum;
+	Elf *e;
+
+	if (fd < 0)
+		return -errno;
+	if (elf_version(EV_CURRENT) == EV_NONE || !(e = elf_begin(fd, ELF_C_READ_MMAP, NULL))) {
+		close(fd);
+		return -EINVAL;
+	}
+	if (elf_kind(e) != ELF_K_ELF || elf_getphdrnum(e, &phnum)) {
+		elf_end(e);
+		close(fd);
+		return -EINVAL;
+	}
+	while ((scn = elf_nextscn(e, scn))) {
+		GElf_Shdr sh;
+		Elf_Data *d;
+
+		if (!gelf_getshdr(scn, &sh) ||
+		    (sh.sh_type != SHT_SYMTAB && sh.sh_type != SHT_DYNSYM) || !sh.sh_entsize ||
+		    !(d = elf_getdata(scn, NULL)))
+			continue;
+		for (size_t i = 0; i < sh.sh_size / sh.sh_entsize; i++) {
+			GElf_Sym sym;
+			const char *name;
+
+			if (!gelf_getsym(d, (int)i, &sym) ||
+			    GELF_ST_TYPE(sym.st_info) != STT_FUNC || sym.st_shndx == SHN_UNDEF ||
+			    !sym.st_value)
+				continue;
+			name = elf_strptr(e, sh.sh_link, sym.st_name);
+			/* Every name of a table starts with the same two characters. */
+			if (!name || name[0] != first[0] || name[1] != first[1])
+				continue;
+			for (size_t k = 0; k < cf->table->n; k++) {
+				if (cf->offs[k] || strcmp(name, cf->table->fns[k].name))
+					continue;
+				cf->offs[k] = vaddr_off(e, phnum, sym.st_value);
+				found += cf->offs[k] != 0;
+				break;
+			}
+		}
+	}
+	elf_end(e);
+	close(fd);
+	return found;
+}
+
+/* The file as a library of table's kind (seen before, or now: its functions found); NULL when
+ * UPROBES_MAX_FILES are known. */
+static struct uprobes_file *file_of(struct uprobes *u, const struct stat *st, const char *full,
+				    const struct uprobes_table *table)
+{
+	struct uprobes_file *cf;
+	int found;
+
+	for (int i = 0; i < u->nfiles; i++)
+		if (u->files[i].dev == st->st_dev && u->files[i].ino == st->st_ino &&
+		    u->files[i].table == table)
+			return &u->files[i];
+	if (u->nfiles == UPROBES_MAX_FILES) {
+		if (!u->files_full)
+			fprintf(stderr,
+				"tokenscope: %d library files looked at, the most kept: %s and "
+				"later files are not hooked\n",
+				UPROBES_MAX_FILES, full);
+		u->files_full = true;
+		return NULL;
+	}
+	cf = &u->files[u->nfiles++];
+	memset(cf, 0, sizeof(*cf));
+	cf->dev = st->st_dev;
+	cf->ino = st->st_ino;
+	cf->table = table;
+	found = resolve(full, cf);
+	/* Unreadable here: libbpf may still read it (it decides, function by function). */
+	cf->by_name = found < 0;
+	cf->nfns = found < 0 ? (int)table->n : found;
+	return cf;
+}
+
+/* Hooks the mapped file at path (full: through the process's root) as a library of table's
+ * kind for pid, unless done before; guess: an executable that may not link it in. Returns the
+ * functions hooked, or -ENOSPC when no more files can be kept. */
+static int scan_file(struct uprobes *u, uint32_t pid, const char *full, const char *path,
+		     const struct uprobes_table *table, bool guess)
+{
+	struct uprobes_file *cf;
+	struct uprobes_hook *h;
+	struct stat st;
+	int hooked, err = 0;
+
+	if (stat(full, &st)) {
+		if (is_denial(-errno))
+			deny(u, UPROBES_DENIED_ROOT, -errno, pid, path, table);
+		return 0;
+	}
+	cf = file_of(u, &st, full, table);
+	if (!cf)
+		return -ENOSPC;
+	/* An executable is hooked only where its symbols show the library linked in. */
+	if (!cf->nfns || (guess && cf->by_name))
+		return 0;
+	if (hook_find(u, pid, (int)(cf - u->files)) ||
+	    !(h = hook_new(u, pid, (int)(cf - u->files))))
+		return 0;
+	hooked = hook_file(u, h, full, cf, &err);
+	if (!hooked && is_denial(err))
+		deny(u, UPROBES_DENIED_UPROBE, err, pid, path, table);
+	if (!hooked)
+		return 0;
+	cf->hooked = true;
+	fprintf(stderr, "tokenscope: tracing %s calls of pid %u in %s (%d functions)\n",
+		table->what, pid, path, hooked);
+	return hooked;
+}
+
+int uprobes_scan(struct uprobes *u, uint32_t pid)
+{
+	char maps[64], exe[4096], line[4096 + 128];
+	ssize_t exe_len;
+	FILE *f;
+	int total = 0;
+
+	snprintf(maps, sizeof(maps), "/proc/%u/exe", pid);
+	exe_len = readlink(maps, exe, sizeof(exe) - 1);
+	exe[exe_len > 0 ? exe_len : 0] = 0;
+	snprintf(maps, sizeof(maps), "/proc/%u/maps", pid);
+	f = fopen(maps, "re");
+	if (!f) {
+		int err = -errno;
+
+		if (is_denial(err))
+			deny(u, UPROBES_DENIED_MAPS, err, pid, maps, NULL);
+		return err;
+	}
+	while (fgets(line, sizeof(line), f)) {
+		char perms[8], path[4096 + 64], full[4096 + 96];
+		unsigned long long start, end, off, ino;
+		unsigned int major, minor;
+		const char *base;
+		bool is_exe, full_up = false;
+
+		if (sscanf(line, "%llx-%llx %7s %llx %x:%x %llu %4095s", &start, &end, perms, &off,
+			   &major, &minor, &ino, path) != 8 ||
+		    perms[2] != 'x' || path[0] != '/')
+			continue;
+		/* Through the process's own root: the path is the one its mount namespace sees. */
+		snprintf(full, sizeof(full), "/proc/%u/root%s", pid, path);
+		base = strrchr(path, '/') + 1;
+		if (!strncmp(base, CUDA_CUPTI_LIB, strlen(CUDA_CUPTI_LIB))) {
+			total += hook_cupti(u, pid, full, path);
+			continue;
+		}
+		is_exe = !strcmp(path, exe);
+		for (size_t t = 0; t < sizeof(tables) / sizeof(tables[0]); t++) {
+			bool named =
+			    !strncmp(base, tables[t].file_prefix, strlen(tables[t].file_prefix));
+			int n;
+
+			if (!named && !(is_exe && tables[t].exe_too))
+				continue;
+			n = scan_file(u, pid, full, path, &tables[t], !named);
+			if (n == -ENOSPC) {
+				full_up = true;
+				break;
+			}
+			total += n;
+		}
+		if (full_up)
+			break;
+	}
+	fclose(f);
+	return total;
+}
+
+int uprobes_hooked_files(const struct uprobes *u, const char *what)
+{
+	int n = 0;
+
+	for (int i = 0; i < u->nfiles; i++)
+		n += u->files[i].hooked && !strcmp(u->files[i].table->what, what);
+	return n;
+}
+
+void uprobes_forget(struct uprobes *u, uint32_t pid)
+{
+	for (int i = 0; i < u->nhooks; i++) {
+		if (u->hooks[i].pid != pid)
+			continue;
+		hook_unlink(&u->hooks[i]);
+		u->hooks[i--] = u->hooks[--u->nhooks];
+	}
+}
+
+void uprobes_detach(struct uprobes *u)
+{
+	for (int i = 0; i < u->nhooks; i++)
+		hook_unlink(&u->hooks[i]);
+	free(u->hooks);
+	u->hooks = NULL;
+	u->nhooks = 0;
+}

@@ -1,0 +1,113 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Finding and hooking the libraries whose calls tokenscope traces with uprobes: the CUDA runtime
+ * and driver (every copy of libcudart.so* / libcuda.so* a traced process maps: PyTorch ships its
+ * own), the TLS library (libssl.so*), and an executable that links the CUDA runtime or OpenSSL
+ * in statically (Node links OpenSSL in), found through /proc/PID/maps and opened through
+ * /proc/PID/root so that processes in containers work.
+ *
+ * The uprobes are attached for each traced process alone (a perf event bound to it): the kernel
+ * puts its breakpoints in that process's memory only, so another process mapping the same file
+ * never traps, and two tracers of different processes do not run each other's programs on each
+ * call. Where each function lies in a file is read once per file (one pass over its symbols);
+ * a process's probes go when it exits (uprobes_forget).
+ *
+ * A process that loaded tokenscope's CUPTI injection library gets that library's USDT probes
+ * attached for it alone too: attaching turns the library's collection on in that process (the
+ * probes' semaphores), so processes nobody traces pay nothing.
+ */
+#ifndef TS_UPROBES_H
+#define TS_UPROBES_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "loader/kernel.h"
+
+/* Library files looked at, and (process, file) pairs hooked; beyond them, nothing is hooked
+ * (counted, and said once). */
+#define UPROBES_MAX_FILES 64
+#define UPROBES_MAX_HOOKS 256
+/* Functions of the longest table (CUDA runtime or driver), and links of one hook: a probe per
+ * function and a return probe per CUDA host wait and per TLS call. */
+#define UPROBES_FNS_MAX 14
+#define UPROBES_HOOK_LINKS 24
+#define CUDA_CUPTI_LIB "libtokenscope_cupti"
+
+struct kernel;
+struct bpf_link;
+
+struct uprobes_fn;
+
+/* A kind of library: what it is ("CUDA", "TLS"), what is not traced without it ("GPU steps",
+ * "TLS plaintext"), the start of its file names, whether an executable may link it in, and the
+ * functions hooked in it. */
+struct uprobes_table {
+	const char *what, *traces, *file_prefix;
+	bool exe_too;
+	const struct uprobes_fn *fns;
+	size_t n;
+};
+
+struct uprobes_file {
+	dev_t dev;
+	ino_t ino;
+	const struct uprobes_table *table; /* the library looked for in it */
+	int nfns;			   /* of its functions, defined in it: 0 for none */
+	bool by_name;			/* its symbols could not be read here: libbpf finds each */
+	bool hooked;			/* hooked for some process at some time */
+	uint64_t offs[UPROBES_FNS_MAX]; /* file offset of each function, 0 where absent */
+};
+
+/* The probes of one process in one file (file: an index in files; -1 for the CUPTI
+ * library's). */
+struct uprobes_hook {
+	uint32_t pid;
+	int file;
+	int nlinks;
+	struct bpf_link *links[UPROBES_HOOK_LINKS];
+};
+
+/* What a missing permission kept from a scan (the first such refusal), for the loader to put
+ * in words: another process's maps, its library through /proc/PID/root, or a uprobe on it. */
+enum uprobes_denied {
+	UPROBES_DENIED_NONE,
+	UPROBES_DENIED_MAPS,
+	UPROBES_DENIED_ROOT,
+	UPROBES_DENIED_UPROBE
+};
+
+struct uprobes_denial {
+	enum uprobes_denied what;
+	const char *kind;   /* the library's uprobes_table.what; NULL for the maps */
+	const char *traces; /* and its uprobes_table.traces */
+	int err;	    /* the errno */
+	uint32_t pid;
+	char path[4096 + 64]; /* the library, as the process maps it */
+};
+
+struct uprobes {
+	struct kernel *k; /* attaches the probes (kernel.h) */
+	struct uprobes_file files[UPROBES_MAX_FILES];
+	int nfiles;
+	struct uprobes_hook *hooks; /* UPROBES_MAX_HOOKS, allocated with the first */
+	int nhooks;
+	bool hooks_full, files_full; /* a cap was reached: said once, nothing more hooked */
+	bool verbose;
+	bool kernels; /* --kernels: the library's per-operation probe too */
+	struct uprobes_denial denied;
+	int cupti_attached; /* processes whose CUPTI library probes were attached */
+};
+
+void uprobes_init(struct uprobes *u, struct kernel *k, bool verbose);
+/* Hooks the libraries pid maps that are not hooked yet; returns how many functions it hooked
+ * now (0 when nothing new), or -errno. */
+int uprobes_scan(struct uprobes *u, uint32_t pid);
+/* Library files of that kind ("CUDA", "TLS") hooked for some process so far. */
+int uprobes_hooked_files(const struct uprobes *u, const char *what);
+/* A process that exited: its probes are detached (a later process with its pid is a new one). */
+void uprobes_forget(struct uprobes *u, uint32_t pid);
+void uprobes_detach(struct uprobes *u);
+
+#endif
