@@ -84,6 +84,7 @@ enum ts_tls_fn {
 			  */
 	TS_TLS_WRITE,	 /* int SSL_write(SSL *, const void *buf, int num) */
 	TS_TLS_WRITE_EX, /* int SSL_write_ex(SSL *, const void *buf, size_t num, size_t *written) */
+	TS_TLS_HANDSHAKE, /* int SSL_do_handshake(SSL *): no plaintext; tells which socket */
 };
 
 struct ts_event_hdr {

@@ -12,6 +12,8 @@ PKGS=(
 	# OTLP export: libcurl's header (the library is loaded at run time); openssl makes the
 	# https test's certificate
 	libcurl4-openssl-dev openssl
+	# the ground-truth client's https (tests/gtclient.c --tls)
+	libssl-dev
 	# end-to-end test servers and tools
 	python3 python3-fastapi python3-uvicorn python3-uvloop python3-httptools python3-aiohttp
 	golang-go nodejs strace bpftrace iproute2 procps

@@ -13,6 +13,8 @@
  */
 #define _GNU_SOURCE
 #include <cjson/cJSON.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -89,7 +91,8 @@ struct opts {
 	double timeout_s;
 	bool realtime;		 /* SCHED_FIFO threads: read each frame as soon as it arrives */
 	double connect_ahead_ms; /* a new connection waits this long before its first request */
-	double stagger_ms;	 /* thread i starts i * stagger_ms after the others */
+	bool tls;	   /* https: OpenSSL over each connection, the certificate not checked */
+	double stagger_ms; /* thread i starts i * stagger_ms after the others */
 };
 
 struct dbuf {
@@ -144,6 +147,13 @@ struct shared {
 	FILE *out;
 	unsigned counts[OUT_N];
 	double *ttft_ms; /* per request id, NAN when no content frame */
+	SSL_CTX *tls;	 /* --tls */
+};
+
+/* One connection: its socket, and its TLS session with --tls. */
+struct link {
+	int fd;
+	SSL *ssl;
 };
 
 struct result {
@@ -565,6 +575,32 @@ static char *body_build(const struct shared *sh, unsigned id, bool *stream)
 	return s;
 }
 
+static void link_close(struct link *l)
+{
+	if (l->ssl) {
+		SSL_free(l->ssl);
+		l->ssl = NULL;
+	}
+	if (l->fd >= 0)
+		close(l->fd);
+	l->fd = -1;
+}
+
+/* The TLS handshake on a connected socket: 0, or -EPROTO (said). */
+static int tls_open(const struct shared *sh, struct link *l)
+{
+	l->ssl = SSL_new(sh->tls);
+	if (!l->ssl || !SSL_set_fd(l->ssl, l->fd) ||
+	    !SSL_set_tlsext_host_name(l->ssl, sh->o->host) || SSL_connect(l->ssl) != 1) {
+		fprintf(stderr, "gtclient: TLS handshake with %s:%d failed: ", sh->o->host,
+			sh->o->port);
+		ERR_print_errors_fp(stderr);
+		fputc('\n', stderr);
+		return -EPROTO;
+	}
+	return 0;
+}
+
 /* Returns a connected socket or -errno. */
 static int conn_open(const struct shared *sh, unsigned *port)
 {
@@ -606,11 +642,20 @@ static int conn_open(const struct shared *sh, unsigned *port)
 	return err;
 }
 
-static int send_all(int fd, const char *p, size_t n)
+static int send_all(const struct link *l, const char *p, size_t n)
 {
 	while (n) {
-		ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
+		ssize_t k;
 
+		if (l->ssl) {
+			size_t done;
+
+			if (SSL_write_ex(l->ssl, p, n, &done) != 1)
+				return -EIO;
+			k = (ssize_t)done;
+		} else {
+			k = send(l->fd, p, n, MSG_NOSIGNAL);
+		}
 		if (k < 0) {
 			if (errno == EINTR)
 				continue;
@@ -622,11 +667,29 @@ static int send_all(int fd, const char *p, size_t n)
 	return 0;
 }
 
+/* recv(), or SSL_read_ex() with --tls: bytes, 0 at the end, < 0 on an error (errno). */
+static ssize_t recv_some(const struct link *l, char *buf, size_t n)
+{
+	size_t got;
+	int err;
+
+	if (!l->ssl)
+		return recv(l->fd, buf, n, 0);
+	if (SSL_read_ex(l->ssl, buf, n, &got) == 1)
+		return (ssize_t)got;
+	err = SSL_get_error(l->ssl, 0);
+	if (err == SSL_ERROR_ZERO_RETURN || (err == SSL_ERROR_SYSCALL && !errno))
+		return 0;
+	errno = EIO;
+	return -1;
+}
+
 /*
- * Sends one request on *fd and reads its response. Leaves *fd open only when the connection
- * can carry the next request.
+ * Sends one request on l and reads its response. Leaves l open only when the connection can
+ * carry the next request.
  */
-static void request_run(struct shared *sh, int *fd, struct resp *r, struct result *res, char *rbuf)
+static void request_run(struct shared *sh, struct link *l, struct resp *r, struct result *res,
+			char *rbuf)
 {
 	const struct opts *o = sh->o;
 	char *body = body_build(sh, res->id, &res->stream), *req;
@@ -648,12 +711,12 @@ static void request_run(struct shared *sh, int *fd, struct resp *r, struct resul
 		exit(1);
 	}
 	res->send_start_ns = clock_mono_ns();
-	failed = send_all(*fd, req, (size_t)n) < 0;
+	failed = send_all(l, req, (size_t)n) < 0;
 	free(req);
 	res->send_ns = clock_mono_ns();
 	deadline = res->send_ns + (uint64_t)(o->timeout_s * (double)NS_PER_S);
 	while (!failed) {
-		struct pollfd pfd = { .fd = *fd, .events = POLLIN };
+		struct pollfd pfd = { .fd = l->fd, .events = POLLIN };
 		uint64_t now = clock_mono_ns();
 		ssize_t k;
 		int pr;
@@ -662,12 +725,17 @@ static void request_run(struct shared *sh, int *fd, struct resp *r, struct resul
 			timed_out = true;
 			break;
 		}
-		pr = poll(&pfd, 1, (int)((deadline - now + NS_PER_MS - 1) / NS_PER_MS));
-		if (pr < 0 && errno == EINTR)
-			continue;
+		/* Decrypted bytes the TLS session holds already are readable now. */
+		if (l->ssl && SSL_pending(l->ssl) > 0) {
+			pr = 1;
+		} else {
+			pr = poll(&pfd, 1, (int)((deadline - now + NS_PER_MS - 1) / NS_PER_MS));
+			if (pr < 0 && errno == EINTR)
+				continue;
+		}
 		if (pr == 0)
 			continue; /* the deadline check above decides */
-		k = recv(*fd, rbuf, RECV_BUF, 0);
+		k = recv_some(l, rbuf, RECV_BUF);
 		ts = clock_mono_ns();
 		if (k < 0) {
 			if (errno == EINTR)
@@ -694,8 +762,7 @@ static void request_run(struct shared *sh, int *fd, struct resp *r, struct resul
 		}
 	}
 	if (r->abort_now) {
-		close(*fd);
-		*fd = -1;
+		link_close(l);
 		res->end_ns = clock_mono_ns();
 		res->outcome = OUT_ABORTED;
 		return;
@@ -712,10 +779,8 @@ static void request_run(struct shared *sh, int *fd, struct resp *r, struct resul
 		res->outcome = OUT_ERROR;
 	else
 		res->outcome = OUT_OK;
-	if (timed_out || failed || !r->body_done || r->conn_close) {
-		close(*fd);
-		*fd = -1;
-	}
+	if (timed_out || failed || !r->body_done || r->conn_close)
+		link_close(l);
 }
 
 static void json_ms(FILE *f, uint64_t from, uint64_t to)
@@ -765,7 +830,7 @@ static void *worker_run(void *arg)
 	char *rbuf = mem_realloc(NULL, RECV_BUF);
 	struct resp r = { 0 };
 	unsigned port = 0, seq = 0;
-	int fd = -1;
+	struct link l = { .fd = -1 };
 
 	if (o->realtime) {
 		struct sched_param sp = { .sched_priority = 10 };
@@ -792,15 +857,15 @@ static void *worker_run(void *arg)
 
 		if (id >= o->requests)
 			break;
-		if (fd >= 0 && seq >= o->per_conn) {
-			close(fd);
-			fd = -1;
-		}
-		if (fd < 0) {
-			fd = conn_open(sh, &port);
+		if (l.fd >= 0 && seq >= o->per_conn)
+			link_close(&l);
+		if (l.fd < 0) {
+			l.fd = conn_open(sh, &port);
 			seq = 0;
+			if (l.fd >= 0 && sh->tls && tls_open(sh, &l))
+				link_close(&l);
 		}
-		if (fd < 0) {
+		if (l.fd < 0) {
 			resp_reset(&r, 0);
 			res.stream = !(o->no_stream_every && (id + 1) % o->no_stream_every == 0);
 			res.send_start_ns = res.send_ns = res.end_ns = clock_mono_ns();
@@ -811,11 +876,10 @@ static void *worker_run(void *arg)
 		}
 		res.port = port;
 		res.seq = seq++;
-		request_run(sh, &fd, &r, &res, rbuf);
+		request_run(sh, &l, &r, &res, rbuf);
 		result_print(sh, &res, &r);
 	}
-	if (fd >= 0)
-		close(fd);
+	link_close(&l);
 	resp_free(&r);
 	free(rbuf);
 	return NULL;
@@ -879,6 +943,8 @@ static void usage(FILE *f)
 	    "  --connect-ahead-ms MS   open each connection MS before its first request, as a\n"
 	    "                          connection pool does (0)\n"
 	    "  --stagger-ms MS         start thread i at i * MS instead of all at once (0)\n"
+	    "  --tls                   https: TLS on every connection (certificate not checked);\n"
+	    "                          a frame's time is taken when SSL_read returns it\n"
 	    "\n"
 	    "Examples:\n"
 	    "  gtclient --port 8000 -n 100 -c 4 -k 5 --usage\n"
@@ -907,6 +973,7 @@ enum {
 	OPT_REALTIME,
 	OPT_CONNECT_AHEAD,
 	OPT_STAGGER,
+	OPT_TLS,
 };
 
 static bool parse_uint(const char *v, unsigned min, unsigned *out)
@@ -948,6 +1015,7 @@ static int opts_parse(struct opts *o, int argc, char **argv)
 		{ "realtime", no_argument, NULL, OPT_REALTIME },
 		{ "connect-ahead-ms", required_argument, NULL, OPT_CONNECT_AHEAD },
 		{ "stagger-ms", required_argument, NULL, OPT_STAGGER },
+		{ "tls", no_argument, NULL, OPT_TLS },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -1039,6 +1107,9 @@ static int opts_parse(struct opts *o, int argc, char **argv)
 		case OPT_STAGGER:
 			ok = parse_double(optarg, &o->stagger_ms);
 			break;
+		case OPT_TLS:
+			o->tls = true;
+			break;
 		case OPT_TIMEOUT:
 			ok = parse_double(optarg, &o->timeout_s) && o->timeout_s > 0;
 			break;
@@ -1105,6 +1176,15 @@ int main(int argc, char **argv)
 		fprintf(stderr, "gtclient: %s: %s\n", o.out_path, strerror(errno));
 		return 1;
 	}
+	if (o.tls) {
+		sh.tls = SSL_CTX_new(TLS_client_method());
+		if (!sh.tls) {
+			fprintf(stderr, "gtclient: --tls: cannot make a TLS context\n");
+			return 1;
+		}
+		/* The test servers' certificates are their own: not checked. */
+		SSL_CTX_set_verify(sh.tls, SSL_VERIFY_NONE, NULL);
+	}
 	sh.prompt = prompt_make(o.prompt_bytes);
 	sh.ttft_ms = mem_realloc(NULL, (o.requests + 1) * sizeof(*sh.ttft_ms));
 	pthread_mutex_init(&sh.lock, NULL);
@@ -1130,6 +1210,7 @@ int main(int argc, char **argv)
 	if (sh.out != stdout)
 		fclose(sh.out);
 	freeaddrinfo(sh.ai);
+	SSL_CTX_free(sh.tls);
 	free(sh.prompt);
 	free(sh.ttft_ms);
 	free(th);

@@ -9,11 +9,15 @@
  * connection, at the library call's times.
  *
  * Which socket an SSL object uses is learnt without reading OpenSSL's structs (their layout
- * changes between versions): the socket syscall made inside the call, when the library does
- * its own I/O; else the socket that object used before (checked to be the same connection
- * still); else the TLS socket the thread last read encrypted bytes from, which is how an
- * event loop with memory BIOs (Python's asyncio, uvloop) works: it reads the socket, then hands
- * the bytes to the library and asks for the plaintext, on the same thread.
+ * changes between versions), and kept (map tls_socks, checked against the connection table, so
+ * that a closed socket's fd taken by another connection is not believed):
+ * - a socket syscall made inside one of its calls, when the library does its own I/O;
+ * - else, when an event loop feeds the library memory BIOs (Python's asyncio, uvloop): the TLS
+ *   socket the thread read encrypted bytes from, outside any TLS call, just before it entered a
+ *   call of that object (SSL_do_handshake included). Such a loop reads a socket, hands the bytes
+ *   to that socket's TLS object, and calls it; the read is taken by the first call after it, so
+ *   a loop that reads several sockets before it decrypts any (uvloop does, during handshakes)
+ *   binds each object at its handshake, when it was fresh.
  * Part of tokenscope.bpf.c, which includes the parts in order; not a header to include alone.
  */
 #ifndef TS_BPF_TLS_H
@@ -88,9 +92,10 @@ static __always_inline void tls_mark(struct conn *c, __u64 pid_tgid, __s32 fd, _
 
 /*
  * A socket syscall of a TLS connection moved ret encrypted bytes: counted, not sent. A read
- * notes when its bytes arrived, for the plaintext read that will return them, and which socket
- * this thread read last. The latest read's arrival is kept, not the oldest: the reads of the
- * handshake come before the first request's and must not lend it their time.
+ * notes when its bytes arrived, for the plaintext read that will return them, and, made by the
+ * event loop itself (outside a TLS call), which socket the thread's next TLS call is for. The
+ * latest read's arrival is kept, not the oldest: the reads of the handshake come before the
+ * first request's and must not lend it their time.
  */
 static __always_inline void tls_cipher(struct stash *sp, const struct stash *st, struct conn *c,
 				       long ret)
@@ -102,56 +107,60 @@ static __always_inline void tls_cipher(struct stash *sp, const struct stash *st,
 
 	if (q)
 		c->tls_queued_ns = q;
-	sp->tls_last_in1 = st->fd + 1;
+	if (!st->tls_fn)
+		sp->tls_last_in1 = st->fd + 1;
 }
 
-/* The traced connection of the SSL object's socket (its fd in *fdp), or NULL. */
-static __always_inline struct conn *tls_conn(struct stash *sp, __u64 pid_tgid, __u8 sys, __s32 *fdp)
+/* The socket the SSL object was last seen on, if that connection is still the same. */
+static __always_inline struct conn *tls_known(const struct tls_key *k, __s32 *fdp)
 {
-	struct tls_key k = { .pid = pid_tgid >> 32, .ssl = sp->tls_ssl };
-	struct tls_sock *ts = bpf_map_lookup_elem(&tls_socks, &k);
-	struct tls_sock fresh = {};
-	struct conn *c = NULL;
-	__s32 fd = -1;
+	struct tls_sock *ts = bpf_map_lookup_elem(&tls_socks, k);
+	struct ts_conn_key ck = { .pid = k->pid };
+	struct conn *c;
 
-	if (sp->tls_fd1) {
-		fd = sp->tls_fd1 - 1;
-	} else if (ts) {
-		struct ts_conn_key ck = { .pid = k.pid, .fd = ts->fd };
-
-		c = bpf_map_lookup_elem(&conns, &ck);
-		if (c && c->conn_id == ts->conn_id)
-			fd = ts->fd;
-	}
-	if (fd < 0 && sp->tls_last_in1)
-		fd = sp->tls_last_in1 - 1;
-	if (fd < 0)
+	if (!ts)
 		return NULL;
-	c = conn_get(k.pid, (__u32)pid_tgid, fd, sys, sp->tls_enter_ns);
+	ck.fd = ts->fd;
+	c = bpf_map_lookup_elem(&conns, &ck);
+	if (!c || c->conn_id != ts->conn_id)
+		return NULL;
+	*fdp = ts->fd;
+	return c;
+}
+
+/* The SSL object uses fd: its traced connection (made if need be), now kept in tls_socks. */
+static __always_inline struct conn *tls_bind(const struct tls_key *k, __u32 tid, __s32 fd, __u8 sys,
+					     __u64 ts)
+{
+	struct conn *c = conn_get(k->pid, tid, fd, sys, ts);
+	struct tls_sock v = { .fd = fd };
+
 	if (!c)
 		return NULL;
-	if (!ts || ts->fd != fd || ts->conn_id != c->conn_id) {
-		fresh.conn_id = c->conn_id;
-		fresh.fd = fd;
-		bpf_map_update_elem(&tls_socks, &k, &fresh, BPF_ANY);
-	}
-	*fdp = fd;
+	v.conn_id = c->conn_id;
+	bpf_map_update_elem(&tls_socks, k, &v, BPF_ANY);
 	return c;
 }
 
 SEC("uprobe")
 int BPF_KPROBE(ts_tls_enter, void *ssl, void *buf, __u64 num, void *done)
 {
-	__u64 fn = bpf_get_attach_cookie(ctx);
-	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	__u64 fn = bpf_get_attach_cookie(ctx), pid_tgid = bpf_get_current_pid_tgid();
+	struct tls_key k = { .pid = pid_tgid >> 32, .ssl = (__u64)ssl };
 	struct stash *sp;
+	__s32 fd, fresh;
 
-	if (!bpf_map_lookup_elem(&traced, &tgid))
+	if (!bpf_map_lookup_elem(&traced, &k.pid))
 		return 0;
 	sp = bpf_task_storage_get(&stash, bpf_get_current_task_btf(), NULL,
 				  BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!sp)
 		return 0;
+	/* The event loop's read just before this call was for this object (memory BIOs). */
+	fresh = sp->tls_last_in1;
+	sp->tls_last_in1 = 0;
+	if (fresh && !tls_known(&k, &fd))
+		tls_bind(&k, (__u32)pid_tgid, fresh - 1, TS_SYS_TLS_READ, bpf_ktime_get_ns());
 	sp->tls_fn = fn;
 	sp->tls_ssl = (__u64)ssl;
 	sp->tls_buf = (__u64)buf;
@@ -165,7 +174,8 @@ SEC("uretprobe")
 int BPF_KRETPROBE(ts_tls_return, long ret)
 {
 	struct stash *sp = bpf_task_storage_get(&stash, bpf_get_current_task_btf(), NULL, 0);
-	__u64 pid_tgid = bpf_get_current_pid_tgid(), bytes = 0;
+	__u64 pid_tgid = bpf_get_current_pid_tgid(), bytes = 0, queued = 0;
+	struct tls_key k = { .pid = pid_tgid >> 32 };
 	struct stash st = {};
 	struct conn *c;
 	__u8 fn;
@@ -174,6 +184,17 @@ int BPF_KRETPROBE(ts_tls_return, long ret)
 		return 0;
 	fn = sp->tls_fn;
 	sp->tls_fn = 0;
+	k.ssl = sp->tls_ssl;
+	st.sys = fn == TS_TLS_READ || fn == TS_TLS_READ_EX ? TS_SYS_TLS_READ : TS_SYS_TLS_WRITE;
+	/* A socket syscall inside the call: the library does its own I/O on that socket. */
+	if (sp->tls_fd1) {
+		st.fd = sp->tls_fd1 - 1;
+		c = tls_bind(&k, (__u32)pid_tgid, st.fd, st.sys, sp->tls_enter_ns);
+	} else {
+		c = tls_known(&k, &st.fd);
+	}
+	if (fn == TS_TLS_HANDSHAKE)
+		return 0;
 	if (sp->tls_ex_bytes) {
 		if ((int)ret != 1 ||
 		    bpf_probe_read_user(&bytes, sizeof(bytes), (void *)sp->tls_ex_bytes))
@@ -183,18 +204,13 @@ int BPF_KRETPROBE(ts_tls_return, long ret)
 	}
 	if (!bytes)
 		return 0;
-	st.sys = fn == TS_TLS_READ || fn == TS_TLS_READ_EX ? TS_SYS_TLS_READ : TS_SYS_TLS_WRITE;
-	c = tls_conn(sp, pid_tgid, st.sys, &st.fd);
 	if (!c) {
 		stat_add(TS_STAT_TLS_UNJOINED, 1);
 		return 0;
 	}
-	if (!c->tls)
-		c->tls = 1;
+	c->tls = 1;
 	st.enter_ns = sp->tls_enter_ns;
 	st.buf = sp->tls_buf;
-	__u64 queued = 0;
-
 	if (st.sys == TS_SYS_TLS_READ) {
 		queued = c->tls_queued_ns;
 		c->tls_queued_ns = 0;

@@ -78,6 +78,7 @@ static const struct uprobes_fn tls_fns[] = {
 	TLS_CALL("SSL_read_ex", TS_TLS_READ_EX),
 	TLS_CALL("SSL_write", TS_TLS_WRITE),
 	TLS_CALL("SSL_write_ex", TS_TLS_WRITE_EX),
+	TLS_CALL("SSL_do_handshake", TS_TLS_HANDSHAKE),
 };
 
 #define TABLE(fns) fns, sizeof(fns) / sizeof(fns[0])
