@@ -124,6 +124,10 @@ def fastapi(stack, mods):
     return argv
 
 
+def threaded(work):
+    return [PYTHON, os.path.join(SERVERS, "threaded_app.py"), "0"]
+
+
 def aiohttp(work):
     python_modules("aiohttp")
     return [PYTHON, os.path.join(SERVERS, "aiohttp_app.py"), "0"]
@@ -191,6 +195,11 @@ CASES = {
     "fastapi-h11-tls": tls(fastapi("h11", ("fastapi", "uvicorn", "h11"))),
     "fastapi-httptools-tls": tls(fastapi("httptools",
                                          ("fastapi", "uvicorn", "uvloop", "httptools"))),
+    # Node's https: OpenSSL linked into the node executable, memory BIOs under libuv.
+    "node-tls": tls(node),
+    # Python's http.server, a thread per connection, ssl.SSLSocket: OpenSSL does the socket
+    # I/O inside its own calls (a socket BIO).
+    "threaded-tls": tls(threaded),
 }
 
 

@@ -5,7 +5,9 @@
 // Usage: node node_server.js PORT   (or --port PORT; 0 picks a free port)
 'use strict';
 
+const fs = require('fs');
 const http = require('http');
+const https = require('https');
 const { setTimeout: sleep } = require('timers/promises');
 
 const DEFAULT_MAX_TOKENS = 16;
@@ -106,13 +108,17 @@ async function chat(req, res, raw) {
 
 function main() {
   const args = process.argv.slice(2);
+  // --tls-cert PEM (certificate and key in one file): serve https instead.
+  const tlsAt = args.indexOf('--tls-cert');
+  const pem = tlsAt >= 0 ? fs.readFileSync(args[tlsAt + 1]) : null;
+  if (tlsAt >= 0) args.splice(tlsAt, 2);
   const portArg = args[0] === '--port' ? args[1] : args[0];
   const port = Number(portArg);
   if (portArg === undefined || !Number.isInteger(port) || port < 0) {
-    process.stderr.write('usage: node node_server.js PORT | --port PORT  (0 picks a free port)\n');
+    process.stderr.write('usage: node node_server.js PORT | --port PORT [--tls-cert PEM]  (0 picks a free port)\n');
     process.exit(2);
   }
-  const server = http.createServer((req, res) => {
+  const handler = (req, res) => {
     const chunks = [];
     req.on('data', (c) => chunks.push(c));
     req.on('end', () => {
@@ -125,7 +131,8 @@ function main() {
         res.destroy();
       });
     });
-  });
+  };
+  const server = pem ? https.createServer({ cert: pem, key: pem }, handler) : http.createServer(handler);
   server.listen(port, '127.0.0.1', () => {
     // Pipes are written synchronously on Linux, so the line is out before we serve.
     process.stdout.write(`listening on 127.0.0.1:${server.address().port}\n`);

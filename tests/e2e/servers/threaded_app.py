@@ -1,0 +1,108 @@
+#!/usr/bin/python3
+"""Python's standard http.server, a thread per connection, blocking sockets (run with Debian's
+/usr/bin/python3). With --tls-cert, each connection is an ssl.SSLSocket: OpenSSL reads and
+writes the socket itself, inside SSL_read_ex and SSL_write_ex (a socket BIO), unlike asyncio's
+memory BIOs.
+
+Usage: threaded_app.py PORT [--tls-cert PEM]; PORT 0 picks a free port.
+"""
+import asyncio
+import json
+import os
+import ssl
+import sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import common  # noqa: E402
+
+
+def run_sync(loop, agen):
+    """The async frame generator stepped on this thread's own loop."""
+    while True:
+        try:
+            yield loop.run_until_complete(agen.__anext__())
+        except StopAsyncIteration:
+            return
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, chunked streams
+    # TCP_NODELAY, as every streaming server sets: else a frame waits for the previous one's ACK.
+    disable_nagle_algorithm = True
+
+    def log_message(self, *args):
+        pass
+
+    def send_json(self, status, obj):
+        body = json.dumps(obj).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self):
+        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self.path.split("?")[0] != common.CHAT_PATH:
+            return self.send_json(404, {"error": {"message": "not found", "code": 404}})
+        try:
+            req = common.Request(raw)
+        except common.BadRequest as e:
+            return self.send_json(400, {"error": {"message": str(e), "code": 400}})
+        if req.fail == "http":
+            return self.send_json(500, common.ERROR_HTTP)
+        loop = asyncio.new_event_loop()
+        try:
+            if not req.stream:
+                return self.send_json(200, loop.run_until_complete(req.completion()))
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for frame in run_sync(loop, req.frames()):
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(frame), frame))
+            self.wfile.write(b"0\r\n\r\n")
+        except (BrokenPipeError, ConnectionResetError, ssl.SSLError):
+            self.close_connection = True  # the client closed early (an abort)
+        finally:
+            loop.close()
+
+
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+    tls = None
+
+    def get_request(self):
+        sock, addr = super().get_request()
+        if self.tls:
+            # The handshake on the connection's own thread, not the accepting one.
+            sock = self.tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+        return sock, addr
+
+    def finish_request(self, request, client_address):
+        if self.tls:
+            try:
+                request.do_handshake()
+            except (ssl.SSLError, OSError):
+                return
+        super().finish_request(request, client_address)
+
+
+def main():
+    args = common.parse_args(__doc__)
+    srv = Server(("127.0.0.1", args.port), Handler)
+    if args.tls_cert:
+        srv.tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        srv.tls.load_cert_chain(args.tls_cert)
+    common.announce(srv.server_address[1])
+    try:
+        srv.serve_forever()
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()
