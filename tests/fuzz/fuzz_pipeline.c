@@ -13,7 +13,9 @@
  *
  *   OP_OPEN   who                  TS_EV_CONN_OPEN; variant bits 0-1: the address family
  *   OP_DATA   who, u16 len, bytes  one syscall of len bytes, pos and syscall_pos where the
- *                                  kernel would put them; variant bit 0: u8 status follows,
+ *                                  kernel would put them; variant bit 0: u8 status follows
+ *                                  (bits 0-1: bytes, EOF, reset, or an unknown status; bit 2:
+ *                                  TLS plaintext, TS_SYS_TLS_*; bit 3: TS_DATA_TLS instead),
  *                                  bit 1: u16 bytes past the capture limit follow, bit 2: u8
  *                                  position change follows (< 0x80: skip that many bytes, a
  *                                  lost record; else rewind), bit 3: u8 follows, the syscall
@@ -147,7 +149,8 @@ static void op_data(struct interp *it, uint8_t variant)
 	uint32_t c = who_conn(who);
 	int dir = who_dir(who);
 	size_t len = fuzz_u16(&it->in), piece, off = 0;
-	uint8_t status = variant & 1 ? fuzz_u8(&it->in) % 4 : TS_DATA_BYTES;
+	uint8_t sb = variant & 1 ? fuzz_u8(&it->in) : TS_DATA_BYTES;
+	uint8_t status = sb & 8 ? TS_DATA_TLS : sb % 4 == 3 ? 0x7f : sb % 4;
 	uint64_t uncaptured = variant & 2 ? fuzz_u16(&it->in) : 0;
 	uint8_t move = variant & 4 ? fuzz_u8(&it->in) : 0;
 	const uint8_t *bytes;
@@ -183,7 +186,9 @@ static void op_data(struct interp *it, uint8_t variant)
 		e->fd = (int)c + 3;
 		e->dir = dir;
 		e->syscall = dir ? TS_SYS_WRITE : TS_SYS_READ;
-		e->status = status == 3 ? 0x7f : status;
+		if (sb & 4)
+			e->syscall = dir ? TS_SYS_TLS_WRITE : TS_SYS_TLS_READ;
+		e->status = status;
 		e->last = off + n == len;
 		memcpy(e->data, bytes + off, n);
 		pipeline_feed(it->pl, e, sz);

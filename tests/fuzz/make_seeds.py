@@ -414,6 +414,16 @@ def pipeline_seeds():
         tree += bytes([OP_FORK, child | (child - 1) << 3])
     tree += program("uvloop_vllm", 2, 3) + bytes([OP_EXIT]) + who(0, 0, 3) + bytes([0])
     put("fuzz_pipeline", "labelled-tree", tree)
+    # TLS: the kernel's marker, then the plaintext of the request and its stream as the TLS
+    # library's calls give it (status byte: bit 3 the marker, bit 2 TLS plaintext).
+    tls = bytes([FP_JSON | FP_TOKENS, OP_OPEN]) + who(0)
+    tls += bytes([OP_DATA | 0x10]) + who(0) + struct.pack("<H", 0) + bytes([8])
+    tls += bytes([OP_DATA | 0x10]) + who(0) + struct.pack("<H", len(read("uvicorn_h11.req")))
+    tls += bytes([4]) + read("uvicorn_h11.req")
+    for w in writes("uvicorn_h11"):
+        tls += bytes([OP_DATA | 0x10]) + who(0, DIR_OUT) + struct.pack("<H", len(w)) + bytes([4])
+        tls += w
+    put("fuzz_pipeline", "tls", tls + bytes([OP_CLOSE]) + who(0))
     put("fuzz_pipeline", "raw", bytes([0, OP_RAW, EV_DATA, 8]) + bytes(8) +
         bytes([OP_RAW | 0x10, 0, 20]) + bytes(20) + bytes([OP_CALL, 1, 0, OP_PROC | 0x10, 8]))
 

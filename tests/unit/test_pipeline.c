@@ -27,6 +27,7 @@ struct harness {
 	FILE *fout, *ferr;
 	uint64_t pos[16][2]; /* per conn id, per direction */
 	uint64_t rx_queued;  /* queued_ns of the next read records (the kernel's socket arrival) */
+	bool tls;	     /* data records are TLS plaintext (TS_SYS_TLS_READ/WRITE) */
 	cJSON *lines[MAX_LINES];
 	int nlines;
 };
@@ -133,6 +134,8 @@ static void data_event_cap(struct harness *h, uint64_t id, int dir, const void *
 	e->fd = 5;
 	e->dir = dir;
 	e->syscall = dir ? TS_SYS_WRITE : TS_SYS_READ;
+	if (h->tls)
+		e->syscall = dir ? TS_SYS_TLS_WRITE : TS_SYS_TLS_READ;
 	e->queued_ns = dir == TS_DIR_IN ? h->rx_queued : 0;
 	e->last = 1;
 	memcpy(e->data, p, captured);
@@ -528,6 +531,100 @@ TEST(test_joined_mid_response_at_offset_zero)
 	ASSERT_EQ(h.pl.conns.stats.http_conns, 1, "an HTTP server connection");
 	ASSERT_EQ(h.pl.conns.stats.ignored_conns, 0, "not ignored");
 	ASSERT_EQ(h.pl.conns.stats.gap_bytes, 0, "joining is not a loss");
+out:
+	h_close(&h);
+}
+
+/* The kernel's word that a connection carries TLS: a record without bytes. */
+static void tls_marker(struct harness *h, uint64_t id, uint64_t ts)
+{
+	struct ts_data_event e = { 0 };
+
+	e.hdr.type = TS_EV_DATA;
+	e.hdr.size = sizeof(e);
+	e.hdr.pid = 100;
+	e.conn_id = id;
+	e.enter_ns = e.exit_ns = ts;
+	e.fd = 5;
+	e.dir = TS_DIR_IN;
+	e.syscall = TS_SYS_READ;
+	e.status = TS_DATA_TLS;
+	pipeline_feed(&h->pl, &e, sizeof(e));
+}
+
+/* A TLS connection: the kernel marks it, its plaintext comes from the library's calls, and the
+ * request is reported as over TLS, whole. */
+TEST(test_tls_plaintext)
+{
+	struct harness h;
+
+	h_open(&h);
+	conn_event(&h, TS_EV_CONN_OPEN, 1, 5, 500);
+	tls_marker(&h, 1, 600);
+	h.tls = true;
+	full_stream(&h, 1, 1000);
+	if (!ASSERT_EQ(h_lines(&h), 1, "one request"))
+		goto out;
+	ASSERT_STREQ(str(h.lines[0], "outcome"), "ok", "outcome");
+	ASSERT_EQ(num(h.lines[0], "tokens"), 3, "tokens");
+	ASSERT_TRUE(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(h.lines[0], "tls")),
+		    "\"tls\":true");
+	ASSERT_EQ(h.pl.conns.stats.tls_conns, 1, "one TLS connection");
+	conn_event(&h, TS_EV_CONN_CLOSE, 1, 5, 10000000);
+	ASSERT_EQ(h.pl.conns.stats.tls_unread, 0, "its plaintext came");
+	ASSERT_EQ(h.pl.conns.stats.conns, 1, "one connection");
+out:
+	h_close(&h);
+}
+
+/* A TLS connection whose plaintext never comes (no TLS library hooked): counted, and said in the
+ * summary; a plain connection's request has no "tls" field. */
+TEST(test_tls_unread)
+{
+	struct harness h;
+
+	h_open(&h);
+	conn_event(&h, TS_EV_CONN_OPEN, 1, 5, 500);
+	tls_marker(&h, 1, 600);
+	conn_event(&h, TS_EV_CONN_CLOSE, 1, 5, 700);
+	full_stream(&h, 2, 1000);
+	if (!ASSERT_EQ(h_lines(&h), 1, "the plain request only"))
+		goto out;
+	ASSERT_TRUE(!cJSON_GetObjectItemCaseSensitive(h.lines[0], "tls"), "no tls field");
+	ASSERT_EQ(h.pl.conns.stats.tls_conns, 1, "one TLS connection");
+	ASSERT_EQ(h.pl.conns.stats.tls_unread, 1, "ended with no plaintext");
+	h_print_total(&h);
+	fflush(h.ferr);
+	ASSERT_TRUE(strstr(h.err, "1 carried TLS, of which 1 ended with no plaintext seen") != NULL,
+		    "the summary says so");
+out:
+	h_close(&h);
+}
+
+/*
+ * Joined in the middle of a TLS record, the kernel could not tell TLS and sent encrypted bytes;
+ * the plaintext that follows starts the connection again (one connection still), and its next
+ * request is reported whole.
+ */
+TEST(test_tls_after_ciphertext)
+{
+	struct harness h;
+
+	h_open(&h);
+	data_event(&h, 1, TS_DIR_IN, "\x8a\x11\x02garbage\xff", 1000);
+	data_event(&h, 1, TS_DIR_OUT, "\x17\x03\x03\x00\x10more", 2000);
+	ASSERT_EQ(h.pl.conns.stats.ignored_conns, 1, "the ciphertext is no HTTP");
+	/* The tail of a request whose start was ciphertext, then the next one whole. */
+	h.tls = true;
+	data_event(&h, 1, TS_DIR_IN, "\"max_tokens\":3}", 3000);
+	full_stream(&h, 1, 10000);
+	if (!ASSERT_EQ(h_lines(&h), 1, "the next request"))
+		goto out;
+	ASSERT_STREQ(str(h.lines[0], "outcome"), "ok", "outcome");
+	ASSERT_EQ(num(h.lines[0], "tokens"), 3, "tokens");
+	ASSERT_EQ(h.pl.conns.stats.tls_conns, 1, "one TLS connection");
+	ASSERT_EQ(h.pl.conns.stats.conns, 1, "still one connection");
+	ASSERT_EQ(h.pl.conns.stats.gap_bytes, 0, "starting again is no loss");
 out:
 	h_close(&h);
 }

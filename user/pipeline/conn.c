@@ -178,6 +178,7 @@ static void req_on_head(void *ctx, const struct http_head *h, uint64_t ts)
 	/* The target is whatever the client sent: printable text before any sink sees it. */
 	utf8_clean(r->path, sizeof(r->path), h->path, strlen(h->path));
 	r->received_ns = c->rx_first;
+	r->tls = c->tls_plain;
 	r->prompt_bytes = h->content_length >= 0 ? h->content_length : 0;
 }
 

@@ -28,6 +28,7 @@ struct request {
 	uint32_t seq;	    /* index of the request on its connection */
 	char conn[112];	    /* "local<-peer#id" */
 	char container[13]; /* short container id of the server (trace --all), "" when none */
+	bool tls;	    /* came over TLS: its bytes are the TLS library's plaintext */
 	char method[16];
 	char path[256];
 	struct req_info info;	     /* model, stream, max_tokens from the body */

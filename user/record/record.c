@@ -163,7 +163,8 @@ static int record_open_target(const char *path)
 		fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
 		return fd < 0 ? -errno : fd;
 	}
-	/* 0600: data records hold captured request and response bytes, prompts included.
+	/* 0600: data records hold captured request and response bytes, prompts included (the
+	 * plaintext of TLS connections too).
 	 * Truncated only once known to be a file of ours. */
 	fd = open(path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC, 0600);
 	if (fd < 0)

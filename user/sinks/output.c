@@ -37,6 +37,8 @@ void output_json(FILE *f, const struct request *r, const struct request_metrics 
 	jsonw_str(&w, "conn", r->conn);
 	if (r->container[0])
 		jsonw_str(&w, "container", r->container);
+	if (r->tls)
+		jsonw_bool(&w, "tls", true);
 	jsonw_u64(&w, "seq", r->seq);
 	jsonw_str(&w, "method", r->method);
 	jsonw_str(&w, "path", r->path);
