@@ -122,7 +122,7 @@ $(OUTPUT)/gtclient: tests/gtclient.c | $(OUTPUT)
 
 $(OUTPUT)/writeloop: tests/writeloop.c | $(OUTPUT)
 	$(call msg,CC,$@)
-	$(Q)$(CC) $(CFLAGS) $(WARN) -std=gnu11 $< -o $@
+	$(Q)$(CC) $(CFLAGS) $(WARN) -std=gnu11 $< -o $@ -lssl -lcrypto
 
 # Loads the BPF programs itself (the skeleton) to measure passive discovery for the bench.
 $(OUTPUT)/peekcost: tests/peekcost.c $(OUTPUT)/tokenscope.skel.h | $(OUTPUT)

@@ -26,9 +26,14 @@
    (uprobes, USDT probes, device times): steps per second as a ratio to plain, and the issuing
    thread's CPU per step. The stand-in writes CUPTI's records itself: real CUPTI's own cost is
    not in these figures (the GPU check measures it).
+6. The cost of a traced TLS write: writeloop --tls writes 100,000 frames of 287 bytes, one
+   SSL_write each (OpenSSL makes the write syscall inside the call), untraced and traced; the
+   writer's CPU per write, and from kernel.bpf_stats the BPF time per write of the TLS uprobe
+   programs and of the syscall programs. The uprobes' trap and single-step are not in
+   bpf_stats: the writer's CPU shows them.
 
 Environment:
-  BENCH_SECTIONS          sections to run, e.g. "3" or "0 2"; default all
+  BENCH_SECTIONS          sections to run, e.g. "3" or "0 2"; default all (0 to 6)
   BENCH_ROUNDS            rounds of the interleaved sections (default 3)
   BENCH_EXPORTER_ROUNDS   rounds of section 3 (default 5: its differences are small)
   BENCH_BASE              another tokenscope binary (an older build): sections 2 and 3
@@ -57,7 +62,7 @@ GT = os.path.join(OUT, "gtclient")
 HZ = os.sysconf("SC_CLK_TCK")
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
 EXPORTER_ROUNDS = int(os.environ.get("BENCH_EXPORTER_ROUNDS", "5"))
-SECTIONS = {int(x) for x in os.environ.get("BENCH_SECTIONS", "0 1 2 3 4 5").replace(",", " ").split()}
+SECTIONS = {int(x) for x in os.environ.get("BENCH_SECTIONS", "0 1 2 3 4 5 6").replace(",", " ").split()}
 CUPTI_LIB = os.path.join(OUT, "libtokenscope_cupti.so")
 STANDIN = os.path.join(OUT, "standin")
 BASE_TS = os.environ.get("BENCH_BASE")
@@ -226,11 +231,14 @@ def client(port, n, c, tokens, tmp, extra=()):
     return frames, wall, bad
 
 
-def writeloop_run(kind, tmp, frames=200000):
-    wl = spawn([WL, "-n", str(frames)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                          text=True)
+SYSCALL_PROGS = ("ts_sys_enter", "ts_sys_exit")
+
+
+def writeloop_run(kind, tmp, frames=200000, extra=(), progs=SYSCALL_PROGS, binary=TS):
+    wl = spawn([WL, "-n", str(frames), *extra], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+               text=True)
     pid = int(wl.stdout.readline().split()[1])
-    tr = Tracer(kind, pid, tmp)
+    tr = Tracer(kind, pid, tmp, binary=binary)
     wl.stdin.write("go\n")
     wl.stdin.flush()
     line = wl.stdout.readline()
@@ -240,10 +248,11 @@ def writeloop_run(kind, tmp, frames=200000):
     if stats:
         # Everything the syscall programs ran for, on every CPU and for every process, while
         # this run lasted, per traced write: the machine-wide cost of tracing one write.
-        run_ns = sum(stats[n][0] for n in ("ts_sys_enter", "ts_sys_exit") if n in stats)
-        runs = sum(stats[n][1] for n in ("ts_sys_enter", "ts_sys_exit") if n in stats)
+        run_ns = sum(stats[n][0] for n in progs if n in stats)
+        runs = sum(stats[n][1] for n in progs if n in stats)
         info["bpf_ns_per_write"] = run_ns / frames
         info["bpf_ns_per_call"] = run_ns / max(runs, 1)
+        info["bpf_ns_by_prog"] = {n: stats[n][0] / frames for n in progs if n in stats}
     vals = dict(kv.split("=") for kv in line.split())
     # The writer's own times; info's cpu_ns is the tracer's and must not replace them.
     return {**info, "cpu_ns": float(vals["cpu_ns_per_write"]),
@@ -614,12 +623,47 @@ def section_device(tmp):
           f"{med['injected'][1] - base[1]:+.2f} per decode step")
 
 
+def section_tls(tmp):
+    pem = os.path.join(tmp, "tls.pem")
+    r = subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout",
+                        pem, "-out", pem + ".crt", "-days", "2", "-subj", "/CN=bench"],
+                       capture_output=True, text=True)
+    if r.returncode:
+        print(f"6. TLS writes: skipped, openssl req failed: {r.stderr.strip()[-200:]}")
+        return
+    with open(pem, "a") as f:
+        f.write(open(pem + ".crt").read())
+    frames = 100000
+    progs = ("ts_tls_enter", "ts_tls_return") + SYSCALL_PROGS
+    print(f"6. cost per traced TLS write: {frames} frames of 287 bytes, one SSL_write each "
+          f"(its write syscall inside), {ROUNDS} rounds interleaved, medians"
+          + (f"; traced by {BASE_TS} (BENCH_BASE) too" if BASE_TS else ""))
+    modes = [("untraced", "untraced", TS), ("tokenscope", "tokenscope", TS)]
+    if BASE_TS:
+        modes.append(("BENCH_BASE", "tokenscope", BASE_TS))
+    runs = {name: [] for name, _, _ in modes}
+    for _ in range(ROUNDS):
+        for name, kind, binary in modes:
+            runs[name].append(writeloop_run(kind, tmp, frames, ["--tls", pem], progs, binary))
+    base = statistics.median(x["cpu_ns"] for x in runs["untraced"])
+    base_wall = statistics.median(x["wall_ns"] for x in runs["untraced"])
+    for name, kind, _ in modes[1:]:
+        traced = runs[name]
+        cpu = statistics.median(x["cpu_ns"] for x in traced)
+        wall = statistics.median(x["wall_ns"] for x in traced)
+        print(f"   {name}: writer's CPU per SSL_write {cpu:.0f} ns against {base:.0f} ns "
+              f"untraced (+{(cpu - base) / 1000:.2f} us; writes/s ratio {base_wall / wall:.3f})")
+        print("   BPF time per write (kernel.bpf_stats): " + ", ".join(
+            f"{p} {statistics.median(x['bpf_ns_by_prog'].get(p, 0) for x in traced):.0f} ns"
+            for p in progs) + f"; records lost {[x.get('lost_records') for x in traced]}")
+
+
 def main():
     if os.geteuid() != 0:
         sys.exit("bench: run as root (tokenscope and bpftrace load BPF programs)")
-    unknown = SECTIONS - {0, 1, 2, 3, 4, 5}
+    unknown = SECTIONS - {0, 1, 2, 3, 4, 5, 6}
     if unknown:
-        sys.exit(f"bench: BENCH_SECTIONS: no section {sorted(unknown)} (sections are 0 to 5)")
+        sys.exit(f"bench: BENCH_SECTIONS: no section {sorted(unknown)} (sections are 0 to 6)")
     if BASE_TS and not os.access(BASE_TS, os.X_OK):
         sys.exit(f"bench: BENCH_BASE: {BASE_TS} is not an executable")
     resource.setrlimit(resource.RLIMIT_NOFILE, (8192, 8192))
@@ -641,6 +685,8 @@ def main():
         section_cuda(tmp)
     if 5 in SECTIONS:
         section_device(tmp)
+    if 6 in SECTIONS:
+        section_tls(tmp)
     subprocess.run(["rm", "-rf", tmp])
     with open("/proc/sys/kernel/bpf_stats_enabled", "w") as f:
         f.write(stats_was)

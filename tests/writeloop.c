@@ -9,8 +9,11 @@
  * prints the CPU and wall time per write it spent; it exits after a second line (or EOF).
  * --plain writes the same chunks with `text: ` where a frame has `data: `: bytes that are no
  * streamed completion, the cost of passive discovery (--all) on an ordinary writer.
+ * --tls PEM (a certificate and its key in one file) speaks TLS over the connection: each frame
+ * is one SSL_write, whose write syscall OpenSSL makes inside the call (a socket BIO), the cost
+ * of a traced TLS write.
  *
- * usage: writeloop [-n FRAMES] [-s FRAME_BYTES] [--writev] [--unix] [--plain]
+ * usage: writeloop [-n FRAMES] [-s FRAME_BYTES] [--writev] [--unix] [--plain] [--tls PEM]
  */
 #define _GNU_SOURCE
 #include <stdbool.h>
@@ -24,6 +27,9 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 
 static const char REQUEST[] = "POST /v1/chat/completions HTTP/1.1\r\nHost: bench\r\n"
 			      "Content-Type: application/json\r\nContent-Length: 34\r\n\r\n"
@@ -45,10 +51,35 @@ static void die(const char *what)
 	exit(1);
 }
 
-static void reader(int fd)
+/* A TLS session on the connected socket fd, server side with pem's certificate and key. */
+static SSL *tls_open(int fd, const char *pem, bool server)
 {
-	char buf[65536];
+	SSL_CTX *ctx = SSL_CTX_new(server ? TLS_server_method() : TLS_client_method());
+	SSL *ssl = ctx ? SSL_new(ctx) : NULL;
 
+	if (!ssl || !SSL_set_fd(ssl, fd) ||
+	    (server && (SSL_use_certificate_chain_file(ssl, pem) != 1 ||
+			SSL_use_PrivateKey_file(ssl, pem, SSL_FILETYPE_PEM) != 1)) ||
+	    (server ? SSL_accept(ssl) : SSL_connect(ssl)) != 1) {
+		ERR_print_errors_fp(stderr);
+		die(server ? "TLS accept" : "TLS connect");
+	}
+	return ssl;
+}
+
+static void reader(int fd, const char *pem)
+{
+	SSL *ssl = pem ? tls_open(fd, pem, false) : NULL;
+	char buf[65536];
+	size_t n;
+
+	if (ssl) {
+		if (SSL_write_ex(ssl, REQUEST, sizeof(REQUEST) - 1, &n) != 1)
+			die("child TLS write");
+		while (SSL_read_ex(ssl, buf, sizeof(buf), &n) == 1)
+			;
+		_exit(0);
+	}
 	if (write(fd, REQUEST, sizeof(REQUEST) - 1) != (ssize_t)(sizeof(REQUEST) - 1))
 		die("child write");
 	while (read(fd, buf, sizeof(buf)) > 0)
@@ -64,6 +95,8 @@ int main(int argc, char **argv)
 	socklen_t alen = sizeof(a);
 	int one = 1, l, srv, cli;
 	char *frame, line[16], req[1024];
+	const char *pem = NULL;
+	SSL *ssl = NULL;
 	size_t flen;
 	double c0, w0, c1, w1;
 	pid_t child;
@@ -79,11 +112,17 @@ int main(int argc, char **argv)
 			use_unix = true;
 		else if (!strcmp(argv[i], "--plain"))
 			plain = true;
+		else if (!strcmp(argv[i], "--tls") && i + 1 < argc)
+			pem = argv[++i];
 		else {
 			fprintf(stderr, "usage: writeloop [-n FRAMES] [-s FRAME_BYTES] [--writev] "
-					"[--unix] [--plain]\n");
+					"[--unix] [--plain] [--tls PEM]\n");
 			return 2;
 		}
+	}
+	if (pem && use_writev) {
+		fprintf(stderr, "writeloop: --tls writes with SSL_write, not writev\n");
+		return 2;
 	}
 	if (frames <= 0 || size < 16 || size > 60000) {
 		fprintf(stderr, "writeloop: bad -n or -s\n");
@@ -113,11 +152,13 @@ int main(int argc, char **argv)
 	child = fork();
 	if (child == 0) {
 		close(srv);
-		reader(cli);
+		reader(cli, pem);
 	}
 	close(cli);
 	if (l >= 0)
 		close(l);
+	if (pem)
+		ssl = tls_open(srv, pem, true);
 
 	/* An SSE frame of `size` bytes (JSON padded with content), wrapped as one chunk. */
 	{
@@ -144,10 +185,19 @@ int main(int argc, char **argv)
 	fflush(stdout);
 	if (!fgets(line, sizeof(line), stdin))
 		return 1;
-	if (read(srv, req, sizeof(req)) <= 0)
-		die("read request");
-	if (write(srv, HEAD, sizeof(HEAD) - 1) < 0)
-		die("write head");
+	if (ssl) {
+		size_t n;
+
+		if (SSL_read_ex(ssl, req, sizeof(req), &n) != 1)
+			die("TLS read request");
+		if (SSL_write_ex(ssl, HEAD, sizeof(HEAD) - 1, &n) != 1)
+			die("TLS write head");
+	} else {
+		if (read(srv, req, sizeof(req)) <= 0)
+			die("read request");
+		if (write(srv, HEAD, sizeof(HEAD) - 1) < 0)
+			die("write head");
+	}
 	c0 = now(CLOCK_THREAD_CPUTIME_ID);
 	w0 = now(CLOCK_MONOTONIC);
 	for (long i = 0; i < frames; i++) {
@@ -162,6 +212,10 @@ int main(int argc, char **argv)
 						{ "\r\n", 2 } };
 
 			r = writev(srv, iov, 4);
+		} else if (ssl) {
+			size_t n = 0;
+
+			r = SSL_write_ex(ssl, frame, flen, &n) == 1 ? (ssize_t)n : -1;
 		} else {
 			r = write(srv, frame, flen);
 		}
@@ -170,8 +224,15 @@ int main(int argc, char **argv)
 	}
 	c1 = now(CLOCK_THREAD_CPUTIME_ID);
 	w1 = now(CLOCK_MONOTONIC);
-	if (write(srv, "0\r\n\r\n", 5) != 5)
+	if (ssl) {
+		size_t n;
+
+		if (SSL_write_ex(ssl, "0\r\n\r\n", 5, &n) != 1)
+			die("TLS write end");
+		SSL_shutdown(ssl);
+	} else if (write(srv, "0\r\n\r\n", 5) != 5) {
 		die("write end");
+	}
 	close(srv);
 	waitpid(child, NULL, 0);
 	printf("frames=%ld bytes_per_write=%zu cpu_ns_per_write=%.1f wall_ns_per_write=%.1f\n",
