@@ -208,13 +208,18 @@ enum ts_stat {
 	TS_STAT_CONN_TABLE_FULL,  /* sockets not traced because map `conns` was full */
 	TS_STAT_TLS_CIPHER_BYTES, /* encrypted bytes of TLS connections, not sent */
 	TS_STAT_TLS_UNJOINED,	  /* TLS plaintext calls whose socket was not found (bytes lost) */
+	/* From a TLS write call's entry to the entry of the socket write that carried its bytes
+	 * (inside the call, or the event loop's next write of that socket): total and count. */
+	TS_STAT_TLS_WIRE_NS,
+	TS_STAT_TLS_WIRE_WRITES,
 	TS_STAT_MAX,
 };
 
 #define TS_STAT_NAMES                                                                     \
 	{                                                                                 \
 		"events", "lost_events", "lost_bytes", "uncaptured_bytes", "copy_failed", \
-		    "syscalls", "conn_table_full", "tls_cipher_bytes", "tls_unjoined"     \
+		    "syscalls", "conn_table_full", "tls_cipher_bytes", "tls_unjoined",    \
+		    "tls_wire_ns", "tls_wire_writes"                                      \
 	}
 
 /* Key of map `conns`: user space deletes the entries of a process that exited. */

@@ -46,6 +46,8 @@ struct conn {
 	__u64 pos[2];
 	/* TLS: when the encrypted bytes the next plaintext read decrypts reached the socket */
 	__u64 tls_queued_ns;
+	/* TLS: entry of the oldest plaintext write whose encrypted bytes have not left yet */
+	__u64 tls_unsent_ns;
 	__u32 tls; /* 1: the connection carries TLS */
 	__u32 pad;
 };

@@ -97,12 +97,28 @@ static __always_inline void tls_mark(struct conn *c, __u64 pid_tgid, __s32 fd, _
  * latest read's arrival is kept, not the oldest: the reads of the handshake come before the
  * first request's and must not lend it their time.
  */
+static __always_inline void tls_wire(__u64 from_ns, __u64 to_ns)
+{
+	if (to_ns < from_ns)
+		return;
+	stat_add(TS_STAT_TLS_WIRE_NS, to_ns - from_ns);
+	stat_add(TS_STAT_TLS_WIRE_WRITES, 1);
+}
+
 static __always_inline void tls_cipher(struct stash *sp, const struct stash *st, struct conn *c,
 				       long ret)
 {
 	stat_add(TS_STAT_TLS_CIPHER_BYTES, ret);
-	if (syscall_dir(st->sys) != TS_DIR_IN)
+	if (syscall_dir(st->sys) != TS_DIR_IN) {
+		/* How long after the TLS call the encrypted bytes left (README, TLS: times). */
+		if (st->tls_fn == TS_TLS_WRITE || st->tls_fn == TS_TLS_WRITE_EX) {
+			tls_wire(st->tls_enter_ns, st->enter_ns);
+		} else if (c->tls_unsent_ns) {
+			tls_wire(c->tls_unsent_ns, st->enter_ns);
+			c->tls_unsent_ns = 0;
+		}
 		return;
+	}
 	__u64 q = rx_take(c);
 
 	if (q)
@@ -214,6 +230,9 @@ int BPF_KRETPROBE(ts_tls_return, long ret)
 	if (st.sys == TS_SYS_TLS_READ) {
 		queued = c->tls_queued_ns;
 		c->tls_queued_ns = 0;
+	} else if (!sp->tls_fd1 && !c->tls_unsent_ns) {
+		/* Memory BIOs: the event loop writes the encrypted bytes after the call. */
+		c->tls_unsent_ns = st.enter_ns;
 	}
 	emit_data(&st, c, pid_tgid, bytes, bpf_ktime_get_ns(), queued);
 	return 0;

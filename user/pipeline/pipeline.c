@@ -405,6 +405,8 @@ void pipeline_loss(const struct pipeline *pl, struct loss_report *loss)
 	loss->ignored_conns = pl->conns.stats.ignored_conns;
 	loss->tls_conns = pl->conns.stats.tls_conns;
 	loss->tls_unread = pl->conns.stats.tls_unread;
+	loss->tls_wire_writes = pl->kstats[TS_STAT_TLS_WIRE_WRITES];
+	loss->tls_wire_ns = pl->kstats[TS_STAT_TLS_WIRE_NS];
 	loss->partial_requests = pl->conns.stats.partial_requests;
 	loss->orphan_responses = pl->conns.stats.orphan_responses;
 	loss->pipeline_overflow = pl->conns.stats.pipeline_overflow;

@@ -29,8 +29,9 @@ struct loss_report {
 	uint64_t copy_failed;	   /* reads of traced bytes from the process's memory that failed
 				    * (their bytes are in uncaptured_bytes) */
 	uint64_t http_conns, ignored_conns;
-	/* connections that carried TLS, and of those, the ones whose plaintext never came */
-	uint64_t tls_conns, tls_unread;
+	/* connections that carried TLS, and of those, the ones whose plaintext never came; socket
+	 * writes of TLS records, and the total time from the TLS write call to them */
+	uint64_t tls_conns, tls_unread, tls_wire_writes, tls_wire_ns;
 	/* What the parsers let go (struct conn_stats): never a request reported with wrong numbers,
 	 * always a count. */
 	uint64_t partial_requests, orphan_responses, pipeline_overflow, oversize_frames,

@@ -135,6 +135,14 @@ void summary_print(const struct summary *s, const struct loss_report *loss, cons
 			"library hooked)",
 			(unsigned long long)loss->tls_conns, (unsigned long long)loss->tls_unread);
 	fputc('\n', f);
+	/* A TLS write's time is its library call's: how far ahead of the socket that is. */
+	if (loss->tls_wire_writes)
+		fprintf(
+		    f,
+		    "  tls: %llu socket writes of TLS records, on average %.1f us after the TLS "
+		    "write call they carry\n",
+		    (unsigned long long)loss->tls_wire_writes,
+		    (double)loss->tls_wire_ns / (double)loss->tls_wire_writes / 1e3);
 }
 
 void summaries_init(struct summaries *s, FILE *out)
