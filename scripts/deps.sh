@@ -17,6 +17,8 @@ PKGS=(
 	# end-to-end test servers and tools
 	python3 python3-fastapi python3-uvicorn python3-uvloop python3-httptools python3-aiohttp
 	golang-go nodejs strace bpftrace iproute2 procps
+	# the TLS-terminating reverse proxy of the e2e test (run from the test, never as a service)
+	nginx
 	# make stress: the stacks of a tracer that stopped reporting
 	gdb
 	# the USDT probes of the CUPTI injection library (cupti/)
@@ -36,5 +38,12 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 echo "deps.sh: installing ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
+# Packages with a service (nginx) are installed without starting it: the tests start their own.
+policy=/usr/sbin/policy-rc.d
+if [ ! -e "$policy" ]; then
+	printf '#!/bin/sh\nexit 101\n' >"$policy"
+	chmod +x "$policy"
+	trap 'rm -f "$policy"' EXIT
+fi
 apt-get update -q >/dev/null
 apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null

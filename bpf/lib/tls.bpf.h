@@ -90,13 +90,7 @@ static __always_inline void tls_mark(struct conn *c, __u64 pid_tgid, __s32 fd, _
 	emit(&ev, sizeof(ev), 0);
 }
 
-/*
- * A socket syscall of a TLS connection moved ret encrypted bytes: counted, not sent. A read
- * notes when its bytes arrived, for the plaintext read that will return them, and, made by the
- * event loop itself (outside a TLS call), which socket the thread's next TLS call is for. The
- * latest read's arrival is kept, not the oldest: the reads of the handshake come before the
- * first request's and must not lend it their time.
- */
+/* One more socket write of TLS records, made to_ns - from_ns after the call it carries. */
 static __always_inline void tls_wire(__u64 from_ns, __u64 to_ns)
 {
 	if (to_ns < from_ns)
@@ -105,12 +99,19 @@ static __always_inline void tls_wire(__u64 from_ns, __u64 to_ns)
 	stat_add(TS_STAT_TLS_WIRE_WRITES, 1);
 }
 
+/*
+ * A socket syscall of a TLS connection moved ret encrypted bytes: counted, not sent. A read
+ * notes when its bytes arrived, for the plaintext read that will return them, and, made by the
+ * event loop itself (outside a TLS call), which socket the thread's next TLS call is for. The
+ * latest read's arrival is kept, not the oldest: the reads of the handshake come before the
+ * first request's and must not lend it their time.
+ */
 static __always_inline void tls_cipher(struct stash *sp, const struct stash *st, struct conn *c,
 				       long ret)
 {
 	stat_add(TS_STAT_TLS_CIPHER_BYTES, ret);
 	if (syscall_dir(st->sys) != TS_DIR_IN) {
-		/* How long after the TLS call the encrypted bytes left (README, TLS: times). */
+		/* A write: how long after the TLS write call its encrypted bytes left. */
 		if (st->tls_fn == TS_TLS_WRITE || st->tls_fn == TS_TLS_WRITE_EX) {
 			tls_wire(st->tls_enter_ns, st->enter_ns);
 		} else if (c->tls_unsent_ns) {

@@ -152,6 +152,16 @@ def node(work):
     return [program("node"), os.path.join(SERVERS, "node_server.js"), "0"]
 
 
+def nginx_proxy(work):
+    program("nginx")
+    if not os.access(REFSERVER, os.X_OK):
+        raise CaseFailed(f"{REFSERVER} not built (make)")
+    nginx_work = os.path.join(work, "nginx")
+    os.makedirs(nginx_work, exist_ok=True)
+    return [PYTHON, os.path.join(SERVERS, "nginx_proxy.py"), "0", "--upstream", REFSERVER,
+            "--work", nginx_work]
+
+
 def tls_cert(work):
     """A self-signed certificate and its key in one PEM file under work (made once)."""
     pem = os.path.join(work, "tls.pem")
@@ -201,6 +211,10 @@ CASES = {
     # Python's http.server, a thread per connection, ssl.SSLSocket: OpenSSL does the socket
     # I/O inside its own calls (a socket BIO).
     "threaded-tls": tls(threaded),
+    # nginx terminating TLS in front of refserver (proxy_buffering off), traced on nginx: its
+    # worker's SSL_read/SSL_write on socket BIOs; the upstream connection, where nginx is the
+    # client, is not reported (yet).
+    "nginx-tls": tls(nginx_proxy),
 }
 
 
@@ -246,10 +260,13 @@ class Children:
 
 
 def wait_listening(p, log_prefix):
-    """Read the server's stdout until `listening on HOST:PORT`; return PORT."""
+    """Read the server's stdout until `listening on HOST:PORT`; return PORT and the pid to
+    trace: the server's, or the one it named first in a `trace pid N` line (a wrapper that
+    starts the server and an upstream that is not to be traced)."""
     lines = []
     found = threading.Event()
     port = []
+    trace_pid = []
 
     def reader():
         with p.stdout, open(log_prefix + ".out", "wb") as log:
@@ -258,6 +275,8 @@ def wait_listening(p, log_prefix):
                 log.flush()
                 lines.append(line)
                 text = line.decode(errors="replace").strip()
+                if not found.is_set() and text.startswith("trace pid "):
+                    trace_pid.append(int(text.split()[2]))
                 if not found.is_set() and text.startswith("listening on "):
                     port.append(int(text.rsplit(":", 1)[1]))
                     found.set()
@@ -267,7 +286,7 @@ def wait_listening(p, log_prefix):
     if not found.wait(SERVER_READY_S) or not port:
         raise CaseFailed(f"server not listening after {SERVER_READY_S} s (exit {p.poll()}): "
                          + tail(log_prefix + ".err"))
-    return port[0]
+    return port[0], (trace_pid or [p.pid])[0]
 
 
 def wait_attached(p, log_prefix):
@@ -331,13 +350,13 @@ def run_case(argv_of, work, tol_ns, verbose):
     children = Children()
     try:
         server = children.start(argv_of(os.path.dirname(work)), log("server"), stdout_pipe=True)
-        port = wait_listening(server, log("server"))
+        port, trace_pid = wait_listening(server, log("server"))
         # Cold servers (first accept, lazy imports, JIT) take several ms to read their first
         # requests; warm them up unobserved so that the measured run compares steady state.
         extra = getattr(argv_of, "client_extra", [])
         run_client(port, WARMUP_ARGS + extra, log("warmup"))
 
-        ts = children.start([TOKENSCOPE, "trace", "-p", str(server.pid), "--json", "--tokens"],
+        ts = children.start([TOKENSCOPE, "trace", "-p", str(trace_pid), "--json", "--tokens"],
                             log("tokenscope"))
         wait_attached(ts, log("tokenscope"))
         # Let the tracer's start-up (BTF, loading, the /proc walk) finish using the CPUs.

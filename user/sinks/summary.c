@@ -124,9 +124,10 @@ void summary_print(const struct summary *s, const struct loss_report *loss, cons
 		    (unsigned long long)loss->cupti_pool_empty,
 		    (unsigned long long)loss->cupti_unplaced, (unsigned long long)loss->cupti_late,
 		    (unsigned long long)loss->cupti_abi_bad);
-	/* Says why a run can show no requests: TLS, HTTP/2 or another protocol on the sockets. */
+	/* Says why a run can show no requests: HTTP/2 or another protocol on the sockets, or TLS
+	 * from a library that is not hooked. */
 	fprintf(f,
-		"  connections: %llu serving HTTP/1.x, %llu ignored (another protocol, TLS, or "
+		"  connections: %llu serving HTTP/1.x, %llu ignored (another protocol, or "
 		"outgoing)",
 		(unsigned long long)loss->http_conns, (unsigned long long)loss->ignored_conns);
 	if (loss->tls_conns)
