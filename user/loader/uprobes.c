@@ -11,6 +11,7 @@
 #include <linux/types.h>
 
 #include "loader/uprobes.h"
+#include "loader/insn.h"
 #include "events.h"
 #include "loader/kernel.h"
 
@@ -264,41 +265,24 @@ static uint64_t vaddr_off(Elf *e, size_t phnum, uint64_t vaddr)
 }
 
 /*
- * A uprobe costs a trap, and a second one to single-step the probed instruction out of line
- * unless the kernel can emulate it (x86-64: a push of a register, a call, a jump): on the
- * development VM a TLS write traced through SSL_write_ex's entry and return cost 23 us more, of
- * which the single-step of its first instruction was about half. Debian's OpenSSL 3 starts
- * SSL_read_ex and SSL_write_ex with `sub $imm8,%rsp` (single-stepped) and then only calls the
- * library's internal read or write with the same arguments, which starts with a push (emulated)
- * and which SSL_read and SSL_write call too, with a size_t * of their own for the bytes done.
- * Where a _ex function is exactly such a wrapper, the internal function is hooked in its place,
- * with the _ex meaning, and the plain function is left alone (it goes through the same one).
+ * On the development VM a TLS write traced through the exported SSL_write_ex's entry and return
+ * cost 23 us more, of which the single-step of its first instruction (`sub $8,%rsp`) was about
+ * half: where a _ex function is a thin wrapper (loader/insn.h) around a function that starts
+ * with a push, that function is probed in its place. It is the library's internal read or
+ * write, which SSL_read and SSL_write call too, with a size_t * of their own for the bytes done:
+ * the _ex meaning holds, and the plain functions are left alone.
  */
 #if defined(__x86_64__)
-#define X86_SUB_RSP_IMM8 0x48, 0x83, 0xec /* sub $imm8,%rsp */
-#define X86_CALL_REL32 0xe8
-#define X86_WRAPPER_BYTES 9 /* sub $imm8,%rsp (4 bytes); call rel32 (5) */
-
-static bool x86_push_first(const uint8_t *p)
-{
-	return (p[0] >= 0x50 && p[0] <= 0x57) || (p[0] == 0x41 && p[1] >= 0x50 && p[1] <= 0x57);
-}
-
 /* The file offset of the function a thin wrapper at off calls, or 0 when it is not one. */
 static uint64_t x86_wrapped(int fd, uint64_t off)
 {
-	static const uint8_t sub[] = { X86_SUB_RSP_IMM8 };
-	uint8_t b[X86_WRAPPER_BYTES], t[2];
-	int32_t rel;
+	uint8_t b[INSN_X86_WRAPPER_BYTES], t[2];
 	uint64_t target;
 
 	if (pread(fd, b, sizeof(b), (off_t)off) != (ssize_t)sizeof(b) ||
-	    memcmp(b, sub, sizeof(sub)) || b[4] != X86_CALL_REL32)
-		return 0;
-	memcpy(&rel, b + 5, sizeof(rel));
-	target = off + sizeof(b) + (int64_t)rel;
-	/* Within the same segment as the call, so file offsets differ as addresses do. */
-	if (pread(fd, t, sizeof(t), (off_t)target) != (ssize_t)sizeof(t) || !x86_push_first(t))
+	    !insn_x86_thin_wrapper(b, sizeof(b), off, &target) ||
+	    pread(fd, t, sizeof(t), (off_t)target) != (ssize_t)sizeof(t) ||
+	    !insn_x86_push(t, sizeof(t)))
 		return 0;
 	return target;
 }

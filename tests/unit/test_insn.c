@@ -1,0 +1,70 @@
+// SPDX-License-Identifier: MIT
+/*
+ * user/loader/insn.c: the thin wrappers whose callee is probed instead (their first instruction
+ * would be single-stepped), on the bytes of Debian's OpenSSL 3 and on what must not pass.
+ */
+#include "check.h"
+#include "loader/insn.h"
+
+/* SSL_write_ex of Debian bookworm's libssl.so.3 (file offset 0x35a10): sub $0x8,%rsp; call
+ * 0x355a0 (ssl_write_internal, which starts with push %r14: 41 56). */
+static const uint8_t ssl_write_ex[] = { 0x48, 0x83, 0xec, 0x08, 0xe8, 0x87, 0xfb, 0xff, 0xff };
+
+TEST(test_thin_wrapper)
+{
+	uint64_t target = 0;
+
+	ASSERT_TRUE(insn_x86_thin_wrapper(ssl_write_ex, sizeof(ssl_write_ex), 0x35a10, &target),
+		    "SSL_write_ex is a thin wrapper");
+	ASSERT_EQ(target, 0x355a0, "its call goes to the internal write");
+}
+
+TEST(test_not_thin_wrappers)
+{
+	/* SSL_write: sub $0x18,%rsp, then the stack protector's load (mov %fs:0x28,%rax). */
+	static const uint8_t ssl_write[] = { 0x48, 0x83, 0xec, 0x18, 0x64, 0x48, 0x8b, 0x04, 0x25 };
+	/* Node's SSL_write_ex: push %rbp; mov %rsp,%rbp; push %r15. */
+	static const uint8_t node[] = { 0x55, 0x48, 0x89, 0xe5, 0x41, 0x57, 0x41, 0x56, 0x41 };
+	/* sub $imm32,%rsp (48 81 ec): not the form read. */
+	static const uint8_t sub32[] = { 0x48, 0x81, 0xec, 0x08, 0x00, 0x00, 0x00, 0xe8, 0x00 };
+	uint64_t target = 7;
+
+	ASSERT_FALSE(insn_x86_thin_wrapper(ssl_write, sizeof(ssl_write), 0x35980, &target),
+		     "a function that does more before its call");
+	ASSERT_FALSE(insn_x86_thin_wrapper(node, sizeof(node), 0, &target), "a push first");
+	ASSERT_FALSE(insn_x86_thin_wrapper(sub32, sizeof(sub32), 0, &target), "sub imm32");
+	ASSERT_FALSE(
+	    insn_x86_thin_wrapper(ssl_write_ex, sizeof(ssl_write_ex) - 1, 0x35a10, &target),
+	    "fewer bytes than the two instructions");
+	ASSERT_EQ(target, 7, "target untouched");
+}
+
+TEST(test_backward_call)
+{
+	/* call -0x10 from a wrapper at 0x1000: to 0x1000 + 9 - 0x10. */
+	static const uint8_t back[] = { 0x48, 0x83, 0xec, 0x08, 0xe8, 0xf0, 0xff, 0xff, 0xff };
+	uint64_t target = 0;
+
+	ASSERT_TRUE(insn_x86_thin_wrapper(back, sizeof(back), 0x1000, &target), "a wrapper");
+	ASSERT_EQ(target, 0xff9, "a negative displacement");
+}
+
+TEST(test_push)
+{
+	static const uint8_t r14[] = { 0x41, 0x56 }, rbp[] = { 0x55 }, rbx[] = { 0x53 };
+	static const uint8_t sub[] = { 0x48, 0x83 }, rex_mov[] = { 0x41, 0x89 },
+			     r8_only[] = { 0x41 };
+
+	ASSERT_TRUE(insn_x86_push(r14, sizeof(r14)), "push %r14");
+	ASSERT_TRUE(insn_x86_push(rbp, sizeof(rbp)), "push %rbp");
+	ASSERT_TRUE(insn_x86_push(rbx, sizeof(rbx)), "push %rbx");
+	ASSERT_FALSE(insn_x86_push(sub, sizeof(sub)), "sub");
+	ASSERT_FALSE(insn_x86_push(rex_mov, sizeof(rex_mov)), "a REX.B mov");
+	ASSERT_FALSE(insn_x86_push(r8_only, sizeof(r8_only)), "a prefix alone");
+	ASSERT_FALSE(insn_x86_push(rbp, 0), "no bytes");
+}
+
+int main(void)
+{
+	return check_run_all();
+}

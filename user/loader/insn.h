@@ -1,0 +1,31 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The few machine instructions the loader reads, to probe where a uprobe is cheapest.
+ *
+ * A uprobe costs a trap, and a second one to single-step the probed instruction out of line
+ * unless the kernel can emulate it (x86-64: a push of a register, a call, a jump). Some
+ * exported functions are thin wrappers that start with an instruction the kernel must
+ * single-step and only call another function with the same arguments (Debian's OpenSSL 3:
+ * SSL_read_ex and SSL_write_ex); probing the function they call costs one trap less.
+ */
+#ifndef TS_INSN_H
+#define TS_INSN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Bytes insn_x86_thin_wrapper reads: `sub $imm8,%rsp` (4), then `call rel32` (5). */
+#define INSN_X86_WRAPPER_BYTES 9
+
+/*
+ * Whether the n bytes at b, the start of a function at file offset off, are exactly `sub
+ * $imm8,%rsp; call rel32`: then *target is the file offset the call goes to (offsets within one
+ * segment differ as addresses do). The registers that carry the arguments are untouched before
+ * the call, so the callee receives the wrapper's own arguments.
+ */
+bool insn_x86_thin_wrapper(const uint8_t *b, size_t n, uint64_t off, uint64_t *target);
+/* Whether the n bytes at b start with a push of a register, which x86-64 uprobes emulate. */
+bool insn_x86_push(const uint8_t *b, size_t n);
+
+#endif
