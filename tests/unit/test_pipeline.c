@@ -597,6 +597,9 @@ TEST(test_tls_unread)
 	fflush(h.ferr);
 	ASSERT_TRUE(strstr(h.err, "1 carried TLS, of which 1 ended with no plaintext seen") != NULL,
 		    "the summary says so");
+	ASSERT_TRUE(strstr(h.err, "  tls: 0 socket writes of TLS records; 0 TLS calls whose "
+				  "socket was not found (their plaintext lost)\n") != NULL,
+		    "and its tls line");
 out:
 	h_close(&h);
 }

@@ -687,6 +687,38 @@ out:
 	pipeline_free(&pl);
 }
 
+/* TLS families appear once a connection carried TLS: by whether its plaintext was seen, and the
+ * calls whose plaintext could not be placed. */
+TEST(test_tls_families)
+{
+	struct pipeline_opts po = { .err = stderr };
+	struct published pub = { 0 };
+	struct pipeline pl;
+	struct prom *p;
+	struct sink s;
+
+	if (!ASSERT_OK(pipeline_init(&pl, &po), "pipeline"))
+		return;
+	p = prom_new(publish, &pub);
+	if (!ASSERT_OK_PTR(p, "prom_new"))
+		goto out;
+	s = prom_sink(p);
+	ASSERT_TRUE(pub.last && !strstr(pub.last, "tokenscope_tls"), "no TLS families before");
+	pl.conns.stats.tls_conns = 3;
+	pl.conns.stats.tls_unread = 1;
+	pl.kstats[TS_STAT_TLS_UNJOINED] = 2;
+	prom_tick_at(&s, &pl, BASE);
+	ASSERT_EQ(pub.n, 2, "published");
+	ASSERT_LINE(pub.last, "# TYPE tokenscope_tls_connections_total counter");
+	ASSERT_LINE(pub.last, "tokenscope_tls_connections_total{plaintext=\"seen\"} 2");
+	ASSERT_LINE(pub.last, "tokenscope_tls_connections_total{plaintext=\"none\"} 1");
+	ASSERT_LINE(pub.last, "tokenscope_tls_unjoined_calls_total 2");
+out:
+	prom_free(p);
+	free(pub.last);
+	pipeline_free(&pl);
+}
+
 TEST(test_parse_listen)
 {
 	struct sockaddr_storage ss;

@@ -406,6 +406,7 @@ void pipeline_loss(const struct pipeline *pl, struct loss_report *loss)
 	loss->tls_conns = pl->conns.stats.tls_conns;
 	loss->tls_unread = pl->conns.stats.tls_unread;
 	loss->tls_wire_writes = pl->kstats[TS_STAT_TLS_WIRE_WRITES];
+	loss->tls_unjoined = pl->kstats[TS_STAT_TLS_UNJOINED];
 	loss->tls_wire_ns = pl->kstats[TS_STAT_TLS_WIRE_NS];
 	loss->partial_requests = pl->conns.stats.partial_requests;
 	loss->orphan_responses = pl->conns.stats.orphan_responses;

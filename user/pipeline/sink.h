@@ -32,6 +32,7 @@ struct loss_report {
 	/* connections that carried TLS, and of those, the ones whose plaintext never came; socket
 	 * writes of TLS records, and the total time from the TLS write call to them */
 	uint64_t tls_conns, tls_unread, tls_wire_writes, tls_wire_ns;
+	uint64_t tls_unjoined; /* TLS calls whose plaintext could not be put on a connection */
 	/* What the parsers let go (struct conn_stats): never a request reported with wrong numbers,
 	 * always a count. */
 	uint64_t partial_requests, orphan_responses, pipeline_overflow, oversize_frames,

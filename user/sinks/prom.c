@@ -787,6 +787,23 @@ static void render_loss(const struct prom *p, FILE *f)
 		put_counts(f, "tokenscope_device_times_lost_total", "what", dev,
 			   sizeof(dev) / sizeof(dev[0]));
 	}
+	/* TLS: only where a connection carried it (as the summary's tls line). */
+	if (l->tls_conns || l->tls_unjoined) {
+		const struct named_count conns[] = {
+			{ "seen", l->tls_conns - l->tls_unread },
+			{ "none", l->tls_unread },
+		};
+
+		put_header(f, "tokenscope_tls_connections_total", "counter",
+			   "Connections that carried TLS, by whether their plaintext was seen "
+			   "(plaintext=\"none\": ended without any, the TLS library not hooked).");
+		put_counts(f, "tokenscope_tls_connections_total", "plaintext", conns,
+			   sizeof(conns) / sizeof(conns[0]));
+		put_header(f, "tokenscope_tls_unjoined_calls_total", "counter",
+			   "TLS read and write calls whose socket was not found: their plaintext "
+			   "is lost.");
+		fprintf(f, "tokenscope_tls_unjoined_calls_total %" PRIu64 "\n", l->tls_unjoined);
+	}
 	put_header(f, "tokenscope_traced_processes", "gauge",
 		   "Processes traced now: those named with -p or found by --all, and their "
 		   "descendants; one that exits leaves.");

@@ -136,14 +136,17 @@ void summary_print(const struct summary *s, const struct loss_report *loss, cons
 			"library hooked)",
 			(unsigned long long)loss->tls_conns, (unsigned long long)loss->tls_unread);
 	fputc('\n', f);
-	/* A TLS write's time is its library call's: how far ahead of the socket that is. */
+	if (!loss->tls_conns && !loss->tls_unjoined && !loss->tls_wire_writes)
+		return;
+	/* A TLS write's time is its library call's: how far ahead of the socket that is; and the
+	 * plaintext that could not be put on a connection. */
+	fprintf(f, "  tls: %llu socket writes of TLS records",
+		(unsigned long long)loss->tls_wire_writes);
 	if (loss->tls_wire_writes)
-		fprintf(
-		    f,
-		    "  tls: %llu socket writes of TLS records, on average %.1f us after the TLS "
-		    "write call they carry\n",
-		    (unsigned long long)loss->tls_wire_writes,
-		    (double)loss->tls_wire_ns / (double)loss->tls_wire_writes / 1e3);
+		fprintf(f, ", on average %.1f us after the TLS write call they carry",
+			(double)loss->tls_wire_ns / (double)loss->tls_wire_writes / 1e3);
+	fprintf(f, "; %llu TLS calls whose socket was not found (their plaintext lost)\n",
+		(unsigned long long)loss->tls_unjoined);
 }
 
 void summaries_init(struct summaries *s, FILE *out)
