@@ -228,7 +228,7 @@ $(OUTPUT)/tests/%: tests/bpf/%.c tests/unit/check.h $(LIB_OBJS) $(OUTPUT)/user/l
 		$(OUTPUT)/user/loader/kernel.o $(OUTPUT)/tokenscope.skel.h | $(OUTPUT)/tests
 	$(call msg,TEST,$@)
 	$(Q)$(CC) $(USER_CFLAGS) -Itests/unit $< $(LIB_OBJS) $(OUTPUT)/user/loader/uprobes.o \
-		$(OUTPUT)/user/loader/kernel.o -o $@ $(LDLIBS) -ldl
+		$(OUTPUT)/user/loader/kernel.o -o $@ $(LDLIBS) -ldl -lssl -lcrypto
 
 deps:
 	$(Q)scripts/deps.sh
