@@ -178,12 +178,17 @@ static void chunk_big(struct harness *h, uint64_t id, const char *frame, uint64_
 	free(buf);
 }
 
-static void chunk(struct harness *h, uint64_t id, const char *frame, uint64_t ts)
+static void chunk_dir(struct harness *h, uint64_t id, int dir, const char *frame, uint64_t ts)
 {
 	char buf[1024];
 
 	snprintf(buf, sizeof(buf), "%zx\r\n%s\r\n", strlen(frame), frame);
-	data_event(h, id, TS_DIR_OUT, buf, ts);
+	data_event(h, id, dir, buf, ts);
+}
+
+static void chunk(struct harness *h, uint64_t id, const char *frame, uint64_t ts)
+{
+	chunk_dir(h, id, TS_DIR_OUT, frame, ts);
 }
 
 #define HEAD_SSE                                                                \
@@ -475,13 +480,15 @@ TEST(test_ignores_other_protocols)
 	/* Binary garbage read first: not an HTTP server connection. */
 	data_event(&h, 1, TS_DIR_IN, "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", 1000);
 	data_event(&h, 1, TS_DIR_OUT, HEAD_SSE, 2000);
-	/* The traced process sends a request: it is the client here. */
+	/* The traced process sends a request: it is the client here (its stream not ended). */
 	data_event(&h, 2, TS_DIR_OUT, "POST /v1/completions HTTP/1.1\r\nContent-Length: 0\r\n\r\n",
 		   3000);
 	data_event(&h, 2, TS_DIR_IN, HEAD_SSE, 4000);
 	ASSERT_EQ(h_lines(&h), 0, "no requests");
-	ASSERT_EQ(h.pl.conns.stats.ignored_conns, 2, "both ignored");
+	ASSERT_EQ(h.pl.conns.stats.ignored_conns, 1, "the garbage ignored");
+	ASSERT_EQ(h.pl.conns.stats.client_conns, 1, "the other a client's");
 	ASSERT_EQ(h.pl.conns.stats.http_conns, 0, "no HTTP server connection");
+	ASSERT_EQ(conn_inflight(&h.pl.conns), 0, "a client's stream is not in flight");
 	h_close(&h);
 }
 
@@ -531,6 +538,56 @@ TEST(test_joined_mid_response_at_offset_zero)
 	ASSERT_EQ(h.pl.conns.stats.http_conns, 1, "an HTTP server connection");
 	ASSERT_EQ(h.pl.conns.stats.ignored_conns, 0, "not ignored");
 	ASSERT_EQ(h.pl.conns.stats.gap_bytes, 0, "joining is not a loss");
+out:
+	h_close(&h);
+}
+
+/*
+ * The traced process calls an upstream (a gateway, an SDK): its request goes out, the stream
+ * comes in. It is reported with role client, conn local->upstream, times of its own write and
+ * reads; the summaries (servers' requests) do not count it.
+ */
+TEST(test_client_request)
+{
+	char req[1024];
+	struct harness h;
+
+	h_open(&h);
+	conn_event(&h, TS_EV_CONN_OPEN, 1, 5, 500);
+	snprintf(req, sizeof(req),
+		 "POST /v1/chat/completions HTTP/1.1\r\nHost: up\r\nContent-Type: "
+		 "application/json\r\nContent-Length: %zu\r\n\r\n%s",
+		 strlen(REQ_BODY), REQ_BODY);
+	data_event(&h, 1, TS_DIR_OUT, req, 1000000);
+	data_event(&h, 1, TS_DIR_IN, HEAD_SSE, 1100000);
+	/* Each frame read at t; the record's exit time is t + 10 (data_event_cap). */
+	chunk_dir(&h, 1, TS_DIR_IN, ROLE, 1200000);
+	chunk_dir(&h, 1, TS_DIR_IN, TOK, 2000000);
+	chunk_dir(&h, 1, TS_DIR_IN, TOK, 3000000);
+	chunk_dir(&h, 1, TS_DIR_IN, DONE, 3400000);
+	data_event(&h, 1, TS_DIR_IN, "0\r\n\r\n", 3500000);
+	if (!ASSERT_EQ(h_lines(&h), 1, "the client's request"))
+		goto out;
+	ASSERT_STREQ(str(h.lines[0], "role"), "client", "role");
+	ASSERT_TRUE(strstr(str(h.lines[0], "conn"), ":8000->127.0.0.1:40001#1") != NULL,
+		    "conn local->upstream");
+	ASSERT_STREQ(str(h.lines[0], "outcome"), "ok", "outcome");
+	ASSERT_EQ(num(h.lines[0], "tokens"), 2, "tokens");
+	ASSERT_EQ(num(h.lines[0], "arrival_ns"), 1000000, "sent: its write's entry");
+	ASSERT_EQ(num(h.lines[0], "first_token_ns"), 2000010, "first token: the read's return");
+	ASSERT_EQ(num(h.lines[0], "end_ns"), 3500010, "end: the read of the terminator");
+	ASSERT_TRUE(is_null(h.lines[0], "received_ns"), "no socket arrival for a client");
+	ASSERT_STREQ(str(h.lines[0], "attribution_how"),
+		     "none: a request the traced process made as a client", "no GPU attribution");
+	ASSERT_EQ(h.pl.conns.stats.client_conns, 1, "a client connection");
+	h_print_total(&h);
+	fflush(h.ferr);
+	ASSERT_TRUE(strstr(h.err, "--- summary: 0 requests") != NULL, "the summary counts servers'");
+	ASSERT_TRUE(strstr(h.err, "; 1 calling an HTTP server (requests with role client)") != NULL,
+		    "and says there was a client connection");
+	full_stream(&h, 2, 10000000);
+	if (ASSERT_EQ(h_lines(&h), 2, "and a server's request"))
+		ASSERT_STREQ(str(h.lines[1], "role"), "server", "role server");
 out:
 	h_close(&h);
 }

@@ -30,6 +30,7 @@
 enum conn_role {
 	ROLE_NEW,
 	ROLE_SERVER, /* the traced process serves HTTP on it */
+	ROLE_CLIENT, /* the traced process calls an HTTP server on it (its requests go out) */
 	ROLE_IGNORED,
 };
 
@@ -111,6 +112,17 @@ static void buf_append(struct buf *b, struct budget *bg, const uint8_t *p, size_
 	b->len += n;
 }
 
+/* The direction the requests travel: in to a server, out from a client. */
+static int conn_req_dir(const struct conn *c)
+{
+	return c->role == ROLE_CLIENT ? TS_DIR_OUT : TS_DIR_IN;
+}
+
+static bool conn_followed(const struct conn *c)
+{
+	return c->role == ROLE_SERVER || c->role == ROLE_CLIENT;
+}
+
 static struct request *conn_current(struct conn *c)
 {
 	return c->qlen ? c->queue[c->qhead] : NULL;
@@ -118,10 +130,12 @@ static struct request *conn_current(struct conn *c)
 
 static void conn_pop(struct conn *c)
 {
+	/* In flight counts the streams the traced servers serve. */
+	if (!c->queue[c->qhead]->client)
+		c->t->inflight--;
 	c->queue[c->qhead] = NULL;
 	c->qhead = (c->qhead + 1) % CONN_PIPELINE_MAX;
 	c->qlen--;
-	c->t->inflight--;
 	c->resp_active = false;
 }
 
@@ -179,6 +193,7 @@ static void req_on_head(void *ctx, const struct http_head *h, uint64_t ts)
 	utf8_clean(r->path, sizeof(r->path), h->path, strlen(h->path));
 	r->received_ns = c->rx_first;
 	r->tls = c->tls_plain;
+	r->client = c->role == ROLE_CLIENT;
 	r->prompt_bytes = h->content_length >= 0 ? h->content_length : 0;
 }
 
@@ -232,7 +247,8 @@ static void req_on_end(void *ctx, uint64_t ts)
 	}
 	c->queue[(c->qhead + c->qlen) % CONN_PIPELINE_MAX] = r;
 	c->qlen++;
-	c->t->inflight++;
+	if (!r->client)
+		c->t->inflight++;
 	c->t->sink.request_start(c->t->sink.ctx, r);
 }
 
@@ -446,8 +462,10 @@ static void conn_desync_out(struct conn *c, uint64_t ts)
 	c->resp_orphan = c->resp_informational = false;
 }
 
-static void conn_feed_in(struct conn *c, const uint8_t *p, size_t n, uint64_t ts, bool at_start,
-			 uint64_t pos)
+/* Bytes of the requests' direction: in to a server (a connection's role is decided here when
+ * it reads first), out from a client. */
+static void conn_feed_req(struct conn *c, const uint8_t *p, size_t n, uint64_t ts, bool at_start,
+			  uint64_t pos)
 {
 	if (!c->in_sync) {
 		if (!at_start || !looks_like_request(p, n)) {
@@ -467,7 +485,8 @@ static void conn_feed_in(struct conn *c, const uint8_t *p, size_t n, uint64_t ts
 			c->t->stats.http_conns++;
 		}
 	}
-	if (!c->rx_latched) {
+	/* A server's request reached its socket before it read it; a client's is its own write. */
+	if (c->role == ROLE_SERVER && !c->rx_latched) {
 		c->rx_first = c->rx_cur;
 		c->rx_latched = true;
 	}
@@ -475,22 +494,35 @@ static void conn_feed_in(struct conn *c, const uint8_t *p, size_t n, uint64_t ts
 		conn_desync_in(c);
 }
 
-static void conn_feed_out(struct conn *c, const uint8_t *p, size_t n, uint64_t ts, bool at_start,
-			  uint64_t pos)
+/* A connection the traced process calls an HTTP server on: its label says local->peer. */
+static void conn_become_client(struct conn *c)
+{
+	char *arrow = strstr(c->label, "<-");
+
+	c->role = ROLE_CLIENT;
+	c->t->stats.client_conns++;
+	if (arrow)
+		memcpy(arrow, "->", 2);
+}
+
+/* Bytes of the responses' direction: out from a server, in to a client. */
+static void conn_feed_resp(struct conn *c, const uint8_t *p, size_t n, uint64_t ts, bool at_start,
+			   uint64_t pos)
 {
 	struct request *r;
 
-	if (c->role != ROLE_SERVER) {
+	if (!conn_followed(c)) {
 		/*
-		 * The traced process sends a request first: it is a client there. Any other first
-		 * write leaves the role to the first read: a connection seen first after tracing
-		 * began (its offsets count from there) may be a server connection joined in the
-		 * middle of a response, which is followed from its next request; a protocol whose
-		 * server speaks first is ignored when its first read is not an HTTP request.
+		 * The traced process sends a request first: it is a client there, and this write is
+		 * its request. Any other first write leaves the role to the first read: a
+		 * connection seen first after tracing began (its offsets count from there) may be a
+		 * server connection joined in the middle of a response, which is followed from its
+		 * next request; a protocol whose server speaks first is ignored when its first read
+		 * is not an HTTP request.
 		 */
 		if (c->role == ROLE_NEW && pos == 0 && at_start && looks_like_request(p, n)) {
-			c->role = ROLE_IGNORED;
-			c->t->stats.ignored_conns++;
+			conn_become_client(c);
+			conn_feed_req(c, p, n, ts, at_start, pos);
 		}
 		return;
 	}
@@ -510,9 +542,10 @@ static void conn_feed_out(struct conn *c, const uint8_t *p, size_t n, uint64_t t
 }
 
 /*
- * The client closed its side (a read returned 0) or refused a write: every exchange still open
- * on the connection was abandoned by it, even if the server goes on to end the response (Go's
- * net/http writes the chunked terminator after its handler sees the hang-up).
+ * The other side closed (a read returned 0) or refused a write: every exchange still open on
+ * the connection was abandoned, even if a server goes on to end the response (Go's net/http
+ * writes the chunked terminator after its handler sees the hang-up); a client's upstream that
+ * closed before the end of a response aborted it.
  */
 static void conn_peer_gone(struct conn *c)
 {
@@ -529,9 +562,9 @@ static void conn_gap(struct conn *c, int dir, uint64_t n, uint64_t ts)
 {
 	if (!n || c->role == ROLE_IGNORED)
 		return;
-	if (c->role == ROLE_SERVER)
+	if (conn_followed(c))
 		c->t->stats.gap_bytes += n;
-	if (dir == TS_DIR_IN) {
+	if (dir == conn_req_dir(c)) {
 		if (!c->in_sync)
 			return;
 		http_gap(&c->req, n);
@@ -630,8 +663,10 @@ static void conn_free(struct conn *c)
 {
 	request_free(c->reading);
 	while (c->qlen) {
-		request_free(conn_current(c));
+		struct request *r = conn_current(c);
+
 		conn_pop(c);
+		request_free(r);
 	}
 	buf_reset(&c->body, &c->t->budget);
 	http_free(&c->req);
@@ -733,7 +768,7 @@ void conn_on_data(struct conn_table *t, const struct ts_data_event *e)
 		return;
 	c->last_ns = ts;
 	if (e->status != TS_DATA_BYTES) {
-		if (c->role == ROLE_SERVER)
+		if (conn_followed(c))
 			conn_peer_gone(c);
 		return;
 	}
@@ -747,14 +782,15 @@ void conn_on_data(struct conn_table *t, const struct ts_data_event *e)
 	if (skip < e->data_bytes) {
 		bool at_start = e->pos == e->syscall_pos && !skip;
 
-		if (dir == TS_DIR_IN) {
+		if (dir == TS_DIR_IN)
 			/* The kernel's arrival time holds for the syscall's first bytes only. */
 			c->rx_cur = at_start ? e->queued_ns : 0;
-			conn_feed_in(c, e->data + skip, e->data_bytes - skip, ts, at_start, e->pos);
-		} else {
-			conn_feed_out(c, e->data + skip, e->data_bytes - skip, ts, at_start,
+		if (dir == conn_req_dir(c))
+			conn_feed_req(c, e->data + skip, e->data_bytes - skip, ts, at_start,
 				      e->pos);
-		}
+		else
+			conn_feed_resp(c, e->data + skip, e->data_bytes - skip, ts, at_start,
+				       e->pos);
 		c->expect[dir] = e->pos + e->data_bytes;
 	}
 	if (e->last) {
@@ -772,7 +808,7 @@ static void conn_end(struct conn_table *t, struct conn *c, uint64_t ts)
 
 	if (c->tls && !c->tls_plain)
 		t->stats.tls_unread++;
-	if (c->role == ROLE_SERVER) {
+	if (conn_followed(c)) {
 		if (c->out_sync)
 			http_close(&c->resp, ts);
 		if (c->reading) {

@@ -33,7 +33,8 @@ struct conn_sink {
 struct conn_stats {
 	uint64_t conns;		    /* connections seen */
 	uint64_t http_conns;	    /* ... that carried HTTP requests to the traced server */
-	uint64_t ignored_conns;	    /* ... that did not (other protocols, outgoing HTTP) */
+	uint64_t client_conns;	    /* ... on which the traced process called an HTTP server */
+	uint64_t ignored_conns;	    /* ... that did neither (other protocols) */
 	uint64_t gap_bytes;	    /* bytes missing from followed connections */
 	uint64_t desyncs;	    /* times a gap broke HTTP framing */
 	uint64_t orphan_responses;  /* responses whose request was not seen (joined mid-way) */

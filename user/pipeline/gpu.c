@@ -422,6 +422,10 @@ void gpu_attribute(const struct gpu_timeline *g, const struct request *r, struct
 	a->queue_ns = a->prefill_ns = a->decode_ns = a->gpu_ns = a->host_ns = -1;
 	a->prefill_gpu_ns = a->decode_gpu_ns = -1;
 	a->source = NULL;
+	if (r->client) {
+		a->how = "none: a request the traced process made as a client";
+		return;
+	}
 	if (!g->count) {
 		a->how = "none: no GPU steps seen";
 		return;

@@ -30,7 +30,7 @@ static void pl_request_start(void *ctx, struct request *r)
 	if (p)
 		memcpy(r->container, p->container, sizeof(r->container));
 	for (int i = 0; i < pl->nsinks; i++)
-		if (pl->sinks[i].request_start)
+		if (pl->sinks[i].request_start && (!r->client || pl->sinks[i].clients))
 			pl->sinks[i].request_start(pl->sinks[i].ctx, r);
 }
 
@@ -43,7 +43,7 @@ static void pl_request_out(struct pipeline *pl, struct request *r)
 	request_metrics(r, &m);
 	gpu_attribute(&pl->gpu, r, &ga);
 	for (int i = 0; i < pl->nsinks; i++)
-		if (pl->sinks[i].request)
+		if (pl->sinks[i].request && (!r->client || pl->sinks[i].clients))
 			pl->sinks[i].request(pl->sinks[i].ctx, r, &m, &ga);
 	request_free(r);
 }
@@ -403,6 +403,7 @@ void pipeline_loss(const struct pipeline *pl, struct loss_report *loss)
 	loss->copy_failed = pl->kstats[TS_STAT_COPY_FAILED];
 	loss->http_conns = pl->conns.stats.http_conns;
 	loss->ignored_conns = pl->conns.stats.ignored_conns;
+	loss->client_conns = pl->conns.stats.client_conns;
 	loss->tls_conns = pl->conns.stats.tls_conns;
 	loss->tls_unread = pl->conns.stats.tls_unread;
 	loss->tls_wire_writes = pl->kstats[TS_STAT_TLS_WIRE_WRITES];

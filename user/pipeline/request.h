@@ -29,6 +29,9 @@ struct request {
 	char conn[112];	    /* "local<-peer#id" */
 	char container[13]; /* short container id of the server (trace --all), "" when none */
 	bool tls;	    /* came over TLS: its bytes are the TLS library's plaintext */
+	/* The traced process made it (a client of an upstream server): its times are the
+	 * process's writes of the request and reads of the response, and conn is local->peer. */
+	bool client;
 	char method[16];
 	char path[256];
 	struct req_info info;	     /* model, stream, max_tokens from the body */

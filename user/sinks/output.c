@@ -35,6 +35,7 @@ void output_json(FILE *f, const struct request *r, const struct request_metrics 
 	jsonw_begin(&w, f);
 	jsonw_u64(&w, "pid", r->pid);
 	jsonw_str(&w, "conn", r->conn);
+	jsonw_str(&w, "role", r->client ? "client" : "server");
 	if (r->container[0])
 		jsonw_str(&w, "container", r->container);
 	if (r->tls)
@@ -126,9 +127,12 @@ static void text_ms(FILE *f, int width, int64_t ns)
 void output_text(FILE *f, const struct request *r, const struct request_metrics *m,
 		 const struct gpu_attribution *ga)
 {
-	const char *peer = strstr(r->conn, "<-");
+	/* A server's client (its address after "<-"), or "->" and the upstream a client called. */
+	const char *peer = r->client ? strstr(r->conn, "->") : strstr(r->conn, "<-");
 
-	fprintf(f, "%-7u %-22.22s %-6.6s %-12s %4d", r->pid, peer ? peer + 2 : r->conn, r->method,
+	if (peer && !r->client)
+		peer += 2;
+	fprintf(f, "%-7u %-22.22s %-6.6s %-12s %4d", r->pid, peer ? peer : r->conn, r->method,
 		outcome_name(r->outcome), r->status);
 	text_ms(f, 8, m->ttft_ns);
 	text_ms(f, 7, m->itl_p50_ns);
@@ -301,6 +305,7 @@ struct sink lines_sink(struct lines *l)
 {
 	return (struct sink){ .name = "lines",
 			      .ctx = l,
+			      .clients = true,
 			      .request = lines_request,
 			      .gpu_step = lines_step,
 			      .gpu_call = lines_call };

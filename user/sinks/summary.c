@@ -126,10 +126,11 @@ void summary_print(const struct summary *s, const struct loss_report *loss, cons
 		    (unsigned long long)loss->cupti_abi_bad);
 	/* Says why a run can show no requests: HTTP/2 or another protocol on the sockets, or TLS
 	 * from a library that is not hooked. */
-	fprintf(f,
-		"  connections: %llu serving HTTP/1.x, %llu ignored (another protocol, or "
-		"outgoing)",
+	fprintf(f, "  connections: %llu serving HTTP/1.x, %llu ignored (another protocol)",
 		(unsigned long long)loss->http_conns, (unsigned long long)loss->ignored_conns);
+	if (loss->client_conns)
+		fprintf(f, "; %llu calling an HTTP server (requests with role client)",
+			(unsigned long long)loss->client_conns);
 	if (loss->tls_conns)
 		fprintf(f,
 			"; %llu carried TLS, of which %llu ended with no plaintext seen (no TLS "
