@@ -187,6 +187,20 @@ def tls(case):
     return argv
 
 
+def client_side(case):
+    """The same server, untraced, and the client traced instead: `tokenscope run` starts
+    gtclient under tracing, and its requests (role client) are checked against what gtclient
+    itself measured. Over TLS, each new connection waits 1.5 s before its first request:
+    libssl is mapped after the command starts, and tokenscope hooks a library mapped after
+    attach at its next scan of the process (once a second)."""
+    def argv(work):
+        return case(work)
+    argv.client_extra = getattr(case, "client_extra", [])
+    argv.client_side = True
+    argv.traced_extra = ["--connect-ahead-ms", "1500"] if argv.client_extra else []
+    return argv
+
+
 # name -> function(work dir) returning the server's argv; it raises Skip when the stack is
 # not installed. The refserver cases spread the write and read syscalls over the patterns.
 CASES = {
@@ -215,6 +229,10 @@ CASES = {
     # worker's SSL_read/SSL_write on socket BIOs; the upstream connection, where nginx is the
     # client, is not reported (yet).
     "nginx-tls": tls(nginx_proxy),
+    # The client side: gtclient traced (tokenscope run), the server not; over TLS, the
+    # client's own libssl (a socket BIO) gives the plaintext.
+    "client-ref": client_side(refserver("mixed", "send", "recv")),
+    "client-tls": client_side(tls(fastapi("h11", ("fastapi", "uvicorn", "h11")))),
 }
 
 
@@ -338,8 +356,102 @@ def run_client(port, client_args, log_prefix):
     return out
 
 
+def run_client_side(argv_of, work, tol_ns, verbose):
+    """A client-side case in work/: the server untraced, gtclient run under tokenscope."""
+    os.makedirs(work, exist_ok=True)
+
+    def log(what):
+        return os.path.join(work, what)
+
+    children = Children()
+    try:
+        server = children.start(argv_of(os.path.dirname(work)), log("server"), stdout_pipe=True)
+        port, _ = wait_listening(server, log("server"))
+        extra = argv_of.client_extra
+        run_client(port, WARMUP_ARGS + extra, log("warmup"))
+        gt_file = log("gtclient.jsonl")
+        with open(log("tokenscope.out"), "wb") as out, open(log("tokenscope.err"), "wb") as err:
+            try:
+                r = subprocess.run([TOKENSCOPE, "run", "--json", "--tokens", "--", GTCLIENT,
+                                    "--port", str(port), *CLIENT_ARGS, *extra,
+                                    *argv_of.traced_extra, "-o", gt_file],
+                                   cwd=ROOT, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                   timeout=CLIENT_S)
+            except subprocess.TimeoutExpired:
+                raise CaseFailed(f"tokenscope run still running after {CLIENT_S} s") from None
+        if r.returncode:
+            raise CaseFailed(f"tokenscope run exited {r.returncode}: "
+                             + tail(log("tokenscope.err")))
+        children.stop(server)
+        gt = read_jsonl(gt_file, "gtclient")
+        got = read_jsonl(log("tokenscope.out"), "tokenscope")
+        return compare_client(gt, got, tol_ns, verbose)
+    finally:
+        children.close()
+
+
+def compare_client(gt, got, tol_ns, verbose):
+    """tokenscope's requests of the traced client against the client's own records: the same
+    requests per local port, outcome, status, tokens and frames; the request's write between
+    the client's send_start_ns and send_ns; every token and the end read no later than the
+    client took its clock after that read, and within the tolerance of it."""
+    errors = Mismatches()
+    by_port = {}
+    for t in got:
+        if t.get("role") != "client":
+            errors.append(Mismatch(f"a request with role {t.get('role')!r}: only the client is "
+                                   "traced"))
+            continue
+        local = t["conn"].split("->")[0]
+        by_port.setdefault(int(local.rsplit(":", 1)[1]), []).append(t)
+    measures = 0
+    for port, cs in sorted(((p, sorted([c for c in gt if c["port"] == p],
+                                       key=lambda c: c["seq"])) for p in
+                            {c["port"] for c in gt if c["port"]})):
+        ts = sorted(by_port.get(port, []), key=lambda t: t["seq"])
+        if len(ts) != len(cs):
+            errors.append(Mismatch(f"port {port}: client made {len(cs)} requests, tokenscope "
+                                   f"saw {len(ts)}"))
+        for c, t in zip(cs, ts):
+            where = f"id {c['id']} port {port} seq {c['seq']}"
+            for key in ("outcome", "status"):
+                if t.get(key) != c[key]:
+                    errors.append(Mismatch(f"{where}: {key} {t.get(key)} != client {c[key]}"))
+            if c["outcome"] == "ok":
+                for key in ("tokens", "frames", "tokens_from"):
+                    if t.get(key) != c[key]:
+                        errors.append(Mismatch(f"{where}: {key} {t.get(key)} != client "
+                                               f"{c[key]}"))
+            arrival = t.get("arrival_ns")
+            if not isinstance(arrival, int) or not \
+                    c["send_start_ns"] <= arrival <= c["send_ns"]:
+                errors.append(Mismatch(f"{where}: arrival_ns {arrival} not within the "
+                                       f"client's send [{c['send_start_ns']}, {c['send_ns']}]"))
+            pairs = list(zip(t.get("token_ns") or [], c["token_ns"]))
+            if c["outcome"] == "ok":
+                pairs.append((t.get("end_ns"), c["end_ns"]))
+                if len(t.get("token_ns") or []) != len(c["token_ns"]):
+                    errors.append(Mismatch(f"{where}: {len(t.get('token_ns') or [])} token "
+                                           f"times, client {len(c['token_ns'])}"))
+            for mine, theirs in pairs:
+                measures += 1
+                if not isinstance(mine, int) or mine > theirs:
+                    errors.append(Mismatch(f"{where}: read at {mine}, after the client's "
+                                           f"clock {theirs}"))
+                elif theirs - mine > tol_ns:
+                    errors.append(timing(f"{where}: read at {mine}, {ms(theirs - mine)} before "
+                                         "the client's clock", theirs - mine))
+        if verbose:
+            for t in ts[len(cs):]:
+                errors.append(Mismatch(f"port {port}: not made by the client: {json.dumps(t)}"))
+    errors.measures = measures
+    return errors
+
+
 def run_case(argv_of, work, tol_ns, verbose):
     """Run one case in work/; return a list of mismatch messages (empty: pass)."""
+    if getattr(argv_of, "client_side", False):
+        return run_client_side(argv_of, work, tol_ns, verbose)
     os.makedirs(work, exist_ok=True)
     def log(what):
         return os.path.join(work, what)
