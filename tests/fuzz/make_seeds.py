@@ -424,6 +424,12 @@ def pipeline_seeds():
         tls += bytes([OP_DATA | 0x10]) + who(0, DIR_OUT) + struct.pack("<H", len(w)) + bytes([4])
         tls += w
     put("fuzz_pipeline", "tls", tls + bytes([OP_CLOSE]) + who(0))
+    # The client side: the traced process writes the request and reads the stream.
+    client = bytes([FP_JSON | FP_TOKENS, OP_OPEN]) + who(1)
+    client += op_data(1, DIR_OUT, read("uvicorn_h11.req"))
+    for w in writes("uvicorn_h11"):
+        client += bytes([OP_TIME]) + struct.pack("<I", 20_000_000) + op_data(1, DIR_IN, w)
+    put("fuzz_pipeline", "client", client + bytes([OP_CLOSE]) + who(1))
     put("fuzz_pipeline", "raw", bytes([0, OP_RAW, EV_DATA, 8]) + bytes(8) +
         bytes([OP_RAW | 0x10, 0, 20]) + bytes(20) + bytes([OP_CALL, 1, 0, OP_PROC | 0x10, 8]))
 
