@@ -49,7 +49,9 @@ struct conn {
 	char label[96];
 	enum conn_role role;
 	uint64_t expect[2];	/* next stream offset per direction (enum ts_dir) */
-	bool in_sync, out_sync; /* the parser is aligned with message boundaries */
+	/* the request and the response parser are aligned with message boundaries (a server's
+	 * requests come in, a client's go out) */
+	bool in_sync, out_sync;
 	struct http_parser req, resp;
 	struct sse_parser sse;
 	uint32_t seq;
