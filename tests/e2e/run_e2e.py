@@ -153,6 +153,7 @@ def node(work):
 
 
 def nginx_proxy(work):
+    """nginx in front of refserver; tokenscope sees both of nginx's sides."""
     program("nginx")
     if not os.access(REFSERVER, os.X_OK):
         raise CaseFailed(f"{REFSERVER} not built (make)")
@@ -160,6 +161,12 @@ def nginx_proxy(work):
     os.makedirs(nginx_work, exist_ok=True)
     return [PYTHON, os.path.join(SERVERS, "nginx_proxy.py"), "0", "--upstream", REFSERVER,
             "--work", nginx_work]
+
+
+def proxy(case):
+    """A proxy: its upstream requests (role client) are checked against those it served."""
+    case.proxy = True
+    return case
 
 
 def tls_cert(work):
@@ -228,7 +235,7 @@ CASES = {
     # nginx terminating TLS in front of refserver (proxy_buffering off), traced on nginx: its
     # worker's SSL_read/SSL_write on socket BIOs; the upstream connection, where nginx is the
     # client, is not reported (yet).
-    "nginx-tls": tls(nginx_proxy),
+    "nginx-tls": proxy(tls(nginx_proxy)),
     # The client side: gtclient traced (tokenscope run), the server not; over TLS, the
     # client's own libssl (a socket BIO) gives the plaintext.
     "client-ref": client_side(refserver("mixed", "send", "recv")),
@@ -485,13 +492,38 @@ def run_case(argv_of, work, tol_ns, verbose):
         children.stop(server)
 
         gt = read_jsonl(gt_file, "gtclient")
-        got = read_jsonl(log("tokenscope.out"), "tokenscope")
+        lines = read_jsonl(log("tokenscope.out"), "tokenscope")
+        # The served requests are the client's; a proxy's own requests to its upstream
+        # (role client) are checked against them below.
+        got = [t for t in lines if t.get("role") == "server"]
+        upstream = [t for t in lines if t.get("role") == "client"]
         errors = compare(gt, got, tol_ns, verbose, tls=bool(extra))
+        if getattr(argv_of, "proxy", False):
+            proxied(got, upstream, errors)
+        elif upstream:
+            errors.append(Mismatch(f"{len(upstream)} requests with role client from a server "
+                                   "that makes none"))
         if extra:
             errors.note = tls_wire(log("tokenscope.err"), tol_ns, errors)
         return errors
     finally:
         children.close()
+
+
+def proxied(served, upstream, errors):
+    """A proxy traced: every request it served went on to its upstream as one of its own
+    (role client), ending the same way (an abort downstream closes the upstream request)."""
+    def outcomes(ts):
+        return sorted(t.get("outcome") for t in ts)
+
+    if len(upstream) != len(served) or outcomes(upstream) != outcomes(served):
+        errors.append(Mismatch(f"upstream side: {len(upstream)} requests with role client, "
+                               f"outcomes {outcomes(upstream)}; served {len(served)}, "
+                               f"outcomes {outcomes(served)}"))
+    for t in upstream:
+        if "->" not in t.get("conn", ""):
+            errors.append(Mismatch(f"a client request's conn is not local->upstream: "
+                                   f"{t.get('conn')}"))
 
 
 def tls_wire(err_path, tol_ns, errors):
