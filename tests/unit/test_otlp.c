@@ -24,6 +24,7 @@ struct req_spec {
 	uint64_t ttft, gap; /* first token after arrival; gap between tokens */
 	uint32_t ntokens;
 	int64_t prompt_tokens, completion_tokens;
+	bool client;
 };
 
 static void feed(struct sink *sk, const struct req_spec *q, const struct gpu_attribution *ga)
@@ -38,6 +39,7 @@ static void feed(struct sink *sk, const struct req_spec *q, const struct gpu_att
 	snprintf(r->path, sizeof(r->path), "%s", q->path ? q->path : "/v1/chat/completions");
 	snprintf(r->info.model, sizeof(r->info.model), "%s", q->model ? q->model : "");
 	r->info.max_tokens = 64;
+	r->client = q->client;
 	r->status = q->status;
 	r->outcome = q->outcome;
 	r->streamed = q->ntokens > 0;
@@ -487,6 +489,49 @@ TEST(test_errors_and_names)
 	ASSERT_STREQ(str(s, "name"), "GET /health", "not GenAI: {method} {path}");
 	ASSERT_TRUE(!attr(s, "gen_ai.operation.name"), "no operation");
 	ASSERT_STREQ(attr_s(s, "url.path"), "/health", "query left out");
+out:
+	cJSON_Delete(j);
+	otlp_close(&o);
+}
+
+/* A request the traced process made to its upstream: a CLIENT span, server.* the upstream's,
+ * network.local.* its own side, its TTFT as it saw it under tokenscope's own name. */
+TEST(test_client_span)
+{
+	struct req_spec up = { .model = "m",
+			       .conn = "127.0.0.1:5000->10.0.0.9:8000#9",
+			       .status = 200,
+			       .outcome = OUTCOME_OK,
+			       .ttft = 50 * MS,
+			       .gap = 10 * MS,
+			       .ntokens = 3,
+			       .prompt_tokens = -1,
+			       .completion_tokens = -1,
+			       .client = true };
+	struct otlp_opts opts;
+	struct otlp o;
+	struct sink sk;
+	size_t n;
+	cJSON *j, *s;
+
+	opts_test(&opts);
+	opts.sample_ratio = 1;
+	if (!ASSERT_OK(otlp_init(&o, &opts), "init"))
+		return;
+	sk = otlp_sink(&o);
+	ASSERT_TRUE(sk.clients, "the OTLP sink takes client requests");
+	feed(&sk, &up, NULL);
+	j = encode_all(&o, &n);
+	if (!ASSERT_EQ(cJSON_GetArraySize(spans_of(j)), 1, "one span"))
+		goto out;
+	s = cJSON_GetArrayItem(spans_of(j), 0);
+	ASSERT_EQ(cJSON_GetObjectItem(s, "kind")->valueint, 3, "SPAN_KIND_CLIENT");
+	ASSERT_STREQ(attr_s(s, "server.address"), "10.0.0.9", "server.address: the upstream");
+	ASSERT_EQ(attr_i(s, "server.port"), 8000, "server.port");
+	ASSERT_EQ(attr_i(s, "network.local.port"), 5000, "its own side");
+	ASSERT_TRUE(!attr(s, "client.address"), "no client.address");
+	ASSERT_NEAR(attr_d(s, "tokenscope.client.time_to_first_token"), 0.05, 1e-12, "its TTFT");
+	ASSERT_TRUE(!attr(s, "gen_ai.server.time_to_first_token"), "not the server's");
 out:
 	cJSON_Delete(j);
 	otlp_close(&o);

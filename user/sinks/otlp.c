@@ -136,6 +136,7 @@ struct sink otlp_sink(struct otlp *o)
 	return (struct sink){
 		.name = "otlp",
 		.ctx = o,
+		.clients = true,
 		.request = otlp_on_request,
 		.finish = otlp_on_finish,
 	};

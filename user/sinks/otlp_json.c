@@ -11,7 +11,7 @@
 
 static const char *const child_names[OTLP_CHILD_MAX] = { "queue", "prefill", "decode" };
 
-enum { SPAN_KIND_INTERNAL = 1, SPAN_KIND_SERVER = 2 };
+enum { SPAN_KIND_INTERNAL = 1, SPAN_KIND_SERVER = 2, SPAN_KIND_CLIENT = 3 };
 enum { STATUS_CODE_UNSET = 0, STATUS_CODE_ERROR = 2 };
 
 static void put_hex(struct jsonw *w, const char *key, const uint8_t *id, size_t len)
@@ -106,18 +106,21 @@ static void attr_endpoint(struct jsonw *w, const char *s, const char *end, const
 	attr_int(w, port_key, port);
 }
 
-/* server.* from the local side of "local<-peer#N", client.* from the peer side; a Unix socket
- * ("unix:fdN#N") has neither. */
-static void attr_conn(struct jsonw *w, const char *conn)
+/* A server's span: server.* from the local side of "local<-peer#N", client.* from the peer
+ * side. A client's ("local->upstream#N"): server.* from the upstream, network.local.* from its
+ * own side. A Unix socket ("unix:fdN#N") has neither. */
+static void attr_conn(struct jsonw *w, const char *conn, bool client)
 {
-	const char *arrow = strstr(conn, "<-"), *hash;
+	const char *arrow = strstr(conn, client ? "->" : "<-"), *hash;
 
 	if (!arrow)
 		return;
 	hash = strrchr(arrow, '#');
-	attr_endpoint(w, conn, arrow, "server.address", "server.port");
-	attr_endpoint(w, arrow + 2, hash ? hash : arrow + strlen(arrow), "client.address",
-		      "client.port");
+	attr_endpoint(w, conn, arrow, client ? "network.local.address" : "server.address",
+		      client ? "network.local.port" : "server.port");
+	attr_endpoint(w, arrow + 2, hash ? hash : arrow + strlen(arrow),
+		      client ? "server.address" : "client.address",
+		      client ? "server.port" : "client.port");
 }
 
 static void anomaly_text(unsigned a, char *out, size_t n)
@@ -159,7 +162,7 @@ static void put_span(const struct otlp_resource *o, struct jsonw *w, const struc
 	put_hex(w, "traceId", s->trace_id, OTLP_TRACE_ID_LEN);
 	put_hex(w, "spanId", s->span_id, OTLP_SPAN_ID_LEN);
 	jsonw_str(w, "name", name);
-	jsonw_u64(w, "kind", SPAN_KIND_SERVER);
+	jsonw_u64(w, "kind", s->client ? SPAN_KIND_CLIENT : SPAN_KIND_SERVER);
 	put_time(o, w, "startTimeUnixNano", s->arrival_ns);
 	put_time(o, w, "endTimeUnixNano", s->end_ns);
 
@@ -174,17 +177,24 @@ static void put_span(const struct otlp_resource *o, struct jsonw *w, const struc
 		attr_int(w, "gen_ai.usage.input_tokens", s->prompt_tokens);
 	if (s->tokens >= 0)
 		attr_int(w, "gen_ai.usage.output_tokens", s->tokens);
+	/* The GenAI conventions name these for the server; a client's are as it saw them. */
 	if (s->ttft_ns >= 0)
-		attr_seconds(w, "gen_ai.server.time_to_first_token", s->ttft_ns);
+		attr_seconds(w,
+			     s->client ? "tokenscope.client.time_to_first_token"
+				       : "gen_ai.server.time_to_first_token",
+			     s->ttft_ns);
 	if (s->tpot_ns >= 0)
-		attr_seconds(w, "gen_ai.server.time_per_output_token", s->tpot_ns);
+		attr_seconds(w,
+			     s->client ? "tokenscope.client.time_per_output_token"
+				       : "gen_ai.server.time_per_output_token",
+			     s->tpot_ns);
 	attr_str(w, "http.request.method", s->method);
 	/* url.path has no query (it may carry keys); it is not exported. */
 	snprintf(name, sizeof(name), "%.*s", (int)pathlen, s->path);
 	attr_str(w, "url.path", name);
 	if (s->status > 0)
 		attr_int(w, "http.response.status_code", s->status);
-	attr_conn(w, s->conn);
+	attr_conn(w, s->conn, s->client);
 	attr_str(w, "tokenscope.outcome", outcome_name(s->outcome));
 	attr_str(w, "tokenscope.conn", s->conn);
 	attr_int(w, "tokenscope.pid", s->pid);

@@ -161,6 +161,7 @@ struct otlp_span *otlp_span_new(struct otlp_rng *g, const struct request *r,
 	s->pid = r->pid;
 	s->seq = r->seq;
 	snprintf(s->conn, sizeof(s->conn), "%s", r->conn);
+	s->client = r->client;
 	snprintf(s->method, sizeof(s->method), "%s", r->method);
 	snprintf(s->path, sizeof(s->path), "%s", r->path);
 	snprintf(s->model, sizeof(s->model), "%s", r->info.model);

@@ -47,6 +47,7 @@ struct otlp_span {
 	uint64_t arrival_ns, end_ns, first_token_ns, last_token_ns; /* token times 0: none */
 	int64_t ttft_ns, tpot_ns, itl_max_ns, tokens, prompt_tokens, max_tokens;
 	bool tokens_from_usage;
+	bool client; /* the traced process made the request: a CLIENT span to its upstream */
 	unsigned anomaly;
 	uint32_t dropped_events;
 	uint32_t ntokens; /* token_ns[] kept: anomalous requests only */
