@@ -372,11 +372,14 @@ class Tracer:
                 port = peer_port(doc.get("conn"))
                 self.by_port.setdefault(port, []).append(doc)
 
-    def find(self, port, t0, t1):
-        """The reported requests on client port `port` that arrived within [t0, t1]."""
+    def find(self, port, t0, t1, server=None):
+        """The reported requests on client port `port` that arrived within [t0, t1], to the
+        server port `server` when given: a client port can be in use towards two servers at
+        once (the kernel shares a local port between connections to different peers)."""
         self.poll()
         return [d for d in self.by_port.get(port, [])
-                if isinstance(d.get("arrival_ns"), int) and t0 <= d["arrival_ns"] <= t1]
+                if isinstance(d.get("arrival_ns"), int) and t0 <= d["arrival_ns"] <= t1 and
+                (server is None or local_port(d.get("conn")) == server)]
 
     def stderr(self):
         return file_text(self.err)
@@ -425,6 +428,14 @@ def peer_port(conn):
     # "127.0.0.1:39077<-127.0.0.1:48700#1"
     try:
         return int(conn.split("<-", 1)[1].rsplit("#", 1)[0].rsplit(":", 1)[1])
+    except (AttributeError, IndexError, ValueError):
+        return None
+
+
+def local_port(conn):
+    # "127.0.0.1:39077<-127.0.0.1:48700#1" -> 39077
+    try:
+        return int(conn.split("<-", 1)[0].rsplit(":", 1)[1])
     except (AttributeError, IndexError, ValueError):
         return None
 
@@ -570,11 +581,13 @@ def gtclient(port, n, c, k, out, extra=(), timeout=T_CLIENT):
     return rc, recs, err.decode("utf-8", "replace").strip()
 
 
-def match_report(tr, recs, timeout=T_REPORT, want_ok=True):
-    """Waits for every client request in recs to be reported; (mismatches, matched)."""
+def match_report(tr, recs, timeout=T_REPORT, want_ok=True, server=None):
+    """Waits for every client request in recs (to the server port `server`, when given) to be
+    reported; (mismatches, matched)."""
     def missing():
         return [r for r in recs if r.get("port") and not tr.find(
-            r["port"], r.get("send_start_ns", r.get("send_ns", 0)) - 1000000, r["end_ns"])]
+            r["port"], r.get("send_start_ns", r.get("send_ns", 0)) - 1000000, r["end_ns"],
+            server)]
     wait_for(lambda: not missing() or not tr.alive(), timeout, 0.2)
     bad, matched = [], 0
     for r in recs:
@@ -583,7 +596,7 @@ def match_report(tr, recs, timeout=T_REPORT, want_ok=True):
                                                     r.get("outcome")))
             continue
         got = tr.find(r["port"], r.get("send_start_ns", r.get("send_ns", 0)) - 1000000,
-                      r["end_ns"]) if r.get("port") else []
+                      r["end_ns"], server) if r.get("port") else []
         if len(got) != 1:
             bad.append("port %s seq %s: %d lines reported" % (r.get("port"), r.get("seq"),
                                                                len(got)))
@@ -1517,7 +1530,7 @@ class Stress:
                         recs[w].extend(json.loads(l) for l in f if l.strip())
                 except (OSError, ValueError):
                     pass
-        bad, matched = match_report(tr, recs["a"], timeout=1)
+        bad, matched = match_report(tr, recs["a"], timeout=1, server=aport)
         check("%s named server's requests" % ph, recs["a"] and not bad,
               "%d client requests, %d reported with the client's token counts%s" % (
                   len(recs["a"]), matched, ("; " + "; ".join(bad[:4]) + (
@@ -1527,7 +1540,7 @@ class Stress:
         found_b = sum(1 for p in bpids if re.search(r"found %d " % p, err))
         wrong, rep = [], 0
         for r in recs["b"]:
-            got = tr.find(r["port"], r["send_start_ns"] - 1000000, r["end_ns"]) \
+            got = tr.find(r["port"], r["send_start_ns"] - 1000000, r["end_ns"], bport) \
                 if r.get("port") else []
             got = [g for g in got if g.get("pid") in bpids]
             if not got:
