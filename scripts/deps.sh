@@ -9,6 +9,8 @@ PKGS=(
 	libclang-rt-14-dev # libFuzzer, for make fuzz (tests/fuzz/)
 	# the metrics endpoint (libmicrohttpd) and its tests (promtool, prometheus)
 	libmicrohttpd-dev prometheus curl
+	# HTTP/2 header decompression (HPACK)
+	libnghttp2-dev
 	# OTLP export: libcurl's header (the library is loaded at run time); openssl makes the
 	# https test's certificate
 	libcurl4-openssl-dev openssl
