@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "fixture.h"
 #include "sinks/output.h"
 #include "pipeline/pipeline.h"
 #include "sinks/summary.h"
@@ -1199,6 +1200,224 @@ TEST(test_table_grows)
 	ASSERT_EQ(h.pl.conns.count, 1, "every one found and closed");
 	if (ASSERT_EQ(h_lines(&h), 1, "the request") && ASSERT_OK_PTR(h.lines[0], "JSON"))
 		ASSERT_STREQ(str(h.lines[0], "outcome"), "ok", "ok");
+	h_close(&h);
+}
+
+/* ---- HTTP/2 ---- */
+
+/*
+ * Replays a two-sided fixture (tests/fixtures: NAME.req, NAME.resp, NAME.order) on connection
+ * id at its captured times from t0: the traced process is the server (its reads are the
+ * client's writes) or, client, the other way round. bytes_per_record > 0 splits every write
+ * into records of that many bytes, as short reads would.
+ */
+static bool replay_pair(struct harness *h, const char *name, uint64_t id, uint64_t t0,
+			bool client, size_t bytes_per_record)
+{
+	struct fixture req, resp;
+	char path[FIXTURE_PATH_MAX];
+	FILE *fp;
+	char side[8];
+	size_t idx;
+	unsigned long long us;
+	bool ok = true;
+
+	snprintf(path, sizeof(path), "%s.req", name);
+	if (fixture_load(&req, path))
+		return false;
+	snprintf(path, sizeof(path), "%s.resp", name);
+	if (fixture_load(&resp, path)) {
+		fixture_free(&req);
+		return false;
+	}
+	fp = fixture_open(name, ".order", false);
+	while (fp && fscanf(fp, "%7s %zu %llu", side, &idx, &us) == 3) {
+		bool is_req = strcmp(side, "req") == 0;
+		const struct fixture *f = is_req ? &req : &resp;
+		int dir = is_req != client ? TS_DIR_IN : TS_DIR_OUT;
+		size_t start, len, step;
+
+		if (idx >= f->nwrites) {
+			ok = false;
+			break;
+		}
+		start = fixture_write_start(f, idx);
+		len = f->writes[idx] - start;
+		step = bytes_per_record ? bytes_per_record : len;
+		for (size_t off = 0; off < len; off += step) {
+			size_t n = len - off < step ? len - off : step;
+
+			data_event_cap(h, id, dir, f->buf + start + off, n, n, t0 + us * 1000 + off);
+		}
+	}
+	if (fp)
+		fclose(fp);
+	else
+		ok = false;
+	fixture_free(&req);
+	fixture_free(&resp);
+	return ok;
+}
+
+static cJSON *line_of_stream(struct harness *h, int stream)
+{
+	for (int i = 0; i < h->nlines; i++)
+		if (num(h->lines[i], "h2_stream") == stream)
+			return h->lines[i];
+	return NULL;
+}
+
+/* hypercorn over h2c, an httpx client: two chat streams and a GET, each a request whose
+ * tokens are the SSE content frames of its stream. */
+TEST(test_h2_server)
+{
+	for (size_t split = 0; split <= 7; split += 7) {
+		struct harness h;
+		cJSON *l;
+
+		h_open(&h);
+		conn_event(&h, TS_EV_CONN_OPEN, 1, 5, 1000);
+		if (!ASSERT_TRUE(replay_pair(&h, "hypercorn_h2c", 1, 1000000, false, split),
+				 "fixture"))
+			goto next;
+		conn_event(&h, TS_EV_CONN_CLOSE, 1, 5, 900000000);
+		if (!ASSERT_EQ(h_lines(&h), 3, "three streams"))
+			goto next;
+		for (int s = 1; s <= 3; s += 2) {
+			l = line_of_stream(&h, s);
+			if (!ASSERT_OK_PTR(l, "a chat stream"))
+				continue;
+			ASSERT_STREQ(str(l, "role"), "server", "role");
+			ASSERT_TRUE(cJSON_IsTrue(cJSON_GetObjectItem(l, "h2")), "h2");
+			ASSERT_STREQ(str(l, "method"), "POST", "method");
+			ASSERT_STREQ(str(l, "path"), "/v1/chat/completions", "path");
+			ASSERT_STREQ(str(l, "model"), "Qwen/Qwen2.5-0.5B", "model from the body");
+			ASSERT_STREQ(str(l, "outcome"), "ok", "outcome");
+			ASSERT_STREQ(str(l, "format"), "openai-chat", "format");
+			ASSERT_EQ(num(l, "frames"), 4, "content frames");
+			ASSERT_EQ(num(l, "tokens"), 4, "tokens");
+			ASSERT_TRUE(num(l, "ttft_ms") > 0 && num(l, "e2e_ms") > num(l, "ttft_ms"),
+				    "times");
+		}
+		l = line_of_stream(&h, 3);
+		if (l)
+			ASSERT_STREQ(str(l, "tokens_from"), "usage", "stream 3 asked for usage");
+		l = line_of_stream(&h, 5);
+		if (ASSERT_OK_PTR(l, "the GET")) {
+			ASSERT_STREQ(str(l, "method"), "GET", "method");
+			ASSERT_FALSE(cJSON_IsTrue(cJSON_GetObjectItem(l, "stream")), "not streamed");
+			ASSERT_STREQ(str(l, "outcome"), "ok", "outcome");
+		}
+		ASSERT_EQ(h.pl.conns.stats.h2_conns, 1, "an HTTP/2 connection");
+		ASSERT_EQ(h.pl.conns.stats.http_conns, 1, "serving HTTP");
+		ASSERT_EQ(conn_inflight(&h.pl.conns), 0, "nothing in flight");
+		ASSERT_EQ(h.pl.conns.budget.used, 0, "every buffer given back");
+next:
+		h_close(&h);
+	}
+}
+
+/* The same bytes with the traced process as the client: role client, the same streams. */
+TEST(test_h2_client)
+{
+	struct harness h;
+	cJSON *l;
+
+	h_open(&h);
+	conn_event(&h, TS_EV_CONN_OPEN, 1, 5, 1000);
+	if (!ASSERT_TRUE(replay_pair(&h, "hypercorn_h2c", 1, 1000000, true, 0), "fixture"))
+		goto out;
+	if (!ASSERT_EQ(h_lines(&h), 3, "three streams"))
+		goto out;
+	l = line_of_stream(&h, 1);
+	if (ASSERT_OK_PTR(l, "stream 1")) {
+		ASSERT_STREQ(str(l, "role"), "client", "role");
+		ASSERT_TRUE(strstr(str(l, "conn"), "->") != NULL, "conn local->upstream");
+		ASSERT_EQ(num(l, "frames"), 4, "content frames");
+		ASSERT_STREQ(str(l, "outcome"), "ok", "outcome");
+	}
+	ASSERT_EQ(h.pl.conns.stats.client_conns, 1, "a client connection");
+out:
+	h_close(&h);
+}
+
+/* grpcio server streaming: each message a frame, trailers' grpc-status the outcome. */
+TEST(test_grpc_server_streaming)
+{
+	static const struct {
+		const char *name;
+		const char *outcome;
+		int messages, status;
+	} cases[] = {
+		{ "grpcio_stream", "ok", 4, 0 },
+		{ "grpcio_abort", "stream_error", 2, 13 },
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct harness h;
+		cJSON *l;
+
+		h_open(&h);
+		if (!ASSERT_TRUE(replay_pair(&h, cases[i].name, 1, 1000000, false, 1), "fixture"))
+			goto next;
+		if (!ASSERT_EQ(h_lines(&h), 2, "two calls"))
+			goto next;
+		for (int k = 0; k < 2; k++) {
+			l = h.lines[k];
+			ASSERT_STREQ(str(l, "path"), "/inference.Generator/Generate", "method path");
+			ASSERT_STREQ(str(l, "format"), "grpc", "format");
+			ASSERT_STREQ(str(l, "tokens_from"), "messages", "a message is a chunk");
+			ASSERT_EQ(num(l, "frames"), cases[i].messages, "messages");
+			ASSERT_EQ(num(l, "grpc_status"), cases[i].status, "grpc-status");
+			ASSERT_STREQ(str(l, "outcome"), cases[i].outcome, "outcome");
+			ASSERT_TRUE(num(l, "ttft_ms") > 0, "first message after the call");
+		}
+next:
+		h_close(&h);
+	}
+}
+
+/* A connection first seen in its middle: frames, no preface. Counted, never guessed. */
+TEST(test_h2_joined_midway)
+{
+	struct harness h;
+	struct fixture f;
+
+	h_open(&h);
+	if (!ASSERT_OK(fixture_load(&f, "hypercorn_h2c.resp"), "fixture"))
+		goto out;
+	/* From the server's third write on (a frame boundary past its SETTINGS). */
+	h.pos[1][TS_DIR_OUT] = fixture_write_start(&f, 2);
+	data_event_cap(&h, 1, TS_DIR_OUT, f.buf + fixture_write_start(&f, 2),
+		       f.writes[2] - fixture_write_start(&f, 2),
+		       f.writes[2] - fixture_write_start(&f, 2), 1000);
+	fixture_free(&f);
+	ASSERT_EQ(h_lines(&h), 0, "nothing reported");
+	ASSERT_EQ(h.pl.conns.stats.h2_midway, 1, "counted");
+out:
+	h_close(&h);
+}
+
+/* Streams the client resets, a GOAWAY above a stream, and a hang-up mid-stream. */
+TEST(test_h2_resets)
+{
+	struct harness h;
+	struct fixture req;
+	const uint8_t rst[] = { 0, 0, 4, 3, 0, 0, 0, 0, 1, 0, 0, 0, 8 };
+
+	h_open(&h);
+	if (!ASSERT_OK(fixture_load(&req, "hypercorn_h2c.req"), "fixture"))
+		goto out;
+	/* The client's preface, settings and first request, then RST_STREAM(1, CANCEL). */
+	data_event_cap(&h, 1, TS_DIR_IN, req.buf, req.writes[3], req.writes[3], 1000);
+	data_event_cap(&h, 1, TS_DIR_IN, rst, sizeof(rst), sizeof(rst), 2000);
+	fixture_free(&req);
+	if (ASSERT_EQ(h_lines(&h), 1, "the reset stream is reported")) {
+		ASSERT_STREQ(str(h.lines[0], "outcome"), "aborted", "aborted");
+		ASSERT_EQ(num(h.lines[0], "h2_stream"), 1, "stream 1");
+	}
+	ASSERT_EQ(conn_inflight(&h.pl.conns), 0, "nothing in flight");
+out:
 	h_close(&h);
 }
 

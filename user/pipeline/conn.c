@@ -6,7 +6,10 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "pipeline/buf.h"
 #include "pipeline/conn.h"
+#include "pipeline/h2.h"
+#include "pipeline/h2conn.h"
 #include "pipeline/http.h"
 #include "pipeline/sse.h"
 #include "lib/utf8.h"
@@ -32,12 +35,6 @@ enum conn_role {
 	ROLE_SERVER, /* the traced process serves HTTP on it */
 	ROLE_CLIENT, /* the traced process calls an HTTP server on it (its requests go out) */
 	ROLE_IGNORED,
-};
-
-struct buf {
-	uint8_t *p;
-	size_t len, cap;
-	uint64_t dropped;
 };
 
 struct conn {
@@ -71,48 +68,8 @@ struct conn {
 	bool tls, tls_plain;
 	/* Started again (conn_tls): the next record of each direction sets where it stands. */
 	bool rejoin[2];
+	struct h2conn *h2; /* the connection speaks HTTP/2: its streams are followed there */
 };
-
-static void buf_reset(struct buf *b, struct budget *bg)
-{
-	budget_give(bg, b->cap);
-	free(b->p);
-	memset(b, 0, sizeof(*b));
-}
-
-/* Keeps up to max bytes; what finds no room (max, or the memory budget) is counted dropped. */
-static void buf_append(struct buf *b, struct budget *bg, const uint8_t *p, size_t n, size_t max)
-{
-	if (b->len + n > max) {
-		size_t keep = b->len < max ? max - b->len : 0;
-
-		b->dropped += n - keep;
-		n = keep;
-	}
-	if (!n)
-		return;
-	if (b->len + n > b->cap) {
-		size_t cap = b->cap ? b->cap : 1024;
-		uint8_t *q;
-
-		while (cap < b->len + n)
-			cap *= 2;
-		if (!budget_take(bg, cap - b->cap)) {
-			b->dropped += n;
-			return;
-		}
-		q = realloc(b->p, cap);
-		if (!q) {
-			budget_give(bg, cap - b->cap);
-			b->dropped += n;
-			return;
-		}
-		b->p = q;
-		b->cap = cap;
-	}
-	memcpy(b->p + b->len, p, n);
-	b->len += n;
-}
 
 /* The direction the requests travel: in to a server, out from a client. */
 static int conn_req_dir(const struct conn *c)
@@ -141,19 +98,6 @@ static void conn_pop(struct conn *c)
 	c->resp_active = false;
 }
 
-static enum outcome request_outcome(const struct request *r, bool complete)
-{
-	if (r->status >= 400)
-		return OUTCOME_HTTP_ERROR;
-	if (r->lost_bytes || r->dropped_frames || (!complete && r->maybe_lost))
-		return OUTCOME_LOST;
-	if (r->error_frame)
-		return OUTCOME_STREAM_ERROR;
-	if (!complete || r->peer_gone)
-		return OUTCOME_ABORTED;
-	return OUTCOME_OK;
-}
-
 /* Finish the request at the front of the queue and hand it to the sink. */
 static void conn_finish(struct conn *c, uint64_t end_ns, bool complete)
 {
@@ -161,16 +105,7 @@ static void conn_finish(struct conn *c, uint64_t end_ns, bool complete)
 
 	if (!r)
 		return;
-	/* A stream that sent its last frame is complete even if the terminator never came. */
-	if (!complete && r->done_frame)
-		complete = true;
-	else
-		r->end_ns = end_ns;
-	if (!r->end_ns)
-		r->end_ns = end_ns;
-	r->outcome = request_outcome(r, complete);
-	if (r->streamed && r->ntokens == 0 && r->frames && r->format == FMT_UNKNOWN)
-		r->unknown_frames = true;
+	request_close(r, end_ns, complete);
 	conn_pop(c);
 	buf_reset(&c->body, &c->t->budget);
 	c->t->sink.request_done(c->t->sink.ctx, r);
@@ -276,30 +211,9 @@ static void sse_on_frame(void *ctx, const struct sse_frame *f, uint64_t ts)
 {
 	struct conn *c = ctx;
 	struct request *r = conn_current(c);
-	struct frame_info fi;
 
-	if (!r || c->resp_orphan)
-		return;
-	frame_classify(f, &fi);
-	r->frames++;
-	if (fi.format != FMT_UNKNOWN && r->format == FMT_UNKNOWN)
-		r->format = fi.format;
-	if (fi.invalid)
-		r->unknown_frames = true;
-	if (fi.content)
-		request_add_token(r, ts);
-	if (fi.error)
-		r->error_frame = true;
-	if (fi.done && !r->done_frame) {
-		r->done_frame = true;
-		r->end_ns = ts;
-	}
-	if (fi.prompt_tokens >= 0)
-		r->prompt_tokens = fi.prompt_tokens;
-	if (fi.completion_tokens >= 0)
-		r->completion_tokens = fi.completion_tokens;
-	if (fi.cached_tokens >= 0)
-		r->cached_tokens = fi.cached_tokens;
+	if (r && !c->resp_orphan)
+		request_add_frame(r, f, ts);
 }
 
 static void resp_on_head(void *ctx, const struct http_head *h, uint64_t ts)
@@ -359,26 +273,6 @@ static void resp_on_body_gap(void *ctx, size_t n)
 		sse_gap(&c->sse, n);
 }
 
-/* A non-streamed JSON body is classified like one frame: it says `usage` and errors. */
-static void resp_read_body(struct conn *c, struct request *r)
-{
-	struct sse_frame f = { .event = "" };
-	struct frame_info fi;
-
-	if (!c->body.len || c->body.dropped)
-		return;
-	f.data = (const char *)c->body.p;
-	f.data_len = c->body.len;
-	frame_classify(&f, &fi);
-	r->format = fi.format;
-	if (fi.prompt_tokens >= 0)
-		r->prompt_tokens = fi.prompt_tokens;
-	if (fi.completion_tokens >= 0)
-		r->completion_tokens = fi.completion_tokens;
-	if (fi.cached_tokens >= 0)
-		r->cached_tokens = fi.cached_tokens;
-}
-
 static void resp_on_end(void *ctx, uint64_t ts)
 {
 	struct conn *c = ctx;
@@ -394,8 +288,8 @@ static void resp_on_end(void *ctx, uint64_t ts)
 		sse_finish(&c->sse, ts);
 		r->dropped_frames += c->sse.oversize_frames - before;
 		conn_sse_release(c);
-	} else {
-		resp_read_body(c, r);
+	} else if (c->body.len && !c->body.dropped) {
+		request_read_body(r, c->body.p, c->body.len);
 	}
 	/* The body's end, not an earlier [DONE], ends the exchange. */
 	r->end_ns = ts;
@@ -464,11 +358,23 @@ static void conn_desync_out(struct conn *c, uint64_t ts)
 	c->resp_orphan = c->resp_informational = false;
 }
 
+static void conn_become_h2(struct conn *c, bool client);
+
 /* Bytes of the requests' direction: in to a server (a connection's role is decided here when
  * it reads first), out from a client. */
 static void conn_feed_req(struct conn *c, const uint8_t *p, size_t n, uint64_t ts, bool at_start,
 			  uint64_t pos)
 {
+	if (c->h2) {
+		h2conn_feed(c->h2, true, p, n, ts, c->role == ROLE_SERVER ? c->rx_cur : 0);
+		return;
+	}
+	if (c->role == ROLE_NEW && pos == 0 && at_start && h2_looks_like_preface(p, n)) {
+		conn_become_h2(c, false);
+		if (c->h2)
+			h2conn_feed(c->h2, true, p, n, ts, c->rx_cur);
+		return;
+	}
 	if (!c->in_sync) {
 		if (!at_start || !looks_like_request(p, n)) {
 			/* From the connection's first byte: not an HTTP server connection. */
@@ -496,6 +402,29 @@ static void conn_feed_req(struct conn *c, const uint8_t *p, size_t n, uint64_t t
 		conn_desync_in(c);
 }
 
+/* The client preface came: the connection is followed as HTTP/2 (client: the traced process
+ * sent it). Out of memory, it is ignored. */
+static void conn_become_h2(struct conn *c, bool client)
+{
+	c->h2 = h2conn_new(c->t, c->pid, c->id, c->label, client, c->tls_plain);
+	if (!c->h2) {
+		c->role = ROLE_IGNORED;
+		c->t->stats.ignored_conns++;
+		return;
+	}
+	c->role = client ? ROLE_CLIENT : ROLE_SERVER;
+	c->t->stats.h2_conns++;
+	if (client) {
+		char *arrow = strstr(c->label, "<-");
+
+		c->t->stats.client_conns++;
+		if (arrow)
+			memcpy(arrow, "->", 2);
+	} else {
+		c->t->stats.http_conns++;
+	}
+}
+
 /* A connection the traced process calls an HTTP server on: its label says local->peer. */
 static void conn_become_client(struct conn *c)
 {
@@ -513,7 +442,17 @@ static void conn_feed_resp(struct conn *c, const uint8_t *p, size_t n, uint64_t 
 {
 	struct request *r;
 
+	if (c->h2) {
+		h2conn_feed(c->h2, false, p, n, ts, 0);
+		return;
+	}
 	if (!conn_followed(c)) {
+		if (c->role == ROLE_NEW && pos == 0 && at_start && h2_looks_like_preface(p, n)) {
+			conn_become_h2(c, true);
+			if (c->h2)
+				h2conn_feed(c->h2, true, p, n, ts, 0);
+			return;
+		}
 		/*
 		 * The traced process sends a request first: it is a client there, and this write is
 		 * its request. Any other first write leaves the role to the first read: a
@@ -551,6 +490,8 @@ static void conn_feed_resp(struct conn *c, const uint8_t *p, size_t n, uint64_t 
  */
 static void conn_peer_gone(struct conn *c)
 {
+	if (c->h2)
+		h2conn_peer_gone(c->h2);
 	for (uint32_t i = 0; i < c->qlen; i++) {
 		struct request *r = c->queue[(c->qhead + i) % CONN_PIPELINE_MAX];
 
@@ -566,6 +507,10 @@ static void conn_gap(struct conn *c, int dir, uint64_t n, uint64_t ts)
 		return;
 	if (conn_followed(c))
 		c->t->stats.gap_bytes += n;
+	if (c->h2) {
+		h2conn_gap(c->h2, dir == conn_req_dir(c), n, ts);
+		return;
+	}
 	if (dir == conn_req_dir(c)) {
 		if (!c->in_sync)
 			return;
@@ -674,6 +619,7 @@ static void conn_free(struct conn *c)
 	http_free(&c->req);
 	http_free(&c->resp);
 	conn_sse_release(c);
+	h2conn_free(c->h2);
 	free(c);
 }
 
@@ -720,6 +666,26 @@ static bool is_plaintext(const struct ts_data_event *e)
 }
 
 static void conn_end(struct conn_table *t, struct conn *c, uint64_t ts);
+
+/*
+ * HTTP/2 frames on a connection whose role is not known yet. A server may write its SETTINGS
+ * before it reads the client's preface: at the start of its side, that starts an HTTP/2 server
+ * connection. Any other frames mean the connection was first seen after its start: the header
+ * table its blocks refer to is unknown, so it is counted and not followed (never guessed).
+ * Returns true when the record was dealt with here.
+ */
+static bool conn_h2_unannounced(struct conn *c, int dir, const uint8_t *p, size_t n, uint64_t pos)
+{
+	if (dir == TS_DIR_OUT && pos == 0 && h2_looks_like_server_preface(p, n)) {
+		conn_become_h2(c, false);
+		return false; /* fed as the server's side */
+	}
+	if (h2_looks_like_preface(p, n) || !h2_looks_like_frame(p, n))
+		return false;
+	c->role = ROLE_IGNORED;
+	c->t->stats.h2_midway++;
+	return true;
+}
 
 /*
  * A connection that carries TLS: the kernel said so (its first bytes were a TLS record), or its
@@ -784,6 +750,10 @@ void conn_on_data(struct conn_table *t, const struct ts_data_event *e)
 	if (skip < e->data_bytes) {
 		bool at_start = e->pos == e->syscall_pos && !skip;
 
+		if (c->role == ROLE_NEW && at_start &&
+		    conn_h2_unannounced(c, dir, e->data + skip, e->data_bytes - skip, e->pos))
+			return;
+
 		if (dir == TS_DIR_IN)
 			/* The kernel's arrival time holds for the syscall's first bytes only. */
 			c->rx_cur = at_start ? e->queued_ns : 0;
@@ -810,6 +780,8 @@ static void conn_end(struct conn_table *t, struct conn *c, uint64_t ts)
 
 	if (c->tls && !c->tls_plain)
 		t->stats.tls_unread++;
+	if (c->h2)
+		h2conn_close(c->h2, ts);
 	if (conn_followed(c)) {
 		if (c->out_sync)
 			http_close(&c->resp, ts);
@@ -857,10 +829,14 @@ void conn_close_pid(struct conn_table *t, uint32_t pid, uint64_t ts)
 
 void conn_mark_open_maybe_lost(struct conn_table *t)
 {
-	for (uint32_t i = 0; i < t->nbuckets; i++)
-		for (struct conn *c = t->buckets[i]; c; c = c->next)
+	for (uint32_t i = 0; i < t->nbuckets; i++) {
+		for (struct conn *c = t->buckets[i]; c; c = c->next) {
+			if (c->h2)
+				h2conn_mark_maybe_lost(c->h2);
 			for (uint32_t k = 0; k < c->qlen; k++)
 				c->queue[(c->qhead + k) % CONN_PIPELINE_MAX]->maybe_lost = true;
+		}
+	}
 }
 
 uint32_t conn_finish_maybe_lost(struct conn_table *t)
@@ -869,6 +845,8 @@ uint32_t conn_finish_maybe_lost(struct conn_table *t)
 
 	for (uint32_t i = 0; i < t->nbuckets; i++) {
 		for (struct conn *c = t->buckets[i]; c; c = c->next) {
+			if (c->h2)
+				n += h2conn_finish_maybe_lost(c->h2, c->last_ns);
 			/* In order: a request behind an unfinished one cannot have finished. */
 			while (c->qlen && conn_current(c)->maybe_lost) {
 				struct request *r = conn_current(c);

@@ -5,8 +5,9 @@
  * responses, and the request records built from them, handed to a sink when finished.
  *
  * A connection is classified on its first bytes: an HTTP server connection (requests read,
- * responses written) is followed; anything else (another protocol, or the traced process acting
- * as an HTTP client) is ignored and counted. A connection joined in the middle synchronises on
+ * responses written) or an HTTP client connection (a request written first) is followed, in
+ * HTTP/1.1 or, when they are the client preface, in HTTP/2 (user/pipeline/h2conn.c); anything
+ * else is ignored and counted. A connection joined in the middle synchronises on
  * the next read that starts a request: the response in flight when tracing began is not
  * reported (its request was never seen), the connection's later requests are.
  */
@@ -44,6 +45,10 @@ struct conn_stats {
 	uint64_t damaged_frames;    /* stream regions dropped because bytes were missing */
 	uint64_t tls_conns;	    /* connections that carried TLS */
 	uint64_t tls_unread;	    /* ... ended with no plaintext seen (no TLS library hooked) */
+	uint64_t h2_conns;	    /* followed connections that spoke HTTP/2 */
+	/* HTTP/2 connections first seen after their start: their header compression state is
+	 * unknown, so they are not followed */
+	uint64_t h2_midway;
 };
 
 struct conn;

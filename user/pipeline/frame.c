@@ -343,6 +343,8 @@ void frame_classify(const struct sse_frame *f, struct frame_info *out)
 	case FMT_OLLAMA:
 		frame_ollama(root, out);
 		break;
+	case FMT_GRPC:
+		break; /* never detected from JSON */
 	}
 	out->format = fmt;
 out:
@@ -362,6 +364,8 @@ const char *frame_format_name(enum frame_format f)
 		return "ollama";
 	case FMT_ANTHROPIC:
 		return "anthropic";
+	case FMT_GRPC:
+		return "grpc";
 	case FMT_UNKNOWN:
 		break;
 	}

@@ -21,6 +21,7 @@ enum frame_format {
 	FMT_TGI,
 	FMT_OLLAMA,
 	FMT_ANTHROPIC,
+	FMT_GRPC, /* gRPC length-prefixed messages (set by the connection, never classified) */
 };
 
 struct frame_info {
@@ -35,7 +36,7 @@ struct frame_info {
 };
 
 void frame_classify(const struct sse_frame *f, struct frame_info *out);
-/* "openai-chat", "openai-completion", "tgi", "ollama", "anthropic", "unknown" */
+/* "openai-chat", "openai-completion", "tgi", "ollama", "anthropic", "grpc", "unknown" */
 const char *frame_format_name(enum frame_format f);
 
 #endif

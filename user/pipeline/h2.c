@@ -600,3 +600,9 @@ bool h2_looks_like_frame(const uint8_t *buf, size_t len)
 	}
 	return seen > 0;
 }
+
+bool h2_looks_like_server_preface(const uint8_t *buf, size_t len)
+{
+	return len >= H2_FRAME_HEADER_LEN && buf[3] == H2_SETTINGS && buf[4] == 0 &&
+	       h2_looks_like_frame(buf, len);
+}

@@ -140,5 +140,8 @@ bool h2_looks_like_preface(const uint8_t *buf, size_t len);
  * valid size on a valid stream): how a connection first seen in its middle is recognised as
  * HTTP/2 without following it. */
 bool h2_looks_like_frame(const uint8_t *buf, size_t len);
+/* Whether buf starts with a server's connection preface: a SETTINGS frame (not an ACK) that
+ * h2_looks_like_frame accepts. A server may write it before it reads the client's preface. */
+bool h2_looks_like_server_preface(const uint8_t *buf, size_t len);
 
 #endif

@@ -36,6 +36,7 @@ struct request *request_new(uint32_t pid, uint64_t conn_id, uint32_t seq, const 
 	r->info.max_tokens = -1;
 	r->prompt_bytes = -1;
 	r->prompt_tokens = r->completion_tokens = r->cached_tokens = -1;
+	r->grpc_status = -1;
 	return r;
 }
 
@@ -111,4 +112,73 @@ void request_metrics(const struct request *r, struct request_metrics *m)
 		m->tpot_ns =
 		    (int64_t)(r->token_ns[r->ntokens - 1] - r->first_token_ns) / (m->tokens - 1);
 	m->tok_per_s = m->e2e_ns > 0 && m->tokens > 0 ? m->tokens / (m->e2e_ns / 1e9) : NAN;
+}
+
+void request_add_frame(struct request *r, const struct sse_frame *f, uint64_t ts)
+{
+	struct frame_info fi;
+
+	frame_classify(f, &fi);
+	r->frames++;
+	if (fi.format != FMT_UNKNOWN && r->format == FMT_UNKNOWN)
+		r->format = fi.format;
+	if (fi.invalid)
+		r->unknown_frames = true;
+	if (fi.content)
+		request_add_token(r, ts);
+	if (fi.error)
+		r->error_frame = true;
+	if (fi.done && !r->done_frame) {
+		r->done_frame = true;
+		r->end_ns = ts;
+	}
+	if (fi.prompt_tokens >= 0)
+		r->prompt_tokens = fi.prompt_tokens;
+	if (fi.completion_tokens >= 0)
+		r->completion_tokens = fi.completion_tokens;
+	if (fi.cached_tokens >= 0)
+		r->cached_tokens = fi.cached_tokens;
+}
+
+void request_read_body(struct request *r, const uint8_t *body, size_t len)
+{
+	struct sse_frame f = { .event = "" };
+	struct frame_info fi;
+
+	f.data = (const char *)body;
+	f.data_len = len;
+	frame_classify(&f, &fi);
+	r->format = fi.format;
+	if (fi.prompt_tokens >= 0)
+		r->prompt_tokens = fi.prompt_tokens;
+	if (fi.completion_tokens >= 0)
+		r->completion_tokens = fi.completion_tokens;
+	if (fi.cached_tokens >= 0)
+		r->cached_tokens = fi.cached_tokens;
+}
+
+static enum outcome request_outcome(const struct request *r, bool complete)
+{
+	if (r->status >= 400)
+		return OUTCOME_HTTP_ERROR;
+	if (r->lost_bytes || r->dropped_frames || (!complete && r->maybe_lost))
+		return OUTCOME_LOST;
+	if (r->error_frame)
+		return OUTCOME_STREAM_ERROR;
+	if (!complete || r->peer_gone)
+		return OUTCOME_ABORTED;
+	return OUTCOME_OK;
+}
+
+void request_close(struct request *r, uint64_t end_ns, bool complete)
+{
+	if (!complete && r->done_frame)
+		complete = true;
+	else
+		r->end_ns = end_ns;
+	if (!r->end_ns)
+		r->end_ns = end_ns;
+	r->outcome = request_outcome(r, complete);
+	if (r->streamed && r->ntokens == 0 && r->frames && r->format == FMT_UNKNOWN)
+		r->unknown_frames = true;
 }

@@ -29,6 +29,8 @@ struct request {
 	char conn[112];	    /* "local<-peer#id" */
 	char container[13]; /* short container id of the server (trace --all), "" when none */
 	bool tls;	    /* came over TLS: its bytes are the TLS library's plaintext */
+	bool h2;	    /* an HTTP/2 stream (stream is its id); else HTTP/1.1 */
+	uint32_t stream;
 	/* The traced process made it (a client of an upstream server): its times are the
 	 * process's writes of the request and reads of the response, and conn is local->peer. */
 	bool client;
@@ -57,6 +59,9 @@ struct request {
 	bool peer_gone; /* the client hung up before the stream ended */
 	/* The kernel lost records while it was open: if it never ends, some were its own. */
 	bool maybe_lost;
+	/* gRPC: the trailers' grpc-status, -1 when none came (or not gRPC). Each message is a
+	 * frame; without the schema a message is one chunk of output, however many tokens. */
+	int grpc_status;
 	enum outcome outcome;
 };
 
@@ -76,6 +81,14 @@ void request_free(struct request *r);
 /* Appends a content frame time; -ENOMEM when the list cannot grow (the frame is still counted). */
 int request_add_token(struct request *r, uint64_t ts);
 void request_metrics(const struct request *r, struct request_metrics *m);
+/* A stream frame of r's response, classified: counts, content time, end, errors, usage. */
+void request_add_frame(struct request *r, const struct sse_frame *f, uint64_t ts);
+/* A non-streamed JSON body, classified like one frame: it says `usage` and errors. */
+void request_read_body(struct request *r, const uint8_t *body, size_t len);
+/* The exchange is over at end_ns: complete (the response ended) or not (abandoned, lost);
+ * sets end_ns and outcome. A stream that sent its last frame is complete even if the
+ * terminator never came, and keeps that frame's time as its end. */
+void request_close(struct request *r, uint64_t end_ns, bool complete);
 /* Sorted copy of the ITL gaps into out (ntokens - 1 values); returns the count. */
 uint32_t request_itl_sorted(const struct request *r, uint64_t *out);
 

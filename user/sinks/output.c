@@ -40,6 +40,10 @@ void output_json(FILE *f, const struct request *r, const struct request_metrics 
 		jsonw_str(&w, "container", r->container);
 	if (r->tls)
 		jsonw_bool(&w, "tls", true);
+	if (r->h2) {
+		jsonw_bool(&w, "h2", true);
+		jsonw_u64(&w, "h2_stream", r->stream);
+	}
 	jsonw_u64(&w, "seq", r->seq);
 	jsonw_str(&w, "method", r->method);
 	jsonw_str(&w, "path", r->path);
@@ -48,6 +52,8 @@ void output_json(FILE *f, const struct request *r, const struct request_metrics 
 	jsonw_str(&w, "outcome", outcome_name(r->outcome));
 	jsonw_bool(&w, "stream", r->streamed);
 	jsonw_str(&w, "format", request_format(r));
+	if (r->format == FMT_GRPC)
+		i64_or_null(&w, "grpc_status", r->grpc_status);
 	jsonw_u64(&w, "arrival_ns", r->arrival_ns);
 	if (m->socket_wait_ns >= 0)
 		jsonw_u64(&w, "received_ns", r->received_ns);
@@ -72,7 +78,9 @@ void output_json(FILE *f, const struct request *r, const struct request_metrics 
 		jsonw_obj_end(&w);
 	}
 	jsonw_i64(&w, "tokens", m->tokens);
-	jsonw_str(&w, "tokens_from", m->tokens_from_usage ? "usage" : "frames");
+	/* A gRPC message is one chunk of output: without the schema, tokens are not known. */
+	jsonw_str(&w, "tokens_from",
+		  m->tokens_from_usage ? "usage" : r->format == FMT_GRPC ? "messages" : "frames");
 	jsonw_u64(&w, "frames", r->ntokens);
 	jsonw_u64(&w, "all_frames", r->frames);
 	jsonw_i64(&w, "prompt_bytes", r->prompt_bytes < 0 ? 0 : r->prompt_bytes);
