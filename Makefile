@@ -118,7 +118,7 @@ $(OUTPUT)/refserver: tests/refserver.c | $(OUTPUT)
 
 $(OUTPUT)/gtclient: tests/gtclient.c | $(OUTPUT)
 	$(call msg,CC,$@)
-	$(Q)$(CC) $(CFLAGS) $(WARN) -std=gnu11 -pthread $< -o $@ -lcjson -lm -lssl -lcrypto
+	$(Q)$(CC) $(CFLAGS) $(WARN) -std=gnu11 -pthread $< -o $@ -lcjson -lm -lnghttp2 -lssl -lcrypto
 
 $(OUTPUT)/writeloop: tests/writeloop.c | $(OUTPUT)
 	$(call msg,CC,$@)

@@ -19,6 +19,8 @@ PKGS=(
 	# end-to-end test servers and tools
 	python3 python3-fastapi python3-uvicorn python3-uvloop python3-httptools python3-aiohttp
 	golang-go nodejs strace bpftrace iproute2 procps
+	# HTTP/2 and gRPC stacks of the e2e test and the fixtures (hypercorn, grpcio, httpx + h2)
+	python3-hypercorn python3-grpcio python3-h2 python3-httpx
 	# the TLS-terminating reverse proxy of the e2e test (run from the test, never as a service)
 	nginx
 	# make stress: the stacks of a tracer that stopped reporting

@@ -9,10 +9,17 @@
  * into SSE frames or NDJSON lines; every frame completed by one recv() gets the timestamp
  * taken right after that recv(), because that is the moment the bytes reached user space.
  *
+ * With --h2 the requests go over HTTP/2 (libnghttp2's client session: cleartext with prior
+ * knowledge, or TLS with ALPN h2), one stream after another on each connection; a frame's time
+ * is still taken right after the recv() (or SSL_read) that brought its last byte, before the
+ * bytes are handed to the session. --grpc makes each request a gRPC server-streaming call whose
+ * response messages are the frames, its outcome the trailers' grpc-status.
+ *
  * Output: one JSON object per request per line (see tests/README-tools.md).
  */
 #define _GNU_SOURCE
 #include <cjson/cJSON.h>
+#include <nghttp2/nghttp2.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <errno.h>
@@ -65,7 +72,13 @@ static const char *const outcome_names[OUT_N] = {
 };
 
 enum body_kind { BODY_SSE, BODY_NDJSON, BODY_JSON };
-enum body_framing { FRAMING_NONE, FRAMING_CHUNKED, FRAMING_LENGTH, FRAMING_CLOSE };
+enum body_framing {
+	FRAMING_NONE,
+	FRAMING_CHUNKED,
+	FRAMING_LENGTH,
+	FRAMING_CLOSE,
+	FRAMING_H2, /* DATA frames of an HTTP/2 stream, ended by END_STREAM */
+};
 enum chunk_state { CS_SIZE, CS_DATA, CS_DATA_END, CS_TRAILER };
 
 struct opts {
@@ -93,6 +106,8 @@ struct opts {
 	double connect_ahead_ms; /* a new connection waits this long before its first request */
 	bool tls;	   /* https: OpenSSL over each connection, the certificate not checked */
 	double stagger_ms; /* thread i starts i * stagger_ms after the others */
+	bool h2;	   /* HTTP/2 */
+	bool grpc;	   /* gRPC server streaming (implies h2) */
 };
 
 struct dbuf {
@@ -133,6 +148,17 @@ struct resp {
 	struct u64vec token_ns;
 	unsigned abort_after; /* 0: never */
 	bool abort_now;
+	/* HTTP/2 */
+	int32_t stream;	  /* the stream of this request */
+	uint64_t rx_ts;	  /* the time of the recv() being handed to the session */
+	bool closed;	  /* the stream closed */
+	bool reset;	  /* ... by RST_STREAM or a connection error */
+	int grpc_status;  /* -1: no trailers */
+	uint8_t gpfx[5];  /* gRPC: the length prefix being read */
+	unsigned gpfx_got;
+	uint32_t gleft;	  /* bytes of the current message still to come */
+	const char *body; /* the request body the data source reads */
+	size_t body_len, body_off;
 };
 
 struct shared {
@@ -150,10 +176,12 @@ struct shared {
 	SSL_CTX *tls;	 /* --tls */
 };
 
-/* One connection: its socket, and its TLS session with --tls. */
+/* One connection: its socket, its TLS session with --tls, its HTTP/2 session with --h2. */
 struct link {
 	int fd;
 	SSL *ssl;
+	nghttp2_session *h2;
+	bool h2_broken; /* a send failed or the session erred: the connection is done */
 };
 
 struct result {
@@ -225,6 +253,7 @@ static void resp_reset(struct resp *r, unsigned abort_after)
 	r->head.len = r->cline.len = r->line.len = r->data.len = 0;
 	r->token_ns.len = 0;
 	r->abort_after = abort_after;
+	r->grpc_status = -1;
 }
 
 static void resp_free(struct resp *r)
@@ -577,6 +606,11 @@ static char *body_build(const struct shared *sh, unsigned id, bool *stream)
 
 static void link_close(struct link *l)
 {
+	if (l->h2) {
+		nghttp2_session_del(l->h2);
+		l->h2 = NULL;
+	}
+	l->h2_broken = false;
 	if (l->ssl) {
 		SSL_free(l->ssl);
 		l->ssl = NULL;
@@ -589,7 +623,11 @@ static void link_close(struct link *l)
 /* The TLS handshake on a connected socket: 0, or -EPROTO (said). */
 static int tls_open(const struct shared *sh, struct link *l)
 {
+	static const unsigned char alpn_h2[] = { 2, 'h', '2' };
+
 	l->ssl = SSL_new(sh->tls);
+	if (l->ssl && sh->o->h2)
+		SSL_set_alpn_protos(l->ssl, alpn_h2, sizeof(alpn_h2));
 	if (!l->ssl || !SSL_set_fd(l->ssl, l->fd) ||
 	    !SSL_set_tlsext_host_name(l->ssl, sh->o->host) || SSL_connect(l->ssl) != 1) {
 		fprintf(stderr, "gtclient: TLS handshake with %s:%d failed: ", sh->o->host,
@@ -684,6 +722,349 @@ static ssize_t recv_some(const struct link *l, char *buf, size_t n)
 	return -1;
 }
 
+/* ---- HTTP/2 (--h2, --grpc) ---- */
+
+/* The session's user data: the connection, and the response of the stream in progress. */
+struct h2ctx {
+	struct link *l;
+	struct resp *r;
+	bool want_ndjson;
+	bool grpc;
+};
+
+static ssize_t h2_send_cb(nghttp2_session *s, const uint8_t *data, size_t len, int flags,
+			  void *ud)
+{
+	struct h2ctx *c = ud;
+
+	(void)s;
+	(void)flags;
+	if (send_all(c->l, (const char *)data, len) < 0) {
+		c->l->h2_broken = true;
+		return NGHTTP2_ERR_CALLBACK_FAILURE;
+	}
+	return (ssize_t)len;
+}
+
+static int h2_header_cb(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *name,
+			size_t nlen, const uint8_t *value, size_t vlen, uint8_t flags, void *ud)
+{
+	struct h2ctx *c = ud;
+	struct resp *r = c->r;
+
+	(void)s;
+	(void)flags;
+	if (f->hd.type != NGHTTP2_HEADERS || f->hd.stream_id != r->stream)
+		return 0;
+	if (nlen == 7 && !memcmp(name, ":status", 7)) {
+		r->status = atoi((const char *)value);
+	} else if (nlen == 12 && !memcmp(name, "content-type", 12)) {
+		if (c->want_ndjson || memmem(value, vlen, "ndjson", 6))
+			r->kind = BODY_NDJSON;
+		else if (memmem(value, vlen, "event-stream", 12))
+			r->kind = BODY_SSE;
+		else
+			r->kind = BODY_JSON;
+	} else if (nlen == 11 && !memcmp(name, "grpc-status", 11)) {
+		r->grpc_status = atoi((const char *)value);
+	}
+	return 0;
+}
+
+static int h2_frame_cb(nghttp2_session *s, const nghttp2_frame *f, void *ud)
+{
+	struct h2ctx *c = ud;
+	struct resp *r = c->r;
+
+	(void)s;
+	if (f->hd.type == NGHTTP2_HEADERS && f->hd.stream_id == r->stream &&
+	    f->headers.cat == NGHTTP2_HCAT_RESPONSE && r->status >= 200) {
+		r->head_done = true;
+		r->framing = FRAMING_H2;
+	}
+	return 0;
+}
+
+/* gRPC: each complete length-prefixed message is a content frame. */
+static void grpc_feed(struct resp *r, const uint8_t *p, size_t n, uint64_t ts)
+{
+	while (n && !r->abort_now) {
+		if (r->gpfx_got < 5) {
+			r->gpfx[r->gpfx_got++] = *p++;
+			n--;
+			if (r->gpfx_got < 5)
+				continue;
+			r->gleft = (uint32_t)r->gpfx[1] << 24 | (uint32_t)r->gpfx[2] << 16 |
+				   (uint32_t)r->gpfx[3] << 8 | r->gpfx[4];
+		} else {
+			size_t k = n < r->gleft ? n : r->gleft;
+
+			p += k;
+			n -= k;
+			r->gleft -= (uint32_t)k;
+		}
+		if (r->gpfx_got == 5 && !r->gleft) {
+			r->gpfx_got = 0;
+			if (!r->frames)
+				r->first_ns = ts;
+			r->frames++;
+			vec_push(&r->token_ns, ts);
+			if (r->abort_after && r->frames >= r->abort_after)
+				r->abort_now = true;
+		}
+	}
+}
+
+static int h2_data_cb(nghttp2_session *s, uint8_t flags, int32_t stream, const uint8_t *data,
+		      size_t len, void *ud)
+{
+	struct h2ctx *c = ud;
+	struct resp *r = c->r;
+
+	(void)s;
+	(void)flags;
+	if (stream != r->stream || !r->head_done)
+		return 0;
+	if (c->grpc)
+		grpc_feed(r, data, len, r->rx_ts);
+	else
+		content_feed(r, (const char *)data, len, r->rx_ts);
+	return 0;
+}
+
+static int h2_close_cb(nghttp2_session *s, int32_t stream, uint32_t code, void *ud)
+{
+	struct h2ctx *c = ud;
+	struct resp *r = c->r;
+
+	(void)s;
+	if (stream != r->stream)
+		return 0;
+	r->closed = true;
+	r->reset = code != NGHTTP2_NO_ERROR;
+	if (!r->reset && r->head_done)
+		body_end(r, r->rx_ts);
+	return 0;
+}
+
+static ssize_t h2_body_read(nghttp2_session *s, int32_t stream, uint8_t *buf, size_t len,
+			    uint32_t *data_flags, nghttp2_data_source *src, void *ud)
+{
+	struct resp *r = src->ptr;
+	size_t k = r->body_len - r->body_off;
+
+	(void)s;
+	(void)stream;
+	(void)ud;
+	if (k > len)
+		k = len;
+	memcpy(buf, r->body + r->body_off, k);
+	r->body_off += k;
+	if (r->body_off == r->body_len)
+		*data_flags |= NGHTTP2_DATA_FLAG_EOF;
+	return (ssize_t)k;
+}
+
+/* The connection's HTTP/2 session: the client preface and SETTINGS go out with the first
+ * request. -EPROTO (said) when it cannot be made. */
+static int h2_open(const struct shared *sh, struct link *l, struct h2ctx *c)
+{
+	nghttp2_session_callbacks *cb;
+	int err;
+
+	if (l->ssl) {
+		const unsigned char *proto;
+		unsigned plen;
+
+		SSL_get0_alpn_selected(l->ssl, &proto, &plen);
+		if (plen != 2 || memcmp(proto, "h2", 2)) {
+			fprintf(stderr, "gtclient: %s:%d did not agree to h2 (ALPN)\n", sh->o->host,
+				sh->o->port);
+			return -EPROTO;
+		}
+	}
+	if (nghttp2_session_callbacks_new(&cb))
+		return -ENOMEM;
+	nghttp2_session_callbacks_set_send_callback(cb, h2_send_cb);
+	nghttp2_session_callbacks_set_on_header_callback(cb, h2_header_cb);
+	nghttp2_session_callbacks_set_on_frame_recv_callback(cb, h2_frame_cb);
+	nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, h2_data_cb);
+	nghttp2_session_callbacks_set_on_stream_close_callback(cb, h2_close_cb);
+	err = nghttp2_session_client_new(&l->h2, cb, c);
+	nghttp2_session_callbacks_del(cb);
+	if (err) {
+		l->h2 = NULL;
+		return -ENOMEM;
+	}
+	nghttp2_submit_settings(l->h2, NGHTTP2_FLAG_NONE, NULL, 0);
+	return 0;
+}
+
+#define H2_NV(n, v)                                                                         \
+	{                                                                                   \
+		(uint8_t *)(n), (uint8_t *)(v), strlen(n), strlen(v), NGHTTP2_NV_FLAG_NONE \
+	}
+
+static void pb_varint(struct dbuf *b, uint64_t x)
+{
+	do {
+		uint8_t c = (uint8_t)((x & 0x7f) | (x >> 7 ? 0x80 : 0));
+
+		dbuf_append(b, &c, 1);
+		x >>= 7;
+	} while (x);
+}
+
+static void pb_bytes(struct dbuf *b, unsigned field, const char *s, size_t n)
+{
+	pb_varint(b, field << 3 | 2);
+	pb_varint(b, n);
+	dbuf_append(b, s, n);
+}
+
+/*
+ * A gRPC request message, length-prefixed: the prompt (field 1), max_tokens (2), x_token_ms (3),
+ * x_prefill_ms (4) and x_fail (5) of the HTTP servers' contract (tests/e2e/servers/grpc_app.py).
+ */
+static char *grpc_body(const struct shared *sh, unsigned id, size_t *len)
+{
+	const struct opts *o = sh->o;
+	struct dbuf b = { 0 };
+	uint8_t prefix[5] = { 0 };
+
+	dbuf_append(&b, prefix, sizeof(prefix));
+	pb_bytes(&b, 1, sh->prompt, strlen(sh->prompt));
+	pb_varint(&b, 2 << 3);
+	pb_varint(&b, o->max_tokens);
+	if (o->token_ms >= 0) {
+		pb_varint(&b, 3 << 3);
+		pb_varint(&b, (uint64_t)o->token_ms);
+	}
+	if (o->prefill_ms >= 0) {
+		pb_varint(&b, 4 << 3);
+		pb_varint(&b, (uint64_t)o->prefill_ms);
+	}
+	if (o->http_error_every && (id + 1) % o->http_error_every == 0)
+		pb_bytes(&b, 5, "http", 4);
+	else if (o->stream_error_every && (id + 1) % o->stream_error_every == 0)
+		pb_bytes(&b, 5, "stream", 6);
+	*len = b.len;
+	b.p[1] = (char)((b.len - 5) >> 24);
+	b.p[2] = (char)((b.len - 5) >> 16);
+	b.p[3] = (char)((b.len - 5) >> 8);
+	b.p[4] = (char)(b.len - 5);
+	return b.p;
+}
+
+/* request_run over HTTP/2: one stream on l's session. */
+static void request_run_h2(struct shared *sh, struct link *l, struct resp *r, struct result *res,
+			   char *rbuf)
+{
+	const struct opts *o = sh->o;
+	bool abort_this = o->abort_every && (res->id + 1) % o->abort_every == 0;
+	struct h2ctx ctx = { .l = l, .r = r, .want_ndjson = o->ndjson, .grpc = o->grpc };
+	char authority[300];
+	char *body;
+	size_t blen;
+	bool timed_out = false, failed = false;
+	uint64_t deadline;
+
+	resp_reset(r, abort_this ? o->abort_after : 0);
+	if (o->grpc) {
+		res->stream = true;
+		body = grpc_body(sh, res->id, &blen);
+	} else {
+		body = body_build(sh, res->id, &res->stream);
+		blen = strlen(body);
+	}
+	if (!l->h2 && h2_open(sh, l, &ctx)) {
+		free(body);
+		res->send_start_ns = res->send_ns = res->end_ns = clock_mono_ns();
+		res->outcome = OUT_ERROR;
+		link_close(l);
+		return;
+	}
+	nghttp2_session_set_user_data(l->h2, &ctx);
+	snprintf(authority, sizeof(authority), "%s:%d", o->host, o->port);
+	{
+		nghttp2_nv nv[] = {
+			H2_NV(":method", "POST"),
+			H2_NV(":scheme", l->ssl ? "https" : "http"),
+			H2_NV(":authority", authority),
+			H2_NV(":path", o->path),
+			H2_NV("content-type", o->grpc ? "application/grpc" : "application/json"),
+			o->grpc ? (nghttp2_nv)H2_NV("te", "trailers")
+				: (nghttp2_nv)H2_NV("accept", o->ndjson ? "application/x-ndjson"
+									: "text/event-stream"),
+			H2_NV("user-agent", "gtclient"),
+		};
+		nghttp2_data_provider dp = { .source.ptr = r, .read_callback = h2_body_read };
+
+		r->body = body;
+		r->body_len = blen;
+		r->stream = nghttp2_submit_request(l->h2, NULL, nv, sizeof(nv) / sizeof(nv[0]),
+						   &dp, NULL);
+	}
+	res->send_start_ns = clock_mono_ns();
+	failed = r->stream < 0 || nghttp2_session_send(l->h2) != 0;
+	res->send_ns = clock_mono_ns();
+	deadline = res->send_ns + (uint64_t)(o->timeout_s * (double)NS_PER_S);
+	while (!failed && !r->closed && !r->abort_now) {
+		struct pollfd pfd = { .fd = l->fd, .events = POLLIN };
+		uint64_t now = clock_mono_ns();
+		ssize_t k;
+		int pr;
+
+		if (now >= deadline) {
+			timed_out = true;
+			break;
+		}
+		if (l->ssl && SSL_pending(l->ssl) > 0) {
+			pr = 1;
+		} else {
+			pr = poll(&pfd, 1, (int)((deadline - now + NS_PER_MS - 1) / NS_PER_MS));
+			if (pr < 0 && errno == EINTR)
+				continue;
+		}
+		if (pr == 0)
+			continue;
+		k = recv_some(l, rbuf, RECV_BUF);
+		r->rx_ts = clock_mono_ns();
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0) {
+			failed = true;
+			break;
+		}
+		if (nghttp2_session_mem_recv(l->h2, (const uint8_t *)rbuf, (size_t)k) < 0 ||
+		    nghttp2_session_send(l->h2) != 0)
+			failed = true;
+	}
+	res->end_ns = r->closed || r->abort_now ? r->rx_ts : clock_mono_ns();
+	r->body = NULL;
+	free(body);
+	if (r->abort_now) {
+		/* An HTTP/2 client gives up on a stream, not on its connection. */
+		nghttp2_submit_rst_stream(l->h2, NGHTTP2_FLAG_NONE, r->stream, NGHTTP2_CANCEL);
+		if (nghttp2_session_send(l->h2))
+			link_close(l);
+		res->outcome = OUT_ABORTED;
+		return;
+	}
+	if (timed_out)
+		res->outcome = OUT_TIMEOUT;
+	else if (r->status >= 400 && r->head_done)
+		res->outcome = OUT_HTTP_ERROR;
+	else if (r->stream_error || r->grpc_status > 0)
+		res->outcome = OUT_STREAM_ERROR;
+	else if (failed || r->reset || !r->body_done)
+		res->outcome = OUT_ERROR;
+	else
+		res->outcome = OUT_OK;
+	if (timed_out || failed || l->h2_broken)
+		link_close(l);
+}
+
 /*
  * Sends one request on l and reads its response. Leaves l open only when the connection can
  * carry the next request.
@@ -698,6 +1079,11 @@ static void request_run(struct shared *sh, struct link *l, struct resp *r, struc
 	bool timed_out = false, failed = false;
 	int n;
 
+	if (o->h2) {
+		free(body);
+		request_run_h2(sh, l, r, res, rbuf);
+		return;
+	}
 	resp_reset(r, abort_this ? o->abort_after : 0);
 	n = asprintf(
 	    &req,
@@ -812,7 +1198,7 @@ static void result_print(struct shared *sh, const struct result *res, const stru
 	json_ms(f, res->send_ns, res->end_ns);
 	fprintf(f, ",\"frames\":%u,\"tokens\":%" PRIu64 ",\"tokens_from\":\"%s\",\"token_ns\":[",
 		r->frames, r->usage_seen ? r->usage_tokens : r->frames,
-		r->usage_seen ? "usage" : "frames");
+		r->usage_seen ? "usage" : sh->o->grpc ? "messages" : "frames");
 	for (size_t i = 0; i < r->token_ns.len; i++)
 		fprintf(f, "%s%" PRIu64, i ? "," : "", r->token_ns.v[i]);
 	fprintf(f, "]}\n");
@@ -945,6 +1331,10 @@ static void usage(FILE *f)
 	    "  --stagger-ms MS         start thread i at i * MS instead of all at once (0)\n"
 	    "  --tls                   https: TLS on every connection (certificate not checked);\n"
 	    "                          a frame's time is taken when SSL_read returns it\n"
+	    "  --h2                    HTTP/2: prior knowledge over cleartext, ALPN h2 with --tls;\n"
+	    "                          -k requests go one after another as streams of a connection\n"
+	    "  --grpc                  a gRPC server-streaming call to --path (implies --h2): a\n"
+	    "                          message is a frame, grpc-status the outcome\n"
 	    "\n"
 	    "Examples:\n"
 	    "  gtclient --port 8000 -n 100 -c 4 -k 5 --usage\n"
@@ -974,6 +1364,8 @@ enum {
 	OPT_CONNECT_AHEAD,
 	OPT_STAGGER,
 	OPT_TLS,
+	OPT_H2,
+	OPT_GRPC,
 };
 
 static bool parse_uint(const char *v, unsigned min, unsigned *out)
@@ -1016,6 +1408,8 @@ static int opts_parse(struct opts *o, int argc, char **argv)
 		{ "connect-ahead-ms", required_argument, NULL, OPT_CONNECT_AHEAD },
 		{ "stagger-ms", required_argument, NULL, OPT_STAGGER },
 		{ "tls", no_argument, NULL, OPT_TLS },
+		{ "h2", no_argument, NULL, OPT_H2 },
+		{ "grpc", no_argument, NULL, OPT_GRPC },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -1109,6 +1503,12 @@ static int opts_parse(struct opts *o, int argc, char **argv)
 			break;
 		case OPT_TLS:
 			o->tls = true;
+			break;
+		case OPT_H2:
+			o->h2 = true;
+			break;
+		case OPT_GRPC:
+			o->grpc = o->h2 = true;
 			break;
 		case OPT_TIMEOUT:
 			ok = parse_double(optarg, &o->timeout_s) && o->timeout_s > 0;

@@ -190,8 +190,24 @@ def tls(case):
     the plaintext from the TLS library's calls."""
     def argv(work):
         return case(work) + ["--tls-cert", tls_cert(work)]
-    argv.client_extra = ["--tls"]
+    argv.client_extra = getattr(case, "client_extra", []) + ["--tls"]
     return argv
+
+
+def client_with(case, *flags):
+    """The same server, driven by gtclient with flags (--h2: HTTP/2; --grpc ...: gRPC)."""
+    def argv(work):
+        return case(work)
+    argv.client_extra = getattr(case, "client_extra", []) + list(flags)
+    return argv
+
+
+def grpc_server(work):
+    python_modules("grpc")
+    return [PYTHON, os.path.join(SERVERS, "grpc_app.py"), "0"]
+
+
+GRPC_CLIENT = ("--grpc", "--path", "/tokenscope.e2e.Generator/Generate")
 
 
 def client_side(case):
@@ -204,7 +220,7 @@ def client_side(case):
         return case(work)
     argv.client_extra = getattr(case, "client_extra", [])
     argv.client_side = True
-    argv.traced_extra = ["--connect-ahead-ms", "1500"] if argv.client_extra else []
+    argv.traced_extra = ["--connect-ahead-ms", "1500"] if "--tls" in argv.client_extra else []
     return argv
 
 
@@ -240,6 +256,14 @@ CASES = {
     # client's own libssl (a socket BIO) gives the plaintext.
     "client-ref": client_side(refserver("mixed", "send", "recv")),
     "client-tls": client_side(tls(fastapi("h11", ("fastapi", "uvicorn", "h11")))),
+    # HTTP/2: hypercorn (Python's h2) with prior knowledge over cleartext, and over TLS with
+    # ALPN h2 (Python's ssl); gtclient speaks HTTP/2 through libnghttp2, streams one after
+    # another on each connection, its aborts RST_STREAM.
+    "hypercorn-h2c": client_with(fastapi("hypercorn", ("fastapi", "hypercorn")), "--h2"),
+    "hypercorn-h2-tls": tls(client_with(fastapi("hypercorn", ("fastapi", "hypercorn")),
+                                        "--h2")),
+    # gRPC server streaming from Python grpcio (its C core's own HTTP/2): a message per token.
+    "grpcio": client_with(grpc_server, *GRPC_CLIENT),
 }
 
 
@@ -490,13 +514,14 @@ def run_case(argv_of, work, tol_ns, verbose):
         # (role client) are checked against them below.
         got = [t for t in lines if t.get("role") == "server"]
         upstream = [t for t in lines if t.get("role") == "client"]
-        errors = compare(gt, got, tol_ns, verbose, tls=bool(extra))
+        over_tls = "--tls" in extra
+        errors = compare(gt, got, tol_ns, verbose, tls=over_tls)
         if getattr(argv_of, "proxy", False):
             proxied(got, upstream, errors)
         elif upstream:
             errors.append(Mismatch(f"{len(upstream)} requests with role client from a server "
                                    "that makes none"))
-        if extra:
+        if over_tls:
             errors.note = tls_wire(log("tokenscope.err"), tol_ns, errors)
         return errors
     finally:
@@ -642,7 +667,12 @@ def compare_pair(c, t, tol_ns, tally, tls=False):
     # began sending them, and the server's read returned them after that. Every connection here
     # is accepted under tracing, so the time must be known.
     received = t.get("received_ns")
-    if not isinstance(received, int):
+    # HTTP/2: the kernel's arrival is that of a read's first bytes, a request's only when its
+    # HEADERS begin the read (README, HTTP/2); otherwise TTFT is checked from the read below.
+    h2_unknown = t.get("h2") and not isinstance(received, int)
+    if h2_unknown:
+        received = None
+    elif not isinstance(received, int):
         out.append(Mismatch("received_ns null on a connection accepted while traced"))
         received = None
     else:
@@ -685,6 +715,12 @@ def compare_pair(c, t, tol_ns, tally, tls=False):
             off = (tf - received) - c["ttft_ms"] * 1e6
             if abs(off) > tol_ns:
                 out.append(timing(f"first_token_ns - received_ns {ms(tf - received)} vs client "
+                                  f"ttft_ms {c['ttft_ms']}", off))
+        elif h2_unknown and isinstance(arrival, int):
+            tally["measures"] += 1
+            off = (tf - arrival) - c["ttft_ms"] * 1e6
+            if abs(off) > tol_ns:
+                out.append(timing(f"first_token_ns - arrival_ns {ms(tf - arrival)} vs client "
                                   f"ttft_ms {c['ttft_ms']}", off))
 
     cts, tts = c.get("token_ns") or [], t.get("token_ns")

@@ -1309,7 +1309,7 @@ TEST(test_h2_server)
 			ASSERT_STREQ(str(l, "outcome"), "ok", "outcome");
 		}
 		ASSERT_EQ(h.pl.conns.stats.h2_conns, 1, "an HTTP/2 connection");
-		ASSERT_EQ(h.pl.conns.stats.http_conns, 1, "serving HTTP");
+		ASSERT_EQ(h.pl.conns.stats.http_conns, 0, "no HTTP/1.x");
 		ASSERT_EQ(conn_inflight(&h.pl.conns), 0, "nothing in flight");
 		ASSERT_EQ(h.pl.conns.budget.used, 0, "every buffer given back");
 next:
@@ -1394,6 +1394,11 @@ TEST(test_h2_joined_midway)
 	fixture_free(&f);
 	ASSERT_EQ(h_lines(&h), 0, "nothing reported");
 	ASSERT_EQ(h.pl.conns.stats.h2_midway, 1, "counted");
+	h_print_total(&h);
+	fflush(h.ferr);
+	ASSERT_TRUE(strstr(h.err, "1 HTTP/2 first seen after their start (header table unknown: "
+				  "not followed)") != NULL,
+		    "the summary says so");
 out:
 	h_close(&h);
 }

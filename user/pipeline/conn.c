@@ -413,7 +413,6 @@ static void conn_become_h2(struct conn *c, bool client)
 		return;
 	}
 	c->role = client ? ROLE_CLIENT : ROLE_SERVER;
-	c->t->stats.h2_conns++;
 	if (client) {
 		char *arrow = strstr(c->label, "<-");
 
@@ -421,7 +420,7 @@ static void conn_become_h2(struct conn *c, bool client)
 		if (arrow)
 			memcpy(arrow, "->", 2);
 	} else {
-		c->t->stats.http_conns++;
+		c->t->stats.h2_conns++;
 	}
 }
 

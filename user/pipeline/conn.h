@@ -33,7 +33,7 @@ struct conn_sink {
 
 struct conn_stats {
 	uint64_t conns;		    /* connections seen */
-	uint64_t http_conns;	    /* ... that carried HTTP requests to the traced server */
+	uint64_t http_conns;	    /* ... that carried HTTP/1.x requests to the traced server */
 	uint64_t client_conns;	    /* ... on which the traced process called an HTTP server */
 	uint64_t ignored_conns;	    /* ... that did neither (other protocols) */
 	uint64_t gap_bytes;	    /* bytes missing from followed connections */
@@ -45,7 +45,7 @@ struct conn_stats {
 	uint64_t damaged_frames;    /* stream regions dropped because bytes were missing */
 	uint64_t tls_conns;	    /* connections that carried TLS */
 	uint64_t tls_unread;	    /* ... ended with no plaintext seen (no TLS library hooked) */
-	uint64_t h2_conns;	    /* followed connections that spoke HTTP/2 */
+	uint64_t h2_conns;	    /* ... that carried HTTP/2 requests to it */
 	/* HTTP/2 connections first seen after their start: their header compression state is
 	 * unknown, so they are not followed */
 	uint64_t h2_midway;

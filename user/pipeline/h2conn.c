@@ -205,6 +205,7 @@ static void req_on_headers(void *ctx, uint32_t id, const struct h2_head *hd, boo
 		snprintf(r->method, sizeof(r->method), "%s", hd->method);
 		utf8_clean(r->path, sizeof(r->path), hd->path, strlen(hd->path));
 		r->received_ns = h->client ? 0 : h->rx_ns;
+		h->rx_ns = 0;
 		r->tls = h->tls;
 		r->client = h->client;
 		r->h2 = true;
@@ -479,8 +480,22 @@ int h2conn_feed(struct h2conn *h, bool req, const uint8_t *buf, size_t len, uint
 {
 	if (h->dead)
 		return -EPROTO;
-	if (req)
-		h->rx_ns = rx_ns;
+	/*
+	 * The kernel's arrival time is that of a read's first bytes (rx_ns 0: these bytes are not
+	 * the first of a read, as TLS plaintext after the first of one socket read). It is a
+	 * request's when the read starts with its HEADERS, or with the client preface that a
+	 * connection's first request follows in the same burst; it goes to one request only. A
+	 * request whose HEADERS follow other frames in a read (a WINDOW_UPDATE, an RST_STREAM the
+	 * client sent earlier) has no known arrival at the socket.
+	 */
+	if (req && rx_ns) {
+		const struct h2_parser *p = &h->req;
+		bool starts = (p->state == H2_ST_PREFACE && p->got == 0) ||
+			      (p->state == H2_ST_HEADER && p->got == 0 && len > 3 &&
+			       buf[3] == H2_HEADERS);
+
+		h->rx_ns = starts ? rx_ns : 0;
+	}
 	if (h2_feed(req ? &h->req : &h->resp, buf, len, ts) < 0) {
 		h2conn_dead(h, ts);
 		return -EPROTO;

@@ -404,6 +404,8 @@ void pipeline_loss(const struct pipeline *pl, struct loss_report *loss)
 	loss->http_conns = pl->conns.stats.http_conns;
 	loss->ignored_conns = pl->conns.stats.ignored_conns;
 	loss->client_conns = pl->conns.stats.client_conns;
+	loss->h2_conns = pl->conns.stats.h2_conns;
+	loss->h2_midway = pl->conns.stats.h2_midway;
 	loss->tls_conns = pl->conns.stats.tls_conns;
 	loss->tls_unread = pl->conns.stats.tls_unread;
 	loss->tls_wire_writes = pl->kstats[TS_STAT_TLS_WIRE_WRITES];

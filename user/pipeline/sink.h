@@ -28,7 +28,7 @@ struct loss_report {
 	uint64_t untraced_sockets; /* the kernel's connection table was full */
 	uint64_t copy_failed;	   /* reads of traced bytes from the process's memory that failed
 				    * (their bytes are in uncaptured_bytes) */
-	uint64_t http_conns, ignored_conns, client_conns;
+	uint64_t http_conns, ignored_conns, client_conns, h2_conns, h2_midway;
 	/* connections that carried TLS, and of those, the ones whose plaintext never came; socket
 	 * writes of TLS records, and the total time from the TLS write call to them */
 	uint64_t tls_conns, tls_unread, tls_wire_writes, tls_wire_ns;

@@ -124,10 +124,17 @@ void summary_print(const struct summary *s, const struct loss_report *loss, cons
 		    (unsigned long long)loss->cupti_pool_empty,
 		    (unsigned long long)loss->cupti_unplaced, (unsigned long long)loss->cupti_late,
 		    (unsigned long long)loss->cupti_abi_bad);
-	/* Says why a run can show no requests: HTTP/2 or another protocol on the sockets, or TLS
-	 * from a library that is not hooked. */
-	fprintf(f, "  connections: %llu serving HTTP/1.x, %llu ignored (another protocol)",
-		(unsigned long long)loss->http_conns, (unsigned long long)loss->ignored_conns);
+	/* Says why a run can show no requests: another protocol on the sockets, HTTP/2 joined
+	 * after its start, or TLS from a library that is not hooked. */
+	fprintf(f, "  connections: %llu serving HTTP/1.x", (unsigned long long)loss->http_conns);
+	if (loss->h2_conns)
+		fprintf(f, ", %llu serving HTTP/2", (unsigned long long)loss->h2_conns);
+	fprintf(f, ", %llu ignored (another protocol)", (unsigned long long)loss->ignored_conns);
+	if (loss->h2_midway)
+		fprintf(f,
+			", %llu HTTP/2 first seen after their start (header table unknown: not "
+			"followed)",
+			(unsigned long long)loss->h2_midway);
 	if (loss->client_conns)
 		fprintf(f, "; %llu calling an HTTP server (requests with role client)",
 			(unsigned long long)loss->client_conns);

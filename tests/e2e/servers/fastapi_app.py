@@ -3,7 +3,9 @@
 
 --stack h11:        asyncio loop, h11 protocol (sends with sendto)
 --stack httptools:  uvloop loop, httptools protocol, vLLM's own setup (sends with write/writev)
-Usage: fastapi_app.py PORT [--stack h11|httptools]; PORT 0 picks a free port.
+--stack hypercorn:  hypercorn (asyncio), HTTP/1.1 and HTTP/2: h2c with prior knowledge on
+                    cleartext, ALPN h2 with --tls-cert
+Usage: fastapi_app.py PORT [--stack h11|httptools|hypercorn]; PORT 0 picks a free port.
 """
 import os
 import socket
@@ -18,7 +20,8 @@ from fastapi.responses import JSONResponse, StreamingResponse  # noqa: E402
 
 import common  # noqa: E402
 
-STACKS = {"h11": ("asyncio", "h11"), "httptools": ("uvloop", "httptools")}
+STACKS = {"h11": ("asyncio", "h11"), "httptools": ("uvloop", "httptools"),
+          "hypercorn": (None, None)}
 
 app = FastAPI()
 
@@ -45,6 +48,20 @@ class Server(uvicorn.Server):
             common.announce(sockets[0].getsockname()[1])
 
 
+def hypercorn_run(sock, tls_cert):
+    import asyncio
+    from hypercorn.asyncio import serve
+    from hypercorn.config import Config
+
+    config = Config()
+    config.bind = [f"fd://{sock.fileno()}"]
+    config.loglevel = "WARNING"
+    if tls_cert:
+        config.certfile = config.keyfile = tls_cert
+    common.announce(sock.getsockname()[1])
+    asyncio.run(serve(app, config))
+
+
 def main():
     args = common.parse_args(__doc__, lambda ap: ap.add_argument(
         "--stack", choices=sorted(STACKS), default="h11"))
@@ -55,6 +72,9 @@ def main():
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", args.port))
+    if args.stack == "hypercorn":
+        sock.listen(128)
+        return hypercorn_run(sock, args.tls_cert)
     tls = {"ssl_certfile": args.tls_cert} if args.tls_cert else {}
     config = uvicorn.Config(app, loop=loop, http=http, lifespan="off", log_level="warning",
                             access_log=False, **tls)
