@@ -152,6 +152,10 @@ def node(work):
     return [program("node"), os.path.join(SERVERS, "node_server.js"), "0"]
 
 
+def node_h2(work):
+    return node(work) + ["--h2"]
+
+
 def nginx_proxy(work):
     """nginx in front of refserver; tokenscope sees both of nginx's sides."""
     program("nginx")
@@ -262,6 +266,9 @@ CASES = {
     "hypercorn-h2c": client_with(fastapi("hypercorn", ("fastapi", "hypercorn")), "--h2"),
     "hypercorn-h2-tls": tls(client_with(fastapi("hypercorn", ("fastapi", "hypercorn")),
                                         "--h2")),
+    # Node's http2 module (nghttp2 inside node), cleartext and TLS (ALPN h2).
+    "node-h2c": client_with(node_h2, "--h2"),
+    "node-h2-tls": tls(client_with(node_h2, "--h2")),
     # gRPC server streaming from Python grpcio (its C core's own HTTP/2): a message per token.
     "grpcio": client_with(grpc_server, *GRPC_CLIENT),
 }

@@ -8,6 +8,7 @@
 const fs = require('fs');
 const http = require('http');
 const https = require('https');
+const http2 = require('http2');
 const { setTimeout: sleep } = require('timers/promises');
 
 const DEFAULT_MAX_TOKENS = 16;
@@ -112,10 +113,14 @@ function main() {
   const tlsAt = args.indexOf('--tls-cert');
   const pem = tlsAt >= 0 ? fs.readFileSync(args[tlsAt + 1]) : null;
   if (tlsAt >= 0) args.splice(tlsAt, 2);
+  // --h2: HTTP/2 (the http2 module's compatibility API, the same handler): cleartext with prior
+  // knowledge, or ALPN h2 with --tls-cert.
+  const h2At = args.indexOf('--h2');
+  if (h2At >= 0) args.splice(h2At, 1);
   const portArg = args[0] === '--port' ? args[1] : args[0];
   const port = Number(portArg);
   if (portArg === undefined || !Number.isInteger(port) || port < 0) {
-    process.stderr.write('usage: node node_server.js PORT | --port PORT [--tls-cert PEM]  (0 picks a free port)\n');
+    process.stderr.write('usage: node node_server.js PORT | --port PORT [--tls-cert PEM] [--h2]  (0 picks a free port)\n');
     process.exit(2);
   }
   const handler = (req, res) => {
@@ -132,7 +137,11 @@ function main() {
       });
     });
   };
-  const server = pem ? https.createServer({ cert: pem, key: pem }, handler) : http.createServer(handler);
+  let server;
+  if (h2At >= 0)
+    server = pem ? http2.createSecureServer({ cert: pem, key: pem }, handler) : http2.createServer(handler);
+  else
+    server = pem ? https.createServer({ cert: pem, key: pem }, handler) : http.createServer(handler);
   server.listen(port, '127.0.0.1', () => {
     // Pipes are written synchronously on Linux, so the line is out before we serve.
     process.stdout.write(`listening on 127.0.0.1:${server.address().port}\n`);
