@@ -211,6 +211,25 @@ def grpc_server(work):
     return [PYTHON, os.path.join(SERVERS, "grpc_app.py"), "0"]
 
 
+# The npm package the grpc-js case installs (once per work directory), pinned.
+GRPC_JS = "@grpc/grpc-js@1.14.7"
+
+
+def grpc_js_server(work):
+    npm = program("npm")
+    node_bin = program("node")
+    prefix = os.path.join(work, "npm-grpc-js")
+    modules = os.path.join(prefix, "node_modules")
+    if not os.path.isdir(os.path.join(modules, "@grpc", "grpc-js")):
+        os.makedirs(prefix, exist_ok=True)
+        r = subprocess.run([npm, "install", "--no-audit", "--no-fund", "--prefix", prefix,
+                            GRPC_JS], capture_output=True, text=True, timeout=600)
+        if r.returncode:
+            raise CaseFailed(f"npm install {GRPC_JS} failed: {r.stderr.strip()[-800:]}")
+    return ["env", f"NODE_PATH={modules}", node_bin,
+            os.path.join(SERVERS, "grpc_js_server.js"), "0"]
+
+
 GRPC_CLIENT = ("--grpc", "--path", "/tokenscope.e2e.Generator/Generate")
 
 
@@ -271,6 +290,8 @@ CASES = {
     "node-h2-tls": tls(client_with(node_h2, "--h2")),
     # gRPC server streaming from Python grpcio (its C core's own HTTP/2): a message per token.
     "grpcio": client_with(grpc_server, *GRPC_CLIENT),
+    # ... and from @grpc/grpc-js (npm), pure JavaScript on Node's http2.
+    "grpc-js": client_with(grpc_js_server, *GRPC_CLIENT),
 }
 
 
