@@ -68,6 +68,13 @@ int BPF_PROG(ts_sys_enter, struct pt_regs *regs, long id)
 	st->enter_ns = ts;
 	st->buf = PT_REGS_PARM2_SYSCALL(regs);
 	st->iovcnt = 0;
+	/* A MSG_PEEK read leaves its bytes in the socket (nginx peeks at a new connection's first
+	 * byte to tell TLS): the read that takes them is the one that moves the stream. */
+	if ((sys == TS_SYS_RECVFROM && (PT_REGS_PARM4_SYSCALL(regs) & TS_MSG_PEEK)) ||
+	    (sys == TS_SYS_RECVMSG && (PT_REGS_PARM3_SYSCALL(regs) & TS_MSG_PEEK))) {
+		st->sys = 0;
+		return 0;
+	}
 	if (sys == TS_SYS_READV || sys == TS_SYS_WRITEV) {
 		st->iovcnt = PT_REGS_PARM3_SYSCALL(regs);
 	} else if (sys == TS_SYS_RECVMSG || sys == TS_SYS_SENDMSG) {

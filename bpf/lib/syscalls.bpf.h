@@ -21,4 +21,7 @@
 #define NR_RECVMSG 47
 #define NR_ACCEPT4 288
 
+/* recv flags (include/linux/socket.h; the same on every architecture) */
+#define TS_MSG_PEEK 0x2
+
 #endif

@@ -233,8 +233,11 @@ TEST(test_read_syscalls)
 	write(f.cli, "0123456789", 10);
 	ASSERT_EQ(readv(f.srv, iov, 2), 10, "readv");
 	write(f.cli, "abc", 3);
+	/* Peeks leave the bytes in the socket: no record, and the stream does not move. */
+	ASSERT_EQ(recvfrom(f.srv, buf, 1, MSG_PEEK, NULL, NULL), 1, "recvfrom peek");
 	ASSERT_EQ(recvfrom(f.srv, buf, sizeof(buf), 0, NULL, NULL), 3, "recvfrom");
 	write(f.cli, "xyz", 3);
+	ASSERT_EQ(recvmsg(f.srv, &msg, MSG_PEEK), 3, "recvmsg peek");
 	ASSERT_EQ(recvmsg(f.srv, &msg, 0), 3, "recvmsg");
 	fcntl(f.srv, F_SETFL, O_NONBLOCK);
 	ASSERT_EQ(read(f.srv, buf, sizeof(buf)), -1, "EAGAIN read");
@@ -249,7 +252,9 @@ TEST(test_read_syscalls)
 	ASSERT_TRUE(memcmp(e[0]->data, "POST / HTTP/1.1\r\n", 17) == 0, "read content");
 	ASSERT_EQ(e[1]->data_bytes, 10, "readv returned bytes only");
 	ASSERT_TRUE(memcmp(e[1]->data, "0123456789", 10) == 0, "readv scattered content");
-	ASSERT_EQ(e[3]->pos, 30, "recvmsg offset");
+	ASSERT_EQ(e[2]->pos, 27, "recvfrom offset after a peek");
+	ASSERT_TRUE(memcmp(e[2]->data, "abc", 3) == 0, "recvfrom content");
+	ASSERT_EQ(e[3]->pos, 30, "recvmsg offset after a peek");
 out:
 	fixture_close(&f);
 }

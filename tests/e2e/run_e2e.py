@@ -167,6 +167,11 @@ def nginx_proxy(work):
             "--work", nginx_work]
 
 
+def nginx_proxy_h2(work):
+    """The same with HTTP/2 to the clients (ALPN h2), HTTP/1.1 upstream."""
+    return nginx_proxy(work) + ["--h2"]
+
+
 def proxy(case):
     """A proxy: its upstream requests (role client) are checked against those it served."""
     case.proxy = True
@@ -275,6 +280,9 @@ CASES = {
     # worker's SSL_read/SSL_write on socket BIOs; the upstream connection, where nginx is the
     # client, is not reported (yet).
     "nginx-tls": proxy(tls(nginx_proxy)),
+    # The same nginx speaking HTTP/2 to its clients (listen ... ssl http2): both sides, one
+    # HTTP/2 and one HTTP/1.1, on one traced worker.
+    "nginx-h2-tls": proxy(tls(client_with(nginx_proxy_h2, "--h2"))),
     # The client side: gtclient traced (tokenscope run), the server not; over TLS, the
     # client's own libssl (a socket BIO) gives the plaintext.
     "client-ref": client_side(refserver("mixed", "send", "recv")),

@@ -6,7 +6,9 @@ Starts the upstream (`refserver`) and nginx (master and one worker, not daemonis
 children, prints `trace pid N` (nginx's master: tokenscope follows its worker, and the upstream
 is not traced) and then `listening on 127.0.0.1:PORT`, and stops both on SIGTERM or SIGINT.
 
-Usage: nginx_proxy.py PORT --tls-cert PEM --upstream PATH/refserver [--work DIR]
+With --h2 nginx speaks HTTP/2 to its clients (ALPN h2 on the TLS port), HTTP/1.1 upstream.
+
+Usage: nginx_proxy.py PORT --tls-cert PEM --upstream PATH/refserver [--work DIR] [--h2]
 """
 import os
 import signal
@@ -39,7 +41,7 @@ http {{
         keepalive 16;
     }}
     server {{
-        listen 127.0.0.1:{port} ssl;
+        listen 127.0.0.1:{port} ssl{http2};
         ssl_certificate {pem};
         ssl_certificate_key {pem};
         location / {{
@@ -91,6 +93,7 @@ def main():
     def extra(ap):
         ap.add_argument("--upstream", required=True, help="the refserver binary")
         ap.add_argument("--work", help="directory for nginx's files (default: a new one)")
+        ap.add_argument("--h2", action="store_true", help="HTTP/2 to the clients")
     args = common.parse_args(__doc__, extra)
     if not args.tls_cert:
         sys.exit("nginx_proxy: --tls-cert is required")
@@ -104,7 +107,8 @@ def main():
     conf = os.path.join(work, "nginx.conf")
     with open(conf, "w") as f:
         f.write(CONF.format(work=work, upstream=up_port, port=port,
-                            pem=os.path.abspath(args.tls_cert)))
+                            pem=os.path.abspath(args.tls_cert),
+                            http2=" http2" if args.h2 else ""))
     nginx = subprocess.Popen(["nginx", "-c", conf, "-p", work],
                              stderr=open(os.path.join(work, "nginx.err"), "w"))
     stop = []
