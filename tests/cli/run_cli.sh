@@ -273,7 +273,7 @@ print("ok" if ts and 0 <= min(ts) and max(ts) < 60e6 and o["origin"] == "start o
 	rc=$?
 	promtool check metrics <"$TMP/byproc.prom" >"$TMP/promtool.out" 2>&1
 	rc_prom=$?
-	n=$(awk -v want="tokenscope_requests_total{model=\"ref\",pid=\"$RSPID\",outcome=" \
+	n=$(awk -v want="tokenscope_requests_total{model=\"ref\",role=\"server\",pid=\"$RSPID\",outcome=" \
 		'index($0, want) == 1 { s += $2 } END { print s + 0 }' "$TMP/byproc.prom")
 	unlabelled=$(grep -E '^tokenscope_(requests|tokens|streams|time_|inter_|request_)' \
 		"$TMP/byproc.prom" | grep -vc "pid=\"$RSPID\"")

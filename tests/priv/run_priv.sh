@@ -201,7 +201,7 @@ if start_tracer all root ",+bpf,+perfmon" trace --all --json --listen 127.0.0.1:
 	n=
 	for _ in $(seq 30); do
 		n=$(curl -s -m 2 "http://127.0.0.1:$mport/metrics" |
-			sed -n 's/^tokenscope_requests_total{model="privtest",outcome="ok"} //p')
+			sed -n 's/^tokenscope_requests_total{model="privtest",role="server",outcome="ok"} //p')
 		[ "$n" = 4 ] && break
 		sleep 0.1
 	done

@@ -56,7 +56,7 @@ timeout 20 "$GT" --port "$PORT" -n 3 --max-tokens 3 -o /dev/null 2>/dev/null
 # Counted once the pipeline published a snapshot with them.
 scrape_ok() {
 	curl -s -m 2 "http://127.0.0.1:$MPORT/metrics" |
-		sed -n 's/^tokenscope_requests_total{model="ref",outcome="ok"} //p'
+		sed -n 's/^tokenscope_requests_total{model="ref",role="server",outcome="ok"} //p'
 }
 for _ in $(seq 30); do [ "$(scrape_ok)" = 3 ] && break; sleep 0.1; done
 fds0=$(ls /proc/"$TSPID"/fd | wc -l)

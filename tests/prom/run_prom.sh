@@ -173,7 +173,7 @@ total=$(awk '/^tokenscope_requests_total\{/ { s += $2 } END { print s + 0 }' "$T
 ttft_n=$(awk '/^tokenscope_time_to_first_token_seconds_count\{/ { s += $2 } END { print s + 0 }' \
 	"$TMP/metrics.txt")
 if [ "$total" -eq "$NREQ" ] && [ "$ttft_n" -eq "$NOK" ] &&
-	grep -q "^tokenscope_requests_total{model=\"ref\",outcome=\"http_error\"} 1$" \
+	grep -q "^tokenscope_requests_total{model=\"ref\",role=\"server\",outcome=\"http_error\"} 1$" \
 		"$TMP/metrics.txt"; then
 	ok "metrics count every request: requests_total $total, TTFT count $ttft_n"
 else
@@ -322,12 +322,12 @@ done
 nopid=$(grep -E '^tokenscope_(requests_total|tokens_total|streams_in_flight|time_to_first|inter_token|time_per_output|request_(duration|queue|prefill|decode))' \
 	"$TMP/all.txt" | grep -vc 'pid="')
 [ "$nopid" -eq 0 ] || bad="$bad $nopid request samples without a pid;"
-grep -q "^tokenscope_streams_in_flight{model=\"ref\",$HL} 0$" "$TMP/all.txt" ||
+grep -q "^tokenscope_streams_in_flight{model=\"ref\",role=\"server\",$HL} 0$" "$TMP/all.txt" ||
 	bad="$bad no in-flight gauge for $HPID without a container;"
 if [ $incontainer -eq 1 ]; then
 	[ "$(metric_sum tokenscope_requests_total "$CL" "$CTRL")" -eq 6 ] ||
 		bad="$bad the container's requests lack $CTRL;"
-	grep -q "^tokenscope_requests_total{model=\"ref\",$CL,$CTRL,outcome=\"http_error\"} 2$" \
+	grep -q "^tokenscope_requests_total{model=\"ref\",role=\"server\",$CL,$CTRL,outcome=\"http_error\"} 2$" \
 		"$TMP/all.txt" || bad="$bad no http_error line for the container;"
 	grep "$HL" "$TMP/all.txt" | grep -q 'container=' && bad="$bad a container label on the host;"
 fi

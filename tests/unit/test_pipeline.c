@@ -279,8 +279,8 @@ out:
  * flight) by it as it keys what finishes, and the JSON line carries it. */
 TEST(test_container_label_from_start)
 {
-	static const char *const in_flight =
-	    "tokenscope_streams_in_flight{model=\"m1\",container=\"0123456789ab\"} ";
+	static const char *const in_flight = "tokenscope_streams_in_flight{model=\"m1\",role="
+					     "\"server\",container=\"0123456789ab\"} ";
 	struct prom *p = prom_new(NULL, NULL);
 	char *t = NULL, *at;
 	struct harness h;
@@ -309,9 +309,10 @@ TEST(test_container_label_from_start)
 		goto out;
 	at = strstr(t, in_flight);
 	ASSERT_TRUE(at && !strncmp(at + strlen(in_flight), "0\n", 2), "ended on the same series");
-	ASSERT_FALSE(strstr(t, "{model=\"m1\"}"), "no series without the container");
-	ASSERT_TRUE(strstr(t, "tokenscope_requests_total{model=\"m1\",container=\"0123456789ab\","
-			      "outcome=\"ok\"} 1\n"),
+	ASSERT_FALSE(strstr(t, "{model=\"m1\",role=\"server\"}"),
+		     "no series without the container");
+	ASSERT_TRUE(strstr(t, "tokenscope_requests_total{model=\"m1\",role=\"server\","
+			      "container=\"0123456789ab\",outcome=\"ok\"} 1\n"),
 		    "finished, labelled");
 	if (ASSERT_EQ(h_lines(&h), 1, "one request"))
 		ASSERT_STREQ(str(h.lines[0], "container"), "0123456789ab", "JSON container");
@@ -583,7 +584,8 @@ TEST(test_client_request)
 	ASSERT_EQ(h.pl.conns.stats.client_conns, 1, "a client connection");
 	h_print_total(&h);
 	fflush(h.ferr);
-	ASSERT_TRUE(strstr(h.err, "--- summary: 0 requests") != NULL, "the summary counts servers'");
+	ASSERT_TRUE(strstr(h.err, "--- summary: 0 requests") != NULL,
+		    "the summary counts servers'");
 	ASSERT_TRUE(strstr(h.err, "; 1 calling an HTTP server (requests with role client)") != NULL,
 		    "and says there was a client connection");
 	full_stream(&h, 2, 10000000);
@@ -1211,8 +1213,8 @@ TEST(test_table_grows)
  * client's writes) or, client, the other way round. bytes_per_record > 0 splits every write
  * into records of that many bytes, as short reads would.
  */
-static bool replay_pair(struct harness *h, const char *name, uint64_t id, uint64_t t0,
-			bool client, size_t bytes_per_record)
+static bool replay_pair(struct harness *h, const char *name, uint64_t id, uint64_t t0, bool client,
+			size_t bytes_per_record)
 {
 	struct fixture req, resp;
 	char path[FIXTURE_PATH_MAX];
@@ -1247,7 +1249,8 @@ static bool replay_pair(struct harness *h, const char *name, uint64_t id, uint64
 		for (size_t off = 0; off < len; off += step) {
 			size_t n = len - off < step ? len - off : step;
 
-			data_event_cap(h, id, dir, f->buf + start + off, n, n, t0 + us * 1000 + off);
+			data_event_cap(h, id, dir, f->buf + start + off, n, n,
+				       t0 + us * 1000 + off);
 		}
 	}
 	if (fp)
@@ -1305,14 +1308,15 @@ TEST(test_h2_server)
 		l = line_of_stream(&h, 5);
 		if (ASSERT_OK_PTR(l, "the GET")) {
 			ASSERT_STREQ(str(l, "method"), "GET", "method");
-			ASSERT_FALSE(cJSON_IsTrue(cJSON_GetObjectItem(l, "stream")), "not streamed");
+			ASSERT_FALSE(cJSON_IsTrue(cJSON_GetObjectItem(l, "stream")),
+				     "not streamed");
 			ASSERT_STREQ(str(l, "outcome"), "ok", "outcome");
 		}
 		ASSERT_EQ(h.pl.conns.stats.h2_conns, 1, "an HTTP/2 connection");
 		ASSERT_EQ(h.pl.conns.stats.http_conns, 0, "no HTTP/1.x");
 		ASSERT_EQ(conn_inflight(&h.pl.conns), 0, "nothing in flight");
 		ASSERT_EQ(h.pl.conns.budget.used, 0, "every buffer given back");
-next:
+	next:
 		h_close(&h);
 	}
 }
@@ -1364,7 +1368,8 @@ TEST(test_grpc_server_streaming)
 			goto next;
 		for (int k = 0; k < 2; k++) {
 			l = h.lines[k];
-			ASSERT_STREQ(str(l, "path"), "/inference.Generator/Generate", "method path");
+			ASSERT_STREQ(str(l, "path"), "/inference.Generator/Generate",
+				     "method path");
 			ASSERT_STREQ(str(l, "format"), "grpc", "format");
 			ASSERT_STREQ(str(l, "tokens_from"), "messages", "a message is a chunk");
 			ASSERT_EQ(num(l, "frames"), cases[i].messages, "messages");
@@ -1372,7 +1377,7 @@ TEST(test_grpc_server_streaming)
 			ASSERT_STREQ(str(l, "outcome"), cases[i].outcome, "outcome");
 			ASSERT_TRUE(num(l, "ttft_ms") > 0, "first message after the call");
 		}
-next:
+	next:
 		h_close(&h);
 	}
 }

@@ -168,66 +168,96 @@ TEST(test_histograms_and_counters)
 		goto out;
 
 	/* TTFT: 30 ms is above 0.02 and at most 0.04 */
-	ASSERT_LINE(t,
-		    "tokenscope_time_to_first_token_seconds_bucket{model=\"llama\",le=\"0.02\"} 0");
-	ASSERT_LINE(t,
-		    "tokenscope_time_to_first_token_seconds_bucket{model=\"llama\",le=\"0.04\"} 1");
-	ASSERT_LINE(t,
-		    "tokenscope_time_to_first_token_seconds_bucket{model=\"llama\",le=\"10\"} 1");
-	ASSERT_LINE(t,
-		    "tokenscope_time_to_first_token_seconds_bucket{model=\"llama\",le=\"+Inf\"} 1");
-	ASSERT_LINE(t, "tokenscope_time_to_first_token_seconds_sum{model=\"llama\"} 0.03");
-	ASSERT_LINE(t, "tokenscope_time_to_first_token_seconds_count{model=\"llama\"} 1");
-	ASSERT_EQ(count_lines_starting(
-		      t, "tokenscope_time_to_first_token_seconds_bucket{model=\"llama\""),
-		  17, "16 bounds and +Inf");
+	ASSERT_LINE(t, "tokenscope_time_to_first_token_seconds_bucket{model=\"llama\",role="
+		       "\"server\",le=\"0.02\"} 0");
+	ASSERT_LINE(t, "tokenscope_time_to_first_token_seconds_bucket{model=\"llama\",role="
+		       "\"server\",le=\"0.04\"} 1");
+	ASSERT_LINE(t, "tokenscope_time_to_first_token_seconds_bucket{model=\"llama\",role="
+		       "\"server\",le=\"10\"} 1");
+	ASSERT_LINE(t, "tokenscope_time_to_first_token_seconds_bucket{model=\"llama\",role="
+		       "\"server\",le=\"+Inf\"} 1");
+	ASSERT_LINE(
+	    t, "tokenscope_time_to_first_token_seconds_sum{model=\"llama\",role=\"server\"} 0.03");
+	ASSERT_LINE(
+	    t, "tokenscope_time_to_first_token_seconds_count{model=\"llama\",role=\"server\"} 1");
+	ASSERT_EQ(
+	    count_lines_starting(
+		t, "tokenscope_time_to_first_token_seconds_bucket{model=\"llama\",role=\"server\""),
+	    17, "16 bounds and +Inf");
 	/* ITL: 10 ms falls in le="0.01" (bounds are inclusive), 15 ms in le="0.02" */
+	ASSERT_LINE(t, "tokenscope_inter_token_latency_seconds_bucket{model=\"llama\",role="
+		       "\"server\",le=\"0.005\"} 0");
+	ASSERT_LINE(t, "tokenscope_inter_token_latency_seconds_bucket{model=\"llama\",role="
+		       "\"server\",le=\"0.01\"} 1");
+	ASSERT_LINE(t, "tokenscope_inter_token_latency_seconds_bucket{model=\"llama\",role="
+		       "\"server\",le=\"0.02\"} 2");
 	ASSERT_LINE(
-	    t, "tokenscope_inter_token_latency_seconds_bucket{model=\"llama\",le=\"0.005\"} 0");
-	ASSERT_LINE(t,
-		    "tokenscope_inter_token_latency_seconds_bucket{model=\"llama\",le=\"0.01\"} 1");
-	ASSERT_LINE(t,
-		    "tokenscope_inter_token_latency_seconds_bucket{model=\"llama\",le=\"0.02\"} 2");
-	ASSERT_LINE(t, "tokenscope_inter_token_latency_seconds_sum{model=\"llama\"} 0.025");
-	ASSERT_LINE(t, "tokenscope_inter_token_latency_seconds_count{model=\"llama\"} 2");
+	    t, "tokenscope_inter_token_latency_seconds_sum{model=\"llama\",role=\"server\"} 0.025");
+	ASSERT_LINE(
+	    t, "tokenscope_inter_token_latency_seconds_count{model=\"llama\",role=\"server\"} 2");
 	/* TPOT bounds start at 0.01 */
+	ASSERT_LINE(t, "tokenscope_time_per_output_token_seconds_bucket{model=\"llama\",role="
+		       "\"server\",le=\"0.01\"} 0");
+	ASSERT_LINE(t, "tokenscope_time_per_output_token_seconds_bucket{model=\"llama\",role="
+		       "\"server\",le=\"0.025\"} 1");
 	ASSERT_LINE(
-	    t, "tokenscope_time_per_output_token_seconds_bucket{model=\"llama\",le=\"0.01\"} 0");
-	ASSERT_LINE(
-	    t, "tokenscope_time_per_output_token_seconds_bucket{model=\"llama\",le=\"0.025\"} 1");
-	ASSERT_LINE(t, "tokenscope_time_per_output_token_seconds_sum{model=\"llama\"} 0.0125");
+	    t,
+	    "tokenscope_time_per_output_token_seconds_sum{model=\"llama\",role=\"server\"} 0.0125");
 	/* E2E over every outcome: 60 ms and 5 ms; duration bounds */
-	ASSERT_LINE(t, "tokenscope_request_duration_seconds_bucket{model=\"llama\",le=\"0.01\"} 1");
-	ASSERT_LINE(t, "tokenscope_request_duration_seconds_bucket{model=\"llama\",le=\"0.08\"} 2");
+	ASSERT_LINE(t, "tokenscope_request_duration_seconds_bucket{model=\"llama\",role=\"server\","
+		       "le=\"0.01\"} 1");
+	ASSERT_LINE(t, "tokenscope_request_duration_seconds_bucket{model=\"llama\",role=\"server\","
+		       "le=\"0.08\"} 2");
+	ASSERT_LINE(t, "tokenscope_request_duration_seconds_bucket{model=\"llama\",role=\"server\","
+		       "le=\"81.92\"} 2");
+	ASSERT_LINE(
+	    t, "tokenscope_request_duration_seconds_sum{model=\"llama\",role=\"server\"} 0.065");
 	ASSERT_LINE(t,
-		    "tokenscope_request_duration_seconds_bucket{model=\"llama\",le=\"81.92\"} 2");
-	ASSERT_LINE(t, "tokenscope_request_duration_seconds_sum{model=\"llama\"} 0.065");
-	ASSERT_LINE(t, "tokenscope_request_duration_seconds_count{model=\"llama\"} 2");
-	ASSERT_LINE(t, "tokenscope_request_duration_seconds_count{model=\"qwen\"} 1");
-	ASSERT_LINE(t, "tokenscope_request_duration_seconds_sum{model=\"unknown\"} 2");
+		    "tokenscope_request_duration_seconds_count{model=\"llama\",role=\"server\"} 2");
+	ASSERT_LINE(t,
+		    "tokenscope_request_duration_seconds_count{model=\"qwen\",role=\"server\"} 1");
+	ASSERT_LINE(t,
+		    "tokenscope_request_duration_seconds_sum{model=\"unknown\",role=\"server\"} 2");
 	/* attribution: queue 5 ms (le="0.005" inclusive), prefill 20 ms, decode 30 ms */
-	ASSERT_LINE(t, "tokenscope_request_queue_seconds_bucket{model=\"llama\",le=\"0.005\"} 1");
-	ASSERT_LINE(t, "tokenscope_request_prefill_seconds_bucket{model=\"llama\",le=\"0.01\"} 0");
-	ASSERT_LINE(t, "tokenscope_request_prefill_seconds_bucket{model=\"llama\",le=\"0.02\"} 1");
-	ASSERT_LINE(t, "tokenscope_request_decode_seconds_bucket{model=\"llama\",le=\"0.04\"} 1");
-	ASSERT_LINE(t, "tokenscope_request_decode_seconds_count{model=\"llama\"} 1");
+	ASSERT_LINE(t, "tokenscope_request_queue_seconds_bucket{model=\"llama\",role=\"server\",le="
+		       "\"0.005\"} 1");
+	ASSERT_LINE(t, "tokenscope_request_prefill_seconds_bucket{model=\"llama\",role=\"server\","
+		       "le=\"0.01\"} 0");
+	ASSERT_LINE(t, "tokenscope_request_prefill_seconds_bucket{model=\"llama\",role=\"server\","
+		       "le=\"0.02\"} 1");
+	ASSERT_LINE(t, "tokenscope_request_decode_seconds_bucket{model=\"llama\",role=\"server\","
+		       "le=\"0.04\"} 1");
+	ASSERT_LINE(t,
+		    "tokenscope_request_decode_seconds_count{model=\"llama\",role=\"server\"} 1");
 	/* ok-only latencies are absent for a model with no ok request */
-	ASSERT_FALSE(strstr(t, "tokenscope_time_to_first_token_seconds_count{model=\"qwen\"}"),
-		     "no TTFT for aborted");
-	ASSERT_FALSE(strstr(t, "tokenscope_request_queue_seconds_count{model=\"qwen\"}"),
-		     "no queue when not attributed");
+	ASSERT_FALSE(
+	    strstr(t,
+		   "tokenscope_time_to_first_token_seconds_count{model=\"qwen\",role=\"server\"}"),
+	    "no TTFT for aborted");
+	ASSERT_FALSE(
+	    strstr(t, "tokenscope_request_queue_seconds_count{model=\"qwen\",role=\"server\"}"),
+	    "no queue when not attributed");
 	/* counters: every outcome of every model, tokens by type */
-	ASSERT_LINE(t, "tokenscope_requests_total{model=\"llama\",outcome=\"ok\"} 1");
-	ASSERT_LINE(t, "tokenscope_requests_total{model=\"llama\",outcome=\"http_error\"} 1");
-	ASSERT_LINE(t, "tokenscope_requests_total{model=\"llama\",outcome=\"lost\"} 0");
-	ASSERT_LINE(t, "tokenscope_requests_total{model=\"qwen\",outcome=\"aborted\"} 1");
-	ASSERT_LINE(t, "tokenscope_requests_total{model=\"unknown\",outcome=\"ok\"} 1");
-	ASSERT_LINE(t, "tokenscope_tokens_total{model=\"llama\",type=\"input\"} 10");
-	ASSERT_LINE(t, "tokenscope_tokens_total{model=\"llama\",type=\"output\"} 3");
-	ASSERT_LINE(t, "tokenscope_tokens_total{model=\"llama\",type=\"cached\"} 4");
-	ASSERT_LINE(t, "tokenscope_tokens_total{model=\"qwen\",type=\"output\"} 2");
-	ASSERT_LINE(t, "tokenscope_tokens_total{model=\"qwen\",type=\"input\"} 0");
-	ASSERT_LINE(t, "tokenscope_streams_in_flight{model=\"llama\"} 0");
+	ASSERT_LINE(t,
+		    "tokenscope_requests_total{model=\"llama\",role=\"server\",outcome=\"ok\"} 1");
+	ASSERT_LINE(
+	    t,
+	    "tokenscope_requests_total{model=\"llama\",role=\"server\",outcome=\"http_error\"} 1");
+	ASSERT_LINE(
+	    t, "tokenscope_requests_total{model=\"llama\",role=\"server\",outcome=\"lost\"} 0");
+	ASSERT_LINE(
+	    t, "tokenscope_requests_total{model=\"qwen\",role=\"server\",outcome=\"aborted\"} 1");
+	ASSERT_LINE(
+	    t, "tokenscope_requests_total{model=\"unknown\",role=\"server\",outcome=\"ok\"} 1");
+	ASSERT_LINE(t,
+		    "tokenscope_tokens_total{model=\"llama\",role=\"server\",type=\"input\"} 10");
+	ASSERT_LINE(t,
+		    "tokenscope_tokens_total{model=\"llama\",role=\"server\",type=\"output\"} 3");
+	ASSERT_LINE(t,
+		    "tokenscope_tokens_total{model=\"llama\",role=\"server\",type=\"cached\"} 4");
+	ASSERT_LINE(t, "tokenscope_tokens_total{model=\"qwen\",role=\"server\",type=\"output\"} 2");
+	ASSERT_LINE(t, "tokenscope_tokens_total{model=\"qwen\",role=\"server\",type=\"input\"} 0");
+	ASSERT_LINE(t, "tokenscope_streams_in_flight{model=\"llama\",role=\"server\"} 0");
 	ASSERT_LINE(t, "tokenscope_events_lost_total 0");
 	/* GPU steps by process and kind; durations by kind */
 	ASSERT_LINE(t, "tokenscope_gpu_steps_total{pid=\"42\",kind=\"prefill\"} 1");
@@ -294,11 +324,11 @@ TEST(test_in_flight)
 	s.request_start(s.ctx, r);
 	s.request_start(s.ctx, r);
 	t = render(p);
-	ASSERT_LINE(t, "tokenscope_streams_in_flight{model=\"mistral\"} 2");
+	ASSERT_LINE(t, "tokenscope_streams_in_flight{model=\"mistral\",role=\"server\"} 2");
 	free(t);
 	feed(&s, &q, NULL);
 	t = render(p);
-	ASSERT_LINE(t, "tokenscope_streams_in_flight{model=\"mistral\"} 1");
+	ASSERT_LINE(t, "tokenscope_streams_in_flight{model=\"mistral\",role=\"server\"} 1");
 out:
 	free(t);
 	request_free(r);
@@ -322,11 +352,53 @@ TEST(test_label_escaping)
 	t = render(p);
 	if (!t)
 		goto out;
-	ASSERT_LINE(t, "tokenscope_requests_total{model=\"a\\\"b\\\\c\\nd\",outcome=\"ok\"} 1");
-	ASSERT_LINE(t, "tokenscope_request_duration_seconds_count{model=\"a\\\"b\\\\c\\nd\"} 1");
-	ASSERT_LINE(t, "tokenscope_requests_total{model=\"caf\xef\xbf\xbd\",outcome=\"ok\"} 1");
+	ASSERT_LINE(t, "tokenscope_requests_total{model=\"a\\\"b\\\\c\\nd\",role=\"server\","
+		       "outcome=\"ok\"} 1");
+	ASSERT_LINE(t, "tokenscope_request_duration_seconds_count{model=\"a\\\"b\\\\c\\nd\","
+		       "role=\"server\"} 1");
+	ASSERT_LINE(t, "tokenscope_requests_total{model=\"caf\xef\xbf\xbd\",role=\"server\","
+		       "outcome=\"ok\"} 1");
+	ASSERT_LINE(t, "tokenscope_requests_total{model=\"x\xef\xbf\xbdy\xc3\xa9\",role=\"server\","
+		       "outcome=\"ok\"} 1");
+out:
+	free(t);
+	prom_free(p);
+}
+
+/* Requests a traced process made as a client are counted apart, under role="client". */
+TEST(test_role)
+{
+	struct prom *p = prom_new(NULL, NULL);
+	struct sink s;
+	struct request *r;
+	struct request_metrics m;
+	struct gpu_attribution none = { -1, -1, -1, -1, -1, "none", -1, -1, NULL };
+	char *t;
+
+	if (!ASSERT_OK_PTR(p, "prom_new"))
+		return;
+	s = prom_sink(p);
+	ASSERT_TRUE(s.clients, "the sink takes client requests");
+	feed(&s, &(struct req_spec){ "m", OUTCOME_OK, 0, NULL, 0, 5, -1, -1, -1 }, NULL);
+	for (int i = 0; i < 2; i++) {
+		r = new_request("m", 1, NULL);
+		r->client = true;
+		r->outcome = OUTCOME_OK;
+		r->arrival_ns = BASE;
+		r->end_ns = BASE + 7 * MS;
+		request_metrics(r, &m);
+		s.request_start(s.ctx, r);
+		s.request(s.ctx, r, &m, &none);
+		request_free(r);
+	}
+	t = render(p);
+	if (!t)
+		goto out;
+	ASSERT_LINE(t, "tokenscope_requests_total{model=\"m\",role=\"server\",outcome=\"ok\"} 1");
+	ASSERT_LINE(t, "tokenscope_requests_total{model=\"m\",role=\"client\",outcome=\"ok\"} 2");
 	ASSERT_LINE(t,
-		    "tokenscope_requests_total{model=\"x\xef\xbf\xbdy\xc3\xa9\",outcome=\"ok\"} 1");
+		    "tokenscope_request_duration_seconds_sum{model=\"m\",role=\"client\"} 0.014");
+	ASSERT_LINE(t, "tokenscope_streams_in_flight{model=\"m\",role=\"client\"} 0");
 out:
 	free(t);
 	prom_free(p);
@@ -350,14 +422,17 @@ TEST(test_model_cap)
 	t = render(p);
 	if (!t)
 		goto out;
-	ASSERT_LINE(t, "tokenscope_requests_total{model=\"m0\",outcome=\"ok\"} 2");
-	snprintf(line, sizeof(line), "tokenscope_requests_total{model=\"m%d\",outcome=\"ok\"} 1",
+	ASSERT_LINE(t, "tokenscope_requests_total{model=\"m0\",role=\"server\",outcome=\"ok\"} 2");
+	snprintf(line, sizeof(line),
+		 "tokenscope_requests_total{model=\"m%d\",role=\"server\",outcome=\"ok\"} 1",
 		 PROM_MAX_LABEL_SETS - 1);
 	ASSERT_LINE(t, line);
-	snprintf(line, sizeof(line), "tokenscope_requests_total{model=\"m%d\",outcome=\"ok\"} 1",
+	snprintf(line, sizeof(line),
+		 "tokenscope_requests_total{model=\"m%d\",role=\"server\",outcome=\"ok\"} 1",
 		 PROM_MAX_LABEL_SETS);
 	ASSERT_NO_LINE(t, line);
-	ASSERT_LINE(t, "tokenscope_requests_total{model=\"other\",outcome=\"ok\"} 6");
+	ASSERT_LINE(t,
+		    "tokenscope_requests_total{model=\"other\",role=\"other\",outcome=\"ok\"} 6");
 	ASSERT_EQ(count_lines_starting(t, "tokenscope_requests_total{") / OUTCOME_MAX,
 		  PROM_MAX_LABEL_SETS + 1, "model label values");
 	/* what went to "other" is counted, not silently merged */
@@ -414,35 +489,50 @@ TEST(test_by_process)
 	t = render(p);
 	if (!t)
 		goto out;
-	ASSERT_LINE(t, "tokenscope_requests_total{model=\"llama\",pid=\"4242\",outcome=\"ok\"} 2");
+	ASSERT_LINE(t, "tokenscope_requests_total{model=\"llama\",role=\"server\",pid=\"4242\","
+		       "outcome=\"ok\"} 2");
+	ASSERT_LINE(t, "tokenscope_requests_total{model=\"llama\",role=\"server\",pid=\"4242\","
+		       "outcome=\"aborted\"} 0");
+	ASSERT_LINE(t, "tokenscope_requests_total{model=\"llama\",role=\"server\",pid=\"777\","
+		       "outcome=\"aborted\"} 1");
+	ASSERT_LINE(t, "tokenscope_tokens_total{model=\"llama\",role=\"server\",pid=\"4242\",type="
+		       "\"input\"} 20");
+	ASSERT_LINE(t, "tokenscope_tokens_total{model=\"llama\",role=\"server\",pid=\"4242\",type="
+		       "\"cached\"} 8");
+	ASSERT_LINE(t, "tokenscope_tokens_total{model=\"llama\",role=\"server\",pid=\"777\",type="
+		       "\"output\"} 2");
+	ASSERT_LINE(t,
+		    "tokenscope_streams_in_flight{model=\"llama\",role=\"server\",pid=\"777\"} 1");
+	ASSERT_LINE(t,
+		    "tokenscope_streams_in_flight{model=\"llama\",role=\"server\",pid=\"4242\"} 0");
+	ASSERT_LINE(t,
+		    "tokenscope_time_to_first_token_seconds_bucket{model=\"llama\",role=\"server\","
+		    "pid=\"4242\",le=\"0.04\"} 2");
+	ASSERT_LINE(t, "tokenscope_time_to_first_token_seconds_count{model=\"llama\",role="
+		       "\"server\",pid=\"4242\"} 2");
+	ASSERT_LINE(t, "tokenscope_inter_token_latency_seconds_sum{model=\"llama\",role=\"server\","
+		       "pid=\"4242\"} 0.05");
 	ASSERT_LINE(
-	    t, "tokenscope_requests_total{model=\"llama\",pid=\"4242\",outcome=\"aborted\"} 0");
-	ASSERT_LINE(t,
-		    "tokenscope_requests_total{model=\"llama\",pid=\"777\",outcome=\"aborted\"} 1");
-	ASSERT_LINE(t, "tokenscope_tokens_total{model=\"llama\",pid=\"4242\",type=\"input\"} 20");
-	ASSERT_LINE(t, "tokenscope_tokens_total{model=\"llama\",pid=\"4242\",type=\"cached\"} 8");
-	ASSERT_LINE(t, "tokenscope_tokens_total{model=\"llama\",pid=\"777\",type=\"output\"} 2");
-	ASSERT_LINE(t, "tokenscope_streams_in_flight{model=\"llama\",pid=\"777\"} 1");
-	ASSERT_LINE(t, "tokenscope_streams_in_flight{model=\"llama\",pid=\"4242\"} 0");
-	ASSERT_LINE(t, "tokenscope_time_to_first_token_seconds_bucket{model=\"llama\","
-		       "pid=\"4242\",le=\"0.04\"} 2");
-	ASSERT_LINE(t,
-		    "tokenscope_time_to_first_token_seconds_count{model=\"llama\",pid=\"4242\"} 2");
+	    t, "tokenscope_time_per_output_token_seconds_count{model=\"llama\",role=\"server\","
+	       "pid=\"4242\"} 2");
+	ASSERT_LINE(t, "tokenscope_request_duration_seconds_count{model=\"llama\",role=\"server\","
+		       "pid=\"777\"} 1");
+	ASSERT_LINE(t, "tokenscope_request_duration_seconds_sum{model=\"llama\",role=\"server\","
+		       "pid=\"4242\"} 0.12");
+	ASSERT_LINE(t, "tokenscope_request_queue_seconds_count{model=\"llama\",role=\"server\",pid="
+		       "\"4242\"} 1");
+	ASSERT_LINE(t, "tokenscope_request_prefill_seconds_sum{model=\"llama\",role=\"server\",pid="
+		       "\"4242\"} 0.02");
 	ASSERT_LINE(
-	    t, "tokenscope_inter_token_latency_seconds_sum{model=\"llama\",pid=\"4242\"} 0.05");
-	ASSERT_LINE(t, "tokenscope_time_per_output_token_seconds_count{model=\"llama\","
-		       "pid=\"4242\"} 2");
-	ASSERT_LINE(t, "tokenscope_request_duration_seconds_count{model=\"llama\",pid=\"777\"} 1");
-	ASSERT_LINE(t,
-		    "tokenscope_request_duration_seconds_sum{model=\"llama\",pid=\"4242\"} 0.12");
-	ASSERT_LINE(t, "tokenscope_request_queue_seconds_count{model=\"llama\",pid=\"4242\"} 1");
-	ASSERT_LINE(t, "tokenscope_request_prefill_seconds_sum{model=\"llama\",pid=\"4242\"} 0.02");
-	ASSERT_LINE(t, "tokenscope_request_decode_seconds_bucket{model=\"llama\",pid=\"4242\","
-		       "le=\"+Inf\"} 1");
+	    t,
+	    "tokenscope_request_decode_seconds_bucket{model=\"llama\",role=\"server\",pid=\"4242\","
+	    "le=\"+Inf\"} 1");
 	/* latencies of a process with no ok request are absent, as they are for a model */
-	ASSERT_FALSE(strstr(t, "tokenscope_time_to_first_token_seconds_count{model=\"llama\","
-			       "pid=\"777\"}"),
-		     "no TTFT for 777");
+	ASSERT_FALSE(
+	    strstr(t,
+		   "tokenscope_time_to_first_token_seconds_count{model=\"llama\",role=\"server\","
+		   "pid=\"777\"}"),
+	    "no TTFT for 777");
 	/* every sample of every request family has the pid: no series without it */
 	for (size_t i = 0; i < NFAMILIES; i++) {
 		ASSERT_TRUE(count_samples(t, request_families[i], ",pid=\"", true) > 0,
@@ -480,24 +570,31 @@ TEST(test_container_label)
 	t = render(p);
 	if (!t)
 		goto out;
-	ASSERT_LINE(t, "tokenscope_streams_in_flight{model=\"qwen\",container=\"0123456789ab\"} 1");
+	ASSERT_LINE(t, "tokenscope_streams_in_flight{model=\"qwen\",role=\"server\",container="
+		       "\"0123456789ab\"} 1");
 	free(t);
 	feed_from(&s, &q, NULL, 300, id);
 	feed_from(&s, &q2, NULL, 301, NULL);
 	t = render(p);
 	if (!t)
 		goto out;
-	ASSERT_LINE(t, "tokenscope_streams_in_flight{model=\"qwen\",container=\"0123456789ab\"} 0");
-	ASSERT_LINE(t, "tokenscope_streams_in_flight{model=\"qwen\"} 0");
-	ASSERT_LINE(t, "tokenscope_requests_total{model=\"qwen\",container=\"0123456789ab\","
-		       "outcome=\"ok\"} 1");
-	ASSERT_LINE(t, "tokenscope_requests_total{model=\"qwen\",outcome=\"ok\"} 1");
-	ASSERT_LINE(t, "tokenscope_tokens_total{model=\"qwen\",container=\"0123456789ab\","
-		       "type=\"input\"} 5");
-	ASSERT_LINE(t, "tokenscope_tokens_total{model=\"qwen\",type=\"input\"} 6");
-	ASSERT_LINE(t, "tokenscope_request_duration_seconds_sum{model=\"qwen\","
+	ASSERT_LINE(t, "tokenscope_streams_in_flight{model=\"qwen\",role=\"server\",container="
+		       "\"0123456789ab\"} 0");
+	ASSERT_LINE(t, "tokenscope_streams_in_flight{model=\"qwen\",role=\"server\"} 0");
+	ASSERT_LINE(
+	    t,
+	    "tokenscope_requests_total{model=\"qwen\",role=\"server\",container=\"0123456789ab\","
+	    "outcome=\"ok\"} 1");
+	ASSERT_LINE(t,
+		    "tokenscope_requests_total{model=\"qwen\",role=\"server\",outcome=\"ok\"} 1");
+	ASSERT_LINE(
+	    t, "tokenscope_tokens_total{model=\"qwen\",role=\"server\",container=\"0123456789ab\","
+	       "type=\"input\"} 5");
+	ASSERT_LINE(t, "tokenscope_tokens_total{model=\"qwen\",role=\"server\",type=\"input\"} 6");
+	ASSERT_LINE(t, "tokenscope_request_duration_seconds_sum{model=\"qwen\",role=\"server\","
 		       "container=\"0123456789ab\"} 0.01");
-	ASSERT_LINE(t, "tokenscope_request_duration_seconds_sum{model=\"qwen\"} 0.02");
+	ASSERT_LINE(t,
+		    "tokenscope_request_duration_seconds_sum{model=\"qwen\",role=\"server\"} 0.02");
 	ASSERT_EQ(count_lines_starting(t, "tokenscope_requests_total{"), 2 * OUTCOME_MAX,
 		  "two label sets");
 	ASSERT_FALSE(strstr(t, "container=\"\""), "no empty container label");
@@ -512,11 +609,14 @@ TEST(test_container_label)
 	t = render(pp);
 	if (!t)
 		goto out;
-	ASSERT_LINE(t, "tokenscope_requests_total{model=\"qwen\",pid=\"300\","
+	ASSERT_LINE(t, "tokenscope_requests_total{model=\"qwen\",role=\"server\",pid=\"300\","
 		       "container=\"0123456789ab\",outcome=\"ok\"} 1");
-	ASSERT_LINE(t, "tokenscope_requests_total{model=\"qwen\",pid=\"301\",outcome=\"ok\"} 1");
-	ASSERT_LINE(t, "tokenscope_request_duration_seconds_bucket{model=\"qwen\",pid=\"300\","
-		       "container=\"0123456789ab\",le=\"0.01\"} 1");
+	ASSERT_LINE(t, "tokenscope_requests_total{model=\"qwen\",role=\"server\",pid=\"301\","
+		       "outcome=\"ok\"} 1");
+	ASSERT_LINE(
+	    t,
+	    "tokenscope_request_duration_seconds_bucket{model=\"qwen\",role=\"server\",pid=\"300\","
+	    "container=\"0123456789ab\",le=\"0.01\"} 1");
 out:
 	free(t);
 	request_free(open);
@@ -551,19 +651,25 @@ TEST(test_label_set_cap)
 	t = render(p);
 	if (!t)
 		goto out;
-	ASSERT_LINE(t, "tokenscope_requests_total{model=\"m\",pid=\"1000\",outcome=\"ok\"} 2");
-	snprintf(line, sizeof(line),
-		 "tokenscope_requests_total{model=\"m\",pid=\"%d\",outcome=\"ok\"} 1",
-		 1000 + PROM_MAX_LABEL_SETS - 1);
+	ASSERT_LINE(
+	    t,
+	    "tokenscope_requests_total{model=\"m\",role=\"server\",pid=\"1000\",outcome=\"ok\"} 2");
+	snprintf(
+	    line, sizeof(line),
+	    "tokenscope_requests_total{model=\"m\",role=\"server\",pid=\"%d\",outcome=\"ok\"} 1",
+	    1000 + PROM_MAX_LABEL_SETS - 1);
 	ASSERT_LINE(t, line);
-	snprintf(line, sizeof(line),
-		 "tokenscope_requests_total{model=\"m\",pid=\"%d\",outcome=\"ok\"} 1",
-		 1000 + PROM_MAX_LABEL_SETS);
+	snprintf(
+	    line, sizeof(line),
+	    "tokenscope_requests_total{model=\"m\",role=\"server\",pid=\"%d\",outcome=\"ok\"} 1",
+	    1000 + PROM_MAX_LABEL_SETS);
 	ASSERT_NO_LINE(t, line);
-	ASSERT_LINE(t, "tokenscope_requests_total{model=\"other\",pid=\"other\",outcome=\"ok\"} 6");
+	ASSERT_LINE(t, "tokenscope_requests_total{model=\"other\",role=\"other\",pid=\"other\","
+		       "outcome=\"ok\"} 6");
+	ASSERT_LINE(t, "tokenscope_request_duration_seconds_count{model=\"other\",role=\"other\","
+		       "pid=\"other\"} 6");
 	ASSERT_LINE(t,
-		    "tokenscope_request_duration_seconds_count{model=\"other\",pid=\"other\"} 6");
-	ASSERT_LINE(t, "tokenscope_streams_in_flight{model=\"other\",pid=\"other\"} 1");
+		    "tokenscope_streams_in_flight{model=\"other\",role=\"other\",pid=\"other\"} 1");
 	ASSERT_EQ(count_lines_starting(t, "tokenscope_requests_total{") / OUTCOME_MAX,
 		  PROM_MAX_LABEL_SETS + 1, "label sets");
 	ASSERT_FALSE(strstr(t, "container="), "no container past the cap");
@@ -638,7 +744,8 @@ TEST(test_publish_on_tick)
 	feed(&s, &(struct req_spec){ "m", OUTCOME_OK, 0, NULL, 0, 1, -1, -1, -1 }, NULL);
 	prom_tick_at(&s, &pl, BASE);
 	ASSERT_EQ(pub.n, 2, "records came: published");
-	ASSERT_LINE(pub.last, "tokenscope_requests_total{model=\"m\",outcome=\"ok\"} 1");
+	ASSERT_LINE(pub.last,
+		    "tokenscope_requests_total{model=\"m\",role=\"server\",outcome=\"ok\"} 1");
 
 	/* more records within the period: held back while they keep coming ... */
 	feed(&s, &(struct req_spec){ "m", OUTCOME_OK, 0, NULL, 0, 1, -1, -1, -1 }, NULL);
@@ -647,7 +754,8 @@ TEST(test_publish_on_tick)
 	/* ... and published at the first quiet tick */
 	prom_tick_at(&s, &pl, BASE + PROM_RENDER_PERIOD_NS / 2);
 	ASSERT_EQ(pub.n, 3, "quiet tick");
-	ASSERT_LINE(pub.last, "tokenscope_requests_total{model=\"m\",outcome=\"ok\"} 2");
+	ASSERT_LINE(pub.last,
+		    "tokenscope_requests_total{model=\"m\",role=\"server\",outcome=\"ok\"} 2");
 	/* nothing new: nothing rendered */
 	prom_tick_at(&s, &pl, BASE + PROM_RENDER_PERIOD_NS / 2);
 	ASSERT_EQ(pub.n, 3, "idle");
@@ -675,12 +783,14 @@ TEST(test_publish_on_tick)
 	prom_tick_clock(&s, &pl, BASE + PROM_RENDER_PERIOD_NS / 2 + PROM_RENDER_PERIOD_NS + 1,
 			BASE + PROM_RENDER_PERIOD_NS / 2 + PROM_RENDER_PERIOD_NS + 2);
 	ASSERT_EQ(pub.n, 7, "the clock alone moved: a quiet tick, published");
-	ASSERT_LINE(pub.last, "tokenscope_requests_total{model=\"m\",outcome=\"ok\"} 3");
+	ASSERT_LINE(pub.last,
+		    "tokenscope_requests_total{model=\"m\",role=\"server\",outcome=\"ok\"} 3");
 	/* the end of tracing publishes the final state */
 	feed(&s, &(struct req_spec){ "m", OUTCOME_LOST, 0, NULL, 0, 1, -1, -1, -1 }, NULL);
 	prom_finish_at(&s, &pl);
 	ASSERT_EQ(pub.n, 8, "finish");
-	ASSERT_LINE(pub.last, "tokenscope_requests_total{model=\"m\",outcome=\"lost\"} 1");
+	ASSERT_LINE(pub.last,
+		    "tokenscope_requests_total{model=\"m\",role=\"server\",outcome=\"lost\"} 1");
 out:
 	prom_free(p);
 	free(pub.last);
@@ -850,12 +960,14 @@ TEST(test_socket_wait)
 	if (!t)
 		goto out;
 	ASSERT_LINE(t, "# TYPE tokenscope_request_socket_wait_seconds histogram");
+	ASSERT_LINE(t, "tokenscope_request_socket_wait_seconds_bucket{model=\"llama\",role="
+		       "\"server\",le=\"0.005\"} 1");
+	ASSERT_LINE(t, "tokenscope_request_socket_wait_seconds_bucket{model=\"llama\",role="
+		       "\"server\",le=\"0.04\"} 2");
 	ASSERT_LINE(
-	    t, "tokenscope_request_socket_wait_seconds_bucket{model=\"llama\",le=\"0.005\"} 1");
-	ASSERT_LINE(t,
-		    "tokenscope_request_socket_wait_seconds_bucket{model=\"llama\",le=\"0.04\"} 2");
-	ASSERT_LINE(t, "tokenscope_request_socket_wait_seconds_sum{model=\"llama\"} 0.033");
-	ASSERT_LINE(t, "tokenscope_request_socket_wait_seconds_count{model=\"llama\"} 2");
+	    t, "tokenscope_request_socket_wait_seconds_sum{model=\"llama\",role=\"server\"} 0.033");
+	ASSERT_LINE(
+	    t, "tokenscope_request_socket_wait_seconds_count{model=\"llama\",role=\"server\"} 2");
 out:
 	free(t);
 	prom_free(p);

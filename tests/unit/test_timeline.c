@@ -299,6 +299,59 @@ out:
 	tf_free(&f);
 }
 
+/* HTTP/2 streams of one connection that overlap go to lanes (a track's slices must nest); one
+ * that starts after the others ended goes back to the first; a client's request is named
+ * apart. */
+TEST(test_overlapping_streams_and_clients)
+{
+	struct tfile f;
+	struct request *a =
+	    make_request(7, ORIGIN + 1 * MS, ORIGIN + 5 * MS, MS, 2, ORIGIN + 40 * MS);
+	struct request *b =
+	    make_request(7, ORIGIN + 2 * MS, ORIGIN + 6 * MS, MS, 2, ORIGIN + 20 * MS);
+	struct request *c =
+	    make_request(7, ORIGIN + 41 * MS, ORIGIN + 45 * MS, MS, 2, ORIGIN + 50 * MS);
+	struct request *up =
+	    make_request(8, ORIGIN + 3 * MS, ORIGIN + 4 * MS, MS, 1, ORIGIN + 9 * MS);
+	const cJSON *e;
+
+	tf_open(&f);
+	ASSERT_OK(timeline_set_origin(&f.t, ORIGIN), "origin");
+	a->h2 = b->h2 = c->h2 = true;
+	a->stream = 1;
+	b->stream = 3;
+	c->stream = 5;
+	up->client = true;
+	/* In the order they finish: b, a (overlaps b), c (after both). */
+	report(&f, b, &NOT_ATTRIBUTED);
+	report(&f, a, &NOT_ATTRIBUTED);
+	report(&f, c, &NOT_ATTRIBUTED);
+	report(&f, up, &NOT_ATTRIBUTED);
+	if (!tf_close_parse(&f) || !check_events(f.events))
+		goto out;
+	e = find(f.events, "X", "request", 0);
+	if (ASSERT_OK_PTR(e, "stream 3"))
+		ASSERT_EQ(num(e, "tid"), TIMELINE_CONN_TID(7),
+			  "first lane: the connection's track");
+	e = find(f.events, "X", "request", 1);
+	if (ASSERT_OK_PTR(e, "stream 1")) {
+		ASSERT_EQ(num(e, "tid"), TIMELINE_LANE_TID(7, 1), "overlaps: the second lane");
+		ASSERT_EQ(num(args(e), "h2_stream"), 1, "its stream");
+	}
+	e = find(f.events, "X", "request", 2);
+	if (ASSERT_OK_PTR(e, "stream 5"))
+		ASSERT_EQ(num(e, "tid"), TIMELINE_CONN_TID(7), "after both: the first lane again");
+	e = find(f.events, "X", "upstream request", 0);
+	if (ASSERT_OK_PTR(e, "the client's request")) {
+		ASSERT_EQ(num(e, "tid"), TIMELINE_CONN_TID(8), "on its connection's track");
+		ASSERT_STREQ(str(args(e), "role"), "client", "role");
+	}
+	ASSERT_EQ(count(f.events, "M", "thread_name"), 3, "two connections and one lane named");
+	ASSERT_TRUE(timeline_sink(&f.t).clients, "the sink takes client requests");
+out:
+	tf_free(&f);
+}
+
 TEST(test_unattributed_and_failed)
 {
 	struct tfile f;

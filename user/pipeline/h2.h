@@ -136,9 +136,9 @@ bool h2_desynced(const struct h2_parser *p);
 void h2_set_table_max(struct h2_parser *p, uint32_t size);
 /* Whether buf starts like the client's preface (a short buf: is a prefix of it). */
 bool h2_looks_like_preface(const uint8_t *buf, size_t len);
-/* Whether buf starts with a frame header that a sender could have written (a known type of a
- * valid size on a valid stream): how a connection first seen in its middle is recognised as
- * HTTP/2 without following it. */
+/* Whether buf starts with whole frames a sender could have written (known types of valid sizes
+ * on valid streams, at most 16 KiB each; the last may end past buf): how a connection first
+ * seen in its middle is recognised as HTTP/2 without following it. */
 bool h2_looks_like_frame(const uint8_t *buf, size_t len);
 /* Whether buf starts with a server's connection preface: a SETTINGS frame (not an ACK) that
  * h2_looks_like_frame accepts. A server may write it before it reads the client's preface. */

@@ -101,6 +101,7 @@ struct prom_series {
 	char name[REQBODY_MODEL_MAX];  /* the model as the body gave it (not yet a valid label) */
 	uint32_t pid;		       /* the serving process; 0 without --by-process */
 	char container[CONTAINER_MAX]; /* "" when the process has no container id */
+	bool client; /* requests the process made to an upstream (role="client") */
 	struct phist h[PH_MAX];
 	uint64_t requests[OUTCOME_MAX];
 	uint64_t tokens[TOK_MAX];
@@ -160,7 +161,8 @@ static struct prom_series *series_get(struct prom *p, const struct request *r)
 
 	for (unsigned int i = 0; i < p->nseries; i++) {
 		m = &p->series[i];
-		if (m->pid == pid && !strcmp(m->name, name) && !strcmp(m->container, r->container))
+		if (m->pid == pid && m->client == r->client && !strcmp(m->name, name) &&
+		    !strcmp(m->container, r->container))
 			return m;
 	}
 	if (p->nseries == PROM_MAX_LABEL_SETS) {
@@ -170,6 +172,7 @@ static struct prom_series *series_get(struct prom *p, const struct request *r)
 	m = &p->series[p->nseries++];
 	snprintf(m->name, sizeof(m->name), "%s", name);
 	m->pid = pid;
+	m->client = r->client;
 	snprintf(m->container, sizeof(m->container), "%s", r->container);
 	return m;
 }
@@ -355,13 +358,15 @@ struct sink prom_sink(struct prom *p)
 		.tick = prom_tick,
 		.request_start = prom_request_start,
 		.finish = prom_finish,
+		.clients = true, /* under role="client" */
 	};
 }
 
-/* Worst case of model="...",pid="...",container="...": every byte of the names 3 bytes
- * (U+FFFD). */
-#define LABELS_MAX \
-	(REQBODY_MODEL_MAX * 3 + 16 + sizeof(",pid=\"4294967295\"") + CONTAINER_MAX * 3 + 16)
+/* Worst case of model="...",role="...",pid="...",container="...": every byte of the names 3
+ * bytes (U+FFFD). */
+#define LABELS_MAX                                                                                 \
+	(REQBODY_MODEL_MAX * 3 + 16 + sizeof(",role=\"client\"") + sizeof(",pid=\"4294967295\"") + \
+	 CONTAINER_MAX * 3 + 16)
 
 /* `key="value"` as the text format wants it in out (at least LABELS_MAX bytes for a value
  * shorter than REQBODY_MODEL_MAX): backslash, double quote and newline escaped, bytes that
@@ -447,11 +452,17 @@ static unsigned int series_to_render(const struct prom *p, const struct prom_ser
 	return n;
 }
 
-/* A series' labels, escaped, in out (LABELS_MAX bytes): the pid with --by-process ("other" for
- * the set past the cap), the container only when there is one. */
+/* A series' labels, escaped, in out (LABELS_MAX bytes): the model, the role (the requests the
+ * traced processes served, or those they made as clients; "other" past the cap), the pid with
+ * --by-process ("other" for the set past the cap), the container only when there is one. */
 static void series_labels(const struct prom *p, const struct prom_series *m, char *out)
 {
 	char *o = label_pair(out, "model", m->name);
+
+	if (m == &p->series[PROM_MAX_LABEL_SETS])
+		o += sprintf(o, ",role=\"other\"");
+	else
+		o += sprintf(o, ",role=\"%s\"", m->client ? "client" : "server");
 
 	if (p->by_process) {
 		if (m == &p->series[PROM_MAX_LABEL_SETS])

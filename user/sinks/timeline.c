@@ -213,14 +213,41 @@ static void tl_start(struct timeline *t, uint64_t first_ns)
 	ev_meta_sort(t, TIMELINE_CONN_PID, SORT_CONNECTIONS);
 }
 
-static void name_conn(struct timeline *t, const struct request *r)
+/*
+ * The lane of r on its connection: the first whose requests all ended by r's arrival, so that
+ * the slices of one track never overlap. Requests come in the order they finish; a lane's
+ * latest end bounds every request placed in it, so the test is exact.
+ */
+static unsigned int tl_lane(struct timeline *t, const struct request *r)
 {
-	uint64_t *slot = &t->named_conns[r->conn_id % TIMELINE_NAMED_CONNS];
+	typeof(t->lanes[0]) *l = &t->lanes[r->conn_id % TIMELINE_LANE_CONNS];
+	unsigned int k = 0;
 
-	if (*slot == r->conn_id + 1)
+	if (l->conn_id1 != r->conn_id + 1) {
+		memset(l, 0, sizeof(*l));
+		l->conn_id1 = r->conn_id + 1;
+	}
+	while (k < TIMELINE_LANES - 1 && l->end_ns[k] > r->arrival_ns)
+		k++;
+	if (r->end_ns > l->end_ns[k])
+		l->end_ns[k] = r->end_ns;
+	return k;
+}
+
+/* Names a connection's track (its label) or lane k of it (the label and the lane). */
+static void name_track(struct timeline *t, const struct request *r, uint64_t tid, unsigned int k)
+{
+	uint64_t *slot = &t->named_conns[tid % TIMELINE_NAMED_CONNS];
+	char name[sizeof(r->conn) + 16];
+
+	if (*slot == tid + 1)
 		return;
-	*slot = r->conn_id + 1;
-	ev_meta_str(t, "thread_name", TIMELINE_CONN_PID, TIMELINE_CONN_TID(r->conn_id), r->conn);
+	*slot = tid + 1;
+	if (k)
+		snprintf(name, sizeof(name), "%s [%u]", r->conn, k + 1);
+	else
+		snprintf(name, sizeof(name), "%s", r->conn);
+	ev_meta_str(t, "thread_name", TIMELINE_CONN_PID, tid, name);
 }
 
 static void name_gpu(struct timeline *t, uint32_t pid)
@@ -286,22 +313,27 @@ static void tl_request(void *ctx, const struct request *r, const struct request_
 {
 	struct timeline *t = ctx;
 	const uint32_t pid = TIMELINE_CONN_PID;
-	const uint64_t tid = TIMELINE_CONN_TID(r->conn_id);
 	bool attributed = ga && ga->queue_ns >= 0 && ga->prefill_ns >= 0;
-	char name[32];
+	/* A request the traced process made to an upstream is named apart on its own track. */
+	const char *what = r->client ? "upstream request" : "request";
+	unsigned int lane;
+	uint64_t tid;
+	char name[48];
 	struct jsonw w;
 
 	if (!t->buf)
 		return;
 	tl_start(t, r->arrival_ns);
-	name_conn(t, r);
+	lane = tl_lane(t, r);
+	tid = TIMELINE_LANE_TID(r->conn_id, lane);
+	name_track(t, r, tid, lane);
 	t->requests++;
 
 	/* The whole request first: with the same ts, the enclosing slice must come first. */
 	if (r->outcome == OUTCOME_OK)
-		snprintf(name, sizeof(name), "request");
+		snprintf(name, sizeof(name), "%s", what);
 	else
-		snprintf(name, sizeof(name), "request: %s", outcome_name(r->outcome));
+		snprintf(name, sizeof(name), "%s: %s", what, outcome_name(r->outcome));
 	ev_begin(t, &w, name, "request", "X", rel(t, r->arrival_ns), pid, tid);
 	json_us(&w, "dur", span(r->arrival_ns, r->end_ns));
 	jsonw_obj_begin(&w, "args");
@@ -310,6 +342,10 @@ static void tl_request(void *ctx, const struct request *r, const struct request_
 	jsonw_str(&w, "path", r->path);
 	jsonw_i64(&w, "status", r->status);
 	jsonw_str(&w, "outcome", outcome_name(r->outcome));
+	if (r->client)
+		jsonw_str(&w, "role", "client");
+	if (r->h2)
+		jsonw_u64(&w, "h2_stream", r->stream);
 	ms_or_null(&w, "ttft_ms", m->ttft_ns);
 	ms_or_null(&w, "e2e_ms", m->e2e_ns);
 	jsonw_i64(&w, "tokens", m->tokens);
@@ -495,6 +531,7 @@ struct sink timeline_sink(struct timeline *t)
 		.gpu_sample = tl_gpu_sample,
 		.tick = tl_tick,
 		.finish = tl_finish,
+		.clients = true, /* "upstream request" slices on their connections' tracks */
 	};
 }
 

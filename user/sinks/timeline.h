@@ -34,6 +34,17 @@
  */
 #define TIMELINE_CONN_PID 4194304
 #define TIMELINE_CONN_TID(conn_id) (TIMELINE_CONN_PID + (conn_id))
+/* Requests on one connection that overlap in time (HTTP/2 streams, HTTP/1.1 pipelining) go to
+ * lanes, each a track of its own (a track's slices must nest): lane 0 is the connection's track,
+ * lane k > 0 one past 2^29 from it, which a connection track would reach 2^29 - 2^22
+ * connections into a run. Past the last lane, requests share it. */
+#define TIMELINE_LANES 8
+#define TIMELINE_LANE_TID(conn_id, k)                                                      \
+	((k) ? TIMELINE_CONN_PID + (1ull << 29) + (uint64_t)(conn_id)*TIMELINE_LANES + (k) \
+	     : TIMELINE_CONN_TID(conn_id))
+/* Connections whose lanes are remembered: a direct-mapped cache; a collision forgets the
+ * older connection's lanes (its next requests start again from lane 0). */
+#define TIMELINE_LANE_CONNS 256
 /* The GPUs' counters (NVML samples): a process of their own, past every real pid like the
  * connections', and at the top of the int32 range, which only a connection track 2^31 - 2^22
  * connections into a run would reach as a tid. */
@@ -61,7 +72,11 @@ struct timeline {
 	uint64_t origin_ns;
 	uint64_t events, requests, steps;
 	uint64_t events_written; /* events when the buffer was last written out */
-	uint64_t named_conns[TIMELINE_NAMED_CONNS]; /* conn_id + 1 */
+	uint64_t named_conns[TIMELINE_NAMED_CONNS]; /* track tid + 1 */
+	struct {
+		uint64_t conn_id1;		 /* conn_id + 1; 0: unused */
+		uint64_t end_ns[TIMELINE_LANES]; /* the latest end of a request in each lane */
+	} lanes[TIMELINE_LANE_CONNS];
 	uint32_t named_pids[TIMELINE_NAMED_PIDS];
 	uint32_t named_devices[TIMELINE_NAMED_PIDS]; /* pids whose device track is named */
 	bool nvml_named;			     /* the GPUs' counter process */
