@@ -27,6 +27,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SERVERS = os.path.join("tests", "e2e", "servers")
+CLIENTS = os.path.join("tests", "e2e", "clients")
 PYTHON = "/usr/bin/python3"  # Debian's: it has fastapi/uvicorn/aiohttp, a pyenv python may not
 
 # Both clocks are CLOCK_MONOTONIC, so the only difference is the time between the server's
@@ -238,7 +239,19 @@ def grpc_js_server(work):
 GRPC_CLIENT = ("--grpc", "--path", "/tokenscope.e2e.Generator/Generate")
 
 
-def client_side(case):
+def httpx_client(*flags):
+    """The traced client is a Python application using httpx (clients/httpx_client.py), with
+    gtclient's options and output; over TLS it waits 1.5 s before its first request, for the
+    reason client_side says."""
+    def cmd(port, args, out):
+        delay = ["--start-delay-ms", "1500"] if "--tls" in flags else []
+        return [PYTHON, os.path.join(CLIENTS, "httpx_client.py"), "--port", str(port),
+                *[a for a in args if a != "--realtime"], *flags, *delay, "-o", out]
+    cmd.modules = ("httpx",) + (("h2",) if "--h2" in flags else ())
+    return cmd
+
+
+def client_side(case, client=None):
     """The same server, untraced, and the client traced instead: `tokenscope run` starts
     gtclient under tracing, and its requests (role client) are checked against what gtclient
     itself measured. Over TLS, each new connection waits 1.5 s before its first request:
@@ -248,6 +261,7 @@ def client_side(case):
         return case(work)
     argv.client_extra = getattr(case, "client_extra", [])
     argv.client_side = True
+    argv.client_cmd = client
     argv.traced_extra = ["--connect-ahead-ms", "1500"] if "--tls" in argv.client_extra else []
     return argv
 
@@ -287,6 +301,14 @@ CASES = {
     # client's own libssl (a socket BIO) gives the plaintext.
     "client-ref": client_side(refserver("mixed", "send", "recv")),
     "client-tls": client_side(tls(fastapi("h11", ("fastapi", "uvicorn", "h11")))),
+    # The client side of a Python application using httpx: HTTP/1.1 to uvicorn, and HTTP/2
+    # over TLS (ALPN h2, Python's ssl in the client) to hypercorn.
+    "client-httpx": client_side(fastapi("h11", ("fastapi", "uvicorn", "h11")),
+                                httpx_client()),
+    "client-httpx-h2-tls": client_side(tls(client_with(fastapi("hypercorn",
+                                                               ("fastapi", "hypercorn")),
+                                                       "--h2")),
+                                       httpx_client("--h2", "--tls")),
     # HTTP/2: hypercorn (Python's h2) with prior knowledge over cleartext, and over TLS with
     # ALPN h2 (Python's ssl); gtclient speaks HTTP/2 through libnghttp2, streams one after
     # another on each connection, its aborts RST_STREAM.
@@ -437,11 +459,15 @@ def run_client_side(argv_of, work, tol_ns, verbose):
         extra = argv_of.client_extra
         run_client(port, WARMUP_ARGS + extra, log("warmup"))
         gt_file = log("gtclient.jsonl")
+        if argv_of.client_cmd:
+            python_modules(*argv_of.client_cmd.modules)
+            traced = argv_of.client_cmd(port, CLIENT_ARGS, gt_file)
+        else:
+            traced = [GTCLIENT, "--port", str(port), *CLIENT_ARGS, *extra,
+                      *argv_of.traced_extra, "-o", gt_file]
         with open(log("tokenscope.out"), "wb") as out, open(log("tokenscope.err"), "wb") as err:
             try:
-                r = subprocess.run([TOKENSCOPE, "run", "--json", "--tokens", "--", GTCLIENT,
-                                    "--port", str(port), *CLIENT_ARGS, *extra,
-                                    *argv_of.traced_extra, "-o", gt_file],
+                r = subprocess.run([TOKENSCOPE, "run", "--json", "--tokens", "--", *traced],
                                    cwd=ROOT, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
                                    timeout=CLIENT_S)
             except subprocess.TimeoutExpired:
