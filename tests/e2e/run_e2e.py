@@ -217,22 +217,28 @@ def grpc_server(work):
     return [PYTHON, os.path.join(SERVERS, "grpc_app.py"), "0"]
 
 
-# The npm package the grpc-js case installs (once per work directory), pinned.
+# The npm packages cases install (once per work directory), pinned.
 GRPC_JS = "@grpc/grpc-js@1.14.7"
+OPENAI_JS = "openai@4.104.0"
+
+
+def npm_modules(work, package):
+    """node_modules under work holding package (name@version), installed from npm once."""
+    npm = program("npm")
+    name = package.rsplit("@", 1)[0]
+    prefix = os.path.join(work, "npm-" + name.replace("/", "-").lstrip("@"))
+    modules = os.path.join(prefix, "node_modules")
+    if not os.path.isdir(os.path.join(modules, name)):
+        os.makedirs(prefix, exist_ok=True)
+        r = subprocess.run([npm, "install", "--no-audit", "--no-fund", "--prefix", prefix,
+                            package], capture_output=True, text=True, timeout=600)
+        if r.returncode:
+            raise CaseFailed(f"npm install {package} failed: {r.stderr.strip()[-800:]}")
+    return modules
 
 
 def grpc_js_server(work):
-    npm = program("npm")
-    node_bin = program("node")
-    prefix = os.path.join(work, "npm-grpc-js")
-    modules = os.path.join(prefix, "node_modules")
-    if not os.path.isdir(os.path.join(modules, "@grpc", "grpc-js")):
-        os.makedirs(prefix, exist_ok=True)
-        r = subprocess.run([npm, "install", "--no-audit", "--no-fund", "--prefix", prefix,
-                            GRPC_JS], capture_output=True, text=True, timeout=600)
-        if r.returncode:
-            raise CaseFailed(f"npm install {GRPC_JS} failed: {r.stderr.strip()[-800:]}")
-    return ["env", f"NODE_PATH={modules}", node_bin,
+    return ["env", f"NODE_PATH={npm_modules(work, GRPC_JS)}", program("node"),
             os.path.join(SERVERS, "grpc_js_server.js"), "0"]
 
 
@@ -243,12 +249,22 @@ def httpx_client(*flags):
     """The traced client is a Python application using httpx (clients/httpx_client.py), with
     gtclient's options and output; over TLS it waits 1.5 s before its first request, for the
     reason client_side says."""
-    def cmd(port, args, out):
+    def cmd(port, args, out, work):
         delay = ["--start-delay-ms", "1500"] if "--tls" in flags else []
         return [PYTHON, os.path.join(CLIENTS, "httpx_client.py"), "--port", str(port),
                 *[a for a in args if a != "--realtime"], *flags, *delay, "-o", out]
     cmd.modules = ("httpx",) + (("h2",) if "--h2" in flags else ())
     return cmd
+
+
+def openai_client(port, args, out, work):
+    """The traced client is a Node application using the openai npm package
+    (clients/openai_client.js), with gtclient's options and output."""
+    return ["env", f"NODE_PATH={npm_modules(work, OPENAI_JS)}", program("node"),
+            os.path.join(CLIENTS, "openai_client.js"), "--port", str(port), *args, "-o", out]
+
+
+openai_client.modules = ()
 
 
 def client_side(case, client=None):
@@ -309,6 +325,9 @@ CASES = {
                                                                ("fastapi", "hypercorn")),
                                                        "--h2")),
                                        httpx_client("--h2", "--tls")),
+    # ... and of a Node application using the openai npm package (v4) against uvicorn.
+    "client-openai-js": client_side(fastapi("h11", ("fastapi", "uvicorn", "h11")),
+                                    openai_client),
     # HTTP/2: hypercorn (Python's h2) with prior knowledge over cleartext, and over TLS with
     # ALPN h2 (Python's ssl); gtclient speaks HTTP/2 through libnghttp2, streams one after
     # another on each connection, its aborts RST_STREAM.
@@ -460,8 +479,9 @@ def run_client_side(argv_of, work, tol_ns, verbose):
         run_client(port, WARMUP_ARGS + extra, log("warmup"))
         gt_file = log("gtclient.jsonl")
         if argv_of.client_cmd:
-            python_modules(*argv_of.client_cmd.modules)
-            traced = argv_of.client_cmd(port, CLIENT_ARGS, gt_file)
+            if argv_of.client_cmd.modules:
+                python_modules(*argv_of.client_cmd.modules)
+            traced = argv_of.client_cmd(port, CLIENT_ARGS, gt_file, os.path.dirname(work))
         else:
             traced = [GTCLIENT, "--port", str(port), *CLIENT_ARGS, *extra,
                       *argv_of.traced_extra, "-o", gt_file]
