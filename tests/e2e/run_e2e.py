@@ -624,6 +624,37 @@ def proxied(served, upstream, errors):
         if "->" not in t.get("conn", ""):
             errors.append(Mismatch(f"a client request's conn is not local->upstream: "
                                    f"{t.get('conn')}"))
+    # Pairing: each served request names its upstream request, which names it back, one to
+    # one; the upstream request was written after the served one was read, its first token
+    # read before the served one's was written, and proxy_ttft_ms is the served TTFT less the
+    # upstream's.
+    by_conn_seq = {(t["conn"], t["seq"]): t for t in upstream}
+    used = set()
+    for s in served:
+        up = s.get("upstream")
+        where = f"served {s.get('conn')} seq {s.get('seq')}"
+        if not up:
+            errors.append(Mismatch(f"{where}: no upstream request paired"))
+            continue
+        u = by_conn_seq.get((up.get("conn"), up.get("seq")))
+        if u is None or (up["conn"], up["seq"]) in used:
+            errors.append(Mismatch(f"{where}: upstream {up} is not one upstream request"))
+            continue
+        used.add((up["conn"], up["seq"]))
+        down = u.get("downstream") or {}
+        if (down.get("conn"), down.get("seq")) != (s.get("conn"), s.get("seq")):
+            errors.append(Mismatch(f"{where}: its upstream names {down} back"))
+        if u["arrival_ns"] < s["arrival_ns"]:
+            errors.append(Mismatch(f"{where}: upstream written before the request was read"))
+        if s.get("first_token_ns") is None or u.get("first_token_ns") is None:
+            continue
+        if u["first_token_ns"] > s["first_token_ns"]:
+            errors.append(Mismatch(f"{where}: first token relayed before it was read"))
+        want = s["ttft_ms"] - (u["first_token_ns"] - u["arrival_ns"]) / 1e6
+        if not isinstance(s.get("proxy_ttft_ms"), (int, float)) or \
+                abs(s["proxy_ttft_ms"] - want) > 0.002 or s["proxy_ttft_ms"] < 0:
+            errors.append(Mismatch(f"{where}: proxy_ttft_ms {s.get('proxy_ttft_ms')} != "
+                                   f"ttft_ms - the upstream's {want:.3f}"))
 
 
 def tls_wire(err_path, tol_ns, errors):

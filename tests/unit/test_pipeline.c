@@ -1431,6 +1431,70 @@ out:
 	h_close(&h);
 }
 
+/*
+ * A proxy: it reads a request (conn 1), writes its upstream request (conn 2), reads the
+ * upstream's tokens and relays them. The two are paired; the served request says its upstream
+ * and the proxy's own part of its TTFT; a second served request, read while the first is open,
+ * pairs with the second upstream request, not the first.
+ */
+TEST(test_proxy_pairing)
+{
+	char req[1024];
+	struct harness h;
+	cJSON *s = NULL, *u = NULL, *up;
+
+	h_open(&h);
+	conn_event(&h, TS_EV_CONN_OPEN, 1, 5, 500);
+	conn_event(&h, TS_EV_CONN_OPEN, 2, 6, 500);
+	conn_event(&h, TS_EV_CONN_OPEN, 3, 7, 500);
+	conn_event(&h, TS_EV_CONN_OPEN, 4, 8, 500);
+	snprintf(req, sizeof(req),
+		 "POST /v1/chat/completions HTTP/1.1\r\nHost: up\r\nContent-Type: "
+		 "application/json\r\nContent-Length: %zu\r\n\r\n%s",
+		 strlen(REQ_BODY), REQ_BODY);
+	send_request(&h, 1, 1000000);		     /* read: arrival 1000010 */
+	send_request(&h, 3, 1100000);		     /* a second served request, arrival 1100010 */
+	data_event(&h, 2, TS_DIR_OUT, req, 1200000); /* its upstream: written at 1200000 */
+	data_event(&h, 4, TS_DIR_OUT, req, 1300000);
+	data_event(&h, 2, TS_DIR_IN, HEAD_SSE, 5000000);
+	chunk_dir(&h, 2, TS_DIR_IN, TOK, 20000000); /* read at 20000010 */
+	data_event(&h, 1, TS_DIR_OUT, HEAD_SSE, 20050000);
+	chunk(&h, 1, TOK, 20100000); /* relayed at 20100000 */
+	chunk_dir(&h, 2, TS_DIR_IN, DONE, 21000000);
+	data_event(&h, 2, TS_DIR_IN, "0\r\n\r\n", 21100000);
+	chunk(&h, 1, DONE, 21200000);
+	data_event(&h, 1, TS_DIR_OUT, "0\r\n\r\n", 21300000);
+	if (!ASSERT_EQ(h_lines(&h), 2, "both sides"))
+		goto out;
+	for (int i = 0; i < 2; i++) {
+		if (!strcmp(str(h.lines[i], "role"), "server"))
+			s = h.lines[i];
+		else
+			u = h.lines[i];
+	}
+	if (!ASSERT_OK_PTR(s, "served") || !ASSERT_OK_PTR(u, "upstream"))
+		goto out;
+	up = cJSON_GetObjectItem(s, "upstream");
+	if (ASSERT_OK_PTR(up, "the served request names its upstream")) {
+		ASSERT_STREQ(str(up, "conn"), str(u, "conn"), "the upstream's conn");
+		ASSERT_NEAR(num(up, "ttft_ms"), (20000010 - 1200000) / 1e6, 0.0006, "upstream TTFT");
+	}
+	ASSERT_NEAR(num(s, "ttft_ms"), (20100000 - 1000010) / 1e6, 0.0006, "served TTFT");
+	ASSERT_NEAR(num(s, "proxy_ttft_ms"), ((20100000 - 1000010) - (20000010 - 1200000)) / 1e6,
+		    0.0006, "the proxy's own part (3 decimals)");
+	up = cJSON_GetObjectItem(u, "downstream");
+	if (ASSERT_OK_PTR(up, "the upstream names the served request"))
+		ASSERT_STREQ(str(up, "conn"), str(s, "conn"), "served conn");
+	ASSERT_EQ(h.pl.proxy.paired, 2, "both upstream requests paired");
+	h_print_total(&h);
+	fflush(h.ferr);
+	ASSERT_TRUE(strstr(h.err, "  proxy: 1 requests paired with their upstream requests") !=
+			NULL,
+		    "the summary says the proxy's part");
+out:
+	h_close(&h);
+}
+
 int main(void)
 {
 	return check_run_all();

@@ -29,6 +29,7 @@ static void pl_request_start(void *ctx, struct request *r)
 	/* Labelled at its start: the sinks key what they keep open (in flight) by it. */
 	if (p)
 		memcpy(r->container, p->container, sizeof(r->container));
+	proxy_start(&pl->proxy, r);
 	for (int i = 0; i < pl->nsinks; i++)
 		if (pl->sinks[i].request_start && (!r->client || pl->sinks[i].clients))
 			pl->sinks[i].request_start(pl->sinks[i].ctx, r);
@@ -67,6 +68,7 @@ static void pl_request_done(void *ctx, struct request *r)
 {
 	struct pipeline *pl = ctx;
 
+	proxy_done(&pl->proxy, r);
 	if (!pl->nheld && gpu_device_complete(&pl->gpu, r->end_ns, pl->last_ns)) {
 		pl_request_out(pl, r);
 		return;
@@ -106,6 +108,7 @@ int pipeline_init(struct pipeline *pl, const struct pipeline_opts *o)
 
 	memset(pl, 0, sizeof(*pl));
 	pl->o = *o;
+	proxy_init(&pl->proxy);
 	if (gpu_init(&pl->gpu))
 		return -ENOMEM;
 	return conn_table_init(&pl->conns, &sink);

@@ -44,6 +44,13 @@ void request_free(struct request *r)
 {
 	if (!r)
 		return;
+	/* Freed without finishing (the end of a run): its pair and the proxy's list forget it. */
+	if (r->pair)
+		r->pair->pair = NULL;
+	if (r->open.next) {
+		r->open.prev->next = r->open.next;
+		r->open.next->prev = r->open.prev;
+	}
 	free(r->token_ns);
 	free(r);
 }
@@ -112,6 +119,14 @@ void request_metrics(const struct request *r, struct request_metrics *m)
 		m->tpot_ns =
 		    (int64_t)(r->token_ns[r->ntokens - 1] - r->first_token_ns) / (m->tokens - 1);
 	m->tok_per_s = m->e2e_ns > 0 && m->tokens > 0 ? m->tokens / (m->e2e_ns / 1e9) : NAN;
+	m->upstream_ttft_ns = m->proxy_ttft_ns = -1;
+	if (!r->client && r->peer.set && r->peer.first_token_ns &&
+	    r->peer.first_token_ns >= r->peer.arrival_ns) {
+		m->upstream_ttft_ns = (int64_t)(r->peer.first_token_ns - r->peer.arrival_ns);
+		/* A first token relayed before it came from upstream: not this pair's. */
+		if (m->ttft_ns >= m->upstream_ttft_ns)
+			m->proxy_ttft_ns = m->ttft_ns - m->upstream_ttft_ns;
+	}
 }
 
 void request_add_frame(struct request *r, const struct sse_frame *f, uint64_t ts)

@@ -13,6 +13,21 @@
 #include "pipeline/frame.h"
 #include "pipeline/reqbody.h"
 
+/* A node of the proxy's list of open served requests (proxy.h); unlinked: both NULL. */
+struct request_link {
+	struct request_link *prev, *next;
+};
+
+/* The other side of a proxied exchange (proxy.h): a served request's upstream request, or an
+ * upstream request's served one, as far as it was seen. */
+struct request_peer {
+	bool set;
+	bool done; /* it finished: its times are final */
+	char conn[112];
+	uint32_t seq;
+	uint64_t arrival_ns, first_token_ns, end_ns; /* first_token_ns 0: none (yet) */
+};
+
 enum outcome {
 	OUTCOME_OK,
 	OUTCOME_HTTP_ERROR,   /* status >= 400 */
@@ -63,6 +78,11 @@ struct request {
 	 * frame; without the schema a message is one chunk of output, however many tokens. */
 	int grpc_status;
 	enum outcome outcome;
+	/* Proxy pairing (proxy.h): the pair while both are open, the peer's times, and the node
+	 * of the list of open served requests. */
+	struct request *pair;
+	struct request_peer peer;
+	struct request_link open;
 };
 
 /* Derived per-request numbers; *_ns < 0 means "not applicable" (printed as null). */
@@ -72,6 +92,10 @@ struct request_metrics {
 	int64_t itl_p50_ns, itl_p99_ns, itl_max_ns;
 	int64_t tokens;
 	bool tokens_from_usage;
+	/* A served request paired with its upstream request (proxy.h): the upstream's TTFT as the
+	 * proxy saw it, and the rest of this request's TTFT, the proxy's own part (forwarding the
+	 * request, relaying the first token). -1: not paired, or no first token on either side. */
+	int64_t upstream_ttft_ns, proxy_ttft_ns;
 	double tok_per_s; /* tokens / E2E; NaN when not applicable */
 };
 

@@ -80,7 +80,9 @@ void output_json(FILE *f, const struct request *r, const struct request_metrics 
 	jsonw_i64(&w, "tokens", m->tokens);
 	/* A gRPC message is one chunk of output: without the schema, tokens are not known. */
 	jsonw_str(&w, "tokens_from",
-		  m->tokens_from_usage ? "usage" : r->format == FMT_GRPC ? "messages" : "frames");
+		  m->tokens_from_usage	  ? "usage"
+		  : r->format == FMT_GRPC ? "messages"
+					  : "frames");
 	jsonw_u64(&w, "frames", r->ntokens);
 	jsonw_u64(&w, "all_frames", r->frames);
 	jsonw_i64(&w, "prompt_bytes", r->prompt_bytes < 0 ? 0 : r->prompt_bytes);
@@ -90,6 +92,17 @@ void output_json(FILE *f, const struct request *r, const struct request_metrics 
 	jsonw_num(&w, "tok_per_s", m->tok_per_s, 2);
 	jsonw_u64(&w, "lost_bytes", r->lost_bytes);
 	jsonw_u64(&w, "dropped_frames", r->dropped_frames);
+	/* A proxy's two sides (proxy.h): a served request's upstream, an upstream's served one. */
+	if (r->peer.set) {
+		jsonw_obj_begin(&w, r->client ? "downstream" : "upstream");
+		jsonw_str(&w, "conn", r->peer.conn);
+		jsonw_u64(&w, "seq", r->peer.seq);
+		if (!r->client)
+			ms_or_null(&w, "ttft_ms", m->upstream_ttft_ns);
+		jsonw_obj_end(&w);
+		if (!r->client)
+			ms_or_null(&w, "proxy_ttft_ms", m->proxy_ttft_ns);
+	}
 	ms_or_null(&w, "queue_ms", ga->queue_ns);
 	ms_or_null(&w, "prefill_ms", ga->prefill_ns);
 	ms_or_null(&w, "decode_ms", ga->decode_ns);

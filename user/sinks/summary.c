@@ -49,6 +49,8 @@ void summary_done(struct summary *s, const struct request *r, const struct reque
 		return;
 	if (m->ttft_ns >= 0)
 		hist_add(&s->ttft, m->ttft_ns);
+	if (m->proxy_ttft_ns >= 0)
+		hist_add(&s->proxy_ttft, m->proxy_ttft_ns);
 	if (m->tpot_ns >= 0)
 		hist_add(&s->tpot, m->tpot_ns);
 	for (uint32_t i = 1; i < r->ntokens; i++)
@@ -89,6 +91,15 @@ void summary_print(const struct summary *s, const struct loss_report *loss, cons
 	print_hist(f, "E2E", &s->e2e);
 	fprintf(f, "  tokens %llu, %.1f tokens/s over %.3f s\n", (unsigned long long)s->tokens,
 		window_s > 0 ? s->tokens / window_s : 0.0, window_s);
+	/* A traced proxy: how much of its TTFT was its own, the rest its upstream's. */
+	if (s->proxy_ttft.count)
+		fprintf(
+		    f,
+		    "  proxy: %llu requests paired with their upstream requests; the proxy's own "
+		    "part of their TTFT p50 %.3f ms, p99 %.3f ms, max %.3f ms\n",
+		    (unsigned long long)s->proxy_ttft.count,
+		    hist_quantile(&s->proxy_ttft, 0.50) / 1e6,
+		    hist_quantile(&s->proxy_ttft, 0.99) / 1e6, s->proxy_ttft.max / 1e6);
 	fprintf(f,
 		"  lost: %llu records (%llu bytes) in the kernel, %llu bytes beyond capture, "
 		"%llu bytes missing from streams, %llu desyncs, %llu bad records\n",
