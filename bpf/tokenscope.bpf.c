@@ -27,6 +27,7 @@ char LICENSE[] SEC("license") = "Dual MIT/GPL";
 #include "lib/arrival.bpf.h"
 #include "lib/capture.bpf.h"
 #include "lib/tls.bpf.h"
+#include "lib/gotls.bpf.h"
 #include "lib/discovery.bpf.h"
 #include "lib/proctree.bpf.h"
 #include "lib/cuda.bpf.h"
@@ -125,6 +126,14 @@ int BPF_PROG(ts_sys_exit, struct pt_regs *regs, long ret)
 		if (!c->tls && !c->pos[dir & 1] && tls_sniff(&st, ret))
 			tls_mark(c, pid_tgid, st.fd, st.sys, st.enter_ns);
 		if (c->tls) {
+			/* Go: a syscall of the goroutine (R14) in a crypto/tls call; a write
+			 * inside its Write is timed from the call, as OpenSSL's are. */
+			if (go_tls_active) {
+				__u64 w = go_tls_syscall(&st, c, pid_tgid, regs->r14);
+
+				if (w && dir == TS_DIR_OUT)
+					tls_wire(w, st.enter_ns);
+			}
 			tls_cipher(sp, &st, c, ret);
 			return 0;
 		}

@@ -85,6 +85,10 @@ enum ts_tls_fn {
 	TS_TLS_WRITE,	 /* int SSL_write(SSL *, const void *buf, int num) */
 	TS_TLS_WRITE_EX, /* int SSL_write_ex(SSL *, const void *buf, size_t num, size_t *written) */
 	TS_TLS_HANDSHAKE, /* int SSL_do_handshake(SSL *): no plaintext; tells which socket */
+	/* Go's crypto/tls (register ABI: receiver in RAX, the slice in RBX, RCX; returns in RAX) */
+	TS_TLS_GO_READ,	     /* func (c *Conn) Read(b []byte) (int, error) */
+	TS_TLS_GO_WRITE,     /* func (c *Conn) Write(b []byte) (int, error) */
+	TS_TLS_GO_HANDSHAKE, /* func (c *Conn) handshakeContext(ctx) error: tells which socket */
 };
 
 struct ts_event_hdr {

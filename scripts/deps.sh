@@ -11,6 +11,8 @@ PKGS=(
 	libmicrohttpd-dev prometheus curl
 	# HTTP/2 header decompression (HPACK)
 	libnghttp2-dev
+	# Go TLS: the RET instructions of crypto/tls functions, probed one by one (x86 decoder)
+	libcapstone-dev
 	# OTLP export: libcurl's header (the library is loaded at run time); openssl makes the
 	# https test's certificate
 	libcurl4-openssl-dev openssl

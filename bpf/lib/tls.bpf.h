@@ -159,6 +159,26 @@ static __always_inline struct conn *tls_bind(const struct tls_key *k, __u32 tid,
 	return c;
 }
 
+/*
+ * bytes of plaintext moved by a TLS call (st: its direction as sys, buffer, entry time) on c;
+ * inside: the call did its socket I/O itself (else an event loop sends the records after it).
+ */
+static __always_inline void tls_emit(struct stash *st, struct conn *c, __u64 pid_tgid, __u64 bytes,
+				     bool inside)
+{
+	__u64 queued = 0;
+
+	c->tls = 1;
+	if (st->sys == TS_SYS_TLS_READ) {
+		queued = c->tls_queued_ns;
+		c->tls_queued_ns = 0;
+	} else if (!inside && !c->tls_unsent_ns) {
+		/* Memory BIOs: the event loop writes the encrypted bytes after the call. */
+		c->tls_unsent_ns = st->enter_ns;
+	}
+	emit_data(st, c, pid_tgid, bytes, bpf_ktime_get_ns(), queued);
+}
+
 SEC("uprobe")
 int BPF_KPROBE(ts_tls_enter, void *ssl, void *buf, __u64 num, void *done)
 {
@@ -191,7 +211,7 @@ SEC("uretprobe")
 int BPF_KRETPROBE(ts_tls_return, long ret)
 {
 	struct stash *sp = bpf_task_storage_get(&stash, bpf_get_current_task_btf(), NULL, 0);
-	__u64 pid_tgid = bpf_get_current_pid_tgid(), bytes = 0, queued = 0;
+	__u64 pid_tgid = bpf_get_current_pid_tgid(), bytes = 0;
 	struct tls_key k = { .pid = pid_tgid >> 32 };
 	struct stash st = {};
 	struct conn *c;
@@ -225,17 +245,9 @@ int BPF_KRETPROBE(ts_tls_return, long ret)
 		stat_add(TS_STAT_TLS_UNJOINED, 1);
 		return 0;
 	}
-	c->tls = 1;
 	st.enter_ns = sp->tls_enter_ns;
 	st.buf = sp->tls_buf;
-	if (st.sys == TS_SYS_TLS_READ) {
-		queued = c->tls_queued_ns;
-		c->tls_queued_ns = 0;
-	} else if (!sp->tls_fd1 && !c->tls_unsent_ns) {
-		/* Memory BIOs: the event loop writes the encrypted bytes after the call. */
-		c->tls_unsent_ns = st.enter_ns;
-	}
-	emit_data(&st, c, pid_tgid, bytes, bpf_ktime_get_ns(), queued);
+	tls_emit(&st, c, pid_tgid, bytes, sp->tls_fd1 != 0);
 	return 0;
 }
 

@@ -334,6 +334,10 @@ CASES = {
     "hypercorn-h2c": client_with(fastapi("hypercorn", ("fastapi", "hypercorn")), "--h2"),
     "hypercorn-h2-tls": tls(client_with(fastapi("hypercorn", ("fastapi", "hypercorn")),
                                         "--h2")),
+    # Go's crypto/tls (http.ServeTLS): uprobes on (*tls.Conn).Read/Write of the Go executable,
+    # at each RET; HTTP/1.1, and HTTP/2 through ALPN (Go's own http2 server).
+    "go-tls": tls(go),
+    "go-h2-tls": tls(client_with(go, "--h2")),
     # Node's http2 module (nghttp2 inside node), cleartext and TLS (ALPN h2).
     "node-h2c": client_with(node_h2, "--h2"),
     "node-h2-tls": tls(client_with(node_h2, "--h2")),

@@ -3,6 +3,8 @@
  * user/loader/insn.c: the thin wrappers whose callee is probed instead (their first instruction
  * would be single-stepped), on the bytes of Debian's OpenSSL 3 and on what must not pass.
  */
+#include <errno.h>
+
 #include "check.h"
 #include "loader/insn.h"
 
@@ -62,6 +64,36 @@ TEST(test_push)
 	ASSERT_FALSE(insn_x86_push(rex_mov, sizeof(rex_mov)), "a REX.B mov");
 	ASSERT_FALSE(insn_x86_push(r8_only, sizeof(r8_only)), "a prefix alone");
 	ASSERT_FALSE(insn_x86_push(rbp, 0), "no bytes");
+}
+
+/* A function shaped as Go's compiler lays them out: the stack check, a frame, two returns,
+ * INT3 padding; 0xc3 bytes inside an immediate and a displacement are not returns. */
+TEST(test_rets)
+{
+	static const uint8_t fn[] = {
+		0x49, 0x3b, 0x66, 0x10,	      /* 0: cmp 0x10(%r14),%rsp */
+		0x76, 0x20,		      /* 4: jbe */
+		0x55,			      /* 6: push %rbp */
+		0x48, 0x89, 0xe5,	      /* 7: mov %rsp,%rbp */
+		0x48, 0x83, 0xec, 0x10,	      /* 10: sub $0x10,%rsp */
+		0xb8, 0xc3, 0x00, 0x00, 0x00, /* 14: mov $0xc3,%eax */
+		0x48, 0x83, 0xc4, 0x10,	      /* 19: add $0x10,%rsp */
+		0x5d,			      /* 23: pop %rbp */
+		0xc3,			      /* 24: ret */
+		0x48, 0x8b, 0x44, 0x24, 0xc3, /* 25: mov -0x3d(%rsp),%rax */
+		0xc3,			      /* 30: ret */
+		0xcc, 0xcc,		      /* 31: int3 padding */
+	};
+	static const uint8_t cut[] = { 0x55, 0xb8, 0xc3 }; /* a mov cut short */
+	uint32_t offs[4];
+
+	if (ASSERT_EQ(insn_x86_rets(fn, sizeof(fn), offs, 4), 2, "two returns")) {
+		ASSERT_EQ(offs[0], 24, "the first");
+		ASSERT_EQ(offs[1], 30, "the second");
+	}
+	ASSERT_EQ(insn_x86_rets(fn, sizeof(fn), offs, 1), 2, "counted past max");
+	ASSERT_EQ(offs[0], 24, "the first kept");
+	ASSERT_EQ(insn_x86_rets(cut, sizeof(cut), offs, 4), -EINVAL, "bytes that do not decode");
 }
 
 int main(void)

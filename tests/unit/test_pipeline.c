@@ -1408,23 +1408,42 @@ out:
 	h_close(&h);
 }
 
-/* Streams the client resets, a GOAWAY above a stream, and a hang-up mid-stream. */
+/*
+ * A stream the client resets: reported aborted, but only once the server's side is seen past
+ * the reset, so that a response write made before the reset and recorded after it (TLS
+ * plaintext is recorded at the call's return) still counts; a write that began after the reset
+ * does not.
+ */
 TEST(test_h2_resets)
 {
 	struct harness h;
-	struct fixture req;
+	struct fixture req, resp;
 	const uint8_t rst[] = { 0, 0, 4, 3, 0, 0, 0, 0, 1, 0, 0, 0, 8 };
+	const uint8_t ping[] = { 0, 0, 8, 6, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8 };
 
 	h_open(&h);
 	if (!ASSERT_OK(fixture_load(&req, "hypercorn_h2c.req"), "fixture"))
 		goto out;
+	if (!ASSERT_OK(fixture_load(&resp, "hypercorn_h2c.resp"), "fixture")) {
+		fixture_free(&req);
+		goto out;
+	}
 	/* The client's preface, settings and first request, then RST_STREAM(1, CANCEL). */
 	data_event_cap(&h, 1, TS_DIR_IN, req.buf, req.writes[3], req.writes[3], 1000);
 	data_event_cap(&h, 1, TS_DIR_IN, rst, sizeof(rst), sizeof(rst), 2000);
+	ASSERT_EQ(h_lines(&h), 0, "not yet: the server's side is not seen up to the reset");
+	/* The server's settings, stream 1's headers, its role frame and two tokens, all written
+	 * before the reset, recorded after it. */
+	data_event_cap(&h, 1, TS_DIR_OUT, resp.buf, resp.writes[5], resp.writes[5], 1500);
+	ASSERT_EQ(h_lines(&h), 0, "still written before the reset");
+	data_event_cap(&h, 1, TS_DIR_OUT, ping, sizeof(ping), sizeof(ping), 3000);
 	fixture_free(&req);
+	fixture_free(&resp);
 	if (ASSERT_EQ(h_lines(&h), 1, "the reset stream is reported")) {
 		ASSERT_STREQ(str(h.lines[0], "outcome"), "aborted", "aborted");
 		ASSERT_EQ(num(h.lines[0], "h2_stream"), 1, "stream 1");
+		ASSERT_EQ(num(h.lines[0], "frames"), 2, "the tokens written before the reset");
+		ASSERT_EQ(num(h.lines[0], "end_ns"), 2010, "ends at the reset (its read's return)");
 	}
 	ASSERT_EQ(conn_inflight(&h.pl.conns), 0, "nothing in flight");
 out:

@@ -1,4 +1,6 @@
 // SPDX-License-Identifier: MIT
+#include <capstone/capstone.h>
+#include <errno.h>
 #include <string.h>
 
 #include "loader/insn.h"
@@ -26,4 +28,37 @@ bool insn_x86_push(const uint8_t *b, size_t n)
 	if (n >= 1 && b[0] >= X86_PUSH_FIRST && b[0] <= X86_PUSH_LAST)
 		return true;
 	return n >= 2 && b[0] == X86_REX_B && b[1] >= X86_PUSH_FIRST && b[1] <= X86_PUSH_LAST;
+}
+
+int insn_x86_rets(const uint8_t *b, size_t n, uint32_t *offs, int max)
+{
+	const uint8_t *p = b;
+	uint64_t addr = 0;
+	int found = 0, err = 0;
+	cs_insn *insn;
+	csh h;
+
+	if (cs_open(CS_ARCH_X86, CS_MODE_64, &h) != CS_ERR_OK)
+		return -ENOMEM;
+	insn = cs_malloc(h);
+	if (!insn) {
+		cs_close(&h);
+		return -ENOMEM;
+	}
+	while (n) {
+		if (!cs_disasm_iter(h, &p, &n, &addr, insn)) {
+			/* Go pads functions with INT3 (0xcc), which decodes; anything else is not a
+			 * function we read whole. */
+			err = -EINVAL;
+			break;
+		}
+		if (insn->id == X86_INS_RET) {
+			if (found < max)
+				offs[found] = (uint32_t)insn->address;
+			found++;
+		}
+	}
+	cs_free(insn, 1);
+	cs_close(&h);
+	return err ? err : found;
 }

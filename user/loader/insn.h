@@ -27,5 +27,13 @@
 bool insn_x86_thin_wrapper(const uint8_t *b, size_t n, uint64_t off, uint64_t *target);
 /* Whether the n bytes at b start with a push of a register, which x86-64 uprobes emulate. */
 bool insn_x86_push(const uint8_t *b, size_t n);
+/*
+ * The offsets (from b) of the RET instructions of the x86-64 function whose n bytes are at b,
+ * decoded instruction by instruction (a 0xc3 byte inside another instruction is not one), up to
+ * max into offs; returns how many there are (more than max: not all are in offs), or -EINVAL
+ * when the bytes do not decode to the end. Where a uretprobe cannot be used (Go moves its
+ * stacks), a probe on each RET sees the function return.
+ */
+int insn_x86_rets(const uint8_t *b, size_t n, uint32_t *offs, int max);
 
 #endif

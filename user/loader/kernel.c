@@ -237,6 +237,12 @@ int kernel_attach_uprobe(struct kernel *k, enum kernel_probe probe, int pid, con
 	case KERNEL_TLS_RET:
 		prog = k->skel->progs.ts_tls_return;
 		break;
+	case KERNEL_GO_TLS_CALL:
+		prog = k->skel->progs.ts_go_tls_enter;
+		break;
+	case KERNEL_GO_TLS_RET:
+		prog = k->skel->progs.ts_go_tls_return;
+		break;
 	default:
 		return -EINVAL;
 	}

@@ -91,6 +91,8 @@ enum kernel_probe {
 	KERNEL_CUDA_CALL,
 	KERNEL_TLS_CALL,
 	KERNEL_TLS_RET,
+	KERNEL_GO_TLS_CALL, /* Go's crypto/tls: the entry */
+	KERNEL_GO_TLS_RET,  /* ... and each RET instruction (an entry probe there, off given) */
 };
 
 /*

@@ -82,6 +82,20 @@ static const struct uprobes_fn tls_fns[] = {
 	TLS_CALL("SSL_do_handshake", TS_TLS_HANDSHAKE),
 };
 
+/* Go's crypto/tls in a Go executable (register ABI, Go 1.17 and later, x86-64): the entry, and
+ * each RET instruction in place of the return (gotls.bpf.h says why). */
+#define GO_TLS_CALL(name, kind)                                   \
+	{                                                         \
+		name, kind, KERNEL_GO_TLS_CALL, KERNEL_GO_TLS_RET \
+	}
+static const struct uprobes_fn go_tls_fns[] = {
+	GO_TLS_CALL("crypto/tls.(*Conn).Read", TS_TLS_GO_READ),
+	GO_TLS_CALL("crypto/tls.(*Conn).Write", TS_TLS_GO_WRITE),
+	GO_TLS_CALL("crypto/tls.(*Conn).handshakeContext", TS_TLS_GO_HANDSHAKE),
+};
+/* The first Go release whose functions take their arguments in registers on x86-64. */
+#define GO_REGABI_MINOR 17
+
 #define TABLE(fns) fns, sizeof(fns) / sizeof(fns[0])
 
 /* The libraries looked for, by the start of their file name; an executable is looked into for
@@ -90,6 +104,7 @@ static const struct uprobes_table tables[] = {
 	{ "CUDA", "GPU steps", "libcudart.so", true, TABLE(runtime_fns) },
 	{ "CUDA", "GPU steps", "libcuda.so", false, TABLE(driver_fns) },
 	{ "TLS", "TLS plaintext", "libssl.so", true, TABLE(tls_fns) },
+	{ "TLS", "TLS plaintext", NULL, true, TABLE(go_tls_fns) },
 };
 
 void uprobes_init(struct uprobes *u, struct kernel *k, bool verbose)
@@ -144,8 +159,43 @@ static void hook_unlink(struct uprobes_hook *h)
  * Attaches fn for h's process alone: at off in the file, or (off 0: the file's symbols could
  * not be read here) wherever libbpf finds it by name; at its return too where its table says.
  */
+/* Probes each RET instruction of the function at off (size bytes) for h's process, after the
+ * entry's link; 0, or -errno with none of them attached. */
+static int hook_rets(struct uprobes *u, struct uprobes_hook *h, const char *path,
+		     const struct uprobes_fn *fn, uint64_t off, uint64_t size)
+{
+	uint32_t rets[UPROBES_HOOK_LINKS];
+	int fd, n, first = h->nlinks, err = 0;
+	uint8_t *b;
+
+	if (!size || size > (1u << 20) || !(b = malloc(size)))
+		return -EINVAL;
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	n = fd >= 0 && pread(fd, b, size, (off_t)off) == (ssize_t)size
+		? insn_x86_rets(b, size, rets, UPROBES_HOOK_LINKS)
+		: -EIO;
+	if (fd >= 0)
+		close(fd);
+	free(b);
+	if (n <= 0 || h->nlinks + n > UPROBES_HOOK_LINKS)
+		return n < 0 ? n : -E2BIG;
+	for (int i = 0; i < n && !err; i++) {
+		struct bpf_link *l;
+
+		err = kernel_attach_uprobe(u->k, fn->ret, (int)h->pid, path, off + rets[i], NULL,
+					   fn->cookie, &l);
+		if (!err)
+			h->links[h->nlinks++] = l;
+	}
+	if (err) {
+		while (h->nlinks > first)
+			kernel_link_destroy(h->links[--h->nlinks]);
+	}
+	return err;
+}
+
 static int hook_fn(struct uprobes *u, struct uprobes_hook *h, const char *path,
-		   const struct uprobes_fn *fn, uint64_t off)
+		   const struct uprobes_fn *fn, uint64_t off, uint64_t size)
 {
 	const char *name = off ? NULL : fn->name;
 	struct bpf_link *l, *r = NULL;
@@ -156,6 +206,13 @@ static int hook_fn(struct uprobes *u, struct uprobes_hook *h, const char *path,
 	err = kernel_attach_uprobe(u->k, fn->entry, pid, path, off, name, fn->cookie, &l);
 	if (err)
 		return err;
+	if (fn->ret == KERNEL_GO_TLS_RET) {
+		h->links[h->nlinks++] = l;
+		err = off ? hook_rets(u, h, path, fn, off, size) : -ENOENT;
+		if (err)
+			kernel_link_destroy(h->links[--h->nlinks]);
+		return err;
+	}
 	if (fn->ret != KERNEL_PROBE_NONE) {
 		err = kernel_attach_uprobe(u->k, fn->ret, pid, path, off, name, fn->cookie, &r);
 		if (err) {
@@ -202,7 +259,8 @@ static int hook_file(struct uprobes *u, struct uprobes_hook *h, const char *path
 
 		if (!cf->by_name && !cf->offs[i])
 			continue;
-		err = hook_fn(u, h, path, &cf->table->fns[i], cf->by_name ? 0 : cf->offs[i]);
+		err = hook_fn(u, h, path, &cf->table->fns[i], cf->by_name ? 0 : cf->offs[i],
+			      cf->sizes[i]);
 		if (!err) {
 			hooked++;
 			continue;
@@ -325,6 +383,44 @@ static int tls_unwrap(int fd, struct uprobes_file *cf)
 }
 
 /*
+ * Whether a Go executable passes arguments in registers: x86-64, built by Go 1.17 or later. The
+ * version is the "go1.N" string of its build information (section .go.buildinfo, which every Go
+ * executable since 1.13 has: the string itself from 1.18, a pointer to it before, when the
+ * string sits in the data instead). Without it, or older, or another architecture, false: the
+ * registers would not hold the arguments, and what they hold must not be read as a buffer.
+ */
+static bool go_regabi(Elf *e)
+{
+	GElf_Ehdr eh;
+	Elf_Scn *scn = NULL;
+	size_t shstrndx;
+
+	if (!gelf_getehdr(e, &eh) || eh.e_machine != EM_X86_64 || elf_getshdrstrndx(e, &shstrndx))
+		return false;
+	while ((scn = elf_nextscn(e, scn))) {
+		GElf_Shdr sh;
+		const char *name;
+		Elf_Data *d;
+
+		if (!gelf_getshdr(scn, &sh) || !(name = elf_strptr(e, shstrndx, sh.sh_name)) ||
+		    strcmp(name, ".go.buildinfo") || !(d = elf_getdata(scn, NULL)) || !d->d_buf)
+			continue;
+		for (size_t i = 0; i + 6 <= d->d_size; i++) {
+			const char *p = (const char *)d->d_buf + i;
+			int minor = 0;
+
+			if (memcmp(p, "go1.", 4))
+				continue;
+			for (size_t k = i + 4; k < d->d_size && p[k - i] >= '0' && p[k - i] <= '9';
+			     k++)
+				minor = minor * 10 + (p[k - i] - '0');
+			return minor >= GO_REGABI_MINOR;
+		}
+	}
+	return false;
+}
+
+/*
  * Where each function of the file's table lies (cf->offs; 0 where it is not defined), in one
  * pass over its symbol tables, as libbpf would find it by name (the first defined function of
  * that name). Asking libbpf to attach each function by name parses the file once per name and
@@ -375,12 +471,15 @@ static int resolve(const char *path, struct uprobes_file *cf)
 				if (cf->offs[k] || strcmp(name, cf->table->fns[k].name))
 					continue;
 				cf->offs[k] = vaddr_off(e, phnum, sym.st_value);
+				cf->sizes[k] = sym.st_size;
 				found += cf->offs[k] != 0;
 				break;
 			}
 		}
 	}
 	found += tls_unwrap(fd, cf);
+	if (found > 0 && cf->table->fns == go_tls_fns && !go_regabi(e))
+		found = 0;
 	elf_end(e);
 	close(fd);
 	return found;
@@ -495,6 +594,7 @@ int uprobes_scan(struct uprobes *u, uint32_t pid)
 		is_exe = !strcmp(path, exe);
 		for (size_t t = 0; t < sizeof(tables) / sizeof(tables[0]); t++) {
 			bool named =
+			    tables[t].file_prefix &&
 			    !strncmp(base, tables[t].file_prefix, strlen(tables[t].file_prefix));
 			int n;
 

@@ -32,7 +32,9 @@
 /* Functions of the longest table (CUDA runtime or driver), and links of one hook: a probe per
  * function and a return probe per CUDA host wait and per TLS call. */
 #define UPROBES_FNS_MAX 14
-#define UPROBES_HOOK_LINKS 24
+/* An entry and a return per function, or for Go a probe per RET instruction (crypto/tls's
+ * Read, Write and handshakeContext have up to a dozen together) */
+#define UPROBES_HOOK_LINKS 48
 #define CUDA_CUPTI_LIB "libtokenscope_cupti"
 
 struct kernel;
@@ -44,6 +46,7 @@ struct uprobes_fn;
  * "TLS plaintext"), the start of its file names, whether an executable may link it in, and the
  * functions hooked in it. */
 struct uprobes_table {
+	/* file_prefix NULL: looked for in executables alone */
 	const char *what, *traces, *file_prefix;
 	bool exe_too;
 	const struct uprobes_fn *fns;
@@ -58,6 +61,7 @@ struct uprobes_file {
 	bool by_name;			/* its symbols could not be read here: libbpf finds each */
 	bool hooked;			/* hooked for some process at some time */
 	uint64_t offs[UPROBES_FNS_MAX]; /* file offset of each function, 0 where absent */
+	uint64_t sizes[UPROBES_FNS_MAX]; /* and its size (the symbol's) */
 };
 
 /* The probes of one process in one file (file: an index in files; -1 for the CUPTI

@@ -45,7 +45,7 @@ struct conn {
 	int fd;
 	char label[96];
 	enum conn_role role;
-	uint64_t expect[2];	/* next stream offset per direction (enum ts_dir) */
+	uint64_t expect[2]; /* next stream offset per direction (enum ts_dir) */
 	/* the request and the response parser are aligned with message boundaries (a server's
 	 * requests come in, a client's go out) */
 	bool in_sync, out_sync;
@@ -487,15 +487,17 @@ static void conn_feed_resp(struct conn *c, const uint8_t *p, size_t n, uint64_t 
  * writes the chunked terminator after its handler sees the hang-up); a client's upstream that
  * closed before the end of a response aborted it.
  */
-static void conn_peer_gone(struct conn *c)
+static void conn_peer_gone(struct conn *c, uint64_t ts)
 {
 	if (c->h2)
-		h2conn_peer_gone(c->h2);
+		h2conn_peer_gone(c->h2, ts);
 	for (uint32_t i = 0; i < c->qlen; i++) {
 		struct request *r = c->queue[(c->qhead + i) % CONN_PIPELINE_MAX];
 
-		if (!r->done_frame)
+		if (!r->done_frame && !r->peer_gone) {
 			r->peer_gone = true;
+			r->gone_ns = ts;
+		}
 	}
 }
 
@@ -736,7 +738,7 @@ void conn_on_data(struct conn_table *t, const struct ts_data_event *e)
 	c->last_ns = ts;
 	if (e->status != TS_DATA_BYTES) {
 		if (conn_followed(c))
-			conn_peer_gone(c);
+			conn_peer_gone(c, ts);
 		return;
 	}
 	if (c->expect[dir] == 0 && (c->role == ROLE_NEW || c->rejoin[dir]) && e->syscall_pos > 0)

@@ -31,6 +31,11 @@ struct h2s {
 	bool resp_head; /* the final response headers came */
 	bool sse_on;	/* sse holds a parser */
 	bool grpc;	/* application/grpc: DATA is length-prefixed messages */
+	/* The requesting side reset it at reset_ns: it is finished (aborted) once the responses'
+	 * direction has been seen up to then (h2conn_feed), not at once: a response write made
+	 * before the reset may be recorded after it (TLS plaintext comes at the call's return). */
+	bool reset;
+	uint64_t reset_ns;
 	uint64_t head_ns; /* when the request's headers came */
 	uint64_t req_bytes;
 	struct sse_parser sse;
@@ -254,11 +259,29 @@ static void req_on_rst(void *ctx, uint32_t id, uint32_t code, uint64_t ts)
 	struct h2s *s = h2s_find(ctx, id);
 
 	(void)code;
-	if (!s)
+	if (!s || s->reset)
 		return;
-	if (!s->r->done_frame)
+	if (!s->r->done_frame && !s->r->peer_gone) {
 		s->r->peer_gone = true;
-	h2s_finish(s, ts, false);
+		s->r->gone_ns = ts;
+	}
+	s->reset = true;
+	s->reset_ns = ts;
+}
+
+/* Finishes the streams reset before ts (all: ts 0): the responses' direction is seen up to
+ * ts, so everything written before their reset has come. */
+static void h2conn_finish_reset(struct h2conn *h, uint64_t ts)
+{
+	struct h2s *s = h->streams;
+
+	while (s) {
+		struct h2s *next = s->next;
+
+		if (s->reset && (!ts || s->reset_ns <= ts))
+			h2s_finish(s, s->reset_ns, false);
+		s = next;
+	}
 }
 
 static void req_on_table_size(void *ctx, uint32_t size)
@@ -279,8 +302,7 @@ static const struct h2_callbacks req_cbs = {
 
 /* ---- the responses' direction ---- */
 
-static void resp_on_headers(void *ctx, uint32_t id, const struct h2_head *hd, bool es,
-			    uint64_t ts)
+static void resp_on_headers(void *ctx, uint32_t id, const struct h2_head *hd, bool es, uint64_t ts)
 {
 	struct h2conn *h = ctx;
 	struct h2s *s = h2s_find(h, id);
@@ -418,8 +440,8 @@ static const struct h2_callbacks resp_cbs = {
 
 /* ---- the connection ---- */
 
-struct h2conn *h2conn_new(struct conn_table *t, uint32_t pid, uint64_t conn_id,
-			  const char *label, bool client, bool tls)
+struct h2conn *h2conn_new(struct conn_table *t, uint32_t pid, uint64_t conn_id, const char *label,
+			  bool client, bool tls)
 {
 	struct h2conn *h = calloc(1, sizeof(*h));
 
@@ -490,12 +512,14 @@ int h2conn_feed(struct h2conn *h, bool req, const uint8_t *buf, size_t len, uint
 	 */
 	if (req && rx_ns) {
 		const struct h2_parser *p = &h->req;
-		bool starts = (p->state == H2_ST_PREFACE && p->got == 0) ||
-			      (p->state == H2_ST_HEADER && p->got == 0 && len > 3 &&
-			       buf[3] == H2_HEADERS);
+		bool starts =
+		    (p->state == H2_ST_PREFACE && p->got == 0) ||
+		    (p->state == H2_ST_HEADER && p->got == 0 && len > 3 && buf[3] == H2_HEADERS);
 
 		h->rx_ns = starts ? rx_ns : 0;
 	}
+	if (!req)
+		h2conn_finish_reset(h, ts);
 	if (h2_feed(req ? &h->req : &h->resp, buf, len, ts) < 0) {
 		h2conn_dead(h, ts);
 		return -EPROTO;
@@ -514,15 +538,19 @@ void h2conn_gap(struct h2conn *h, bool req, uint64_t len, uint64_t ts)
 		h2conn_dead(h, ts);
 }
 
-void h2conn_peer_gone(struct h2conn *h)
+void h2conn_peer_gone(struct h2conn *h, uint64_t ts)
 {
-	for (struct h2s *s = h->streams; s; s = s->next)
-		if (s->started && !s->r->done_frame)
+	for (struct h2s *s = h->streams; s; s = s->next) {
+		if (s->started && !s->r->done_frame && !s->r->peer_gone) {
 			s->r->peer_gone = true;
+			s->r->gone_ns = ts;
+		}
+	}
 }
 
 void h2conn_close(struct h2conn *h, uint64_t ts)
 {
+	h2conn_finish_reset(h, 0);
 	while (h->streams)
 		h2s_finish(h->streams, ts, false);
 }
@@ -535,8 +563,12 @@ void h2conn_mark_maybe_lost(struct h2conn *h)
 
 uint32_t h2conn_finish_maybe_lost(struct h2conn *h, uint64_t last_ns)
 {
-	struct h2s *s = h->streams;
+	struct h2s *s;
 	uint32_t n = 0;
+
+	/* Tracing ends: streams reset by the requesting side are over, whatever came after. */
+	h2conn_finish_reset(h, 0);
+	s = h->streams;
 
 	while (s) {
 		struct h2s *next = s->next;

@@ -35,8 +35,8 @@ void h2conn_free(struct h2conn *h);
 int h2conn_feed(struct h2conn *h, bool req, const uint8_t *buf, size_t len, uint64_t ts,
 		uint64_t rx_ns);
 void h2conn_gap(struct h2conn *h, bool req, uint64_t len, uint64_t ts);
-/* The other side hung up: every open stream was abandoned. */
-void h2conn_peer_gone(struct h2conn *h);
+/* The other side hung up (seen at ts): every open stream was abandoned. */
+void h2conn_peer_gone(struct h2conn *h, uint64_t ts);
 /* The connection closed at ts: open streams finish, incomplete. */
 void h2conn_close(struct h2conn *h, uint64_t ts);
 void h2conn_mark_maybe_lost(struct h2conn *h);

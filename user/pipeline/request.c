@@ -193,6 +193,11 @@ void request_close(struct request *r, uint64_t end_ns, bool complete)
 		r->end_ns = end_ns;
 	if (!r->end_ns)
 		r->end_ns = end_ns;
+	/* Its last write began before the hang-up was seen: the response had ended. Records of
+	 * TLS plaintext are made when the call returns, after its socket write, so the other
+	 * side's close can be read (by another thread) before the record of the write it saw. */
+	if (complete && r->peer_gone && r->gone_ns && r->end_ns <= r->gone_ns)
+		r->peer_gone = false;
 	r->outcome = request_outcome(r, complete);
 	if (r->streamed && r->ntokens == 0 && r->frames && r->format == FMT_UNKNOWN)
 		r->unknown_frames = true;

@@ -71,7 +71,9 @@ struct request {
 	/* stream frames too large to read (SSE_FRAME_MAX, or the memory cap): tokens unknown */
 	uint64_t dropped_frames;
 	bool error_frame, done_frame, unknown_frames;
-	bool peer_gone; /* the client hung up before the stream ended */
+	bool peer_gone;	  /* the client hung up before the stream ended */
+	uint64_t gone_ns; /* when that was seen (a response whose last write began before it
+			   * ended in time: TLS plaintext comes at the call's return, after) */
 	/* The kernel lost records while it was open: if it never ends, some were its own. */
 	bool maybe_lost;
 	/* gRPC: the trailers' grpc-status, -1 when none came (or not gRPC). Each message is a

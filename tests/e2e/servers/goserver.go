@@ -1,7 +1,9 @@
 // goserver is the Go net/http e2e server: SSE written with http.Flusher, stdlib only.
 // It implements the contract in ../README.md (the same API as common.py's servers).
 //
-// Usage: goserver PORT   (or --port PORT; 0 picks a free port)
+// Usage: goserver PORT [--tls-cert PEM]  (or --port PORT; 0 picks a free port). With --tls-cert
+// (certificate and key in one file) it serves TLS with crypto/tls (http.ServeTLS), which also
+// offers HTTP/2 through ALPN.
 package main
 
 import (
@@ -230,11 +232,16 @@ func chat(w http.ResponseWriter, r *http.Request) {
 
 func main() {
 	args := os.Args[1:]
+	pem := ""
+	if len(args) >= 2 && args[len(args)-2] == "--tls-cert" {
+		pem = args[len(args)-1]
+		args = args[:len(args)-2]
+	}
 	if len(args) == 2 && args[0] == "--port" {
 		args = args[1:]
 	}
 	if len(args) != 1 {
-		fmt.Fprintln(os.Stderr, "usage: goserver PORT | --port PORT  (0 picks a free port)")
+		fmt.Fprintln(os.Stderr, "usage: goserver PORT | --port PORT [--tls-cert PEM]  (0 picks a free port)")
 		os.Exit(2)
 	}
 	port, err := strconv.Atoi(args[0])
@@ -251,6 +258,10 @@ func main() {
 	mux.HandleFunc(chatPath, chat)
 	fmt.Printf("listening on %s\n", ln.Addr())
 	os.Stdout.Sync()
-	fmt.Fprintln(os.Stderr, http.Serve(ln, mux))
+	if pem != "" {
+		fmt.Fprintln(os.Stderr, http.ServeTLS(ln, mux, pem, pem))
+	} else {
+		fmt.Fprintln(os.Stderr, http.Serve(ln, mux))
+	}
 	os.Exit(1)
 }
