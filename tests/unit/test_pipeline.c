@@ -1382,6 +1382,61 @@ TEST(test_grpc_server_streaming)
 	}
 }
 
+/* HTTP/1.1 Upgrade: h2c (curl --http2 to hypercorn): the GET that asked is answered as stream
+ * 1 of the HTTP/2 that follows its 101, the next request (a chat stream) is stream 3. */
+TEST(test_h2c_upgrade)
+{
+	struct harness h;
+	cJSON *l;
+
+	h_open(&h);
+	conn_event(&h, TS_EV_CONN_OPEN, 1, 5, 1000);
+	if (!ASSERT_TRUE(replay_pair(&h, "hypercorn_h2c_upgrade", 1, 1000000, false, 0), "fixture"))
+		goto out;
+	if (!ASSERT_EQ(h_lines(&h), 2, "both requests"))
+		goto out;
+	l = line_of_stream(&h, 1);
+	if (ASSERT_OK_PTR(l, "the upgrade request, as stream 1")) {
+		ASSERT_STREQ(str(l, "method"), "GET", "method");
+		ASSERT_STREQ(str(l, "path"), "/v1/models", "path");
+		ASSERT_EQ(num(l, "status"), 200, "the HTTP/2 response's status, not the 101");
+		ASSERT_STREQ(str(l, "outcome"), "ok", "outcome");
+	}
+	l = line_of_stream(&h, 3);
+	if (ASSERT_OK_PTR(l, "the chat stream")) {
+		ASSERT_STREQ(str(l, "outcome"), "ok", "outcome");
+		ASSERT_EQ(num(l, "frames"), 4, "content frames");
+	}
+	ASSERT_EQ(h.pl.conns.stats.h2_conns, 1, "counted as HTTP/2");
+	ASSERT_EQ(conn_inflight(&h.pl.conns), 0, "nothing in flight");
+out:
+	h_close(&h);
+}
+
+/* Any other upgrade (WebSocket): the request ends answered, and the connection is not read as
+ * HTTP any more. */
+TEST(test_websocket_upgrade)
+{
+	struct harness h;
+
+	h_open(&h);
+	data_event(
+	    &h, 1, TS_DIR_IN,
+	    "GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
+	    1000);
+	data_event(&h, 1, TS_DIR_OUT,
+		   "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n\x81\x05hello",
+		   2000);
+	data_event(&h, 1, TS_DIR_IN, "\x81\x85" "abcdxxxxx", 3000);
+	if (ASSERT_EQ(h_lines(&h), 1, "the upgrade request")) {
+		ASSERT_EQ(num(h.lines[0], "status"), 101, "answered 101");
+		ASSERT_STREQ(str(h.lines[0], "outcome"), "ok", "ended there");
+	}
+	ASSERT_EQ(h.pl.conns.stats.desyncs, 0, "no desync");
+	ASSERT_EQ(conn_inflight(&h.pl.conns), 0, "nothing in flight");
+	h_close(&h);
+}
+
 /* A connection first seen in its middle: frames, no preface. Counted, never guessed. */
 TEST(test_h2_joined_midway)
 {
@@ -1496,7 +1551,8 @@ TEST(test_proxy_pairing)
 	up = cJSON_GetObjectItem(s, "upstream");
 	if (ASSERT_OK_PTR(up, "the served request names its upstream")) {
 		ASSERT_STREQ(str(up, "conn"), str(u, "conn"), "the upstream's conn");
-		ASSERT_NEAR(num(up, "ttft_ms"), (20000010 - 1200000) / 1e6, 0.0006, "upstream TTFT");
+		ASSERT_NEAR(num(up, "ttft_ms"), (20000010 - 1200000) / 1e6, 0.0006,
+			    "upstream TTFT");
 	}
 	ASSERT_NEAR(num(s, "ttft_ms"), (20100000 - 1000010) / 1e6, 0.0006, "served TTFT");
 	ASSERT_NEAR(num(s, "proxy_ttft_ms"), ((20100000 - 1000010) - (20000010 - 1200000)) / 1e6,

@@ -131,6 +131,7 @@ static void req_on_head(void *ctx, const struct http_head *h, uint64_t ts)
 	r->received_ns = c->rx_first;
 	r->tls = c->tls_plain;
 	r->client = c->role == ROLE_CLIENT;
+	r->h2c_upgrade = h->upgrade_h2c;
 	r->prompt_bytes = h->content_length >= 0 ? h->content_length : 0;
 }
 
@@ -435,11 +436,48 @@ static void conn_become_client(struct conn *c)
 		memcpy(arrow, "->", 2);
 }
 
+/*
+ * A 101 response switched the connection to another protocol; n bytes of it (p) followed the
+ * 101 in the same write. A server's request that asked for h2c goes on as HTTP/2 stream 1 and
+ * the connection as HTTP/2 (the client's preface comes next). Any other upgrade (WebSocket)
+ * ends the request there, answered (101), and the connection is followed no further.
+ */
+static void conn_upgraded(struct conn *c, const uint8_t *p, size_t n, uint64_t ts)
+{
+	struct request *r = conn_current(c);
+
+	if (r && r->h2c_upgrade && c->role == ROLE_SERVER && c->qlen == 1) {
+		c->h2 = h2conn_new(c->t, c->pid, c->id, c->label, false, c->tls_plain);
+		if (c->h2) {
+			/* Out of the HTTP/1.1 queue, still in flight: stream 1 ends it. */
+			c->queue[c->qhead] = NULL;
+			c->qhead = (c->qhead + 1) % CONN_PIPELINE_MAX;
+			c->qlen = 0;
+			c->resp_active = false;
+			buf_reset(&c->body, &c->t->budget);
+			c->t->stats.h2_conns++;
+			h2conn_adopt(c->h2, r);
+			if (n)
+				h2conn_feed(c->h2, false, p, n, ts, 0);
+			return;
+		}
+	}
+	if (r) {
+		r->status = 101;
+		r->end_ns = ts;
+		conn_finish(c, ts, true);
+	}
+	while (c->qlen)
+		conn_finish(c, ts, false);
+	c->role = ROLE_IGNORED;
+}
+
 /* Bytes of the responses' direction: out from a server, in to a client. */
 static void conn_feed_resp(struct conn *c, const uint8_t *p, size_t n, uint64_t ts, bool at_start,
 			   uint64_t pos)
 {
 	struct request *r;
+	size_t up;
 
 	if (c->h2) {
 		h2conn_feed(c->h2, false, p, n, ts, 0);
@@ -479,6 +517,8 @@ static void conn_feed_resp(struct conn *c, const uint8_t *p, size_t n, uint64_t 
 		http_expect_no_body(&c->resp);
 	if (http_feed(&c->resp, p, n, ts) < 0)
 		conn_desync_out(c, ts);
+	else if (http_upgraded(&c->resp, &up))
+		conn_upgraded(c, p + up, n - up, ts);
 }
 
 /*

@@ -463,6 +463,31 @@ struct h2conn *h2conn_new(struct conn_table *t, uint32_t pid, uint64_t conn_id, 
 	return h;
 }
 
+void h2conn_adopt(struct h2conn *h, struct request *r)
+{
+	struct h2s *s = calloc(1, sizeof(*s));
+
+	if (!s || !budget_take(&h->t->budget, sizeof(*s))) {
+		free(s);
+		/* Not kept: it was started, so it ends, unanswered. */
+		request_close(r, r->arrival_ns, false);
+		if (!r->client)
+			h->t->inflight--;
+		h->t->sink.request_done(h->t->sink.ctx, r);
+		return;
+	}
+	s->h = h;
+	s->id = 1; /* RFC 9113 section 3.2: the upgrade request is stream 1, half-closed */
+	s->r = r;
+	s->started = s->req_ended = true;
+	s->head_ns = r->arrival_ns;
+	r->h2 = true;
+	r->stream = 1;
+	s->next = h->streams;
+	h->streams = s;
+	h->nstreams++;
+}
+
 void h2conn_free(struct h2conn *h)
 {
 	if (!h)

@@ -26,6 +26,9 @@ struct h2conn;
  * the traced process sent the preface. NULL when out of memory. */
 struct h2conn *h2conn_new(struct conn_table *t, uint32_t pid, uint64_t conn_id,
 			  const char *label, bool client, bool tls);
+/* The HTTP/1.1 request whose 101 response switched the connection to HTTP/2 (Upgrade: h2c):
+ * it goes on as stream 1, started, its response to come as HTTP/2. */
+void h2conn_adopt(struct h2conn *h, struct request *r);
 /* Frees the open streams without reporting them. */
 void h2conn_free(struct h2conn *h);
 /* Bytes of the requests' direction (req) or the responses'; rx_ns: when the bytes of a

@@ -24,6 +24,7 @@
 #define HTTP_CONTENT_LENGTH_LIMIT (INT64_C(1) << 60)
 
 enum {
+	HTTP_STATUS_SWITCHING = 101,
 	HTTP_STATUS_NO_CONTENT = 204,
 	HTTP_STATUS_NOT_MODIFIED = 304,
 };
@@ -205,6 +206,10 @@ static int http_header(struct http_parser *p, struct http_head_flags *fl, const 
 			else if (http_eq(el, elen, "keep-alive"))
 				fl->conn_keep = true;
 		}
+	} else if (http_eq(name, nlen, "upgrade")) {
+		while (http_list_next(&it, &el, &elen))
+			if (http_eq(el, elen, "h2c"))
+				h->upgrade_h2c = true;
 	} else if (http_eq(name, nlen, "content-type")) {
 		const char *semi = memchr(val, ';', vlen);
 		size_t n = semi ? (size_t)(semi - val) : vlen;
@@ -400,6 +405,9 @@ static int http_head_done(struct http_parser *p, uint64_t ts)
 			p->expect_no_body = false;
 		if (no_body) {
 			http_end(p, ts);
+			/* Switching Protocols: what follows is not HTTP/1.x. */
+			if (h->status == HTTP_STATUS_SWITCHING)
+				p->state = HTTP_ST_UPGRADED;
 			return 0;
 		}
 	}
@@ -574,6 +582,7 @@ static long http_step(struct http_parser *p, const uint8_t *buf, size_t len, uin
 	case HTTP_ST_TRAILER:
 		return http_feed_trailer(p, buf, len, ts);
 	case HTTP_ST_DESYNC:
+	case HTTP_ST_UPGRADED:
 		break;
 	}
 	return -EPROTO;
@@ -583,7 +592,7 @@ int http_feed(struct http_parser *p, const uint8_t *buf, size_t len, uint64_t ts
 {
 	size_t off = 0;
 
-	if (p->state == HTTP_ST_DESYNC)
+	if (p->state == HTTP_ST_DESYNC || p->state == HTTP_ST_UPGRADED)
 		return -EPROTO;
 	p->last_ts = ts;
 	/* Every step consumes a byte or more, or fails: the loop ends by construction. */
@@ -595,8 +604,20 @@ int http_feed(struct http_parser *p, const uint8_t *buf, size_t len, uint64_t ts
 			return -EPROTO;
 		}
 		off += (size_t)n;
+		if (p->state == HTTP_ST_UPGRADED) {
+			p->upgraded_at = off;
+			return 0;
+		}
 	}
 	return 0;
+}
+
+bool http_upgraded(const struct http_parser *p, size_t *off)
+{
+	if (p->state != HTTP_ST_UPGRADED)
+		return false;
+	*off = p->upgraded_at;
+	return true;
 }
 
 void http_gap(struct http_parser *p, size_t len)

@@ -9,7 +9,8 @@
  * (head, chunk-size line, trailer, between messages) desyncs the parser: every later call
  * returns -EPROTO until http_init(). Bytes that do not start like HTTP are -EPROTO at once.
  * A 1xx response is a message of its own (on_head, on_end) before the final one; after a 101
- * the bytes are another protocol and so -EPROTO. Callbacks must not re-init the parser.
+ * (Switching Protocols) the bytes are another protocol: the feed stops at the end of its head
+ * (http_upgraded says where) and later feeds are -EPROTO. Callbacks must not re-init the parser.
  */
 #ifndef TS_HTTP_H
 #define TS_HTTP_H
@@ -38,6 +39,7 @@ struct http_head {
 	int64_t content_length;		   /* -1 if absent */
 	bool chunked, keep_alive;	   /* keep_alive from version + Connection header */
 	char content_type[HTTP_CTYPE_MAX]; /* lower-cased media type without params, "" if absent */
+	bool upgrade_h2c; /* an Upgrade header naming h2c (HTTP/2 over cleartext) */
 };
 
 struct http_callbacks {
@@ -61,6 +63,7 @@ enum http_state {
 	HTTP_ST_CHUNK_DATA_LF,
 	HTTP_ST_TRAILER, /* trailer lines after the last chunk, up to an empty line */
 	HTTP_ST_DESYNC,	 /* lost our place: -EPROTO until http_init() */
+	HTTP_ST_UPGRADED, /* after a 101: another protocol, -EPROTO until http_init() */
 };
 
 struct http_parser {
@@ -77,6 +80,7 @@ struct http_parser {
 	bool size_done;	     /* chunk-size digits ended (extension or whitespace follows) */
 	bool expect_no_body; /* the next response answers a HEAD request */
 	size_t head_len;
+	size_t upgraded_at; /* HTTP_ST_UPGRADED: bytes of the feed that held the 101's head end */
 	struct budget *budget; /* charged for the head buffer; NULL: unlimited (http_set_budget) */
 	/* Allocated when a head starts and freed when it ends: an idle keep-alive connection holds
 	 * none, and a connection mid-body holds no head fields either. */
@@ -107,6 +111,9 @@ void http_close(struct http_parser *p, uint64_t ts);
 bool http_idle(const struct http_parser *p);
 /* true once -EPROTO was returned or a gap could not be skipped */
 bool http_desynced(const struct http_parser *p);
+/* After a 101 response: true, and *off the bytes of the feed that ended its head (the other
+ * protocol's bytes start there). */
+bool http_upgraded(const struct http_parser *p, size_t *off);
 /* the next response has no body (it answers HEAD); call before its head is fed, or from its
  * on_head callback */
 void http_expect_no_body(struct http_parser *p);

@@ -45,6 +45,7 @@ struct request {
 	char container[13]; /* short container id of the server (trace --all), "" when none */
 	bool tls;	    /* came over TLS: its bytes are the TLS library's plaintext */
 	bool h2;	    /* an HTTP/2 stream (stream is its id); else HTTP/1.1 */
+	bool h2c_upgrade;   /* an HTTP/1.1 request that asked to go on in HTTP/2 (Upgrade: h2c) */
 	uint32_t stream;
 	/* The traced process made it (a client of an upstream server): its times are the
 	 * process's writes of the request and reads of the response, and conn is local->peer. */
