@@ -88,7 +88,7 @@ enum ts_tls_fn {
 	/* Go's crypto/tls (register ABI: receiver in RAX, the slice in RBX, RCX; returns in RAX) */
 	TS_TLS_GO_READ,	     /* func (c *Conn) Read(b []byte) (int, error) */
 	TS_TLS_GO_WRITE,     /* func (c *Conn) Write(b []byte) (int, error) */
-	TS_TLS_GO_HANDSHAKE, /* func (c *Conn) handshakeContext(ctx) error: tells which socket */
+	TS_TLS_GO_CLOSE,     /* func (c *Conn) Close() error: the goroutine's calls are over */
 };
 
 struct ts_event_hdr {

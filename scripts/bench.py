@@ -30,7 +30,10 @@
    SSL_write each (OpenSSL makes the write syscall inside the call), untraced and traced; the
    writer's CPU per write, and from kernel.bpf_stats the BPF time per write of the TLS uprobe
    programs and of the syscall programs. The uprobes' trap and single-step are not in
-   bpf_stats: the writer's CPU shows them.
+   bpf_stats: the writer's CPU shows them. The same with Go's crypto/tls (tests/bench/
+   gowriteloop.go, built with the Debian Go toolchain when it is there): one (*tls.Conn).Write
+   per frame, probed at its entry and at each RET, its socket write inside; the CPU is the
+   writer process's (goroutines move between threads).
 
 Environment:
   BENCH_SECTIONS          sections to run, e.g. "3" or "0 2"; default all (0 to 6)
@@ -234,9 +237,9 @@ def client(port, n, c, tokens, tmp, extra=()):
 SYSCALL_PROGS = ("ts_sys_enter", "ts_sys_exit")
 
 
-def writeloop_run(kind, tmp, frames=200000, extra=(), progs=SYSCALL_PROGS, binary=TS):
-    wl = spawn([WL, "-n", str(frames), *extra], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-               text=True)
+def writeloop_run(kind, tmp, frames=200000, extra=(), progs=SYSCALL_PROGS, binary=TS, wl_bin=None):
+    wl = spawn([wl_bin or WL, "-n", str(frames), *extra], stdin=subprocess.PIPE,
+               stdout=subprocess.PIPE, text=True)
     pid = int(wl.stdout.readline().split()[1])
     tr = Tracer(kind, pid, tmp, binary=binary)
     wl.stdin.write("go\n")
@@ -656,6 +659,38 @@ def section_tls(tmp):
         print("   BPF time per write (kernel.bpf_stats): " + ", ".join(
             f"{p} {statistics.median(x['bpf_ns_by_prog'].get(p, 0) for x in traced):.0f} ns"
             for p in progs) + f"; records lost {[x.get('lost_records') for x in traced]}")
+    section_go_tls(tmp, pem, frames)
+
+
+def section_go_tls(tmp, pem, frames):
+    """Section 6's Go half: gowriteloop, Go's crypto/tls, untraced and traced."""
+    if not have("go"):
+        print("   Go crypto/tls: skipped, no Go toolchain (golang-go)")
+        return
+    gwl = os.path.join(tmp, "gowriteloop")
+    env = dict(os.environ, GOCACHE=os.path.join(tmp, "gocache"),
+               GOPATH=os.path.join(tmp, "gopath"), GOFLAGS="", CGO_ENABLED="0")
+    r = subprocess.run(["go", "build", "-o", gwl, os.path.join("tests", "bench",
+                                                                "gowriteloop.go")],
+                       env=env, capture_output=True, text=True)
+    if r.returncode:
+        print(f"   Go crypto/tls: skipped, go build failed: {r.stderr.strip()[-200:]}")
+        return
+    progs = ("ts_go_tls_enter", "ts_go_tls_ret") + SYSCALL_PROGS
+    runs = {"untraced": [], "tokenscope": []}
+    for _ in range(ROUNDS):
+        for kind in runs:
+            runs[kind].append(writeloop_run(kind, tmp, frames, ["-tls", pem], progs, TS, gwl))
+    base = statistics.median(x["cpu_ns"] for x in runs["untraced"])
+    base_wall = statistics.median(x["wall_ns"] for x in runs["untraced"])
+    traced = runs["tokenscope"]
+    cpu = statistics.median(x["cpu_ns"] for x in traced)
+    wall = statistics.median(x["wall_ns"] for x in traced)
+    print(f"   Go crypto/tls: process CPU per (*tls.Conn).Write {cpu:.0f} ns against {base:.0f} "
+          f"ns untraced (+{(cpu - base) / 1000:.2f} us; writes/s ratio {base_wall / wall:.3f})")
+    print("   BPF time per write (kernel.bpf_stats): " + ", ".join(
+        f"{p} {statistics.median(x['bpf_ns_by_prog'].get(p, 0) for x in traced):.0f} ns"
+        for p in progs) + f"; records lost {[x.get('lost_records') for x in traced]}")
 
 
 def main():

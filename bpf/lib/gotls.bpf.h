@@ -4,19 +4,25 @@
  * its socket as OpenSSL's is (tls.bpf.h), by a socket syscall made inside the call.
  *
  * Go differs in three ways. Its functions take their arguments in registers (the register ABI of
- * Go 1.17 and later: the receiver in RAX, the slice's pointer in RBX; the byte count returned in
- * RAX). A uretprobe replaces the return address on the stack, which Go moves when it grows a
- * goroutine's stack: user space probes every RET instruction of the function instead. And a
- * call is a goroutine's, which may park in the middle (a read that would block) and go on on
- * another thread: the call is kept by goroutine, whose g pointer Go keeps in R14, not by thread;
- * the socket syscall inside it is recognised by the same R14 in the syscall's registers (Go's
- * syscall paths leave it alone). The first call of a connection may find its bytes read already
- * by the handshake: handshakeContext is probed too, for the join alone. Read and Write call it
- * first themselves (it returns at once once done), so a goroutine's calls are kept by kind: a
- * handshake inside a Read does not take the Read's place. A Write's plaintext is whole at its
- * entry (the slice), and is sent at its first socket write, where the connection is certain: at
- * the return the goroutine may have waited long enough for the connection to be closed (a
- * client that read the end hangs up, and another goroutine closes the socket).
+ * Go 1.17 and later: the receiver in RAX, the slice's pointer in RBX and length in RCX; the
+ * byte count returned in RAX). A uretprobe replaces the return address on the stack, which Go
+ * moves when it grows a goroutine's stack: user space probes the RET instructions of Read
+ * instead. And a call is a goroutine's, which may park in the middle (a read that would block)
+ * and go on on another thread: calls are kept by goroutine, whose g pointer Go keeps in R14,
+ * not by thread, and the socket syscall inside one is recognised by the same R14 in the
+ * syscall's registers (Go's syscall paths leave it alone).
+ *
+ * A Write needs no return probe: its plaintext is whole at its entry (the slice) and is sent
+ * at its first socket write, where the connection is certain (at the return the goroutine may
+ * have waited long enough for the connection to be closed). Its entry stays until the
+ * goroutine's next Read or Write, or the connection's Close (probed, for the alert it writes):
+ * it is sent once, and a goroutine in another call has left it. Each probe is a trap, and, where the probed instruction must be
+ * single-stepped, a second one, which costs tens of microseconds on a virtual machine: user
+ * space probes entries at the prologue's conditional jump, which the kernel emulates.
+ * Where no syscall was seen inside a Read (its bytes were read already, by the handshake) the
+ * socket is the object's earlier one (tls_socks), or read from the tls.Conn: its net.Conn's
+ * *netFD and that poll.FD's Sysfd, whose layout has not changed since Go 1.0; a descriptor
+ * that is not a traced TLS connection of the process is not believed.
  * Part of tokenscope.bpf.c, which includes the parts in order; not a header to include alone.
  */
 #ifndef TS_BPF_GOTLS_H
@@ -46,6 +52,12 @@ struct {
 	__type(value, struct go_tls_call);
 } go_tls_calls SEC(".maps");
 
+/* Offsets in Go's structs (see above): tls.Conn.conn (net.Conn: itab, data), then, in
+ * *net.TCPConn, conn.fd (*netFD), and in netFD, pfd.Sysfd after the 16-byte fdMutex. */
+#define GO_TLS_CONN_DATA 8
+#define GO_NETCONN_FD 0
+#define GO_NETFD_SYSFD 16
+
 /* Set by the first Go TLS call: until then a syscall does not look for one. */
 bool go_tls_active = false;
 
@@ -62,7 +74,7 @@ static __always_inline __u64 go_tls_syscall(struct stash *st, struct conn *c, __
 
 	if (!g)
 		return 0;
-	for (__u32 fn = TS_TLS_GO_READ; fn <= TS_TLS_GO_HANDSHAKE; fn++) {
+	for (__u32 fn = TS_TLS_GO_READ; fn <= TS_TLS_GO_WRITE; fn++) {
 		struct go_tls_call *call;
 
 		k.fn = fn;
@@ -102,6 +114,19 @@ int ts_go_tls_enter(struct pt_regs *ctx)
 		return 0;
 	go_tls_active = true;
 	call.fn = k.fn = bpf_get_attach_cookie(ctx);
+	if (call.fn == TS_TLS_GO_CLOSE) {
+		k.fn = TS_TLS_GO_READ;
+		bpf_map_delete_elem(&go_tls_calls, &k);
+		k.fn = TS_TLS_GO_WRITE;
+		bpf_map_delete_elem(&go_tls_calls, &k);
+		return 0;
+	}
+	/* A goroutine's calls do not overlap: one that reads has returned from its last Write. */
+	if (call.fn == TS_TLS_GO_READ) {
+		k.fn = TS_TLS_GO_WRITE;
+		bpf_map_delete_elem(&go_tls_calls, &k);
+		k.fn = TS_TLS_GO_READ;
+	}
 	call.tconn = ctx->ax;
 	call.buf = ctx->bx;
 	call.len = ctx->cx;
@@ -110,16 +135,37 @@ int ts_go_tls_enter(struct pt_regs *ctx)
 	return 0;
 }
 
-/* At each RET of the function: RAX holds the byte count (Read, Write). */
+/* The socket of a *tls.Conn from its fields, if it is a traced TLS connection of pid. */
+static __always_inline struct conn *go_tls_conn_fd(__u32 pid, __u64 tconn, __s32 *fdp)
+{
+	struct ts_conn_key ck = { .pid = pid };
+	__u64 data, netfd;
+	__s64 sysfd;
+	struct conn *c;
+
+	if (bpf_probe_read_user(&data, sizeof(data), (void *)(tconn + GO_TLS_CONN_DATA)) ||
+	    !data ||
+	    bpf_probe_read_user(&netfd, sizeof(netfd), (void *)(data + GO_NETCONN_FD)) || !netfd ||
+	    bpf_probe_read_user(&sysfd, sizeof(sysfd), (void *)(netfd + GO_NETFD_SYSFD)) ||
+	    sysfd < 0 || sysfd > 0x7fffffff)
+		return NULL;
+	ck.fd = (__s32)sysfd;
+	c = bpf_map_lookup_elem(&conns, &ck);
+	if (!c || !c->tls)
+		return NULL;
+	*fdp = ck.fd;
+	return c;
+}
+
+/* At each RET of Read: RAX holds the byte count. */
 SEC("uprobe")
-int ts_go_tls_return(struct pt_regs *ctx)
+int ts_go_tls_ret(struct pt_regs *ctx)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	struct go_tls_key k = { .pid = pid_tgid >> 32, .fn = bpf_get_attach_cookie(ctx),
-				.g = ctx->r14 };
+	struct go_tls_key k = { .pid = pid_tgid >> 32, .fn = TS_TLS_GO_READ, .g = ctx->r14 };
 	struct tls_key tk = { .pid = pid_tgid >> 32 };
 	struct go_tls_call *cp, call;
-	struct stash st = {};
+	struct stash st = { .sys = TS_SYS_TLS_READ };
 	long n = (long)ctx->ax;
 	struct conn *c;
 
@@ -129,15 +175,18 @@ int ts_go_tls_return(struct pt_regs *ctx)
 	call = *cp;
 	bpf_map_delete_elem(&go_tls_calls, &k);
 	tk.ssl = call.tconn;
-	st.sys = call.fn == TS_TLS_GO_READ ? TS_SYS_TLS_READ : TS_SYS_TLS_WRITE;
 	if (call.fd1) {
 		st.fd = call.fd1 - 1;
 		c = tls_bind(&tk, (__u32)pid_tgid, st.fd, st.sys, call.enter_ns);
 	} else {
 		c = tls_known(&tk, &st.fd);
+		if (!c && (c = go_tls_conn_fd(tk.pid, tk.ssl, &st.fd))) {
+			struct tls_sock v = { .conn_id = c->conn_id, .fd = st.fd };
+
+			bpf_map_update_elem(&tls_socks, &tk, &v, BPF_ANY);
+		}
 	}
-	/* A Write sent at its socket write is done; so is a handshake. */
-	if (call.fn == TS_TLS_GO_HANDSHAKE || call.sent || n <= 0)
+	if (n <= 0)
 		return 0;
 	if (!c) {
 		stat_add(TS_STAT_TLS_UNJOINED, 1);

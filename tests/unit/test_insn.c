@@ -96,6 +96,35 @@ TEST(test_rets)
 	ASSERT_EQ(insn_x86_rets(cut, sizeof(cut), offs, 4), -EINVAL, "bytes that do not decode");
 }
 
+/* Where an entry probe costs one trap: the jump of Go's stack check, which the kernel
+ * emulates, when nothing before it touches the argument registers, R14 or RSP. */
+TEST(test_cheap_entry)
+{
+	/* crypto/tls.(*Conn).Write of Go 1.19: a frame larger than the stack guard's slack. */
+	static const uint8_t go_big[] = {
+		0x4c, 0x8d, 0x64, 0x24, 0x98,		  /* lea -0x68(%rsp),%r12 */
+		0x4d, 0x3b, 0x66, 0x10,			  /* cmp 0x10(%r14),%r12 */
+		0x0f, 0x86, 0x64, 0x07, 0x00, 0x00,	  /* jbe morestack */
+		0x48, 0x81, 0xec, 0xe8, 0x00, 0x00, 0x00, /* sub $0xe8,%rsp */
+	};
+	/* A small frame: the check compares RSP itself. */
+	static const uint8_t go_small[] = { 0x49, 0x3b, 0x66, 0x10, /* cmp 0x10(%r14),%rsp */
+					    0x76, 0x2a,		    /* jbe */
+					    0x55 };		    /* push %rbp */
+	/* RAX written before the first jump: its value at the jump is not the argument. */
+	static const uint8_t clobber[] = { 0xb8, 0x01, 0x00, 0x00, 0x00, /* mov $1,%eax */
+					   0x74, 0x02,			 /* je */
+					   0xc3 };
+	/* A C function: its push first, at the start. */
+	static const uint8_t c_fn[] = { 0x55, 0x48, 0x89, 0xe5 };
+
+	ASSERT_EQ(insn_x86_cheap_entry(go_big, sizeof(go_big)), 9, "the jbe after lea and cmp");
+	ASSERT_EQ(insn_x86_cheap_entry(go_small, sizeof(go_small)), 4, "the jbe after cmp");
+	ASSERT_EQ(insn_x86_cheap_entry(clobber, sizeof(clobber)), 0, "the start");
+	ASSERT_EQ(insn_x86_cheap_entry(c_fn, sizeof(c_fn)), 0, "the push at the start");
+	ASSERT_EQ(insn_x86_cheap_entry(go_big, 5), 0, "cut before the jump: the start");
+}
+
 int main(void)
 {
 	return check_run_all();

@@ -62,3 +62,77 @@ int insn_x86_rets(const uint8_t *b, size_t n, uint32_t *offs, int max)
 	cs_close(&h);
 	return err ? err : found;
 }
+
+/* Registers whose value an entry probe of Go code reads: the arguments, the goroutine, the
+ * stack. */
+static bool x86_go_reg(uint16_t r)
+{
+	static const uint16_t regs[] = {
+		X86_REG_RAX,  X86_REG_EAX,  X86_REG_AX,	  X86_REG_AL,	X86_REG_AH,   X86_REG_RBX,
+		X86_REG_EBX,  X86_REG_BX,   X86_REG_BL,	  X86_REG_BH,	X86_REG_RCX,  X86_REG_ECX,
+		X86_REG_CX,   X86_REG_CL,   X86_REG_CH,	  X86_REG_RDI,	X86_REG_EDI,  X86_REG_DI,
+		X86_REG_DIL,  X86_REG_RSI,  X86_REG_ESI,  X86_REG_SI,	X86_REG_SIL,  X86_REG_R8,
+		X86_REG_R8D,  X86_REG_R8W,  X86_REG_R8B,  X86_REG_R9,	X86_REG_R9D,  X86_REG_R9W,
+		X86_REG_R9B,  X86_REG_R10,  X86_REG_R10D, X86_REG_R10W, X86_REG_R10B, X86_REG_R11,
+		X86_REG_R11D, X86_REG_R11W, X86_REG_R11B, X86_REG_R14,	X86_REG_R14D, X86_REG_R14W,
+		X86_REG_R14B, X86_REG_RSP,  X86_REG_ESP,  X86_REG_SP,	X86_REG_SPL,
+	};
+
+	for (size_t i = 0; i < sizeof(regs) / sizeof(regs[0]); i++)
+		if (regs[i] == r)
+			return true;
+	return false;
+}
+
+/* Instructions an x86-64 uprobe emulates instead of single-stepping (of those a prologue
+ * has): a conditional jump, a push of a register. */
+static bool x86_emulated(const cs_insn *insn)
+{
+	const cs_x86 *x = &insn->detail->x86;
+
+	if (insn->id == X86_INS_PUSH)
+		return x->op_count == 1 && x->operands[0].type == X86_OP_REG;
+	if (insn->id == X86_INS_JMP || insn->id == X86_INS_JRCXZ || insn->id == X86_INS_JECXZ)
+		return false;
+	for (uint8_t i = 0; i < insn->detail->groups_count; i++)
+		if (insn->detail->groups[i] == CS_GRP_JUMP)
+			return x->op_count == 1 && x->operands[0].type == X86_OP_IMM;
+	return false;
+}
+
+/* Instructions looked at for a cheaper entry: a Go prologue's jump is its third. */
+#define X86_ENTRY_LOOK 6
+
+uint32_t insn_x86_cheap_entry(const uint8_t *b, size_t n)
+{
+	const uint8_t *p = b;
+	uint64_t addr = 0;
+	uint32_t found = 0;
+	cs_insn *insn;
+	csh h;
+
+	if (cs_open(CS_ARCH_X86, CS_MODE_64, &h) != CS_ERR_OK)
+		return 0;
+	cs_option(h, CS_OPT_DETAIL, CS_OPT_ON);
+	insn = cs_malloc(h);
+	for (int k = 0; insn && k < X86_ENTRY_LOOK && cs_disasm_iter(h, &p, &n, &addr, insn); k++) {
+		cs_regs rd, wr;
+		uint8_t nrd, nwr;
+		bool clobbers = false;
+
+		if (x86_emulated(insn)) {
+			found = (uint32_t)insn->address;
+			break;
+		}
+		if (cs_regs_access(h, insn, rd, &nrd, wr, &nwr) != CS_ERR_OK)
+			break;
+		for (uint8_t i = 0; i < nwr; i++)
+			clobbers |= x86_go_reg(wr[i]);
+		if (clobbers)
+			break;
+	}
+	if (insn)
+		cs_free(insn, 1);
+	cs_close(&h);
+	return found;
+}

@@ -35,5 +35,14 @@ bool insn_x86_push(const uint8_t *b, size_t n);
  * stacks), a probe on each RET sees the function return.
  */
 int insn_x86_rets(const uint8_t *b, size_t n, uint32_t *offs, int max);
+/*
+ * Where in the function at b (its first n bytes) an entry probe costs one trap: the offset of
+ * its first instruction the kernel emulates (a conditional jump, a push of a register) when
+ * every instruction before it leaves the argument registers of Go's register ABI (RAX, RBX,
+ * RCX, RDI, RSI, R8-R11), R14 (the goroutine) and RSP alone, within the first few
+ * instructions; else 0, the function's start (its first instruction is single-stepped). Go's
+ * prologue (`lea -N(%rsp),%r12; cmp 16(%r14),%r12; jbe morestack`) gives the jbe.
+ */
+uint32_t insn_x86_cheap_entry(const uint8_t *b, size_t n);
 
 #endif

@@ -241,7 +241,7 @@ int kernel_attach_uprobe(struct kernel *k, enum kernel_probe probe, int pid, con
 		prog = k->skel->progs.ts_go_tls_enter;
 		break;
 	case KERNEL_GO_TLS_RET:
-		prog = k->skel->progs.ts_go_tls_return;
+		prog = k->skel->progs.ts_go_tls_ret;
 		break;
 	default:
 		return -EINVAL;

@@ -82,16 +82,13 @@ static const struct uprobes_fn tls_fns[] = {
 	TLS_CALL("SSL_do_handshake", TS_TLS_HANDSHAKE),
 };
 
-/* Go's crypto/tls in a Go executable (register ABI, Go 1.17 and later, x86-64): the entry, and
- * each RET instruction in place of the return (gotls.bpf.h says why). */
-#define GO_TLS_CALL(name, kind)                                   \
-	{                                                         \
-		name, kind, KERNEL_GO_TLS_CALL, KERNEL_GO_TLS_RET \
-	}
+/* Go's crypto/tls in a Go executable (register ABI, x86-64): Read's entry and each of its RET
+ * instructions in place of its return; Write's and Close's entries alone (gotls.bpf.h says
+ * why). */
 static const struct uprobes_fn go_tls_fns[] = {
-	GO_TLS_CALL("crypto/tls.(*Conn).Read", TS_TLS_GO_READ),
-	GO_TLS_CALL("crypto/tls.(*Conn).Write", TS_TLS_GO_WRITE),
-	GO_TLS_CALL("crypto/tls.(*Conn).handshakeContext", TS_TLS_GO_HANDSHAKE),
+	{ "crypto/tls.(*Conn).Read", TS_TLS_GO_READ, KERNEL_GO_TLS_CALL, KERNEL_GO_TLS_RET },
+	{ "crypto/tls.(*Conn).Write", TS_TLS_GO_WRITE, KERNEL_GO_TLS_CALL, KERNEL_PROBE_NONE },
+	{ "crypto/tls.(*Conn).Close", TS_TLS_GO_CLOSE, KERNEL_GO_TLS_CALL, KERNEL_PROBE_NONE },
 };
 /* The first Go release whose functions take their arguments in registers on x86-64. */
 #define GO_REGABI_MINOR 17
@@ -194,6 +191,20 @@ static int hook_rets(struct uprobes *u, struct uprobes_hook *h, const char *path
 	return err;
 }
 
+/* Where to probe the entry of the Go function at off: where it costs one trap (insn.h). */
+static uint64_t go_entry(const char *path, uint64_t off)
+{
+	uint8_t b[64];
+	int fd;
+	ssize_t n;
+
+	if (!off || (fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+		return off;
+	n = pread(fd, b, sizeof(b), (off_t)off);
+	close(fd);
+	return n > 0 ? off + insn_x86_cheap_entry(b, (size_t)n) : off;
+}
+
 static int hook_fn(struct uprobes *u, struct uprobes_hook *h, const char *path,
 		   const struct uprobes_fn *fn, uint64_t off, uint64_t size)
 {
@@ -203,7 +214,9 @@ static int hook_fn(struct uprobes *u, struct uprobes_hook *h, const char *path,
 
 	if (h->nlinks + 2 > UPROBES_HOOK_LINKS)
 		return -E2BIG;
-	err = kernel_attach_uprobe(u->k, fn->entry, pid, path, off, name, fn->cookie, &l);
+	err = kernel_attach_uprobe(u->k, fn->entry, pid, path,
+				   fn->entry == KERNEL_GO_TLS_CALL ? go_entry(path, off) : off, name,
+				   fn->cookie, &l);
 	if (err)
 		return err;
 	if (fn->ret == KERNEL_GO_TLS_RET) {
