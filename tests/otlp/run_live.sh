@@ -46,7 +46,7 @@ build() {
 	for p in "${pids[@]}"; do
 		wait "$p" || return 1
 	done
-	libs=(-lcjson -lm -lpthread)
+	libs=(-lnghttp2 -lcapstone -lcjson -lm -lpthread)
 	if grep -lq 'microhttpd.h' user/*/*.c; then
 		libs+=(-lmicrohttpd)
 	fi
