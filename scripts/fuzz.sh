@@ -43,7 +43,8 @@ dict_formats() {
 	fuzz_reqbody) echo json utf8 ;;
 	fuzz_frame) echo json sse ;;
 	fuzz_record) echo tsr http sse json ;;
-	fuzz_pipeline) echo http sse json ;;
+	fuzz_pipeline) echo http sse json h2 ;;
+	fuzz_h2) echo h2 ;;
 	fuzz_json_string) echo utf8 ;;
 	fuzz_prom_label) echo utf8 alert ;;
 	fuzz_duration | fuzz_alert_rule) echo alert ;;

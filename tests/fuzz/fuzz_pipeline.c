@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: MIT
 /*
- * The whole user-side pipeline (pipeline_feed and what it drives: connections, HTTP, SSE,
- * frames, request bodies, GPU steps, processes, the exporters) fed a sequence of kernel records
- * that a small interpreter builds from the input. A few connection ids and pids are shared by
- * every op, so records of one connection come from several processes, forks follow exits, and
- * labels pass from parents to children.
+ * The whole user-side pipeline (pipeline_feed and what it drives: connections, HTTP, HTTP/2 and
+ * gRPC, SSE, frames, request bodies, GPU steps, processes, the exporters) fed a sequence of
+ * kernel records that a small interpreter builds from the input. A few connection ids and pids
+ * are shared by every op, so records of one connection come from several processes, forks
+ * follow exits, and labels pass from parents to children.
  *
  * Input: u8 flags (FP_* in fuzz_pipeline.h), then ops until the input ends. An op is a byte
  * whose low four bits say what it does and whose high four bits are its variant, then its

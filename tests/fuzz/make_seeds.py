@@ -6,9 +6,12 @@ Each target's input format is described at the top of its source file; this scri
 fixtures out in those formats: the requests and responses of tests/fixtures as HTTP feeds (one
 feed per write syscall, as the .writes files say), their de-chunked bodies for the SSE parser,
 their frames for the classifier, their request bodies for reqbody, and whole connections as
-.tsr recordings and as programs of the pipeline interpreter; fuzz_cupti's are CUPTI activity
-records of a prefill, decode steps and interleaved streams, made up here. The seeds are
-committed; run this again after a fixture or an input format changes:
+.tsr recordings and as programs of the pipeline interpreter; the HTTP/2 fixtures (both sides of
+a connection and their order, from capture_pair.py) as each side for fuzz_h2 from where HTTP/2
+begins (an Upgrade: h2c may come first), the DATA of their gRPC streams, frames rewritten with
+every optional field, and connections of the pipeline interpreter in either role; fuzz_cupti's
+are CUPTI activity records of a prefill, decode steps and interleaved streams, made up here.
+The seeds are committed; run this again after a fixture or an input format changes:
 
     tests/fuzz/make_seeds.py            # rewrites tests/fuzz/seeds/
     tests/fuzz/make_seeds.py fuzz_cupti # rewrites only the seeds of the targets named
@@ -39,6 +42,13 @@ FP_JSON, FP_TOKENS, FP_VERBOSE, FP_GPU, FP_KEEP_RUNNING, FP_PROM, FP_ALERTS, FP_
 # tests/fuzz/fuzz_pipeline.c: OP_*
 (OP_OPEN, OP_DATA, OP_CLOSE, OP_FORK, OP_EXIT, OP_STEP, OP_CALL, OP_LOST, OP_LABEL, OP_TIME,
  OP_TICK, OP_RAW, OP_PROC) = range(13)
+# tests/fuzz/fuzz_h2.c: HF_*
+HF_PREFACE, HF_GAPS, HF_GRPC, HF_OWN_TABLE, HF_TABLE_AT = 1, 2, 32, 64, 128
+# user/pipeline/h2.h
+H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+(H2_DATA, H2_HEADERS, H2_PRIORITY, H2_RST_STREAM, H2_SETTINGS, H2_PUSH_PROMISE, H2_PING,
+ H2_GOAWAY, H2_WINDOW_UPDATE, H2_CONTINUATION) = range(10)
+H2F_END_STREAM, H2F_END_HEADERS, H2F_PADDED, H2F_PRIORITY = 0x1, 0x4, 0x8, 0x20
 # tests/fuzz/fuzz_http.h: FLAG_*
 H_GAPS, H_NO_BODY, H_CHUNK, H_REINIT = 1, 2, 4, 8
 # tests/fuzz/fuzz_cupti.c: CF_*
@@ -52,8 +62,23 @@ KIND_GRAPH_TRACE = 51
 MEMCPY_HTOD, MEMCPY_DTOH = 1, 2
 
 
-def fixture_names():
+def all_fixtures():
     return sorted(f[:-5] for f in os.listdir(FIXTURES) if f.endswith(".resp"))
+
+
+def two_sided(name):
+    return os.path.exists(os.path.join(FIXTURES, name + ".order"))
+
+
+def fixture_names():
+    """The HTTP/1.x fixtures."""
+    return [n for n in all_fixtures() if not two_sided(n)]
+
+
+def h2_fixture_names():
+    """The HTTP/2 fixtures (capture_pair.py's): both sides of a connection, each as its writes,
+    and their order."""
+    return [n for n in all_fixtures() if two_sided(n)]
 
 
 def read(name):
@@ -61,11 +86,11 @@ def read(name):
         return f.read()
 
 
-def writes(name):
-    """The response of fixture name, cut into its write syscalls."""
-    resp = read(name + ".resp")
+def writes(name, side="resp"):
+    """The response (or side "req": the request) of fixture name, cut into its write syscalls."""
+    resp = read(name + "." + side)
     try:
-        sizes = [int(x) for x in read(name + ".resp.writes").split()]
+        sizes = [int(x) for x in read(name + "." + side + ".writes").split()]
     except FileNotFoundError:
         sizes = [len(resp)]
     out, off = [], 0
@@ -216,6 +241,192 @@ def program(name, conn=0, pid=0, close=True):
     if close:
         p += bytes([OP_CLOSE]) + who(conn, DIR_IN, pid)
     return p
+
+
+# ---- HTTP/2 (user/pipeline/h2.c) ----
+
+def h2_frames(data, preface):
+    """(type, flags, stream, payload) of each frame of one side of an HTTP/2 connection."""
+    out, i = [], len(H2_PREFACE) if preface else 0
+    while len(data) - i >= 9:
+        n = int.from_bytes(data[i:i + 3], "big")
+        stream = int.from_bytes(data[i + 5:i + 9], "big") & 0x7fffffff
+        out.append((data[i + 3], data[i + 4], stream, data[i + 9:i + 9 + n]))
+        i += 9 + n
+    return out
+
+
+def h2_frame(type_, flags, stream, payload):
+    return len(payload).to_bytes(3, "big") + bytes([type_, flags]) + \
+        stream.to_bytes(4, "big") + payload
+
+
+def h2_data(frames):
+    """{stream: its DATA bytes} (none of the fixtures pads)."""
+    out = {}
+    for type_, _, stream, payload in frames:
+        if type_ == H2_DATA:
+            out[stream] = out.get(stream, b"") + payload
+    return out
+
+
+def h2_reframed(frames):
+    """The same exchange with every optional field: header blocks padded, with priority and
+    cut into CONTINUATIONs, DATA padded (empty frames too, one of them padded), and frames the
+    parser skips."""
+    out = h2_frame(H2_SETTINGS, 0, 0, struct.pack(">HIHI", 1, 8192, 4, 1 << 20))
+    for type_, flags, stream, payload in frames:
+        if type_ == H2_HEADERS and flags & H2F_END_HEADERS and not flags & H2F_PADDED:
+            half = len(payload) // 2
+            out += h2_frame(H2_PRIORITY, 0, stream, struct.pack(">IB", 0, 31))
+            out += h2_frame(H2_HEADERS, (flags & H2F_END_STREAM) | H2F_PADDED | H2F_PRIORITY,
+                            stream, bytes([2]) + struct.pack(">IB", 0, 15) + payload[:half] +
+                            bytes(2))
+            out += h2_frame(H2_CONTINUATION, 0, stream, payload[half:half + 1])
+            out += h2_frame(H2_CONTINUATION, H2F_END_HEADERS, stream, payload[half + 1:])
+        elif type_ == H2_DATA and payload:
+            out += h2_frame(H2_DATA, 0, stream, b"")
+            out += h2_frame(H2_DATA, flags | H2F_PADDED, stream, bytes([3]) + payload + bytes(3))
+        elif type_ == H2_DATA:
+            out += h2_frame(H2_DATA, flags | H2F_PADDED, stream, bytes([4]) + bytes(4))
+        else:
+            out += h2_frame(type_, flags, stream, payload)
+        out += h2_frame(0x20, 0xff, stream, b"ext")  # an extension frame: ignored
+    out += h2_frame(H2_PUSH_PROMISE, H2F_END_HEADERS, 1, struct.pack(">I", 2))
+    out += h2_frame(H2_RST_STREAM, 0, 7, struct.pack(">I", 8))
+    out += h2_frame(H2_WINDOW_UPDATE, 0, 0, struct.pack(">I", 65535))
+    return out + h2_frame(H2_GOAWAY, 0, 0, struct.pack(">II", 5, 0) + b"bye")
+
+
+def h2_gap_ctl(data, frames, preface):
+    """Control bytes that feed up to two bytes into the first DATA payload of 8 bytes or more,
+    lose three bytes there, and feed the rest (fuzz_h2.c: 127 at most per feed with gaps)."""
+    off = len(H2_PREFACE) if preface else 0
+    for type_, _, _, payload in frames:
+        if type_ == H2_DATA and len(payload) >= 8:
+            off += 9 + 2
+            break
+        off += 9 + len(payload)
+    else:
+        return None
+    ctl = bytes([127]) * (off // 127)
+    if off % 127:
+        ctl += bytes([off % 127])
+    ctl += bytes([0x82, 0])
+    return ctl if len(ctl) < 32 else None
+
+
+def h2_side(name, side):
+    """One side of an HTTP/2 fixture from where HTTP/2 begins (the client's preface; after an
+    Upgrade: h2c, the end of the server's 101), and its writes from there."""
+    data = read(name + "." + side)
+    if side == "req":
+        start = data.index(H2_PREFACE)
+    elif data.startswith(b"HTTP/1.1 101"):
+        start = data.index(b"\r\n\r\n") + 4
+    else:
+        start = 0
+    out, off = [], 0
+    for w in writes(name, side):
+        if off + len(w) > start:
+            out.append(w[max(0, start - off):])
+        off += len(w)
+    return data[start:], out
+
+
+def h2_seeds():
+    for name in h2_fixture_names():
+        for side, flags in (("req", HF_PREFACE), ("resp", 0)):
+            data, ws = h2_side(name, side)
+            frames = h2_frames(data, flags & HF_PREFACE)
+            base = "%s.%s" % (name, side)
+            ctl = bytes(min(len(w), 255) for w in ws[:31])
+            put("fuzz_h2", base, bytes([flags, len(ctl)]) + ctl + data)
+            put("fuzz_h2", base + "-bytes", bytes([flags, 1, 1]) + data)
+            ctl = h2_gap_ctl(data, frames, flags & HF_PREFACE)
+            if ctl:
+                put("fuzz_h2", base + "-gap", bytes([flags | HF_GAPS, len(ctl)]) + ctl + data)
+            # A budget the inflater fits in (64 KiB), and one it does not (4 KiB).
+            put("fuzz_h2", base + "-budget", bytes([flags | 4 << 2, 1, 13]) + data)
+            put("fuzz_h2", base + "-budget-small", bytes([flags | 2 << 2, 0]) + data)
+            # The peer's table bound raised half-way, and this side's SETTINGS applied to itself.
+            put("fuzz_h2", base + "-table", bytes([flags | HF_OWN_TABLE | HF_TABLE_AT]) +
+                struct.pack("<IH", 65536, len(data) // 2) + bytes([1, 31]) + data)
+            put("fuzz_h2", base + "-reframed", bytes([flags, 2, 11, 5]) +
+                (H2_PREFACE if flags & HF_PREFACE else b"") + h2_reframed(frames))
+            for stream, body in sorted(h2_data(frames).items()):
+                if name.startswith("grpc"):
+                    put("fuzz_h2", "%s-grpc%d" % (base, stream), bytes([HF_GRPC, 2, 3, 7]) + body)
+                    put("fuzz_h2", "%s-grpc%d-gap" % (base, stream),
+                        bytes([HF_GRPC | HF_GAPS, 3, 6, 0x81, 0]) + body)
+
+
+def order(name):
+    """(side, write index, microseconds) of each write of an HTTP/2 fixture, in captured order."""
+    out = []
+    for line in read(name + ".order").decode().splitlines():
+        side, idx, us = line.split()
+        out.append((side, int(idx), int(us)))
+    return out
+
+
+def program_h2(name, client, conn=0, piece=0):
+    """Both sides of an HTTP/2 fixture as the traced process sees them: the server reads the
+    requests and writes the responses, a client the other way round; piece > 0: every syscall
+    as records of that many bytes."""
+    ws = {side: writes(name, side) for side in ("req", "resp")}
+    p, t = bytes([OP_OPEN]) + who(conn), 0
+    for side, idx, us in order(name):
+        if us > t:
+            p += bytes([OP_TIME]) + struct.pack("<I", (us - t) * 1000)
+            t = us
+        d = DIR_IN if (side == "req") != client else DIR_OUT
+        w = ws[side][idx]
+        if piece:
+            p += bytes([OP_DATA | 0x80]) + who(conn, d) + struct.pack("<H", len(w)) + \
+                bytes([piece - 1]) + w
+        else:
+            p += op_data(conn, d, w)
+    return p + bytes([OP_CLOSE]) + who(conn)
+
+
+def pipeline_h2_seeds():
+    for i, name in enumerate(h2_fixture_names()):
+        flags = [FP_JSON | FP_TOKENS, FP_PROM | FP_ALERTS | FP_VERBOSE, FP_TIMELINE][i % 3]
+        put("fuzz_pipeline", name + "-server", bytes([flags]) + program_h2(name, False))
+        put("fuzz_pipeline", name + "-client", bytes([flags | FP_JSON]) + program_h2(name, True))
+    # Short reads: every syscall as 7-byte records.
+    put("fuzz_pipeline", "grpcio_stream-server-records",
+        bytes([FP_JSON | FP_TOKENS]) + program_h2("grpcio_stream", False, 2, 7))
+    # Streams ended early: the server resets stream 1 after its first message and sends GOAWAY
+    # (last stream 1) after stream 3's headers; each frame its own write.
+    req, resp = read("grpcio_stream.req"), read("grpcio_stream.resp")
+    p = bytes([FP_JSON | FP_TOKENS, OP_OPEN]) + who() + op_data(0, DIR_IN, req)
+    reset = goaway = False
+    for type_, flags, stream, payload in h2_frames(resp, False):
+        p += op_data(0, DIR_OUT, h2_frame(type_, flags, stream, payload))
+        if type_ == H2_DATA and stream == 1 and not reset:
+            p += op_data(0, DIR_OUT, h2_frame(H2_RST_STREAM, 0, 1, struct.pack(">I", 8)))
+            reset = True
+        if type_ == H2_HEADERS and stream == 3 and not goaway:
+            p += op_data(0, DIR_OUT, h2_frame(H2_GOAWAY, 0, 0, struct.pack(">II", 1, 0)))
+            goaway = True
+    put("fuzz_pipeline", "grpcio_stream-server-resets", p + bytes([OP_CLOSE]) + who())
+    # The client gives up on stream 3 (RST_STREAM) before its answer comes.
+    p = bytes([FP_JSON, OP_OPEN]) + who(1)
+    p += op_data(1, DIR_IN, read("hypercorn_h2c.req") +
+                 h2_frame(H2_RST_STREAM, 0, 3, struct.pack(">I", 8)))
+    for w in writes("hypercorn_h2c"):
+        p += op_data(1, DIR_OUT, w)
+    put("fuzz_pipeline", "hypercorn_h2c-server-client-reset", p + bytes([OP_CLOSE]) + who(1))
+    # A lost record: 3 bytes inside the 8 of stream 1's third message never seen (the kernel's
+    # offsets jump), so that message is damaged and the stream goes on.
+    p = bytes([FP_JSON | FP_TOKENS, OP_OPEN]) + who() + op_data(0, DIR_IN, req)
+    cut = resp.index(b"\x00\x00\x0d\x00\x00\x00\x00\x00\x01") + 9 + 5 + 2
+    p += op_data(0, DIR_OUT, resp[:cut])
+    p += bytes([OP_DATA | 0x40]) + who(0, DIR_OUT) + struct.pack("<H", len(resp) - cut - 3) + \
+        bytes([3]) + resp[cut + 3:]
+    put("fuzz_pipeline", "grpcio_stream-server-lost", p + bytes([OP_CLOSE]) + who())
 
 
 # ---- CUPTI activity records (tests/fuzz/fuzz_cupti.c), as CUDA 13's structs lay them out ----
@@ -484,6 +695,8 @@ def main():
     reqbody_seeds()
     record_seeds()
     pipeline_seeds()
+    pipeline_h2_seeds()
+    h2_seeds()
     json_seeds()
     cli_seeds()
     otlp_seeds()

@@ -16,9 +16,9 @@
 #define H2_SETTINGS_HEADER_TABLE_SIZE 1
 /* The default dynamic table size before any SETTINGS (RFC 9113 section 6.5.2). */
 #define H2_TABLE_DEFAULT 4096
-/* Frames larger than this are not something a sender writes without raising
- * SETTINGS_MAX_FRAME_SIZE; only the mid-way recogniser uses it. */
-#define H2_FRAME_PLAUSIBLE_MAX (1u << 20)
+/* SETTINGS_MAX_FRAME_SIZE's initial value: a larger frame needs the peer's SETTINGS, which a
+ * connection joined in its middle was not seen to send. Only the mid-way recogniser uses it. */
+#define H2_FRAME_PLAUSIBLE_MAX 16384
 
 /* ---- the inflater's memory, charged to the budget ---- */
 
@@ -280,6 +280,17 @@ static bool h2_header_valid(uint8_t type, uint32_t len, uint8_t flags, uint32_t 
 
 static void h2_frame_done(struct h2_parser *p, uint64_t ts);
 
+/* The payload proper is over: the padding follows, or the frame is done. */
+static void h2_payload_end(struct h2_parser *p, uint64_t ts)
+{
+	if (p->pad) {
+		p->remaining = p->pad;
+		p->state = H2_ST_PADDING;
+	} else {
+		h2_frame_done(p, ts);
+	}
+}
+
 /* Moves past the pad length and priority fields to the payload proper. */
 static int h2_enter_payload(struct h2_parser *p, uint64_t ts)
 {
@@ -288,8 +299,10 @@ static int h2_enter_payload(struct h2_parser *p, uint64_t ts)
 	p->remaining -= p->pad;
 	p->state = H2_ST_PAYLOAD;
 	p->got = 0;
+	/* No payload proper (an empty padded DATA, a padded header block of no bytes): its
+	 * padding is still to come. */
 	if (!p->remaining)
-		h2_frame_done(p, ts);
+		h2_payload_end(p, ts);
 	return 0;
 }
 
@@ -349,6 +362,9 @@ static int h2_frame_start(struct h2_parser *p, uint64_t ts)
 
 static void h2_frame_done(struct h2_parser *p, uint64_t ts)
 {
+	/* The end of a block is fed as no bytes at a real address: the inflater and h2_inflate
+	 * move the pointer by what they used, and moving NULL, even by 0, is undefined. */
+	static const uint8_t block_end;
 	const struct h2_callbacks *cb = p->cb;
 
 	p->state = H2_ST_HEADER;
@@ -363,7 +379,7 @@ static void h2_frame_done(struct h2_parser *p, uint64_t ts)
 	case H2_PUSH_PROMISE:
 		if (!(p->flags & H2_FLAG_END_HEADERS))
 			break;
-		if (h2_inflate(p, NULL, 0, true) < 0)
+		if (h2_inflate(p, &block_end, 0, true) < 0)
 			return;
 		p->in_block = false;
 		p->header_blocks++;
@@ -433,7 +449,7 @@ static long h2_step(struct h2_parser *p, const uint8_t *buf, size_t len, uint64_
 		n = H2_PREFACE_LEN - p->got;
 		if (n > len)
 			n = len;
-		if (memcmp(buf, H2_PREFACE + p->got, n))
+		if (memcmp(buf, &H2_PREFACE[p->got], n))
 			return h2_desync(p, -EPROTO);
 		p->got += n;
 		if (p->got == H2_PREFACE_LEN) {
@@ -470,14 +486,8 @@ static long h2_step(struct h2_parser *p, const uint8_t *buf, size_t len, uint64_
 		p->remaining -= (uint32_t)n;
 		if (h2_payload(p, buf, n, ts) < 0)
 			return -EPROTO;
-		if (!p->remaining) {
-			if (p->pad) {
-				p->remaining = p->pad;
-				p->state = H2_ST_PADDING;
-			} else {
-				h2_frame_done(p, ts);
-			}
-		}
+		if (!p->remaining)
+			h2_payload_end(p, ts);
 		return (long)n;
 	case H2_ST_PADDING:
 		n = p->remaining < len ? p->remaining : len;
@@ -543,12 +553,10 @@ void h2_gap(struct h2_parser *p, size_t len)
 		len -= n;
 		if (p->remaining)
 			continue;
-		if (p->state == H2_ST_PAYLOAD && p->pad) {
-			p->remaining = p->pad;
-			p->state = H2_ST_PADDING;
-		} else {
+		if (p->state == H2_ST_PAYLOAD)
+			h2_payload_end(p, p->last_ts);
+		else
 			h2_frame_done(p, p->last_ts);
-		}
 		/* The next frame header was lost too: our place is gone. */
 		if (len && p->state == H2_ST_HEADER)
 			h2_desync(p, -EPIPE);
@@ -584,9 +592,10 @@ static bool h2_flags_known(uint8_t type, uint8_t flags)
 bool h2_looks_like_frame(const uint8_t *buf, size_t len)
 {
 	size_t off = 0;
-	int seen = 0;
 
-	/* Every frame header that buf holds whole must be plausible, and there must be one. */
+	/* Whole frames, the first at least, each header plausible: binary protocols of small
+	 * integers look like one frame header often enough (a little-endian 4 is a 256 KiB DATA
+	 * frame on stream 1), rarely like a sequence of frames that ends where the bytes do. */
 	while (off + H2_FRAME_HEADER_LEN <= len) {
 		const uint8_t *h = buf + off;
 		uint32_t flen = (uint32_t)h[0] << 16 | (uint32_t)h[1] << 8 | h[2];
@@ -595,10 +604,11 @@ bool h2_looks_like_frame(const uint8_t *buf, size_t len)
 		if (flen > H2_FRAME_PLAUSIBLE_MAX || (stream & 0x80000000u) ||
 		    !h2_flags_known(h[3], h[4]) || !h2_header_valid(h[3], flen, h[4], stream))
 			return false;
-		seen++;
+		if (off == 0 && H2_FRAME_HEADER_LEN + flen > len)
+			return false;
 		off += H2_FRAME_HEADER_LEN + flen;
 	}
-	return seen > 0;
+	return off > 0;
 }
 
 bool h2_looks_like_server_preface(const uint8_t *buf, size_t len)
