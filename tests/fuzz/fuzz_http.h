@@ -13,7 +13,8 @@
  *   ... payload  the bytes of the direction
  *
  * Properties: callbacks come in order (a head, body and gaps, an end) with the ts of the call
- * that caused them; a parser that said -EPROTO stays desynced and silent; body bytes never
+ * that caused them; a parser that said -EPROTO stays desynced and silent, and so does one a 101
+ * switched to another protocol (its feed stops inside the bytes given); body bytes never
  * exceed the bytes fed, body-gap bytes never exceed the bytes dropped; head strings are
  * terminated inside their buffers; the budget is never overdrawn and is whole again after
  * http_free; and a body the harness chunk-encoded comes back exactly.
@@ -238,7 +239,7 @@ static int http_fuzz_run(enum http_dir dir, const uint8_t *data, size_t size)
 		http_expect_no_body(&p);
 	while (off < len) {
 		uint8_t v = nctl ? ctl[k++ % nctl] : 0;
-		size_t n;
+		size_t n, upgraded_at;
 
 		if ((flags & FLAG_GAPS) && (v & 0x80)) {
 			uint64_t before = c.callbacks;
@@ -279,6 +280,13 @@ static int http_fuzz_run(enum http_dir dir, const uint8_t *data, size_t size)
 			FUZZ_CHECK(http_feed(&p, payload + off, n, c.ts) == -EPROTO,
 				   "a desynced parser took bytes again");
 			FUZZ_CHECK(c.callbacks == before, "a desynced parser made callbacks");
+			desynced = ever_desynced = true;
+		} else if (http_upgraded(&p, &upgraded_at)) {
+			/* A 101 ended in this feed: it stopped there, and the rest is another
+			 * protocol's, which no later feed takes for HTTP. */
+			FUZZ_CHECK(upgraded_at <= n, "upgraded at %zu of a %zu-byte feed",
+				   upgraded_at, n);
+			FUZZ_CHECK(http_desynced(&p), "upgraded but not desynced");
 			desynced = ever_desynced = true;
 		} else {
 			FUZZ_CHECK(!http_desynced(&p), "0 from a desynced parser");

@@ -64,7 +64,7 @@ bool http_idle(const struct http_parser *p)
 
 bool http_desynced(const struct http_parser *p)
 {
-	return p->state == HTTP_ST_DESYNC;
+	return p->state == HTTP_ST_DESYNC || p->state == HTTP_ST_UPGRADED;
 }
 
 void http_expect_no_body(struct http_parser *p)

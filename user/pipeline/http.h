@@ -109,7 +109,8 @@ void http_gap(struct http_parser *p, size_t len);
 void http_close(struct http_parser *p, uint64_t ts);
 /* between messages (nothing of a next message seen yet) */
 bool http_idle(const struct http_parser *p);
-/* true once -EPROTO was returned or a gap could not be skipped */
+/* true once -EPROTO was returned or a gap could not be skipped, and after a 101 (the bytes are
+ * another protocol's: http_upgraded says where they start) */
 bool http_desynced(const struct http_parser *p);
 /* After a 101 response: true, and *off the bytes of the feed that ended its head (the other
  * protocol's bytes start there). */
