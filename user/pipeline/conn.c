@@ -87,15 +87,21 @@ static struct request *conn_current(struct conn *c)
 	return c->qlen ? c->queue[c->qhead] : NULL;
 }
 
+/* The request at the front leaves the queue, still in flight. */
+static void conn_unqueue(struct conn *c)
+{
+	c->queue[c->qhead] = NULL;
+	c->qhead = (c->qhead + 1) % CONN_PIPELINE_MAX;
+	c->qlen--;
+	c->resp_active = false;
+}
+
 static void conn_pop(struct conn *c)
 {
 	/* In flight counts the streams the traced servers serve. */
 	if (!c->queue[c->qhead]->client)
 		c->t->inflight--;
-	c->queue[c->qhead] = NULL;
-	c->qhead = (c->qhead + 1) % CONN_PIPELINE_MAX;
-	c->qlen--;
-	c->resp_active = false;
+	conn_unqueue(c);
 }
 
 /* Finish the request at the front of the queue and hand it to the sink. */
@@ -292,9 +298,6 @@ static void resp_on_end(void *ctx, uint64_t ts)
 	} else if (c->body.len && !c->body.dropped) {
 		request_read_body(r, c->body.p, c->body.len);
 	}
-	/* The body's end, not an earlier [DONE], ends the exchange. */
-	r->end_ns = ts;
-	r->done_frame = false;
 	conn_finish(c, ts, true);
 }
 
@@ -405,26 +408,6 @@ static void conn_feed_req(struct conn *c, const uint8_t *p, size_t n, uint64_t t
 
 /* The client preface came: the connection is followed as HTTP/2 (client: the traced process
  * sent it). Out of memory, it is ignored. */
-static void conn_become_h2(struct conn *c, bool client)
-{
-	c->h2 = h2conn_new(c->t, c->pid, c->id, c->label, client, c->tls_plain);
-	if (!c->h2) {
-		c->role = ROLE_IGNORED;
-		c->t->stats.ignored_conns++;
-		return;
-	}
-	c->role = client ? ROLE_CLIENT : ROLE_SERVER;
-	if (client) {
-		char *arrow = strstr(c->label, "<-");
-
-		c->t->stats.client_conns++;
-		if (arrow)
-			memcpy(arrow, "->", 2);
-	} else {
-		c->t->stats.h2_conns++;
-	}
-}
-
 /* A connection the traced process calls an HTTP server on: its label says local->peer. */
 static void conn_become_client(struct conn *c)
 {
@@ -434,6 +417,22 @@ static void conn_become_client(struct conn *c)
 	c->t->stats.client_conns++;
 	if (arrow)
 		memcpy(arrow, "->", 2);
+}
+
+static void conn_become_h2(struct conn *c, bool client)
+{
+	c->h2 = h2conn_new(c->t, c->pid, c->id, c->label, client, c->tls_plain);
+	if (!c->h2) {
+		c->role = ROLE_IGNORED;
+		c->t->stats.ignored_conns++;
+		return;
+	}
+	if (client) {
+		conn_become_client(c);
+	} else {
+		c->role = ROLE_SERVER;
+		c->t->stats.h2_conns++;
+	}
 }
 
 /*
@@ -450,10 +449,7 @@ static void conn_upgraded(struct conn *c, const uint8_t *p, size_t n, uint64_t t
 		c->h2 = h2conn_new(c->t, c->pid, c->id, c->label, false, c->tls_plain);
 		if (c->h2) {
 			/* Out of the HTTP/1.1 queue, still in flight: stream 1 ends it. */
-			c->queue[c->qhead] = NULL;
-			c->qhead = (c->qhead + 1) % CONN_PIPELINE_MAX;
-			c->qlen = 0;
-			c->resp_active = false;
+			conn_unqueue(c);
 			buf_reset(&c->body, &c->t->budget);
 			c->t->stats.h2_conns++;
 			h2conn_adopt(c->h2, r);
@@ -534,10 +530,7 @@ static void conn_peer_gone(struct conn *c, uint64_t ts)
 	for (uint32_t i = 0; i < c->qlen; i++) {
 		struct request *r = c->queue[(c->qhead + i) % CONN_PIPELINE_MAX];
 
-		if (!r->done_frame && !r->peer_gone) {
-			r->peer_gone = true;
-			r->gone_ns = ts;
-		}
+		request_peer_gone(r, ts);
 	}
 }
 

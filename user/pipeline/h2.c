@@ -1,5 +1,4 @@
 // SPDX-License-Identifier: MIT
-#include <ctype.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -7,6 +6,7 @@
 #include <nghttp2/nghttp2.h>
 
 #include "pipeline/h2.h"
+#include "pipeline/http.h"
 
 #define H2_FLAG_END_STREAM 0x1
 #define H2_FLAG_ACK 0x1
@@ -194,23 +194,8 @@ static void h2_field(struct h2_head *h, const nghttp2_nv *nv)
 
 		h->status = v >= 100 ? (int)v : 0;
 	} else if (h2_name_is(nv, "content-type")) {
-		const uint8_t *s = nv->value;
-		size_t n = nv->valuelen;
-		const uint8_t *semi = memchr(s, ';', n);
-
-		if (semi)
-			n = (size_t)(semi - s);
-		while (n && (*s == ' ' || *s == '\t')) {
-			s++;
-			n--;
-		}
-		while (n && (s[n - 1] == ' ' || s[n - 1] == '\t'))
-			n--;
-		if (n >= sizeof(h->content_type))
-			n = sizeof(h->content_type) - 1;
-		for (size_t i = 0; i < n; i++)
-			h->content_type[i] = (char)tolower(s[i]);
-		h->content_type[n] = '\0';
+		http_media_type(h->content_type, sizeof(h->content_type), (const char *)nv->value,
+				nv->valuelen);
 	} else if (h2_name_is(nv, "content-length")) {
 		h->content_length = h2_decimal(nv->value, nv->valuelen);
 	} else if (h2_name_is(nv, "grpc-status")) {

@@ -52,6 +52,7 @@ struct h2conn {
 	struct h2_parser req, resp;
 	struct h2s *streams;
 	uint32_t nstreams, seq;
+	uint32_t nreset; /* streams reset and not finished yet (h2conn_finish_reset) */
 	uint64_t rx_ns;
 };
 
@@ -90,6 +91,8 @@ static void h2s_unlink(struct h2conn *h, struct h2s *s)
 		pp = &(*pp)->next;
 	*pp = s->next;
 	h->nstreams--;
+	if (s->reset)
+		h->nreset--;
 }
 
 static void h2s_start(struct h2s *s, uint64_t arrival)
@@ -132,11 +135,6 @@ static void h2s_finish(struct h2s *s, uint64_t ts, bool complete)
 			r->dropped_frames++;
 	} else if (s->resp_head && s->body.len && !s->body.dropped) {
 		request_read_body(r, s->body.p, s->body.len);
-	}
-	if (complete) {
-		/* The stream's end, not an earlier [DONE], ends the exchange (as a body's end). */
-		r->end_ns = ts;
-		r->done_frame = false;
 	}
 	request_close(r, ts, complete);
 	if (!r->client)
@@ -261,12 +259,10 @@ static void req_on_rst(void *ctx, uint32_t id, uint32_t code, uint64_t ts)
 	(void)code;
 	if (!s || s->reset)
 		return;
-	if (!s->r->done_frame && !s->r->peer_gone) {
-		s->r->peer_gone = true;
-		s->r->gone_ns = ts;
-	}
+	request_peer_gone(s->r, ts);
 	s->reset = true;
 	s->reset_ns = ts;
+	s->h->nreset++;
 }
 
 /* Finishes the streams reset before ts (all: ts 0): the responses' direction is seen up to
@@ -274,6 +270,10 @@ static void req_on_rst(void *ctx, uint32_t id, uint32_t code, uint64_t ts)
 static void h2conn_finish_reset(struct h2conn *h, uint64_t ts)
 {
 	struct h2s *s = h->streams;
+
+	/* The responses' every feed asks: most connections have no stream reset. */
+	if (!h->nreset)
+		return;
 
 	while (s) {
 		struct h2s *next = s->next;
@@ -565,12 +565,9 @@ void h2conn_gap(struct h2conn *h, bool req, uint64_t len, uint64_t ts)
 
 void h2conn_peer_gone(struct h2conn *h, uint64_t ts)
 {
-	for (struct h2s *s = h->streams; s; s = s->next) {
-		if (s->started && !s->r->done_frame && !s->r->peer_gone) {
-			s->r->peer_gone = true;
-			s->r->gone_ns = ts;
-		}
-	}
+	for (struct h2s *s = h->streams; s; s = s->next)
+		if (s->started)
+			request_peer_gone(s->r, ts);
 }
 
 void h2conn_close(struct h2conn *h, uint64_t ts)

@@ -168,6 +168,19 @@ struct http_head_flags {
 	bool conn_keep;	 /* Connection: keep-alive */
 };
 
+void http_media_type(char *dst, size_t cap, const char *val, size_t len)
+{
+	const char *semi = memchr(val, ';', len);
+	size_t n = semi ? (size_t)(semi - val) : len;
+
+	http_trim(&val, &n);
+	if (n >= cap)
+		n = cap - 1;
+	for (size_t i = 0; i < n; i++)
+		dst[i] = (char)tolower((unsigned char)val[i]);
+	dst[n] = '\0';
+}
+
 static int http_header(struct http_parser *p, struct http_head_flags *fl, const char *name,
 		       size_t nlen, const char *val, size_t vlen)
 {
@@ -211,15 +224,7 @@ static int http_header(struct http_parser *p, struct http_head_flags *fl, const 
 			if (http_eq(el, elen, "h2c"))
 				h->upgrade_h2c = true;
 	} else if (http_eq(name, nlen, "content-type")) {
-		const char *semi = memchr(val, ';', vlen);
-		size_t n = semi ? (size_t)(semi - val) : vlen;
-
-		http_trim(&val, &n);
-		if (n >= sizeof(h->content_type))
-			n = sizeof(h->content_type) - 1;
-		for (size_t i = 0; i < n; i++)
-			h->content_type[i] = (char)tolower((unsigned char)val[i]);
-		h->content_type[n] = '\0';
+		http_media_type(h->content_type, sizeof(h->content_type), val, vlen);
 	}
 	return 0;
 }

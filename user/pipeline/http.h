@@ -92,6 +92,10 @@ struct http_head_buf {
 	char text[HTTP_HEAD_MAX + 1]; /* +1 for the NUL that parsing adds */
 };
 
+/* A Content-Type value (len bytes at val) as the head gives it: its media type, without
+ * parameters or surrounding whitespace, lower-cased, truncated to fit cap (HTTP/2's header
+ * blocks give it the same way). */
+void http_media_type(char *dst, size_t cap, const char *val, size_t len);
 /* Starts a parser; one that may hold a head buffer must be http_free()d first. */
 void http_init(struct http_parser *p, enum http_dir dir, const struct http_callbacks *cb,
 	       void *ctx);

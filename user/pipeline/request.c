@@ -129,6 +129,17 @@ void request_metrics(const struct request *r, struct request_metrics *m)
 	}
 }
 
+/* The token counts a frame states: a later one supersedes an earlier one (frame.h). */
+static void request_take_usage(struct request *r, const struct frame_info *fi)
+{
+	if (fi->prompt_tokens >= 0)
+		r->prompt_tokens = fi->prompt_tokens;
+	if (fi->completion_tokens >= 0)
+		r->completion_tokens = fi->completion_tokens;
+	if (fi->cached_tokens >= 0)
+		r->cached_tokens = fi->cached_tokens;
+}
+
 void request_add_frame(struct request *r, const struct sse_frame *f, uint64_t ts)
 {
 	struct frame_info fi;
@@ -147,12 +158,7 @@ void request_add_frame(struct request *r, const struct sse_frame *f, uint64_t ts
 		r->done_frame = true;
 		r->end_ns = ts;
 	}
-	if (fi.prompt_tokens >= 0)
-		r->prompt_tokens = fi.prompt_tokens;
-	if (fi.completion_tokens >= 0)
-		r->completion_tokens = fi.completion_tokens;
-	if (fi.cached_tokens >= 0)
-		r->cached_tokens = fi.cached_tokens;
+	request_take_usage(r, &fi);
 }
 
 void request_read_body(struct request *r, const uint8_t *body, size_t len)
@@ -164,12 +170,15 @@ void request_read_body(struct request *r, const uint8_t *body, size_t len)
 	f.data_len = len;
 	frame_classify(&f, &fi);
 	r->format = fi.format;
-	if (fi.prompt_tokens >= 0)
-		r->prompt_tokens = fi.prompt_tokens;
-	if (fi.completion_tokens >= 0)
-		r->completion_tokens = fi.completion_tokens;
-	if (fi.cached_tokens >= 0)
-		r->cached_tokens = fi.cached_tokens;
+	request_take_usage(r, &fi);
+}
+
+void request_peer_gone(struct request *r, uint64_t ts)
+{
+	if (r->done_frame || r->peer_gone)
+		return;
+	r->peer_gone = true;
+	r->gone_ns = ts;
 }
 
 static enum outcome request_outcome(const struct request *r, bool complete)

@@ -112,9 +112,13 @@ void request_metrics(const struct request *r, struct request_metrics *m);
 void request_add_frame(struct request *r, const struct sse_frame *f, uint64_t ts);
 /* A non-streamed JSON body, classified like one frame: it says `usage` and errors. */
 void request_read_body(struct request *r, const uint8_t *body, size_t len);
+/* The other side hung up (or reset the stream), seen at ts: unless its last frame came, the
+ * exchange was abandoned; the first hang-up is the one kept. */
+void request_peer_gone(struct request *r, uint64_t ts);
 /* The exchange is over at end_ns: complete (the response ended) or not (abandoned, lost);
- * sets end_ns and outcome. A stream that sent its last frame is complete even if the
- * terminator never came, and keeps that frame's time as its end. */
+ * sets end_ns and outcome. A complete one ends at end_ns: the body's end, not an earlier
+ * [DONE]. A stream that sent its last frame is complete even if the terminator never came,
+ * and keeps that frame's time as its end. */
 void request_close(struct request *r, uint64_t end_ns, bool complete);
 /* Sorted copy of the ITL gaps into out (ntokens - 1 values); returns the count. */
 uint32_t request_itl_sorted(const struct request *r, uint64_t *out);
