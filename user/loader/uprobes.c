@@ -191,22 +191,9 @@ static int hook_rets(struct uprobes *u, struct uprobes_hook *h, const char *path
 	return err;
 }
 
-/* Where to probe the entry of the Go function at off: where it costs one trap (insn.h). */
-static uint64_t go_entry(const char *path, uint64_t off)
-{
-	uint8_t b[64];
-	int fd;
-	ssize_t n;
-
-	if (!off || (fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
-		return off;
-	n = pread(fd, b, sizeof(b), (off_t)off);
-	close(fd);
-	return n > 0 ? off + insn_x86_cheap_entry(b, (size_t)n) : off;
-}
-
+/* fn at off (size bytes), its entry probed skip bytes in (uprobes_file.skips). */
 static int hook_fn(struct uprobes *u, struct uprobes_hook *h, const char *path,
-		   const struct uprobes_fn *fn, uint64_t off, uint64_t size)
+		   const struct uprobes_fn *fn, uint64_t off, uint64_t size, uint32_t skip)
 {
 	const char *name = off ? NULL : fn->name;
 	struct bpf_link *l, *r = NULL;
@@ -214,8 +201,7 @@ static int hook_fn(struct uprobes *u, struct uprobes_hook *h, const char *path,
 
 	if (h->nlinks + 2 > UPROBES_HOOK_LINKS)
 		return -E2BIG;
-	err = kernel_attach_uprobe(u->k, fn->entry, pid, path,
-				   fn->entry == KERNEL_GO_TLS_CALL ? go_entry(path, off) : off, name,
+	err = kernel_attach_uprobe(u->k, fn->entry, pid, path, off ? off + skip : 0, name,
 				   fn->cookie, &l);
 	if (err)
 		return err;
@@ -273,7 +259,7 @@ static int hook_file(struct uprobes *u, struct uprobes_hook *h, const char *path
 		if (!cf->by_name && !cf->offs[i])
 			continue;
 		err = hook_fn(u, h, path, &cf->table->fns[i], cf->by_name ? 0 : cf->offs[i],
-			      cf->sizes[i]);
+			      cf->sizes[i], cf->skips[i]);
 		if (!err) {
 			hooked++;
 			continue;
@@ -433,6 +419,22 @@ static bool go_regabi(Elf *e)
 	return false;
 }
 
+/* Where the entries of the Go functions are probed: where they cost one trap (insn.h), once
+ * per file. */
+static void go_skips(int fd, struct uprobes_file *cf)
+{
+	for (size_t k = 0; k < cf->table->n; k++) {
+		uint8_t b[64];
+		ssize_t n;
+
+		if (!cf->offs[k])
+			continue;
+		n = pread(fd, b, sizeof(b), (off_t)cf->offs[k]);
+		if (n > 0)
+			cf->skips[k] = insn_x86_cheap_entry(b, (size_t)n);
+	}
+}
+
 /*
  * Where each function of the file's table lies (cf->offs; 0 where it is not defined), in one
  * pass over its symbol tables, as libbpf would find it by name (the first defined function of
@@ -491,8 +493,12 @@ static int resolve(const char *path, struct uprobes_file *cf)
 		}
 	}
 	found += tls_unwrap(fd, cf);
-	if (found > 0 && cf->table->fns == go_tls_fns && !go_regabi(e))
-		found = 0;
+	if (found > 0 && cf->table->fns == go_tls_fns) {
+		if (go_regabi(e))
+			go_skips(fd, cf);
+		else
+			found = 0;
+	}
 	elf_end(e);
 	close(fd);
 	return found;

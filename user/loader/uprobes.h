@@ -62,6 +62,7 @@ struct uprobes_file {
 	bool hooked;			/* hooked for some process at some time */
 	uint64_t offs[UPROBES_FNS_MAX]; /* file offset of each function, 0 where absent */
 	uint64_t sizes[UPROBES_FNS_MAX]; /* and its size (the symbol's) */
+	uint32_t skips[UPROBES_FNS_MAX]; /* where its entry is probed, from its start (Go) */
 };
 
 /* The probes of one process in one file (file: an index in files; -1 for the CUPTI
