@@ -648,18 +648,24 @@ def section_tls(tmp):
     for _ in range(ROUNDS):
         for name, kind, binary in modes:
             runs[name].append(writeloop_run(kind, tmp, frames, ["--tls", pem], progs, binary))
-    base = statistics.median(x["cpu_ns"] for x in runs["untraced"])
-    base_wall = statistics.median(x["wall_ns"] for x in runs["untraced"])
     for name, kind, _ in modes[1:]:
-        traced = runs[name]
-        cpu = statistics.median(x["cpu_ns"] for x in traced)
-        wall = statistics.median(x["wall_ns"] for x in traced)
-        print(f"   {name}: writer's CPU per SSL_write {cpu:.0f} ns against {base:.0f} ns "
-              f"untraced (+{(cpu - base) / 1000:.2f} us; writes/s ratio {base_wall / wall:.3f})")
-        print("   BPF time per write (kernel.bpf_stats): " + ", ".join(
-            f"{p} {statistics.median(x['bpf_ns_by_prog'].get(p, 0) for x in traced):.0f} ns"
-            for p in progs) + f"; records lost {[x.get('lost_records') for x in traced]}")
+        print_tls_cost(f"{name}: writer's CPU per SSL_write", runs["untraced"], runs[name],
+                       progs)
     section_go_tls(tmp, pem, frames)
+
+
+def print_tls_cost(what, untraced, traced, progs):
+    """A traced TLS writer's CPU per write against the untraced one's (medians of the rounds),
+    and the BPF time per write of progs."""
+    base = statistics.median(x["cpu_ns"] for x in untraced)
+    base_wall = statistics.median(x["wall_ns"] for x in untraced)
+    cpu = statistics.median(x["cpu_ns"] for x in traced)
+    wall = statistics.median(x["wall_ns"] for x in traced)
+    print(f"   {what} {cpu:.0f} ns against {base:.0f} ns untraced "
+          f"(+{(cpu - base) / 1000:.2f} us; writes/s ratio {base_wall / wall:.3f})")
+    print("   BPF time per write (kernel.bpf_stats): " + ", ".join(
+        f"{p} {statistics.median(x['bpf_ns_by_prog'].get(p, 0) for x in traced):.0f} ns"
+        for p in progs) + f"; records lost {[x.get('lost_records') for x in traced]}")
 
 
 def section_go_tls(tmp, pem, frames):
@@ -681,16 +687,8 @@ def section_go_tls(tmp, pem, frames):
     for _ in range(ROUNDS):
         for kind in runs:
             runs[kind].append(writeloop_run(kind, tmp, frames, ["-tls", pem], progs, TS, gwl))
-    base = statistics.median(x["cpu_ns"] for x in runs["untraced"])
-    base_wall = statistics.median(x["wall_ns"] for x in runs["untraced"])
-    traced = runs["tokenscope"]
-    cpu = statistics.median(x["cpu_ns"] for x in traced)
-    wall = statistics.median(x["wall_ns"] for x in traced)
-    print(f"   Go crypto/tls: process CPU per (*tls.Conn).Write {cpu:.0f} ns against {base:.0f} "
-          f"ns untraced (+{(cpu - base) / 1000:.2f} us; writes/s ratio {base_wall / wall:.3f})")
-    print("   BPF time per write (kernel.bpf_stats): " + ", ".join(
-        f"{p} {statistics.median(x['bpf_ns_by_prog'].get(p, 0) for x in traced):.0f} ns"
-        for p in progs) + f"; records lost {[x.get('lost_records') for x in traced]}")
+    print_tls_cost("Go crypto/tls: process CPU per (*tls.Conn).Write", runs["untraced"],
+                   runs["tokenscope"], progs)
 
 
 def main():

@@ -299,6 +299,17 @@ static bool json_has_content(const cJSON *j)
 	       str_nonempty(jget(jget(j, "message"), "content"));
 }
 
+/* A content frame (an SSE or NDJSON one with output, or a gRPC message) came at ts. */
+static void content_frame(struct resp *r, uint64_t ts)
+{
+	if (!r->frames)
+		r->first_ns = ts;
+	r->frames++;
+	vec_push(&r->token_ns, ts);
+	if (r->abort_after && r->frames >= r->abort_after)
+		r->abort_now = true;
+}
+
 static void frame_classify(struct resp *r, const char *text, size_t len, uint64_t ts)
 {
 	const cJSON *v, *e;
@@ -324,14 +335,8 @@ static void frame_classify(struct resp *r, const char *text, size_t len, uint64_
 		r->usage_tokens = (uint64_t)v->valuedouble;
 	}
 	/* A whole JSON body (stream:false, errors) has no frames: it arrives all at once. */
-	if (r->kind != BODY_JSON && json_has_content(j)) {
-		if (!r->frames)
-			r->first_ns = ts;
-		r->frames++;
-		vec_push(&r->token_ns, ts);
-		if (r->abort_after && r->frames >= r->abort_after)
-			r->abort_now = true;
-	}
+	if (r->kind != BODY_JSON && json_has_content(j))
+		content_frame(r, ts);
 	cJSON_Delete(j);
 }
 
@@ -705,6 +710,27 @@ static int send_all(const struct link *l, const char *p, size_t n)
 	return 0;
 }
 
+/* Waits until l has bytes to read, or a poll error for the read to report (1), or until the
+ * deadline passes (0). */
+static int wait_readable(const struct link *l, uint64_t deadline)
+{
+	for (;;) {
+		struct pollfd pfd = { .fd = l->fd, .events = POLLIN };
+		uint64_t now = clock_mono_ns();
+		int pr;
+
+		if (now >= deadline)
+			return 0;
+		/* Decrypted bytes the TLS session holds already are readable now. */
+		if (l->ssl && SSL_pending(l->ssl) > 0)
+			return 1;
+		pr = poll(&pfd, 1, (int)((deadline - now + NS_PER_MS - 1) / NS_PER_MS));
+		/* An interrupted poll, or its own timeout: the deadline check above decides. */
+		if (pr != 0 && !(pr < 0 && errno == EINTR))
+			return 1;
+	}
+}
+
 /* recv(), or SSL_read_ex() with --tls: bytes, 0 at the end, < 0 on an error (errno). */
 static ssize_t recv_some(const struct link *l, char *buf, size_t n)
 {
@@ -805,12 +831,7 @@ static void grpc_feed(struct resp *r, const uint8_t *p, size_t n, uint64_t ts)
 		}
 		if (r->gpfx_got == 5 && !r->gleft) {
 			r->gpfx_got = 0;
-			if (!r->frames)
-				r->first_ns = ts;
-			r->frames++;
-			vec_push(&r->token_ns, ts);
-			if (r->abort_after && r->frames >= r->abort_after)
-				r->abort_now = true;
+			content_frame(r, ts);
 		}
 	}
 }
@@ -1010,24 +1031,12 @@ static void request_run_h2(struct shared *sh, struct link *l, struct resp *r, st
 	res->send_ns = clock_mono_ns();
 	deadline = res->send_ns + (uint64_t)(o->timeout_s * (double)NS_PER_S);
 	while (!failed && !r->closed && !r->abort_now) {
-		struct pollfd pfd = { .fd = l->fd, .events = POLLIN };
-		uint64_t now = clock_mono_ns();
 		ssize_t k;
-		int pr;
 
-		if (now >= deadline) {
+		if (!wait_readable(l, deadline)) {
 			timed_out = true;
 			break;
 		}
-		if (l->ssl && SSL_pending(l->ssl) > 0) {
-			pr = 1;
-		} else {
-			pr = poll(&pfd, 1, (int)((deadline - now + NS_PER_MS - 1) / NS_PER_MS));
-			if (pr < 0 && errno == EINTR)
-				continue;
-		}
-		if (pr == 0)
-			continue;
 		k = recv_some(l, rbuf, RECV_BUF);
 		r->rx_ts = clock_mono_ns();
 		if (k < 0 && errno == EINTR)
@@ -1102,25 +1111,12 @@ static void request_run(struct shared *sh, struct link *l, struct resp *r, struc
 	res->send_ns = clock_mono_ns();
 	deadline = res->send_ns + (uint64_t)(o->timeout_s * (double)NS_PER_S);
 	while (!failed) {
-		struct pollfd pfd = { .fd = l->fd, .events = POLLIN };
-		uint64_t now = clock_mono_ns();
 		ssize_t k;
-		int pr;
 
-		if (now >= deadline) {
+		if (!wait_readable(l, deadline)) {
 			timed_out = true;
 			break;
 		}
-		/* Decrypted bytes the TLS session holds already are readable now. */
-		if (l->ssl && SSL_pending(l->ssl) > 0) {
-			pr = 1;
-		} else {
-			pr = poll(&pfd, 1, (int)((deadline - now + NS_PER_MS - 1) / NS_PER_MS));
-			if (pr < 0 && errno == EINTR)
-				continue;
-		}
-		if (pr == 0)
-			continue; /* the deadline check above decides */
 		k = recv_some(l, rbuf, RECV_BUF);
 		ts = clock_mono_ns();
 		if (k < 0) {
