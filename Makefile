@@ -89,14 +89,15 @@ all: $(OUTPUT)/tokenscope $(TOOLS) $(UNIT_TESTS) $(BPF_TESTS)
 $(OUTPUT) $(OUTPUT)/tests:
 	$(Q)mkdir -p $@
 
-$(OUTPUT)/tokenscope.bpf.o: bpf/tokenscope.bpf.c $(wildcard bpf/lib/*.h) $(wildcard include/*.h) \
-		vmlinux/$(ARCH)/vmlinux.h | $(OUTPUT)
+$(OUTPUT)/tokenscope.bpf.o $(OUTPUT)/bench/tokenscope.bpf.o: bpf/tokenscope.bpf.c \
+		$(wildcard bpf/lib/*.h) $(wildcard include/*.h) vmlinux/$(ARCH)/vmlinux.h | $(OUTPUT)
 	$(call msg,BPF,$@)
-	$(Q)$(CLANG) $(BPF_CFLAGS) -c $< -o $@.tmp
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CLANG) $(BPF_CFLAGS) $(BPF_EXTRA) -c $< -o $@.tmp
 	$(Q)$(LLVM_STRIP) -g $@.tmp -o $@
 	$(Q)rm -f $@.tmp
 
-$(OUTPUT)/tokenscope.skel.h: $(OUTPUT)/tokenscope.bpf.o
+$(OUTPUT)/tokenscope.skel.h $(OUTPUT)/bench/tokenscope.skel.h: %.skel.h: %.bpf.o
 	$(call msg,GEN-SKEL,$@)
 	$(Q)$(BPFTOOL) gen skeleton $< name tokenscope_bpf > $@
 
@@ -111,6 +112,24 @@ $(OUTPUT)/user/%.o: user/%.c
 $(OUTPUT)/tokenscope: $(LIB_OBJS) $(TOOL_OBJS)
 	$(call msg,LINK,$@)
 	$(Q)$(CC) $(CFLAGS) $^ $(LDLIBS) -o $@
+
+# For make bench alone: tokenscope with syscall programs that return at once (TS_BENCH_NOOP), whose
+# run times are the hooks' own cost, and sysloop, a bystander's syscalls timed.
+BENCH_TOOLS := $(OUTPUT)/bench/tokenscope-noop $(OUTPUT)/sysloop
+$(OUTPUT)/bench/tokenscope.bpf.o: BPF_EXTRA := -DTS_BENCH_NOOP
+
+$(OUTPUT)/bench/kernel.o: user/loader/kernel.c $(OUTPUT)/bench/tokenscope.skel.h
+	$(call msg,CC,$@)
+	$(Q)$(CC) -I$(OUTPUT)/bench $(USER_CFLAGS) -c $< -o $@
+
+$(OUTPUT)/bench/tokenscope-noop: $(LIB_OBJS) $(filter-out %/kernel.o,$(TOOL_OBJS)) \
+		$(OUTPUT)/bench/kernel.o
+	$(call msg,LINK,$@)
+	$(Q)$(CC) $(CFLAGS) $^ $(LDLIBS) -o $@
+
+$(OUTPUT)/sysloop: tests/bench/sysloop.c | $(OUTPUT)
+	$(call msg,CC,$@)
+	$(Q)$(CC) $(CFLAGS) $(WARN) -std=gnu11 $< -o $@
 
 $(OUTPUT)/refserver: tests/refserver.c | $(OUTPUT)
 	$(call msg,CC,$@)
@@ -242,7 +261,7 @@ demo: deps
 	$(Q)scripts/demo.sh
 
 bench: deps
-	$(Q)$(MAKE) --no-print-directory all
+	$(Q)$(MAKE) --no-print-directory all $(BENCH_TOOLS)
 	$(Q)scripts/bench.sh
 
 # Every libFuzzer target in tests/fuzz/ for FUZZ_SECONDS each (README "Hardening").

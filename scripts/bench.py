@@ -39,8 +39,8 @@ Environment:
   BENCH_SECTIONS          sections to run, e.g. "3" or "0 2"; default all (0 to 6)
   BENCH_ROUNDS            rounds of the interleaved sections (default 3)
   BENCH_EXPORTER_ROUNDS   rounds of section 3 (default 5: its differences are small)
-  BENCH_BASE              another tokenscope binary (an older build): sections 2 and 3
-                          measure it too, side by side with this build
+  BENCH_BASE              another tokenscope binary (an older build): sections 0, 1, 2, 3
+                          and 6 measure it too, side by side with this build
   OUTPUT                  the build directory (default .output)
 """
 import atexit
@@ -60,6 +60,9 @@ RS = os.path.join(OUT, "refserver")
 WL = os.path.join(OUT, "writeloop")
 CL = os.path.join(OUT, "cudaloop")
 PC = os.path.join(OUT, "peekcost")
+SL = os.path.join(OUT, "sysloop")
+# tokenscope with syscall programs that return at once (Makefile: BENCH_TOOLS): the hooks alone.
+NOOP_TS = os.path.join(OUT, "bench", "tokenscope-noop")
 CUDART = "/usr/local/cuda/lib64/libcudart.so.13"
 GT = os.path.join(OUT, "gtclient")
 HZ = os.sysconf("SC_CLK_TCK")
@@ -148,6 +151,9 @@ class Tracer:
     """tokenscope, bpftrace or strace attached to pid; None for the untraced run."""
 
     def __init__(self, kind, pid, tmp, extra=(), binary=TS, tag=""):
+        if kind == "BENCH_BASE":
+            # The other build, traced the same way, as one more mode of a section.
+            kind, binary, tag = "tokenscope", BASE_TS, tag + "-base"
         self.kind, self.p = kind, None
         self.err = os.path.join(tmp, f"{kind}{tag}.err")
         if kind == "untraced":
@@ -291,7 +297,7 @@ def cudaloop_run(kind, tmp, steps=2000):
     return float(vals["prefill_us_per_step"]), float(vals["decode_us_per_step"])
 
 
-def bpf_cost_run(tmp, frames=100000):
+def bpf_cost_run(tmp, frames=100000, binary=TS):
     """BPF run time per write of the syscall programs (bpf_stats), with writeloop traced, minus
     the same with tokenscope tracing an idle process instead."""
     per = {}
@@ -300,7 +306,7 @@ def bpf_cost_run(tmp, frames=100000):
                    text=True)
         pid = int(wl.stdout.readline().split()[1])
         idle = spawn(["sleep", "600"])
-        tr = Tracer("tokenscope", pid if traced else idle.pid, tmp)
+        tr = Tracer("tokenscope", pid if traced else idle.pid, tmp, binary=binary)
         s0 = tr.bpf_stats()
         wl.stdin.write("go\n")
         wl.stdin.flush()
@@ -374,14 +380,27 @@ def section_writes(tmp, kinds):
     print(f"   tokenscope records lost per round: "
           f"{[x.get('lost_records') for x in wl['tokenscope']]}")
     print("   kernel.bpf_stats, ns of BPF program time per write, traced minus tracing another "
-          "process (what the traced path adds over the filter every syscall pays):")
-    costs = [bpf_cost_run(tmp) for _ in range(ROUNDS)]
-    for name in ("ts_sys_enter", "ts_sys_exit"):
-        print(f"   {name:13s} {statistics.median(c[name] for c, _, _ in costs):6.0f} ns")
-    print(f"   {'both':13s} {statistics.median(sum(c.values()) for c, _, _ in costs):6.0f} ns per "
-          f"traced write; {statistics.median(f for _, f, _ in costs):.0f} ns per syscall of an "
-          f"untraced process (the filter); {statistics.median(w for _, _, w in costs):.0f} ns "
-          f"per socket wake-up of an untraced socket (sk_data_ready)")
+          "process (what the traced path adds over the filter every syscall pays), and ns per "
+          f"syscall of an untraced process; {ROUNDS} rounds interleaved, medians:")
+    builds = cost_builds()
+    costs = {name: [] for name, _ in builds}
+    for _ in range(ROUNDS):
+        for name, binary in builds:
+            costs[name].append(bpf_cost_run(tmp, binary=binary))
+    print(f"   {'build':34s} {'sys_enter':>9s} {'sys_exit':>9s} {'both':>6s} {'filter/syscall':>15s} "
+          f"{'socket wake-up':>15s}")
+    for name, _ in builds:
+        c = costs[name]
+        print(f"   {name:34s} {statistics.median(a['ts_sys_enter'] for a, _, _ in c):9.0f} "
+              f"{statistics.median(a['ts_sys_exit'] for a, _, _ in c):9.0f} "
+              f"{statistics.median(sum(a.values()) for a, _, _ in c):6.0f} "
+              f"{statistics.median(f for _, f, _ in c):15.0f} "
+              f"{statistics.median(w for _, _, w in c):15.0f}", flush=True)
+    if any(name == NOOP_NAME for name, _ in builds):
+        print("   (the hooks alone: programs that return at once, charged by bpf_stats at the same "
+              "tracepoints; a figure above it by less than the rounds' spread is the hooks', not "
+              "the programs' work)")
+    section_bystander(tmp, builds)
     # tests/peekcost.c loads the programs itself with discovery on and off and attaches
     # nothing: tokenscope --all would trace whatever else streams on the machine meanwhile.
     print(f"   passive discovery (--all), sys_enter time per write of an untraced writeloop, "
@@ -398,6 +417,57 @@ def section_writes(tmp, kinds):
         print(f"   {float(m.group(1)):6.0f} ns per write of {what}; sys_enter "
               f"{float(m.group(2)):.0f} ns per run with discovery, {float(m.group(3)):.0f} without",
               flush=True)
+
+
+NOOP_NAME = "hooks alone (tokenscope-noop)"
+
+
+def cost_builds():
+    """The tokenscope builds section 0 measures: this one, BENCH_BASE, and the hooks alone."""
+    builds = [("this build", TS)]
+    if BASE_TS:
+        builds.append(("BENCH_BASE", BASE_TS))
+    if os.access(NOOP_TS, os.X_OK):
+        builds.append((NOOP_NAME, NOOP_TS))
+    return builds
+
+
+def set_bpf_stats(on):
+    with open("/proc/sys/kernel/bpf_stats_enabled", "w") as f:
+        f.write("1" if on else "0")
+
+
+def section_bystander(tmp, builds):
+    """What a process nobody traces pays per syscall while tokenscope traces another one:
+    sysloop's CPU per syscall with no tracer loaded and with each build tracing an idle
+    process, kernel.bpf_stats off (its clock reads would add to the figure)."""
+    modes = [("no tracer", None)] + builds
+    print(f"   a process nobody traces, CPU per syscall (sysloop; bpf_stats off), no tracer against "
+          f"tokenscope tracing another process, {ROUNDS} rounds interleaved, medians:")
+    runs = {(m, k): [] for m, _ in modes for k in ("getppid", "socket")}
+    set_bpf_stats(False)
+    try:
+        for _ in range(ROUNDS):
+            for name, binary in modes:
+                idle = spawn(["sleep", "600"])
+                tr = Tracer("tokenscope", idle.pid, tmp, binary=binary) if binary else None
+                for kind, n in (("getppid", 1000000), ("socket", 250000)):
+                    out = subprocess.run([SL, "-n", str(n), kind], capture_output=True, text=True,
+                                         check=True).stdout
+                    runs[(name, kind)].append(float(re.search(r"cpu_ns_per_call=([\d.]+)", out)[1]))
+                if tr:
+                    tr.stop()
+                idle.kill()
+    finally:
+        set_bpf_stats(True)
+    for kind, what in (("getppid", "getppid (not followed)"),
+                       ("socket", "1-byte socket write/read (followed to the process test)")):
+        base = statistics.median(runs[("no tracer", kind)])
+        cells = [f"no tracer {base:.0f} ns"]
+        for name, _ in builds:
+            v = statistics.median(runs[(name, kind)])
+            cells.append(f"{name} {v:.0f} ns ({v - base:+.0f})")
+        print(f"   {what}: " + ", ".join(cells), flush=True)
 
 
 def section_throughput(tmp, kinds):
@@ -706,10 +776,11 @@ def main():
         f.write("1")
     tmp = subprocess.check_output(["mktemp", "-d"], text=True).strip()
     kinds = ["untraced", "tokenscope"] + [k for k in ("bpftrace", "strace") if have(k)]
+    base_kind = ["BENCH_BASE"] if BASE_TS else []
     if 0 in SECTIONS:
-        section_writes(tmp, kinds)
+        section_writes(tmp, kinds[:2] + base_kind + kinds[2:])
     if 1 in SECTIONS:
-        section_throughput(tmp, kinds)
+        section_throughput(tmp, kinds[:2] + base_kind + kinds[2:])
     if 2 in SECTIONS:
         section_own_cost(tmp)
     if 3 in SECTIONS:
