@@ -54,7 +54,7 @@ int BPF_PROG(ts_sys_enter, struct pt_regs *regs, long id)
 		return 0;
 	pid_tgid = bpf_get_current_pid_tgid();
 	tgid = pid_tgid >> 32;
-	if (!bpf_map_lookup_elem(&traced, &tgid)) {
+	if (!is_traced(tgid)) {
 		if (discover_traffic &&
 		    (id == NR_WRITE || id == NR_WRITEV || id == NR_SENDTO || id == NR_SENDMSG))
 			traffic_peek(regs, sys, tgid);
@@ -110,6 +110,10 @@ int BPF_PROG(ts_sys_exit, struct pt_regs *regs, long ret)
 #ifdef TS_BENCH_NOOP
 	return 0;
 #endif
+	/* Every syscall on the machine ends here: one that is never followed stops at its number,
+	 * before the task storage lookup. */
+	if (!syscall_kind(TS_SYSCALL_NR(regs)))
+		return 0;
 	sp = bpf_task_storage_get(&stash, bpf_get_current_task_btf(), NULL, 0);
 	if (!sp || !sp->sys)
 		return 0;

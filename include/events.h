@@ -23,10 +23,12 @@
  * a ring larger than the shared cache makes each write miss: measured with bpf_stats on the
  * development VM, the sys_exit program of a traced 287-byte write cost 1.0-1.6 us with a 1 to
  * 8 MiB ring (differences within run-to-run noise) and 3.4-3.8 us with 64 MiB. 2 MiB hold 0.5 s
- * of 10,000 frames/s; the reader drains every 10 ms and is woken when an eighth is waiting. User
+ * of 10,000 frames/s; the reader drains every 25 ms and is woken when an eighth is waiting. User
  * space maps the ring twice (for wrap-around), so it counts twice in the tracer's RSS.
  */
 #define TS_RING_DEFAULT_MB 2
+/* Words of the traced-process bitmap, a bit per tgid: the kernel's largest pid_max, 2^22. */
+#define TS_TRACED_BITS_WORDS ((1u << 22) / 64)
 #define TS_RING_MAX_MB 1024
 /* iovecs walked per readv/writev/sendmsg; bytes in later iovecs are counted as a gap. */
 #define TS_IOV_MAX 64

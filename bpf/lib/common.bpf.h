@@ -39,6 +39,49 @@ struct {
 	__type(value, __u8);
 } traced SEC(".maps");
 
+/*
+ * The same set as a bit per tgid: the test every socket syscall of every process on the machine
+ * makes first, an array load (the verifier inlines an array lookup) before the map above is
+ * looked up. Set with the map entry (user space: kernel_set_traced, through a one-page mapping of
+ * the word's page; here: a traced process's fork) and cleared with it (the leader's exit).
+ * Mappable, so that user space sets a bit atomically against the kernel's updates of the same
+ * word; not global data, which user space would keep mapped whole (512 KiB of its RSS). A tgid
+ * past the bitmap (the kernel's pid limit is 2^22, so none) falls to the map.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, TS_TRACED_BITS_WORDS);
+	__type(key, __u32);
+	__type(value, __u64);
+} traced_bits SEC(".maps");
+
+static __always_inline bool traced_maybe(__u32 tgid)
+{
+	__u32 w = tgid / 64;
+	__u64 *bits = bpf_map_lookup_elem(&traced_bits, &w);
+
+	return !bits || (*bits & (1ull << (tgid % 64)));
+}
+
+static __always_inline bool is_traced(__u32 tgid)
+{
+	return traced_maybe(tgid) && bpf_map_lookup_elem(&traced, &tgid);
+}
+
+static __always_inline void traced_bit(__u32 tgid, bool on)
+{
+	__u32 w = tgid / 64;
+	__u64 *bits = bpf_map_lookup_elem(&traced_bits, &w);
+
+	if (!bits)
+		return;
+	if (on)
+		__sync_fetch_and_or(bits, 1ull << (tgid % 64));
+	else
+		__sync_fetch_and_and(bits, ~(1ull << (tgid % 64)));
+}
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, TS_STAT_MAX);

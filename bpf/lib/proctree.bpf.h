@@ -19,6 +19,7 @@ int BPF_PROG(ts_fork, struct task_struct *parent, struct task_struct *child)
 	if (ptgid == ctgid || !bpf_map_lookup_elem(&traced, &ptgid))
 		return 0;
 	bpf_map_update_elem(&traced, &ctgid, &one, BPF_ANY);
+	traced_bit(ctgid, true);
 	pe.hdr.type = TS_EV_PROC_FORK;
 	pe.hdr.size = sizeof(pe);
 	pe.hdr.pid = ctgid;
@@ -41,6 +42,7 @@ int BPF_PROG(ts_exit, struct task_struct *task)
 	if ((__u32)pid_tgid != tgid || !bpf_map_lookup_elem(&traced, &tgid))
 		return 0;
 	bpf_map_delete_elem(&traced, &tgid);
+	traced_bit(tgid, false);
 	pe.hdr.type = TS_EV_PROC_EXIT;
 	pe.hdr.size = sizeof(pe);
 	pe.hdr.pid = tgid;

@@ -21,6 +21,9 @@
 #define NR_RECVMSG 47
 #define NR_ACCEPT4 288
 
+/* The number of the syscall a sys_exit program runs for, from the syscall's saved registers. */
+#define TS_SYSCALL_NR(regs) ((regs)->orig_ax)
+
 /* recv flags (include/linux/socket.h; the same on every architecture) */
 #define TS_MSG_PEEK 0x2
 

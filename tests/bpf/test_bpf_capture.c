@@ -21,6 +21,7 @@
 
 #include "check.h"
 #include "events.h"
+#include "loader/kernel.h"
 #include "tokenscope.skel.h"
 
 #define MAX_RECS 4096
@@ -85,7 +86,6 @@ static void tcp_pair(int *srv, int *cli)
 static bool fixture_open(struct fixture *f, uint32_t capture, uint32_t ring_bytes)
 {
 	uint32_t me = getpid();
-	uint8_t one = 1;
 
 	memset(f, 0, sizeof(*f));
 	f->skel = tokenscope_bpf__open();
@@ -104,8 +104,7 @@ static bool fixture_open(struct fixture *f, uint32_t capture, uint32_t ring_byte
 		return false;
 	/* The pair is made before tracing starts, so the accept is not seen: first I/O is. */
 	tcp_pair(&f->srv, &f->cli);
-	return ASSERT_OK(bpf_map_update_elem(bpf_map__fd(f->skel->maps.traced), &me, &one, 0),
-			 "trace self");
+	return ASSERT_OK(kernel_set_traced(f->skel, me, true), "trace self");
 }
 
 static void fixture_close(struct fixture *f)
@@ -445,7 +444,7 @@ TEST(test_ignores_pipes_and_untraced)
 	/* A child forked while untraced... remove ourselves first so the fork is not followed. */
 	uint32_t me = getpid();
 
-	bpf_map_delete_elem(bpf_map__fd(f.skel->maps.traced), &me);
+	kernel_set_traced(f.skel, me, false);
 	child = fork();
 	if (child == 0) {
 		write(f.srv, "child", 5);
@@ -457,6 +456,16 @@ TEST(test_ignores_pipes_and_untraced)
 	ASSERT_EQ(count_type(&f, TS_EV_PROC_FORK), 0, "no fork record");
 out:
 	fixture_close(&f);
+}
+
+/* Whether pid's bit is set in the kernel side's traced-process bitmap. */
+static bool traced_bit_set(struct fixture *f, uint32_t pid)
+{
+	uint32_t w = pid / 64;
+	uint64_t bits = 0;
+
+	bpf_map_lookup_elem(bpf_map__fd(f->skel->maps.traced_bits), &w, &bits);
+	return bits & (1ull << (pid % 64));
 }
 
 TEST(test_fork_followed)
@@ -489,6 +498,14 @@ TEST(test_fork_followed)
 	}
 	ASSERT_EQ(forks, 1, "fork record");
 	ASSERT_EQ(exits, 1, "exit record");
+	/* The child's exit took it out of both forms of the traced set; its parent stays. */
+	uint32_t cp = child, me = getpid();
+	uint8_t v;
+
+	ASSERT_TRUE(bpf_map_lookup_elem(bpf_map__fd(f.skel->maps.traced), &cp, &v) != 0,
+		    "child gone from the map");
+	ASSERT_FALSE(traced_bit_set(&f, cp), "child's bit cleared");
+	ASSERT_TRUE(traced_bit_set(&f, me), "parent's bit set");
 	if (ASSERT_EQ(data_recs(&f, f.srv, TS_DIR_OUT, e, 4), 1, "child's write")) {
 		ASSERT_EQ(e[0]->hdr.pid, child, "written by the child");
 		ASSERT_TRUE(memcmp(e[0]->data, "from child", 10) == 0, "content");

@@ -82,7 +82,6 @@ static void cuda_steps(const char *path, bool calls)
 	struct uprobes ca;
 	struct cudart c = { 0 };
 	uint32_t me = getpid();
-	uint8_t one = 1;
 	char buf[8];
 	int hooked;
 
@@ -115,7 +114,7 @@ static void cuda_steps(const char *path, bool calls)
 	ring_buffer__consume(rb);
 	ASSERT_EQ(nsteps, 0, "untraced process: no step");
 
-	bpf_map_update_elem(bpf_map__fd(skel->maps.traced), &me, &one, 0);
+	kernel_set_traced(skel, me, true);
 	/* A prefill-shaped step: 40 eager launches, then a wait. */
 	for (int i = 0; i < 40; i++)
 		c.launch(NULL, 0, 0, NULL, 0, NULL);

@@ -225,7 +225,6 @@ static void tls_server(bool memory_bios)
 	char frames[FRAMES][64], req[256];
 	size_t want = 0;
 	uint32_t me = getpid();
-	uint8_t one = 1;
 	int cli = -1, status = 0, hooked;
 	pid_t child = -1;
 	ssize_t n;
@@ -264,7 +263,7 @@ static void tls_server(bool memory_bios)
 	hooked = uprobes_scan(&u, me);
 	ASSERT_TRUE(hooked >= 3, "libssl's read, write and handshake hooked");
 	ASSERT_EQ(uprobes_hooked_files(&u, "TLS"), 1, "one TLS library file");
-	bpf_map_update_elem(bpf_map__fd(skel->maps.traced), &me, &one, 0);
+	kernel_set_traced(skel, me, true);
 
 	n = memory_bios ? loop_read(&l, req, sizeof(req))
 			: (SSL_read_ex(l.ssl, req, sizeof(req), (size_t *)&n) == 1 ? n : -1);

@@ -23,6 +23,7 @@
 
 #include "check.h"
 #include "events.h"
+#include "loader/kernel.h"
 #include "tokenscope.skel.h"
 #include "traffic.h"
 
@@ -105,18 +106,15 @@ static int run_child(child_fn fn, int fd, bool traced, struct ts_traffic_seen *o
 	}
 	close(go[0]);
 	pid = child;
-	if (traced) {
-		__u8 one = 1;
-
-		bpf_map_update_elem(bpf_map__fd(skel->maps.traced), &pid, &one, BPF_ANY);
-	}
+	if (traced)
+		kernel_set_traced(skel, pid, true);
 	/* The child's writes start only now: the name and the traced entry are in place. */
 	if (write(go[1], &c, 1) != 1)
 		return -EIO;
 	close(go[1]);
 	waitpid(child, NULL, 0);
 	if (traced)
-		bpf_map_delete_elem(bpf_map__fd(skel->maps.traced), &pid);
+		kernel_set_traced(skel, pid, false);
 	if (bpf_map_lookup_elem(bpf_map__fd(skel->maps.traffic_seen), &pid, out))
 		return -ENOENT;
 	return 0;

@@ -156,7 +156,7 @@ else
 fi
 
 # (a) the endpoint, as any client sees it
-sleep 0.2 # the snapshot follows the last records within a drain period (10 ms)
+sleep 0.2 # the snapshot follows the last records within a drain period (25 ms)
 code=$(curl -s --max-time 5 -o "$TMP/metrics.txt" -D "$TMP/headers.txt" -w '%{http_code}' \
 	"http://127.0.0.1:$MPORT/metrics")
 if [ "$code" = 200 ] && grep -qi '^content-type: text/plain; version=0.0.4' "$TMP/headers.txt"; then

@@ -3,6 +3,8 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <linux/types.h>
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
@@ -155,13 +157,55 @@ void kernel_forget_conns(struct kernel *k, uint32_t pid)
 	} while (n == FORGET_BATCH);
 }
 
-int kernel_trace_pid(struct kernel *k, uint32_t pid)
+/*
+ * Sets or clears pid's bit in map `traced_bits` through a mapping of the one page that holds its
+ * word, atomically: the kernel sets and clears bits of the same word (forks, exits).
+ */
+static int traced_bit(struct tokenscope_bpf *skel, uint32_t pid, bool on)
+{
+	long page = sysconf(_SC_PAGESIZE);
+	off_t at = (off_t)(pid / 64) * sizeof(__u64), base = at - at % page;
+	__u64 bit = 1ull << (pid % 64);
+	char *p;
+
+	if (pid / 64 >= TS_TRACED_BITS_WORDS)
+		return 0; /* past the bitmap: the kernel side looks such a tgid up in the map */
+	p = mmap(NULL, page, PROT_READ | PROT_WRITE, MAP_SHARED,
+		 bpf_map__fd(skel->maps.traced_bits), base);
+	if (p == MAP_FAILED)
+		return -errno;
+	if (on)
+		__atomic_fetch_or((__u64 *)(p + (at - base)), bit, __ATOMIC_SEQ_CST);
+	else
+		__atomic_fetch_and((__u64 *)(p + (at - base)), ~bit, __ATOMIC_SEQ_CST);
+	munmap(p, page);
+	return 0;
+}
+
+int kernel_set_traced(struct tokenscope_bpf *skel, uint32_t pid, bool on)
 {
 	__u8 one = 1;
+	int err;
 
-	if (bpf_map_update_elem(bpf_map__fd(k->skel->maps.traced), &pid, &one, BPF_ANY))
-		return -errno;
-	return 0;
+	if (on) {
+		if (bpf_map_update_elem(bpf_map__fd(skel->maps.traced), &pid, &one, BPF_ANY))
+			return -errno;
+		/* The bit is the kernel's first test: set after the map entry, so that a set bit
+		 * finds it. */
+		err = traced_bit(skel, pid, true);
+		if (err)
+			bpf_map_delete_elem(bpf_map__fd(skel->maps.traced), &pid);
+		return err;
+	}
+	err = traced_bit(skel, pid, false);
+	if (bpf_map_delete_elem(bpf_map__fd(skel->maps.traced), &pid) && errno != ENOENT && !err)
+		err = -errno;
+	return err;
+}
+
+int kernel_trace_pid(struct kernel *k, uint32_t pid)
+{
+	return kernel_set_traced(k->skel, pid, true);
 }
 
 int kernel_traffic_take(struct kernel *k, kernel_traffic_fn fn, void *ctx)

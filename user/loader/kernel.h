@@ -61,6 +61,8 @@ int kernel_read_stat(struct kernel *k, unsigned int stat, uint64_t *sum);
 void kernel_forget_conns(struct kernel *k, uint32_t pid);
 /* Adds pid to map `traced`: its syscalls, forks and exit are traced from now on. */
 int kernel_trace_pid(struct kernel *k, uint32_t pid);
+/* The same on a skeleton (the tests' own), and its removal (on == false). */
+int kernel_set_traced(struct tokenscope_bpf *skel, uint32_t pid, bool on);
 
 /*
  * --all: empties map `traffic_seen` (the processes seen writing streamed completions), taking

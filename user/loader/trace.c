@@ -23,9 +23,8 @@
 #include "lib/utf8.h"
 #include "lib/version.h"
 
-/* Records are submitted without wake-up; the consumer drains on this period, and is woken early
- * only when the kernel sees the buffer filling (wakeup_bytes). */
-#define DRAIN_PERIOD_MS 10
+/* Records are submitted without wake-up; the consumer drains every PIPELINE_TICK_MS, and is
+ * woken early only when the kernel sees the buffer filling (wakeup_bytes). */
 /* How often the traced processes' maps are read again for CUDA libraries loaded since: an
  * engine process maps libcudart seconds after it starts. */
 #define CUDA_RESCAN_S 1.0
@@ -69,7 +68,7 @@ static int on_record(void *ctx, void *data, size_t size)
 /*
  * The kernel's counters, every drain: the lost-record count decides which open requests may be
  * lost, and the others reach /metrics and recordings as they change (a per-CPU array lookup
- * per counter, a few microseconds each 10 ms).
+ * per counter, a few microseconds each drain).
  */
 static void read_kstats(struct tracer *tr)
 {
@@ -503,7 +502,7 @@ static int loop_run(struct loop *l, volatile sig_atomic_t *exiting)
 	for (size_t i = 0; i < njobs; i++)
 		jobs[i].next = l->start + jobs[i].first;
 	while (!*exiting) {
-		int n = kernel_ring_poll(l->tr->k, DRAIN_PERIOD_MS);
+		int n = kernel_ring_poll(l->tr->k, PIPELINE_TICK_MS);
 		double now;
 
 		/* A signal: the loop's condition says whether it ends the trace (run passes

@@ -19,7 +19,7 @@
 #include "pipeline/pipeline.h"
 #include "record/record.h"
 
-#define REPLAY_TICK_NS (10 * 1000 * 1000ull)
+#define REPLAY_TICK_NS (PIPELINE_TICK_MS * 1000 * 1000ull)
 
 struct replay {
 	struct pipeline *pl;
