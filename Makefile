@@ -25,11 +25,13 @@ BPF_CFLAGS := -g -O2 -Wall -Werror -target bpf -mcpu=v3 -D__TARGET_ARCH_$(ARCH) 
 	-Ivmlinux/$(ARCH) -Iinclude -idirafter /usr/include/$(shell $(CC) -print-multiarch)
 
 ifeq ($(STATIC),1)
+# Nothing is loaded at run time that the binary could link (user/loader/insn.c: capstone).
+USER_CFLAGS += -DTS_STATIC
 # libbpf, libelf, zlib and zstd go in statically; Debian ships no static cJSON, so the binary
 # still needs libc and libcjson1 on the target (README: "Static build").
 LDLIBS := -Wl,-Bstatic -lbpf -lelf -lz -lzstd -lnghttp2 -lcapstone -Wl,-Bdynamic -lcjson -lm -lmicrohttpd -lpthread
 else
-LDLIBS := -lbpf -lelf -lz -lnghttp2 -lcapstone -lcjson -lm -lmicrohttpd -lpthread
+LDLIBS := -lbpf -lelf -lz -lnghttp2 -lcjson -lm -lmicrohttpd -lpthread -ldl
 endif
 
 ifeq ($(V),1)
@@ -176,7 +178,7 @@ $(OUTPUT)/fuzz/obj/%.o: user/%.c
 $(OUTPUT)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(wildcard tests/fuzz/*.h) $(FUZZ_OBJS)
 	$(call msg,FUZZ,$@)
 	$(Q)$(CLANG) $(USER_CFLAGS) $(FUZZ_FLAGS) -fsanitize=fuzzer -Itests/fuzz $< $(FUZZ_OBJS) \
-		-o $@ -lnghttp2 -lcapstone -lcjson -lm -lmicrohttpd -lpthread
+		-o $@ -lnghttp2 -lcjson -lm -lmicrohttpd -lpthread
 
 # The injection library's coalescer and record reader, instrumented: none of the pipeline.
 $(OUTPUT)/fuzz/fuzz_cupti: tests/fuzz/fuzz_cupti.c tests/fuzz/fuzz.h $(CUPTI_TESTED) \
@@ -234,7 +236,7 @@ $(OUTPUT)/cudaloop-static: tests/cudaloop.c | $(OUTPUT)
 # bpf/lib helpers compile on the host too (-Ibpf): unit tests feed them captured bytes.
 $(OUTPUT)/tests/%: tests/unit/%.c tests/unit/check.h $(wildcard tests/unit/*.h) $(wildcard bpf/lib/*.h) $(SAN_OBJS) | $(OUTPUT)/tests
 	$(call msg,TEST,$@)
-	$(Q)$(CC) $(USER_CFLAGS) $(SAN_FLAGS) -Ibpf -Itests/unit $< $(SAN_OBJS) -o $@ -lnghttp2 -lcapstone -lcjson -lm -lmicrohttpd
+	$(Q)$(CC) $(USER_CFLAGS) $(SAN_FLAGS) -Ibpf -Itests/unit $< $(SAN_OBJS) -o $@ -lnghttp2 -lcjson -lm -lmicrohttpd
 
 # The pattern above links user/ objects; this one the injection library's coalescer and
 # record reader.

@@ -1,9 +1,70 @@
 // SPDX-License-Identifier: MIT
 #include <capstone/capstone.h>
+#include <dlfcn.h>
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "loader/insn.h"
+
+/*
+ * libcapstone, for Go's crypto/tls alone, is opened on first use: its 77,000 relocations make
+ * the loader touch about 3 MiB of it at start, RSS that a tracer of anything but a Go TLS
+ * server would carry for nothing. Only the major version of the headers compiled against is
+ * taken, since its structs (cs_insn, cs_detail) change between majors. A static build links
+ * it in (TS_STATIC: it cannot load a library, and a static executable has no relocations to
+ * apply, so it costs nothing until used).
+ */
+struct cs_api {
+	cs_err (*open)(cs_arch, cs_mode, csh *);
+	cs_err (*option)(csh, cs_opt_type, size_t);
+	cs_insn *(*malloc)(csh);
+	bool (*disasm_iter)(csh, const uint8_t **, size_t *, uint64_t *, cs_insn *);
+	cs_err (*regs_access)(csh, const cs_insn *, cs_regs, uint8_t *, cs_regs, uint8_t *);
+	void (*free)(cs_insn *, size_t);
+	cs_err (*close)(csh *);
+};
+
+#define CS_STR2(x) #x
+#define CS_STR(x) CS_STR2(x)
+#define CS_SONAME "libcapstone.so." CS_STR(CS_API_MAJOR)
+
+static const struct cs_api *cs(void)
+{
+#ifdef TS_STATIC
+	static const struct cs_api linked = { cs_open,	      cs_option, cs_malloc, cs_disasm_iter,
+					      cs_regs_access, cs_free,	 cs_close };
+
+	return &linked;
+#else
+	static struct cs_api api;
+	static int state; /* 0: not tried, 1: loaded, -1: failed (said once) */
+	void *h;
+
+	if (state)
+		return state > 0 ? &api : NULL;
+	state = -1;
+	h = dlopen(CS_SONAME, RTLD_NOW | RTLD_LOCAL);
+	if (h) {
+		*(void **)&api.open = dlsym(h, "cs_open");
+		*(void **)&api.option = dlsym(h, "cs_option");
+		*(void **)&api.malloc = dlsym(h, "cs_malloc");
+		*(void **)&api.disasm_iter = dlsym(h, "cs_disasm_iter");
+		*(void **)&api.regs_access = dlsym(h, "cs_regs_access");
+		*(void **)&api.free = dlsym(h, "cs_free");
+		*(void **)&api.close = dlsym(h, "cs_close");
+		if (api.open && api.option && api.malloc && api.disasm_iter && api.regs_access &&
+		    api.free && api.close)
+			state = 1;
+	}
+	if (state < 0)
+		fprintf(stderr,
+			"tokenscope: Go's crypto/tls is not hooked: %s could not be loaded (%s); "
+			"install it (Debian: apt-get install libcapstone%d)\n",
+			CS_SONAME, h ? "a function is missing" : dlerror(), CS_API_MAJOR);
+	return state > 0 ? &api : NULL;
+#endif
+}
 
 #define X86_REX_B 0x41	    /* the REX prefix of a push of r8-r15 */
 #define X86_PUSH_FIRST 0x50 /* push %rax .. push %rdi (with REX.B: %r8 .. %r15) */
@@ -35,18 +96,21 @@ int insn_x86_rets(const uint8_t *b, size_t n, uint32_t *offs, int max)
 	const uint8_t *p = b;
 	uint64_t addr = 0;
 	int found = 0, err = 0;
+	const struct cs_api *c = cs();
 	cs_insn *insn;
 	csh h;
 
-	if (cs_open(CS_ARCH_X86, CS_MODE_64, &h) != CS_ERR_OK)
+	if (!c)
+		return -ENOENT;
+	if (c->open(CS_ARCH_X86, CS_MODE_64, &h) != CS_ERR_OK)
 		return -ENOMEM;
-	insn = cs_malloc(h);
+	insn = c->malloc(h);
 	if (!insn) {
-		cs_close(&h);
+		c->close(&h);
 		return -ENOMEM;
 	}
 	while (n) {
-		if (!cs_disasm_iter(h, &p, &n, &addr, insn)) {
+		if (!c->disasm_iter(h, &p, &n, &addr, insn)) {
 			/* Go pads functions with INT3 (0xcc), which decodes; anything else is not a
 			 * function we read whole. */
 			err = -EINVAL;
@@ -58,8 +122,8 @@ int insn_x86_rets(const uint8_t *b, size_t n, uint32_t *offs, int max)
 			found++;
 		}
 	}
-	cs_free(insn, 1);
-	cs_close(&h);
+	c->free(insn, 1);
+	c->close(&h);
 	return err ? err : found;
 }
 
@@ -108,14 +172,15 @@ uint32_t insn_x86_cheap_entry(const uint8_t *b, size_t n)
 	const uint8_t *p = b;
 	uint64_t addr = 0;
 	uint32_t found = 0;
+	const struct cs_api *c = cs();
 	cs_insn *insn;
 	csh h;
 
-	if (cs_open(CS_ARCH_X86, CS_MODE_64, &h) != CS_ERR_OK)
+	if (!c || c->open(CS_ARCH_X86, CS_MODE_64, &h) != CS_ERR_OK)
 		return 0;
-	cs_option(h, CS_OPT_DETAIL, CS_OPT_ON);
-	insn = cs_malloc(h);
-	for (int k = 0; insn && k < X86_ENTRY_LOOK && cs_disasm_iter(h, &p, &n, &addr, insn); k++) {
+	c->option(h, CS_OPT_DETAIL, CS_OPT_ON);
+	insn = c->malloc(h);
+	for (int k = 0; insn && k < X86_ENTRY_LOOK && c->disasm_iter(h, &p, &n, &addr, insn); k++) {
 		cs_regs rd, wr;
 		uint8_t nrd, nwr;
 		bool clobbers = false;
@@ -124,7 +189,7 @@ uint32_t insn_x86_cheap_entry(const uint8_t *b, size_t n)
 			found = (uint32_t)insn->address;
 			break;
 		}
-		if (cs_regs_access(h, insn, rd, &nrd, wr, &nwr) != CS_ERR_OK)
+		if (c->regs_access(h, insn, rd, &nrd, wr, &nwr) != CS_ERR_OK)
 			break;
 		for (uint8_t i = 0; i < nwr; i++)
 			clobbers |= x86_go_reg(wr[i]);
@@ -132,7 +197,7 @@ uint32_t insn_x86_cheap_entry(const uint8_t *b, size_t n)
 			break;
 	}
 	if (insn)
-		cs_free(insn, 1);
-	cs_close(&h);
+		c->free(insn, 1);
+	c->close(&h);
 	return found;
 }
