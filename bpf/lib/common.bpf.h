@@ -40,13 +40,14 @@ struct {
 } traced SEC(".maps");
 
 /*
- * The same set as a bit per tgid: the test every socket syscall of every process on the machine
- * makes first, an array load (the verifier inlines an array lookup) before the map above is
- * looked up. Set with the map entry (user space: kernel_set_traced, through a one-page mapping of
- * the word's page; here: a traced process's fork) and cleared with it (the leader's exit).
- * Mappable, so that user space sets a bit atomically against the kernel's updates of the same
- * word; not global data, which user space would keep mapped whole (512 KiB of its RSS). A tgid
- * past the bitmap (the kernel's pid limit is 2^22, so none) falls to the map.
+ * The same set as a bit per tgid, the test every socket syscall of every process on the machine
+ * makes: an array load (the verifier inlines an array lookup) instead of a hash lookup. A bit is
+ * set after its map entry is made and cleared before the entry goes (user space:
+ * kernel_set_traced, through a one-page mapping of the word's page; here: a traced process's
+ * fork, the leader's exit), so a set bit stands for an entry. Mappable, so that user space sets
+ * a bit atomically against the kernel's updates of the same word; not global data, which user
+ * space would keep mapped whole (512 KiB of its RSS). A tgid past the bitmap (the kernel's pid
+ * limit is 2^22, so none) falls to the map.
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -56,17 +57,14 @@ struct {
 	__type(value, __u64);
 } traced_bits SEC(".maps");
 
-static __always_inline bool traced_maybe(__u32 tgid)
+static __always_inline bool is_traced(__u32 tgid)
 {
 	__u32 w = tgid / 64;
 	__u64 *bits = bpf_map_lookup_elem(&traced_bits, &w);
 
-	return !bits || (*bits & (1ull << (tgid % 64)));
-}
-
-static __always_inline bool is_traced(__u32 tgid)
-{
-	return traced_maybe(tgid) && bpf_map_lookup_elem(&traced, &tgid);
+	if (!bits)
+		return bpf_map_lookup_elem(&traced, &tgid);
+	return *bits & (1ull << (tgid % 64));
 }
 
 static __always_inline void traced_bit(__u32 tgid, bool on)
@@ -103,8 +101,20 @@ static __always_inline void stat_add(__u32 which, __u64 n)
 		*v += n;
 }
 
-static __always_inline __u64 rb_flags(void)
+/*
+ * How full the ring is, asked at a record's submission: a read of the reader's position, a line
+ * the reader's CPU writes, so a cache miss most times. Asked for every record of RB_CHECK_BYTES or
+ * more and every RB_CHECK_EVERY records a CPU submits otherwise: between two asks a CPU adds at
+ * most RB_CHECK_EVERY small records (16 KiB), little against the eighth of the ring that wakes the
+ * reader early.
+ */
+#define RB_CHECK_BYTES 1024
+#define RB_CHECK_EVERY 16
+
+static __always_inline __u64 rb_flags(__u64 size, __u64 *events_here)
 {
+	if (size < RB_CHECK_BYTES && events_here && *events_here % RB_CHECK_EVERY)
+		return BPF_RB_NO_WAKEUP;
 	return bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes ? BPF_RB_FORCE_WAKEUP
 									     : BPF_RB_NO_WAKEUP;
 }
@@ -112,11 +122,14 @@ static __always_inline __u64 rb_flags(void)
 /* Submit a record, or count it lost with its payload. */
 static __always_inline void emit(void *rec, __u64 size, __u64 payload)
 {
-	if (bpf_ringbuf_output(&events, rec, size, rb_flags())) {
+	__u32 k = TS_STAT_EVENTS;
+	__u64 *n = bpf_map_lookup_elem(&stats, &k);
+
+	if (bpf_ringbuf_output(&events, rec, size, rb_flags(size, n))) {
 		stat_add(TS_STAT_LOST_EVENTS, 1);
 		stat_add(TS_STAT_LOST_BYTES, payload);
-	} else {
-		stat_add(TS_STAT_EVENTS, 1);
+	} else if (n) {
+		*n += 1;
 	}
 }
 

@@ -190,7 +190,8 @@ int BPF_USDT(ts_cupti_runs, int abi, void *runs, int n, void *stats)
 		stat_add(TS_STAT_COPY_FAILED, 1);
 		ev->n = 0;
 	}
-	bpf_ringbuf_submit(ev, rb_flags());
+	/* A large record (rb_flags asks how full the ring is for every one). */
+	bpf_ringbuf_submit(ev, rb_flags(sizeof(*ev), NULL));
 	stat_add(TS_STAT_EVENTS, 1);
 	return 0;
 }

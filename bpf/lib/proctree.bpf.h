@@ -18,8 +18,9 @@ int BPF_PROG(ts_fork, struct task_struct *parent, struct task_struct *child)
 	/* Threads share the tgid and are already covered. */
 	if (ptgid == ctgid || !bpf_map_lookup_elem(&traced, &ptgid))
 		return 0;
-	bpf_map_update_elem(&traced, &ctgid, &one, BPF_ANY);
-	traced_bit(ctgid, true);
+	/* The bit only with the entry (a full table refuses it). */
+	if (!bpf_map_update_elem(&traced, &ctgid, &one, BPF_ANY))
+		traced_bit(ctgid, true);
 	pe.hdr.type = TS_EV_PROC_FORK;
 	pe.hdr.size = sizeof(pe);
 	pe.hdr.pid = ctgid;
@@ -41,8 +42,8 @@ int BPF_PROG(ts_exit, struct task_struct *task)
 	/* Only the group leader's exit ends the process for us. */
 	if ((__u32)pid_tgid != tgid || !bpf_map_lookup_elem(&traced, &tgid))
 		return 0;
-	bpf_map_delete_elem(&traced, &tgid);
 	traced_bit(tgid, false);
+	bpf_map_delete_elem(&traced, &tgid);
 	pe.hdr.type = TS_EV_PROC_EXIT;
 	pe.hdr.size = sizeof(pe);
 	pe.hdr.pid = tgid;
