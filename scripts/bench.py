@@ -3,8 +3,11 @@
 
 0. The cost of one traced write: writeloop streams 200,000 SSE frames over loopback TCP, one
    write syscall each, and reports its own CPU time per write, untraced and under each tracer.
-   From kernel.bpf_stats: the BPF time per traced write, the filter every other syscall pays,
-   and what passive discovery (--all) adds to each write of an untraced process.
+   From kernel.bpf_stats: the BPF time per traced write (writer and reader on separate CPUs),
+   the filter every other syscall pays, and what passive discovery (--all) adds to each write of
+   an untraced process; each for this build, BENCH_BASE and the hooks alone (tokenscope-noop,
+   whose syscall programs return at once). What a process nobody traces pays per syscall,
+   measured by its own CPU time with bpf_stats off (tests/bench/sysloop.c).
 1. The reference server streaming at full speed to 8 concurrent clients: client-measured
    throughput and the server's CPU per written frame, untraced and under tokenscope, a bpftrace
    uprobe script and strace (the alternatives a user has today). Modes are interleaved over
@@ -297,14 +300,29 @@ def cudaloop_run(kind, tmp, steps=2000):
     return float(vals["prefill_us_per_step"]), float(vals["decode_us_per_step"])
 
 
+def pin_apart(pid):
+    """writeloop's writer on CPU 0 and its reader on CPU 1. On one CPU the reader, woken by each
+    write, preempts the writer at the first preemption point, which can fall between bpf_stats'
+    two clock reads around a program, and its whole read is then charged to the program:
+    programs that return at once were charged about 1 us per write that way on this VM."""
+    if (os.cpu_count() or 1) < 2:
+        return
+    os.sched_setaffinity(pid, {0})
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        for child in f.read().split():
+            os.sched_setaffinity(int(child), {1})
+
+
 def bpf_cost_run(tmp, frames=100000, binary=TS):
     """BPF run time per write of the syscall programs (bpf_stats), with writeloop traced, minus
-    the same with tokenscope tracing an idle process instead."""
+    the same with tokenscope tracing an idle process instead; writer and reader on separate
+    CPUs (pin_apart)."""
     per = {}
     for traced in (True, False):
         wl = spawn([WL, "-n", str(frames)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                    text=True)
         pid = int(wl.stdout.readline().split()[1])
+        pin_apart(pid)
         idle = spawn(["sleep", "600"])
         tr = Tracer("tokenscope", pid if traced else idle.pid, tmp, binary=binary)
         s0 = tr.bpf_stats()
@@ -380,7 +398,8 @@ def section_writes(tmp, kinds):
     print(f"   tokenscope records lost per round: "
           f"{[x.get('lost_records') for x in wl['tokenscope']]}")
     print("   kernel.bpf_stats, ns of BPF program time per write, traced minus tracing another "
-          "process (what the traced path adds over the filter every syscall pays), and ns per "
+          "process (what the traced path adds over the filter every syscall pays; writer and reader "
+          "on separate CPUs), and ns per "
           f"syscall of an untraced process; {ROUNDS} rounds interleaved, medians:")
     builds = cost_builds()
     costs = {name: [] for name, _ in builds}
