@@ -72,7 +72,8 @@ TOOL_OBJS := $(patsubst user/%.c,$(OUTPUT)/user/%.o,$(LOADER_SRCS))
 # Unit tests run under AddressSanitizer and UBSan, against their own build of the pipeline.
 SAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 ifeq ($(CROSS),1)
-SAN_FLAGS := -O1 -g -fsanitize=undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+SAN_FLAGS := -O1 -g -fsanitize=undefined -fno-sanitize-recover=all -fno-omit-frame-pointer \
+	-static-libubsan
 endif
 SAN_OBJS := $(patsubst user/%.c,$(OUTPUT)/san/%.o,$(LIB_SRCS))
 UNIT_TESTS := $(patsubst tests/unit/%.c,$(OUTPUT)/tests/%,$(wildcard tests/unit/test_*.c))
@@ -233,9 +234,11 @@ $(OUTPUT)/standin/nvml-old/libnvidia-ml.so.1: tests/nvmlstub.c | $(OUTPUT)
 	$(Q)mkdir -p $(dir $@)
 	$(Q)$(CC) $(CFLAGS) $(WARN) -std=gnu11 -DNVMLSTUB_OLD -shared -fPIC $< -o $@
 
-# test_nvml loads both stand-ins, and the CUDA one as a library that is not NVML.
+# test_nvml loads both stand-ins, and the CUDA one as a library that is not NVML: those of its
+# own build (a cross build's are in its own folder).
 $(OUTPUT)/tests/test_nvml: $(OUTPUT)/standin/libnvidia-ml.so.1 \
 	$(OUTPUT)/standin/nvml-old/libnvidia-ml.so.1 $(OUTPUT)/standin/libcudart.so.13
+$(OUTPUT)/tests/test_nvml: TEST_DEFS := -DTS_STANDIN_DIR='"$(OUTPUT)/standin"'
 
 $(OUTPUT)/cudaloop: tests/cudaloop.c | $(OUTPUT)
 	$(call msg,CC,$@)
@@ -251,7 +254,7 @@ $(OUTPUT)/cudaloop-static: tests/cudaloop.c | $(OUTPUT)
 # bpf/lib helpers compile on the host too (-Ibpf): unit tests feed them captured bytes.
 $(OUTPUT)/tests/%: tests/unit/%.c tests/unit/check.h $(wildcard tests/unit/*.h) $(wildcard bpf/lib/*.h) $(SAN_OBJS) | $(OUTPUT)/tests
 	$(call msg,TEST,$@)
-	$(Q)$(CC) $(USER_CFLAGS) $(SAN_FLAGS) -Ibpf -Itests/unit $< $(SAN_OBJS) -o $@ -lnghttp2 -lcapstone -lcjson -lm -lmicrohttpd
+	$(Q)$(CC) $(USER_CFLAGS) $(SAN_FLAGS) $(TEST_DEFS) -Ibpf -Itests/unit $< $(SAN_OBJS) -o $@ -lnghttp2 -lcapstone -lcjson -lm -lmicrohttpd
 
 # test_arch: bpf/lib/syscalls.bpf.h and libbpf's register macros, for each architecture, checked
 # against the kernel's own headers. arch_bpf.c includes a vmlinux.h, which cannot share a file

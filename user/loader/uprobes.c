@@ -382,6 +382,13 @@ static int tls_unwrap(int fd, struct uprobes_file *cf)
 }
 
 /*
+ * Go's crypto/tls is probed on x86-64 alone: its Read returns at RET instructions found with an
+ * x86 decoder (loader/insn.h), and its entries are moved to jumps the x86 kernel emulates. The
+ * BPF side reads arm64's Go registers too (syscalls.bpf.h), but the loader has neither half for
+ * arm64, nor was it tried on an arm64 kernel: an arm64 Go executable is said once, not hooked.
+ */
+#if defined(__x86_64__)
+/*
  * Whether a Go executable passes arguments in registers: x86-64, built by Go 1.17 or later. The
  * version is the "go1.N" string of its build information (section .go.buildinfo, which every Go
  * executable since 1.13 has: the string itself from 1.18, a pointer to it before, when the
@@ -434,6 +441,7 @@ static void go_skips(int fd, struct uprobes_file *cf)
 			cf->skips[k] = insn_x86_cheap_entry(b, (size_t)n);
 	}
 }
+#endif
 
 /*
  * Where each function of the file's table lies (cf->offs; 0 where it is not defined), in one
@@ -494,10 +502,15 @@ static int resolve(const char *path, struct uprobes_file *cf)
 	}
 	found += tls_unwrap(fd, cf);
 	if (found > 0 && cf->table->fns == go_tls_fns) {
+#if defined(__x86_64__)
 		if (go_regabi(e))
 			go_skips(fd, cf);
 		else
 			found = 0;
+#else
+		cf->other_arch = true;
+		found = 0;
+#endif
 	}
 	elf_end(e);
 	close(fd);
@@ -556,6 +569,14 @@ static int scan_file(struct uprobes *u, uint32_t pid, const char *full, const ch
 	cf = file_of(u, &st, full, table);
 	if (!cf)
 		return -ENOSPC;
+	if (cf->other_arch && !u->other_arch_said) {
+		fprintf(stderr,
+			"tokenscope: pid %u (%s) uses Go's crypto/tls, which tokenscope traces on "
+			"x86-64 only: its TLS plaintext is not traced (nor that of other Go "
+			"executables)\n",
+			pid, path);
+		u->other_arch_said = true;
+	}
 	/* An executable is hooked only where its symbols show the library linked in. */
 	if (!cf->nfns || (guess && cf->by_name))
 		return 0;
