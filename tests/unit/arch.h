@@ -41,10 +41,10 @@ struct arch_info {
 	unsigned long go_g, go_arg[3], go_ret; /* GO_REG_* */
 	/* PT_REGS_PARM1_SYSCALL as the preprocessor expands it */
 	const char *sys1_text;
-	unsigned long regs_size;     /* sizeof the kernel's struct pt_regs, in vmlinux.h */
-	long orig_x0_word;	     /* arm64: pt_regs.orig_x0's word in vmlinux.h; else -1 */
-	long user_regs_word;	     /* arm64: user_pt_regs.regs's word (the uprobe context); else -1 */
-	long pt_regs_regs_word;	     /* arm64: pt_regs.regs's word; else -1 */
+	unsigned long regs_size; /* sizeof the kernel's struct pt_regs, in vmlinux.h */
+	long orig_x0_word;	 /* arm64: pt_regs.orig_x0's word in vmlinux.h; else -1 */
+	long user_regs_word;	 /* arm64: user_pt_regs.regs's word (the uprobe context); else -1 */
+	long pt_regs_regs_word;	 /* arm64: pt_regs.regs's word; else -1 */
 };
 
 void arch_x86_info(struct arch_info *info);

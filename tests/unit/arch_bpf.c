@@ -29,11 +29,11 @@ void ARCH_FN(struct arch_info *info)
 		struct pt_regs regs;
 		unsigned long w[ARCH_WORDS];
 	} u;
-	const long nr[ARCH_NSYS] = { NR_READ,	 NR_WRITE,    NR_CLOSE,	  NR_READV,
-				     NR_WRITEV,	 NR_CONNECT,  NR_ACCEPT,  NR_SENDTO,
+	const long nr[ARCH_NSYS] = { NR_READ,	  NR_WRITE,   NR_CLOSE,	  NR_READV,
+				     NR_WRITEV,	  NR_CONNECT, NR_ACCEPT,  NR_SENDTO,
 				     NR_RECVFROM, NR_SENDMSG, NR_RECVMSG, NR_ACCEPT4 };
-	const long knr[ARCH_NSYS] = { __NR_read,    __NR_write,	  __NR_close,	__NR_readv,
-				      __NR_writev,  __NR_connect, __NR_accept,	__NR_sendto,
+	const long knr[ARCH_NSYS] = { __NR_read,     __NR_write,   __NR_close,	 __NR_readv,
+				      __NR_writev,   __NR_connect, __NR_accept,	 __NR_sendto,
 				      __NR_recvfrom, __NR_sendmsg, __NR_recvmsg, __NR_accept4 };
 	struct pt_regs *regs = &u.regs;
 

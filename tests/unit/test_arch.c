@@ -41,7 +41,7 @@ TEST(test_syscall_numbers)
 {
 	struct arch_info x86 = { 0 }, arm64 = { 0 };
 	static const char *const names[ARCH_NSYS] = {
-		"read",	  "write",    "close",	 "readv",   "writev",  "connect",
+		"read",	  "write",  "close",	"readv",   "writev",  "connect",
 		"accept", "sendto", "recvfrom", "sendmsg", "recvmsg", "accept4",
 	};
 
@@ -123,7 +123,8 @@ TEST(test_arm64_registers)
 	ASSERT_EQ(arm64.sys[3], ARCH_WORD(3), "arm64 PT_REGS_PARM4_SYSCALL");
 	/* The first: orig_x0, by a CO-RE read of a pt_regs flavour libbpf relocates by name to
 	 * the kernel's struct pt_regs, where vmlinux.h has it after the user registers. */
-	ASSERT_TRUE(strstr(arm64.sys1_text, "orig_x0") != NULL, "PT_REGS_PARM1_SYSCALL reads orig_x0");
+	ASSERT_TRUE(strstr(arm64.sys1_text, "orig_x0") != NULL,
+		    "PT_REGS_PARM1_SYSCALL reads orig_x0");
 	ASSERT_TRUE(strstr(arm64.sys1_text, "pt_regs___arm64") != NULL,
 		    "PT_REGS_PARM1_SYSCALL reads a struct pt_regs flavour");
 	ASSERT_TRUE(strstr(arm64.sys1_text, "regs[0]") == NULL, "PT_REGS_PARM1_SYSCALL is not x0");
