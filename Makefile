@@ -110,12 +110,18 @@ endif
 .PHONY: all cross check demo bench fuzz fuzz-regress stress deps clean format vmlinux
 
 ifeq ($(CROSS),1)
-# The tracer and what can run here without its kernel: the BPF object is checked, not loaded
-# (tests/run.sh, group arm64), and the tools and BPF tests need an arm64 kernel to mean anything.
-all: $(OUTPUT)/tokenscope $(UNIT_TESTS)
+# The tracer, the unit tests (run under qemu-user: tests/run.sh, group arm64), and the BPF tests
+# with the init that runs them in an emulated arm64 machine (group arm64-vm). The test tools
+# are the x86 build's.
+all: $(OUTPUT)/tokenscope $(UNIT_TESTS) $(BPF_TESTS) $(OUTPUT)/vminit
 else
 all: $(OUTPUT)/tokenscope $(TOOLS) $(UNIT_TESTS) $(BPF_TESTS)
 endif
+
+# The init of tests/arm64/run_vm.sh's initramfs: static, as nothing else is there to load it.
+$(OUTPUT)/vminit: tests/arm64/vminit.c | $(OUTPUT)
+	$(call msg,CC,$@)
+	$(Q)$(CC) $(CFLAGS) $(WARN) -std=gnu11 -static $< -o $@
 
 # The arm64 cross build, for make check on an x86 machine (nothing to do on another).
 cross:

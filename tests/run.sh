@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test program and script; each prints PASS/FAIL/SKIP lines. Ends with the totals
 # line "N passed, N failed, N skipped" and exits non-zero if anything failed.
-# TESTS=unit|arm64|bpf|cli|golden|prom|e2e|fuzz|stress (space separated) runs a subset.
-# CHECK_FUZZ_SECONDS (default 10) is how long the short campaign fuzzes each target.
+# TESTS=unit|arm64|bpf|cli|golden|prom|e2e|fuzz|stress (space separated) runs a subset;
+# arm64-vm (the arm64 BPF tests in an emulated arm64 machine, about two minutes) runs only when
+# named. CHECK_FUZZ_SECONDS (default 10) is how long the short campaign fuzzes each target.
 set -u
 cd "$(dirname "$0")/.."
 OUT=.output
@@ -58,6 +59,9 @@ for t in $TESTS; do
 			run "arm64-$(basename "$b")" qemu-aarch64-static "$b"
 		done
 		run arm64-bpf-object tests/arm64/check_bpf.sh
+		;;
+	arm64-vm)
+		run arm64-vm tests/arm64/run_vm.sh
 		;;
 	bpf)
 		for b in "$OUT"/tests/test_bpf_*; do
