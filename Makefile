@@ -287,8 +287,19 @@ $(OUTPUT)/tests/test_cupti_runs: tests/unit/test_cupti_runs.c tests/unit/check.h
 $(OUTPUT)/tests/%: tests/bpf/%.c tests/unit/check.h $(LIB_OBJS) $(OUTPUT)/user/loader/uprobes.o \
 		$(OUTPUT)/user/loader/kernel.o $(OUTPUT)/tokenscope.skel.h | $(OUTPUT)/tests
 	$(call msg,TEST,$@)
-	$(Q)$(CC) $(USER_CFLAGS) -Itests/unit $< $(LIB_OBJS) $(OUTPUT)/user/loader/uprobes.o \
+	$(Q)$(CC) $(USER_CFLAGS) $(TEST_DEFS) -Itests/unit $< $(LIB_OBJS) $(OUTPUT)/user/loader/uprobes.o \
 		$(OUTPUT)/user/loader/kernel.o -o $@ $(LDLIBS) -ldl -lssl -lcrypto
+
+# Both ends of a Go crypto/tls connection, for test_bpf_gotls: built for the build's
+# architecture (static, so the arm64 machine of tests/arm64/run_vm.sh needs nothing more).
+GOARCH_OF_x86 := amd64
+GOARCH_OF_arm64 := arm64
+$(OUTPUT)/gotlspair: tests/gotlspair.go | $(OUTPUT)
+	$(call msg,GO,$@)
+	$(Q)GOARCH=$(GOARCH_OF_$(ARCH)) CGO_ENABLED=0 go build -o $@ $<
+
+$(OUTPUT)/tests/test_bpf_gotls: $(OUTPUT)/gotlspair
+$(OUTPUT)/tests/test_bpf_gotls: TEST_DEFS := -DTS_GOTLSPAIR='"$(OUTPUT)/gotlspair"'
 
 deps:
 	$(Q)scripts/deps.sh

@@ -3,6 +3,7 @@
 # Debian arm64 kernel booted in qemu-system-aarch64 (emulated, so no arm64 machine is needed),
 # from an initramfs that holds the tests, the arm64 libraries they load and an init
 # (vminit.c) that runs them and powers off. Prints the tests' PASS/FAIL lines.
+# test_bpf_gotls's Go program is static (CGO_ENABLED=0) and needs no library.
 #
 # The kernel: ARM64_KERNEL (a vmlinuz, or a linux-image-*-arm64-unsigned .deb), else the newest
 # Debian 12 linux-image-6.12*-arm64-unsigned, downloaded once into .output/arm64/vm (6.1, the
@@ -12,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=.output/arm64
 VM=$OUT/vm
-TESTS_IN_VM=(test_bpf_capture test_bpf_traffic test_bpf_tls)
+TESTS_IN_VM=(test_bpf_capture test_bpf_traffic test_bpf_tls test_bpf_gotls)
 # Generous: booting and the tests take about a minute under emulation on 2 cores.
 VM_TIMEOUT=${ARM64_VM_TIMEOUT:-900}
 mkdir -p "$VM"
@@ -20,7 +21,9 @@ mkdir -p "$VM"
 for t in "${TESTS_IN_VM[@]}"; do
 	[ -x "$OUT/tests/$t" ] || { echo "FAIL arm64_vm: $OUT/tests/$t missing (make ARCH=arm64)"; exit 1; }
 done
-[ -x "$OUT/vminit" ] || { echo "FAIL arm64_vm: $OUT/vminit missing (make ARCH=arm64)"; exit 1; }
+for f in vminit gotlspair; do
+	[ -x "$OUT/$f" ] || { echo "FAIL arm64_vm: $OUT/$f missing (make ARCH=arm64)"; exit 1; }
+done
 command -v qemu-system-aarch64 >/dev/null ||
 	{ echo "FAIL arm64_vm: qemu-system-aarch64 missing (qemu-system-arm: scripts/deps.sh)"; exit 1; }
 
@@ -51,6 +54,9 @@ root=$VM/root
 rm -rf "$root"
 mkdir -p "$root/work/tests" "$root/dev"
 cp "$OUT/vminit" "$root/init"
+# test_bpf_gotls runs it by its path in the build, from /work.
+mkdir -p "$root/work/$OUT"
+cp "$OUT/gotlspair" "$root/work/$OUT/"
 for t in "${TESTS_IN_VM[@]}"; do
 	cp "$OUT/tests/$t" "$root/work/tests/"
 	qemu-aarch64-static -E LD_TRACE_LOADED_OBJECTS=1 "$OUT/tests/$t" |

@@ -60,7 +60,6 @@ struct uprobes_file {
 	int nfns;			   /* of its functions, defined in it: 0 for none */
 	bool by_name;			/* its symbols could not be read here: libbpf finds each */
 	bool hooked;			/* hooked for some process at some time */
-	bool other_arch; /* its functions are there, but not probed on this architecture (Go's) */
 	uint64_t offs[UPROBES_FNS_MAX]; /* file offset of each function, 0 where absent */
 	uint64_t sizes[UPROBES_FNS_MAX]; /* and its size (the symbol's) */
 	uint32_t skips[UPROBES_FNS_MAX]; /* where its entry is probed, from its start (Go) */
@@ -100,7 +99,6 @@ struct uprobes {
 	struct uprobes_hook *hooks; /* UPROBES_MAX_HOOKS, allocated with the first */
 	int nhooks;
 	bool hooks_full, files_full; /* a cap was reached: said once, nothing more hooked */
-	bool other_arch_said;	     /* a file's other_arch: said once */
 	bool verbose;
 	bool kernels; /* --kernels: the library's per-operation probe too */
 	struct uprobes_denial denied;
