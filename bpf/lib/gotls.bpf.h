@@ -18,7 +18,8 @@
  * goroutine's next Read or Write, or the connection's Close (probed, for the alert it writes):
  * it is sent once, and a goroutine in another call has left it. Each probe is a trap, and, where the probed instruction must be
  * single-stepped, a second one, which costs tens of microseconds on a virtual machine: user
- * space probes entries at the prologue's conditional jump, which the kernel emulates.
+ * space probes entries at the prologue's conditional jump, which the kernel emulates (on
+ * x86-64; on arm64 at the function's start).
  * Where no syscall was seen inside a Read (its bytes were read already, by the handshake) the
  * socket is the object's earlier one (tls_socks), or read from the tls.Conn: its net.Conn's
  * *netFD and that poll.FD's Sysfd, whose layout has not changed since Go 1.0; a descriptor
