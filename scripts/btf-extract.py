@@ -4,9 +4,9 @@
 gzip-compressed) to a file, for `bpftool btf dump file ... format c`.
 
 Such an image carries its BTF as the bytes of section .BTF, with no section table to find them
-by: the blob is found by its header (include/uapi/linux/btf.h, struct btf_header: magic 0xeB9F,
-version 1, flags, then hdr_len, type_off, type_len, str_off, str_len, the offsets counted from
-the header's end). A candidate is believed only when its header is self-consistent, its
+by: the blob is found by its header (the kernel's struct btf_header: magic 0xeB9F, version 1,
+flags, then hdr_len, type_off, type_len, str_off, str_len, the offsets counted from the
+header's end). A candidate is believed only when its header is self-consistent, its
 string section starts and ends with a NUL, and it is the largest such blob: kernel modules'
 split BTF is not in the image, and a stray magic in code or data fails these checks.
 

@@ -36,8 +36,8 @@
 
 #elif defined(__TARGET_ARCH_arm64)
 
-/* arm64 takes the kernel's generic table (asm-generic/unistd.h), which has no open, poll or
- * select: none of them is matched here anyway. */
+/* arm64 takes the kernel's generic syscall table, which has no open, poll or select: none of
+ * them is matched here anyway (test_arch checks these against the kernel's header). */
 #define NR_READ 63
 #define NR_WRITE 64
 #define NR_CLOSE 57
