@@ -2,18 +2,39 @@
 # tracer against the bundled reference server; `make bench` prints the overhead figures.
 # V=1 shows the commands. STATIC=1 links tokenscope statically.
 
-OUTPUT := .output
-ARCH := $(shell uname -m | sed -e 's/x86_64/x86/' -e 's/aarch64/arm64/')
-# The BPF program matches syscalls by number, and has the table of x86_64 only (bpf/, NR_*); a
-# build for another architecture would load and trace the wrong syscalls.
-SUPPORTED_ARCHS := x86
+HOST_ARCH := $(shell uname -m | sed -e 's/x86_64/x86/' -e 's/aarch64/arm64/')
+# ARCH from the command line only: an ARCH in the environment may be a kernel build's or
+# another tool's, with other names.
+ifneq ($(origin ARCH),command line)
+ARCH := $(HOST_ARCH)
+endif
+# The BPF program matches syscalls by number and reads registers by name: it has the tables of
+# these architectures alone (bpf/lib/syscalls.bpf.h); another would trace the wrong syscalls.
+SUPPORTED_ARCHS := x86 arm64
 ifeq ($(filter $(ARCH),$(SUPPORTED_ARCHS)),)
-$(error tokenscope builds for $(SUPPORTED_ARCHS) only: its BPF program has no syscall table for $(ARCH) ($(shell uname -m)))
+$(error tokenscope builds for $(SUPPORTED_ARCHS) only: its BPF program has no syscall table for $(ARCH))
 endif
 CLANG ?= clang
 LLVM_STRIP ?= llvm-strip
 BPFTOOL ?= bpftool
 CC ?= cc
+
+# make ARCH=arm64 on x86: a cross build (README "Requirements and build"), in its own folder so
+# the native one is left alone. Its unit tests run under qemu-user (tests/run.sh, group arm64),
+# where AddressSanitizer's shadow memory does not map: they are built with UBSan alone.
+CROSS :=
+ifneq ($(ARCH),$(HOST_ARCH))
+ifneq ($(ARCH)-$(HOST_ARCH),arm64-x86)
+$(error cross builds go from x86 to arm64 only, not from $(HOST_ARCH) to $(ARCH))
+endif
+CROSS := 1
+ifeq ($(origin CC),default)
+CC := aarch64-linux-gnu-gcc
+endif
+OUTPUT := .output/arm64
+else
+OUTPUT := .output
+endif
 
 CFLAGS ?= -O2 -g
 WARN := -Wall -Wextra -Werror
@@ -52,6 +73,10 @@ LIB_OBJS := $(patsubst user/%.c,$(OUTPUT)/user/%.o,$(LIB_SRCS))
 TOOL_OBJS := $(patsubst user/%.c,$(OUTPUT)/user/%.o,$(LOADER_SRCS))
 # Unit tests run under AddressSanitizer and UBSan, against their own build of the pipeline.
 SAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+ifeq ($(CROSS),1)
+SAN_FLAGS := -O1 -g -fsanitize=undefined -fno-sanitize-recover=all -fno-omit-frame-pointer \
+	-static-libubsan
+endif
 SAN_OBJS := $(patsubst user/%.c,$(OUTPUT)/san/%.o,$(LIB_SRCS))
 UNIT_TESTS := $(patsubst tests/unit/%.c,$(OUTPUT)/tests/%,$(wildcard tests/unit/test_*.c))
 BPF_TESTS := $(patsubst tests/bpf/%.c,$(OUTPUT)/tests/%,$(wildcard tests/bpf/test_*.c))
@@ -84,9 +109,27 @@ endif
 .DELETE_ON_ERROR:
 # The sanitizer objects are only prerequisites of tests: keep them, or every build redoes them.
 .SECONDARY: $(SAN_OBJS)
-.PHONY: all check demo bench fuzz fuzz-regress stress deps clean format vmlinux
+.PHONY: all cross check demo bench fuzz fuzz-regress stress deps clean format vmlinux
 
+ifeq ($(CROSS),1)
+# The tracer, the unit tests (run under qemu-user: tests/run.sh, group arm64), and the BPF tests
+# with the init that runs them in an emulated arm64 machine (group arm64-vm). The test tools
+# are the x86 build's.
+all: $(OUTPUT)/tokenscope $(UNIT_TESTS) $(BPF_TESTS) $(OUTPUT)/vminit
+else
 all: $(OUTPUT)/tokenscope $(TOOLS) $(UNIT_TESTS) $(BPF_TESTS)
+endif
+
+# The init of tests/arm64/run_vm.sh's initramfs: static, as nothing else is there to load it.
+$(OUTPUT)/vminit: tests/arm64/vminit.c | $(OUTPUT)
+	$(call msg,CC,$@)
+	$(Q)$(CC) $(CFLAGS) $(WARN) -std=gnu11 -static $< -o $@
+
+# The arm64 cross build, for make check on an x86 machine (nothing to do on another).
+cross:
+ifeq ($(HOST_ARCH),x86)
+	$(Q)$(MAKE) --no-print-directory ARCH=arm64 all
+endif
 
 $(OUTPUT) $(OUTPUT)/tests:
 	$(Q)mkdir -p $@
@@ -218,9 +261,11 @@ $(OUTPUT)/standin/nvml-old/libnvidia-ml.so.1: tests/nvmlstub.c | $(OUTPUT)
 	$(Q)mkdir -p $(dir $@)
 	$(Q)$(CC) $(CFLAGS) $(WARN) -std=gnu11 -DNVMLSTUB_OLD -shared -fPIC $< -o $@
 
-# test_nvml loads both stand-ins, and the CUDA one as a library that is not NVML.
+# test_nvml loads both stand-ins, and the CUDA one as a library that is not NVML: those of its
+# own build (a cross build's are in its own folder).
 $(OUTPUT)/tests/test_nvml: $(OUTPUT)/standin/libnvidia-ml.so.1 \
 	$(OUTPUT)/standin/nvml-old/libnvidia-ml.so.1 $(OUTPUT)/standin/libcudart.so.13
+$(OUTPUT)/tests/test_nvml: TEST_DEFS := -DTS_STANDIN_DIR='"$(OUTPUT)/standin"'
 
 $(OUTPUT)/cudaloop: tests/cudaloop.c | $(OUTPUT)
 	$(call msg,CC,$@)
@@ -236,7 +281,22 @@ $(OUTPUT)/cudaloop-static: tests/cudaloop.c | $(OUTPUT)
 # bpf/lib helpers compile on the host too (-Ibpf): unit tests feed them captured bytes.
 $(OUTPUT)/tests/%: tests/unit/%.c tests/unit/check.h $(wildcard tests/unit/*.h) $(wildcard bpf/lib/*.h) $(SAN_OBJS) | $(OUTPUT)/tests
 	$(call msg,TEST,$@)
-	$(Q)$(CC) $(USER_CFLAGS) $(SAN_FLAGS) -Ibpf -Itests/unit $< $(SAN_OBJS) -o $@ -lnghttp2 -lcjson -lm -lmicrohttpd
+	$(Q)$(CC) $(USER_CFLAGS) $(SAN_FLAGS) $(TEST_DEFS) -Ibpf -Itests/unit $< $(SAN_OBJS) -o $@ -lnghttp2 -lcjson -lm -lmicrohttpd
+
+# test_arch: bpf/lib/syscalls.bpf.h and libbpf's register macros, for each architecture, checked
+# against the kernel's own headers. arch_bpf.c includes a vmlinux.h, which cannot share a file
+# with libc's headers: it is built once per architecture and linked in.
+ARCH_TEST_OBJS := $(OUTPUT)/tests/arch_x86.o $(OUTPUT)/tests/arch_arm64.o
+$(OUTPUT)/tests/arch_%.o: tests/unit/arch_bpf.c tests/unit/arch.h bpf/lib/syscalls.bpf.h \
+		vmlinux/%/vmlinux.h | $(OUTPUT)/tests
+	$(call msg,CC,$@)
+	$(Q)$(CC) $(CFLAGS) $(WARN) -std=gnu11 -D__TARGET_ARCH_$* -DARCH_FN=arch_$*_info \
+		-isystem vmlinux/$* -Ibpf -idirafter /usr/include/x86_64-linux-gnu -c $< -o $@
+
+$(OUTPUT)/tests/test_arch: tests/unit/test_arch.c tests/unit/check.h tests/unit/arch.h \
+		$(ARCH_TEST_OBJS) | $(OUTPUT)/tests
+	$(call msg,TEST,$@)
+	$(Q)$(CC) $(USER_CFLAGS) $(SAN_FLAGS) -Itests/unit $< $(ARCH_TEST_OBJS) -o $@
 
 # The pattern above links user/ objects; this one the injection library's coalescer and
 # record reader.
@@ -248,14 +308,26 @@ $(OUTPUT)/tests/test_cupti_runs: tests/unit/test_cupti_runs.c tests/unit/check.h
 $(OUTPUT)/tests/%: tests/bpf/%.c tests/unit/check.h $(LIB_OBJS) $(OUTPUT)/user/loader/uprobes.o \
 		$(OUTPUT)/user/loader/kernel.o $(OUTPUT)/tokenscope.skel.h | $(OUTPUT)/tests
 	$(call msg,TEST,$@)
-	$(Q)$(CC) $(USER_CFLAGS) -Itests/unit $< $(LIB_OBJS) $(OUTPUT)/user/loader/uprobes.o \
+	$(Q)$(CC) $(USER_CFLAGS) $(TEST_DEFS) -Itests/unit $< $(LIB_OBJS) $(OUTPUT)/user/loader/uprobes.o \
 		$(OUTPUT)/user/loader/kernel.o -o $@ $(LDLIBS) -ldl -lssl -lcrypto
+
+# Both ends of a Go crypto/tls connection, for test_bpf_gotls: built for the build's
+# architecture (static, so the arm64 machine of tests/arm64/run_vm.sh needs nothing more).
+GOARCH_OF_x86 := amd64
+GOARCH_OF_arm64 := arm64
+$(OUTPUT)/gotlspair: tests/gotlspair.go | $(OUTPUT)
+	$(call msg,GO,$@)
+	$(Q)GOARCH=$(GOARCH_OF_$(ARCH)) CGO_ENABLED=0 go build -o $@ $<
+
+$(OUTPUT)/tests/test_bpf_gotls: $(OUTPUT)/gotlspair
+$(OUTPUT)/tests/test_bpf_gotls: TEST_DEFS := -DTS_GOTLSPAIR='"$(OUTPUT)/gotlspair"'
 
 deps:
 	$(Q)scripts/deps.sh
 
 check: deps
 	$(Q)$(MAKE) --no-print-directory all
+	$(Q)$(MAKE) --no-print-directory cross
 	$(Q)tests/run.sh
 
 demo: deps

@@ -140,10 +140,10 @@ int BPF_PROG(ts_sys_exit, struct pt_regs *regs, long ret)
 		if (!c->tls && !c->pos[dir & 1] && tls_sniff(&st, ret))
 			tls_mark(c, pid_tgid, st.fd, st.sys, st.enter_ns);
 		if (c->tls) {
-			/* Go: a syscall of the goroutine (R14) in a crypto/tls call; a write
+			/* Go: a syscall of the goroutine (its g) in a crypto/tls call; a write
 			 * inside its Write is timed from the call, as OpenSSL's are. */
 			if (go_tls_active) {
-				__u64 w = go_tls_syscall(&st, c, pid_tgid, regs->r14);
+				__u64 w = go_tls_syscall(&st, c, pid_tgid, GO_REG_G(regs));
 
 				if (w && dir == TS_DIR_OUT)
 					tls_wire(w, st.enter_ns);

@@ -31,6 +31,21 @@ PKGS=(
 	systemtap-sdt-dev
 )
 
+# The arm64 cross build that make check runs on x86 (make cross; README "Requirements and
+# build"): the cross compiler, the arm64 libraries the tracer and its tests link (multiarch;
+# libjansson too, for the JSON library the tracer is moving to), qemu-user to run the unit
+# tests and qemu-system to boot an arm64 kernel for the BPF tests (tests/arm64/run_vm.sh).
+# libc6:arm64 puts the arm64 loader where the binaries look for it.
+if [ "$(uname -m)" = x86_64 ]; then
+	PKGS+=(
+		gcc-aarch64-linux-gnu qemu-user-static qemu-system-arm libc6:arm64 libc6-dev:arm64
+		linux-libc-dev:arm64 libbpf-dev:arm64 libelf-dev:arm64 zlib1g-dev:arm64
+		libzstd-dev:arm64 libcjson-dev:arm64 libjansson-dev:arm64 libmicrohttpd-dev:arm64
+		libnghttp2-dev:arm64 libcapstone-dev:arm64 libcurl4-openssl-dev:arm64
+		libssl-dev:arm64
+	)
+fi
+
 missing=()
 for p in "${PKGS[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -50,6 +65,12 @@ if [ ! -e "$policy" ]; then
 	printf '#!/bin/sh\nexit 101\n' >"$policy"
 	chmod +x "$policy"
 	trap 'rm -f "$policy"' EXIT
+fi
+# The :arm64 packages come from the arm64 architecture, added once (before the update that
+# fetches its lists).
+if printf '%s\n' "${missing[@]}" | grep -q ':arm64$' &&
+	! dpkg --print-foreign-architectures | grep -qx arm64; then
+	dpkg --add-architecture arm64
 fi
 apt-get update -q >/dev/null
 apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null

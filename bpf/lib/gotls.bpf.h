@@ -4,13 +4,13 @@
  * its socket as OpenSSL's is (tls.bpf.h), by a socket syscall made inside the call.
  *
  * Go differs in three ways. Its functions take their arguments in registers (the register ABI of
- * Go 1.17 and later: the receiver in RAX, the slice's pointer in RBX and length in RCX; the
- * byte count returned in RAX). A uretprobe replaces the return address on the stack, which Go
+ * Go 1.17 and later: on x86-64 the receiver in RAX, the slice's pointer in RBX and length in
+ * RCX; the byte count returned in RAX; syscalls.bpf.h names them per architecture). A uretprobe replaces the return address on the stack, which Go
  * moves when it grows a goroutine's stack: user space probes the RET instructions of Read
  * instead. And a call is a goroutine's, which may park in the middle (a read that would block)
- * and go on on another thread: calls are kept by goroutine, whose g pointer Go keeps in R14,
- * not by thread, and the socket syscall inside one is recognised by the same R14 in the
- * syscall's registers (Go's syscall paths leave it alone).
+ * and go on on another thread: calls are kept by goroutine, whose g pointer Go keeps in R14
+ * (R28 on arm64), not by thread, and the socket syscall inside one is recognised by the same
+ * register in the syscall's registers (Go's syscall paths leave it alone).
  *
  * A Write needs no return probe: its plaintext is whole at its entry (the slice) and is sent
  * at its first socket write, where the connection is certain (at the return the goroutine may
@@ -18,7 +18,8 @@
  * goroutine's next Read or Write, or the connection's Close (probed, for the alert it writes):
  * it is sent once, and a goroutine in another call has left it. Each probe is a trap, and, where the probed instruction must be
  * single-stepped, a second one, which costs tens of microseconds on a virtual machine: user
- * space probes entries at the prologue's conditional jump, which the kernel emulates.
+ * space probes entries at the prologue's conditional jump, which the kernel emulates (on
+ * x86-64; on arm64 at the function's start).
  * Where no syscall was seen inside a Read (its bytes were read already, by the handshake) the
  * socket is the object's earlier one (tls_socks), or read from the tls.Conn: its net.Conn's
  * *netFD and that poll.FD's Sysfd, whose layout has not changed since Go 1.0; a descriptor
@@ -107,7 +108,7 @@ SEC("uprobe")
 int ts_go_tls_enter(struct pt_regs *ctx)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	struct go_tls_key k = { .pid = pid_tgid >> 32, .g = ctx->r14 };
+	struct go_tls_key k = { .pid = pid_tgid >> 32, .g = GO_REG_G(ctx) };
 	struct go_tls_call call = {};
 
 	if (!bpf_map_lookup_elem(&traced, &k.pid) || !k.g)
@@ -127,9 +128,9 @@ int ts_go_tls_enter(struct pt_regs *ctx)
 		bpf_map_delete_elem(&go_tls_calls, &k);
 		k.fn = TS_TLS_GO_READ;
 	}
-	call.tconn = ctx->ax;
-	call.buf = ctx->bx;
-	call.len = ctx->cx;
+	call.tconn = GO_REG_ARG1(ctx);
+	call.buf = GO_REG_ARG2(ctx);
+	call.len = GO_REG_ARG3(ctx);
 	call.enter_ns = bpf_ktime_get_ns();
 	bpf_map_update_elem(&go_tls_calls, &k, &call, BPF_ANY);
 	return 0;
@@ -157,16 +158,16 @@ static __always_inline struct conn *go_tls_conn_fd(__u32 pid, __u64 tconn, __s32
 	return c;
 }
 
-/* At each RET of Read: RAX holds the byte count. */
+/* At each RET of Read: the first result register (RAX) holds the byte count. */
 SEC("uprobe")
 int ts_go_tls_ret(struct pt_regs *ctx)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	struct go_tls_key k = { .pid = pid_tgid >> 32, .fn = TS_TLS_GO_READ, .g = ctx->r14 };
+	struct go_tls_key k = { .pid = pid_tgid >> 32, .fn = TS_TLS_GO_READ, .g = GO_REG_G(ctx) };
 	struct tls_key tk = { .pid = pid_tgid >> 32 };
 	struct go_tls_call *cp, call;
 	struct stash st = { .sys = TS_SYS_TLS_READ };
-	long n = (long)ctx->ax;
+	long n = (long)GO_REG_RET1(ctx);
 	struct conn *c;
 
 	cp = bpf_map_lookup_elem(&go_tls_calls, &k);

@@ -96,6 +96,31 @@ TEST(test_rets)
 	ASSERT_EQ(insn_x86_rets(cut, sizeof(cut), offs, 4), -EINVAL, "bytes that do not decode");
 }
 
+/* arm64: every 4-byte word is an instruction; RET with any register is one, a branch to a
+ * register (br, blr) and a word off by a bit are not. */
+TEST(test_arm64_rets)
+{
+	static const uint8_t fn[] = {
+		0x90, 0x0b, 0x40, 0xf9, /* 0: ldr x16, [x28, #16] (Go's stack check) */
+		0xff, 0x63, 0x30, 0xeb, /* 4: cmp sp, x16 */
+		0x09, 0x02, 0x00, 0x54, /* 8: b.ls */
+		0xfd, 0x7b, 0xbf, 0xa9, /* 12: stp x29, x30, [sp, #-16]! */
+		0xc0, 0x03, 0x5f, 0xd6, /* 16: ret */
+		0x00, 0x02, 0x1f, 0xd6, /* 20: br x16 */
+		0x20, 0x00, 0x3f, 0xd6, /* 24: blr x1 */
+		0xc1, 0x03, 0x5f, 0xd6, /* 28: not an instruction: ret's word with bit 0 set */
+		0x20, 0x02, 0x5f, 0xd6, /* 32: ret x17 */
+	};
+	uint32_t offs[4];
+
+	if (ASSERT_EQ(insn_arm64_rets(fn, sizeof(fn), offs, 4), 2, "two returns")) {
+		ASSERT_EQ(offs[0], 16, "ret");
+		ASSERT_EQ(offs[1], 32, "ret x17");
+	}
+	ASSERT_EQ(insn_arm64_rets(fn, sizeof(fn), offs, 1), 2, "counted past max");
+	ASSERT_EQ(insn_arm64_rets(fn, sizeof(fn) - 2, offs, 4), -EINVAL, "not whole instructions");
+}
+
 /* Where an entry probe costs one trap: the jump of Go's stack check, which the kernel
  * emulates, when nothing before it touches the argument registers, R14 or RSP. */
 TEST(test_cheap_entry)

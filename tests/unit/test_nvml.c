@@ -20,8 +20,12 @@
 #include "sinks/prom.h"
 #include "sinks/timeline.h"
 
-#define STANDIN ".output/standin/libnvidia-ml.so.1"
-#define STANDIN_OLD ".output/standin/nvml-old/libnvidia-ml.so.1"
+/* The build's stand-ins: the Makefile names the folder of a cross build's. */
+#ifndef TS_STANDIN_DIR
+#define TS_STANDIN_DIR ".output/standin"
+#endif
+#define STANDIN TS_STANDIN_DIR "/libnvidia-ml.so.1"
+#define STANDIN_OLD TS_STANDIN_DIR "/nvml-old/libnvidia-ml.so.1"
 #define GIB 1073741824ull
 #define MIB 1048576ull
 
@@ -215,9 +219,9 @@ TEST(test_no_driver)
 	ASSERT_EQ(count_lines(msg), 1, "one line");
 
 	/* A library that is not NVML. */
-	ASSERT_TRUE(open_with(".output/standin/libcudart.so.13", "") == NULL, "not NVML");
+	ASSERT_TRUE(open_with(TS_STANDIN_DIR "/libcudart.so.13", "") == NULL, "not NVML");
 	ASSERT_STREQ(msg,
-		     "tokenscope: NVML unavailable (.output/standin/libcudart.so.13 has no "
+		     "tokenscope: NVML unavailable (" TS_STANDIN_DIR "/libcudart.so.13 has no "
 		     "nvmlInit_v2): GPU utilisation and memory will not be shown\n",
 		     "the missing function named");
 }

@@ -70,6 +70,10 @@ static const struct cs_api *cs(void)
 #define X86_PUSH_FIRST 0x50 /* push %rax .. push %rdi (with REX.B: %r8 .. %r15) */
 #define X86_PUSH_LAST 0x57
 #define X86_CALL_REL32 0xe8
+/* arm64 `ret Xn` (RET x30 when Go and C compilers write `ret`): the register is bits 5-9. */
+#define ARM64_INSN_BYTES 4
+#define ARM64_RET_MASK 0xfffffc1fu
+#define ARM64_RET 0xd65f0000u
 
 bool insn_x86_thin_wrapper(const uint8_t *b, size_t n, uint64_t off, uint64_t *target)
 {
@@ -199,5 +203,25 @@ uint32_t insn_x86_cheap_entry(const uint8_t *b, size_t n)
 	if (insn)
 		c->free(insn, 1);
 	c->close(&h);
+	return found;
+}
+
+int insn_arm64_rets(const uint8_t *b, size_t n, uint32_t *offs, int max)
+{
+	int found = 0;
+
+	if (n % ARM64_INSN_BYTES)
+		return -EINVAL;
+	for (size_t off = 0; off < n; off += ARM64_INSN_BYTES) {
+		/* Instructions are little-endian whatever the data's order. */
+		uint32_t w = (uint32_t)b[off] | (uint32_t)b[off + 1] << 8 |
+			     (uint32_t)b[off + 2] << 16 | (uint32_t)b[off + 3] << 24;
+
+		if ((w & ARM64_RET_MASK) != ARM64_RET)
+			continue;
+		if (found < max)
+			offs[found] = (uint32_t)off;
+		found++;
+	}
 	return found;
 }

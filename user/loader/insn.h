@@ -44,5 +44,13 @@ int insn_x86_rets(const uint8_t *b, size_t n, uint32_t *offs, int max);
  * prologue (`lea -N(%rsp),%r12; cmp 16(%r14),%r12; jbe morestack`) gives the jbe.
  */
 uint32_t insn_x86_cheap_entry(const uint8_t *b, size_t n);
+/*
+ * The offsets (from b) of the RET instructions of the arm64 function whose n bytes are at b, up
+ * to max into offs; returns how many there are (more than max: not all are in offs), or -EINVAL
+ * when n is not whole instructions. arm64 instructions are 4 bytes, aligned: each word is one,
+ * and no decoder is needed (a constant pool word that happened to equal a RET would get a probe
+ * that never fires).
+ */
+int insn_arm64_rets(const uint8_t *b, size_t n, uint32_t *offs, int max);
 
 #endif

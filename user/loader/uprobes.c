@@ -82,16 +82,25 @@ static const struct uprobes_fn tls_fns[] = {
 	TLS_CALL("SSL_do_handshake", TS_TLS_HANDSHAKE),
 };
 
-/* Go's crypto/tls in a Go executable (register ABI, x86-64): Read's entry and each of its RET
- * instructions in place of its return; Write's and Close's entries alone (gotls.bpf.h says
- * why). */
+/* Go's crypto/tls in a Go executable (register ABI, x86-64 or arm64): Read's entry and each of
+ * its RET instructions in place of its return; Write's and Close's entries alone (gotls.bpf.h
+ * says why). */
 static const struct uprobes_fn go_tls_fns[] = {
 	{ "crypto/tls.(*Conn).Read", TS_TLS_GO_READ, KERNEL_GO_TLS_CALL, KERNEL_GO_TLS_RET },
 	{ "crypto/tls.(*Conn).Write", TS_TLS_GO_WRITE, KERNEL_GO_TLS_CALL, KERNEL_PROBE_NONE },
 	{ "crypto/tls.(*Conn).Close", TS_TLS_GO_CLOSE, KERNEL_GO_TLS_CALL, KERNEL_PROBE_NONE },
 };
-/* The first Go release whose functions take their arguments in registers on x86-64. */
+/* The first Go release whose functions take their arguments in registers: 1.17 on x86-64,
+ * 1.18 on arm64. */
+#if defined(__aarch64__)
+#define GO_REGABI_MINOR 18
+#define GO_MACHINE EM_AARCH64
+#define INSN_RETS insn_arm64_rets
+#else
 #define GO_REGABI_MINOR 17
+#define GO_MACHINE EM_X86_64
+#define INSN_RETS insn_x86_rets
+#endif
 
 #define TABLE(fns) fns, sizeof(fns) / sizeof(fns[0])
 
@@ -169,7 +178,7 @@ static int hook_rets(struct uprobes *u, struct uprobes_hook *h, const char *path
 		return -EINVAL;
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	n = fd >= 0 && pread(fd, b, size, (off_t)off) == (ssize_t)size
-		? insn_x86_rets(b, size, rets, UPROBES_HOOK_LINKS)
+		? INSN_RETS(b, size, rets, UPROBES_HOOK_LINKS)
 		: -EIO;
 	if (fd >= 0)
 		close(fd);
@@ -382,7 +391,8 @@ static int tls_unwrap(int fd, struct uprobes_file *cf)
 }
 
 /*
- * Whether a Go executable passes arguments in registers: x86-64, built by Go 1.17 or later. The
+ * Whether a Go executable passes arguments in registers: the loader's own architecture (x86-64
+ * or arm64), built by Go 1.17 or later (1.18 on arm64). The
  * version is the "go1.N" string of its build information (section .go.buildinfo, which every Go
  * executable since 1.13 has: the string itself from 1.18, a pointer to it before, when the
  * string sits in the data instead). Without it, or older, or another architecture, false: the
@@ -394,7 +404,7 @@ static bool go_regabi(Elf *e)
 	Elf_Scn *scn = NULL;
 	size_t shstrndx;
 
-	if (!gelf_getehdr(e, &eh) || eh.e_machine != EM_X86_64 || elf_getshdrstrndx(e, &shstrndx))
+	if (!gelf_getehdr(e, &eh) || eh.e_machine != GO_MACHINE || elf_getshdrstrndx(e, &shstrndx))
 		return false;
 	while ((scn = elf_nextscn(e, scn))) {
 		GElf_Shdr sh;
@@ -420,9 +430,14 @@ static bool go_regabi(Elf *e)
 }
 
 /* Where the entries of the Go functions are probed: where they cost one trap (insn.h), once
- * per file. */
+ * per file. On arm64, at their start: the first instruction is single-stepped (no decoder of
+ * arm64 prologues here yet). */
 static void go_skips(int fd, struct uprobes_file *cf)
 {
+#if defined(__aarch64__)
+	(void)fd;
+	(void)cf;
+#else
 	for (size_t k = 0; k < cf->table->n; k++) {
 		uint8_t b[64];
 		ssize_t n;
@@ -433,6 +448,7 @@ static void go_skips(int fd, struct uprobes_file *cf)
 		if (n > 0)
 			cf->skips[k] = insn_x86_cheap_entry(b, (size_t)n);
 	}
+#endif
 }
 
 /*
