@@ -25,11 +25,10 @@ BPF_CFLAGS := -g -O2 -Wall -Werror -target bpf -mcpu=v3 -D__TARGET_ARCH_$(ARCH) 
 	-Ivmlinux/$(ARCH) -Iinclude -idirafter /usr/include/$(shell $(CC) -print-multiarch)
 
 ifeq ($(STATIC),1)
-# libbpf, libelf, zlib and zstd go in statically; Debian ships no static cJSON, so the binary
-# still needs libc and libcjson1 on the target (README: "Static build").
-LDLIBS := -Wl,-Bstatic -lbpf -lelf -lz -lzstd -lnghttp2 -lcapstone -Wl,-Bdynamic -lcjson -lm -lmicrohttpd -lpthread
+# libbpf, libelf, zlib and zstd go in statically (README: "Static build").
+LDLIBS := -Wl,-Bstatic -lbpf -lelf -lz -lzstd -lnghttp2 -lcapstone -Wl,-Bdynamic -ljansson -lm -lmicrohttpd -lpthread
 else
-LDLIBS := -lbpf -lelf -lz -lnghttp2 -lcapstone -lcjson -lm -lmicrohttpd -lpthread
+LDLIBS := -lbpf -lelf -lz -lnghttp2 -lcapstone -ljansson -lm -lmicrohttpd -lpthread
 endif
 
 ifeq ($(V),1)
@@ -157,7 +156,7 @@ $(OUTPUT)/fuzz/obj/%.o: user/%.c
 $(OUTPUT)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(wildcard tests/fuzz/*.h) $(FUZZ_OBJS)
 	$(call msg,FUZZ,$@)
 	$(Q)$(CLANG) $(USER_CFLAGS) $(FUZZ_FLAGS) -fsanitize=fuzzer -Itests/fuzz $< $(FUZZ_OBJS) \
-		-o $@ -lnghttp2 -lcapstone -lcjson -lm -lmicrohttpd -lpthread
+		-o $@ -lnghttp2 -lcapstone -ljansson -lcjson -lm -lmicrohttpd -lpthread
 
 # The injection library's coalescer and record reader, instrumented: none of the pipeline.
 $(OUTPUT)/fuzz/fuzz_cupti: tests/fuzz/fuzz_cupti.c tests/fuzz/fuzz.h $(CUPTI_TESTED) \
@@ -215,7 +214,7 @@ $(OUTPUT)/cudaloop-static: tests/cudaloop.c | $(OUTPUT)
 # bpf/lib helpers compile on the host too (-Ibpf): unit tests feed them captured bytes.
 $(OUTPUT)/tests/%: tests/unit/%.c tests/unit/check.h $(wildcard tests/unit/*.h) $(wildcard bpf/lib/*.h) $(SAN_OBJS) | $(OUTPUT)/tests
 	$(call msg,TEST,$@)
-	$(Q)$(CC) $(USER_CFLAGS) $(SAN_FLAGS) -Ibpf -Itests/unit $< $(SAN_OBJS) -o $@ -lnghttp2 -lcapstone -lcjson -lm -lmicrohttpd
+	$(Q)$(CC) $(USER_CFLAGS) $(SAN_FLAGS) -Ibpf -Itests/unit $< $(SAN_OBJS) -o $@ -lnghttp2 -lcapstone -ljansson -lcjson -lm -lmicrohttpd
 
 # The pattern above links user/ objects; this one the injection library's coalescer and
 # record reader.
