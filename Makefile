@@ -1,6 +1,6 @@
 # tokenscope build. `make` builds everything; `make check` runs every test; `make demo` runs the
 # tracer against the bundled reference server; `make bench` prints the overhead figures.
-# V=1 shows the commands. STATIC=1 links tokenscope statically.
+# V=1 shows the commands. STATIC=1 also builds .output/static/tokenscope, linked statically.
 
 OUTPUT := .output
 ARCH := $(shell uname -m | sed -e 's/x86_64/x86/' -e 's/aarch64/arm64/')
@@ -24,12 +24,15 @@ DEPFLAGS = -MMD -MP -MF $(@:.o=.d)
 BPF_CFLAGS := -g -O2 -Wall -Werror -target bpf -mcpu=v3 -D__TARGET_ARCH_$(ARCH) \
 	-Ivmlinux/$(ARCH) -Iinclude -idirafter /usr/include/$(shell $(CC) -print-multiarch)
 
-ifeq ($(STATIC),1)
-# libbpf, libelf, zlib and zstd go in statically (README: "Static build").
-LDLIBS := -Wl,-Bstatic -lbpf -lelf -lz -lzstd -lnghttp2 -lcapstone -Wl,-Bdynamic -ljansson -lm -lmicrohttpd -lpthread
-else
 LDLIBS := -lbpf -lelf -lz -lnghttp2 -lcapstone -ljansson -lm -lmicrohttpd -lpthread
-endif
+# The static build (README "Static build"): the same objects, linked with Debian's static
+# archives and glibc's into .output/static/tokenscope, beside the dynamic one. libelf's archive
+# needs zstd's; static/gnutls_none.c stands in for GnuTLS, which libmicrohttpd.a refers to and
+# Debian's archives cannot link statically. The linker warns that dlopen (nvml.c, otlp_http.c)
+# needs glibc's shared libraries at run time: a static tokenscope never calls it (lib/dl.h).
+STATIC_BIN := $(OUTPUT)/static/tokenscope
+STATIC_LDLIBS := -static -lbpf -lelf -lz -lzstd -lnghttp2 -lcapstone -ljansson -lm -lmicrohttpd \
+	-lpthread
 
 ifeq ($(V),1)
 Q :=
@@ -83,7 +86,7 @@ endif
 .SECONDARY: $(SAN_OBJS)
 .PHONY: all check demo bench fuzz fuzz-regress stress deps clean format vmlinux
 
-all: $(OUTPUT)/tokenscope $(TOOLS) $(UNIT_TESTS) $(BPF_TESTS)
+all: $(OUTPUT)/tokenscope $(TOOLS) $(UNIT_TESTS) $(BPF_TESTS) $(if $(filter 1,$(STATIC)),$(STATIC_BIN))
 
 $(OUTPUT) $(OUTPUT)/tests:
 	$(Q)mkdir -p $@
@@ -110,6 +113,16 @@ $(OUTPUT)/user/%.o: user/%.c
 $(OUTPUT)/tokenscope: $(LIB_OBJS) $(TOOL_OBJS)
 	$(call msg,LINK,$@)
 	$(Q)$(CC) $(CFLAGS) $^ $(LDLIBS) -o $@
+
+# GnuTLS's declarations, defined without using every argument.
+$(OUTPUT)/static/gnutls_none.o: static/gnutls_none.c
+	$(call msg,CC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(CFLAGS) $(WARN) -Wno-unused-parameter -std=gnu11 -c $< -o $@
+
+$(STATIC_BIN): $(LIB_OBJS) $(TOOL_OBJS) $(OUTPUT)/static/gnutls_none.o
+	$(call msg,LINK,$@)
+	$(Q)$(CC) $(CFLAGS) $^ $(STATIC_LDLIBS) -o $@
 
 $(OUTPUT)/refserver: tests/refserver.c | $(OUTPUT)
 	$(call msg,CC,$@)
@@ -232,8 +245,9 @@ $(OUTPUT)/tests/%: tests/bpf/%.c tests/unit/check.h $(LIB_OBJS) $(OUTPUT)/user/l
 deps:
 	$(Q)scripts/deps.sh
 
+# The static binary too: its bare-root test (tests/static/) is part of the run.
 check: deps
-	$(Q)$(MAKE) --no-print-directory all
+	$(Q)$(MAKE) --no-print-directory STATIC=1 all
 	$(Q)tests/run.sh
 
 demo: deps
@@ -257,7 +271,7 @@ vmlinux:
 	$(Q)scripts/gen-vmlinux.sh
 
 format:
-	$(Q)clang-format -i bpf/*.c include/*.h $(filter-out user/record/record.c,$(wildcard user/*/*.[ch])) tests/*.c tests/unit/*.[ch] tests/bpf/*.c
+	$(Q)clang-format -i bpf/*.c include/*.h $(filter-out user/record/record.c,$(wildcard user/*/*.[ch])) tests/*.c tests/unit/*.[ch] tests/bpf/*.c static/*.c
 
 clean:
 	$(Q)rm -rf $(OUTPUT)

@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # Runs every test program and script; each prints PASS/FAIL/SKIP lines. Ends with the totals
 # line "N passed, N failed, N skipped" and exits non-zero if anything failed.
-# TESTS=unit|bpf|cli|golden|prom|e2e|fuzz|stress (space separated) runs a subset. CHECK_FUZZ_SECONDS
-# (default 10) is how long the short campaign fuzzes each target.
+# TESTS=unit|bpf|cli|static|golden|prom|e2e|fuzz|stress (space separated) runs a subset.
+# CHECK_FUZZ_SECONDS (default 10) is how long the short campaign fuzzes each target.
 set -u
 cd "$(dirname "$0")/.."
 OUT=.output
 LOG=$OUT/test-logs
 mkdir -p "$LOG"
 export TS_FIXTURES=tests/fixtures
-TESTS=${TESTS:-"unit bpf cli golden prom e2e fuzz stress"}
+TESTS=${TESTS:-"unit bpf cli static golden prom e2e fuzz stress"}
 passed=0 failed=0 skipped=0
 
 run() { # name command...
@@ -50,6 +50,9 @@ for t in $TESTS; do
 	cli)
 		run cli tests/cli/run_cli.sh
 		run privilege tests/priv/run_priv.sh
+		;;
+	static)
+		run static tests/static/run_static.sh
 		;;
 	golden)
 		run golden tests/golden/run_golden.sh
