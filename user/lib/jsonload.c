@@ -184,7 +184,8 @@ static char *jsonload_rewrite(const char *data, size_t *len)
 
 	if (!o.p)
 		return NULL;
-	if (n >= strlen(JSONLOAD_BOM) && memcmp(data, JSONLOAD_BOM, strlen(JSONLOAD_BOM)) == 0)
+	/* cJSON skipped a byte order mark with two bytes or more after it. */
+	if (n > strlen(JSONLOAD_BOM) + 1 && memcmp(data, JSONLOAD_BOM, strlen(JSONLOAD_BOM)) == 0)
 		i = strlen(JSONLOAD_BOM);
 	/* Till the end, or the end of the top-level value: cJSON ignored what came after it. */
 	while (i < n) {
