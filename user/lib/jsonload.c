@@ -59,9 +59,8 @@ static unsigned jsonload_hex4(const char *s)
 
 /*
  * The escape at s (a backslash, n bytes up to the string's closing quote, which s[1] may be) as
- * cJSON read it:
- * its length, 0 if cJSON refused it; *nul if it read it as NUL (\u0000, or a \u without four
- * hex digits).
+ * cJSON read it: its length, 0 if cJSON refused it; *nul if it read it as NUL (\u0000, or a \u
+ * without four hex digits).
  */
 static size_t jsonload_escape(const char *s, size_t n, bool *nul)
 {
@@ -162,7 +161,7 @@ static bool jsonload_number(const char *data, size_t n, size_t *i, bool nested,
 	return true;
 }
 
-/* The literal at data + i that cJSON took at the top level, whatever followed it; NULL if none. */
+/* The literal data starts with, which cJSON took at the top level whatever followed; or NULL. */
 static const char *jsonload_literal(const char *data, size_t n)
 {
 	static const char *const literals[] = { "true", "false", "null" };
