@@ -1,6 +1,6 @@
 # tokenscope build. `make` builds everything; `make check` runs every test; `make demo` runs the
 # tracer against the bundled reference server; `make bench` prints the overhead figures.
-# V=1 shows the commands. STATIC=1 links tokenscope statically.
+# V=1 shows the commands. STATIC=1 also builds .output/static/tokenscope, linked statically.
 
 HOST_ARCH := $(shell uname -m | sed -e 's/x86_64/x86/' -e 's/aarch64/arm64/')
 # ARCH from the command line only: an ARCH in the environment may be a kernel build's or
@@ -45,15 +45,16 @@ DEPFLAGS = -MMD -MP -MF $(@:.o=.d)
 BPF_CFLAGS := -g -O2 -Wall -Werror -target bpf -mcpu=v3 -D__TARGET_ARCH_$(ARCH) \
 	-Ivmlinux/$(ARCH) -Iinclude -idirafter /usr/include/$(shell $(CC) -print-multiarch)
 
-ifeq ($(STATIC),1)
-# Nothing is loaded at run time that the binary could link (user/loader/insn.c: capstone).
-USER_CFLAGS += -DTS_STATIC
-# libbpf, libelf, zlib and zstd go in statically; Debian ships no static cJSON, so the binary
-# still needs libc and libcjson1 on the target (README: "Static build").
-LDLIBS := -Wl,-Bstatic -lbpf -lelf -lz -lzstd -lnghttp2 -lcapstone -Wl,-Bdynamic -lcjson -lm -lmicrohttpd -lpthread
-else
-LDLIBS := -lbpf -lelf -lz -lnghttp2 -lcjson -lm -lmicrohttpd -lpthread -ldl
-endif
+# libcapstone is opened at run time (user/loader/insn.c), or linked in the static build.
+LDLIBS := -lbpf -lelf -lz -lnghttp2 -ljansson -lm -lmicrohttpd -lpthread -ldl
+# The static build (README "Static build"): the same objects, linked with Debian's static
+# archives and glibc's into .output/static/tokenscope, beside the dynamic one. libelf's archive
+# needs zstd's; static/gnutls_none.c stands in for GnuTLS, which libmicrohttpd.a refers to and
+# Debian's archives cannot link statically. The linker warns that dlopen (nvml.c, otlp_http.c)
+# needs glibc's shared libraries at run time: a static tokenscope never calls it (lib/dl.h).
+STATIC_BIN := $(OUTPUT)/static/tokenscope
+STATIC_LDLIBS := -static -Wl,--undefined=cs_open -lbpf -lelf -lz -lzstd -lnghttp2 -lcapstone -ljansson -lm -lmicrohttpd \
+	-lpthread
 
 ifeq ($(V),1)
 Q :=
@@ -117,7 +118,7 @@ ifeq ($(CROSS),1)
 # are the x86 build's.
 all: $(OUTPUT)/tokenscope $(UNIT_TESTS) $(BPF_TESTS) $(OUTPUT)/vminit
 else
-all: $(OUTPUT)/tokenscope $(TOOLS) $(UNIT_TESTS) $(BPF_TESTS)
+all: $(OUTPUT)/tokenscope $(TOOLS) $(UNIT_TESTS) $(BPF_TESTS) $(if $(filter 1,$(STATIC)),$(STATIC_BIN))
 endif
 
 # The init of tests/arm64/run_vm.sh's initramfs: static, as nothing else is there to load it.
@@ -176,6 +177,16 @@ $(OUTPUT)/sysloop: tests/bench/sysloop.c | $(OUTPUT)
 	$(call msg,CC,$@)
 	$(Q)$(CC) $(CFLAGS) $(WARN) -std=gnu11 $< -o $@
 
+# GnuTLS's declarations, defined without using every argument.
+$(OUTPUT)/static/gnutls_none.o: static/gnutls_none.c
+	$(call msg,CC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(CFLAGS) $(WARN) -Wno-unused-parameter -std=gnu11 -c $< -o $@
+
+$(STATIC_BIN): $(LIB_OBJS) $(TOOL_OBJS) $(OUTPUT)/static/gnutls_none.o
+	$(call msg,LINK,$@)
+	$(Q)$(CC) $(CFLAGS) $^ $(STATIC_LDLIBS) -o $@
+
 $(OUTPUT)/refserver: tests/refserver.c | $(OUTPUT)
 	$(call msg,CC,$@)
 	$(Q)$(CC) $(CFLAGS) $(WARN) -std=gnu11 -pthread $< -o $@ -lcjson -lm -ldl
@@ -221,7 +232,7 @@ $(OUTPUT)/fuzz/obj/%.o: user/%.c
 $(OUTPUT)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(wildcard tests/fuzz/*.h) $(FUZZ_OBJS)
 	$(call msg,FUZZ,$@)
 	$(Q)$(CLANG) $(USER_CFLAGS) $(FUZZ_FLAGS) -fsanitize=fuzzer -Itests/fuzz $< $(FUZZ_OBJS) \
-		-o $@ -lnghttp2 -lcjson -lm -lmicrohttpd -lpthread
+		-o $@ -lnghttp2 -ljansson -lcjson -lm -lmicrohttpd -lpthread
 
 # The injection library's coalescer and record reader, instrumented: none of the pipeline.
 $(OUTPUT)/fuzz/fuzz_cupti: tests/fuzz/fuzz_cupti.c tests/fuzz/fuzz.h $(CUPTI_TESTED) \
@@ -281,7 +292,7 @@ $(OUTPUT)/cudaloop-static: tests/cudaloop.c | $(OUTPUT)
 # bpf/lib helpers compile on the host too (-Ibpf): unit tests feed them captured bytes.
 $(OUTPUT)/tests/%: tests/unit/%.c tests/unit/check.h $(wildcard tests/unit/*.h) $(wildcard bpf/lib/*.h) $(SAN_OBJS) | $(OUTPUT)/tests
 	$(call msg,TEST,$@)
-	$(Q)$(CC) $(USER_CFLAGS) $(SAN_FLAGS) $(TEST_DEFS) -Ibpf -Itests/unit $< $(SAN_OBJS) -o $@ -lnghttp2 -lcjson -lm -lmicrohttpd
+	$(Q)$(CC) $(USER_CFLAGS) $(SAN_FLAGS) $(TEST_DEFS) -Ibpf -Itests/unit $< $(SAN_OBJS) -o $@ -lnghttp2 -ljansson -lcjson -lm -lmicrohttpd
 
 # test_arch: bpf/lib/syscalls.bpf.h and libbpf's register macros, for each architecture, checked
 # against the kernel's own headers. arch_bpf.c includes a vmlinux.h, which cannot share a file
@@ -325,8 +336,9 @@ $(OUTPUT)/tests/test_bpf_gotls: TEST_DEFS := -DTS_GOTLSPAIR='"$(OUTPUT)/gotlspai
 deps:
 	$(Q)scripts/deps.sh
 
+# The static binary too: its bare-root test (tests/static/) is part of the run.
 check: deps
-	$(Q)$(MAKE) --no-print-directory all
+	$(Q)$(MAKE) --no-print-directory STATIC=1 all
 	$(Q)$(MAKE) --no-print-directory cross
 	$(Q)tests/run.sh
 
@@ -351,7 +363,7 @@ vmlinux:
 	$(Q)scripts/gen-vmlinux.sh
 
 format:
-	$(Q)clang-format -i bpf/*.c include/*.h $(filter-out user/record/record.c,$(wildcard user/*/*.[ch])) tests/*.c tests/unit/*.[ch] tests/bpf/*.c
+	$(Q)clang-format -i bpf/*.c include/*.h $(filter-out user/record/record.c,$(wildcard user/*/*.[ch])) tests/*.c tests/unit/*.[ch] tests/bpf/*.c static/*.c
 
 clean:
 	$(Q)rm -rf $(OUTPUT)

@@ -5,7 +5,7 @@ set -euo pipefail
 
 PKGS=(
 	# build
-	clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev libzstd-dev libcjson-dev make gcc
+	clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev libzstd-dev libjansson-dev make gcc
 	libclang-rt-14-dev # libFuzzer, for make fuzz (tests/fuzz/)
 	# the metrics endpoint (libmicrohttpd) and its tests (promtool, prometheus)
 	libmicrohttpd-dev prometheus curl
@@ -18,6 +18,9 @@ PKGS=(
 	libcurl4-openssl-dev openssl
 	# the ground-truth client's https (tests/gtclient.c --tls)
 	libssl-dev
+	# JSON in the test programs (refserver, gtclient, unit tests and fuzz targets read what
+	# tokenscope writes with a parser other than its own)
+	libcjson-dev
 	# end-to-end test servers and tools
 	python3 python3-fastapi python3-uvicorn python3-uvloop python3-httptools python3-aiohttp
 	golang-go nodejs strace bpftrace iproute2 procps

@@ -183,13 +183,16 @@ TEST(test_model_text)
 	ri = parse_str("{\"model\":\"a\\/b\\u0041\\u00e9\"", 1000);
 	ASSERT_STREQ(ri.model, "a/bA?", "escapes");
 	ri = parse_str("{\"model\":\"a\\/b\\u0041\\u00e9\"}", 0);
-	ASSERT_STREQ(ri.model, "a/bA\xc3\xa9", "cJSON decodes UTF-8");
+	ASSERT_STREQ(ri.model, "a/bA\xc3\xa9", "jansson decodes UTF-8");
+	/* A \u escape cut short once left the scanner's copy without its NUL. */
+	ri = parse_str("{\"model\":\"ab\\u0\"}", 0);
+	ASSERT_STREQ(ri.model, "ab", "short \\u escape");
 
 	memset(body, 'm', sizeof(body));
 	memcpy(body, "{\"model\":\"", 10);
 	memcpy(body + sizeof(body) - 3, "\"}", 3);
 	ri = parse_str(body, 0);
-	ASSERT_EQ(strlen(ri.model), REQBODY_MODEL_MAX - 1, "truncated (cJSON)");
+	ASSERT_EQ(strlen(ri.model), REQBODY_MODEL_MAX - 1, "truncated (jansson)");
 	body[sizeof(body) - 2] = ',';
 	ri = parse_str(body, 1000);
 	ASSERT_EQ(strlen(ri.model), REQBODY_MODEL_MAX - 1, "truncated (scanner)");
@@ -214,7 +217,7 @@ TEST(test_not_json)
 }
 
 /* A delimiter where a value belongs once left the scanner where it was, forever: whole bodies
- * (cJSON refuses them, the scanner gets them) and cut ones. */
+ * (jansson refuses them, the scanner gets them) and cut ones. */
 TEST(test_no_value_does_not_hang)
 {
 	static const char *const bodies[] = {
@@ -245,6 +248,25 @@ TEST(test_no_value_does_not_hang)
 }
 
 /* A model name is printable UTF-8 from either path, whatever the client sent. */
+/* A key given twice: the first counts, whole or cut (jansson keeps the last: the scanner reads
+ * such a body). Integers past int64_t, a NUL escape, bytes after the body's value. */
+TEST(test_duplicates_and_lenient)
+{
+	struct req_info ri;
+
+	ri = parse_str("{\"model\":\"a\",\"stream\":true,\"model\":\"b\",\"stream\":false,"
+		       "\"options\":{\"num_predict\":5},\"options\":{\"num_predict\":6}}",
+		       0);
+	ASSERT_STREQ(ri.model, "a", "first model");
+	ASSERT_EQ(ri.stream, 1, "first stream");
+	ASSERT_EQ(ri.max_tokens, 5, "first nested");
+	ri = parse_str("{\"max_tokens\":123456789012345678901234567890,\"stream\":true}", 0);
+	ASSERT_EQ(ri.max_tokens, -1, "past int64_t");
+	ASSERT_EQ(ri.stream, 1, "read on");
+	ri = parse_str("{\"model\":\"ab\\u0000cd\"} \r\n", 0);
+	ASSERT_STREQ(ri.model, "ab", "\\u0000 ends the string");
+}
+
 TEST(test_model_cleaned)
 {
 	struct req_info ri;
@@ -253,7 +275,7 @@ TEST(test_model_cleaned)
 	ASSERT_STREQ(ri.model,
 		     "a\xef\xbf\xbd[2Jb\xef\xbf\xbd"
 		     "c",
-		     "cJSON: escapes decoded, cleaned");
+		     "jansson: escapes decoded, cleaned");
 	ri = parse_str("{\"model\":\"a\\u001b[2Jb\\nc\"", 1000);
 	ASSERT_STREQ(ri.model,
 		     "a\xef\xbf\xbd[2Jb\xef\xbf\xbd"
@@ -261,6 +283,8 @@ TEST(test_model_cleaned)
 		     "scanner: the same");
 	ri = parse_str("{\"model\":\"\xff\x1b\"", 1000);
 	ASSERT_STREQ(ri.model, "\xef\xbf\xbd\xef\xbf\xbd", "raw bytes");
+	ri = parse_str("{\"model\":\"\xff\x1b\"}", 0);
+	ASSERT_STREQ(ri.model, "\xef\xbf\xbd\xef\xbf\xbd", "raw bytes, whole");
 }
 
 TEST(test_deep_and_random)

@@ -5,15 +5,17 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "lib/dl.h"
 #include "loader/insn.h"
 
 /*
  * libcapstone, for Go's crypto/tls alone, is opened on first use: its 77,000 relocations make
  * the loader touch about 3 MiB of it at start, RSS that a tracer of anything but a Go TLS
  * server would carry for nothing. Only the major version of the headers compiled against is
- * taken, since its structs (cs_insn, cs_detail) change between majors. A static build links
- * it in (TS_STATIC: it cannot load a library, and a static executable has no relocations to
- * apply, so it costs nothing until used).
+ * taken, since its structs (cs_insn, cs_detail) change between majors. The static build links
+ * it in (the Makefile names cs_open, so that the archive's functions come in): the references
+ * below are weak, null in the dynamic build, and a static executable has no relocations to
+ * apply, so there it costs nothing until used.
  */
 struct cs_api {
 	cs_err (*open)(cs_arch, cs_mode, csh *);
@@ -25,27 +27,33 @@ struct cs_api {
 	cs_err (*close)(csh *);
 };
 
+#pragma weak cs_open
+#pragma weak cs_option
+#pragma weak cs_malloc
+#pragma weak cs_disasm_iter
+#pragma weak cs_regs_access
+#pragma weak cs_free
+#pragma weak cs_close
+
 #define CS_STR2(x) #x
 #define CS_STR(x) CS_STR2(x)
 #define CS_SONAME "libcapstone.so." CS_STR(CS_API_MAJOR)
 
 static const struct cs_api *cs(void)
 {
-#ifdef TS_STATIC
-	static const struct cs_api linked = { cs_open,	      cs_option, cs_malloc, cs_disasm_iter,
-					      cs_regs_access, cs_free,	 cs_close };
-
-	return &linked;
-#else
 	static struct cs_api api;
-	static int state; /* 0: not tried, 1: loaded, -1: failed (said once) */
-	void *h;
+	static int state; /* 0: not tried, 1: ready, -1: not available (said once) */
+	const char *why = NULL;
+	void *h = NULL;
 
 	if (state)
 		return state > 0 ? &api : NULL;
 	state = -1;
-	h = dlopen(CS_SONAME, RTLD_NOW | RTLD_LOCAL);
-	if (h) {
+	if (!dl_possible()) {
+		api = (struct cs_api){ cs_open, cs_option, cs_malloc, cs_disasm_iter,
+				       cs_regs_access, cs_free, cs_close };
+		why = "this static build was linked without it";
+	} else if ((h = dlopen(CS_SONAME, RTLD_NOW | RTLD_LOCAL))) {
 		*(void **)&api.open = dlsym(h, "cs_open");
 		*(void **)&api.option = dlsym(h, "cs_option");
 		*(void **)&api.malloc = dlsym(h, "cs_malloc");
@@ -53,17 +61,19 @@ static const struct cs_api *cs(void)
 		*(void **)&api.regs_access = dlsym(h, "cs_regs_access");
 		*(void **)&api.free = dlsym(h, "cs_free");
 		*(void **)&api.close = dlsym(h, "cs_close");
-		if (api.open && api.option && api.malloc && api.disasm_iter && api.regs_access &&
-		    api.free && api.close)
-			state = 1;
+		why = "a function is missing from it";
+	} else {
+		why = dlerror();
 	}
-	if (state < 0)
+	if (api.open && api.option && api.malloc && api.disasm_iter && api.regs_access &&
+	    api.free && api.close)
+		state = 1;
+	else
 		fprintf(stderr,
 			"tokenscope: Go's crypto/tls is not hooked: %s could not be loaded (%s); "
 			"install it (Debian: apt-get install libcapstone%d)\n",
-			CS_SONAME, h ? "a function is missing" : dlerror(), CS_API_MAJOR);
+			CS_SONAME, why, CS_API_MAJOR);
 	return state > 0 ? &api : NULL;
-#endif
 }
 
 #define X86_REX_B 0x41	    /* the REX prefix of a push of r8-r15 */

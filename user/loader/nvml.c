@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "lib/clock.h"
+#include "lib/dl.h"
 #include "loader/nvml.h"
 #include "lib/utf8.h"
 
@@ -128,6 +129,10 @@ static int nvml_load(struct nvml *n)
 	char why[512];
 	nvmlReturn_t r;
 
+	if (!dl_possible()) {
+		no_gpu(n, DL_STATIC_WHY);
+		return -1;
+	}
 	n->lib = dlopen(n->library, RTLD_NOW | RTLD_LOCAL);
 	if (!n->lib) {
 		const char *e = dlerror();

@@ -2,16 +2,17 @@
 /*
  * Request-body fields; the contract is in reqbody.h.
  *
- * Both paths (cJSON for a whole body, the scanner for a cut one) fill the same candidate
+ * Both paths (jansson for a whole body, the scanner for a cut one) fill the same candidate
  * slots, first occurrence wins, and reqbody_finish() picks from them, so they cannot disagree
- * on a body both can read.
+ * on a body both can read. jansson keeps the last of a key given twice, so a body with one
+ * (JSON_REJECT_DUPLICATES) goes to the scanner, which keeps the first as it does everywhere.
+ * Strings, keys too, are read as C strings, as the scanner reads them (jsonload.h).
  */
 #include <stdlib.h>
 #include <string.h>
 
-#include <cjson/cJSON.h>
-
 #include "pipeline/reqbody.h"
+#include "lib/jsonload.h"
 #include "lib/utf8.h"
 
 /* Request bodies nest a few levels (messages[].content[].image_url...); deeper is not a
@@ -21,7 +22,6 @@
 #define REQBODY_COUNT_LIMIT 0x1p63
 /* Longest JSON number or literal we read a value from. */
 #define REQBODY_SCALAR_MAX 32
-
 /* Keys whose values we want; the nested ones only count under their parent. */
 enum reqbody_key {
 	RK_NONE,
@@ -139,45 +139,46 @@ static void reqbody_finish(const struct reqbody_slots *sl, struct req_info *out)
 	}
 }
 
-/* ---- complete bodies: cJSON ---- */
+/* ---- complete bodies: jansson ---- */
 
-static void reqbody_cjson_member(struct reqbody_slots *sl, struct req_info *out,
-				 enum reqbody_key key, const cJSON *v)
+static void reqbody_json_member(struct reqbody_slots *sl, struct req_info *out,
+				enum reqbody_key key, const json_t *v)
 {
-	if (key == RK_MODEL && cJSON_IsString(v) && !sl->model_set) {
+	if (key == RK_MODEL && json_is_string(v) && !sl->model_set) {
+		const char *s = json_string_value(v);
+
 		sl->model_set = true;
-		utf8_clean(out->model, sizeof(out->model), v->valuestring, strlen(v->valuestring));
-	} else if (cJSON_IsBool(v)) {
-		reqbody_set_bool(sl, out, key, cJSON_IsTrue(v));
-	} else if (cJSON_IsNumber(v)) {
-		reqbody_set_limit(sl, key, v->valuedouble);
+		utf8_clean(out->model, sizeof(out->model), s, strlen(s));
+	} else if (json_is_boolean(v)) {
+		reqbody_set_bool(sl, out, key, json_is_true(v));
+	} else if (json_is_number(v)) {
+		reqbody_set_limit(sl, key, json_number_value(v));
 	}
 }
 
-static int reqbody_cjson(const uint8_t *buf, size_t len, struct reqbody_slots *sl,
-			 struct req_info *out)
+static int reqbody_json(const uint8_t *buf, size_t len, struct reqbody_slots *sl,
+			struct req_info *out)
 {
-	cJSON *root = cJSON_ParseWithLength((const char *)buf, len);
-	const cJSON *m, *n;
+	json_t *root = jsonload_lenient((const char *)buf, len, JSON_REJECT_DUPLICATES);
+	const char *k, *nk;
+	json_t *m, *n;
 
 	if (!root)
 		return -1;
-	if (!cJSON_IsObject(root)) {
-		cJSON_Delete(root);
-		return 0;
-	}
-	cJSON_ArrayForEach(m, root)
+	/* Members in the order the body has them (jansson keeps it), as the scanner meets them;
+	 * a key is a C string as well. */
+	json_object_foreach(root, k, m)
 	{
-		enum reqbody_key key = reqbody_top_key(m->string, strlen(m->string));
+		enum reqbody_key key = reqbody_top_key(k, strlen(k));
 
-		if (cJSON_IsObject(m) && key != RK_NONE) {
-			cJSON_ArrayForEach(n, m) reqbody_cjson_member(
-			    sl, out, reqbody_nested_key(key, n->string, strlen(n->string)), n);
+		if (json_is_object(m) && key != RK_NONE) {
+			json_object_foreach(m, nk, n) reqbody_json_member(
+			    sl, out, reqbody_nested_key(key, nk, strlen(nk)), n);
 		} else {
-			reqbody_cjson_member(sl, out, key, m);
+			reqbody_json_member(sl, out, key, m);
 		}
 	}
-	cJSON_Delete(root);
+	json_decref(root);
 	return 0;
 }
 
@@ -249,8 +250,10 @@ static void reqbody_unescape(const char *s, size_t len, char *dst, size_t cap)
 				char hex[5] = { 0 };
 				long cp;
 
-				if (i + 4 >= len)
+				if (i + 4 >= len) {
+					dst[o] = '\0';
 					return;
+				}
 				memcpy(hex, s + i + 1, 4);
 				cp = strtol(hex, NULL, 16);
 				c = cp > 0 && cp < 0x80 ? (char)cp : '?';
@@ -405,7 +408,7 @@ void reqbody_parse(const uint8_t *buf, size_t captured, size_t total, struct req
 		captured = total;
 	if (!buf || !captured)
 		return;
-	if (captured == total && reqbody_cjson(buf, captured, &sl, out) == 0) {
+	if (captured == total && reqbody_json(buf, captured, &sl, out) == 0) {
 		reqbody_finish(&sl, out);
 		return;
 	}

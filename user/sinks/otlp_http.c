@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "lib/clock.h"
+#include "lib/dl.h"
 #include "sinks/otlp_http.h"
 #include "lib/version.h"
 
@@ -165,6 +166,11 @@ static void lc_load(void)
 	void *dl = NULL;
 	const curl_version_info_data *v;
 
+	if (!dl_possible()) {
+		snprintf(lc_error, sizeof(lc_error), "OTLP export needs libcurl (%s)",
+			 DL_STATIC_WHY);
+		return;
+	}
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]) && !dl; i++) {
 		dl = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
 		if (!dl && !first[0])
