@@ -46,14 +46,14 @@ BPF_CFLAGS := -g -O2 -Wall -Werror -target bpf -mcpu=v3 -D__TARGET_ARCH_$(ARCH) 
 	-Ivmlinux/$(ARCH) -Iinclude -idirafter /usr/include/$(shell $(CC) -print-multiarch)
 
 # libcapstone is opened at run time (user/loader/insn.c), or linked in the static build.
-LDLIBS := -lbpf -lelf -lz -lnghttp2 -ljansson -lm -lmicrohttpd -lpthread -ldl
+LDLIBS := -lbpf -lelf -lz -lnghttp2 -lm -lmicrohttpd -lpthread -ldl
 # The static build (README "Static build"): the same objects, linked with Debian's static
 # archives and glibc's into .output/static/tokenscope, beside the dynamic one. libelf's archive
 # needs zstd's; static/gnutls_none.c stands in for GnuTLS, which libmicrohttpd.a refers to and
 # Debian's archives cannot link statically. The linker warns that dlopen (nvml.c, otlp_http.c)
 # needs glibc's shared libraries at run time: a static tokenscope never calls it (lib/dl.h).
 STATIC_BIN := $(OUTPUT)/static/tokenscope
-STATIC_LDLIBS := -static -Wl,--undefined=cs_open -lbpf -lelf -lz -lzstd -lnghttp2 -lcapstone -ljansson -lm -lmicrohttpd \
+STATIC_LDLIBS := -static -Wl,--undefined=cs_open -lbpf -lelf -lz -lzstd -lnghttp2 -lcapstone -lm -lmicrohttpd \
 	-lpthread
 
 ifeq ($(V),1)
@@ -232,7 +232,7 @@ $(OUTPUT)/fuzz/obj/%.o: user/%.c
 $(OUTPUT)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(wildcard tests/fuzz/*.h) $(FUZZ_OBJS)
 	$(call msg,FUZZ,$@)
 	$(Q)$(CLANG) $(USER_CFLAGS) $(FUZZ_FLAGS) -fsanitize=fuzzer -Itests/fuzz $< $(FUZZ_OBJS) \
-		-o $@ -lnghttp2 -ljansson -lcjson -lm -lmicrohttpd -lpthread
+		-o $@ -lnghttp2 -lcjson -lm -lmicrohttpd -lpthread
 
 # The injection library's coalescer and record reader, instrumented: none of the pipeline.
 $(OUTPUT)/fuzz/fuzz_cupti: tests/fuzz/fuzz_cupti.c tests/fuzz/fuzz.h $(CUPTI_TESTED) \
@@ -292,7 +292,7 @@ $(OUTPUT)/cudaloop-static: tests/cudaloop.c | $(OUTPUT)
 # bpf/lib helpers compile on the host too (-Ibpf): unit tests feed them captured bytes.
 $(OUTPUT)/tests/%: tests/unit/%.c tests/unit/check.h $(wildcard tests/unit/*.h) $(wildcard bpf/lib/*.h) $(SAN_OBJS) | $(OUTPUT)/tests
 	$(call msg,TEST,$@)
-	$(Q)$(CC) $(USER_CFLAGS) $(SAN_FLAGS) $(TEST_DEFS) -Ibpf -Itests/unit $< $(SAN_OBJS) -o $@ -lnghttp2 -ljansson -lcjson -lm -lmicrohttpd
+	$(Q)$(CC) $(USER_CFLAGS) $(SAN_FLAGS) $(TEST_DEFS) -Ibpf -Itests/unit $< $(SAN_OBJS) -o $@ -lnghttp2 -lcjson -lm -lmicrohttpd
 
 # test_arch: bpf/lib/syscalls.bpf.h and libbpf's register macros, for each architecture, checked
 # against the kernel's own headers. arch_bpf.c includes a vmlinux.h, which cannot share a file

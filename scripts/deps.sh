@@ -5,7 +5,7 @@ set -euo pipefail
 
 PKGS=(
 	# build
-	clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev libzstd-dev libjansson-dev make gcc
+	clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev libzstd-dev make gcc
 	libclang-rt-14-dev # libFuzzer, for make fuzz (tests/fuzz/)
 	# the metrics endpoint (libmicrohttpd) and its tests (promtool, prometheus)
 	libmicrohttpd-dev prometheus curl
@@ -35,15 +35,14 @@ PKGS=(
 )
 
 # The arm64 cross build that make check runs on x86 (make cross; README "Requirements and
-# build"): the cross compiler, the arm64 libraries the tracer and its tests link (multiarch;
-# libjansson too, for the JSON library the tracer is moving to), qemu-user to run the unit
-# tests and qemu-system to boot an arm64 kernel for the BPF tests (tests/arm64/run_vm.sh).
+# build"): the cross compiler, the arm64 libraries the tracer and its tests link (multiarch),
+# qemu-user to run the unit tests and qemu-system to boot an arm64 kernel for the BPF tests (tests/arm64/run_vm.sh).
 # libc6:arm64 puts the arm64 loader where the binaries look for it.
 if [ "$(uname -m)" = x86_64 ]; then
 	PKGS+=(
 		gcc-aarch64-linux-gnu qemu-user-static qemu-system-arm libc6:arm64 libc6-dev:arm64
 		linux-libc-dev:arm64 libbpf-dev:arm64 libelf-dev:arm64 zlib1g-dev:arm64
-		libzstd-dev:arm64 libcjson-dev:arm64 libjansson-dev:arm64 libmicrohttpd-dev:arm64
+		libzstd-dev:arm64 libcjson-dev:arm64 libmicrohttpd-dev:arm64
 		libnghttp2-dev:arm64 libcapstone-dev:arm64 libcurl4-openssl-dev:arm64
 		libssl-dev:arm64
 	)

@@ -42,6 +42,7 @@ dict_formats() {
 	fuzz_sse) echo sse json ;;
 	fuzz_reqbody) echo json utf8 ;;
 	fuzz_frame) echo json sse ;;
+	fuzz_json) echo json ;;
 	fuzz_record) echo tsr http sse json ;;
 	fuzz_pipeline) echo http sse json h2 ;;
 	fuzz_h2) echo h2 ;;

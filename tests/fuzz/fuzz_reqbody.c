@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
- * user/pipeline/reqbody.c: reqbody_parse on a body read whole (captured == total: jansson, then the
- * scanner when jansson refuses it) and on the same body cut by the capture limit (the scanner),
+ * user/pipeline/reqbody.c: reqbody_parse on a body read whole (captured == total: lib/json, then
+ * the scanner when lib/json refuses it) and on the same body cut by the capture limit (the scanner),
  * each time from a buffer of exactly the captured bytes, so a read past them is caught.
  *
  * Input:

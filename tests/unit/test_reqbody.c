@@ -183,7 +183,7 @@ TEST(test_model_text)
 	ri = parse_str("{\"model\":\"a\\/b\\u0041\\u00e9\"", 1000);
 	ASSERT_STREQ(ri.model, "a/bA?", "escapes");
 	ri = parse_str("{\"model\":\"a\\/b\\u0041\\u00e9\"}", 0);
-	ASSERT_STREQ(ri.model, "a/bA\xc3\xa9", "jansson decodes UTF-8");
+	ASSERT_STREQ(ri.model, "a/bA\xc3\xa9", "whole: UTF-8 decoded");
 	/* A \u escape cut short once left the scanner's copy without its NUL. */
 	ri = parse_str("{\"model\":\"ab\\u0\"}", 0);
 	ASSERT_STREQ(ri.model, "ab", "short \\u escape");
@@ -192,7 +192,7 @@ TEST(test_model_text)
 	memcpy(body, "{\"model\":\"", 10);
 	memcpy(body + sizeof(body) - 3, "\"}", 3);
 	ri = parse_str(body, 0);
-	ASSERT_EQ(strlen(ri.model), REQBODY_MODEL_MAX - 1, "truncated (jansson)");
+	ASSERT_EQ(strlen(ri.model), REQBODY_MODEL_MAX - 1, "truncated (whole)");
 	body[sizeof(body) - 2] = ',';
 	ri = parse_str(body, 1000);
 	ASSERT_EQ(strlen(ri.model), REQBODY_MODEL_MAX - 1, "truncated (scanner)");
@@ -217,7 +217,7 @@ TEST(test_not_json)
 }
 
 /* A delimiter where a value belongs once left the scanner where it was, forever: whole bodies
- * (jansson refuses them, the scanner gets them) and cut ones. */
+ * (lib/json refuses them, the scanner gets them) and cut ones. */
 TEST(test_no_value_does_not_hang)
 {
 	static const char *const bodies[] = {
@@ -248,8 +248,8 @@ TEST(test_no_value_does_not_hang)
 }
 
 /* A model name is printable UTF-8 from either path, whatever the client sent. */
-/* A key given twice: the first counts, whole or cut (jansson keeps the last: the scanner reads
- * such a body). Integers past int64_t, a NUL escape, bytes after the body's value. */
+/* A key given twice: the first counts, whole or cut. Integers past int64_t, a NUL escape, bytes
+ * after the body's value. */
 TEST(test_duplicates_and_lenient)
 {
 	struct req_info ri;
@@ -275,7 +275,7 @@ TEST(test_model_cleaned)
 	ASSERT_STREQ(ri.model,
 		     "a\xef\xbf\xbd[2Jb\xef\xbf\xbd"
 		     "c",
-		     "jansson: escapes decoded, cleaned");
+		     "whole: escapes decoded, cleaned");
 	ri = parse_str("{\"model\":\"a\\u001b[2Jb\\nc\"", 1000);
 	ASSERT_STREQ(ri.model,
 		     "a\xef\xbf\xbd[2Jb\xef\xbf\xbd"

@@ -2,17 +2,15 @@
 /*
  * Request-body fields; the contract is in reqbody.h.
  *
- * Both paths (jansson for a whole body, the scanner for a cut one) fill the same candidate
+ * Both paths (lib/json for a whole body, the scanner for a cut one) fill the same candidate
  * slots, first occurrence wins, and reqbody_finish() picks from them, so they cannot disagree
- * on a body both can read. jansson keeps the last of a key given twice, so a body with one
- * (JSON_REJECT_DUPLICATES) goes to the scanner, which keeps the first as it does everywhere.
- * Strings, keys too, are read as C strings, as the scanner reads them (jsonload.h).
+ * on a body both can read. Strings, keys too, are read as C strings, as the scanner reads them.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "pipeline/reqbody.h"
-#include "lib/jsonload.h"
+#include "lib/json.h"
 #include "lib/utf8.h"
 
 /* Request bodies nest a few levels (messages[].content[].image_url...); deeper is not a
@@ -139,46 +137,46 @@ static void reqbody_finish(const struct reqbody_slots *sl, struct req_info *out)
 	}
 }
 
-/* ---- complete bodies: jansson ---- */
+/* ---- complete bodies: lib/json ---- */
 
 static void reqbody_json_member(struct reqbody_slots *sl, struct req_info *out,
-				enum reqbody_key key, const json_t *v)
+				enum reqbody_key key, const struct jv *v)
 {
-	if (key == RK_MODEL && json_is_string(v) && !sl->model_set) {
-		const char *s = json_string_value(v);
-
+	if (key == RK_MODEL && jv_is_string(v) && !sl->model_set) {
 		sl->model_set = true;
-		utf8_clean(out->model, sizeof(out->model), s, strlen(s));
-	} else if (json_is_boolean(v)) {
-		reqbody_set_bool(sl, out, key, json_is_true(v));
-	} else if (json_is_number(v)) {
-		reqbody_set_limit(sl, key, json_number_value(v));
+		utf8_clean(out->model, sizeof(out->model), v->str, strlen(v->str));
+	} else if (jv_is_bool(v)) {
+		reqbody_set_bool(sl, out, key, jv_is_true(v));
+	} else if (jv_is_number(v)) {
+		reqbody_set_limit(sl, key, v->num);
 	}
 }
 
 static int reqbody_json(const uint8_t *buf, size_t len, struct reqbody_slots *sl,
 			struct req_info *out)
 {
-	json_t *root = jsonload_lenient((const char *)buf, len, JSON_REJECT_DUPLICATES);
-	const char *k, *nk;
-	json_t *m, *n;
+	struct jv_arena a;
+	const struct jv *root, *m, *n;
 
-	if (!root)
+	jv_arena_init(&a, NULL, 0);
+	root = jv_parse(&a, (const char *)buf, len);
+	if (!root) {
+		jv_arena_reset(&a);
 		return -1;
-	/* Members in the order the body has them (jansson keeps it), as the scanner meets them;
-	 * a key is a C string as well. */
-	json_object_foreach(root, k, m)
+	}
+	/* Members in the body's order, a key given twice too: the slots keep the first. */
+	jv_foreach(m, jv_is_object(root) ? root : NULL)
 	{
-		enum reqbody_key key = reqbody_top_key(k, strlen(k));
+		enum reqbody_key key = reqbody_top_key(m->key, strlen(m->key));
 
-		if (json_is_object(m) && key != RK_NONE) {
-			json_object_foreach(m, nk, n) reqbody_json_member(
-			    sl, out, reqbody_nested_key(key, nk, strlen(nk)), n);
+		if (jv_is_object(m) && key != RK_NONE) {
+			jv_foreach(n, m) reqbody_json_member(
+			    sl, out, reqbody_nested_key(key, n->key, strlen(n->key)), n);
 		} else {
 			reqbody_json_member(sl, out, key, m);
 		}
 	}
-	json_decref(root);
+	jv_arena_reset(&a);
 	return 0;
 }
 

@@ -3,8 +3,8 @@
  * What a request body asks for: the model, whether it streams, its output-token limit and
  * whether it asked for usage in the stream. Reads the JSON in memory and keeps no prompt.
  *
- * A complete body is parsed with jansson. A body cut by the capture limit (captured < total),
- * or one jansson refuses, is scanned instead: a small tokenizer that walks strings, escapes and
+ * A complete body is parsed whole (lib/json.h). A body cut by the capture limit (captured <
+ * total), or one that is not JSON, is scanned instead: a small tokenizer that walks strings, escapes and
  * nesting exactly, so only real top-level keys count (a prompt quoting "model": "x" does
  * not), and a value cut off at the end of the capture is left unknown.
  */
