@@ -45,15 +45,16 @@ DEPFLAGS = -MMD -MP -MF $(@:.o=.d)
 BPF_CFLAGS := -g -O2 -Wall -Werror -target bpf -mcpu=v3 -D__TARGET_ARCH_$(ARCH) \
 	-Ivmlinux/$(ARCH) -Iinclude -idirafter /usr/include/$(shell $(CC) -print-multiarch)
 
-# libcapstone is opened at run time (user/loader/insn.c), or linked in the static build.
-LDLIBS := -lbpf -lelf -lz -lnghttp2 -lm -lmicrohttpd -lpthread -ldl
+# libcapstone and libmicrohttpd are opened at run time (user/loader/insn.c, user/sinks/httpd.c),
+# or linked into the static build.
+LDLIBS := -lbpf -lelf -lz -lnghttp2 -lm -lpthread -ldl
 # The static build (README "Static build"): the same objects, linked with Debian's static
 # archives and glibc's into .output/static/tokenscope, beside the dynamic one. libelf's archive
 # needs zstd's; static/gnutls_none.c stands in for GnuTLS, which libmicrohttpd.a refers to and
 # Debian's archives cannot link statically. The linker warns that dlopen (nvml.c, otlp_http.c)
 # needs glibc's shared libraries at run time: a static tokenscope never calls it (lib/dl.h).
 STATIC_BIN := $(OUTPUT)/static/tokenscope
-STATIC_LDLIBS := -static -Wl,--undefined=cs_open -lbpf -lelf -lz -lzstd -lnghttp2 -lcapstone -lm -lmicrohttpd \
+STATIC_LDLIBS := -static -Wl,--undefined=cs_open -Wl,--undefined=MHD_start_daemon -lbpf -lelf -lz -lzstd -lnghttp2 -lcapstone -lm -lmicrohttpd \
 	-lpthread
 
 ifeq ($(V),1)

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
 #include <arpa/inet.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <microhttpd.h>
@@ -15,7 +16,79 @@
 #include <unistd.h>
 
 #include "lib/clock.h"
+#include "lib/dl.h"
 #include "sinks/httpd.h"
+
+/*
+ * libmicrohttpd, opened at the first httpd_start: a tracer without --listen does not map it and
+ * the GnuTLS it brings (about 2 MiB of RSS, mostly their relocations). The static build links it
+ * in (the Makefile names MHD_start_daemon, so that the archive's functions come in): the
+ * references below are weak, null in the dynamic build.
+ */
+#pragma weak MHD_get_connection_info
+#pragma weak MHD_run_wait
+#pragma weak MHD_create_response_from_buffer
+#pragma weak MHD_add_response_header
+#pragma weak MHD_queue_response
+#pragma weak MHD_destroy_response
+#pragma weak MHD_start_daemon
+#pragma weak MHD_stop_daemon
+
+#define MHD_SONAME "libmicrohttpd.so.12"
+
+static struct {
+	__typeof__(MHD_get_connection_info) *get_connection_info;
+	__typeof__(MHD_run_wait) *run_wait;
+	__typeof__(MHD_create_response_from_buffer) *create_response_from_buffer;
+	__typeof__(MHD_add_response_header) *add_response_header;
+	__typeof__(MHD_queue_response) *queue_response;
+	__typeof__(MHD_destroy_response) *destroy_response;
+	__typeof__(MHD_start_daemon) *start_daemon;
+	__typeof__(MHD_stop_daemon) *stop_daemon;
+} mhd;
+
+/* 0 when mhd is filled in; else -ENOENT, with why in err. */
+static int mhd_open(FILE *err)
+{
+	void *h;
+
+	if (mhd.start_daemon)
+		return 0;
+	if (!dl_possible()) {
+		mhd.get_connection_info = MHD_get_connection_info;
+		mhd.run_wait = MHD_run_wait;
+		mhd.create_response_from_buffer = MHD_create_response_from_buffer;
+		mhd.add_response_header = MHD_add_response_header;
+		mhd.queue_response = MHD_queue_response;
+		mhd.destroy_response = MHD_destroy_response;
+		mhd.stop_daemon = MHD_stop_daemon;
+		mhd.start_daemon = MHD_start_daemon; /* last: it says the table is whole */
+		return mhd.start_daemon ? 0 : -ENOENT;
+	}
+	h = dlopen(MHD_SONAME, RTLD_NOW | RTLD_LOCAL);
+	if (!h) {
+		fprintf(err, "tokenscope: the metrics listener needs libmicrohttpd (%s): "
+			     "apt-get install libmicrohttpd12\n", dlerror());
+		return -ENOENT;
+	}
+	*(void **)&mhd.get_connection_info = dlsym(h, "MHD_get_connection_info");
+	*(void **)&mhd.run_wait = dlsym(h, "MHD_run_wait");
+	*(void **)&mhd.create_response_from_buffer = dlsym(h, "MHD_create_response_from_buffer");
+	*(void **)&mhd.add_response_header = dlsym(h, "MHD_add_response_header");
+	*(void **)&mhd.queue_response = dlsym(h, "MHD_queue_response");
+	*(void **)&mhd.destroy_response = dlsym(h, "MHD_destroy_response");
+	*(void **)&mhd.stop_daemon = dlsym(h, "MHD_stop_daemon");
+	if (mhd.get_connection_info && mhd.run_wait && mhd.create_response_from_buffer &&
+	    mhd.add_response_header && mhd.queue_response && mhd.destroy_response &&
+	    mhd.stop_daemon)
+		*(void **)&mhd.start_daemon = dlsym(h, "MHD_start_daemon");
+	if (!mhd.start_daemon) {
+		fprintf(err, "tokenscope: the metrics listener: %s lacks a function it needs\n",
+			MHD_SONAME);
+		return -ENOENT;
+	}
+	return 0;
+}
 
 #define METRICS_PATH "/metrics"
 #define METRICS_TYPE "text/plain; version=0.0.4; charset=utf-8"
@@ -107,7 +180,7 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
 	if (!k)
 		return; /* not tracked: MHD's limit still holds it, and its idle timeout */
 	const union MHD_ConnectionInfo *ci =
-	    MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+	    mhd.get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
 
 	*k = (struct httpd_conn){ .c = c, .fd = ci ? ci->connect_fd : -1, .since = mono_s() };
 	if (k->fd < 0) {
@@ -121,7 +194,7 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
 static struct httpd_conn *conn_of(struct MHD_Connection *c)
 {
 	const union MHD_ConnectionInfo *ci =
-	    MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+	    mhd.get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
 
 	return ci ? ci->socket_context : NULL;
 }
@@ -144,7 +217,7 @@ static void *serve(void *arg)
 	const struct timespec tick = { 0, HTTPD_TICK_MS * 1000000L };
 
 	while (!atomic_load(&h->stop)) {
-		if (MHD_run_wait(h->daemon, HTTPD_TICK_MS) == MHD_NO)
+		if (mhd.run_wait(h->daemon, HTTPD_TICK_MS) == MHD_NO)
 			nanosleep(&tick, NULL); /* no busy loop on an error that persists */
 		conns_sweep(h);
 	}
@@ -228,16 +301,16 @@ static enum MHD_Result reply(struct MHD_Connection *c, unsigned int status, cons
 			     const char *body, size_t len, const char *allow)
 {
 	struct MHD_Response *resp =
-	    MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
+	    mhd.create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
 	enum MHD_Result ret;
 
 	if (!resp)
 		return MHD_NO;
-	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+	mhd.add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, type);
 	if (allow)
-		MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
-	ret = MHD_queue_response(c, status, resp);
-	MHD_destroy_response(resp);
+		mhd.add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
+	ret = mhd.queue_response(c, status, resp);
+	mhd.destroy_response(resp);
 	return ret;
 }
 
@@ -297,6 +370,9 @@ int httpd_start(struct httpd **out, const char *spec, FILE *err)
 	int fd, ret;
 
 	*out = NULL;
+	ret = mhd_open(err);
+	if (ret)
+		return ret;
 	if (httpd_parse_listen(spec, &addr, &addrlen)) {
 		fprintf(err, "tokenscope: invalid listen address '%s' (ADDR:PORT, :PORT or PORT)\n",
 			spec);
@@ -325,7 +401,7 @@ int httpd_start(struct httpd **out, const char *spec, FILE *err)
 	 * epoll where there is one (select would refuse descriptors past 1024, and a tracer
 	 * hooking CUDA holds hundreds). */
 	h->daemon =
-	    MHD_start_daemon(MHD_USE_AUTO, 0, NULL, NULL, on_request, h, MHD_OPTION_LISTEN_SOCKET,
+	    mhd.start_daemon(MHD_USE_AUTO, 0, NULL, NULL, on_request, h, MHD_OPTION_LISTEN_SOCKET,
 			     fd, MHD_OPTION_CONNECTION_LIMIT, (unsigned int)HTTPD_MAX_CONNS,
 			     MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned int)HTTPD_MAX_PER_IP,
 			     MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)HTTPD_TIMEOUT_S,
@@ -336,7 +412,7 @@ int httpd_start(struct httpd **out, const char *spec, FILE *err)
 	if (h->daemon) {
 		ret = pthread_create(&h->thread, NULL, serve, h);
 		if (ret) {
-			MHD_stop_daemon(h->daemon);
+			mhd.stop_daemon(h->daemon);
 			h->daemon = NULL;
 			fd = -1; /* closed with the daemon */
 		}
@@ -381,7 +457,7 @@ void httpd_stop(struct httpd *h)
 		return;
 	atomic_store(&h->stop, true);
 	pthread_join(h->thread, NULL); /* within a tick */
-	MHD_stop_daemon(h->daemon);    /* closes the connections and the listening socket */
+	mhd.stop_daemon(h->daemon);    /* closes the connections and the listening socket */
 	pthread_mutex_destroy(&h->lock);
 	free(h->buf);
 	free(h);
