@@ -230,7 +230,7 @@ $(OUTPUT)/fuzz/obj/%.o: user/%.c
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CLANG) $(USER_CFLAGS) $(FUZZ_FLAGS) $(DEPFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
 
-$(OUTPUT)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(wildcard tests/fuzz/*.h) $(FUZZ_OBJS)
+$(OUTPUT)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(wildcard tests/fuzz/*.h) tests/unit/json_compare.h $(FUZZ_OBJS)
 	$(call msg,FUZZ,$@)
 	$(Q)$(CLANG) $(USER_CFLAGS) $(FUZZ_FLAGS) -fsanitize=fuzzer -Itests/fuzz $< $(FUZZ_OBJS) \
 		-o $@ -lnghttp2 -lcjson -lm -lmicrohttpd -lpthread

@@ -14,49 +14,8 @@
 #include <string.h>
 
 #include "check.h"
+#include "json_compare.h"
 #include "lib/json.h"
-
-static int cjson_type(const cJSON *c)
-{
-	if (cJSON_IsNull(c))
-		return JV_NULL;
-	if (cJSON_IsFalse(c))
-		return JV_FALSE;
-	if (cJSON_IsTrue(c))
-		return JV_TRUE;
-	if (cJSON_IsNumber(c))
-		return JV_NUMBER;
-	if (cJSON_IsString(c))
-		return JV_STRING;
-	if (cJSON_IsArray(c))
-		return JV_ARRAY;
-	if (cJSON_IsObject(c))
-		return JV_OBJECT;
-	return 0;
-}
-
-/* Whether the two trees are the same; where is what differs first. */
-static bool same_tree(const struct jv *v, const cJSON *c, const char **where)
-{
-	const struct jv *e;
-	const cJSON *ce;
-
-	if ((int)v->type != cjson_type(c))
-		return *where = "type", false;
-	if ((v->key == NULL) != (c->string == NULL) || (v->key && strcmp(v->key, c->string)))
-		return *where = "key", false;
-	if (v->type == JV_STRING && strcmp(v->str, c->valuestring))
-		return *where = "string", false;
-	if (v->type == JV_NUMBER && !(v->num == c->valuedouble ||
-				      (v->num != v->num && c->valuedouble != c->valuedouble)))
-		return *where = "number", false;
-	for (e = v->child, ce = c->child; e && ce; e = e->next, ce = ce->next)
-		if (!same_tree(e, ce, where))
-			return false;
-	if (e || ce)
-		return *where = "element count", false;
-	return true;
-}
 
 static int ndiffer;
 
@@ -65,8 +24,10 @@ static void compare(struct jv_arena *a, const char *s, size_t n, const char *wha
 {
 	const struct jv *v = jv_parse(a, s, n);
 	cJSON *c = cJSON_ParseWithLength(s, n);
-	const char *where = "accepted by one only";
-	bool same = (v == NULL) == (c == NULL) && (!v || same_tree(v, c, &where));
+	const char *where = (v == NULL) != (c == NULL) ? "accepted by one only"
+			    : v			       ? json_compare(v, c)
+						       : NULL;
+	bool same = !where;
 
 	if (!same && ndiffer++ < 5)
 		printf("  %s: %s (%zu bytes: %.60s)\n", what, where, n, s);
@@ -77,17 +38,60 @@ static void compare(struct jv_arena *a, const char *s, size_t n, const char *wha
 TEST(test_edges_like_cjson)
 {
 	static const char *const texts[] = {
-		"{}", "[]", "  {\"a\" : [1, 2.5, -3e2, true, false, null, \"x\"]} ", "\"str\"", "12",
-		"-", "+1", ".5", "01", "1.", "1e400", "-1e400", "1.2.3", "99999999999999999999",
-		"[1,]", "{\"a\":1,}", "{\"a\"}", "{\"a\":}", "{a:1}", "[", "{", "\"abc", "tru",
-		"true false", "{\"a\":1} trailing", "\xef\xbb\xbf{}", "\xef\xbb\xbf{", "\xef\xbb\xbf[1]",
-		"{\"s\":\"\\b\\f\\n\\r\\t\\\"\\\\\\/\"}", "{\"s\":\"\\q\"}", "{\"s\":\"\\u0041\\u00e9\"}",
-		"{\"s\":\"\\u20ac\\ud83d\\ude00\"}", "{\"s\":\"\\ud83d\"}", "{\"s\":\"\\ud83dx\"}",
-		"{\"s\":\"\\ude00\"}", "{\"s\":\"\\ud83d\\u0041\"}", "{\"s\":\"\\uzzzz\"}",
-		"{\"s\":\"\\u00\"}", "{\"s\":\"a\\u0000b\"}", "{\"k\\u0000x\":1}", "{\"s\":\"\xff\xfe\"}",
-		"{\"s\":\"a\tb\"}", "{\"a\":1,\"a\":2}", "\x01\x02{\"a\":1}", "[1 2]", "[\"a\" \"b\"]",
-		"{\"a\":1 \"b\":2}", "nul", "null", "[null,]", "[[[[]]]]", "{\"\":\"\"}",
-		"[1e5, 1E-5, -0, 0.0, 123456789012345678901234567890123456789012345678901234567890123456]",
+		"{}",
+		"[]",
+		"  {\"a\" : [1, 2.5, -3e2, true, false, null, \"x\"]} ",
+		"\"str\"",
+		"12",
+		"-",
+		"+1",
+		".5",
+		"01",
+		"1.",
+		"1e400",
+		"-1e400",
+		"1.2.3",
+		"99999999999999999999",
+		"[1,]",
+		"{\"a\":1,}",
+		"{\"a\"}",
+		"{\"a\":}",
+		"{a:1}",
+		"[",
+		"{",
+		"\"abc",
+		"tru",
+		"true false",
+		"{\"a\":1} trailing",
+		"\xef\xbb\xbf{}",
+		"\xef\xbb\xbf{",
+		"\xef\xbb\xbf[1]",
+		"{\"s\":\"\\b\\f\\n\\r\\t\\\"\\\\\\/\"}",
+		"{\"s\":\"\\q\"}",
+		"{\"s\":\"\\u0041\\u00e9\"}",
+		"{\"s\":\"\\u20ac\\ud83d\\ude00\"}",
+		"{\"s\":\"\\ud83d\"}",
+		"{\"s\":\"\\ud83dx\"}",
+		"{\"s\":\"\\ude00\"}",
+		"{\"s\":\"\\ud83d\\u0041\"}",
+		"{\"s\":\"\\uzzzz\"}",
+		"{\"s\":\"\\u00\"}",
+		"{\"s\":\"a\\u0000b\"}",
+		"{\"k\\u0000x\":1}",
+		"{\"s\":\"\xff\xfe\"}",
+		"{\"s\":\"a\tb\"}",
+		"{\"a\":1,\"a\":2}",
+		"\x01\x02{\"a\":1}",
+		"[1 2]",
+		"[\"a\" \"b\"]",
+		"{\"a\":1 \"b\":2}",
+		"nul",
+		"null",
+		"[null,]",
+		"[[[[]]]]",
+		"{\"\":\"\"}",
+		"[1e5, 1E-5, -0, 0.0, "
+		"123456789012345678901234567890123456789012345678901234567890123456]",
 	};
 	struct jv_arena a;
 	char buf[4096];
@@ -108,8 +112,8 @@ TEST(test_edges_like_cjson)
 TEST(test_corpora_like_cjson)
 {
 	static const char *const dirs[] = {
-		"tests/fuzz/seeds/fuzz_frame",	      "tests/fuzz/seeds/fuzz_reqbody",
-		"tests/fuzz/regressions/fuzz_frame",  "tests/fuzz/regressions/fuzz_reqbody",
+		"tests/fuzz/seeds/fuzz_frame",	     "tests/fuzz/seeds/fuzz_reqbody",
+		"tests/fuzz/regressions/fuzz_frame", "tests/fuzz/regressions/fuzz_reqbody",
 		"tests/fuzz/seeds/fuzz_json_string",
 	};
 	static const char junk[] = "{}[],:\"\\ 0123456789.eE+-tfnu\x01\xff";
@@ -139,7 +143,8 @@ TEST(test_corpora_like_cjson)
 			files++;
 			compare(&a, buf, n, path);
 			inputs++;
-			/* From its first '{' or '[' on, as the frame and body are in these inputs. */
+			/* From its first '{' or '[' on, as the frame and body are in these inputs.
+			 */
 			for (size_t i = 0; i < n; i++) {
 				if (buf[i] != '{' && buf[i] != '[')
 					continue;

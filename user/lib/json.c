@@ -173,14 +173,26 @@ static const char *jv_string(struct jv_in *in)
 			continue;
 		}
 		switch (s[1]) {
-		case 'b': *o++ = '\b'; break;
-		case 'f': *o++ = '\f'; break;
-		case 'n': *o++ = '\n'; break;
-		case 'r': *o++ = '\r'; break;
-		case 't': *o++ = '\t'; break;
+		case 'b':
+			*o++ = '\b';
+			break;
+		case 'f':
+			*o++ = '\f';
+			break;
+		case 'n':
+			*o++ = '\n';
+			break;
+		case 'r':
+			*o++ = '\r';
+			break;
+		case 't':
+			*o++ = '\t';
+			break;
 		case '"':
 		case '\\':
-		case '/': *o++ = s[1]; break;
+		case '/':
+			*o++ = s[1];
+			break;
 		case 'u':
 			took = jv_unicode(s, q, o, &olen);
 			if (!took)

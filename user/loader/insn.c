@@ -50,8 +50,8 @@ static const struct cs_api *cs(void)
 		return state > 0 ? &api : NULL;
 	state = -1;
 	if (!dl_possible()) {
-		api = (struct cs_api){ cs_open, cs_option, cs_malloc, cs_disasm_iter,
-				       cs_regs_access, cs_free, cs_close };
+		api = (struct cs_api){ cs_open,	       cs_option, cs_malloc, cs_disasm_iter,
+				       cs_regs_access, cs_free,	  cs_close };
 		why = "this static build was linked without it";
 	} else if ((h = dlopen(CS_SONAME, RTLD_NOW | RTLD_LOCAL))) {
 		*(void **)&api.open = dlsym(h, "cs_open");

@@ -206,8 +206,7 @@ static enum frame_format frame_detect(const struct jv *root, const struct sse_fr
 	const struct jv *object = frame_get(root, "object");
 	const struct jv *choices = frame_get(root, "choices");
 
-	if (jv_is_string(type) &&
-	    frame_is_anthropic_type(type->str, strlen(type->str))) {
+	if (jv_is_string(type) && frame_is_anthropic_type(type->str, strlen(type->str))) {
 		*atype = type->str;
 		*atype_len = strlen(type->str);
 		return FMT_ANTHROPIC;

@@ -67,8 +67,10 @@ static int mhd_open(FILE *err)
 	}
 	h = dlopen(MHD_SONAME, RTLD_NOW | RTLD_LOCAL);
 	if (!h) {
-		fprintf(err, "tokenscope: the metrics listener needs libmicrohttpd (%s): "
-			     "apt-get install libmicrohttpd12\n", dlerror());
+		fprintf(err,
+			"tokenscope: the metrics listener needs libmicrohttpd (%s): "
+			"apt-get install libmicrohttpd12\n",
+			dlerror());
 		return -ENOENT;
 	}
 	*(void **)&mhd.get_connection_info = dlsym(h, "MHD_get_connection_info");
