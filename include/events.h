@@ -27,9 +27,9 @@
  * space maps the ring twice (for wrap-around), so it counts twice in the tracer's RSS.
  */
 #define TS_RING_DEFAULT_MB 2
+#define TS_RING_MAX_MB 1024
 /* Words of the traced-process bitmap, a bit per tgid: the kernel's largest pid_max, 2^22. */
 #define TS_TRACED_BITS_WORDS ((1u << 22) / 64)
-#define TS_RING_MAX_MB 1024
 /* iovecs walked per readv/writev/sendmsg; bytes in later iovecs are counted as a gap. */
 #define TS_IOV_MAX 64
 

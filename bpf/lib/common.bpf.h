@@ -41,7 +41,7 @@ struct {
 
 /*
  * The same set as a bit per tgid, the test every socket syscall of every process on the machine
- * makes: an array load (the verifier inlines an array lookup) instead of a hash lookup. A bit is
+ * makes (and every probe: is_traced): an array load (the verifier inlines an array lookup) instead of a hash lookup. A bit is
  * set after its map entry is made and cleared before the entry goes (user space:
  * kernel_set_traced, through a one-page mapping of the word's page; here: a traced process's
  * fork, the leader's exit), so a set bit stands for an entry. Mappable, so that user space sets

@@ -60,7 +60,7 @@ int BPF_KPROBE(ts_cuda_call)
 	__u64 fn = bpf_get_attach_cookie(ctx);
 	struct gpu_acc *a;
 
-	if (!bpf_map_lookup_elem(&traced, &tgid))
+	if (!is_traced(tgid))
 		return 0;
 	a = gpu_acc_of(tgid);
 	if (!a)
@@ -105,7 +105,7 @@ int BPF_KPROBE(ts_cuda_sync)
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	struct gpu_wait *w;
 
-	if (!bpf_map_lookup_elem(&traced, &tgid))
+	if (!is_traced(tgid))
 		return 0;
 	w = bpf_task_storage_get(&gpu_wait, bpf_get_current_task_btf(), NULL,
 				 BPF_LOCAL_STORAGE_GET_F_CREATE);
@@ -168,7 +168,7 @@ int BPF_USDT(ts_cupti_runs, int abi, void *runs, int n, void *stats)
 	struct ts_dev_runs_event *ev;
 	bool known = abi == TS_CUPTI_ABI;
 
-	if (!bpf_map_lookup_elem(&traced, &tgid))
+	if (!is_traced(tgid))
 		return 0;
 	ev = bpf_ringbuf_reserve(&events, sizeof(*ev), 0);
 	if (!ev) {

@@ -5,8 +5,9 @@
  *
  * Go differs in three ways. Its functions take their arguments in registers (the register ABI of
  * Go 1.17 and later: on x86-64 the receiver in RAX, the slice's pointer in RBX and length in
- * RCX; the byte count returned in RAX; syscalls.bpf.h names them per architecture). A uretprobe replaces the return address on the stack, which Go
- * moves when it grows a goroutine's stack: user space probes the RET instructions of Read
+ * RCX; the byte count returned in RAX; syscalls.bpf.h names them per architecture). A
+ * uretprobe replaces the return address on the stack, which Go moves when it grows a
+ * goroutine's stack: user space probes the RET instructions of Read
  * instead. And a call is a goroutine's, which may park in the middle (a read that would block)
  * and go on on another thread: calls are kept by goroutine, whose g pointer Go keeps in R14
  * (R28 on arm64), not by thread, and the socket syscall inside one is recognised by the same
@@ -16,10 +17,10 @@
  * at its first socket write, where the connection is certain (at the return the goroutine may
  * have waited long enough for the connection to be closed). Its entry stays until the
  * goroutine's next Read or Write, or the connection's Close (probed, for the alert it writes):
- * it is sent once, and a goroutine in another call has left it. Each probe is a trap, and, where the probed instruction must be
- * single-stepped, a second one, which costs tens of microseconds on a virtual machine: user
- * space probes entries at the prologue's conditional jump, which the kernel emulates (on
- * x86-64; on arm64 at the function's start).
+ * it is sent once, and a goroutine in another call has left it. Each probe is a trap, and,
+ * where the probed instruction must be single-stepped, a second one, which costs tens of
+ * microseconds on a virtual machine: user space probes entries at the prologue's conditional
+ * jump, which the kernel emulates (on x86-64; on arm64 at the function's start).
  * Where no syscall was seen inside a Read (its bytes were read already, by the handshake) the
  * socket is the object's earlier one (tls_socks), or read from the tls.Conn: its net.Conn's
  * *netFD and that poll.FD's Sysfd, whose layout has not changed since Go 1.0; a descriptor
@@ -111,7 +112,7 @@ int ts_go_tls_enter(struct pt_regs *ctx)
 	struct go_tls_key k = { .pid = pid_tgid >> 32, .g = GO_REG_G(ctx) };
 	struct go_tls_call call = {};
 
-	if (!bpf_map_lookup_elem(&traced, &k.pid) || !k.g)
+	if (!is_traced(k.pid) || !k.g)
 		return 0;
 	go_tls_active = true;
 	call.fn = k.fn = bpf_get_attach_cookie(ctx);

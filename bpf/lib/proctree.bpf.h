@@ -16,7 +16,7 @@ int BPF_PROG(ts_fork, struct task_struct *parent, struct task_struct *child)
 	struct ts_proc_event pe = {};
 
 	/* Threads share the tgid and are already covered. */
-	if (ptgid == ctgid || !bpf_map_lookup_elem(&traced, &ptgid))
+	if (ptgid == ctgid || !is_traced(ptgid))
 		return 0;
 	/* The bit only with the entry (a full table refuses it). */
 	if (!bpf_map_update_elem(&traced, &ctgid, &one, BPF_ANY))
@@ -40,7 +40,7 @@ int BPF_PROG(ts_exit, struct task_struct *task)
 	struct ts_proc_event pe = {};
 
 	/* Only the group leader's exit ends the process for us. */
-	if ((__u32)pid_tgid != tgid || !bpf_map_lookup_elem(&traced, &tgid))
+	if ((__u32)pid_tgid != tgid || !is_traced(tgid))
 		return 0;
 	traced_bit(tgid, false);
 	bpf_map_delete_elem(&traced, &tgid);

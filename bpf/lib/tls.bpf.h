@@ -187,7 +187,7 @@ int BPF_KPROBE(ts_tls_enter, void *ssl, void *buf, __u64 num, void *done)
 	struct stash *sp;
 	__s32 fd, fresh;
 
-	if (!bpf_map_lookup_elem(&traced, &k.pid))
+	if (!is_traced(k.pid))
 		return 0;
 	sp = bpf_task_storage_get(&stash, bpf_get_current_task_btf(), NULL,
 				  BPF_LOCAL_STORAGE_GET_F_CREATE);

@@ -23,8 +23,6 @@
 #include "lib/utf8.h"
 #include "lib/version.h"
 
-/* Records are submitted without wake-up; the consumer drains every PIPELINE_TICK_MS, and is
- * woken early only when the kernel sees the buffer filling (wakeup_bytes). */
 /* How often the traced processes' maps are read again for CUDA libraries loaded since: an
  * engine process maps libcudart seconds after it starts. */
 #define CUDA_RESCAN_S 1.0
@@ -502,6 +500,8 @@ static int loop_run(struct loop *l, volatile sig_atomic_t *exiting)
 	for (size_t i = 0; i < njobs; i++)
 		jobs[i].next = l->start + jobs[i].first;
 	while (!*exiting) {
+		/* Records are submitted without wake-up: the loop drains every PIPELINE_TICK_MS, and
+		 * is woken early only when the kernel sees the buffer filling (wakeup_bytes). */
 		int n = kernel_ring_poll(l->tr->k, PIPELINE_TICK_MS);
 		double now;
 
