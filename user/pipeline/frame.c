@@ -53,36 +53,31 @@ static bool frame_is_anthropic_type(const char *s, size_t len)
 	return false;
 }
 
-static const struct jv *frame_get(const struct jv *obj, const char *key)
-{
-	return jv_get(obj, key);
-}
-
 static bool frame_nonempty_str(const struct jv *obj, const char *key)
 {
-	const struct jv *v = frame_get(obj, key);
+	const struct jv *v = jv_get(obj, key);
 
-	return jv_is_string(v) && v->str && v->str[0];
+	return jv_is_string(v) && v->str[0];
 }
 
 static bool frame_nonempty_array(const struct jv *obj, const char *key)
 {
-	const struct jv *v = frame_get(obj, key);
+	const struct jv *v = jv_get(obj, key);
 
 	return jv_is_array(v) && v->child;
 }
 
 static bool frame_str_is(const struct jv *obj, const char *key, const char *lit)
 {
-	const struct jv *v = frame_get(obj, key);
+	const struct jv *v = jv_get(obj, key);
 
-	return jv_is_string(v) && v->str && strcmp(v->str, lit) == 0;
+	return jv_is_string(v) && strcmp(v->str, lit) == 0;
 }
 
 /* A token count member: a non-negative integer, else -1. */
 static int64_t frame_count(const struct jv *obj, const char *key)
 {
-	const struct jv *v = frame_get(obj, key);
+	const struct jv *v = jv_get(obj, key);
 	double d;
 
 	if (!jv_is_number(v))
@@ -97,23 +92,22 @@ static int64_t frame_count(const struct jv *obj, const char *key)
 /* OpenAI usage, as vLLM, SGLang, TGI's Messages API and llama.cpp send it. */
 static void frame_openai_usage(const struct jv *root, struct frame_info *out)
 {
-	const struct jv *usage = frame_get(root, "usage");
+	const struct jv *usage = jv_get(root, "usage");
 
 	if (!jv_is_object(usage))
 		return;
 	out->prompt_tokens = frame_count(usage, "prompt_tokens");
 	out->completion_tokens = frame_count(usage, "completion_tokens");
-	out->cached_tokens =
-	    frame_count(frame_get(usage, "prompt_tokens_details"), "cached_tokens");
+	out->cached_tokens = frame_count(jv_get(usage, "prompt_tokens_details"), "cached_tokens");
 }
 
 static void frame_openai(const struct jv *root, struct frame_info *out)
 {
 	const struct jv *choice;
 
-	jv_foreach(choice, frame_get(root, "choices"))
+	jv_foreach(choice, jv_get(root, "choices"))
 	{
-		const struct jv *delta = frame_get(choice, "delta");
+		const struct jv *delta = jv_get(choice, "delta");
 
 		/* The role-only first frame and the finish frame carry no output. */
 		if (frame_nonempty_str(delta, "content") ||
@@ -121,7 +115,7 @@ static void frame_openai(const struct jv *root, struct frame_info *out)
 		    frame_nonempty_str(delta, "reasoning") ||
 		    frame_nonempty_str(delta, "refusal") ||
 		    frame_nonempty_array(delta, "tool_calls") ||
-		    jv_is_object(frame_get(delta, "function_call")) ||
+		    jv_is_object(jv_get(delta, "function_call")) ||
 		    frame_nonempty_str(choice, "text"))
 			out->content = true;
 	}
@@ -130,13 +124,13 @@ static void frame_openai(const struct jv *root, struct frame_info *out)
 
 static void frame_tgi(const struct jv *root, struct frame_info *out)
 {
-	const struct jv *token = frame_get(root, "token");
-	const struct jv *details = frame_get(root, "details");
+	const struct jv *token = jv_get(root, "token");
+	const struct jv *details = jv_get(root, "details");
 
-	if (frame_nonempty_str(token, "text") && !jv_is_true(frame_get(token, "special")))
+	if (frame_nonempty_str(token, "text") && !jv_is_true(jv_get(token, "special")))
 		out->content = true;
 	/* generated_text is null on every frame but the last. */
-	if (jv_is_string(frame_get(root, "generated_text")))
+	if (jv_is_string(jv_get(root, "generated_text")))
 		out->done = true;
 	out->completion_tokens = frame_count(details, "generated_tokens");
 	out->prompt_tokens = frame_count(details, "input_length");
@@ -144,7 +138,7 @@ static void frame_tgi(const struct jv *root, struct frame_info *out)
 
 static void frame_ollama(const struct jv *root, struct frame_info *out)
 {
-	const struct jv *msg = frame_get(root, "message");
+	const struct jv *msg = jv_get(root, "message");
 
 	/* /api/generate streams "response", /api/chat "message"; thinking models add
 	 * "thinking" beside either. */
@@ -152,7 +146,7 @@ static void frame_ollama(const struct jv *root, struct frame_info *out)
 	    frame_nonempty_str(msg, "content") || frame_nonempty_str(msg, "thinking") ||
 	    frame_nonempty_array(msg, "tool_calls"))
 		out->content = true;
-	if (jv_is_true(frame_get(root, "done")))
+	if (jv_is_true(jv_get(root, "done")))
 		out->done = true;
 	out->prompt_tokens = frame_count(root, "prompt_eval_count");
 	out->completion_tokens = frame_count(root, "eval_count");
@@ -181,7 +175,7 @@ static void frame_anthropic(const struct jv *root, const char *type, size_t tlen
 			    struct frame_info *out)
 {
 	if (frame_str_eq(type, tlen, "content_block_delta")) {
-		const struct jv *delta = frame_get(root, "delta");
+		const struct jv *delta = jv_get(root, "delta");
 
 		/* text_delta, input_json_delta (tool input) and thinking_delta; a
 		 * signature_delta carries no output. */
@@ -190,9 +184,9 @@ static void frame_anthropic(const struct jv *root, const char *type, size_t tlen
 		    frame_nonempty_str(delta, "thinking"))
 			out->content = true;
 	} else if (frame_str_eq(type, tlen, "message_start")) {
-		frame_anthropic_usage(frame_get(frame_get(root, "message"), "usage"), out);
+		frame_anthropic_usage(jv_get(jv_get(root, "message"), "usage"), out);
 	} else if (frame_str_eq(type, tlen, "message_delta")) {
-		frame_anthropic_usage(frame_get(root, "usage"), out);
+		frame_anthropic_usage(jv_get(root, "usage"), out);
 	} else if (frame_str_eq(type, tlen, "message_stop")) {
 		out->done = true;
 	}
@@ -202,9 +196,9 @@ static void frame_anthropic(const struct jv *root, const char *type, size_t tlen
 static enum frame_format frame_detect(const struct jv *root, const struct sse_frame *f,
 				      const char **atype, size_t *atype_len)
 {
-	const struct jv *type = frame_get(root, "type");
-	const struct jv *object = frame_get(root, "object");
-	const struct jv *choices = frame_get(root, "choices");
+	const struct jv *type = jv_get(root, "type");
+	const struct jv *object = jv_get(root, "object");
+	const struct jv *choices = jv_get(root, "choices");
 
 	if (jv_is_string(type) && frame_is_anthropic_type(type->str, strlen(type->str))) {
 		*atype = type->str;
@@ -226,16 +220,16 @@ static enum frame_format frame_detect(const struct jv *root, const struct sse_fr
 			return FMT_OPENAI_COMPLETION;
 	}
 	if (jv_is_array(choices)) {
-		if (frame_get(choices->child, "delta"))
+		if (jv_get(choices->child, "delta"))
 			return FMT_OPENAI_CHAT;
-		if (frame_get(choices->child, "text"))
+		if (jv_get(choices->child, "text"))
 			return FMT_OPENAI_COMPLETION;
 		return FMT_UNKNOWN;
 	}
-	if (jv_is_object(frame_get(root, "token")) || frame_get(root, "generated_text"))
+	if (jv_is_object(jv_get(root, "token")) || jv_get(root, "generated_text"))
 		return FMT_TGI;
-	if (jv_is_bool(frame_get(root, "done")) &&
-	    (frame_get(root, "model") || frame_get(root, "created_at")))
+	if (jv_is_bool(jv_get(root, "done")) &&
+	    (jv_get(root, "model") || jv_get(root, "created_at")))
 		return FMT_OLLAMA;
 	return FMT_UNKNOWN;
 }
@@ -283,7 +277,7 @@ void frame_classify(const struct sse_frame *f, struct frame_info *out)
 
 	/* OpenAI and vLLM: {"error":{...}} or {"object":"error"}; TGI and Ollama:
 	 * {"error":"..."}; Anthropic: {"type":"error","error":{...}}. */
-	err = frame_get(root, "error");
+	err = jv_get(root, "error");
 	if ((err && !jv_is_null(err)) || frame_str_is(root, "object", "error"))
 		out->error = true;
 
