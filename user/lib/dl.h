@@ -26,4 +26,27 @@ static inline bool dl_possible(void)
 	return _DYNAMIC != NULL;
 }
 
+/*
+ * A function a module takes from a library that the dynamic build opens when first needed and
+ * the static build links in: its name, where its address goes, and its address in this
+ * executable (a weak reference: null where the library is not linked in).
+ */
+struct dl_fn {
+	const char *name;
+	void **slot;
+	void *linked;
+};
+
+#define DL_FN(slot, fn)                             \
+	{                                           \
+#fn, (void **)&(slot), (void *)(fn) \
+	}
+
+/*
+ * Fills every slot of fns: in a static tokenscope with the linked functions, else with those of
+ * soname, opened with dlopen. NULL when every one is there; else why not, written into why's
+ * len bytes, and every slot is NULL.
+ */
+const char *dl_bind(const char *soname, const struct dl_fn *fns, size_t n, char *why, size_t len);
+
 #endif

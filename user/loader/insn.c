@@ -1,6 +1,5 @@
 // SPDX-License-Identifier: MIT
 #include <capstone/capstone.h>
-#include <dlfcn.h>
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -43,30 +42,21 @@ static const struct cs_api *cs(void)
 {
 	static struct cs_api api;
 	static int state; /* 0: not tried, 1: ready, -1: not available (said once) */
-	const char *why = NULL;
-	void *h = NULL;
+	const struct dl_fn fns[] = {
+		DL_FN(api.open, cs_open),
+		DL_FN(api.option, cs_option),
+		DL_FN(api.malloc, cs_malloc),
+		DL_FN(api.disasm_iter, cs_disasm_iter),
+		DL_FN(api.regs_access, cs_regs_access),
+		DL_FN(api.free, cs_free),
+		DL_FN(api.close, cs_close),
+	};
+	char why[256];
 
 	if (state)
 		return state > 0 ? &api : NULL;
 	state = -1;
-	if (!dl_possible()) {
-		api = (struct cs_api){ cs_open,	       cs_option, cs_malloc, cs_disasm_iter,
-				       cs_regs_access, cs_free,	  cs_close };
-		why = "this static build was linked without it";
-	} else if ((h = dlopen(CS_SONAME, RTLD_NOW | RTLD_LOCAL))) {
-		*(void **)&api.open = dlsym(h, "cs_open");
-		*(void **)&api.option = dlsym(h, "cs_option");
-		*(void **)&api.malloc = dlsym(h, "cs_malloc");
-		*(void **)&api.disasm_iter = dlsym(h, "cs_disasm_iter");
-		*(void **)&api.regs_access = dlsym(h, "cs_regs_access");
-		*(void **)&api.free = dlsym(h, "cs_free");
-		*(void **)&api.close = dlsym(h, "cs_close");
-		why = "a function is missing from it";
-	} else {
-		why = dlerror();
-	}
-	if (api.open && api.option && api.malloc && api.disasm_iter && api.regs_access &&
-	    api.free && api.close)
+	if (!dl_bind(CS_SONAME, fns, sizeof(fns) / sizeof(fns[0]), why, sizeof(why)))
 		state = 1;
 	else
 		fprintf(stderr,

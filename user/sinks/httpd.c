@@ -1,6 +1,5 @@
 // SPDX-License-Identifier: MIT
 #include <arpa/inet.h>
-#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <microhttpd.h>
@@ -50,43 +49,26 @@ static struct {
 /* 0 when mhd is filled in; else -ENOENT, with why in err. */
 static int mhd_open(FILE *err)
 {
-	void *h;
+	const struct dl_fn fns[] = {
+		DL_FN(mhd.get_connection_info, MHD_get_connection_info),
+		DL_FN(mhd.run_wait, MHD_run_wait),
+		DL_FN(mhd.create_response_from_buffer, MHD_create_response_from_buffer),
+		DL_FN(mhd.add_response_header, MHD_add_response_header),
+		DL_FN(mhd.queue_response, MHD_queue_response),
+		DL_FN(mhd.destroy_response, MHD_destroy_response),
+		DL_FN(mhd.start_daemon, MHD_start_daemon),
+		DL_FN(mhd.stop_daemon, MHD_stop_daemon),
+	};
+	char why[256];
 
+	/* dl_bind fills every slot or none. */
 	if (mhd.start_daemon)
 		return 0;
-	if (!dl_possible()) {
-		mhd.get_connection_info = MHD_get_connection_info;
-		mhd.run_wait = MHD_run_wait;
-		mhd.create_response_from_buffer = MHD_create_response_from_buffer;
-		mhd.add_response_header = MHD_add_response_header;
-		mhd.queue_response = MHD_queue_response;
-		mhd.destroy_response = MHD_destroy_response;
-		mhd.stop_daemon = MHD_stop_daemon;
-		mhd.start_daemon = MHD_start_daemon; /* last: it says the table is whole */
-		return mhd.start_daemon ? 0 : -ENOENT;
-	}
-	h = dlopen(MHD_SONAME, RTLD_NOW | RTLD_LOCAL);
-	if (!h) {
+	if (dl_bind(MHD_SONAME, fns, sizeof(fns) / sizeof(fns[0]), why, sizeof(why))) {
 		fprintf(err,
-			"tokenscope: the metrics listener needs libmicrohttpd (%s): "
-			"apt-get install libmicrohttpd12\n",
-			dlerror());
-		return -ENOENT;
-	}
-	*(void **)&mhd.get_connection_info = dlsym(h, "MHD_get_connection_info");
-	*(void **)&mhd.run_wait = dlsym(h, "MHD_run_wait");
-	*(void **)&mhd.create_response_from_buffer = dlsym(h, "MHD_create_response_from_buffer");
-	*(void **)&mhd.add_response_header = dlsym(h, "MHD_add_response_header");
-	*(void **)&mhd.queue_response = dlsym(h, "MHD_queue_response");
-	*(void **)&mhd.destroy_response = dlsym(h, "MHD_destroy_response");
-	*(void **)&mhd.stop_daemon = dlsym(h, "MHD_stop_daemon");
-	if (mhd.get_connection_info && mhd.run_wait && mhd.create_response_from_buffer &&
-	    mhd.add_response_header && mhd.queue_response && mhd.destroy_response &&
-	    mhd.stop_daemon)
-		*(void **)&mhd.start_daemon = dlsym(h, "MHD_start_daemon");
-	if (!mhd.start_daemon) {
-		fprintf(err, "tokenscope: the metrics listener: %s lacks a function it needs\n",
-			MHD_SONAME);
+			"tokenscope: the metrics listener needs %s (%s): apt-get install "
+			"libmicrohttpd12\n",
+			MHD_SONAME, why);
 		return -ENOENT;
 	}
 	return 0;
