@@ -42,24 +42,25 @@ void jv_arena_reset(struct jv_arena *a)
 	a->used = 0;
 }
 
+/* n bytes of the cap at mem, of which *used are taken, aligned; NULL when they do not fit. */
+static void *jv_bump(unsigned char *mem, size_t cap, size_t *used, size_t n)
+{
+	size_t at = (*used + JV_ALIGN - 1) & ~(size_t)(JV_ALIGN - 1);
+
+	if (at > cap || n > cap - at)
+		return NULL;
+	*used = at + n;
+	return mem + at;
+}
+
 static void *jv_alloc(struct jv_arena *a, size_t n)
 {
-	size_t at = (a->used + JV_ALIGN - 1) & ~(size_t)(JV_ALIGN - 1);
 	struct jv_block *b = a->blocks;
-
-	if (at <= a->cap && n <= a->cap - at) {
-		a->used = at + n;
-		return a->mem + at;
-	}
-	if (b) {
-		at = (b->used + JV_ALIGN - 1) & ~(size_t)(JV_ALIGN - 1);
-		if (at <= b->cap && n <= b->cap - at) {
-			b->used = at + n;
-			return b->mem + at;
-		}
-	}
+	void *p = jv_bump(a->mem, a->cap, &a->used, n);
 	size_t cap = n > JV_BLOCK_BYTES ? n : JV_BLOCK_BYTES;
 
+	if (p || (b && (p = jv_bump(b->mem, b->cap, &b->used, n))))
+		return p;
 	b = malloc(sizeof(*b) + cap);
 	if (!b)
 		return NULL;
