@@ -73,6 +73,7 @@ for t in $TESTS; do
 		;;
 	cli)
 		run cli tests/cli/run_cli.sh
+		run ttft-definitions /usr/bin/python3 tests/cli/run_ttft.py
 		run privilege tests/priv/run_priv.sh
 		;;
 	static)

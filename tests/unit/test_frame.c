@@ -692,6 +692,55 @@ TEST(test_truncated_stream)
 	fixture_free(&f);
 }
 
+/* The TTFT definitions' flags (frame.h): chunk as vllm bench serve counts one, text as AIPerf
+ * and LLMPerf count answer text; output (content) is either or reasoning or a tool call. */
+TEST(test_chunk_and_text)
+{
+	struct frame_info fi;
+
+	fi = classify("", "{\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,"
+			  "\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}");
+	ASSERT_TRUE(fi.chunk, "role-only frame is a chunk");
+	ASSERT_FALSE(fi.content, "with no output");
+	ASSERT_FALSE(fi.text, "and no text");
+	fi = classify("", "{\"choices\":[{\"delta\":{\"reasoning_content\":\"hm\"}}]}");
+	ASSERT_TRUE(fi.chunk && fi.content, "reasoning: chunk and output");
+	ASSERT_FALSE(fi.text, "reasoning is not answer text");
+	fi = classify("", "{\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0}]}}]}");
+	ASSERT_TRUE(fi.content && !fi.text, "a tool call is output, not text");
+	fi = classify("", "{\"choices\":[{\"delta\":{\"content\":\"Hi\"}}],"
+			  "\"usage\":{\"completion_tokens\":3}}");
+	ASSERT_TRUE(fi.chunk && fi.content && fi.text, "content");
+	ASSERT_EQ(fi.completion_tokens, 3, "running usage");
+	fi = classify("", "{\"object\":\"text_completion\",\"choices\":[{\"text\":\"a\"}]}");
+	ASSERT_TRUE(fi.chunk && fi.text, "completion text");
+	fi = classify("", "{\"object\":\"chat.completion.chunk\",\"choices\":[],"
+			  "\"usage\":{\"completion_tokens\":9}}");
+	ASSERT_FALSE(fi.chunk, "usage-only frame with empty choices: not a chunk");
+	fi = classify("", "{\"error\":{\"message\":\"x\"}}");
+	ASSERT_FALSE(fi.chunk, "error");
+	fi = classify("message_start", "{\"type\":\"message_start\",\"message\":{\"usage\":"
+				       "{\"input_tokens\":5,\"output_tokens\":1}}}");
+	ASSERT_TRUE(fi.chunk && !fi.content, "Anthropic message_start is a chunk");
+	fi = classify("content_block_delta",
+		      "{\"type\":\"content_block_delta\",\"delta\":{\"type\":\"thinking_delta\","
+		      "\"thinking\":\"t\"}}");
+	ASSERT_TRUE(fi.content && !fi.text, "Anthropic thinking");
+	fi = classify("content_block_delta",
+		      "{\"type\":\"content_block_delta\",\"delta\":{\"type\":\"text_delta\","
+		      "\"text\":\"t\"}}");
+	ASSERT_TRUE(fi.text, "Anthropic text");
+	fi = classify("", "{\"model\":\"m\",\"message\":{\"content\":\"\",\"thinking\":\"t\"},"
+			  "\"done\":false}");
+	ASSERT_TRUE(fi.chunk && fi.content && !fi.text, "Ollama thinking");
+	fi = classify("", "{\"model\":\"m\",\"response\":\"a\",\"done\":false}");
+	ASSERT_TRUE(fi.text, "Ollama generate");
+	fi = classify("", "{\"token\":{\"text\":\"a\",\"special\":false},\"generated_text\":null}");
+	ASSERT_TRUE(fi.chunk && fi.text, "TGI");
+	fi = classify("", "[DONE]");
+	ASSERT_FALSE(fi.chunk, "[DONE]");
+}
+
 int main(void)
 {
 	return check_run_all();

@@ -257,6 +257,8 @@ static void resp_on_body(void *ctx, const uint8_t *p, size_t n, uint64_t ts)
 
 	if (!r || c->resp_orphan || c->resp_informational)
 		return;
+	if (n)
+		request_body_bytes(r, ts);
 	if (r->streamed) {
 		uint64_t before = c->sse.oversize_frames;
 

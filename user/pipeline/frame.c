@@ -105,19 +105,24 @@ static void frame_openai(const struct jv *root, struct frame_info *out)
 {
 	const struct jv *choice;
 
+	/* vllm bench serve counts the first message whose "choices" is non-empty, the role-only
+	 * first frame included; a usage-only last frame ("choices": []) is not one. */
+	out->chunk = frame_nonempty_array(root, "choices");
 	jv_foreach(choice, jv_get(root, "choices"))
 	{
 		const struct jv *delta = jv_get(choice, "delta");
+		bool text = frame_nonempty_str(delta, "content") ||
+			    frame_nonempty_str(choice, "text");
 
 		/* The role-only first frame and the finish frame carry no output. */
-		if (frame_nonempty_str(delta, "content") ||
-		    frame_nonempty_str(delta, "reasoning_content") ||
+		if (text || frame_nonempty_str(delta, "reasoning_content") ||
 		    frame_nonempty_str(delta, "reasoning") ||
 		    frame_nonempty_str(delta, "refusal") ||
 		    frame_nonempty_array(delta, "tool_calls") ||
-		    jv_is_object(jv_get(delta, "function_call")) ||
-		    frame_nonempty_str(choice, "text"))
+		    jv_is_object(jv_get(delta, "function_call")))
 			out->content = true;
+		if (text)
+			out->text = true;
 	}
 	frame_openai_usage(root, out);
 }
@@ -128,7 +133,7 @@ static void frame_tgi(const struct jv *root, struct frame_info *out)
 	const struct jv *details = jv_get(root, "details");
 
 	if (frame_nonempty_str(token, "text") && !jv_is_true(jv_get(token, "special")))
-		out->content = true;
+		out->content = out->text = true;
 	/* generated_text is null on every frame but the last. */
 	if (jv_is_string(jv_get(root, "generated_text")))
 		out->done = true;
@@ -142,9 +147,9 @@ static void frame_ollama(const struct jv *root, struct frame_info *out)
 
 	/* /api/generate streams "response", /api/chat "message"; thinking models add
 	 * "thinking" beside either. */
-	if (frame_nonempty_str(root, "response") || frame_nonempty_str(root, "thinking") ||
-	    frame_nonempty_str(msg, "content") || frame_nonempty_str(msg, "thinking") ||
-	    frame_nonempty_array(msg, "tool_calls"))
+	out->text = frame_nonempty_str(root, "response") || frame_nonempty_str(msg, "content");
+	if (out->text || frame_nonempty_str(root, "thinking") ||
+	    frame_nonempty_str(msg, "thinking") || frame_nonempty_array(msg, "tool_calls"))
 		out->content = true;
 	if (jv_is_true(jv_get(root, "done")))
 		out->done = true;
@@ -179,8 +184,8 @@ static void frame_anthropic(const struct jv *root, const char *type, size_t tlen
 
 		/* text_delta, input_json_delta (tool input) and thinking_delta; a
 		 * signature_delta carries no output. */
-		if (frame_nonempty_str(delta, "text") ||
-		    frame_nonempty_str(delta, "partial_json") ||
+		out->text = frame_nonempty_str(delta, "text");
+		if (out->text || frame_nonempty_str(delta, "partial_json") ||
 		    frame_nonempty_str(delta, "thinking"))
 			out->content = true;
 	} else if (frame_str_eq(type, tlen, "message_start")) {
@@ -303,6 +308,11 @@ void frame_classify(const struct sse_frame *f, struct frame_info *out)
 		break; /* never detected from JSON */
 	}
 	out->format = fmt;
+	/* Outside OpenAI's dialect every data message is one, as a client reading the stream
+	 * would take it: Anthropic's message_start, Ollama's and TGI's first line. */
+	if (fmt != FMT_OPENAI_CHAT && fmt != FMT_OPENAI_COMPLETION && fmt != FMT_UNKNOWN &&
+	    !out->error)
+		out->chunk = true;
 out:
 	jv_arena_reset(&frame_scratch.arena);
 }

@@ -27,7 +27,12 @@ enum frame_format {
 struct frame_info {
 	enum frame_format format;
 	bool done; /* data: [DONE], Ollama "done":true, Anthropic message_stop, TGI's last frame */
-	bool content; /* carries generated output */
+	bool content; /* carries generated output: text, reasoning or a tool call */
+	/* The TTFT definitions of other tools (README "TTFT definitions"): a message as `vllm bench
+	 * serve` counts one (OpenAI: a non-empty "choices"; other dialects: any data message but
+	 * an error), and non-empty answer text (no reasoning, no tool call) as AIPerf and LLMPerf
+	 * count it. */
+	bool chunk, text;
 	bool error;   /* an "error" member / event: error */
 	bool invalid; /* not JSON and not [DONE] */
 	/* -1 unknown; from usage / Ollama prompt_eval_count, eval_count /

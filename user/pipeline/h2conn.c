@@ -156,7 +156,7 @@ static void grpc_on_message(void *ctx, uint32_t len, bool damaged, uint64_t ts)
 	(void)len;
 	(void)damaged; /* its lost bytes are counted already */
 	s->r->frames++;
-	request_add_token(s->r, ts);
+	request_add_message(s->r, ts);
 }
 
 /* ---- the requests' direction ---- */
@@ -356,6 +356,8 @@ static void resp_on_data(void *ctx, uint32_t id, const uint8_t *buf, size_t len,
 	if (!s || !s->resp_head)
 		return;
 	r = s->r;
+	if (len)
+		request_body_bytes(r, ts);
 	if (s->grpc && r->streamed) {
 		if (grpc_feed(&s->gp, buf, len, ts) < 0)
 			r->unknown_frames = true;

@@ -37,6 +37,8 @@ struct request *request_new(uint32_t pid, uint64_t conn_id, uint32_t seq, const 
 	r->prompt_bytes = -1;
 	r->prompt_tokens = r->completion_tokens = r->cached_tokens = -1;
 	r->grpc_status = -1;
+	r->chunk_tokens_ok = true;
+	r->usage_prev = -1;
 	return r;
 }
 
@@ -52,6 +54,7 @@ void request_free(struct request *r)
 		r->open.next->prev = r->open.prev;
 	}
 	free(r->token_ns);
+	free(r->chunk_tokens);
 	free(r);
 }
 
@@ -68,9 +71,56 @@ int request_add_token(struct request *r, uint64_t ts)
 	return 0;
 }
 
+void request_add_message(struct request *r, uint64_t ts)
+{
+	request_add_token(r, ts);
+	if (!r->first_chunk_ns)
+		r->first_chunk_ns = ts;
+	if (!r->first_text_ns)
+		r->first_text_ns = ts;
+}
+
+void request_body_bytes(struct request *r, uint64_t ts)
+{
+	if (!r->first_byte_ns)
+		r->first_byte_ns = ts;
+}
+
+/*
+ * A content frame's tokens from the running completion_tokens it states (vLLM's continuous
+ * usage stats: every frame says the count so far). A frame that states none, or a count that
+ * went back, ends the per-frame counts for the request: its median and maximum are not known.
+ */
+static void request_chunk_tokens(struct request *r, const struct frame_info *fi)
+{
+	uint32_t *n;
+	int64_t prev = r->usage_prev > 0 ? r->usage_prev : 0;
+
+	if (!r->chunk_tokens_ok)
+		return;
+	if (fi->completion_tokens < 0 || fi->completion_tokens < prev) {
+		r->chunk_tokens_ok = false;
+		return;
+	}
+	n = grow(r->chunk_tokens, &r->chunk_tokens_cap, r->nchunk_tokens + 1, sizeof(*n), 64);
+	if (!n) {
+		r->chunk_tokens_ok = false;
+		return;
+	}
+	r->chunk_tokens = n;
+	n[r->nchunk_tokens++] = (uint32_t)(fi->completion_tokens - prev);
+}
+
 static int u64_cmp(const void *a, const void *b)
 {
 	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static int u32_cmp(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
 
 	return x < y ? -1 : x > y;
 }
@@ -89,6 +139,33 @@ uint32_t request_itl_sorted(const struct request *r, uint64_t *out)
 static uint64_t sorted_quantile(const uint64_t *v, uint32_t n, double q)
 {
 	return v[quantile_rank(q, n) - 1];
+}
+
+/* t - arrival, for a time t of the response; -1 when t or the arrival is unknown. */
+static int64_t request_since_arrival(const struct request *r, uint64_t t)
+{
+	return t && r->arrival_ns && t >= r->arrival_ns ? (int64_t)(t - r->arrival_ns) : -1;
+}
+
+static void request_tokens_per_chunk(const struct request *r, struct request_metrics *m)
+{
+	uint32_t *v;
+
+	m->tokens_per_chunk_mean = NAN;
+	m->tokens_per_chunk_p50 = m->tokens_per_chunk_max = -1;
+	if (!m->tokens_from_usage || !r->ntokens || m->tokens <= r->ntokens)
+		return;
+	m->tokens_per_chunk_mean = (double)m->tokens / r->ntokens;
+	if (!r->chunk_tokens_ok || r->nchunk_tokens != r->ntokens)
+		return;
+	v = malloc(r->nchunk_tokens * sizeof(*v));
+	if (!v)
+		return;
+	memcpy(v, r->chunk_tokens, r->nchunk_tokens * sizeof(*v));
+	qsort(v, r->nchunk_tokens, sizeof(*v), u32_cmp);
+	m->tokens_per_chunk_p50 = v[quantile_rank(0.50, r->nchunk_tokens) - 1];
+	m->tokens_per_chunk_max = v[r->nchunk_tokens - 1];
+	free(v);
 }
 
 void request_metrics(const struct request *r, struct request_metrics *m)
@@ -119,6 +196,10 @@ void request_metrics(const struct request *r, struct request_metrics *m)
 		m->tpot_ns =
 		    (int64_t)(r->token_ns[r->ntokens - 1] - r->first_token_ns) / (m->tokens - 1);
 	m->tok_per_s = m->e2e_ns > 0 && m->tokens > 0 ? m->tokens / (m->e2e_ns / 1e9) : NAN;
+	m->ttft_byte_ns = request_since_arrival(r, r->first_byte_ns);
+	m->ttft_chunk_ns = request_since_arrival(r, r->first_chunk_ns);
+	m->ttft_text_ns = request_since_arrival(r, r->first_text_ns);
+	request_tokens_per_chunk(r, m);
 	m->upstream_ttft_ns = m->proxy_ttft_ns = -1;
 	if (!r->client && r->peer.set && r->peer.first_token_ns &&
 	    r->peer.first_token_ns >= r->peer.arrival_ns) {
@@ -135,7 +216,7 @@ static void request_take_usage(struct request *r, const struct frame_info *fi)
 	if (fi->prompt_tokens >= 0)
 		r->prompt_tokens = fi->prompt_tokens;
 	if (fi->completion_tokens >= 0)
-		r->completion_tokens = fi->completion_tokens;
+		r->completion_tokens = r->usage_prev = fi->completion_tokens;
 	if (fi->cached_tokens >= 0)
 		r->cached_tokens = fi->cached_tokens;
 }
@@ -150,8 +231,14 @@ void request_add_frame(struct request *r, const struct sse_frame *f, uint64_t ts
 		r->format = fi.format;
 	if (fi.invalid)
 		r->unknown_frames = true;
-	if (fi.content)
+	if (fi.content) {
 		request_add_token(r, ts);
+		request_chunk_tokens(r, &fi);
+	}
+	if (fi.chunk && !r->first_chunk_ns)
+		r->first_chunk_ns = ts;
+	if (fi.text && !r->first_text_ns)
+		r->first_text_ns = ts;
 	if (fi.error)
 		r->error_frame = true;
 	if (fi.done && !r->done_frame) {

@@ -66,6 +66,18 @@ struct request {
 	uint64_t *token_ns; /* every content frame, in order */
 	uint32_t ntokens;
 	size_t token_cap;
+	/* TTFT as other tools define it (README "TTFT definitions"); 0: not seen. The first
+	 * response body byte, the first message as `vllm bench serve` counts one (frame.h's
+	 * chunk), the first frame with answer text (frame.h's text). */
+	uint64_t first_byte_ns, first_chunk_ns, first_text_ns;
+	/* Tokens in each content frame, where every frame up to it stated a running
+	 * completion_tokens (vLLM's continuous usage stats); chunk_tokens_ok is false once a
+	 * content frame came without one. usage_prev: the latest running count, -1 none. */
+	uint32_t *chunk_tokens;
+	uint32_t nchunk_tokens;
+	size_t chunk_tokens_cap;
+	bool chunk_tokens_ok;
+	int64_t usage_prev;
 	uint32_t frames;					 /* every frame, content or not */
 	int64_t prompt_tokens, completion_tokens, cached_tokens; /* -1: not reported */
 	uint64_t lost_bytes; /* response bytes (or request head bytes) the tracer lost */
@@ -100,6 +112,14 @@ struct request_metrics {
 	 * request, relaying the first token). -1: not paired, or no first token on either side. */
 	int64_t upstream_ttft_ns, proxy_ttft_ns;
 	double tok_per_s; /* tokens / E2E; NaN when not applicable */
+	/* TTFT to the first response body byte, the first chunk, the first answer text; -1:
+	 * none. ttft_ns is the first output (text, reasoning or a tool call). */
+	int64_t ttft_byte_ns, ttft_chunk_ns, ttft_text_ns;
+	/* Where usage says more tokens than content frames: tokens per content frame, their
+	 * mean (NaN otherwise), and median and maximum where the frames stated running counts
+	 * (-1 otherwise). */
+	double tokens_per_chunk_mean;
+	int64_t tokens_per_chunk_p50, tokens_per_chunk_max;
 };
 
 const char *outcome_name(enum outcome o);
@@ -107,6 +127,10 @@ struct request *request_new(uint32_t pid, uint64_t conn_id, uint32_t seq, const 
 void request_free(struct request *r);
 /* Appends a content frame time; -ENOMEM when the list cannot grow (the frame is still counted). */
 int request_add_token(struct request *r, uint64_t ts);
+/* A gRPC message: one chunk of output, which is answer text as far as the tracer can tell. */
+void request_add_message(struct request *r, uint64_t ts);
+/* Response body bytes came at ts (the first is TTFT's first byte). */
+void request_body_bytes(struct request *r, uint64_t ts);
 void request_metrics(const struct request *r, struct request_metrics *m);
 /* A stream frame of r's response, classified: counts, content time, end, errors, usage. */
 void request_add_frame(struct request *r, const struct sse_frame *f, uint64_t ts);

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: MIT
+#include <math.h>
 #include <string.h>
 
 #include "lib/jsonw.h"
@@ -66,6 +67,11 @@ void output_json(FILE *f, const struct request *r, const struct request_metrics 
 		jsonw_null(&w, "first_token_ns");
 	jsonw_u64(&w, "end_ns", r->end_ns);
 	ms_or_null(&w, "ttft_ms", m->ttft_ns);
+	/* The same TTFT under each tool's definition (README "TTFT definitions"). */
+	ms_or_null(&w, "ttft_first_byte_ms", m->ttft_byte_ns);
+	ms_or_null(&w, "ttft_first_chunk_ms", m->ttft_chunk_ns);
+	ms_or_null(&w, "ttft_first_content_ms", m->ttft_text_ns);
+	ms_or_null(&w, "ttft_first_output_ms", m->ttft_ns);
 	ms_or_null(&w, "e2e_ms", m->e2e_ns);
 	ms_or_null(&w, "tpot_ms", m->tpot_ns);
 	if (m->itl_p50_ns < 0) {
@@ -85,6 +91,15 @@ void output_json(FILE *f, const struct request *r, const struct request_metrics 
 					  : "frames");
 	jsonw_u64(&w, "frames", r->ntokens);
 	jsonw_u64(&w, "all_frames", r->frames);
+	if (isnan(m->tokens_per_chunk_mean)) {
+		jsonw_null(&w, "tokens_per_chunk");
+	} else {
+		jsonw_obj_begin(&w, "tokens_per_chunk");
+		jsonw_num(&w, "mean", m->tokens_per_chunk_mean, 2);
+		i64_or_null(&w, "p50", m->tokens_per_chunk_p50);
+		i64_or_null(&w, "max", m->tokens_per_chunk_max);
+		jsonw_obj_end(&w);
+	}
 	jsonw_i64(&w, "prompt_bytes", r->prompt_bytes < 0 ? 0 : r->prompt_bytes);
 	i64_or_null(&w, "prompt_tokens", r->prompt_tokens);
 	i64_or_null(&w, "cached_tokens", r->cached_tokens);

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: MIT
+#include <math.h>
 #include <string.h>
 
 #include "pipeline/gpu.h"
@@ -26,6 +27,26 @@ void summary_start(struct summary *s, const struct request *r)
 		s->inflight_max = s->inflight;
 }
 
+static void summary_ttft_definitions(struct summary *s, const struct request *r,
+				     const struct request_metrics *m)
+{
+	/* The requests of the TTFT line: every definition is compared over the same ones. */
+	if (m->ttft_ns < 0)
+		return;
+	if (m->ttft_byte_ns >= 0)
+		hist_add(&s->ttft_byte, m->ttft_byte_ns);
+	if (m->ttft_chunk_ns >= 0)
+		hist_add(&s->ttft_chunk, m->ttft_chunk_ns);
+	if (m->ttft_text_ns >= 0)
+		hist_add(&s->ttft_text, m->ttft_text_ns);
+	if (r->first_byte_ns && r->first_chunk_ns && r->first_byte_ns < r->first_chunk_ns)
+		s->byte_first++;
+	if (r->first_chunk_ns && r->ntokens && r->first_chunk_ns < r->first_token_ns)
+		s->chunk_first++;
+	if (r->ntokens && (!r->first_text_ns || r->first_token_ns < r->first_text_ns))
+		s->output_first++;
+}
+
 void summary_done(struct summary *s, const struct request *r, const struct request_metrics *m)
 {
 	if (s->inflight)
@@ -49,12 +70,83 @@ void summary_done(struct summary *s, const struct request *r, const struct reque
 		return;
 	if (m->ttft_ns >= 0)
 		hist_add(&s->ttft, m->ttft_ns);
+	summary_ttft_definitions(s, r, m);
 	if (m->proxy_ttft_ns >= 0)
 		hist_add(&s->proxy_ttft, m->proxy_ttft_ns);
 	if (m->tpot_ns >= 0)
 		hist_add(&s->tpot, m->tpot_ns);
 	for (uint32_t i = 1; i < r->ntokens; i++)
 		hist_add(&s->itl, r->token_ns[i] - r->token_ns[i - 1]);
+}
+
+/* The larger relative difference of two histograms' P50 and P99 (a against b), in percent. */
+static double summary_differ(const struct hist *a, const struct hist *b)
+{
+	double worst = 0;
+	static const double qs[] = { 0.50, 0.99 };
+
+	if (!a->count || !b->count)
+		return 0;
+	for (size_t i = 0; i < sizeof(qs) / sizeof(qs[0]); i++) {
+		double x = hist_quantile(a, qs[i]), y = hist_quantile(b, qs[i]);
+		double d = y > 0 ? 100.0 * (x - y) / y : 0;
+
+		if (fabs(d) > fabs(worst))
+			worst = d;
+	}
+	return worst;
+}
+
+static void print_definition(FILE *f, const char *name, const struct hist *h, const char *who)
+{
+	if (!h->count) {
+		fprintf(f, "    %-14s %9s %9s %9s %6s  %s\n", name, "-", "-", "-", "0", who);
+		return;
+	}
+	fprintf(f, "    %-14s %9.2f %9.2f %9.2f %6llu  %s\n", name, hist_quantile(h, 0.50) / 1e6,
+		hist_quantile(h, 0.90) / 1e6, hist_quantile(h, 0.99) / 1e6,
+		(unsigned long long)h->count, who);
+}
+
+/* One line per definition that differs from the first output by more than
+ * SUMMARY_TTFT_DIFFER percent at P50 or P99, with the cause the requests show. */
+#define SUMMARY_TTFT_DIFFER 10.0
+
+static void print_ttft_definitions(FILE *f, const struct summary *s)
+{
+	uint64_t n = s->ttft.count;
+	double d;
+
+	if (!s->ttft.count)
+		return;
+	fprintf(f, "  %-16s %9s %9s %9s %6s  %s\n", "TTFT definition", "p50 ms", "p90 ms", "p99 ms",
+		"n", "as counted by");
+	print_definition(f, "first byte", &s->ttft_byte, "response body's first byte");
+	print_definition(f, "first chunk", &s->ttft_chunk, "vllm bench serve");
+	print_definition(f, "first content", &s->ttft_text, "AIPerf, LLMPerf (answer text)");
+	print_definition(f, "first output", &s->ttft, "tokenscope's TTFT");
+	d = summary_differ(&s->ttft_chunk, &s->ttft);
+	if (fabs(d) > SUMMARY_TTFT_DIFFER)
+		fprintf(f,
+			"  TTFT differs: first chunk %+.0f%% against first output: %llu of %llu "
+			"requests sent a chunk with no output first (a role-only chunk, which vllm "
+			"bench serve counts)\n",
+			d, (unsigned long long)s->chunk_first, (unsigned long long)n);
+	d = summary_differ(&s->ttft_text, &s->ttft);
+	if (fabs(d) > SUMMARY_TTFT_DIFFER || (s->output_first && !s->ttft_text.count))
+		fprintf(f,
+			"  TTFT differs: first content %+.0f%% against first output: %llu of %llu "
+			"requests streamed reasoning or a tool call before any answer text (or none "
+			"at all), which content-only TTFT counts as waiting\n",
+			d, (unsigned long long)s->output_first, (unsigned long long)n);
+	d = summary_differ(&s->ttft_byte, s->ttft_chunk.count ? &s->ttft_chunk : &s->ttft);
+	if (fabs(d) > SUMMARY_TTFT_DIFFER)
+		fprintf(f,
+			"  TTFT differs: first byte %+.0f%% against first %s: %llu of %llu requests "
+			"sent body bytes before their first message (an early flush, a comment or "
+			"keep-alive line)\n",
+			d, s->ttft_chunk.count ? "chunk" : "output",
+			(unsigned long long)s->byte_first, (unsigned long long)n);
 }
 
 static void print_hist(FILE *f, const char *name, const struct hist *h)
@@ -89,6 +181,7 @@ void summary_print(const struct summary *s, const struct loss_report *loss, cons
 	print_hist(f, "ITL", &s->itl);
 	print_hist(f, "TPOT", &s->tpot);
 	print_hist(f, "E2E", &s->e2e);
+	print_ttft_definitions(f, s);
 	fprintf(f, "  tokens %llu, %.1f tokens/s over %.3f s\n", (unsigned long long)s->tokens,
 		window_s > 0 ? s->tokens / window_s : 0.0, window_s);
 	/* A traced proxy: how much of its TTFT was its own, the rest its upstream's. */

@@ -24,6 +24,13 @@ struct summary {
 	/* ok served requests paired with their upstream request (a traced proxy): the proxy's own
 	 * part of their TTFT (proxy_ttft_ms) */
 	struct hist proxy_ttft;
+	/* TTFT under the other tools' definitions (README "TTFT definitions"), over the requests
+	 * of ttft (ok, with a first output): to the first response body byte, the first chunk,
+	 * the first answer text; ttft is the first output. And how many of those had bytes
+	 * before their first chunk, a chunk before their first output, output before their
+	 * first answer text: the causes named when the definitions disagree. */
+	struct hist ttft_byte, ttft_chunk, ttft_text;
+	uint64_t byte_first, chunk_first, output_first;
 };
 
 void summary_init(struct summary *s);
