@@ -240,7 +240,7 @@ print("torch", torch.__version__, "CUDA", torch.version.cuda, "device", torch.cu
 		if ! tool 10 ".output/$b" --help >/dev/null 2>&1; then
 			say ".output/$b cannot run here:"
 			tool 10 ldd ".output/$b" 2>&1 | grep -E 'not found|version' || true
-			say "  (on the build machine: mkdir -p .output/lib && cp -L /lib/x86_64-linux-gnu/{libbpf,libcjson,libelf,libz}.so.1 .output/lib/)"
+			say "  (on the build machine: mkdir -p .output/lib && cp -L /lib/x86_64-linux-gnu/{libbpf,libcjson,libelf,libz}.so.1 .output/lib/; for --listen also libmicrohttpd.so.12 and the libraries ldd lists for it)"
 			[ "$b" = gtclient ] && die "without gtclient there is nothing to measure"
 			ts_ok=
 		fi
@@ -527,6 +527,9 @@ PY
 
 	section "run: tokenscope run --json --tokens --gpu-steps --listen 127.0.0.1:0 -- gpu_server.py"
 	local cupti metrics=''
+	# The server gets this shell's library path, not the one of .output/lib given to tokenscope.
+	local SERVER_ENV=(env -u LD_LIBRARY_PATH)
+	[ -n "${LD_LIBRARY_PATH+x}" ] && SERVER_ENV=(env "LD_LIBRARY_PATH=$LD_LIBRARY_PATH")
 	[ -f .output/libtokenscope_cupti.so ] ||
 		say "warning: .output/libtokenscope_cupti.so is missing (no CUPTI headers where it was built): no device times"
 	if [ -z "${TOKENSCOPE_CUPTI_PATH:-}" ] && cupti=$(find_cupti); then
@@ -537,7 +540,7 @@ PY
 		say "skipped: tokenscope cannot run here (above)"
 	elif start_server "$OUT/run.jsonl" "$OUT/run.err" "$OUT/run.steps.jsonl" \
 		${TOOL_ENV[@]+"${TOOL_ENV[@]}"} .output/tokenscope run --json --tokens --gpu-steps \
-		--listen 127.0.0.1:0 --; then
+		--listen 127.0.0.1:0 -- "${SERVER_ENV[@]}"; then
 		# The engine loaded CUDA at start-up; its probes go in at the next scan (1 s).
 		for ((i = 0; i < 100; i++)); do
 			grep -q 'device times of pid' "$OUT/run.err" && break
