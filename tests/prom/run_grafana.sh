@@ -10,7 +10,9 @@
 # after the first scrape, so every rate has something to show. Then tests/prom/grafana_check.py
 # checks the dashboard's JSON, its `model` variable's query, that every metric it names is
 # tokenscope's, and runs every panel's query on Prometheus: each must succeed with data.
-# Needs root (BPF). Prints PASS/FAIL/SKIP lines and the totals line; exits 1 if anything failed.
+# CUPTI_LIB names the injection library (default: the one built); where it is missing, the
+# device times panel is a SKIP. Needs root (BPF). Prints PASS/FAIL/SKIP lines and the totals
+# line; exits 1 if anything failed.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 TS=${TOKENSCOPE:-.output/tokenscope}
@@ -19,7 +21,7 @@ GT=${GTCLIENT:-.output/gtclient}
 DASH=deploy/grafana/tokenscope.json
 RULES=deploy/prometheus/rules.yml
 STANDIN=.output/standin
-CUPTI_LIB=.output/libtokenscope_cupti.so
+CUPTI_LIB=${CUPTI_LIB:-.output/libtokenscope_cupti.so}
 PY=/usr/bin/python3
 [ -x "$PY" ] || PY=python3
 TMP=$(mktemp -d)
@@ -140,7 +142,7 @@ for bytes in 64 1024 4096; do
 	NREQ=$((NREQ + 4))
 done
 # Prometheus has every request, and the rules' alert, and the --alert rule has fired.
-n= alerts= firing=
+n='' alerts='' firing=''
 deadline=$((SECONDS + WAIT_SCRAPE))
 while [ $SECONDS -lt $deadline ]; do
 	n=$(prom_query 'sum(tokenscope_requests_total{role="server"})')
