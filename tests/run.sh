@@ -94,6 +94,7 @@ for t in $TESTS; do
 		run prom tests/prom/run_prom.sh
 		run listener tests/prom/run_listener.sh
 		run nvml tests/prom/run_nvml.sh
+		run grafana tests/prom/run_grafana.sh
 		run otlp-live tests/otlp/run_live.sh
 		run otlp-report tests/otlp/run_report.sh
 		;;
