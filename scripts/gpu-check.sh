@@ -148,7 +148,10 @@ start_server() {
 	command -v setsid >/dev/null && setsid=(setsid)
 	: >"$out"
 	[ "$err" = "$out" ] || : >"$err"
-	${setsid[@]+"${setsid[@]}"} timeout -s INT -k 10 250 "$@" "$PY" -u scripts/gpu_server.py \
+	# -k: timeout starts its SIGKILL timer at any signal it passes on, stop_run's SIGINT too;
+	# the server takes up to 12 s to stop (HTTP 5 s, engine 5 + 2 s), and tokenscope run waits
+	# for it before its summary.
+	${setsid[@]+"${setsid[@]}"} timeout -s INT -k 30 250 "$@" "$PY" -u scripts/gpu_server.py \
 		"${srv_args[@]}" >>"$out" 2>>"$err" &
 	SERVER_PID=$!
 	SERVER_PGID=
@@ -178,7 +181,7 @@ start_server() {
 stop_run() {
 	[ -n "$SERVER_PID" ] || return 0
 	kill -INT "$SERVER_PID" 2>/dev/null
-	wait_gone 20 "$SERVER_PID" || say "gpu-check: tokenscope run did not end 20 s after SIGINT"
+	wait_gone 25 "$SERVER_PID" || say "gpu-check: tokenscope run did not end 25 s after SIGINT"
 	stop_server
 }
 

@@ -6,8 +6,8 @@
  *
  *   make .output/standin/libnvidia-ml.so.1       (every function)
  *   make .output/standin/nvml-old/libnvidia-ml.so.1
- *        (built with -DNVMLSTUB_OLD: no nvmlDeviceGetClockInfo and no
- *         nvmlDeviceGetComputeRunningProcesses_v3, as a library too old for them)
+ *        (built with -DNVMLSTUB_OLD: no nvmlDeviceGetClockInfo, no nvmlDeviceGetMemoryInfo_v2
+ *         and no nvmlDeviceGetComputeRunningProcesses_v3, as a library too old for them)
  *
  * TS_NVML_STUB, read at every first nvmlInit_v2 (so a test may change it between inits), is a
  * list of items separated by ';'. An item is either an option or a device:
@@ -20,7 +20,9 @@
  *
  *   name=TEXT, uuid=TEXT   TEXT runs to the next ',' or ';' and may hold any other byte
  *   util=PERCENT           nvmlDeviceGetUtilizationRates: gpu = PERCENT, memory = 0
- *   mem=USED/TOTAL         nvmlDeviceGetMemoryInfo, bytes (free = TOTAL - USED)
+ *   mem=USED/TOTAL         nvmlDeviceGetMemoryInfo_v2, bytes (free = TOTAL - USED - reserved)
+ *   reserved=BYTES         memory the driver reserves (0): nvmlDeviceGetMemoryInfo, the
+ *                          first version, counts it as used (USED + BYTES), as drivers do
  *   sm=MHZ                 nvmlDeviceGetClockInfo(NVML_CLOCK_SM)
  *   power=MW               nvmlDeviceGetPowerUsage, milliwatts
  *   procs=PID:BYTES/PID:BYTES/...   nvmlDeviceGetComputeRunningProcesses_v3 (up to 64 listed;
@@ -52,6 +54,7 @@ typedef struct nvmlDevice_st *nvmlDevice_t;
 #define NVML_ERROR_NOT_SUPPORTED 3
 #define NVML_ERROR_INSUFFICIENT_SIZE 7
 #define NVML_ERROR_DRIVER_NOT_LOADED 9
+#define NVML_ERROR_ARGUMENT_VERSION_MISMATCH 25
 #define NVML_CLOCK_SM 1
 
 typedef struct {
@@ -88,6 +91,7 @@ struct nvmlDevice_st {
 	unsigned int pids[STUB_MAX_PROCS];
 	unsigned long long bytes[STUB_MAX_PROCS];
 	unsigned int extra;
+	unsigned long long reserved;
 };
 
 static struct nvmlDevice_st devs[STUB_MAX_DEVICES];
@@ -176,6 +180,8 @@ static void parse_device(struct nvmlDevice_st *d, const char *s, const char *end
 				d->mem = parse_answer(v, slash ? slash : kv_end);
 				if (slash)
 					d->mem.v2 = strtoull(slash + 1, NULL, 10);
+			} else if (KEY("reserved")) {
+				d->reserved = strtoull(v, NULL, 10);
 			} else if (KEY("sm")) {
 				d->sm = parse_answer(v, kv_end);
 			} else if (KEY("power")) {
@@ -325,12 +331,34 @@ NVML_API nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t d, nvmlMemory_t *m)
 	if (!valid(d))
 		return NVML_ERROR_INVALID_ARGUMENT;
 	if (d->mem.rc == NVML_SUCCESS) {
-		m->used = d->mem.v;
+		m->used = d->mem.v + d->reserved;
 		m->total = d->mem.v2;
 		m->free = m->total > m->used ? m->total - m->used : 0;
 	}
 	return d->mem.rc;
 }
+
+#ifndef NVMLSTUB_OLD
+typedef struct {
+	unsigned int version;
+	unsigned long long total, reserved, free, used;
+} nvmlMemory_v2_t;
+
+NVML_API nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t d, nvmlMemory_v2_t *m)
+{
+	if (!valid(d))
+		return NVML_ERROR_INVALID_ARGUMENT;
+	if (m->version != (unsigned int)(sizeof(*m) | 2u << 24))
+		return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+	if (d->mem.rc == NVML_SUCCESS) {
+		m->used = d->mem.v;
+		m->reserved = d->reserved;
+		m->total = d->mem.v2;
+		m->free = m->total > m->used + m->reserved ? m->total - m->used - m->reserved : 0;
+	}
+	return d->mem.rc;
+}
+#endif
 
 NVML_API nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t d, unsigned int *mw)
 {

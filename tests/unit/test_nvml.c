@@ -135,6 +135,32 @@ TEST(test_old_library)
 	ASSERT_EQ(snap.devices[0].nprocs, 0, "no processes");
 }
 
+/* Memory used as nvidia-smi shows it: without what the driver reserves (the _v2 query), and
+ * with it where the library has only the first version. */
+TEST(test_memory_reserved)
+{
+	static const char cfg[] = "name=R,uuid=GPU-r,mem=1073741824/8589934592,reserved=629145600";
+	struct nvml_snapshot snap;
+	struct nvml *n = open_with(STANDIN, cfg);
+
+	if (!ASSERT_OK_PTR(n, "open"))
+		return;
+	nvml_sample(n, &snap);
+	nvml_stop(n);
+	if (ASSERT_EQ(snap.ndevices, 1, "devices")) {
+		ASSERT_TRUE(snap.devices[0].mem_present, "mem");
+		ASSERT_EQ(snap.devices[0].mem_used, GIB, "_v2: used without the reserve");
+		ASSERT_EQ(snap.devices[0].mem_total, 8 * GIB, "total");
+	}
+	n = open_with(STANDIN_OLD, cfg);
+	if (!ASSERT_OK_PTR(n, "open the old library"))
+		return;
+	nvml_sample(n, &snap);
+	nvml_stop(n);
+	if (ASSERT_EQ(snap.ndevices, 1, "devices"))
+		ASSERT_EQ(snap.devices[0].mem_used, GIB + 600 * MIB, "first version: with it");
+}
+
 TEST(test_caps)
 {
 	static char cfg[8192];

@@ -37,6 +37,16 @@ typedef struct {
 	unsigned long long total, free, used; /* bytes */
 } nvmlMemory_t;
 
+/* nvmlDeviceGetMemoryInfo_v2 (drivers from R510): `used` without the memory the driver
+ * reserves for itself, which the first version counts as used (about 600 MiB on an H200), as
+ * nvidia-smi shows it. version is the struct's size and 2 << 24 (NVML_STRUCT_VERSION). */
+typedef struct {
+	unsigned int version;
+	unsigned long long total, reserved, free, used; /* bytes */
+} nvmlMemory_v2_t;
+
+#define NVML_MEMORY_V2 ((unsigned int)(sizeof(nvmlMemory_v2_t) | 2u << 24))
+
 typedef struct {
 	unsigned int pid;
 	unsigned long long usedGpuMemory; /* bytes */
@@ -45,6 +55,7 @@ typedef struct {
 
 _Static_assert(sizeof(nvmlProcessInfo_t) == 24, "nvmlProcessInfo_t is NVML's v2 layout");
 _Static_assert(sizeof(nvmlMemory_t) == 24, "nvmlMemory_t");
+_Static_assert(sizeof(nvmlMemory_v2_t) == 40, "nvmlMemory_v2_t");
 
 /* Processes asked for per device: NVML fills nothing when they do not fit, so room for many
  * more than are kept. */
@@ -59,6 +70,7 @@ struct nvml_fns {
 	nvmlReturn_t (*uuid)(nvmlDevice_t d, char *buf, unsigned int len);
 	nvmlReturn_t (*util)(nvmlDevice_t d, nvmlUtilization_t *u);
 	nvmlReturn_t (*mem)(nvmlDevice_t d, nvmlMemory_t *m);
+	nvmlReturn_t (*mem2)(nvmlDevice_t d, nvmlMemory_v2_t *m);
 	nvmlReturn_t (*clock)(nvmlDevice_t d, int type, unsigned int *mhz);
 	nvmlReturn_t (*power)(nvmlDevice_t d, unsigned int *mw);
 	nvmlReturn_t (*procs)(nvmlDevice_t d, unsigned int *n, nvmlProcessInfo_t *infos);
@@ -120,6 +132,7 @@ static int nvml_load(struct nvml *n)
 		SYM(nvmlDeviceGetUUID, uuid, false),
 		SYM(nvmlDeviceGetUtilizationRates, util, false),
 		SYM(nvmlDeviceGetMemoryInfo, mem, false),
+		SYM(nvmlDeviceGetMemoryInfo_v2, mem2, false),
 		SYM(nvmlDeviceGetClockInfo, clock, false),
 		SYM(nvmlDeviceGetPowerUsage, power, false),
 		SYM(nvmlDeviceGetComputeRunningProcesses_v3, procs, false),
@@ -274,6 +287,7 @@ static void sample_device(struct nvml *n, nvmlDevice_t d, struct nvml_device *de
 {
 	nvmlUtilization_t u;
 	nvmlMemory_t m;
+	nvmlMemory_v2_t m2;
 	unsigned int v;
 
 	dev->mono_ns = mono_ns();
@@ -283,7 +297,12 @@ static void sample_device(struct nvml *n, nvmlDevice_t d, struct nvml_device *de
 		dev->util_present = true;
 		dev->util_pct = u.gpu;
 	}
-	if (n->f.mem && n->f.mem(d, &m) == NVML_SUCCESS) {
+	m2.version = NVML_MEMORY_V2;
+	if (n->f.mem2 && n->f.mem2(d, &m2) == NVML_SUCCESS) {
+		dev->mem_present = true;
+		dev->mem_used = m2.used;
+		dev->mem_total = m2.total;
+	} else if (n->f.mem && n->f.mem(d, &m) == NVML_SUCCESS) {
 		dev->mem_present = true;
 		dev->mem_used = m.used;
 		dev->mem_total = m.total;
