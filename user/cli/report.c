@@ -65,6 +65,8 @@ int report_run(const struct report_opts *o)
 	pipeline_add_sink(&pl, &ls);
 	/* After the lines: the total comes once the last request's line is out. */
 	summaries_init(&sums, o->json ? stderr : out);
+	if (o->json)
+		summaries_set_json(&sums, out);
 	ls = summaries_sink(&sums);
 	pipeline_add_sink(&pl, &ls);
 	replay_init(&rp, &pl, &rd.meta);

@@ -593,6 +593,9 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 	}
 	/* After the lines: the total comes once the last request's line is out. */
 	summaries_init(&sums, summary_out);
+	/* --json: the total's JSON line after the request lines, on stdout with them. */
+	if (o->json && !o->top)
+		summaries_set_json(&sums, stdout);
 	{
 		struct sink ss = summaries_sink(&sums);
 

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
+#include <stddef.h>
 #include <string.h>
 
+#include "lib/jsonw.h"
 #include "pipeline/gpu.h"
 #include "pipeline/sse.h"
 #include "sinks/summary.h"
@@ -168,9 +170,135 @@ void summary_print(const struct summary *s, const struct loss_report *loss, cons
 		(unsigned long long)loss->tls_unjoined);
 }
 
+/* The loss report's counters by name, as the summary's lost and dropped lines count them. */
+struct loss_counter {
+	const char *key;
+	size_t off;
+};
+#define LOSS(key, field) { key, offsetof(struct loss_report, field) }
+
+static const struct loss_counter lost_counters[] = {
+	LOSS("records", lost_events),
+	LOSS("record_bytes", lost_bytes),
+	LOSS("uncaptured_bytes", uncaptured_bytes),
+	LOSS("stream_gap_bytes", gap_bytes),
+	LOSS("desyncs", desyncs),
+	LOSS("bad_records", bad_records),
+	LOSS("untraced_sockets", untraced_sockets),
+	LOSS("copy_failed", copy_failed),
+	LOSS("tls_no_plaintext", tls_unread),
+	LOSS("tls_unjoined", tls_unjoined),
+	LOSS("device_dropped", cupti_dropped),
+	LOSS("device_pool_empty", cupti_pool_empty),
+	LOSS("device_unplaced", cupti_unplaced),
+	LOSS("device_late", cupti_late),
+	LOSS("device_abi_bad", cupti_abi_bad),
+};
+
+static const struct loss_counter dropped_counters[] = {
+	LOSS("partial_requests", partial_requests),
+	LOSS("orphan_responses", orphan_responses),
+	LOSS("pipeline_overflow", pipeline_overflow),
+	LOSS("oversize_frames", oversize_frames),
+	LOSS("damaged_frames", damaged_frames),
+	LOSS("budget_refused", budget_refused),
+};
+
+static const struct loss_counter conn_counters[] = {
+	LOSS("http", http_conns), LOSS("h2", h2_conns),	  LOSS("ignored", ignored_conns),
+	LOSS("h2_midway", h2_midway), LOSS("client", client_conns), LOSS("tls", tls_conns),
+};
+
+static void counters_json(struct jsonw *w, const char *key, const struct loss_report *loss,
+			  const struct loss_counter *c, size_t n)
+{
+	jsonw_obj_begin(w, key);
+	for (size_t i = 0; i < n; i++)
+		jsonw_u64(w, c[i].key, *(const uint64_t *)((const char *)loss + c[i].off));
+	jsonw_obj_end(w);
+}
+
+void summary_json_hist(struct jsonw *w, const char *key, const struct hist *h, bool buckets)
+{
+	static const struct {
+		const char *key;
+		double q;
+	} qs[] = { { "p50", 0.50 }, { "p90", 0.90 }, { "p99", 0.99 } };
+
+	jsonw_obj_begin(w, key);
+	jsonw_u64(w, "count", h->count);
+	for (size_t i = 0; i < sizeof(qs) / sizeof(qs[0]); i++) {
+		if (h->count)
+			jsonw_num(w, qs[i].key, hist_quantile(h, qs[i].q) / 1e6, 3);
+		else
+			jsonw_null(w, qs[i].key);
+	}
+	if (h->count)
+		jsonw_num(w, "max", h->max / 1e6, 3);
+	else
+		jsonw_null(w, "max");
+	if (buckets) {
+		jsonw_arr_begin(w, "buckets");
+		for (unsigned int i = 0; i < HIST_BUCKETS; i++) {
+			if (!h->buckets[i])
+				continue;
+			jsonw_arr_begin(w, NULL);
+			jsonw_num(w, NULL, hist_bucket_low(i) / 1e6, 6);
+			/* The last bucket has no upper bound: its values end at the maximum. */
+			jsonw_num(w, NULL,
+				  (i + 1 < HIST_BUCKETS ? hist_bucket_low(i + 1) : h->max + 1) / 1e6,
+				  6);
+			jsonw_u64(w, NULL, h->buckets[i]);
+			jsonw_arr_end(w);
+		}
+		jsonw_arr_end(w);
+	}
+	jsonw_obj_end(w);
+}
+
+void summary_json(struct jsonw *w, const struct summary *s, const struct loss_report *loss,
+		  bool buckets)
+{
+	double window_s = s->window_end_ns > s->window_start_ns
+			      ? (s->window_end_ns - s->window_start_ns) / 1e9
+			      : 0;
+
+	jsonw_u64(w, "requests", s->requests);
+	jsonw_u64(w, "streamed", s->streamed);
+	if (s->requests)
+		jsonw_num(w, "success", s->by_outcome[OUTCOME_OK] / (double)s->requests, 4);
+	else
+		jsonw_null(w, "success");
+	jsonw_obj_begin(w, "outcome");
+	for (int o = 0; o < OUTCOME_MAX; o++)
+		jsonw_u64(w, outcome_name(o), s->by_outcome[o]);
+	jsonw_obj_end(w);
+	jsonw_obj_begin(w, "in_flight");
+	jsonw_u64(w, "max", s->inflight_max);
+	jsonw_num(w, "mean", window_s > 0 ? s->busy_ns / 1e9 / window_s : 0.0, 2);
+	jsonw_u64(w, "now", s->inflight);
+	jsonw_obj_end(w);
+	jsonw_u64(w, "tokens", s->tokens);
+	jsonw_num(w, "tok_per_s", window_s > 0 ? s->tokens / window_s : 0.0, 1);
+	jsonw_num(w, "window_s", window_s, 3);
+	/* The histograms, as the text summary's lines: over ok requests but E2E, over all. */
+	summary_json_hist(w, "ttft_ms", &s->ttft, buckets);
+	summary_json_hist(w, "itl_ms", &s->itl, buckets);
+	summary_json_hist(w, "tpot_ms", &s->tpot, buckets);
+	summary_json_hist(w, "e2e_ms", &s->e2e, buckets);
+	if (s->proxy_ttft.count)
+		summary_json_hist(w, "proxy_ttft_ms", &s->proxy_ttft, buckets);
+	counters_json(w, "lost", loss, lost_counters, sizeof(lost_counters) / sizeof(lost_counters[0]));
+	counters_json(w, "dropped", loss, dropped_counters,
+		      sizeof(dropped_counters) / sizeof(dropped_counters[0]));
+	counters_json(w, "connections", loss, conn_counters,
+		      sizeof(conn_counters) / sizeof(conn_counters[0]));
+}
+
 void summaries_init(struct summaries *s, FILE *out)
 {
 	s->out = out;
+	s->json_out = NULL;
 	summary_init(&s->total);
 	summary_init(&s->interval);
 }
@@ -214,9 +342,27 @@ void summaries_print_total(const struct summaries *s, const struct pipeline_stat
 	fflush(s->out);
 }
 
+void summaries_set_json(struct summaries *s, FILE *f)
+{
+	s->json_out = f;
+}
+
 static void sums_finish(void *ctx, const struct pipeline_status *st)
 {
-	summaries_print_total(ctx, st);
+	struct summaries *s = ctx;
+	struct jsonw w;
+
+	summaries_print_total(s, st);
+	if (!s->json_out)
+		return;
+	/* After every request line: the sink comes after the lines' (trace.c, report.c). */
+	jsonw_begin(&w, s->json_out);
+	jsonw_obj_begin(&w, "summary");
+	summary_json(&w, &s->total, &st->loss, false);
+	jsonw_obj_end(&w);
+	jsonw_end(&w);
+	fputc('\n', s->json_out);
+	fflush(s->json_out);
 }
 
 struct sink summaries_sink(struct summaries *s)
