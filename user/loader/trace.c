@@ -596,6 +596,7 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 	/* --json: the total's JSON line after the request lines, on stdout with them. */
 	if (o->json && !o->top)
 		summaries_set_json(&sums, stdout);
+	exporters_set_summary(&ex, &sums.total, NULL);
 	{
 		struct sink ss = summaries_sink(&sums);
 
