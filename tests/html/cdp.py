@@ -239,8 +239,10 @@ def run(args):
         if nav.get("errorText"):
             raise RuntimeError("navigation failed: " + nav["errorText"])
         page.wait_event("Page.loadEventFired", args.timeout)
-        rendered = None
-        while time.monotonic() < end:
+        # Inline scripts have run by the load event: a page that did not mark itself drawn
+        # within a few seconds of it never will.
+        rendered, drawn_by = None, min(end, time.monotonic() + 5)
+        while time.monotonic() < drawn_by:
             rendered = page.evaluate("document.body && document.body.dataset.rendered")
             if rendered == "1":
                 break

@@ -86,8 +86,8 @@ void exporters_set_summary(struct exporters *x, const struct summary *total,
 void exporters_flush(struct exporters *x);
 /* After the summary: stops the GPU sampler and prints the GPUs' figures, prints the exporters'
  * counters (and, on stderr, how many traces the collector did not get), closes the timeline and
- * the HTML page, prints the metrics if asked, stops the endpoint. Returns the first error; traces not
- * delivered are not one (tracing itself worked). */
+ * the HTML page, prints the metrics if asked, stops the endpoint. Returns the first error; traces
+ * not delivered are not one (tracing itself worked). */
 int exporters_stop(struct exporters *x);
 
 #endif

@@ -500,8 +500,9 @@ static int loop_run(struct loop *l, volatile sig_atomic_t *exiting)
 	for (size_t i = 0; i < njobs; i++)
 		jobs[i].next = l->start + jobs[i].first;
 	while (!*exiting) {
-		/* Records are submitted without wake-up: the loop drains every PIPELINE_TICK_MS, and
-		 * is woken early only when the kernel sees the buffer filling (wakeup_bytes). */
+		/* Records are submitted without wake-up: the loop drains every PIPELINE_TICK_MS,
+		 * and is woken early only when the kernel sees the buffer filling (wakeup_bytes).
+		 */
 		int n = kernel_ring_poll(l->tr->k, PIPELINE_TICK_MS);
 		double now;
 

@@ -45,9 +45,14 @@ struct html_col {
 	enum col_type type;
 };
 
-#define METRIC(key, field, type) { key, FROM_METRICS, offsetof(struct request_metrics, field), type }
-#define ATTRIB(key, field, type) \
-	{ key, FROM_ATTRIBUTION, offsetof(struct gpu_attribution, field), type }
+#define METRIC(key, field, type)                                                 \
+	{                                                                        \
+		key, FROM_METRICS, offsetof(struct request_metrics, field), type \
+	}
+#define ATTRIB(key, field, type)                                                     \
+	{                                                                            \
+		key, FROM_ATTRIBUTION, offsetof(struct gpu_attribution, field), type \
+	}
 
 static const struct html_col html_cols[] = {
 	METRIC("socket_wait_ms", socket_wait_ns, COL_MS),
@@ -140,7 +145,8 @@ int html_open(struct html **hp, const char *path, uint64_t origin_ns)
 	/* A live run: the page's dates from this machine's clocks, read back to back. */
 	clock_gettime(CLOCK_REALTIME, &rt);
 	clock_gettime(CLOCK_MONOTONIC, &mt);
-	h->real_offset_ns = (int64_t)(rt.tv_sec - mt.tv_sec) * 1000000000 + (rt.tv_nsec - mt.tv_nsec);
+	h->real_offset_ns =
+	    (int64_t)(rt.tv_sec - mt.tv_sec) * 1000000000 + (rt.tv_nsec - mt.tv_nsec);
 	gethostname(h->host, sizeof(h->host) - 1);
 	*hp = h;
 	return 0;
@@ -214,8 +220,7 @@ static struct html_series *series_at(struct html_series *s, uint64_t t_ns, uint3
 	return s;
 }
 
-static void series_request(struct html *h, const struct request *r,
-			   const struct request_metrics *m)
+static void series_request(struct html *h, const struct request *r, const struct request_metrics *m)
 {
 	struct html_series *s;
 	uint32_t i;
@@ -436,7 +441,7 @@ static void write_requests(struct jsonw *w, const struct html *h)
 
 static void write_steps(struct jsonw *w, const struct html *h)
 {
-	static const char *const cols[] = { "pid",	"start_ms", "dur_ms",	      "kind",
+	static const char *const cols[] = { "pid",	"start_ms", "dur_ms",	  "kind",
 					    "launches", "graphs",   "gpu_busy_ms" };
 
 	jsonw_obj_begin(w, "steps");

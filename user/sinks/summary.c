@@ -175,7 +175,10 @@ struct loss_counter {
 	const char *key;
 	size_t off;
 };
-#define LOSS(key, field) { key, offsetof(struct loss_report, field) }
+#define LOSS(key, field)                                 \
+	{                                                \
+		key, offsetof(struct loss_report, field) \
+	}
 
 static const struct loss_counter lost_counters[] = {
 	LOSS("records", lost_events),
@@ -196,16 +199,13 @@ static const struct loss_counter lost_counters[] = {
 };
 
 static const struct loss_counter dropped_counters[] = {
-	LOSS("partial_requests", partial_requests),
-	LOSS("orphan_responses", orphan_responses),
-	LOSS("pipeline_overflow", pipeline_overflow),
-	LOSS("oversize_frames", oversize_frames),
-	LOSS("damaged_frames", damaged_frames),
-	LOSS("budget_refused", budget_refused),
+	LOSS("partial_requests", partial_requests),   LOSS("orphan_responses", orphan_responses),
+	LOSS("pipeline_overflow", pipeline_overflow), LOSS("oversize_frames", oversize_frames),
+	LOSS("damaged_frames", damaged_frames),	      LOSS("budget_refused", budget_refused),
 };
 
 static const struct loss_counter conn_counters[] = {
-	LOSS("http", http_conns), LOSS("h2", h2_conns),	  LOSS("ignored", ignored_conns),
+	LOSS("http", http_conns),     LOSS("h2", h2_conns),	    LOSS("ignored", ignored_conns),
 	LOSS("h2_midway", h2_midway), LOSS("client", client_conns), LOSS("tls", tls_conns),
 };
 
@@ -245,9 +245,9 @@ void summary_json_hist(struct jsonw *w, const char *key, const struct hist *h, b
 			jsonw_arr_begin(w, NULL);
 			jsonw_num(w, NULL, hist_bucket_low(i) / 1e6, 6);
 			/* The last bucket has no upper bound: its values end at the maximum. */
-			jsonw_num(w, NULL,
-				  (i + 1 < HIST_BUCKETS ? hist_bucket_low(i + 1) : h->max + 1) / 1e6,
-				  6);
+			jsonw_num(
+			    w, NULL,
+			    (i + 1 < HIST_BUCKETS ? hist_bucket_low(i + 1) : h->max + 1) / 1e6, 6);
 			jsonw_u64(w, NULL, h->buckets[i]);
 			jsonw_arr_end(w);
 		}
@@ -288,7 +288,8 @@ void summary_json(struct jsonw *w, const struct summary *s, const struct loss_re
 	summary_json_hist(w, "e2e_ms", &s->e2e, buckets);
 	if (s->proxy_ttft.count)
 		summary_json_hist(w, "proxy_ttft_ms", &s->proxy_ttft, buckets);
-	counters_json(w, "lost", loss, lost_counters, sizeof(lost_counters) / sizeof(lost_counters[0]));
+	counters_json(w, "lost", loss, lost_counters,
+		      sizeof(lost_counters) / sizeof(lost_counters[0]));
 	counters_json(w, "dropped", loss, dropped_counters,
 		      sizeof(dropped_counters) / sizeof(dropped_counters[0]));
 	counters_json(w, "connections", loss, conn_counters,
