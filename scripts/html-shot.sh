@@ -42,12 +42,13 @@ ts=$!
 pids+=("$ts")
 for _ in $(seq 200); do grep -q attached "$DIR/rec.err" && break; sleep 0.05; done
 sleep 1.5 # the CUDA scan, once a second
-"$GT" --port "$port" -n 16 -c 2 --usage --max-tokens 24 --stagger-ms 40 -o /dev/null 2>/dev/null
-"$GT" --port "$port" -n 48 -c 8 --usage --max-tokens 24 --stagger-ms 15 -o /dev/null 2>/dev/null
+"$GT" --port "$port" -n 30 -c 2 --usage --max-tokens 24 --stagger-ms 40 -o /dev/null 2>/dev/null
+"$GT" --port "$port" -n 34 -c 8 --usage --max-tokens 24 --stagger-ms 15 -o /dev/null 2>/dev/null
 sleep 0.3
 kill -INT "$ts"
 wait "$ts"
-"$TS" report "$DIR/run.tsr" --html "$DIR/report.html" >"$DIR/report.txt" 2>&1 ||
+# From the folder: the page names the recording as given, run.tsr.
+(cd "$DIR" && "$OLDPWD/$TS" report run.tsr --html report.html) >"$DIR/report.txt" 2>&1 ||
 	{ echo "html-shot.sh: report failed: $(tail -n 3 "$DIR/report.txt")" >&2; exit 1; }
 /usr/bin/python3 tests/html/cdp.py "$DIR/report.html" --width 1280 --until '[data-chart="steps"]' \
 	--screenshot "$OUT" >"$DIR/cdp.json" || exit 1
