@@ -9,7 +9,7 @@
 # screenshot. Then a short live `trace --html` must write a page that renders too. SKIPs only
 # when chromium is not installed. Needs root (BPF). Prints PASS/FAIL/SKIP lines and the totals.
 set -u
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 TS=${TOKENSCOPE:-.output/tokenscope}
 RS=${REFSERVER:-.output/refserver}
 GT=${GTCLIENT:-.output/gtclient}
@@ -17,6 +17,7 @@ CUDART=${STANDIN_CUDART:-.output/standin/libcudart.so.13}
 PY=/usr/bin/python3
 CDP=tests/html/cdp.py
 TMP=$(mktemp -d)
+# shellcheck source=tests/lib.sh
 . tests/lib.sh
 pids=()
 cleanup() {
@@ -26,7 +27,8 @@ cleanup() {
 trap cleanup EXIT
 HOSTILE='</script><b>x<!--'
 
-if ! command -v chromium >/dev/null 2>&1; then
+chromium=$(command -v chromium 2>/dev/null)
+if [ -z "$chromium" ] || [ ! -x "$chromium" ] || [ -d "$chromium" ]; then
 	sk "html" "chromium is not installed (scripts/deps.sh installs it)"
 	finish
 fi
@@ -102,13 +104,13 @@ wait "$RSPID" 2>/dev/null
 "$TS" report --json --html "$TMP/report.html" "$TMP/run.tsr" >"$TMP/report.jsonl" 2>"$TMP/report.err"
 rc=$?
 nlines=$(grep -c '^{"pid"' "$TMP/report.jsonl")
-nsteps=$(grep -c '^{"gpu_step"' "$TMP/report.jsonl")
+nsteps=$(grep -c '^{"gpu_step"' <("$TS" report --json --gpu-steps "$TMP/run.tsr" 2>/dev/null))
 if [ $RC -ne 0 ] || [ $rc -ne 0 ] || [ ! -s "$TMP/report.html" ] || [ "$nlines" -ne 12 ] ||
-	! tail -n 1 "$TMP/report.jsonl" | grep -q '^{"summary":'; then
-	ko "html report" "record exit $RC, report exit $rc, $nlines request lines (want 12), page $(stat -c %s "$TMP/report.html" 2>/dev/null) bytes"
+	[ "$nsteps" -eq 0 ] || ! tail -n 1 "$TMP/report.jsonl" | grep -q '^{"summary":'; then
+	ko "html report" "record exit $RC, report exit $rc, $nlines request lines (want 12), $nsteps GPU steps, page $(stat -c %s "$TMP/report.html" 2>/dev/null) bytes"
 	finish
 fi
-ok "record of refserver --gpu, report --json --html: 12 request lines, the summary line, $(stat -c %s "$TMP/report.html") bytes of page"
+ok "record of refserver --gpu, report --json --html: 12 request lines, $nsteps GPU steps, the summary line, $(stat -c %s "$TMP/report.html") bytes of page"
 
 # 2. the page in the browser
 if ! "$PY" "$CDP" "$TMP/report.html" --eval "$PROBE" --screenshot "$TMP/report.png" \
@@ -177,14 +179,16 @@ print(json.dumps(out))
 PY
 )
 field() { "$PY" -c 'import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$verdict" "$1" 2>/dev/null || echo "no verdict: $verdict"; }
-e=$(field errors)
-[ -z "$e" ] && ok "html page loads with no exception, console error or network request" || ko "html page errors" "$e"
-e=$(field charts)
-[ -z "$e" ] && ok "html charts drawn: histograms, P50/P99 over time, per-request stack, GPU steps" || ko "html charts" "$e"
-e=$(field figures)
-[ -z "$e" ] && ok "html figures equal the {\"summary\"} line of report --json ($(field n)); requests = request lines" || ko "html figures" "$e"
-e=$(field shot)
-[ -z "$e" ] && ok "html screenshot: a 1280 px wide PNG" || ko "html screenshot" "$e"
+# judge FIELD NAME PASS-TEXT: PASS when the verdict's FIELD is empty, else FAIL with it
+judge() {
+	local why
+	why=$(field "$1")
+	if [ -z "$why" ]; then ok "$3"; else ko "$2" "$why"; fi
+}
+judge errors "html page errors" "html page loads with no exception, console error or network request"
+judge charts "html charts" "html charts drawn: histograms, P50/P99 over time, per-request stack, GPU steps"
+judge figures "html figures" "html figures equal the {\"summary\"} line of report --json ($(field n)); requests = request lines"
+judge shot "html screenshot" "html screenshot: a 1280 px wide PNG"
 e=$(field escape)
 # The raw page must not hold the name as written either: only its \u003c form.
 if [ -z "$e" ] && ! grep -qF "$HOSTILE" "$TMP/report.html" && grep -qF '\u003c/script>\u003cb>x\u003c!--' "$TMP/report.html"; then
@@ -215,7 +219,11 @@ if e["metrics"].get("requests", {}).get("value") != "3":
     bad.append("requests shown %s, want 3" % e["metrics"].get("requests"))
 bad += ["%s not drawn" % c for c in ("hist-ttft_ms", "series-itl_ms", "stack") if not e["charts"].get(c)]
 print("; ".join(bad))' "$TMP/live.json")
-		[ -z "$v" ] && ok "html of a live trace --html (3 requests, no GPU) renders" || ko "html live trace" "$v"
+		if [ -z "$v" ]; then
+			ok "html of a live trace --html (3 requests, no GPU) renders"
+		else
+			ko "html live trace" "$v"
+		fi
 	fi
 else
 	ko "html live trace" "the tracer did not attach"
