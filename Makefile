@@ -151,6 +151,15 @@ $(OUTPUT)/tokenscope.skel.h $(OUTPUT)/bench/tokenscope.skel.h: %.skel.h: %.bpf.o
 # kernel.c alone includes the skeleton (kernel.h: the loader's kernel side).
 $(OUTPUT)/user/loader/kernel.o: $(OUTPUT)/tokenscope.skel.h
 
+# The HTML report's page (user/sinks/html_page.html: its CSS and script) as a C string literal,
+# which html.c alone includes: the page is edited as a page, and built into the binary.
+$(OUTPUT)/html_page.h: user/sinks/html_page.html | $(OUTPUT)
+	$(call msg,GEN,$@)
+	$(Q)sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' $< >$@.tmp
+	$(Q)mv $@.tmp $@
+$(OUTPUT)/user/sinks/html.o $(OUTPUT)/san/sinks/html.o $(OUTPUT)/fuzz/obj/sinks/html.o: \
+	$(OUTPUT)/html_page.h
+
 $(OUTPUT)/user/%.o: user/%.c
 	$(call msg,CC,$@)
 	$(Q)mkdir -p $(@D)

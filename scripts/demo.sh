@@ -50,7 +50,7 @@ echo "first JSON line:"
 head -n 1 "$TMP/ts.json" | cut -c1-400
 /usr/bin/python3 - "$TMP/ts.json" "$TMP/client.json" <<'PY'
 import json, sys
-ts = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+ts = [t for t in map(json.loads, filter(str.strip, open(sys.argv[1]))) if "summary" not in t]
 gt = [json.loads(l) for l in open(sys.argv[2]) if l.strip()]
 by_port = {int(r["conn"].split("<-")[1].split("#")[0].rsplit(":", 1)[1]): r for r in ts}
 dttft, dsock, wait, dtok, n = [], [], [], [], 0

@@ -32,6 +32,8 @@ PKGS=(
 	gdb
 	# the USDT probes of the CUPTI injection library (cupti/)
 	systemtap-sdt-dev
+	# the HTML report's test (tests/html/): the page opened in a headless browser
+	chromium
 )
 
 # The arm64 cross build that make check runs on x86 (make cross; README "Requirements and

@@ -198,7 +198,7 @@ if start_tracer full --json --ring-buffer-mb 1 -p "$RSPID"; then
 	lost=$(sed -n 's/.*lost: \([0-9]*\) records.*/\1/p' "$TMP/full.err" | tail -n 1)
 	verdict=$(/usr/bin/python3 - "$TMP/full.out" "$TMP/gt-full.json" <<'PY'
 import json, sys
-ts = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+ts = [json.loads(l) for l in open(sys.argv[1]) if l.startswith('{"pid"')]
 gt = {c["port"]: c for c in map(json.loads, open(sys.argv[2]))}
 bad = []
 for t in ts:
@@ -439,7 +439,7 @@ verdict=$(/usr/bin/python3 - "$TMP" "$neg_tcp" "$neg_pipe" "${servers[@]}" <<'PY
 import json, re, sys
 tmp, neg_tcp, neg_pipe = sys.argv[1:4]
 err = open(f"{tmp}/traffic.err").read()
-ts = [json.loads(l) for l in open(f"{tmp}/traffic.out") if l.startswith("{")]
+ts = [json.loads(l) for l in open(f"{tmp}/traffic.out") if l.startswith('{"pid"')]
 bad = []
 for pid, name, rule, gt in (a.split() for a in sys.argv[4:]):
     if f"found {pid} ({name}, rule '{rule}') on the host" not in err:
@@ -542,12 +542,13 @@ kill -TERM "$runpid"
 wait "$runpid"
 rc=$?
 nok=$(grep -c '"outcome":"ok".*"tokens":5,' "$TMP/run.out")
-# The reference server exits 0 on SIGTERM, and so does run.
+nreq=$(grep -c '^{"pid"' "$TMP/run.out")
+# The reference server exits 0 on SIGTERM, and so does run. The last line is the summary's.
 if [ $rc -eq 0 ] && grep -q '(refserver) exited with status 0' "$TMP/run.err" &&
-	[ "$(wc -l <"$TMP/run.out")" -eq 3 ] && [ "$nok" -eq 3 ]; then
+	[ "$nreq" -eq 3 ] && [ "$nok" -eq 3 ] && tail -n 1 "$TMP/run.out" | grep -q '^{"summary":{"requests":3,'; then
 	ok "a server started by run is traced from its first request (3 of 3, tokens exact)"
 else
-	ko "run traces its command" "rc=$rc, $nok exact of $(wc -l <"$TMP/run.out"): $(head -c 600 "$TMP/run.out") $(cat "$TMP/run.err")"
+	ko "run traces its command" "rc=$rc, $nok exact of $nreq: $(head -c 600 "$TMP/run.out") $(cat "$TMP/run.err")"
 fi
 
 echo "$pass passed, $fail failed, $skip skipped"

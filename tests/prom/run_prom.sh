@@ -145,14 +145,14 @@ for bytes in 16 128 256 512 1024 2048 4096 8192; do
 	NREQ=$((NREQ + 5))
 done
 for _ in $(seq $WAIT_LINES); do
-	[ "$(grep -c '"outcome"' "$TMP/ts.json")" -ge $NREQ ] && break
+	[ "$(grep -c '"outcome":"' "$TMP/ts.json")" -ge $NREQ ] && break
 	sleep 0.1
 done
 NOK=$(grep -c '"outcome":"ok"' "$TMP/ts.json")
-if [ "$(grep -c '"outcome"' "$TMP/ts.json")" -eq $NREQ ] && [ "$NOK" -eq $((NREQ - 1)) ]; then
+if [ "$(grep -c '"outcome":"' "$TMP/ts.json")" -eq $NREQ ] && [ "$NOK" -eq $((NREQ - 1)) ]; then
 	ok "tokenscope reported $NREQ requests ($NOK ok)"
 else
-	ko "JSON lines" "$(grep -c '"outcome"' "$TMP/ts.json") requests, $NOK ok; expected $NREQ"
+	ko "JSON lines" "$(grep -c '"outcome":"' "$TMP/ts.json") requests, $NOK ok; expected $NREQ"
 fi
 
 # (a) the endpoint, as any client sees it

@@ -295,7 +295,8 @@ class Tracer:
         self.err = os.path.join(tmp, name + ".err")
         self.p = spawn(argv, self.out, self.err, env=env)
         self.samples = []  # (t, rss_kib, hwm_kib, cpu_ticks)
-        self.lines = []    # parsed JSON lines (None where a line did not parse)
+        self.lines = []    # parsed JSON lines (None where a line did not parse), but...
+        self.summary = None  # ... the last one, {"summary":{...}}, kept here
         self.bad = []      # (line number, reason, bytes) of lines that are not strict JSON
         self.by_port = {}
         self._off = 0
@@ -367,6 +368,9 @@ class Tracer:
             doc, why = strict_json(raw)
             if why:
                 self.bad.append((n, why, raw))
+            if isinstance(doc, dict) and "summary" in doc:
+                self.summary = doc["summary"]
+                continue
             self.lines.append(doc)
             if isinstance(doc, dict):
                 port = peer_port(doc.get("conn"))

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "cli/exporters.h"
+#include "sinks/html.h"
 #include "sinks/httpd.h"
 #include "loader/nvml.h"
 #include "sinks/prom.h"
@@ -104,6 +105,18 @@ int exporters_start(struct exporters *x, const struct export_opts *eo, struct pi
 		if (err)
 			return err;
 	}
+	if (eo->html) {
+		err = html_open(&x->html, eo->html, origin_ns);
+		if (err) {
+			fprintf(stderr, "tokenscope: %s: %s\n", eo->html, strerror(-err));
+			return err;
+		}
+		x->html_path = eo->html;
+		sink = html_sink(x->html);
+		err = pipeline_add_sink(pl, &sink);
+		if (err)
+			return err;
+	}
 	if (eo->otlp_url) {
 		struct otlp_opts oo;
 		struct timespec rt, mt;
@@ -145,14 +158,23 @@ int exporters_start(struct exporters *x, const struct export_opts *eo, struct pi
 	return 0;
 }
 
-void exporters_set_source(struct exporters *x, uint64_t start_mono_ns, uint64_t start_real_ns,
-			  const char *host)
+void exporters_set_source(struct exporters *x, const char *path, uint64_t start_mono_ns,
+			  uint64_t start_real_ns, const char *host)
 {
 	if (x->otlp_url)
 		otlp_set_source(&x->otlp, (int64_t)(start_real_ns - start_mono_ns), host);
 	/* Before the first record: the timeline's zero is the start of the recording. */
 	if (x->tl_open)
 		timeline_set_origin(&x->tl, start_mono_ns);
+	if (x->html)
+		html_set_source(x->html, path, start_mono_ns, start_real_ns, host);
+}
+
+void exporters_set_summary(struct exporters *x, const struct summary *total,
+			   const struct diagnosis *d)
+{
+	if (x->html)
+		html_set_summary(x->html, total, d);
 }
 
 void exporters_flush(struct exporters *x)
@@ -200,6 +222,17 @@ int exporters_stop(struct exporters *x)
 			fprintf(stderr, "tokenscope: writing the timeline failed: %s\n",
 				strerror(-err));
 		x->tl_open = false;
+	}
+	if (x->html) {
+		int e = html_close(x->html);
+
+		if (e) {
+			fprintf(stderr, "tokenscope: writing the HTML report to %s failed: %s\n",
+				x->html_path, strerror(-e));
+			if (!err)
+				err = e;
+		}
+		x->html = NULL;
 	}
 	if (x->print_prometheus && x->prom) {
 		char *buf = NULL;

@@ -17,6 +17,7 @@
 struct export_opts {
 	const char *listen;		     /* --listen ADDR:PORT, or NULL */
 	const char *timeline;		     /* --timeline FILE, or NULL */
+	const char *html;		     /* --html FILE, or NULL */
 	const char *alerts[ALERT_MAX_RULES]; /* --alert rules (already checked by alert_parse) */
 	int nalerts;
 	const char *alert_exec; /* --alert-exec CMD, or NULL */
@@ -35,7 +36,10 @@ struct export_opts {
 };
 
 struct httpd;
+struct html;
 struct prom;
+struct summary;
+struct diagnosis;
 struct nvml;
 struct nvml_snapshot;
 struct nvml_usage;
@@ -45,6 +49,8 @@ struct exporters {
 	struct prom *prom;
 	struct timeline tl;
 	bool tl_open;
+	struct html *html; /* --html: the page, written when the run ends */
+	const char *html_path;
 	struct alert_set alerts;
 	bool alerts_on;
 	bool print_prometheus;
@@ -65,18 +71,23 @@ int exporters_start(struct exporters *x, const struct export_opts *eo, struct pi
 /* The loader, after each drain and before the tick: a new GPU sample, if the sampler has one,
  * to every sink (pipeline_gpu_sample). */
 void exporters_poll_gpu(struct exporters *x, struct pipeline *pl);
-/* A replay: the records were made on host at a time when CLOCK_MONOTONIC read start_mono_ns and
- * CLOCK_REALTIME start_real_ns (a recording's header). Call before the first record is fed, so
- * that every span carries the recording's unix times, not this machine's. */
-void exporters_set_source(struct exporters *x, uint64_t start_mono_ns, uint64_t start_real_ns,
-			  const char *host);
+/* A replay: the records (of the recording at path) were made on host at a time when
+ * CLOCK_MONOTONIC read start_mono_ns and CLOCK_REALTIME start_real_ns (a recording's header).
+ * Call before the first record is fed, so that every span carries the recording's unix times,
+ * not this machine's. */
+void exporters_set_source(struct exporters *x, const char *path, uint64_t start_mono_ns,
+			  uint64_t start_real_ns, const char *host);
+/* The run's summary (the summaries sink's total) and report's diagnosis (NULL in a live run),
+ * which the HTML page shows as they are. Before the first record. */
+void exporters_set_summary(struct exporters *x, const struct summary *total,
+			   const struct diagnosis *d);
 /* After pipeline_finish, before the summary: sends what the trace exporter still holds
  * (bounded wait). */
 void exporters_flush(struct exporters *x);
 /* After the summary: stops the GPU sampler and prints the GPUs' figures, prints the exporters'
- * counters (and, on stderr, how many traces the collector did not get), closes the timeline,
- * prints the metrics if asked, stops the endpoint. Returns the first error; traces not
- * delivered are not one (tracing itself worked). */
+ * counters (and, on stderr, how many traces the collector did not get), closes the timeline and
+ * the HTML page, prints the metrics if asked, stops the endpoint. Returns the first error; traces
+ * not delivered are not one (tracing itself worked). */
 int exporters_stop(struct exporters *x);
 
 #endif

@@ -42,6 +42,7 @@ static const char trace_doc[] =
     "  tokenscope trace -p 1234 10      # also a summary every 10 s\n"
     "  tokenscope trace -p 1234 10 6    # six 10 s summaries, then stop\n"
     "  tokenscope trace -p 1234 --listen :9464   # Prometheus metrics on 127.0.0.1:9464\n"
+    "  tokenscope trace -p 1234 -d 60 --html run.html   # a report page at the end\n"
     "  tokenscope trace --all --listen :9464 --by-process   # ... with a pid label\n";
 
 enum {
@@ -52,6 +53,7 @@ enum {
 	OPT_KERNELS,
 	OPT_LISTEN,
 	OPT_TIMELINE,
+	OPT_HTML,
 	OPT_ALERT,
 	OPT_ALERT_EXEC,
 	OPT_PROMETHEUS,
@@ -90,6 +92,8 @@ static const struct argp_option trace_options[] = {
 	  "Serve Prometheus metrics at http://ADDR:PORT/metrics (:PORT or PORT: on 127.0.0.1)", 0 },
 	{ "timeline", OPT_TIMELINE, "FILE", 0,
 	  "Write a timeline of requests and GPU steps (Perfetto, chrome://tracing)", 0 },
+	{ "html", OPT_HTML, "FILE", 0,
+	  "Write an HTML report (charts, losses, diagnosis) to FILE when tracing ends", 0 },
 	{ "alert", OPT_ALERT, "RULE", 0, "Alert rule, e.g. 'ttft.p99 > 5s for 3m' (repeatable)",
 	  0 },
 	{ "alert-exec", OPT_ALERT_EXEC, "CMD", 0, "Run CMD when an alert fires or resolves", 0 },
@@ -171,6 +175,9 @@ static bool parse_shared(int key, char *arg, struct argp_state *state, const str
 		return true;
 	case OPT_TIMELINE:
 		ex->timeline = arg;
+		return true;
+	case OPT_HTML:
+		ex->html = arg;
 		return true;
 	case OPT_ALERT:
 		export_add_alert(ex, arg, state);
@@ -415,6 +422,7 @@ static const char report_doc[] =
     "EXAMPLES:\n"
     "  tokenscope report run.tsr\n"
     "  tokenscope report run.tsr --json --timeline run.json\n"
+    "  tokenscope report run.tsr --html run.html\n"
     "  tokenscope report run.tsr --prometheus | promtool check metrics\n"
     "  tokenscope report run.tsr --otlp http://127.0.0.1:4318/v1/traces\n";
 
@@ -423,6 +431,8 @@ static const struct argp_option report_options[] = {
 	{ "tokens", OPT_TOKENS, NULL, 0, "With --json: every content frame's time (token_ns)", 0 },
 	{ "gpu-steps", OPT_GPU_STEPS, NULL, 0, "Also a line (or JSON object) per GPU step", 0 },
 	{ "timeline", OPT_TIMELINE, "FILE", 0, "Write the timeline of the recording to FILE", 0 },
+	{ "html", OPT_HTML, "FILE", 0,
+	  "Write an HTML report of the recording (charts, losses, diagnosis) to FILE", 0 },
 	{ "prometheus", OPT_PROMETHEUS, NULL, 0, "Print the metrics text at the end", 0 },
 	{ "by-process", OPT_BY_PROCESS, NULL, 0,
 	  "With --prometheus: a pid label on the request metrics", 0 },

@@ -58,13 +58,17 @@ int report_run(const struct report_opts *o)
 		exporters_stop(&ex);
 		goto out;
 	}
-	exporters_set_source(&ex, rd.meta.start_mono_ns, rd.meta.start_real_ns, rd.meta.hostname);
+	exporters_set_source(&ex, o->path, rd.meta.start_mono_ns, rd.meta.start_real_ns,
+			     rd.meta.hostname);
 	/* Last: a request's line is written once every other sink has had it. */
 	lines_init(&lines, &lo);
 	ls = lines_sink(&lines);
 	pipeline_add_sink(&pl, &ls);
 	/* After the lines: the total comes once the last request's line is out. */
 	summaries_init(&sums, o->json ? stderr : out);
+	if (o->json)
+		summaries_set_json(&sums, out);
+	exporters_set_summary(&ex, &sums.total, &d);
 	ls = summaries_sink(&sums);
 	pipeline_add_sink(&pl, &ls);
 	replay_init(&rp, &pl, &rd.meta);

@@ -500,8 +500,9 @@ static int loop_run(struct loop *l, volatile sig_atomic_t *exiting)
 	for (size_t i = 0; i < njobs; i++)
 		jobs[i].next = l->start + jobs[i].first;
 	while (!*exiting) {
-		/* Records are submitted without wake-up: the loop drains every PIPELINE_TICK_MS, and
-		 * is woken early only when the kernel sees the buffer filling (wakeup_bytes). */
+		/* Records are submitted without wake-up: the loop drains every PIPELINE_TICK_MS,
+		 * and is woken early only when the kernel sees the buffer filling (wakeup_bytes).
+		 */
 		int n = kernel_ring_poll(l->tr->k, PIPELINE_TICK_MS);
 		double now;
 
@@ -593,6 +594,10 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 	}
 	/* After the lines: the total comes once the last request's line is out. */
 	summaries_init(&sums, summary_out);
+	/* --json: the total's JSON line after the request lines, on stdout with them. */
+	if (o->json && !o->top)
+		summaries_set_json(&sums, stdout);
+	exporters_set_summary(&ex, &sums.total, NULL);
 	{
 		struct sink ss = summaries_sink(&sums);
 

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: MIT
 #include <math.h>
+#include <stddef.h>
 #include <string.h>
 
+#include "lib/jsonw.h"
 #include "pipeline/gpu.h"
 #include "pipeline/sse.h"
 #include "sinks/summary.h"
@@ -112,10 +114,47 @@ static void print_definition(FILE *f, const char *name, const struct hist *h, co
  * SUMMARY_TTFT_DIFFER percent at P50 or P99, with the cause the requests show. */
 #define SUMMARY_TTFT_DIFFER 10.0
 
+/* The definitions that differ from the first output (the first byte: from the first chunk),
+ * each as a sentence naming the cause, into out; returns how many. */
+#define SUMMARY_DIFFERS_MAX 3
+#define SUMMARY_DIFFER_LEN 256
+
+static int summary_ttft_differs(const struct summary *s,
+				char out[SUMMARY_DIFFERS_MAX][SUMMARY_DIFFER_LEN])
+{
+	unsigned long long n = s->ttft.count;
+	int k = 0;
+	double d;
+
+	d = summary_differ(&s->ttft_chunk, &s->ttft);
+	if (fabs(d) > SUMMARY_TTFT_DIFFER)
+		snprintf(out[k++], SUMMARY_DIFFER_LEN,
+			 "first chunk %+.0f%% against first output: %llu of %llu requests sent a "
+			 "chunk with no output first (a role-only chunk, which vllm bench serve "
+			 "counts)",
+			 d, (unsigned long long)s->chunk_first, n);
+	d = summary_differ(&s->ttft_text, &s->ttft);
+	if (fabs(d) > SUMMARY_TTFT_DIFFER || (s->output_first && !s->ttft_text.count))
+		snprintf(out[k++], SUMMARY_DIFFER_LEN,
+			 "first content %+.0f%% against first output: %llu of %llu requests "
+			 "streamed reasoning or a tool call before any answer text (or none at "
+			 "all), which content-only TTFT counts as waiting",
+			 d, (unsigned long long)s->output_first, n);
+	d = summary_differ(&s->ttft_byte, s->ttft_chunk.count ? &s->ttft_chunk : &s->ttft);
+	if (fabs(d) > SUMMARY_TTFT_DIFFER)
+		snprintf(out[k++], SUMMARY_DIFFER_LEN,
+			 "first byte %+.0f%% against first %s: %llu of %llu requests sent body "
+			 "bytes before their first message (an early flush, a comment or keep-alive "
+			 "line)",
+			 d, s->ttft_chunk.count ? "chunk" : "output",
+			 (unsigned long long)s->byte_first, n);
+	return k;
+}
+
 static void print_ttft_definitions(FILE *f, const struct summary *s)
 {
-	uint64_t n = s->ttft.count;
-	double d;
+	char differs[SUMMARY_DIFFERS_MAX][SUMMARY_DIFFER_LEN];
+	int n;
 
 	if (!s->ttft.count)
 		return;
@@ -125,28 +164,30 @@ static void print_ttft_definitions(FILE *f, const struct summary *s)
 	print_definition(f, "first chunk", &s->ttft_chunk, "vllm bench serve");
 	print_definition(f, "first content", &s->ttft_text, "AIPerf, LLMPerf (answer text)");
 	print_definition(f, "first output", &s->ttft, "tokenscope's TTFT");
-	d = summary_differ(&s->ttft_chunk, &s->ttft);
-	if (fabs(d) > SUMMARY_TTFT_DIFFER)
-		fprintf(f,
-			"  TTFT differs: first chunk %+.0f%% against first output: %llu of %llu "
-			"requests sent a chunk with no output first (a role-only chunk, which vllm "
-			"bench serve counts)\n",
-			d, (unsigned long long)s->chunk_first, (unsigned long long)n);
-	d = summary_differ(&s->ttft_text, &s->ttft);
-	if (fabs(d) > SUMMARY_TTFT_DIFFER || (s->output_first && !s->ttft_text.count))
-		fprintf(f,
-			"  TTFT differs: first content %+.0f%% against first output: %llu of %llu "
-			"requests streamed reasoning or a tool call before any answer text (or none "
-			"at all), which content-only TTFT counts as waiting\n",
-			d, (unsigned long long)s->output_first, (unsigned long long)n);
-	d = summary_differ(&s->ttft_byte, s->ttft_chunk.count ? &s->ttft_chunk : &s->ttft);
-	if (fabs(d) > SUMMARY_TTFT_DIFFER)
-		fprintf(f,
-			"  TTFT differs: first byte %+.0f%% against first %s: %llu of %llu requests "
-			"sent body bytes before their first message (an early flush, a comment or "
-			"keep-alive line)\n",
-			d, s->ttft_chunk.count ? "chunk" : "output",
-			(unsigned long long)s->byte_first, (unsigned long long)n);
+	n = summary_ttft_differs(s, differs);
+	for (int i = 0; i < n; i++)
+		fprintf(f, "  TTFT differs: %s\n", differs[i]);
+}
+
+/* The same in the JSON summary: each definition's histogram, the causes' counts, the lines. */
+static void json_ttft_definitions(struct jsonw *w, const struct summary *s, bool buckets)
+{
+	char differs[SUMMARY_DIFFERS_MAX][SUMMARY_DIFFER_LEN];
+	int n = summary_ttft_differs(s, differs);
+
+	jsonw_obj_begin(w, "ttft_definitions");
+	summary_json_hist(w, "first_byte_ms", &s->ttft_byte, buckets);
+	summary_json_hist(w, "first_chunk_ms", &s->ttft_chunk, buckets);
+	summary_json_hist(w, "first_content_ms", &s->ttft_text, buckets);
+	summary_json_hist(w, "first_output_ms", &s->ttft, buckets);
+	jsonw_u64(w, "byte_first", s->byte_first);
+	jsonw_u64(w, "chunk_first", s->chunk_first);
+	jsonw_u64(w, "output_first", s->output_first);
+	jsonw_arr_begin(w, "differs");
+	for (int i = 0; i < n; i++)
+		jsonw_str(w, NULL, differs[i]);
+	jsonw_arr_end(w);
+	jsonw_obj_end(w);
 }
 
 static void print_hist(FILE *f, const char *name, const struct hist *h)
@@ -261,9 +302,137 @@ void summary_print(const struct summary *s, const struct loss_report *loss, cons
 		(unsigned long long)loss->tls_unjoined);
 }
 
+/* The loss report's counters by name, as the summary's lost and dropped lines count them. */
+struct loss_counter {
+	const char *key;
+	size_t off;
+};
+#define LOSS(key, field)                                 \
+	{                                                \
+		key, offsetof(struct loss_report, field) \
+	}
+
+static const struct loss_counter lost_counters[] = {
+	LOSS("records", lost_events),
+	LOSS("record_bytes", lost_bytes),
+	LOSS("uncaptured_bytes", uncaptured_bytes),
+	LOSS("stream_gap_bytes", gap_bytes),
+	LOSS("desyncs", desyncs),
+	LOSS("bad_records", bad_records),
+	LOSS("untraced_sockets", untraced_sockets),
+	LOSS("copy_failed", copy_failed),
+	LOSS("tls_no_plaintext", tls_unread),
+	LOSS("tls_unjoined", tls_unjoined),
+	LOSS("device_dropped", cupti_dropped),
+	LOSS("device_pool_empty", cupti_pool_empty),
+	LOSS("device_unplaced", cupti_unplaced),
+	LOSS("device_late", cupti_late),
+	LOSS("device_abi_bad", cupti_abi_bad),
+};
+
+static const struct loss_counter dropped_counters[] = {
+	LOSS("partial_requests", partial_requests),   LOSS("orphan_responses", orphan_responses),
+	LOSS("pipeline_overflow", pipeline_overflow), LOSS("oversize_frames", oversize_frames),
+	LOSS("damaged_frames", damaged_frames),	      LOSS("budget_refused", budget_refused),
+};
+
+static const struct loss_counter conn_counters[] = {
+	LOSS("http", http_conns),     LOSS("h2", h2_conns),	    LOSS("ignored", ignored_conns),
+	LOSS("h2_midway", h2_midway), LOSS("client", client_conns), LOSS("tls", tls_conns),
+};
+
+static void counters_json(struct jsonw *w, const char *key, const struct loss_report *loss,
+			  const struct loss_counter *c, size_t n)
+{
+	jsonw_obj_begin(w, key);
+	for (size_t i = 0; i < n; i++)
+		jsonw_u64(w, c[i].key, *(const uint64_t *)((const char *)loss + c[i].off));
+	jsonw_obj_end(w);
+}
+
+void summary_json_hist(struct jsonw *w, const char *key, const struct hist *h, bool buckets)
+{
+	static const struct {
+		const char *key;
+		double q;
+	} qs[] = { { "p50", 0.50 }, { "p90", 0.90 }, { "p99", 0.99 } };
+
+	jsonw_obj_begin(w, key);
+	jsonw_u64(w, "count", h->count);
+	for (size_t i = 0; i < sizeof(qs) / sizeof(qs[0]); i++) {
+		if (h->count)
+			jsonw_num(w, qs[i].key, hist_quantile(h, qs[i].q) / 1e6, 3);
+		else
+			jsonw_null(w, qs[i].key);
+	}
+	if (h->count)
+		jsonw_num(w, "max", h->max / 1e6, 3);
+	else
+		jsonw_null(w, "max");
+	if (buckets) {
+		jsonw_arr_begin(w, "buckets");
+		for (unsigned int i = 0; i < HIST_BUCKETS; i++) {
+			if (!h->buckets[i])
+				continue;
+			jsonw_arr_begin(w, NULL);
+			jsonw_num(w, NULL, hist_bucket_low(i) / 1e6, 6);
+			/* The last bucket has no upper bound: its values end at the maximum. */
+			jsonw_num(
+			    w, NULL,
+			    (i + 1 < HIST_BUCKETS ? hist_bucket_low(i + 1) : h->max + 1) / 1e6, 6);
+			jsonw_u64(w, NULL, h->buckets[i]);
+			jsonw_arr_end(w);
+		}
+		jsonw_arr_end(w);
+	}
+	jsonw_obj_end(w);
+}
+
+void summary_json(struct jsonw *w, const struct summary *s, const struct loss_report *loss,
+		  bool buckets)
+{
+	double window_s = s->window_end_ns > s->window_start_ns
+			      ? (s->window_end_ns - s->window_start_ns) / 1e9
+			      : 0;
+
+	jsonw_u64(w, "requests", s->requests);
+	jsonw_u64(w, "streamed", s->streamed);
+	if (s->requests)
+		jsonw_num(w, "success", s->by_outcome[OUTCOME_OK] / (double)s->requests, 4);
+	else
+		jsonw_null(w, "success");
+	jsonw_obj_begin(w, "outcome");
+	for (int o = 0; o < OUTCOME_MAX; o++)
+		jsonw_u64(w, outcome_name(o), s->by_outcome[o]);
+	jsonw_obj_end(w);
+	jsonw_obj_begin(w, "in_flight");
+	jsonw_u64(w, "max", s->inflight_max);
+	jsonw_num(w, "mean", window_s > 0 ? s->busy_ns / 1e9 / window_s : 0.0, 2);
+	jsonw_u64(w, "now", s->inflight);
+	jsonw_obj_end(w);
+	jsonw_u64(w, "tokens", s->tokens);
+	jsonw_num(w, "tok_per_s", window_s > 0 ? s->tokens / window_s : 0.0, 1);
+	jsonw_num(w, "window_s", window_s, 3);
+	/* The histograms, as the text summary's lines: over ok requests but E2E, over all. */
+	summary_json_hist(w, "ttft_ms", &s->ttft, buckets);
+	summary_json_hist(w, "itl_ms", &s->itl, buckets);
+	summary_json_hist(w, "tpot_ms", &s->tpot, buckets);
+	summary_json_hist(w, "e2e_ms", &s->e2e, buckets);
+	if (s->proxy_ttft.count)
+		summary_json_hist(w, "proxy_ttft_ms", &s->proxy_ttft, buckets);
+	json_ttft_definitions(w, s, false);
+	counters_json(w, "lost", loss, lost_counters,
+		      sizeof(lost_counters) / sizeof(lost_counters[0]));
+	counters_json(w, "dropped", loss, dropped_counters,
+		      sizeof(dropped_counters) / sizeof(dropped_counters[0]));
+	counters_json(w, "connections", loss, conn_counters,
+		      sizeof(conn_counters) / sizeof(conn_counters[0]));
+}
+
 void summaries_init(struct summaries *s, FILE *out)
 {
 	s->out = out;
+	s->json_out = NULL;
 	summary_init(&s->total);
 	summary_init(&s->interval);
 }
@@ -307,9 +476,27 @@ void summaries_print_total(const struct summaries *s, const struct pipeline_stat
 	fflush(s->out);
 }
 
+void summaries_set_json(struct summaries *s, FILE *f)
+{
+	s->json_out = f;
+}
+
 static void sums_finish(void *ctx, const struct pipeline_status *st)
 {
-	summaries_print_total(ctx, st);
+	struct summaries *s = ctx;
+	struct jsonw w;
+
+	summaries_print_total(s, st);
+	if (!s->json_out)
+		return;
+	/* After every request line: the sink comes after the lines' (trace.c, report.c). */
+	jsonw_begin(&w, s->json_out);
+	jsonw_obj_begin(&w, "summary");
+	summary_json(&w, &s->total, &st->loss, false);
+	jsonw_obj_end(&w);
+	jsonw_end(&w);
+	fputc('\n', s->json_out);
+	fflush(s->json_out);
 }
 
 struct sink summaries_sink(struct summaries *s)

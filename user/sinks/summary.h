@@ -6,6 +6,7 @@
 #ifndef TS_SUMMARY_H
 #define TS_SUMMARY_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -41,15 +42,31 @@ void summary_done(struct summary *s, const struct request *r, const struct reque
 void summary_print(const struct summary *s, const struct loss_report *loss, const char *title,
 		   FILE *f);
 
+struct jsonw;
+/* A histogram as the JSON object under key, in milliseconds: {"count","p50","p90","p99","max"}
+ * as the text summary prints them (hist_quantile; null when empty), and with buckets its
+ * non-empty buckets too, "buckets":[[low_ms,high_ms,count],...] (a chart's data). Another
+ * histogram of the summary (a new TTFT definition) is one more call in summary_json. */
+void summary_json_hist(struct jsonw *w, const char *key, const struct hist *h, bool buckets);
+/* The text summary's figures as fields of the JSON object being written (README "Output": the
+ * {"summary":{...}} line of --json, and the HTML report's numbers): counts, in flight, tokens,
+ * a summary_json_hist per histogram, and the loss report's counters. */
+void summary_json(struct jsonw *w, const struct summary *s, const struct loss_report *loss,
+		  bool buckets);
+
 /* The summaries as a sink: the run's total, printed at the end with the loss report and the
  * GPU steps' statistics, and the interval's, printed and started anew on each interval (the
  * loader's --interval, pipeline_interval). */
 struct summaries {
 	FILE *out; /* NULL: kept, not printed */
+	/* --json: the total as one line {"summary":{...}} at the end, after the request lines */
+	FILE *json_out;
 	struct summary total, interval;
 };
 
 void summaries_init(struct summaries *s, FILE *out);
+/* --json: the total's JSON line goes to f (the request lines' stream); NULL: none. */
+void summaries_set_json(struct summaries *s, FILE *f);
 struct sink summaries_sink(struct summaries *s);
 /* The total as of st (the sink's finish prints it so). */
 void summaries_print_total(const struct summaries *s, const struct pipeline_status *st);
