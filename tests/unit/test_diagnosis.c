@@ -47,7 +47,7 @@ static void run_request(struct run *r, uint64_t arrival, const struct shape *sh)
 {
 	struct request *q = request_new(1, 1, 0, "c");
 	struct request_metrics m;
-	struct gpu_attribution ga = { -1, -1, -1, -1, -1, "none", -1, -1, NULL };
+	struct gpu_attribution ga = { -1, -1, -1, -1, -1, "none", -1, -1, NULL, .has_steps = false };
 	int64_t ttft = sh->queue < 0 ? sh->prefill : sh->queue + sh->prefill + sh->other;
 	uint64_t t = arrival + ttft;
 

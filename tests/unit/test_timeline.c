@@ -224,7 +224,7 @@ static void report(struct tfile *f, struct request *r, const struct gpu_attribut
 }
 
 static const struct gpu_attribution NOT_ATTRIBUTED = {
-	-1, -1, -1, -1, -1, "none: no GPU steps seen", -1, -1, NULL,
+	-1, -1, -1, -1, -1, "none: no GPU steps seen", -1, -1, NULL, .has_steps = false,
 };
 
 TEST(test_attributed_request)
@@ -234,7 +234,7 @@ TEST(test_attributed_request)
 	struct request *r =
 	    make_request(3, ORIGIN + 5 * MS + 123, ORIGIN + 38 * MS, 10 * MS, 4, ORIGIN + 70 * MS);
 	struct gpu_attribution ga = { 2 * MS,	 30 * MS, 32 * MS, 27 * MS, 3 * MS,
-				      "by time", -1,	  -1,	   NULL };
+				      "by time", -1,	  -1,	   NULL, .has_steps = false };
 	const cJSON *e;
 
 	tf_open(&f);

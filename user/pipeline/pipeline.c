@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "lib/grow.h"
+#include "pipeline/batch.h"
 #include "pipeline/nvml_sample.h"
 #include "pipeline/pipeline.h"
 #include "lib/utf8.h"
@@ -46,7 +47,30 @@ static void pl_request_out(struct pipeline *pl, struct request *r)
 	for (int i = 0; i < pl->nsinks; i++)
 		if (pl->sinks[i].request && (!r->client || pl->sinks[i].clients))
 			pl->sinks[i].request(pl->sinks[i].ctx, r, &m, &ga);
+	gpu_attribution_free(&ga);
 	request_free(r);
+}
+
+/* A content frame's write: credited to the GPU step it came from (batch.h). */
+static void pl_token(void *ctx, struct request *r)
+{
+	struct pipeline *pl = ctx;
+
+	batch_token(&pl->gpu, r);
+}
+
+/* The kernel time now, as pipeline_status says it. */
+static uint64_t pl_now(const struct pipeline *pl)
+{
+	return pl->clock_ns > pl->last_ns ? pl->clock_ns : pl->last_ns;
+}
+
+/* Whether a finished request can go out: the device times of the steps it overlaps are in,
+ * and the batches of the steps its tokens came from are final. */
+static bool pl_request_ready(const struct pipeline *pl, const struct request *r)
+{
+	return gpu_device_complete(&pl->gpu, r->end_ns, pl->last_ns) &&
+	       batch_settled(&pl->gpu, r, pl_now(pl));
 }
 
 /* The oldest held request, out of the queue (there must be one). */
@@ -62,14 +86,16 @@ static struct request *held_pop(struct pipeline *pl)
 /*
  * Where GPU processes report device times (CUPTI), a finished request waits for those of the
  * steps it overlaps, which come in up to a flush period later (gpu_device_complete), so that
- * its attribution uses them; requests leave in the order they finished.
+ * its attribution uses them; and every request waits until the steps its tokens came from can
+ * gain no more requests (batch_settled), so that its mean batch is final. Requests leave in
+ * the order they finished.
  */
 static void pl_request_done(void *ctx, struct request *r)
 {
 	struct pipeline *pl = ctx;
 
 	proxy_done(&pl->proxy, r);
-	if (!pl->nheld && gpu_device_complete(&pl->gpu, r->end_ns, pl->last_ns)) {
+	if (!pl->nheld && pl_request_ready(pl, r)) {
 		pl_request_out(pl, r);
 		return;
 	}
@@ -91,10 +117,9 @@ static void pl_release(struct pipeline *pl, bool all)
 {
 	struct gpu_step s;
 
-	while (gpu_next_ready(&pl->gpu, pl->last_ns, all, &s))
+	while (gpu_next_ready(&pl->gpu, pl->last_ns, pl_now(pl), all, &s))
 		pl_step_out(pl, &s);
-	while (pl->nheld &&
-	       (all || gpu_device_complete(&pl->gpu, pl->held[pl->held_head]->end_ns, pl->last_ns)))
+	while (pl->nheld && (all || pl_request_ready(pl, pl->held[pl->held_head])))
 		pl_request_out(pl, held_pop(pl));
 }
 
@@ -103,6 +128,7 @@ int pipeline_init(struct pipeline *pl, const struct pipeline_opts *o)
 	struct conn_sink sink = {
 		.request_start = pl_request_start,
 		.request_done = pl_request_done,
+		.token = pl_token,
 		.ctx = pl,
 	};
 
@@ -286,6 +312,8 @@ int pipeline_feed(struct pipeline *pl, const void *rec, size_t len)
 			pl->last_ns = s.end_ns;
 		if (!s.pending)
 			pl_step_out(pl, &s);
+		/* Its end closes the batch of its process's previous step. */
+		pl_release(pl, false);
 		return 0;
 	}
 	case TS_EV_DEV_RUNS: {

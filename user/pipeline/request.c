@@ -52,6 +52,7 @@ void request_free(struct request *r)
 		r->open.next->prev = r->open.prev;
 	}
 	free(r->token_ns);
+	free(r->batch);
 	free(r);
 }
 
