@@ -57,7 +57,8 @@ static uint32_t batch(const struct gpu_timeline *g, uint64_t id)
 }
 
 /* r's figures as the request line shows them. */
-static void figures(const struct gpu_timeline *g, const struct request *r, struct gpu_attribution *a)
+static void figures(const struct gpu_timeline *g, const struct request *r,
+		    struct gpu_attribution *a)
 {
 	gpu_attribute(g, r, a);
 }
@@ -345,9 +346,9 @@ TEST(test_windows_close)
 	token(&g, o, 30 * MS + 100 * US);
 	ASSERT_FALSE(batch_step_closed(s, 30 * MS + GPU_BATCH_WAIT_NS - 1), "idle: waits");
 	ASSERT_TRUE(batch_step_closed(s, 30 * MS + GPU_BATCH_WAIT_NS), "then closes");
-	ASSERT_TRUE(batch_step_closed(gpu_step_by_id(&g, add_step(&g, 7, 31 * MS, 32 * MS, COPY)),
-				      32 * MS),
-		    "a copy-only step never waits");
+	ASSERT_TRUE(
+	    batch_step_closed(gpu_step_by_id(&g, add_step(&g, 7, 31 * MS, 32 * MS, COPY)), 32 * MS),
+	    "a copy-only step never waits");
 	request_free(r);
 	request_free(o);
 	gpu_free(&g);

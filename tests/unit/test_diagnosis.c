@@ -48,7 +48,9 @@ static void run_request(struct run *r, uint64_t arrival, const struct shape *sh)
 {
 	struct request *q = request_new(1, 1, 0, "c");
 	struct request_metrics m;
-	struct gpu_attribution ga = { -1, -1, -1, -1, -1, "none", -1, -1, NULL, .has_steps = false };
+	struct gpu_attribution ga = {
+		-1, -1, -1, -1, -1, "none", -1, -1, NULL, .has_steps = false
+	};
 	int64_t ttft = sh->queue < 0 ? sh->prefill : sh->queue + sh->prefill + sh->other;
 	uint64_t t = arrival + ttft;
 
@@ -393,8 +395,7 @@ TEST(test_socket_wait)
 
 /* A request of `tokens` tokens `gap` apart, each from a step batching `batch` requests (the
  * first from its prefill step, of batch 1). */
-static void batch_request(struct run *r, uint64_t arrival, int tokens, int64_t gap,
-			  uint32_t batch)
+static void batch_request(struct run *r, uint64_t arrival, int tokens, int64_t gap, uint32_t batch)
 {
 	struct request *q = request_new(1, 1, 0, "c");
 	struct request_metrics m;
@@ -406,10 +407,9 @@ static void batch_request(struct run *r, uint64_t arrival, int tokens, int64_t g
 	q->status = 200;
 	for (int i = 0; i < tokens; i++) {
 		request_add_token(q, arrival + 50 * MS + i * gap);
-		rides[i] = (struct batch_ride){ .known = true,
-						.batch = i ? batch : 1,
-						.token = i,
-						.ntokens = 1 };
+		rides[i] = (struct batch_ride){
+			.known = true, .batch = i ? batch : 1, .token = i, .ntokens = 1
+		};
 	}
 	q->end_ns = q->token_ns[tokens - 1];
 	ga.steps = tokens - 1;

@@ -235,7 +235,7 @@ TEST(test_attributed_request)
 	struct request *r =
 	    make_request(3, ORIGIN + 5 * MS + 123, ORIGIN + 38 * MS, 10 * MS, 4, ORIGIN + 70 * MS);
 	struct gpu_attribution ga = { 2 * MS,	 30 * MS, 32 * MS, 27 * MS, 3 * MS,
-				      "by time", -1,	  -1,	   NULL, .has_steps = false };
+				      "by time", -1,	  -1,	   NULL,    .has_steps = false };
 	const cJSON *e;
 
 	tf_open(&f);
@@ -412,18 +412,43 @@ TEST(test_step_flows)
 {
 	struct tfile f;
 	/* Tokens at +38, +48, +58 ms. */
-	struct request *r = make_request(3, ORIGIN + 5 * MS, ORIGIN + 38 * MS, 10 * MS, 3,
-					 ORIGIN + 60 * MS);
+	struct request *r =
+	    make_request(3, ORIGIN + 5 * MS, ORIGIN + 38 * MS, 10 * MS, 3, ORIGIN + 60 * MS);
 	struct batch_ride rides[] = {
-		{ .pid = 4242, .tid = 4243, .start_ns = ORIGIN + 7 * MS, .end_ns = ORIGIN + 37 * MS,
-		  .batch = 2, .known = true, .token = 0, .ntokens = 1 },
-		{ .pid = 4242, .tid = 4243, .start_ns = ORIGIN + 38 * MS, .end_ns = ORIGIN + 47 * MS,
-		  .batch = 2, .known = true, .token = 1, .ntokens = 1 },
+		{ .pid = 4242,
+		  .tid = 4243,
+		  .start_ns = ORIGIN + 7 * MS,
+		  .end_ns = ORIGIN + 37 * MS,
+		  .batch = 2,
+		  .known = true,
+		  .token = 0,
+		  .ntokens = 1 },
+		{ .pid = 4242,
+		  .tid = 4243,
+		  .start_ns = ORIGIN + 38 * MS,
+		  .end_ns = ORIGIN + 47 * MS,
+		  .batch = 2,
+		  .known = true,
+		  .token = 1,
+		  .ntokens = 1 },
 		{ .known = false, .token = 2, .ntokens = 1 },
 	};
-	struct gpu_attribution ga = { 2 * MS,	 30 * MS, 32 * MS, 27 * MS, 3 * MS,   "by time",
-				      -1,	 -1,	  NULL,	   .has_steps = true, .steps = 2,
-				      .batch_steps = 1, .batch_mean = 2, .rides = rides, .nrides = 3 };
+	struct gpu_attribution ga = {
+		.queue_ns = 2 * MS,
+		.prefill_ns = 30 * MS,
+		.decode_ns = 32 * MS,
+		.gpu_ns = 27 * MS,
+		.host_ns = 3 * MS,
+		.how = "by time",
+		.prefill_gpu_ns = -1,
+		.decode_gpu_ns = -1,
+		.has_steps = true,
+		.steps = 2,
+		.batch_steps = 1,
+		.batch_mean = 2,
+		.rides = rides,
+		.nrides = 3,
+	};
 	struct gpu_step s = { .pid = 4242, .tid = 4243, .start_ns = ORIGIN + 7 * MS };
 	const cJSON *e, *x;
 	char *tok, *fl;
@@ -452,7 +477,8 @@ TEST(test_step_flows)
 		ASSERT_STREQ(str(e, "cat"), "batch", "category");
 		ASSERT_EQ(num(e, "pid"), 4242, "from the step's process");
 		ASSERT_EQ(num(e, "tid"), 4243, "and thread");
-		ASSERT_NEAR(num(e, "ts"), i ? 46999.999 : 36999.999, 1e-6, "inside the step's slice");
+		ASSERT_NEAR(num(e, "ts"), i ? 46999.999 : 36999.999, 1e-6,
+			    "inside the step's slice");
 		ASSERT_EQ(num(x, "pid"), TIMELINE_CONN_PID, "to the connection");
 		ASSERT_EQ(num(x, "tid"), TIMELINE_CONN_TID(3), "its track");
 		ASSERT_NEAR(num(x, "ts"), i ? 48000 : 38000, 1e-6, "at the token");

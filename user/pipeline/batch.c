@@ -143,8 +143,8 @@ void batch_attribute(const struct gpu_timeline *g, const struct request *r,
 		}
 		if (!a->rides)
 			continue;
-		a->rides[k] = (struct batch_ride){ .token = b->v[k].token,
-						   .ntokens = next - b->v[k].token };
+		a->rides[k] =
+		    (struct batch_ride){ .token = b->v[k].token, .ntokens = next - b->v[k].token };
 		if (s) {
 			a->rides[k].pid = s->pid;
 			a->rides[k].tid = s->tid;

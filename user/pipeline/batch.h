@@ -56,9 +56,9 @@ struct batch_credit {
 
 /* What a request keeps (request.batch), allocated with its first credit. */
 struct batch_state {
-	uint32_t pid;	    /* the serving GPU process */
-	uint32_t n, cap;    /* credits kept, oldest first */
-	uint32_t folded;    /* decode steps folded into the sums below (BATCH_KEEP) */
+	uint32_t pid;	 /* the serving GPU process */
+	uint32_t n, cap; /* credits kept, oldest first */
+	uint32_t folded; /* decode steps folded into the sums below (BATCH_KEEP) */
 	uint32_t folded_known;
 	uint64_t folded_sum; /* their batches, of the folded_known still kept when folded */
 	struct batch_credit v[];

@@ -214,8 +214,7 @@ static void conn_sse_release(struct conn *c)
 	sse_free(&c->sse);
 }
 
-void conn_add_frame(struct conn_table *t, struct request *r, const struct sse_frame *f,
-		    uint64_t ts)
+void conn_add_frame(struct conn_table *t, struct request *r, const struct sse_frame *f, uint64_t ts)
 {
 	uint32_t n = r->ntokens;
 

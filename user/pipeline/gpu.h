@@ -62,7 +62,8 @@ struct gpu_device {
 };
 
 struct gpu_step {
-	uint64_t id; /* 1, 2, ... in the order steps came: its ring slot is (id - 1) % GPU_HISTORY */
+	uint64_t
+	    id; /* 1, 2, ... in the order steps came: its ring slot is (id - 1) % GPU_HISTORY */
 	uint32_t pid, tid;
 	uint64_t start_ns, wait_start_ns, end_ns;
 	uint32_t launches, graph_launches, memcpys, memcpys_dtoh, waits;

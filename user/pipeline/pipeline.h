@@ -46,7 +46,7 @@ struct pipeline {
 	struct pipeline_opts o;
 	struct conn_table conns;
 	struct gpu_timeline gpu;
-	struct proxy proxy; /* pairs upstream requests with served ones */
+	struct proxy proxy;	      /* pairs upstream requests with served ones */
 	uint64_t kstats[TS_STAT_MAX]; /* the kernel's counters, refreshed by the loader */
 	uint64_t bad_records;
 	uint64_t lost_seen; /* kernel lost-record count at the last pipeline_kernel_lost() */

@@ -141,8 +141,8 @@ void output_json(FILE *f, const struct request *r, const struct request_metrics 
 
 void output_text_header(FILE *f)
 {
-	fprintf(f, "%-7s %-22s %-6s %-12s %4s %8s %7s %7s %5s %7s %8s %7s %7s %8s %5s %5s\n",
-		"PID", "PEER#CONN", "METHOD", "OUTCOME", "HTTP", "TTFT(ms)", "ITL50", "ITL99", "TOK",
+	fprintf(f, "%-7s %-22s %-6s %-12s %4s %8s %7s %7s %5s %7s %8s %7s %7s %8s %5s %5s\n", "PID",
+		"PEER#CONN", "METHOD", "OUTCOME", "HTTP", "TTFT(ms)", "ITL50", "ITL99", "TOK",
 		"TOK/S", "E2E(ms)", "QUEUE", "PREFILL", "DECODE", "STEPS", "BATCH");
 }
 

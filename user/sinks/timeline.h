@@ -71,7 +71,7 @@ struct timeline {
 	bool origin_given; /* by timeline_set_origin */
 	uint64_t origin_ns;
 	uint64_t events, requests, steps;
-	uint64_t flows; /* arrows from GPU steps to tokens: the last flow id */
+	uint64_t flows;		 /* arrows from GPU steps to tokens: the last flow id */
 	uint64_t events_written; /* events when the buffer was last written out */
 	uint64_t named_conns[TIMELINE_NAMED_CONNS]; /* track tid + 1 */
 	struct {
