@@ -36,7 +36,8 @@ enum step_kind { STEP_PREFILL, STEP_DECODE, STEP_MIXED, STEP_OTHER, STEP_KIND_MA
 /* Kernel time a step of a process with device times waits for them before it is shown
  * anyway (counted late); requests wait as long for the steps they overlap. */
 #define GPU_DEVICE_WAIT_NS 2000000000ull
-/* Steps waiting for their device times at once; one more releases the oldest. */
+/* Steps waiting for their device times or their batch (batch.h) at once; one more releases
+ * the oldest. */
 #define GPU_PENDING_MAX 4096
 /* Runs that came before the record of the step they ran in (a flush during a long step): kept
  * for the step to take when it ends, up to GPU_DEVICE_WAIT_NS; beyond that, in no step. */

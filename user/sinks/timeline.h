@@ -2,8 +2,9 @@
 /*
  * Timeline export (--timeline FILE): the run's requests and GPU steps as a Chrome Trace Event
  * Format file (JSON object form) that Perfetto (ui.perfetto.dev) and chrome://tracing open.
- * A sink: a request's events are written when it finishes and a GPU step's when it ends, so
- * memory holds one request at most. Events are built in memory and written to the file whole,
+ * A sink: a request's events are written when it is reported and a GPU step's when it is (once
+ * its batch is final, batch.h), so memory holds one request at most. Arrows (flow events) go
+ * from each step to each token it produced, written with the request. Events are built in memory and written to the file whole,
  * after every request, every tick and every TIMELINE_FLUSH_BYTES, so the file always ends at
  * an event boundary; timeline_close writes the closing "]}".
  *
