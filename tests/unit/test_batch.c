@@ -359,7 +359,7 @@ TEST(test_steps_held_until_final)
 {
 	struct gpu_timeline g;
 	struct gpu_step out;
-	struct request *r = req(1 * MS);
+	struct request *r = req(1 * MS), *o = req(1 * MS);
 
 	gpu_init(&g);
 	add_step(&g, 7, 2 * MS, 10 * MS, PREFILL);
@@ -376,7 +376,12 @@ TEST(test_steps_held_until_final)
 	ASSERT_EQ(g.batch_early, 0, "the end does not count as early");
 	token(&g, r, 20 * MS + 200 * US);
 	ASSERT_EQ(g.batch_late, 0, "same step: nothing credited");
+	/* A first token written after the decode step, of a request the prefill step prefilled:
+	 * credited to the prefill step, whose line was shown. */
+	token(&g, o, 20 * MS + 300 * US);
+	ASSERT_EQ(g.batch_late, 1, "a token after its step was shown is counted");
 	request_free(r);
+	request_free(o);
 	gpu_free(&g);
 }
 
