@@ -6,9 +6,15 @@ client, and tokenscope's steps and per-request queue/prefill/decode are checked 
 the server logged it did (--gpu-log, CLOCK_MONOTONIC), within 2 ms.
 
 Cases: batched (4 concurrent clients, steps batching several requests), late-engine (the engine
-process starts after tokenscope attached: it must be found and hooked when it maps CUDA).
+process starts after tokenscope attached: it must be found and hooked when it maps CUDA),
+known-batch (6 concurrent streams of equal length on an engine of --max-batch 4, at once and
+25 ms apart: every step's batch, and every request's decode steps and mean batch, must equal
+what the server's log says each step carried, exactly).
 Prints PASS/FAIL/SKIP lines and "N passed, N failed, N skipped".
+
+  run_gpu_e2e.py [--case NAME] [--attempts N]
 """
+import argparse
 import json
 import os
 import signal
@@ -57,7 +63,7 @@ def peer_port(conn):
     return int(conn.split("<-")[1].split("#")[0].rsplit(":", 1)[1])
 
 
-def run_case(name, tmp, cudart, server_args, client_args, late_engine):
+def run_case(name, tmp, cudart, server_args, client_args, late_engine, check=None):
     log = os.path.join(tmp, f"{name}.gpu.jsonl")
     procs = []
     try:
@@ -89,7 +95,7 @@ def run_case(name, tmp, cudart, server_args, client_args, late_engine):
         ts.send_signal(signal.SIGINT)
         if ts.wait(20) != 0:
             raise Fail(f"tokenscope exited {ts.returncode}")
-        return compare(jsonl(log), jsonl(ts_out), jsonl(gt_out))
+        return (check or compare)(jsonl(log), jsonl(ts_out), jsonl(gt_out))
     finally:
         for p in procs:
             if p.poll() is None:
@@ -172,6 +178,66 @@ def compare(truth, ts, client):
     return problems, timing
 
 
+def compare_batches(truth, ts, client):
+    """The steps' batches and the requests' steps and mean batch against the server's log,
+    exactly; then the timing checks of compare(). A step's batch, and a request's figures, are
+    wrong when the API process wrote a token after the next step had ended (README "Batches"):
+    on a loaded machine that is retried, as timing is."""
+    problems, timing = compare(truth, ts, client)
+    steps = [t for t in truth if "step" in t]
+    tsteps = [t["gpu_step"] for t in ts if "gpu_step" in t]
+    treq_ts = [t for t in ts if "conn" in t]
+    sizes, matched, work = {}, 0, 0
+    for t in tsteps:
+        m = [s for s in steps if abs(t["start_ns"] - s["start_ns"]) <= TOL_NS
+             and abs(t["end_ns"] - s["end_ns"]) <= TOL_NS]
+        if not m:
+            continue  # compare() said so
+        work += 1
+        want = len(m[0]["requests"])
+        if t["batch"] == want:
+            matched += 1
+            if t["kind"] == "decode":
+                sizes[want] = sizes.get(want, 0) + 1
+        elif len(timing) < 8:
+            timing.append(f"server step {m[0]['step']} ({m[0]['kind']}) carried {want} "
+                          f"requests, tokenscope says batch {t['batch']}")
+    # The server's decode steps of each request (by its id), in the traced window.
+    lo = tsteps[0]["start_ns"] - TOL_NS if tsteps else 0
+    rode = {}
+    for s in steps:
+        if s["kind"] == "decode" and s["start_ns"] >= lo:
+            for rid in s["requests"]:
+                rode.setdefault(rid, []).append(len(s["requests"]))
+    treqs = {(t["port"], t["seq"]): t for t in truth if "request" in t}
+    by_port = {}
+    for t in treq_ts:
+        by_port.setdefault(peer_port(t["conn"]), []).append(t)
+    for v in by_port.values():
+        v.sort(key=lambda t: t["arrival_ns"])
+    rmatched = 0
+    for c in client:
+        lst, tr = by_port.get(c["port"], []), treqs.get((c["port"], c["seq"]))
+        if c["seq"] >= len(lst) or not tr:
+            continue  # compare() said so
+        t, b = lst[c["seq"]], rode.get(tr["request"], [])
+        want_mean = round(sum(b) / len(b), 2) if b else None
+        if t["steps"] == len(b) and t["batch_mean"] == want_mean:
+            rmatched += 1
+        elif len(timing) < 8:
+            timing.append(f"request {c['id']}: steps {t['steps']} batch_mean {t['batch_mean']}, "
+                          f"the server's log {len(b)} and {want_mean}")
+    if not sizes:
+        problems.append("no decode step matched")
+    INFO["batch"] = (f"{matched} of {work} steps' batches matched the log (decode steps "
+                           f"by batch: {', '.join(f'{k}: {v}' for k, v in sorted(sizes.items()))}); "
+                           f"{rmatched} of {len(client)} requests' steps and batch_mean matched")
+    return problems, timing
+
+
+INFO = {}
+
+
 def static_case(tmp, steps=50):
     """A process with the CUDA runtime linked into its executable: found there and hooked."""
     exe = os.path.join(OUT, "cudaloop-static")
@@ -213,6 +279,11 @@ def static_case(tmp, steps=50):
 
 
 def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--case", help="run this case only (gpu-batched, gpu-late-engine, "
+                    "gpu-known-batch, gpu-known-batch-staggered, gpu-static-runtime)")
+    ap.add_argument("--attempts", type=int, default=ATTEMPTS)
+    args = ap.parse_args()
     if os.geteuid() != 0:
         print("SKIP gpu: needs root")
         print("0 passed, 0 failed, 1 skipped")
@@ -221,30 +292,47 @@ def main():
     print(f"CUDA runtime: {cudart}")
     cases = [
         ("gpu-batched", ["--token-ms", "10", "--prefill-ms", "30", "--max-batch", "4"],
-         ["-n", "12", "-c", "4", "--max-tokens", "8", "--usage", "--stagger-ms", "3"], False),
+         ["-n", "12", "-c", "4", "--max-tokens", "8", "--usage", "--stagger-ms", "3"], False,
+         None),
         ("gpu-late-engine", ["--token-ms", "10", "--prefill-ms", "20", "--engine-delay-ms",
                              "1500"],
-         ["-n", "4", "-c", "2", "--max-tokens", "6", "--usage"], True),
+         ["-n", "4", "-c", "2", "--max-tokens", "6", "--usage"], True, None),
+        # Six streams of 12 tokens at once on an engine of 4 slots: decode steps of 4, then of
+        # the other 2 once the first 4 finished.
+        ("gpu-known-batch", ["--token-ms", "15", "--prefill-ms", "20", "--max-batch", "4"],
+         ["-n", "6", "-c", "6", "--max-tokens", "12", "--usage"], False, compare_batches),
+        # The same streams starting 25 ms apart: batches grow and shrink as they come and go.
+        ("gpu-known-batch-staggered",
+         ["--token-ms", "15", "--prefill-ms", "20", "--max-batch", "4"],
+         ["-n", "6", "-c", "6", "--max-tokens", "12", "--usage", "--stagger-ms", "25"], False,
+         compare_batches),
     ]
     passed = failed = skipped = 0
     with tempfile.TemporaryDirectory() as tmp:
-        for name, sargs, cargs, late in cases:
+        for name, sargs, cargs, late, check in cases:
+            if args.case and args.case != name:
+                continue
             notes = []
-            for attempt in range(1, ATTEMPTS + 1):
+            for attempt in range(1, args.attempts + 1):
                 try:
-                    problems, timing = run_case(name, tmp, cudart, sargs, cargs, late)
+                    problems, timing = run_case(name, tmp, cudart, sargs, cargs, late, check)
                 except (Fail, subprocess.SubprocessError, OSError, ValueError, KeyError) as e:
                     problems, timing = [f"{type(e).__name__}: {e}"], []
                 if not problems and not timing:
-                    extra = f" (attempt {attempt}; {'; '.join(notes)})" if notes else ""
-                    print(f"PASS {name}{extra}")
+                    extra = [f"attempt {attempt}; {'; '.join(notes)}"] if notes else []
+                    if check is compare_batches:
+                        extra.append(INFO["batch"])
+                    print(f"PASS {name}" + (f" ({'; '.join(extra)})" if extra else ""))
                     passed += 1
                     break
-                if problems or attempt == ATTEMPTS:
+                if problems or attempt == args.attempts:
                     print(f"FAIL {name} (attempt {attempt}): " + "; ".join((problems + timing)[:6]))
                     failed += 1
                     break
                 notes.append(f"attempt {attempt}: {timing[0]}")
+        if args.case and args.case != "gpu-static-runtime":
+            print(f"{passed} passed, {failed} failed, {skipped} skipped")
+            return 1 if failed else 0
         try:
             res = static_case(tmp)
         except (Fail, subprocess.SubprocessError, OSError, ValueError, KeyError) as e:

@@ -185,7 +185,7 @@ static void fuzz_otlp(const struct request *r, const struct request_metrics *m,
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct fuzz_in in = fuzz_in(data, size);
-	struct gpu_attribution ga = { 1, 2, 3, 2, 1, "by time", -1, -1, NULL };
+	struct gpu_attribution ga = { 1, 2, 3, 2, 1, "by time", -1, -1, NULL, .has_steps = false };
 	struct request_metrics m;
 	char *s[JSON_FUZZ_STRINGS];
 	struct request *r;

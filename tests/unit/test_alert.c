@@ -58,7 +58,8 @@ static void feed(struct sink *sk, uint64_t end, uint64_t ttft)
 				      .how = "by time",
 				      -1,
 				      -1,
-				      NULL };
+				      NULL,
+				      .has_steps = false };
 
 	r->arrival_ns = end - ttft - 10 * MS;
 	request_add_token(r, end - 10 * MS);
@@ -160,7 +161,8 @@ TEST(test_success_rate)
 	for (uint64_t t = 1; t < 30; t++) {
 		struct request *q = request_new(1, 1, 0, "c");
 		struct request_metrics m;
-		struct gpu_attribution ga = { -1, -1, -1, -1, -1, "none", -1, -1, NULL };
+		struct gpu_attribution ga = { -1,     -1, -1, -1,   -1,
+					      "none", -1, -1, NULL, .has_steps = false };
 
 		q->arrival_ns = t * S;
 		q->end_ns = t * S + 1;

@@ -8,6 +8,7 @@
 
 #include "check.h"
 #include "sinks/diagnosis.h"
+#include "pipeline/batch.h"
 #include "pipeline/gpu.h"
 #include "sinks/summary.h"
 
@@ -47,7 +48,9 @@ static void run_request(struct run *r, uint64_t arrival, const struct shape *sh)
 {
 	struct request *q = request_new(1, 1, 0, "c");
 	struct request_metrics m;
-	struct gpu_attribution ga = { -1, -1, -1, -1, -1, "none", -1, -1, NULL };
+	struct gpu_attribution ga = {
+		-1, -1, -1, -1, -1, "none", -1, -1, NULL, .has_steps = false
+	};
 	int64_t ttft = sh->queue < 0 ? sh->prefill : sh->queue + sh->prefill + sh->other;
 	uint64_t t = arrival + ttft;
 
@@ -387,6 +390,92 @@ TEST(test_socket_wait)
 		run_request(&r, 1000 * SEC + i * SEC, &sh);
 	t = run_print(&r);
 	ASSERT_TRUE(t && !strstr(t, "wait p99") && !strstr(t, "Socket wait"), "unknown: silent");
+	run_close(&r);
+}
+
+/* A request of `tokens` tokens `gap` apart, each from a step batching `batch` requests (the
+ * first from its prefill step, of batch 1). */
+static void batch_request(struct run *r, uint64_t arrival, int tokens, int64_t gap, uint32_t batch)
+{
+	struct request *q = request_new(1, 1, 0, "c");
+	struct request_metrics m;
+	struct batch_ride *rides = calloc(tokens, sizeof(*rides));
+	struct gpu_attribution ga = { -1, -1, -1, -1, -1, "none", -1, -1, NULL, .has_steps = true };
+
+	q->arrival_ns = arrival;
+	q->outcome = OUTCOME_OK;
+	q->status = 200;
+	for (int i = 0; i < tokens; i++) {
+		request_add_token(q, arrival + 50 * MS + i * gap);
+		rides[i] = (struct batch_ride){
+			.known = true, .batch = i ? batch : 1, .token = i, .ntokens = 1
+		};
+	}
+	q->end_ns = q->token_ns[tokens - 1];
+	ga.steps = tokens - 1;
+	ga.rides = rides;
+	ga.nrides = tokens;
+	request_metrics(q, &m);
+	r->s.request(r->s.ctx, q, &m, &ga);
+	free(rides);
+	request_free(q);
+}
+
+/* 40 requests of 21 tokens: the first 20 with batch lo and gaps of gap_lo, the others hi, gap_hi
+ * (800 gaps in all, 400 per batch size). */
+static const char *batch_run(struct run *r, uint32_t lo, int64_t gap_lo, uint32_t hi,
+			     int64_t gap_hi)
+{
+	for (int i = 0; i < 40; i++)
+		batch_request(r, 1000 * SEC + i * SEC, 21, i < 20 ? gap_lo : gap_hi,
+			      i < 20 ? lo : hi);
+	return run_print(r);
+}
+
+/* ITL P99 that grows with the batch is said, with both batch sizes and both P99s. */
+TEST(test_itl_grows_with_batch)
+{
+	struct run r;
+	const char *t;
+
+	run_open(&r);
+	t = batch_run(&r, 12, 20 * MS, 31, 35 * MS);
+	ASSERT_TRUE(has(t, "    ITL p99 grew with batch size 12 → 31: 20.0 ms → 35.0 ms (tokens of "
+			   "steps batching 12 or fewer requests, 400 gaps, vs 31 or more, 400 "
+			   "gaps)\n"),
+		    "said");
+	run_close(&r);
+}
+
+/* Silent when the data do not support it: ITL flat across batch sizes; one batch size only;
+ * larger batches faster; batch sizes too close; too few gaps. */
+TEST(test_itl_batch_silent)
+{
+	struct run r;
+	const char *t;
+
+	run_open(&r);
+	t = batch_run(&r, 4, 20 * MS, 12, 20 * MS + MS / 2);
+	ASSERT_TRUE(t && !strstr(t, "batch size"), "flat ITL (2.5 % higher): nothing");
+	run_close(&r);
+	run_open(&r);
+	t = batch_run(&r, 8, 20 * MS, 8, 40 * MS);
+	ASSERT_TRUE(t && !strstr(t, "batch size"), "one batch size: nothing");
+	run_close(&r);
+	run_open(&r);
+	t = batch_run(&r, 4, 40 * MS, 12, 20 * MS);
+	ASSERT_TRUE(t && !strstr(t, "batch size"), "larger batches faster: nothing");
+	run_close(&r);
+	run_open(&r);
+	t = batch_run(&r, 10, 20 * MS, 13, 40 * MS);
+	ASSERT_TRUE(t && !strstr(t, "batch size"), "batch sizes under 1.5 times apart: nothing");
+	run_close(&r);
+	run_open(&r);
+	for (int i = 0; i < 18; i++)
+		batch_request(&r, 1000 * SEC + i * SEC, 21, i < 9 ? 20 * MS : 40 * MS,
+			      i < 9 ? 4 : 12);
+	t = run_print(&r);
+	ASSERT_TRUE(t && !strstr(t, "batch size"), "180 gaps per group, under 200: nothing");
 	run_close(&r);
 }
 

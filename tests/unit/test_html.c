@@ -131,7 +131,7 @@ static void feed(struct page *p, struct request *r, const struct gpu_attribution
 }
 
 static const struct gpu_attribution NOT_ATTRIBUTED = {
-	-1, -1, -1, -1, -1, "none: no GPU steps seen", -1, -1, NULL,
+	-1, -1, -1, -1, -1, "none: no GPU steps seen", -1, -1, NULL, .has_steps = false,
 };
 
 static const cJSON *get(const cJSON *o, const char *path)
@@ -160,7 +160,7 @@ static int count_of(const char *text, const char *what)
 TEST(test_page_data)
 {
 	struct gpu_attribution ga = { 2 * MS,	 10 * MS, 15 * MS, 12 * MS,	3 * MS,
-				      "by time", -1,	  -1,	   "host-calls" };
+				      "by time", -1,	  -1,	   "host-calls", .has_steps = false };
 	struct gpu_step step = { 0 };
 	struct page p;
 	struct request *r;

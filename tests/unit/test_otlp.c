@@ -31,7 +31,9 @@ static void feed(struct sink *sk, const struct req_spec *q, const struct gpu_att
 {
 	struct request *r =
 	    request_new(42, 7, 0, q->conn ? q->conn : "127.0.0.1:8000<-10.0.0.2:5555#7");
-	struct gpu_attribution none = { -1, -1, -1, -1, -1, "none", -1, -1, NULL };
+	struct gpu_attribution none = {
+		-1, -1, -1, -1, -1, "none", -1, -1, NULL, .has_steps = false
+	};
 	struct request_metrics m;
 	uint64_t t = T0 + q->ttft;
 
@@ -264,7 +266,7 @@ TEST(test_anomalous)
 			      .prompt_tokens = 12,
 			      .completion_tokens = 5 };
 	struct gpu_attribution ga = { 100 * MS,	 200 * MS, 85 * MS, 60 * MS, 20 * MS,
-				      "by time", -1,	   -1,	    NULL };
+				      "by time", -1,	   -1,	    NULL,    .has_steps = false };
 	struct otlp_opts opts;
 	struct otlp_stats st;
 	struct otlp o;

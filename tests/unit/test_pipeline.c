@@ -12,6 +12,7 @@
 #include "check.h"
 #include "fixture.h"
 #include "sinks/output.h"
+#include "pipeline/batch.h"
 #include "pipeline/pipeline.h"
 #include "sinks/summary.h"
 #include "sinks/prom.h"
@@ -1566,6 +1567,86 @@ TEST(test_proxy_pairing)
 	ASSERT_TRUE(strstr(h.err, "  proxy: 1 requests paired with their upstream requests") !=
 			NULL,
 		    "the summary says the proxy's part");
+out:
+	h_close(&h);
+}
+
+/* A GPU step record of pid 200 (an engine process) from start to end. */
+static void gpu_step_event(struct harness *h, uint64_t start, uint64_t end, uint32_t launches,
+			   uint32_t graphs)
+{
+	struct ts_gpu_step_event e = { .hdr = { TS_EV_GPU_STEP, sizeof(e), 200, 200 } };
+
+	e.start_ns = start;
+	e.wait_start_ns = end - 100000;
+	e.end_ns = end;
+	e.launches = launches;
+	e.graph_launches = graphs;
+	e.waits = 1;
+	pipeline_feed(&h->pl, &e, sizeof(e));
+}
+
+/*
+ * Batches through the whole pipeline: two streams batched by an engine's steps. A step's line
+ * waits until its batch is final (the next step's end, plus the slack; or GPU_BATCH_WAIT_NS
+ * when the engine goes idle), and so does a finished request; the lines then carry the batch
+ * of each step and each request's steps and mean batch. Request starts held behind them keep
+ * the summary's in-flight count true.
+ */
+TEST(test_batches)
+{
+	struct harness h;
+	const uint64_t ms = 1000000;
+	cJSON *l;
+
+	h_open(&h);
+	h.sink_lines.o.gpu_steps = true;
+	conn_event(&h, TS_EV_CONN_OPEN, 1, 5, 500);
+	conn_event(&h, TS_EV_CONN_OPEN, 2, 6, 500);
+	send_request(&h, 1, 1 * ms);
+	send_request(&h, 2, 1 * ms + 100000);
+	data_event(&h, 1, TS_DIR_OUT, HEAD_SSE, 1 * ms + 200000);
+	data_event(&h, 2, TS_DIR_OUT, HEAD_SSE, 1 * ms + 200000);
+	gpu_step_event(&h, 2 * ms, 10 * ms, 40, 0); /* prefill of both */
+	chunk(&h, 1, TOK, 10 * ms + 100000);
+	chunk(&h, 2, TOK, 10 * ms + 200000);
+	gpu_step_event(&h, 11 * ms, 20 * ms, 2, 1);
+	chunk(&h, 1, TOK, 20 * ms + 100000);
+	chunk(&h, 2, TOK, 20 * ms + 200000);
+	gpu_step_event(&h, 21 * ms, 30 * ms, 2, 1);
+	/* Request 1 ends before request 2's token of the same step is written. */
+	chunk(&h, 1, TOK, 30 * ms + 100000);
+	chunk(&h, 1, DONE, 30 * ms + 110000);
+	data_event(&h, 1, TS_DIR_OUT, "0\r\n\r\n", 30 * ms + 120000);
+	chunk(&h, 2, TOK, 30 * ms + 200000);
+	chunk(&h, 2, DONE, 30 * ms + 210000);
+	data_event(&h, 2, TS_DIR_OUT, "0\r\n\r\n", 30 * ms + 220000);
+	/* A third request arrives after both ended, while they are held. */
+	conn_event(&h, TS_EV_CONN_OPEN, 3, 7, 31 * ms);
+	send_request(&h, 3, 31 * ms);
+	/* Only the prefill step's window has closed (with the second decode step's end). */
+	if (!ASSERT_EQ(h_lines(&h), 1, "one line so far") ||
+	    !ASSERT_OK_PTR(cJSON_GetObjectItem(h.lines[0], "gpu_step"), "a step"))
+		goto out;
+	ASSERT_EQ(num(cJSON_GetObjectItem(h.lines[0], "gpu_step"), "batch"), 2, "prefilled two");
+	/* The engine is idle: the clock closes the last windows. */
+	pipeline_clock(&h.pl, 30 * ms + GPU_BATCH_WAIT_NS);
+	pipeline_tick(&h.pl);
+	if (!ASSERT_EQ(h_lines(&h), 5, "three steps, two requests"))
+		goto out;
+	for (int i = 1; i < 3; i++) {
+		l = cJSON_GetObjectItem(h.lines[i], "gpu_step");
+		if (ASSERT_OK_PTR(l, "steps first"))
+			ASSERT_EQ(num(l, "batch"), 2, "both requests in each decode step");
+	}
+	for (int i = 3; i < 5; i++) {
+		l = h.lines[i];
+		ASSERT_EQ(num(l, "steps"), 2, "two decode steps each");
+		ASSERT_NEAR(num(l, "batch_mean"), 2.0, 1e-9, "request 2's last token counted");
+	}
+	h_print_total(&h);
+	fflush(h.ferr);
+	ASSERT_TRUE(strstr(h.err, "in flight: max 2,") != NULL, "in flight as it was, not 3");
 out:
 	h_close(&h);
 }

@@ -95,7 +95,7 @@ static void feed_from(const struct sink *s, const struct req_spec *q,
 	struct request *r = new_request(q->model, pid, container);
 	struct request_metrics m;
 	struct gpu_attribution none = {
-		-1, -1, -1, -1, -1, "none: no GPU steps seen", -1, -1, NULL
+		-1, -1, -1, -1, -1, "none: no GPU steps seen", -1, -1, NULL, .has_steps = false
 	};
 
 	r->outcome = q->outcome;
@@ -145,7 +145,7 @@ TEST(test_histograms_and_counters)
 	struct prom *p = prom_new(NULL, NULL);
 	struct sink s;
 	struct gpu_attribution ga = { 5 * MS,	 20 * MS, 30 * MS, 20 * MS, 5 * MS,
-				      "by time", -1,	  -1,	   NULL };
+				      "by time", -1,	  -1,	   NULL,    .has_steps = false };
 	char *t;
 
 	if (!ASSERT_OK_PTR(p, "prom_new"))
@@ -372,7 +372,9 @@ TEST(test_role)
 	struct sink s;
 	struct request *r;
 	struct request_metrics m;
-	struct gpu_attribution none = { -1, -1, -1, -1, -1, "none", -1, -1, NULL };
+	struct gpu_attribution none = {
+		-1, -1, -1, -1, -1, "none", -1, -1, NULL, .has_steps = false
+	};
 	char *t;
 
 	if (!ASSERT_OK_PTR(p, "prom_new"))
@@ -465,7 +467,7 @@ TEST(test_by_process)
 {
 	static const uint64_t toks[] = { 30, 40, 55 };
 	struct gpu_attribution ga = { 5 * MS,	 20 * MS, 30 * MS, 20 * MS, 5 * MS,
-				      "by time", -1,	  -1,	   NULL };
+				      "by time", -1,	  -1,	   NULL,    .has_steps = false };
 	const struct req_spec a = { "llama", OUTCOME_OK, 0, toks, 3, 60, 10, 3, 4 };
 	const struct req_spec b = { "llama", OUTCOME_ABORTED, 0, toks, 2, 80, -1, -1, -1 };
 	struct prom *p = prom_new(NULL, NULL);

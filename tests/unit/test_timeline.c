@@ -13,6 +13,7 @@
 
 #include "check.h"
 #include "pipeline/pipeline.h"
+#include "pipeline/batch.h"
 #include "sinks/timeline.h"
 
 #define US 1000ull
@@ -224,7 +225,7 @@ static void report(struct tfile *f, struct request *r, const struct gpu_attribut
 }
 
 static const struct gpu_attribution NOT_ATTRIBUTED = {
-	-1, -1, -1, -1, -1, "none: no GPU steps seen", -1, -1, NULL,
+	-1, -1, -1, -1, -1, "none: no GPU steps seen", -1, -1, NULL, .has_steps = false,
 };
 
 TEST(test_attributed_request)
@@ -234,7 +235,7 @@ TEST(test_attributed_request)
 	struct request *r =
 	    make_request(3, ORIGIN + 5 * MS + 123, ORIGIN + 38 * MS, 10 * MS, 4, ORIGIN + 70 * MS);
 	struct gpu_attribution ga = { 2 * MS,	 30 * MS, 32 * MS, 27 * MS, 3 * MS,
-				      "by time", -1,	  -1,	   NULL };
+				      "by time", -1,	  -1,	   NULL,    .has_steps = false };
 	const cJSON *e;
 
 	tf_open(&f);
@@ -396,6 +397,99 @@ TEST(test_unattributed_and_failed)
 		ASSERT_STREQ(str(args(e), "outcome"), "http_error", "outcome");
 	}
 	ASSERT_EQ(count(f.events, "M", "thread_name"), 2, "two connections named");
+out:
+	tf_free(&f);
+}
+
+/*
+ * Arrows from each GPU step to the token writes it produced (batch.h's rides): a flow start on
+ * the step's track, inside its slice (1 ns before its end), and a flow end on the request's
+ * track at the token's time, written before the token's instant (which it binds to), one pair
+ * per token with its own id. A step the history no longer held gets none. The step's slice says
+ * its batch.
+ */
+TEST(test_step_flows)
+{
+	struct tfile f;
+	/* Tokens at +38, +48, +58 ms. */
+	struct request *r =
+	    make_request(3, ORIGIN + 5 * MS, ORIGIN + 38 * MS, 10 * MS, 3, ORIGIN + 60 * MS);
+	struct batch_ride rides[] = {
+		{ .pid = 4242,
+		  .tid = 4243,
+		  .start_ns = ORIGIN + 7 * MS,
+		  .end_ns = ORIGIN + 37 * MS,
+		  .batch = 2,
+		  .known = true,
+		  .token = 0,
+		  .ntokens = 1 },
+		{ .pid = 4242,
+		  .tid = 4243,
+		  .start_ns = ORIGIN + 38 * MS,
+		  .end_ns = ORIGIN + 47 * MS,
+		  .batch = 2,
+		  .known = true,
+		  .token = 1,
+		  .ntokens = 1 },
+		{ .known = false, .token = 2, .ntokens = 1 },
+	};
+	struct gpu_attribution ga = {
+		.queue_ns = 2 * MS,
+		.prefill_ns = 30 * MS,
+		.decode_ns = 32 * MS,
+		.gpu_ns = 27 * MS,
+		.host_ns = 3 * MS,
+		.how = "by time",
+		.prefill_gpu_ns = -1,
+		.decode_gpu_ns = -1,
+		.has_steps = true,
+		.steps = 2,
+		.batch_steps = 1,
+		.batch_mean = 2,
+		.rides = rides,
+		.nrides = 3,
+	};
+	struct gpu_step s = { .pid = 4242, .tid = 4243, .start_ns = ORIGIN + 7 * MS };
+	const cJSON *e, *x;
+	char *tok, *fl;
+
+	s.end_ns = s.wait_start_ns = ORIGIN + 37 * MS;
+	s.launches = 40;
+	s.kind = STEP_PREFILL;
+	s.batch = 2;
+	tf_open(&f);
+	ASSERT_OK(timeline_set_origin(&f.t, ORIGIN), "origin");
+	f.s.gpu_step(f.s.ctx, &s);
+	report(&f, r, &ga);
+	if (!tf_close_parse(&f) || !check_events(f.events))
+		goto out;
+	e = find(f.events, "X", "prefill", 0);
+	if (ASSERT_OK_PTR(e, "the step"))
+		ASSERT_EQ(num(args(e), "batch"), 2, "its batch");
+	ASSERT_EQ(count(f.events, "s", "token"), 2, "a flow per token of a kept step");
+	ASSERT_EQ(count(f.events, "f", "token"), 2, "and its end");
+	for (int i = 0; i < 2; i++) {
+		e = find(f.events, "s", "token", i);
+		x = find(f.events, "f", "token", i);
+		if (!ASSERT_OK_PTR(e, "flow start") || !ASSERT_OK_PTR(x, "flow end"))
+			break;
+		ASSERT_EQ(num(e, "id"), num(x, "id"), "one id per arrow");
+		ASSERT_STREQ(str(e, "cat"), "batch", "category");
+		ASSERT_EQ(num(e, "pid"), 4242, "from the step's process");
+		ASSERT_EQ(num(e, "tid"), 4243, "and thread");
+		ASSERT_NEAR(num(e, "ts"), i ? 46999.999 : 36999.999, 1e-6,
+			    "inside the step's slice");
+		ASSERT_EQ(num(x, "pid"), TIMELINE_CONN_PID, "to the connection");
+		ASSERT_EQ(num(x, "tid"), TIMELINE_CONN_TID(3), "its track");
+		ASSERT_NEAR(num(x, "ts"), i ? 48000 : 38000, 1e-6, "at the token");
+	}
+	e = find(f.events, "s", "token", 1);
+	x = find(f.events, "s", "token", 0);
+	if (e && x)
+		ASSERT_TRUE(num(e, "id") != num(x, "id"), "ids differ");
+	tok = strstr(f.text, "\"ph\":\"i\"");
+	fl = strstr(f.text, "\"ph\":\"f\"");
+	ASSERT_TRUE(tok && fl && fl < tok, "flow ends before the instants they bind to");
 out:
 	tf_free(&f);
 }

@@ -21,7 +21,8 @@ static void feed(struct sink *sk, const char *model, uint32_t pid, uint64_t end,
 		 uint64_t itl, uint32_t ntok, enum outcome o, const struct gpu_attribution *ga)
 {
 	struct request *r = request_new(pid, 1, 0, "c");
-	struct gpu_attribution none = { -1, -1, -1, -1, -1, "no GPU", -1, -1, NULL };
+	struct gpu_attribution none = { -1,	  -1, -1, -1,	-1,
+					"no GPU", -1, -1, NULL, .has_steps = false };
 	struct request_metrics m;
 	uint64_t first = end - (ntok ? (ntok - 1) * itl : 0);
 
@@ -101,7 +102,8 @@ TEST(test_rows_and_window)
 				      .how = "by time",
 				      -1,
 				      -1,
-				      NULL };
+				      NULL,
+				      .has_steps = false };
 
 	memset(&pl, 0, sizeof(pl));
 	pl.kstats[TS_STAT_LOST_EVENTS] = 7;

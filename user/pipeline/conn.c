@@ -214,13 +214,31 @@ static void conn_sse_release(struct conn *c)
 	sse_free(&c->sse);
 }
 
+void conn_add_frame(struct conn_table *t, struct request *r, const struct sse_frame *f, uint64_t ts)
+{
+	uint32_t n = r->ntokens;
+
+	request_add_frame(r, f, ts);
+	if (r->ntokens > n && t->sink.token)
+		t->sink.token(t->sink.ctx, r);
+}
+
+void conn_add_message(struct conn_table *t, struct request *r, uint64_t ts)
+{
+	uint32_t n = r->ntokens;
+
+	request_add_message(r, ts);
+	if (r->ntokens > n && t->sink.token)
+		t->sink.token(t->sink.ctx, r);
+}
+
 static void sse_on_frame(void *ctx, const struct sse_frame *f, uint64_t ts)
 {
 	struct conn *c = ctx;
 	struct request *r = conn_current(c);
 
 	if (r && !c->resp_orphan)
-		request_add_frame(r, f, ts);
+		conn_add_frame(c->t, r, f, ts);
 }
 
 static void resp_on_head(void *ctx, const struct http_head *h, uint64_t ts)

@@ -28,6 +28,8 @@ struct conn_sink {
 	/* A request finished: the response ended, failed, or its connection closed. The callee
 	 * owns the request from then on (request_free). */
 	void (*request_done)(void *ctx, struct request *r);
+	/* A content frame's time was added to r (token_ns[ntokens - 1]); may be NULL. */
+	void (*token)(void *ctx, struct request *r);
 	void *ctx;
 };
 
@@ -66,6 +68,12 @@ struct conn_table {
 int conn_table_init(struct conn_table *t, const struct conn_sink *sink);
 /* Frees every connection without reporting its requests. */
 void conn_table_free(struct conn_table *t);
+
+/* A stream frame of r's response (request_add_frame), told to the sink when it was content. */
+void conn_add_frame(struct conn_table *t, struct request *r, const struct sse_frame *f,
+		    uint64_t ts);
+/* A gRPC message of r's response (request_add_message), told to the sink. */
+void conn_add_message(struct conn_table *t, struct request *r, uint64_t ts);
 
 void conn_on_open(struct conn_table *t, const struct ts_conn_event *e);
 void conn_on_data(struct conn_table *t, const struct ts_data_event *e);

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pipeline/batch.h"
 #include "pipeline/gpu.h"
 
 static const char *const kind_names[STEP_KIND_MAX] = {
@@ -155,14 +156,24 @@ void gpu_add(struct gpu_timeline *g, const struct ts_gpu_step_event *e, struct g
 	s->waits = e->waits;
 	s->kind = gpu_classify(e->launches, e->graph_launches);
 	memset(&s->dev, 0, sizeof(s->dev));
-	g->steps++;
+	s->id = ++g->steps;
+	s->batch = 0;
+	s->next_end_ns = 0;
 	adopt_orphans(g, s);
 	p = gpu_proc_of(g, s->pid);
-	/* Held for its device times: only a kept step can be given back. */
-	s->pending = p && p->cupti.seen && s != &lone && g->npending < GPU_PENDING_MAX;
+	/* The previous step of the process that launched work: its batch window ends here. */
+	if (p && s->kind != STEP_OTHER) {
+		struct gpu_step *prev = gpu_step_by_id(g, p->work_id);
+
+		if (prev && prev != s)
+			prev->next_end_ns = s->end_ns;
+		p->work_id = s->id;
+	}
+	/* Held for its device times and its batch: only a kept step can be given back. */
+	s->dev_wait = p && p->cupti.seen;
+	s->pending = s != &lone && g->npending < GPU_PENDING_MAX;
 	if (s->pending)
-		g->pending[(g->pending_head + g->npending++) % GPU_PENDING_MAX] =
-		    (uint32_t)(s - g->ring);
+		g->pending[(g->pending_head + g->npending++) % GPU_PENDING_MAX] = s->id;
 	if (out)
 		*out = *s;
 	if (!p)
@@ -308,28 +319,43 @@ void gpu_add_runs(struct gpu_timeline *g, const struct ts_dev_runs_event *e)
 	}
 }
 
-bool gpu_next_ready(struct gpu_timeline *g, uint64_t now_ns, bool all, struct gpu_step *out)
+struct gpu_step *gpu_step_by_id(const struct gpu_timeline *g, uint64_t id)
+{
+	struct gpu_step *s;
+
+	/* Every step goes into the next slot (the history is allocated with the first). */
+	if (!g->ring || !id || id > g->steps)
+		return NULL;
+	s = &g->ring[(id - 1) % GPU_HISTORY];
+	return s->id == id ? s : NULL;
+}
+
+bool gpu_next_ready(struct gpu_timeline *g, uint64_t record_ns, uint64_t now_ns, bool all,
+		    struct gpu_step *out)
 {
 	struct gpu_step *s;
 	const struct gpu_proc *p;
-	bool complete;
+	bool complete, closed;
 
-	/* A held step the ring overwrote (GPU_HISTORY newer steps of processes without device
-	 * times came first) is no longer there to give back. */
-	while (g->npending && !g->ring[g->pending[g->pending_head]].pending) {
+	/* A held step the ring overwrote (GPU_HISTORY newer steps came while it was held) is no
+	 * longer there to give back. */
+	while (g->npending && !gpu_step_by_id(g, g->pending[g->pending_head])) {
 		g->pending_head = (g->pending_head + 1) % GPU_PENDING_MAX;
 		g->npending--;
 	}
 	if (!g->npending)
 		return false;
-	s = &g->ring[g->pending[g->pending_head]];
+	s = gpu_step_by_id(g, g->pending[g->pending_head]);
 	p = gpu_proc_find(g, s->pid);
-	complete = p && p->cupti.flush_ns >= s->end_ns;
-	if (!complete && !all && now_ns < s->end_ns + GPU_DEVICE_WAIT_NS &&
-	    g->npending < GPU_PENDING_MAX)
+	complete = !s->dev_wait || (p && p->cupti.flush_ns >= s->end_ns);
+	closed = batch_step_closed(s, now_ns > record_ns ? now_ns : record_ns);
+	if (!all && g->npending < GPU_PENDING_MAX &&
+	    ((!complete && record_ns < s->end_ns + GPU_DEVICE_WAIT_NS) || !closed))
 		return false;
 	if (!complete)
 		g->released_late++;
+	if (!closed && !all)
+		g->batch_early++;
 	g->pending_head = (g->pending_head + 1) % GPU_PENDING_MAX;
 	g->npending--;
 	s->pending = false;
@@ -412,9 +438,38 @@ static uint64_t gpu_time_in_gaps(const struct gpu_timeline *g, const uint64_t *t
 	return sum;
 }
 
-void gpu_attribute(const struct gpu_timeline *g, const struct request *r, struct gpu_attribution *a)
+const struct gpu_step *gpu_prefill_step(const struct gpu_timeline *g, uint64_t arrival_ns,
+					uint64_t first_ns)
 {
 	const struct gpu_step *best = NULL;
+
+	for (uint32_t i = g->count; i-- > 0;) {
+		const struct gpu_step *s = &g->ring[(g->head + i) % GPU_HISTORY];
+
+		/* Steps are kept in the order they ended (as step_at): none older started after
+		 * the arrival. */
+		if (s->end_ns + GPU_DEVICE_WAIT_NS < arrival_ns)
+			break;
+		if (s->kind != STEP_PREFILL && s->kind != STEP_MIXED)
+			continue;
+		/* >=: of steps that ended together (tensor-parallel workers), the first kept. */
+		if (s->start_ns >= arrival_ns && s->end_ns <= first_ns &&
+		    (!best || s->end_ns >= best->end_ns))
+			best = s;
+	}
+	return best;
+}
+
+void gpu_attribution_free(struct gpu_attribution *a)
+{
+	free(a->rides);
+	a->rides = NULL;
+	a->nrides = 0;
+}
+
+void gpu_attribute(const struct gpu_timeline *g, const struct request *r, struct gpu_attribution *a)
+{
+	const struct gpu_step *best;
 	uint64_t first_kept;
 
 	bool all_device;
@@ -422,6 +477,7 @@ void gpu_attribute(const struct gpu_timeline *g, const struct request *r, struct
 	a->queue_ns = a->prefill_ns = a->decode_ns = a->gpu_ns = a->host_ns = -1;
 	a->prefill_gpu_ns = a->decode_gpu_ns = -1;
 	a->source = NULL;
+	batch_attribute(g, r, a);
 	if (r->client) {
 		a->how = "none: a request the traced process made as a client";
 		return;
@@ -437,15 +493,7 @@ void gpu_attribute(const struct gpu_timeline *g, const struct request *r, struct
 	if (r->end_ns >= r->first_token_ns)
 		a->decode_ns = r->end_ns - r->first_token_ns;
 	first_kept = g->ring[g->head].start_ns;
-	for (uint32_t i = 0; i < g->count; i++) {
-		const struct gpu_step *s = &g->ring[(g->head + i) % GPU_HISTORY];
-
-		if (s->kind != STEP_PREFILL && s->kind != STEP_MIXED)
-			continue;
-		if (s->start_ns >= r->arrival_ns && s->end_ns <= r->first_token_ns &&
-		    (!best || s->end_ns > best->end_ns))
-			best = s;
-	}
+	best = gpu_prefill_step(g, r->arrival_ns, r->first_token_ns);
 	if (r->ntokens >= 2) {
 		uint64_t span = r->token_ns[r->ntokens - 1] - r->first_token_ns;
 		uint64_t gpu = gpu_time_in_gaps(g, r->token_ns, r->ntokens, r->token_ns[0],
@@ -535,4 +583,10 @@ void gpu_print_stats(const struct gpu_timeline *g, FILE *f)
 	if (g->procs_dropped)
 		fprintf(f, "  GPU: steps of %llu more processes are not in these statistics\n",
 			(unsigned long long)g->procs_dropped);
+	if (g->batch_early || g->batch_late)
+		fprintf(f,
+			"  GPU: %llu steps shown before their batch was complete (%d held at "
+			"once), %llu tokens written after their step was shown\n",
+			(unsigned long long)g->batch_early, GPU_PENDING_MAX,
+			(unsigned long long)g->batch_late);
 }

@@ -2,7 +2,8 @@
 /*
  * GPU steps: the timeline of every traced GPU process's steps (the work between two host waits,
  * from the kernel's step records), their classification, per-process statistics, and the
- * attribution of a request's latency to queue, prefill and decode by time.
+ * attribution of a request's latency to queue, prefill and decode by time. Which steps each
+ * request's tokens came from, and so each step's batch, is batch.h's.
  *
  * Classification (README "GPU steps"): a step that replays a CUDA graph and launches fewer than
  * GPU_PREFILL_MIN_LAUNCHES kernels eagerly is decode (vLLM and SGLang replay one graph per
@@ -35,7 +36,8 @@ enum step_kind { STEP_PREFILL, STEP_DECODE, STEP_MIXED, STEP_OTHER, STEP_KIND_MA
 /* Kernel time a step of a process with device times waits for them before it is shown
  * anyway (counted late); requests wait as long for the steps they overlap. */
 #define GPU_DEVICE_WAIT_NS 2000000000ull
-/* Steps waiting for their device times at once; one more releases the oldest. */
+/* Steps waiting for their device times or their batch (batch.h) at once; one more releases
+ * the oldest. */
 #define GPU_PENDING_MAX 4096
 /* Runs that came before the record of the step they ran in (a flush during a long step): kept
  * for the step to take when it ends, up to GPU_DEVICE_WAIT_NS; beyond that, in no step. */
@@ -61,11 +63,19 @@ struct gpu_device {
 };
 
 struct gpu_step {
+	uint64_t
+	    id; /* 1, 2, ... in the order steps came: its ring slot is (id - 1) % GPU_HISTORY */
 	uint32_t pid, tid;
 	uint64_t start_ns, wait_start_ns, end_ns;
 	uint32_t launches, graph_launches, memcpys, memcpys_dtoh, waits;
 	enum step_kind kind;
-	bool pending; /* held for its device times */
+	bool pending;  /* not shown yet: held for its device times or its batch (batch.h) */
+	bool dev_wait; /* held for its device times: its process has the CUPTI library */
+	/* Requests whose tokens came from it (batch.h), and the end of its process's next step
+	 * that launched work, which closes the window of writes that can still add to it (0:
+	 * none yet). */
+	uint32_t batch;
+	uint64_t next_end_ns;
 	struct gpu_device dev;
 };
 
@@ -87,6 +97,7 @@ struct gpu_proc {
 	uint64_t launches, graph_launches;
 	uint64_t wait_ns;	    /* time inside host waits */
 	uint64_t first_ns, last_ns; /* first step's start, last step's end */
+	uint64_t work_id;	    /* its latest step that launched work (not other), 0: none */
 };
 
 struct gpu_timeline {
@@ -98,8 +109,8 @@ struct gpu_timeline {
 	uint32_t nprocs;
 	uint64_t procs_dropped; /* GPU processes beyond GPU_MAX_PROCS (steps still attributed) */
 	uint32_t cupti_procs;	/* processes with device times */
-	/* Ring positions of the steps held for device times, oldest first. */
-	uint32_t pending[GPU_PENDING_MAX];
+	/* Ids of the steps held for device times or their batch, oldest first. */
+	uint64_t pending[GPU_PENDING_MAX];
 	uint32_t pending_head, npending;
 	uint64_t released_late; /* steps shown before their device times were known complete */
 	struct {
@@ -108,7 +119,12 @@ struct gpu_timeline {
 	} * orphans; /* GPU_ORPHANS, allocated with the first; oldest at orphan_head */
 	uint32_t orphan_head, norphans;
 	uint64_t cupti_abi_bad; /* records of a library of an ABI version this build cannot read */
+	/* Steps shown before their batch was complete (the held steps reached GPU_PENDING_MAX),
+	 * and tokens that came after their step was shown (its batch line is short of them). */
+	uint64_t batch_early, batch_late;
 };
+
+struct batch_ride;
 
 /* How a request's latency was split. Values < 0 are unknown (printed as null). */
 struct gpu_attribution {
@@ -121,6 +137,16 @@ struct gpu_attribution {
 	/* "cupti": gpu/host from device intervals; "host-calls": from the host's CUDA calls
 	 * (some overlapping step had no device times); NULL: not split. */
 	const char *source;
+	/* The steps its tokens came from (batch.h). has_steps false (zero): not known (no GPU
+	 * step was seen; shown as null). steps: after the first token; batch_steps of them
+	 * still had their batch, whose mean is batch_mean. rides: every step its tokens came
+	 * from, the first token's included, oldest first (nrides; NULL when none), owned by the
+	 * attribution: gpu_attribution_free. */
+	bool has_steps;
+	uint32_t steps, batch_steps;
+	double batch_mean;
+	struct batch_ride *rides;
+	uint32_t nrides;
 };
 
 int gpu_init(struct gpu_timeline *g);
@@ -132,14 +158,25 @@ const char *gpu_kind_name(enum step_kind k);
 void gpu_add(struct gpu_timeline *g, const struct ts_gpu_step_event *e, struct gpu_step *out);
 /* A record of the CUPTI injection library: its runs go to the steps they ran in. */
 void gpu_add_runs(struct gpu_timeline *g, const struct ts_dev_runs_event *e);
-/* The oldest held step, if its device times are complete (a heartbeat after its end), it has
- * waited GPU_DEVICE_WAIT_NS of kernel time (now_ns), or all is set; copied to *out. */
-bool gpu_next_ready(struct gpu_timeline *g, uint64_t now_ns, bool all, struct gpu_step *out);
+/* The oldest held step, if its device times are complete (a heartbeat after its end) or it has
+ * waited GPU_DEVICE_WAIT_NS of kernel time (record_ns: the latest record's), and its batch is
+ * complete (batch_closed at now_ns, the kernel clock), or all is set; copied to *out. */
+bool gpu_next_ready(struct gpu_timeline *g, uint64_t record_ns, uint64_t now_ns, bool all,
+		    struct gpu_step *out);
+/* The kept step with this id; NULL when the history no longer holds it. */
+struct gpu_step *gpu_step_by_id(const struct gpu_timeline *g, uint64_t id);
+/* The step that prefilled a request that arrived at arrival_ns and wrote its first token at
+ * first_ns: the last prefill or mixed step that started after the one and ended before the
+ * other; NULL when none is kept. */
+const struct gpu_step *gpu_prefill_step(const struct gpu_timeline *g, uint64_t arrival_ns,
+					uint64_t first_ns);
 /* Whether the device times of every process that has them are complete up to t_ns (the
  * request that ended then can be attributed), or waited long enough by now_ns. */
 bool gpu_device_complete(const struct gpu_timeline *g, uint64_t t_ns, uint64_t now_ns);
 void gpu_attribute(const struct gpu_timeline *g, const struct request *r,
 		   struct gpu_attribution *a);
+/* Frees what gpu_attribute allocated (its rides). */
+void gpu_attribution_free(struct gpu_attribution *a);
 /* Per-process statistics over the wall time [from_ns, to_ns] of the run. */
 void gpu_print_stats(const struct gpu_timeline *g, FILE *f);
 

@@ -146,7 +146,9 @@ static void h2s_finish(struct h2s *s, uint64_t ts, bool complete)
 
 static void sse_on_frame(void *ctx, const struct sse_frame *f, uint64_t ts)
 {
-	request_add_frame(ctx, f, ts);
+	struct h2s *s = ctx;
+
+	conn_add_frame(s->h->t, s->r, f, ts);
 }
 
 static void grpc_on_message(void *ctx, uint32_t len, bool damaged, uint64_t ts)
@@ -156,7 +158,7 @@ static void grpc_on_message(void *ctx, uint32_t len, bool damaged, uint64_t ts)
 	(void)len;
 	(void)damaged; /* its lost bytes are counted already */
 	s->r->frames++;
-	request_add_message(s->r, ts);
+	conn_add_message(s->h->t, s->r, ts);
 }
 
 /* ---- the requests' direction ---- */
@@ -332,7 +334,7 @@ static void resp_on_headers(void *ctx, uint32_t id, const struct h2_head *hd, bo
 			grpc_init(&s->gp, grpc_on_message, s);
 		} else if ((mode = sse_mode_for(hd->content_type)) >= 0) {
 			r->streamed = true;
-			sse_init(&s->sse, mode, sse_on_frame, r);
+			sse_init(&s->sse, mode, sse_on_frame, s);
 			sse_set_budget(&s->sse, &h->t->budget);
 			s->sse_on = true;
 		} else {

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "lib/grow.h"
+#include "pipeline/batch.h"
 #include "pipeline/nvml_sample.h"
 #include "pipeline/pipeline.h"
 #include "lib/utf8.h"
@@ -20,16 +21,9 @@ static struct pipeline_proc *live_proc(const struct pipeline *pl, uint32_t pid)
 	return NULL;
 }
 
-static void pl_request_start(void *ctx, struct request *r)
+/* A request's start to the sinks. */
+static void pl_start_out(struct pipeline *pl, struct request *r)
 {
-	struct pipeline *pl = ctx;
-
-	const struct pipeline_proc *p = live_proc(pl, r->pid);
-
-	/* Labelled at its start: the sinks key what they keep open (in flight) by it. */
-	if (p)
-		memcpy(r->container, p->container, sizeof(r->container));
-	proxy_start(&pl->proxy, r);
 	for (int i = 0; i < pl->nsinks; i++)
 		if (pl->sinks[i].request_start && (!r->client || pl->sinks[i].clients))
 			pl->sinks[i].request_start(pl->sinks[i].ctx, r);
@@ -46,36 +40,89 @@ static void pl_request_out(struct pipeline *pl, struct request *r)
 	for (int i = 0; i < pl->nsinks; i++)
 		if (pl->sinks[i].request && (!r->client || pl->sinks[i].clients))
 			pl->sinks[i].request(pl->sinks[i].ctx, r, &m, &ga);
+	gpu_attribution_free(&ga);
 	request_free(r);
 }
 
-/* The oldest held request, out of the queue (there must be one). */
-static struct request *held_pop(struct pipeline *pl)
+/* A content frame's write: credited to the GPU step it came from (batch.h). */
+static void pl_token(void *ctx, struct request *r)
 {
-	struct request *r = pl->held[pl->held_head];
+	struct pipeline *pl = ctx;
+
+	batch_token(&pl->gpu, r);
+}
+
+/* The kernel time now, as pipeline_status says it. */
+static uint64_t pl_now(const struct pipeline *pl)
+{
+	return pl->clock_ns > pl->last_ns ? pl->clock_ns : pl->last_ns;
+}
+
+/* Whether a held event can go out: a start always; a finished request when the device times
+ * of the steps it overlaps are in, and the batches of the steps its tokens came from are
+ * final. */
+static bool pl_event_ready(const struct pipeline *pl, const struct pl_event *e)
+{
+	return e->start || (gpu_device_complete(&pl->gpu, e->r->end_ns, pl->last_ns) &&
+			    batch_settled(&pl->gpu, e->r, pl_now(pl)));
+}
+
+/* The oldest held event to the sinks (there must be one). */
+static void held_out(struct pipeline *pl)
+{
+	struct pl_event e = pl->held[pl->held_head];
 
 	pl->held_head = (pl->held_head + 1) % PIPELINE_MAX_HELD;
 	pl->nheld--;
-	return r;
+	if (e.start)
+		pl_start_out(pl, e.r);
+	else
+		pl_request_out(pl, e.r);
 }
 
 /*
  * Where GPU processes report device times (CUPTI), a finished request waits for those of the
  * steps it overlaps, which come in up to a flush period later (gpu_device_complete), so that
- * its attribution uses them; requests leave in the order they finished.
+ * its attribution uses them; and every request waits until the steps its tokens came from can
+ * gain no more requests (batch_settled), so that its mean batch is final. Starts and ends
+ * leave in the order they happened (a start waits behind an end held before it), so a sink
+ * that counts requests in flight counts them as they were.
  */
+static void pl_event(struct pipeline *pl, struct request *r, bool start)
+{
+	struct pl_event e = { r, start };
+
+	if (!pl->nheld && pl_event_ready(pl, &e)) {
+		if (start)
+			pl_start_out(pl, r);
+		else
+			pl_request_out(pl, r);
+		return;
+	}
+	if (pl->nheld == PIPELINE_MAX_HELD)
+		held_out(pl);
+	pl->held[(pl->held_head + pl->nheld++) % PIPELINE_MAX_HELD] = e;
+}
+
+static void pl_request_start(void *ctx, struct request *r)
+{
+	struct pipeline *pl = ctx;
+
+	const struct pipeline_proc *p = live_proc(pl, r->pid);
+
+	/* Labelled at its start: the sinks key what they keep open (in flight) by it. */
+	if (p)
+		memcpy(r->container, p->container, sizeof(r->container));
+	proxy_start(&pl->proxy, r);
+	pl_event(pl, r, true);
+}
+
 static void pl_request_done(void *ctx, struct request *r)
 {
 	struct pipeline *pl = ctx;
 
 	proxy_done(&pl->proxy, r);
-	if (!pl->nheld && gpu_device_complete(&pl->gpu, r->end_ns, pl->last_ns)) {
-		pl_request_out(pl, r);
-		return;
-	}
-	if (pl->nheld == PIPELINE_MAX_HELD)
-		pl_request_out(pl, held_pop(pl));
-	pl->held[(pl->held_head + pl->nheld++) % PIPELINE_MAX_HELD] = r;
+	pl_event(pl, r, false);
 }
 
 static void pl_step_out(struct pipeline *pl, const struct gpu_step *s)
@@ -91,11 +138,10 @@ static void pl_release(struct pipeline *pl, bool all)
 {
 	struct gpu_step s;
 
-	while (gpu_next_ready(&pl->gpu, pl->last_ns, all, &s))
+	while (gpu_next_ready(&pl->gpu, pl->last_ns, pl_now(pl), all, &s))
 		pl_step_out(pl, &s);
-	while (pl->nheld &&
-	       (all || gpu_device_complete(&pl->gpu, pl->held[pl->held_head]->end_ns, pl->last_ns)))
-		pl_request_out(pl, held_pop(pl));
+	while (pl->nheld && (all || pl_event_ready(pl, &pl->held[pl->held_head])))
+		held_out(pl);
 }
 
 int pipeline_init(struct pipeline *pl, const struct pipeline_opts *o)
@@ -103,6 +149,7 @@ int pipeline_init(struct pipeline *pl, const struct pipeline_opts *o)
 	struct conn_sink sink = {
 		.request_start = pl_request_start,
 		.request_done = pl_request_done,
+		.token = pl_token,
 		.ctx = pl,
 	};
 
@@ -116,8 +163,10 @@ int pipeline_init(struct pipeline *pl, const struct pipeline_opts *o)
 
 void pipeline_free(struct pipeline *pl)
 {
-	while (pl->nheld)
-		request_free(held_pop(pl));
+	/* Held ends own their requests; a held start's request is its connection's. */
+	for (; pl->nheld; pl->nheld--, pl->held_head = (pl->held_head + 1) % PIPELINE_MAX_HELD)
+		if (!pl->held[pl->held_head].start)
+			request_free(pl->held[pl->held_head].r);
 	conn_table_free(&pl->conns);
 	gpu_free(&pl->gpu);
 	free(pl->live);
@@ -286,6 +335,8 @@ int pipeline_feed(struct pipeline *pl, const void *rec, size_t len)
 			pl->last_ns = s.end_ns;
 		if (!s.pending)
 			pl_step_out(pl, &s);
+		/* Its end closes the batch of its process's previous step. */
+		pl_release(pl, false);
 		return 0;
 	}
 	case TS_EV_DEV_RUNS: {

@@ -32,7 +32,8 @@ struct pipeline_opts {
 #define PIPELINE_TICK_MS 25
 #define PIPELINE_MAX_ROOTS 64
 #define PIPELINE_MAX_SINKS 16
-/* Finished requests waiting for device times at once; one more lets the oldest out. */
+/* Request starts and ends held at once (waiting for device times or batches); one more lets
+ * the oldest out. */
 #define PIPELINE_MAX_HELD 4096
 
 /* A traced process that has not exited, and the container it runs in ("" when unknown). */
@@ -45,7 +46,7 @@ struct pipeline {
 	struct pipeline_opts o;
 	struct conn_table conns;
 	struct gpu_timeline gpu;
-	struct proxy proxy; /* pairs upstream requests with served ones */
+	struct proxy proxy;	      /* pairs upstream requests with served ones */
 	uint64_t kstats[TS_STAT_MAX]; /* the kernel's counters, refreshed by the loader */
 	uint64_t bad_records;
 	uint64_t lost_seen; /* kernel lost-record count at the last pipeline_kernel_lost() */
@@ -63,8 +64,11 @@ struct pipeline {
 	uint64_t clock_ns; /* the kernel clock as the loader last read it; 0: none (a replay) */
 	struct sink sinks[PIPELINE_MAX_SINKS];
 	int nsinks;
-	/* Finished requests waiting for device times (pl_request_done), oldest first. */
-	struct request *held[PIPELINE_MAX_HELD];
+	/* Request starts and ends held for the sinks (pl_event), oldest first. */
+	struct pl_event {
+		struct request *r;
+		bool start; /* its start; else its end (then the event owns it) */
+	} held[PIPELINE_MAX_HELD];
 	uint32_t held_head, nheld;
 	/* Called when a traced process exits (the loader forgets its sockets). */
 	void (*on_exit)(void *ctx, uint32_t pid);

@@ -55,6 +55,7 @@ void request_free(struct request *r)
 	}
 	free(r->token_ns);
 	free(r->chunk_tokens);
+	free(r->batch);
 	free(r);
 }
 

@@ -13,6 +13,8 @@
 #include "pipeline/frame.h"
 #include "pipeline/reqbody.h"
 
+struct batch_state;
+
 /* A node of the proxy's list of open served requests (proxy.h); unlinked: both NULL. */
 struct request_link {
 	struct request_link *prev, *next;
@@ -98,6 +100,8 @@ struct request {
 	struct request *pair;
 	struct request_peer peer;
 	struct request_link open;
+	/* The GPU steps its tokens came from (batch.h); NULL until the first. */
+	struct batch_state *batch;
 };
 
 /* Derived per-request numbers; *_ns < 0 means "not applicable" (printed as null). */

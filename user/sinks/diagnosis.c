@@ -4,6 +4,7 @@
 #include <time.h>
 
 #include "sinks/diagnosis.h"
+#include "pipeline/batch.h"
 #include "pipeline/gpu.h"
 #include "lib/grow.h"
 #include "lib/hist.h"
@@ -18,6 +19,7 @@ void diagnosis_free(struct diagnosis *d)
 {
 	free(d->reqs);
 	free(d->gaps);
+	free(d->gap_batch);
 	memset(d, 0, sizeof(*d));
 }
 
@@ -35,6 +37,7 @@ static void diag_request(void *ctx, const struct request *r, const struct reques
 	uint32_t ngaps = r->ntokens > 1 ? r->ntokens - 1 : 0;
 	struct diag_req *q, *reqs;
 	uint64_t *gaps;
+	uint32_t *gb;
 
 	d->finished++;
 	/* As the summary: latency percentiles describe requests that worked. */
@@ -46,7 +49,10 @@ static void diag_request(void *ctx, const struct request *r, const struct reques
 	gaps = reqs ? grow(d->gaps, &d->gaps_cap, d->ngaps + ngaps, sizeof(*gaps), 64) : NULL;
 	if (gaps)
 		d->gaps = gaps;
-	if (!reqs || !gaps) {
+	gb = gaps ? grow(d->gap_batch, &d->gap_batch_cap, d->ngaps + ngaps, sizeof(*gb), 64) : NULL;
+	if (gb)
+		d->gap_batch = gb;
+	if (!reqs || !gaps || !gb) {
 		d->dropped++;
 		return;
 	}
@@ -62,8 +68,19 @@ static void diag_request(void *ctx, const struct request *r, const struct reques
 	q->wait_ns = m->socket_wait_ns;
 	q->gap0 = d->ngaps;
 	q->ngaps = ngaps;
-	for (uint32_t i = 1; i < r->ntokens; i++)
+	for (uint32_t i = 1; i < r->ntokens; i++) {
+		d->gap_batch[d->ngaps] = 0;
 		d->gaps[d->ngaps++] = r->token_ns[i] - r->token_ns[i - 1];
+	}
+	/* Gap i - 1 ends at token i: the batch of the step token i came from. */
+	for (uint32_t k = 0; ga && k < ga->nrides; k++) {
+		const struct batch_ride *b = &ga->rides[k];
+
+		for (uint32_t i = b->token; b->known && i < b->token + b->ntokens && i < r->ntokens;
+		     i++)
+			if (i)
+				d->gap_batch[q->gap0 + i - 1] = b->batch;
+	}
 }
 
 static void diag_gpu_step(void *ctx, const struct gpu_step *s)
@@ -398,6 +415,75 @@ static void print_wall(const struct diagnosis *d, uint64_t mono_ns, FILE *f)
 	fprintf(f, " (first at %s)", buf);
 }
 
+struct batch_gap {
+	uint32_t batch;
+	uint64_t gap;
+};
+
+static int by_batch(const void *a, const void *b)
+{
+	const struct batch_gap *x = a, *y = b;
+
+	return x->batch < y->batch ? -1 : x->batch > y->batch;
+}
+
+/* The ITL P99 and mean batch of v[0..n), into *p99 and *mean. */
+static void batch_group(const struct batch_gap *v, size_t n, struct hist *h, double *p99,
+			double *mean)
+{
+	double sum = 0;
+
+	hist_reset(h);
+	for (size_t i = 0; i < n; i++) {
+		hist_add(h, v[i].gap);
+		sum += v[i].batch;
+	}
+	*p99 = hist_quantile(h, 0.99);
+	*mean = sum / n;
+}
+
+/* Says "ITL p99 grew with batch size" when the gaps support it (the rule in diagnosis.h). */
+static void batch_verdict(const struct diagnosis *d, struct hist *h, FILE *f)
+{
+	struct batch_gap *v;
+	size_t n = 0, lo_n, hi_at;
+	uint32_t q1, q3;
+	double lo_p99, hi_p99, lo_mean, hi_mean;
+	char a[32], b[32];
+
+	if (!d->gap_batch || !(v = malloc(d->ngaps * sizeof(*v) + 1)))
+		return;
+	/* Only the gaps of the requests kept (ok, with a token) are in d->gaps. */
+	for (size_t i = 0; i < d->ngaps; i++)
+		if (d->gap_batch[i])
+			v[n++] = (struct batch_gap){ d->gap_batch[i], d->gaps[i] };
+	if (n < 2 * DIAG_BATCH_MIN_GAPS)
+		goto out;
+	qsort(v, n, sizeof(*v), by_batch);
+	q1 = v[n / 4].batch;
+	q3 = v[3 * n / 4].batch;
+	/* Sorted by batch: the low group is a prefix, the high group a suffix. */
+	lo_n = 0;
+	while (lo_n < n && v[lo_n].batch <= q1)
+		lo_n++;
+	hi_at = n;
+	while (hi_at > 0 && v[hi_at - 1].batch >= q3)
+		hi_at--;
+	if (q3 <= q1 || lo_n < DIAG_BATCH_MIN_GAPS || n - hi_at < DIAG_BATCH_MIN_GAPS)
+		goto out;
+	batch_group(v, lo_n, h, &lo_p99, &lo_mean);
+	batch_group(v + hi_at, n - hi_at, h, &hi_p99, &hi_mean);
+	if (hi_mean < DIAG_BATCH_MIN_RATIO * lo_mean || direction(lo_p99, hi_p99) <= 0)
+		goto out;
+	fprintf(f,
+		"    ITL p99 grew with batch size %.0f → %.0f: %s → %s (tokens of steps batching "
+		"%u or fewer requests, %zu gaps, vs %u or more, %zu gaps)\n",
+		lo_mean, hi_mean, fmt_ms(a, sizeof(a), lo_p99), fmt_ms(b, sizeof(b), hi_p99), q1,
+		lo_n, q3, n - hi_at);
+out:
+	free(v);
+}
+
 void diagnosis_print(const struct diagnosis *d, FILE *f)
 {
 	struct diag_req *q;
@@ -436,6 +522,7 @@ void diagnosis_print(const struct diagnosis *d, FILE *f)
 			(unsigned long long)d->dropped);
 	window_compute(&whole, "whole run", q, d->n, d->gaps, h);
 	window_print(d, &whole, q[0].arrival_ns, f);
+	batch_verdict(d, h, f);
 	if (d->n < DIAG_MIN_COMPARE) {
 		fprintf(f,
 			"  verdict: too few requests to compare the first and last thirds (%zu, "

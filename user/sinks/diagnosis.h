@@ -19,6 +19,12 @@
  *   third's, it is stable. Otherwise it rose or fell, and the component whose share of the slow
  *   tail moved most in the same direction (grew most for a rise, shrank most for a fall) is
  *   named with what that means, unless no share moved by DIAG_SHARE_MIN_POINTS points or more.
+ * - ITL and batch size (whole run): each gap is labelled with the batch of the GPU step its
+ *   second token came from (batch.h). The low group is the gaps whose batch is at or below the
+ *   batches' first quartile, the high group those at or above the third quartile. "ITL p99 grew
+ *   with batch size" is said only when both groups have DIAG_BATCH_MIN_GAPS gaps or more, the
+ *   high group's mean batch is DIAG_BATCH_MIN_RATIO times the low one's or more, and the high
+ *   group's ITL P99 is DIAG_STABLE_PCT % above the low group's or more; otherwise nothing.
  * Never prints request or response text (it keeps none).
  */
 #ifndef TS_DIAGNOSIS_H
@@ -37,6 +43,10 @@
 #define DIAG_STABLE_PCT 10
 /* A share that moved by less than this, in percentage points, is not named as the cause. */
 #define DIAG_SHARE_MIN_POINTS 5
+/* Gaps each batch group needs for its P99 to rest on more than its single largest gap. */
+#define DIAG_BATCH_MIN_GAPS 200
+/* How much larger the high group's mean batch must be than the low group's to compare them. */
+#define DIAG_BATCH_MIN_RATIO 1.5
 
 /* One request that finished ok with a first token. Values < 0 are unknown. */
 struct diag_req {
@@ -53,6 +63,8 @@ struct diagnosis {
 	size_t n, cap;
 	uint64_t *gaps; /* every kept request's inter-token gaps, in ns */
 	size_t ngaps, gaps_cap;
+	uint32_t *gap_batch; /* each gap's batch (of its second token's step); 0: unknown */
+	size_t gap_batch_cap;
 	uint64_t finished;  /* requests finished, every outcome */
 	uint64_t gpu_steps; /* GPU steps seen: tells "no GPU steps" from "not attributed" */
 	uint64_t dropped;   /* ok requests not kept for lack of memory */

@@ -130,6 +130,15 @@ void output_json(FILE *f, const struct request *r, const struct request_metrics 
 		jsonw_null(&w, "prefill_gpu_ms");
 		jsonw_null(&w, "decode_gpu_ms");
 	}
+	/* The decode steps its tokens came from and the mean batch they had (batch.h). */
+	if (ga->has_steps)
+		jsonw_u64(&w, "steps", ga->steps);
+	else
+		jsonw_null(&w, "steps");
+	if (ga->batch_steps)
+		jsonw_num(&w, "batch_mean", ga->batch_mean, 2);
+	else
+		jsonw_null(&w, "batch_mean");
 	if (ga->source)
 		jsonw_str(&w, "attribution", ga->source);
 	else
@@ -147,9 +156,9 @@ void output_json(FILE *f, const struct request *r, const struct request_metrics 
 
 void output_text_header(FILE *f)
 {
-	fprintf(f, "%-7s %-22s %-6s %-12s %4s %8s %7s %7s %5s %7s %8s %7s %7s %8s\n", "PID",
+	fprintf(f, "%-7s %-22s %-6s %-12s %4s %8s %7s %7s %5s %7s %8s %7s %7s %8s %5s %5s\n", "PID",
 		"PEER#CONN", "METHOD", "OUTCOME", "HTTP", "TTFT(ms)", "ITL50", "ITL99", "TOK",
-		"TOK/S", "E2E(ms)", "QUEUE", "PREFILL", "DECODE");
+		"TOK/S", "E2E(ms)", "QUEUE", "PREFILL", "DECODE", "STEPS", "BATCH");
 }
 
 static void text_ms(FILE *f, int width, int64_t ns)
@@ -182,6 +191,14 @@ void output_text(FILE *f, const struct request *r, const struct request_metrics 
 	text_ms(f, 7, ga->queue_ns);
 	text_ms(f, 7, ga->prefill_ns);
 	text_ms(f, 8, ga->decode_ns);
+	if (ga->has_steps)
+		fprintf(f, " %5u", ga->steps);
+	else
+		fprintf(f, " %5s", "-");
+	if (ga->batch_steps)
+		fprintf(f, " %5.1f", ga->batch_mean);
+	else
+		fprintf(f, " %5s", "-");
 	fputc('\n', f);
 }
 
@@ -189,10 +206,10 @@ void output_step_text(FILE *f, const struct gpu_step *s)
 {
 	fprintf(f,
 		"GPU pid %u tid %u step %.6f s dur %.3f ms %-7s launches %u graphs %u memcpy %u "
-		"(dtoh %u) wait %.3f ms\n",
+		"(dtoh %u) wait %.3f ms batch %u\n",
 		s->pid, s->tid, s->start_ns / 1e9, (s->end_ns - s->start_ns) / 1e6,
 		gpu_kind_name(s->kind), s->launches, s->graph_launches, s->memcpys, s->memcpys_dtoh,
-		(s->end_ns - s->wait_start_ns) / 1e6);
+		(s->end_ns - s->wait_start_ns) / 1e6, s->batch);
 	if (s->dev.device)
 		fprintf(f, "    device %.3f ms busy of %.3f ms, launch to start %.3f ms\n",
 			s->dev.busy_ns / 1e6, (s->dev.end_ns - s->dev.start_ns) / 1e6,
@@ -219,6 +236,7 @@ void output_step_json(FILE *f, const struct gpu_step *s)
 	jsonw_u64(&w, "memcpys", s->memcpys);
 	jsonw_u64(&w, "memcpys_dtoh", s->memcpys_dtoh);
 	jsonw_u64(&w, "waits", s->waits);
+	jsonw_u64(&w, "batch", s->batch); /* requests whose tokens came from it (batch.h) */
 	/* Device times where the CUPTI library reported the step's work, null otherwise (the
 	 * figures above are the host's). */
 	jsonw_str(&w, "times", s->dev.device ? "cupti" : "host-calls");

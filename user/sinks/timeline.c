@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "pipeline/batch.h"
 #include "pipeline/gpu.h"
 #include "lib/jsonw.h"
 #include "pipeline/nvml_sample.h"
@@ -308,6 +309,69 @@ static void tl_tokens(struct timeline *t, const struct request *r, uint32_t pid,
 	fwrite(blk, 1, n, t->buf);
 }
 
+/* A flow event up to its ts: an arrow from a GPU step ("s", bound to the step's slice that
+ * encloses it) to a token ("f", bound to the next slice on its track: the token's instant). */
+#define FLOW_HEAD(ph) "{\"name\":\"token\",\"cat\":\"batch\",\"ph\":\"" ph "\",\"ts\":"
+#define FLOW_EVENT_MAX (2 + sizeof(FLOW_HEAD("s")) + TIMELINE_US_MAX + 32 + 3 * JSONW_U64_DIGITS)
+
+/* One flow event into out (FLOW_EVENT_MAX bytes); returns its length. */
+static size_t fmt_flow(char *out, bool first, const char *head, size_t head_len, int64_t ts,
+		       uint64_t pid, uint64_t tid, uint64_t id)
+{
+	size_t n = 0;
+
+	if (!first)
+		out[n++] = ',';
+	out[n++] = '\n';
+	memcpy(out + n, head, head_len);
+	n += head_len;
+	n += fmt_us(out + n, ts);
+	memcpy(out + n, ",\"pid\":", 7);
+	n += 7;
+	n += jsonw_fmt_u64(out + n, pid);
+	memcpy(out + n, ",\"tid\":", 7);
+	n += 7;
+	n += jsonw_fmt_u64(out + n, tid);
+	memcpy(out + n, ",\"id\":", 6);
+	n += 6;
+	n += jsonw_fmt_u64(out + n, id);
+	out[n++] = '}';
+	return n;
+}
+
+/*
+ * An arrow from each GPU step the request's tokens came from (batch.h) to each of those tokens:
+ * a pair of flow events per token, written before the token instants so that a viewer sorting
+ * by time meets the "f" before the instant it binds to. The "s" sits 1 ns before the step's end,
+ * inside its slice. A step the history no longer held has no arrow.
+ */
+static void tl_flows(struct timeline *t, const struct request *r, const struct gpu_attribution *ga,
+		     uint64_t tid)
+{
+	static const char head_s[] = FLOW_HEAD("s"), head_f[] = FLOW_HEAD("f");
+	char blk[TOKEN_BLOCK_BYTES];
+	size_t n = 0;
+
+	for (uint32_t k = 0; k < ga->nrides; k++) {
+		const struct batch_ride *d = &ga->rides[k];
+		int64_t from = rel(t, d->end_ns > d->start_ns ? d->end_ns - 1 : d->start_ns);
+
+		for (uint32_t i = d->token; d->known && i < d->token + d->ntokens && i < r->ntokens;
+		     i++) {
+			if (n > sizeof(blk) - 2 * FLOW_EVENT_MAX) {
+				fwrite(blk, 1, n, t->buf);
+				n = 0;
+			}
+			t->flows++;
+			n += fmt_flow(blk + n, !t->events++, head_s, sizeof(head_s) - 1, from,
+				      d->pid, d->tid, t->flows);
+			n += fmt_flow(blk + n, !t->events++, head_f, sizeof(head_f) - 1,
+				      rel(t, r->token_ns[i]), TIMELINE_CONN_PID, tid, t->flows);
+		}
+	}
+	fwrite(blk, 1, n, t->buf);
+}
+
 static void tl_request(void *ctx, const struct request *r, const struct request_metrics *m,
 		       const struct gpu_attribution *ga)
 {
@@ -369,6 +433,8 @@ static void tl_request(void *ctx, const struct request *r, const struct request_
 				    r->end_ns);
 		}
 	}
+	if (ga && ga->rides)
+		tl_flows(t, r, ga, tid);
 	tl_tokens(t, r, pid, tid);
 	/* A request is where a reader of a crashed file would want the file to end. */
 	tl_flush(t);
@@ -427,6 +493,7 @@ static void tl_step(void *ctx, const struct gpu_step *s)
 	jsonw_u64(&w, "memcpys", s->memcpys);
 	jsonw_u64(&w, "waits", s->waits);
 	ms_or_null(&w, "wait_ms", span(s->wait_start_ns, s->end_ns));
+	jsonw_u64(&w, "batch", s->batch);
 	jsonw_str(&w, "times", s->dev.device ? "cupti" : "host-calls");
 	jsonw_obj_end(&w);
 	jsonw_end(&w);

@@ -2,8 +2,9 @@
 /*
  * Timeline export (--timeline FILE): the run's requests and GPU steps as a Chrome Trace Event
  * Format file (JSON object form) that Perfetto (ui.perfetto.dev) and chrome://tracing open.
- * A sink: a request's events are written when it finishes and a GPU step's when it ends, so
- * memory holds one request at most. Events are built in memory and written to the file whole,
+ * A sink: a request's events are written when it is reported and a GPU step's when it is (once
+ * its batch is final, batch.h), so memory holds one request at most. Arrows (flow events) go
+ * from each step to each token it produced, written with the request. Events are built in memory and written to the file whole,
  * after every request, every tick and every TIMELINE_FLUSH_BYTES, so the file always ends at
  * an event boundary; timeline_close writes the closing "]}".
  *
@@ -71,6 +72,7 @@ struct timeline {
 	bool origin_given; /* by timeline_set_origin */
 	uint64_t origin_ns;
 	uint64_t events, requests, steps;
+	uint64_t flows;		 /* arrows from GPU steps to tokens: the last flow id */
 	uint64_t events_written; /* events when the buffer was last written out */
 	uint64_t named_conns[TIMELINE_NAMED_CONNS]; /* track tid + 1 */
 	struct {

@@ -1,0 +1,161 @@
+// SPDX-License-Identifier: MIT
+#include <stdlib.h>
+#include <string.h>
+
+#include "pipeline/batch.h"
+
+/*
+ * The latest step that launched work, of pid (of any process when 0), that ended in (after,
+ * before); NULL when none did. Steps are kept in the order they ended, to within the delay of
+ * a record: once one ended GPU_BATCH_SLACK_NS before `after`, no older one can qualify.
+ */
+static struct gpu_step *latest_between(struct gpu_timeline *g, uint32_t pid, uint64_t after,
+				       uint64_t before)
+{
+	for (uint32_t i = g->count; i-- > 0;) {
+		struct gpu_step *s = &g->ring[(g->head + i) % GPU_HISTORY];
+
+		if (s->end_ns + GPU_BATCH_SLACK_NS <= after)
+			break;
+		if (s->kind != STEP_OTHER && s->end_ns > after && s->end_ns < before &&
+		    (!pid || s->pid == pid))
+			return s;
+	}
+	return NULL;
+}
+
+/* Folds the older half of b's credits into its sums: their steps' windows closed long ago. */
+static void fold(const struct gpu_timeline *g, struct batch_state *b)
+{
+	uint32_t half = b->n / 2;
+
+	for (uint32_t k = 0; k < half; k++) {
+		const struct gpu_step *s = gpu_step_by_id(g, b->v[k].step);
+
+		if (!b->v[k].token)
+			continue; /* the first token's step: not a decode step */
+		b->folded++;
+		if (s) {
+			b->folded_known++;
+			b->folded_sum += s->batch;
+		}
+	}
+	memmove(b->v, b->v + half, (b->n - half) * sizeof(b->v[0]));
+	b->n -= half;
+}
+
+/* r rode s from its token `token` on: s counts it once. */
+static void credit(struct gpu_timeline *g, struct request *r, struct gpu_step *s, uint32_t token)
+{
+	struct batch_state *b = r->batch;
+
+	if (b && b->n && b->v[b->n - 1].step == s->id)
+		return;
+	if (b && b->n == BATCH_KEEP)
+		fold(g, b);
+	if (!b || b->n == b->cap) {
+		uint32_t cap = b ? b->cap * 2 : 8;
+
+		if (cap > BATCH_KEEP)
+			cap = BATCH_KEEP;
+		b = realloc(b, sizeof(*b) + cap * sizeof(b->v[0]));
+		/* Without memory the token is not credited: the step's batch stays consistent
+		 * with the requests' figures. */
+		if (!b)
+			return;
+		if (!r->batch)
+			memset(b, 0, sizeof(*b));
+		b->cap = cap;
+		r->batch = b;
+	}
+	if (!b->pid)
+		b->pid = s->pid;
+	b->v[b->n++] = (struct batch_credit){ s->id, token };
+	s->batch++;
+	if (!s->pending)
+		g->batch_late++;
+}
+
+void batch_token(struct gpu_timeline *g, struct request *r)
+{
+	uint32_t i = r->ntokens - 1;
+	struct gpu_step *s;
+
+	if (r->client || !r->ntokens || !g->count)
+		return;
+	if (!i) {
+		s = (struct gpu_step *)gpu_prefill_step(g, r->arrival_ns, r->token_ns[0]);
+		if (s)
+			credit(g, r, s, 0);
+		return;
+	}
+	s = latest_between(g, r->batch ? r->batch->pid : 0, r->token_ns[i - 1], r->token_ns[i]);
+	if (s)
+		credit(g, r, s, i);
+}
+
+bool batch_step_closed(const struct gpu_step *s, uint64_t now_ns)
+{
+	/* A step that launched nothing is never credited: there is nothing to wait for. */
+	if (s->kind == STEP_OTHER || now_ns >= s->end_ns + GPU_BATCH_WAIT_NS)
+		return true;
+	return s->next_end_ns && now_ns >= s->next_end_ns + GPU_BATCH_SLACK_NS;
+}
+
+bool batch_settled(const struct gpu_timeline *g, const struct request *r, uint64_t now_ns)
+{
+	const struct gpu_step *s;
+
+	if (!r->batch || !r->batch->n)
+		return true;
+	/* Its steps close in order: the last one closes after the others. */
+	s = gpu_step_by_id(g, r->batch->v[r->batch->n - 1].step);
+	return !s || batch_step_closed(s, now_ns);
+}
+
+void batch_attribute(const struct gpu_timeline *g, const struct request *r,
+		     struct gpu_attribution *a)
+{
+	const struct batch_state *b = r->batch;
+	uint64_t sum;
+
+	a->has_steps = !r->client && g->count;
+	a->steps = a->batch_steps = 0;
+	a->batch_mean = 0;
+	a->rides = NULL;
+	a->nrides = 0;
+	if (!a->has_steps || !b)
+		return;
+	a->steps = b->folded;
+	a->batch_steps = b->folded_known;
+	sum = b->folded_sum;
+	a->rides = b->n ? calloc(b->n, sizeof(*a->rides)) : NULL;
+	for (uint32_t k = 0; k < b->n; k++) {
+		const struct gpu_step *s = gpu_step_by_id(g, b->v[k].step);
+		uint32_t next = k + 1 < b->n ? b->v[k + 1].token : r->ntokens;
+
+		if (b->v[k].token) {
+			a->steps++;
+			if (s) {
+				a->batch_steps++;
+				sum += s->batch;
+			}
+		}
+		if (!a->rides)
+			continue;
+		a->rides[k] =
+		    (struct batch_ride){ .token = b->v[k].token, .ntokens = next - b->v[k].token };
+		if (s) {
+			a->rides[k].pid = s->pid;
+			a->rides[k].tid = s->tid;
+			a->rides[k].start_ns = s->start_ns;
+			a->rides[k].end_ns = s->end_ns;
+			a->rides[k].batch = s->batch;
+			a->rides[k].known = true;
+		}
+	}
+	if (a->rides)
+		a->nrides = b->n;
+	if (a->batch_steps)
+		a->batch_mean = (double)sum / a->batch_steps;
+}

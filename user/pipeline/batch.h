@@ -1,0 +1,88 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Which GPU steps each request rode (README "Batches"): from the step timeline (gpu.h) and the
+ * writes of each request's tokens, the step each token came from; hence each step's batch (the
+ * requests it advanced) and each request's decode steps and the mean batch it shared.
+ *
+ * The rule, token by token, as the writes come (batch_token):
+ * - A request is served by one GPU process: the one of the step that prefilled it
+ *   (gpu_prefill_step), else of the first step it is credited with below (any process's).
+ * - Its first token came from that prefill step.
+ * - Each later token came from the latest step of the serving process that launched work (not
+ *   `other`) and ended before the token's write, if that step ended after the previous
+ *   token's write; if none did, from the same step as the previous token (tokens of one step
+ *   written apart, or several per step: speculative decoding). A request counts once per step.
+ * - A step's batch is the number of requests credited with it.
+ *
+ * When a step's batch is final (batch_step_closed): the writes that can add to it come after
+ * its end and before the end of its process's next step that launched work (later writes go
+ * to that step by the rule); the window closes GPU_BATCH_SLACK_NS after that end, or, when no
+ * next step comes (the process went idle), GPU_BATCH_WAIT_NS after the step's own end. The
+ * pipeline holds a step's line, and a finished request, until the windows of the steps they
+ * show are closed, so every batch shown is final, except a token written after its step's
+ * window closed (counted, gpu_timeline.batch_late).
+ *
+ * Memory: a request keeps one credit (16 bytes) per step it rode, at most BATCH_KEEP; past that
+ * the older half is folded into sums (their steps' windows closed long before).
+ */
+#ifndef TS_BATCH_H
+#define TS_BATCH_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "pipeline/gpu.h"
+#include "pipeline/request.h"
+
+/*
+ * How long after the end of the step that closes a window a write can still come in a record
+ * that follows that step's: a write's record is made when its syscall returns, but carries the
+ * time it was entered; a socket write lasts microseconds.
+ */
+#define GPU_BATCH_SLACK_NS 1000000ull
+/* A step with no next step (its process went idle) closes this long after its end: the host
+ * writes a step's tokens within milliseconds of it; the last requests of a burst wait as long. */
+#define GPU_BATCH_WAIT_NS 250000000ull
+/* Credits a request keeps (the steps it rode, 16 bytes each); past that, the older half are
+ * folded into its sums and no longer drawn in the timeline. */
+#define BATCH_KEEP 8192
+
+/* A step a request's token came from: the step's id, and the index of the first of the
+ * request's tokens from it. */
+struct batch_credit {
+	uint64_t step;
+	uint32_t token;
+};
+
+/* What a request keeps (request.batch), allocated with its first credit. */
+struct batch_state {
+	uint32_t pid;	 /* the serving GPU process */
+	uint32_t n, cap; /* credits kept, oldest first */
+	uint32_t folded; /* decode steps folded into the sums below (BATCH_KEEP) */
+	uint32_t folded_known;
+	uint64_t folded_sum; /* their batches, of the folded_known still kept when folded */
+	struct batch_credit v[];
+};
+
+/* One step a request's tokens came from, as the sinks see it (gpu_attribution.rides): tokens
+ * [token, token + ntokens) came from it. known false: the history no longer holds the step
+ * (only token and ntokens are set). */
+struct batch_ride {
+	uint32_t pid, tid;
+	uint64_t start_ns, end_ns;
+	uint32_t batch;
+	bool known;
+	uint32_t token, ntokens;
+};
+
+/* r's newest token (token_ns[ntokens - 1]) was written: credits it to its step. */
+void batch_token(struct gpu_timeline *g, struct request *r);
+/* Whether no more tokens can come from s (its window closed by now_ns, the kernel clock). */
+bool batch_step_closed(const struct gpu_step *s, uint64_t now_ns);
+/* Whether every step r's tokens came from is closed by now_ns (or forgotten). */
+bool batch_settled(const struct gpu_timeline *g, const struct request *r, uint64_t now_ns);
+/* r's steps, batch_mean and rides into a (gpu_attribute calls it). */
+void batch_attribute(const struct gpu_timeline *g, const struct request *r,
+		     struct gpu_attribution *a);
+
+#endif
