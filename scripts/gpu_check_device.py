@@ -142,6 +142,35 @@ def section_requests(reqs, srv_steps):
               f"(min {min(ratios_d):.3f}, max {max(ratios_d):.3f})")
 
 
+def section_batches(reqs, srv_steps, steps):
+    """Which steps each request rode: tokenscope's inference against the server's own log
+    (each of its steps names the one request it advanced: batch 1)."""
+    print("\n== batches: each request's decode steps and mean batch, tokenscope against the "
+          "server's log")
+    per_req = collections.Counter(s["req"] for s in srv_steps if s.get("kind") == "decode")
+    prefill = sorted((s for s in srv_steps if s.get("kind") == "prefill"), key=lambda s: s["req"])
+    by_arrival = sorted(reqs, key=lambda r: r.get("arrival_ns", 0))
+    prefill = prefill[-len(by_arrival):] if by_arrival else []
+    same_steps = same_batch = 0
+    worst = []
+    for r, p in zip(by_arrival, prefill):
+        want = per_req.get(p["req"], 0)
+        if r.get("steps") == want:
+            same_steps += 1
+        else:
+            worst.append(f"request {p['req']}: steps {r.get('steps')}, server {want}")
+        if r.get("batch_mean") == 1.0:
+            same_batch += 1
+    batches = collections.Counter(s.get("batch") for s in steps if s.get("kind") == "decode")
+    print(f"  steps equal the server's decode steps for {same_steps}/{len(prefill)} requests; "
+          f"batch_mean 1.0 (the server's) for {same_batch}/{len(prefill)}")
+    print("  decode steps by batch: " + ", ".join(f"{k}: {n}" for k, n in sorted(
+        batches.items(), key=lambda kv: (kv[0] is None, kv[0] or 0))))
+    for w in worst[:5]:
+        print("  " + w)
+    return same_steps, len(prefill)
+
+
 def metric_values(metrics, name):
     """{labels-dict-as-tuple: value} for every sample of the family name."""
     out = {}
@@ -238,6 +267,7 @@ def main():
     reqs = [r for r in recs if "conn" in r]
     section_steps(eng, err)
     section_requests(reqs, jsonl(os.path.join(out, "run.steps.jsonl")))
+    same, n = section_batches(reqs, jsonl(os.path.join(out, "run.steps.jsonl")), eng)
     section_nvml(text(os.path.join(out, "run.metrics.txt")), text(os.path.join(out, "run.nvsmi.csv")),
                  text(os.path.join(out, "run.nvsmi-apps.csv")), err)
     ratio = section_overhead(out)
@@ -245,7 +275,8 @@ def main():
     print(f"\ngpu-check device: {dev}/{len(eng)} engine steps with device times, "
           f"{len(reqs)} requests traced under run, "
           f"{sum(1 for r in reqs if r.get('attribution') == 'cupti')} attributed by device "
-          f"times, throughput ratio {fmt(ratio)}")
+          f"times, steps per request equal to the server's for {same}/{n}, throughput ratio "
+          f"{fmt(ratio)}")
 
 
 if __name__ == "__main__":
