@@ -111,6 +111,61 @@ TEST(test_history_wraps)
 	gpu_free(&g);
 }
 
+static void add_runs(struct gpu_timeline *g, uint32_t pid, uint64_t flush_ns,
+		     const uint64_t (*spans)[2], uint32_t n)
+{
+	struct ts_dev_runs_event e = { .hdr = { TS_EV_DEV_RUNS, sizeof(e), pid, pid } };
+
+	e.abi = TS_CUPTI_ABI;
+	e.n = n;
+	e.stats.flush_ns = flush_ns;
+	for (uint32_t i = 0; i < n; i++) {
+		e.runs[i].start_ns = spans[i][0];
+		e.runs[i].end_ns = spans[i][1];
+		e.runs[i].busy_ns = spans[i][1] - spans[i][0];
+		e.runs[i].graphs = 1;
+	}
+	gpu_add_runs(g, &e);
+}
+
+/*
+ * A heartbeat after a step does not make its device times complete: CUPTI keeps records that
+ * ended in a buffer that also holds a running operation. A run that started after the step
+ * does (its records came in launch order), and so does a quiet time after a heartbeat for a
+ * process that went idle.
+ */
+TEST(test_device_times_complete)
+{
+	struct gpu_timeline g;
+	struct gpu_step out;
+	static const uint64_t first[][2] = { { 10 * MS + MS / 5, 10 * MS + 4 * MS / 5 },
+					     { 12 * MS + MS / 5, 12 * MS + 4 * MS / 5 } };
+
+	gpu_init(&g);
+	add_runs(&g, 7, MS, NULL, 0); /* the library is there */
+	add_step(&g, 7, 10 * MS, 11 * MS, 0, 1);
+	add_step(&g, 7, 12 * MS, 13 * MS, 0, 1);
+	add_runs(&g, 7, 20 * MS, NULL, 0); /* a heartbeat after both, no run yet */
+	ASSERT_FALSE(gpu_next_ready(&g, 20 * MS, 20 * MS, false, &out), "a heartbeat alone");
+	ASSERT_FALSE(gpu_device_complete(&g, 11 * MS, 20 * MS), "requests wait too");
+	add_runs(&g, 7, 20 * MS, first, 2);
+	ASSERT_TRUE(gpu_device_complete(&g, 11 * MS, 20 * MS), "a later run came");
+	if (ASSERT_TRUE(gpu_next_ready(&g, 20 * MS, 20 * MS, false, &out), "the first step")) {
+		ASSERT_EQ(out.start_ns, 10 * MS, "in order");
+		ASSERT_TRUE(out.dev.device, "with its device time");
+	}
+	ASSERT_FALSE(gpu_next_ready(&g, 20 * MS, 20 * MS, false, &out), "the second: no later run");
+	ASSERT_FALSE(gpu_device_complete(&g, 13 * MS, 13 * MS + GPU_DEVICE_QUIET_NS - 1), "quiet");
+	ASSERT_TRUE(gpu_device_complete(&g, 13 * MS, 13 * MS + GPU_DEVICE_QUIET_NS), "idle");
+	if (ASSERT_TRUE(gpu_next_ready(&g, 300 * MS, 300 * MS, false, &out), "idle: given back")) {
+		ASSERT_EQ(out.start_ns, 12 * MS, "the second");
+		ASSERT_TRUE(out.dev.device, "with its device time");
+	}
+	ASSERT_EQ(g.released_late, 0, "none shown before its device times");
+	ASSERT_EQ(g.procs[0].cupti.late, 0, "no run came after its step was shown");
+	gpu_free(&g);
+}
+
 int main(void)
 {
 	return check_run_all();

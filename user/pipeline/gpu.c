@@ -308,6 +308,8 @@ void gpu_add_runs(struct gpu_timeline *g, const struct ts_dev_runs_event *e)
 			continue; /* the library never sends one; a damaged record might */
 		p->cupti.runs++;
 		p->cupti.busy_ns += r->busy_ns;
+		if (r->start_ns > p->cupti.run_start_max)
+			p->cupti.run_start_max = r->start_ns;
 		s = g->ring ? step_at(g, p->pid, r->start_ns) : NULL;
 		if (!s) {
 			keep_orphan(g, p, r);
@@ -330,6 +332,22 @@ struct gpu_step *gpu_step_by_id(const struct gpu_timeline *g, uint64_t id)
 	return s->id == id ? s : NULL;
 }
 
+/*
+ * Whether a process's device times are in up to t, at kernel time now. A heartbeat after t is
+ * not enough: cuptiActivityFlushAll hands over only buffers whose every record is complete, and
+ * while the GPU works without a pause the current buffer always holds an operation still
+ * running, so records that ended long before the heartbeat stay in it (on an H200, decode steps
+ * came without device times in runs of a hundred). CUPTI writes a context's records in the
+ * order their operations were launched, and a step's operations end before the step does (it
+ * ends at a host wait): so once a run that started at t or later has come, every run before t
+ * has too. A process that went idle sends no later run: then a heartbeat after t, and
+ * GPU_DEVICE_QUIET_NS since t, do.
+ */
+static bool gpu_cupti_complete(const struct gpu_cupti *c, uint64_t t, uint64_t now)
+{
+	return c->run_start_max >= t || (c->flush_ns >= t && now >= t + GPU_DEVICE_QUIET_NS);
+}
+
 bool gpu_next_ready(struct gpu_timeline *g, uint64_t record_ns, uint64_t now_ns, bool all,
 		    struct gpu_step *out)
 {
@@ -347,8 +365,9 @@ bool gpu_next_ready(struct gpu_timeline *g, uint64_t record_ns, uint64_t now_ns,
 		return false;
 	s = gpu_step_by_id(g, g->pending[g->pending_head]);
 	p = gpu_proc_find(g, s->pid);
-	complete = !s->dev_wait || (p && p->cupti.flush_ns >= s->end_ns);
-	closed = batch_step_closed(s, now_ns > record_ns ? now_ns : record_ns);
+	now_ns = now_ns > record_ns ? now_ns : record_ns;
+	complete = !s->dev_wait || (p && gpu_cupti_complete(&p->cupti, s->end_ns, now_ns));
+	closed = batch_step_closed(s, now_ns);
 	if (!all && g->npending < GPU_PENDING_MAX &&
 	    ((!complete && record_ns < s->end_ns + GPU_DEVICE_WAIT_NS) || !closed))
 		return false;
@@ -368,7 +387,7 @@ bool gpu_device_complete(const struct gpu_timeline *g, uint64_t t_ns, uint64_t n
 	if (!g->cupti_procs || now_ns >= t_ns + GPU_DEVICE_WAIT_NS)
 		return true;
 	for (uint32_t i = 0; i < g->nprocs; i++)
-		if (g->procs[i].cupti.seen && g->procs[i].cupti.flush_ns < t_ns)
+		if (g->procs[i].cupti.seen && !gpu_cupti_complete(&g->procs[i].cupti, t_ns, now_ns))
 			return false;
 	return true;
 }

@@ -39,6 +39,9 @@ enum step_kind { STEP_PREFILL, STEP_DECODE, STEP_MIXED, STEP_OTHER, STEP_KIND_MA
 /* Steps waiting for their device times or their batch (batch.h) at once; one more releases
  * the oldest. */
 #define GPU_PENDING_MAX 4096
+/* A process's device times count as complete up to t when a run that started at t or later
+ * has come, or a heartbeat after t came and this long passed since t (see gpu.c). */
+#define GPU_DEVICE_QUIET_NS 200000000ull
 /* Runs that came before the record of the step they ran in (a flush during a long step): kept
  * for the step to take when it ends, up to GPU_DEVICE_WAIT_NS; beyond that, in no step. */
 #define GPU_ORPHANS 1024
@@ -82,7 +85,8 @@ struct gpu_step {
 /* A process's CUPTI injection library, as its records said. */
 struct gpu_cupti {
 	bool seen;		     /* a record arrived: its steps wait for device times */
-	uint64_t flush_ns;	     /* the latest heartbeat: device work ended before it is in */
+	uint64_t flush_ns;	     /* the latest heartbeat (see gpu_cupti_complete) */
+	uint64_t run_start_max;	     /* the latest start of a run received */
 	struct ts_cupti_stats stats; /* the library's counters, as last reported */
 	uint64_t runs, busy_ns;	     /* runs received, and their device time */
 	uint64_t late;		     /* runs whose step was shown before they came */
@@ -158,7 +162,7 @@ const char *gpu_kind_name(enum step_kind k);
 void gpu_add(struct gpu_timeline *g, const struct ts_gpu_step_event *e, struct gpu_step *out);
 /* A record of the CUPTI injection library: its runs go to the steps they ran in. */
 void gpu_add_runs(struct gpu_timeline *g, const struct ts_dev_runs_event *e);
-/* The oldest held step, if its device times are complete (a heartbeat after its end) or it has
+/* The oldest held step, if its device times are complete (GPU_DEVICE_QUIET_NS) or it has
  * waited GPU_DEVICE_WAIT_NS of kernel time (record_ns: the latest record's), and its batch is
  * complete (batch_closed at now_ns, the kernel clock), or all is set; copied to *out. */
 bool gpu_next_ready(struct gpu_timeline *g, uint64_t record_ns, uint64_t now_ns, bool all,
