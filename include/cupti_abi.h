@@ -15,8 +15,10 @@
  *
  * While a tracer is attached, the library flushes CUPTI's buffers every TS_CUPTI_FLUSH_MS and
  * then fires the probe once with no runs (a heartbeat) and stats.flush_ns set to the time the
- * flush began: every operation that ended before flush_ns has been handed over by then, which
- * tells the pipeline when a step's device times are complete.
+ * flush began. CUPTI hands over only buffers whose every record is complete, so an operation
+ * that ended before flush_ns may still be held behind one that is running: the pipeline takes
+ * a step's device times as complete only when a later run came, or after a quiet time
+ * (user/pipeline/gpu.c).
  *
  * Like include/events.h, it includes nothing: the includer provides __u32 and __u64.
  */
@@ -74,7 +76,7 @@ struct ts_cupti_stats {
 	__u32 clock;	   /* how device times reach CLOCK_MONOTONIC: TS_CUPTI_CLOCK_* */
 	__u32 pad;
 	__u64 clock_err_ns; /* TS_CUPTI_CLOCK_OFFSET: the bound on the measured offset's error */
-	__u64 flush_ns;	    /* a heartbeat: operations that ended before this were handed over */
+	__u64 flush_ns;	    /* a heartbeat: the time the flush began */
 };
 
 enum ts_cupti_clock {
