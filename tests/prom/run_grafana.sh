@@ -26,6 +26,8 @@ PY=/usr/bin/python3
 [ -x "$PY" ] || PY=python3
 TMP=$(mktemp -d)
 . tests/lib.sh
+# shellcheck source=tests/prom/prom_lib.sh
+. tests/prom/prom_lib.sh
 KO_LOGS="$TMP/rs.out"
 pids=()
 # Every wait is bounded: this many tenths of a second (WAIT_START), seconds (the others).
@@ -37,18 +39,6 @@ cleanup() {
 	rm -rf "$TMP"
 }
 trap cleanup EXIT
-
-free_port() {
-	"$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-
-# Query Prometheus' HTTP API; prints the first sample's value, or nothing.
-prom_query() {
-	curl -s --max-time 5 "http://127.0.0.1:$PPORT/api/v1/query" --data-urlencode "query=$1" |
-		"$PY" -c 'import json,sys
-r = json.load(sys.stdin)["data"]["result"]
-print(r[0]["value"][1] if r else "")' 2>/dev/null
-}
 
 missing=""
 for t in "$TS" "$RS" "$GT" "$STANDIN/libnvidia-ml.so.1"; do [ -e "$t" ] || missing="$missing $t"; done
@@ -98,22 +88,7 @@ fi
 ok "tokenscope traces refserver --gpu (pid $RSPID, engine $ENGINE), metrics on port $MPORT"
 
 # Prometheus, scraping tokenscope every second, with the rules loaded (ALERTS).
-PPORT=$(free_port)
-mkdir -p "$TMP/prom"
-cp "$RULES" "$TMP/prom/rules.yml"
-cat >"$TMP/prom/prometheus.yml" <<EOF
-global:
-  scrape_interval: 1s
-  evaluation_interval: 1s
-rule_files: [rules.yml]
-scrape_configs:
-  - job_name: tokenscope
-    static_configs:
-      - targets: ['127.0.0.1:$MPORT']
-EOF
-prometheus --config.file="$TMP/prom/prometheus.yml" --storage.tsdb.path="$TMP/prom/data" \
-	--web.listen-address="127.0.0.1:$PPORT" --log.level=warn >"$TMP/prometheus.err" 2>&1 &
-pids+=("$!")
+start_prometheus "$MPORT"
 up=
 deadline=$((SECONDS + WAIT_READY))
 while [ $SECONDS -lt $deadline ]; do

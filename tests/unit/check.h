@@ -136,4 +136,23 @@ static inline int check_run_all(void)
 	return check_failed ? 1 : 0;
 }
 
+/* The whole file at path as a string (malloc'd, NUL-terminated), or NULL. */
+static inline char *check_read_file(const char *path)
+{
+	FILE *fp = fopen(path, "rb");
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *mem;
+	int c;
+
+	if (!fp)
+		return NULL;
+	mem = open_memstream(&buf, &len);
+	while ((c = fgetc(fp)) != EOF)
+		fputc(c, mem);
+	fclose(mem);
+	fclose(fp);
+	return buf;
+}
+
 #endif

@@ -49,24 +49,6 @@ static bool page_open(struct page *p)
 	return true;
 }
 
-static char *read_all(const char *path)
-{
-	FILE *fp = fopen(path, "rb");
-	char *buf = NULL;
-	size_t len = 0;
-	FILE *mem;
-	int c;
-
-	if (!fp)
-		return NULL;
-	mem = open_memstream(&buf, &len);
-	while ((c = fgetc(fp)) != EOF)
-		fputc(c, mem);
-	fclose(mem);
-	fclose(fp);
-	return buf;
-}
-
 /* Ends the run at now_ns, closes the page and parses its data element. */
 static bool page_finish(struct page *p, uint64_t now_ns)
 {
@@ -77,7 +59,7 @@ static bool page_finish(struct page *p, uint64_t now_ns)
 	if (!ASSERT_OK(html_close(p->h), "close"))
 		return false;
 	p->h = NULL;
-	p->text = read_all(p->path);
+	p->text = check_read_file(p->path);
 	if (!ASSERT_OK_PTR(p->text, "read the page"))
 		return false;
 	start = strstr(p->text, DATA_OPEN);

@@ -42,28 +42,10 @@ static void tf_open(struct tfile *f)
 	f->s = timeline_sink(&f->t);
 }
 
-static char *read_all(const char *path)
-{
-	FILE *fp = fopen(path, "rb");
-	char *buf = NULL;
-	size_t len = 0;
-	FILE *mem;
-	int c;
-
-	if (!fp)
-		return NULL;
-	mem = open_memstream(&buf, &len);
-	while ((c = fgetc(fp)) != EOF)
-		fputc(c, mem);
-	fclose(mem);
-	fclose(fp);
-	return buf;
-}
-
 /* Parses the file as it is now, with `suffix` appended (the closing "]}" of a cut file). */
 static bool tf_parse(struct tfile *f, const char *suffix)
 {
-	char *text = read_all(f->path);
+	char *text = check_read_file(f->path);
 	size_t n;
 
 	cJSON_Delete(f->root);
@@ -790,7 +772,7 @@ TEST(test_buffer_reuse)
 		       &NOT_ATTRIBUTED);
 		tokens += sizes[i];
 		/* Written whole after each request (parsed once, at the end: it is large). */
-		text = read_all(f.path);
+		text = check_read_file(f.path);
 		if (!ASSERT_OK_PTR(text, "read the file"))
 			goto out;
 		n = strlen(text);
