@@ -149,7 +149,9 @@ TEST(test_device_times_complete)
 	ASSERT_FALSE(gpu_next_ready(&g, 20 * MS, 20 * MS, false, &out), "a heartbeat alone");
 	ASSERT_FALSE(gpu_device_complete(&g, 11 * MS, 20 * MS), "requests wait too");
 	add_runs(&g, 7, 20 * MS, first, 2);
-	ASSERT_TRUE(gpu_device_complete(&g, 11 * MS, 20 * MS), "a later run came");
+	ASSERT_FALSE(gpu_device_complete(&g, 11 * MS, 20 * MS), "not before the heartbeat");
+	add_runs(&g, 7, 21 * MS, NULL, 0);
+	ASSERT_TRUE(gpu_device_complete(&g, 11 * MS, 21 * MS), "a later run came");
 	if (ASSERT_TRUE(gpu_next_ready(&g, 20 * MS, 20 * MS, false, &out), "the first step")) {
 		ASSERT_EQ(out.start_ns, 10 * MS, "in order");
 		ASSERT_TRUE(out.dev.device, "with its device time");
@@ -162,6 +164,16 @@ TEST(test_device_times_complete)
 		ASSERT_TRUE(out.dev.device, "with its device time");
 	}
 	ASSERT_EQ(g.released_late, 0, "none shown before its device times");
+	/* A damaged run that says it started after the heartbeat that sent it does not count. */
+	{
+		static const uint64_t future[][2] = { { 900 * MS, 901 * MS } };
+
+		add_step(&g, 7, 400 * MS, 401 * MS, 0, 1);
+		add_runs(&g, 7, 402 * MS, future, 1);
+		add_runs(&g, 7, 402 * MS, NULL, 0);
+		ASSERT_EQ(g.procs[0].cupti.done_ns, 402 * MS, "clamped to the heartbeat");
+		ASSERT_FALSE(gpu_device_complete(&g, 403 * MS, 403 * MS), "no later step let through");
+	}
 	ASSERT_EQ(g.procs[0].cupti.late, 0, "no run came after its step was shown");
 	gpu_free(&g);
 }

@@ -80,15 +80,23 @@ TEST(test_ttft_definitions)
 	ASSERT_EQ(m.ttft_chunk_ns, 1, "first chunk with content");
 	request_free(r);
 
-	/* As many tokens as frames: no tokens per chunk. */
-	r = request_new(1, 1, 0, "c");
-	r->arrival_ns = 1;
-	feed(r, "", "{\"choices\":[{\"delta\":{\"content\":\"c\"}}]}", 2);
-	feed(r, "", "{\"choices\":[],\"usage\":{\"completion_tokens\":1}}", 4);
-	request_close(r, 5, true);
-	request_metrics(r, &m);
-	ASSERT_TRUE(isnan(m.tokens_per_chunk_mean), "one token per frame");
-	request_free(r);
+	/* As many tokens as frames, or one more (the end-of-sequence token, counted and never
+	 * streamed): no tokens per chunk. */
+	for (int extra = 0; extra <= 1; extra++) {
+		char usage[96];
+
+		r = request_new(1, 1, 0, "c");
+		r->arrival_ns = 1;
+		feed(r, "", "{\"choices\":[{\"delta\":{\"content\":\"c\"}}]}", 2);
+		feed(r, "", "{\"choices\":[{\"delta\":{\"content\":\"d\"}}]}", 3);
+		snprintf(usage, sizeof(usage), "{\"choices\":[],\"usage\":{\"completion_tokens\":%d}}",
+			 2 + extra);
+		feed(r, "", usage, 4);
+		request_close(r, 5, true);
+		request_metrics(r, &m);
+		ASSERT_TRUE(isnan(m.tokens_per_chunk_mean), "a token per frame");
+		request_free(r);
+	}
 }
 
 /* The summary's table, and a line per definition that differs, naming the cause; none when

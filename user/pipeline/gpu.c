@@ -300,6 +300,16 @@ void gpu_add_runs(struct gpu_timeline *g, const struct ts_dev_runs_event *e)
 	p->cupti.stats = e->stats;
 	if (e->stats.flush_ns > p->cupti.flush_ns)
 		p->cupti.flush_ns = e->stats.flush_ns;
+	/* A heartbeat (no runs): every buffer CUPTI handed over by its flush has been sent, so
+	 * the runs so far can stand for what came before them (gpu_cupti_complete). None can
+	 * have started after the flush: a later start is a damaged record, not let count. */
+	if (!e->n) {
+		uint64_t done = p->cupti.run_start_max < e->stats.flush_ns ? p->cupti.run_start_max
+									   : e->stats.flush_ns;
+
+		if (done > p->cupti.done_ns)
+			p->cupti.done_ns = done;
+	}
 	for (uint32_t i = 0; i < e->n && i < TS_RUNS_PER_PROBE; i++) {
 		const struct ts_dev_run *r = &e->runs[i];
 		struct gpu_step *s;
@@ -339,13 +349,16 @@ struct gpu_step *gpu_step_by_id(const struct gpu_timeline *g, uint64_t id)
  * running, so records that ended long before the heartbeat stay in it (on an H200, decode steps
  * came without device times in runs of a hundred). CUPTI writes a context's records in the
  * order their operations were launched, and a step's operations end before the step does (it
- * ends at a host wait): so once a run that started at t or later has come, every run before t
- * has too. A process that went idle sends no later run: then a heartbeat after t, and
- * GPU_DEVICE_QUIET_NS since t, do.
+ * ends at a host wait): so once a heartbeat came after a run that started at t or later, every
+ * run before t has too. Not before the heartbeat: the library sends the runs of one buffer in
+ * the order their streams' runs closed, 32 at a time. A process that went idle sends no later
+ * run: then a heartbeat after t, and GPU_DEVICE_QUIET_NS since t, do. A process with several
+ * contexts (several GPUs) has a buffer per context, which this order does not cover: there a
+ * step can be shown before its runs come, and they are counted late.
  */
 static bool gpu_cupti_complete(const struct gpu_cupti *c, uint64_t t, uint64_t now)
 {
-	return c->run_start_max >= t || (c->flush_ns >= t && now >= t + GPU_DEVICE_QUIET_NS);
+	return c->done_ns >= t || (c->flush_ns >= t && now >= t + GPU_DEVICE_QUIET_NS);
 }
 
 bool gpu_next_ready(struct gpu_timeline *g, uint64_t record_ns, uint64_t now_ns, bool all,

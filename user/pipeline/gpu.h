@@ -87,6 +87,8 @@ struct gpu_cupti {
 	bool seen;		     /* a record arrived: its steps wait for device times */
 	uint64_t flush_ns;	     /* the latest heartbeat (see gpu_cupti_complete) */
 	uint64_t run_start_max;	     /* the latest start of a run received */
+	uint64_t done_ns; /* at the latest heartbeat: run_start_max, not past the heartbeat's
+			   * flush (gpu_cupti_complete) */
 	struct ts_cupti_stats stats; /* the library's counters, as last reported */
 	uint64_t runs, busy_ns;	     /* runs received, and their device time */
 	uint64_t late;		     /* runs whose step was shown before they came */
@@ -164,7 +166,7 @@ void gpu_add(struct gpu_timeline *g, const struct ts_gpu_step_event *e, struct g
 void gpu_add_runs(struct gpu_timeline *g, const struct ts_dev_runs_event *e);
 /* The oldest held step, if its device times are complete (GPU_DEVICE_QUIET_NS) or it has
  * waited GPU_DEVICE_WAIT_NS of kernel time (record_ns: the latest record's), and its batch is
- * complete (batch_closed at now_ns, the kernel clock), or all is set; copied to *out. */
+ * complete (batch_step_closed at now_ns, the kernel clock), or all is set; copied to *out. */
 bool gpu_next_ready(struct gpu_timeline *g, uint64_t record_ns, uint64_t now_ns, bool all,
 		    struct gpu_step *out);
 /* The kept step with this id; NULL when the history no longer holds it. */

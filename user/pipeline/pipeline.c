@@ -63,7 +63,7 @@ static uint64_t pl_now(const struct pipeline *pl)
  * final. */
 static bool pl_event_ready(const struct pipeline *pl, const struct pl_event *e)
 {
-	return e->start || (gpu_device_complete(&pl->gpu, e->r->end_ns, pl->last_ns) &&
+	return e->start || (gpu_device_complete(&pl->gpu, e->r->end_ns, pl_now(pl)) &&
 			    batch_settled(&pl->gpu, e->r, pl_now(pl)));
 }
 

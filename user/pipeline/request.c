@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include <errno.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,8 +90,9 @@ void request_body_bytes(struct request *r, uint64_t ts)
 
 /*
  * A content frame's tokens from the running completion_tokens it states (vLLM's continuous
- * usage stats: every frame says the count so far). A frame that states none, or a count that
- * went back, ends the per-frame counts for the request: its median and maximum are not known.
+ * usage stats: every frame says the count so far). A frame that states none, a count that went
+ * back or one that cannot be a frame's, ends the per-frame counts for the request: its median and
+ * maximum are not known.
  */
 static void request_chunk_tokens(struct request *r, const struct frame_info *fi)
 {
@@ -99,7 +101,8 @@ static void request_chunk_tokens(struct request *r, const struct frame_info *fi)
 
 	if (!r->chunk_tokens_ok)
 		return;
-	if (fi->completion_tokens < 0 || fi->completion_tokens < prev) {
+	if (fi->completion_tokens < 0 || fi->completion_tokens < prev ||
+	    fi->completion_tokens - prev > UINT32_MAX) {
 		r->chunk_tokens_ok = false;
 		return;
 	}
@@ -154,7 +157,9 @@ static void request_tokens_per_chunk(const struct request *r, struct request_met
 
 	m->tokens_per_chunk_mean = NAN;
 	m->tokens_per_chunk_p50 = m->tokens_per_chunk_max = -1;
-	if (!m->tokens_from_usage || !r->ntokens || m->tokens <= r->ntokens)
+	/* One token more than frames is the end-of-sequence token that servers such as vLLM
+	 * count in usage and never stream: frames are still tokens. */
+	if (!m->tokens_from_usage || !r->ntokens || m->tokens <= (int64_t)r->ntokens + 1)
 		return;
 	m->tokens_per_chunk_mean = (double)m->tokens / r->ntokens;
 	if (!r->chunk_tokens_ok || r->nchunk_tokens != r->ntokens)

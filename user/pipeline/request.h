@@ -119,9 +119,9 @@ struct request_metrics {
 	/* TTFT to the first response body byte, the first chunk, the first answer text; -1:
 	 * none. ttft_ns is the first output (text, reasoning or a tool call). */
 	int64_t ttft_byte_ns, ttft_chunk_ns, ttft_text_ns;
-	/* Where usage says more tokens than content frames: tokens per content frame, their
-	 * mean (NaN otherwise), and median and maximum where the frames stated running counts
-	 * (-1 otherwise). */
+	/* Where usage says more tokens than content frames and the end-of-sequence token some
+	 * servers count but never stream: tokens per content frame, their mean (NaN otherwise),
+	 * and median and maximum where the frames stated running counts (-1 otherwise). */
 	double tokens_per_chunk_mean;
 	int64_t tokens_per_chunk_p50, tokens_per_chunk_max;
 };

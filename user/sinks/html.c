@@ -109,6 +109,8 @@ struct html {
 	const struct diagnosis *diag; /* report's, or own */
 	struct diagnosis *own;	      /* kept over the kept requests when none is given */
 	struct sink own_sink;
+	uint64_t own_gaps;	/* token gaps given to it (HTML_DIAG_MAX_GAPS) */
+	uint64_t own_left_out;	/* kept requests not given to it */
 	struct html_req *reqs;
 	size_t nreqs, reqs_cap;
 	uint64_t reqs_seen;
@@ -291,9 +293,13 @@ static void html_request(void *ctx, const struct request *r, const struct reques
 	if (!q)
 		return;
 	h->reqs = q;
-	/* The page's own diagnosis is over the requests it keeps: bounded as they are. */
-	if (h->own)
+	/* The page's own diagnosis is over the requests it keeps, while their gaps fit. */
+	if (h->own && h->own_gaps + r->ntokens <= HTML_DIAG_MAX_GAPS) {
+		h->own_gaps += r->ntokens;
 		h->own_sink.request(h->own_sink.ctx, r, m, ga);
+	} else if (h->own) {
+		h->own_left_out++;
+	}
 	q = &h->reqs[h->nreqs++];
 	q->arrival_ns = r->arrival_ns;
 	q->outcome = r->outcome;
@@ -563,6 +569,7 @@ static void write_data(struct html *h, FILE *f, const struct pipeline_status *st
 	write_gpu(&w, st->gpu);
 	json_text(&w, "gpu_text", st->gpu ? capture(print_gpu, st->gpu) : NULL);
 	json_text(&w, "diagnosis", h->diag ? capture(print_diagnosis, h->diag) : NULL);
+	jsonw_u64(&w, "diagnosis_left_out", h->own_left_out);
 	jsonw_obj_begin(&w, "limits");
 	jsonw_u64(&w, "requests", HTML_MAX_REQUESTS);
 	jsonw_u64(&w, "steps", HTML_MAX_STEPS);

@@ -32,6 +32,10 @@
  * and series cover every request. */
 #define HTML_MAX_REQUESTS 100000
 #define HTML_MAX_STEPS 200000
+/* The page's own diagnosis (a live run) keeps every token gap of the requests it is given
+ * (12 bytes each): it is given the kept requests while their gaps stay under this many, 12 MB;
+ * the page says how many it was not given. */
+#define HTML_DIAG_MAX_GAPS 1000000
 /* Distinct model names kept; requests of later ones are shown as one "other models". */
 #define HTML_MAX_MODELS 64
 /* Time buckets of the TTFT and ITL series (from the first arrival), and the first bucket

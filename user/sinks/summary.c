@@ -32,7 +32,8 @@ void summary_start(struct summary *s, const struct request *r)
 static void summary_ttft_definitions(struct summary *s, const struct request *r,
 				     const struct request_metrics *m)
 {
-	/* The requests of the TTFT line: every definition is compared over the same ones. */
+	/* The requests of the TTFT line; each definition over those of them that had its event
+	 * (a request with no answer text has no first content: its n says how many). */
 	if (m->ttft_ns < 0)
 		return;
 	if (m->ttft_byte_ns >= 0)
@@ -126,6 +127,8 @@ static int summary_ttft_differs(const struct summary *s,
 	int k = 0;
 	double d;
 
+	if (!n)
+		return 0;
 	d = summary_differ(&s->ttft_chunk, &s->ttft);
 	if (fabs(d) > SUMMARY_TTFT_DIFFER)
 		snprintf(out[k++], SUMMARY_DIFFER_LEN,
@@ -134,7 +137,12 @@ static int summary_ttft_differs(const struct summary *s,
 			 "counts)",
 			 d, (unsigned long long)s->chunk_first, n);
 	d = summary_differ(&s->ttft_text, &s->ttft);
-	if (fabs(d) > SUMMARY_TTFT_DIFFER || (s->output_first && !s->ttft_text.count))
+	if (!s->ttft_text.count)
+		snprintf(out[k++], SUMMARY_DIFFER_LEN,
+			 "first content: none of %llu requests streamed answer text (reasoning or "
+			 "tool calls only), so content-only TTFT has no value",
+			 n);
+	else if (fabs(d) > SUMMARY_TTFT_DIFFER)
 		snprintf(out[k++], SUMMARY_DIFFER_LEN,
 			 "first content %+.0f%% against first output: %llu of %llu requests "
 			 "streamed reasoning or a tool call before any answer text (or none at "
