@@ -25,7 +25,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 static void evaluate(const struct alert_rule *r)
 {
 	/* The pipeline always passes an attribution; here one that says nothing is known. */
-	const struct gpu_attribution ga = { -1, -1, -1, -1, -1, "no GPU steps", -1, -1, NULL, .has_steps = false };
+	const struct gpu_attribution ga = {
+		-1, -1, -1, -1, -1, "no GPU steps", -1, -1, NULL, .has_steps = false
+	};
 	struct alert_set a;
 	struct sink s;
 

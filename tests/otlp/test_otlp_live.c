@@ -44,7 +44,7 @@ static void feed(struct sink *sk, int i, bool slow)
 	struct request *r;
 	struct request_metrics m;
 	struct gpu_attribution ga = { 10 * MS,	 40 * MS, 95 * MS, 50 * MS, 20 * MS,
-				      "by time", -1,	  -1,	   NULL, .has_steps = false };
+				      "by time", -1,	  -1,	   NULL,    .has_steps = false };
 	uint64_t t0 = T0 + (uint64_t)i * 1000 * MS, t = t0 + (slow ? 2000 : 100) * MS;
 
 	snprintf(conn, sizeof(conn), "127.0.0.1:8000<-127.0.0.1:%d#%d", 40000 + i % 20000, i);

@@ -172,7 +172,8 @@ TEST(test_device_times_complete)
 		add_runs(&g, 7, 402 * MS, future, 1);
 		add_runs(&g, 7, 402 * MS, NULL, 0);
 		ASSERT_EQ(g.procs[0].cupti.done_ns, 402 * MS, "clamped to the heartbeat");
-		ASSERT_FALSE(gpu_device_complete(&g, 403 * MS, 403 * MS), "no later step let through");
+		ASSERT_FALSE(gpu_device_complete(&g, 403 * MS, 403 * MS),
+			     "no later step let through");
 	}
 	ASSERT_EQ(g.procs[0].cupti.late, 0, "no run came after its step was shown");
 	gpu_free(&g);

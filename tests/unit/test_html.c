@@ -141,8 +141,10 @@ static int count_of(const char *text, const char *what)
 
 TEST(test_page_data)
 {
-	struct gpu_attribution ga = { 2 * MS,	 10 * MS, 15 * MS, 12 * MS,	3 * MS,
-				      "by time", -1,	  -1,	   "host-calls", .has_steps = false };
+	struct gpu_attribution ga = {
+		2 * MS,	   10 * MS, 15 * MS, 12 * MS,	   3 * MS,
+		"by time", -1,	    -1,	     "host-calls", .has_steps = false
+	};
 	struct gpu_step step = { 0 };
 	struct page p;
 	struct request *r;

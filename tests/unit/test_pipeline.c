@@ -1428,7 +1428,10 @@ TEST(test_websocket_upgrade)
 	data_event(&h, 1, TS_DIR_OUT,
 		   "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n\x81\x05hello",
 		   2000);
-	data_event(&h, 1, TS_DIR_IN, "\x81\x85" "abcdxxxxx", 3000);
+	data_event(&h, 1, TS_DIR_IN,
+		   "\x81\x85"
+		   "abcdxxxxx",
+		   3000);
 	if (ASSERT_EQ(h_lines(&h), 1, "the upgrade request")) {
 		ASSERT_EQ(num(h.lines[0], "status"), 101, "answered 101");
 		ASSERT_STREQ(str(h.lines[0], "outcome"), "ok", "ended there");

@@ -30,16 +30,26 @@ static struct request *reasoning_request(uint64_t t0)
 
 	r->arrival_ns = t0;
 	request_body_bytes(r, t0 + 10 * MS); /* ": keep-alive" */
-	feed(r, "", "{\"choices\":[{\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}],"
-		    "\"usage\":{\"completion_tokens\":0}}", t0 + 20 * MS);
-	feed(r, "", "{\"choices\":[{\"delta\":{\"reasoning_content\":\"a\"}}],"
-		    "\"usage\":{\"completion_tokens\":1}}", t0 + 30 * MS);
-	feed(r, "", "{\"choices\":[{\"delta\":{\"reasoning_content\":\"b\"}}],"
-		    "\"usage\":{\"completion_tokens\":2}}", t0 + 40 * MS);
-	feed(r, "", "{\"choices\":[{\"delta\":{\"content\":\"c\"}}],"
-		    "\"usage\":{\"completion_tokens\":5}}", t0 + 50 * MS);
-	feed(r, "", "{\"choices\":[{\"delta\":{\"content\":\"d\"}}],"
-		    "\"usage\":{\"completion_tokens\":7}}", t0 + 60 * MS);
+	feed(r, "",
+	     "{\"choices\":[{\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}],"
+	     "\"usage\":{\"completion_tokens\":0}}",
+	     t0 + 20 * MS);
+	feed(r, "",
+	     "{\"choices\":[{\"delta\":{\"reasoning_content\":\"a\"}}],"
+	     "\"usage\":{\"completion_tokens\":1}}",
+	     t0 + 30 * MS);
+	feed(r, "",
+	     "{\"choices\":[{\"delta\":{\"reasoning_content\":\"b\"}}],"
+	     "\"usage\":{\"completion_tokens\":2}}",
+	     t0 + 40 * MS);
+	feed(r, "",
+	     "{\"choices\":[{\"delta\":{\"content\":\"c\"}}],"
+	     "\"usage\":{\"completion_tokens\":5}}",
+	     t0 + 50 * MS);
+	feed(r, "",
+	     "{\"choices\":[{\"delta\":{\"content\":\"d\"}}],"
+	     "\"usage\":{\"completion_tokens\":7}}",
+	     t0 + 60 * MS);
 	feed(r, "", "{\"choices\":[],\"usage\":{\"completion_tokens\":7}}", t0 + 61 * MS);
 	feed(r, "", "[DONE]", t0 + 62 * MS);
 	request_close(r, t0 + 62 * MS, true);
@@ -89,8 +99,8 @@ TEST(test_ttft_definitions)
 		r->arrival_ns = 1;
 		feed(r, "", "{\"choices\":[{\"delta\":{\"content\":\"c\"}}]}", 2);
 		feed(r, "", "{\"choices\":[{\"delta\":{\"content\":\"d\"}}]}", 3);
-		snprintf(usage, sizeof(usage), "{\"choices\":[],\"usage\":{\"completion_tokens\":%d}}",
-			 2 + extra);
+		snprintf(usage, sizeof(usage),
+			 "{\"choices\":[],\"usage\":{\"completion_tokens\":%d}}", 2 + extra);
 		feed(r, "", usage, 4);
 		request_close(r, 5, true);
 		request_metrics(r, &m);
@@ -140,7 +150,8 @@ TEST(test_ttft_definitions_summary)
 
 		r->arrival_ns = 1000 * MS;
 		request_body_bytes(r, 1030 * MS);
-		feed(r, "", "{\"choices\":[{\"delta\":{\"role\":\"assistant\",\"content\":\"x\"}}]}",
+		feed(r, "",
+		     "{\"choices\":[{\"delta\":{\"role\":\"assistant\",\"content\":\"x\"}}]}",
 		     1030 * MS);
 		feed(r, "", "[DONE]", 1040 * MS);
 		request_close(r, 1040 * MS, true);

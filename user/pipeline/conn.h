@@ -28,7 +28,8 @@ struct conn_sink {
 	/* A request finished: the response ended, failed, or its connection closed. The callee
 	 * owns the request from then on (request_free). */
 	void (*request_done)(void *ctx, struct request *r);
-	/* A content frame's time was added to r (token_ns[ntokens - 1]); may be NULL. */
+	/* A content frame's (or gRPC message's) time was added to r (token_ns[ntokens - 1]); may
+	 * be NULL. */
 	void (*token)(void *ctx, struct request *r);
 	void *ctx;
 };

@@ -111,8 +111,8 @@ static void frame_openai(const struct jv *root, struct frame_info *out)
 	jv_foreach(choice, jv_get(root, "choices"))
 	{
 		const struct jv *delta = jv_get(choice, "delta");
-		bool text = frame_nonempty_str(delta, "content") ||
-			    frame_nonempty_str(choice, "text");
+		bool text =
+		    frame_nonempty_str(delta, "content") || frame_nonempty_str(choice, "text");
 
 		/* The role-only first frame and the finish frame carry no output. */
 		if (text || frame_nonempty_str(delta, "reasoning_content") ||

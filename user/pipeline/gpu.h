@@ -84,11 +84,11 @@ struct gpu_step {
 
 /* A process's CUPTI injection library, as its records said. */
 struct gpu_cupti {
-	bool seen;		     /* a record arrived: its steps wait for device times */
-	uint64_t flush_ns;	     /* the latest heartbeat (see gpu_cupti_complete) */
-	uint64_t run_start_max;	     /* the latest start of a run received */
-	uint64_t done_ns; /* at the latest heartbeat: run_start_max, not past the heartbeat's
-			   * flush (gpu_cupti_complete) */
+	bool seen;		/* a record arrived: its steps wait for device times */
+	uint64_t flush_ns;	/* the latest heartbeat (see gpu_cupti_complete) */
+	uint64_t run_start_max; /* the latest start of a run received */
+	uint64_t done_ns;	/* at the latest heartbeat: run_start_max, not past the heartbeat's
+				 * flush (gpu_cupti_complete) */
 	struct ts_cupti_stats stats; /* the library's counters, as last reported */
 	uint64_t runs, busy_ns;	     /* runs received, and their device time */
 	uint64_t late;		     /* runs whose step was shown before they came */

@@ -109,8 +109,8 @@ struct html {
 	const struct diagnosis *diag; /* report's, or own */
 	struct diagnosis *own;	      /* kept over the kept requests when none is given */
 	struct sink own_sink;
-	uint64_t own_gaps;	/* token gaps given to it (HTML_DIAG_MAX_GAPS) */
-	uint64_t own_left_out;	/* kept requests not given to it */
+	uint64_t own_gaps;     /* token gaps given to it (HTML_DIAG_MAX_GAPS) */
+	uint64_t own_left_out; /* kept requests not given to it */
 	struct html_req *reqs;
 	size_t nreqs, reqs_cap;
 	uint64_t reqs_seen;

@@ -150,12 +150,13 @@ static int summary_ttft_differs(const struct summary *s,
 			 d, (unsigned long long)s->output_first, n);
 	d = summary_differ(&s->ttft_byte, s->ttft_chunk.count ? &s->ttft_chunk : &s->ttft);
 	if (fabs(d) > SUMMARY_TTFT_DIFFER)
-		snprintf(out[k++], SUMMARY_DIFFER_LEN,
-			 "first byte %+.0f%% against first %s: %llu of %llu requests sent body "
-			 "bytes before their first message (an early flush, a comment or keep-alive "
-			 "line)",
-			 d, s->ttft_chunk.count ? "chunk" : "output",
-			 (unsigned long long)s->byte_first, n);
+		snprintf(
+		    out[k++], SUMMARY_DIFFER_LEN,
+		    "first byte %+.0f%% against first %s: %llu of %llu requests sent body "
+		    "bytes before their first message (an early flush, a comment or keep-alive "
+		    "line)",
+		    d, s->ttft_chunk.count ? "chunk" : "output", (unsigned long long)s->byte_first,
+		    n);
 	return k;
 }
 

@@ -4,9 +4,10 @@
  * Format file (JSON object form) that Perfetto (ui.perfetto.dev) and chrome://tracing open.
  * A sink: a request's events are written when it is reported and a GPU step's when it is (once
  * its batch is final, batch.h), so memory holds one request at most. Arrows (flow events) go
- * from each step to each token it produced, written with the request. Events are built in memory and written to the file whole,
- * after every request, every tick and every TIMELINE_FLUSH_BYTES, so the file always ends at
- * an event boundary; timeline_close writes the closing "]}".
+ * from each step to each token it produced, written with the request. Events are built in
+ * memory and written to the file whole, after every request, every tick and every
+ * TIMELINE_FLUSH_BYTES, so the file always ends at an event boundary; timeline_close writes the
+ * closing "]}".
  *
  * A file left by a crash lacks only that "]}": append it (printf ']}' >> FILE) to open it.
  * Neither Perfetto ("JSON trace file is incomplete") nor chrome://tracing accepts an
