@@ -142,13 +142,14 @@ def main():
         ko("mixed: attach", err.strip()[-300:])
     else:
         check_requests("mixed", reqs, slog)
-        # The percentages are of measured times: -33 %, +50 % and -50 % give or take one.
+        # The percentages are of measured times on a shared machine: -33 %, +50 % and -50 %,
+        # give or take four.
         want = [r"TTFT definition",
-                r"first chunk -3[234]% against first output: 4 of 8 requests sent a chunk "
-                r"with no output first",
-                r"first content \+(49|50|51)% against first output: 4 of 8 requests streamed "
-                r"reasoning",
-                r"first byte -(49|50|51)% against first chunk: 4 of 8 requests sent body "
+                r"first chunk -(29|3[0-7])% against first output: 4 of 8 requests sent a "
+                r"chunk with no output first",
+                r"first content \+(4[6-9]|5[0-4])% against first output: 4 of 8 requests "
+                r"streamed reasoning",
+                r"first byte -(4[6-9]|5[0-4])% against first chunk: 4 of 8 requests sent body "
                 r"bytes before"]
         missing = [w for w in want if not re.search(w, err)]
         if missing:

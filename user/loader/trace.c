@@ -469,10 +469,14 @@ static bool job_exited(struct loop *l, double now)
 static void loop_drain(struct loop *l)
 {
 	struct tracer *tr = l->tr;
+	/* The clock before the drain: a record that lands during it is no later than the time
+	 * the pipeline is told, so a step's batch window never closes ahead of a token write
+	 * already in the ring. */
+	uint64_t now = mono_ns();
 
 	kernel_ring_consume(tr->k);
 	read_kstats(tr);
-	pipeline_clock(&tr->pl, mono_ns());
+	pipeline_clock(&tr->pl, now);
 	exporters_poll_gpu(l->ex, &tr->pl);
 	pipeline_tick(&tr->pl);
 	if (tr->recording && !tr->rec_err) {
