@@ -116,14 +116,17 @@ for bytes in 64 1024 4096; do
 		-o /dev/null 2>>"$TMP/gt.err" || true
 	NREQ=$((NREQ + 4))
 done
-# Prometheus has every request, and the rules' alert, and the --alert rule has fired.
-n='' alerts='' firing=''
+# Prometheus has every request, and the rules' alert, and the --alert rule has fired; and,
+# with device times, two scrapes of their loss counters (a rate needs two samples: the family
+# appears once the engine's CUPTI library has reported, a scan after attach).
+n='' alerts='' firing='' dev=2
 deadline=$((SECONDS + WAIT_SCRAPE))
 while [ $SECONDS -lt $deadline ]; do
 	n=$(prom_query 'sum(tokenscope_requests_total{role="server"})')
 	alerts=$(prom_query 'count(ALERTS{alertname=~"Tokenscope.*"})')
 	firing=$(prom_query 'max(tokenscope_alert_firing)')
-	[ "${n:-0}" = "$NREQ" ] && [ -n "$alerts" ] && [ "$firing" = 1 ] && break
+	[ ${#optional[@]} -eq 0 ] && dev=$(prom_query 'min(count_over_time(tokenscope_device_times_lost_total[1m]))')
+	[ "${n:-0}" = "$NREQ" ] && [ -n "$alerts" ] && [ "$firing" = 1 ] && [ "${dev:-0}" -ge 2 ] && break
 	sleep 0.1
 done
 if [ "${n:-0}" = "$NREQ" ] && [ -n "$alerts" ] && [ "$firing" = 1 ]; then
