@@ -243,4 +243,30 @@ if [ $rc -eq 1 ] && grep -q "no/such/dir/x.html: No such file or directory" "$TM
 else
 	ko "html bad path" "exit $rc: $(cat "$TMP/nodir.err")"
 fi
+
+# 5. a page is written beside its path and renamed over it whole: a tracer killed mid-run
+# leaves the earlier page as it was (and its unfinished file beside it), a run that finishes
+# replaces it and leaves nothing beside
+echo "earlier page" >"$TMP/keep.html"
+sleep 30 &
+SLEEPPID=$!
+"$TS" trace -p "$SLEEPPID" --html "$TMP/keep.html" >/dev/null 2>"$TMP/keep.err" &
+TSPID=$!
+for _ in $(seq 100); do grep -q attached "$TMP/keep.err" && break; sleep 0.1; done
+kill -9 "$TSPID" 2>/dev/null
+wait "$TSPID" 2>/dev/null
+kill "$SLEEPPID" 2>/dev/null
+wait "$SLEEPPID" 2>/dev/null
+killed=$(cat "$TMP/keep.html")
+rm -f "$TMP"/keep.html.*
+"$TS" report --html "$TMP/new.html" "$TMP/run.tsr" >/dev/null 2>&1
+"$TS" report --html "$TMP/keep.html" "$TMP/run.tsr" >/dev/null 2>>"$TMP/keep.err"
+rc=$?
+left=$(find "$TMP" -maxdepth 1 -name 'keep.html.*' | wc -l)
+if [ "$killed" = "earlier page" ] && [ $rc -eq 0 ] && cmp -s "$TMP/keep.html" "$TMP/new.html" &&
+	[ "$left" -eq 0 ]; then
+	ok "html: a killed tracer leaves an earlier page whole, a finished run replaces it and leaves nothing beside"
+else
+	ko "html replace" "after the kill the page was '$(echo "$killed" | head -c 40)', report exit $rc, $(cmp "$TMP/keep.html" "$TMP/new.html" 2>&1), $left files left: $(cat "$TMP/keep.err")"
+fi
 finish

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -99,6 +100,7 @@ struct html_series {
 
 struct html {
 	FILE *f;
+	char *path, *tmp; /* the page's path, and the file it is written to until it is whole */
 	int err;
 	bool written;
 	uint64_t origin_ns;
@@ -133,12 +135,23 @@ int html_open(struct html **hp, const char *path, uint64_t origin_ns)
 	*hp = NULL;
 	if (!h)
 		return -ENOMEM;
-	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	if (fd < 0 || !(h->f = fdopen(fd, "w"))) {
+	/* A file beside path, renamed over it once the page is whole: a run that fails, or is
+	 * killed, leaves an earlier page at path as it was. */
+	if (asprintf(&h->tmp, "%s.XXXXXX", path) < 0 || !(h->path = strdup(path))) {
+		free(h->tmp);
+		free(h);
+		return -ENOMEM;
+	}
+	fd = mkostemp(h->tmp, O_CLOEXEC);
+	if (fd < 0 || fchmod(fd, 0644) || !(h->f = fdopen(fd, "w"))) {
 		int err = -errno;
 
-		if (fd >= 0)
+		if (fd >= 0) {
 			close(fd);
+			unlink(h->tmp);
+		}
+		free(h->tmp);
+		free(h->path);
 		free(h);
 		return err;
 	}
@@ -624,8 +637,17 @@ int html_close(struct html *h)
 	if (!h)
 		return 0;
 	err = h->err;
+	if (h->f && ferror(h->f) && !err)
+		err = -EIO;
 	if (h->f && fclose(h->f) && !err)
 		err = -errno;
+	/* A run that never finished (tracing did not start) has no page: path is left alone. */
+	if (!err && h->written && rename(h->tmp, h->path))
+		err = -errno;
+	if (err || !h->written)
+		unlink(h->tmp);
+	free(h->tmp);
+	free(h->path);
 	if (h->own) {
 		diagnosis_free(h->own);
 		free(h->own);

@@ -48,8 +48,9 @@ struct html;
 struct summary;
 struct diagnosis;
 
-/* Creates (truncates) path now, so a bad path fails before tracing starts; the page is written
- * at the end (the sink's finish). origin_ns: the run's time zero (CLOCK_MONOTONIC), as for the
+/* Creates a file beside path now (path.XXXXXX), so a bad path fails before tracing starts; the
+ * page is written to it at the end (the sink's finish) and renamed to path by html_close, so
+ * an earlier page at path stays whole until then. origin_ns: the run's time zero (CLOCK_MONOTONIC), as for the
  * timeline. 0, or a negative errno. */
 int html_open(struct html **hp, const char *path, uint64_t origin_ns);
 /* A replay: the recording's path, clocks (the origin becomes start_mono_ns) and host, shown in
@@ -60,7 +61,9 @@ void html_set_source(struct html *h, const char *what, uint64_t start_mono_ns,
  * the page keeps its own, over the requests it keeps. Before the end of the run. */
 void html_set_summary(struct html *h, const struct summary *total, const struct diagnosis *d);
 struct sink html_sink(struct html *h);
-/* Closes the file and frees h: 0, or the first error writing the page (-errno). */
+/* Closes the file, renames it to path once the page is whole (else removes it: a run that
+ * never finished leaves path alone), and frees h: 0, or the first error writing the page
+ * (-errno). */
 int html_close(struct html *h);
 
 #endif
