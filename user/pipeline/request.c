@@ -39,7 +39,6 @@ struct request *request_new(uint32_t pid, uint64_t conn_id, uint32_t seq, const 
 	r->prompt_tokens = r->completion_tokens = r->cached_tokens = -1;
 	r->grpc_status = -1;
 	r->chunk_tokens_ok = true;
-	r->usage_prev = -1;
 	return r;
 }
 
@@ -97,7 +96,8 @@ void request_body_bytes(struct request *r, uint64_t ts)
 static void request_chunk_tokens(struct request *r, const struct frame_info *fi)
 {
 	uint32_t *n;
-	int64_t prev = r->usage_prev > 0 ? r->usage_prev : 0;
+	/* The earlier frames' running count: this frame's usage is taken after (-1: none). */
+	int64_t prev = r->completion_tokens > 0 ? r->completion_tokens : 0;
 
 	if (!r->chunk_tokens_ok)
 		return;
@@ -222,7 +222,7 @@ static void request_take_usage(struct request *r, const struct frame_info *fi)
 	if (fi->prompt_tokens >= 0)
 		r->prompt_tokens = fi->prompt_tokens;
 	if (fi->completion_tokens >= 0)
-		r->completion_tokens = r->usage_prev = fi->completion_tokens;
+		r->completion_tokens = fi->completion_tokens;
 	if (fi->cached_tokens >= 0)
 		r->cached_tokens = fi->cached_tokens;
 }

@@ -74,12 +74,11 @@ struct request {
 	uint64_t first_byte_ns, first_chunk_ns, first_text_ns;
 	/* Tokens in each content frame, where every frame up to it stated a running
 	 * completion_tokens (vLLM's continuous usage stats); chunk_tokens_ok is false once a
-	 * content frame came without one. usage_prev: the latest running count, -1 none. */
+	 * content frame came without one. */
 	uint32_t *chunk_tokens;
 	uint32_t nchunk_tokens;
 	size_t chunk_tokens_cap;
 	bool chunk_tokens_ok;
-	int64_t usage_prev;
 	uint32_t frames;					 /* every frame, content or not */
 	int64_t prompt_tokens, completion_tokens, cached_tokens; /* -1: not reported */
 	uint64_t lost_bytes; /* response bytes (or request head bytes) the tracer lost */
