@@ -210,12 +210,23 @@ static void print_hist(FILE *f, const char *name, const struct hist *h)
 		hist_quantile(h, 0.99) / 1e6, h->max / 1e6, (unsigned long long)h->count);
 }
 
+/* The window from the first arrival to the last end, in seconds (0: none yet). */
+static double summary_window_s(const struct summary *s)
+{
+	return s->window_end_ns > s->window_start_ns ? (s->window_end_ns - s->window_start_ns) / 1e9
+						     : 0;
+}
+
+/* x per second of the window; 0 without one. busy_ns per second is the mean in flight. */
+static double summary_per_s(double x, double window_s)
+{
+	return window_s > 0 ? x / window_s : 0.0;
+}
+
 void summary_print(const struct summary *s, const struct loss_report *loss, const char *title,
 		   FILE *f)
 {
-	double window_s = s->window_end_ns > s->window_start_ns
-			      ? (s->window_end_ns - s->window_start_ns) / 1e9
-			      : 0;
+	double window_s = summary_window_s(s);
 
 	fprintf(f, "--- %s: %llu requests (%llu streamed)", title, (unsigned long long)s->requests,
 		(unsigned long long)s->streamed);
@@ -226,14 +237,14 @@ void summary_print(const struct summary *s, const struct loss_report *loss, cons
 	for (int o = 0; o < OUTCOME_MAX; o++)
 		fprintf(f, " %s=%llu", outcome_name(o), (unsigned long long)s->by_outcome[o]);
 	fprintf(f, "\n  in flight: max %u, mean %.2f, now %u\n", s->inflight_max,
-		window_s > 0 ? s->busy_ns / 1e9 / window_s : 0.0, s->inflight);
+		summary_per_s(s->busy_ns / 1e9, window_s), s->inflight);
 	print_hist(f, "TTFT", &s->ttft);
 	print_hist(f, "ITL", &s->itl);
 	print_hist(f, "TPOT", &s->tpot);
 	print_hist(f, "E2E", &s->e2e);
 	print_ttft_definitions(f, s);
 	fprintf(f, "  tokens %llu, %.1f tokens/s over %.3f s\n", (unsigned long long)s->tokens,
-		window_s > 0 ? s->tokens / window_s : 0.0, window_s);
+		summary_per_s(s->tokens, window_s), window_s);
 	/* A traced proxy: how much of its TTFT was its own, the rest its upstream's. */
 	if (s->proxy_ttft.count)
 		fprintf(
@@ -400,9 +411,7 @@ void summary_json_hist(struct jsonw *w, const char *key, const struct hist *h, b
 void summary_json(struct jsonw *w, const struct summary *s, const struct loss_report *loss,
 		  bool buckets)
 {
-	double window_s = s->window_end_ns > s->window_start_ns
-			      ? (s->window_end_ns - s->window_start_ns) / 1e9
-			      : 0;
+	double window_s = summary_window_s(s);
 
 	jsonw_u64(w, "requests", s->requests);
 	jsonw_u64(w, "streamed", s->streamed);
@@ -416,11 +425,11 @@ void summary_json(struct jsonw *w, const struct summary *s, const struct loss_re
 	jsonw_obj_end(w);
 	jsonw_obj_begin(w, "in_flight");
 	jsonw_u64(w, "max", s->inflight_max);
-	jsonw_num(w, "mean", window_s > 0 ? s->busy_ns / 1e9 / window_s : 0.0, 2);
+	jsonw_num(w, "mean", summary_per_s(s->busy_ns / 1e9, window_s), 2);
 	jsonw_u64(w, "now", s->inflight);
 	jsonw_obj_end(w);
 	jsonw_u64(w, "tokens", s->tokens);
-	jsonw_num(w, "tok_per_s", window_s > 0 ? s->tokens / window_s : 0.0, 1);
+	jsonw_num(w, "tok_per_s", summary_per_s(s->tokens, window_s), 1);
 	jsonw_num(w, "window_s", window_s, 3);
 	/* The histograms, as the text summary's lines: over ok requests but E2E, over all. */
 	summary_json_hist(w, "ttft_ms", &s->ttft, buckets);
