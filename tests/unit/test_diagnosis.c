@@ -344,7 +344,7 @@ TEST(test_out_of_order_and_wall_clock)
 	tzset();
 	run_open(&r);
 	/* Monotonic 1000 s was 2024-05-01 12:00:00 UTC. */
-	diagnosis_set_wall_clock(&r.d, 1000 * SEC, 1714564800ull * SEC);
+	diagnosis_set_wall_clock(&r.d, (int64_t)(1714564800ull * SEC - 1000 * SEC));
 	for (int i = 29; i >= 0; i--)
 		run_request(&r, 1000 * SEC + i * SEC, i < 20 ? &a : &b);
 	t = run_print(&r);

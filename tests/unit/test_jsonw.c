@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include "check.h"
+#include "lib/escape.h"
 #include "lib/jsonw.h"
 
 /* What f holds, as a string the caller frees. */
@@ -70,7 +71,7 @@ TEST(test_escape)
 
 		if (!mem_open(&m))
 			return;
-		jsonw_escape(m.f, cases[i].in);
+		escape_json(m.f, cases[i].in);
 		ASSERT_STREQ(mem_text(&m), cases[i].out, "escaped");
 		mem_close(&m);
 	}

@@ -1034,6 +1034,89 @@ TEST(test_hostile_strings)
 	h_close(&h);
 }
 
+/* An HPACK literal header field without indexing, new name (no Huffman), at p. */
+static size_t hpack_literal(uint8_t *p, const char *name, const char *value)
+{
+	size_t n = strlen(name), v = strlen(value);
+
+	p[0] = 0;
+	p[1] = n;
+	memcpy(p + 2, name, n);
+	p[2 + n] = v;
+	memcpy(p + 3 + n, value, v);
+	return 3 + n + v;
+}
+
+/* An HTTP/2 frame header at p: 24-bit length, type, flags, stream. */
+static size_t h2_frame(uint8_t *p, size_t len, uint8_t type, uint8_t flags, uint32_t stream)
+{
+	p[0] = len >> 16, p[1] = len >> 8, p[2] = len;
+	p[3] = type, p[4] = flags;
+	p[5] = stream >> 24, p[6] = stream >> 16, p[7] = stream >> 8, p[8] = stream;
+	return 9;
+}
+
+/*
+ * HPACK values are not validated by a lenient HTTP/2 server: a :method with an escape
+ * sequence (clear the screen, set the title) reached the text request line raw. It is made
+ * printable where it enters the request, and the text line cuts it at a character.
+ */
+TEST(test_h2_hostile_method)
+{
+	static const char method[] = "\x1b[2J\x1b]0;pwned\x07POST";
+	static const char sse[] = "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\n";
+	uint8_t req[512], resp[512], block[256];
+	size_t n = 0, b = 0, r = 0;
+	char *text = NULL;
+	size_t text_len = 0;
+	FILE *ft = open_memstream(&text, &text_len);
+	struct lines tl;
+	struct harness h;
+	struct sink ls;
+
+	h_open(&h);
+	lines_init(&tl, &(struct lines_opts){ .out = ft });
+	ls = lines_sink(&tl);
+	pipeline_add_sink(&h.pl, &ls);
+	conn_event(&h, TS_EV_CONN_OPEN, 1, 5, 500);
+	memcpy(req, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 24);
+	n = 24;
+	n += h2_frame(req + n, 0, 4, 0, 0); /* SETTINGS */
+	b += hpack_literal(block + b, ":method", method);
+	b += hpack_literal(block + b, ":scheme", "http");
+	b += hpack_literal(block + b, ":path", "/v1/chat/completions");
+	b += hpack_literal(block + b, ":authority", "x");
+	n += h2_frame(req + n, b, 1, 0x5, 1); /* HEADERS, END_STREAM | END_HEADERS */
+	memcpy(req + n, block, b);
+	n += b;
+	data_event_cap(&h, 1, TS_DIR_IN, req, n, n, 1000000);
+	r += h2_frame(resp + r, 0, 4, 0, 0);
+	b = 0;
+	b += hpack_literal(block + b, ":status", "200");
+	b += hpack_literal(block + b, "content-type", "text/event-stream");
+	r += h2_frame(resp + r, b, 1, 0x4, 1);
+	memcpy(resp + r, block, b);
+	r += b;
+	r += h2_frame(resp + r, strlen(sse), 0, 0, 1);
+	memcpy(resp + r, sse, strlen(sse));
+	r += strlen(sse);
+	r += h2_frame(resp + r, 0, 0, 0x1, 1); /* DATA, END_STREAM */
+	data_event_cap(&h, 1, TS_DIR_OUT, resp, r, r, 2000000);
+	fflush(ft);
+	if (ASSERT_EQ(h_lines(&h), 1, "one request"))
+		ASSERT_STREQ(str(h.lines[0], "method"), "\xef\xbf\xbd[2J\xef\xbf\xbd]0;pwn",
+			     "method: controls replaced, cut at a character (15 bytes)");
+	ASSERT_FALSE(text && memchr(text, 0x1b, text_len), "no escape byte in the text line");
+	ASSERT_FALSE(text && memchr(text, 0x07, text_len), "no bell in the text line");
+	/* The text line's METHOD column: six cells, the third replacement character whole. */
+	if (!ASSERT_TRUE(text && strstr(text, " \xef\xbf\xbd[2J\xef\xbf\xbd] ok ") != NULL,
+			 "six cells: U+FFFD [ 2 J U+FFFD ], then the outcome"))
+		printf("  text: %s\n", text ? text : "");
+	h_close(&h);
+	fclose(ft);
+	free(text);
+}
+
 /* A complete body that ends where a value belongs (`[}`) once stopped the body scanner from
  * advancing: the tracer spun and reported nothing more. */
 TEST(test_truncated_body_does_not_hang)

@@ -726,6 +726,68 @@ static void put32(unsigned char *p, uint32_t v)
 	memcpy(p, &v, 4);
 }
 
+/* A header is input: clocks that would overflow the wall-time arithmetic, a capture limit or a
+ * root pid no run can have, are refused with where and why; its strings come back printable. */
+TEST(test_header_fields_checked)
+{
+	static const struct {
+		size_t at, width;
+		uint64_t value;
+		const char *reason;
+	} bad[] = {
+		{ 16, 8, 1ull << 63,
+		  "corrupt header: monotonic clock 9223372036854775808 ns (at "
+		  "most 4611686018427387904)" },
+		{ 24, 8, UINT64_MAX,
+		  "corrupt header: wall clock 18446744073709551615 ns after 1970 "
+		  "(at most 4611686018427387904)" },
+		{ 32, 4, TS_CAPTURE_MAX + 1,
+		  "corrupt header: capture limit 1048577 bytes (at most "
+		  "1048576)" },
+		{ 136 + 4, 4, 0, "corrupt header: root process 0" },
+		{ 136, 4, RECORD_PID_MAX + 1, "corrupt header: root process 4194305" },
+	};
+	struct record_writer w;
+	struct record_meta m, back;
+	struct record_replay_stats st;
+	struct sink_recs got = { 0 };
+	unsigned char *file = NULL, *orig;
+	char *path = tmp_path();
+	size_t n_file;
+
+	if (!ASSERT_OK_PTR(path, "temp file"))
+		return;
+	test_meta(&m);
+	m.start_mono_ns = RECORD_CLOCK_MAX_NS;
+	m.start_real_ns = RECORD_CLOCK_MAX_NS;
+	/* An escape sequence (clear the screen) and a byte that is not UTF-8 in the host name. */
+	snprintf(m.hostname, sizeof(m.hostname), "node\033[2J\xff-7");
+	record_open(&w, path, &m);
+	record_close(&w);
+	orig = read_whole(path, &n_file);
+	ASSERT_EQ(record_replay(path, collect, &got, &back, &st), 0,
+		  "the largest clocks are whole");
+	ASSERT_EQ(back.start_mono_ns, RECORD_CLOCK_MAX_NS, "monotonic clock");
+	ASSERT_STREQ(back.hostname, "node\xef\xbf\xbd[2J\xef\xbf\xbd-7",
+		     "host name made printable");
+	file = malloc(n_file);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		memcpy(file, orig, n_file);
+		for (size_t b = 0; b < bad[i].width; b++)
+			file[bad[i].at + b] = (unsigned char)(bad[i].value >> (8 * b));
+		write_file(path, file, n_file);
+		ASSERT_EQ(record_replay(path, collect, &got, NULL, &st), -EBADMSG, bad[i].reason);
+		ASSERT_STREQ(st.reason, bad[i].reason, "reason");
+		ASSERT_EQ(st.bad_offset, (int64_t)bad[i].at, "where");
+		ASSERT_FALSE(st.header_ok, "header refused");
+	}
+	ASSERT_EQ(got.calls, 0, "no record in the file, none fed");
+	recs_free(&got);
+	free(file);
+	free(orig);
+	rm_path(path);
+}
+
 /* A corrupt length in the middle: the records before it are fed, the offset is reported. */
 TEST(test_corrupt_length_in_middle)
 {

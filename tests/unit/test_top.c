@@ -12,6 +12,7 @@
 #include "pipeline/pipeline.h"
 #include "pipeline/request.h"
 #include "sinks/top.h"
+#include "lib/utf8.h"
 
 #define S 1000000000ull
 #define MS 1000000ull
@@ -207,6 +208,48 @@ TEST(test_tty_and_by_process)
 	for (const char *p = out; *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : "")
 		if (!ASSERT_TRUE(strcspn(p, "\n") <= 100, "fits 100 columns"))
 			break;
+	top_free(&t);
+	fclose(f);
+	free(out);
+}
+
+/* A model name in a script of wide characters, longer than its column: cut at a character, so
+ * the frame stays UTF-8 and the next column starts where the header's does. */
+TEST(test_wide_model_name)
+{
+	const char *name = "通义千问-72B-Instruct-量化版本-v2";
+	struct top t;
+	struct sink sk;
+	char *out = NULL;
+	const char *row, *head;
+	size_t len = 0;
+	FILE *f = open_memstream(&out, &len);
+
+	if (!ASSERT_OK_PTR(f, "memstream") || !ASSERT_OK(top_init(&t, f, false, false), "init"))
+		return;
+	sk = top_sink(&t);
+	feed(&sk, name, 100, 1500 * MS, 100 * MS, 20 * MS, 4, OUTCOME_OK, NULL);
+	top_render(&t, 2 * S, f);
+	fflush(f);
+	for (size_t i = 0; i < len;) {
+		size_t n = utf8_len((const unsigned char *)out + i, len - i);
+
+		if (!ASSERT_TRUE(n > 0, "the frame is UTF-8"))
+			break;
+		i += n;
+	}
+	head = strstr(out, "MODEL");
+	row = strstr(out, "通义千问");
+	if (!ASSERT_OK_PTR(head, "header") || !ASSERT_OK_PTR(row, "row"))
+		goto out;
+	/* 30 cells (38 bytes, where a cut at 30 bytes would split 化): then the RPS column. */
+	if (!ASSERT_TRUE(!strncmp(row, "通义千问-72B-Instruct-量化版本    1.0 ",
+				  strlen("通义千问-72B-Instruct-量化版本    1.0 ")),
+			 "cut after 30 cells, RPS next"))
+		printf("  row: %.*s\n", (int)strcspn(row, "\n"), row);
+	ASSERT_TRUE(!strncmp(head, "MODEL                             RPS", 37),
+		    "header: RPS after 30 cells");
+out:
 	top_free(&t);
 	fclose(f);
 	free(out);

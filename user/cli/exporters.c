@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "cli/exporters.h"
+#include "lib/clock.h"
 #include "sinks/html.h"
 #include "sinks/httpd.h"
 #include "loader/nvml.h"
@@ -119,7 +120,6 @@ int exporters_start(struct exporters *x, const struct export_opts *eo, struct pi
 	}
 	if (eo->otlp_url) {
 		struct otlp_opts oo;
-		struct timespec rt, mt;
 		char host[256] = "";
 
 		otlp_opts_default(&oo);
@@ -131,10 +131,7 @@ int exporters_start(struct exporters *x, const struct export_opts *eo, struct pi
 		oo.backpressure = eo->replay;
 		oo.err = stderr;
 		/* Spans need unix-epoch times: the one wall-clock reading, taken once. */
-		clock_gettime(CLOCK_REALTIME, &rt);
-		clock_gettime(CLOCK_MONOTONIC, &mt);
-		oo.realtime_offset_ns =
-		    (int64_t)(rt.tv_sec - mt.tv_sec) * 1000000000 + (rt.tv_nsec - mt.tv_nsec);
+		oo.realtime_offset_ns = clock_offset_now();
 		gethostname(host, sizeof(host) - 1);
 		oo.hostname = host;
 		err = otlp_init(&x->otlp, &oo);
@@ -161,8 +158,12 @@ int exporters_start(struct exporters *x, const struct export_opts *eo, struct pi
 void exporters_set_source(struct exporters *x, const char *path, uint64_t start_mono_ns,
 			  uint64_t start_real_ns, const char *host)
 {
+	int64_t offset_ns = 0;
+
+	/* record.c's reader keeps both clocks in range: the offset always fits. */
+	clock_offset_ns(start_mono_ns, start_real_ns, &offset_ns);
 	if (x->otlp_url)
-		otlp_set_source(&x->otlp, (int64_t)(start_real_ns - start_mono_ns), host);
+		otlp_set_source(&x->otlp, offset_ns, host);
 	/* Before the first record: the timeline's zero is the start of the recording. */
 	if (x->tl_open)
 		timeline_set_origin(&x->tl, start_mono_ns);

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "lib/clock.h"
 #include "sinks/diagnosis.h"
 #include "sinks/output.h"
 #include "record/record.h"
@@ -30,6 +31,7 @@ int report_run(const struct report_opts *o)
 	struct diagnosis d;
 	struct pipeline pl;
 	struct sink ds;
+	int64_t real_offset_ns;
 	int err, rc = 0;
 
 	/* The header first: the outputs start knowing the recording's clocks and host. */
@@ -46,7 +48,8 @@ int report_run(const struct report_opts *o)
 		return err;
 	}
 	diagnosis_init(&d);
-	diagnosis_set_wall_clock(&d, rd.meta.start_mono_ns, rd.meta.start_real_ns);
+	if (clock_offset_ns(rd.meta.start_mono_ns, rd.meta.start_real_ns, &real_offset_ns))
+		diagnosis_set_wall_clock(&d, real_offset_ns);
 	ds = diagnosis_sink(&d);
 	pipeline_add_sink(&pl, &ds);
 	/* The timeline's zero is the recording's start: no record is earlier. Spans carry the

@@ -6,6 +6,7 @@
 #ifndef TS_CLOCK_H
 #define TS_CLOCK_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -26,6 +27,41 @@ static inline uint64_t mono_ns(void)
 static inline double mono_s(void)
 {
 	return (double)mono_ns() / NS_PER_S;
+}
+
+/*
+ * Wall time from the kernel's clock: offset_ns is CLOCK_REALTIME - CLOCK_MONOTONIC, read back to
+ * back (clock_offset_ns); the CLOCK_REALTIME time of mono_ns goes into *wall_ns. false when it is
+ * not a time after 1970 that int64 nanoseconds can hold: a recording's clocks are input, and
+ * arithmetic on them must neither overflow nor make up a date.
+ */
+static inline bool clock_wall_ns(int64_t offset_ns, uint64_t mono_ns, int64_t *wall_ns)
+{
+	int64_t w;
+
+	if (mono_ns > INT64_MAX || __builtin_add_overflow((int64_t)mono_ns, offset_ns, &w) || w < 0)
+		return false;
+	*wall_ns = w;
+	return true;
+}
+
+/* real_ns - mono_ns into *offset_ns; false when the difference does not fit int64. */
+static inline bool clock_offset_ns(uint64_t mono_ns, uint64_t real_ns, int64_t *offset_ns)
+{
+	if (mono_ns > INT64_MAX || real_ns > INT64_MAX)
+		return false;
+	*offset_ns = (int64_t)real_ns - (int64_t)mono_ns;
+	return true;
+}
+
+/* This machine's CLOCK_REALTIME - CLOCK_MONOTONIC, the two read back to back. */
+static inline int64_t clock_offset_now(void)
+{
+	struct timespec rt, mt;
+
+	clock_gettime(CLOCK_REALTIME, &rt);
+	clock_gettime(CLOCK_MONOTONIC, &mt);
+	return (int64_t)(rt.tv_sec - mt.tv_sec) * (int64_t)NS_PER_S + (rt.tv_nsec - mt.tv_nsec);
 }
 
 #endif

@@ -3,55 +3,7 @@
 #include <string.h>
 
 #include "lib/jsonw.h"
-#include "lib/utf8.h"
-
-void jsonw_escape(FILE *f, const char *s)
-{
-	const unsigned char *p = (const unsigned char *)s, *run = p;
-	size_t left = strlen(s);
-
-	/* Runs of bytes that need no escape go out in one fwrite: a byte at a time was most of
-	 * the cost of a timeline. Bytes that are not UTF-8 become U+FFFD: one such byte makes a
-	 * strict reader (an OpenTelemetry collector) refuse the whole document. */
-	fputc('"', f);
-	while (left) {
-		size_t len = *p >= 0x80 ? utf8_len(p, left) : 1;
-
-		if (len && (*p >= 0x80 || (*p >= 0x20 && *p != '"' && *p != '\\'))) {
-			p += len;
-			left -= len;
-			continue;
-		}
-		fwrite(run, 1, p - run, f);
-		switch (*p) {
-		case '"':
-			fputs("\\\"", f);
-			break;
-		case '\\':
-			fputs("\\\\", f);
-			break;
-		case '\n':
-			fputs("\\n", f);
-			break;
-		case '\r':
-			fputs("\\r", f);
-			break;
-		case '\t':
-			fputs("\\t", f);
-			break;
-		default:
-			if (len)
-				fprintf(f, "\\u%04x", *p);
-			else
-				fputs("\\ufffd", f);
-		}
-		p++;
-		left--;
-		run = p;
-	}
-	fwrite(run, 1, p - run, f);
-	fputc('"', f);
-}
+#include "lib/escape.h"
 
 /* Two digits per division: a timeline formats a timestamp per token. */
 static const char jsonw_digit_pairs[] = "00010203040506070809"
@@ -105,7 +57,7 @@ void jsonw_key(struct jsonw *w, const char *key)
 		fputc(',', w->f);
 	w->need_comma = true;
 	if (key) {
-		jsonw_escape(w->f, key);
+		escape_json(w->f, key);
 		fputc(':', w->f);
 	}
 }
@@ -114,7 +66,7 @@ void jsonw_str(struct jsonw *w, const char *key, const char *v)
 {
 	jsonw_key(w, key);
 	if (v)
-		jsonw_escape(w->f, v);
+		escape_json(w->f, v);
 	else
 		fputs("null", w->f);
 }

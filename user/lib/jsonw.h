@@ -32,7 +32,6 @@ void jsonw_obj_begin(struct jsonw *w, const char *key);
 void jsonw_obj_end(struct jsonw *w);
 void jsonw_arr_begin(struct jsonw *w, const char *key);
 void jsonw_arr_end(struct jsonw *w);
-void jsonw_escape(FILE *f, const char *s);
 /* The decimal digits of v (no terminating NUL) into out, which has room for JSONW_U64_DIGITS;
  * returns how many. What jsonw_u64 prints, for writers that format by hand. */
 #define JSONW_U64_DIGITS 20

@@ -131,7 +131,7 @@ static void req_on_head(void *ctx, const struct http_head *h, uint64_t ts)
 	c->reading = r;
 	if (!r)
 		return;
-	snprintf(r->method, sizeof(r->method), "%s", h->method);
+	utf8_clean(r->method, sizeof(r->method), h->method, strlen(h->method));
 	/* The target is whatever the client sent: printable text before any sink sees it. */
 	utf8_clean(r->path, sizeof(r->path), h->path, strlen(h->path));
 	r->received_ns = c->rx_first;

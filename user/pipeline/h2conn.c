@@ -207,7 +207,7 @@ static void req_on_headers(void *ctx, uint32_t id, const struct h2_head *hd, boo
 		s->r = r;
 		s->head_ns = ts;
 		s->grpc = strncmp(hd->content_type, "application/grpc", 16) == 0;
-		snprintf(r->method, sizeof(r->method), "%s", hd->method);
+		utf8_clean(r->method, sizeof(r->method), hd->method, strlen(hd->method));
 		utf8_clean(r->path, sizeof(r->path), hd->path, strlen(hd->path));
 		r->received_ns = h->client ? 0 : h->rx_ns;
 		h->rx_ns = 0;

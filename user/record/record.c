@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
 #include <errno.h>
+#include <inttypes.h>
 #include <stddef.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -10,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "lib/utf8.h"
 #include "record/record.h"
 
 _Static_assert(sizeof(struct record_kstats_event) == 24, "record_kstats_event layout");
@@ -352,8 +354,45 @@ static long read_some(FILE *f, void *p, size_t n)
 	return got;
 }
 
+/* The fields of a header whose length and root count were checked. A recording may come from
+ * anyone: its clocks must leave wall-time arithmetic in range, its root pids be pids, and its
+ * strings are made printable. */
+static int read_meta(const unsigned char *h, struct record_meta *m, struct record_replay_stats *st)
+{
+	memset(m, 0, sizeof(*m));
+	m->start_mono_ns = get_le64(h + HDR_START_MONO);
+	m->start_real_ns = get_le64(h + HDR_START_REAL);
+	if (m->start_mono_ns > RECORD_CLOCK_MAX_NS)
+		return stop(st, -EBADMSG, HDR_START_MONO,
+			    "corrupt header: monotonic clock %" PRIu64 " ns (at most %llu)",
+			    m->start_mono_ns, RECORD_CLOCK_MAX_NS);
+	if (m->start_real_ns > RECORD_CLOCK_MAX_NS)
+		return stop(st, -EBADMSG, HDR_START_REAL,
+			    "corrupt header: wall clock %" PRIu64 " ns after 1970 (at most %llu)",
+			    m->start_real_ns, RECORD_CLOCK_MAX_NS);
+	m->capture_bytes = get_le32(h + HDR_CAPTURE);
+	if (m->capture_bytes > TS_CAPTURE_MAX)
+		return stop(st, -EBADMSG, HDR_CAPTURE,
+			    "corrupt header: capture limit %u bytes (at most %d)", m->capture_bytes,
+			    TS_CAPTURE_MAX);
+	m->nroots = get_le32(h + HDR_NROOTS);
+	for (uint32_t i = 0; i < m->nroots; i++) {
+		m->roots[i] = get_le32(h + HDR_ROOTS + 4 * i);
+		if (!m->roots[i] || m->roots[i] > RECORD_PID_MAX)
+			return stop(st, -EBADMSG, HDR_ROOTS + 4 * i,
+				    "corrupt header: root process %u", m->roots[i]);
+	}
+	utf8_clean(m->tool_version, sizeof(m->tool_version), (const char *)h + HDR_TOOL_VERSION,
+		   strnlen((const char *)h + HDR_TOOL_VERSION, RECORD_TOOL_VERSION_BYTES));
+	utf8_clean(m->hostname, sizeof(m->hostname), (const char *)h + HDR_HOSTNAME,
+		   strnlen((const char *)h + HDR_HOSTNAME, RECORD_HOST_BYTES));
+	return 0;
+}
+
 static int read_header(FILE *f, struct record_meta *m, struct record_replay_stats *st)
 {
+	int err;
+
 	unsigned char pre[HDR_PREFIX], *h;
 	uint32_t version, len, nroots;
 	long n = read_some(f, pre, sizeof(pre));
@@ -394,18 +433,12 @@ static int read_header(FILE *f, struct record_meta *m, struct record_replay_stat
 		free(h);
 		return stop(st, -EBADMSG, HDR_NROOTS, "corrupt header: %u root processes", nroots);
 	}
-	memset(m, 0, sizeof(*m));
+	err = read_meta(h, m, st);
+	free(h);
+	if (err)
+		return err;
 	m->version = version;
 	m->header_bytes = len;
-	m->start_mono_ns = get_le64(h + HDR_START_MONO);
-	m->start_real_ns = get_le64(h + HDR_START_REAL);
-	m->capture_bytes = get_le32(h + HDR_CAPTURE);
-	memcpy(m->tool_version, h + HDR_TOOL_VERSION, RECORD_TOOL_VERSION_BYTES);
-	memcpy(m->hostname, h + HDR_HOSTNAME, RECORD_HOST_BYTES);
-	m->nroots = nroots;
-	for (uint32_t i = 0; i < nroots; i++)
-		m->roots[i] = get_le32(h + HDR_ROOTS + 4 * i);
-	free(h);
 	st->bytes = len;
 	st->header_ok = true;
 	return 0;
@@ -469,7 +502,8 @@ int record_next(struct record_reader *r, const void **rec_out, size_t *len_out)
 	if (n == 0)
 		return 0;
 	if (n < (long)sizeof(lenb))
-		return r->err = stop(st, -EPROTO, off, "truncated record (%ld of 4 length bytes)", n);
+		return r->err =
+			   stop(st, -EPROTO, off, "truncated record (%ld of 4 length bytes)", n);
 	len = get_le32(lenb);
 	if (len < sizeof(hdr) || len > RECORD_MAX_BYTES)
 		return r->err = stop(st, -EBADMSG, off, "corrupt record length %u", len);
@@ -486,7 +520,8 @@ int record_next(struct record_reader *r, const void **rec_out, size_t *len_out)
 	if (n < 0)
 		return r->err = stop(st, n, off, "read error: %s", strerror(-n));
 	if ((size_t)n < len)
-		return r->err = stop(st, -EPROTO, off, "truncated record (%ld of %u bytes)", n, len);
+		return r->err =
+			   stop(st, -EPROTO, off, "truncated record (%ld of %u bytes)", n, len);
 	memcpy(&hdr, r->rec, sizeof(hdr));
 	if (hdr.size != len)
 		return r->err = stop(st, -EBADMSG, off,

@@ -14,9 +14,11 @@
  *                             know, so fields can be added at the end without a version bump
  *    16  u64  start_mono_ns   CLOCK_MONOTONIC (the clock of every record) when recording began
  *    24  u64  start_real_ns   CLOCK_REALTIME at the same moment: wall time of a record is
- *                             start_real_ns + (ts - start_mono_ns)
- *    32  u32  capture_bytes   --capture-bytes of the run
- *    36  u32  nroots          PIDs named with -p (at most RECORD_MAX_ROOTS)
+ *                             start_real_ns + (ts - start_mono_ns); both at most
+ *                             RECORD_CLOCK_MAX_NS
+ *    32  u32  capture_bytes   --capture-bytes of the run (at most TS_CAPTURE_MAX)
+ *    36  u32  nroots          PIDs named with -p (at most RECORD_MAX_ROOTS, each 1 to
+ *                             RECORD_PID_MAX)
  *    40  char tool_version[32]  tokenscope version that recorded, NUL-padded
  *    72  char hostname[64]      NUL-padded (not terminated when 64 bytes long)
  *   136  u32  roots[64]       the first nroots are used
@@ -63,6 +65,12 @@
 #define RECORD_TOOL_VERSION_BYTES 32
 #define RECORD_HOST_BYTES 64
 #define RECORD_MAX_ROOTS 64
+/* The latest clock reading a header may hold, 2^62 ns: 146 years of uptime, or a wall clock in
+ * 2116. Within it, every offset between the two clocks, and every wall time of a record, is
+ * computed without overflow (lib/clock.h). */
+#define RECORD_CLOCK_MAX_NS (1ull << 62)
+/* The largest pid Linux gives (PID_MAX_LIMIT on 64-bit). */
+#define RECORD_PID_MAX (4u * 1024 * 1024)
 /* Largest record length accepted: a data record with the most payload the capture limit allows
  * (the kernel sends at most TS_CHUNK_BYTES per record; the margin leaves room for new types). */
 #define RECORD_MAX_BYTES (TS_CAPTURE_MAX + sizeof(struct ts_data_event))
@@ -78,9 +86,11 @@ struct record_kstats_event {
 	__u64 stats[]; /* enum ts_stat order */
 };
 
+/* A header's strings, as the reader gives them: printable UTF-8 (utf8_clean), where a byte may
+ * become three (U+FFFD). */
 struct record_meta {
-	char tool_version[RECORD_TOOL_VERSION_BYTES + 1];
-	char hostname[RECORD_HOST_BYTES + 1];
+	char tool_version[RECORD_TOOL_VERSION_BYTES * 3 + 1];
+	char hostname[RECORD_HOST_BYTES * 3 + 1];
 	uint64_t start_mono_ns, start_real_ns;
 	uint32_t capture_bytes;
 	uint32_t roots[RECORD_MAX_ROOTS];

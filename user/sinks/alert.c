@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "lib/clock.h"
+#include "lib/escape.h"
 #include "sinks/alert.h"
 #include "pipeline/gpu.h"
 #include "pipeline/request.h"
@@ -440,16 +441,8 @@ void alert_render_prom(void *ctx, FILE *f)
 		"# HELP tokenscope_alert_firing Whether an --alert rule is firing (1) or not (0).\n"
 		"# TYPE tokenscope_alert_firing gauge\n");
 	for (int i = 0; i < a->nrules; i++) {
-		fputs("tokenscope_alert_firing{rule=\"", f);
-		/* Label values escape backslash, quote and newline. */
-		for (const char *c = a->rules[i].text; *c; c++) {
-			if (*c == '\\' || *c == '"')
-				fputc('\\', f);
-			if (*c == '\n')
-				fputs("\\n", f);
-			else
-				fputc(*c, f);
-		}
-		fprintf(f, "\"} %d\n", a->rules[i].firing ? 1 : 0);
+		fputs("tokenscope_alert_firing{", f);
+		escape_prom_label_file(f, "rule", a->rules[i].text);
+		fprintf(f, "} %d\n", a->rules[i].firing ? 1 : 0);
 	}
 }

@@ -6,6 +6,7 @@
 #include "sinks/diagnosis.h"
 #include "pipeline/batch.h"
 #include "pipeline/gpu.h"
+#include "lib/clock.h"
 #include "lib/grow.h"
 #include "lib/hist.h"
 #include "pipeline/request.h"
@@ -23,11 +24,10 @@ void diagnosis_free(struct diagnosis *d)
 	memset(d, 0, sizeof(*d));
 }
 
-void diagnosis_set_wall_clock(struct diagnosis *d, uint64_t mono_ns, uint64_t real_ns)
+void diagnosis_set_wall_clock(struct diagnosis *d, int64_t real_offset_ns)
 {
 	d->have_clock = true;
-	d->clock_mono_ns = mono_ns;
-	d->clock_real_ns = real_ns;
+	d->real_offset_ns = real_offset_ns;
 }
 
 static void diag_request(void *ctx, const struct request *r, const struct request_metrics *m,
@@ -404,13 +404,15 @@ static void verdict_wait(const struct window *a, const struct window *b, FILE *f
 
 static void print_wall(const struct diagnosis *d, uint64_t mono_ns, FILE *f)
 {
-	int64_t real = (int64_t)d->clock_real_ns + ((int64_t)mono_ns - (int64_t)d->clock_mono_ns);
-	time_t s = real / 1000000000;
+	int64_t real;
+	time_t s;
 	struct tm tm;
 	char buf[64];
 
-	if (real < 0 || !localtime_r(&s, &tm) ||
-	    !strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%S %Z", &tm))
+	if (!clock_wall_ns(d->real_offset_ns, mono_ns, &real))
+		return;
+	s = real / (int64_t)NS_PER_S;
+	if (!localtime_r(&s, &tm) || !strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%S %Z", &tm))
 		return;
 	fprintf(f, " (first at %s)", buf);
 }

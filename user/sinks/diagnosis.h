@@ -69,15 +69,15 @@ struct diagnosis {
 	uint64_t gpu_steps; /* GPU steps seen: tells "no GPU steps" from "not attributed" */
 	uint64_t dropped;   /* ok requests not kept for lack of memory */
 	bool have_clock;
-	uint64_t clock_mono_ns, clock_real_ns; /* a CLOCK_MONOTONIC / CLOCK_REALTIME pair */
+	int64_t real_offset_ns; /* CLOCK_REALTIME - CLOCK_MONOTONIC (clock_offset_ns) */
 };
 
 void diagnosis_init(struct diagnosis *d);
 /* The sink to register with pipeline_add_sink; d must outlive the pipeline's use of it. */
 struct sink diagnosis_sink(struct diagnosis *d);
-/* Optional: print arrival times as wall-clock times too (a recording's start_mono_ns and
- * start_real_ns). */
-void diagnosis_set_wall_clock(struct diagnosis *d, uint64_t mono_ns, uint64_t real_ns);
+/* Optional: print arrival times as wall-clock times too, given CLOCK_REALTIME -
+ * CLOCK_MONOTONIC (a recording's, from its header). */
+void diagnosis_set_wall_clock(struct diagnosis *d, int64_t real_offset_ns);
 void diagnosis_print(const struct diagnosis *d, FILE *f);
 void diagnosis_free(struct diagnosis *d);
 

@@ -10,6 +10,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "lib/clock.h"
+#include "lib/escape.h"
 #include "lib/grow.h"
 #include "lib/hist.h"
 #include "lib/jsonw.h"
@@ -105,6 +107,7 @@ struct html {
 	bool written;
 	uint64_t origin_ns;
 	int64_t real_offset_ns; /* CLOCK_REALTIME - CLOCK_MONOTONIC, for the page's dates */
+	bool real_known;	/* false: a recording's clocks gave no offset */
 	char source[256];	/* a replay: the recording's path; "": a live run */
 	char host[256];
 	const struct summary *sum;
@@ -129,7 +132,6 @@ struct html {
 int html_open(struct html **hp, const char *path, uint64_t origin_ns)
 {
 	struct html *h = calloc(1, sizeof(*h));
-	struct timespec rt, mt;
 	int fd;
 
 	*hp = NULL;
@@ -158,10 +160,8 @@ int html_open(struct html **hp, const char *path, uint64_t origin_ns)
 	h->origin_ns = origin_ns;
 	h->series.width_ns = HTML_SERIES_FIRST_NS;
 	/* A live run: the page's dates from this machine's clocks, read back to back. */
-	clock_gettime(CLOCK_REALTIME, &rt);
-	clock_gettime(CLOCK_MONOTONIC, &mt);
-	h->real_offset_ns =
-	    (int64_t)(rt.tv_sec - mt.tv_sec) * 1000000000 + (rt.tv_nsec - mt.tv_nsec);
+	h->real_offset_ns = clock_offset_now();
+	h->real_known = true;
 	gethostname(h->host, sizeof(h->host) - 1);
 	*hp = h;
 	return 0;
@@ -173,7 +173,7 @@ void html_set_source(struct html *h, const char *what, uint64_t start_mono_ns,
 	snprintf(h->source, sizeof(h->source), "%s", what ? what : "");
 	snprintf(h->host, sizeof(h->host), "%s", host ? host : "");
 	h->origin_ns = start_mono_ns;
-	h->real_offset_ns = (int64_t)(start_real_ns - start_mono_ns);
+	h->real_known = clock_offset_ns(start_mono_ns, start_real_ns, &h->real_offset_ns);
 }
 
 void html_set_summary(struct html *h, const struct summary *total, const struct diagnosis *d)
@@ -187,7 +187,8 @@ void html_set_summary(struct html *h, const struct summary *total, const struct 
 	if (!h->own)
 		return;
 	diagnosis_init(h->own);
-	diagnosis_set_wall_clock(h->own, h->origin_ns, h->origin_ns + h->real_offset_ns);
+	if (h->real_known)
+		diagnosis_set_wall_clock(h->own, h->real_offset_ns);
 	h->own_sink = diagnosis_sink(h->own);
 	h->diag = h->own;
 }
@@ -343,27 +344,6 @@ static void html_step(void *ctx, const struct gpu_step *s)
 	q->start_ns = s->start_ns;
 	q->end_ns = s->end_ns;
 	q->busy_ns = s->dev.device ? (int64_t)s->dev.busy_ns : -1;
-}
-
-/*
- * The data element's text goes through this stream: every '<' is written \u003c, so no
- * string can end the element (</script>) or open a comment (<!--) whatever it holds. A '<'
- * in JSON is always inside a string, where \u003c reads back as the same character.
- */
-static ssize_t script_write(void *cookie, const char *buf, size_t n)
-{
-	FILE *f = cookie;
-	size_t run = 0;
-
-	for (size_t i = 0; i < n; i++) {
-		if (buf[i] != '<')
-			continue;
-		fwrite(buf + run, 1, i - run, f);
-		fputs("\\u003c", f);
-		run = i + 1;
-	}
-	fwrite(buf + run, 1, n - run, f);
-	return ferror(f) ? -1 : (ssize_t)n;
 }
 
 /* What a printer writes to a FILE, as a string (NULL without memory). */
@@ -557,13 +537,17 @@ static void write_gpu(struct jsonw *w, const struct gpu_timeline *g)
 
 static void write_data(struct html *h, FILE *f, const struct pipeline_status *st)
 {
+	int64_t start_unix_ns;
 	struct jsonw w;
 
 	jsonw_begin(&w, f);
 	jsonw_str(&w, "tool", "tokenscope " TOKENSCOPE_VERSION);
 	jsonw_str(&w, "source", h->source[0] ? h->source : NULL);
 	jsonw_str(&w, "host", h->host[0] ? h->host : NULL);
-	jsonw_i64(&w, "start_unix_ms", ((int64_t)h->origin_ns + h->real_offset_ns) / 1000000);
+	if (h->real_known && clock_wall_ns(h->real_offset_ns, h->origin_ns, &start_unix_ns))
+		jsonw_i64(&w, "start_unix_ms", start_unix_ns / (int64_t)NS_PER_MS);
+	else
+		jsonw_null(&w, "start_unix_ms");
 	jsonw_num(&w, "end_ms", rel_ns(h, st->now_ns) / 1e6, 3);
 	if (h->sum) {
 		jsonw_obj_begin(&w, "summary");
@@ -605,7 +589,7 @@ static void html_finish(void *ctx, const struct pipeline_status *st)
 		return;
 	}
 	fwrite(html_page, 1, mark - html_page, h->f);
-	data = fopencookie(h->f, "w", (cookie_io_functions_t){ .write = script_write });
+	data = escape_html_open(h->f);
 	if (!data) {
 		h->err = -ENOMEM;
 		return;

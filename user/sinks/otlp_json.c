@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lib/clock.h"
 #include "lib/jsonw.h"
 #include "sinks/otlp_json.h"
 
@@ -31,7 +32,10 @@ static void put_u64s(struct jsonw *w, const char *key, uint64_t v)
 
 static void put_time(const struct otlp_resource *o, struct jsonw *w, const char *key, uint64_t mono)
 {
-	put_u64s(w, key, mono + (uint64_t)o->realtime_offset_ns);
+	int64_t wall;
+
+	/* A recording's clocks may put a time before 1970 or past 2262: 0, the time unset. */
+	put_u64s(w, key, clock_wall_ns(o->realtime_offset_ns, mono, &wall) ? (uint64_t)wall : 0);
 }
 
 static void attr_begin(struct jsonw *w, const char *key)

@@ -2,6 +2,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "lib/escape.h"
 #include "lib/jsonw.h"
 #include "sinks/output.h"
 
@@ -175,10 +176,14 @@ void output_text(FILE *f, const struct request *r, const struct request_metrics 
 	/* A server's client (its address after "<-"), or "->" and the upstream a client called. */
 	const char *peer = r->client ? strstr(r->conn, "->") : strstr(r->conn, "<-");
 
+	char peer_col[ESCAPE_COL_BYTES(22)], method_col[ESCAPE_COL_BYTES(6)];
+
 	if (peer && !r->client)
 		peer += 2;
-	fprintf(f, "%-7u %-22.22s %-6.6s %-12s %4d", r->pid, peer ? peer : r->conn, r->method,
-		outcome_name(r->outcome), r->status);
+	escape_text_col(peer_col, sizeof(peer_col), peer ? peer : r->conn, 22, true);
+	escape_text_col(method_col, sizeof(method_col), r->method, 6, true);
+	fprintf(f, "%-7u %s %s %-12s %4d", r->pid, peer_col, method_col, outcome_name(r->outcome),
+		r->status);
 	text_ms(f, 8, m->ttft_ns);
 	text_ms(f, 7, m->itl_p50_ns);
 	text_ms(f, 7, m->itl_p99_ns);

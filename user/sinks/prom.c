@@ -11,7 +11,7 @@
 #include "pipeline/nvml_sample.h"
 #include "sinks/prom.h"
 #include "pipeline/request.h"
-#include "lib/utf8.h"
+#include "lib/escape.h"
 
 /* OpenTelemetry GenAI semantic conventions, explicit bucket boundaries (in milliseconds here,
  * all of them whole milliseconds): gen_ai.server.time_to_first_token, also used for ITL, queue,
@@ -368,39 +368,6 @@ struct sink prom_sink(struct prom *p)
 	(REQBODY_MODEL_MAX * 3 + 16 + sizeof(",role=\"client\"") + sizeof(",pid=\"4294967295\"") + \
 	 CONTAINER_MAX * 3 + 16)
 
-/* `key="value"` as the text format wants it in out (at least LABELS_MAX bytes for a value
- * shorter than REQBODY_MODEL_MAX): backslash, double quote and newline escaped, bytes that
- * are not UTF-8 replaced by U+FFFD. Returns the end of what it wrote. */
-static char *label_pair(char *out, const char *key, const char *value)
-{
-	const unsigned char *s = (const unsigned char *)value;
-	size_t n = strlen(value);
-	char *o = out + sprintf(out, "%s=\"", key);
-
-	while (n) {
-		size_t len = utf8_len(s, n);
-
-		if (*s == '\\' || *s == '"') {
-			*o++ = '\\';
-			*o++ = *s;
-		} else if (*s == '\n') {
-			*o++ = '\\';
-			*o++ = 'n';
-		} else if (len) {
-			memcpy(o, s, len);
-			o += len;
-		} else {
-			memcpy(o, UTF8_REPLACEMENT, UTF8_REPLACEMENT_BYTES);
-			o += UTF8_REPLACEMENT_BYTES;
-		}
-		s += len ? len : 1;
-		n -= len ? len : 1;
-	}
-	*o++ = '"';
-	*o = 0;
-	return o;
-}
-
 /* Seconds from nanoseconds, exactly: "0.35", "1", "12.000000001". */
 static void put_seconds(FILE *f, uint64_t ns)
 {
@@ -457,7 +424,7 @@ static unsigned int series_to_render(const struct prom *p, const struct prom_ser
  * --by-process ("other" for the set past the cap), the container only when there is one. */
 static void series_labels(const struct prom *p, const struct prom_series *m, char *out)
 {
-	char *o = label_pair(out, "model", m->name);
+	char *o = escape_prom_label(out, "model", m->name);
 
 	if (m == &p->series[PROM_MAX_LABEL_SETS])
 		o += sprintf(o, ",role=\"other\"");
@@ -472,7 +439,7 @@ static void series_labels(const struct prom *p, const struct prom_series *m, cha
 	}
 	if (m->container[0]) {
 		*o++ = ',';
-		label_pair(o, "container", m->container);
+		escape_prom_label(o, "container", m->container);
 	}
 }
 
@@ -584,7 +551,7 @@ static void gpu_labels(const struct nvml_device *d, char *out)
 
 	if (d->uuid[0]) {
 		*o++ = ',';
-		label_pair(o, "uuid", d->uuid);
+		escape_prom_label(o, "uuid", d->uuid);
 	}
 }
 
@@ -658,7 +625,7 @@ static void render_nvml(const struct prom *p, FILE *f)
 		name[0] = 0;
 		if (d->name[0]) {
 			name[0] = ',';
-			label_pair(name + 1, "name", d->name);
+			escape_prom_label(name + 1, "name", d->name);
 		}
 		fprintf(f, "tokenscope_gpu_info{%s%s} 1\n", labels, name);
 	}

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "lib/clock.h"
+#include "lib/escape.h"
 #include "pipeline/request.h"
 #include "sinks/top.h"
 
@@ -213,8 +214,8 @@ static void render_row(struct top *t, struct tframe *fr, const struct top_model 
 {
 	struct win_counts sum;
 	struct whist *lat = t->scratch;
-	char name[REQBODY_MODEL_MAX], pid[16] = "", t50[16], t99[16], i50[16], i99[16], ok[16],
-				      qu[16], pf[16], gp[16];
+	char name[ESCAPE_COL_BYTES(TOP_MODEL_COL_MAX)], pid[16] = "", t50[16], t99[16], i50[16],
+							i99[16], ok[16], qu[16], pf[16], gp[16];
 
 	sum_window(&row->win, now_s, &sum, WM_BIT(WM_TTFT), lat);
 	if (!sum.requests)
@@ -224,10 +225,11 @@ static void render_row(struct top *t, struct tframe *fr, const struct top_model 
 	sum_window(&row->win, now_s, NULL, WM_BIT(WM_ITL), lat);
 	ms(i50, sizeof(i50), whist_quantile(lat, 0.5));
 	ms(i99, sizeof(i99), whist_quantile(lat, 0.99));
-	snprintf(name, sizeof(name), "%s", row->model[0] ? row->model : "(unknown)");
+	escape_text_col(name, sizeof(name), row->model[0] ? row->model : "(unknown)", model_w,
+			true);
 	if (t->by_process)
 		snprintf(pid, sizeof(pid), "%u", row->pid);
-	line(fr, "%-*.*s%s%-*s %6.1f %7s %7s %6s %6s %7.1f %5s %5s %5s %5s", model_w, model_w, name,
+	line(fr, "%s%s%-*s %6.1f %7s %7s %6s %6s %7.1f %5s %5s %5s %5s", name,
 	     t->by_process ? " " : "", t->by_process ? 7 : 0, pid, sum.requests / span_s, t50, t99,
 	     i50, i99, sum.tokens / span_s, pct(ok, sizeof(ok), sum.ok, sum.requests),
 	     pct(qu, sizeof(qu), sum.queue_ns, sum.ttft_ns),
@@ -296,7 +298,7 @@ static void render_gpus(struct top *t, struct tframe *fr, uint64_t now_ns)
 void top_render(struct top *t, uint64_t now_ns, FILE *f)
 {
 	uint64_t now_s = now_ns / NS_PER_S, span, in_win = 0;
-	int model_w = t->by_process ? 22 : 30;
+	int model_w = t->by_process ? TOP_MODEL_COL_PID : TOP_MODEL_COL_MAX;
 	struct tframe fr = { .tty = t->tty, .stamp = (double)now_ns / NS_PER_S };
 	double span_s;
 
