@@ -1,19 +1,18 @@
 // SPDX-License-Identifier: MIT
 /*
  * Strings from outside into JSON: the JSON writer (user/lib/jsonw.c) with input strings as keys
- * and values, a request line (user/sinks/output.c) whose model, path, method, connection and
- * container come from the input, and the OTLP encoder (user/sinks/otlp.c) on a span of that request
- * with the service and host names from the input too.
+ * and values, a request line (user/sinks/output.c, JSON and text) whose model, path, method,
+ * connection and container come from the input, and the OTLP encoder (user/sinks/otlp.c) on a
+ * span of that request with the service and host names from the input too.
  *
  * Input: up to JSON_FUZZ_STRINGS strings, each ended by a NUL (or the end of the input).
  *
  * Property: each document is strict UTF-8 (checked here byte by byte: an OpenTelemetry
  * collector refuses a whole batch over one bad byte) and strict JSON (cJSON, nothing after
- * the value), and a string that was valid UTF-8 reads back exactly as it went in.
+ * the value), and a string that was valid UTF-8 reads back exactly as it went in; the text
+ * line is terminal text as fuzz_outputs.h wants it.
  */
-#include <cjson/cJSON.h>
-
-#include "fuzz.h"
+#include "fuzz_outputs.h"
 #include "lib/jsonw.h"
 #include "sinks/otlp.h"
 #include "sinks/output.h"
@@ -43,30 +42,6 @@ FUZZ_CHECKER static void same_key(const char *what, const cJSON *v, const char *
 		   what, want, v && v->string ? v->string : "(none)");
 }
 
-/* The document is UTF-8 and JSON; returns it parsed. */
-FUZZ_CHECKER static cJSON *check_doc(const char *what, const char *buf, size_t len)
-{
-	size_t bad = fuzz_utf8_bad((const uint8_t *)buf, len);
-	const char *end = NULL;
-	cJSON *j;
-
-	if (bad != len) {
-		fuzz_hexdump("document", buf, len);
-		FUZZ_FAIL("%s: not UTF-8 at byte %zu of %zu (0x%02x)", what, bad, len,
-			  (uint8_t)buf[bad]);
-	}
-	FUZZ_CHECK(strlen(buf) == len, "%s: a NUL inside the document", what);
-	j = cJSON_ParseWithLengthOpts(buf, len, &end, false);
-	if (!j)
-		fuzz_hexdump("document", buf, len);
-	FUZZ_CHECK(j, "%s: not JSON (cJSON stops at byte %td)", what,
-		   cJSON_GetErrorPtr() ? cJSON_GetErrorPtr() - buf : -1);
-	while (end < buf + len && (*end == '\n' || *end == ' '))
-		end++;
-	FUZZ_CHECK(end == buf + len, "%s: bytes after the JSON value", what);
-	return j;
-}
-
 static void fuzz_jsonw(char **s)
 {
 	struct jsonw w;
@@ -91,7 +66,7 @@ static void fuzz_jsonw(char **s)
 	jsonw_end(&w);
 	if (fclose(f))
 		abort();
-	j = check_doc("jsonw", buf, len);
+	j = fuzz_check_json("jsonw", buf, len);
 	c = j->child;
 	same_key("key", c, s[0]);
 	same("value", c, s[1]);
@@ -140,11 +115,24 @@ static void fuzz_output(const struct request *r, const struct request_metrics *m
 	output_json(f, r, m, ga, true);
 	if (fclose(f))
 		abort();
-	j = check_doc("output_json", buf, len);
+	j = fuzz_check_json("output_json", buf, len);
 	if (r->info.model[0]) /* else null */
 		same("model", cJSON_GetObjectItemCaseSensitive(j, "model"), r->info.model);
 	same("path", cJSON_GetObjectItemCaseSensitive(j, "path"), r->path);
 	cJSON_Delete(j);
+	free(buf);
+
+	/* The text line: its method and peer straight from the input, never cleaned before. */
+	buf = NULL;
+	len = 0;
+	f = open_memstream(&buf, &len);
+	if (!f)
+		abort();
+	output_text_header(f);
+	output_text(f, r, m, ga);
+	if (fclose(f))
+		abort();
+	fuzz_check_text("output_text", buf, len, NULL);
 	free(buf);
 }
 
@@ -174,7 +162,7 @@ static void fuzz_otlp(const struct request *r, const struct request_metrics *m,
 	n = otlp_take(&o, spans, 4);
 	FUZZ_CHECK(n == 1, "%zu spans queued for one request", n);
 	if (otlp_encode(&o, spans, n, &buf, &len) == 0) {
-		cJSON_Delete(check_doc("otlp_encode", buf, len));
+		cJSON_Delete(fuzz_check_json("otlp_encode", buf, len));
 		free(buf);
 	}
 	for (size_t i = 0; i < n; i++)

@@ -43,8 +43,11 @@
  *                                  bit 2: every run ends before it starts
  *   other                          as OP_DATA
  *
- * What it looks for: sanitizer reports, leaks, and records after which the feed does not
- * return (libFuzzer's -timeout).
+ * What it looks for: sanitizer reports, leaks, records after which the feed does not return
+ * (libFuzzer's -timeout), and any output that breaks what fuzz_outputs.h checks: every output
+ * is on (fuzz_pipeline.h), so a string from the traffic that reaches a terminal raw, a JSON line
+ * or OTLP batch that is not strict UTF-8 JSON, or an exposition line Prometheus cannot parse is
+ * a finding.
  */
 #include <sys/socket.h>
 

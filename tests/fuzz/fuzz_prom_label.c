@@ -16,7 +16,7 @@
  * was printable UTF-8 reads back from its label exactly.
  */
 #include "sinks/alert.h"
-#include "fuzz.h"
+#include "fuzz_outputs.h"
 #include "sinks/prom.h"
 #include "pipeline/request.h"
 
@@ -25,16 +25,6 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-FUZZ_CHECKER static bool name_start(char c)
-{
-	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == ':';
-}
-
-FUZZ_CHECKER static bool name_char(char c)
-{
-	return name_start(c) || (c >= '0' && c <= '9');
-}
-
 /* Printable UTF-8: what a label must carry unchanged (control bytes may be replaced). */
 FUZZ_CHECKER static bool printable(const char *s)
 {
@@ -42,106 +32,6 @@ FUZZ_CHECKER static bool printable(const char *s)
 		if (*p < 0x20 || *p == 0x7f)
 			return false;
 	return fuzz_utf8_valid((const uint8_t *)s, strlen(s));
-}
-
-FUZZ_CHECKER static bool bad(const char **why, const char *what)
-{
-	*why = what;
-	return false;
-}
-
-struct want {
-	const char *model; /* as the label must read, or NULL when it need not */
-	bool seen;
-};
-
-/* One sample line; returns false with *why set when it is not one. */
-FUZZ_CHECKER static bool sample_line(const char *l, size_t n, struct want *w, const char **why)
-{
-	size_t i = 0;
-	char value[PROM_FUZZ_STRING_MAX * 2];
-
-	if (!n || !name_start(l[0]))
-		return bad(why, "no metric name");
-	while (i < n && name_char(l[i]))
-		i++;
-	if (i < n && l[i] == '{') {
-		i++;
-		while (i < n && l[i] != '}') {
-			size_t name = i, v = 0;
-			bool is_model;
-
-			if (!name_start(l[i]) || l[i] == ':')
-				return bad(why, "bad label name");
-			while (i < n && name_char(l[i]) && l[i] != ':')
-				i++;
-			is_model = i - name == 5 && !memcmp(l + name, "model", 5);
-			if (i + 1 >= n || l[i] != '=' || l[i + 1] != '"')
-				return bad(why, "no =\" after a label name");
-			for (i += 2; i < n && l[i] != '"'; i++) {
-				char c = l[i];
-
-				if (c == '\\') {
-					if (i + 1 >= n)
-						return bad(why, "a backslash at the end");
-					c = l[++i];
-					if (c == 'n')
-						c = '\n';
-					else if (c != '\\' && c != '"')
-						return bad(why,
-							   "an escape other than \\\\ \\\" \\n");
-				}
-				if (v + 1 < sizeof(value))
-					value[v++] = c;
-			}
-			if (i >= n)
-				return bad(why, "a label value without its closing quote");
-			value[v] = 0;
-			i++;
-			if (is_model && w->model) {
-				if (strcmp(value, w->model) && !w->seen)
-					return bad(why, "the model label differs from the model");
-				w->seen = true;
-			}
-			if (i < n && l[i] == ',')
-				i++;
-			else if (i < n && l[i] != '}')
-				return bad(why, "no comma between labels");
-		}
-		if (i >= n)
-			return bad(why, "no closing brace");
-		i++;
-	}
-	if (i >= n || l[i] != ' ' || i + 1 >= n)
-		return bad(why, "no value");
-	return true;
-}
-
-FUZZ_CHECKER static void check_exposition(const char *buf, size_t len, struct want *w)
-{
-	size_t bad = fuzz_utf8_bad((const uint8_t *)buf, len);
-
-	if (bad != len) {
-		const char *ls = buf + bad;
-
-		while (ls > buf && ls[-1] != '\n')
-			ls--;
-		fuzz_hexdump("line", ls, strcspn(ls, "\n"));
-		FUZZ_FAIL("not UTF-8 at byte %zu (0x%02x)", bad, (uint8_t)buf[bad]);
-	}
-	FUZZ_CHECK(strlen(buf) == len, "a NUL in the exposition");
-	for (const char *l = buf; l < buf + len;) {
-		const char *nl = memchr(l, '\n', (size_t)(buf + len - l));
-		size_t n = nl ? (size_t)(nl - l) : (size_t)(buf + len - l);
-		const char *why = NULL;
-
-		FUZZ_CHECK(nl, "the exposition does not end with a newline");
-		if (n && l[0] != '#' && !sample_line(l, n, w, &why)) {
-			fuzz_hexdump("line", l, n);
-			FUZZ_FAIL("not a sample line: %s", why);
-		}
-		l += n + 1;
-	}
 }
 
 static void finish_request(const struct sink *s, uint32_t pid, const char *model,
@@ -181,7 +71,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct alert_set alerts;
 	struct alert_rule ar;
 	bool alerting = false;
-	struct want w = { 0 };
+	struct fuzz_prom_want w = { .label = "model" };
 	struct sink s;
 	size_t len = 0;
 
@@ -191,7 +81,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	s = prom_sink(p);
 	/* The label is the model as the request record holds it (cut to its buffer). */
 	snprintf(label, sizeof(label), "%s", model[0] ? model : "unknown");
-	w.model = printable(label) ? label : NULL;
+	w.value = printable(label) ? label : NULL;
 	finish_request(&s, 100, model, container);
 	if (flags & 2)
 		finish_request(&s, 101, model2, "");
@@ -202,8 +92,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		prom_set_extra(p, alert_render_prom, &alerts);
 	}
 	FUZZ_CHECK(prom_render(p, &buf, &len) == 0, "prom_render failed");
-	check_exposition(buf, len, &w);
-	FUZZ_CHECK(!w.model || w.seen, "no model label found");
+	fuzz_check_prom(buf, len, &w);
+	FUZZ_CHECK(!w.value || w.seen, "no model label found");
 	free(buf);
 	if (alerting)
 		alert_free(&alerts);

@@ -1,46 +1,56 @@
 // SPDX-License-Identifier: MIT
 /*
- * user/record/record.c and user/record/replay.c: a .tsr file read by record_replay and fed by
- * replay_feed into a real pipeline with its exporters, as `tokenscope report` does. The input is
- * the file, written to a memfd and opened by record_replay as /proc/self/fd/N (its API takes a
- * path).
+ * `tokenscope report` on any recording: the file (header fields included) is written to a memfd
+ * and replayed by report_run (user/cli/report.c) as the command does, with its outputs in
+ * memory and its files in a directory of the target's: the request lines, the summary and the
+ * diagnosis, the Prometheus text, the timeline and the HTML report, all of which take the
+ * header's clocks and host. record_replay (user/record/record.c) is driven directly too, for
+ * its own properties.
  *
- * The pipeline's options come from the header's reserved flags word (offset 392), which the
- * reader does not interpret, so every file is still a plain recording (FP_* in
- * fuzz_pipeline.h).
+ * The report's options come from the header's reserved flags word (offset 392), which the
+ * reader does not interpret, so every file is still a plain recording (RF_* below).
  *
- * Properties: the return value is one record.h lists and agrees with the stats (whole file:
- * no bad offset and no reason; otherwise a reason), every record handed to the feed is framed
- * (at least a header, and the header's size is its length), the stats count what was fed, and
- * the metadata strings are terminated.
+ * Properties: every output as fuzz_outputs.h wants it (terminal text, JSON lines, the
+ * exposition, the timeline as JSON, the page); report_run's return value one record.h lists;
+ * record_replay's return value agrees with its stats (whole file: no bad offset and no reason;
+ * otherwise a reason), every record handed to the feed is framed (at least a header, and the
+ * header's size is its length), the stats count what was fed, and the header's strings are
+ * terminated printable text.
  */
 #include <errno.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "fuzz_pipeline.h"
+#include "cli/report.h"
+#include "fuzz_outputs.h"
 #include "record/record.h"
-#include "record/replay.h"
 
 #define RECORD_FUZZ_FLAGS_AT 392
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-struct rctx {
-	struct replay feeder;
-	uint64_t fed;
+enum {
+	RF_JSON = 1,
+	RF_TOKENS = 2,
+	RF_GPU = 4,
+	RF_VERBOSE = 8,
+	RF_PROMETHEUS = 16, /* report --prometheus (without --json: its text is alone on stdout) */
+	RF_ALERTS = 32,
+	RF_BY_PROCESS = 64,
 };
 
-static int feed(void *ctx, const void *rec, size_t len)
+static const char *const fuzz_alert_rules[] = { "ttft.p50 > 1us", "success < 99%",
+						"rps >= 0 for 2s" };
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static int count(void *ctx, const void *rec, size_t len)
 {
-	struct rctx *c = ctx;
 	struct ts_event_hdr h;
 
 	FUZZ_CHECK(len >= sizeof(h), "a record of %zu bytes", len);
 	memcpy(&h, rec, sizeof(h));
 	FUZZ_CHECK(h.size == len, "a record of %zu bytes whose header says %u", len, h.size);
-	c->fed++;
-	return replay_feed(&c->feeder, rec, len);
+	(*(uint64_t *)ctx)++;
+	return 0;
 }
 
 static bool known_error(int rc)
@@ -49,29 +59,25 @@ static bool known_error(int rc)
 	       rc == -EPROTONOSUPPORT || rc == -ENOMEM;
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+FUZZ_CHECKER static void check_printable(const char *what, const char *s, size_t cap)
 {
-	unsigned flags = size > RECORD_FUZZ_FLAGS_AT ? data[RECORD_FUZZ_FLAGS_AT] : 0;
+	FUZZ_CHECK(memchr(s, 0, cap), "%s not terminated", what);
+	fuzz_check_text(what, s, strlen(s), NULL);
+	FUZZ_CHECK(!strchr(s, '\n'), "%s holds a newline", what);
+}
+
+/* record_replay alone: its return value, stats and metadata. */
+static void replay_alone(const char *path, size_t size)
+{
 	struct record_replay_stats st;
 	struct record_meta meta = { 0 };
-	struct fuzz_pipeline f;
-	struct rctx c = { 0 };
-	char path[64];
-	int fd = memfd_create("fuzz_record", MFD_CLOEXEC), rc;
-
-	if (fd < 0 || (size && write(fd, data, size) != (ssize_t)size))
-		abort();
-	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-	fuzz_pipeline_open(&f, flags);
-	replay_init(&c.feeder, &f.pl, &meta);
-	rc = record_replay(path, feed, &c, &meta, &st);
-	close(fd);
+	uint64_t fed = 0;
+	int rc = record_replay(path, count, &fed, &meta, &st);
 
 	FUZZ_CHECK(known_error(rc), "record_replay returned %d (%s)", rc, st.reason);
 	FUZZ_CHECK(memchr(st.reason, 0, sizeof(st.reason)), "reason not terminated");
-	FUZZ_CHECK(st.records == c.fed, "stats say %llu records, %llu were fed",
-		   (unsigned long long)st.records, (unsigned long long)c.fed);
-	FUZZ_CHECK(st.rejected <= st.records, "more rejected than fed");
+	FUZZ_CHECK(st.records == fed, "stats say %llu records, %llu were fed",
+		   (unsigned long long)st.records, (unsigned long long)fed);
 	FUZZ_CHECK(st.bytes <= size, "read %llu bytes of a %zu-byte file",
 		   (unsigned long long)st.bytes, size);
 	if (rc == 0)
@@ -83,13 +89,77 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			   "error %d without a reason or an offset in the file (%lld)", rc,
 			   (long long)st.bad_offset);
 	if (!st.header_ok)
-		FUZZ_CHECK(c.fed == 0, "records fed from a file whose header was refused");
+		FUZZ_CHECK(fed == 0, "records fed from a file whose header was refused");
 	if (st.header_ok) {
-		FUZZ_CHECK(memchr(meta.tool_version, 0, sizeof(meta.tool_version)) &&
-			       memchr(meta.hostname, 0, sizeof(meta.hostname)),
-			   "metadata strings not terminated");
+		check_printable("tool version", meta.tool_version, sizeof(meta.tool_version));
+		check_printable("host name", meta.hostname, sizeof(meta.hostname));
 		FUZZ_CHECK(meta.nroots <= RECORD_MAX_ROOTS, "%u roots", meta.nroots);
+		FUZZ_CHECK(meta.start_mono_ns <= RECORD_CLOCK_MAX_NS &&
+			       meta.start_real_ns <= RECORD_CLOCK_MAX_NS,
+			   "clocks out of range accepted");
 	}
-	fuzz_pipeline_close(&f);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	unsigned flags = size > RECORD_FUZZ_FLAGS_AT ? data[RECORD_FUZZ_FLAGS_AT] : 0;
+	char path[64], tl_path[128], html_path[128], *buf;
+	struct report_opts o = { 0 };
+	char *out = NULL, *err = NULL;
+	size_t out_len = 0, err_len = 0, len;
+	int fd = memfd_create("fuzz_record", MFD_CLOEXEC), rc;
+
+	if (fd < 0 || (size && write(fd, data, size) != (ssize_t)size))
+		abort();
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	replay_alone(path, size);
+
+	snprintf(tl_path, sizeof(tl_path), "%s/timeline.json", fuzz_tmpdir());
+	snprintf(html_path, sizeof(html_path), "%s/page.html", fuzz_tmpdir());
+	unlink(tl_path);
+	unlink(html_path);
+	o.path = path;
+	o.json = flags & RF_JSON;
+	o.tokens = flags & RF_TOKENS;
+	o.gpu_steps = flags & RF_GPU;
+	o.verbose = flags & RF_VERBOSE;
+	o.ex.prometheus = (flags & RF_PROMETHEUS) && !o.json;
+	o.ex.by_process = flags & RF_BY_PROCESS;
+	o.ex.json = o.json;
+	o.ex.timeline = tl_path;
+	o.ex.html = html_path;
+	if (flags & RF_ALERTS) {
+		for (size_t i = 0; i < sizeof(fuzz_alert_rules) / sizeof(fuzz_alert_rules[0]); i++)
+			o.ex.alerts[o.ex.nalerts++] = fuzz_alert_rules[i];
+	}
+	o.out = open_memstream(&out, &out_len);
+	o.err = open_memstream(&err, &err_len);
+	if (!o.out || !o.err)
+		abort();
+	rc = report_run(&o);
+	fclose(o.out);
+	fclose(o.err);
+	close(fd);
+
+	FUZZ_CHECK(known_error(rc), "report_run returned %d", rc);
+	/* The standard error: messages, and the lines and summary when stdout has other work. */
+	fuzz_check_text("report's standard error", err, err_len, NULL);
+	if (o.ex.prometheus)
+		fuzz_check_prom(out, out_len, NULL);
+	else if (o.json)
+		fuzz_check_json_lines("report --json", out, out_len);
+	else
+		fuzz_check_text("report", out, out_len, NULL);
+	free(out);
+	free(err);
+	/* A header refused: no file is made. Otherwise both are whole. */
+	if ((buf = fuzz_read_file(tl_path, &len))) {
+		cJSON_Delete(fuzz_check_json("timeline", buf, len));
+		free(buf);
+	}
+	if ((buf = fuzz_read_file(html_path, &len))) {
+		fuzz_check_html(buf, len);
+		free(buf);
+	}
 	return 0;
 }

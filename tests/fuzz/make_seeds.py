@@ -37,8 +37,11 @@ RECORD_HEADER_BYTES = 400
 STATS = 7
 
 # tests/fuzz/fuzz_pipeline.h: FP_*
-FP_JSON, FP_TOKENS, FP_VERBOSE, FP_GPU, FP_KEEP_RUNNING, FP_PROM, FP_ALERTS, FP_TIMELINE = (
+FP_TOKENS, FP_VERBOSE, FP_GPU, FP_KEEP_RUNNING, FP_BY_PROCESS, FP_TTY, FP_HEAVY, FP_SLOW = (
     1 << i for i in range(8))
+# tests/fuzz/fuzz_record.c: RF_*
+RF_JSON, RF_TOKENS, RF_GPU, RF_VERBOSE, RF_PROMETHEUS, RF_ALERTS, RF_BY_PROCESS = (
+    1 << i for i in range(7))
 # tests/fuzz/fuzz_pipeline.c: OP_*
 (OP_OPEN, OP_DATA, OP_CLOSE, OP_FORK, OP_EXIT, OP_STEP, OP_CALL, OP_LOST, OP_LABEL, OP_TIME,
  OP_TICK, OP_RAW, OP_PROC) = range(13)
@@ -392,16 +395,17 @@ def program_h2(name, client, conn=0, piece=0):
 
 def pipeline_h2_seeds():
     for i, name in enumerate(h2_fixture_names()):
-        flags = [FP_JSON | FP_TOKENS, FP_PROM | FP_ALERTS | FP_VERBOSE, FP_TIMELINE][i % 3]
+        flags = [FP_TOKENS, FP_HEAVY | FP_VERBOSE, FP_SLOW | FP_TTY][i % 3]
         put("fuzz_pipeline", name + "-server", bytes([flags]) + program_h2(name, False))
-        put("fuzz_pipeline", name + "-client", bytes([flags | FP_JSON]) + program_h2(name, True))
+        put("fuzz_pipeline", name + "-client", bytes([flags | FP_TOKENS]) +
+            program_h2(name, True))
     # Short reads: every syscall as 7-byte records.
     put("fuzz_pipeline", "grpcio_stream-server-records",
-        bytes([FP_JSON | FP_TOKENS]) + program_h2("grpcio_stream", False, 2, 7))
+        bytes([FP_TOKENS]) + program_h2("grpcio_stream", False, 2, 7))
     # Streams ended early: the server resets stream 1 after its first message and sends GOAWAY
     # (last stream 1) after stream 3's headers; each frame its own write.
     req, resp = read("grpcio_stream.req"), read("grpcio_stream.resp")
-    p = bytes([FP_JSON | FP_TOKENS, OP_OPEN]) + who() + op_data(0, DIR_IN, req)
+    p = bytes([FP_TOKENS, OP_OPEN]) + who() + op_data(0, DIR_IN, req)
     reset = goaway = False
     for type_, flags, stream, payload in h2_frames(resp, False):
         p += op_data(0, DIR_OUT, h2_frame(type_, flags, stream, payload))
@@ -413,7 +417,7 @@ def pipeline_h2_seeds():
             goaway = True
     put("fuzz_pipeline", "grpcio_stream-server-resets", p + bytes([OP_CLOSE]) + who())
     # The client gives up on stream 3 (RST_STREAM) before its answer comes.
-    p = bytes([FP_JSON, OP_OPEN]) + who(1)
+    p = bytes([FP_SLOW, OP_OPEN]) + who(1)
     p += op_data(1, DIR_IN, read("hypercorn_h2c.req") +
                  h2_frame(H2_RST_STREAM, 0, 3, struct.pack(">I", 8)))
     for w in writes("hypercorn_h2c"):
@@ -421,7 +425,7 @@ def pipeline_h2_seeds():
     put("fuzz_pipeline", "hypercorn_h2c-server-client-reset", p + bytes([OP_CLOSE]) + who(1))
     # A lost record: 3 bytes inside the 8 of stream 1's third message never seen (the kernel's
     # offsets jump), so that message is damaged and the stream goes on.
-    p = bytes([FP_JSON | FP_TOKENS, OP_OPEN]) + who() + op_data(0, DIR_IN, req)
+    p = bytes([FP_TOKENS, OP_OPEN]) + who() + op_data(0, DIR_IN, req)
     cut = resp.index(b"\x00\x00\x0d\x00\x00\x00\x00\x00\x01") + 9 + 5 + 2
     p += op_data(0, DIR_OUT, resp[:cut])
     p += bytes([OP_DATA | 0x40]) + who(0, DIR_OUT) + struct.pack("<H", len(resp) - cut - 3) + \
@@ -595,31 +599,31 @@ def reqbody_seeds():
 def record_seeds():
     names = fixture_names()
     for i, name in enumerate(names):
-        flags = [0, FP_JSON | FP_TOKENS | FP_PROM, FP_ALERTS | FP_TIMELINE | FP_GPU][i % 3]
+        flags = [0, RF_JSON | RF_TOKENS, RF_PROMETHEUS | RF_ALERTS | RF_GPU][i % 3]
         put("fuzz_record", name + ".tsr", tsr(connection_records(name), flags))
     put("fuzz_record", "v1.tsr", tsr(connection_records(names[0], v1=True), version=1))
     recs = connection_records("uvloop_vllm")
     recs[2:2] = [kstats(0), gpu_step(101, 1_000_500_000, 1_001_000_000), kstats(3)]
     recs[:0] = [proc_event(EV_PROC_FORK, 101, 100, 999_000_000)]
     recs.append(proc_event(EV_PROC_EXIT, 101, 0, 2_000_000_000, 9))
-    put("fuzz_record", "procs-gpu.tsr", tsr(recs, FP_PROM | FP_GPU | FP_VERBOSE))
+    put("fuzz_record", "procs-gpu.tsr", tsr(recs, RF_PROMETHEUS | RF_GPU | RF_VERBOSE | RF_BY_PROCESS))
     put("fuzz_record", "cut.tsr", tsr(connection_records("tgi"))[:-7])
 
 
 def pipeline_seeds():
     names = fixture_names()
     for i, name in enumerate(names):
-        flags = [FP_JSON | FP_TOKENS, FP_PROM | FP_ALERTS, FP_TIMELINE | FP_GPU, 0][i % 4]
+        flags = [FP_TOKENS, FP_BY_PROCESS | FP_HEAVY, FP_SLOW | FP_GPU, FP_TTY][i % 4]
         put("fuzz_pipeline", name, bytes([flags]) + program(name))
     # Two connections of two processes interleaved, GPU steps, lost records, a tick.
     a, b = program("uvicorn_h11", 0, 0, False), program("go_ollama", 1, 1, False)
-    mixed = bytes([FP_JSON | FP_PROM | FP_GPU]) + bytes([OP_FORK, 1 | 0 << 3]) + a + b
+    mixed = bytes([FP_BY_PROCESS | FP_GPU | FP_HEAVY]) + bytes([OP_FORK, 1 | 0 << 3]) + a + b
     mixed += bytes([OP_STEP]) + who(0, 0, 1) + struct.pack("<H", 5000) + bytes([40, 0, 1])
     mixed += bytes([OP_LOST, 1, OP_TICK | 0x10, OP_CLOSE]) + who(0) + bytes([OP_EXIT]) + \
         who(0, 0, 1) + bytes([0])
     put("fuzz_pipeline", "two-processes", mixed)
     # --all: a labelled server whose workers fork, serve and exit.
-    tree = bytes([FP_KEEP_RUNNING | FP_PROM | FP_VERBOSE, OP_LABEL | 0x10]) + who() + \
+    tree = bytes([FP_KEEP_RUNNING | FP_BY_PROCESS | FP_VERBOSE, OP_LABEL | 0x10]) + who() + \
         b"4f2a9c0d1e3b\0"
     for child in range(1, 4):
         tree += bytes([OP_FORK, child | (child - 1) << 3])
@@ -627,7 +631,7 @@ def pipeline_seeds():
     put("fuzz_pipeline", "labelled-tree", tree)
     # TLS: the kernel's marker, then the plaintext of the request and its stream as the TLS
     # library's calls give it (status byte: bit 3 the marker, bit 2 TLS plaintext).
-    tls = bytes([FP_JSON | FP_TOKENS, OP_OPEN]) + who(0)
+    tls = bytes([FP_TOKENS, OP_OPEN]) + who(0)
     tls += bytes([OP_DATA | 0x10]) + who(0) + struct.pack("<H", 0) + bytes([8])
     tls += bytes([OP_DATA | 0x10]) + who(0) + struct.pack("<H", len(read("uvicorn_h11.req")))
     tls += bytes([4]) + read("uvicorn_h11.req")
@@ -636,7 +640,7 @@ def pipeline_seeds():
         tls += w
     put("fuzz_pipeline", "tls", tls + bytes([OP_CLOSE]) + who(0))
     # The client side: the traced process writes the request and reads the stream.
-    client = bytes([FP_JSON | FP_TOKENS, OP_OPEN]) + who(1)
+    client = bytes([FP_TOKENS, OP_OPEN]) + who(1)
     client += op_data(1, DIR_OUT, read("uvicorn_h11.req"))
     for w in writes("uvicorn_h11"):
         client += bytes([OP_TIME]) + struct.pack("<I", 20_000_000) + op_data(1, DIR_IN, w)

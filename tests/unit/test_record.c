@@ -736,11 +736,11 @@ TEST(test_header_fields_checked)
 		const char *reason;
 	} bad[] = {
 		{ 16, 8, 1ull << 63,
-		  "corrupt header: monotonic clock 9223372036854775808 ns (at "
-		  "most 4611686018427387904)" },
+		  "corrupt header: monotonic clock at 9223372036854775808 ns, past 2^62 (146 years "
+		  "of uptime)" },
 		{ 24, 8, UINT64_MAX,
-		  "corrupt header: wall clock 18446744073709551615 ns after 1970 "
-		  "(at most 4611686018427387904)" },
+		  "corrupt header: wall clock at 18446744073709551615 ns since 1970, past 2^62 (the "
+		  "year 2116)" },
 		{ 32, 4, TS_CAPTURE_MAX + 1,
 		  "corrupt header: capture limit 1048577 bytes (at most "
 		  "1048576)" },

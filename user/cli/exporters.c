@@ -35,7 +35,9 @@ int exporters_start(struct exporters *x, const struct export_opts *eo, struct pi
 	int err;
 
 	memset(x, 0, sizeof(*x));
-	/* report --prometheus: stdout carries the metrics text alone. */
+	x->out = eo->out ? eo->out : stdout;
+	x->err = eo->err ? eo->err : stderr;
+	/* report --prometheus: out carries the metrics text alone. */
 	x->print_to_stderr = eo->json || eo->prometheus;
 	if (want_gpu) {
 		x->gpu = calloc(1, sizeof(*x->gpu));
@@ -51,15 +53,15 @@ int exporters_start(struct exporters *x, const struct export_opts *eo, struct pi
 	}
 	if (eo->listen) {
 		/* Bound before anything is attached, so a busy port fails fast. */
-		err = httpd_start(&x->httpd, eo->listen, stderr);
+		err = httpd_start(&x->httpd, eo->listen, x->err);
 		if (err)
 			return err;
-		fprintf(stderr, "tokenscope: metrics at http://%s/metrics\n",
+		fprintf(x->err, "tokenscope: metrics at http://%s/metrics\n",
 			httpd_address(x->httpd));
 	}
 	/* Alerts before the metrics: a tick evaluates them before the snapshot is rendered. */
 	if (eo->nalerts) {
-		err = alert_init(&x->alerts, stderr, eo->alert_exec);
+		err = alert_init(&x->alerts, x->err, eo->alert_exec);
 		if (err)
 			return err;
 		x->alerts_on = true;
@@ -71,7 +73,7 @@ int exporters_start(struct exporters *x, const struct export_opts *eo, struct pi
 			if (!err)
 				err = alert_add(&x->alerts, &r);
 			if (err) {
-				fprintf(stderr, "tokenscope: %s\n", msg);
+				fprintf(x->err, "tokenscope: %s\n", msg);
 				return err;
 			}
 		}
@@ -96,7 +98,7 @@ int exporters_start(struct exporters *x, const struct export_opts *eo, struct pi
 	if (eo->timeline) {
 		err = timeline_open(&x->tl, eo->timeline);
 		if (err) {
-			fprintf(stderr, "tokenscope: %s: %s\n", eo->timeline, strerror(-err));
+			fprintf(x->err, "tokenscope: %s: %s\n", eo->timeline, strerror(-err));
 			return err;
 		}
 		x->tl_open = true;
@@ -109,7 +111,7 @@ int exporters_start(struct exporters *x, const struct export_opts *eo, struct pi
 	if (eo->html) {
 		err = html_open(&x->html, eo->html, origin_ns);
 		if (err) {
-			fprintf(stderr, "tokenscope: %s: %s\n", eo->html, strerror(-err));
+			fprintf(x->err, "tokenscope: %s: %s\n", eo->html, strerror(-err));
 			return err;
 		}
 		x->html_path = eo->html;
@@ -129,14 +131,14 @@ int exporters_start(struct exporters *x, const struct export_opts *eo, struct pi
 		oo.slow_itl_ns = eo->slow_itl_ns;
 		oo.sample_ratio = eo->trace_sample;
 		oo.backpressure = eo->replay;
-		oo.err = stderr;
+		oo.err = x->err;
 		/* Spans need unix-epoch times: the one wall-clock reading, taken once. */
 		oo.realtime_offset_ns = clock_offset_now();
 		gethostname(host, sizeof(host) - 1);
 		oo.hostname = host;
 		err = otlp_init(&x->otlp, &oo);
 		if (err) {
-			fprintf(stderr, "tokenscope: %s\n", x->otlp.error);
+			fprintf(x->err, "tokenscope: %s\n", x->otlp.error);
 			return err;
 		}
 		x->otlp_url = eo->otlp_url;
@@ -190,8 +192,8 @@ int exporters_stop(struct exporters *x)
 	nvml_stop(x->nvml);
 	x->nvml = NULL;
 	if (x->gpu_usage) {
-		nvml_usage_print(x->gpu_usage, x->print_to_stderr ? stderr : stdout);
-		fflush(stdout);
+		nvml_usage_print(x->gpu_usage, x->print_to_stderr ? x->err : x->out);
+		fflush(x->out);
 	}
 	free(x->gpu);
 	x->gpu = NULL;
@@ -204,11 +206,11 @@ int exporters_stop(struct exporters *x)
 		uint64_t lost;
 
 		otlp_get_stats(&x->otlp, &st);
-		otlp_print_stats(&st, x->otlp_url, x->print_to_stderr ? stderr : stdout);
+		otlp_print_stats(&st, x->otlp_url, x->print_to_stderr ? x->err : x->out);
 		lost = st.dropped + st.failed + st.unsent;
-		fflush(stdout); /* after the counters in a pipe too */
+		fflush(x->out); /* after the counters in a pipe too */
 		if (lost)
-			fprintf(stderr,
+			fprintf(x->err,
 				"tokenscope: otlp: %llu traces not delivered to %s (%llu dropped, "
 				"%llu failed, %llu unsent)\n",
 				(unsigned long long)lost, x->otlp_url,
@@ -220,7 +222,7 @@ int exporters_stop(struct exporters *x)
 	if (x->tl_open) {
 		err = timeline_close(&x->tl);
 		if (err)
-			fprintf(stderr, "tokenscope: writing the timeline failed: %s\n",
+			fprintf(x->err, "tokenscope: writing the timeline failed: %s\n",
 				strerror(-err));
 		x->tl_open = false;
 	}
@@ -228,7 +230,7 @@ int exporters_stop(struct exporters *x)
 		int e = html_close(x->html);
 
 		if (e) {
-			fprintf(stderr, "tokenscope: writing the HTML report to %s failed: %s\n",
+			fprintf(x->err, "tokenscope: writing the HTML report to %s failed: %s\n",
 				x->html_path, strerror(-e));
 			if (!err)
 				err = e;
@@ -240,8 +242,8 @@ int exporters_stop(struct exporters *x)
 		size_t len = 0;
 
 		if (!prom_render(x->prom, &buf, &len)) {
-			fwrite(buf, 1, len, stdout);
-			fflush(stdout);
+			fwrite(buf, 1, len, x->out);
+			fflush(x->out);
 		}
 		free(buf);
 	}

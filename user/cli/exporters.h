@@ -8,6 +8,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "sinks/alert.h"
 #include "sinks/otlp.h"
@@ -33,6 +34,8 @@ struct export_opts {
 	 * for room in its queue rather than dropping, and for it to drain at the end (both
 	 * bounded by its retry policy); times and host.name come from exporters_set_source. */
 	bool replay;
+	/* Where outputs and messages go; NULL: stdout and stderr. */
+	FILE *out, *err;
 };
 
 struct httpd;
@@ -62,6 +65,7 @@ struct exporters {
 	struct nvml *nvml;
 	struct nvml_snapshot *gpu;    /* the latest sample, cut down to the traced processes */
 	struct nvml_usage *gpu_usage; /* every sample, for the summary */
+	FILE *out, *err;	      /* export_opts' (stdout and stderr by default) */
 };
 
 /* Starts what eo asks for and registers the sinks; origin_ns is the timeline's time zero (a

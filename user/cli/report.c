@@ -14,10 +14,12 @@
 
 int report_run(const struct report_opts *o)
 {
-	/* With --prometheus, stdout carries the metrics text alone (for promtool, a file), so
-	 * the lines go to stderr; summaries go with the lines, or to stderr with --json. */
-	FILE *out = o->ex.prometheus ? stderr : stdout;
-	struct pipeline_opts po = { .verbose = o->verbose, .err = stderr };
+	/* With --prometheus, the standard output (out_f) carries the metrics text alone (for
+	 * promtool, a file), so the lines go to the standard error (err_f); summaries go with the
+	 * lines, or to the standard error with --json. */
+	FILE *out_f = o->out ? o->out : stdout, *err_f = o->err ? o->err : stderr;
+	FILE *out = o->ex.prometheus ? err_f : out_f;
+	struct pipeline_opts po = { .verbose = o->verbose, .err = err_f };
 	struct summaries sums;
 	struct lines_opts lo = {
 		.out = out, .json = o->json, .tokens = o->tokens, .gpu_steps = o->gpu_steps
@@ -37,7 +39,7 @@ int report_run(const struct report_opts *o)
 	/* The header first: the outputs start knowing the recording's clocks and host. */
 	err = record_reader_open(&rd, o->path);
 	if (err) {
-		fprintf(stderr, "tokenscope: %s: %s\n", o->path,
+		fprintf(err_f, "tokenscope: %s: %s\n", o->path,
 			rd.st.reason[0] ? rd.st.reason : strerror(-err));
 		record_reader_close(&rd);
 		return err;
@@ -55,6 +57,8 @@ int report_run(const struct report_opts *o)
 	/* The timeline's zero is the recording's start: no record is earlier. Spans carry the
 	 * recording's unix times and host. */
 	eo.replay = true;
+	eo.out = out_f;
+	eo.err = err_f;
 	err = exporters_start(&ex, &eo, &pl, rd.meta.start_mono_ns);
 	if (err) {
 		rc = err;
@@ -68,7 +72,7 @@ int report_run(const struct report_opts *o)
 	ls = lines_sink(&lines);
 	pipeline_add_sink(&pl, &ls);
 	/* After the lines: the total comes once the last request's line is out. */
-	summaries_init(&sums, o->json ? stderr : out);
+	summaries_init(&sums, o->json ? err_f : out);
 	if (o->json)
 		summaries_set_json(&sums, out);
 	exporters_set_summary(&ex, &sums.total, &d);
@@ -78,10 +82,10 @@ int report_run(const struct report_opts *o)
 	err = replay_run(&rp, &rd);
 	pipeline_finish(&pl);
 	exporters_flush(&ex);
-	diagnosis_print(&d, o->json || o->ex.prometheus ? stderr : stdout);
+	diagnosis_print(&d, o->json || o->ex.prometheus ? err_f : out_f);
 	rc = exporters_stop(&ex);
 	if (err) {
-		fprintf(stderr,
+		fprintf(err_f,
 			"tokenscope: %s: %s at byte %" PRId64 "; the report covers the %" PRIu64
 			" records before it\n",
 			o->path, rd.st.reason, rd.st.bad_offset, rd.st.records);

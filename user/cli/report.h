@@ -4,6 +4,7 @@
 #define TS_REPORT_H
 
 #include <stdbool.h>
+#include <stdio.h>
 
 #include "cli/exporters.h"
 
@@ -11,6 +12,7 @@ struct report_opts {
 	const char *path;
 	bool json, tokens, gpu_steps, verbose;
 	struct export_opts ex;
+	FILE *out, *err; /* NULL: stdout and stderr */
 };
 
 /* 0, or a negative errno after printing why (a cut or corrupt file is reported in full first). */

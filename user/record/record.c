@@ -364,12 +364,14 @@ static int read_meta(const unsigned char *h, struct record_meta *m, struct recor
 	m->start_real_ns = get_le64(h + HDR_START_REAL);
 	if (m->start_mono_ns > RECORD_CLOCK_MAX_NS)
 		return stop(st, -EBADMSG, HDR_START_MONO,
-			    "corrupt header: monotonic clock %" PRIu64 " ns (at most %llu)",
-			    m->start_mono_ns, RECORD_CLOCK_MAX_NS);
+			    "corrupt header: monotonic clock at %" PRIu64
+			    " ns, past 2^62 (146 years of uptime)",
+			    m->start_mono_ns);
 	if (m->start_real_ns > RECORD_CLOCK_MAX_NS)
 		return stop(st, -EBADMSG, HDR_START_REAL,
-			    "corrupt header: wall clock %" PRIu64 " ns after 1970 (at most %llu)",
-			    m->start_real_ns, RECORD_CLOCK_MAX_NS);
+			    "corrupt header: wall clock at %" PRIu64
+			    " ns since 1970, past 2^62 (the year 2116)",
+			    m->start_real_ns);
 	m->capture_bytes = get_le32(h + HDR_CAPTURE);
 	if (m->capture_bytes > TS_CAPTURE_MAX)
 		return stop(st, -EBADMSG, HDR_CAPTURE,
