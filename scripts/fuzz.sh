@@ -51,6 +51,9 @@ dict_formats() {
 	fuzz_duration | fuzz_alert_rule) echo alert ;;
 	fuzz_otlp_response) echo http ;;
 	fuzz_cupti) echo cupti ;;
+	fuzz_httpd) echo http ;;
+	fuzz_proc) echo proc utf8 ;;
+	fuzz_alert_exec) echo alert utf8 ;;
 	esac
 }
 

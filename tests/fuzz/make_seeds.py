@@ -681,6 +681,66 @@ def otlp_seeds():
         b"Retry-After: Wed, 21 Oct 2026 07:28:00 GMT\r\n\r\n")
 
 
+def listener_seeds():
+    """tests/fuzz/fuzz_httpd.c: a snapshot, then clients' ops (op | client << 3)."""
+    snap = b"# TYPE tokenscope_requests_total counter\ntokenscope_requests_total 3\n"
+
+    def send(client, data):
+        return bytes([0 | client << 3]) + struct.pack("<H", len(data)) + data
+
+    head = bytes([len(snap)]) + snap
+    put("fuzz_httpd", "scrape", head + send(0, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"))
+    put("fuzz_httpd", "head-and-404", head + send(0, b"HEAD /metrics HTTP/1.1\r\nHost: x\r\n\r\n"
+                                                 b"GET /other HTTP/1.1\r\nHost: x\r\n\r\n"))
+    put("fuzz_httpd", "post-body", head + send(1, b"POST /metrics HTTP/1.1\r\nHost: x\r\n"
+                                              b"Content-Length: 5\r\n\r\nhello"))
+    # A head in pieces with pauses, another client's garbage, a half-close, a read.
+    slow = head
+    for piece in (b"GET /met", b"rics HTTP/1.1\r\n", b"Host: x\r\n", b"\r\n"):
+        slow += send(0, piece) + bytes([4, 7])
+    slow += send(1, b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03") + bytes([1 | 1 << 3])
+    slow += bytes([2])
+    put("fuzz_httpd", "slow-and-garbage", slow)
+    put("fuzz_httpd", "big-head", head + send(2, b"GET /metrics HTTP/1.1\r\nX: " + b"a" * 20000 +
+                                             b"\r\n\r\n"))
+    put("fuzz_httpd", "specs", head + b"".join(bytes([5]) + x + b"\0" for x in (
+        b"127.0.0.1:9464", b":9464", b"9464", b"[::1]:0", b"[fe80::1%eth0]:1", b"1.2.3.4:99999")))
+
+
+def proc_seeds():
+    """tests/fuzz/fuzz_proc.c: processes (pid, ppid, flags, comm, cmdline, cgroup), maps."""
+    def proc(pid, ppid, comm, cmdline, cgroup, flags=0, stat=None):
+        p = bytes([pid, ppid, flags]) + comm + b"\0"
+        if flags & 1:
+            p += stat + b"\0"
+        return p + cmdline.replace(b"\0", b"\x01") + b"\0" + cgroup + b"\0"
+
+    cid = b"4f2a9c0d1e3b" + b"0" * 52
+    tree = bytes([4])
+    tree += proc(1, 0, b"vllm", b"/usr/bin/python3\0/usr/local/bin/vllm\0serve\0Qwen/Qwen3-8B",
+                 b"0::/kubepods.slice/kubepods-burstable.slice/cri-containerd-" + cid + b".scope\n")
+    tree += proc(2, 1, b"VLLM::EngineCor", b"python3\0-m\0vllm.entrypoints.openai.api_server",
+                 b"0::/system.slice/docker-" + cid + b".scope\n")
+    tree += proc(3, 0, b"\x1b]0;x\x07ollama", b"ollama\0serve", b"12:pids:/docker/" + cid + b"\n")
+    tree += proc(4, 3, b"server", b"./server\0-m\0model.gguf", b"", 1, b"4 (a) b) S 3 1")
+    maps = b"/usr/lib/x86_64-linux-gnu/libcudart.so.13\0" + struct.pack("<QQIBI", 0x7f0000000000,
+                                                                    0x7f0000200000, 0x28000, 5,
+                                                                    1311)
+    maps += b"7f1c2a000000-7f1c2a200000 r-xp 00028000 08:01 1311   /opt/my libs/libcudart.so.13\n"
+    maps += b"1000-2000 r-xp 0 00:1f 7 /tmp/\x1b]0;x\x07lib.so (deleted)\n"
+    put("fuzz_proc", "vllm-tree", tree + maps)
+    put("fuzz_proc", "empty", b"\0")
+
+
+def alert_exec_seeds():
+    env = [b"PATH=/usr/bin", b"TOKENSCOPE_ALERT_STATE=old", b"HOME=/root", b"NOEQUALS"]
+    put("fuzz_alert_exec", "firing", bytes([len(env)]) + b"\0".join(
+        [b"notify-send \"$TOKENSCOPE_ALERT_RULE\"", b"ttft.p99 > 5s for 3m", b"firing",
+         b"7.20 s", b"queueing (queue 90%, prefill 5% of TTFT in the window)"] + env) + b"\0")
+    put("fuzz_alert_exec", "resolved", b"\0curl -d @- http://hook\0success < 99%\0resolved\0"
+        b"99.50%\0\0")
+
+
 def main():
     global ONLY
     if len(sys.argv) > 1:
@@ -705,6 +765,9 @@ def main():
     cli_seeds()
     otlp_seeds()
     cupti_seeds()
+    listener_seeds()
+    proc_seeds()
+    alert_exec_seeds()
     for t in sorted(ONLY or os.listdir(SEEDS)):
         print("%-20s %3d seeds" % (t, len(os.listdir(os.path.join(SEEDS, t)))))
 

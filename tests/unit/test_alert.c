@@ -178,6 +178,35 @@ TEST(test_success_rate)
 	fclose(f);
 }
 
+/* The command's environment is built before fork: the variables of this process kept in order,
+ * the four set once each (an inherited one of the same name replaced), the command line the
+ * user's alone. */
+TEST(test_alert_cmd)
+{
+	char *env[] = { "PATH=/usr/bin", "TOKENSCOPE_ALERT_STATE=stale", "NOEQUALS",
+			"TOKENSCOPE_ALERT_RULEX=kept", NULL };
+	struct alert_cmd c;
+	int i = 0;
+
+	if (!ASSERT_OK(alert_cmd_build(&c, "notify \"$X\"", env, "ttft.p99 > 5s", "firing",
+				       "7.20 s", "queueing (queue 90%)"),
+		       "build"))
+		return;
+	ASSERT_STREQ(c.argv[0], "sh", "sh");
+	ASSERT_STREQ(c.argv[1], "-c", "-c");
+	ASSERT_STREQ(c.argv[2], "notify \"$X\"", "the command as given");
+	ASSERT_TRUE(c.argv[3] == NULL, "three arguments");
+	ASSERT_STREQ(c.envp[i++], "PATH=/usr/bin", "inherited");
+	ASSERT_STREQ(c.envp[i++], "NOEQUALS", "inherited as it is");
+	ASSERT_STREQ(c.envp[i++], "TOKENSCOPE_ALERT_RULEX=kept", "another name");
+	ASSERT_STREQ(c.envp[i++], "TOKENSCOPE_ALERT_RULE=ttft.p99 > 5s", "rule");
+	ASSERT_STREQ(c.envp[i++], "TOKENSCOPE_ALERT_STATE=firing", "state, the stale one gone");
+	ASSERT_STREQ(c.envp[i++], "TOKENSCOPE_ALERT_VALUE=7.20 s", "value");
+	ASSERT_STREQ(c.envp[i++], "TOKENSCOPE_ALERT_CAUSE=queueing (queue 90%)", "cause");
+	ASSERT_TRUE(c.envp[i] == NULL, "nothing more");
+	alert_cmd_free(&c);
+}
+
 int main(void)
 {
 	return check_run_all();

@@ -271,11 +271,10 @@ int discover_describe(const char *proc_root, uint32_t pid, const char *server, c
 		      struct discovered *d)
 {
 	struct entry e = { .server = server, .rule = rule };
-	char path[512], text[512];
+	char name[16];
 
-	snprintf(path, sizeof(path), "%s/%u/stat", proc_root, pid);
-	if (proc_read_file(path, text, sizeof(text)) <= 0 ||
-	    proc_parse_stat(text, &e.pid, &e.ppid) || e.pid != pid)
+	snprintf(name, sizeof(name), "%u", pid);
+	if (proc_read_stat(proc_root, name, &e.pid, &e.ppid))
 		return -ESRCH;
 	fill(proc_root, &e, d);
 	return 0;
@@ -296,12 +295,10 @@ const char *discover_traffic_rule(unsigned int kind)
 /* One process: its ppid and, if it is a server, which. false when it exited meanwhile. */
 static bool read_entry(const char *proc_root, const char *name, char *cmdline, struct entry *e)
 {
-	char path[512], text[512], comm[32];
+	char path[512], comm[32];
 	ssize_t len;
 
-	snprintf(path, sizeof(path), "%s/%s/stat", proc_root, name);
-	if (proc_read_file(path, text, sizeof(text)) <= 0 ||
-	    proc_parse_stat(text, &e->pid, &e->ppid))
+	if (proc_read_stat(proc_root, name, &e->pid, &e->ppid))
 		return false;
 	snprintf(path, sizeof(path), "%s/%s/comm", proc_root, name);
 	if (proc_read_file(path, comm, sizeof(comm)) <= 0)

@@ -8,7 +8,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "lib/escape.h"
 #include "lib/grow.h"
+#include "lib/utf8.h"
 #include "loader/proc.h"
 
 int proc_check(uint32_t pid)
@@ -36,28 +38,118 @@ ssize_t proc_read_file(const char *path, char *buf, size_t n)
 
 void proc_comm(uint32_t pid, char *out, size_t n)
 {
-	char path[40];
+	char path[40], comm[PROC_COMM_BYTES + 2];
 
 	snprintf(path, sizeof(path), "/proc/%u/comm", pid);
-	if (proc_read_file(path, out, n) <= 0) {
+	if (proc_read_file(path, comm, sizeof(comm)) <= 0) {
 		snprintf(out, n, "?");
 		return;
 	}
-	out[strcspn(out, "\n")] = 0;
+	/* A process names itself: escape sequences included. */
+	utf8_clean(out, n, comm, strcspn(comm, "\n"));
+}
+
+/* A decimal pid at *s (digits only, 0 to PROC_PID_MAX), *s moved past it; false otherwise. */
+static bool parse_pid(const char **s, uint32_t *out)
+{
+	const char *p = *s;
+	uint32_t v = 0;
+
+	if (*p < '0' || *p > '9')
+		return false;
+	for (; *p >= '0' && *p <= '9'; p++) {
+		v = v * 10 + (uint32_t)(*p - '0');
+		if (v > PROC_PID_MAX)
+			return false;
+	}
+	*out = v;
+	*s = p;
+	return true;
 }
 
 int proc_parse_stat(const char *text, uint32_t *pid, uint32_t *ppid)
 {
-	/* comm may hold spaces and parentheses: the state follows the last ')'. */
-	const char *close = strrchr(text, ')');
-	char state;
-	unsigned int pp;
+	/* "PID (COMM) STATE PPID ...": comm may hold spaces and parentheses, so the state
+	 * follows the last ')'. */
+	const char *close = strrchr(text, ')'), *p = text;
 
-	if (!close || sscanf(text, "%u", pid) != 1)
+	if (!close || !parse_pid(&p, pid) || p[0] != ' ' || p[1] != '(' || p + 1 > close)
 		return -EINVAL;
-	if (sscanf(close + 1, " %c %u", &state, &pp) != 2)
+	p = close + 1;
+	if (p[0] != ' ' || !p[1] || p[2] != ' ')
 		return -EINVAL;
-	*ppid = pp;
+	p += 3;
+	return parse_pid(&p, ppid) && (*p == ' ' || *p == '\n' || !*p) ? 0 : -EINVAL;
+}
+
+int proc_read_stat(const char *proc_root, const char *name, uint32_t *pid, uint32_t *ppid)
+{
+	char path[300], text[512];
+	const char *p = name;
+	uint32_t dir_pid;
+
+	if (!parse_pid(&p, &dir_pid) || *p)
+		return -EINVAL;
+	snprintf(path, sizeof(path), "%s/%s/stat", proc_root, name);
+	if (proc_read_file(path, text, sizeof(text)) <= 0 || proc_parse_stat(text, pid, ppid) ||
+	    *pid != dir_pid)
+		return -EINVAL;
+	return 0;
+}
+
+/* Hex digits into *v: false without one, or past 64 bits. */
+static bool parse_hex(const char **s, uint64_t *v)
+{
+	const char *p = *s;
+	uint64_t x = 0;
+	int n = 0;
+
+	for (;; p++, n++) {
+		int d = *p >= '0' && *p <= '9'	 ? *p - '0'
+			: *p >= 'a' && *p <= 'f' ? *p - 'a' + 10
+			: *p >= 'A' && *p <= 'F' ? *p - 'A' + 10
+						 : -1;
+
+		if (d < 0)
+			break;
+		if (n == 16)
+			return false;
+		x = x << 4 | (uint64_t)d;
+	}
+	*v = x;
+	*s = p;
+	return n > 0;
+}
+
+int proc_maps_parse(const char *line, struct proc_map *m)
+{
+	const char *p = line;
+	uint64_t dev_major, dev_minor, ino;
+	size_t n;
+
+	memset(m, 0, sizeof(*m));
+	if (!parse_hex(&p, &m->start) || *p++ != '-' || !parse_hex(&p, &m->end) || *p++ != ' ')
+		return -EINVAL;
+	if (strnlen(p, 5) < 5 || p[4] != ' ')
+		return -EINVAL;
+	m->exec = p[2] == 'x';
+	p += 5;
+	if (!parse_hex(&p, &m->offset) || *p++ != ' ' || !parse_hex(&p, &dev_major) ||
+	    *p++ != ':' || !parse_hex(&p, &dev_minor) || *p++ != ' ')
+		return -EINVAL;
+	for (ino = 0; *p >= '0' && *p <= '9'; p++)
+		ino = ino * 10 + (uint64_t)(*p - '0');
+	m->inode = ino;
+	while (*p == ' ')
+		p++;
+	/* The rest of the line is the path; the kernel writes a newline in a name as "\012", so
+	 * the line's own newline ends it. A file gone since it was mapped has " (deleted)". */
+	n = strcspn(p, "\n");
+	if (n >= sizeof(m->path))
+		return -ENAMETOOLONG;
+	memcpy(m->path, p, n);
+	m->path[n] = 0;
+	escape_text_col(m->shown, sizeof(m->shown), m->path, PROC_MAP_SHOWN_CELLS, false);
 	return 0;
 }
 
@@ -65,9 +157,10 @@ struct pair {
 	uint32_t pid, ppid;
 };
 
-int proc_descendants(uint32_t root, void (*cb)(void *ctx, uint32_t pid), void *ctx)
+int proc_descendants(const char *proc_root, uint32_t root, void (*cb)(void *ctx, uint32_t pid),
+		     void *ctx)
 {
-	DIR *d = opendir("/proc");
+	DIR *d = opendir(proc_root);
 	struct pair *all = NULL, *m;
 	size_t n = 0, cap = 0;
 	uint32_t *todo = NULL;
@@ -78,14 +171,10 @@ int proc_descendants(uint32_t root, void (*cb)(void *ctx, uint32_t pid), void *c
 	if (!d)
 		return -errno;
 	while ((de = readdir(d))) {
-		char path[300], text[512];
 		struct pair p;
 
-		if (!isdigit((unsigned char)de->d_name[0]))
-			continue;
-		snprintf(path, sizeof(path), "/proc/%s/stat", de->d_name);
-		if (proc_read_file(path, text, sizeof(text)) <= 0 ||
-		    proc_parse_stat(text, &p.pid, &p.ppid))
+		if (!isdigit((unsigned char)de->d_name[0]) ||
+		    proc_read_stat(proc_root, de->d_name, &p.pid, &p.ppid))
 			continue; /* exited meanwhile */
 		m = grow(all, &cap, n + 1, sizeof(*m), 512);
 		if (!m) {

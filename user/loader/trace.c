@@ -249,7 +249,7 @@ static bool discover_attach(struct tracer *tr, struct discover_set *seen,
 		return false;
 	tr->label = d->container_short;
 	pipeline_label_process(&tr->pl, d->pid, d->container_short);
-	proc_descendants(d->pid, follow_descendant, tr);
+	proc_descendants("/proc", d->pid, follow_descendant, tr);
 	tr->label = NULL;
 	/* A server found by its traffic is named by its comm. */
 	fprintf(stderr, "tokenscope: found %u (%s, rule '%s') %s%s\n", d->pid,
@@ -640,7 +640,7 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 			goto out;
 		}
 		nprocs++;
-		err = proc_descendants(o->pids[i], follow_descendant, &tr);
+		err = proc_descendants("/proc", o->pids[i], follow_descendant, &tr);
 		if (err > 0)
 			nprocs += err;
 	}
@@ -654,7 +654,7 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 
 	fprintf(stderr, "tokenscope: attached to %d process%s", nprocs, nprocs == 1 ? "" : "es");
 	for (int i = 0; i < o->npids; i++) {
-		char comm[32];
+		char comm[PROC_COMM_TEXT];
 
 		if (o->run_name)
 			snprintf(comm, sizeof(comm), "%s", o->run_name);

@@ -14,6 +14,7 @@
 #include "loader/insn.h"
 #include "events.h"
 #include "loader/kernel.h"
+#include "loader/proc.h"
 
 /* A function to hook: its name, the cookie its programs read, the program at its entry and the
  * one at its return (KERNEL_PROBE_NONE: none). */
@@ -277,9 +278,15 @@ static int hook_file(struct uprobes *u, struct uprobes_hook *h, const char *path
 			continue;
 		if (!*first_err)
 			*first_err = err;
-		if (u->verbose)
+		if (u->verbose) {
+			char shown[ESCAPE_COL_BYTES(PROC_MAP_SHOWN_CELLS)];
+
 			fprintf(stderr, "tokenscope: cannot hook %s in %s for pid %u: %s\n",
-				cf->table->fns[i].name, path, h->pid, strerror(-err));
+				cf->table->fns[i].name,
+				escape_text_col(shown, sizeof(shown), path, PROC_MAP_SHOWN_CELLS,
+						false),
+				h->pid, strerror(-err));
+		}
 	}
 	return hooked;
 }
@@ -533,11 +540,15 @@ static struct uprobes_file *file_of(struct uprobes *u, const struct stat *st, co
 		    u->files[i].table == table)
 			return &u->files[i];
 	if (u->nfiles == UPROBES_MAX_FILES) {
+		char shown[ESCAPE_COL_BYTES(PROC_MAP_SHOWN_CELLS)];
+
 		if (!u->files_full)
 			fprintf(stderr,
 				"tokenscope: %d library files looked at, the most kept: %s and "
 				"later files are not hooked\n",
-				UPROBES_MAX_FILES, full);
+				UPROBES_MAX_FILES,
+				escape_text_col(shown, sizeof(shown), full, PROC_MAP_SHOWN_CELLS,
+						false));
 		u->files_full = true;
 		return NULL;
 	}
@@ -592,6 +603,7 @@ static int scan_file(struct uprobes *u, uint32_t pid, const char *full, const ch
 int uprobes_scan(struct uprobes *u, uint32_t pid)
 {
 	char maps[64], exe[4096], line[4096 + 128];
+	struct proc_map *m = malloc(sizeof(*m));
 	ssize_t exe_len;
 	FILE *f;
 	int total = 0;
@@ -599,6 +611,8 @@ int uprobes_scan(struct uprobes *u, uint32_t pid)
 	snprintf(maps, sizeof(maps), "/proc/%u/exe", pid);
 	exe_len = readlink(maps, exe, sizeof(exe) - 1);
 	exe[exe_len > 0 ? exe_len : 0] = 0;
+	if (!m)
+		return -ENOMEM;
 	snprintf(maps, sizeof(maps), "/proc/%u/maps", pid);
 	f = fopen(maps, "re");
 	if (!f) {
@@ -606,27 +620,26 @@ int uprobes_scan(struct uprobes *u, uint32_t pid)
 
 		if (is_denial(err))
 			deny(u, UPROBES_DENIED_MAPS, err, pid, maps, NULL);
+		free(m);
 		return err;
 	}
 	while (fgets(line, sizeof(line), f)) {
-		char perms[8], path[4096 + 64], full[4096 + 96];
-		unsigned long long start, end, off, ino;
-		unsigned int major, minor;
+		char full[sizeof(m->path) + 32];
 		const char *base;
 		bool is_exe, full_up = false;
 
-		if (sscanf(line, "%llx-%llx %7s %llx %x:%x %llu %4095s", &start, &end, perms, &off,
-			   &major, &minor, &ino, path) != 8 ||
-		    perms[2] != 'x' || path[0] != '/')
+		/* A file deleted since it was mapped (" (deleted)") is not hooked: its path now
+		 * names another file, or none. */
+		if (proc_maps_parse(line, m) || !m->exec || m->path[0] != '/')
 			continue;
 		/* Through the process's own root: the path is the one its mount namespace sees. */
-		snprintf(full, sizeof(full), "/proc/%u/root%s", pid, path);
-		base = strrchr(path, '/') + 1;
+		snprintf(full, sizeof(full), "/proc/%u/root%s", pid, m->path);
+		base = strrchr(m->path, '/') + 1;
 		if (!strncmp(base, CUDA_CUPTI_LIB, strlen(CUDA_CUPTI_LIB))) {
-			total += hook_cupti(u, pid, full, path);
+			total += hook_cupti(u, pid, full, m->shown);
 			continue;
 		}
-		is_exe = !strcmp(path, exe);
+		is_exe = !strcmp(m->path, exe);
 		for (size_t t = 0; t < sizeof(tables) / sizeof(tables[0]); t++) {
 			bool named =
 			    tables[t].file_prefix &&
@@ -635,7 +648,7 @@ int uprobes_scan(struct uprobes *u, uint32_t pid)
 
 			if (!named && !(is_exe && tables[t].exe_too))
 				continue;
-			n = scan_file(u, pid, full, path, &tables[t], !named);
+			n = scan_file(u, pid, full, m->shown, &tables[t], !named);
 			if (n == -ENOSPC) {
 				full_up = true;
 				break;
@@ -646,6 +659,7 @@ int uprobes_scan(struct uprobes *u, uint32_t pid)
 			break;
 	}
 	fclose(f);
+	free(m);
 	return total;
 }
 

@@ -283,22 +283,84 @@ static bool exec_running(struct alert_rule *r)
 	return r->exec_pid > 0;
 }
 
+static const char *const alert_cmd_names[ALERT_CMD_VARS] = {
+	"TOKENSCOPE_ALERT_RULE",
+	"TOKENSCOPE_ALERT_STATE",
+	"TOKENSCOPE_ALERT_VALUE",
+	"TOKENSCOPE_ALERT_CAUSE",
+};
+
+/* Whether the environment entry e names one of the variables the command is given. */
+static bool alert_cmd_own(const char *e)
+{
+	for (int i = 0; i < ALERT_CMD_VARS; i++) {
+		size_t n = strlen(alert_cmd_names[i]);
+
+		if (!strncmp(e, alert_cmd_names[i], n) && e[n] == '=')
+			return true;
+	}
+	return false;
+}
+
+int alert_cmd_build(struct alert_cmd *c, const char *exec, char *const *env, const char *rule,
+		    const char *state, const char *value, const char *cause)
+{
+	const char *values[ALERT_CMD_VARS] = { rule, state, value, cause };
+	size_t n = 0, k = 0;
+
+	memset(c, 0, sizeof(*c));
+	while (env && env[n])
+		n++;
+	c->envp = malloc((n + ALERT_CMD_VARS + 1) * sizeof(*c->envp));
+	if (!c->envp)
+		return -ENOMEM;
+	for (int i = 0; i < ALERT_CMD_VARS; i++) {
+		if (asprintf(&c->vars[i], "%s=%s", alert_cmd_names[i], values[i]) < 0) {
+			c->vars[i] = NULL;
+			alert_cmd_free(c);
+			return -ENOMEM;
+		}
+	}
+	for (size_t i = 0; i < n; i++)
+		if (!alert_cmd_own(env[i]))
+			c->envp[k++] = env[i];
+	for (int i = 0; i < ALERT_CMD_VARS; i++)
+		c->envp[k++] = c->vars[i];
+	c->envp[k] = NULL;
+	c->argv[0] = "sh";
+	c->argv[1] = "-c";
+	c->argv[2] = (char *)exec;
+	c->argv[3] = NULL;
+	return 0;
+}
+
+void alert_cmd_free(struct alert_cmd *c)
+{
+	for (int i = 0; i < ALERT_CMD_VARS; i++)
+		free(c->vars[i]);
+	free(c->envp);
+	memset(c, 0, sizeof(*c));
+}
+
 static void exec_spawn(struct alert_set *a, struct alert_rule *r, const char *state,
 		       const char *value, const char *cause)
 {
-	pid_t pid = fork();
+	struct alert_cmd c;
+	pid_t pid;
 
+	if (alert_cmd_build(&c, a->exec, environ, r->text, state, value, cause)) {
+		fprintf(a->out, "tokenscope: --alert-exec: out of memory\n");
+		return;
+	}
+	pid = fork();
 	if (pid == 0) {
-		setenv("TOKENSCOPE_ALERT_RULE", r->text, 1);
-		setenv("TOKENSCOPE_ALERT_STATE", state, 1);
-		setenv("TOKENSCOPE_ALERT_VALUE", value, 1);
-		setenv("TOKENSCOPE_ALERT_CAUSE", cause, 1);
-		execl("/bin/sh", "sh", "-c", a->exec, (char *)NULL);
+		execve("/bin/sh", c.argv, c.envp);
 		_exit(127);
 	}
 	if (pid < 0)
 		fprintf(a->out, "tokenscope: --alert-exec: fork failed: %s\n", strerror(errno));
 	r->exec_pid = pid > 0 ? pid : 0;
+	alert_cmd_free(&c);
 }
 
 /* Starts the pending command of r if its previous one has ended. */

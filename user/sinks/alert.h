@@ -88,6 +88,25 @@ void alert_evaluate(struct alert_set *a, uint64_t now_ns);
 void alert_exec_drain(struct alert_set *a, int timeout_ms);
 /* tokenscope_alert_firing{rule="..."} 0|1 for every rule, in the Prometheus text format. */
 void alert_render_prom(void *alert_set, FILE *f);
+/*
+ * The command --alert-exec runs for a transition: `sh -c EXEC`, in this process's environment
+ * (env) with TOKENSCOPE_ALERT_RULE, _STATE, _VALUE and _CAUSE set to the values given (each
+ * replacing any of that name env holds). Built before fork, so that the child calls execve
+ * alone: the tracer has threads, and a child of a threaded process may call only
+ * async-signal-safe functions (setenv allocates: it could wait for ever on a lock another thread
+ * held at the fork). The values go in the environment, never into the command line.
+ */
+#define ALERT_CMD_VARS 4
+struct alert_cmd {
+	char *argv[4];
+	char **envp;		    /* NULL-terminated */
+	char *vars[ALERT_CMD_VARS]; /* the four "NAME=value" strings envp holds */
+};
+/* 0, or -ENOMEM (nothing to free then). */
+int alert_cmd_build(struct alert_cmd *c, const char *exec, char *const *env, const char *rule,
+		    const char *state, const char *value, const char *cause);
+void alert_cmd_free(struct alert_cmd *c);
+
 /* "5s", "200ms", "3m", "250us" to seconds; false without a known unit. */
 bool alert_parse_duration(const char *s, double *seconds);
 
