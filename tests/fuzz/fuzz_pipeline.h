@@ -236,6 +236,11 @@ static void fuzz_pipeline_close(struct fuzz_pipeline *f)
 	fuzz_stream_close(&f->text);
 	fuzz_stream_close(&f->json);
 	fuzz_stream_close(&f->frames);
+#ifdef FUZZ_SHOW
+	fwrite(f->text.buf, 1, f->text.len, stdout);
+	fwrite(f->json.buf, 1, f->json.len, stdout);
+	fwrite(f->frames.buf, 1, f->frames.len, stdout);
+#endif
 	fuzz_check_text("text output", f->text.buf, f->text.len, NULL);
 	fuzz_check_json_lines("JSON lines", f->json.buf, f->json.len);
 	fuzz_check_text("top", f->frames.buf, f->frames.len, f->flags & FP_TTY ? TOP_CLEAR : NULL);

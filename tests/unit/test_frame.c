@@ -212,6 +212,118 @@ TEST(test_anthropic)
 	ASSERT_FALSE(fi.done, "not done");
 }
 
+/* The Responses API: which events are output, which end the stream, their usage and reasons. */
+TEST(test_openai_responses)
+{
+	static const struct {
+		const char *type, *delta;
+		bool content, text;
+	} deltas[] = {
+		{ "response.output_text.delta", "\"Hi\"", true, true },
+		{ "response.output_text.delta", "\"\"", false, false },
+		{ "response.reasoning_text.delta", "\"Let\"", true, false },
+		{ "response.reasoning_summary_text.delta", "\"So\"", true, false },
+		{ "response.refusal.delta", "\"No\"", true, false },
+		{ "response.function_call_arguments.delta", "\"{\\\"a\\\"\"", true, false },
+		{ "response.custom_tool_call_input.delta", "\"x\"", true, false },
+		{ "response.audio.transcript.delta", "\"x\"", true, false },
+		{ "response.some_new_kind.delta", "\"x\"", true, false },
+		/* vLLM once sent reasoning deltas as objects. */
+		{ "response.reasoning.delta", "{\"content\":\"We\"}", true, false },
+		{ "response.reasoning.delta", "{}", false, false },
+	};
+	struct frame_info fi;
+	char data[256];
+
+	for (size_t i = 0; i < sizeof(deltas) / sizeof(deltas[0]); i++) {
+		snprintf(data, sizeof(data),
+			 "{\"type\":\"%s\",\"sequence_number\":4,\"item_id\":\"x\",\"delta\":%s}",
+			 deltas[i].type, deltas[i].delta);
+		fi = classify(deltas[i].type, data);
+		ASSERT_EQ(fi.format, FMT_OPENAI_RESPONSES, deltas[i].type);
+		ASSERT_EQ(fi.content, deltas[i].content, deltas[i].type);
+		ASSERT_EQ(fi.text, deltas[i].text, deltas[i].type);
+		ASSERT_TRUE(fi.chunk, "a chunk");
+		ASSERT_FALSE(fi.done || fi.error, "neither end nor error");
+	}
+	/* Lifecycle: no chunk, no output; the model is named. */
+	fi = classify("response.created",
+		      "{\"type\":\"response.created\",\"response\":{\"id\":\"resp_1\",\"model\":"
+		      "\"Qwen/Qwen3-8B\",\"status\":\"in_progress\",\"usage\":null}}");
+	ASSERT_EQ(fi.format, FMT_OPENAI_RESPONSES, "created");
+	ASSERT_FALSE(fi.chunk || fi.content, "created: no output");
+	ASSERT_STREQ(fi.model, "Qwen/Qwen3-8B", "its model");
+	fi = classify("",
+		      "{\"type\":\"response.output_item.added\",\"item\":{\"type\":\"message\"}}");
+	ASSERT_EQ(fi.format, FMT_OPENAI_RESPONSES, "known by its type without an event line");
+	ASSERT_TRUE(fi.chunk && !fi.content, "an item: a chunk, not output");
+	ASSERT_STREQ(fi.model, "", "no model");
+	fi = classify(
+	    "response.completed",
+	    "{\"type\":\"response.completed\",\"response\":{\"status\":\"completed\","
+	    "\"usage\":{\"input_tokens\":14,\"input_tokens_details\":{\"cached_tokens\":8},"
+	    "\"output_tokens\":30,\"output_tokens_details\":{\"reasoning_tokens\":12}}}}");
+	ASSERT_TRUE(fi.done && !fi.error && !fi.chunk, "completed ends the stream");
+	ASSERT_EQ(fi.prompt_tokens, 14, "input");
+	ASSERT_EQ(fi.completion_tokens, 30, "output");
+	ASSERT_EQ(fi.cached_tokens, 8, "cached");
+	ASSERT_EQ(fi.reasoning_tokens, 12, "reasoning");
+	fi = classify("response.failed",
+		      "{\"type\":\"response.failed\",\"response\":{\"status\":\"failed\",\"error\":"
+		      "{\"code\":\"server_error\",\"message\":\"The engine died: Say hi\"}}}");
+	ASSERT_TRUE(fi.done && fi.error, "failed: an error that ends the stream");
+	ASSERT_STREQ(fi.reason, "failed:server_error", "its code, never its message");
+	fi = classify("response.incomplete",
+		      "{\"type\":\"response.incomplete\",\"response\":{\"status\":\"incomplete\","
+		      "\"incomplete_details\":{\"reason\":\"max_output_tokens\"}}}");
+	ASSERT_TRUE(fi.done && fi.error, "incomplete");
+	ASSERT_STREQ(fi.reason, "incomplete:max_output_tokens", "why");
+	fi = classify("response.failed", "{\"type\":\"response.failed\",\"response\":{}}");
+	ASSERT_STREQ(fi.reason, "failed", "no code");
+	fi = classify("error", "{\"type\":\"error\",\"code\":\"rate_limit_exceeded\",\"message\":"
+			       "\"Slow down\",\"param\":null,\"sequence_number\":3}");
+	ASSERT_TRUE(fi.error && !fi.done, "an error event");
+	ASSERT_EQ(fi.format, FMT_OPENAI_RESPONSES, "the Responses API's, not Anthropic's");
+	ASSERT_STREQ(fi.reason, "rate_limit_exceeded", "code");
+	fi = classify("response.output_text.delta", "{cut");
+	ASSERT_TRUE(fi.invalid, "invalid");
+	ASSERT_EQ(fi.format, FMT_OPENAI_RESPONSES, "known by its event line");
+	/* Not streamed: the response object, with its usage. */
+	fi = classify("", "{\"id\":\"resp_1\",\"object\":\"response\",\"status\":\"completed\","
+			  "\"output\":[],\"usage\":{\"input_tokens\":5,\"output_tokens\":9}}");
+	ASSERT_EQ(fi.format, FMT_OPENAI_RESPONSES, "not streamed");
+	ASSERT_EQ(fi.completion_tokens, 9, "its usage");
+	ASSERT_FALSE(fi.chunk || fi.done, "not a stream's event");
+}
+
+/* An error frame's reason is a code, in the characters of a code, cut to fit. */
+TEST(test_error_reasons)
+{
+	struct frame_info fi;
+
+	fi = classify("", "{\"error\":{\"message\":\"quota\",\"type\":\"insufficient_quota\","
+			  "\"code\":\"insufficient_quota\"}}");
+	ASSERT_STREQ(fi.reason, "insufficient_quota", "OpenAI: a string code");
+	fi = classify("", "{\"error\":{\"message\":\"x\",\"type\":\"server_error\",\"code\":500}}");
+	ASSERT_STREQ(fi.reason, "server_error", "a type before a number");
+	fi = classify("", "{\"object\":\"error\",\"message\":\"x\",\"type\":\"BadRequestError\","
+			  "\"code\":400}");
+	ASSERT_STREQ(fi.reason, "BadRequestError", "vLLM");
+	fi = classify("", "{\"error\":{\"message\":\"x\",\"code\":503}}");
+	ASSERT_STREQ(fi.reason, "503", "a number alone");
+	fi = classify("", "{\"error\":\"Input validation error\",\"error_type\":\"validation\"}");
+	ASSERT_STREQ(fi.reason, "validation", "TGI");
+	fi = classify("", "{\"error\":\"model not found\"}");
+	ASSERT_STREQ(fi.reason, "", "Ollama names none");
+	fi = classify("error", "{\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\"}}");
+	ASSERT_STREQ(fi.reason, "overloaded_error", "Anthropic");
+	fi = classify("", "{\"error\":{\"code\":\"a b\\n\\u001b[2J\\\"c\"}}");
+	ASSERT_STREQ(fi.reason, "a_b___2J_c", "anything but a code's characters made _");
+	fi = classify("", "{\"error\":{\"code\":\"0123456789012345678901234567890123456789"
+			  "0123456789\"}}");
+	ASSERT_EQ(strlen(fi.reason), FRAME_REASON_MAX - 1, "cut to fit");
+}
+
 TEST(test_errors)
 {
 	struct frame_info fi =
@@ -525,6 +637,28 @@ static const struct stream_expect streams[] = {
 	{ "anthropic", FMT_ANTHROPIC, 12, 3, 1, 0, 3, 8, 11, -1, 35, 15, 10, 1, { 12 } },
 	{ "error_frame", FMT_OPENAI_CHAT, 4, 1, 1, 1, 2, 2, 4, 3, -1, -1, -1, 1, { 5 } },
 	{ "keepalive", FMT_OPENAI_CHAT, 7, 4, 1, 0, 2, 5, 7, -1, -1, -1, -1, 2, { 8, 10 } },
+	/* The Responses API: lifecycle, item and part events are frames; the deltas are the
+	 * content; response.completed (or .failed) ends the stream and states usage. */
+	{ "responses_text", FMT_OPENAI_RESPONSES, 10, 4, 1, 0, 5, 8, 10, -1, 14, 5, 8, 1, { 11 } },
+	{ "responses_reasoning",
+	  FMT_OPENAI_RESPONSES,
+	  16,
+	  6,
+	  1,
+	  0,
+	  5,
+	  14,
+	  16,
+	  -1,
+	  14,
+	  7,
+	  8,
+	  1,
+	  { 17 } },
+	{ "responses_tool", FMT_OPENAI_RESPONSES, 7, 2, 1, 0, 4, 5, 7, -1, 14, 3, 8, 1, { 8 } },
+	{ "responses_failed", FMT_OPENAI_RESPONSES, 7, 2, 1, 1, 5, 6, 7, 7, 14, 2, 8, 1, { 8 } },
+	/* Cut after two deltas: no end of the stream, no end of the body. */
+	{ "responses_cut", FMT_OPENAI_RESPONSES, 6, 2, 0, 0, 5, 6, -1, -1, -1, -1, -1, 0, { 0 } },
 };
 
 static bool check_summary(const struct stream_expect *e, const struct summary *s)

@@ -6,6 +6,7 @@
  */
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -1115,6 +1116,169 @@ TEST(test_h2_hostile_method)
 	h_close(&h);
 	fclose(ft);
 	free(text);
+}
+
+/*
+ * A one-sided fixture (NAME.req, NAME.resp) on connection id: the request at t0, then response
+ * write i at t0 + (i + 1) * 10 ms, then the close 10 ms after the last. The traced process is
+ * the server, or, client, the process that wrote the request and read the response.
+ */
+static bool replay_fixture(struct harness *h, const char *name, uint64_t id, uint64_t t0,
+			   bool client)
+{
+	struct fixture req, resp;
+	char path[FIXTURE_PATH_MAX];
+
+	snprintf(path, sizeof(path), "%s.req", name);
+	if (fixture_load(&req, path))
+		return false;
+	snprintf(path, sizeof(path), "%s.resp", name);
+	if (fixture_load(&resp, path)) {
+		fixture_free(&req);
+		return false;
+	}
+	conn_event(h, TS_EV_CONN_OPEN, id, 5, t0 - 1000);
+	/* A server's request arrives at its read's exit (t0), a client's is sent at its write's
+	 * entry (t0); a client's token times are its reads' exits (10 ns after the write). */
+	data_event_cap(h, id, client ? TS_DIR_OUT : TS_DIR_IN, req.buf, req.len, req.len,
+		       client ? t0 : t0 - 10);
+	for (size_t i = 0; i < resp.nwrites; i++) {
+		size_t start = fixture_write_start(&resp, i);
+
+		data_event_cap(h, id, client ? TS_DIR_IN : TS_DIR_OUT, resp.buf + start,
+			       resp.writes[i] - start, resp.writes[i] - start,
+			       t0 + (i + 1) * 10000000ull);
+	}
+	conn_event(h, TS_EV_CONN_CLOSE, id, 5, t0 + (resp.nwrites + 1) * 10000000ull);
+	fixture_free(&req);
+	fixture_free(&resp);
+	return true;
+}
+
+static bool ms_is(cJSON *l, const char *key, double want)
+{
+	double got = num(l, key);
+
+	if (want < 0)
+		return ASSERT_TRUE(is_null(l, key), key);
+	if (fabs(got - want) < 0.0005)
+		return true;
+	printf("  %s: %.4f, expected %.3f\n", key, got, want);
+	return ASSERT_TRUE(false, key);
+}
+
+/* The Responses API's streams (tests/fixtures/responses_*, captured from uvicorn), served and
+ * called: format, outcome and its reason, every TTFT definition, tokens and usage, exactly. The
+ * end is the chunked terminator's write, 10 ms after the last event. */
+TEST(test_responses_streams)
+{
+	static const struct {
+		const char *name, *outcome, *reason;
+		/* ms after arrival; -1: null */
+		double first_byte, first_chunk, first_output, first_content, e2e;
+		int tokens, frames, prompt, cached, reasoning;
+		const char *tokens_from;
+	} want[] = {
+		{ "responses_text", "ok", NULL, 20, 40, 60, 60, 120, 5, 4, 14, 8, 0, "usage" },
+		/* Reasoning first: the answer's text (first content) comes 60 ms after the first
+		 * output, and usage counts the reasoning tokens apart. */
+		{ "responses_reasoning", "ok", NULL, 20, 40, 60, 120, 180, 7, 6, 14, 8, 2,
+		  "usage" },
+		/* A function call's arguments are output, never answer text. */
+		{ "responses_tool", "ok", NULL, 20, 40, 50, -1, 90, 3, 2, 14, 8, 0, "usage" },
+		{ "responses_failed", "stream_error", "failed:server_error", 20, 40, 60, 60, 90, 2,
+		  2, 14, 8, 0, "usage" },
+		/* Cut after two deltas: aborted at the close, tokens from the frames. */
+		{ "responses_cut", "aborted", NULL, 20, 40, 60, 60, 80, 2, 2, -1, -1, -1,
+		  "frames" },
+	};
+
+	for (int client = 0; client <= 1; client++) {
+		for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+			struct harness h;
+			cJSON *l;
+
+			h_open(&h);
+			if (!ASSERT_TRUE(replay_fixture(&h, want[i].name, 1, 1000000000ull, client),
+					 want[i].name) ||
+			    !ASSERT_EQ(h_lines(&h), 1, want[i].name)) {
+				h_close(&h);
+				continue;
+			}
+			l = h.lines[0];
+			ASSERT_STREQ(str(l, "role"), client ? "client" : "server", "role");
+			ASSERT_STREQ(str(l, "format"), "openai-responses", "format");
+			ASSERT_STREQ(str(l, "path"), "/v1/responses", "path");
+			ASSERT_STREQ(str(l, "model"), "Qwen/Qwen3-0.6B", "model from the body");
+			ASSERT_EQ(num(l, "status"), 200, "status");
+			ASSERT_STREQ(str(l, "outcome"), want[i].outcome, "outcome");
+			if (want[i].reason)
+				ASSERT_STREQ(str(l, "error_reason"), want[i].reason, "reason");
+			else
+				ASSERT_TRUE(is_null(l, "error_reason"), "no reason");
+			ms_is(l, "ttft_first_byte_ms", want[i].first_byte);
+			ms_is(l, "ttft_first_chunk_ms", want[i].first_chunk);
+			ms_is(l, "ttft_first_output_ms", want[i].first_output);
+			ms_is(l, "ttft_ms", want[i].first_output);
+			ms_is(l, "ttft_first_content_ms", want[i].first_content);
+			ms_is(l, "e2e_ms", want[i].e2e);
+			ASSERT_EQ(num(l, "tokens"), want[i].tokens, "tokens");
+			ASSERT_STREQ(str(l, "tokens_from"), want[i].tokens_from, "tokens from");
+			ASSERT_EQ(num(l, "frames"), want[i].frames, "content frames");
+			if (want[i].prompt < 0) {
+				ASSERT_TRUE(is_null(l, "prompt_tokens"), "no usage");
+				ASSERT_TRUE(is_null(l, "reasoning_tokens"), "no usage");
+			} else {
+				ASSERT_EQ(num(l, "prompt_tokens"), want[i].prompt, "input tokens");
+				ASSERT_EQ(num(l, "cached_tokens"), want[i].cached, "cached");
+				ASSERT_EQ(num(l, "reasoning_tokens"), want[i].reasoning,
+					  "reasoning");
+			}
+			ASSERT_EQ(cJSON_GetArraySize(cJSON_GetObjectItem(l, "token_ns")),
+				  want[i].frames, "a token time per content frame");
+			if (check_cur_failed)
+				printf("  in %s (%s)\n", want[i].name,
+				       client ? "client" : "server");
+			h_close(&h);
+		}
+	}
+}
+
+/* A Responses stream whose request body was not seen (joined midway, or beyond the capture
+ * limit) takes its model from response.created. */
+TEST(test_responses_model_from_stream)
+{
+	static const char ev[] =
+	    "event: response.created\ndata: {\"type\":\"response.created\","
+	    "\"response\":{\"model\":\"m\\u001b[2J\",\"status\":\"in_progress\"}}"
+	    "\n\n";
+	static const char delta[] = "event: response.output_text.delta\ndata: {\"type\":"
+				    "\"response.output_text.delta\",\"delta\":\"hi\"}\n\n";
+	static const char done[] =
+	    "event: response.completed\ndata: {\"type\":"
+	    "\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":"
+	    "3,\"output_tokens\":1}}}\n\n";
+	char req[256];
+	struct harness h;
+
+	h_open(&h);
+	conn_event(&h, TS_EV_CONN_OPEN, 1, 5, 500);
+	snprintf(req, sizeof(req),
+		 "POST /v1/responses HTTP/1.1\r\nContent-Type: application/json\r\n"
+		 "Content-Length: 2\r\n\r\n{}");
+	data_event(&h, 1, TS_DIR_IN, req, 1000000);
+	data_event(&h, 1, TS_DIR_OUT, HEAD_SSE, 1100000);
+	chunk(&h, 1, ev, 1200000);
+	chunk(&h, 1, delta, 2000000);
+	chunk(&h, 1, done, 3000000);
+	data_event(&h, 1, TS_DIR_OUT, "0\r\n\r\n", 3100000);
+	if (ASSERT_EQ(h_lines(&h), 1, "one request")) {
+		ASSERT_STREQ(str(h.lines[0], "model"), "m\xef\xbf\xbd[2J",
+			     "the created event's, cleaned");
+		ASSERT_STREQ(str(h.lines[0], "outcome"), "ok", "ok");
+		ASSERT_EQ(num(h.lines[0], "tokens"), 1, "usage");
+	}
+	h_close(&h);
 }
 
 /* A complete body that ends where a value belongs (`[}`) once stopped the body scanner from

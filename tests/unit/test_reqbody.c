@@ -55,6 +55,7 @@ static const struct body_expect bodies[] = {
 	{ "anthropic", "claude-x", 1, 1024, false },
 	{ "error_frame", "Qwen/Qwen2.5-0.5B", 1, -1, false },
 	{ "keepalive", "Qwen/Qwen2.5-0.5B", 1, 64, false },
+	{ "responses_text", "Qwen/Qwen3-0.6B", 1, 64, false }, /* max_output_tokens */
 };
 
 TEST(test_fixture_bodies)

@@ -67,6 +67,9 @@ TEST(test_fixture_writes)
 		/* content_block_* events match; ping, message_delta and message_stop do not (the
 		 * message_start frame shares the first write with the headers). */
 		{ "anthropic.resp", ".S.SSSSSSS..." },
+		/* The Responses API: every event's line starts `event: response.`; the chunked
+		 * terminator does not match. */
+		{ "responses_text.resp", ".SSSSSSSSSS." },
 		/* A Go map encodes its keys sorted: `{"created_at":...`. Ollama's own structs put
 		 * "model" first (test_ollama_ndjson); a map-encoded stream is not recognised. */
 		{ "go_ollama.resp", "......" },

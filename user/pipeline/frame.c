@@ -8,6 +8,7 @@
  * tested for being non-empty: the generated text is never copied.
  */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -99,6 +100,82 @@ static void frame_openai_usage(const struct jv *root, struct frame_info *out)
 	out->prompt_tokens = frame_count(usage, "prompt_tokens");
 	out->completion_tokens = frame_count(usage, "completion_tokens");
 	out->cached_tokens = frame_count(jv_get(usage, "prompt_tokens_details"), "cached_tokens");
+	out->reasoning_tokens =
+	    frame_count(jv_get(usage, "completion_tokens_details"), "reasoning_tokens");
+}
+
+/* A reason's characters: a code's, never a sentence's. */
+static bool frame_reason_char(char c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+	       c == '_' || c == '.' || c == ':' || c == '-';
+}
+
+/*
+ * The reason of an error: prefix ("failed", "incomplete"; "" none), then ":" and the code v
+ * names (a string, or an integer such as 500), each character outside frame_reason_char made
+ * '_', cut to fit. The first reason a frame names stays.
+ */
+static void frame_reason(struct frame_info *out, const char *prefix, const struct jv *v)
+{
+	char num[24] = "";
+	const char *s = NULL;
+	size_t o = 0;
+
+	if (out->reason[0])
+		return;
+	if (jv_is_string(v) && v->str[0])
+		s = v->str;
+	else if (jv_is_number(v) && v->num >= -1e15 && v->num <= 1e15 &&
+		 v->num == (double)(int64_t)v->num) {
+		snprintf(num, sizeof(num), "%lld", (long long)v->num);
+		s = num;
+	}
+	for (; *prefix && o + 1 < sizeof(out->reason); prefix++)
+		out->reason[o++] = *prefix;
+	if (s && o && o + 1 < sizeof(out->reason))
+		out->reason[o++] = ':';
+	for (; s && *s && o + 1 < sizeof(out->reason); s++)
+		out->reason[o++] = frame_reason_char(*s) ? *s : '_';
+	out->reason[o] = 0;
+}
+
+/* The first of the members keys of obj that names a reason. */
+static const struct jv *frame_first(const struct jv *obj, const char *const *keys, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		const struct jv *v = jv_get(obj, keys[i]);
+
+		if ((jv_is_string(v) && v->str[0]) || jv_is_number(v))
+			return v;
+	}
+	return NULL;
+}
+
+/*
+ * An error frame's reason, from the dialect's members: OpenAI's {"error":{"code","type"}},
+ * vLLM's {"object":"error","type","code"}, Anthropic's {"error":{"type"}}, TGI's "error_type",
+ * the Responses API's {"type":"error","code"}.
+ */
+static void frame_error_reason(const struct jv *root, struct frame_info *out)
+{
+	/* A string code ("rate_limit_exceeded") says more than a type ("server_error"), a type
+	 * more than a number; vLLM's type is an exception's name and its code the HTTP status. */
+	static const char *const code_first[] = { "code", "type" }, *const type_first[] = {
+		"type", "code"
+	};
+	const struct jv *err = jv_get(root, "error");
+
+	if (jv_is_object(err))
+		frame_reason(out, "",
+			     jv_is_string(jv_get(err, "code")) ? jv_get(err, "code")
+							       : frame_first(err, type_first, 2));
+	else if (jv_is_string(err))
+		frame_reason(out, "", jv_get(root, "error_type"));
+	else if (frame_str_is(root, "object", "error"))
+		frame_reason(out, "", frame_first(root, type_first, 2));
+	else
+		frame_reason(out, "", frame_first(root, code_first, 1));
 }
 
 static void frame_openai(const struct jv *root, struct frame_info *out)
@@ -197,7 +274,73 @@ static void frame_anthropic(const struct jv *root, const char *type, size_t tlen
 	}
 }
 
-/* The frame's dialect, from the members it has; for Anthropic also its event type. */
+/* The Responses API's usage: input and output tokens, with their details. */
+static void frame_responses_usage(const struct jv *usage, struct frame_info *out)
+{
+	if (!jv_is_object(usage))
+		return;
+	out->prompt_tokens = frame_count(usage, "input_tokens");
+	out->completion_tokens = frame_count(usage, "output_tokens");
+	out->cached_tokens = frame_count(jv_get(usage, "input_tokens_details"), "cached_tokens");
+	out->reasoning_tokens =
+	    frame_count(jv_get(usage, "output_tokens_details"), "reasoning_tokens");
+}
+
+/*
+ * The Responses API's stream: typed events (response.created, response.output_text.delta, ...,
+ * response.completed). Lifecycle events carry no output; every other one is about output (an
+ * item, a content part, a delta), so it is a chunk, and a delta that is not empty is output: the
+ * answer's text (output_text), or output before or beside it (reasoning and its summary, a
+ * refusal, a function call's or a tool's arguments, audio). A delta of a type not named here
+ * counts as output too: new kinds of output come as new delta events. The stream ends with
+ * response.completed, response.failed or response.incomplete (there is no [DONE]); the last two
+ * and an error event are errors, with their reason.
+ */
+static void frame_responses(const struct jv *root, const char *type, struct frame_info *out)
+{
+	static const char *const code[] = { "code", "type" };
+	const struct jv *resp = jv_get(root, "response");
+	const struct jv *delta = jv_get(root, "delta");
+	size_t n = strlen(type);
+
+	if (!strcmp(type, "response.created") || !strcmp(type, "response.in_progress") ||
+	    !strcmp(type, "response.queued")) {
+		const struct jv *model = jv_get(resp, "model");
+
+		if (jv_is_string(model))
+			snprintf(out->model, sizeof(out->model), "%s", model->str);
+		return;
+	}
+	if (!strcmp(type, "response.completed") || !strcmp(type, "response.failed") ||
+	    !strcmp(type, "response.incomplete")) {
+		out->done = true;
+		frame_responses_usage(jv_get(resp, "usage"), out);
+		if (!strcmp(type, "response.failed")) {
+			out->error = true;
+			frame_reason(out, "failed", frame_first(jv_get(resp, "error"), code, 1));
+		} else if (!strcmp(type, "response.incomplete")) {
+			out->error = true;
+			frame_reason(out, "incomplete",
+				     jv_get(jv_get(resp, "incomplete_details"), "reason"));
+		}
+		return;
+	}
+	if (!strcmp(type, "error")) {
+		out->error = true;
+		frame_reason(out, "", frame_first(root, code, 2));
+		return;
+	}
+	out->chunk = true;
+	/* vLLM once sent response.reasoning.delta with an object ({"content": "..."}). */
+	if (n > 6 && !strcmp(type + n - 6, ".delta") &&
+	    ((jv_is_string(delta) && delta->str[0]) || (jv_is_object(delta) && delta->child))) {
+		out->content = true;
+		out->text = !strcmp(type, "response.output_text.delta");
+	}
+}
+
+/* The frame's dialect, from the members it has; for Anthropic and the Responses API also its
+ * event type. */
 static enum frame_format frame_detect(const struct jv *root, const struct sse_frame *f,
 				      const char **atype, size_t *atype_len)
 {
@@ -210,7 +353,20 @@ static enum frame_format frame_detect(const struct jv *root, const struct sse_fr
 		*atype_len = strlen(type->str);
 		return FMT_ANTHROPIC;
 	}
-	/* Anthropic's {"type":"error"} is told apart from others' by its event line. */
+	if (jv_is_string(type) && !strncmp(type->str, "response.", strlen("response."))) {
+		*atype = type->str;
+		*atype_len = strlen(type->str);
+		return FMT_OPENAI_RESPONSES;
+	}
+	/* A {"type":"error"} is Anthropic's when it holds an "error" object, the Responses API's
+	 * (a "code" and a "message" beside the type) otherwise. */
+	if (jv_is_string(type) && !strcmp(type->str, "error") &&
+	    !jv_is_object(jv_get(root, "error")) &&
+	    (jv_get(root, "code") || jv_get(root, "sequence_number"))) {
+		*atype = type->str;
+		*atype_len = strlen(type->str);
+		return FMT_OPENAI_RESPONSES;
+	}
 	if (f->event_len && (frame_is_anthropic_type(f->event, f->event_len) ||
 			     (frame_str_eq(f->event, f->event_len, "error") &&
 			      frame_str_is(root, "type", "error")))) {
@@ -218,6 +374,15 @@ static enum frame_format frame_detect(const struct jv *root, const struct sse_fr
 		*atype_len = f->event_len;
 		return FMT_ANTHROPIC;
 	}
+	if (f->event_len > strlen("response.") &&
+	    !strncmp(f->event, "response.", strlen("response."))) {
+		*atype = f->event;
+		*atype_len = f->event_len;
+		return FMT_OPENAI_RESPONSES;
+	}
+	/* A Responses API answer that was not streamed. */
+	if (frame_str_is(root, "object", "response"))
+		return FMT_OPENAI_RESPONSES;
 	if (jv_is_string(object)) {
 		if (strncmp(object->str, "chat.completion", strlen("chat.completion")) == 0)
 			return FMT_OPENAI_CHAT;
@@ -250,12 +415,17 @@ void frame_classify(const struct sse_frame *f, struct frame_info *out)
 	memset(out, 0, sizeof(*out));
 	out->format = FMT_UNKNOWN;
 	out->prompt_tokens = out->completion_tokens = out->cached_tokens = -1;
+	out->reasoning_tokens = -1;
 
 	if (f->event_len && frame_str_eq(f->event, f->event_len, "error"))
 		out->error = true;
-	/* Even a frame we cannot parse is known to be Anthropic's by its event line. */
+	/* Even a frame we cannot parse is known to be Anthropic's, or the Responses API's, by its
+	 * event line. */
 	if (f->event_len && frame_is_anthropic_type(f->event, f->event_len))
 		out->format = FMT_ANTHROPIC;
+	else if (f->event_len > strlen("response.") &&
+		 !strncmp(f->event, "response.", strlen("response.")))
+		out->format = FMT_OPENAI_RESPONSES;
 
 	while (len && (*data == ' ' || *data == '\t' || *data == '\r' || *data == '\n')) {
 		data++;
@@ -287,6 +457,8 @@ void frame_classify(const struct sse_frame *f, struct frame_info *out)
 		out->error = true;
 
 	fmt = frame_detect(root, f, &atype, &atype_len);
+	if (out->error)
+		frame_error_reason(root, out);
 	switch (fmt) {
 	case FMT_ANTHROPIC:
 		frame_anthropic(root, atype, atype_len, out);
@@ -304,6 +476,12 @@ void frame_classify(const struct sse_frame *f, struct frame_info *out)
 	case FMT_OLLAMA:
 		frame_ollama(root, out);
 		break;
+	case FMT_OPENAI_RESPONSES:
+		if (atype)
+			frame_responses(root, atype, out);
+		else /* not streamed: the response object itself */
+			frame_responses_usage(jv_get(root, "usage"), out);
+		break;
 	case FMT_GRPC:
 		break; /* never detected from JSON */
 	}
@@ -311,7 +489,7 @@ void frame_classify(const struct sse_frame *f, struct frame_info *out)
 	/* Outside OpenAI's dialect every data message is one, as a client reading the stream
 	 * would take it: Anthropic's message_start, Ollama's and TGI's first line. */
 	if (fmt != FMT_OPENAI_CHAT && fmt != FMT_OPENAI_COMPLETION && fmt != FMT_UNKNOWN &&
-	    !out->error)
+	    fmt != FMT_OPENAI_RESPONSES && !out->error)
 		out->chunk = true;
 out:
 	jv_arena_reset(&frame_scratch.arena);
@@ -332,6 +510,8 @@ const char *frame_format_name(enum frame_format f)
 		return "anthropic";
 	case FMT_GRPC:
 		return "grpc";
+	case FMT_OPENAI_RESPONSES:
+		return "openai-responses";
 	case FMT_UNKNOWN:
 		break;
 	}

@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "pipeline/reqbody.h"
 #include "pipeline/sse.h"
 
 enum frame_format {
@@ -22,7 +23,12 @@ enum frame_format {
 	FMT_OLLAMA,
 	FMT_ANTHROPIC,
 	FMT_GRPC, /* gRPC length-prefixed messages (set by the connection, never classified) */
+	FMT_OPENAI_RESPONSES, /* the Responses API's typed events (POST /v1/responses) */
 };
+
+/* An error's reason as a frame names it: a code such as "server_error" or
+ * "incomplete:max_output_tokens", never a message (which may quote the prompt). */
+#define FRAME_REASON_MAX 48
 
 struct frame_info {
 	enum frame_format format;
@@ -33,15 +39,25 @@ struct frame_info {
 	 * an error), and non-empty answer text (no reasoning, no tool call) as AIPerf and LLMPerf
 	 * count it. */
 	bool chunk, text;
-	bool error;   /* an "error" member / event: error */
+	bool error; /* an "error" member / event: error; a Responses stream failed or incomplete */
 	bool invalid; /* not JSON and not [DONE] */
 	/* -1 unknown; from usage / Ollama prompt_eval_count, eval_count /
-	 * TGI details.generated_tokens / Anthropic usage */
+	 * TGI details.generated_tokens / Anthropic usage / Responses usage */
 	int64_t prompt_tokens, completion_tokens, cached_tokens;
+	/* Of completion_tokens, the reasoning ones (OpenAI's *_tokens_details.reasoning_tokens);
+	 * -1 unknown. */
+	int64_t reasoning_tokens;
+	/* With error: the error's code or type, or why a response is incomplete: letters, digits
+	 * and "_.:-" only, cut to fit; "" when the frame names none. */
+	char reason[FRAME_REASON_MAX];
+	/* The model a Responses stream names in its first events (response.created,
+	 * response.in_progress), as it came (the caller cleans it); "" otherwise. */
+	char model[REQBODY_MODEL_MAX];
 };
 
 void frame_classify(const struct sse_frame *f, struct frame_info *out);
-/* "openai-chat", "openai-completion", "tgi", "ollama", "anthropic", "grpc", "unknown" */
+/* "openai-chat", "openai-completion", "openai-responses", "tgi", "ollama", "anthropic", "grpc",
+ * "unknown" */
 const char *frame_format_name(enum frame_format f);
 
 #endif

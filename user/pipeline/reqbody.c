@@ -27,6 +27,7 @@ enum reqbody_key {
 	RK_STREAM,
 	RK_MAX_TOKENS,
 	RK_MAX_COMPLETION_TOKENS,
+	RK_MAX_OUTPUT_TOKENS, /* the Responses API's */
 	RK_NUM_PREDICT,
 	RK_OPTIONS,	   /* Ollama: {"options":{"num_predict":N}} */
 	RK_PARAMETERS,	   /* TGI: {"parameters":{"max_new_tokens":N}} */
@@ -39,6 +40,7 @@ enum reqbody_key {
 /* Candidates in the order max_tokens prefers them (reqbody.h). */
 enum reqbody_limit {
 	RL_MAX_COMPLETION_TOKENS,
+	RL_MAX_OUTPUT_TOKENS,
 	RL_MAX_TOKENS,
 	RL_OPTIONS_NUM_PREDICT,
 	RL_NUM_PREDICT,
@@ -62,6 +64,7 @@ static const struct reqbody_name reqbody_top_keys[] = {
 	{ "stream", RK_STREAM },
 	{ "max_tokens", RK_MAX_TOKENS },
 	{ "max_completion_tokens", RK_MAX_COMPLETION_TOKENS },
+	{ "max_output_tokens", RK_MAX_OUTPUT_TOKENS },
 	{ "num_predict", RK_NUM_PREDICT },
 	{ "options", RK_OPTIONS },
 	{ "parameters", RK_PARAMETERS },
@@ -97,6 +100,7 @@ static void reqbody_set_limit(struct reqbody_slots *sl, enum reqbody_key key, do
 		enum reqbody_limit slot;
 	} map[] = {
 		{ RK_MAX_COMPLETION_TOKENS, RL_MAX_COMPLETION_TOKENS },
+		{ RK_MAX_OUTPUT_TOKENS, RL_MAX_OUTPUT_TOKENS },
 		{ RK_MAX_TOKENS, RL_MAX_TOKENS },
 		{ RK_OPTIONS_NUM_PREDICT, RL_OPTIONS_NUM_PREDICT },
 		{ RK_NUM_PREDICT, RL_NUM_PREDICT },

@@ -4,9 +4,9 @@
  * whether it asked for usage in the stream. Reads the JSON in memory and keeps no prompt.
  *
  * A complete body is parsed whole (lib/json.h). A body cut by the capture limit (captured <
- * total), or one that is not JSON, is scanned instead: a small tokenizer that walks strings, escapes and
- * nesting exactly, so only real top-level keys count (a prompt quoting "model": "x" does
- * not), and a value cut off at the end of the capture is left unknown.
+ * total), or one that is not JSON, is scanned instead: a small tokenizer that walks strings,
+ * escapes and nesting exactly, so only real top-level keys count (a prompt quoting "model": "x"
+ * does not), and a value cut off at the end of the capture is left unknown.
  */
 #ifndef TS_REQBODY_H
 #define TS_REQBODY_H
@@ -26,8 +26,9 @@ struct req_info {
 };
 
 /*
- * max_tokens is the first found of max_completion_tokens, max_tokens (OpenAI, Anthropic),
- * options.num_predict or num_predict (Ollama), parameters.max_new_tokens (TGI).
+ * max_tokens is the first found of max_completion_tokens, max_output_tokens (the Responses
+ * API), max_tokens (OpenAI, Anthropic), options.num_predict or num_predict (Ollama),
+ * parameters.max_new_tokens (TGI).
  */
 void reqbody_parse(const uint8_t *buf, size_t captured, size_t total, struct req_info *out);
 

@@ -8,6 +8,7 @@
 
 #include "lib/grow.h"
 #include "lib/hist.h"
+#include "lib/utf8.h"
 #include "pipeline/request.h"
 
 static const char *const outcome_names[OUTCOME_MAX] = {
@@ -37,6 +38,7 @@ struct request *request_new(uint32_t pid, uint64_t conn_id, uint32_t seq, const 
 	r->info.max_tokens = -1;
 	r->prompt_bytes = -1;
 	r->prompt_tokens = r->completion_tokens = r->cached_tokens = -1;
+	r->reasoning_tokens = -1;
 	r->grpc_status = -1;
 	r->chunk_tokens_ok = true;
 	return r;
@@ -225,6 +227,8 @@ static void request_take_usage(struct request *r, const struct frame_info *fi)
 		r->completion_tokens = fi->completion_tokens;
 	if (fi->cached_tokens >= 0)
 		r->cached_tokens = fi->cached_tokens;
+	if (fi->reasoning_tokens >= 0)
+		r->reasoning_tokens = fi->reasoning_tokens;
 }
 
 void request_add_frame(struct request *r, const struct sse_frame *f, uint64_t ts)
@@ -245,8 +249,16 @@ void request_add_frame(struct request *r, const struct sse_frame *f, uint64_t ts
 		r->first_chunk_ns = ts;
 	if (fi.text && !r->first_text_ns)
 		r->first_text_ns = ts;
+	if (fi.error && !r->error_frame)
+		snprintf(r->error_reason, sizeof(r->error_reason), "%s", fi.reason);
 	if (fi.error)
 		r->error_frame = true;
+	/* A body whose model was not seen (beyond the capture limit, or joined midway): the
+	 * stream may name it. */
+	if (fi.model[0] && !r->info.model[0]) {
+		utf8_clean(r->info.model, sizeof(r->info.model), fi.model, strlen(fi.model));
+		r->model_from_stream = true;
+	}
 	if (fi.done && !r->done_frame) {
 		r->done_frame = true;
 		r->end_ns = ts;

@@ -81,10 +81,16 @@ struct request {
 	bool chunk_tokens_ok;
 	uint32_t frames;					 /* every frame, content or not */
 	int64_t prompt_tokens, completion_tokens, cached_tokens; /* -1: not reported */
+	int64_t reasoning_tokens; /* of completion_tokens; -1: not reported */
+	/* The model came from the stream (a Responses stream's first events), after the request
+	 * began: sinks that counted it at its start counted it without a model. */
+	bool model_from_stream;
 	uint64_t lost_bytes; /* response bytes (or request head bytes) the tracer lost */
 	/* stream frames too large to read (SSE_FRAME_MAX, or the memory cap): tokens unknown */
 	uint64_t dropped_frames;
 	bool error_frame, done_frame, unknown_frames;
+	/* The first error frame's reason (frame.h's), "" when it named none. */
+	char error_reason[FRAME_REASON_MAX];
 	bool peer_gone;	  /* the client hung up before the stream ended */
 	uint64_t gone_ns; /* when that was seen (a response whose last write began before it
 			   * ended in time: TLS plaintext comes at the call's return, after) */

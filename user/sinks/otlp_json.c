@@ -173,6 +173,8 @@ static void put_span(const struct otlp_resource *o, struct jsonw *w, const struc
 	jsonw_arr_begin(w, "attributes");
 	if (s->op)
 		attr_str(w, "gen_ai.operation.name", s->op);
+	if (s->api_type)
+		attr_str(w, "openai.api.type", s->api_type);
 	if (s->model[0])
 		attr_str(w, "gen_ai.request.model", s->model);
 	if (s->max_tokens >= 0)
@@ -200,6 +202,17 @@ static void put_span(const struct otlp_resource *o, struct jsonw *w, const struc
 		attr_int(w, "http.response.status_code", s->status);
 	attr_conn(w, s->conn, s->client);
 	attr_str(w, "tokenscope.outcome", outcome_name(s->outcome));
+	/* error.type: a low-cardinality class of the error, as the GenAI conventions ask: the
+	 * stream's own code where it named one, the HTTP status, or the outcome. */
+	if (s->outcome != OUTCOME_OK) {
+		char status[16];
+
+		snprintf(status, sizeof(status), "%d", s->status);
+		attr_str(w, "error.type",
+			 s->error_reason[0]		    ? s->error_reason
+			 : s->outcome == OUTCOME_HTTP_ERROR ? status
+							    : outcome_name(s->outcome));
+	}
 	attr_str(w, "tokenscope.conn", s->conn);
 	attr_int(w, "tokenscope.pid", s->pid);
 	attr_int(w, "tokenscope.seq", s->seq);

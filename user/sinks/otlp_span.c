@@ -104,8 +104,9 @@ const char *otlp_operation(const struct request *r)
 {
 	size_t n = strcspn(r->path, "?");
 
+	/* The Responses API is OpenAI's chat operation too; openai.api.type tells it apart. */
 	if (ends_with(r->path, n, "/chat/completions") || ends_with(r->path, n, "/v1/messages") ||
-	    ends_with(r->path, n, "/api/chat"))
+	    ends_with(r->path, n, "/api/chat") || ends_with(r->path, n, "/responses"))
 		return "chat";
 	if (ends_with(r->path, n, "/completions") || ends_with(r->path, n, "/api/generate") ||
 	    ends_with(r->path, n, "/generate") || ends_with(r->path, n, "/generate_stream"))
@@ -115,6 +116,7 @@ const char *otlp_operation(const struct request *r)
 	switch (r->format) {
 	case FMT_OPENAI_CHAT:
 	case FMT_ANTHROPIC:
+	case FMT_OPENAI_RESPONSES:
 		return "chat";
 	case FMT_OPENAI_COMPLETION:
 	case FMT_TGI:
@@ -122,6 +124,17 @@ const char *otlp_operation(const struct request *r)
 	default:
 		return NULL;
 	}
+}
+
+const char *otlp_openai_api(const struct request *r)
+{
+	size_t n = strcspn(r->path, "?");
+
+	if (r->format == FMT_OPENAI_RESPONSES || ends_with(r->path, n, "/v1/responses"))
+		return "responses";
+	if (r->format == FMT_OPENAI_CHAT || ends_with(r->path, n, "/chat/completions"))
+		return "chat_completions";
+	return NULL;
 }
 
 unsigned otlp_anomaly(int64_t slow_ttft_ns, int64_t slow_itl_ns, const struct request *r,
@@ -166,6 +179,8 @@ struct otlp_span *otlp_span_new(struct otlp_rng *g, const struct request *r,
 	snprintf(s->path, sizeof(s->path), "%s", r->path);
 	snprintf(s->model, sizeof(s->model), "%s", r->info.model);
 	s->op = otlp_operation(r);
+	s->api_type = otlp_openai_api(r);
+	snprintf(s->error_reason, sizeof(s->error_reason), "%s", r->error_reason);
 	s->status = r->status;
 	s->outcome = r->outcome;
 	s->format = r->format;

@@ -40,7 +40,9 @@ struct otlp_span {
 	uint64_t child_start[OTLP_CHILD_MAX], child_end[OTLP_CHILD_MAX]; /* end 0: unknown */
 	uint32_t pid, seq;
 	char conn[112], method[16], path[256], model[128];
-	const char *op; /* GenAI operation, or NULL */
+	char error_reason[FRAME_REASON_MAX]; /* a stream error's (request.h) */
+	const char *op;			     /* GenAI operation, or NULL */
+	const char *api_type; /* openai.api.type: "chat_completions", "responses", or NULL */
 	int status;
 	enum outcome outcome;
 	enum frame_format format;
@@ -76,6 +78,8 @@ unsigned otlp_anomaly(int64_t slow_ttft_ns, int64_t slow_itl_ns, const struct re
 /* gen_ai.operation.name from the path (OpenAI, Anthropic, Ollama, TGI routes), else from the
  * stream's format; NULL when the request is no GenAI operation tokenscope knows. */
 const char *otlp_operation(const struct request *r);
+/* openai.api.type of an OpenAI request ("chat_completions", "responses"), NULL for others. */
+const char *otlp_openai_api(const struct request *r);
 
 /* The trace of request r (ga may be NULL), with new span ids from g; an anomalous one keeps up
  * to max_token_events token times and counts the rest as dropped events. NULL: no memory. */

@@ -52,6 +52,10 @@ void output_json(FILE *f, const struct request *r, const struct request_metrics 
 	jsonw_str(&w, "model", r->info.model[0] ? r->info.model : NULL);
 	jsonw_i64(&w, "status", r->status);
 	jsonw_str(&w, "outcome", outcome_name(r->outcome));
+	/* A stream error's reason as the stream named it (a code, never a message). */
+	jsonw_str(&w, "error_reason",
+		  r->outcome == OUTCOME_STREAM_ERROR && r->error_reason[0] ? r->error_reason
+									   : NULL);
 	jsonw_bool(&w, "stream", r->streamed);
 	jsonw_str(&w, "format", request_format(r));
 	if (r->format == FMT_GRPC)
@@ -104,6 +108,7 @@ void output_json(FILE *f, const struct request *r, const struct request_metrics 
 	jsonw_i64(&w, "prompt_bytes", r->prompt_bytes < 0 ? 0 : r->prompt_bytes);
 	i64_or_null(&w, "prompt_tokens", r->prompt_tokens);
 	i64_or_null(&w, "cached_tokens", r->cached_tokens);
+	i64_or_null(&w, "reasoning_tokens", r->reasoning_tokens);
 	i64_or_null(&w, "max_tokens", r->info.max_tokens);
 	jsonw_num(&w, "tok_per_s", m->tok_per_s, 2);
 	jsonw_u64(&w, "lost_bytes", r->lost_bytes);

@@ -152,10 +152,12 @@ static void phist_add(struct phist *h, const struct bounds *b, uint64_t ns)
 	h->sum_ns += ns;
 }
 
-/* The series of r's label set; the "other" one past the cap. */
-static struct prom_series *series_get(struct prom *p, const struct request *r)
+/* The series of r's label set (its model as of start: without the one its stream named later),
+ * the "other" one past the cap. */
+static struct prom_series *series_of(struct prom *p, const struct request *r, bool at_start)
 {
-	const char *name = r->info.model[0] ? r->info.model : "unknown";
+	const char *name =
+	    r->info.model[0] && !(at_start && r->model_from_stream) ? r->info.model : "unknown";
 	uint32_t pid = p->by_process ? r->pid : 0;
 	struct prom_series *m;
 
@@ -181,7 +183,7 @@ static void prom_request_start(void *ctx, const struct request *r)
 {
 	struct prom *p = ctx;
 
-	series_get(p, r)->inflight++;
+	series_of(p, r, true)->inflight++;
 	p->dirty = true;
 }
 
@@ -189,7 +191,7 @@ static void prom_request(void *ctx, const struct request *r, const struct reques
 			 const struct gpu_attribution *ga)
 {
 	struct prom *p = ctx;
-	struct prom_series *pm = series_get(p, r);
+	struct prom_series *pm = series_of(p, r, false), *started = series_of(p, r, true);
 	const int64_t attributed[] = { [PH_QUEUE] = ga ? ga->queue_ns : -1,
 				       [PH_PREFILL] = ga ? ga->prefill_ns : -1,
 				       [PH_DECODE] = ga ? ga->decode_ns : -1 };
@@ -197,8 +199,9 @@ static void prom_request(void *ctx, const struct request *r, const struct reques
 	p->dirty = true;
 	if (pm == &p->series[PROM_MAX_LABEL_SETS])
 		p->overflow_requests++;
-	if (pm->inflight)
-		pm->inflight--;
+	/* In flight under the label set it began with. */
+	if (started->inflight)
+		started->inflight--;
 	if (r->outcome < OUTCOME_MAX)
 		pm->requests[r->outcome]++;
 	if (m->tokens > 0)
