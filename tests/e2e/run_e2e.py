@@ -267,6 +267,41 @@ def openai_client(port, args, out, work):
 openai_client.modules = ()
 
 
+def openai_responses_client(port, args, out, work):
+    """The same Node application calling the Responses API (client.responses.create, streamed
+    typed events), its first 3 deltas of each stream reasoning text."""
+    return openai_client(port, [*args, "--api", "responses", "--reasoning", "3"], out, work)
+
+
+openai_responses_client.modules = ()
+
+
+def one_stream_at_a_time(client):
+    """client with -c 1: the requests one after another. A Node application's streams share
+    one event loop, and the ends of concurrent streams come together: the work that ends one
+    (and begins the next request) delays reading the last frames of the others by 3-12 ms,
+    which gtclient's real-time threads do not. Measured as a server's client, it times the
+    server's delivery, not its own event loop; and it warms its own code up first (--warmup:
+    its first requests otherwise read their first frames 1-3 ms late)."""
+    def cmd(port, args, out, work):
+        args = list(args)
+        if "-c" in args:
+            args[args.index("-c") + 1] = "1"
+        return client(port, args + ["--warmup", "20"], out, work)
+    cmd.modules = client.modules
+    return cmd
+
+
+def with_client(case, client):
+    """The same server, traced, driven by client (a command like openai_client's, untraced)
+    instead of gtclient for the measured run."""
+    def argv(work):
+        return case(work)
+    argv.client_extra = getattr(case, "client_extra", [])
+    argv.server_client = client
+    return argv
+
+
 def client_side(case, client=None):
     """The same server, untraced, and the client traced instead: `tokenscope run` starts
     gtclient under tracing, and its requests (role client) are checked against what gtclient
@@ -328,6 +363,12 @@ CASES = {
     # ... and of a Node application using the openai npm package (v4) against uvicorn.
     "client-openai-js": client_side(fastapi("h11", ("fastapi", "uvicorn", "h11")),
                                     openai_client),
+    # The OpenAI Responses API (POST /v1/responses, typed events) from the same package's
+    # client.responses.create: uvicorn traced, and the Node application traced.
+    "responses-openai-js": with_client(fastapi("h11", ("fastapi", "uvicorn", "h11")),
+                                       one_stream_at_a_time(openai_responses_client)),
+    "client-responses-openai-js": client_side(fastapi("h11", ("fastapi", "uvicorn", "h11")),
+                                              openai_responses_client),
     # HTTP/2: hypercorn (Python's h2) with prior knowledge over cleartext, and over TLS with
     # ALPN h2 (Python's ssl); gtclient speaks HTTP/2 through libnghttp2, streams one after
     # another on each connection, its aborts RST_STREAM.
@@ -453,18 +494,23 @@ def read_jsonl(path, who):
     return out
 
 
+def run_command(argv, log_prefix, what):
+    """Run a client command to completion, its output in log_prefix.err."""
+    with open(log_prefix + ".err", "wb") as err:
+        try:
+            r = subprocess.run(argv, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=err,
+                               stderr=err, timeout=CLIENT_S)
+        except subprocess.TimeoutExpired:
+            raise CaseFailed(f"{what} still running after {CLIENT_S} s") from None
+    if r.returncode:
+        raise CaseFailed(f"{what} exited {r.returncode}: " + tail(log_prefix + ".err"))
+
+
 def run_client(port, client_args, log_prefix):
     """Run gtclient to completion; return its JSON lines file."""
     out = log_prefix + ".jsonl"
-    with open(log_prefix + ".err", "wb") as err:
-        try:
-            r = subprocess.run([GTCLIENT, "--port", str(port), *client_args, "-o", out],
-                               cwd=ROOT, stdin=subprocess.DEVNULL, stdout=err, stderr=err,
-                               timeout=CLIENT_S)
-        except subprocess.TimeoutExpired:
-            raise CaseFailed(f"gtclient still running after {CLIENT_S} s") from None
-    if r.returncode:
-        raise CaseFailed(f"gtclient exited {r.returncode}: " + tail(log_prefix + ".err"))
+    run_command([GTCLIENT, "--port", str(port), *client_args, "-o", out], log_prefix,
+                "gtclient")
     return out
 
 
@@ -584,7 +630,12 @@ def run_case(argv_of, work, tol_ns, verbose):
         # Let the tracer's start-up (BTF, loading, the /proc walk) finish using the CPUs.
         time.sleep(SETTLE_S)
 
-        gt_file = run_client(port, CLIENT_ARGS + extra, log("gtclient"))
+        if getattr(argv_of, "server_client", None):
+            gt_file = log("client.jsonl")
+            run_command(argv_of.server_client(port, CLIENT_ARGS + extra, gt_file,
+                                              os.path.dirname(work)), log("client"), "client")
+        else:
+            gt_file = run_client(port, CLIENT_ARGS + extra, log("gtclient"))
         time.sleep(SETTLE_S)
         rc = children.stop(ts, signal.SIGINT, EXIT_S)
         if rc != 0:

@@ -8,7 +8,9 @@
  *   u8  event[elen]
  *   ... data
  *
- * Properties: the result is a known format with token counts of -1 or more, and the same frame
+ * Properties: the result is a known format with token counts of -1 or more; an error's reason
+ * is terminated and holds a code's characters only (letters, digits, "_.:-": never a message's
+ * text), and only an error has one; the model a stream names is terminated; and the same frame
  * classified twice gives the same answer (the parse reuses per-thread scratch memory, so state
  * left by one frame must not leak into the next).
  */
@@ -28,15 +30,24 @@ static char *copy(const uint8_t *p, size_t n)
 	return s;
 }
 
-static void check(const struct frame_info *fi)
+FUZZ_CHECKER static void check(const struct frame_info *fi)
 {
-	FUZZ_CHECK(fi->format >= FMT_UNKNOWN && fi->format <= FMT_ANTHROPIC, "format %d",
-		   fi->format);
+	FUZZ_CHECK(fi->format >= FMT_UNKNOWN && fi->format <= FMT_OPENAI_RESPONSES &&
+		       fi->format != FMT_GRPC,
+		   "format %d", fi->format);
 	FUZZ_CHECK(frame_format_name(fi->format) != NULL, "no name for format %d", fi->format);
 	FUZZ_CHECK(fi->prompt_tokens >= -1 && fi->completion_tokens >= -1 &&
-		       fi->cached_tokens >= -1,
-		   "token counts %lld %lld %lld", (long long)fi->prompt_tokens,
-		   (long long)fi->completion_tokens, (long long)fi->cached_tokens);
+		       fi->cached_tokens >= -1 && fi->reasoning_tokens >= -1,
+		   "token counts %lld %lld %lld %lld", (long long)fi->prompt_tokens,
+		   (long long)fi->completion_tokens, (long long)fi->cached_tokens,
+		   (long long)fi->reasoning_tokens);
+	FUZZ_CHECK(memchr(fi->reason, 0, sizeof(fi->reason)), "reason not terminated");
+	FUZZ_CHECK(memchr(fi->model, 0, sizeof(fi->model)), "model not terminated");
+	FUZZ_CHECK(!fi->reason[0] || fi->error, "a reason without an error: \"%s\"", fi->reason);
+	for (const char *c = fi->reason; *c; c++)
+		FUZZ_CHECK((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
+			       (*c >= '0' && *c <= '9') || strchr("_.:-", *c),
+			   "reason \"%s\" holds 0x%02x", fi->reason, (unsigned char)*c);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

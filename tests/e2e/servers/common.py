@@ -7,6 +7,13 @@ default 5), x_prefill_ms (delay before the first content frame, default 20) and 
 ("http": 500 with a JSON error body; "stream": an error frame after half the tokens).
 A stream is: a vLLM-style role-only frame at once, the prefill delay, max_tokens content frames
 separated by the token delay, a finish frame, the usage frame when asked, then [DONE].
+
+POST /v1/responses (the OpenAI Responses API, as vLLM streams it: an `event:` line, then the
+event's JSON): max_output_tokens for max_tokens, input for the prompt, the same x_ controls;
+x_reasoning N makes the first N deltas reasoning text. response.created and
+response.in_progress at once, the prefill delay, the message item and its content part, the
+deltas separated by the token delay, the done events, response.completed with usage (always:
+the Responses API states it). x_fail "stream" sends response.failed after half the tokens.
 """
 import argparse
 import asyncio
@@ -18,6 +25,7 @@ DEFAULT_MAX_TOKENS = 16
 DEFAULT_TOKEN_MS = 5
 DEFAULT_PREFILL_MS = 20
 CHAT_PATH = "/v1/chat/completions"
+RESPONSES_PATH = "/v1/responses"
 
 ERROR_HTTP = {"error": {"message": "injected", "type": "server_error", "code": 500}}
 DONE = b"data: [DONE]\n\n"
@@ -61,7 +69,9 @@ class Request:
             raise BadRequest("body must be a JSON object")
         self.model = str(body.get("model") or "e2e-model")
         self.stream = bool(body.get("stream", False))
-        self.max_tokens = int(body.get("max_tokens") or DEFAULT_MAX_TOKENS)
+        self.max_tokens = int(body.get("max_tokens") or body.get("max_output_tokens") or
+                              DEFAULT_MAX_TOKENS)
+        self.reasoning = int(body.get("x_reasoning") or 0)
         opts = body.get("stream_options") or {}
         self.include_usage = bool(opts.get("include_usage", False))
         self.token_s = float(body.get("x_token_ms", DEFAULT_TOKEN_MS)) / 1000.0
@@ -128,6 +138,64 @@ class Request:
         }
 
 
+    # The Responses API (RESPONSES_PATH).
+
+    def response(self, status, usage=None, **extra):
+        obj = {"id": "resp_" + self.id, "object": "response", "created_at": self.created,
+               "model": self.model, "status": status, "output": [], "usage": usage,
+               "error": None, "incomplete_details": None}
+        obj.update(extra)
+        return obj
+
+    def responses_usage(self, output):
+        return {"input_tokens": self.prompt_tokens,
+                "input_tokens_details": {"cached_tokens": 0},
+                "output_tokens": output,
+                "output_tokens_details": {"reasoning_tokens": min(self.reasoning, output)},
+                "total_tokens": self.prompt_tokens + output}
+
+    async def responses_events(self):
+        """The Responses API's SSE body, one event per item, sleeping as the request asks."""
+        seq = itertools.count()
+
+        def ev(type_, **fields):
+            obj = {"type": type_, "sequence_number": next(seq), **fields}
+            return b"event: " + type_.encode() + b"\ndata: " + json.dumps(obj).encode() + \
+                b"\n\n"
+
+        yield ev("response.created", response=self.response("in_progress"))
+        yield ev("response.in_progress", response=self.response("in_progress"))
+        await asyncio.sleep(self.prefill_s)
+        yield ev("response.output_item.added", output_index=0,
+                 item={"id": "msg_1", "type": "message", "role": "assistant", "content": [],
+                       "status": "in_progress"})
+        yield ev("response.content_part.added", item_id="msg_1", output_index=0,
+                 content_index=0, part={"type": "output_text", "text": "", "annotations": []})
+        for i in range(self.max_tokens):
+            if self.fail == "stream" and i == self.max_tokens // 2:
+                yield ev("response.failed", response=self.response(
+                    "failed", self.responses_usage(i),
+                    error={"code": "server_error", "message": "injected"}))
+                return
+            if i:
+                await asyncio.sleep(self.token_s)
+            kind = "reasoning_text" if i < self.reasoning else "output_text"
+            yield ev(f"response.{kind}.delta", item_id="msg_1", output_index=0,
+                     content_index=0, delta=token_text(i))
+        yield ev("response.output_text.done", item_id="msg_1", output_index=0, content_index=0,
+                 text="".join(token_text(i) for i in range(self.max_tokens)))
+        yield ev("response.completed",
+                 response=self.response("completed", self.responses_usage(self.max_tokens)))
+
+    async def responses_body(self):
+        """The stream:false body of the Responses API."""
+        await asyncio.sleep(self.prefill_s + self.token_s * max(self.max_tokens - 1, 0))
+        text = "".join(token_text(i) for i in range(self.max_tokens))
+        return self.response("completed", self.responses_usage(self.max_tokens), output=[{
+            "id": "msg_1", "type": "message", "role": "assistant", "status": "completed",
+            "content": [{"type": "output_text", "text": text, "annotations": []}]}])
+
+
 def token_text(i):
     return f"tok{i} "
 
@@ -142,6 +210,7 @@ def prompt_tokens(body):
     for m in body.get("messages") or []:
         if isinstance(m, dict) and isinstance(m.get("content"), str):
             words += len(m["content"].split())
-    if isinstance(body.get("prompt"), str):
-        words += len(body["prompt"].split())
+    for key in ("prompt", "input"):
+        if isinstance(body.get(key), str):
+            words += len(body[key].split())
     return max(words, 1)

@@ -41,6 +41,21 @@ async def chat(http: HTTPRequest):
                              headers={"Cache-Control": "no-cache"})
 
 
+@app.post(common.RESPONSES_PATH)
+async def responses(http: HTTPRequest):
+    try:
+        req = common.Request(await http.body())
+    except common.BadRequest as e:
+        return JSONResponse({"error": {"message": str(e), "type": "invalid_request_error",
+                                       "code": 400}}, status_code=400)
+    if req.fail == "http":
+        return JSONResponse(common.ERROR_HTTP, status_code=500)
+    if not req.stream:
+        return JSONResponse(await req.responses_body())
+    return StreamingResponse(req.responses_events(), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache"})
+
+
 class Server(uvicorn.Server):
     async def startup(self, sockets=None):
         await super().startup(sockets=sockets)
