@@ -20,7 +20,9 @@
  * At the end a well-behaved scrape, then what has come for each client is read and checked.
  *
  * Properties: what a client reads is a sequence of HTTP/1.x responses, each with a status line
- * of a known status and a Content-Length its body has (a response to HEAD has none), every 200
+ * of a known status and, for the listener's own (200, 404, 405; libmicrohttpd's refusals end
+ * the connection and are checked for their status alone), a Content-Length its body has (a
+ * response to HEAD has none), every 200
  * body the snapshot exactly, nothing after the last (which may be on its way still, unless the
  * listener closed the connection); the scrape gets 200 and the snapshot at once, whatever
  * connections the clients left open, and is closed after its half-close;
@@ -156,6 +158,13 @@ FUZZ_CHECKER static void check_responses(const struct client *c, const char *sna
 			   "not a status line: %.20s", p);
 		status = atoi(p + 9);
 		FUZZ_CHECK(known_status(status), "status %d", status);
+		/* libmicrohttpd's own answer to a request it refused, after which it closes the
+		 * connection: its status is checked, not its framing. Debian's 0.9.75 sometimes
+		 * writes such a 400's head twice in one write (found by this target, when a head
+		 * passes the connection's memory limit); the listener's own answers (200, 404, 405)
+		 * are checked whole. */
+		if (status != 200 && status != 404 && status != 405)
+			return;
 		cl = memmem(p, (size_t)(head_end - p), "\r\nContent-Length: ", 18);
 		if (cl)
 			body = atol(cl + 18);
