@@ -5,7 +5,8 @@
  *
  *   terminal text (request lines, summaries, diagnosis, top, messages)
  *       strict UTF-8, no control character but the newline (no C0, DEL or C1: a terminal
- *       obeys them), save top's own clear-screen sequence on a terminal
+ *       obeys them) and no bidirectional override, embedding, isolate or mark (they reorder
+ *       what a terminal shows), save top's own clear-screen sequence on a terminal
  *   JSON lines: each line one strict UTF-8 JSON value (cJSON, nothing after it)
  *   a JSON document (an OTLP batch, the timeline): the same, as a whole
  *   the HTML report: strict UTF-8, and its data element JSON with no '<' in it, so nothing
@@ -57,7 +58,15 @@ FUZZ_CHECKER static inline void fuzz_check_text(const char *what, const char *bu
 			i += strlen(clear) - 1;
 			continue;
 		}
-		if ((c < 0x20 && c != '\n') || c == 0x7f ||
+		/* U+200E, U+200F, U+202A..U+202E, U+2066..U+2069 */
+		bool bidi = c == 0xe2 && i + 2 < len &&
+			    (((uint8_t)buf[i + 1] == 0x80 &&
+			      ((uint8_t)buf[i + 2] == 0x8e || (uint8_t)buf[i + 2] == 0x8f ||
+			       ((uint8_t)buf[i + 2] >= 0xaa && (uint8_t)buf[i + 2] <= 0xae))) ||
+			     ((uint8_t)buf[i + 1] == 0x81 && (uint8_t)buf[i + 2] >= 0xa6 &&
+			      (uint8_t)buf[i + 2] <= 0xa9));
+
+		if ((c < 0x20 && c != '\n') || c == 0x7f || bidi ||
 		    (c == 0xc2 && i + 1 < len && (uint8_t)buf[i + 1] < 0xa0)) {
 			fuzz_show_line(buf, len, i);
 			FUZZ_FAIL("%s: control character 0x%02x at byte %zu of terminal text", what,

@@ -74,6 +74,28 @@ TEST(test_cut_at_a_character)
 	ASSERT_STREQ(out, "", "empty");
 }
 
+/* A bidirectional override would show the rest of a terminal line reversed (and the marks,
+ * embeddings and isolates reorder it too): each becomes U+FFFD; other format characters stay. */
+TEST(test_bidi_replaced)
+{
+	char out[64];
+
+	utf8_clean(out, sizeof(out),
+		   "a\xe2\x80\xae"
+		   "b\xe2\x81\xa6"
+		   "c\xe2\x80\x8f"
+		   "d",
+		   13);
+	ASSERT_STREQ(out,
+		     "a\xef\xbf\xbd"
+		     "b\xef\xbf\xbd"
+		     "c\xef\xbf\xbd"
+		     "d",
+		     "RLO, LRI, RLM");
+	utf8_clean(out, sizeof(out), "x\xe2\x80\x8dy\xe2\x80\x94", 8);
+	ASSERT_STREQ(out, "x\xe2\x80\x8dy\xe2\x80\x94", "a joiner and a dash kept");
+}
+
 /* Every byte string of up to 3 bytes cleans to text that utf8_len accepts end to end. */
 TEST(test_exhaustive_short)
 {

@@ -68,14 +68,6 @@ static const struct cp_range wide[] = {
 	{ 0x30000, 0x3fffd },
 };
 
-/* Bidirectional embeddings, overrides and isolates: a terminal that honours them shows the
- * rest of the line in another order than it was written. */
-static const struct cp_range bidi[] = {
-	{ 0x200e, 0x200f },
-	{ 0x202a, 0x202e },
-	{ 0x2066, 0x2069 },
-};
-
 #define NRANGES(a) (sizeof(a) / sizeof((a)[0]))
 
 int escape_cell_width(unsigned cp)
@@ -85,16 +77,6 @@ int escape_cell_width(unsigned cp)
 	if (in_ranges(cp, zero_width, NRANGES(zero_width)))
 		return 0;
 	return in_ranges(cp, wide, NRANGES(wide)) ? 2 : 1;
-}
-
-/* Whether the character of len bytes at s may be shown on a terminal as it is. */
-static bool printable(const unsigned char *s, size_t len)
-{
-	if (len == 1)
-		return s[0] >= 0x20 && s[0] != 0x7f;
-	if (len == 2 && s[0] == 0xc2 && s[1] < 0xa0)
-		return false; /* C1 controls */
-	return !in_ranges(utf8_decode(s, len), bidi, NRANGES(bidi));
 }
 
 const char *escape_text_col(char *dst, size_t cap, const char *src, unsigned width, bool pad)
@@ -109,7 +91,7 @@ const char *escape_text_col(char *dst, size_t cap, const char *src, unsigned wid
 		size_t out_len = len;
 		int w;
 
-		if (!len || !printable(s, len)) {
+		if (!len || !utf8_printable(s, len)) {
 			out = (const unsigned char *)UTF8_REPLACEMENT;
 			out_len = UTF8_REPLACEMENT_BYTES;
 		}

@@ -32,8 +32,8 @@
 
 /*
  * s as one column of a terminal line, into dst (cap bytes, NUL-terminated), returned: every
- * byte that does not start well-formed UTF-8, every control character (C0, DEL, C1) and every
- * bidirectional override (which reorders what a terminal shows after it) becomes U+FFFD; the
+ * byte that does not start well-formed UTF-8 and every character that is not utf8_printable (a
+ * control character, a bidirectional override or mark) becomes U+FFFD; the
  * text is cut at a character so that it takes at most width cells (East Asian wide characters
  * take two, combining marks none); with pad, spaces fill it to width cells (left-aligned).
  */

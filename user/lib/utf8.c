@@ -33,12 +33,21 @@ size_t utf8_len(const unsigned char *s, size_t n)
 	return len;
 }
 
-/* C0 controls, DEL, and C1 controls (U+0080..U+009F, which some terminals obey as escapes). */
-static bool utf8_is_control(const unsigned char *s, size_t len)
+bool utf8_printable(const unsigned char *s, size_t len)
 {
+	uint32_t cp;
+
 	if (len == 1)
-		return s[0] < 0x20 || s[0] == 0x7f;
-	return len == 2 && s[0] == 0xc2 && s[1] < 0xa0;
+		return s[0] >= 0x20 && s[0] != 0x7f;
+	if (len == 2)
+		return !(s[0] == 0xc2 && s[1] < 0xa0); /* C1 controls */
+	if (len != 3 || s[0] != 0xe2)
+		return true;
+	/* The bidirectional marks, embeddings, overrides and isolates: U+200E, U+200F,
+	 * U+202A..U+202E, U+2066..U+2069 (all E2 80 xx or E2 81 xx). */
+	cp = (uint32_t)(s[0] & 0x0f) << 12 | (uint32_t)(s[1] & 0x3f) << 6 | (s[2] & 0x3f);
+	return !(cp == 0x200e || cp == 0x200f || (cp >= 0x202a && cp <= 0x202e) ||
+		 (cp >= 0x2066 && cp <= 0x2069));
 }
 
 size_t utf8_clean(char *dst, size_t cap, const char *src, size_t n)
@@ -51,7 +60,7 @@ size_t utf8_clean(char *dst, size_t cap, const char *src, size_t n)
 		const char *out = (const char *)s;
 		size_t out_len = len;
 
-		if (!len || utf8_is_control(s, len)) {
+		if (!len || !utf8_printable(s, len)) {
 			out = UTF8_REPLACEMENT;
 			out_len = UTF8_REPLACEMENT_BYTES;
 		}

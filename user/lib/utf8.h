@@ -12,6 +12,7 @@
 #ifndef TS_UTF8_H
 #define TS_UTF8_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 /* U+FFFD REPLACEMENT CHARACTER, in UTF-8. */
@@ -25,9 +26,17 @@
 size_t utf8_len(const unsigned char *s, size_t n);
 
 /*
+ * Whether the well-formed character of len bytes at s may be shown as it is: not a control
+ * character (C0, DEL, C1: some terminals obey C1 as escapes), nor a bidirectional mark, embedding,
+ * override or isolate (a terminal that honours one shows the rest of the line in another order
+ * than it was written).
+ */
+bool utf8_printable(const unsigned char *s, size_t len);
+
+/*
  * Copies the n bytes of src into dst (cap >= 1 bytes, always NUL-terminated) as printable text:
- * well-formed UTF-8 kept; every byte that does not start one, every control character (C0, DEL
- * and C1) and NUL replaced by U+FFFD; cut at a character boundary when dst is full. Returns the
+ * well-formed UTF-8 kept; every byte that does not start one, NUL and every character that is not
+ * utf8_printable replaced by U+FFFD; cut at a character boundary when dst is full. Returns the
  * bytes written, without the NUL. dst and src must not overlap.
  */
 size_t utf8_clean(char *dst, size_t cap, const char *src, size_t n);
