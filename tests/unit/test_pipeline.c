@@ -1118,6 +1118,22 @@ TEST(test_h2_hostile_method)
 	free(text);
 }
 
+/* NAME.req and NAME.resp of tests/fixtures; false (nothing to free) when either is missing. */
+static bool load_pair(const char *name, struct fixture *req, struct fixture *resp)
+{
+	char path[FIXTURE_PATH_MAX];
+
+	snprintf(path, sizeof(path), "%s.req", name);
+	if (fixture_load(req, path))
+		return false;
+	snprintf(path, sizeof(path), "%s.resp", name);
+	if (fixture_load(resp, path)) {
+		fixture_free(req);
+		return false;
+	}
+	return true;
+}
+
 /*
  * A one-sided fixture (NAME.req, NAME.resp) on connection id: the request at t0, then response
  * write i at t0 + (i + 1) * 10 ms, then the close 10 ms after the last. The traced process is
@@ -1127,16 +1143,9 @@ static bool replay_fixture(struct harness *h, const char *name, uint64_t id, uin
 			   bool client)
 {
 	struct fixture req, resp;
-	char path[FIXTURE_PATH_MAX];
 
-	snprintf(path, sizeof(path), "%s.req", name);
-	if (fixture_load(&req, path))
+	if (!load_pair(name, &req, &resp))
 		return false;
-	snprintf(path, sizeof(path), "%s.resp", name);
-	if (fixture_load(&resp, path)) {
-		fixture_free(&req);
-		return false;
-	}
 	conn_event(h, TS_EV_CONN_OPEN, id, 5, t0 - 1000);
 	/* A server's request arrives at its read's exit (t0), a client's is sent at its write's
 	 * entry (t0); a client's token times are its reads' exits (10 ns after the write). */
@@ -1465,21 +1474,14 @@ static bool replay_pair(struct harness *h, const char *name, uint64_t id, uint64
 			size_t bytes_per_record)
 {
 	struct fixture req, resp;
-	char path[FIXTURE_PATH_MAX];
 	FILE *fp;
 	char side[8];
 	size_t idx;
 	unsigned long long us;
 	bool ok = true;
 
-	snprintf(path, sizeof(path), "%s.req", name);
-	if (fixture_load(&req, path))
+	if (!load_pair(name, &req, &resp))
 		return false;
-	snprintf(path, sizeof(path), "%s.resp", name);
-	if (fixture_load(&resp, path)) {
-		fixture_free(&req);
-		return false;
-	}
 	fp = fixture_open(name, ".order", false);
 	while (fp && fscanf(fp, "%7s %zu %llu", side, &idx, &us) == 3) {
 		bool is_req = strcmp(side, "req") == 0;

@@ -90,18 +90,31 @@ static int64_t frame_count(const struct jv *obj, const char *key)
 	return (int64_t)d;
 }
 
-/* OpenAI usage, as vLLM, SGLang, TGI's Messages API and llama.cpp send it. */
-static void frame_openai_usage(const struct jv *root, struct frame_info *out)
+/*
+ * OpenAI's usage object: in and out name its counts (chat completions: "prompt" and
+ * "completion", as vLLM, SGLang, TGI's Messages API and llama.cpp send it; the Responses API:
+ * "input" and "output"), each with its details (cached and reasoning tokens).
+ */
+static void frame_usage_of(const struct jv *usage, const char *in, const char *out_name,
+			   struct frame_info *out)
 {
-	const struct jv *usage = jv_get(root, "usage");
+	char key[32];
 
 	if (!jv_is_object(usage))
 		return;
-	out->prompt_tokens = frame_count(usage, "prompt_tokens");
-	out->completion_tokens = frame_count(usage, "completion_tokens");
-	out->cached_tokens = frame_count(jv_get(usage, "prompt_tokens_details"), "cached_tokens");
-	out->reasoning_tokens =
-	    frame_count(jv_get(usage, "completion_tokens_details"), "reasoning_tokens");
+	snprintf(key, sizeof(key), "%s_tokens", in);
+	out->prompt_tokens = frame_count(usage, key);
+	snprintf(key, sizeof(key), "%s_tokens_details", in);
+	out->cached_tokens = frame_count(jv_get(usage, key), "cached_tokens");
+	snprintf(key, sizeof(key), "%s_tokens", out_name);
+	out->completion_tokens = frame_count(usage, key);
+	snprintf(key, sizeof(key), "%s_tokens_details", out_name);
+	out->reasoning_tokens = frame_count(jv_get(usage, key), "reasoning_tokens");
+}
+
+static void frame_openai_usage(const struct jv *root, struct frame_info *out)
+{
+	frame_usage_of(jv_get(root, "usage"), "prompt", "completion", out);
 }
 
 /* A reason's characters: a code's, never a sentence's. */
@@ -274,16 +287,9 @@ static void frame_anthropic(const struct jv *root, const char *type, size_t tlen
 	}
 }
 
-/* The Responses API's usage: input and output tokens, with their details. */
 static void frame_responses_usage(const struct jv *usage, struct frame_info *out)
 {
-	if (!jv_is_object(usage))
-		return;
-	out->prompt_tokens = frame_count(usage, "input_tokens");
-	out->completion_tokens = frame_count(usage, "output_tokens");
-	out->cached_tokens = frame_count(jv_get(usage, "input_tokens_details"), "cached_tokens");
-	out->reasoning_tokens =
-	    frame_count(jv_get(usage, "output_tokens_details"), "reasoning_tokens");
+	frame_usage_of(usage, "input", "output", out);
 }
 
 /*

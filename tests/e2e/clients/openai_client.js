@@ -127,26 +127,16 @@ async function one(o, client, link, id, seq) {
     if (!rec.stream) {
       usage = res.usage ? (responses ? res.usage.output_tokens : res.usage.completion_tokens)
         : null;
-    } else if (responses) {
-      for await (const ev of res) {
-        const ts = monoNs();
-        if (ev.response && ev.response.usage) usage = ev.response.usage.output_tokens;
-        if (ev.type === 'response.failed') outcome = 'stream_error';
-        if (eventHasContent(ev)) {
-          tokenNs.push(ts);
-          if (abortAfter && tokenNs.length >= abortAfter) {
-            res.controller.abort();
-            aborted = true;
-            outcome = 'aborted';
-            break;
-          }
-        }
-      }
     } else {
       for await (const chunk of res) {
         const ts = monoNs();
-        if (chunk.usage) usage = chunk.usage.completion_tokens;
-        if (hasContent(chunk)) {
+        if (responses) {
+          if (chunk.response && chunk.response.usage) usage = chunk.response.usage.output_tokens;
+          if (chunk.type === 'response.failed') outcome = 'stream_error';
+        } else if (chunk.usage) {
+          usage = chunk.usage.completion_tokens;
+        }
+        if (responses ? eventHasContent(chunk) : hasContent(chunk)) {
           tokenNs.push(ts);
           if (abortAfter && tokenNs.length >= abortAfter) {
             res.controller.abort();

@@ -26,8 +26,8 @@ STACKS = {"h11": ("asyncio", "h11"), "httptools": ("uvloop", "httptools"),
 app = FastAPI()
 
 
-@app.post(common.CHAT_PATH)
-async def chat(http: HTTPRequest):
+async def serve(http, body, stream):
+    """A request of either API: body(req) is the answer not streamed, stream(req) the SSE."""
     try:
         req = common.Request(await http.body())
     except common.BadRequest as e:
@@ -36,24 +36,19 @@ async def chat(http: HTTPRequest):
     if req.fail == "http":
         return JSONResponse(common.ERROR_HTTP, status_code=500)
     if not req.stream:
-        return JSONResponse(await req.completion())
-    return StreamingResponse(req.frames(), media_type="text/event-stream",
+        return JSONResponse(await body(req))
+    return StreamingResponse(stream(req), media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache"})
+
+
+@app.post(common.CHAT_PATH)
+async def chat(http: HTTPRequest):
+    return await serve(http, common.Request.completion, common.Request.frames)
 
 
 @app.post(common.RESPONSES_PATH)
 async def responses(http: HTTPRequest):
-    try:
-        req = common.Request(await http.body())
-    except common.BadRequest as e:
-        return JSONResponse({"error": {"message": str(e), "type": "invalid_request_error",
-                                       "code": 400}}, status_code=400)
-    if req.fail == "http":
-        return JSONResponse(common.ERROR_HTTP, status_code=500)
-    if not req.stream:
-        return JSONResponse(await req.responses_body())
-    return StreamingResponse(req.responses_events(), media_type="text/event-stream",
-                             headers={"Cache-Control": "no-cache"})
+    return await serve(http, common.Request.responses_body, common.Request.responses_events)
 
 
 class Server(uvicorn.Server):
