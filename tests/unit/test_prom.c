@@ -335,6 +335,38 @@ out:
 	prom_free(p);
 }
 
+/* A request whose model came from its stream (a Responses stream's created event) began without
+ * one: it leaves the "unknown" set's in-flight count, and is counted under its model. */
+TEST(test_model_from_stream)
+{
+	struct prom *p = prom_new(NULL, NULL);
+	struct request *r = request_new(1, 1, 0, "c");
+	struct request_metrics m;
+	struct sink s;
+	char *t = NULL;
+
+	if (!ASSERT_OK_PTR(p, "prom") || !ASSERT_OK_PTR(r, "request"))
+		goto out;
+	s = prom_sink(p);
+	s.request_start(s.ctx, r);
+	snprintf(r->info.model, sizeof(r->info.model), "qwen");
+	r->model_from_stream = true;
+	r->status = 200;
+	r->arrival_ns = 1000;
+	r->end_ns = 2000;
+	request_metrics(r, &m);
+	s.request(s.ctx, r, &m, NULL);
+	t = render(p);
+	ASSERT_LINE(t, "tokenscope_streams_in_flight{model=\"unknown\",role=\"server\"} 0");
+	ASSERT_LINE(t, "tokenscope_streams_in_flight{model=\"qwen\",role=\"server\"} 0");
+	ASSERT_LINE(t,
+		    "tokenscope_requests_total{model=\"qwen\",role=\"server\",outcome=\"ok\"} 1");
+out:
+	free(t);
+	request_free(r);
+	prom_free(p);
+}
+
 TEST(test_label_escaping)
 {
 	struct prom *p = prom_new(NULL, NULL);
