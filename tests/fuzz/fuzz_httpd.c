@@ -83,6 +83,37 @@ static int64_t now_ms(void)
 	return ts.tv_sec * 1000ll + ts.tv_nsec / 1000000;
 }
 
+/* A connect interrupted by a signal (libFuzzer's timer) goes on in the background: whether it
+ * got through. */
+static bool connected(int fd)
+{
+	struct pollfd pfd = { .fd = fd, .events = POLLOUT };
+	int err = 0;
+	socklen_t len = sizeof(err);
+
+	while (poll(&pfd, 1, FUZZ_DEADLINE_MS) < 0 && errno == EINTR)
+		;
+	return !getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) && !err;
+}
+
+/* Sends all of n bytes, going on after a signal interrupted the call; false on an error. */
+static bool send_all(int fd, const void *p, size_t n)
+{
+	const char *c = p;
+
+	while (n) {
+		ssize_t w = send(fd, c, n, MSG_NOSIGNAL);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return false;
+		c += w;
+		n -= (size_t)w;
+	}
+	return true;
+}
+
 /*
  * A connection from 127.0.0.<host>. Closed with a reset (SO_LINGER 0), as a client may, and so
  * that its port is free at once: a closing client's TIME_WAIT would hold it for a minute, and
@@ -99,7 +130,8 @@ static int connect_from(uint8_t host)
 	setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
 	from.sin_addr.s_addr = htonl(0x7f000000u | host);
 	if (bind(fd, (struct sockaddr *)&from, sizeof(from)) ||
-	    connect(fd, (struct sockaddr *)&listener_addr, sizeof(listener_addr))) {
+	    (connect(fd, (struct sockaddr *)&listener_addr, sizeof(listener_addr)) &&
+	     !(errno == EINTR && connected(fd)))) {
 		fprintf(stderr, "fuzz_httpd: cannot connect from 127.0.0.%u: %s\n", host,
 			strerror(errno));
 		abort();
@@ -251,7 +283,7 @@ static void scrape(const char *snap, size_t snap_len)
 	int64_t deadline = now_ms() + FUZZ_DEADLINE_MS;
 	int r;
 
-	FUZZ_CHECK(send(c.fd, req, sizeof(req) - 1, MSG_NOSIGNAL) == sizeof(req) - 1, "send");
+	FUZZ_CHECK(send_all(c.fd, req, sizeof(req) - 1), "send: %s", strerror(errno));
 	shutdown(c.fd, SHUT_WR);
 	while ((r = take(&c, FUZZ_DEADLINE_MS)) != TAKE_END)
 		FUZZ_CHECK(now_ms() < deadline, "the scrape was not answered and closed in %d ms",
@@ -327,7 +359,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			memcpy(c->sent + c->nsent, b, got);
 			c->nsent += got;
 			/* The listener may have closed it already: what is not sent is not sent. */
-			send(c->fd, b, got, MSG_NOSIGNAL);
+			send_all(c->fd, b, got);
 			break;
 		}
 		}
