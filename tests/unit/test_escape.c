@@ -16,16 +16,10 @@ static int cells(const char *s)
 
 	while (n) {
 		size_t len = utf8_len(p, n);
-		unsigned cp;
 
 		if (!len || (len == 1 && (*p < 0x20 || *p == 0x7f)))
 			return -1;
-		cp = len == 1	? p[0]
-		     : len == 2 ? (p[0] & 0x1fu) << 6 | (p[1] & 0x3f)
-		     : len == 3 ? (p[0] & 0x0fu) << 12 | (p[1] & 0x3fu) << 6 | (p[2] & 0x3f)
-				: (p[0] & 0x07u) << 18 | (p[1] & 0x3fu) << 12 |
-				      (p[2] & 0x3fu) << 6 | (p[3] & 0x3f);
-		w += escape_cell_width(cp);
+		w += escape_cell_width(utf8_decode(p, len));
 		p += len;
 		n -= len;
 	}

@@ -158,19 +158,15 @@ int exporters_start(struct exporters *x, const struct export_opts *eo, struct pi
 }
 
 void exporters_set_source(struct exporters *x, const char *path, uint64_t start_mono_ns,
-			  uint64_t start_real_ns, const char *host)
+			  int64_t real_offset_ns, const char *host)
 {
-	int64_t offset_ns = 0;
-
-	/* record.c's reader keeps both clocks in range: the offset always fits. */
-	clock_offset_ns(start_mono_ns, start_real_ns, &offset_ns);
 	if (x->otlp_url)
-		otlp_set_source(&x->otlp, offset_ns, host);
+		otlp_set_source(&x->otlp, real_offset_ns, host);
 	/* Before the first record: the timeline's zero is the start of the recording. */
 	if (x->tl_open)
 		timeline_set_origin(&x->tl, start_mono_ns);
 	if (x->html)
-		html_set_source(x->html, path, start_mono_ns, start_real_ns, host);
+		html_set_source(x->html, path, start_mono_ns, real_offset_ns, host);
 }
 
 void exporters_set_summary(struct exporters *x, const struct summary *total,

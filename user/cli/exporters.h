@@ -75,12 +75,12 @@ int exporters_start(struct exporters *x, const struct export_opts *eo, struct pi
 /* The loader, after each drain and before the tick: a new GPU sample, if the sampler has one,
  * to every sink (pipeline_gpu_sample). */
 void exporters_poll_gpu(struct exporters *x, struct pipeline *pl);
-/* A replay: the records (of the recording at path) were made on host at a time when
- * CLOCK_MONOTONIC read start_mono_ns and CLOCK_REALTIME start_real_ns (a recording's header).
- * Call before the first record is fed, so that every span carries the recording's unix times,
- * not this machine's. */
+/* A replay: the records (of the recording at path) were made on host, recording from when
+ * CLOCK_MONOTONIC read start_mono_ns, with CLOCK_REALTIME real_offset_ns ahead of it (a
+ * recording's header, record_meta). Call before the first record is fed, so that every span
+ * carries the recording's unix times, not this machine's. */
 void exporters_set_source(struct exporters *x, const char *path, uint64_t start_mono_ns,
-			  uint64_t start_real_ns, const char *host);
+			  int64_t real_offset_ns, const char *host);
 /* The run's summary (the summaries sink's total) and report's diagnosis (NULL in a live run),
  * which the HTML page shows as they are. Before the first record. */
 void exporters_set_summary(struct exporters *x, const struct summary *total,

@@ -4,7 +4,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "lib/clock.h"
 #include "sinks/diagnosis.h"
 #include "sinks/output.h"
 #include "record/record.h"
@@ -33,7 +32,6 @@ int report_run(const struct report_opts *o)
 	struct diagnosis d;
 	struct pipeline pl;
 	struct sink ds;
-	int64_t real_offset_ns;
 	int err, rc = 0;
 
 	/* The header first: the outputs start knowing the recording's clocks and host. */
@@ -50,8 +48,7 @@ int report_run(const struct report_opts *o)
 		return err;
 	}
 	diagnosis_init(&d);
-	if (clock_offset_ns(rd.meta.start_mono_ns, rd.meta.start_real_ns, &real_offset_ns))
-		diagnosis_set_wall_clock(&d, real_offset_ns);
+	diagnosis_set_wall_clock(&d, rd.meta.real_offset_ns);
 	ds = diagnosis_sink(&d);
 	pipeline_add_sink(&pl, &ds);
 	/* The timeline's zero is the recording's start: no record is earlier. Spans carry the
@@ -65,7 +62,7 @@ int report_run(const struct report_opts *o)
 		exporters_stop(&ex);
 		goto out;
 	}
-	exporters_set_source(&ex, o->path, rd.meta.start_mono_ns, rd.meta.start_real_ns,
+	exporters_set_source(&ex, o->path, rd.meta.start_mono_ns, rd.meta.real_offset_ns,
 			     rd.meta.hostname);
 	/* Last: a request's line is written once every other sink has had it. */
 	lines_init(&lines, &lo);

@@ -31,9 +31,9 @@ static inline double mono_s(void)
 
 /*
  * Wall time from the kernel's clock: offset_ns is CLOCK_REALTIME - CLOCK_MONOTONIC, read back to
- * back (clock_offset_ns); the CLOCK_REALTIME time of mono_ns goes into *wall_ns. false when it is
- * not a time after 1970 that int64 nanoseconds can hold: a recording's clocks are input, and
- * arithmetic on them must neither overflow nor make up a date.
+ * back (clock_offset_now, or a recording's header); the CLOCK_REALTIME time of mono_ns goes into
+ * *wall_ns. false when it is not a time after 1970 that int64 nanoseconds can hold: a recording's
+ * clocks are input, and arithmetic on them must neither overflow nor make up a date.
  */
 static inline bool clock_wall_ns(int64_t offset_ns, uint64_t mono_ns, int64_t *wall_ns)
 {
@@ -42,15 +42,6 @@ static inline bool clock_wall_ns(int64_t offset_ns, uint64_t mono_ns, int64_t *w
 	if (mono_ns > INT64_MAX || __builtin_add_overflow((int64_t)mono_ns, offset_ns, &w) || w < 0)
 		return false;
 	*wall_ns = w;
-	return true;
-}
-
-/* real_ns - mono_ns into *offset_ns; false when the difference does not fit int64. */
-static inline bool clock_offset_ns(uint64_t mono_ns, uint64_t real_ns, int64_t *offset_ns)
-{
-	if (mono_ns > INT64_MAX || real_ns > INT64_MAX)
-		return false;
-	*offset_ns = (int64_t)real_ns - (int64_t)mono_ns;
 	return true;
 }
 

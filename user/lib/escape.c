@@ -6,17 +6,6 @@
 #include "lib/escape.h"
 #include "lib/utf8.h"
 
-/* The code point of the well-formed sequence of len bytes at s. */
-static unsigned utf8_decode(const unsigned char *s, size_t len)
-{
-	static const unsigned char lead_mask[] = { 0, 0x7f, 0x1f, 0x0f, 0x07 };
-	unsigned cp = s[0] & lead_mask[len];
-
-	for (size_t i = 1; i < len; i++)
-		cp = cp << 6 | (s[i] & 0x3f);
-	return cp;
-}
-
 struct cp_range {
 	unsigned lo, hi;
 };

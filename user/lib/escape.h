@@ -11,7 +11,7 @@
  *   terminal text (request lines, top, summaries)   escape_text_col: printable, cut at a
  *                                                   character to a display width
  *   JSON lines, OTLP JSON, the timeline             escape_json: strict UTF-8 JSON strings
- *   the HTML report's data                          escape_json through escape_html_filter:
+ *   the HTML report's data                          escape_json through escape_html_open:
  *                                                   no '<' can end the script element
  *   Prometheus labels                               escape_prom_label: the exposition format's
  *                                                   escapes, strict UTF-8

@@ -33,6 +33,16 @@ size_t utf8_len(const unsigned char *s, size_t n)
 	return len;
 }
 
+uint32_t utf8_decode(const unsigned char *s, size_t len)
+{
+	static const unsigned char lead_mask[] = { 0, 0x7f, 0x1f, 0x0f, 0x07 };
+	uint32_t cp = s[0] & lead_mask[len];
+
+	for (size_t i = 1; i < len; i++)
+		cp = cp << 6 | (s[i] & 0x3f);
+	return cp;
+}
+
 bool utf8_printable(const unsigned char *s, size_t len)
 {
 	uint32_t cp;
@@ -45,7 +55,7 @@ bool utf8_printable(const unsigned char *s, size_t len)
 		return true;
 	/* The bidirectional marks, embeddings, overrides and isolates: U+200E, U+200F,
 	 * U+202A..U+202E, U+2066..U+2069 (all E2 80 xx or E2 81 xx). */
-	cp = (uint32_t)(s[0] & 0x0f) << 12 | (uint32_t)(s[1] & 0x3f) << 6 | (s[2] & 0x3f);
+	cp = utf8_decode(s, len);
 	return !(cp == 0x200e || cp == 0x200f || (cp >= 0x202a && cp <= 0x202e) ||
 		 (cp >= 0x2066 && cp <= 0x2069));
 }

@@ -14,6 +14,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* U+FFFD REPLACEMENT CHARACTER, in UTF-8. */
 #define UTF8_REPLACEMENT "\xef\xbf\xbd"
@@ -24,6 +25,9 @@
  * strict, as RFC 3629 (no overlong forms, no surrogates, nothing above U+10FFFF).
  */
 size_t utf8_len(const unsigned char *s, size_t n);
+
+/* The code point of the well-formed sequence of len (1 to 4) bytes at s (utf8_len's). */
+uint32_t utf8_decode(const unsigned char *s, size_t len);
 
 /*
  * Whether the well-formed character of len bytes at s may be shown as it is: not a control

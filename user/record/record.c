@@ -372,6 +372,7 @@ static int read_meta(const unsigned char *h, struct record_meta *m, struct recor
 			    "corrupt header: wall clock at %" PRIu64
 			    " ns since 1970, past 2^62 (the year 2116)",
 			    m->start_real_ns);
+	m->real_offset_ns = (int64_t)m->start_real_ns - (int64_t)m->start_mono_ns;
 	m->capture_bytes = get_le32(h + HDR_CAPTURE);
 	if (m->capture_bytes > TS_CAPTURE_MAX)
 		return stop(st, -EBADMSG, HDR_CAPTURE,

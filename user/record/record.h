@@ -92,6 +92,9 @@ struct record_meta {
 	char tool_version[RECORD_TOOL_VERSION_BYTES * 3 + 1];
 	char hostname[RECORD_HOST_BYTES * 3 + 1];
 	uint64_t start_mono_ns, start_real_ns;
+	/* Set by the reader: start_real_ns - start_mono_ns, which turns a record's time into wall
+	 * time (lib/clock.h's clock_wall_ns); both clocks in range, it always fits. */
+	int64_t real_offset_ns;
 	uint32_t capture_bytes;
 	uint32_t roots[RECORD_MAX_ROOTS];
 	uint32_t nroots;

@@ -69,7 +69,7 @@ struct diagnosis {
 	uint64_t gpu_steps; /* GPU steps seen: tells "no GPU steps" from "not attributed" */
 	uint64_t dropped;   /* ok requests not kept for lack of memory */
 	bool have_clock;
-	int64_t real_offset_ns; /* CLOCK_REALTIME - CLOCK_MONOTONIC (clock_offset_ns) */
+	int64_t real_offset_ns; /* CLOCK_REALTIME - CLOCK_MONOTONIC */
 };
 
 void diagnosis_init(struct diagnosis *d);

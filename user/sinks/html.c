@@ -107,7 +107,6 @@ struct html {
 	bool written;
 	uint64_t origin_ns;
 	int64_t real_offset_ns; /* CLOCK_REALTIME - CLOCK_MONOTONIC, for the page's dates */
-	bool real_known;	/* false: a recording's clocks gave no offset */
 	char source[256];	/* a replay: the recording's path; "": a live run */
 	char host[256];
 	const struct summary *sum;
@@ -161,19 +160,18 @@ int html_open(struct html **hp, const char *path, uint64_t origin_ns)
 	h->series.width_ns = HTML_SERIES_FIRST_NS;
 	/* A live run: the page's dates from this machine's clocks, read back to back. */
 	h->real_offset_ns = clock_offset_now();
-	h->real_known = true;
 	gethostname(h->host, sizeof(h->host) - 1);
 	*hp = h;
 	return 0;
 }
 
 void html_set_source(struct html *h, const char *what, uint64_t start_mono_ns,
-		     uint64_t start_real_ns, const char *host)
+		     int64_t real_offset_ns, const char *host)
 {
 	snprintf(h->source, sizeof(h->source), "%s", what ? what : "");
 	snprintf(h->host, sizeof(h->host), "%s", host ? host : "");
 	h->origin_ns = start_mono_ns;
-	h->real_known = clock_offset_ns(start_mono_ns, start_real_ns, &h->real_offset_ns);
+	h->real_offset_ns = real_offset_ns;
 }
 
 void html_set_summary(struct html *h, const struct summary *total, const struct diagnosis *d)
@@ -187,8 +185,7 @@ void html_set_summary(struct html *h, const struct summary *total, const struct 
 	if (!h->own)
 		return;
 	diagnosis_init(h->own);
-	if (h->real_known)
-		diagnosis_set_wall_clock(h->own, h->real_offset_ns);
+	diagnosis_set_wall_clock(h->own, h->real_offset_ns);
 	h->own_sink = diagnosis_sink(h->own);
 	h->diag = h->own;
 }
@@ -544,7 +541,7 @@ static void write_data(struct html *h, FILE *f, const struct pipeline_status *st
 	jsonw_str(&w, "tool", "tokenscope " TOKENSCOPE_VERSION);
 	jsonw_str(&w, "source", h->source[0] ? h->source : NULL);
 	jsonw_str(&w, "host", h->host[0] ? h->host : NULL);
-	if (h->real_known && clock_wall_ns(h->real_offset_ns, h->origin_ns, &start_unix_ns))
+	if (clock_wall_ns(h->real_offset_ns, h->origin_ns, &start_unix_ns))
 		jsonw_i64(&w, "start_unix_ms", start_unix_ns / (int64_t)NS_PER_MS);
 	else
 		jsonw_null(&w, "start_unix_ms");

@@ -50,13 +50,14 @@ struct diagnosis;
 
 /* Creates a file beside path now (path.XXXXXX), so a bad path fails before tracing starts; the
  * page is written to it at the end (the sink's finish) and renamed to path by html_close, so
- * an earlier page at path stays whole until then. origin_ns: the run's time zero (CLOCK_MONOTONIC), as for the
- * timeline. 0, or a negative errno. */
+ * an earlier page at path stays whole until then. origin_ns: the run's time zero (CLOCK_MONOTONIC),
+ * as for the timeline. 0, or a negative errno. */
 int html_open(struct html **hp, const char *path, uint64_t origin_ns);
-/* A replay: the recording's path, clocks (the origin becomes start_mono_ns) and host, shown in
- * the page's header. Before the first record. */
+/* A replay: the recording's path, clocks (the origin becomes start_mono_ns; CLOCK_REALTIME is
+ * real_offset_ns ahead of CLOCK_MONOTONIC) and host, shown in the page's header. Before the
+ * first record. */
 void html_set_source(struct html *h, const char *what, uint64_t start_mono_ns,
-		     uint64_t start_real_ns, const char *host);
+		     int64_t real_offset_ns, const char *host);
 /* The run's summary (the summaries sink's total), and report's diagnosis. Without a diagnosis
  * the page keeps its own, over the requests it keeps. Before the end of the run. */
 void html_set_summary(struct html *h, const struct summary *total, const struct diagnosis *d);
