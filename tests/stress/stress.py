@@ -1119,9 +1119,17 @@ class Stress:
         info("%s: %d JSON lines for the partial requests after the resets" % (ph, n))
         self.after(ph)
         unf = sum(v for k, v in self.delta.items() if "unfinished_request" in k)
-        check("%s accounted" % ph, n + unf >= len(socks),
+        # 200 x 64 KiB in a burst can fill the ring buffer on a loaded machine: a request
+        # whose every record was lost cannot be seen, and may be missing only as far as
+        # the lost records were counted (each hides at most one request's start).
+        lost = sum(v for k, v in self.delta.items() if k.startswith("tokenscope_events_lost"))
+        short = max(0, len(socks) - n - unf)
+        check("%s accounted" % ph, short <= lost,
               "%d requests cut by their client: %d reported, %d counted as unfinished "
-              "(tokenscope_dropped_total{what=\"unfinished_request\"})" % (len(socks), n, unf))
+              "(tokenscope_dropped_total{what=\"unfinished_request\"})%s" % (
+                  len(socks), n, unf,
+                  "; %d not seen, within the %d records counted lost (events_lost_total)"
+                  % (short, lost) if short else ""))
 
     def p05_cl20(self):
         ph = "p05 cl-20-digits"
