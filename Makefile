@@ -68,7 +68,8 @@ endif
 # user/ is in folders by the data flow (docs/architecture.md): cli, loader, pipeline, record,
 # sinks, lib. Every file but main.c and the loader's skeleton users (trace.c, uprobes.c, run.c,
 # kernel.c) is code the tests link too.
-LOADER_SRCS := user/cli/main.c user/loader/trace.c user/loader/uprobes.c user/loader/run.c \
+LOADER_SRCS := user/cli/main.c user/loader/trace.c user/loader/uprobes.c user/loader/tracefs.c \
+	user/loader/run.c \
 	user/loader/kernel.c
 LIB_SRCS := $(filter-out $(LOADER_SRCS),$(wildcard user/*/*.c))
 LIB_OBJS := $(patsubst user/%.c,$(OUTPUT)/user/%.o,$(LIB_SRCS))
@@ -327,10 +328,12 @@ $(OUTPUT)/tests/test_cupti_runs: tests/unit/test_cupti_runs.c tests/unit/check.h
 	$(Q)$(CC) $(CUPTI_CFLAGS) $(SAN_FLAGS) -Itests/unit $< $(CUPTI_TESTED) -o $@
 
 $(OUTPUT)/tests/%: tests/bpf/%.c tests/unit/check.h $(LIB_OBJS) $(OUTPUT)/user/loader/uprobes.o \
-		$(OUTPUT)/user/loader/kernel.o $(OUTPUT)/tokenscope.skel.h | $(OUTPUT)/tests
+		$(OUTPUT)/user/loader/tracefs.o $(OUTPUT)/user/loader/kernel.o \
+		$(OUTPUT)/tokenscope.skel.h | $(OUTPUT)/tests
 	$(call msg,TEST,$@)
 	$(Q)$(CC) $(USER_CFLAGS) $(TEST_DEFS) -Itests/unit $< $(LIB_OBJS) $(OUTPUT)/user/loader/uprobes.o \
-		$(OUTPUT)/user/loader/kernel.o -o $@ $(LDLIBS) -ldl -lssl -lcrypto
+		$(OUTPUT)/user/loader/tracefs.o $(OUTPUT)/user/loader/kernel.o -o $@ $(LDLIBS) -ldl \
+		-lssl -lcrypto
 
 # Both ends of a Go crypto/tls connection, for test_bpf_gotls: built for the build's
 # architecture (static, so the arm64 machine of tests/arm64/run_vm.sh needs nothing more).

@@ -42,6 +42,7 @@ enum ts_event_type {
 	TS_EV_GPU_STEP = 6,   /* a host wait on the GPU returned: the step before it is done */
 	TS_EV_GPU_CALL = 7,   /* one CUDA launch or copy (only with --kernels) */
 	TS_EV_DEV_RUNS = 8,   /* device work from the CUPTI injection library (cupti_abi.h) */
+	TS_EV_PROC_MAP = 9,   /* a traced process mapped a file executable (for the loader) */
 };
 
 /* CUDA entry points hooked with uprobes; the value is the probe's bpf_cookie. */
@@ -158,7 +159,7 @@ struct ts_conn_event {
 };
 
 struct ts_proc_event {
-	struct ts_event_hdr hdr; /* pid: the child (fork) or the exiting process */
+	struct ts_event_hdr hdr; /* pid: the child (fork), the exiting process, the mapping one */
 	__u64 ts_ns;
 	__u32 ppid;	 /* fork: parent tgid */
 	__s32 exit_code; /* exit: the wait status */

@@ -119,6 +119,13 @@ static __always_inline __u64 rb_flags(__u64 size, __u64 *events_here)
 									     : BPF_RB_NO_WAKEUP;
 }
 
+/* A record the loader must act on at once (a library mapped): the reader is woken for it. */
+static __always_inline void emit_now(void *rec, __u64 size)
+{
+	if (bpf_ringbuf_output(&events, rec, size, BPF_RB_FORCE_WAKEUP))
+		stat_add(TS_STAT_LOST_EVENTS, 1);
+}
+
 /* Submit a record, or count it lost with its payload. */
 static __always_inline void emit(void *rec, __u64 size, __u64 payload)
 {

@@ -56,4 +56,57 @@ int BPF_PROG(ts_exit, struct task_struct *task)
 	return 0;
 }
 
+/* A traced thread inside an mmap of a file, executable: its exit tells the loader. */
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, __u8);
+} exec_mapping SEC(".maps");
+
+/*
+ * An executable mapping of a file in a traced process (dlopen, or the dynamic loader mapping
+ * an exec'd image's libraries): the loader looks for CUDA and TLS libraries in it at once
+ * instead of at its next scan. The mmap syscall's own tracepoints (tracefs, so attached where
+ * tracefs is: kernel.c), not the syscall hooks every syscall passes; the record goes at the
+ * exit, when the mapping is in /proc/PID/maps.
+ */
+SEC("tracepoint/syscalls/sys_enter_mmap")
+int ts_mmap_enter(struct trace_event_raw_sys_enter *ctx)
+{
+	__u8 *flag;
+
+	if (!(ctx->args[2] & TS_PROT_EXEC) || (long)ctx->args[4] < 0 ||
+	    !is_traced(bpf_get_current_pid_tgid() >> 32))
+		return 0;
+	flag = bpf_task_storage_get(&exec_mapping, bpf_get_current_task_btf(), NULL,
+				    BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (flag)
+		*flag = 1;
+	return 0;
+}
+
+SEC("tracepoint/syscalls/sys_exit_mmap")
+int ts_mmap_exit(struct trace_event_raw_sys_exit *ctx)
+{
+	struct ts_proc_event pe = {};
+	__u64 pid_tgid;
+	__u8 *flag;
+
+	flag = bpf_task_storage_get(&exec_mapping, bpf_get_current_task_btf(), NULL, 0);
+	if (!flag || !*flag)
+		return 0;
+	*flag = 0;
+	if (ctx->ret < 0 && ctx->ret >= -4095)
+		return 0;
+	pid_tgid = bpf_get_current_pid_tgid();
+	pe.hdr.type = TS_EV_PROC_MAP;
+	pe.hdr.size = sizeof(pe);
+	pe.hdr.pid = pid_tgid >> 32;
+	pe.hdr.tid = (__u32)pid_tgid;
+	pe.ts_ns = bpf_ktime_get_ns();
+	emit_now(&pe, sizeof(pe));
+	return 0;
+}
+
 #endif

@@ -70,5 +70,7 @@
 
 /* recv flags (include/linux/socket.h; the same on every architecture) */
 #define TS_MSG_PEEK 0x2
+/* mmap prot: an executable mapping (the same on x86 and arm64) */
+#define TS_PROT_EXEC 0x4
 
 #endif

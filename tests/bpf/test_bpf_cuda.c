@@ -104,9 +104,9 @@ static void cuda_steps(const char *path, bool calls)
 	if (!ASSERT_OK_PTR(rb, "ring buffer") || !ASSERT_OK(kernel_borrow(&k, skel), "kernel side"))
 		goto out;
 	uprobes_init(&ca, k, false);
-	hooked = uprobes_scan(&ca, me);
+	hooked = uprobes_scan(&ca, me, false);
 	ASSERT_TRUE(hooked >= 5, "launch, graph launch, copy and syncs hooked");
-	ASSERT_EQ(uprobes_scan(&ca, me), 0, "a second scan hooks nothing again");
+	ASSERT_EQ(uprobes_scan(&ca, me, false), 0, "a second scan hooks nothing again");
 
 	/* Untraced: nothing is counted. */
 	c.launch(NULL, 0, 0, NULL, 0, NULL);
@@ -211,7 +211,7 @@ TEST(test_probes_per_process)
 	if (!ASSERT_TRUE(child > 0, "fork") || !ASSERT_OK(kernel_borrow(&k, skel), "kernel side"))
 		goto out;
 	uprobes_init(&ca, k, false);
-	ASSERT_TRUE(uprobes_scan(&ca, child) >= 5, "hooked for the child");
+	ASSERT_TRUE(uprobes_scan(&ca, child, false) >= 5, "hooked for the child");
 	before = prog_runs(skel->progs.ts_cuda_call);
 	for (int i = 0; i < 10; i++)
 		c.launch(NULL, 0, 0, NULL, 0, NULL);
@@ -223,7 +223,7 @@ TEST(test_probes_per_process)
 	ASSERT_EQ(prog_runs(skel->progs.ts_cuda_call), before + 10, "the child's 10 launches");
 	uprobes_forget(&ca, getpid() + 1000000); /* no such process: nothing changes */
 	ASSERT_EQ(ca.nhooks, 1, "one hook");
-	ASSERT_TRUE(uprobes_scan(&ca, getpid()) >= 5, "hooked for this process too");
+	ASSERT_TRUE(uprobes_scan(&ca, getpid(), false) >= 5, "hooked for this process too");
 	c.launch(NULL, 0, 0, NULL, 0, NULL);
 	ASSERT_EQ(prog_runs(skel->progs.ts_cuda_call), before + 11, "now this process traps");
 	uprobes_forget(&ca, getpid());

@@ -116,7 +116,7 @@ TEST(test_go_tls_plaintext)
 	if (!ASSERT_OK_PTR(rb, "ring buffer") || !ASSERT_OK(kernel_borrow(&k, skel), "kernel side"))
 		goto out;
 	uprobes_init(&u, k, false);
-	hooked = uprobes_scan(&u, (uint32_t)child);
+	hooked = uprobes_scan(&u, (uint32_t)child, false);
 	ASSERT_TRUE(hooked >= 2, "crypto/tls Read and Write hooked");
 	ASSERT_EQ(uprobes_hooked_files(&u, "TLS"), 1, "the Go executable");
 	got.pid = (uint32_t)child;

@@ -260,7 +260,7 @@ static void tls_server(bool memory_bios)
 	if (!ASSERT_OK_PTR(rb, "ring buffer") || !ASSERT_OK(kernel_borrow(&k, skel), "kernel side"))
 		goto out;
 	uprobes_init(&u, k, false);
-	hooked = uprobes_scan(&u, me);
+	hooked = uprobes_scan(&u, me, false);
 	ASSERT_TRUE(hooked >= 3, "libssl's read, write and handshake hooked");
 	ASSERT_EQ(uprobes_hooked_files(&u, "TLS"), 1, "one TLS library file");
 	kernel_set_traced(skel, me, true);

@@ -20,6 +20,7 @@ struct kernel {
 	uint32_t self_tgid;
 	int ncpus;
 	bool borrowed; /* the skeleton is the caller's (kernel_borrow) */
+	int exec_map_err; /* why ts_exec_map is not attached (0: it is) */
 };
 
 static int libbpf_print(enum libbpf_print_level level, const char *fmt, va_list args)
@@ -65,6 +66,10 @@ int kernel_open(struct kernel **kp)
 		free(k);
 		return err;
 	}
+	/* The mapping notices attach to tracefs's mmap tracepoints: where tracefs is not
+	 * usable the loader's scan finds new libraries alone. Attached apart (kernel_attach). */
+	bpf_program__set_autoattach(k->skel->progs.ts_mmap_enter, false);
+	bpf_program__set_autoattach(k->skel->progs.ts_mmap_exit, false);
 	*kp = k;
 	return 0;
 }
@@ -107,7 +112,27 @@ int kernel_load(struct kernel *k)
 
 int kernel_attach(struct kernel *k)
 {
-	return tokenscope_bpf__attach(k->skel);
+	int err = tokenscope_bpf__attach(k->skel);
+
+	if (err)
+		return err;
+	k->skel->links.ts_mmap_enter = bpf_program__attach(k->skel->progs.ts_mmap_enter);
+	if (!k->skel->links.ts_mmap_enter) {
+		k->exec_map_err = -errno;
+		return 0;
+	}
+	k->skel->links.ts_mmap_exit = bpf_program__attach(k->skel->progs.ts_mmap_exit);
+	if (!k->skel->links.ts_mmap_exit) {
+		k->exec_map_err = -errno;
+		bpf_link__destroy(k->skel->links.ts_mmap_enter);
+		k->skel->links.ts_mmap_enter = NULL;
+	}
+	return 0;
+}
+
+int kernel_exec_map_err(const struct kernel *k)
+{
+	return k->exec_map_err;
 }
 
 void kernel_destroy(struct kernel *k)
@@ -258,39 +283,55 @@ void kernel_ring_close(struct kernel *k)
 	k->rb = NULL;
 }
 
+static struct bpf_program *probe_prog(struct kernel *k, enum kernel_probe probe)
+{
+	switch (probe) {
+	case KERNEL_CUDA_SYNC:
+		return k->skel->progs.ts_cuda_sync;
+	case KERNEL_CUDA_SYNC_RET:
+		return k->skel->progs.ts_cuda_sync_ret;
+	case KERNEL_CUDA_CALL:
+		return k->skel->progs.ts_cuda_call;
+	case KERNEL_TLS_CALL:
+		return k->skel->progs.ts_tls_enter;
+	case KERNEL_TLS_RET:
+		return k->skel->progs.ts_tls_return;
+	case KERNEL_GO_TLS_CALL:
+		return k->skel->progs.ts_go_tls_enter;
+	case KERNEL_GO_TLS_RET:
+		return k->skel->progs.ts_go_tls_ret;
+	default:
+		return NULL;
+	}
+}
+
+bool kernel_probe_is_ret(enum kernel_probe probe)
+{
+	return probe == KERNEL_CUDA_SYNC_RET || probe == KERNEL_TLS_RET;
+}
+
 int kernel_attach_uprobe(struct kernel *k, enum kernel_probe probe, int pid, const char *path,
 			 uint64_t off, const char *func, uint64_t cookie, struct bpf_link **link)
 {
 	LIBBPF_OPTS(bpf_uprobe_opts, opts, .func_name = func, .bpf_cookie = cookie,
-		    .retprobe = probe == KERNEL_CUDA_SYNC_RET || probe == KERNEL_TLS_RET);
-	struct bpf_program *prog;
+		    .retprobe = kernel_probe_is_ret(probe));
+	struct bpf_program *prog = probe_prog(k, probe);
 
-	switch (probe) {
-	case KERNEL_CUDA_SYNC:
-		prog = k->skel->progs.ts_cuda_sync;
-		break;
-	case KERNEL_CUDA_SYNC_RET:
-		prog = k->skel->progs.ts_cuda_sync_ret;
-		break;
-	case KERNEL_CUDA_CALL:
-		prog = k->skel->progs.ts_cuda_call;
-		break;
-	case KERNEL_TLS_CALL:
-		prog = k->skel->progs.ts_tls_enter;
-		break;
-	case KERNEL_TLS_RET:
-		prog = k->skel->progs.ts_tls_return;
-		break;
-	case KERNEL_GO_TLS_CALL:
-		prog = k->skel->progs.ts_go_tls_enter;
-		break;
-	case KERNEL_GO_TLS_RET:
-		prog = k->skel->progs.ts_go_tls_ret;
-		break;
-	default:
+	if (!prog)
 		return -EINVAL;
-	}
 	*link = bpf_program__attach_uprobe_opts(prog, pid, path, off, &opts);
+	return *link ? 0 : -errno;
+}
+
+int kernel_attach_perf_event(struct kernel *k, enum kernel_probe probe, int fd, uint64_t cookie,
+			     struct bpf_link **link)
+{
+	LIBBPF_OPTS(bpf_perf_event_opts, opts, .bpf_cookie = cookie);
+	struct bpf_program *prog = probe_prog(k, probe);
+
+	if (!prog)
+		return -EINVAL;
+	*link = bpf_program__attach_perf_event_opts(prog, fd, &opts);
 	return *link ? 0 : -errno;
 }
 

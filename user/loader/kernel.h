@@ -47,6 +47,9 @@ int kernel_configure(struct kernel *k, const struct kernel_config *c);
 int kernel_load(struct kernel *k);
 /* Attaches the syscall, fork and exit tracepoints' programs. */
 int kernel_attach(struct kernel *k);
+/* 0 when the kernel tells of executable mappings of traced processes (TS_EV_PROC_MAP), or
+ * why not (the mmap tracepoints need tracefs). */
+int kernel_exec_map_err(const struct kernel *k);
 /* Frees what is left (the ring buffer too); NULL is nothing. */
 void kernel_destroy(struct kernel *k);
 /*
@@ -104,6 +107,12 @@ enum kernel_probe {
  */
 int kernel_attach_uprobe(struct kernel *k, enum kernel_probe probe, int pid, const char *path,
 			 uint64_t off, const char *func, uint64_t cookie, struct bpf_link **link);
+/* Whether the probe is at the function's return (a uretprobe). */
+bool kernel_probe_is_ret(enum kernel_probe probe);
+/* Attaches the probe's program, reading cookie, to the perf event fd (a tracefs uprobe event
+ * bound to this process: tracefs.h). */
+int kernel_attach_perf_event(struct kernel *k, enum kernel_probe probe, int fd, uint64_t cookie,
+			     struct bpf_link **link);
 /* Attaches the CUPTI program to the USDT probe TS_CUPTI_PROVIDER:name of the library at path,
  * for pid alone. */
 int kernel_attach_cupti(struct kernel *k, int pid, const char *path, const char *name,

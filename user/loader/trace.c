@@ -11,6 +11,7 @@
 
 #include "lib/clock.h"
 #include "loader/uprobes.h"
+#include "loader/tracefs.h"
 #include "sinks/output.h"
 #include "loader/discover.h"
 #include "loader/kernel.h"
@@ -49,6 +50,13 @@ struct tracer {
 static int on_record(void *ctx, void *data, size_t size)
 {
 	struct tracer *tr = ctx;
+	const struct ts_event_hdr *h = data;
+
+	/* A library mapped: for the loader alone, not the pipeline or a recording. */
+	if (size == sizeof(struct ts_proc_event) && h->type == TS_EV_PROC_MAP) {
+		uprobes_mapped(&tr->cuda, h->pid, ((const struct ts_proc_event *)data)->ts_ns);
+		return 0;
+	}
 
 	if (tr->recording && !tr->rec_err) {
 		int err = record_write(&tr->rec, data, size);
@@ -60,6 +68,11 @@ static int on_record(void *ctx, void *data, size_t size)
 	}
 
 	pipeline_feed(&tr->pl, data, size);
+	/* A child forked: hooked now, in its own name. With shared probes it carries its
+	 * parent's from the fork on (tracefs.h), and this keeps it hooked once the parent is
+	 * gone; without them, this is what hooks it. */
+	if (size == sizeof(struct ts_proc_event) && h->type == TS_EV_PROC_FORK && tr->cuda.k)
+		uprobes_scan(&tr->cuda, h->pid, false);
 	return 0;
 }
 
@@ -212,10 +225,11 @@ static bool cuda_explain(struct tracer *tr)
 	return true;
 }
 
-static void cuda_scan_all(struct tracer *tr)
+/* late: the once-a-second scan (uprobes_scan). */
+static void cuda_scan_all(struct tracer *tr, bool late)
 {
 	for (uint32_t i = 0; i < tr->pl.nlive; i++)
-		uprobes_scan(&tr->cuda, tr->pl.live[i].pid);
+		uprobes_scan(&tr->cuda, tr->pl.live[i].pid, late);
 }
 
 static int trace_follow(struct tracer *tr, uint32_t pid, bool root)
@@ -446,7 +460,7 @@ static bool job_traffic(struct loop *l, double now)
 static bool job_cuda(struct loop *l, double now)
 {
 	(void)now;
-	cuda_scan_all(l->tr);
+	cuda_scan_all(l->tr, true);
 	cuda_explain(l->tr);
 	return false;
 }
@@ -560,6 +574,14 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 	struct loop loop;
 	int err, nprocs = 0, ncpus;
 
+	/* Before any thread: tracefs may have to be mounted in a namespace of our own. */
+	err = tracefs_init();
+	if (err && o->verbose)
+		fprintf(stderr,
+			"tokenscope: tracefs is not usable (%s): CUDA and TLS probes are attached "
+			"per process, and a child forked after attach is hooked when its fork is "
+			"read, not from its first instruction\n",
+			strerror(-err));
 	for (int i = 0; i < o->npids; i++) {
 		if (proc_check(o->pids[i])) {
 			fprintf(stderr, "tokenscope: no process with PID %u\n", o->pids[i]);
@@ -680,7 +702,7 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 	}
 	uprobes_init(&tr.cuda, tr.k, o->verbose);
 	tr.cuda.kernels = o->gpu_calls;
-	cuda_scan_all(&tr);
+	cuda_scan_all(&tr, false);
 	if (!uprobes_hooked_files(&tr.cuda, "CUDA") && !cuda_explain(&tr))
 		fprintf(stderr, "tokenscope: no CUDA library in the traced processes; GPU steps "
 				"will be traced if one is loaded later\n");
@@ -695,6 +717,17 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 	err = loop_run(&loop, exiting);
 	kernel_ring_consume(tr.k);
 	read_kstats(&tr);
+	if (tr.cuda.late_hooks)
+		fprintf(stderr,
+			"tokenscope: hooked late: %d (process, library) pair%s found by the "
+			"once-a-second scan, not when mapped: first calls possibly missed\n",
+			tr.cuda.late_hooks, tr.cuda.late_hooks == 1 ? "" : "s");
+	if (tr.cuda.map_hooks && o->verbose)
+		fprintf(stderr,
+			"tokenscope: %d librar%s mapped after attach hooked, at most %.3f ms after "
+			"the mapping\n",
+			tr.cuda.map_hooks, tr.cuda.map_hooks == 1 ? "y" : "ies",
+			(double)tr.cuda.map_window_max_ns / 1e6);
 	if (tr.recording && !tr.rec_err)
 		record_write_kstats(&tr.rec, tr.pl.kstats);
 	/* The sinks' finish: the summary's total among them. */
@@ -724,6 +757,7 @@ out:
 	}
 	kernel_ring_close(tr.k);
 	uprobes_detach(&tr.cuda);
+	tracefs_cleanup();
 	kernel_destroy(tr.k);
 	pipeline_free(&tr.pl);
 	return err;

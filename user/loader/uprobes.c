@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <linux/types.h>
 
@@ -15,6 +16,7 @@
 #include "events.h"
 #include "loader/kernel.h"
 #include "loader/proc.h"
+#include "loader/tracefs.h"
 
 /* A function to hook: its name, the cookie its programs read, the program at its entry and the
  * one at its return (KERNEL_PROBE_NONE: none). */
@@ -119,6 +121,7 @@ void uprobes_init(struct uprobes *u, struct kernel *k, bool verbose)
 	memset(u, 0, sizeof(*u));
 	u->k = k;
 	u->verbose = verbose;
+	u->shared = tracefs_ready();
 }
 
 /* The hook of pid in file (-1: the CUPTI library's probes), or NULL. */
@@ -160,6 +163,28 @@ static void hook_unlink(struct uprobes_hook *h)
 	for (int i = 0; i < h->nlinks; i++)
 		kernel_link_destroy(h->links[i]);
 	h->nlinks = 0;
+	for (int i = 0; i < h->nfds; i++)
+		close(h->fds[i]);
+	h->nfds = 0;
+}
+
+/* The RET instructions of the function at off (size bytes) in the file at path: their
+ * offsets from off in rets (at most max); how many, or -errno. */
+static int fn_rets(const char *path, uint64_t off, uint64_t size, uint32_t *rets, int max)
+{
+	uint8_t *b;
+	int fd, n;
+
+	if (!size || size > (1u << 20) || !(b = malloc(size)))
+		return -EINVAL;
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	n = fd >= 0 && pread(fd, b, size, (off_t)off) == (ssize_t)size
+		? INSN_RETS(b, size, rets, (size_t)max)
+		: -EIO;
+	if (fd >= 0)
+		close(fd);
+	free(b);
+	return n;
 }
 
 /*
@@ -172,18 +197,8 @@ static int hook_rets(struct uprobes *u, struct uprobes_hook *h, const char *path
 		     const struct uprobes_fn *fn, uint64_t off, uint64_t size)
 {
 	uint32_t rets[UPROBES_HOOK_LINKS];
-	int fd, n, first = h->nlinks, err = 0;
-	uint8_t *b;
+	int n = fn_rets(path, off, size, rets, UPROBES_HOOK_LINKS), first = h->nlinks, err = 0;
 
-	if (!size || size > (1u << 20) || !(b = malloc(size)))
-		return -EINVAL;
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	n = fd >= 0 && pread(fd, b, size, (off_t)off) == (ssize_t)size
-		? INSN_RETS(b, size, rets, UPROBES_HOOK_LINKS)
-		: -EIO;
-	if (fd >= 0)
-		close(fd);
-	free(b);
 	if (n <= 0 || h->nlinks + n > UPROBES_HOOK_LINKS)
 		return n < 0 ? n : -E2BIG;
 	for (int i = 0; i < n && !err; i++) {
@@ -235,6 +250,113 @@ static int hook_fn(struct uprobes *u, struct uprobes_hook *h, const char *path,
 	return 0;
 }
 
+/* One shared probe of cf at off: its tracefs event, and the program attached to it through a
+ * perf event bound to tokenscope. */
+static int probe_add(struct uprobes *u, struct uprobes_file *cf, const char *path,
+		     enum kernel_probe probe, uint64_t off, uint32_t cookie)
+{
+	int i = cf->nprobes, id, fd, err;
+	struct bpf_link *l;
+
+	if (i == UPROBES_HOOK_LINKS)
+		return -E2BIG;
+	err = tracefs_uprobe_add(path, off, kernel_probe_is_ret(probe), &id);
+	if (err)
+		return err;
+	fd = tracefs_follow(id, 0);
+	if (fd < 0) {
+		tracefs_uprobe_remove(id);
+		return fd;
+	}
+	err = kernel_attach_perf_event(u->k, probe, fd, cookie, &l);
+	if (err) {
+		close(fd);
+		tracefs_uprobe_remove(id);
+		return err;
+	}
+	cf->ids[i] = id;
+	cf->carriers[i] = fd;
+	cf->carried[i] = l;
+	cf->nprobes++;
+	return 0;
+}
+
+static void probes_remove(struct uprobes_file *cf, int from)
+{
+	while (cf->nprobes > from) {
+		int i = --cf->nprobes;
+
+		kernel_link_destroy(cf->carried[i]);
+		close(cf->carriers[i]);
+		tracefs_uprobe_remove(cf->ids[i]);
+	}
+}
+
+/* The file's probes, shared by every process, made once (at its first hook); 0, or -errno
+ * with none made (nprobes -1: the file is hooked per process, as without tracefs). */
+static int file_probes(struct uprobes *u, struct uprobes_file *cf, const char *path)
+{
+	int err = 0;
+
+	if (cf->nprobes)
+		return cf->nprobes < 0 ? -ENOTSUP : 0;
+	if (cf->by_name) {
+		cf->nprobes = -1;
+		return -ENOTSUP;
+	}
+	for (size_t i = 0; i < cf->table->n; i++) {
+		const struct uprobes_fn *fn = &cf->table->fns[i];
+		uint64_t off = cf->offs[i];
+		int first = cf->nprobes;
+
+		if (!off)
+			continue;
+		err = probe_add(u, cf, path, fn->entry, off + cf->skips[i], fn->cookie);
+		if (!err && fn->ret == KERNEL_GO_TLS_RET) {
+			uint32_t rets[UPROBES_HOOK_LINKS];
+			int n = fn_rets(path, off, cf->sizes[i], rets,
+					UPROBES_HOOK_LINKS - cf->nprobes);
+
+			err = n <= 0 ? (n < 0 ? n : -ENOENT) : 0;
+			for (int r = 0; r < n && !err; r++)
+				err = probe_add(u, cf, path, fn->ret, off + rets[r], fn->cookie);
+		} else if (!err && fn->ret != KERNEL_PROBE_NONE) {
+			err = probe_add(u, cf, path, fn->ret, off, fn->cookie);
+		}
+		if (err) {
+			/* A function whose every probe could not be made is left out, as a PMU
+			 * probe's failure leaves it out. */
+			probes_remove(cf, first);
+			if (u->verbose)
+				fprintf(stderr, "tokenscope: cannot probe %s: %s\n", fn->name,
+					strerror(-err));
+			continue;
+		}
+		cf->shared_fns++;
+	}
+	if (!cf->nprobes) {
+		cf->nprobes = -1;
+		return err ? err : -ENOENT;
+	}
+	return 0;
+}
+
+/* h's process's events on the shared probes of cf: inherited by the children it forks from
+ * now on. How many functions that hooks, or -errno with none. */
+static int hook_shared(struct uprobes_hook *h, const struct uprobes_file *cf)
+{
+	for (int i = 0; i < cf->nprobes; i++) {
+		int fd = tracefs_follow(cf->ids[i], (int)h->pid);
+
+		if (fd < 0) {
+			hook_unlink(h);
+			return fd;
+		}
+		h->fds[h->nfds++] = fd;
+	}
+	return cf->shared_fns;
+}
+
 static bool is_denial(int err)
 {
 	return err == -EACCES || err == -EPERM;
@@ -258,11 +380,19 @@ static void deny(struct uprobes *u, enum uprobes_denied what, int err, uint32_t 
 /* Hooks the file's functions for h's process; returns how many, and *first_err the first
  * failure other than a function the file lacks. */
 static int hook_file(struct uprobes *u, struct uprobes_hook *h, const char *path,
-		     const struct uprobes_file *cf, int *first_err)
+		     struct uprobes_file *cf, int *first_err)
 {
 	int hooked = 0;
 
 	*first_err = 0;
+	if (u->shared && file_probes(u, cf, path) == 0) {
+		hooked = hook_shared(h, cf);
+		if (hooked < 0) {
+			*first_err = hooked;
+			return 0;
+		}
+		return hooked;
+	}
 	for (size_t i = 0; i < cf->table->n; i++) {
 		int err;
 
@@ -568,7 +698,7 @@ static struct uprobes_file *file_of(struct uprobes *u, const struct stat *st, co
  * kind for pid, unless done before; guess: an executable that may not link it in. Returns the
  * functions hooked, or -ENOSPC when no more files can be kept. */
 static int scan_file(struct uprobes *u, uint32_t pid, const char *full, const char *path,
-		     const struct uprobes_table *table, bool guess)
+		     const struct uprobes_table *table, bool guess, bool late)
 {
 	struct uprobes_file *cf;
 	struct uprobes_hook *h;
@@ -586,8 +716,19 @@ static int scan_file(struct uprobes *u, uint32_t pid, const char *full, const ch
 	/* An executable is hooked only where its symbols show the library linked in. */
 	if (!cf->nfns || (guess && cf->by_name))
 		return 0;
-	if (hook_find(u, pid, (int)(cf - u->files)) ||
-	    !(h = hook_new(u, pid, (int)(cf - u->files))))
+	h = hook_find(u, pid, (int)(cf - u->files));
+	if (h && h->mapped)
+		return 0;
+	if (h && h->nfds) {
+		/* Given its events before it mapped the file: the kernel hooked it at the mmap. */
+		h->mapped = true;
+		fprintf(stderr,
+			"tokenscope: tracing %s calls of pid %u in %s (%d functions, hooked when "
+			"it mapped the file)\n",
+			table->what, pid, path, cf->shared_fns);
+		return cf->shared_fns;
+	}
+	if (!h && !(h = hook_new(u, pid, (int)(cf - u->files))))
 		return 0;
 	hooked = hook_file(u, h, full, cf, &err);
 	if (!hooked && is_denial(err))
@@ -595,12 +736,35 @@ static int scan_file(struct uprobes *u, uint32_t pid, const char *full, const ch
 	if (!hooked)
 		return 0;
 	cf->hooked = true;
-	fprintf(stderr, "tokenscope: tracing %s calls of pid %u in %s (%d functions)\n",
-		table->what, pid, path, hooked);
+	h->mapped = true;
+	if (late)
+		u->late_hooks++;
+	fprintf(stderr, "tokenscope: tracing %s calls of pid %u in %s (%d functions%s)\n",
+		table->what, pid, path, hooked,
+		late ? "; hooked late, by the once-a-second scan: its first calls may be missed"
+		     : "");
 	return hooked;
 }
 
-int uprobes_scan(struct uprobes *u, uint32_t pid)
+/* Shared probes: pid's events on every file known, so that the kernel hooks one it maps later
+ * at its mmap (a dlopen). Not counted as hooked for it until it maps the file. */
+static void prehook(struct uprobes *u, uint32_t pid)
+{
+	for (int i = 0; i < u->nfiles; i++) {
+		struct uprobes_file *cf = &u->files[i];
+		struct uprobes_hook *h;
+
+		/* Half the pairs at most: the rest is kept for files processes do map. */
+		if (cf->nprobes <= 0 || hook_find(u, pid, i) || u->nhooks >= UPROBES_MAX_HOOKS / 2 ||
+		    !(h = hook_new(u, pid, i)))
+			continue;
+		if (hook_shared(h, cf) < 0)
+			/* Kept without events: the process is not tried again for this file. */
+			continue;
+	}
+}
+
+int uprobes_scan(struct uprobes *u, uint32_t pid, bool late)
 {
 	char maps[64], exe[4096], line[4096 + 128];
 	struct proc_map *m = malloc(sizeof(*m));
@@ -648,7 +812,7 @@ int uprobes_scan(struct uprobes *u, uint32_t pid)
 
 			if (!named && !(is_exe && tables[t].exe_too))
 				continue;
-			n = scan_file(u, pid, full, m->shown, &tables[t], !named);
+			n = scan_file(u, pid, full, m->shown, &tables[t], !named, late);
 			if (n == -ENOSPC) {
 				full_up = true;
 				break;
@@ -660,7 +824,32 @@ int uprobes_scan(struct uprobes *u, uint32_t pid)
 	}
 	fclose(f);
 	free(m);
+	if (u->shared)
+		prehook(u, pid);
 	return total;
+}
+
+int uprobes_mapped(struct uprobes *u, uint32_t pid, uint64_t mapped_ns)
+{
+	int before = u->nhooks, n = uprobes_scan(u, pid, false);
+	struct timespec now;
+	uint64_t window;
+
+	if (n <= 0)
+		return n;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	window = (uint64_t)now.tv_sec * 1000000000ull + (uint64_t)now.tv_nsec - mapped_ns;
+	for (int i = before; i < u->nhooks; i++) {
+		if (!u->hooks[i].mapped)
+			continue;
+		u->map_hooks++;
+		if (window > u->map_window_max_ns)
+			u->map_window_max_ns = window;
+	}
+	if (u->verbose)
+		fprintf(stderr, "tokenscope: pid %u hooked %.3f ms after it mapped the library\n",
+			pid, (double)window / 1e6);
+	return n;
 }
 
 int uprobes_hooked_files(const struct uprobes *u, const char *what)
@@ -686,6 +875,8 @@ void uprobes_detach(struct uprobes *u)
 {
 	for (int i = 0; i < u->nhooks; i++)
 		hook_unlink(&u->hooks[i]);
+	for (int i = 0; i < u->nfiles; i++)
+		probes_remove(&u->files[i], 0);
 	free(u->hooks);
 	u->hooks = NULL;
 	u->nhooks = 0;

@@ -63,6 +63,15 @@ struct uprobes_file {
 	uint64_t offs[UPROBES_FNS_MAX]; /* file offset of each function, 0 where absent */
 	uint64_t sizes[UPROBES_FNS_MAX]; /* and its size (the symbol's) */
 	uint32_t skips[UPROBES_FNS_MAX]; /* where its entry is probed, from its start (Go) */
+	/* Its probes shared by every process (tracefs.h), made at its first hook: nprobes 0
+	 * before, -1 when they cannot be (a PMU probe per process then). Each probe's
+	 * tracepoint id, the perf event bound to tokenscope that carries its program, and that
+	 * attachment. */
+	int nprobes;
+	int shared_fns; /* the functions they hook */
+	int ids[UPROBES_HOOK_LINKS];
+	int carriers[UPROBES_HOOK_LINKS];
+	struct bpf_link *carried[UPROBES_HOOK_LINKS];
 };
 
 /* The probes of one process in one file (file: an index in files; -1 for the CUPTI
@@ -71,7 +80,10 @@ struct uprobes_hook {
 	uint32_t pid;
 	int file;
 	int nlinks;
-	struct bpf_link *links[UPROBES_HOOK_LINKS];
+	struct bpf_link *links[UPROBES_HOOK_LINKS]; /* PMU probes of this process */
+	int nfds;
+	int fds[UPROBES_HOOK_LINKS]; /* or its events on the file's shared probes */
+	bool mapped;		     /* the process mapped the file when it was hooked */
 };
 
 /* What a missing permission kept from a scan (the first such refusal), for the loader to put
@@ -103,12 +115,26 @@ struct uprobes {
 	bool kernels; /* --kernels: the library's per-operation probe too */
 	struct uprobes_denial denied;
 	int cupti_attached; /* processes whose CUPTI library probes were attached */
+	bool shared;	    /* probes shared through tracefs, inherited at fork (tracefs.h) */
+	/* Hooks made by the once-a-second scan for a file the process had mapped: it may have
+	 * called the library before (uprobes_scan's late). */
+	int late_hooks;
+	/* The longest time from a library's mapping (TS_EV_PROC_MAP) to its hook, and how many
+	 * were hooked so */
+	uint64_t map_window_max_ns;
+	int map_hooks;
 };
 
 void uprobes_init(struct uprobes *u, struct kernel *k, bool verbose);
 /* Hooks the libraries pid maps that are not hooked yet; returns how many functions it hooked
- * now (0 when nothing new), or -errno. */
-int uprobes_scan(struct uprobes *u, uint32_t pid);
+ * now (0 when nothing new), or -errno. late: the once-a-second scan, whose finds are counted
+ * (late_hooks) as the process may have called them before. With shared probes, pid is also
+ * given its events on every library file known so far, mapped or not, so that one it maps
+ * later (dlopen) has its breakpoints from the kernel at once. */
+int uprobes_scan(struct uprobes *u, uint32_t pid, bool late);
+/* A TS_EV_PROC_MAP record: pid mapped a file executable at mapped_ns; scanned now, and the
+ * time from the mapping to each hook it makes is kept (map_window_max_ns). */
+int uprobes_mapped(struct uprobes *u, uint32_t pid, uint64_t mapped_ns);
 /* Library files of that kind ("CUDA", "TLS") hooked for some process so far. */
 int uprobes_hooked_files(const struct uprobes *u, const char *what);
 /* A process that exited: its probes are detached (a later process with its pid is a new one). */
