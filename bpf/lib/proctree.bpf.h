@@ -69,9 +69,10 @@ struct {
  * an exec'd image's libraries): the loader looks for CUDA and TLS libraries in it at once
  * instead of at its next scan. The mmap syscall's own tracepoints (tracefs, so attached where
  * tracefs is: kernel.c), not the syscall hooks every syscall passes; the record goes at the
- * exit, when the mapping is in /proc/PID/maps.
+ * exit, when the mapping is in /proc/PID/maps. Attached by name (syscalls/sys_enter_mmap and
+ * sys_exit_mmap), not by the skeleton.
  */
-SEC("tracepoint/syscalls/sys_enter_mmap")
+SEC("tracepoint")
 int ts_mmap_enter(struct trace_event_raw_sys_enter *ctx)
 {
 	__u8 *flag;
@@ -86,7 +87,7 @@ int ts_mmap_enter(struct trace_event_raw_sys_enter *ctx)
 	return 0;
 }
 
-SEC("tracepoint/syscalls/sys_exit_mmap")
+SEC("tracepoint")
 int ts_mmap_exit(struct trace_event_raw_sys_exit *ctx)
 {
 	struct ts_proc_event pe = {};

@@ -66,10 +66,6 @@ int kernel_open(struct kernel **kp)
 		free(k);
 		return err;
 	}
-	/* The mapping notices attach to tracefs's mmap tracepoints: where tracefs is not
-	 * usable the loader's scan finds new libraries alone. Attached apart (kernel_attach). */
-	bpf_program__set_autoattach(k->skel->progs.ts_mmap_enter, false);
-	bpf_program__set_autoattach(k->skel->progs.ts_mmap_exit, false);
 	*kp = k;
 	return 0;
 }
@@ -116,12 +112,16 @@ int kernel_attach(struct kernel *k)
 
 	if (err)
 		return err;
-	k->skel->links.ts_mmap_enter = bpf_program__attach(k->skel->progs.ts_mmap_enter);
+	/* The mapping notices attach to tracefs's mmap tracepoints: where tracefs is not
+	 * usable the loader's scan finds new libraries alone. */
+	k->skel->links.ts_mmap_enter = bpf_program__attach_tracepoint(
+	    k->skel->progs.ts_mmap_enter, "syscalls", "sys_enter_mmap");
 	if (!k->skel->links.ts_mmap_enter) {
 		k->exec_map_err = -errno;
 		return 0;
 	}
-	k->skel->links.ts_mmap_exit = bpf_program__attach(k->skel->progs.ts_mmap_exit);
+	k->skel->links.ts_mmap_exit = bpf_program__attach_tracepoint(
+	    k->skel->progs.ts_mmap_exit, "syscalls", "sys_exit_mmap");
 	if (!k->skel->links.ts_mmap_exit) {
 		k->exec_map_err = -errno;
 		bpf_link__destroy(k->skel->links.ts_mmap_enter);

@@ -12,9 +12,10 @@
  * stays with the task across exec, so a library the child maps later (the same file) gets its
  * breakpoints from the kernel at mmap, without tokenscope.
  *
- * The programs are attached once per probe, to a perf event bound to tokenscope itself (which
- * never calls these functions), not to the inherited events: an inherited copy that carries
- * a program takes it off the probe for everyone when its process exits. Each traced process
+ * The programs are attached once per probe, to a perf event bound to tokenscope itself, not to
+ * the inherited events: an inherited copy that carries a program takes it off the probe for
+ * everyone when its process exits. tokenscope is never a traced process, so its own calls of
+ * these functions (its OTLP exporter's TLS) end at the programs' first check. Each traced process
  * then holds only a bare counting event (tracefs_follow), which adds it to the filter; a call
  * runs the programs once whichever events admit it.
  *

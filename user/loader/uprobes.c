@@ -746,6 +746,86 @@ static int scan_file(struct uprobes *u, uint32_t pid, const char *full, const ch
 	return hooked;
 }
 
+/*
+ * Library files a process may load later by name (dlopen("libcudart.so.13")): the entries of
+ * its dynamic loader's cache (/etc/ld.so.cache under its root) named as a table's files, made
+ * known (their probes made) so that prehook gives them to it before it maps one. Each cache
+ * file is read once. The cache's format: "glibc-ld.so.cache1.1", the entry count at byte 20,
+ * entries of 24 bytes from byte 48 whose key (name) and value (path) are offsets of strings
+ * from the magic.
+ */
+static void cache_candidates(struct uprobes *u, uint32_t pid)
+{
+	static const char magic[] = "glibc-ld.so.cache1.1";
+	char path[64], full[4200];
+	struct stat st;
+	size_t len;
+	const char *c;
+	char *buf;
+	uint32_t nlibs;
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%u/root/etc/ld.so.cache", pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	if (fstat(fd, &st) || st.st_size < 48 || st.st_size > (16 << 20)) {
+		close(fd);
+		return;
+	}
+	for (int i = 0; i < u->ncaches; i++) {
+		if (u->caches[i].dev == st.st_dev && u->caches[i].ino == st.st_ino) {
+			close(fd);
+			return;
+		}
+	}
+	if (u->ncaches < UPROBES_MAX_CACHES)
+		u->caches[u->ncaches++] = (struct uprobes_seen){ st.st_dev, st.st_ino };
+	len = (size_t)st.st_size;
+	buf = malloc(len + 1);
+	if (!buf || pread(fd, buf, len, 0) != (ssize_t)len) {
+		free(buf);
+		close(fd);
+		return;
+	}
+	close(fd);
+	buf[len] = 0;
+	/* An old-format part may come first. */
+	c = memmem(buf, len, magic, sizeof(magic) - 1);
+	if (!c || (size_t)(c - buf) + 48 > len)
+		goto out;
+	memcpy(&nlibs, c + 20, sizeof(nlibs));
+	for (uint32_t i = 0; i < nlibs; i++) {
+		size_t e = (size_t)(c - buf) + 48 + (size_t)i * 24, base = (size_t)(c - buf);
+		uint32_t key, value;
+
+		if (e + 24 > len)
+			break;
+		memcpy(&key, buf + e + 4, sizeof(key));
+		memcpy(&value, buf + e + 8, sizeof(value));
+		if (base + key >= len || base + value >= len || buf[base + value] != '/')
+			continue;
+		for (size_t t = 0; t < sizeof(tables) / sizeof(tables[0]); t++) {
+			const char *pre = tables[t].file_prefix;
+			struct uprobes_file *cf;
+			struct stat lst;
+
+			if (!pre || strncmp(buf + base + key, pre, strlen(pre)))
+				continue;
+			snprintf(full, sizeof(full), "/proc/%u/root%s", pid, buf + base + value);
+			if (stat(full, &lst) || !(cf = file_of(u, &lst, full, &tables[t])))
+				continue;
+			if (cf->nfns && !cf->nprobes && !file_probes(u, cf, full) && u->verbose)
+				fprintf(stderr,
+					"tokenscope: %s is ready for a traced process that loads it "
+					"later\n",
+					buf + base + value);
+		}
+	}
+out:
+	free(buf);
+}
+
 /* Shared probes: pid's events on every file known, so that the kernel hooks one it maps later
  * at its mmap (a dlopen). Not counted as hooked for it until it maps the file. */
 static void prehook(struct uprobes *u, uint32_t pid)
@@ -824,8 +904,10 @@ int uprobes_scan(struct uprobes *u, uint32_t pid, bool late)
 	}
 	fclose(f);
 	free(m);
-	if (u->shared)
+	if (u->shared) {
+		cache_candidates(u, pid);
 		prehook(u, pid);
+	}
 	return total;
 }
 
@@ -834,6 +916,7 @@ int uprobes_mapped(struct uprobes *u, uint32_t pid, uint64_t mapped_ns)
 	int before = u->nhooks, n = uprobes_scan(u, pid, false);
 	struct timespec now;
 	uint64_t window;
+	bool counted = false;
 
 	if (n <= 0)
 		return n;
@@ -843,10 +926,11 @@ int uprobes_mapped(struct uprobes *u, uint32_t pid, uint64_t mapped_ns)
 		if (!u->hooks[i].mapped)
 			continue;
 		u->map_hooks++;
+		counted = true;
 		if (window > u->map_window_max_ns)
 			u->map_window_max_ns = window;
 	}
-	if (u->verbose)
+	if (counted && u->verbose)
 		fprintf(stderr, "tokenscope: pid %u hooked %.3f ms after it mapped the library\n",
 			pid, (double)window / 1e6);
 	return n;

@@ -104,6 +104,13 @@ struct uprobes_denial {
 	char path[4096 + 64]; /* the library, as the process maps it */
 };
 
+/* A file seen (the dynamic loader's caches read: uprobes.c's cache_candidates). */
+struct uprobes_seen {
+	dev_t dev;
+	ino_t ino;
+};
+#define UPROBES_MAX_CACHES 16
+
 struct uprobes {
 	struct kernel *k; /* attaches the probes (kernel.h) */
 	struct uprobes_file files[UPROBES_MAX_FILES];
@@ -116,6 +123,8 @@ struct uprobes {
 	struct uprobes_denial denied;
 	int cupti_attached; /* processes whose CUPTI library probes were attached */
 	bool shared;	    /* probes shared through tracefs, inherited at fork (tracefs.h) */
+	struct uprobes_seen caches[UPROBES_MAX_CACHES];
+	int ncaches;
 	/* Hooks made by the once-a-second scan for a file the process had mapped: it may have
 	 * called the library before (uprobes_scan's late). */
 	int late_hooks;
