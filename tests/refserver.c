@@ -140,6 +140,7 @@ struct opts {
 	uint64_t seed;
 	bool gpu;
 	double engine_delay_ms;
+	bool engine_on_request; /* --engine-on-request: the engine starts with the first request */
 	const char *cudart;
 	const char *gpu_log;
 	unsigned max_batch;
@@ -1658,9 +1659,18 @@ static void gpu_map_add(struct gpu_link *g, struct conn *c)
 	g->map_len++;
 }
 
+static int gpu_spawn(struct server *s);
+
 static void gpu_submit(struct server *s, struct conn *c)
 {
 	struct req *r = &c->r;
+
+	/* --engine-on-request: forked and exec'd now, as an engine started by the first request
+	 * is; the request waits in the socket for it to load its runtime. */
+	if (s->o.engine_on_request && s->gpu.pid <= 0 && gpu_spawn(s)) {
+		s->exiting = true;
+		s->failed = true;
+	}
 
 	r->gpu = true;
 	r->in_engine = true;
@@ -1941,6 +1951,8 @@ static int gpu_start(struct server *s)
 	uint64_t delay = ms_to_ns(s->o.engine_delay_ms);
 	int err;
 
+	if (s->o.engine_on_request)
+		return 0;
 	if (delay) {
 		its.it_value.tv_sec = (time_t)(delay / NS_PER_S);
 		its.it_value.tv_nsec = (long)(delay % NS_PER_S);
@@ -2665,6 +2677,7 @@ static void usage(FILE *f)
 	    "  --gpu                    an engine child process generates in batch steps of\n"
 	    "                           CUDA runtime calls (prefill-ms, token-ms: GPU time)\n"
 	    "  --engine-delay-ms MS     --gpu: start the engine MS after listening (0)\n"
+	    "  --engine-on-request      --gpu: start the engine when the first request comes\n"
 	    "  --cudart PATH            --gpu: CUDA runtime to dlopen (%s)\n"
 	    "  --max-batch B            --gpu: requests per step at most (%d)\n"
 	    "  --prefill-launches N     --gpu: cudaLaunchKernel calls per prefill step (%d)\n"
@@ -2713,6 +2726,7 @@ enum {
 	OPT_SEED,
 	OPT_GPU,
 	OPT_ENGINE_DELAY,
+	OPT_ENGINE_ON_REQUEST,
 	OPT_CUDART,
 	OPT_MAX_BATCH,
 	OPT_PREFILL_LAUNCHES,
@@ -2741,6 +2755,7 @@ static int opts_parse(struct opts *o, int argc, char **argv)
 		{ "seed", required_argument, NULL, OPT_SEED },
 		{ "gpu", no_argument, NULL, OPT_GPU },
 		{ "engine-delay-ms", required_argument, NULL, OPT_ENGINE_DELAY },
+		{ "engine-on-request", no_argument, NULL, OPT_ENGINE_ON_REQUEST },
 		{ "cudart", required_argument, NULL, OPT_CUDART },
 		{ "max-batch", required_argument, NULL, OPT_MAX_BATCH },
 		{ "prefill-launches", required_argument, NULL, OPT_PREFILL_LAUNCHES },
@@ -2834,6 +2849,9 @@ static int opts_parse(struct opts *o, int argc, char **argv)
 			break;
 		case OPT_ENGINE_DELAY:
 			ok = parse_num(optarg, &o->engine_delay_ms);
+			break;
+		case OPT_ENGINE_ON_REQUEST:
+			o->engine_on_request = true;
 			break;
 		case OPT_CUDART:
 			o->cudart = optarg;

@@ -130,6 +130,10 @@ def threaded(work):
     return [PYTHON, os.path.join(SERVERS, "threaded_app.py"), "0"]
 
 
+def threaded_tls_late(work):
+    return threaded(work) + ["--tls-late"]
+
+
 def aiohttp(work):
     python_modules("aiohttp")
     return [PYTHON, os.path.join(SERVERS, "aiohttp_app.py"), "0"]
@@ -202,6 +206,12 @@ def tls(case):
         return case(work) + ["--tls-cert", tls_cert(work)]
     argv.client_extra = getattr(case, "client_extra", []) + ["--tls"]
     return argv
+
+
+def cold(case):
+    """The same case with no warm-up before tokenscope attaches."""
+    case.cold = True
+    return case
 
 
 def client_with(case, *flags):
@@ -341,6 +351,9 @@ CASES = {
     # Python's http.server, a thread per connection, ssl.SSLSocket: OpenSSL does the socket
     # I/O inside its own calls (a socket BIO).
     "threaded-tls": tls(threaded),
+    # ... with OpenSSL loaded by its first connection, after tokenscope attached: the library
+    # is hooked when mapped, and the first request's plaintext is seen.
+    "threaded-tls-late": cold(tls(threaded_tls_late)),
     # nginx terminating TLS in front of refserver (proxy_buffering off), traced on nginx: its
     # worker's SSL_read/SSL_write on socket BIOs; the upstream connection, where nginx is the
     # client, is not reported (yet).
@@ -622,7 +635,9 @@ def run_case(argv_of, work, tol_ns, verbose):
         # Cold servers (first accept, lazy imports, JIT) take several ms to read their first
         # requests; warm them up unobserved so that the measured run compares steady state.
         extra = getattr(argv_of, "client_extra", [])
-        run_client(port, WARMUP_ARGS + extra, log("warmup"))
+        # (Not where the case is about what the first request loads: it must be traced.)
+        if not getattr(argv_of, "cold", False):
+            run_client(port, WARMUP_ARGS + extra, log("warmup"))
 
         ts = children.start([TOKENSCOPE, "trace", "-p", str(trace_pid), "--json", "--tokens"],
                             log("tokenscope"))

@@ -63,7 +63,38 @@ def peer_port(conn):
     return int(conn.split("<-")[1].split("#")[0].rsplit(":", 1)[1])
 
 
-def run_case(name, tmp, cudart, server_args, client_args, late_engine, check=None):
+def listen_port(text):
+    return int(text.split("listening on ")[1].split(":")[1].split()[0])
+
+
+def run_under_run(name, tmp, cudart, server_args, client_args, check):
+    """tokenscope run starts the server itself; the client goes at once (the engine starts
+    with the first request: --engine-on-request)."""
+    log = os.path.join(tmp, f"{name}.gpu.jsonl")
+    ts_out = os.path.join(tmp, f"{name}.ts.out")
+    ts_err = os.path.join(tmp, f"{name}.ts.err")
+    ts = subprocess.Popen([TS, "run", "--json", "--tokens", "--gpu-steps", "--", RS, "--gpu",
+                           "--port", "0", "--cudart", cudart, "--gpu-log", log, *server_args],
+                          stdout=open(ts_out, "w"), stderr=open(ts_err, "w"))
+    try:
+        port = listen_port(wait_for(ts_out, "listening on", 20))
+        gt_out = os.path.join(tmp, f"{name}.client.jsonl")
+        subprocess.run([GT, "--port", str(port), "--realtime", *client_args, "-o", gt_out],
+                       check=True, timeout=120, stderr=subprocess.DEVNULL)
+        time.sleep(0.3)
+        # The server (and its engine) end; run ends with them.
+        subprocess.run(["pkill", "-TERM", "-f", log], check=False)
+        ts.wait(20)
+        return check(jsonl(log), jsonl(ts_out), jsonl(gt_out))
+    finally:
+        if ts.poll() is None:
+            ts.kill()
+            ts.wait()
+        subprocess.run(["pkill", "-KILL", "-f", log], check=False)
+
+
+def run_case(name, tmp, cudart, server_args, client_args, late_engine, check=None,
+             wait_cuda=True):
     log = os.path.join(tmp, f"{name}.gpu.jsonl")
     procs = []
     try:
@@ -72,8 +103,7 @@ def run_case(name, tmp, cudart, server_args, client_args, late_engine, check=Non
                                 *server_args], stdout=open(srv_out, "w"),
                                stderr=subprocess.STDOUT, start_new_session=True)
         procs.append(srv)
-        port = int(wait_for(srv_out, "listening on", 10).split("listening on ")[1]
-                   .split(":")[1].split()[0])
+        port = listen_port(wait_for(srv_out, "listening on", 10))
         if not late_engine:
             # Warm the engine up unobserved: its first steps pay for loading CUDA.
             subprocess.run([GT, "--port", str(port), "-n", "2", "--max-tokens", "2", "-o",
@@ -85,9 +115,11 @@ def run_case(name, tmp, cudart, server_args, client_args, late_engine, check=Non
                               stderr=open(ts_err, "w"))
         procs.append(ts)
         wait_for(ts_err, "tokenscope: attached", 20)
-        # The engine is hooked when tokenscope finds CUDA in its maps (at once, or within a
-        # second of a late engine loading it).
-        wait_for(ts_err, "tracing CUDA calls", 15)
+        # The engine is hooked when tokenscope finds CUDA in its maps (at once, or when a late
+        # engine maps it). An engine started by the first request is not waited for: it must
+        # be hooked before its first call, with no help.
+        if wait_cuda:
+            wait_for(ts_err, "tracing CUDA calls", 15)
         gt_out = os.path.join(tmp, f"{name}.client.jsonl")
         subprocess.run([GT, "--port", str(port), "--realtime", *client_args, "-o", gt_out],
                        check=True, timeout=120, stderr=subprocess.DEVNULL)
@@ -104,6 +136,20 @@ def run_case(name, tmp, cudart, server_args, client_args, late_engine, check=Non
                 except ProcessLookupError:
                     pass
                 p.wait()
+
+
+def compare_all_steps(truth, ts, client):
+    """compare, and not a step of the server's missed: its first step is tokenscope's first."""
+    problems, timing = compare(truth, ts, client)
+    steps = [t for t in truth if "step" in t]
+    tsteps = [t["gpu_step"] for t in ts if "gpu_step" in t]
+    if steps and tsteps and abs(tsteps[0]["start_ns"] - steps[0]["start_ns"]) > TOL_NS:
+        problems.append(f"the server's first step ({steps[0]['kind']}) was not seen: "
+                        f"tokenscope's first starts "
+                        f"{(tsteps[0]['start_ns'] - steps[0]['start_ns']) / 1e6:.3f} ms later")
+    if len(tsteps) != len(steps):
+        problems.append(f"{len(tsteps)} tokenscope steps, {len(steps)} server steps in all")
+    return problems, timing
 
 
 def compare(truth, ts, client):
@@ -281,6 +327,7 @@ def static_case(tmp, steps=50):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--case", help="run this case only (gpu-batched, gpu-late-engine, "
+                    "gpu-engine-on-request, gpu-engine-on-request-run, "
                     "gpu-known-batch, gpu-known-batch-staggered, gpu-static-runtime)")
     ap.add_argument("--attempts", type=int, default=ATTEMPTS)
     args = ap.parse_args()
@@ -307,6 +354,15 @@ def main():
          ["-n", "6", "-c", "6", "--max-tokens", "12", "--usage", "--stagger-ms", "25"], False,
          compare_batches),
     ]
+    # The engine forked and exec'd by the first request, which loads the runtime with dlopen:
+    # hooked before its first call (the runtime's file is made ready for the traced process
+    # and its children before they map it), under trace -p and under run.
+    on_request = ["--token-ms", "10", "--prefill-ms", "20", "--engine-on-request"]
+    on_request_client = ["-n", "4", "-c", "2", "--max-tokens", "6", "--usage"]
+    cases += [
+        ("gpu-engine-on-request", on_request, on_request_client, True, compare_all_steps),
+        ("gpu-engine-on-request-run", on_request, on_request_client, "run", compare_all_steps),
+    ]
     passed = failed = skipped = 0
     with tempfile.TemporaryDirectory() as tmp:
         for name, sargs, cargs, late, check in cases:
@@ -315,7 +371,13 @@ def main():
             notes = []
             for attempt in range(1, args.attempts + 1):
                 try:
-                    problems, timing = run_case(name, tmp, cudart, sargs, cargs, late, check)
+                    if late == "run":
+                        problems, timing = run_under_run(name, tmp, cudart, sargs, cargs,
+                                                         check)
+                    else:
+                        problems, timing = run_case(name, tmp, cudart, sargs, cargs, late,
+                                                    check, wait_cuda=check is not
+                                                    compare_all_steps)
                 except (Fail, subprocess.SubprocessError, OSError, ValueError, KeyError) as e:
                     problems, timing = [f"{type(e).__name__}: {e}"], []
                 if not problems and not timing:

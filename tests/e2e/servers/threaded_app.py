@@ -4,14 +4,24 @@
 writes the socket itself, inside SSL_read_ex and SSL_write_ex (a socket BIO), unlike asyncio's
 memory BIOs.
 
-Usage: threaded_app.py PORT [--tls-cert PEM]; PORT 0 picks a free port.
+With --tls-late as well, OpenSSL is loaded by the first connection, not at startup: a tracer
+attached before it must hook the library when the process maps it (dlopen).
+
+Usage: threaded_app.py PORT [--tls-cert PEM [--tls-late]]; PORT 0 picks a free port.
 """
-import asyncio
-import json
-import os
-import ssl
 import sys
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+if "--tls-late" in sys.argv:
+    # Nothing at startup may load OpenSSL: asyncio would, through its import of ssl.
+    sys.modules["ssl"] = None
+    ssl = None
+else:
+    import ssl
+
+import asyncio  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer  # noqa: E402
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -65,18 +75,36 @@ class Handler(BaseHTTPRequestHandler):
             for frame in run_sync(loop, req.frames()):
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(frame), frame))
             self.wfile.write(b"0\r\n\r\n")
-        except (BrokenPipeError, ConnectionResetError, ssl.SSLError):
+        except (BrokenPipeError, ConnectionResetError, *tls_errors()):
             self.close_connection = True  # the client closed early (an abort)
         finally:
             loop.close()
 
 
+def tls_errors():
+    return (ssl.SSLError,) if ssl else ()
+
+
+def load_tls(cert):
+    """OpenSSL loaded now (the ssl module and its library), and a server context."""
+    global ssl
+    del sys.modules["ssl"]
+    import ssl as module
+    ssl = module
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(cert)
+    return ctx
+
+
 class Server(ThreadingHTTPServer):
     daemon_threads = True
     tls = None
+    tls_late = None  # --tls-late: the certificate, until the first connection loads OpenSSL
 
     def get_request(self):
         sock, addr = super().get_request()
+        if self.tls_late:
+            self.tls, self.tls_late = load_tls(self.tls_late), None
         if self.tls:
             # The handshake on the connection's own thread, not the accepting one.
             sock = self.tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
@@ -86,15 +114,18 @@ class Server(ThreadingHTTPServer):
         if self.tls:
             try:
                 request.do_handshake()
-            except (ssl.SSLError, OSError):
+            except (*tls_errors(), OSError):
                 return
         super().finish_request(request, client_address)
 
 
 def main():
-    args = common.parse_args(__doc__)
+    args = common.parse_args(__doc__, lambda ap: ap.add_argument(
+        "--tls-late", action="store_true", help="load OpenSSL at the first connection"))
     srv = Server(("127.0.0.1", args.port), Handler)
-    if args.tls_cert:
+    if args.tls_cert and args.tls_late:
+        srv.tls_late = args.tls_cert
+    elif args.tls_cert:
         srv.tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         srv.tls.load_cert_chain(args.tls_cert)
     common.announce(srv.server_address[1])
