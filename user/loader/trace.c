@@ -146,6 +146,90 @@ static bool in_user_ns(void)
 		outside || count != 4294967295ull);
 }
 
+/* lsm_list_modules(2), Linux 6.8: the same number on every architecture. */
+#define NR_LSM_LIST_MODULES 461
+
+/*
+ * The security modules active in this kernel, by name and comma-separated, into out ("" when
+ * not known): from lsm_list_modules(2), else from securityfs.
+ */
+static void active_lsms(char *out, size_t n)
+{
+	/* LSM_ID_* of <linux/lsm.h>, from 100 on. */
+	static const char *const names[] = { "capability", "selinux", "smack",	  "tomoyo",
+					     "apparmor",   "yama",    "loadpin",  "safesetid",
+					     "lockdown",   "bpf",     "landlock", "ima",
+					     "evm",	   "ipe" };
+	uint64_t ids[32];
+	uint32_t size = sizeof(ids);
+	long got = syscall(NR_LSM_LIST_MODULES, ids, &size, 0);
+	size_t len = 0;
+
+	out[0] = 0;
+	if (got < 0) {
+		if (proc_read_file("/sys/kernel/security/lsm", out, n) > 0)
+			out[strcspn(out, "\n")] = 0;
+		return;
+	}
+	for (long k = 0; k < got && len < n; k++) {
+		uint64_t i = ids[k] - 100;
+
+		if (ids[k] >= 100 && i < sizeof(names) / sizeof(names[0]))
+			len += snprintf(out + len, n - len, "%s%s", len ? ", " : "", names[i]);
+	}
+}
+
+/* The owner (real uid) of a process, or -1 when its status cannot be read. */
+static long proc_uid(uint32_t pid)
+{
+	char path[64], text[2048];
+	const char *p;
+
+	snprintf(path, sizeof(path), "/proc/%u/status", pid);
+	if (proc_read_file(path, text, sizeof(text)) <= 0 || !(p = strstr(text, "\nUid:")))
+		return -1;
+	return strtol(p + 5, NULL, 10);
+}
+
+/*
+ * Why reading /proc/PID/maps was refused, as the rest of a sentence. The kernel allows it to a
+ * process of the same user when the target is dumpable, and to one with CAP_SYS_PTRACE in the
+ * target's user namespace; a security module may refuse either.
+ */
+static void maps_denied_why(uint64_t caps, uint32_t pid, char *out, size_t n)
+{
+	long uid = proc_uid(pid);
+	char lsms[512];
+
+	if (!has_cap(caps, CAP_SYS_PTRACE)) {
+		if (uid >= 0 && (uid_t)uid == geteuid())
+			snprintf(
+			    out, n,
+			    "the process is not dumpable (it changed its credentials, or "
+			    "called prctl(PR_SET_DUMPABLE, 0)), and reading its libraries then "
+			    "needs CAP_SYS_PTRACE");
+		else
+			snprintf(out, n,
+				 "finding the CUDA and TLS libraries of another user's process "
+				 "needs CAP_SYS_PTRACE");
+		return;
+	}
+	if (in_user_ns()) {
+		snprintf(out, n,
+			 "this process has CAP_SYS_PTRACE, but in a user namespace of its own, "
+			 "which does not reach a process outside it (run tokenscope in the host's "
+			 "user namespace)");
+		return;
+	}
+	active_lsms(lsms, sizeof(lsms));
+	snprintf(out, n,
+		 "not for want of a capability: this process has CAP_SYS_PTRACE in the host's "
+		 "user namespace, so a security module or the kernel's own policy refused it "
+		 "(security modules active here: %s; Yama, which checks attaching only, is not "
+		 "the cause)",
+		 lsms[0] ? lsms : "not known");
+}
+
 /*
  * Why the kernel refused to load the programs, naming what is missing. Loading maps and BTF
  * takes CAP_BPF, and tracing programs CAP_PERFMON as well; CAP_SYS_ADMIN stands for either.
@@ -191,11 +275,13 @@ static bool cuda_explain(struct tracer *tr)
 	    uprobes_hooked_files(&tr->cuda, d->kind))
 		return tr->cuda_explained;
 	if (d->what == UPROBES_DENIED_MAPS) {
+		char why_maps[1024];
+
+		maps_denied_why(tr->caps, d->pid, why_maps, sizeof(why_maps));
 		fprintf(stderr,
-			"tokenscope: cannot read %s (%s): finding the CUDA and TLS libraries of "
-			"another user's process needs CAP_SYS_PTRACE%s; GPU steps and TLS "
-			"plaintext are not traced\n",
-			d->path, strerror(d->err), ptrace ? ", which this process has" : "");
+			"tokenscope: cannot read %s (%s): %s; GPU steps and TLS plaintext are not "
+			"traced\n",
+			d->path, strerror(d->err), why_maps);
 	} else {
 		if (d->what == UPROBES_DENIED_ROOT)
 			why = ptrace ? "opening it through /proc/PID/root was refused"
