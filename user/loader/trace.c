@@ -193,8 +193,9 @@ static long proc_uid(uint32_t pid)
 
 /*
  * Why reading /proc/PID/maps was refused, as the rest of a sentence. The kernel allows it to a
- * process of the same user when the target is dumpable, and to one with CAP_SYS_PTRACE in the
- * target's user namespace; a security module may refuse either.
+ * process of the same user when the target is dumpable, and to one with CAP_SYS_PTRACE (or,
+ * since Linux 6.11, CAP_PERFMON, which the tracer has) in the target's user namespace; a
+ * security module may refuse either.
  */
 static void maps_denied_why(uint64_t caps, uint32_t pid, char *out, size_t n)
 {
@@ -202,16 +203,13 @@ static void maps_denied_why(uint64_t caps, uint32_t pid, char *out, size_t n)
 	char lsms[512];
 
 	if (!has_cap(caps, CAP_SYS_PTRACE)) {
-		if (uid >= 0 && (uid_t)uid == geteuid())
-			snprintf(
-			    out, n,
-			    "the process is not dumpable (it changed its credentials, or "
-			    "called prctl(PR_SET_DUMPABLE, 0)), and reading its libraries then "
-			    "needs CAP_SYS_PTRACE");
-		else
-			snprintf(out, n,
-				 "finding the CUDA and TLS libraries of another user's process "
-				 "needs CAP_SYS_PTRACE");
+		snprintf(out, n,
+			 "%s needs CAP_SYS_PTRACE before Linux 6.11 (CAP_PERFMON since), or a "
+			 "security module refused it",
+			 uid >= 0 && (uid_t)uid == geteuid()
+			     ? "reading a non-dumpable process's libraries (one that changed its "
+			       "credentials, or called prctl(PR_SET_DUMPABLE, 0))"
+			     : "reading another user's process's libraries");
 		return;
 	}
 	if (in_user_ns()) {
