@@ -26,6 +26,14 @@
 /* How often the traced processes' maps are read again for CUDA libraries loaded since: an
  * engine process maps libcudart seconds after it starts. */
 #define CUDA_RESCAN_S 1.0
+/* How long -p may show no HTTP connection before tokenscope says so, once, and names the
+ * processes near it that listen on TCP: long enough for a client's next request, short enough
+ * to help a user who gave the wrong pid before they give up. */
+#define QUIET_HINT_S 5.0
+/* Listening ports named per process in that hint. */
+#define QUIET_PORTS_MAX 4
+/* How many ancestors of a traced process are looked at for one that listens. */
+#define QUIET_ANCESTORS_MAX 8
 /* How often --all looks for inference servers started since. */
 #define DISCOVER_RESCAN_S 5.0
 /* How often --all drains the processes the kernel saw writing streamed completions: a few map
@@ -44,6 +52,8 @@ struct tracer {
 	struct discover_set *seen; /* --all: servers found so far, dropped when they exit */
 	uint64_t caps;		   /* the effective capabilities, for the messages of a refusal */
 	bool cuda_explained;	   /* why no CUDA library could be hooked was said */
+	char quiet_hint[512];	   /* said when -p showed no HTTP connection (QUIET_HINT_S) */
+	bool quiet_done;	   /* ... once looked at */
 };
 
 static int on_record(void *ctx, void *data, size_t size)
@@ -535,6 +545,91 @@ static bool job_cuda(struct loop *l, double now)
 	return false;
 }
 
+/* Whether the traced processes have shown an HTTP connection (served, called, HTTP/2, TLS). */
+static bool http_seen(const struct tracer *tr)
+{
+	const struct conn_stats *c = &tr->pl.conns.stats;
+
+	return c->http_conns || c->client_conns || c->h2_conns || c->h2_midway || c->tls_conns;
+}
+
+/* "pid (comm) on port 8000, 8001" into out; false when pid listens on no TCP port. */
+static bool quiet_listener(uint32_t pid, char *out, size_t n)
+{
+	uint16_t ports[QUIET_PORTS_MAX];
+	char comm[PROC_COMM_TEXT];
+	int np = proc_listen_ports(pid, ports, QUIET_PORTS_MAX);
+	size_t len;
+
+	if (np <= 0)
+		return false;
+	proc_comm(pid, comm, sizeof(comm));
+	len = snprintf(out, n, "%u (%s) on port%s", pid, comm, np > 1 ? "s" : "");
+	for (int i = 0; i < np && len < n; i++)
+		len += snprintf(out + len, n - len, "%s%u", i ? ", " : " ", ports[i]);
+	return true;
+}
+
+/*
+ * The hint for a -p that showed no HTTP connection: whether the process listens at all, and if
+ * not, the nearest ancestor that does (the API server of an engine process, say); its
+ * descendants are traced already.
+ */
+static void quiet_hint(const struct trace_opts *o, char *out, size_t n)
+{
+	char what[128], comm[PROC_COMM_TEXT];
+	uint32_t pid = o->pids[0], ppid;
+
+	proc_comm(pid, comm, sizeof(comm));
+	if (quiet_listener(pid, what, sizeof(what))) {
+		snprintf(out, n,
+			 "no HTTP connection seen in %.0f s; it listens (%s): is a client sending "
+			 "it requests?",
+			 QUIET_HINT_S, what);
+		return;
+	}
+	for (int i = 0; i < QUIET_ANCESTORS_MAX; i++) {
+		char name[16];
+
+		snprintf(name, sizeof(name), "%u", pid);
+		/* PID 1 is init: never the server to suggest. */
+		if (proc_read_stat("/proc", name, &pid, &ppid) || ppid <= 1)
+			break;
+		pid = ppid;
+		if (quiet_listener(pid, what, sizeof(what))) {
+			snprintf(out, n,
+				 "no HTTP connection seen in %.0f s, and %u (%s) listens on no TCP "
+				 "port: is it the server? Its ancestor %s does: try -p %u",
+				 QUIET_HINT_S, o->pids[0], comm, what, pid);
+			return;
+		}
+	}
+	snprintf(out, n,
+		 "no HTTP connection seen in %.0f s, and %u (%s) listens on no TCP port, nor "
+		 "do its parents: is it the server? (ss -ltnp names the process listening on "
+		 "the server's port)",
+		 QUIET_HINT_S, o->pids[0], comm);
+}
+
+/* -p: says once, QUIET_HINT_S after attach, that no HTTP connection was seen, and where the
+ * server may be instead. */
+static bool job_quiet(struct loop *l, double now)
+{
+	(void)now;
+	/* Once: the job is not due again. */
+	l->tr->quiet_done = true;
+	if (http_seen(l->tr))
+		return false;
+	quiet_hint(l->o, l->tr->quiet_hint, sizeof(l->tr->quiet_hint));
+	fprintf(stderr, "tokenscope: %s\n", l->tr->quiet_hint);
+	return false;
+}
+
+static bool want_quiet(const struct loop *l)
+{
+	return l->o->npids && !l->o->all && !l->o->run_name && !l->tr->quiet_done;
+}
+
 static bool job_duration(struct loop *l, double now)
 {
 	return now - l->start >= l->o->duration_s;
@@ -581,6 +676,7 @@ static int loop_run(struct loop *l, volatile sig_atomic_t *exiting)
 		{ want_traffic, job_traffic, 0, TRAFFIC_DRAIN_S, false, 0 },
 		{ want_always, job_cuda, CUDA_RESCAN_S, CUDA_RESCAN_S, false, 0 },
 		{ want_duration, job_duration, 0, 0, false, 0 },
+		{ want_quiet, job_quiet, QUIET_HINT_S, 0, false, 0 },
 		{ want_always, job_exited, 0, 0, false, 0 },
 	};
 	const size_t njobs = sizeof(jobs) / sizeof(jobs[0]);
@@ -783,6 +879,9 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 		record_write_kstats(&tr.rec, tr.pl.kstats);
 	/* The sinks' finish: the summary's total among them. */
 	pipeline_finish(&tr.pl);
+	/* After the summary, what the hint said if it still holds. */
+	if (tr.quiet_hint[0] && !http_seen(&tr))
+		fprintf(stderr, "tokenscope: still %s\n", tr.quiet_hint);
 	exporters_flush(&ex);
 out:
 	if (raw)
