@@ -553,7 +553,7 @@ static bool http_seen(const struct tracer *tr)
 	return c->http_conns || c->client_conns || c->h2_conns || c->h2_midway || c->tls_conns;
 }
 
-/* "pid (comm) on port 8000, 8001" into out; false when pid listens on no TCP port. */
+/* "pid (comm) listens on ports 8000, 8001" into out; false when pid listens on no TCP port. */
 static bool quiet_listener(uint32_t pid, char *out, size_t n)
 {
 	uint16_t ports[QUIET_PORTS_MAX];
@@ -564,7 +564,7 @@ static bool quiet_listener(uint32_t pid, char *out, size_t n)
 	if (np <= 0)
 		return false;
 	proc_comm(pid, comm, sizeof(comm));
-	len = snprintf(out, n, "%u (%s) on port%s", pid, comm, np > 1 ? "s" : "");
+	len = snprintf(out, n, "%u (%s) listens on port%s", pid, comm, np > 1 ? "s" : "");
 	for (int i = 0; i < np && len < n; i++)
 		len += snprintf(out + len, n - len, "%s%u", i ? ", " : " ", ports[i]);
 	return true;
@@ -583,8 +583,7 @@ static void quiet_hint(const struct trace_opts *o, char *out, size_t n)
 	proc_comm(pid, comm, sizeof(comm));
 	if (quiet_listener(pid, what, sizeof(what))) {
 		snprintf(out, n,
-			 "no HTTP connection seen in %.0f s; it listens (%s): is a client sending "
-			 "it requests?",
+			 "no HTTP connection seen in %.0f s; %s: is a client sending it requests?",
 			 QUIET_HINT_S, what);
 		return;
 	}
@@ -599,7 +598,7 @@ static void quiet_hint(const struct trace_opts *o, char *out, size_t n)
 		if (quiet_listener(pid, what, sizeof(what))) {
 			snprintf(out, n,
 				 "no HTTP connection seen in %.0f s, and %u (%s) listens on no TCP "
-				 "port: is it the server? Its ancestor %s does: try -p %u",
+				 "port: is it the server? Its ancestor %s: try -p %u",
 				 QUIET_HINT_S, o->pids[0], comm, what, pid);
 			return;
 		}
