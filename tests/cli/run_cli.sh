@@ -551,5 +551,77 @@ else
 	ko "run traces its command" "rc=$rc, $nok exact of $nreq: $(head -c 600 "$TMP/run.out") $(cat "$TMP/run.err")"
 fi
 
+# 14. --capture-bytes below a request line is refused, saying the minimum and why
+bad=0
+for n in 0 35; do
+	"$TS" trace -p $$ --capture-bytes $n >/dev/null 2>"$TMP/cap.err"
+	rc=$?
+	if [ $rc -ne 2 ] || ! grep -q -- "--capture-bytes $n is too small: at least 36, the request line" "$TMP/cap.err"; then
+		echo "  --capture-bytes $n: rc=$rc $(head -n 1 "$TMP/cap.err")"
+		bad=1
+	fi
+done
+[ $bad -eq 0 ] && ok "--capture-bytes below a request line (36) is a usage error" ||
+	ko "--capture-bytes minimum" "see above"
+
+# 15. every command refuses the options it does not use, naming the option and the command
+bad=0
+while IFS='|' read -r want args; do
+	# shellcheck disable=SC2086
+	"$TS" $args >/dev/null 2>"$TMP/unused.err"
+	rc=$?
+	cmd=${args%% *}
+	if [ $rc -ne 2 ] || ! grep -qF -- "$want" "$TMP/unused.err" || ! grep -q "tokenscope $cmd" "$TMP/unused.err"; then
+		echo "  '$args': rc=$rc $(head -n 1 "$TMP/unused.err")"
+		bad=1
+	fi
+done <<UNUSED
+'--json'|top -p $$ --json
+'--tokens'|top -p $$ --tokens
+'--gpu-steps'|top -p $$ --gpu-steps
+'--kernels'|top -p $$ --kernels
+argument '5': top redraws every second|top -p $$ 5
+'--no-traffic'|run --no-traffic -- true
+invalid option -- 'o'|trace -p $$ -o $TMP/x.tsr
+invalid option -- 'o'|top -p $$ -o $TMP/x.tsr
+--slow-itl chooses the spans --otlp sends|trace -p $$ --slow-itl 1s
+--trace-sample chooses the spans --otlp sends|record -p $$ -o $TMP/x.tsr --trace-sample 0.5
+--slow-ttft chooses the spans --otlp sends|report $TMP/x.tsr --slow-ttft 1s
+--alert-exec runs when an --alert rule fires|trace -p $$ --alert-exec true
+--alert-exec runs when an --alert rule fires|report $TMP/x.tsr --alert-exec true
+takes no option or argument: '--json'|version --json
+UNUSED
+[ $bad -eq 0 ] && ok "options a command does not use are usage errors naming option and command" ||
+	ko "unused options" "see above"
+
+# 16. -p of a process that is not the server: after 5 s one line says no HTTP connection was
+# seen and names its ancestor that listens, and again after the summary. A server with no
+# client: the line says it listens.
+/usr/bin/python3 -c '
+import socket, subprocess
+s = socket.create_server(("127.0.0.1", 0))
+c = subprocess.Popen(["sleep", "30"])
+print(s.getsockname()[1], c.pid, flush=True)
+c.wait()' >"$TMP/lst.out" &
+lstpid=$!
+pids+=("$lstpid")
+for _ in $(seq 50); do [ -s "$TMP/lst.out" ] && break; sleep 0.1; done
+read -r lstport childpid <"$TMP/lst.out"
+pids+=("$childpid")
+"$TS" trace -p "$childpid" -d 6.5 >/dev/null 2>"$TMP/quiet.err" &
+q1=$!
+"$TS" trace -p "$lstpid" -d 6.5 >/dev/null 2>"$TMP/quiet2.err" &
+q2=$!
+wait $q1 $q2
+hint="no HTTP connection seen in 5 s, and $childpid (sleep) listens on no TCP port: is it the server? Its ancestor $lstpid (python3) listens on port $lstport: try -p $lstpid"
+if [ "$(grep -cF "tokenscope: $hint" "$TMP/quiet.err")" -eq 1 ] &&
+	[ "$(grep -cF "tokenscope: still $hint" "$TMP/quiet.err")" -eq 1 ] &&
+	grep -qF "tokenscope: no HTTP connection seen in 5 s; $lstpid (python3) listens on port $lstport: is a client sending it requests?" "$TMP/quiet2.err"; then
+	ok "a traced process with no HTTP traffic is said once, with the listening ancestor to trace"
+else
+	ko "no traffic hint" "$(grep -hv '^  ' "$TMP/quiet.err" "$TMP/quiet2.err")"
+fi
+kill "$childpid" "$lstpid" 2>/dev/null
+
 echo "$pass passed, $fail failed, $skip skipped"
 [ $fail -eq 0 ]

@@ -111,6 +111,56 @@ static const struct argp_option trace_options[] = {
 	{},
 };
 
+/* The commands that share trace_options; each is handed only the options it uses, so argp
+ * refuses the others by name ("tokenscope top: unrecognized option '--json'") and --help lists
+ * what works. */
+enum {
+	CMD_TRACE = 1 << 0,
+	CMD_RECORD = 1 << 1,
+	CMD_TOP = 1 << 2,
+	CMD_RUN = 1 << 3,
+};
+
+/* The commands that use an option of trace_options. */
+static unsigned int option_commands(int key)
+{
+	switch (key) {
+	/* run traces the command it starts; it keeps -p and --all to say so. */
+	case OPT_NO_TRAFFIC:
+		return CMD_TRACE | CMD_RECORD | CMD_TOP;
+	/* Request lines, GPU step lines and launch records: top draws a table instead. */
+	case 'j':
+	case OPT_TOKENS:
+	case OPT_GPU_STEPS:
+	case OPT_KERNELS:
+		return CMD_TRACE | CMD_RECORD | CMD_RUN;
+	case 'o':
+		return CMD_RECORD;
+	default:
+		return CMD_TRACE | CMD_RECORD | CMD_TOP | CMD_RUN;
+	}
+}
+
+/* Up to here the options of cmd out of trace_options, ended by a zero entry. */
+#define TRACE_OPTIONS_MAX 64
+
+static void options_for(unsigned int cmd, struct argp_option *out)
+{
+	size_t n = 0;
+
+	for (const struct argp_option *o = trace_options; o->name || o->key; o++)
+		if (option_commands(o->key) & cmd && n + 1 < TRACE_OPTIONS_MAX)
+			out[n++] = *o;
+	out[n] = (struct argp_option){};
+}
+
+/*
+ * The smallest --capture-bytes: a chat completion's request line. With fewer bytes of each
+ * read no connection is recognised as HTTP, so nothing at all would be reported.
+ */
+#define CAPTURE_MIN_LINE "POST /v1/chat/completions HTTP/1.1\r\n"
+#define CAPTURE_MIN ((int)sizeof(CAPTURE_MIN_LINE) - 1)
+
 static int parse_double(const char *s, double *out)
 {
 	char *end;
@@ -137,6 +187,8 @@ static bool live_view;
 /* Set by cmd_run: the same options as trace, then the command to start and trace. */
 static bool running;
 static char **run_argv;
+/* The last option given that only --otlp uses (--slow-ttft, ...), to refuse it without. */
+static const char *otlp_only;
 
 /* Checks an --alert rule now, so a bad one is refused before anything is attached. */
 static void export_add_alert(struct export_opts *ex, const char *text, struct argp_state *state)
@@ -201,17 +253,30 @@ static bool parse_shared(int key, char *arg, struct argp_state *state, const str
 		if (!alert_parse_duration(arg, &s))
 			argp_error(state, "invalid duration '%s' (with a unit: 200ms, 2s)", arg);
 		*(key == OPT_SLOW_TTFT ? &ex->slow_ttft_ns : &ex->slow_itl_ns) = (int64_t)(s * 1e9);
+		otlp_only = key == OPT_SLOW_TTFT ? "--slow-ttft" : "--slow-itl";
 		return true;
 	}
 	case OPT_TRACE_SAMPLE:
 		if (parse_double(arg, &ex->trace_sample) || ex->trace_sample > 1)
 			argp_error(state, "invalid --trace-sample '%s' (0..1)", arg);
+		otlp_only = "--trace-sample";
 		return true;
 	case OPT_OTLP_CA:
 		ex->otlp_ca = arg;
 		return true;
 	}
 	return false;
+}
+
+/* At the end of the command line: the shared options that only work with another one. */
+static void shared_check(struct argp_state *state, const struct export_opts *ex)
+{
+	if (ex->otlp_ca && !ex->otlp_url)
+		argp_error(state, "--otlp-ca is for --otlp https://...");
+	if (otlp_only && !ex->otlp_url)
+		argp_error(state, "%s chooses the spans --otlp sends: give --otlp", otlp_only);
+	if (ex->alert_exec && !ex->nalerts)
+		argp_error(state, "--alert-exec runs when an --alert rule fires: give --alert");
 }
 
 static error_t trace_parse(int key, char *arg, struct argp_state *state)
@@ -240,8 +305,15 @@ static error_t trace_parse(int key, char *arg, struct argp_state *state)
 		break;
 	case OPT_CAPTURE:
 		if (parse_ulong(arg, TS_CAPTURE_MAX, &v))
-			argp_error(state, "invalid --capture-bytes '%s' (0..%d)", arg,
+			argp_error(state, "invalid --capture-bytes '%s' (%d..%d)", arg, CAPTURE_MIN,
 				   TS_CAPTURE_MAX);
+		if (v < CAPTURE_MIN)
+			argp_error(
+			    state,
+			    "--capture-bytes %lu is too small: at least %d, the request line "
+			    "of a chat completion (POST /v1/chat/completions HTTP/1.1); with "
+			    "less no connection is recognised as HTTP and nothing is reported",
+			    v, CAPTURE_MIN);
 		o->capture_bytes = v;
 		break;
 	case OPT_RING:
@@ -278,6 +350,11 @@ static error_t trace_parse(int key, char *arg, struct argp_state *state)
 			state->next = state->argc;
 			break;
 		}
+		if (live_view)
+			argp_error(state,
+				   "unexpected argument '%s': top redraws every second "
+				   "(an interval [count] is for trace and record)",
+				   arg);
 		if (positional == 0) {
 			if (parse_double(arg, &o->interval_s) || o->interval_s == 0)
 				argp_error(state, "invalid interval '%s' (seconds, > 0)", arg);
@@ -303,8 +380,7 @@ static error_t trace_parse(int key, char *arg, struct argp_state *state)
 		}
 		if (o->no_traffic && !o->all)
 			argp_error(state, "--no-traffic is for --all");
-		if (o->ex.otlp_ca && !o->ex.otlp_url)
-			argp_error(state, "--otlp-ca is for --otlp https://...");
+		shared_check(state, &o->ex);
 		if (o->by_process && !live_view && !o->ex.listen)
 			argp_error(state, "--by-process labels the metrics of --listen (or splits "
 					  "the rows of tokenscope top): give --listen");
@@ -330,12 +406,16 @@ static struct trace_opts trace_defaults(void)
 				    .ex.trace_sample = OTLP_DEFAULT_RATIO };
 }
 
-/* trace and record: the same options (record adds -o), the same loop. */
-static int run_tracer(int argc, char **argv, const char *name, const char *doc)
+/* trace, record and top: the same loop, each with the options it uses (cmd, CMD_*). */
+static int run_tracer(int argc, char **argv, const char *name, const char *doc, unsigned int cmd)
 {
-	const struct argp argp = { trace_options, trace_parse, "[interval [count]]", doc, NULL,
-				   NULL,	  NULL };
+	struct argp_option options[TRACE_OPTIONS_MAX];
+	const struct argp argp = { options, trace_parse, cmd == CMD_TOP ? "" : "[interval [count]]",
+				   doc,	    NULL,	 NULL,
+				   NULL };
 	struct trace_opts o = trace_defaults();
+
+	options_for(cmd, options);
 	struct sigaction sa = { .sa_handler = on_signal };
 
 	/* argp names the program after argv[0]: say "tokenscope trace", not "trace". */
@@ -365,10 +445,12 @@ static const char run_doc[] =
 
 static int cmd_run(int argc, char **argv)
 {
-	const struct argp argp = { trace_options, trace_parse, "[--] CMD [ARG...]", run_doc, NULL,
-				   NULL,	  NULL };
+	struct argp_option options[TRACE_OPTIONS_MAX];
+	const struct argp argp = { options, trace_parse, "[--] CMD [ARG...]", run_doc, NULL,
+				   NULL,    NULL };
 	struct trace_opts o = trace_defaults();
 
+	options_for(CMD_RUN, options);
 	running = true;
 	argv[0] = "tokenscope run";
 	/* In order: the command's own options are not tokenscope's. */
@@ -380,7 +462,7 @@ static int cmd_run(int argc, char **argv)
 
 static int cmd_trace(int argc, char **argv)
 {
-	return run_tracer(argc, argv, "tokenscope trace", trace_doc);
+	return run_tracer(argc, argv, "tokenscope trace", trace_doc, CMD_TRACE);
 }
 
 static const char record_doc[] =
@@ -396,14 +478,15 @@ static const char record_doc[] =
 static int cmd_record(int argc, char **argv)
 {
 	recording = true;
-	return run_tracer(argc, argv, "tokenscope record", record_doc);
+	return run_tracer(argc, argv, "tokenscope record", record_doc, CMD_RECORD);
 }
 
 static const char top_doc[] =
     "A live view of the traced server, refreshed every second: a row per model (and per "
     "process with --by-process) with requests/s, TTFT and ITL p50/p99, tokens/s, success, "
     "and the queue/prefill/GPU shares. q quits. Not a terminal: plain lines every second. "
-    "Takes the options of trace.\n"
+    "Takes the options of trace, but not those of request lines (--json, --tokens, --gpu-steps, "
+    "--kernels) nor an interval.\n"
     "\n"
     "EXAMPLES:\n"
     "  tokenscope top -p 1234\n"
@@ -412,7 +495,7 @@ static const char top_doc[] =
 static int cmd_top(int argc, char **argv)
 {
 	live_view = true;
-	return run_tracer(argc, argv, "tokenscope top", top_doc);
+	return run_tracer(argc, argv, "tokenscope top", top_doc, CMD_TOP);
 }
 
 static const char report_doc[] =
@@ -476,8 +559,7 @@ static error_t report_parse(int key, char *arg, struct argp_state *state)
 			argp_error(state, "no recording given: tokenscope report FILE");
 		if (o->ex.by_process && !o->ex.prometheus)
 			argp_error(state, "--by-process labels the metrics: give --prometheus");
-		if (o->ex.otlp_ca && !o->ex.otlp_url)
-			argp_error(state, "--otlp-ca is for --otlp https://...");
+		shared_check(state, &o->ex);
 		o->ex.json = o->json;
 		if (o->tokens && !o->json)
 			argp_error(state, "--tokens needs --json");
@@ -533,6 +615,11 @@ int main(int argc, char **argv)
 	if (!strcmp(argv[1], "report"))
 		return cmd_report(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "version") || !strcmp(argv[1], "--version")) {
+		if (argc > 2) {
+			fprintf(stderr, "tokenscope %s: takes no option or argument: '%s'\n",
+				argv[1], argv[2]);
+			return 2;
+		}
 		printf("%s\n", argp_program_version);
 		return 0;
 	}

@@ -208,3 +208,81 @@ out:
 	free(todo);
 	return found;
 }
+
+/* Adds the local ports of the listening sockets in one /proc/PID/net/tcp{,6} file, with their
+ * inodes, to ino/port (up to max); returns the new count. */
+static int proc_listeners(const char *path, uint64_t *ino, uint16_t *port, int n, int max)
+{
+	FILE *f = fopen(path, "r");
+	char line[512];
+
+	if (!f)
+		return n;
+	/* "  sl  local_address rem_address   st tx_queue:rx_queue tr:tm->when retrnsmt uid
+	 * timeout inode": the state 0A is LISTEN. */
+	while (n < max && fgets(line, sizeof(line), f)) {
+		char local[64], remote[64];
+		unsigned int st, p;
+		unsigned long long inode;
+		const char *colon;
+
+		if (sscanf(line, " %*u: %63s %63s %x %*s %*s %*s %*u %*u %llu", local, remote, &st,
+			   &inode) != 4 ||
+		    st != 0x0A || !(colon = strrchr(local, ':')) ||
+		    sscanf(colon + 1, "%x", &p) != 1)
+			continue;
+		ino[n] = inode;
+		port[n++] = p;
+	}
+	fclose(f);
+	return n;
+}
+
+#define PROC_LISTENERS_MAX 256
+
+int proc_listen_ports(uint32_t pid, uint16_t *ports, int max)
+{
+	uint64_t ino[PROC_LISTENERS_MAX];
+	uint16_t port[PROC_LISTENERS_MAX];
+	char path[64], link[64];
+	struct dirent *de;
+	int n = 0, found = 0;
+	DIR *d;
+
+	/* The process's own network namespace: a container's sockets are not the host's. */
+	snprintf(path, sizeof(path), "/proc/%u/net/tcp", pid);
+	n = proc_listeners(path, ino, port, n, PROC_LISTENERS_MAX);
+	snprintf(path, sizeof(path), "/proc/%u/net/tcp6", pid);
+	n = proc_listeners(path, ino, port, n, PROC_LISTENERS_MAX);
+	if (!n)
+		return 0;
+	snprintf(path, sizeof(path), "/proc/%u/fd", pid);
+	d = opendir(path);
+	if (!d)
+		return -errno;
+	while (found < max && (de = readdir(d))) {
+		char fdpath[320];
+		unsigned long long sock;
+		ssize_t len;
+
+		snprintf(fdpath, sizeof(fdpath), "%s/%s", path, de->d_name);
+		len = readlink(fdpath, link, sizeof(link) - 1);
+		if (len <= 0)
+			continue;
+		link[len] = 0;
+		if (sscanf(link, "socket:[%llu]", &sock) != 1)
+			continue;
+		for (int i = 0; i < n; i++) {
+			bool dup = false;
+
+			if (ino[i] != sock)
+				continue;
+			for (int k = 0; k < found; k++)
+				dup |= ports[k] == port[i];
+			if (!dup)
+				ports[found++] = port[i];
+		}
+	}
+	closedir(d);
+	return found;
+}

@@ -56,4 +56,8 @@ struct proc_map {
  * when it is not one, -ENAMETOOLONG when the path does not fit. */
 int proc_maps_parse(const char *line, struct proc_map *m);
 
+/* The TCP ports pid listens on (a socket in LISTEN among its open files), each once, up to max
+ * into ports: how many, or -errno when its files cannot be listed. */
+int proc_listen_ports(uint32_t pid, uint16_t *ports, int max);
+
 #endif

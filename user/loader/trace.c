@@ -27,6 +27,14 @@
 /* How often the traced processes' maps are read again for CUDA libraries loaded since: an
  * engine process maps libcudart seconds after it starts. */
 #define CUDA_RESCAN_S 1.0
+/* How long -p may show no HTTP connection before tokenscope says so, once, and names the
+ * processes near it that listen on TCP: long enough for a client's next request, short enough
+ * to help a user who gave the wrong pid before they give up. */
+#define QUIET_HINT_S 5.0
+/* Listening ports named per process in that hint. */
+#define QUIET_PORTS_MAX 4
+/* How many ancestors of a traced process are looked at for one that listens. */
+#define QUIET_ANCESTORS_MAX 8
 /* How often --all looks for inference servers started since. */
 #define DISCOVER_RESCAN_S 5.0
 /* How often --all drains the processes the kernel saw writing streamed completions: a few map
@@ -45,6 +53,8 @@ struct tracer {
 	struct discover_set *seen; /* --all: servers found so far, dropped when they exit */
 	uint64_t caps;		   /* the effective capabilities, for the messages of a refusal */
 	bool cuda_explained;	   /* why no CUDA library could be hooked was said */
+	char quiet_hint[512];	   /* said when -p showed no HTTP connection (QUIET_HINT_S) */
+	bool quiet_done;	   /* ... once looked at */
 };
 
 static int on_record(void *ctx, void *data, size_t size)
@@ -159,6 +169,88 @@ static bool in_user_ns(void)
 		outside || count != 4294967295ull);
 }
 
+/* lsm_list_modules(2), Linux 6.8: the same number on every architecture. */
+#define NR_LSM_LIST_MODULES 461
+
+/*
+ * The security modules active in this kernel, by name and comma-separated, into out ("" when
+ * not known): from lsm_list_modules(2), else from securityfs.
+ */
+static void active_lsms(char *out, size_t n)
+{
+	/* LSM_ID_* of <linux/lsm.h>, from 100 on. */
+	static const char *const names[] = { "capability", "selinux", "smack",	  "tomoyo",
+					     "apparmor",   "yama",    "loadpin",  "safesetid",
+					     "lockdown",   "bpf",     "landlock", "ima",
+					     "evm",	   "ipe" };
+	uint64_t ids[32];
+	uint32_t size = sizeof(ids);
+	long got = syscall(NR_LSM_LIST_MODULES, ids, &size, 0);
+	size_t len = 0;
+
+	out[0] = 0;
+	if (got < 0) {
+		if (proc_read_file("/sys/kernel/security/lsm", out, n) > 0)
+			out[strcspn(out, "\n")] = 0;
+		return;
+	}
+	for (long k = 0; k < got && len < n; k++) {
+		uint64_t i = ids[k] - 100;
+
+		if (ids[k] >= 100 && i < sizeof(names) / sizeof(names[0]))
+			len += snprintf(out + len, n - len, "%s%s", len ? ", " : "", names[i]);
+	}
+}
+
+/* The owner (real uid) of a process, or -1 when its status cannot be read. */
+static long proc_uid(uint32_t pid)
+{
+	char path[64], text[2048];
+	const char *p;
+
+	snprintf(path, sizeof(path), "/proc/%u/status", pid);
+	if (proc_read_file(path, text, sizeof(text)) <= 0 || !(p = strstr(text, "\nUid:")))
+		return -1;
+	return strtol(p + 5, NULL, 10);
+}
+
+/*
+ * Why reading /proc/PID/maps was refused, as the rest of a sentence. The kernel allows it to a
+ * process of the same user when the target is dumpable, and to one with CAP_SYS_PTRACE (or,
+ * since Linux 6.11, CAP_PERFMON, which the tracer has) in the target's user namespace; a
+ * security module may refuse either.
+ */
+static void maps_denied_why(uint64_t caps, uint32_t pid, char *out, size_t n)
+{
+	long uid = proc_uid(pid);
+	char lsms[512];
+
+	if (!has_cap(caps, CAP_SYS_PTRACE)) {
+		snprintf(out, n,
+			 "%s needs CAP_SYS_PTRACE before Linux 6.11 (CAP_PERFMON since), or a "
+			 "security module refused it",
+			 uid >= 0 && (uid_t)uid == geteuid()
+			     ? "reading a non-dumpable process's libraries (one that changed its "
+			       "credentials, or called prctl(PR_SET_DUMPABLE, 0))"
+			     : "reading another user's process's libraries");
+		return;
+	}
+	if (in_user_ns()) {
+		snprintf(out, n,
+			 "this process has CAP_SYS_PTRACE, but in a user namespace of its own, "
+			 "which does not reach a process outside it (run tokenscope in the host's "
+			 "user namespace)");
+		return;
+	}
+	active_lsms(lsms, sizeof(lsms));
+	snprintf(out, n,
+		 "not for want of a capability: this process has CAP_SYS_PTRACE in the host's "
+		 "user namespace, so a security module or the kernel's own policy refused it "
+		 "(security modules active here: %s; Yama, which checks attaching only, is not "
+		 "the cause)",
+		 lsms[0] ? lsms : "not known");
+}
+
 /*
  * Why the kernel refused to load the programs, naming what is missing. Loading maps and BTF
  * takes CAP_BPF, and tracing programs CAP_PERFMON as well; CAP_SYS_ADMIN stands for either.
@@ -204,11 +296,13 @@ static bool cuda_explain(struct tracer *tr)
 	    uprobes_hooked_files(&tr->cuda, d->kind))
 		return tr->cuda_explained;
 	if (d->what == UPROBES_DENIED_MAPS) {
+		char why_maps[1024];
+
+		maps_denied_why(tr->caps, d->pid, why_maps, sizeof(why_maps));
 		fprintf(stderr,
-			"tokenscope: cannot read %s (%s): finding the CUDA and TLS libraries of "
-			"another user's process needs CAP_SYS_PTRACE%s; GPU steps and TLS "
-			"plaintext are not traced\n",
-			d->path, strerror(d->err), ptrace ? ", which this process has" : "");
+			"tokenscope: cannot read %s (%s): %s; GPU steps and TLS plaintext are not "
+			"traced\n",
+			d->path, strerror(d->err), why_maps);
 	} else {
 		if (d->what == UPROBES_DENIED_ROOT)
 			why = ptrace ? "opening it through /proc/PID/root was refused"
@@ -465,6 +559,90 @@ static bool job_cuda(struct loop *l, double now)
 	return false;
 }
 
+/* Whether the traced processes have shown an HTTP connection (served, called, HTTP/2, TLS). */
+static bool http_seen(const struct tracer *tr)
+{
+	const struct conn_stats *c = &tr->pl.conns.stats;
+
+	return c->http_conns || c->client_conns || c->h2_conns || c->h2_midway || c->tls_conns;
+}
+
+/* "pid (comm) listens on ports 8000, 8001" into out; false when pid listens on no TCP port. */
+static bool quiet_listener(uint32_t pid, char *out, size_t n)
+{
+	uint16_t ports[QUIET_PORTS_MAX];
+	char comm[PROC_COMM_TEXT];
+	int np = proc_listen_ports(pid, ports, QUIET_PORTS_MAX);
+	size_t len;
+
+	if (np <= 0)
+		return false;
+	proc_comm(pid, comm, sizeof(comm));
+	len = snprintf(out, n, "%u (%s) listens on port%s", pid, comm, np > 1 ? "s" : "");
+	for (int i = 0; i < np && len < n; i++)
+		len += snprintf(out + len, n - len, "%s%u", i ? ", " : " ", ports[i]);
+	return true;
+}
+
+/*
+ * The hint for a -p that showed no HTTP connection: whether the process listens at all, and if
+ * not, the nearest ancestor that does (the API server of an engine process, say); its
+ * descendants are traced already.
+ */
+static void quiet_hint(const struct trace_opts *o, char *out, size_t n)
+{
+	char what[128], comm[PROC_COMM_TEXT];
+	uint32_t pid = o->pids[0], ppid;
+
+	proc_comm(pid, comm, sizeof(comm));
+	if (quiet_listener(pid, what, sizeof(what))) {
+		snprintf(out, n,
+			 "no HTTP connection seen in %.0f s; %s: is a client sending it requests?",
+			 QUIET_HINT_S, what);
+		return;
+	}
+	for (int i = 0; i < QUIET_ANCESTORS_MAX; i++) {
+		char name[16];
+
+		snprintf(name, sizeof(name), "%u", pid);
+		/* PID 1 is init: never the server to suggest. */
+		if (proc_read_stat("/proc", name, &pid, &ppid) || ppid <= 1)
+			break;
+		pid = ppid;
+		if (quiet_listener(pid, what, sizeof(what))) {
+			snprintf(out, n,
+				 "no HTTP connection seen in %.0f s, and %u (%s) listens on no TCP "
+				 "port: is it the server? Its ancestor %s: try -p %u",
+				 QUIET_HINT_S, o->pids[0], comm, what, pid);
+			return;
+		}
+	}
+	snprintf(out, n,
+		 "no HTTP connection seen in %.0f s, and %u (%s) listens on no TCP port, nor "
+		 "do its parents: is it the server? (ss -ltnp names the process listening on "
+		 "the server's port)",
+		 QUIET_HINT_S, o->pids[0], comm);
+}
+
+/* -p: says once, QUIET_HINT_S after attach, that no HTTP connection was seen, and where the
+ * server may be instead. */
+static bool job_quiet(struct loop *l, double now)
+{
+	(void)now;
+	/* Once: the job is not due again. */
+	l->tr->quiet_done = true;
+	if (http_seen(l->tr))
+		return false;
+	quiet_hint(l->o, l->tr->quiet_hint, sizeof(l->tr->quiet_hint));
+	fprintf(stderr, "tokenscope: %s\n", l->tr->quiet_hint);
+	return false;
+}
+
+static bool want_quiet(const struct loop *l)
+{
+	return l->o->npids && !l->o->all && !l->o->run_name && !l->tr->quiet_done;
+}
+
 static bool job_duration(struct loop *l, double now)
 {
 	return now - l->start >= l->o->duration_s;
@@ -511,6 +689,7 @@ static int loop_run(struct loop *l, volatile sig_atomic_t *exiting)
 		{ want_traffic, job_traffic, 0, TRAFFIC_DRAIN_S, false, 0 },
 		{ want_always, job_cuda, CUDA_RESCAN_S, CUDA_RESCAN_S, false, 0 },
 		{ want_duration, job_duration, 0, 0, false, 0 },
+		{ want_quiet, job_quiet, QUIET_HINT_S, 0, false, 0 },
 		{ want_always, job_exited, 0, 0, false, 0 },
 	};
 	const size_t njobs = sizeof(jobs) / sizeof(jobs[0]);
@@ -732,6 +911,9 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 		record_write_kstats(&tr.rec, tr.pl.kstats);
 	/* The sinks' finish: the summary's total among them. */
 	pipeline_finish(&tr.pl);
+	/* After the summary, what the hint said if it still holds. */
+	if (tr.quiet_hint[0] && !http_seen(&tr))
+		fprintf(stderr, "tokenscope: still %s\n", tr.quiet_hint);
 	exporters_flush(&ex);
 out:
 	if (raw)

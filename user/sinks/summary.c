@@ -78,8 +78,12 @@ void summary_done(struct summary *s, const struct request *r, const struct reque
 		hist_add(&s->proxy_ttft, m->proxy_ttft_ns);
 	if (m->tpot_ns >= 0)
 		hist_add(&s->tpot, m->tpot_ns);
-	for (uint32_t i = 1; i < r->ntokens; i++)
+	for (uint32_t i = 1; i < r->ntokens; i++) {
 		hist_add(&s->itl, r->token_ns[i] - r->token_ns[i - 1]);
+		/* A frame's time is its write's: frames of one write are 0 apart. */
+		if (r->token_ns[i] == r->token_ns[i - 1])
+			s->itl_same_write++;
+	}
 }
 
 /* The larger relative difference of two histograms' P50 and P99 (a against b), in percent. */
@@ -240,11 +244,17 @@ void summary_print(const struct summary *s, const struct loss_report *loss, cons
 		summary_per_s(s->busy_ns / 1e9, window_s), s->inflight);
 	print_hist(f, "TTFT", &s->ttft);
 	print_hist(f, "ITL", &s->itl);
+	if (s->itl_same_write)
+		fprintf(f,
+			"        %llu of the %llu gaps are 0: frames written together in one "
+			"write\n",
+			(unsigned long long)s->itl_same_write, (unsigned long long)s->itl.count);
 	print_hist(f, "TPOT", &s->tpot);
 	print_hist(f, "E2E", &s->e2e);
 	print_ttft_definitions(f, s);
-	fprintf(f, "  tokens %llu, %.1f tokens/s over %.3f s\n", (unsigned long long)s->tokens,
-		summary_per_s(s->tokens, window_s), window_s);
+	/* Over the requests' own span, not the interval's: a rate while they ran. */
+	fprintf(f, "  tokens %llu, %.1f tokens/s over %.3f s (first arrival to last end)\n",
+		(unsigned long long)s->tokens, summary_per_s(s->tokens, window_s), window_s);
 	/* A traced proxy: how much of its TTFT was its own, the rest its upstream's. */
 	if (s->proxy_ttft.count)
 		fprintf(

@@ -22,6 +22,7 @@ struct summary {
 	uint64_t busy_ns; /* sum of E2E: busy_ns / window = mean requests in flight */
 	uint32_t inflight, inflight_max;
 	struct hist ttft, itl, tpot, e2e;
+	uint64_t itl_same_write; /* ITL gaps of 0: content frames of one write */
 	/* ok served requests paired with their upstream request (a traced proxy): the proxy's own
 	 * part of their TTFT (proxy_ttft_ms) */
 	struct hist proxy_ttft;
