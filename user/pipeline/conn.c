@@ -385,13 +385,16 @@ static void conn_wait(struct conn *c)
 	c->t->stats.waiting_conns++;
 }
 
-/* The connection's role is decided: it no longer waits. */
-static void conn_decided(struct conn *c)
+/* The connection's role is decided: it no longer waits. One that is not followed (another
+ * protocol, HTTP/2 joined after its start) was no HTTP/1.x connection joined: not counted so. */
+static void conn_decided(struct conn *c, bool followed)
 {
 	if (!c->waiting)
 		return;
 	c->waiting = false;
 	c->t->stats.waiting_conns--;
+	if (!followed)
+		c->t->stats.joined_conns--;
 }
 
 /* Lost the request framing: the request being read cannot be finished. */
@@ -451,7 +454,7 @@ static void conn_feed_req(struct conn *c, const uint8_t *p, size_t n, uint64_t t
 			 * reading the response in flight at attach): it waits for a request line.
 			 */
 			if (pos == 0 && (c->start_seen || !looks_like_http_text(p, n))) {
-				conn_decided(c);
+				conn_decided(c, false);
 				c->role = ROLE_IGNORED;
 				c->t->stats.ignored_conns++;
 			} else {
@@ -464,7 +467,7 @@ static void conn_feed_req(struct conn *c, const uint8_t *p, size_t n, uint64_t t
 		http_set_budget(&c->req, &c->t->budget);
 		c->in_sync = true;
 		if (c->role == ROLE_NEW) {
-			conn_decided(c);
+			conn_decided(c, true);
 			c->role = ROLE_SERVER;
 			c->t->stats.http_conns++;
 		}
@@ -485,7 +488,7 @@ static void conn_become_client(struct conn *c)
 {
 	char *arrow = strstr(c->label, "<-");
 
-	conn_decided(c);
+	conn_decided(c, true);
 	c->role = ROLE_CLIENT;
 	c->t->stats.client_conns++;
 	if (arrow)
@@ -495,7 +498,7 @@ static void conn_become_client(struct conn *c)
 static void conn_become_h2(struct conn *c, bool client)
 {
 	c->h2 = h2conn_new(c->t, c->pid, c->id, c->label, client, c->tls_plain);
-	conn_decided(c);
+	conn_decided(c, c->h2 != NULL);
 	if (!c->h2) {
 		c->role = ROLE_IGNORED;
 		c->t->stats.ignored_conns++;
@@ -799,7 +802,7 @@ static bool conn_h2_unannounced(struct conn *c, int dir, const uint8_t *p, size_
 	}
 	if (h2_looks_like_preface(p, n) || !h2_looks_like_frame(p, n))
 		return false;
-	conn_decided(c);
+	conn_decided(c, false);
 	c->role = ROLE_IGNORED;
 	c->t->stats.h2_midway++;
 	return true;
@@ -826,10 +829,7 @@ static struct conn *conn_tls(struct conn_table *t, struct conn *c, const struct 
 		/* Not counted as a TLS connection left unread: its plaintext came. */
 		c->tls_plain = true;
 		/* Nor as joined: the connection starts again, from its plaintext. */
-		if (c->waiting) {
-			conn_decided(c);
-			t->stats.joined_conns--;
-		}
+		conn_decided(c, false);
 		conn_end(t, c, e->enter_ns);
 		c = conn_new(t, e->conn_id, e->hdr.pid, e->fd);
 		if (!c)

@@ -55,8 +55,8 @@ struct conn_stats {
 	/* HTTP/2 connections first seen after their start: their header compression state is
 	 * unknown, so they are not followed */
 	uint64_t h2_midway;
-	/* connections joined mid-stream (bytes before any request line), and of those the ones
-	 * still waiting for a request line (never followed so far, ignored or HTTP/2) */
+	/* HTTP/1.x connections joined mid-stream (bytes before any request line, none of another
+	 * protocol), and of those the ones still waiting for a request line */
 	uint64_t joined_conns;
 	uint64_t waiting_conns;
 };
