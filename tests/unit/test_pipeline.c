@@ -1885,8 +1885,9 @@ TEST(test_joined_pooled_upstream)
 	ASSERT_EQ(h.pl.conns.stats.orphan_responses, 0, "the skipped response was never parsed");
 	h_print_total(&h);
 	fflush(h.ferr);
-	ASSERT_TRUE(strstr(h.err, "1 serving HTTP/1.x, 0 ignored (another protocol); joined "
-				  "mid-stream: 1, of which 0 waiting for a request; 1 calling") != NULL,
+	ASSERT_TRUE(strstr(h.err,
+			   "1 serving HTTP/1.x, 0 ignored (another protocol); joined "
+			   "mid-stream: 1, of which 0 waiting for a request; 1 calling") != NULL,
 		    "the connections line");
 out:
 	h_close(&h);

@@ -450,8 +450,9 @@ static void conn_feed_req(struct conn *c, const uint8_t *p, size_t n, uint64_t t
 			/*
 			 * The first bytes read are no request. From the connection's first byte (it
 			 * was accepted under tracing), or bytes no HTTP/1.x message holds: another
-			 * protocol. Otherwise it was joined mid-stream (a pooled upstream connection
-			 * reading the response in flight at attach): it waits for a request line.
+			 * protocol. Otherwise it was joined mid-stream (a pooled upstream
+			 * connection reading the response in flight at attach): it waits for a
+			 * request line.
 			 */
 			if (pos == 0 && (c->start_seen || !looks_like_http_text(p, n))) {
 				conn_decided(c, false);
@@ -566,13 +567,13 @@ static void conn_feed_resp(struct conn *c, const uint8_t *p, size_t n, uint64_t 
 		/*
 		 * The traced process sends a request first, or first since it was joined
 		 * mid-stream (a pooled upstream connection open before attach, the response in
-		 * flight then read and skipped): it is a client there from now on, and this write is
-		 * its request. Past the connection's first bytes, a whole request line is asked for,
-		 * not a short write of capitals. Any other write leaves the role to a later request
-		 * line: a connection seen first after tracing began (its offsets count from there)
-		 * may be a server connection joined in the middle of a response, which is followed
-		 * from its next request; a protocol whose server speaks first is ignored when its
-		 * first read is not an HTTP request.
+		 * flight then read and skipped): it is a client there from now on, and this write
+		 * is its request. Past the connection's first bytes, a whole request line is asked
+		 * for, not a short write of capitals. Any other write leaves the role to a later
+		 * request line: a connection seen first after tracing began (its offsets count from
+		 * there) may be a server connection joined in the middle of a response, which is
+		 * followed from its next request; a protocol whose server speaks first is ignored
+		 * when its first read is not an HTTP request.
 		 */
 		if (c->role != ROLE_NEW)
 			return;

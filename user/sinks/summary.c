@@ -361,9 +361,10 @@ static const struct loss_counter dropped_counters[] = {
 };
 
 static const struct loss_counter conn_counters[] = {
-	LOSS("http", http_conns),     LOSS("h2", h2_conns),	    LOSS("ignored", ignored_conns),
-	LOSS("h2_midway", h2_midway), LOSS("client", client_conns), LOSS("tls", tls_conns),
-	LOSS("joined", joined_conns), LOSS("waiting", waiting_conns),
+	LOSS("http", http_conns),	LOSS("h2", h2_conns),
+	LOSS("ignored", ignored_conns), LOSS("h2_midway", h2_midway),
+	LOSS("client", client_conns),	LOSS("tls", tls_conns),
+	LOSS("joined", joined_conns),	LOSS("waiting", waiting_conns),
 };
 
 static void counters_json(struct jsonw *w, const char *key, const struct loss_report *loss,
