@@ -81,6 +81,9 @@ enum body_framing {
 };
 enum chunk_state { CS_SIZE, CS_DATA, CS_DATA_END, CS_TRAILER };
 
+/* Room for the --header lines together. */
+#define HEADERS_MAX 2048
+
 struct opts {
 	const char *host;
 	int port;
@@ -108,6 +111,9 @@ struct opts {
 	double stagger_ms; /* thread i starts i * stagger_ms after the others */
 	bool h2;	   /* HTTP/2 */
 	bool grpc;	   /* gRPC server streaming (implies h2) */
+	/* --header lines, each ending in CRLF, sent with every HTTP/1.1 request (a gateway's
+	 * routing headers); "" when none */
+	char headers[HEADERS_MAX];
 };
 
 struct dbuf {
@@ -1096,10 +1102,10 @@ static void request_run(struct shared *sh, struct link *l, struct resp *r, struc
 	resp_reset(r, abort_this ? o->abort_after : 0);
 	n = asprintf(
 	    &req,
-	    "POST %s HTTP/1.1\r\nHost: %s:%d\r\nUser-Agent: gtclient\r\n"
+	    "POST %s HTTP/1.1\r\nHost: %s:%d\r\nUser-Agent: gtclient\r\n%s"
 	    "Content-Type: application/json\r\nAccept: %s\r\nContent-Length: %zu\r\n\r\n%s",
-	    o->path, o->host, o->port, o->ndjson ? "application/x-ndjson" : "text/event-stream",
-	    strlen(body), body);
+	    o->path, o->host, o->port, o->headers,
+	    o->ndjson ? "application/x-ndjson" : "text/event-stream", strlen(body), body);
 	free(body);
 	if (n < 0) {
 		fprintf(stderr, "gtclient: out of memory\n");
@@ -1331,6 +1337,8 @@ static void usage(FILE *f)
 	    "                          -k requests go one after another as streams of a connection\n"
 	    "  --grpc                  a gRPC server-streaming call to --path (implies --h2): a\n"
 	    "                          message is a frame, grpc-status the outcome\n"
+	    "  --header 'NAME: VALUE'  add this header to every HTTP/1.1 request (repeatable):\n"
+	    "                          a gateway's routing headers\n"
 	    "\n"
 	    "Examples:\n"
 	    "  gtclient --port 8000 -n 100 -c 4 -k 5 --usage\n"
@@ -1362,6 +1370,7 @@ enum {
 	OPT_TLS,
 	OPT_H2,
 	OPT_GRPC,
+	OPT_HEADER,
 };
 
 static bool parse_uint(const char *v, unsigned min, unsigned *out)
@@ -1406,6 +1415,7 @@ static int opts_parse(struct opts *o, int argc, char **argv)
 		{ "tls", no_argument, NULL, OPT_TLS },
 		{ "h2", no_argument, NULL, OPT_H2 },
 		{ "grpc", no_argument, NULL, OPT_GRPC },
+		{ "header", required_argument, NULL, OPT_HEADER },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -1506,6 +1516,17 @@ static int opts_parse(struct opts *o, int argc, char **argv)
 		case OPT_GRPC:
 			o->grpc = o->h2 = true;
 			break;
+		case OPT_HEADER: {
+			size_t have = strlen(o->headers);
+
+			/* "NAME: VALUE" on one line, and room for it */
+			ok = strchr(optarg, ':') && !strpbrk(optarg, "\r\n") &&
+			     have + strlen(optarg) + 3 <= sizeof(o->headers);
+			if (ok)
+				snprintf(o->headers + have, sizeof(o->headers) - have, "%s\r\n",
+					 optarg);
+			break;
+		}
 		case OPT_TIMEOUT:
 			ok = parse_double(optarg, &o->timeout_s) && o->timeout_s > 0;
 			break;

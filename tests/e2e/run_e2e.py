@@ -46,6 +46,7 @@ SERVER_READY_S = 20
 ATTACH_S = 20
 CLIENT_S = 180
 SETTLE_S = 0.3  # lets the last close reach tokenscope before it is stopped
+KEEPER_START_S = 1.0  # streams in flight through a gateway have made their upstream calls
 EXIT_S = 10
 MAX_REPORTED = 5  # mismatches printed per failing case
 # A case that fails only on timing bounds runs again, up to this many times in all: on a
@@ -232,16 +233,23 @@ GRPC_JS = "@grpc/grpc-js@1.14.7"
 OPENAI_JS = "openai@4.104.0"
 
 
-def npm_modules(work, package):
-    """node_modules under work holding package (name@version), installed from npm once."""
+def npm_modules(work, package, overrides=None):
+    """node_modules under work holding package (name@version), installed from npm once;
+    overrides: {dependency: version} pinned in place of what the package asks for."""
     npm = program("npm")
-    name = package.rsplit("@", 1)[0]
+    name, version = package.rsplit("@", 1)
     prefix = os.path.join(work, "npm-" + name.replace("/", "-").lstrip("@"))
     modules = os.path.join(prefix, "node_modules")
     if not os.path.isdir(os.path.join(modules, name)):
         os.makedirs(prefix, exist_ok=True)
-        r = subprocess.run([npm, "install", "--no-audit", "--no-fund", "--prefix", prefix,
-                            package], capture_output=True, text=True, timeout=600)
+        argv = [npm, "install", "--no-audit", "--no-fund", "--prefix", prefix]
+        if overrides:
+            with open(os.path.join(prefix, "package.json"), "w") as f:
+                json.dump({"private": True, "dependencies": {name: version},
+                           "overrides": overrides}, f)
+        else:
+            argv.append(package)
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=600)
         if r.returncode:
             raise CaseFailed(f"npm install {package} failed: {r.stderr.strip()[-800:]}")
     return modules
@@ -253,6 +261,39 @@ def grpc_js_server(work):
 
 
 GRPC_CLIENT = ("--grpc", "--path", "/tokenscope.e2e.Generator/Generate")
+
+# Portkey's AI gateway, pinned. Its own @hono/node-server (^1.3.3) resolves to 1.19, whose
+# Response keeps a fetch response's immutable headers, and the gateway's appending its own
+# headers to them fails every streamed request on Node 20 ("immutable"): 1.13.8 copies them.
+PORTKEY = "@portkey-ai/gateway@1.15.2"
+PORTKEY_OVERRIDES = {"@hono/node-server": "1.13.8"}
+# Through the gateway: it forwards only the OpenAI fields it knows (x_fail, x_token_ms, ...
+# are dropped), so the requests are plain streams of the upstream's own pace, with usage.
+GATEWAY_CLIENT_ARGS = ["-n", "12", "-c", "3", "-k", "4", "--usage", "--max-tokens", "12",
+                       "--realtime"]
+# Streams in flight through the gateway while tokenscope attaches (a warm pool): one request
+# per connection, each about 4 s of tokens at the upstream's 5 ms pace; more connections than
+# the measured client opens, so that its upstream calls can all go on pooled ones.
+KEEPER_ARGS = ["-n", "4", "-c", "4", "-k", "1", "--max-tokens", "800"]
+
+
+def portkey_gateway(pool):
+    """The npm gateway in front of refserver, traced on the gateway (node), its upstream
+    calls checked as a proxy's. pool "warm": tokenscope attaches while streams are in flight
+    on the gateway's pooled upstream connections, which the measured requests then reuse;
+    "cold": attached before the gateway made any upstream connection."""
+    def argv(work):
+        program("node")
+        if not os.access(REFSERVER, os.X_OK):
+            raise CaseFailed(f"{REFSERVER} not built (make)")
+        modules = npm_modules(work, PORTKEY, PORTKEY_OVERRIDES)
+        gw_work = os.path.join(work, "portkey-" + pool)
+        return [PYTHON, os.path.join(SERVERS, "portkey_gateway.py"), "0", "--modules", modules,
+                "--upstream", REFSERVER, "--work", gw_work]
+    argv.proxy = True
+    argv.pool = pool
+    argv.client_args = GATEWAY_CLIENT_ARGS
+    return argv
 
 
 def httpx_client(*flags):
@@ -399,6 +440,12 @@ CASES = {
     "grpcio": client_with(grpc_server, *GRPC_CLIENT),
     # ... and from @grpc/grpc-js (npm), pure JavaScript on Node's http2.
     "grpc-js": client_with(grpc_js_server, *GRPC_CLIENT),
+    # An OpenAI-compatible gateway from npm (Portkey's, Node) in front of refserver, traced
+    # on the gateway: every request served and every upstream call (role client), paired.
+    # Warm: attached while streams ran on its pooled upstream connections, which the requests
+    # after attach reuse (joined mid-stream); cold: attached before it had any.
+    "portkey-warm-pool": portkey_gateway("warm"),
+    "portkey-cold-pool": portkey_gateway("cold"),
 }
 
 
@@ -632,25 +679,41 @@ def run_case(argv_of, work, tol_ns, verbose):
     try:
         server = children.start(argv_of(os.path.dirname(work)), log("server"), stdout_pipe=True)
         port, trace_pid = wait_listening(server, log("server"))
+        extra = getattr(argv_of, "client_extra", [])
+        client_args = getattr(argv_of, "client_args", CLIENT_ARGS)
+        pool = getattr(argv_of, "pool", None)
+        if pool:
+            up_port = gateway_upstream(log("server"))
+            extra = extra + gateway_headers(up_port)
         # Cold servers (first accept, lazy imports, JIT) take several ms to read their first
         # requests; warm them up unobserved so that the measured run compares steady state.
-        extra = getattr(argv_of, "client_extra", [])
-        # (Not where the case is about what the first request loads: it must be traced.)
-        if not getattr(argv_of, "cold", False):
+        # A gateway with a cold pool is left as started, and so is a case about what the
+        # first request loads (it must be traced).
+        if pool != "cold" and not getattr(argv_of, "cold", False):
             run_client(port, WARMUP_ARGS + extra, log("warmup"))
+        keeper = None
+        if pool == "warm":
+            keeper = children.start([GTCLIENT, "--port", str(port), *KEEPER_ARGS, *extra,
+                                     "-o", log("keeper.jsonl")], log("keeper"))
+            time.sleep(KEEPER_START_S)
+        pool_before = gateway_pool(trace_pid, up_port) if pool else set()
 
         ts = children.start([TOKENSCOPE, "trace", "-p", str(trace_pid), "--json", "--tokens"],
                             log("tokenscope"))
         wait_attached(ts, log("tokenscope"))
+        attached_ns = time.monotonic_ns()
         # Let the tracer's start-up (BTF, loading, the /proc walk) finish using the CPUs.
         time.sleep(SETTLE_S)
+        if keeper:
+            keeper_done(keeper, log("keeper"), attached_ns)
+            time.sleep(SETTLE_S)
 
         if getattr(argv_of, "server_client", None):
             gt_file = log("client.jsonl")
-            run_command(argv_of.server_client(port, CLIENT_ARGS + extra, gt_file,
+            run_command(argv_of.server_client(port, client_args + extra, gt_file,
                                               os.path.dirname(work)), log("client"), "client")
         else:
-            gt_file = run_client(port, CLIENT_ARGS + extra, log("gtclient"))
+            gt_file = run_client(port, client_args + extra, log("gtclient"))
         time.sleep(SETTLE_S)
         rc = children.stop(ts, signal.SIGINT, EXIT_S)
         if rc != 0:
@@ -670,6 +733,8 @@ def run_case(argv_of, work, tol_ns, verbose):
         errors = compare(gt, got, tol_ns, verbose, tls=over_tls)
         if getattr(argv_of, "proxy", False):
             proxied(got, upstream, errors)
+        if pool:
+            errors.note = pool_checked(pool, pool_before, got, upstream, lines, errors)
         elif upstream:
             errors.append(Mismatch(f"{len(upstream)} requests with role client from a server "
                                    "that makes none"))
@@ -678,6 +743,77 @@ def run_case(argv_of, work, tol_ns, verbose):
         return errors
     finally:
         children.close()
+
+
+def gateway_upstream(log_prefix):
+    """The upstream port the gateway wrapper printed (`upstream 127.0.0.1:PORT`)."""
+    with open(log_prefix + ".out") as f:
+        for line in f:
+            if line.startswith("upstream "):
+                return int(line.rsplit(":", 1)[1])
+    raise CaseFailed("the gateway wrapper named no upstream: " + tail(log_prefix + ".out"))
+
+
+def gateway_headers(up_port):
+    """gtclient flags that route each request through the gateway to the upstream."""
+    return ["--header", "x-portkey-provider: openai",
+            "--header", f"x-portkey-custom-host: http://127.0.0.1:{up_port}/v1",
+            "--header", "Authorization: Bearer e2e"]
+
+
+def gateway_pool(pid, up_port):
+    """Local ports of pid's established TCP connections to the upstream port (`ss -tnp`)."""
+    r = subprocess.run([program("ss"), "-tnpH", "state", "established",
+                        f"( dport = :{up_port} )"], capture_output=True, text=True, timeout=30)
+    if r.returncode:
+        raise CaseFailed(f"ss failed: {r.stderr.strip()[-400:]}")
+    return {int(line.split()[2].rsplit(":", 1)[1]) for line in r.stdout.splitlines()
+            if f"pid={pid}," in line}
+
+
+def keeper_done(keeper, log_prefix, attached_ns):
+    """The streams in flight at attach finished, every one ok and after the attach (so each
+    pooled connection was read in the middle of a response when tracing began)."""
+    try:
+        rc = keeper.wait(CLIENT_S)
+    except subprocess.TimeoutExpired:
+        raise CaseFailed(f"the streams in flight at attach still running after {CLIENT_S} s")
+    if rc:
+        raise CaseFailed(f"gtclient (streams at attach) exited {rc}: " + tail(log_prefix + ".err"))
+    for k in read_jsonl(log_prefix + ".jsonl", "gtclient"):
+        if k["outcome"] != "ok" or k["end_ns"] <= attached_ns or k["send_start_ns"] >= attached_ns:
+            raise CaseFailed(f"a stream meant to be in flight at attach was not (attached at "
+                             f"{attached_ns}): {json.dumps(k)[:300]}")
+
+
+def pool_checked(pool, before, served, upstream, lines, errors):
+    """A gateway's pool at attach: warm, the gateway held connections to its upstream then, and
+    the upstream calls after attach went on them; cold, it held none. Either way, each upstream
+    call carried as many tokens as the request it served (the client's, compare() checks), and
+    the summary counted no connection as another protocol's. Returns the verdict's note."""
+    ports = [local_port(t["conn"]) for t in upstream if "->" in t.get("conn", "")]
+    on_pooled = sum(p in before for p in ports)
+    if pool == "warm" and (not before or not on_pooled):
+        errors.append(Mismatch(f"pool not warm: {len(before)} gateway->upstream connections "
+                               f"established at attach, {on_pooled} upstream calls on them"))
+    if pool == "cold" and before:
+        errors.append(Mismatch(f"pool not cold: {len(before)} gateway->upstream connections "
+                               "established at attach"))
+    by_conn_seq = {(t["conn"], t["seq"]): t for t in upstream}
+    for s in served:
+        u = by_conn_seq.get(((s.get("upstream") or {}).get("conn"),
+                             (s.get("upstream") or {}).get("seq")))
+        if u and s.get("outcome") == "ok" and u.get("tokens") != s.get("tokens"):
+            errors.append(Mismatch(f"served {s.get('conn')} seq {s.get('seq')}: {s.get('tokens')}"
+                                   f" tokens, its upstream call {u.get('tokens')}"))
+    summary = next((t["summary"] for t in reversed(lines) if "summary" in t), {})
+    conns = summary.get("connections") or {}
+    if conns.get("ignored"):
+        errors.append(Mismatch(f"{conns['ignored']} connections counted as another protocol: "
+                               f"{conns}"))
+    return (f"{len(before)} gateway->upstream connections established at attach; "
+            f"{len(served)} served, {len(upstream)} upstream calls, {on_pooled} of them on "
+            f"pooled connections; summary connections {conns}")
 
 
 def proxied(served, upstream, errors):

@@ -1823,6 +1823,122 @@ out:
 	h_close(&h);
 }
 
+/*
+ * A gateway's pooled upstream connection, open before attach with a response streaming on it:
+ * the first record is a read of that response's middle (a chunk of SSE text). It waits; the
+ * request the gateway writes next makes it a client connection, paired with the request it
+ * serves, and its stream is followed whole. Nothing on it is "another protocol".
+ */
+TEST(test_joined_pooled_upstream)
+{
+	char req[1024];
+	struct harness h;
+	cJSON *s = NULL, *u = NULL, *up;
+
+	h_open(&h);
+	/* conn 2: the upstream connection, first seen reading the response in flight */
+	chunk_dir(&h, 2, TS_DIR_IN, TOK, 100000);
+	chunk_dir(&h, 2, TS_DIR_IN, DONE, 200000);
+	data_event(&h, 2, TS_DIR_IN, "0\r\n\r\n", 300000);
+	ASSERT_EQ(h.pl.conns.stats.ignored_conns, 0, "a response's middle is no other protocol");
+	ASSERT_EQ(h.pl.conns.stats.waiting_conns, 1, "waiting for a request");
+	/* conn 1: the served side, accepted under tracing */
+	conn_event(&h, TS_EV_CONN_OPEN, 1, 5, 500000);
+	snprintf(req, sizeof(req),
+		 "POST /v1/chat/completions HTTP/1.1\r\nHost: up\r\nContent-Type: "
+		 "application/json\r\nContent-Length: %zu\r\n\r\n%s",
+		 strlen(REQ_BODY), REQ_BODY);
+	send_request(&h, 1, 1000000);
+	data_event(&h, 2, TS_DIR_OUT, req, 1200000); /* the upstream call, written */
+	data_event(&h, 2, TS_DIR_IN, HEAD_SSE, 5000000);
+	chunk_dir(&h, 2, TS_DIR_IN, TOK, 20000000);
+	data_event(&h, 1, TS_DIR_OUT, HEAD_SSE, 20050000);
+	chunk(&h, 1, TOK, 20100000);
+	chunk_dir(&h, 2, TS_DIR_IN, TOK, 21000000);
+	chunk(&h, 1, TOK, 21100000);
+	chunk_dir(&h, 2, TS_DIR_IN, DONE, 22000000);
+	data_event(&h, 2, TS_DIR_IN, "0\r\n\r\n", 22100000);
+	chunk(&h, 1, DONE, 22200000);
+	data_event(&h, 1, TS_DIR_OUT, "0\r\n\r\n", 22300000);
+	if (!ASSERT_EQ(h_lines(&h), 2, "both sides, not the response in flight"))
+		goto out;
+	for (int i = 0; i < 2; i++) {
+		if (!strcmp(str(h.lines[i], "role"), "server"))
+			s = h.lines[i];
+		else
+			u = h.lines[i];
+	}
+	if (!ASSERT_OK_PTR(s, "served") || !ASSERT_OK_PTR(u, "upstream"))
+		goto out;
+	ASSERT_STREQ(str(u, "role"), "client", "the upstream call has role client");
+	ASSERT_STREQ(str(u, "outcome"), "ok", "upstream outcome");
+	ASSERT_EQ(num(u, "tokens"), 2, "upstream tokens");
+	ASSERT_EQ(num(s, "tokens"), 2, "served tokens");
+	ASSERT_EQ(num(u, "arrival_ns"), 1200000, "sent: its write's entry");
+	up = cJSON_GetObjectItem(s, "upstream");
+	if (ASSERT_OK_PTR(up, "paired"))
+		ASSERT_STREQ(str(up, "conn"), str(u, "conn"), "with the pooled connection");
+	ASSERT_EQ(h.pl.proxy.paired, 1, "one pair");
+	ASSERT_EQ(h.pl.conns.stats.client_conns, 1, "a client connection");
+	ASSERT_EQ(h.pl.conns.stats.joined_conns, 1, "joined mid-stream");
+	ASSERT_EQ(h.pl.conns.stats.waiting_conns, 0, "no longer waiting");
+	ASSERT_EQ(h.pl.conns.stats.orphan_responses, 0, "the skipped response was never parsed");
+	h_print_total(&h);
+	fflush(h.ferr);
+	ASSERT_TRUE(strstr(h.err,
+			   "1 serving HTTP/1.x, 0 ignored (another protocol); joined "
+			   "mid-stream: 1, of which 0 waiting for a request; 1 calling") != NULL,
+		    "the connections line");
+out:
+	h_close(&h);
+}
+
+/*
+ * What is counted where: a connection joined mid-stream that carries no request line yet is
+ * waiting, not ignored; bytes no HTTP/1.x message holds are another protocol; so is a first
+ * read that is no request on a connection accepted under tracing (its start was seen). A
+ * server connection joined mid-response (its first record a write) is followed from its next
+ * request, and a short write of capitals past a connection's start is no request line.
+ */
+TEST(test_joined_waiting_and_ignored)
+{
+	struct ts_conn_event e = { 0 };
+	struct harness h;
+
+	h_open(&h);
+	/* 1: a response head read, then nothing more: waiting */
+	data_event(&h, 1, TS_DIR_IN, HEAD_SSE, 1000);
+	/* 2: binary read first: another protocol */
+	data_event(&h, 2, TS_DIR_IN, "\x85\xa6\x03\x01login", 2000);
+	/* 3: accepted under tracing, its first read text but no request: another protocol */
+	e.hdr.type = TS_EV_CONN_OPEN;
+	e.hdr.size = sizeof(e);
+	e.hdr.pid = 100;
+	e.conn_id = 3;
+	e.fd = 7;
+	e.family = 2;
+	e.syscall = TS_SYS_ACCEPT;
+	pipeline_feed(&h.pl, &e, sizeof(e));
+	data_event(&h, 3, TS_DIR_IN, "+PING\r\n", 3000);
+	/* 4: a server joined mid-response, a short write of capitals, then its next request */
+	chunk(&h, 4, TOK, 4000);
+	data_event(&h, 4, TS_DIR_OUT, "ABC", 4500);
+	ASSERT_EQ(h.pl.conns.stats.waiting_conns, 2, "1 and 4 wait");
+	full_stream(&h, 4, 10000);
+	if (ASSERT_EQ(h_lines(&h), 1, "4's next request"))
+		ASSERT_STREQ(str(h.lines[0], "role"), "server", "served");
+	ASSERT_EQ(h.pl.conns.stats.ignored_conns, 2, "2 and 3 ignored");
+	ASSERT_EQ(h.pl.conns.stats.joined_conns, 2, "1 and 4 joined");
+	ASSERT_EQ(h.pl.conns.stats.waiting_conns, 1, "1 still waits");
+	ASSERT_EQ(h.pl.conns.stats.client_conns, 0, "no client");
+	h_print_total(&h);
+	fflush(h.ferr);
+	ASSERT_TRUE(strstr(h.err, "1 serving HTTP/1.x, 2 ignored (another protocol); joined "
+				  "mid-stream: 2, of which 1 waiting for a request\n") != NULL,
+		    "the connections line");
+	h_close(&h);
+}
+
 /* A GPU step record of pid 200 (an engine process) from start to end. */
 static void gpu_step_event(struct harness *h, uint64_t start, uint64_t end, uint32_t launches,
 			   uint32_t graphs)

@@ -29,6 +29,10 @@
  * clients each half-way through a 64 KiB body, or 2,000 through a head, fit; a tracer that
  * traces everything within 64 MiB needs the cap (README "Hardening"). */
 #define CONN_MEMORY_BUDGET (16u << 20)
+/* Bytes looked at to tell a connection joined mid-stream: HTTP/1.x text, or another protocol's
+ * bytes; and the least a request line written past a connection's first bytes has ("GET / HTTP/"
+ * and more), so that a short write of capitals is not taken for one. */
+#define CONN_SNIFF_BYTES 16
 
 enum conn_role {
 	ROLE_NEW,
@@ -64,6 +68,11 @@ struct conn {
 	 * brought the first bytes of the request being read; latched: the latter is set. */
 	uint64_t rx_cur, rx_first;
 	bool rx_latched;
+	/* accepted under tracing: its first bytes either way are its first ever */
+	bool start_seen;
+	/* joined mid-stream (bytes came before any request line, either way) and no request line
+	 * seen since: its role waits for one */
+	bool waiting;
 	/* TLS: the connection carries it; its plaintext (TS_SYS_TLS_* records) has come */
 	bool tls, tls_plain;
 	/* Started again (conn_tls): the next record of each direction sets where it stands. */
@@ -353,6 +362,41 @@ static bool looks_like_response(const uint8_t *p, size_t n)
 	return n > 0 && memcmp(p, "HTTP/", n < 5 ? n : 5) == 0;
 }
 
+/*
+ * What a connection joined mid-stream may carry at a syscall's start when it is HTTP/1.x: a
+ * response head, a chunk-size line, SSE or NDJSON text, a JSON body; text, in short. Another
+ * protocol's bytes (TLS records, binary RPC, a database's packets) hold control bytes early.
+ */
+static bool looks_like_http_text(const uint8_t *p, size_t n)
+{
+	for (size_t i = 0; i < n && i < CONN_SNIFF_BYTES; i++)
+		if ((p[i] < 0x20 && p[i] != '\t' && p[i] != '\r' && p[i] != '\n') || p[i] == 0x7f)
+			return false;
+	return n > 0;
+}
+
+/* Bytes before any request line: the connection was joined in its middle (counted once). */
+static void conn_wait(struct conn *c)
+{
+	if (c->waiting || c->role != ROLE_NEW || c->start_seen)
+		return;
+	c->waiting = true;
+	c->t->stats.joined_conns++;
+	c->t->stats.waiting_conns++;
+}
+
+/* The connection's role is decided: it no longer waits. One that is not followed (another
+ * protocol, HTTP/2 joined after its start) was no HTTP/1.x connection joined: not counted so. */
+static void conn_decided(struct conn *c, bool followed)
+{
+	if (!c->waiting)
+		return;
+	c->waiting = false;
+	c->t->stats.waiting_conns--;
+	if (!followed)
+		c->t->stats.joined_conns--;
+}
+
 /* Lost the request framing: the request being read cannot be finished. */
 static void conn_desync_in(struct conn *c)
 {
@@ -401,10 +445,21 @@ static void conn_feed_req(struct conn *c, const uint8_t *p, size_t n, uint64_t t
 	}
 	if (!c->in_sync) {
 		if (!at_start || !looks_like_request(p, n)) {
-			/* From the connection's first byte: not an HTTP server connection. */
-			if (c->role == ROLE_NEW && pos == 0) {
+			if (c->role != ROLE_NEW)
+				return;
+			/*
+			 * The first bytes read are no request. From the connection's first byte (it
+			 * was accepted under tracing), or bytes no HTTP/1.x message holds: another
+			 * protocol. Otherwise it was joined mid-stream (a pooled upstream
+			 * connection reading the response in flight at attach): it waits for a
+			 * request line.
+			 */
+			if (pos == 0 && (c->start_seen || !looks_like_http_text(p, n))) {
+				conn_decided(c, false);
 				c->role = ROLE_IGNORED;
 				c->t->stats.ignored_conns++;
+			} else {
+				conn_wait(c);
 			}
 			return;
 		}
@@ -413,6 +468,7 @@ static void conn_feed_req(struct conn *c, const uint8_t *p, size_t n, uint64_t t
 		http_set_budget(&c->req, &c->t->budget);
 		c->in_sync = true;
 		if (c->role == ROLE_NEW) {
+			conn_decided(c, true);
 			c->role = ROLE_SERVER;
 			c->t->stats.http_conns++;
 		}
@@ -433,6 +489,7 @@ static void conn_become_client(struct conn *c)
 {
 	char *arrow = strstr(c->label, "<-");
 
+	conn_decided(c, true);
 	c->role = ROLE_CLIENT;
 	c->t->stats.client_conns++;
 	if (arrow)
@@ -442,6 +499,7 @@ static void conn_become_client(struct conn *c)
 static void conn_become_h2(struct conn *c, bool client)
 {
 	c->h2 = h2conn_new(c->t, c->pid, c->id, c->label, client, c->tls_plain);
+	conn_decided(c, c->h2 != NULL);
 	if (!c->h2) {
 		c->role = ROLE_IGNORED;
 		c->t->stats.ignored_conns++;
@@ -507,16 +565,23 @@ static void conn_feed_resp(struct conn *c, const uint8_t *p, size_t n, uint64_t 
 			return;
 		}
 		/*
-		 * The traced process sends a request first: it is a client there, and this write is
-		 * its request. Any other first write leaves the role to the first read: a
-		 * connection seen first after tracing began (its offsets count from there) may be a
-		 * server connection joined in the middle of a response, which is followed from its
-		 * next request; a protocol whose server speaks first is ignored when its first read
-		 * is not an HTTP request.
+		 * The traced process sends a request first, or first since it was joined
+		 * mid-stream (a pooled upstream connection open before attach, the response in
+		 * flight then read and skipped): it is a client there from now on, and this write
+		 * is its request. Past the connection's first bytes, a whole request line is asked
+		 * for, not a short write of capitals. Any other write leaves the role to a later
+		 * request line: a connection seen first after tracing began (its offsets count from
+		 * there) may be a server connection joined in the middle of a response, which is
+		 * followed from its next request; a protocol whose server speaks first is ignored
+		 * when its first read is not an HTTP request.
 		 */
-		if (c->role == ROLE_NEW && pos == 0 && at_start && looks_like_request(p, n)) {
+		if (c->role != ROLE_NEW)
+			return;
+		if (at_start && looks_like_request(p, n) && (pos == 0 || n >= CONN_SNIFF_BYTES)) {
 			conn_become_client(c);
 			conn_feed_req(c, p, n, ts, at_start, pos);
+		} else {
+			conn_wait(c);
 		}
 		return;
 	}
@@ -710,8 +775,10 @@ void conn_on_open(struct conn_table *t, const struct ts_conn_event *e)
 
 	if (!c)
 		c = conn_new(t, e->conn_id, e->hdr.pid, e->fd);
-	if (c)
+	if (c) {
 		conn_label(c->label, sizeof(c->label), e);
+		c->start_seen = e->syscall == TS_SYS_ACCEPT;
+	}
 }
 
 static bool is_plaintext(const struct ts_data_event *e)
@@ -736,6 +803,7 @@ static bool conn_h2_unannounced(struct conn *c, int dir, const uint8_t *p, size_
 	}
 	if (h2_looks_like_preface(p, n) || !h2_looks_like_frame(p, n))
 		return false;
+	conn_decided(c, false);
 	c->role = ROLE_IGNORED;
 	c->t->stats.h2_midway++;
 	return true;
@@ -761,6 +829,8 @@ static struct conn *conn_tls(struct conn_table *t, struct conn *c, const struct 
 		memcpy(label, c->label, sizeof(label));
 		/* Not counted as a TLS connection left unread: its plaintext came. */
 		c->tls_plain = true;
+		/* Nor as joined: the connection starts again, from its plaintext. */
+		conn_decided(c, false);
 		conn_end(t, c, e->enter_ns);
 		c = conn_new(t, e->conn_id, e->hdr.pid, e->fd);
 		if (!c)

@@ -7,9 +7,12 @@
  * A connection is classified on its first bytes: an HTTP server connection (requests read,
  * responses written) or an HTTP client connection (a request written first) is followed, in
  * HTTP/1.1 or, when they are the client preface, in HTTP/2 (user/pipeline/h2conn.c); anything
- * else is ignored and counted. A connection joined in the middle synchronises on
- * the next read that starts a request: the response in flight when tracing began is not
- * reported (its request was never seen), the connection's later requests are.
+ * else is ignored and counted. A connection joined in the middle (open before attach, or found
+ * by --all mid-stream) waits for the first request line it carries in either direction: read,
+ * it serves HTTP; written, the traced process calls an HTTP server on it (role client). The
+ * response in flight when tracing began is not reported (its request was never seen), the
+ * connection's later requests are. Only bytes no HTTP/1.x message holds, or a first read that
+ * is no request on a connection accepted under tracing, make it another protocol's.
  */
 #ifndef TS_CONN_H
 #define TS_CONN_H
@@ -52,6 +55,10 @@ struct conn_stats {
 	/* HTTP/2 connections first seen after their start: their header compression state is
 	 * unknown, so they are not followed */
 	uint64_t h2_midway;
+	/* HTTP/1.x connections joined mid-stream (bytes before any request line, none of another
+	 * protocol), and of those the ones still waiting for a request line */
+	uint64_t joined_conns;
+	uint64_t waiting_conns;
 };
 
 struct conn;

@@ -460,6 +460,8 @@ void pipeline_loss(const struct pipeline *pl, struct loss_report *loss)
 	loss->client_conns = pl->conns.stats.client_conns;
 	loss->h2_conns = pl->conns.stats.h2_conns;
 	loss->h2_midway = pl->conns.stats.h2_midway;
+	loss->joined_conns = pl->conns.stats.joined_conns;
+	loss->waiting_conns = pl->conns.stats.waiting_conns;
 	loss->tls_conns = pl->conns.stats.tls_conns;
 	loss->tls_unread = pl->conns.stats.tls_unread;
 	loss->tls_wire_writes = pl->kstats[TS_STAT_TLS_WIRE_WRITES];

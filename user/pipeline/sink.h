@@ -29,6 +29,8 @@ struct loss_report {
 	uint64_t copy_failed;	   /* reads of traced bytes from the process's memory that failed
 				    * (their bytes are in uncaptured_bytes) */
 	uint64_t http_conns, ignored_conns, client_conns, h2_conns, h2_midway;
+	/* connections joined mid-stream, and those of them no request line has come on since */
+	uint64_t joined_conns, waiting_conns;
 	/* connections that carried TLS, and of those, the ones whose plaintext never came; socket
 	 * writes of TLS records, and the total time from the TLS write call to them */
 	uint64_t tls_conns, tls_unread, tls_wire_writes, tls_wire_ns;

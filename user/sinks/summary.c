@@ -310,6 +310,10 @@ void summary_print(const struct summary *s, const struct loss_report *loss, cons
 			", %llu HTTP/2 first seen after their start (header table unknown: not "
 			"followed)",
 			(unsigned long long)loss->h2_midway);
+	if (loss->joined_conns)
+		fprintf(f, "; joined mid-stream: %llu, of which %llu waiting for a request",
+			(unsigned long long)loss->joined_conns,
+			(unsigned long long)loss->waiting_conns);
 	if (loss->client_conns)
 		fprintf(f, "; %llu calling an HTTP server (requests with role client)",
 			(unsigned long long)loss->client_conns);
@@ -367,8 +371,10 @@ static const struct loss_counter dropped_counters[] = {
 };
 
 static const struct loss_counter conn_counters[] = {
-	LOSS("http", http_conns),     LOSS("h2", h2_conns),	    LOSS("ignored", ignored_conns),
-	LOSS("h2_midway", h2_midway), LOSS("client", client_conns), LOSS("tls", tls_conns),
+	LOSS("http", http_conns),	LOSS("h2", h2_conns),
+	LOSS("ignored", ignored_conns), LOSS("h2_midway", h2_midway),
+	LOSS("client", client_conns),	LOSS("tls", tls_conns),
+	LOSS("joined", joined_conns),	LOSS("waiting", waiting_conns),
 };
 
 static void counters_json(struct jsonw *w, const char *key, const struct loss_report *loss,
