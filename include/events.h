@@ -30,8 +30,12 @@
 #define TS_RING_MAX_MB 1024
 /* Words of the traced-process bitmap, a bit per tgid: the kernel's largest pid_max, 2^22. */
 #define TS_TRACED_BITS_WORDS ((1u << 22) / 64)
-/* iovecs walked per readv/writev/sendmsg; bytes in later iovecs are counted as a gap. */
-#define TS_IOV_MAX 64
+/*
+ * iovecs walked per readv/writev/sendmsg/recvmsg: the kernel's own limit (UIO_MAXIOV, IOV_MAX in
+ * user space), above which such a syscall fails with EINVAL, so every piece of one is walked.
+ * Bytes beyond it would be counted as a gap.
+ */
+#define TS_IOV_MAX 1024
 
 enum ts_event_type {
 	TS_EV_DATA = 1,	      /* bytes read from or written to a traced socket */

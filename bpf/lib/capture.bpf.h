@@ -7,10 +7,18 @@
 #ifndef TS_BPF_CAPTURE_H
 #define TS_BPF_CAPTURE_H
 
+/*
+ * iovecs read from user memory at once: one bpf_probe_read_user per this many pieces instead of
+ * one per piece. A power of two (the index into the batch is masked).
+ */
+#define IOV_BATCH 16
+
 struct copy_ctx {
 	__u64 iov; /* user iovec array, or 0 for a plain buffer */
 	__u64 iovcnt;
-	__u64 iov_idx;
+	__u64 iov_idx;	 /* next iovec to walk */
+	__u64 batch_idx; /* next iovec in batch[] */
+	__u64 batch_len; /* iovecs in batch[] */
 	__u64 seg;	 /* user address of the current segment's next byte */
 	__u64 seg_left;	 /* bytes left in the current segment (already capped) */
 	__u64 remaining; /* bytes still to capture from this syscall */
@@ -26,6 +34,8 @@ struct scratch {
 	/* The copy loop's state lives in map memory, not on the stack: the verifier then treats it
 	 * as unknown and checks the loop body once instead of once per concrete value. */
 	struct copy_ctx cc;
+	/* Twice the batch, so that the verifier can prove a masked read length stays inside. */
+	struct iovec batch[2 * IOV_BATCH];
 	struct ts_data_event ev;
 	/* Room past a chunk so that the verifier can prove offset + masked length stays inside. */
 	__u8 data[3 * TS_CHUNK_BYTES];
@@ -109,7 +119,7 @@ static long copy_step(__u32 i, void *arg)
 		return 1;
 	}
 	if (cc->seg_left == 0) {
-		struct iovec v;
+		struct iovec *v;
 
 		if (!cc->iov || cc->iov_idx >= cc->iovcnt || cc->iov_idx >= TS_IOV_MAX) {
 			/* The returned bytes lie beyond the iovecs we walk. */
@@ -118,12 +128,35 @@ static long copy_step(__u32 i, void *arg)
 			cc->remaining = 0;
 			return 0;
 		}
-		if (bpf_probe_read_user(&v, sizeof(v), (void *)(cc->iov + cc->iov_idx * sizeof(v))))
-			v.iov_len = 0, v.iov_base = NULL;
+		if (cc->batch_idx >= cc->batch_len) {
+			void *src = (void *)(cc->iov + cc->iov_idx * sizeof(struct iovec));
+			__u64 k = cc->iovcnt - cc->iov_idx;
+
+			if (k > IOV_BATCH)
+				k = IOV_BATCH;
+			k *= sizeof(struct iovec);
+			/* Hide k's known range from clang so the mask stays for the verifier. */
+			asm volatile("" : "+r"(k));
+			k &= sizeof(s->batch) - 1;
+			if (bpf_probe_read_user(s->batch, k, src)) {
+				/* An unreadable iovec array: the rest of the syscall is a gap. */
+				stat_add(TS_STAT_COPY_FAILED, 1);
+				stat_add(TS_STAT_UNCAPTURED_BYTES, cc->remaining);
+				cc->pos += cc->remaining;
+				cc->remaining = 0;
+				return 0;
+			}
+			cc->batch_idx = 0;
+			cc->batch_len = k / sizeof(struct iovec);
+		}
+		v = &s->batch[cc->batch_idx & (IOV_BATCH - 1)];
+		cc->batch_idx++;
 		cc->iov_idx++;
-		cc->seg = (__u64)v.iov_base;
-		cc->seg_left = v.iov_len < cc->remaining ? v.iov_len : cc->remaining;
-		return 0;
+		cc->seg = (__u64)v->iov_base;
+		cc->seg_left = v->iov_len < cc->remaining ? v->iov_len : cc->remaining;
+		/* A piece's first bytes are copied in the step that found it. */
+		if (cc->seg_left == 0)
+			return 0;
 	}
 
 	if (!cc->fill)
@@ -185,6 +218,8 @@ static __always_inline void emit_data(struct stash *st, struct conn *c, __u64 pi
 	cc->remaining = want;
 	cc->fill = 0;
 	cc->iov_idx = 0;
+	cc->batch_idx = 0;
+	cc->batch_len = 0;
 	if (st->iovcnt) {
 		cc->iov = st->buf;
 		cc->iovcnt = st->iovcnt;

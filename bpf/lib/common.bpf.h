@@ -19,7 +19,11 @@
 
 #define MAX_TRACED_PROCS 16384
 #define MAX_CONNS 65536
-/* Loop bound: one iteration per copied piece; pieces end at chunk or iovec boundaries. */
+/*
+ * Loop bound: one iteration per piece copied, and one more where a chunk boundary falls inside a
+ * piece (at most TS_CAPTURE_MAX / TS_CHUNK_BYTES), an empty iovec takes one, the last flush one.
+ * bpf_loop checks its callback once, whatever the bound, so the bound costs nothing to load.
+ */
 #define COPY_LOOPS (2 * (TS_CAPTURE_MAX / TS_CHUNK_BYTES) + TS_IOV_MAX + 4)
 
 /* Set by user space between open and load. */

@@ -313,24 +313,138 @@ out:
 	fixture_close(&f);
 }
 
-TEST(test_iovec_limit)
+/*
+ * npieces iovecs over bytes[], of 0 to 12 bytes each (every 7th empty), so that pieces of
+ * different sizes fall on both sides of the 4 KiB chunk boundaries. Returns the bytes covered.
+ */
+static size_t iov_pieces(struct iovec *iov, int npieces, uint8_t *bytes)
+{
+	size_t len = 0;
+
+	for (int i = 0; i < npieces; i++) {
+		size_t n = i % 7 ? (size_t)(i * 7 % 13) : 0;
+
+		for (size_t k = 0; k < n; k++)
+			bytes[len + k] = (uint8_t)(len + k) * 13 + 1;
+		iov[i] = (struct iovec){ bytes + len, n };
+		len += n;
+	}
+	return len;
+}
+
+/* The records of one syscall: contiguous from pos 0 of the stream, last flag on the last one,
+ * and together exactly want[0..len). */
+static void assert_one_syscall(const struct ts_data_event **e, int n, const uint8_t *want,
+			       size_t len, uint64_t base, const char *what)
+{
+	uint64_t pos = base;
+
+	ASSERT_EQ(n, (int)((len + TS_CHUNK_BYTES - 1) / TS_CHUNK_BYTES), what);
+	for (int i = 0; i < n; i++) {
+		ASSERT_EQ(e[i]->pos, pos, "contiguous");
+		ASSERT_EQ(e[i]->syscall_bytes, len, "syscall total on every record");
+		ASSERT_EQ(e[i]->last, i == n - 1, "last flag");
+		ASSERT_TRUE(memcmp(e[i]->data, want + (pos - base), e[i]->data_bytes) == 0,
+			    "every piece, in order");
+		pos += e[i]->data_bytes;
+	}
+	ASSERT_EQ(pos - base, len, "every byte captured");
+}
+
+TEST(test_iovec_all_pieces)
+{
+	struct fixture f;
+	const struct ts_data_event *e[16];
+	static struct iovec iov[TS_IOV_MAX + 1];
+	static uint8_t bytes[13 * (TS_IOV_MAX + 1)];
+	struct msghdr msg = { .msg_iov = iov };
+	size_t len, len2;
+	int n;
+
+	if (!fixture_open(&f, 0, 0))
+		goto out;
+	/* As many pieces as the kernel takes (IOV_MAX): a writev, then a sendmsg of 905. */
+	len = iov_pieces(iov, TS_IOV_MAX, bytes);
+	ASSERT_TRUE(len > TS_CHUNK_BYTES, "pieces span chunks");
+	ASSERT_EQ(writev(f.srv, iov, TS_IOV_MAX), (long)len, "writev of IOV_MAX pieces");
+	drain_socket(f.cli, len);
+	n = data_recs(&f, f.srv, TS_DIR_OUT, e, 16);
+	assert_one_syscall(e, n, bytes, len, 0, "records of a writev of IOV_MAX pieces");
+	fixture_clear(&f);
+
+	msg.msg_iovlen = 905;
+	len2 = iov_pieces(iov, 905, bytes);
+	ASSERT_EQ(sendmsg(f.srv, &msg, 0), (long)len2, "sendmsg of 905 pieces");
+	drain_socket(f.cli, len2);
+	n = data_recs(&f, f.srv, TS_DIR_OUT, e, 16);
+	assert_one_syscall(e, n, bytes, len2, len, "records of a sendmsg of 905 pieces");
+
+	/* One more is refused by the kernel, so no syscall has pieces beyond the walk. */
+	fixture_clear(&f);
+	iov_pieces(iov, TS_IOV_MAX + 1, bytes);
+	errno = 0;
+	ASSERT_EQ(writev(f.srv, iov, TS_IOV_MAX + 1), -1, "writev of IOV_MAX + 1 pieces");
+	ASSERT_EQ(errno, EINVAL, "refused");
+	ASSERT_EQ(data_recs(&f, f.srv, TS_DIR_OUT, e, 16), 0, "no record");
+	ASSERT_EQ(stat_sum(&f, TS_STAT_UNCAPTURED_BYTES), 0,
+		  "nothing beyond capture in any of them");
+	ASSERT_EQ(stat_sum(&f, TS_STAT_COPY_FAILED), 0, "no copy failed");
+out:
+	fixture_close(&f);
+}
+
+TEST(test_iovec_reads)
+{
+	struct fixture f;
+	const struct ts_data_event *e[16];
+	static struct iovec iov[TS_IOV_MAX];
+	static uint8_t want[3 * TS_IOV_MAX], got[3 * TS_IOV_MAX];
+	struct msghdr msg = { .msg_iov = iov, .msg_iovlen = TS_IOV_MAX };
+	size_t len = sizeof(want) - 100;
+	int n;
+
+	for (size_t i = 0; i < sizeof(want); i++)
+		want[i] = (uint8_t)(i * 29 + 3);
+	for (int i = 0; i < TS_IOV_MAX; i++)
+		iov[i] = (struct iovec){ got + 3 * i, 3 };
+	if (!fixture_open(&f, 0, 0))
+		goto out;
+	/* readv and recvmsg scattering into IOV_MAX pieces of 3 bytes: only the bytes returned. */
+	ASSERT_EQ(write(f.cli, want, len), (long)len, "write");
+	ASSERT_EQ(readv(f.srv, iov, TS_IOV_MAX), (long)len, "readv of IOV_MAX pieces");
+	n = data_recs(&f, f.srv, TS_DIR_IN, e, 16);
+	assert_one_syscall(e, n, want, len, 0, "records of a readv");
+	fixture_clear(&f);
+	ASSERT_EQ(write(f.cli, want, len), (long)len, "write");
+	ASSERT_EQ(recvmsg(f.srv, &msg, 0), (long)len, "recvmsg of IOV_MAX pieces");
+	n = data_recs(&f, f.srv, TS_DIR_IN, e, 16);
+	assert_one_syscall(e, n, want, len, len, "records of a recvmsg");
+out:
+	fixture_close(&f);
+}
+
+TEST(test_iovec_capture_limit)
 {
 	struct fixture f;
 	const struct ts_data_event *e[4];
-	struct iovec iov[TS_IOV_MAX + 6];
+	static struct iovec iov[TS_IOV_MAX];
 	int n;
 
-	for (int i = 0; i < TS_IOV_MAX + 6; i++)
+	for (int i = 0; i < TS_IOV_MAX; i++)
 		iov[i] = (struct iovec){ "ab", 2 };
-	if (!fixture_open(&f, 0, 0))
+	if (!fixture_open(&f, 100, 0))
 		goto out;
-	ASSERT_EQ(writev(f.srv, iov, TS_IOV_MAX + 6), 2 * (TS_IOV_MAX + 6), "writev");
-	drain_socket(f.cli, 2 * (TS_IOV_MAX + 6));
+	ASSERT_EQ(writev(f.srv, iov, TS_IOV_MAX), 2 * TS_IOV_MAX, "writev");
+	drain_socket(f.cli, 2 * TS_IOV_MAX);
 	n = data_recs(&f, f.srv, TS_DIR_OUT, e, 4);
 	if (!ASSERT_EQ(n, 1, "one record"))
 		goto out;
-	ASSERT_EQ(e[0]->data_bytes, 2 * TS_IOV_MAX, "bytes of the walked iovecs");
-	ASSERT_EQ(stat_sum(&f, TS_STAT_UNCAPTURED_BYTES), 12, "the rest counted");
+	ASSERT_EQ(e[0]->data_bytes, 100, "the pieces within the capture limit");
+	ASSERT_TRUE(memcmp(e[0]->data, "abababab", 8) == 0, "in order");
+	ASSERT_EQ(e[0]->syscall_bytes, 2 * TS_IOV_MAX, "true size kept");
+	/* The reading end is traced too and loses the same bytes. */
+	ASSERT_EQ(stat_sum(&f, TS_STAT_UNCAPTURED_BYTES), 2 * (2 * TS_IOV_MAX - 100),
+		  "the rest counted");
 out:
 	fixture_close(&f);
 }

@@ -368,6 +368,47 @@ def client_side(case, client=None):
     return argv
 
 
+def sendmsg_server(work):
+    return [PYTHON, os.path.join(SERVERS, "sendmsg_app.py"), "0"]
+
+
+def node_corked(work):
+    return node(work) + ["--cork"]
+
+
+def many_pieces(case, tokens, pieces, call):
+    """case's server writes each whole streamed response in one call of many pieces, its log
+    saying how many (`CALL PIECES BYTES` lines). The client asks for tokens tokens and never
+    aborts: a response written in one call is whole before a client could close. Besides the
+    comparison of every request, the log must show every ok stream of the run written in one
+    call of exactly pieces pieces, and within the default --capture-bytes (so that the case
+    tests the pieces, not the capture limit)."""
+    # --abort-every past the run's 24 requests: none aborts.
+    argv = client_with(case, "--max-tokens", str(tokens), "--abort-every", "1000")
+
+    def check(server_log, gt, errors):
+        calls = []
+        with open(server_log) as f:
+            for line in f:
+                word = line.split()
+                if len(word) == 3 and word[0] == call:
+                    calls.append((int(word[1]), int(word[2])))
+        streams = sum(1 for c in gt if c["outcome"] == "ok" and c["stream"])
+        whole = [b for p, b in calls if p == pieces]
+        if len(whole) < streams:
+            errors.append(Mismatch(f"server log: {len(whole)} {call} calls of {pieces} pieces "
+                                   f"for {streams} ok streams (calls: {sorted(set(calls))[-5:]})"))
+        if any(b > CAPTURE_DEFAULT for b in whole):
+            errors.append(Mismatch(f"server log: a {call} of {max(whole)} bytes, over the "
+                                   f"default capture of {CAPTURE_DEFAULT}"))
+    argv.server_check = check
+    return argv
+
+
+# tokenscope's default --capture-bytes (TS_CAPTURE_DEFAULT).
+CAPTURE_DEFAULT = 65536
+
+
 # name -> function(work dir) returning the server's argv; it raises Skip when the stack is
 # not installed. The refserver cases spread the write and read syscalls over the patterns.
 CASES = {
@@ -382,6 +423,15 @@ CASES = {
     "aiohttp": aiohttp,
     "go": go,
     "node": node,
+    # A whole response in one call of many pieces (more than the 64 tokenscope once walked):
+    # Python's socket.sendmsg with a buffer per chunk-size line, frame and CRLF, 125 pieces
+    # (37 tokens) and 905 pieces (297 tokens); and Node's http with its socket corked while
+    # a stream's frames are written, so that libuv sends them in one writev of 4 pieces per
+    # frame (412 for 100 tokens with usage: strace -f -e trace=writev showed `writev(20, [...],
+    # 412) = 17856`, the size the server logs).
+    "sendmsg-125": many_pieces(sendmsg_server, 37, 125, "sendmsg"),
+    "sendmsg-905": many_pieces(sendmsg_server, 297, 905, "sendmsg"),
+    "node-writev-many": many_pieces(node_corked, 100, 412, "writev"),
     # TLS in the server's process: Python's ssl module (OpenSSL's libssl.so.3) under asyncio's
     # and uvloop's memory BIOs, where the socket I/O happens outside the TLS library's calls.
     "fastapi-h11-tls": tls(fastapi("h11", ("fastapi", "uvicorn", "h11"))),
@@ -740,6 +790,8 @@ def run_case(argv_of, work, tol_ns, verbose):
                                    "that makes none"))
         if over_tls:
             errors.note = tls_wire(log("tokenscope.err"), tol_ns, errors)
+        if getattr(argv_of, "server_check", None):
+            argv_of.server_check(log("server.out"), gt, errors)
         return errors
     finally:
         children.close()

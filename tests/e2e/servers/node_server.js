@@ -3,6 +3,12 @@
 // It implements the contract in ../README.md (the same API as common.py's servers).
 //
 // Usage: node node_server.js PORT   (or --port PORT; 0 picks a free port)
+//        [--tls-cert PEM] [--h2] [--cork]
+//
+// --cork: after the prefill delay, a stream's frames are written at once with the socket
+// corked and go out when it is uncorked, in one writev of 4 pieces per frame (chunk size,
+// CRLF, frame, CRLF), as Node coalesces frames queued while its socket is busy; the terminator
+// follows in its own write. Each such writev is logged on stdout as `writev PIECES BYTES`.
 'use strict';
 
 const fs = require('fs');
@@ -19,6 +25,7 @@ const ERROR_BODY = { error: { message: 'injected', type: 'server_error', code: 5
 const DONE = 'data: [DONE]\n\n';
 
 let nextId = 1;
+let cork = false;
 
 const tokenText = (i) => `tok${i} `;
 const sse = (obj) => `data: ${JSON.stringify(obj)}\n\n`;
@@ -89,6 +96,26 @@ async function chat(req, res, raw) {
   res.writeHead(200, { 'Content-Type': 'text/event-stream', 'Cache-Control': 'no-cache' });
   frame({ role: 'assistant', content: '' });
   await sleep(prefillMs);
+  if (cork) {
+    if (gone) return;
+    corked(res, () => {
+      for (let i = 0; i < maxTokens; i++) {
+        if (body.x_fail === 'stream' && i === Math.floor(maxTokens / 2)) {
+          res.write(sse(ERROR_BODY));
+          res.write(DONE);
+          return;
+        }
+        frame({ content: tokenText(i) });
+      }
+      frame({}, 'length');
+      if (body.stream_options && body.stream_options.include_usage) {
+        res.write(sse({ ...base, choices: [], usage }));
+      }
+      res.write(DONE);
+    });
+    res.end();
+    return;
+  }
   for (let i = 0; i < maxTokens; i++) {
     if (gone) return;
     if (body.x_fail === 'stream' && i === Math.floor(maxTokens / 2)) {
@@ -107,6 +134,16 @@ async function chat(req, res, raw) {
   res.end(DONE);
 }
 
+// Runs write() with res's socket corked, then uncorks it: what write() queued goes out in one
+// writev (libuv takes up to IOV_MAX buffers in one call), logged with its pieces and bytes.
+function corked(res, write) {
+  const sock = res.socket;
+  sock.cork();
+  write();
+  process.stdout.write(`writev ${sock.writableBuffer.length} ${sock.writableLength}\n`);
+  sock.uncork();
+}
+
 function main() {
   const args = process.argv.slice(2);
   // --tls-cert PEM (certificate and key in one file): serve https instead.
@@ -117,10 +154,13 @@ function main() {
   // knowledge, or ALPN h2 with --tls-cert.
   const h2At = args.indexOf('--h2');
   if (h2At >= 0) args.splice(h2At, 1);
+  const corkAt = args.indexOf('--cork');
+  if (corkAt >= 0) args.splice(corkAt, 1);
+  cork = corkAt >= 0;
   const portArg = args[0] === '--port' ? args[1] : args[0];
   const port = Number(portArg);
   if (portArg === undefined || !Number.isInteger(port) || port < 0) {
-    process.stderr.write('usage: node node_server.js PORT | --port PORT [--tls-cert PEM] [--h2]  (0 picks a free port)\n');
+    process.stderr.write('usage: node node_server.js PORT | --port PORT [--tls-cert PEM] [--h2] [--cork]  (0 picks a free port)\n');
     process.exit(2);
   }
   const handler = (req, res) => {
