@@ -47,6 +47,7 @@ ATTACH_S = 20
 CLIENT_S = 180
 SETTLE_S = 0.3  # lets the last close reach tokenscope before it is stopped
 KEEPER_START_S = 1.0  # streams in flight through a gateway have made their upstream calls
+POOL_DRAIN_S = 15  # a gateway's idle upstream connections are closed within this
 EXIT_S = 10
 MAX_REPORTED = 5  # mismatches printed per failing case
 # A case that fails only on timing bounds runs again, up to this many times in all: on a
@@ -281,7 +282,7 @@ def portkey_gateway(pool):
     """The npm gateway in front of refserver, traced on the gateway (node), its upstream
     calls checked as a proxy's. pool "warm": tokenscope attaches while streams are in flight
     on the gateway's pooled upstream connections, which the measured requests then reuse;
-    "cold": attached before the gateway made any upstream connection."""
+    "cold": attached once the gateway, warmed up, has closed its idle upstream connections."""
     def argv(work):
         program("node")
         if not os.access(REFSERVER, os.X_OK):
@@ -493,7 +494,7 @@ CASES = {
     # An OpenAI-compatible gateway from npm (Portkey's, Node) in front of refserver, traced
     # on the gateway: every request served and every upstream call (role client), paired.
     # Warm: attached while streams ran on its pooled upstream connections, which the requests
-    # after attach reuse (joined mid-stream); cold: attached before it had any.
+    # after attach reuse (joined mid-stream); cold: attached once it had closed them all.
     "portkey-warm-pool": portkey_gateway("warm"),
     "portkey-cold-pool": portkey_gateway("cold"),
 }
@@ -737,10 +738,11 @@ def run_case(argv_of, work, tol_ns, verbose):
             extra = extra + gateway_headers(up_port)
         # Cold servers (first accept, lazy imports, JIT) take several ms to read their first
         # requests; warm them up unobserved so that the measured run compares steady state.
-        # A gateway with a cold pool is left as started, and so is a case about what the
-        # first request loads (it must be traced).
-        if pool != "cold" and not getattr(argv_of, "cold", False):
+        # (Not where the case is about what the first request loads: it must be traced.)
+        if not getattr(argv_of, "cold", False):
             run_client(port, WARMUP_ARGS + extra, log("warmup"))
+        if pool == "cold":
+            pool_drained(trace_pid, up_port)
         keeper = None
         if pool == "warm":
             keeper = children.start([GTCLIENT, "--port", str(port), *KEEPER_ARGS, *extra,
@@ -783,11 +785,11 @@ def run_case(argv_of, work, tol_ns, verbose):
         errors = compare(gt, got, tol_ns, verbose, tls=over_tls)
         if getattr(argv_of, "proxy", False):
             proxied(got, upstream, errors)
-        if pool:
-            errors.note = pool_checked(pool, pool_before, got, upstream, lines, errors)
         elif upstream:
             errors.append(Mismatch(f"{len(upstream)} requests with role client from a server "
                                    "that makes none"))
+        if pool:
+            errors.note = pool_checked(pool, pool_before, got, upstream, lines, errors)
         if over_tls:
             errors.note = tls_wire(log("tokenscope.err"), tol_ns, errors)
         if getattr(argv_of, "server_check", None):
@@ -821,6 +823,17 @@ def gateway_pool(pid, up_port):
         raise CaseFailed(f"ss failed: {r.stderr.strip()[-400:]}")
     return {int(line.split()[2].rsplit(":", 1)[1]) for line in r.stdout.splitlines()
             if f"pid={pid}," in line}
+
+
+def pool_drained(pid, up_port):
+    """Waits until the gateway has closed its idle upstream connections (Node's fetch, undici,
+    closes them after 4 s idle), so that it is warm and its pool cold."""
+    deadline = time.monotonic() + POOL_DRAIN_S
+    while gateway_pool(pid, up_port):
+        if time.monotonic() > deadline:
+            raise CaseFailed(f"the gateway still holds upstream connections {POOL_DRAIN_S} s "
+                             "after its last request")
+        time.sleep(0.25)
 
 
 def keeper_done(keeper, log_prefix, attached_ns):
