@@ -37,13 +37,18 @@
    gowriteloop.go, built with the Debian Go toolchain when it is there): one (*tls.Conn).Write
    per frame, probed at its entry and at each RET, its socket write inside; the CPU is the
    writer process's (goroutines move between threads).
+7. The cost of a piece of a write: writeloop --pieces P sends frames of 66 bytes in Node's
+   shape (chunk size, CRLF, frame, CRLF) P / 4 at a time, one writev of P iovecs each, P = 4,
+   64 and 1,024 (the kernel's IOV_MAX); the writer's CPU per writev traced minus untraced, and
+   what each piece past 4 adds. BENCH_BASE runs beside this build (a build that walked 64
+   iovecs copies no more at 1,024).
 
 Environment:
-  BENCH_SECTIONS          sections to run, e.g. "3" or "0 2"; default all (0 to 6)
+  BENCH_SECTIONS          sections to run, e.g. "3" or "0 2"; default all (0 to 7)
   BENCH_ROUNDS            rounds of the interleaved sections (default 3)
   BENCH_EXPORTER_ROUNDS   rounds of section 3 (default 5: its differences are small)
-  BENCH_BASE              another tokenscope binary (an older build): sections 0, 1, 2, 3
-                          and 6 measure it too, side by side with this build
+  BENCH_BASE              another tokenscope binary (an older build): sections 0, 1, 2, 3,
+                          6 and 7 measure it too, side by side with this build
   OUTPUT                  the build directory (default .output)
 """
 import atexit
@@ -71,7 +76,7 @@ GT = os.path.join(OUT, "gtclient")
 HZ = os.sysconf("SC_CLK_TCK")
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
 EXPORTER_ROUNDS = int(os.environ.get("BENCH_EXPORTER_ROUNDS", "5"))
-SECTIONS = {int(x) for x in os.environ.get("BENCH_SECTIONS", "0 1 2 3 4 5 6").replace(",", " ").split()}
+SECTIONS = {int(x) for x in os.environ.get("BENCH_SECTIONS", "0 1 2 3 4 5 6 7").replace(",", " ").split()}
 CUPTI_LIB = os.path.join(OUT, "libtokenscope_cupti.so")
 STANDIN = os.path.join(OUT, "standin")
 BASE_TS = os.environ.get("BENCH_BASE")
@@ -313,27 +318,33 @@ def pin_apart(pid):
             os.sched_setaffinity(int(child), {1})
 
 
-def bpf_cost_run(tmp, frames=100000, binary=TS):
+def bpf_cost_run(tmp, frames=100000, binary=TS, extra=(), writes=None, lost=None,
+                 tracer_extra=()):
     """BPF run time per write of the syscall programs (bpf_stats), with writeloop traced, minus
     the same with tokenscope tracing an idle process instead; writer and reader on separate
-    CPUs (pin_apart)."""
+    CPUs (pin_apart). writes: how many writes the frames make (writeloop --pieces); lost, a
+    list: the traced run's records lost are appended (a lost record skips the ring's copy)."""
     per = {}
+    writes = writes or frames
     for traced in (True, False):
-        wl = spawn([WL, "-n", str(frames)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                   text=True)
+        wl = spawn([WL, "-n", str(frames), *extra], stdin=subprocess.PIPE,
+                   stdout=subprocess.PIPE, text=True)
         pid = int(wl.stdout.readline().split()[1])
         pin_apart(pid)
         idle = spawn(["sleep", "600"])
-        tr = Tracer("tokenscope", pid if traced else idle.pid, tmp, binary=binary)
+        tr = Tracer("tokenscope", pid if traced else idle.pid, tmp, tracer_extra,
+                    binary=binary)
         s0 = tr.bpf_stats()
         wl.stdin.write("go\n")
         wl.stdin.flush()
         wl.stdout.readline()
         s1 = tr.bpf_stats()
-        tr.stop()
+        info = tr.stop()
+        if traced and lost is not None:
+            lost.append(info.get("lost_records"))
         wl.communicate("exit\n", timeout=120)
         idle.kill()
-        per[traced] = {n: ((s1[n][0] - s0[n][0]) / frames, s1[n][1] - s0[n][1])
+        per[traced] = {n: ((s1[n][0] - s0[n][0]) / writes, s1[n][1] - s0[n][1])
                        for n in ("ts_sys_enter", "ts_sys_exit")}
         if not traced:
             # The socket wake-up hook runs for every socket on the machine; here for the
@@ -343,7 +354,7 @@ def bpf_cost_run(tmp, frames=100000, binary=TS):
     added = {n: per[True][n][0] - per[False][n][0] for n in per[True]}
     # Every syscall on the machine runs both programs; untraced ones stop at the filter.
     runs = per[False]["ts_sys_enter"][1]
-    filter_ns = sum(per[False][n][0] for n in per[False]) * frames / max(runs, 1)
+    filter_ns = sum(per[False][n][0] for n in per[False]) * writes / max(runs, 1)
     return added, filter_ns, wake_ns
 
 
@@ -780,12 +791,72 @@ def section_go_tls(tmp, pem, frames):
                    runs["tokenscope"], progs)
 
 
+PIECES = (4, 64, 1024)
+PIECE_FRAME_BYTES = 60  # 66 with the chunk header: 1,024 pieces are 16.5 KB, within the capture
+# Back to back, 1,024-piece writes fill a 2 MiB ring faster than tokenscope's reader parses
+# their frames, and a lost record skips the ring's copy (the write would look cheaper). So a
+# few writes into an 8 MiB ring (within the sizes that cost the same, How it works), which
+# holds all of them: 400 x 16.5 KB. bpf_stats, machine-wide, charged other processes' syscalls
+# on this shared VM to so short a run; the writer's own CPU time is not.
+PIECE_WRITES = 400
+PIECE_RING_MB = 8
+
+
+def piece_run(tmp, pieces, kind, binary=TS):
+    """writeloop --pieces, writer and reader pinned apart, untraced or traced by binary: the
+    writer thread's own CPU per writev (the BPF programs run in its context) and records lost."""
+    wl = spawn([WL, "-n", str(PIECE_WRITES * pieces // 4), "--pieces", str(pieces), "-s",
+                str(PIECE_FRAME_BYTES)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+               text=True)
+    pid = int(wl.stdout.readline().split()[1])
+    pin_apart(pid)
+    tr = Tracer(kind, pid, tmp, ("--ring-buffer-mb", str(PIECE_RING_MB)), binary=binary)
+    wl.stdin.write("go\n")
+    wl.stdin.flush()
+    line = wl.stdout.readline()
+    info = tr.stop()
+    wl.communicate("exit\n", timeout=120)
+    vals = dict(kv.split("=") for kv in line.split())
+    return float(vals["cpu_ns_per_write"]), info.get("lost_records")
+
+
+def section_pieces(tmp):
+    builds = [b for b in cost_builds() if b[0] != NOOP_NAME]
+    print(f"7. cost per piece: writev of P iovecs (frames of {PIECE_FRAME_BYTES + 6} bytes, 4 "
+          f"pieces each), {PIECE_WRITES} writes back to back, an {PIECE_RING_MB} MiB ring; the "
+          f"writer's CPU ns per writev traced minus untraced (writer and reader on separate "
+          f"CPUs), {ROUNDS} rounds interleaved, medians:")
+    cost = {(name, p): [] for name, _ in builds for p in PIECES}
+    lost = []
+    for _ in range(ROUNDS):
+        for p in PIECES:
+            untraced, _ = piece_run(tmp, p, "untraced")
+            for name, binary in builds:
+                traced, n = piece_run(tmp, p, "tokenscope", binary)
+                cost[name, p].append(traced - untraced)
+                lost.append(n)
+    med = {k: statistics.median(v) for k, v in cost.items()}
+    print(f"   {'build':12s} " + " ".join(f"{f'{p} pieces':>11s}" for p in PIECES) +
+          f" {'per piece past 4':>17s} {'rounds':>18s}")
+    for name, _ in builds:
+        top = PIECES[-1]
+        per_piece = [(b - a) / (top - 4) for a, b in zip(cost[name, 4], cost[name, top])]
+        print(f"   {name:12s} " + " ".join(f"{med[name, p]:11.0f}" for p in PIECES) +
+              f" {statistics.median(per_piece):17.1f} "
+              f"{min(per_piece):8.1f}-{max(per_piece):.1f}", flush=True)
+    print(f"   records lost in the traced runs: {lost}")
+    if BASE_TS:
+        print("   this build / BENCH_BASE: " + ", ".join(
+            f"{p} pieces {med['this build', p] / med['BENCH_BASE', p]:.3f}" for p in PIECES) +
+            " (the base walked at most 64 iovecs: at 1,024 it copied 64 and counted the rest)")
+
+
 def main():
     if os.geteuid() != 0:
         sys.exit("bench: run as root (tokenscope and bpftrace load BPF programs)")
-    unknown = SECTIONS - {0, 1, 2, 3, 4, 5, 6}
+    unknown = SECTIONS - {0, 1, 2, 3, 4, 5, 6, 7}
     if unknown:
-        sys.exit(f"bench: BENCH_SECTIONS: no section {sorted(unknown)} (sections are 0 to 6)")
+        sys.exit(f"bench: BENCH_SECTIONS: no section {sorted(unknown)} (sections are 0 to 7)")
     if BASE_TS and not os.access(BASE_TS, os.X_OK):
         sys.exit(f"bench: BENCH_BASE: {BASE_TS} is not an executable")
     resource.setrlimit(resource.RLIMIT_NOFILE, (8192, 8192))
@@ -810,6 +881,8 @@ def main():
         section_device(tmp)
     if 6 in SECTIONS:
         section_tls(tmp)
+    if 7 in SECTIONS:
+        section_pieces(tmp)
     subprocess.run(["rm", "-rf", tmp])
     with open("/proc/sys/kernel/bpf_stats_enabled", "w") as f:
         f.write(stats_was)

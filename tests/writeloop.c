@@ -13,7 +13,14 @@
  * is one SSL_write, whose write syscall OpenSSL makes inside the call (a socket BIO), the cost
  * of a traced TLS write.
  *
- * usage: writeloop [-n FRAMES] [-s FRAME_BYTES] [--writev] [--unix] [--plain] [--tls PEM]
+ * --pieces P (a multiple of 4, at most IOV_MAX) writes P / 4 frames per syscall, one writev of
+ * P iovecs in Node's shape, as Node sends frames queued while its socket was busy: N frames are
+ * then N / (P / 4) writes, and the times printed are per write. The cost of a piece.
+ * --gap-us U sleeps U microseconds after each write: a pace a tracer's reader keeps up with
+ * when each write carries many frames (its ring buffer would fill and records be lost).
+ *
+ * usage: writeloop [-n FRAMES] [-s FRAME_BYTES] [--writev] [--pieces P] [--gap-us U] [--unix]
+ *                  [--plain] [--tls PEM]
  */
 #define _GNU_SOURCE
 #include <stdbool.h>
@@ -25,6 +32,7 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
+#include <limits.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -89,7 +97,7 @@ static void reader(int fd, const char *pem)
 
 int main(int argc, char **argv)
 {
-	long frames = 200000, size = 280;
+	long frames = 200000, size = 280, pieces = 4, writes, gap_us = 0;
 	bool use_writev = false, use_unix = false, plain = false;
 	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	socklen_t alen = sizeof(a);
@@ -108,6 +116,10 @@ int main(int argc, char **argv)
 			size = atol(argv[++i]);
 		else if (!strcmp(argv[i], "--writev"))
 			use_writev = true;
+		else if (!strcmp(argv[i], "--pieces") && i + 1 < argc)
+			pieces = atol(argv[++i]), use_writev = true;
+		else if (!strcmp(argv[i], "--gap-us") && i + 1 < argc)
+			gap_us = atol(argv[++i]);
 		else if (!strcmp(argv[i], "--unix"))
 			use_unix = true;
 		else if (!strcmp(argv[i], "--plain"))
@@ -115,8 +127,9 @@ int main(int argc, char **argv)
 		else if (!strcmp(argv[i], "--tls") && i + 1 < argc)
 			pem = argv[++i];
 		else {
-			fprintf(stderr, "usage: writeloop [-n FRAMES] [-s FRAME_BYTES] [--writev] "
-					"[--unix] [--plain] [--tls PEM]\n");
+			fprintf(stderr,
+				"usage: writeloop [-n FRAMES] [-s FRAME_BYTES] [--writev] "
+				"[--pieces P] [--gap-us U] [--unix] [--plain] [--tls PEM]\n");
 			return 2;
 		}
 	}
@@ -126,6 +139,16 @@ int main(int argc, char **argv)
 	}
 	if (frames <= 0 || size < 16 || size > 60000) {
 		fprintf(stderr, "writeloop: bad -n or -s\n");
+		return 2;
+	}
+	if (pieces < 4 || pieces % 4 || pieces > IOV_MAX) {
+		fprintf(stderr, "writeloop: --pieces must be a multiple of 4 up to %d\n", IOV_MAX);
+		return 2;
+	}
+	/* Frames per write: a whole number of writes. */
+	writes = frames / (pieces / 4);
+	if (writes < 1) {
+		fprintf(stderr, "writeloop: -n must be at least --pieces / 4\n");
 		return 2;
 	}
 	if (use_unix) {
@@ -200,18 +223,22 @@ int main(int argc, char **argv)
 	}
 	c0 = now(CLOCK_THREAD_CPUTIME_ID);
 	w0 = now(CLOCK_MONOTONIC);
-	for (long i = 0; i < frames; i++) {
-		ssize_t r;
+	for (long i = 0; i < writes; i++) {
+		ssize_t r, want = flen;
 
 		if (use_writev) {
-			/* Node's shape: size, CRLF, frame, CRLF in four iovecs. */
+			/* Node's shape: size, CRLF, frame, CRLF, pieces / 4 times. */
+			static struct iovec iov[IOV_MAX];
 			int hl = strchr(frame, '\r') - frame;
-			struct iovec iov[4] = { { frame, hl },
-						{ "\r\n", 2 },
-						{ frame + hl + 2, flen - hl - 4 },
-						{ "\r\n", 2 } };
 
-			r = writev(srv, iov, 4);
+			for (long k = 0; k < pieces; k += 4) {
+				iov[k] = (struct iovec){ frame, hl };
+				iov[k + 1] = (struct iovec){ "\r\n", 2 };
+				iov[k + 2] = (struct iovec){ frame + hl + 2, flen - hl - 4 };
+				iov[k + 3] = (struct iovec){ "\r\n", 2 };
+			}
+			want = flen * (pieces / 4);
+			r = writev(srv, iov, pieces);
 		} else if (ssl) {
 			size_t n = 0;
 
@@ -219,8 +246,13 @@ int main(int argc, char **argv)
 		} else {
 			r = write(srv, frame, flen);
 		}
-		if (r != (ssize_t)flen)
+		if (r != want)
 			die("write frame");
+		if (gap_us > 0) {
+			struct timespec gap = { gap_us / 1000000, gap_us % 1000000 * 1000 };
+
+			nanosleep(&gap, NULL);
+		}
 	}
 	c1 = now(CLOCK_THREAD_CPUTIME_ID);
 	w1 = now(CLOCK_MONOTONIC);
@@ -235,8 +267,10 @@ int main(int argc, char **argv)
 	}
 	close(srv);
 	waitpid(child, NULL, 0);
-	printf("frames=%ld bytes_per_write=%zu cpu_ns_per_write=%.1f wall_ns_per_write=%.1f\n",
-	       frames, flen, (c1 - c0) * 1e9 / frames, (w1 - w0) * 1e9 / frames);
+	printf("frames=%ld writes=%ld bytes_per_write=%zu cpu_ns_per_write=%.1f "
+	       "wall_ns_per_write=%.1f\n",
+	       writes * (pieces / 4), writes, flen * (pieces / 4), (c1 - c0) * 1e9 / writes,
+	       (w1 - w0) * 1e9 / writes);
 	fflush(stdout);
 	/* Stay until told: a tracer following only us would end when we do. */
 	if (!fgets(line, sizeof(line), stdin))
