@@ -554,7 +554,8 @@ fi
 # 14. --capture-bytes below a request line is refused, saying the minimum and why
 bad=0
 for n in 0 35; do
-	"$TS" trace -p $$ --capture-bytes $n >/dev/null 2>"$TMP/cap.err"
+	# -d 1: a tracer that accepts the value ends (and the check fails) instead of running on
+	"$TS" trace -p $$ -d 1 --capture-bytes $n >/dev/null 2>"$TMP/cap.err"
 	rc=$?
 	if [ $rc -ne 2 ] || ! grep -q -- "--capture-bytes $n is too small: at least 36, the request line" "$TMP/cap.err"; then
 		echo "  --capture-bytes $n: rc=$rc $(head -n 1 "$TMP/cap.err")"
@@ -565,10 +566,11 @@ done
 	ko "--capture-bytes minimum" "see above"
 
 # 15. every command refuses the options it does not use, naming the option and the command
+# (-d 1: a command that takes one ends, and the check fails, instead of running on)
 bad=0
 while IFS='|' read -r want args; do
 	# shellcheck disable=SC2086
-	"$TS" $args >/dev/null 2>"$TMP/unused.err"
+	"$TS" $args </dev/null >/dev/null 2>"$TMP/unused.err"
 	rc=$?
 	cmd=${args%% *}
 	if [ $rc -ne 2 ] || ! grep -qF -- "$want" "$TMP/unused.err" || ! grep -q "tokenscope $cmd" "$TMP/unused.err"; then
@@ -576,18 +578,18 @@ while IFS='|' read -r want args; do
 		bad=1
 	fi
 done <<UNUSED
-'--json'|top -p $$ --json
-'--tokens'|top -p $$ --tokens
-'--gpu-steps'|top -p $$ --gpu-steps
-'--kernels'|top -p $$ --kernels
-argument '5': top redraws every second|top -p $$ 5
+'--json'|top -p $$ -d 1 --json
+'--tokens'|top -p $$ -d 1 --tokens
+'--gpu-steps'|top -p $$ -d 1 --gpu-steps
+'--kernels'|top -p $$ -d 1 --kernels
+argument '5': top redraws every second|top -p $$ -d 1 5
 '--no-traffic'|run --no-traffic -- true
 invalid option -- 'o'|trace -p $$ -o $TMP/x.tsr
 invalid option -- 'o'|top -p $$ -o $TMP/x.tsr
---slow-itl chooses the spans --otlp sends|trace -p $$ --slow-itl 1s
+--slow-itl chooses the spans --otlp sends|trace -p $$ -d 1 --slow-itl 1s
 --trace-sample chooses the spans --otlp sends|record -p $$ -o $TMP/x.tsr --trace-sample 0.5
 --slow-ttft chooses the spans --otlp sends|report $TMP/x.tsr --slow-ttft 1s
---alert-exec runs when an --alert rule fires|trace -p $$ --alert-exec true
+--alert-exec runs when an --alert rule fires|trace -p $$ -d 1 --alert-exec true
 --alert-exec runs when an --alert rule fires|report $TMP/x.tsr --alert-exec true
 takes no option or argument: '--json'|version --json
 UNUSED
