@@ -190,7 +190,11 @@ void output_text(FILE *f, const struct request *r, const struct request_metrics 
 	fprintf(f, "%-7u %s %s %-12s %4d", r->pid, peer_col, method_col, outcome_name(r->outcome),
 		r->status);
 	text_ms(f, 8, m->ttft_ns);
-	text_ms(f, 7, m->itl_p50_ns);
+	/* Frames written together are 0 apart: 0.0w says at least half the gaps were such. */
+	if (m->itl_p50_ns == 0)
+		fprintf(f, " %7s", "0.0w");
+	else
+		text_ms(f, 7, m->itl_p50_ns);
 	text_ms(f, 7, m->itl_p99_ns);
 	fprintf(f, " %5lld", (long long)m->tokens);
 	if (m->tok_per_s == m->tok_per_s)
