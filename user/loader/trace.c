@@ -901,11 +901,11 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 			"tokenscope: hooked late: %d (process, library) pair%s found by the "
 			"once-a-second scan, not when mapped: first calls possibly missed\n",
 			tr.cuda.late_hooks, tr.cuda.late_hooks == 1 ? "" : "s");
-	if (tr.cuda.map_hooks && o->verbose)
+	if (tr.cuda.map_hooks)
 		fprintf(stderr,
-			"tokenscope: %d librar%s mapped after attach hooked, at most %.3f ms after "
-			"the mapping\n",
-			tr.cuda.map_hooks, tr.cuda.map_hooks == 1 ? "y" : "ies",
+			"tokenscope: %d (process, library) pair%s hooked from the mapping's record, "
+			"at most %.3f ms after the mapping: calls in that time not seen\n",
+			tr.cuda.map_hooks, tr.cuda.map_hooks == 1 ? "" : "s",
 			(double)tr.cuda.map_window_max_ns / 1e6);
 	if (tr.recording && !tr.rec_err)
 		record_write_kstats(&tr.rec, tr.pl.kstats);

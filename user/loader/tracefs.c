@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #include <linux/perf_event.h>
@@ -92,10 +93,16 @@ static void remove_stale(void)
 
 int tracefs_init(void)
 {
+	struct rlimit nofile;
 	int err = -ENOENT;
 
 	if (root)
 		return 0;
+	/* A perf event per probe per traced process: the descriptors allowed, as many as may be. */
+	if (!getrlimit(RLIMIT_NOFILE, &nofile) && nofile.rlim_cur < nofile.rlim_max) {
+		nofile.rlim_cur = nofile.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &nofile);
+	}
 	for (size_t i = 0; i < sizeof(roots) / sizeof(roots[0]) && !root; i++)
 		if (usable(roots[i]))
 			root = roots[i];

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -830,14 +831,25 @@ out:
  * at its mmap (a dlopen). Not counted as hooked for it until it maps the file. */
 static void prehook(struct uprobes *u, uint32_t pid)
 {
+	struct rlimit nofile;
+	rlim_t open_fds = 0;
+
+	/* A perf event per probe per process: at most half the descriptors go to these, so that
+	 * sockets and files are never refused for them. */
+	if (getrlimit(RLIMIT_NOFILE, &nofile))
+		return;
+	for (int i = 0; i < u->nhooks; i++)
+		open_fds += (rlim_t)u->hooks[i].nfds;
 	for (int i = 0; i < u->nfiles; i++) {
 		struct uprobes_file *cf = &u->files[i];
 		struct uprobes_hook *h;
 
 		/* Half the pairs at most: the rest is kept for files processes do map. */
 		if (cf->nprobes <= 0 || hook_find(u, pid, i) || u->nhooks >= UPROBES_MAX_HOOKS / 2 ||
+		    open_fds + (rlim_t)cf->nprobes > nofile.rlim_cur / 2 ||
 		    !(h = hook_new(u, pid, i)))
 			continue;
+		open_fds += (rlim_t)cf->nprobes;
 		if (hook_shared(h, cf) < 0)
 			/* Kept without events: the process is not tried again for this file. */
 			continue;
