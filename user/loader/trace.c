@@ -730,10 +730,10 @@ static int loop_run(struct loop *l, volatile sig_atomic_t *exiting)
 int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 {
 	/* Where everything goes: request lines to stdout (none in the live view, which replaces
-	 * them), summaries with them, or to stderr with --json (stdout is JSON only); in the live
-	 * view only a JSON run's summary is kept, on stderr. Messages to stderr. */
+	 * them and has no summary; it refuses --json), summaries with them, or to stderr with
+	 * --json (stdout is JSON only). Messages to stderr. */
 	struct pipeline_opts po = { .verbose = o->verbose, .err = stderr };
-	FILE *summary_out = o->json ? stderr : o->top ? NULL : stdout;
+	FILE *summary_out = o->top ? NULL : o->json ? stderr : stdout;
 	struct summaries sums;
 	struct lines_opts lo = { .out = stdout,
 				 .json = o->json,
@@ -800,7 +800,7 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 	/* After the lines: the total comes once the last request's line is out. */
 	summaries_init(&sums, summary_out);
 	/* --json: the total's JSON line after the request lines, on stdout with them. */
-	if (o->json && !o->top)
+	if (o->json)
 		summaries_set_json(&sums, stdout);
 	exporters_set_summary(&ex, &sums.total, NULL);
 	{
