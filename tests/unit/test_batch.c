@@ -434,6 +434,152 @@ TEST(test_long_requests)
 	gpu_free(&g);
 }
 
+/*
+ * Preemption: r decodes, misses two decode steps that o rides, is recomputed in a prefill step
+ * that gives its next token, and goes on; later it is preempted a second time, for three
+ * steps, and then finishes. Out of the batch from the start of the first missed step to the
+ * end of the recompute, each time.
+ */
+TEST(test_preempted_twice_then_finished)
+{
+	struct gpu_timeline g;
+	struct gpu_attribution a;
+	struct request *r = req(1 * MS), *o = req(1 * MS);
+	uint64_t t = 20 * MS;
+
+	gpu_init(&g);
+	add_step(&g, 7, 2 * MS, 10 * MS, PREFILL);
+	token(&g, r, 10 * MS + 100 * US);
+	token(&g, o, 10 * MS + 200 * US);
+	add_step(&g, 7, 11 * MS, 20 * MS, DECODE);
+	token(&g, r, 20 * MS + 100 * US);
+	token(&g, o, 20 * MS + 200 * US);
+	/* Out: steps at 21-30 and 31-40 ride o alone; the recompute 41-48 gives r's token. */
+	for (int k = 0; k < 2; k++, t += 10 * MS) {
+		add_step(&g, 7, t + 1 * MS, t + 10 * MS, DECODE);
+		token(&g, o, t + 10 * MS + 200 * US);
+	}
+	add_step(&g, 7, 41 * MS, 48 * MS, PREFILL);
+	token(&g, r, 48 * MS + 100 * US);
+	add_step(&g, 7, 49 * MS, 58 * MS, DECODE);
+	token(&g, r, 58 * MS + 100 * US);
+	token(&g, o, 58 * MS + 200 * US);
+	figures(&g, r, &a);
+	ASSERT_EQ(a.preemptions, 1, "once so far");
+	ASSERT_EQ(a.preempted_ns, (int64_t)(48 - 21) * (int64_t)MS, "21 ms to 48 ms out");
+	gpu_attribution_free(&a);
+	/* Three missed steps, a recompute in a mixed step, and r's last token. */
+	for (int k = 0; k < 3; k++) {
+		add_step(&g, 7, (59 + 10 * k) * MS, (68 + 10 * k) * MS, DECODE);
+		token(&g, o, (68 + 10 * k) * MS + 200 * US);
+	}
+	add_step(&g, 7, 89 * MS, 97 * MS, MIXED);
+	token(&g, r, 97 * MS + 100 * US);
+	token(&g, o, 97 * MS + 200 * US);
+	figures(&g, r, &a);
+	ASSERT_EQ(a.preemptions, 2, "twice");
+	ASSERT_EQ(a.preempted_ns, (int64_t)((48 - 21) + (97 - 59)) * (int64_t)MS,
+		  "27 ms and 38 ms out");
+	gpu_attribution_free(&a);
+	figures(&g, o, &a);
+	ASSERT_EQ(a.preemptions, 0, "o never left");
+	ASSERT_TRUE(a.has_steps, "its steps are known");
+	gpu_attribution_free(&a);
+	request_free(r);
+	request_free(o);
+	gpu_free(&g);
+}
+
+/*
+ * Not preemptions: a token written late (one step missed, then two tokens at once); another
+ * request's prefill between two of r's tokens (no step missed); a prefill before r's first
+ * token (chunked prefill: several prefill steps, then the first token); steps that launched
+ * nothing (a copy) in r's gap; and steps after r's last token.
+ */
+TEST(test_not_preempted)
+{
+	struct gpu_timeline g;
+	struct gpu_attribution a;
+	struct request *r = req(1 * MS), *o = req(1 * MS), *n = req(25 * MS);
+
+	gpu_init(&g);
+	/* Chunked prefill of r: three prefill steps before its first token. */
+	add_step(&g, 7, 2 * MS, 5 * MS, PREFILL);
+	add_step(&g, 7, 6 * MS, 8 * MS, PREFILL);
+	add_step(&g, 7, 8 * MS + 500 * US, 10 * MS, PREFILL);
+	token(&g, r, 10 * MS + 100 * US);
+	token(&g, o, 10 * MS + 200 * US);
+	/* r's token from 11-20 is written after 21-30 ended: one missed step, no recompute. */
+	add_step(&g, 7, 11 * MS, 20 * MS, DECODE);
+	token(&g, o, 20 * MS + 100 * US);
+	add_step(&g, 7, 21 * MS, 30 * MS, DECODE);
+	token(&g, r, 30 * MS + 500 * US);
+	token(&g, r, 30 * MS + 600 * US);
+	token(&g, o, 30 * MS + 700 * US);
+	/* n's prefill between two of r's tokens, with copies (nothing launched) around it. */
+	add_step(&g, 7, 31 * MS, 32 * MS, COPY);
+	add_step(&g, 7, 32 * MS, 40 * MS, PREFILL);
+	token(&g, n, 40 * MS + 50 * US);
+	add_step(&g, 7, 40 * MS + 100 * US, 40 * MS + 200 * US, COPY);
+	add_step(&g, 7, 41 * MS, 50 * MS, DECODE);
+	token(&g, r, 50 * MS + 100 * US);
+	token(&g, o, 50 * MS + 200 * US);
+	token(&g, n, 50 * MS + 300 * US);
+	/* r is done; o and n go on, with a prefill among their steps. */
+	for (int k = 0; k < 3; k++) {
+		add_step(&g, 7, (51 + 10 * k) * MS, (60 + 10 * k) * MS, k == 2 ? 40 : 2,
+			 k == 2 ? 0 : 1);
+		token(&g, o, (60 + 10 * k) * MS + 200 * US);
+		token(&g, n, (60 + 10 * k) * MS + 300 * US);
+	}
+	figures(&g, r, &a);
+	ASSERT_EQ(a.preemptions, 0, "r: late write, another's prefill, chunked prefill");
+	ASSERT_EQ(a.preempted_ns, 0, "no time out");
+	gpu_attribution_free(&a);
+	figures(&g, n, &a);
+	ASSERT_EQ(a.preemptions, 0, "n rode every step");
+	gpu_attribution_free(&a);
+	request_free(r);
+	request_free(o);
+	request_free(n);
+	gpu_free(&g);
+}
+
+/* Preempted before its first token (queued again before any output): not a preemption of a
+ * running request; the wait is in its queue time. And no GPU steps at all: null. */
+TEST(test_preempted_before_first_token)
+{
+	struct gpu_timeline g;
+	struct gpu_attribution a;
+	struct request *r = req(1 * MS), *o = req(1 * MS);
+
+	gpu_init(&g);
+	add_step(&g, 7, 2 * MS, 10 * MS, PREFILL);
+	token(&g, o, 10 * MS + 200 * US);
+	add_step(&g, 7, 11 * MS, 20 * MS, DECODE);
+	token(&g, o, 20 * MS + 200 * US);
+	add_step(&g, 7, 21 * MS, 30 * MS, DECODE);
+	token(&g, o, 30 * MS + 200 * US);
+	add_step(&g, 7, 31 * MS, 38 * MS, PREFILL);
+	token(&g, r, 38 * MS + 100 * US);
+	figures(&g, r, &a);
+	ASSERT_EQ(a.preemptions, 0, "before its first token: none");
+	gpu_attribution_free(&a);
+	request_free(r);
+	request_free(o);
+	gpu_free(&g);
+
+	gpu_init(&g);
+	r = req(1 * MS);
+	token(&g, r, 2 * MS);
+	token(&g, r, 3 * MS);
+	figures(&g, r, &a);
+	ASSERT_FALSE(a.has_steps, "no GPU steps: preemptions unknown (null)");
+	gpu_attribution_free(&a);
+	request_free(r);
+	gpu_free(&g);
+}
+
 int main(void)
 {
 	return check_run_all();

@@ -76,6 +76,37 @@ static void credit(struct gpu_timeline *g, struct request *r, struct gpu_step *s
 		g->batch_late++;
 }
 
+/*
+ * Token i of r came from s, after token i - 1 at prev_ns: when s is a recompute (a prefill or
+ * mixed step, after BATCH_PREEMPT_SKIPPED or more steps of the process r missed), r was
+ * preempted from the start of the first of them to the end of s.
+ */
+static void preempt_check(const struct gpu_timeline *g, struct request *r,
+			  const struct gpu_step *s, uint64_t prev_ns)
+{
+	const struct gpu_step *first = NULL;
+	uint32_t missed = 0;
+
+	if (s->kind != STEP_PREFILL && s->kind != STEP_MIXED)
+		return;
+	for (uint32_t i = g->count; i-- > 0;) {
+		const struct gpu_step *o = &g->ring[(g->head + i) % GPU_HISTORY];
+
+		if (o->end_ns + GPU_BATCH_SLACK_NS <= prev_ns)
+			break;
+		if (o == s || o->pid != s->pid || o->kind == STEP_OTHER || o->end_ns <= prev_ns ||
+		    o->end_ns > s->start_ns)
+			continue;
+		missed++;
+		if (!first || o->start_ns < first->start_ns)
+			first = o;
+	}
+	if (missed < BATCH_PREEMPT_SKIPPED || !r->batch)
+		return;
+	r->batch->preemptions++;
+	r->batch->preempted_ns += s->end_ns - first->start_ns;
+}
+
 void batch_token(struct gpu_timeline *g, struct request *r)
 {
 	uint32_t i = r->ntokens - 1;
@@ -90,8 +121,10 @@ void batch_token(struct gpu_timeline *g, struct request *r)
 		return;
 	}
 	s = latest_between(g, r->batch ? r->batch->pid : 0, r->token_ns[i - 1], r->token_ns[i]);
-	if (s)
+	if (s) {
+		preempt_check(g, r, s, r->token_ns[i - 1]);
 		credit(g, r, s, i);
+	}
 }
 
 bool batch_step_closed(const struct gpu_step *s, uint64_t now_ns)
@@ -120,6 +153,8 @@ void batch_attribute(const struct gpu_timeline *g, const struct request *r,
 	uint64_t sum;
 
 	a->has_steps = !r->client && g->count;
+	a->preemptions = b ? b->preemptions : 0;
+	a->preempted_ns = b ? (int64_t)b->preempted_ns : 0;
 	a->steps = a->batch_steps = 0;
 	a->batch_mean = 0;
 	a->rides = NULL;

@@ -24,6 +24,13 @@
  *
  * Memory: a request keeps one credit (16 bytes) per step it rode, at most BATCH_KEEP; past that
  * the older half is folded into sums (their steps' windows closed long before).
+ *
+ * Preemption (README "Preemption"): a token after the first whose step is a prefill or mixed
+ * step, with at least BATCH_PREEMPT_SKIPPED steps of the serving process that launched work
+ * ending between the previous token's write and that step's start, came from a recompute: the
+ * request was out of the batch from the start of the first step it missed to the end of the
+ * recompute. One step missed is a token written late (two tokens written after two steps), not
+ * a preemption; a prefill step between two tokens with no step missed is another request's.
  */
 #ifndef TS_BATCH_H
 #define TS_BATCH_H
@@ -47,6 +54,10 @@
  * folded into its sums and no longer drawn in the timeline. */
 #define BATCH_KEEP 8192
 
+/* Steps missed before a recompute for it to count as a preemption (one missed step is a late
+ * write). */
+#define BATCH_PREEMPT_SKIPPED 2
+
 /* A step a request's token came from: the step's id, and the index of the first of the
  * request's tokens from it. */
 struct batch_credit {
@@ -61,6 +72,8 @@ struct batch_state {
 	uint32_t folded; /* decode steps folded into the sums below (BATCH_KEEP) */
 	uint32_t folded_known;
 	uint64_t folded_sum; /* their batches, of the folded_known still kept when folded */
+	uint32_t preemptions; /* times it left the batch and came back through a recompute */
+	uint64_t preempted_ns; /* time out of the batch, the recomputes included */
 	struct batch_credit v[];
 };
 

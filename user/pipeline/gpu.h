@@ -151,6 +151,10 @@ struct gpu_attribution {
 	bool has_steps;
 	uint32_t steps, batch_steps;
 	double batch_mean;
+	/* Times it was preempted (out of the batch, then recomputed: batch.h) and the time out
+	 * of the batch; shown only with has_steps. */
+	uint32_t preemptions;
+	int64_t preempted_ns;
 	struct batch_ride *rides;
 	uint32_t nrides;
 };

@@ -145,6 +145,14 @@ void output_json(FILE *f, const struct request *r, const struct request_metrics 
 		jsonw_num(&w, "batch_mean", ga->batch_mean, 2);
 	else
 		jsonw_null(&w, "batch_mean");
+	/* Out of the batch and recomputed (batch.h): known where its steps are. */
+	if (ga->has_steps) {
+		jsonw_u64(&w, "preemptions", ga->preemptions);
+		jsonw_num(&w, "preempted_ms", ga->preempted_ns / 1e6, 3);
+	} else {
+		jsonw_null(&w, "preemptions");
+		jsonw_null(&w, "preempted_ms");
+	}
 	if (ga->source)
 		jsonw_str(&w, "attribution", ga->source);
 	else

@@ -21,6 +21,18 @@ void summary_reset_interval(struct summary *s)
 	s->inflight = s->inflight_max = inflight;
 }
 
+void summary_gpu(struct summary *s, const struct gpu_attribution *ga)
+{
+	if (!ga || !ga->has_steps)
+		return;
+	s->gpu_known++;
+	if (!ga->preemptions)
+		return;
+	s->preempted++;
+	s->preemptions += ga->preemptions;
+	hist_add(&s->preempted_time, (uint64_t)ga->preempted_ns);
+}
+
 void summary_start(struct summary *s, const struct request *r)
 {
 	(void)r;
@@ -249,6 +261,13 @@ void summary_print(const struct summary *s, const struct loss_report *loss, cons
 			"        %llu of the %llu gaps are 0: frames written together in one "
 			"write\n",
 			(unsigned long long)s->itl_same_write, (unsigned long long)s->itl.count);
+	if (s->preempted)
+		fprintf(f,
+			"        preempted: %llu of %llu requests with GPU steps (%llu times), %.1f ms "
+			"out of the batch on average\n",
+			(unsigned long long)s->preempted, (unsigned long long)s->gpu_known,
+			(unsigned long long)s->preemptions,
+			(double)s->preempted_time.sum / (double)s->preempted_time.count / 1e6);
 	print_hist(f, "TPOT", &s->tpot);
 	print_hist(f, "E2E", &s->e2e);
 	print_ttft_definitions(f, s);
@@ -452,6 +471,14 @@ void summary_json(struct jsonw *w, const struct summary *s, const struct loss_re
 	summary_json_hist(w, "itl_ms", &s->itl, buckets);
 	summary_json_hist(w, "tpot_ms", &s->tpot, buckets);
 	summary_json_hist(w, "e2e_ms", &s->e2e, buckets);
+	if (s->gpu_known) {
+		jsonw_obj_begin(w, "preemption");
+		jsonw_u64(w, "requests_with_steps", s->gpu_known);
+		jsonw_u64(w, "preempted", s->preempted);
+		jsonw_u64(w, "preemptions", s->preemptions);
+		jsonw_obj_end(w);
+		summary_json_hist(w, "preempted_ms", &s->preempted_time, buckets);
+	}
 	if (s->proxy_ttft.count)
 		summary_json_hist(w, "proxy_ttft_ms", &s->proxy_ttft, buckets);
 	json_ttft_definitions(w, s, false);
@@ -484,9 +511,10 @@ static void sums_request(void *ctx, const struct request *r, const struct reques
 {
 	struct summaries *s = ctx;
 
-	(void)ga;
 	summary_done(&s->total, r, m);
 	summary_done(&s->interval, r, m);
+	summary_gpu(&s->total, ga);
+	summary_gpu(&s->interval, ga);
 }
 
 static void sums_interval(void *ctx, const struct pipeline_status *st)

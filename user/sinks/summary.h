@@ -33,6 +33,10 @@ struct summary {
 	 * first answer text: the causes named when the definitions disagree. */
 	struct hist ttft_byte, ttft_chunk, ttft_text;
 	uint64_t byte_first, chunk_first, output_first;
+	/* Preemption (batch.h), over the finished requests whose GPU steps are known: how many,
+	 * how many were preempted, how many times in all, and their time out of the batch. */
+	uint64_t gpu_known, preempted, preemptions;
+	struct hist preempted_time;
 };
 
 void summary_init(struct summary *s);
@@ -40,6 +44,9 @@ void summary_init(struct summary *s);
 void summary_reset_interval(struct summary *s);
 void summary_start(struct summary *s, const struct request *r);
 void summary_done(struct summary *s, const struct request *r, const struct request_metrics *m);
+struct gpu_attribution;
+/* A finished request's preemptions (gpu_attribution), when its GPU steps are known. */
+void summary_gpu(struct summary *s, const struct gpu_attribution *ga);
 void summary_print(const struct summary *s, const struct loss_report *loss, const char *title,
 		   FILE *f);
 
