@@ -146,6 +146,16 @@ TEST(test_histograms_and_counters)
 	struct sink s;
 	struct gpu_attribution ga = { 5 * MS,	 20 * MS, 30 * MS, 20 * MS, 5 * MS,
 				      "by time", -1,	  -1,	   NULL,    .has_steps = false };
+	/* preempted twice, 70 ms out of the batch in all (batch.h) */
+	struct gpu_attribution gp = { .queue_ns = -1,
+				      .prefill_ns = -1,
+				      .decode_ns = -1,
+				      .gpu_ns = -1,
+				      .host_ns = -1,
+				      .how = "by time",
+				      .has_steps = true,
+				      .preemptions = 2,
+				      .preempted_ns = 70 * MS };
 	char *t;
 
 	if (!ASSERT_OK_PTR(p, "prom_new"))
@@ -157,7 +167,7 @@ TEST(test_histograms_and_counters)
 	feed(&s, &(struct req_spec){ "llama", OUTCOME_HTTP_ERROR, 100, NULL, 0, 105, -1, -1, -1 },
 	     NULL);
 	/* qwen, aborted after two frames: no TTFT/ITL/TPOT (ok requests only), output tokens */
-	feed(&s, &(struct req_spec){ "qwen", OUTCOME_ABORTED, 0, toks2, 2, 400, -1, -1, -1 }, NULL);
+	feed(&s, &(struct req_spec){ "qwen", OUTCOME_ABORTED, 0, toks2, 2, 400, -1, -1, -1 }, &gp);
 	/* no model in the body */
 	feed(&s, &(struct req_spec){ "", OUTCOME_OK, 0, toks, 1, 2000, -1, -1, -1 }, NULL);
 	step(&s, 42, STEP_PREFILL, 10, 30);
@@ -278,8 +288,17 @@ TEST(test_histograms_and_counters)
 	ASSERT_LINE(t, "tokenscope_dropped_bytes_total{where=\"stream\"} 0");
 	ASSERT_LINE(t, "tokenscope_dropped_total{what=\"oversize_frame\"} 0");
 	ASSERT_LINE(t, "tokenscope_traced_processes 0");
-	ASSERT_EQ(count_lines_starting(t, "# TYPE "), 17, "families");
-	ASSERT_EQ(count_lines_starting(t, "# HELP "), 17, "help lines");
+	/* preemptions counted under the request's label set, by outcome too; their time out */
+	ASSERT_LINE(t, "tokenscope_preemptions_total{model=\"qwen\",role=\"server\"} 2");
+	ASSERT_LINE(t, "tokenscope_preemptions_total{model=\"llama\",role=\"server\"} 0");
+	ASSERT_LINE(t, "tokenscope_request_preempted_seconds_bucket{model=\"qwen\",role="
+		       "\"server\",le=\"0.08\"} 1");
+	ASSERT_LINE(t,
+		    "tokenscope_request_preempted_seconds_sum{model=\"qwen\",role=\"server\"} 0.07");
+	ASSERT_FALSE(strstr(t, "tokenscope_request_preempted_seconds_count{model=\"llama\""),
+		     "none for a label set never preempted");
+	ASSERT_EQ(count_lines_starting(t, "# TYPE "), 19, "families");
+	ASSERT_EQ(count_lines_starting(t, "# HELP "), 19, "help lines");
 	ASSERT_LINE(t, "# TYPE tokenscope_time_to_first_token_seconds histogram");
 	ASSERT_LINE(t, "# TYPE tokenscope_requests_total counter");
 	ASSERT_LINE(t, "# TYPE tokenscope_streams_in_flight gauge");

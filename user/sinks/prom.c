@@ -54,6 +54,7 @@ enum ph_id {
 	PH_PREFILL,
 	PH_DECODE,
 	PH_SOCKET_WAIT,
+	PH_PREEMPTED,
 	PH_MAX
 };
 
@@ -88,6 +89,10 @@ static const struct {
 			     "From the request's first bytes reaching the server's socket to the "
 			     "read that completed it: not part of TTFT (all outcomes, when known).",
 			     &ttft_bounds },
+	[PH_PREEMPTED] = { "tokenscope_request_preempted_seconds",
+			   "Time a preempted request spent out of its engine's batch, the "
+			   "recompute included (requests preempted at least once).",
+			   &duration_bounds },
 };
 
 enum tok_type { TOK_INPUT, TOK_OUTPUT, TOK_CACHED, TOK_MAX };
@@ -106,6 +111,7 @@ struct prom_series {
 	uint64_t requests[OUTCOME_MAX];
 	uint64_t tokens[TOK_MAX];
 	uint32_t inflight; /* read and not finished */
+	uint64_t preemptions; /* times its requests left the batch and were recomputed */
 };
 
 struct prom_gpu_pid {
@@ -217,6 +223,10 @@ static void prom_request(void *ctx, const struct request *r, const struct reques
 	for (int i = PH_QUEUE; i <= PH_DECODE; i++)
 		if (attributed[i] >= 0)
 			phist_add(&pm->h[i], ph_desc[i].b, attributed[i]);
+	if (ga && ga->has_steps && ga->preemptions) {
+		pm->preemptions += ga->preemptions;
+		phist_add(&pm->h[PH_PREEMPTED], &duration_bounds, (uint64_t)ga->preempted_ns);
+	}
 	/* Latencies of failed requests are counted by outcome, not averaged in (as the summary). */
 	if (r->outcome != OUTCOME_OK)
 		return;
@@ -471,6 +481,13 @@ static int render_models(const struct prom *p, FILE *f)
 		for (int t = 0; t < TOK_MAX; t++)
 			fprintf(f, "tokenscope_tokens_total{%s,type=\"%s\"} %" PRIu64 "\n",
 				labels[i], tok_names[t], ms[i]->tokens[t]);
+
+	put_header(f, "tokenscope_preemptions_total", "counter",
+		   "Times finished requests left their engine's batch after their first token and "
+		   "came back through a recompute (README \"Preemption\").");
+	for (unsigned int i = 0; i < n; i++)
+		fprintf(f, "tokenscope_preemptions_total{%s} %" PRIu64 "\n", labels[i],
+			ms[i]->preemptions);
 
 	put_header(
 	    f, "tokenscope_streams_in_flight", "gauge",
