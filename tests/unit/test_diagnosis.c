@@ -42,6 +42,11 @@ static void run_open(struct run *r)
 
 /* The socket wait of the requests run_request makes from here on; 0: unknown. */
 static int64_t next_wait;
+/* Whether their GPU steps are known (batch.h), and then their preemptions and the time out of
+ * the batch. */
+static bool next_steps;
+static uint32_t next_preemptions;
+static int64_t next_preempted;
 
 /* A request arriving at `arrival`, through the sink exactly as the pipeline calls it. */
 static void run_request(struct run *r, uint64_t arrival, const struct shape *sh)
@@ -74,6 +79,9 @@ static void run_request(struct run *r, uint64_t arrival, const struct shape *sh)
 		}
 		ga.how = "by time";
 	}
+	ga.has_steps = next_steps;
+	ga.preemptions = next_preemptions;
+	ga.preempted_ns = next_preempted;
 	summary_start(&r->sum, q);
 	summary_done(&r->sum, q, &m);
 	r->s.request(r->s.ctx, q, &m, &ga);
@@ -198,6 +206,45 @@ TEST(test_itl_host_grows)
 		    "host named");
 	ASSERT_TRUE(has(t, "GPU 30 %, host 70 % of their decode"), "last third's split");
 	run_close(&r);
+}
+
+/*
+ * Three of 30 requests preempted (their gaps long: 60 ms against 20), 45 and 75 ms out of the
+ * batch: the ITL tail is theirs, and the diagnosis names preemption; no line when nobody was
+ * preempted.
+ */
+TEST(test_itl_preemption)
+{
+	struct shape a = { 10 * MS, 80 * MS, 10 * MS, 20 * MS, 20, 0.9, OUTCOME_OK };
+	struct shape p = { 10 * MS, 80 * MS, 10 * MS, 60 * MS, 20, 0.9, OUTCOME_OK };
+	struct run r;
+	const char *t;
+
+	next_steps = true;
+	run_open(&r);
+	for (int i = 0; i < 30; i++) {
+		bool preempted = i == 5 || i == 15 || i == 25;
+
+		next_preemptions = preempted ? (i == 15 ? 2 : 1) : 0;
+		next_preempted = preempted ? (i == 15 ? 75 : 45) * (int64_t)MS : 0;
+		run_request(&r, 1000 * SEC + i * SEC, preempted ? &p : &a);
+	}
+	t = run_print(&r);
+	ASSERT_TRUE(has(t, "    ITL p99 raised by preemption: 3 of 30 requests preempted (3 in the "
+			   "slow tail), 55.0 ms out of the batch on average: the KV cache was "
+			   "likely full\n"),
+		    "preemption named");
+	run_close(&r);
+
+	next_preemptions = 0;
+	next_preempted = 0;
+	run_open(&r);
+	for (int i = 0; i < 30; i++)
+		run_request(&r, 1000 * SEC + i * SEC, &a);
+	t = run_print(&r);
+	ASSERT_FALSE(strstr(t, "preemption"), "nobody preempted: no line");
+	run_close(&r);
+	next_steps = false;
 }
 
 TEST(test_itl_gpu_grows_and_ttft_falls)

@@ -66,6 +66,8 @@ static void diag_request(void *ctx, const struct request *r, const struct reques
 	q->gpu_ns = ga ? ga->gpu_ns : -1;
 	q->host_ns = ga ? ga->host_ns : -1;
 	q->wait_ns = m->socket_wait_ns;
+	q->preemptions = ga && ga->has_steps ? ga->preemptions : 0;
+	q->preempted_ns = ga && ga->has_steps ? ga->preempted_ns : -1;
 	q->gap0 = d->ngaps;
 	q->ngaps = ngaps;
 	for (uint32_t i = 1; i < r->ntokens; i++) {
@@ -113,6 +115,10 @@ struct window {
 	double itl_p99;
 	size_t itl_tail, itl_attr;
 	double gpu, host;
+	/* Preemption: requests whose steps are known, those preempted, those of them in the ITL
+	 * tail, and the preempted ones' mean time out of the batch (ns). */
+	size_t steps_known, preempted, preempted_tail;
+	double preempted_mean;
 	size_t wait_known; /* requests whose socket wait is known */
 	double wait_p99;   /* ns */
 };
@@ -180,9 +186,18 @@ static void window_itl(struct window *w, const struct diag_req *q, size_t n, con
 	for (size_t i = 0; i < n; i++) {
 		double span;
 
+		if (q[i].preempted_ns >= 0) {
+			w->steps_known++;
+			if (q[i].preemptions) {
+				w->preempted++;
+				w->preempted_mean += (double)q[i].preempted_ns;
+			}
+		}
 		if (q[i].itl_p99_ns < 0 || q[i].itl_p99_ns < at)
 			continue;
 		w->itl_tail++;
+		if (q[i].preemptions)
+			w->preempted_tail++;
 		if (q[i].gpu_ns < 0 || q[i].host_ns < 0 || q[i].gpu_ns + q[i].host_ns <= 0)
 			continue;
 		span = q[i].gpu_ns + q[i].host_ns;
@@ -194,6 +209,8 @@ static void window_itl(struct window *w, const struct diag_req *q, size_t n, con
 		w->gpu /= w->itl_attr;
 		w->host /= w->itl_attr;
 	}
+	if (w->preempted)
+		w->preempted_mean /= (double)w->preempted;
 }
 
 /* The wait in the server's socket before its read (not part of TTFT), where known. */
@@ -271,6 +288,13 @@ static void window_print(const struct diagnosis *d, const struct window *w, uint
 	if (w->itl_attr && w->itl_attr < w->itl_tail)
 		fprintf(f, " (%zu of them attributed)", w->itl_attr);
 	fprintf(f, "\n");
+	/* A preempted request's gap holds its time out of the batch: the tail's cause. */
+	if (w->preempted_tail)
+		fprintf(f,
+			"    ITL p99 raised by preemption: %zu of %zu requests preempted (%zu in the "
+			"slow tail), %.1f ms out of the batch on average: the KV cache was likely "
+			"full\n",
+			w->preempted, w->steps_known, w->preempted_tail, w->preempted_mean / 1e6);
 }
 
 /* Milliseconds with 3 significant digits or more: "480 ms", "45.1 ms", "3.20 ms". */
