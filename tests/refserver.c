@@ -145,6 +145,7 @@ struct opts {
 	const char *gpu_log;
 	unsigned max_batch;
 	unsigned prefill_launches;
+	unsigned preempt_every, preempt_steps; /* --preempt-every, --preempt-steps */
 	int engine_fd; /* >= 0: this process is the engine (internal, set by the API process) */
 };
 
@@ -2015,6 +2016,12 @@ struct ereq {
 	uint64_t prompt_bytes;
 	unsigned max_tokens;
 	unsigned tokens;
+	/* --preempt-every: out of the batch for out_left more decode steps, from the start of
+	 * the first one it missed (out_from_ns; missed so far); recompute: back in the waiting
+	 * queue, its next prefill a recompute that gives its next token */
+	unsigned out_left, missed;
+	uint64_t out_from_ns;
+	bool recompute;
 };
 
 struct ereq_list {
@@ -2029,6 +2036,8 @@ struct engine {
 	struct cuda_api cu;
 	struct ereq_list waiting; /* FIFO, oldest first */
 	struct ereq_list running; /* in admission order */
+	struct ereq_list preempted; /* --preempt-every: waiting out their steps */
+	unsigned since_preempt;	  /* decode steps since the last preemption */
 	struct buf in, out, line;
 	void *host; /* destination of the device-to-host copy */
 	size_t host_cap;
@@ -2174,8 +2183,9 @@ static int engine_poll(struct engine *e, bool block)
 					  .max_tokens = m.max_tokens };
 
 			ereq_push(&e->waiting, &r);
-		} else if (m.type == ENG_ABORT && !ereq_abort(&e->waiting, m.id)) {
-			ereq_abort(&e->running, m.id);
+		} else if (m.type == ENG_ABORT && !ereq_abort(&e->waiting, m.id) &&
+			   !ereq_abort(&e->running, m.id)) {
+			ereq_abort(&e->preempted, m.id);
 		}
 	}
 	return 0;
@@ -2232,6 +2242,79 @@ static void engine_log_step(struct engine *e, bool prefill, uint64_t start, uint
 		perror("refserver: engine: --gpu-log");
 }
 
+/* --preempt-every: the ground truth of a preemption, once the recompute ended at end_ns. */
+static void engine_log_preemption(struct engine *e, const struct ereq *r, uint64_t end_ns)
+{
+	struct buf *b = &e->line;
+
+	if (e->log_fd < 0)
+		return;
+	buf_reset(b);
+	buf_appendf(b,
+		    "{\"preemption\":%" PRIu64 ",\"from_ns\":%" PRIu64 ",\"to_ns\":%" PRIu64
+		    ",\"missed\":%u,\"after_tokens\":%u}\n",
+		    r->id, r->out_from_ns, end_ns, r->missed, r->tokens);
+	if (write(e->log_fd, b->p, b->len) < 0)
+		perror("refserver: engine: --gpu-log");
+}
+
+/*
+ * --preempt-every N: before every Nth decode step with two or more running, the latest
+ * admitted running request with a token out (and not finishing) leaves the batch, as vLLM
+ * preempts the newest request when its KV cache is full; it sits out --preempt-steps decode
+ * steps, then waits at the head of the queue, and its next prefill recomputes it and gives its
+ * next token.
+ */
+static void engine_preempt(struct engine *e)
+{
+	const struct opts *o = e->o;
+	struct ereq_list *run = &e->running;
+
+	if (!o->preempt_every || ++e->since_preempt < o->preempt_every || run->len < 2)
+		return;
+	for (size_t i = run->len; i-- > 0;) {
+		struct ereq r = run->v[i];
+
+		if (!r.tokens || r.tokens + 1 >= r.max_tokens)
+			continue;
+		r.out_left = o->preempt_steps ? o->preempt_steps : 1;
+		r.missed = 0;
+		r.out_from_ns = 0;
+		ereq_remove(run, i, 1);
+		ereq_push(&e->preempted, &r);
+		e->since_preempt = 0;
+		return;
+	}
+}
+
+/* After a decode step that started at start: the preempted requests missed it; those whose
+ * time is out go to the head of the queue. */
+static void engine_out_tick(struct engine *e, uint64_t start, bool all)
+{
+	for (size_t i = 0; i < e->preempted.len;) {
+		struct ereq r = e->preempted.v[i];
+
+		if (start) {
+			if (!r.out_from_ns)
+				r.out_from_ns = start;
+			r.missed++;
+			r.out_left--;
+		}
+		e->preempted.v[i] = r;
+		if (r.out_left && !all) {
+			i++;
+			continue;
+		}
+		/* to the head of the queue: it was admitted before everything that waits */
+		r.recompute = true;
+		ereq_push(&e->waiting, &r);
+		memmove(e->waiting.v + 1, e->waiting.v,
+			(e->waiting.len - 1) * sizeof(*e->waiting.v));
+		e->waiting.v[0] = r;
+		ereq_remove(&e->preempted, i, 1);
+	}
+}
+
 /*
  * One step: a prefill of up to --max-batch minus running waiting requests (kernel launches,
  * GPU time growing with the prompt bytes) or a decode of every running request (one graph
@@ -2260,6 +2343,7 @@ static void engine_step(struct engine *e, bool prefill)
 		gpu_ns = ms_to_ns(o->prefill_ms) +
 			 (uint64_t)(o->prefill_us_per_byte * (double)bytes * NS_PER_US);
 	} else {
+		engine_preempt(e);
 		gpu_ns = ms_to_ns(o->token_ms);
 		if (e->host_cap < run->len * D2H_BYTES_PER_REQ) {
 			e->host_cap = run->len * D2H_BYTES_PER_REQ * 2;
@@ -2290,6 +2374,14 @@ static void engine_step(struct engine *e, bool prefill)
 	engine_send(e);
 	if (e->log_fd >= 0)
 		engine_log_step(e, prefill, start, end, &n, from);
+	for (i = from; prefill && i < run->len; i++) {
+		if (!run->v[i].recompute)
+			continue;
+		engine_log_preemption(e, &run->v[i], end);
+		run->v[i].recompute = false;
+	}
+	if (!prefill)
+		engine_out_tick(e, start, false);
 	for (i = from; i < run->len;) {
 		/* max_tokens 0 still costs the prefill, which yields one token */
 		if (run->v[i].tokens >= run->v[i].max_tokens)
@@ -2324,7 +2416,12 @@ static int engine_main(const struct opts *o)
 	buf_append(&e.out, &ready, sizeof(ready));
 	engine_send(&e);
 	while (!e.eof) {
-		bool idle = !e.waiting.len && !e.running.len;
+		bool idle;
+
+		/* Nothing left running to sit out: the preempted come back at once. */
+		if (!e.running.len && e.preempted.len)
+			engine_out_tick(&e, 0, true);
+		idle = !e.waiting.len && !e.running.len;
 
 		err = engine_poll(&e, idle);
 		if (err || e.eof)
@@ -2340,6 +2437,7 @@ static int engine_main(const struct opts *o)
 		close(e.log_fd);
 	free(e.waiting.v);
 	free(e.running.v);
+	free(e.preempted.v);
 	free(e.host);
 	buf_free(&e.in);
 	buf_free(&e.out);
@@ -2678,6 +2776,10 @@ static void usage(FILE *f)
 	    "                           CUDA runtime calls (prefill-ms, token-ms: GPU time)\n"
 	    "  --engine-delay-ms MS     --gpu: start the engine MS after listening (0)\n"
 	    "  --engine-on-request      --gpu: start the engine when the first request comes\n"
+	    "  --preempt-every N        --gpu: preempt a running request before every Nth decode\n"
+	    "                           step (it sits out --preempt-steps steps, 3, then is\n"
+	    "                           recomputed by a prefill that gives its next token)\n"
+	    "  --preempt-steps K        --gpu: decode steps a preempted request sits out (3)\n"
 	    "  --cudart PATH            --gpu: CUDA runtime to dlopen (%s)\n"
 	    "  --max-batch B            --gpu: requests per step at most (%d)\n"
 	    "  --prefill-launches N     --gpu: cudaLaunchKernel calls per prefill step (%d)\n"
@@ -2727,6 +2829,8 @@ enum {
 	OPT_GPU,
 	OPT_ENGINE_DELAY,
 	OPT_ENGINE_ON_REQUEST,
+	OPT_PREEMPT_EVERY,
+	OPT_PREEMPT_STEPS,
 	OPT_CUDART,
 	OPT_MAX_BATCH,
 	OPT_PREFILL_LAUNCHES,
@@ -2756,6 +2860,8 @@ static int opts_parse(struct opts *o, int argc, char **argv)
 		{ "gpu", no_argument, NULL, OPT_GPU },
 		{ "engine-delay-ms", required_argument, NULL, OPT_ENGINE_DELAY },
 		{ "engine-on-request", no_argument, NULL, OPT_ENGINE_ON_REQUEST },
+		{ "preempt-every", required_argument, NULL, OPT_PREEMPT_EVERY },
+		{ "preempt-steps", required_argument, NULL, OPT_PREEMPT_STEPS },
 		{ "cudart", required_argument, NULL, OPT_CUDART },
 		{ "max-batch", required_argument, NULL, OPT_MAX_BATCH },
 		{ "prefill-launches", required_argument, NULL, OPT_PREFILL_LAUNCHES },
@@ -2779,6 +2885,7 @@ static int opts_parse(struct opts *o, int argc, char **argv)
 			    .cudart = DEFAULT_CUDART,
 			    .max_batch = DEFAULT_MAX_BATCH,
 			    .prefill_launches = DEFAULT_PREFILL_LAUNCHES,
+			    .preempt_steps = 3,
 			    .engine_fd = -1 };
 	while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
 		bool ok = true;
@@ -2852,6 +2959,14 @@ static int opts_parse(struct opts *o, int argc, char **argv)
 			break;
 		case OPT_ENGINE_ON_REQUEST:
 			o->engine_on_request = true;
+			break;
+		case OPT_PREEMPT_EVERY:
+			ok = parse_num(optarg, &d) && d >= 0 && d <= 1e6;
+			o->preempt_every = (unsigned)d;
+			break;
+		case OPT_PREEMPT_STEPS:
+			ok = parse_num(optarg, &d) && d >= 1 && d <= 1e6;
+			o->preempt_steps = (unsigned)d;
 			break;
 		case OPT_CUDART:
 			o->cudart = optarg;

@@ -138,6 +138,45 @@ def run_case(name, tmp, cudart, server_args, client_args, late_engine, check=Non
                 p.wait()
 
 
+def compare_preemptions(truth, ts, client):
+    """compare, and each request's preemptions and time out of the batch against the engine's
+    log: a preemption that missed two or more decode steps is one (README "Preemption"); one
+    that missed fewer (the batch emptied) is not, and must not be reported."""
+    problems, timing = compare(truth, ts, client)
+    treqs = {(t["port"], t["seq"]): t for t in truth if "request" in t}
+    want = {}
+    for p in (t for t in truth if "preemption" in t):
+        if p["missed"] >= 2:
+            w = want.setdefault(p["preemption"], [0, 0])
+            w[0] += 1
+            w[1] += p["to_ns"] - p["from_ns"]
+    by_port = {}
+    for t in (t for t in ts if "conn" in t):
+        by_port.setdefault(peer_port(t["conn"]), []).append(t)
+    for v in by_port.values():
+        v.sort(key=lambda t: t["arrival_ns"])
+    seen = 0
+    for c in client:
+        lst = by_port.get(c["port"], [])
+        tr = treqs.get((c["port"], c["seq"]))
+        if c["seq"] >= len(lst) or not tr:
+            continue
+        t = lst[c["seq"]]
+        n, ns = want.get(tr["request"], [0, 0])
+        seen += n
+        if t.get("preemptions") != n:
+            problems.append(f"request {c['id']}: preemptions {t.get('preemptions')}, the "
+                            f"engine's log {n}")
+        elif abs((t.get("preempted_ms") or 0) - ns / 1e6) > 2 * TOL_NS / 1e6 * max(n, 1):
+            timing.append(f"request {c['id']}: preempted_ms {t.get('preempted_ms')} vs the "
+                          f"engine's {ns / 1e6:.3f}")
+    if not seen:
+        problems.append("the engine preempted no request for two or more steps: nothing "
+                        "was tested")
+    INFO["preempt"] = f"{seen} preemptions, each request's count and time out exact"
+    return problems, timing
+
+
 def compare_all_steps(truth, ts, client):
     """compare, and not a step of the server's missed: its first step is tokenscope's first."""
     problems, timing = compare(truth, ts, client)
@@ -205,6 +244,10 @@ def compare(truth, ts, client):
         if not tr:
             problems.append(f"server logged no request for port {c['port']} seq {c['seq']}")
             continue
+        # An engine that never preempts: none reported (late writes, batches that change).
+        if not any("preemption" in x for x in truth) and t.get("preemptions") != 0:
+            problems.append(f"request {c['id']}: preemptions {t.get('preemptions')} from an "
+                            f"engine that preempts none")
         ps = step_by_id.get(tr["prefill_step"])
         if not t["attribution_how"].startswith("by time") or t["attribution"] != "host-calls":
             problems.append(f"request {c['id']}: not attributed: {t['attribution']}, "
@@ -363,6 +406,13 @@ def main():
         ("gpu-engine-on-request", on_request, on_request_client, True, compare_all_steps),
         ("gpu-engine-on-request-run", on_request, on_request_client, "run", compare_all_steps),
     ]
+    # An engine that preempts: before every 5th decode step its newest running request leaves
+    # the batch for 3 steps and is recomputed (refserver --preempt-every).
+    cases += [
+        ("gpu-preempt", ["--token-ms", "8", "--prefill-ms", "15", "--max-batch", "4",
+                         "--preempt-every", "5", "--preempt-steps", "3"],
+         ["-n", "8", "-c", "4", "--max-tokens", "24", "--usage"], False, compare_preemptions),
+    ]
     passed = failed = skipped = 0
     with tempfile.TemporaryDirectory() as tmp:
         for name, sargs, cargs, late, check in cases:
@@ -384,6 +434,8 @@ def main():
                     extra = [f"attempt {attempt}; {'; '.join(notes)}"] if notes else []
                     if check is compare_batches:
                         extra.append(INFO["batch"])
+                    if check is compare_preemptions:
+                        extra.append(INFO["preempt"])
                     print(f"PASS {name}" + (f" ({'; '.join(extra)})" if extra else ""))
                     passed += 1
                     break
