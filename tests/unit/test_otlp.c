@@ -377,6 +377,75 @@ out:
 	otlp_close(&o);
 }
 
+/* A preempted request: its count and time out as attributes, each time out of the batch and
+ * back as events at their times; none of it for a request never preempted. */
+TEST(test_preempted_events)
+{
+	struct req_spec q = { .path = "/v1/chat/completions",
+			      .model = "llama-3-8b",
+			      .status = 200,
+			      .outcome = OUTCOME_OK,
+			      .ttft = 800 * MS,
+			      .gap = 20 * MS,
+			      .ntokens = 5,
+			      .prompt_tokens = 12,
+			      .completion_tokens = 5 };
+	static const uint64_t from[] = { T0 + 820 * MS, T0 + 850 * MS };
+	static const uint64_t to[] = { T0 + 835 * MS, T0 + 870 * MS };
+	struct gpu_attribution ga = { .queue_ns = -1,
+				      .prefill_ns = -1,
+				      .decode_ns = -1,
+				      .gpu_ns = -1,
+				      .host_ns = -1,
+				      .how = "by time",
+				      .has_steps = true,
+				      .preemptions = 2,
+				      .preempted_ns = 35 * MS,
+				      .preempt_from = from,
+				      .preempt_to = to };
+	struct otlp_opts opts;
+	struct otlp o;
+	struct sink sk;
+	size_t n;
+	cJSON *j, *root, *e;
+	int k = 0;
+
+	opts_test(&opts);
+	if (!ASSERT_OK(otlp_init(&o, &opts), "init"))
+		return;
+	sk = otlp_sink(&o);
+	feed(&sk, &q, &ga);
+	ga.preemptions = 0;
+	ga.preempted_ns = 0;
+	feed(&sk, &q, &ga);
+	j = encode_all(&o, &n);
+	if (!ASSERT_EQ(n, 2, "two traces") || !j)
+		goto out;
+	root = cJSON_GetArrayItem(spans_of(j), 0);
+	ASSERT_EQ(attr_i(root, "tokenscope.preemptions"), 2, "preemptions");
+	ASSERT_EQ(attr_i(root, "tokenscope.preempted_ns"), 35 * MS, "time out of the batch");
+	ASSERT_EQ(count_events(root, "gen_ai.preempted"), 2, "out twice");
+	ASSERT_EQ(count_events(root, "gen_ai.resumed"), 2, "back twice");
+	cJSON_ArrayForEach(e, cJSON_GetObjectItem(root, "events"))
+	{
+		const char *nm = str(e, "name");
+
+		if (nm && !strcmp(nm, "gen_ai.preempted"))
+			time_is(e, "timeUnixNano", from[k]);
+		if (nm && !strcmp(nm, "gen_ai.resumed"))
+			time_is(e, "timeUnixNano", to[k++]);
+	}
+	/* The second trace's span (no children: queue and decode unknown). */
+	if (!ASSERT_EQ(cJSON_GetArraySize(spans_of(j)), 2, "a span each"))
+		goto out;
+	root = cJSON_GetArrayItem(spans_of(j), 1);
+	ASSERT_TRUE(!attr(root, "tokenscope.preemptions"), "never preempted: no attribute");
+	ASSERT_EQ(count_events(root, "gen_ai.preempted"), 0, "and no event");
+out:
+	cJSON_Delete(j);
+	otlp_close(&o);
+}
+
 /* A normal request sampled in: a summary span, no token events, no children unknown. */
 TEST(test_summary)
 {

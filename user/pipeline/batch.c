@@ -103,6 +103,10 @@ static void preempt_check(const struct gpu_timeline *g, struct request *r,
 	}
 	if (missed < BATCH_PREEMPT_SKIPPED || !r->batch)
 		return;
+	if (r->batch->preemptions < BATCH_PREEMPT_KEEP) {
+		r->batch->preempt_from[r->batch->preemptions] = first->start_ns;
+		r->batch->preempt_to[r->batch->preemptions] = s->end_ns;
+	}
 	r->batch->preemptions++;
 	r->batch->preempted_ns += s->end_ns - first->start_ns;
 }
@@ -155,6 +159,8 @@ void batch_attribute(const struct gpu_timeline *g, const struct request *r,
 	a->has_steps = !r->client && g->count;
 	a->preemptions = b ? b->preemptions : 0;
 	a->preempted_ns = b ? (int64_t)b->preempted_ns : 0;
+	a->preempt_from = b ? b->preempt_from : NULL;
+	a->preempt_to = b ? b->preempt_to : NULL;
 	a->steps = a->batch_steps = 0;
 	a->batch_mean = 0;
 	a->rides = NULL;

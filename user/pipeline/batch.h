@@ -57,6 +57,8 @@
 /* Steps missed before a recompute for it to count as a preemption (one missed step is a late
  * write). */
 #define BATCH_PREEMPT_SKIPPED 2
+/* Preemptions of a request whose times are kept (for its trace's events). */
+#define BATCH_PREEMPT_KEEP 8
 
 /* A step a request's token came from: the step's id, and the index of the first of the
  * request's tokens from it. */
@@ -74,6 +76,8 @@ struct batch_state {
 	uint64_t folded_sum; /* their batches, of the folded_known still kept when folded */
 	uint32_t preemptions; /* times it left the batch and came back through a recompute */
 	uint64_t preempted_ns; /* time out of the batch, the recomputes included */
+	/* the first BATCH_PREEMPT_KEEP of them: out from, back at */
+	uint64_t preempt_from[BATCH_PREEMPT_KEEP], preempt_to[BATCH_PREEMPT_KEEP];
 	struct batch_credit v[];
 };
 

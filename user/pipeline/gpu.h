@@ -155,6 +155,9 @@ struct gpu_attribution {
 	 * of the batch; shown only with has_steps. */
 	uint32_t preemptions;
 	int64_t preempted_ns;
+	/* when it went out of the batch and came back, for the first BATCH_PREEMPT_KEEP of them
+	 * (the request's own arrays: valid while it is) */
+	const uint64_t *preempt_from, *preempt_to;
 	struct batch_ride *rides;
 	uint32_t nrides;
 };

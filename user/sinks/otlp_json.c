@@ -224,11 +224,21 @@ static void put_span(const struct otlp_resource *o, struct jsonw *w, const struc
 	anomaly_text(s->anomaly, why, sizeof(why));
 	if (*why)
 		attr_str(w, "tokenscope.anomaly", why);
+	if (s->preemptions) {
+		attr_int(w, "tokenscope.preemptions", s->preemptions);
+		attr_int(w, "tokenscope.preempted_ns", s->preempted_ns);
+	}
 	jsonw_arr_end(w);
 
 	jsonw_arr_begin(w, "events");
 	if (s->first_token_ns)
 		put_event(o, w, "first_token", s->first_token_ns, -1);
+	/* Out of the engine's batch and back (README "Preemption"); a span's events need no
+	 * order. */
+	for (uint32_t i = 0; i < s->npreempt; i++) {
+		put_event(o, w, "gen_ai.preempted", s->preempt_from[i], -1);
+		put_event(o, w, "gen_ai.resumed", s->preempt_to[i], -1);
+	}
 	for (uint32_t i = 0; i < s->ntokens; i++)
 		put_event(o, w, "token", s->token_ns[i], i);
 	if (s->last_token_ns)

@@ -153,7 +153,7 @@ unsigned otlp_anomaly(int64_t slow_ttft_ns, int64_t slow_itl_ns, const struct re
 
 uint64_t otlp_span_cost(const struct otlp_span *s)
 {
-	return OTLP_SPAN_BYTES + (uint64_t)(s->ntokens + 2) * OTLP_EVENT_BYTES;
+	return OTLP_SPAN_BYTES + (uint64_t)(s->ntokens + 2 + 2 * s->npreempt) * OTLP_EVENT_BYTES;
 }
 
 struct otlp_span *otlp_span_new(struct otlp_rng *g, const struct request *r,
@@ -208,6 +208,16 @@ struct otlp_span *otlp_span_new(struct otlp_rng *g, const struct request *r,
 		s->child_end[OTLP_CHILD_QUEUE] = r->arrival_ns + ga->queue_ns;
 		s->child_start[OTLP_CHILD_PREFILL] = s->child_end[OTLP_CHILD_QUEUE];
 		s->child_end[OTLP_CHILD_PREFILL] = s->child_end[OTLP_CHILD_QUEUE] + ga->prefill_ns;
+	}
+	if (ga && ga->has_steps && ga->preemptions) {
+		s->preemptions = ga->preemptions;
+		s->preempted_ns = ga->preempted_ns;
+		s->npreempt = ga->preemptions < OTLP_PREEMPT_EVENTS ? ga->preemptions
+								   : OTLP_PREEMPT_EVENTS;
+		for (uint32_t i = 0; i < s->npreempt && ga->preempt_from; i++) {
+			s->preempt_from[i] = ga->preempt_from[i];
+			s->preempt_to[i] = ga->preempt_to[i];
+		}
 	}
 	if (ga && ga->decode_ns >= 0 && r->ntokens) {
 		s->child_start[OTLP_CHILD_DECODE] = r->first_token_ns;

@@ -34,6 +34,9 @@ enum {
 
 enum { OTLP_CHILD_QUEUE, OTLP_CHILD_PREFILL, OTLP_CHILD_DECODE, OTLP_CHILD_MAX };
 
+/* Preemptions of a request drawn as events (batch.h keeps as many). */
+#define OTLP_PREEMPT_EVENTS 8
+
 struct otlp_span {
 	uint8_t trace_id[OTLP_TRACE_ID_LEN], span_id[OTLP_SPAN_ID_LEN];
 	uint8_t child_id[OTLP_CHILD_MAX][OTLP_SPAN_ID_LEN];
@@ -52,6 +55,11 @@ struct otlp_span {
 	bool client; /* the traced process made the request: a CLIENT span to its upstream */
 	unsigned anomaly;
 	uint32_t dropped_events;
+	/* preemptions (batch.h) and, for the first OTLP_PREEMPT_EVENTS, when it went out of the
+	 * batch and came back: events gen_ai.preempted and gen_ai.resumed */
+	uint32_t preemptions, npreempt;
+	int64_t preempted_ns;
+	uint64_t preempt_from[OTLP_PREEMPT_EVENTS], preempt_to[OTLP_PREEMPT_EVENTS];
 	uint32_t ntokens; /* token_ns[] kept: anomalous requests only */
 	uint64_t token_ns[];
 };
