@@ -264,7 +264,7 @@ void summary_print(const struct summary *s, const struct loss_report *loss, cons
 	if (s->preempted)
 		fprintf(f,
 			"        preempted: %llu of %llu requests with GPU steps (%llu times), %.1f ms "
-			"out of the batch on average\n",
+			"out of the batch per preempted request\n",
 			(unsigned long long)s->preempted, (unsigned long long)s->gpu_known,
 			(unsigned long long)s->preemptions,
 			(double)s->preempted_time.sum / (double)s->preempted_time.count / 1e6);

@@ -415,6 +415,8 @@ static void tl_request(void *ctx, const struct request *r, const struct request_
 	jsonw_i64(&w, "tokens", m->tokens);
 	jsonw_u64(&w, "seq", r->seq);
 	jsonw_str(&w, "attribution", ga ? ga->how : NULL);
+	if (ga && ga->has_steps && ga->preemptions)
+		jsonw_u64(&w, "preemptions", ga->preemptions);
 	jsonw_obj_end(&w);
 	jsonw_end(&w);
 
@@ -432,6 +434,12 @@ static void tl_request(void *ctx, const struct request *r, const struct request_
 			ev_complete(t, "streaming", "phase", pid, tid, r->first_token_ns,
 				    r->end_ns);
 		}
+		/* Out of the engine's batch (README "Preemption"): inside the decode. */
+		for (uint32_t i = 0; ga && ga->has_steps && ga->preempt_from &&
+				     i < ga->preemptions && i < BATCH_PREEMPT_KEEP;
+		     i++)
+			ev_complete(t, "preempted (out of the batch)", "phase", pid, tid,
+				    ga->preempt_from[i], ga->preempt_to[i]);
 	}
 	if (ga && ga->rides)
 		tl_flows(t, r, ga, tid);
