@@ -351,6 +351,42 @@ TEST(test_gpu_lines)
 	free(s);
 }
 
+/* Preempted requests in the window: one line with how many of those whose steps are known;
+ * none when nobody was. */
+TEST(test_preempted_line)
+{
+	struct gpu_attribution steps = { -1,	    -1, -1, -1,	  -1,
+					 "by time", -1, -1, NULL, .has_steps = true };
+	struct gpu_attribution out = steps;
+	struct top t;
+	struct sink sk;
+	char *text = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&text, &len);
+
+	if (!ASSERT_OK_PTR(f, "memstream") || !ASSERT_OK(top_init(&t, f, false, false), "init"))
+		return;
+	sk = top_sink(&t);
+	out.preemptions = 2;
+	out.preempted_ns = 90 * MS;
+	feed(&sk, "llama", 1, 1 * S, 50 * MS, 10 * MS, 10, OUTCOME_OK, &steps);
+	feed(&sk, "llama", 1, 1 * S, 50 * MS, 10 * MS, 10, OUTCOME_OK, &steps);
+	top_render(&t, 2 * S, f);
+	fflush(f);
+	ASSERT_TRUE(strstr(last_frame(text), "preempted") == NULL, "none preempted: no line");
+	feed(&sk, "llama", 1, 1 * S, 50 * MS, 10 * MS, 10, OUTCOME_OK, &out);
+	feed(&sk, "qwen", 1, 1 * S, 50 * MS, 10 * MS, 10, OUTCOME_OK, NULL);
+	top_render(&t, 2 * S, f);
+	fflush(f);
+	ASSERT_TRUE(strstr(last_frame(text), "preempted: 1 of 3 requests with GPU steps (out of "
+					     "the batch, recomputed: KV cache likely full)\n") !=
+			NULL,
+		    "one of the three with steps");
+	top_free(&t);
+	fclose(f);
+	free(text);
+}
+
 TEST(test_keys)
 {
 	struct termios saved;

@@ -297,7 +297,7 @@ static void render_gpus(struct top *t, struct tframe *fr, uint64_t now_ns)
 
 void top_render(struct top *t, uint64_t now_ns, FILE *f)
 {
-	uint64_t now_s = now_ns / NS_PER_S, span, in_win = 0;
+	uint64_t now_s = now_ns / NS_PER_S, span, in_win = 0, steps_known = 0, preempted = 0;
 	int model_w = t->by_process ? TOP_MODEL_COL_PID : TOP_MODEL_COL_MAX;
 	struct tframe fr = { .tty = t->tty, .stamp = (double)now_ns / NS_PER_S };
 	double span_s;
@@ -325,7 +325,15 @@ void top_render(struct top *t, uint64_t now_ns, FILE *f)
 		render_row(t, &fr, &t->models[i], now_s, span_s, model_w);
 		sum_window(&t->models[i].win, now_s, &c, 0, NULL);
 		in_win += c.requests;
+		steps_known += c.steps_known;
+		preempted += c.preempted;
 	}
+	/* README "Preemption": a share of the window's requests out of the batch and back. */
+	if (preempted)
+		line(&fr,
+		     "preempted: %llu of %llu requests with GPU steps (out of the batch, "
+		     "recomputed: KV cache likely full)",
+		     (unsigned long long)preempted, (unsigned long long)steps_known);
 	render_steps(t, &fr, now_s, span_s);
 	render_gpus(t, &fr, now_ns);
 	char dropped[64] = "";

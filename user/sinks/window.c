@@ -103,6 +103,10 @@ bool window_add_request(struct window *w, const struct request *r, const struct 
 		slot->c.gpu_ns += ga->gpu_ns;
 		slot->c.host_ns += ga->host_ns;
 	}
+	if (ga->has_steps) {
+		slot->c.steps_known++;
+		slot->c.preempted += ga->preemptions > 0;
+	}
 	return true;
 }
 
@@ -138,6 +142,8 @@ void window_sum(const struct window *w, uint64_t lo_s, uint64_t hi_s, struct win
 			c->prefill_ns += s->c.prefill_ns;
 			c->gpu_ns += s->c.gpu_ns;
 			c->host_ns += s->c.host_ns;
+			c->steps_known += s->c.steps_known;
+			c->preempted += s->c.preempted;
 		}
 		for (unsigned int k = 0; h && k < 32; k++)
 			if (mask & (1u << k) && w->index[k] >= 0)

@@ -46,6 +46,8 @@ struct win_counts {
 	uint64_t ttft_ns, queue_ns, prefill_ns;
 	/* Over ok requests whose token gaps were split into GPU and host time: the sums (ns). */
 	uint64_t gpu_ns, host_ns;
+	/* ok requests whose GPU steps are known, and those of them preempted (batch.h) */
+	uint32_t steps_known, preempted;
 };
 
 struct window {
