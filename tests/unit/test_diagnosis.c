@@ -231,8 +231,8 @@ TEST(test_itl_preemption)
 	}
 	t = run_print(&r);
 	ASSERT_TRUE(has(t, "    ITL p99 raised by preemption: 3 of 30 requests preempted (3 in the "
-			   "slow tail), 55.0 ms out of the batch on average: the KV cache was "
-			   "likely full\n"),
+			   "slow tail),\n      55.0 ms out of the batch on average: the KV cache "
+			   "was likely full\n"),
 		    "preemption named");
 	run_close(&r);
 

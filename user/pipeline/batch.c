@@ -158,7 +158,8 @@ void batch_attribute(const struct gpu_timeline *g, const struct request *r,
 
 	a->has_steps = !r->client && g->count;
 	a->preemptions = b ? b->preemptions : 0;
-	a->preempted_ns = b ? (int64_t)b->preempted_ns : 0;
+	/* -1 where it is not known (no steps), as every time of an attribution */
+	a->preempted_ns = !a->has_steps ? -1 : b ? (int64_t)b->preempted_ns : 0;
 	a->preempt_from = b ? b->preempt_from : NULL;
 	a->preempt_to = b ? b->preempt_to : NULL;
 	a->steps = a->batch_steps = 0;

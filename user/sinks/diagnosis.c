@@ -292,8 +292,8 @@ static void window_print(const struct diagnosis *d, const struct window *w, uint
 	if (w->preempted_tail)
 		fprintf(f,
 			"    ITL p99 raised by preemption: %zu of %zu requests preempted (%zu in the "
-			"slow tail), %.1f ms out of the batch on average: the KV cache was likely "
-			"full\n",
+			"slow tail),\n      %.1f ms out of the batch on average: the KV cache was "
+			"likely full\n",
 			w->preempted, w->steps_known, w->preempted_tail, w->preempted_mean / 1e6);
 }
 

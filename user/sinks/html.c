@@ -70,6 +70,7 @@ static const struct html_col html_cols[] = {
 	ATTRIB("decode_ms", decode_ns, COL_MS),
 	ATTRIB("gpu_ms", gpu_ns, COL_MS),
 	ATTRIB("host_ms", host_ns, COL_MS),
+	ATTRIB("preempted_ms", preempted_ns, COL_MS),
 };
 #define HTML_COLS (sizeof(html_cols) / sizeof(html_cols[0]))
 

@@ -477,7 +477,8 @@ void summary_json(struct jsonw *w, const struct summary *s, const struct loss_re
 		jsonw_u64(w, "preempted", s->preempted);
 		jsonw_u64(w, "preemptions", s->preemptions);
 		jsonw_obj_end(w);
-		summary_json_hist(w, "preempted_ms", &s->preempted_time, buckets);
+		if (s->preempted)
+			summary_json_hist(w, "preempted_ms", &s->preempted_time, buckets);
 	}
 	if (s->proxy_ttft.count)
 		summary_json_hist(w, "proxy_ttft_ms", &s->proxy_ttft, buckets);
