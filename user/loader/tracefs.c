@@ -18,7 +18,7 @@
 static const char *const roots[] = { "/sys/kernel/tracing", "/sys/kernel/debug/tracing" };
 
 static const char *root;   /* where tracefs is, NULL when not usable */
-static char group[32];	   /* tokenscope_PID */
+static char group[48];	   /* tokenscope_PID_PIDNS */
 static unsigned int nmade; /* events made: uN */
 /* id -> N of each event made and not removed, to remove it by name */
 static struct made {
@@ -48,7 +48,23 @@ static bool usable(const char *dir)
 	char path[64];
 
 	snprintf(path, sizeof(path), "%s/uprobe_events", dir);
-	return access(path, W_OK) == 0;
+	/* The effective ids and capabilities, which the write will be checked with. */
+	return faccessat(AT_FDCWD, path, W_OK, AT_EACCESS) == 0;
+}
+
+/* This process's pid namespace, as an inode number (0 when unknown): pids of two namespaces
+ * may be equal, and tracefs is the whole machine's. */
+static unsigned long pid_ns(void)
+{
+	char link[64];
+	ssize_t n = readlink("/proc/self/ns/pid", link, sizeof(link) - 1);
+	unsigned long ino = 0;
+
+	if (n > 0) {
+		link[n] = 0;
+		sscanf(link, "pid:[%lu]", &ino);
+	}
+	return ino;
 }
 
 /* Mounts tracefs on the usual place in a mount namespace of this process's own: the host's
@@ -66,8 +82,10 @@ static int mount_private(void)
 	return usable(roots[0]) ? 0 : -ENOENT;
 }
 
-/* Removes the probes of tokenscopes that are gone (their group's pid is not a tokenscope). */
-static void remove_stale(void)
+/* Removes the probes of tokenscopes that are gone: of this pid namespace (another's pids cannot
+ * be looked at from here), whose pid is no tokenscope. One with a perf event still open is
+ * refused by the kernel (EBUSY), whatever this decides. */
+static void remove_stale(unsigned long ns)
 {
 	char path[64], line[4200];
 	FILE *f;
@@ -78,14 +96,16 @@ static void remove_stale(void)
 		return;
 	while (fgets(line, sizeof(line), f)) {
 		unsigned int pid, n;
-		char comm[PROC_COMM_TEXT], cmd[64];
+		unsigned long their_ns;
+		char comm[PROC_COMM_TEXT], cmd[96];
 
-		if (sscanf(line, "%*c:tokenscope_%u/u%u ", &pid, &n) != 2)
+		if (sscanf(line, "%*c:tokenscope_%u_%lu/u%u ", &pid, &their_ns, &n) != 3 ||
+		    their_ns != ns)
 			continue;
 		proc_comm(pid, comm, sizeof(comm));
 		if (pid == (unsigned int)getpid() || !strcmp(comm, "tokenscope"))
 			continue;
-		snprintf(cmd, sizeof(cmd), "-:tokenscope_%u/u%u\n", pid, n);
+		snprintf(cmd, sizeof(cmd), "-:tokenscope_%u_%lu/u%u\n", pid, their_ns, n);
 		write_cmd(cmd);
 	}
 	fclose(f);
@@ -94,6 +114,7 @@ static void remove_stale(void)
 int tracefs_init(void)
 {
 	struct rlimit nofile;
+	unsigned long ns;
 	int err = -ENOENT;
 
 	if (root)
@@ -112,8 +133,9 @@ int tracefs_init(void)
 			return err;
 		root = roots[0];
 	}
-	snprintf(group, sizeof(group), "tokenscope_%d", (int)getpid());
-	remove_stale();
+	ns = pid_ns();
+	snprintf(group, sizeof(group), "tokenscope_%d_%lu", (int)getpid(), ns);
+	remove_stale(ns);
 	return 0;
 }
 
@@ -160,7 +182,7 @@ int tracefs_uprobe_add(const char *path, uint64_t off, bool ret, int *id)
 		return err;
 	*id = read_id(nmade);
 	if (*id < 0) {
-		char rm[64];
+		char rm[96];
 
 		snprintf(rm, sizeof(rm), "-:%s/u%u\n", group, nmade);
 		write_cmd(rm);
@@ -173,7 +195,7 @@ int tracefs_uprobe_add(const char *path, uint64_t off, bool ret, int *id)
 void tracefs_uprobe_remove(int id)
 {
 	for (size_t i = 0; i < nmade_live; i++) {
-		char rm[64];
+		char rm[96];
 
 		if (made[i].id != id)
 			continue;
@@ -186,11 +208,15 @@ void tracefs_uprobe_remove(int id)
 
 int tracefs_follow(int id, int pid)
 {
+	/* Disabled: the probe's filter lists the event from its creation, enabled or not, and
+	 * the programs run from the probe, not from the event; an enabled one would be switched
+	 * in and out with its task (and every inherited copy) at each context switch. */
 	struct perf_event_attr a = {
 		.type = PERF_TYPE_TRACEPOINT,
 		.size = sizeof(a),
 		.config = (uint64_t)id,
 		.inherit = pid > 0,
+		.disabled = 1,
 	};
 	int fd = (int)syscall(__NR_perf_event_open, &a, pid > 0 ? pid : getpid(), -1, -1,
 			      PERF_FLAG_FD_CLOEXEC);

@@ -10,7 +10,11 @@
  * copied into each child at fork (in copy_process, before the child runs), and the probe's
  * filter then admits the child: its calls run the BPF programs from the first. The event
  * stays with the task across exec, so a library the child maps later (the same file) gets its
- * breakpoints from the kernel at mmap, without tokenscope.
+ * breakpoints from the kernel at mmap, without tokenscope. The event is bound to the process's
+ * main thread: children of that thread and of threads it starts later carry it; a fork by a
+ * thread already running at attach does not, and that child is hooked when the fork's record
+ * is read (milliseconds later). The events are opened disabled: the filter lists them all the
+ * same, and a disabled event costs its task nothing at a context switch.
  *
  * The programs are attached once per probe, to a perf event bound to tokenscope itself, not to
  * the inherited events: an inherited copy that carries a program takes it off the probe for
@@ -21,8 +25,9 @@
  *
  * tracefs must be mounted: where it is not (a container, a minimal VM), tokenscope mounts it in
  * a mount namespace of its own, seen by no other process. Probes are named
- * tokenscope_PID/uN; probes of a tokenscope that died without removing them are removed at the
- * next start. Where none of this is possible, tracefs_ready() is false and the loader uses
+ * tokenscope_PID_PIDNS/uN (PIDNS: the pid namespace's inode, as two containers' tokenscopes may
+ * have one pid); probes of a tokenscope of the same pid namespace that died without removing
+ * them are removed at the next start. Where none of this is possible, tracefs_ready() is false and the loader uses
  * per-process PMU probes as before, which a fork does not carry.
  */
 #ifndef TS_TRACEFS_H

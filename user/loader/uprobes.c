@@ -723,6 +723,7 @@ static int scan_file(struct uprobes *u, uint32_t pid, const char *full, const ch
 	if (h && h->nfds) {
 		/* Given its events before it mapped the file: the kernel hooked it at the mmap. */
 		h->mapped = true;
+		cf->hooked = true;
 		fprintf(stderr,
 			"tokenscope: tracing %s calls of pid %u in %s (%d functions, hooked when "
 			"it mapped the file)\n",
@@ -780,8 +781,12 @@ static void cache_candidates(struct uprobes *u, uint32_t pid)
 			return;
 		}
 	}
-	if (u->ncaches < UPROBES_MAX_CACHES)
-		u->caches[u->ncaches++] = (struct uprobes_seen){ st.st_dev, st.st_ino };
+	/* Past the caches kept, none is read: each scan would read it again. */
+	if (u->ncaches == UPROBES_MAX_CACHES) {
+		close(fd);
+		return;
+	}
+	u->caches[u->ncaches++] = (struct uprobes_seen){ st.st_dev, st.st_ino };
 	len = (size_t)st.st_size;
 	buf = malloc(len + 1);
 	if (!buf || pread(fd, buf, len, 0) != (ssize_t)len) {
@@ -811,7 +816,9 @@ static void cache_candidates(struct uprobes *u, uint32_t pid)
 			struct uprobes_file *cf;
 			struct stat lst;
 
-			if (!pre || strncmp(buf + base + key, pre, strlen(pre)))
+			/* Half the files at most: the rest is kept for files processes map. */
+			if (!pre || strncmp(buf + base + key, pre, strlen(pre)) ||
+			    u->nfiles >= UPROBES_MAX_FILES / 2)
 				continue;
 			snprintf(full, sizeof(full), "/proc/%u/root%s", pid, buf + base + value);
 			if (stat(full, &lst) || !(cf = file_of(u, &lst, full, &tables[t])))
