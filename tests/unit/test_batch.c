@@ -545,6 +545,61 @@ TEST(test_not_preempted)
 	gpu_free(&g);
 }
 
+/*
+ * Frames of three steps written together (the host fell behind by two steps, then a mixed step
+ * ran): the first frame seems to have missed two steps before a mixed one, but the write's
+ * other two frames came from them: no preemption. A real one (three steps missed) whose
+ * recompute's token goes out with one more frame stays one.
+ */
+TEST(test_frames_of_several_steps_in_one_write)
+{
+	struct gpu_timeline g;
+	struct gpu_attribution a;
+	struct request *r = req(1 * MS), *o = req(1 * MS);
+
+	gpu_init(&g);
+	add_step(&g, 7, 2 * MS, 10 * MS, PREFILL);
+	token(&g, r, 10 * MS + 100 * US);
+	token(&g, o, 10 * MS + 200 * US);
+	add_step(&g, 7, 11 * MS, 20 * MS, DECODE);
+	add_step(&g, 7, 21 * MS, 30 * MS, DECODE);
+	add_step(&g, 7, 31 * MS, 40 * MS, MIXED);
+	token(&g, r, 40 * MS + 100 * US);
+	token(&g, r, 40 * MS + 100 * US);
+	token(&g, r, 40 * MS + 100 * US);
+	token(&g, o, 40 * MS + 200 * US);
+	add_step(&g, 7, 41 * MS, 50 * MS, DECODE);
+	token(&g, r, 50 * MS + 100 * US);
+	token(&g, o, 50 * MS + 200 * US);
+	figures(&g, r, &a);
+	ASSERT_EQ(a.preemptions, 0, "three frames, three steps: a late write");
+	ASSERT_EQ(a.preempted_ns, 0, "no time out");
+	gpu_attribution_free(&a);
+	/* r rides 51-60, whose token is held back; out for 61-70, 71-80, 81-90 (o alone);
+	 * recomputed in 91-98, whose token goes out with the held one: one of the four steps
+	 * that seemed missed explained, three not: a preemption. */
+	add_step(&g, 7, 51 * MS, 60 * MS, DECODE);
+	token(&g, o, 60 * MS + 200 * US);
+	for (int k = 0; k < 3; k++) {
+		add_step(&g, 7, (61 + 10 * k) * MS, (70 + 10 * k) * MS, DECODE);
+		token(&g, o, (70 + 10 * k) * MS + 200 * US);
+	}
+	add_step(&g, 7, 91 * MS, 98 * MS, PREFILL);
+	token(&g, r, 98 * MS + 100 * US);
+	token(&g, r, 98 * MS + 100 * US);
+	add_step(&g, 7, 99 * MS, 108 * MS, DECODE);
+	token(&g, r, 108 * MS + 100 * US);
+	token(&g, o, 108 * MS + 200 * US);
+	figures(&g, r, &a);
+	ASSERT_EQ(a.preemptions, 1, "three steps unexplained: preempted");
+	ASSERT_EQ(a.preempted_ns, (int64_t)(98 - 51) * (int64_t)MS,
+		  "from the first step that seemed missed (the held one's too)");
+	gpu_attribution_free(&a);
+	request_free(r);
+	request_free(o);
+	gpu_free(&g);
+}
+
 /* Preempted before its first token (queued again before any output): not a preemption of a
  * running request; the wait is in its queue time. And no GPU steps at all: null. */
 TEST(test_preempted_before_first_token)

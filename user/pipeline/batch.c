@@ -109,6 +109,30 @@ static void preempt_check(const struct gpu_timeline *g, struct request *r,
 	}
 	r->batch->preemptions++;
 	r->batch->preempted_ns += s->end_ns - first->start_ns;
+	r->batch->pend = true;
+	r->batch->pend_missed = missed;
+	r->batch->pend_ns = r->token_ns[r->ntokens - 1];
+	r->batch->pend_out_ns = s->end_ns - first->start_ns;
+}
+
+/* A later frame of r at t_ns: of the write that ended its latest preemption, one more step
+ * explained (the preemption taken back when too few are left); of another write, that
+ * preemption is final. */
+static void preempt_settle(struct request *r, uint64_t t_ns)
+{
+	struct batch_state *b = r->batch;
+
+	if (!b || !b->pend)
+		return;
+	if (t_ns != b->pend_ns) {
+		b->pend = false;
+		return;
+	}
+	if (--b->pend_missed >= BATCH_PREEMPT_SKIPPED)
+		return;
+	b->pend = false;
+	b->preemptions--;
+	b->preempted_ns -= b->pend_out_ns;
 }
 
 void batch_token(struct gpu_timeline *g, struct request *r)
@@ -124,6 +148,7 @@ void batch_token(struct gpu_timeline *g, struct request *r)
 			credit(g, r, s, 0);
 		return;
 	}
+	preempt_settle(r, r->token_ns[i]);
 	s = latest_between(g, r->batch ? r->batch->pid : 0, r->token_ns[i - 1], r->token_ns[i]);
 	if (s) {
 		preempt_check(g, r, s, r->token_ns[i - 1]);

@@ -30,7 +30,8 @@
  * ending between the previous token's write and that step's start, came from a recompute: the
  * request was out of the batch from the start of the first step it missed to the end of the
  * recompute. One step missed is a token written late (two tokens written after two steps), not
- * a preemption; a prefill step between two tokens with no step missed is another request's.
+ * a preemption; a prefill step between two tokens with no step missed is another request's;
+ * frames of several steps written together explain as many of the steps that seemed missed.
  */
 #ifndef TS_BATCH_H
 #define TS_BATCH_H
@@ -78,6 +79,12 @@ struct batch_state {
 	uint64_t preempted_ns; /* time out of the batch, the recomputes included */
 	/* the first BATCH_PREEMPT_KEEP of them: out from, back at */
 	uint64_t preempt_from[BATCH_PREEMPT_KEEP], preempt_to[BATCH_PREEMPT_KEEP];
+	/* The latest preemption until the write that ended it is whole: later frames of that
+	 * write (pend_ns) came from the steps it seemed to miss, one each; when fewer than
+	 * BATCH_PREEMPT_SKIPPED are left unexplained it was a late write, and is taken back. */
+	bool pend;
+	uint32_t pend_missed;
+	uint64_t pend_ns, pend_out_ns;
 	struct batch_credit v[];
 };
 
