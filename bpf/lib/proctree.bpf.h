@@ -77,8 +77,9 @@ int ts_mmap_enter(struct trace_event_raw_sys_enter *ctx)
 {
 	__u8 *flag;
 
-	if (!(ctx->args[2] & TS_PROT_EXEC) || (long)ctx->args[4] < 0 ||
-	    !is_traced(bpf_get_current_pid_tgid() >> 32))
+	/* A file's executable mapping: not anonymous, and an fd (an int: -1 may come zero-extended) */
+	if (!(ctx->args[2] & TS_PROT_EXEC) || (ctx->args[3] & TS_MAP_ANONYMOUS) ||
+	    (int)ctx->args[4] < 0 || !is_traced(bpf_get_current_pid_tgid() >> 32))
 		return 0;
 	flag = bpf_task_storage_get(&exec_mapping, bpf_get_current_task_btf(), NULL,
 				    BPF_LOCAL_STORAGE_GET_F_CREATE);

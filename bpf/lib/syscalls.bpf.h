@@ -70,7 +70,8 @@
 
 /* recv flags (include/linux/socket.h; the same on every architecture) */
 #define TS_MSG_PEEK 0x2
-/* mmap prot: an executable mapping (the same on x86 and arm64) */
+/* mmap prot and flags: an executable mapping, an anonymous one (the same on x86 and arm64) */
 #define TS_PROT_EXEC 0x4
+#define TS_MAP_ANONYMOUS 0x20
 
 #endif
