@@ -166,7 +166,10 @@ struct ts_proc_event {
 	struct ts_event_hdr hdr; /* pid: the child (fork), the exiting process, the mapping one */
 	__u64 ts_ns;
 	__u32 ppid;	 /* fork: parent tgid */
-	__s32 exit_code; /* exit: the wait status */
+	union {
+		__s32 exit_code; /* exit: the wait status */
+		__u32 ptid;	 /* fork: the parent's thread that forked */
+	};
 	char comm[16];
 };
 

@@ -27,6 +27,7 @@ int BPF_PROG(ts_fork, struct task_struct *parent, struct task_struct *child)
 	pe.hdr.tid = child->pid;
 	pe.ts_ns = bpf_ktime_get_ns();
 	pe.ppid = ptgid;
+	pe.ptid = parent->pid;
 	BPF_CORE_READ_STR_INTO(&pe.comm, parent, comm);
 	emit(&pe, sizeof(pe), 0);
 	return 0;

@@ -329,6 +329,30 @@ TEST(test_probes_inherited_at_fork)
 	c.launch(NULL, 0, 0, NULL, 0, NULL);
 	ASSERT_EQ(prog_runs(skel->progs.ts_cuda_call), before + 14,
 		  "the children exited: this process still traps");
+	/* A child forked by the main thread is remembered as carrying the probes: the scan that
+	 * gives it its own does not count them late. */
+	{
+		int hold[2] = { -1, -1 };
+		pid_t kid = -1;
+
+		if (!ASSERT_OK(pipe(hold), "pipe") || !ASSERT_TRUE((kid = fork()) >= 0, "fork"))
+			goto out;
+		if (kid == 0) {
+			char x;
+
+			close(hold[1]);
+			if (read(hold[0], &x, 1) < 0)
+				_exit(1);
+			_exit(0);
+		}
+		close(hold[0]);
+		uprobes_fork(&ca, (uint32_t)getpid(), (uint32_t)getpid(), (uint32_t)kid);
+		ASSERT_TRUE(uprobes_scan(&ca, (uint32_t)kid, true) >= 5, "its own probes");
+		ASSERT_EQ(ca.late_hooks, 0, "not late: it carried its parent's");
+		close(hold[1]);
+		waitpid(kid, &status, 0);
+		uprobes_forget(&ca, (uint32_t)kid);
+	}
 	ASSERT_EQ(write(go[1], "g", 1), 1, "go");
 	waitpid(early, &status, 0);
 	early = -1;

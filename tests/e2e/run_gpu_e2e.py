@@ -127,7 +127,13 @@ def run_case(name, tmp, cudart, server_args, client_args, late_engine, check=Non
         ts.send_signal(signal.SIGINT)
         if ts.wait(20) != 0:
             raise Fail(f"tokenscope exited {ts.returncode}")
-        return (check or compare)(jsonl(log), jsonl(ts_out), jsonl(gt_out))
+        problems, timing = (check or compare)(jsonl(log), jsonl(ts_out), jsonl(gt_out))
+        # An engine started after attach is hooked from its fork or its mapping, never by
+        # the once-a-second scan.
+        late = [l for l in open(ts_err) if "hooked late" in l]
+        if late:
+            problems.append("hooked late: " + late[0].strip())
+        return problems, timing
     finally:
         for p in procs:
             if p.poll() is None:

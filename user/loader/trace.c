@@ -78,11 +78,12 @@ static int on_record(void *ctx, void *data, size_t size)
 	}
 
 	pipeline_feed(&tr->pl, data, size);
-	/* A child forked: hooked now, in its own name. With shared probes it carries its
-	 * parent's from the fork on (tracefs.h), and this keeps it hooked once the parent is
-	 * gone; without them, this is what hooks it. */
+	/* A child forked: by the main thread with shared probes, it carries its parent's from
+	 * the fork on (tracefs.h), and the next scan gives it its own (a fork-heavy server's
+	 * short-lived children cost nothing more); otherwise it is hooked now. */
 	if (size == sizeof(struct ts_proc_event) && h->type == TS_EV_PROC_FORK && tr->cuda.k)
-		uprobes_scan(&tr->cuda, h->pid, false);
+		uprobes_fork(&tr->cuda, ((const struct ts_proc_event *)data)->ppid,
+			     ((const struct ts_proc_event *)data)->ptid, h->pid);
 	return 0;
 }
 

@@ -695,6 +695,41 @@ static struct uprobes_file *file_of(struct uprobes *u, const struct stat *st, co
 	return cf;
 }
 
+/* Whether pid inherited its parent's probes of file file at its fork. */
+static bool inherited(const struct uprobes *u, uint32_t pid, int file)
+{
+	uint32_t n = u->ninherited < UPROBES_MAX_INHERITED ? u->ninherited : UPROBES_MAX_INHERITED;
+
+	if (file < 0 || file >= 64)
+		return false;
+	for (uint32_t i = 0; i < n; i++)
+		if (u->inherited[i].pid == pid)
+			return u->inherited[i].files >> file & 1;
+	return false;
+}
+
+void uprobes_fork(struct uprobes *u, uint32_t parent, uint32_t ptid, uint32_t child)
+{
+	uint64_t files = 0;
+
+	/* Only the main thread's events are sure to have been copied (tracefs.h). */
+	if (!u->shared || ptid != parent) {
+		uprobes_scan(u, child, false);
+		return;
+	}
+	for (int i = 0; i < u->nhooks; i++)
+		if (u->hooks[i].pid == parent && u->hooks[i].nfds && u->hooks[i].file >= 0 &&
+		    u->hooks[i].file < 64)
+			files |= 1ull << u->hooks[i].file;
+	if (!files)
+		return;
+	if (!u->inherited &&
+	    !(u->inherited = calloc(UPROBES_MAX_INHERITED, sizeof(*u->inherited))))
+		return;
+	u->inherited[u->ninherited++ % UPROBES_MAX_INHERITED] =
+	    (struct uprobes_inherited){ child, files };
+}
+
 /* Hooks the mapped file at path (full: through the process's root) as a library of table's
  * kind for pid, unless done before; guess: an executable that may not link it in. Returns the
  * functions hooked, or -ENOSPC when no more files can be kept. */
@@ -739,6 +774,8 @@ static int scan_file(struct uprobes *u, uint32_t pid, const char *full, const ch
 		return 0;
 	cf->hooked = true;
 	h->mapped = true;
+	if (late && inherited(u, pid, (int)(cf - u->files)))
+		late = false; /* it carried its parent's probes of the file from its fork */
 	if (late)
 		u->late_hooks++;
 	fprintf(stderr, "tokenscope: tracing %s calls of pid %u in %s (%d functions%s)\n",
@@ -966,6 +1003,9 @@ int uprobes_hooked_files(const struct uprobes *u, const char *what)
 
 void uprobes_forget(struct uprobes *u, uint32_t pid)
 {
+	for (uint32_t i = 0; u->inherited && i < UPROBES_MAX_INHERITED; i++)
+		if (u->inherited[i].pid == pid)
+			u->inherited[i] = (struct uprobes_inherited){ 0, 0 };
 	for (int i = 0; i < u->nhooks; i++) {
 		if (u->hooks[i].pid != pid)
 			continue;
@@ -983,4 +1023,7 @@ void uprobes_detach(struct uprobes *u)
 	free(u->hooks);
 	u->hooks = NULL;
 	u->nhooks = 0;
+	free(u->inherited);
+	u->inherited = NULL;
+	u->ninherited = 0;
 }

@@ -110,6 +110,14 @@ struct uprobes_seen {
 	ino_t ino;
 };
 #define UPROBES_MAX_CACHES 16
+/* Children whose inherited probes are remembered (uprobes_fork): a ring, the oldest forgotten. */
+#define UPROBES_MAX_INHERITED 1024
+
+/* A child and the files (a bit per index in uprobes.files) whose probes it inherited at fork. */
+struct uprobes_inherited {
+	uint32_t pid;
+	uint64_t files;
+};
 
 struct uprobes {
 	struct kernel *k; /* attaches the probes (kernel.h) */
@@ -125,6 +133,8 @@ struct uprobes {
 	bool shared;	    /* probes shared through tracefs, inherited at fork (tracefs.h) */
 	struct uprobes_seen caches[UPROBES_MAX_CACHES];
 	int ncaches;
+	struct uprobes_inherited *inherited; /* UPROBES_MAX_INHERITED, with the first fork */
+	uint32_t ninherited;		     /* forks remembered, the ring's next slot modulo */
 	/* Hooks made by the once-a-second scan for a file the process had mapped: it may have
 	 * called the library before (uprobes_scan's late). */
 	int late_hooks;
@@ -141,6 +151,11 @@ void uprobes_init(struct uprobes *u, struct kernel *k, bool verbose);
  * given its events on every library file known so far, mapped or not, so that one it maps
  * later (dlopen) has its breakpoints from the kernel at once. */
 int uprobes_scan(struct uprobes *u, uint32_t pid, bool late);
+/* A TS_EV_PROC_FORK record: child was forked by thread ptid of parent. Forked by parent's main
+ * thread with shared probes, it carries the probes parent held (tracefs.h), remembered so that
+ * the scan that gives it probes of its own does not count them late; otherwise (no shared
+ * probes, or a thread that may have been running at attach) it is scanned now. */
+void uprobes_fork(struct uprobes *u, uint32_t parent, uint32_t ptid, uint32_t child);
 /* A TS_EV_PROC_MAP record: pid mapped a file executable at mapped_ns; scanned now, and the
  * time from the mapping to each hook it makes is kept (map_window_max_ns). */
 int uprobes_mapped(struct uprobes *u, uint32_t pid, uint64_t mapped_ns);
