@@ -146,6 +146,7 @@ struct opts {
 	unsigned max_batch;
 	unsigned prefill_launches;
 	unsigned preempt_every, preempt_steps; /* --preempt-every, --preempt-steps */
+	unsigned prefill_chunks, hold_steps;   /* --prefill-chunks, --hold-steps */
 	int engine_fd; /* >= 0: this process is the engine (internal, set by the API process) */
 };
 
@@ -2038,6 +2039,7 @@ struct engine {
 	struct ereq_list running; /* in admission order */
 	struct ereq_list preempted; /* --preempt-every: waiting out their steps */
 	unsigned since_preempt;	  /* decode steps since the last preemption */
+	unsigned held;		  /* --hold-steps: steps whose tokens are not sent yet */
 	struct buf in, out, line;
 	void *host; /* destination of the device-to-host copy */
 	size_t host_cap;
@@ -2350,6 +2352,23 @@ static void engine_step(struct engine *e, bool prefill)
 			e->host = mem_realloc(e->host, e->host_cap);
 		}
 	}
+	/* --prefill-chunks: the prompt's first chunks each a prefill step of its own, with no
+	 * token, as chunked prefill runs; the last one below gives the tokens. */
+	for (unsigned c = 1; prefill && c < o->prefill_chunks; c++) {
+		struct step_counts cn = { 0 };
+
+		start = clock_mono_ns();
+		for (; cn.launches < o->prefill_launches; cn.launches++)
+			e->cu.launch_kernel(NULL, one, one, NULL, 0, NULL);
+		sleep_until(start + gpu_ns / o->prefill_chunks);
+		e->cu.stream_sync(NULL);
+		end = clock_mono_ns();
+		if (e->log_fd >= 0)
+			engine_log_step(e, true, start, end, &cn, from);
+		e->step++;
+	}
+	if (prefill && o->prefill_chunks > 1)
+		gpu_ns /= o->prefill_chunks;
 	start = clock_mono_ns();
 	if (prefill) {
 		for (; n.launches < o->prefill_launches; n.launches++)
@@ -2371,7 +2390,12 @@ static void engine_step(struct engine *e, bool prefill)
 		run->v[i].tokens++;
 		buf_append(&e->out, &m, sizeof(m));
 	}
-	engine_send(e);
+	/* --hold-steps K: the tokens of K steps go out together, as a host that falls behind
+	 * writes them (late writes: a token after the steps that followed its own). */
+	if (++e->held >= (o->hold_steps ? o->hold_steps : 1)) {
+		engine_send(e);
+		e->held = 0;
+	}
 	if (e->log_fd >= 0)
 		engine_log_step(e, prefill, start, end, &n, from);
 	for (i = from; prefill && i < run->len; i++) {
@@ -2422,6 +2446,11 @@ static int engine_main(const struct opts *o)
 		if (!e.running.len && e.preempted.len)
 			engine_out_tick(&e, 0, true);
 		idle = !e.waiting.len && !e.running.len;
+		/* Held tokens go before the engine waits: nothing else would send them. */
+		if (idle && buf_pending(&e.out)) {
+			engine_send(&e);
+			e.held = 0;
+		}
 
 		err = engine_poll(&e, idle);
 		if (err || e.eof)
@@ -2780,6 +2809,8 @@ static void usage(FILE *f)
 	    "                           step (it sits out --preempt-steps steps, 3, then is\n"
 	    "                           recomputed by a prefill that gives its next token)\n"
 	    "  --preempt-steps K        --gpu: decode steps a preempted request sits out (3)\n"
+	    "  --prefill-chunks N       --gpu: a prefill in N steps, the tokens after the last (1)\n"
+	    "  --hold-steps K           --gpu: the engine sends the tokens of K steps together (1)\n"
 	    "  --cudart PATH            --gpu: CUDA runtime to dlopen (%s)\n"
 	    "  --max-batch B            --gpu: requests per step at most (%d)\n"
 	    "  --prefill-launches N     --gpu: cudaLaunchKernel calls per prefill step (%d)\n"
@@ -2831,6 +2862,8 @@ enum {
 	OPT_ENGINE_ON_REQUEST,
 	OPT_PREEMPT_EVERY,
 	OPT_PREEMPT_STEPS,
+	OPT_PREFILL_CHUNKS,
+	OPT_HOLD_STEPS,
 	OPT_CUDART,
 	OPT_MAX_BATCH,
 	OPT_PREFILL_LAUNCHES,
@@ -2862,6 +2895,8 @@ static int opts_parse(struct opts *o, int argc, char **argv)
 		{ "engine-on-request", no_argument, NULL, OPT_ENGINE_ON_REQUEST },
 		{ "preempt-every", required_argument, NULL, OPT_PREEMPT_EVERY },
 		{ "preempt-steps", required_argument, NULL, OPT_PREEMPT_STEPS },
+		{ "prefill-chunks", required_argument, NULL, OPT_PREFILL_CHUNKS },
+		{ "hold-steps", required_argument, NULL, OPT_HOLD_STEPS },
 		{ "cudart", required_argument, NULL, OPT_CUDART },
 		{ "max-batch", required_argument, NULL, OPT_MAX_BATCH },
 		{ "prefill-launches", required_argument, NULL, OPT_PREFILL_LAUNCHES },
@@ -2886,6 +2921,8 @@ static int opts_parse(struct opts *o, int argc, char **argv)
 			    .max_batch = DEFAULT_MAX_BATCH,
 			    .prefill_launches = DEFAULT_PREFILL_LAUNCHES,
 			    .preempt_steps = 3,
+			    .prefill_chunks = 1,
+			    .hold_steps = 1,
 			    .engine_fd = -1 };
 	while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
 		bool ok = true;
@@ -2967,6 +3004,14 @@ static int opts_parse(struct opts *o, int argc, char **argv)
 		case OPT_PREEMPT_STEPS:
 			ok = parse_num(optarg, &d) && d >= 1 && d <= 1e6;
 			o->preempt_steps = (unsigned)d;
+			break;
+		case OPT_PREFILL_CHUNKS:
+			ok = parse_num(optarg, &d) && d >= 1 && d <= 64;
+			o->prefill_chunks = (unsigned)d;
+			break;
+		case OPT_HOLD_STEPS:
+			ok = parse_num(optarg, &d) && d >= 1 && d <= 64;
+			o->hold_steps = (unsigned)d;
 			break;
 		case OPT_CUDART:
 			o->cudart = optarg;

@@ -183,6 +183,41 @@ def compare_preemptions(truth, ts, client):
     return problems, timing
 
 
+def compare_none_preempted(truth, ts, client):
+    """An engine that never preempts, with chunked prefill (prefill steps with no token) and
+    tokens held back over several steps (late writes): every request reported with the
+    client's tokens and its steps known, and not one preemption."""
+    problems = []
+    treq_ts = [t for t in ts if "conn" in t]
+    tsteps = [t["gpu_step"] for t in ts if "gpu_step" in t]
+    steps = [t for t in truth if "step" in t]
+    if len(treq_ts) != len(client):
+        problems.append(f"{len(treq_ts)} requests from tokenscope, {len(client)} from the client")
+    if not tsteps or len(tsteps) < len(steps) // 2:
+        problems.append(f"{len(tsteps)} tokenscope steps for {len(steps)} of the engine's")
+    by_port = {}
+    for t in treq_ts:
+        by_port.setdefault(peer_port(t["conn"]), []).append(t)
+    for v in by_port.values():
+        v.sort(key=lambda t: t["arrival_ns"])
+    for c in client:
+        lst = by_port.get(c["port"], [])
+        if c["seq"] >= len(lst):
+            problems.append(f"client request {c['id']} not reported")
+            continue
+        t = lst[c["seq"]]
+        if t["tokens"] != c["tokens"]:
+            problems.append(f"request {c['id']}: {t['tokens']} tokens, client {c['tokens']}")
+        if t.get("preemptions") != 0:
+            problems.append(f"request {c['id']}: preemptions {t.get('preemptions')} "
+                            f"({t.get('preempted_ms')} ms) from an engine that preempts none")
+    chunks = sum(1 for i in range(1, len(steps)) if steps[i]["kind"] == "prefill" ==
+                 steps[i - 1]["kind"])
+    INFO["none"] = f"{len(client)} requests, 0 preemptions; {chunks} prefill steps after " \
+                   f"another, tokens of 2 steps written together"
+    return problems, []
+
+
 def compare_all_steps(truth, ts, client):
     """compare, and not a step of the server's missed: its first step is tokenscope's first."""
     problems, timing = compare(truth, ts, client)
@@ -376,7 +411,8 @@ def static_case(tmp, steps=50):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--case", help="run this case only (gpu-batched, gpu-late-engine, "
-                    "gpu-engine-on-request, gpu-engine-on-request-run, "
+                    "gpu-engine-on-request, gpu-engine-on-request-run, gpu-preempt, "
+                    "gpu-chunked-late-writes, "
                     "gpu-known-batch, gpu-known-batch-staggered, gpu-static-runtime)")
     ap.add_argument("--attempts", type=int, default=ATTEMPTS)
     args = ap.parse_args()
@@ -419,6 +455,14 @@ def main():
                          "--preempt-every", "5", "--preempt-steps", "3"],
          ["-n", "8", "-c", "4", "--max-tokens", "24", "--usage"], False, compare_preemptions),
     ]
+    # Chunked prefill (3 steps per prefill, the token after the last) and a host that sends
+    # the tokens of two steps together: no preemption may be reported.
+    cases += [
+        ("gpu-chunked-late-writes", ["--token-ms", "8", "--prefill-ms", "24", "--max-batch",
+                                     "4", "--prefill-chunks", "3", "--hold-steps", "2"],
+         ["-n", "16", "-c", "4", "--max-tokens", "16", "--usage", "--stagger-ms", "13"],
+         False, compare_none_preempted),
+    ]
     passed = failed = skipped = 0
     with tempfile.TemporaryDirectory() as tmp:
         for name, sargs, cargs, late, check in cases:
@@ -442,6 +486,8 @@ def main():
                         extra.append(INFO["batch"])
                     if check is compare_preemptions:
                         extra.append(INFO["preempt"])
+                    if check is compare_none_preempted:
+                        extra.append(INFO["none"])
                     print(f"PASS {name}" + (f" ({'; '.join(extra)})" if extra else ""))
                     passed += 1
                     break
