@@ -144,6 +144,15 @@ bool tracefs_ready(void)
 	return root != NULL;
 }
 
+/* Removes this process's event uN. */
+static void remove_event(unsigned int n)
+{
+	char rm[96];
+
+	snprintf(rm, sizeof(rm), "-:%s/u%u\n", group, n);
+	write_cmd(rm);
+}
+
 static int read_id(unsigned int n)
 {
 	char path[96], text[32];
@@ -182,10 +191,7 @@ int tracefs_uprobe_add(const char *path, uint64_t off, bool ret, int *id)
 		return err;
 	*id = read_id(nmade);
 	if (*id < 0) {
-		char rm[96];
-
-		snprintf(rm, sizeof(rm), "-:%s/u%u\n", group, nmade);
-		write_cmd(rm);
+		remove_event(nmade);
 		return *id;
 	}
 	made[nmade_live++] = (struct made){ *id, nmade++ };
@@ -195,12 +201,9 @@ int tracefs_uprobe_add(const char *path, uint64_t off, bool ret, int *id)
 void tracefs_uprobe_remove(int id)
 {
 	for (size_t i = 0; i < nmade_live; i++) {
-		char rm[96];
-
 		if (made[i].id != id)
 			continue;
-		snprintf(rm, sizeof(rm), "-:%s/u%u\n", group, made[i].n);
-		write_cmd(rm);
+		remove_event(made[i].n);
 		made[i] = made[--nmade_live];
 		return;
 	}

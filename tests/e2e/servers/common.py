@@ -19,6 +19,8 @@ import argparse
 import asyncio
 import itertools
 import json
+import socket
+import sys
 import time
 
 DEFAULT_MAX_TOKENS = 16
@@ -51,6 +53,43 @@ def parse_args(description, extra=None):
     if args.port is None:
         ap.error("a port is required (0 picks a free one)")
     return args
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_line(who, path, prefix, proc, timeout=20):
+    """The first line of path starting with prefix, written by proc; who names the caller in
+    the message that ends it when proc exits or timeout passes first."""
+    end = time.time() + timeout
+    while time.time() < end:
+        if proc.poll() is not None:
+            sys.exit(f"{who}: {proc.args[0]} exited {proc.returncode}")
+        try:
+            for line in open(path):
+                if line.startswith(prefix):
+                    return line.strip()
+        except FileNotFoundError:
+            pass
+        time.sleep(0.05)
+    sys.exit(f"{who}: no '{prefix}' from {proc.args[0]} in {timeout} s")
+
+
+def wait_port(who, what, port, proc, timeout=20):
+    """Returns once proc (what: its name in the messages) accepts on port."""
+    end = time.time() + timeout
+    while time.time() < end:
+        if proc.poll() is not None:
+            sys.exit(f"{who}: {what} exited {proc.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    sys.exit(f"{who}: {what} not listening on {port} in {timeout} s")
 
 
 def announce(port):

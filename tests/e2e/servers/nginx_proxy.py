@@ -12,7 +12,6 @@ Usage: nginx_proxy.py PORT --tls-cert PEM --upstream PATH/refserver [--work DIR]
 """
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -55,40 +54,6 @@ http {{
 """
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_line(path, prefix, proc, timeout=20):
-    end = time.time() + timeout
-    while time.time() < end:
-        if proc.poll() is not None:
-            sys.exit(f"nginx_proxy: {proc.args[0]} exited {proc.returncode}")
-        try:
-            for line in open(path):
-                if line.startswith(prefix):
-                    return line.strip()
-        except FileNotFoundError:
-            pass
-        time.sleep(0.05)
-    sys.exit(f"nginx_proxy: no '{prefix}' from {proc.args[0]} in {timeout} s")
-
-
-def wait_port(port, proc, timeout=20):
-    end = time.time() + timeout
-    while time.time() < end:
-        if proc.poll() is not None:
-            sys.exit(f"nginx_proxy: nginx exited {proc.returncode}")
-        try:
-            socket.create_connection(("127.0.0.1", port), 0.2).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    sys.exit(f"nginx_proxy: nginx not listening on {port} in {timeout} s")
-
-
 def main():
     def extra(ap):
         ap.add_argument("--upstream", required=True, help="the refserver binary")
@@ -102,8 +67,9 @@ def main():
     upstream = subprocess.Popen([args.upstream, "--port", "0", "--token-ms", "5",
                                  "--prefill-ms", "20"], stdout=open(up_log, "w"),
                                 stderr=subprocess.STDOUT)
-    up_port = int(wait_line(up_log, "listening on ", upstream).rsplit(":", 1)[1])
-    port = args.port or free_port()
+    up_line = common.wait_line("nginx_proxy", up_log, "listening on ", upstream)
+    up_port = int(up_line.rsplit(":", 1)[1])
+    port = args.port or common.free_port()
     conf = os.path.join(work, "nginx.conf")
     with open(conf, "w") as f:
         f.write(CONF.format(work=work, upstream=up_port, port=port,
@@ -118,7 +84,7 @@ def main():
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     try:
-        wait_port(port, nginx)
+        common.wait_port("nginx_proxy", "nginx", port, nginx)
         print(f"trace pid {nginx.pid}", flush=True)
         common.announce(port)
         while not stop and nginx.poll() is None and upstream.poll() is None:

@@ -14,7 +14,6 @@ Usage: portkey_gateway.py PORT --modules DIR/node_modules --upstream PATH/refser
 """
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,40 +23,6 @@ sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import common  # noqa: E402
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_line(path, prefix, proc, timeout=20):
-    end = time.time() + timeout
-    while time.time() < end:
-        if proc.poll() is not None:
-            sys.exit(f"portkey_gateway: {proc.args[0]} exited {proc.returncode}")
-        try:
-            for line in open(path):
-                if line.startswith(prefix):
-                    return line.strip()
-        except FileNotFoundError:
-            pass
-        time.sleep(0.05)
-    sys.exit(f"portkey_gateway: no '{prefix}' from {proc.args[0]} in {timeout} s")
-
-
-def wait_port(port, proc, timeout=30):
-    end = time.time() + timeout
-    while time.time() < end:
-        if proc.poll() is not None:
-            sys.exit(f"portkey_gateway: the gateway exited {proc.returncode}")
-        try:
-            socket.create_connection(("127.0.0.1", port), 0.2).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    sys.exit(f"portkey_gateway: the gateway not listening on {port} in {timeout} s")
 
 
 def main():
@@ -73,8 +38,9 @@ def main():
     upstream = subprocess.Popen([args.upstream, "--port", "0", "--token-ms", "5",
                                  "--prefill-ms", "20"], stdout=open(up_log, "w"),
                                 stderr=subprocess.STDOUT)
-    up_port = int(wait_line(up_log, "listening on ", upstream).rsplit(":", 1)[1])
-    port = args.port or free_port()
+    up_line = common.wait_line("portkey_gateway", up_log, "listening on ", upstream)
+    up_port = int(up_line.rsplit(":", 1)[1])
+    port = args.port or common.free_port()
     start = os.path.join(args.modules, "@portkey-ai", "gateway", "build", "start-server.js")
     gateway = subprocess.Popen(["node", start, f"--port={port}", "--headless"],
                                cwd=os.path.dirname(args.modules),
@@ -87,7 +53,7 @@ def main():
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     try:
-        wait_port(port, gateway)
+        common.wait_port("portkey_gateway", "the gateway", port, gateway, 30)
         print(f"upstream 127.0.0.1:{up_port}", flush=True)
         print(f"trace pid {gateway.pid}", flush=True)
         common.announce(port)
