@@ -5,8 +5,8 @@
  * device's own timing: CUPTI activity records (graph-level records for graph replays,
  * concurrent-kernel records for eager kernels, copies, and the API records of launches for
  * their launch times), made into runs (cupti/runs.h) and handed over through the USDT probe
- * tokenscope:runs (or tokenscope:kernels, one run per operation) that tokenscope's BPF program
- * attaches to.
+ * that tokenscope's BPF program attaches to: tokenscope:runs (eager kernels sampled in windows
+ * of a duty cycle), tokenscope:all (every step) or tokenscope:kernels (one run per operation).
  *
  * What it costs a server nobody traces: a thread that wakes ten times a second to read two
  * probe semaphores. Activity collection is enabled only while a tracer is attached to a probe
@@ -18,7 +18,8 @@
  * drops records, which it counts and tokenscope shows); nothing here blocks a CUDA thread.
  *
  * Environment: TOKENSCOPE_CUPTI_PATH names the CUPTI library when the loader cannot find it;
- * TOKENSCOPE_CUPTI_QUIET=1 silences the messages.
+ * TOKENSCOPE_CUPTI_QUIET=1 silences the messages; TOKENSCOPE_CUPTI_SAMPLE=ON/PERIOD (in
+ * milliseconds) sets the sampled mode's duty cycle.
  */
 #include <dlfcn.h>
 #include <pthread.h>
@@ -52,6 +53,8 @@
 /* Incremented by the kernel for each tracer attached to the probe. */
 __extension__ unsigned short tokenscope_runs_semaphore __attribute__((used))
 __attribute__((section(".probes")));
+__extension__ unsigned short tokenscope_all_semaphore __attribute__((used))
+__attribute__((section(".probes")));
 __extension__ unsigned short tokenscope_kernels_semaphore __attribute__((used))
 __attribute__((section(".probes")));
 
@@ -77,14 +80,21 @@ static struct {
 	atomic_uint busy; /* a bit per buffer */
 } pool;
 
-static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER; /* runs, offset */
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER; /* runs, offset, the window */
 static struct runs runs;
 static int64_t offset_ns;
 static uint64_t offset_at_ns;
 static atomic_ullong pool_empty;
-static bool quiet, enabled, failed;
+static bool quiet, failed;
 static uint32_t clock_method;
 static uint64_t clock_err_ns;
+/* What is collected: 0 (nothing) or TS_CUPTI_MODE_*; whether eager kernels are now (the
+ * window), and the sampled mode's duty cycle and the next change of the window. */
+static uint32_t mode;
+static bool eager_on;
+static uint32_t sample_on_ms = TS_CUPTI_SAMPLE_ON_MS, sample_period_ms = TS_CUPTI_SAMPLE_PERIOD_MS;
+static uint64_t window_next_ns;
+static uint64_t sample_on_ns, sample_off_ns, windows;
 
 static void say(const char *fmt, const char *what)
 {
@@ -138,6 +148,27 @@ static void stats_refresh(struct ts_cupti_stats *s)
 	s->pool_empty = atomic_load(&pool_empty);
 	s->clock = clock_method;
 	s->clock_err_ns = clock_err_ns;
+	s->mode = mode;
+	s->sample_on_ms = sample_on_ms;
+	s->sample_period_ms = sample_period_ms;
+	s->sample_on_ns = sample_on_ns;
+	s->sample_off_ns = sample_off_ns;
+	s->windows = windows;
+}
+
+/* The probe of the mode a tracer asked for, with n runs (0: a heartbeat); false when no
+ * tracer listens any more. Called with lock held. */
+static bool fire(const struct ts_dev_run *r, uint32_t n, struct ts_cupti_stats *s)
+{
+	if (semaphore(&tokenscope_kernels_semaphore))
+		STAP_PROBE4(tokenscope, kernels, TS_CUPTI_ABI, r, n, s);
+	else if (semaphore(&tokenscope_all_semaphore))
+		STAP_PROBE4(tokenscope, all, TS_CUPTI_ABI, r, n, s);
+	else if (semaphore(&tokenscope_runs_semaphore))
+		STAP_PROBE4(tokenscope, runs, TS_CUPTI_ABI, r, n, s);
+	else
+		return false;
+	return true;
 }
 
 /* Called by runs with each batch: sent if a tracer listens, counted otherwise. */
@@ -147,13 +178,8 @@ static void emit(void *ctx, const struct ts_dev_run *r, uint32_t n, const struct
 
 	(void)st;
 	stats_refresh(s);
-	if (runs.single && semaphore(&tokenscope_kernels_semaphore)) {
-		STAP_PROBE4(tokenscope, kernels, TS_CUPTI_ABI, r, n, s);
-	} else if (semaphore(&tokenscope_runs_semaphore)) {
-		STAP_PROBE4(tokenscope, runs, TS_CUPTI_ABI, r, n, s);
-	} else {
+	if (!fire(r, n, s))
 		s->runs_unsent += n;
-	}
 }
 
 static void CUPTIAPI buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records)
@@ -183,16 +209,20 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *b
 {
 	CUpti_Activity *rec = NULL;
 	size_t dropped = 0;
+	uint64_t t0;
 	int i;
 
 	(void)size;
 	pthread_mutex_lock(&lock);
-	if (clock_method == TS_CUPTI_CLOCK_OFFSET && mono_ns() - offset_at_ns > OFFSET_PERIOD_NS)
+	t0 = mono_ns();
+	if (clock_method == TS_CUPTI_CLOCK_OFFSET && t0 - offset_at_ns > OFFSET_PERIOD_NS)
 		measure_offset();
 	while (valid && cu.next_record(buffer, valid, &rec) == CUPTI_SUCCESS)
 		records_read(&runs, rec, offset_ns);
 	if (cu.dropped(ctx, stream, &dropped) == CUPTI_SUCCESS)
 		runs.stats.dropped += dropped;
+	runs.stats.buffers++;
+	runs.stats.read_ns += mono_ns() - t0;
 	runs_flush(&runs);
 	pthread_mutex_unlock(&lock);
 	for (i = 0; i < POOL_BUFFERS; i++)
@@ -200,28 +230,43 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *b
 			atomic_fetch_and(&pool.busy, ~(1u << i));
 }
 
-/* Runtime and driver calls whose API records give launch times. */
-static const CUpti_CallbackId runtime_launches[] = {
-	CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000,
-	CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_ptsz_v7000,
-	CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060,
-	CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_ptsz_v11060,
+/* What is collected whenever a tracer is attached: graph replays and copies with the API
+ * records of their calls (launch times), and CUPTI's own overhead. */
+static const CUpti_CallbackId runtime_always[] = {
 	CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000,
 	CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_ptsz_v10000,
 	CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_v3020,
 	CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_ptsz_v7000,
 	CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_v3020,
 };
-static const CUpti_CallbackId driver_launches[] = {
-	CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel,	  CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz,
-	CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz,
-	CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch,	  CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz,
+static const CUpti_CallbackId driver_always[] = {
+	CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch,
+	CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz,
 };
-static const CUpti_ActivityKind device_kinds[] = {
-	CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
+static const CUpti_ActivityKind kinds_always[] = {
 	CUPTI_ACTIVITY_KIND_GRAPH_TRACE,
 	CUPTI_ACTIVITY_KIND_MEMCPY,
+	CUPTI_ACTIVITY_KIND_OVERHEAD,
 };
+/* And eager kernels with their launch calls: in every step (modes all and kernels), or in the
+ * windows of the sampled mode. */
+static const CUpti_CallbackId runtime_eager[] = {
+	CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000,
+	CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_ptsz_v7000,
+	CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060,
+	CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_ptsz_v11060,
+};
+static const CUpti_CallbackId driver_eager[] = {
+	CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel,
+	CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz,
+	CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx,
+	CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz,
+};
+static const CUpti_ActivityKind kinds_eager[] = {
+	CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
+};
+
+#define N(a) (sizeof(a) / sizeof((a)[0]))
 
 static bool check(CUptiResult r, const char *what)
 {
@@ -237,34 +282,101 @@ static bool check(CUptiResult r, const char *what)
 	return false;
 }
 
-/* Starts or stops collection; false once a CUPTI call failed (collection stays off). */
-static bool set_enabled(bool on)
+/* Turns a set of activity kinds and API records on or off; false once a CUPTI call failed
+ * (collection stays off). Turning off cannot fail the library. */
+static bool set_kinds(const CUpti_ActivityKind *kinds, size_t nk, const CUpti_CallbackId *rt,
+		      size_t nrt, const CUpti_CallbackId *drv, size_t ndrv, bool on)
 {
 	size_t i;
 
+	if (!on) {
+		for (i = 0; i < nk; i++)
+			cu.disable(kinds[i]);
+		for (i = 0; i < nrt; i++)
+			cu.enable_runtime_api(rt[i], 0);
+		for (i = 0; i < ndrv; i++)
+			cu.enable_driver_api(drv[i], 0);
+		return true;
+	}
+	for (i = 0; i < nk; i++)
+		if (!check(cu.enable(kinds[i]), "cuptiActivityEnable"))
+			return false;
+	for (i = 0; i < nrt; i++)
+		if (!check(cu.enable_runtime_api(rt[i], 1), "cuptiActivityEnableRuntimeApi"))
+			return false;
+	for (i = 0; i < ndrv; i++)
+		if (!check(cu.enable_driver_api(drv[i], 1), "cuptiActivityEnableDriverApi"))
+			return false;
+	return true;
+}
+
+static bool set_eager(bool on)
+{
+	if (on == eager_on)
+		return true;
+	if (!on) {
+		/* Before collection goes off: a kernel launched before this time is recorded. */
+		pthread_mutex_lock(&lock);
+		sample_off_ns = mono_ns();
+		pthread_mutex_unlock(&lock);
+	}
+	if (!set_kinds(kinds_eager, N(kinds_eager), runtime_eager, N(runtime_eager), driver_eager,
+		       N(driver_eager), on))
+		return false;
+	eager_on = on;
 	if (on) {
-		for (i = 0; i < sizeof(device_kinds) / sizeof(device_kinds[0]); i++)
-			if (!check(cu.enable(device_kinds[i]), "cuptiActivityEnable"))
-				return false;
-		for (i = 0; i < sizeof(runtime_launches) / sizeof(runtime_launches[0]); i++)
-			if (!check(cu.enable_runtime_api(runtime_launches[i], 1),
-				   "cuptiActivityEnableRuntimeApi"))
-				return false;
-		for (i = 0; i < sizeof(driver_launches) / sizeof(driver_launches[0]); i++)
-			if (!check(cu.enable_driver_api(driver_launches[i], 1),
-				   "cuptiActivityEnableDriverApi"))
-				return false;
-	} else {
-		for (i = 0; i < sizeof(device_kinds) / sizeof(device_kinds[0]); i++)
-			cu.disable(device_kinds[i]);
-		for (i = 0; i < sizeof(runtime_launches) / sizeof(runtime_launches[0]); i++)
-			cu.enable_runtime_api(runtime_launches[i], 0);
-		for (i = 0; i < sizeof(driver_launches) / sizeof(driver_launches[0]); i++)
-			cu.enable_driver_api(driver_launches[i], 0);
+		/* After collection is on: a kernel launched after this time is recorded. */
+		pthread_mutex_lock(&lock);
+		sample_on_ns = mono_ns();
+		windows++;
+		pthread_mutex_unlock(&lock);
+	}
+	return true;
+}
+
+/* Moves collection to what the attached probes ask for (want: TS_CUPTI_MODE_* or 0) and, in
+ * the sampled mode, opens or closes the window at its time; false once a CUPTI call failed.
+ * The poll thread's next heartbeat carries the change. */
+static bool set_mode(uint32_t want, uint64_t now)
+{
+	bool eager = want != 0;
+
+	if (want && !mode && !set_kinds(kinds_always, N(kinds_always), runtime_always,
+					N(runtime_always), driver_always, N(driver_always), true))
+		return false;
+	if (want == TS_CUPTI_MODE_SAMPLED) {
+		eager = eager_on;
+		if (mode != TS_CUPTI_MODE_SAMPLED || now >= window_next_ns) {
+			/* A window opens at once when a tracer comes, then every period. */
+			eager = mode != TS_CUPTI_MODE_SAMPLED || !eager_on ||
+				sample_on_ms == sample_period_ms;
+			window_next_ns =
+			    now + (uint64_t)(eager ? sample_on_ms : sample_period_ms - sample_on_ms) *
+				      1000000ull;
+		}
+	}
+	if (eager != eager_on && !set_eager(eager))
+		return false;
+	if (want != mode) {
+		pthread_mutex_lock(&lock);
+		if (want != TS_CUPTI_MODE_SAMPLED) {
+			sample_off_ns = 0;
+			if (want && !sample_on_ns)
+				sample_on_ns = mono_ns();
+		}
+		if (!want) {
+			sample_on_ns = 0;
+			windows = 0;
+		}
+		pthread_mutex_unlock(&lock);
+	}
+	if (!want && mode) {
+		set_kinds(kinds_always, N(kinds_always), runtime_always, N(runtime_always),
+			  driver_always, N(driver_always), false);
 		/* What was collected goes out now, to a tracer that may still be there. */
 		cu.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
 	}
-	enabled = on;
+	mode = want;
 	return true;
 }
 
@@ -283,11 +395,20 @@ static void heartbeat(void)
 		runs.stats.dropped += dropped;
 	runs.stats.flush_ns = t;
 	stats_refresh(&runs.stats);
-	if (semaphore(&tokenscope_runs_semaphore))
-		STAP_PROBE4(tokenscope, runs, TS_CUPTI_ABI, runs.batch, 0, &runs.stats);
-	else if (semaphore(&tokenscope_kernels_semaphore))
-		STAP_PROBE4(tokenscope, kernels, TS_CUPTI_ABI, runs.batch, 0, &runs.stats);
+	fire(runs.batch, 0, &runs.stats);
 	pthread_mutex_unlock(&lock);
+}
+
+/* The mode the attached probes ask for: TS_CUPTI_MODE_*, or 0 when no tracer is attached. */
+static uint32_t wanted(void)
+{
+	if (semaphore(&tokenscope_kernels_semaphore))
+		return TS_CUPTI_MODE_KERNELS;
+	if (semaphore(&tokenscope_all_semaphore))
+		return TS_CUPTI_MODE_ALL;
+	if (semaphore(&tokenscope_runs_semaphore))
+		return TS_CUPTI_MODE_SAMPLED;
+	return 0;
 }
 
 static void *poll_thread(void *arg)
@@ -296,22 +417,43 @@ static void *poll_thread(void *arg)
 
 	(void)arg;
 	while (!failed) {
-		bool kernels = semaphore(&tokenscope_kernels_semaphore);
-		bool want = kernels || semaphore(&tokenscope_runs_semaphore);
+		uint32_t want = wanted();
 
-		if (want != enabled && !set_enabled(want))
+		if (!set_mode(want, mono_ns()))
 			break;
-		if (enabled && kernels != runs.single) {
+		if (mode && (want == TS_CUPTI_MODE_KERNELS) != runs.single) {
 			pthread_mutex_lock(&lock);
 			runs_flush(&runs);
-			runs.single = kernels;
+			runs.single = want == TS_CUPTI_MODE_KERNELS;
 			pthread_mutex_unlock(&lock);
 		}
-		if (enabled)
+		if (mode)
 			heartbeat();
 		nanosleep(&period, NULL);
 	}
 	return NULL;
+}
+
+/* TOKENSCOPE_CUPTI_SAMPLE=ON/PERIOD in milliseconds: 1 <= ON <= PERIOD <= one hour. */
+static void parse_sample(const char *v)
+{
+	unsigned long on, period;
+	char *end;
+
+	if (!v || !*v)
+		return;
+	on = strtoul(v, &end, 10);
+	if (*end == '/') {
+		period = strtoul(end + 1, &end, 10);
+		if (!*end && on >= 1 && on <= period && period <= 3600000ul) {
+			sample_on_ms = (uint32_t)on;
+			sample_period_ms = (uint32_t)period;
+			return;
+		}
+	}
+	say("tokenscope-cupti: TOKENSCOPE_CUPTI_SAMPLE=%s is not ON/PERIOD in milliseconds "
+	    "(1 <= ON <= PERIOD <= 3600000): the default duty cycle\n",
+	    v);
 }
 
 #define SYM(field, name)                                                                   \
@@ -359,7 +501,7 @@ static bool open_cupti(void)
 static void at_exit(void)
 {
 	/* What the last buffers hold reaches a tracer still attached. */
-	if (enabled && !failed)
+	if (mode && !failed)
 		cu.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
 }
 
@@ -375,6 +517,7 @@ EXPORT int InitializeInjection(void)
 	if (atomic_flag_test_and_set(&once))
 		return 1;
 	quiet = q && *q && *q != '0';
+	parse_sample(getenv("TOKENSCOPE_CUPTI_SAMPLE"));
 	runs_init(&runs, emit, &runs.stats);
 	if (!open_cupti())
 		return 1;

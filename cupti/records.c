@@ -60,6 +60,22 @@ void records_read(struct runs *r, const CUpti_Activity *rec, int64_t offset_ns)
 		op.correlation = m->correlationId;
 		break;
 	}
+	case CUPTI_ACTIVITY_KIND_OVERHEAD: {
+		/* start and end lead every overhead record version. */
+		const CUpti_ActivityOverhead3 *o = (const CUpti_ActivityOverhead3 *)rec;
+		int k = o->overheadKind == CUPTI_ACTIVITY_OVERHEAD_CUPTI_BUFFER_FLUSH
+			    ? TS_CUPTI_OVERHEAD_FLUSH
+			: o->overheadKind == CUPTI_ACTIVITY_OVERHEAD_CUPTI_INSTRUMENTATION
+			    ? TS_CUPTI_OVERHEAD_INSTRUMENTATION
+			: o->overheadKind == CUPTI_ACTIVITY_OVERHEAD_CUPTI_RESOURCE
+			    ? TS_CUPTI_OVERHEAD_RESOURCE
+			    : TS_CUPTI_OVERHEAD_OTHER;
+
+		r->stats.overhead_records++;
+		if (o->end > o->start)
+			r->stats.overhead_ns[k] += o->end - o->start;
+		return;
+	}
 	default:
 		r->stats.unknown++;
 		return;

@@ -26,13 +26,27 @@
 #define TS_CUPTI_ABI_H
 
 /* Bumped whenever struct ts_dev_run, struct ts_cupti_stats or the probe arguments change. */
-#define TS_CUPTI_ABI 1
+#define TS_CUPTI_ABI 2
 
 /* The USDT provider and probe: STAP_PROBE4(tokenscope, runs, abi, runs, n, stats), where runs
  * points to an array of TS_RUNS_PER_PROBE runs whose first n are valid (the reader copies the
- * whole array, of a size it knows) and stats to the library's counters. */
+ * whole array, of a size it knows) and stats to the library's counters. Three probes with
+ * those arguments; which one a tracer attaches to is how it asks what to collect (the
+ * library reads their semaphores, the first found of these wins):
+ *   kernels  every operation its own run, every step (--kernels);
+ *   all      every step's device work (--device-times all);
+ *   runs     sampled (the default): graph replays, copies and their launches always; eager
+ *            kernels and their launches only in windows of TS_CUPTI_SAMPLE_ON_MS every
+ *            TS_CUPTI_SAMPLE_PERIOD_MS (stats.sample_on_ns/sample_off_ns say when). */
 #define TS_CUPTI_PROVIDER "tokenscope"
 #define TS_CUPTI_PROBE "runs"
+#define TS_CUPTI_PROBE_ALL "all"
+#define TS_CUPTI_PROBE_KERNELS "kernels"
+/* The sampled mode's duty cycle (the library's environment TOKENSCOPE_CUPTI_SAMPLE=ON/PERIOD
+ * in milliseconds changes it). Eager kernels are what CUPTI's instrumentation costs most on
+ * (a record and an API record per launch); a decode step replaying a CUDA graph is one record. */
+#define TS_CUPTI_SAMPLE_ON_MS 1000
+#define TS_CUPTI_SAMPLE_PERIOD_MS 10000
 
 /* Device gaps up to this long between two operations of one stream join them into one run
  * (back-to-back kernels start 1 to 4 us apart on the device). */
@@ -77,6 +91,38 @@ struct ts_cupti_stats {
 	__u32 pad;
 	__u64 clock_err_ns; /* TS_CUPTI_CLOCK_OFFSET: the bound on the measured offset's error */
 	__u64 flush_ns;	    /* a heartbeat: the time the flush began */
+	/* What is collected (TS_CUPTI_MODE_*) and, in the sampled mode, the latest window of
+	 * eager-kernel records: sample_on_ns is when it began (after collection was on), and
+	 * sample_off_ns when the latest one ended (before collection went off); the window is
+	 * open while sample_off_ns < sample_on_ns. In the other modes sample_on_ns is when
+	 * collection began and sample_off_ns 0. The library fires a heartbeat at each change. */
+	__u32 mode;
+	__u32 sample_on_ms, sample_period_ms; /* the sampled mode's duty cycle */
+	__u32 pad2;
+	__u64 sample_on_ns, sample_off_ns;
+	__u64 windows; /* sampling windows opened */
+	/* Its own cost: completed buffers read, and the time spent reading them and making
+	 * runs (CLOCK_MONOTONIC, the probe calls included). */
+	__u64 buffers, read_ns;
+	/* CUPTI's own overhead records (CUPTI_ACTIVITY_KIND_OVERHEAD): their count and time by
+	 * TS_CUPTI_OVERHEAD_*. */
+	__u64 overhead_records;
+	__u64 overhead_ns[4];
+};
+
+enum ts_cupti_mode {
+	TS_CUPTI_MODE_SAMPLED = 1,
+	TS_CUPTI_MODE_ALL = 2,
+	TS_CUPTI_MODE_KERNELS = 3,
+};
+
+/* CUPTI's overhead kinds, as counted. */
+enum ts_cupti_overhead {
+	TS_CUPTI_OVERHEAD_FLUSH,	   /* CUPTI_ACTIVITY_OVERHEAD_CUPTI_BUFFER_FLUSH */
+	TS_CUPTI_OVERHEAD_INSTRUMENTATION, /* ..._CUPTI_INSTRUMENTATION */
+	TS_CUPTI_OVERHEAD_RESOURCE,	   /* ..._CUPTI_RESOURCE */
+	TS_CUPTI_OVERHEAD_OTHER,	   /* every other kind */
+	TS_CUPTI_OVERHEADS,
 };
 
 enum ts_cupti_clock {

@@ -210,6 +210,8 @@ struct ts_dev_runs_event {
 	struct ts_cupti_stats stats;
 	struct ts_dev_run runs[TS_RUNS_PER_PROBE];
 };
+/* Its size under TS_CUPTI_ABI 1 (stats of 96 bytes), as older recordings hold it. */
+#define TS_DEV_RUNS_V1_BYTES (24 + 96 + 80 * TS_RUNS_PER_PROBE)
 
 /* Counters kept per CPU in the kernel and summed by user space (map `stats`). */
 enum ts_stat {
@@ -249,8 +251,8 @@ _Static_assert(sizeof(struct ts_proc_event) == 48, "ts_proc_event layout");
 _Static_assert(sizeof(struct ts_gpu_step_event) == 64, "ts_gpu_step_event layout");
 _Static_assert(sizeof(struct ts_gpu_call_event) == 32, "ts_gpu_call_event layout");
 _Static_assert(sizeof(struct ts_dev_run) == 80, "ts_dev_run layout");
-_Static_assert(sizeof(struct ts_cupti_stats) == 96, "ts_cupti_stats layout");
-_Static_assert(sizeof(struct ts_dev_runs_event) == 24 + 96 + 80 * TS_RUNS_PER_PROBE,
+_Static_assert(sizeof(struct ts_cupti_stats) == 192, "ts_cupti_stats layout");
+_Static_assert(sizeof(struct ts_dev_runs_event) == 24 + 192 + 80 * TS_RUNS_PER_PROBE,
 	       "ts_dev_runs_event layout");
 
 #endif

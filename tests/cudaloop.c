@@ -13,7 +13,10 @@
  * Built with -DCUDALOOP_STATIC and linked with libcudart_static.a, it calls the runtime linked
  * into its own executable instead (the tracer must then find the runtime in the executable).
  *
- * usage: cudaloop [--cudart PATH] [-n STEPS] [--launches N]
+ * usage: cudaloop [--cudart PATH] [-n STEPS] [--launches N] [--gap-ms MS]
+ *
+ * --gap-ms MS sleeps MS milliseconds after each step (steps spread over time, as a server's
+ * are; the per-step figures then include the sleeps).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -55,10 +58,18 @@ static double cpu_now(void)
 	return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
+static void gap(long ms)
+{
+	struct timespec t = { ms / 1000, (ms % 1000) * 1000000L };
+
+	if (ms > 0)
+		nanosleep(&t, NULL);
+}
+
 int main(int argc, char **argv)
 {
 	const char *path = "/usr/local/cuda/lib64/libcudart.so.13";
-	long steps = 2000, launches = 40;
+	long steps = 2000, launches = 40, gap_ms = 0;
 	char line[16], buf[8];
 	const dim3 one = { 1, 1, 1 };
 	launch_fn launch;
@@ -75,9 +86,11 @@ int main(int argc, char **argv)
 			steps = atol(argv[++i]);
 		else if (!strcmp(argv[i], "--launches") && i + 1 < argc)
 			launches = atol(argv[++i]);
+		else if (!strcmp(argv[i], "--gap-ms") && i + 1 < argc)
+			gap_ms = atol(argv[++i]);
 		else {
-			fprintf(stderr,
-				"usage: cudaloop [--cudart PATH] [-n STEPS] [--launches N]\n");
+			fprintf(stderr, "usage: cudaloop [--cudart PATH] [-n STEPS] [--launches N] "
+					"[--gap-ms MS]\n");
 			return 2;
 		}
 	}
@@ -116,6 +129,7 @@ int main(int argc, char **argv)
 		for (long i = 0; i < launches; i++)
 			launch(NULL, one, one, NULL, 0, NULL);
 		sync(NULL);
+		gap(gap_ms);
 	}
 	c1 = cpu_now();
 	w1 = wall_now();
@@ -123,6 +137,7 @@ int main(int argc, char **argv)
 		graph(NULL, NULL);
 		cpy(buf, buf, 4, 2, NULL);
 		sync(NULL);
+		gap(gap_ms);
 	}
 	c2 = cpu_now();
 	w2 = wall_now();

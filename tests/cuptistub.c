@@ -18,6 +18,9 @@
  * what the records hold (the callback answers CLOCK_MONOTONIC too); without one, as CUPTI
  * does on Linux, the records hold CLOCK_REALTIME times, so the client must convert.
  *
+ * With CUPTI_ACTIVITY_KIND_OVERHEAD enabled, each cuptiActivityFlushAll that hands a buffer over
+ * writes a buffer-flush overhead record of STUB_FLUSH_OVERHEAD_NS first.
+ *
  * Environment: TS_CUPTI_STUB_NO_TSCB=1 refuses the timestamp callback (the client's offset
  * method); TS_CUPTI_STUB_NO_BUFFER=1 makes every buffer request fail as if the client had none
  * to give (records are dropped and counted).
@@ -32,6 +35,10 @@
 #include <cupti.h>
 
 #define API __attribute__((visibility("default")))
+
+/* The length of the overhead record written at each flush that hands a buffer over, while
+ * CUPTI_ACTIVITY_KIND_OVERHEAD is enabled (a figure the tests check the sums against). */
+#define STUB_FLUSH_OVERHEAD_NS 5000
 
 /* Stand-in operation kinds (tsstub_cupti_op). */
 enum { STUB_KERNEL = 0, STUB_GRAPH = 1, STUB_MEMCPY = 2 };
@@ -83,6 +90,8 @@ static size_t record_size(CUpti_ActivityKind k)
 		return sizeof(CUpti_ActivityGraphTrace2);
 	case CUPTI_ACTIVITY_KIND_MEMCPY:
 		return sizeof(CUpti_ActivityMemcpy6);
+	case CUPTI_ACTIVITY_KIND_OVERHEAD:
+		return sizeof(CUpti_ActivityOverhead3);
 	default:
 		return 0;
 	}
@@ -294,6 +303,17 @@ API CUptiResult cuptiActivityFlushAll(uint32_t flag)
 {
 	(void)flag;
 	pthread_mutex_lock(&lock);
+	if (buf_used && kinds[CUPTI_ACTIVITY_KIND_OVERHEAD]) {
+		/* CUPTI's record of its own flush: here always STUB_FLUSH_OVERHEAD_NS long. */
+		CUpti_ActivityOverhead3 *o = room(sizeof(*o));
+
+		if (o) {
+			o->kind = CUPTI_ACTIVITY_KIND_OVERHEAD;
+			o->overheadKind = CUPTI_ACTIVITY_OVERHEAD_CUPTI_BUFFER_FLUSH;
+			o->start = rec_time(clock_ns(CLOCK_MONOTONIC));
+			o->end = o->start + STUB_FLUSH_OVERHEAD_NS;
+		}
+	}
 	complete();
 	pthread_mutex_unlock(&lock);
 	return CUPTI_SUCCESS;

@@ -22,6 +22,10 @@ Cases:
                    first instruction
   cupti-requests   the reference server in its GPU mode: requests get "attribution":"cupti",
                    prefill_gpu_ms equal to the device time of their prefill step
+  cupti-sampled    the default mode (--device-times sampled) with a duty cycle of 0.3 s in
+                   1 s: prefill steps exact or "sampled-out", decode steps always exact, the
+                   summary's counts, CUPTI's overhead records summed, /metrics by times
+The others run with --device-times all (every step).
 Prints PASS/FAIL/SKIP lines and "N passed, N failed, N skipped".
 """
 import json
@@ -76,13 +80,14 @@ def jsonl(path):
         return [json.loads(l) for l in f if l.startswith("{")]
 
 
-def loop_traced(tmp, name, steps, launches, ts_args=(), env_extra=None, scrape=None):
+def loop_traced(tmp, name, steps, launches, ts_args=("--device-times", "all"), env_extra=None,
+                scrape=None, gap_ms=0):
     """cudaloop with the injection library, tokenscope trace -p on it; returns (steps, stderr).
     scrape: a list that gets the /metrics text (with --listen in ts_args) once the loop is done."""
     env = device_env(**(env_extra or {}))
     loop = subprocess.Popen([LOOP, "--cudart", CUDART, "-n", str(steps), "--launches",
-                             str(launches)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, env=env, text=True)
+                             str(launches), "--gap-ms", str(gap_ms)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, text=True)
     ts = None
     try:
         if not loop.stdout.readline().startswith("ready"):
@@ -175,7 +180,8 @@ def case_offset(tmp):
 
 def case_no_buffer(tmp):
     metrics = []
-    steps, err = loop_traced(tmp, "nobuf", 5, 4, ts_args=("--listen", "127.0.0.1:0"),
+    steps, err = loop_traced(tmp, "nobuf", 5, 4,
+                             ts_args=("--listen", "127.0.0.1:0", "--device-times", "all"),
                              env_extra={"TS_CUPTI_STUB_NO_BUFFER": "1"}, scrape=metrics)
     bad = []
     lost = {l.split('"')[1]: int(l.split()[-1]) for l in metrics[0].splitlines()
@@ -205,7 +211,8 @@ def case_kernels(tmp):
 
 def case_timeline(tmp):
     path = os.path.join(tmp, "tl.json")
-    steps, _ = loop_traced(tmp, "timeline", 6, 5, ts_args=("--timeline", path))
+    steps, _ = loop_traced(tmp, "timeline", 6, 5,
+                           ts_args=("--timeline", path, "--device-times", "all"))
     bad = check_steps(steps, 6, 5)
     with open(path) as f:
         tl = json.load(f)
@@ -244,8 +251,8 @@ def case_run(tmp):
     del env["CUDA_INJECTION64_PATH"]  # run names it
     env["TOKENSCOPE_CUPTI_LIB"] = LIB
     feed = "sleep 2.5; echo go; sleep 0.8; echo bye"
-    p = subprocess.run(["/bin/sh", "-c", f"({feed}) | {TS} run --json --gpu-steps -- {LOOP} "
-                        f"--cudart {CUDART} -n 5 --launches 4"],
+    p = subprocess.run(["/bin/sh", "-c", f"({feed}) | {TS} run --json --gpu-steps "
+                        f"--device-times all -- {LOOP} --cudart {CUDART} -n 5 --launches 4"],
                        stdout=open(out, "w"), stderr=open(err, "w"), env=env, timeout=60)
     if p.returncode != 0:
         return [f"run exited {p.returncode}: {open(err).read()[-400:]}"]
@@ -265,7 +272,8 @@ def case_requests(tmp):
                    .split(":")[1].split()[0])
         subprocess.run([GT, "--port", str(port), "-n", "1", "--max-tokens", "2", "-o",
                         os.devnull], check=True, timeout=30, stderr=subprocess.DEVNULL)
-        ts = subprocess.Popen([TS, "trace", "-p", str(srv.pid), "--json", "--gpu-steps"],
+        ts = subprocess.Popen([TS, "trace", "-p", str(srv.pid), "--json", "--gpu-steps",
+                               "--device-times", "all"],
                               stdout=open(ts_out, "w"), stderr=open(ts_err, "w"))
         wait_for(ts_err, "device times of pid", 15)
         time.sleep(0.5)
@@ -304,6 +312,59 @@ def case_requests(tmp):
     return bad
 
 
+def case_sampled(tmp):
+    """The default mode with a short duty cycle: eager kernels collected 0.3 s of every 1 s.
+    Prefill steps (eager launches) inside a window have exact device times, the others none
+    ("sampled-out"), never a part; decode steps (a graph replay and a copy, collected always)
+    have theirs every time; the summary counts both; CUPTI's overhead records (the stand-in
+    writes one of 5 us at each flush that hands a buffer over) are summed."""
+    metrics = []
+    steps, err = loop_traced(tmp, "sampled", 30, 6, ts_args=("--listen", "127.0.0.1:0"),
+                             env_extra={"TOKENSCOPE_CUPTI_SAMPLE": "300/1000"}, gap_ms=60,
+                             scrape=metrics)
+    bad = []
+    if len(steps) != 60:
+        bad.append(f"{len(steps)} steps, expected 60")
+    pre = [s for s in steps if s["kind"] == "prefill"]
+    dec = [s for s in steps if s["kind"] == "decode"]
+    full = [s for s in pre if s["times"] == "cupti"]
+    out = [s for s in pre if s["times"] == "sampled-out"]
+    if len(full) + len(out) != len(pre):
+        bad.append("prefill steps neither with device times nor sampled out: "
+                   f"{sorted({s['times'] for s in pre})}")
+    if not full or not out:
+        bad.append(f"prefill steps: {len(full)} with device times, {len(out)} sampled out "
+                   "(1.8 s of steps and windows of 0.3 s in 1 s: both expected)")
+    for s in full + dec:
+        if s["times"] != "cupti":
+            bad.append(f"a {s['kind']} step has times {s['times']!r}")
+        elif s["gpu_busy_ns"] != expected_busy(s):
+            bad.append(f"{s['kind']} step: gpu_busy_ns {s['gpu_busy_ns']}, expected "
+                       f"{expected_busy(s)} (a part of its work?)")
+    for s in out:
+        if s["gpu_busy_ns"] is not None or s["device_start_ns"] is not None:
+            bad.append("a sampled-out step shows device times")
+    m = re.search(r"device times sampled: eager kernels 0\.3 s of every 1\.0 s \((\d+) "
+                  r"windows\); steps: (\d+) with device times, (\d+) sampled out", err)
+    if not m:
+        bad.append("no 'device times sampled' line in the summary")
+    elif (int(m.group(2)), int(m.group(3))) != (len(full) + len(dec), len(out)):
+        bad.append(f"the summary says {m.group(2)} with device times, {m.group(3)} sampled "
+                   f"out; the steps show {len(full) + len(dec)} and {len(out)}")
+    m = re.search(r"CUPTI overhead: (\d+) records, ([\d.]+) ms \(buffer flush ([\d.]+)", err)
+    if not m or int(m.group(1)) < 1 or abs(float(m.group(3)) - int(m.group(1)) * 0.005) > 0.051:
+        bad.append(f"CUPTI overhead line: {m.group(0) if m else 'missing'} (5 us per flush)")
+    if not re.search(r"device times cost: [1-9]\d* buffers read in", err):
+        bad.append("no 'device times cost' line with buffers read")
+    text = metrics[0] if metrics else ""
+    got = {t: int(v) for t, v in re.findall(
+        r'^tokenscope_gpu_steps_device_times_total\{times="([a-z-]+)"\} (\d+)$', text, re.M)}
+    want = {"cupti": len(full) + len(dec), "sampled-out": len(out), "host-calls": 0}
+    if got != want:
+        bad.append(f"/metrics device_times {got}, the steps say {want}")
+    return bad
+
+
 def main():
     if os.geteuid() != 0:
         print("SKIP cupti: needs root")
@@ -316,7 +377,8 @@ def main():
     cases = [("cupti-steps", case_steps), ("cupti-offset", case_offset),
              ("cupti-no-buffer", case_no_buffer), ("cupti-kernels", case_kernels),
              ("cupti-timeline", case_timeline),
-             ("cupti-run", case_run), ("cupti-requests", case_requests)]
+             ("cupti-run", case_run), ("cupti-requests", case_requests),
+             ("cupti-sampled", case_sampled)]
     passed = failed = 0
     with tempfile.TemporaryDirectory() as tmp:
         for name, fn in cases:

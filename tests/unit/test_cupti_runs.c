@@ -736,6 +736,46 @@ TEST(test_records_kinds)
 	runs_free(r, g);
 }
 
+/* CUPTI's overhead records are summed by kind, never made into runs; one whose end precedes its
+ * start adds no time. */
+TEST(test_records_overhead)
+{
+	struct got *g;
+	struct runs *r = runs_new(&g);
+	CUpti_ActivityOverhead3 o;
+	static const struct {
+		CUpti_ActivityOverheadKind kind;
+		uint64_t start, end;
+	} in[] = {
+		{ CUPTI_ACTIVITY_OVERHEAD_CUPTI_BUFFER_FLUSH, 100, 150 },
+		{ CUPTI_ACTIVITY_OVERHEAD_CUPTI_BUFFER_FLUSH, 200, 210 },
+		{ CUPTI_ACTIVITY_OVERHEAD_CUPTI_INSTRUMENTATION, 300, 1300 },
+		{ CUPTI_ACTIVITY_OVERHEAD_CUPTI_RESOURCE, 5, 7 },
+		{ CUPTI_ACTIVITY_OVERHEAD_DRIVER_COMPILER, 10, 40 },
+		{ CUPTI_ACTIVITY_OVERHEAD_LAZY_FUNCTION_LOADING, 50, 20 },
+	};
+
+	for (size_t i = 0; i < sizeof(in) / sizeof(in[0]); i++) {
+		memset(&o, 0, sizeof(o));
+		o.kind = CUPTI_ACTIVITY_KIND_OVERHEAD;
+		o.overheadKind = in[i].kind;
+		o.start = in[i].start;
+		o.end = in[i].end;
+		records_read(r, (const CUpti_Activity *)&o, -1000);
+	}
+	runs_flush(r);
+	ASSERT_EQ(r->stats.records, 6, "records");
+	ASSERT_EQ(r->stats.overhead_records, 6, "overhead records");
+	ASSERT_EQ(r->stats.unknown, 0, "none unknown");
+	ASSERT_EQ(r->stats.ops, 0, "no operation");
+	ASSERT_EQ(g->batches, 0, "no run");
+	ASSERT_EQ(r->stats.overhead_ns[TS_CUPTI_OVERHEAD_FLUSH], 60, "flush");
+	ASSERT_EQ(r->stats.overhead_ns[TS_CUPTI_OVERHEAD_INSTRUMENTATION], 1000, "instrumentation");
+	ASSERT_EQ(r->stats.overhead_ns[TS_CUPTI_OVERHEAD_RESOURCE], 2, "resource");
+	ASSERT_EQ(r->stats.overhead_ns[TS_CUPTI_OVERHEAD_OTHER], 30, "other kinds, time backwards none");
+	runs_free(r, g);
+}
+
 int main(void)
 {
 	alarm(10); /* a hang is a failure, not a stuck test run */

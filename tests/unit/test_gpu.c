@@ -179,6 +179,75 @@ TEST(test_device_times_complete)
 	gpu_free(&g);
 }
 
+static void heartbeat_sampled(struct gpu_timeline *g, uint64_t flush, uint64_t on, uint64_t off,
+			      uint64_t windows)
+{
+	struct ts_dev_runs_event e = { .hdr = { TS_EV_DEV_RUNS, sizeof(e), 7, 7 } };
+
+	e.abi = TS_CUPTI_ABI;
+	e.stats.flush_ns = flush;
+	e.stats.mode = TS_CUPTI_MODE_SAMPLED;
+	e.stats.sample_on_ns = on;
+	e.stats.sample_off_ns = off;
+	e.stats.windows = windows;
+	gpu_add_runs(g, &e);
+}
+
+/* A step with a run of its own inside it, given back once its windows are known: whether it
+ * kept its device times. */
+static bool step_sampled(struct gpu_timeline *g, uint64_t start, uint32_t launches,
+			 uint64_t settle_flush, uint64_t on, uint64_t off, uint64_t windows)
+{
+	const uint64_t run[][2] = { { start + MS / 5, start + MS / 2 } };
+	struct gpu_step out = { 0 };
+
+	add_step(g, 7, start, start + MS, launches, launches ? 0 : 1);
+	add_runs(g, 7, start + MS, run, 1);
+	heartbeat_sampled(g, settle_flush, on, off, windows);
+	while (gpu_next_ready(g, settle_flush + 10 * GPU_DEVICE_QUIET_NS,
+			      settle_flush + 10 * GPU_DEVICE_QUIET_NS, false, &out))
+		;
+	ASSERT_EQ(out.start_ns, start, "the step given back");
+	ASSERT_EQ(out.sampled_out, !out.dev.device, "sampled out or with device times");
+	if (out.sampled_out)
+		ASSERT_STREQ(gpu_step_times(&out), "sampled-out", "said so");
+	return out.dev.device;
+}
+
+/*
+ * The sampled mode: eager kernels are collected in windows. A step that launched eager
+ * kernels outside every window shows no device times, even those of the runs placed in it (a
+ * part of its work); a decode step (a graph replay: always collected) keeps them; a window
+ * whose end was lost covers nothing.
+ */
+TEST(test_device_times_sampled)
+{
+	struct gpu_timeline g;
+	const struct gpu_cupti *c;
+
+	gpu_init(&g);
+	heartbeat_sampled(&g, 5 * MS, 5 * MS, 0, 1); /* a window open since 5 ms */
+	c = &g.procs[0].cupti;
+	ASSERT_TRUE(step_sampled(&g, 10 * MS, 40, 12 * MS, 5 * MS, 0, 1), "inside the open one");
+	ASSERT_FALSE(step_sampled(&g, 16 * MS, 40, 30 * MS, 5 * MS, 15 * MS, 1), "after its end");
+	ASSERT_TRUE(step_sampled(&g, 18 * MS, 0, 30 * MS, 5 * MS, 15 * MS, 1), "a graph replay");
+	ASSERT_FALSE(step_sampled(&g, 14 * MS + MS / 2, 40, 30 * MS, 5 * MS, 15 * MS, 1),
+		     "across its end");
+	ASSERT_TRUE(step_sampled(&g, 41 * MS, 40, 70 * MS, 40 * MS, 60 * MS, 2), "a second one");
+	/* The window of 100 ms closed at 150 and another opened at 200 between two heartbeats. */
+	heartbeat_sampled(&g, 101 * MS, 100 * MS, 60 * MS, 3);
+	ASSERT_TRUE(step_sampled(&g, 120 * MS, 40, 130 * MS, 100 * MS, 60 * MS, 3), "open");
+	heartbeat_sampled(&g, 201 * MS, 200 * MS, 150 * MS, 4);
+	ASSERT_FALSE(step_sampled(&g, 160 * MS, 40, 210 * MS, 200 * MS, 150 * MS, 4), "between");
+	/* Two windows opened unseen (a lost record): the one open before covers nothing. */
+	heartbeat_sampled(&g, 501 * MS, 500 * MS, 450 * MS, 7);
+	ASSERT_FALSE(step_sampled(&g, 380 * MS, 40, 510 * MS, 500 * MS, 450 * MS, 7),
+		     "in a window whose end is not known");
+	ASSERT_EQ(c->steps_sampled_out, 4, "counted");
+	ASSERT_EQ(c->steps_device, 4, "counted");
+	gpu_free(&g);
+}
+
 int main(void)
 {
 	return check_run_all();

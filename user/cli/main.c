@@ -65,6 +65,7 @@ enum {
 	OPT_ALL,
 	OPT_NO_TRAFFIC,
 	OPT_BY_PROCESS,
+	OPT_DEVICE_TIMES,
 };
 
 static const struct argp_option trace_options[] = {
@@ -82,6 +83,10 @@ static const struct argp_option trace_options[] = {
 	{ "gpu-steps", OPT_GPU_STEPS, NULL, 0, "Also a line (or JSON object) per GPU step", 0 },
 	{ "kernels", OPT_KERNELS, NULL, 0,
 	  "Also a line per CUDA launch and copy (a ring-buffer record each: costly)", 0 },
+	{ "device-times", OPT_DEVICE_TIMES, "MODE", 0,
+	  "From the CUPTI library: sampled (default: eager kernels 1 s in 10 s), all (every "
+	  "step: costly), off",
+	  0 },
 	{ "duration", 'd', "SEC", 0, "Stop after SEC seconds", 0 },
 	{ "capture-bytes", OPT_CAPTURE, "N", 0,
 	  "Bytes copied per syscall (default 65536); more is counted as a gap", 0 },
@@ -298,6 +303,16 @@ static error_t trace_parse(int key, char *arg, struct argp_state *state)
 		break;
 	case OPT_KERNELS:
 		o->gpu_calls = true;
+		break;
+	case OPT_DEVICE_TIMES:
+		if (!strcmp(arg, "sampled"))
+			o->device_times = UPROBES_DEVICE_SAMPLED;
+		else if (!strcmp(arg, "all"))
+			o->device_times = UPROBES_DEVICE_ALL;
+		else if (!strcmp(arg, "off"))
+			o->device_times = UPROBES_DEVICE_OFF;
+		else
+			argp_error(state, "invalid --device-times '%s' (sampled, all or off)", arg);
 		break;
 	case 'd':
 		if (parse_double(arg, &o->duration_s) || o->duration_s == 0)

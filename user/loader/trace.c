@@ -882,6 +882,7 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 	}
 	uprobes_init(&tr.cuda, tr.k, o->verbose);
 	tr.cuda.kernels = o->gpu_calls;
+	tr.cuda.device = o->device_times;
 	cuda_scan_all(&tr, false);
 	if (!uprobes_hooked_files(&tr.cuda, "CUDA") && !cuda_explain(&tr))
 		fprintf(stderr, "tokenscope: no CUDA library in the traced processes; GPU steps "

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "cli/exporters.h"
+#include "loader/uprobes.h"
 #include "pipeline/pipeline.h"
 
 struct trace_opts {
@@ -19,6 +20,7 @@ struct trace_opts {
 	bool json, tokens, verbose;
 	bool gpu_steps;	   /* a line per GPU step */
 	bool gpu_calls;	   /* a line per CUDA launch and copy (--kernels) */
+	enum uprobes_device device_times; /* what the CUPTI library collects */
 	double duration_s; /* 0: until a signal or until every traced process exited */
 	double interval_s; /* 0: no interval summaries */
 	long count;	   /* stop after this many intervals; 0: no limit */

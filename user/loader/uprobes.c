@@ -422,28 +422,29 @@ static int hook_file(struct uprobes *u, struct uprobes_hook *h, const char *path
 	return hooked;
 }
 
-/* Attaches the injection library's probes for pid (once per process); true if attached. */
+/* Attaches the injection library's probe of the mode asked for, for pid (once per process);
+ * true if attached. */
 static bool hook_cupti(struct uprobes *u, uint32_t pid, const char *full, const char *path)
 {
-	static const char *const probes[] = { "runs", "kernels" };
+	const char *probe = u->kernels			       ? TS_CUPTI_PROBE_KERNELS
+			    : u->device == UPROBES_DEVICE_ALL ? TS_CUPTI_PROBE_ALL
+							       : TS_CUPTI_PROBE;
 	struct uprobes_hook *h;
-	int err = 0;
+	struct bpf_link *l;
+	int err;
 
+	if (u->device == UPROBES_DEVICE_OFF && !u->kernels)
+		return false;
 	if (hook_find(u, pid, -1) || !(h = hook_new(u, pid, -1)))
 		return false;
-	for (int i = 0; i < (u->kernels ? 2 : 1); i++) {
-		struct bpf_link *l;
-
-		err = kernel_attach_cupti(u->k, (int)pid, full, probes[i], &l);
-		if (err) {
-			fprintf(stderr,
-				"tokenscope: cannot attach to the probe %s:%s of pid %u in %s: "
-				"%s; no device times\n",
-				TS_CUPTI_PROVIDER, probes[i], pid, path, strerror(-err));
-			break;
-		}
+	err = kernel_attach_cupti(u->k, (int)pid, full, probe, &l);
+	if (err)
+		fprintf(stderr,
+			"tokenscope: cannot attach to the probe %s:%s of pid %u in %s: %s; no "
+			"device times\n",
+			TS_CUPTI_PROVIDER, probe, pid, path, strerror(-err));
+	else
 		h->links[h->nlinks++] = l;
-	}
 	if (is_denial(err))
 		deny(u, UPROBES_DENIED_UPROBE, err, pid, path, NULL);
 	if (err) {
@@ -451,7 +452,11 @@ static bool hook_cupti(struct uprobes *u, uint32_t pid, const char *full, const 
 		return false;
 	}
 	u->cupti_attached++;
-	fprintf(stderr, "tokenscope: device times of pid %u from %s (CUPTI)\n", pid, path);
+	fprintf(stderr, "tokenscope: device times of pid %u from %s (CUPTI, %s)\n", pid, path,
+		u->kernels			   ? "every operation"
+		: u->device == UPROBES_DEVICE_ALL ? "every step"
+						   : "eager kernels sampled; --device-times all for "
+						     "every step");
 	return true;
 }
 

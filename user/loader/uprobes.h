@@ -119,6 +119,14 @@ struct uprobes_inherited {
 	uint64_t files;
 };
 
+/* What the CUPTI injection library collects (--device-times): which of its probes is attached
+ * (include/cupti_abi.h). */
+enum uprobes_device {
+	UPROBES_DEVICE_SAMPLED, /* "runs": eager kernels in windows of a duty cycle */
+	UPROBES_DEVICE_ALL,	/* "all": every step */
+	UPROBES_DEVICE_OFF,	/* none: no device times */
+};
+
 struct uprobes {
 	struct kernel *k; /* attaches the probes (kernel.h) */
 	struct uprobes_file files[UPROBES_MAX_FILES];
@@ -127,7 +135,8 @@ struct uprobes {
 	int nhooks;
 	bool hooks_full, files_full; /* a cap was reached: said once, nothing more hooked */
 	bool verbose;
-	bool kernels; /* --kernels: the library's per-operation probe too */
+	bool kernels; /* --kernels: the library's per-operation probe */
+	enum uprobes_device device; /* --device-times: which of the library's probes */
 	struct uprobes_denial denied;
 	int cupti_attached; /* processes whose CUPTI library probes were attached */
 	bool shared;	    /* probes shared through tracefs, inherited at fork (tracefs.h) */

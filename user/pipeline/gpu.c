@@ -18,6 +18,11 @@ const char *gpu_kind_name(enum step_kind k)
 	return k < STEP_KIND_MAX ? kind_names[k] : "?";
 }
 
+const char *gpu_step_times(const struct gpu_step *s)
+{
+	return s->dev.device ? "cupti" : s->sampled_out ? "sampled-out" : "host-calls";
+}
+
 int gpu_init(struct gpu_timeline *g)
 {
 	memset(g, 0, sizeof(*g));
@@ -156,6 +161,7 @@ void gpu_add(struct gpu_timeline *g, const struct ts_gpu_step_event *e, struct g
 	s->waits = e->waits;
 	s->kind = gpu_classify(e->launches, e->graph_launches);
 	memset(&s->dev, 0, sizeof(s->dev));
+	s->sampled_out = s->settled = false;
 	s->id = ++g->steps;
 	s->batch = 0;
 	s->next_end_ns = 0;
@@ -283,6 +289,78 @@ static struct gpu_step *step_at(struct gpu_timeline *g, uint32_t pid, uint64_t t
 	return NULL;
 }
 
+/* The library's sampling windows as its counters say (include/cupti_abi.h): a new start opens
+ * one; the latest end closes the open one. The library fires a heartbeat after each change,
+ * so every window is seen; when one was not (records lost: the count of windows jumped), the
+ * open one's end is not known and it covers nothing. */
+static void cupti_windows(struct gpu_cupti *c, const struct ts_cupti_stats *st)
+{
+	struct gpu_span *last =
+	    c->nwindows ? &c->windows[(c->whead + c->nwindows - 1) % GPU_CUPTI_WINDOWS] : NULL;
+
+	if (!st->sample_on_ns)
+		return;
+	if (!last || st->sample_on_ns > last->a) {
+		if (last && !last->b)
+			last->b = st->windows == c->windows_seen + 1 &&
+					  st->sample_off_ns >= last->a &&
+					  st->sample_off_ns <= st->sample_on_ns
+				      ? st->sample_off_ns
+				      : last->a;
+		c->windows_seen = st->windows;
+		if (c->nwindows == GPU_CUPTI_WINDOWS)
+			c->whead = (c->whead + 1) % GPU_CUPTI_WINDOWS;
+		else
+			c->nwindows++;
+		last = &c->windows[(c->whead + c->nwindows - 1) % GPU_CUPTI_WINDOWS];
+		*last = (struct gpu_span){ st->sample_on_ns, 0 };
+		if (!c->first_on_ns)
+			c->first_on_ns = st->sample_on_ns;
+	}
+	if (st->mode == TS_CUPTI_MODE_SAMPLED && !last->b && st->sample_off_ns >= last->a)
+		last->b = st->sample_off_ns;
+}
+
+/* Whether the library collected every operation of [a, b]: a window covers it. */
+static bool cupti_covers(const struct gpu_cupti *c, uint64_t a, uint64_t b)
+{
+	for (uint32_t i = 0; i < c->nwindows; i++) {
+		const struct gpu_span *w = &c->windows[(c->whead + i) % GPU_CUPTI_WINDOWS];
+
+		if (w->a <= a && (!w->b || b <= w->b))
+			return true;
+	}
+	return false;
+}
+
+/* Once the windows are known past its end: a step that launched eager kernels after
+ * collection began, outside every window, loses the device times it has (a part of them). */
+static void cupti_settle(struct gpu_cupti *c, struct gpu_step *s)
+{
+	if (s->settled || !c->seen || c->flush_ns < s->end_ns)
+		return;
+	s->settled = true;
+	if (s->launches && c->first_on_ns && s->start_ns >= c->first_on_ns &&
+	    !cupti_covers(c, s->start_ns, s->end_ns)) {
+		memset(&s->dev, 0, sizeof(s->dev));
+		s->sampled_out = true;
+		c->steps_sampled_out++;
+	} else if (s->dev.device) {
+		c->steps_device++;
+	}
+}
+
+/* Settles the held steps of p whose windows are now known. */
+static void cupti_settle_held(struct gpu_timeline *g, struct gpu_proc *p)
+{
+	for (uint32_t i = 0; i < g->npending; i++) {
+		struct gpu_step *s = gpu_step_by_id(g, g->pending[(g->pending_head + i) % GPU_PENDING_MAX]);
+
+		if (s && s->pid == p->pid)
+			cupti_settle(&p->cupti, s);
+	}
+}
+
 void gpu_add_runs(struct gpu_timeline *g, const struct ts_dev_runs_event *e)
 {
 	struct gpu_proc *p;
@@ -298,6 +376,7 @@ void gpu_add_runs(struct gpu_timeline *g, const struct ts_dev_runs_event *e)
 		g->cupti_procs++;
 	p->cupti.seen = true;
 	p->cupti.stats = e->stats;
+	cupti_windows(&p->cupti, &e->stats);
 	if (e->stats.flush_ns > p->cupti.flush_ns)
 		p->cupti.flush_ns = e->stats.flush_ns;
 	/* A heartbeat (no runs): every buffer CUPTI handed over by its flush has been sent, so
@@ -309,6 +388,7 @@ void gpu_add_runs(struct gpu_timeline *g, const struct ts_dev_runs_event *e)
 
 		if (done > p->cupti.done_ns)
 			p->cupti.done_ns = done;
+		cupti_settle_held(g, p);
 	}
 	for (uint32_t i = 0; i < e->n && i < TS_RUNS_PER_PROBE; i++) {
 		const struct ts_dev_run *r = &e->runs[i];
@@ -327,7 +407,8 @@ void gpu_add_runs(struct gpu_timeline *g, const struct ts_dev_runs_event *e)
 		}
 		if (!s->pending)
 			p->cupti.late++;
-		dev_add_run(&s->dev, r);
+		if (!s->sampled_out)
+			dev_add_run(&s->dev, r);
 	}
 }
 
@@ -365,7 +446,7 @@ bool gpu_next_ready(struct gpu_timeline *g, uint64_t record_ns, uint64_t now_ns,
 		    struct gpu_step *out)
 {
 	struct gpu_step *s;
-	const struct gpu_proc *p;
+	struct gpu_proc *p;
 	bool complete, closed;
 
 	/* A held step the ring overwrote (GPU_HISTORY newer steps came while it was held) is no
@@ -377,7 +458,7 @@ bool gpu_next_ready(struct gpu_timeline *g, uint64_t record_ns, uint64_t now_ns,
 	if (!g->npending)
 		return false;
 	s = gpu_step_by_id(g, g->pending[g->pending_head]);
-	p = gpu_proc_find(g, s->pid);
+	p = (struct gpu_proc *)gpu_proc_find(g, s->pid);
 	now_ns = now_ns > record_ns ? now_ns : record_ns;
 	complete = !s->dev_wait || (p && gpu_cupti_complete(&p->cupti, s->end_ns, now_ns));
 	closed = batch_step_closed(s, now_ns);
@@ -391,6 +472,8 @@ bool gpu_next_ready(struct gpu_timeline *g, uint64_t record_ns, uint64_t now_ns,
 	g->pending_head = (g->pending_head + 1) % GPU_PENDING_MAX;
 	g->npending--;
 	s->pending = false;
+	if (p)
+		cupti_settle(&p->cupti, s);
 	*out = *s;
 	return true;
 }
@@ -562,6 +645,40 @@ void gpu_attribute(const struct gpu_timeline *g, const struct request *r, struct
 	}
 }
 
+/* The device-time lines of a process's summary: what was collected, and what it cost. */
+static void gpu_print_cupti_cost(const struct gpu_cupti *c, FILE *f)
+{
+	const struct ts_cupti_stats *st = &c->stats;
+	uint64_t oh = 0;
+
+	if (st->mode == TS_CUPTI_MODE_SAMPLED)
+		fprintf(f,
+			"    device times sampled: eager kernels %.1f s of every %.1f s (%llu "
+			"windows); steps: %llu with device times, %llu sampled out\n",
+			st->sample_on_ms / 1e3, st->sample_period_ms / 1e3,
+			(unsigned long long)st->windows, (unsigned long long)c->steps_device,
+			(unsigned long long)c->steps_sampled_out);
+	else if (st->mode)
+		fprintf(f, "    device times of every step: %llu steps with device times\n",
+			(unsigned long long)c->steps_device);
+	for (int k = 0; k < TS_CUPTI_OVERHEADS; k++)
+		oh += st->overhead_ns[k];
+	fprintf(f,
+		"    device times cost: %llu buffers read in %.1f ms (%.1f us per buffer, %.0f ns "
+		"per record)\n",
+		(unsigned long long)st->buffers, st->read_ns / 1e6,
+		st->buffers ? st->read_ns / 1e3 / st->buffers : 0.0,
+		st->records ? (double)st->read_ns / st->records : 0.0);
+	fprintf(f,
+		"    CUPTI overhead: %llu records, %.1f ms (buffer flush %.1f, instrumentation "
+		"%.1f, resource %.1f, other %.1f)\n",
+		(unsigned long long)st->overhead_records, oh / 1e6,
+		st->overhead_ns[TS_CUPTI_OVERHEAD_FLUSH] / 1e6,
+		st->overhead_ns[TS_CUPTI_OVERHEAD_INSTRUMENTATION] / 1e6,
+		st->overhead_ns[TS_CUPTI_OVERHEAD_RESOURCE] / 1e6,
+		st->overhead_ns[TS_CUPTI_OVERHEAD_OTHER] / 1e6);
+}
+
 void gpu_print_stats(const struct gpu_timeline *g, FILE *f)
 {
 	for (uint32_t i = 0; i < g->nprocs; i++) {
@@ -600,6 +717,7 @@ void gpu_print_stats(const struct gpu_timeline *g, FILE *f)
 				fprintf(f, " (error <= %.1f us)", st->clock_err_ns / 1e3);
 			fprintf(f, "; %llu operations without a launch time\n",
 				(unsigned long long)st->no_launch);
+			gpu_print_cupti_cost(&p->cupti, f);
 		}
 		for (int k = 0; k < STEP_KIND_MAX; k++) {
 			const struct hist *h = p->dur[k];

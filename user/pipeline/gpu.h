@@ -42,6 +42,9 @@ enum step_kind { STEP_PREFILL, STEP_DECODE, STEP_MIXED, STEP_OTHER, STEP_KIND_MA
 /* A process's device times count as complete up to t when a run that started at t or later
  * has come, or a heartbeat after t came and this long passed since t (see gpu.c). */
 #define GPU_DEVICE_QUIET_NS 200000000ull
+/* Windows of the CUPTI library's sampled mode remembered per process (a held step is at most
+ * GPU_DEVICE_WAIT_NS old, and a window lasts at least the library's 100 ms poll). */
+#define GPU_CUPTI_WINDOWS 64
 /* Runs that came before the record of the step they ran in (a flush during a long step): kept
  * for the step to take when it ends, up to GPU_DEVICE_WAIT_NS; beyond that, in no step. */
 #define GPU_ORPHANS 1024
@@ -74,6 +77,10 @@ struct gpu_step {
 	enum step_kind kind;
 	bool pending;  /* not shown yet: held for its device times or its batch (batch.h) */
 	bool dev_wait; /* held for its device times: its process has the CUPTI library */
+	/* Its eager kernels ran outside the library's sampling windows: its device times are
+	 * not all there, so none are shown (dev cleared). */
+	bool sampled_out;
+	bool settled; /* checked against the windows (gpu.c's cupti_settle) */
 	/* Requests whose tokens came from it (batch.h), and the end of its process's next step
 	 * that launched work, which closes the window of writes that can still add to it (0:
 	 * none yet). */
@@ -93,6 +100,15 @@ struct gpu_cupti {
 	uint64_t runs, busy_ns;	     /* runs received, and their device time */
 	uint64_t late;		     /* runs whose step was shown before they came */
 	uint64_t unplaced;	     /* runs in no host step of the process */
+	/* When its eager kernels were collected (stats.sample_on_ns/off_ns; b 0: still open),
+	 * the latest GPU_CUPTI_WINDOWS, oldest at whead; first_on_ns: the first window's start
+	 * (steps before it ran before collection began). */
+	struct gpu_span windows[GPU_CUPTI_WINDOWS];
+	uint32_t whead, nwindows;
+	uint64_t first_on_ns;
+	uint64_t windows_seen; /* stats.windows when the latest was opened */
+	/* Steps settled against the windows: with their device times, and sampled out. */
+	uint64_t steps_device, steps_sampled_out;
 };
 
 struct gpu_proc {
@@ -166,6 +182,10 @@ int gpu_init(struct gpu_timeline *g);
 void gpu_free(struct gpu_timeline *g);
 enum step_kind gpu_classify(uint32_t launches, uint32_t graph_launches);
 const char *gpu_kind_name(enum step_kind k);
+/* Where a step's figures come from: "cupti" (the device's own times), "sampled-out" (eager
+ * kernels outside the library's sampling windows: the host's only), "host-calls" (no device
+ * times for its process, or not yet collecting). */
+const char *gpu_step_times(const struct gpu_step *s);
 /* Adds a step record; the classified step is copied to *out when out is not NULL. A step of a
  * process with device times is held (out->pending): gpu_next_ready gives it back. */
 void gpu_add(struct gpu_timeline *g, const struct ts_gpu_step_event *e, struct gpu_step *out);

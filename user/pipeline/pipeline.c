@@ -342,6 +342,17 @@ int pipeline_feed(struct pipeline *pl, const void *rec, size_t len)
 	case TS_EV_DEV_RUNS: {
 		const struct ts_dev_runs_event *e = rec;
 
+		/* A recording by a tokenscope of ABI version 1 holds smaller records: counted as
+		 * that version's, not as damaged. */
+		if (len == TS_DEV_RUNS_V1_BYTES && e->abi == 1) {
+			if (!pl->gpu.cupti_abi_bad)
+				fprintf(pl->o.err,
+					"tokenscope: device-time records of ABI version %u; this "
+					"tokenscope reads version %u: no device times from them\n",
+					e->abi, TS_CUPTI_ABI);
+			pl->gpu.cupti_abi_bad++;
+			return 0;
+		}
 		if (len != sizeof(*e) || e->n > TS_RUNS_PER_PROBE)
 			goto bad;
 		if (e->abi == TS_CUPTI_ABI && e->stats.flush_ns > pl->last_ns)

@@ -238,6 +238,9 @@ void output_step_text(FILE *f, const struct gpu_step *s)
 			s->dev.launch_ns && s->dev.start_ns >= s->dev.launch_ns
 			    ? (s->dev.start_ns - s->dev.launch_ns) / 1e6
 			    : 0.0);
+	else if (s->sampled_out)
+		fprintf(f, "    device times sampled out (eager kernels outside the sampling "
+			   "windows)\n");
 }
 
 void output_step_json(FILE *f, const struct gpu_step *s)
@@ -259,9 +262,9 @@ void output_step_json(FILE *f, const struct gpu_step *s)
 	jsonw_u64(&w, "memcpys_dtoh", s->memcpys_dtoh);
 	jsonw_u64(&w, "waits", s->waits);
 	jsonw_u64(&w, "batch", s->batch); /* requests whose tokens came from it (batch.h) */
-	/* Device times where the CUPTI library reported the step's work, null otherwise (the
-	 * figures above are the host's). */
-	jsonw_str(&w, "times", s->dev.device ? "cupti" : "host-calls");
+	/* Device times where the CUPTI library reported all of the step's work, null otherwise
+	 * (the figures above are the host's; times says why). */
+	jsonw_str(&w, "times", gpu_step_times(s));
 	if (s->dev.device) {
 		jsonw_u64(&w, "device_start_ns", s->dev.start_ns);
 		jsonw_u64(&w, "device_end_ns", s->dev.end_ns);

@@ -132,6 +132,8 @@ struct prom {
 	bool gpu_other_used;
 	uint64_t gpu_overflow_steps; /* GPU steps counted under pid "other" */
 	uint64_t gpu_steps;
+	/* Steps by where their figures come from (gpu_step_times): cupti, sampled-out, host. */
+	uint64_t steps_times[3];
 	struct phist step_dur[STEP_KIND_MAX];
 	uint64_t lost_events;
 	struct loss_report loss; /* at the latest tick */
@@ -263,6 +265,7 @@ static void prom_gpu_step(void *ctx, const struct gpu_step *s)
 		return;
 	p->dirty = true;
 	p->gpu_steps++;
+	p->steps_times[s->dev.device ? 0 : s->sampled_out ? 1 : 2]++;
 	gpu_pid_get(p, s->pid)->steps[s->kind]++;
 	phist_add(&p->step_dur[s->kind], &ttft_bounds,
 		  s->end_ns > s->start_ns ? s->end_ns - s->start_ns : 0);
@@ -528,6 +531,18 @@ static void render_gpu(const struct prom *p, FILE *f)
 				"tokenscope_gpu_steps_total{pid=\"%s\",kind=\"%s\"} %" PRIu64 "\n",
 				pid, gpu_kind_name(k), g->steps[k]);
 	}
+	put_header(f, "tokenscope_gpu_steps_device_times_total", "counter",
+		   "GPU steps by where their figures come from: times=\"cupti\" the device's own "
+		   "(CUPTI), \"sampled-out\" eager kernels outside the sampling windows of "
+		   "device times, \"host-calls\" the host's CUDA calls only.");
+	fprintf(f, "tokenscope_gpu_steps_device_times_total{times=\"cupti\"} %" PRIu64 "\n",
+		p->steps_times[0]);
+	fprintf(f,
+		"tokenscope_gpu_steps_device_times_total{times=\"sampled-out\"} %" PRIu64 "\n",
+		p->steps_times[1]);
+	fprintf(f,
+		"tokenscope_gpu_steps_device_times_total{times=\"host-calls\"} %" PRIu64 "\n",
+		p->steps_times[2]);
 	put_header(f, "tokenscope_gpu_step_duration_seconds", "histogram",
 		   "GPU step duration, first CUDA call to the end of the host wait, by kind.");
 	for (int k = 0; k < STEP_KIND_MAX; k++) {

@@ -502,7 +502,7 @@ static void tl_step(void *ctx, const struct gpu_step *s)
 	jsonw_u64(&w, "waits", s->waits);
 	ms_or_null(&w, "wait_ms", span(s->wait_start_ns, s->end_ns));
 	jsonw_u64(&w, "batch", s->batch);
-	jsonw_str(&w, "times", s->dev.device ? "cupti" : "host-calls");
+	jsonw_str(&w, "times", gpu_step_times(s));
 	jsonw_obj_end(&w);
 	jsonw_end(&w);
 	if (s->dev.device)
