@@ -322,6 +322,16 @@ $(OUTPUT)/tests/test_arch: tests/unit/test_arch.c tests/unit/check.h tests/unit/
 
 # The pattern above links user/ objects; this one the injection library's coalescer and
 # record reader.
+# For make bench alone (section 8): the library's record reading, timed per record kind.
+$(OUTPUT)/bench/recordcost: tests/bench/recordcost.c $(CUPTI_TESTED) $(wildcard cupti/*.h) \
+		include/cupti_abi.h | $(OUTPUT)
+	$(call msg,CC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(CUPTI_CFLAGS) -O2 $< $(CUPTI_TESTED) -o $@
+ifneq ($(HAVE_CUPTI),)
+BENCH_TOOLS += $(OUTPUT)/bench/recordcost
+endif
+
 $(OUTPUT)/tests/test_cupti_runs: tests/unit/test_cupti_runs.c tests/unit/check.h $(CUPTI_TESTED) \
 		$(wildcard cupti/*.h) include/cupti_abi.h | $(OUTPUT)/tests
 	$(call msg,TEST,$@)

@@ -156,19 +156,26 @@ static void stats_refresh(struct ts_cupti_stats *s)
 	s->windows = windows;
 }
 
-/* The probe of the mode a tracer asked for, with n runs (0: a heartbeat); false when no
- * tracer listens any more. Called with lock held. */
+/* Every probe a tracer is attached to, with n runs (0: a heartbeat): tracers of different
+ * modes get the same runs, of the richest mode asked for (stats.mode says which); false
+ * when no tracer listens any more. Called with lock held. */
 static bool fire(const struct ts_dev_run *r, uint32_t n, struct ts_cupti_stats *s)
 {
-	if (semaphore(&tokenscope_kernels_semaphore))
+	bool any = false;
+
+	if (semaphore(&tokenscope_kernels_semaphore)) {
 		STAP_PROBE4(tokenscope, kernels, TS_CUPTI_ABI, r, n, s);
-	else if (semaphore(&tokenscope_all_semaphore))
+		any = true;
+	}
+	if (semaphore(&tokenscope_all_semaphore)) {
 		STAP_PROBE4(tokenscope, all, TS_CUPTI_ABI, r, n, s);
-	else if (semaphore(&tokenscope_runs_semaphore))
+		any = true;
+	}
+	if (semaphore(&tokenscope_runs_semaphore)) {
 		STAP_PROBE4(tokenscope, runs, TS_CUPTI_ABI, r, n, s);
-	else
-		return false;
-	return true;
+		any = true;
+	}
+	return any;
 }
 
 /* Called by runs with each batch: sent if a tracer listens, counted otherwise. */

@@ -26,9 +26,12 @@
 5. Device times (the CUPTI injection library): the same loop on the stand-in runtime's modelled
    device (20 us kernels, a 500 us graph, 10 us copies) and the stand-in CUPTI, plain (no
    library), with the library injected and no tracer, and injected with tokenscope attached
-   (uprobes, USDT probes, device times): steps per second as a ratio to plain, and the issuing
-   thread's CPU per step. The stand-in writes CUPTI's records itself: real CUPTI's own cost is
-   not in these figures (the GPU check measures it).
+   (uprobes, USDT probes, device times) at its default (--device-times sampled: eager kernels
+   1 s in 10 s) and with --device-times all: steps per second as a ratio to plain, and the
+   issuing thread's CPU per step; from the traced runs, the library's own time reading
+   records (its summary line) and the BPF time per probe call (bpf_stats of ts_cupti_runs).
+   The stand-in writes CUPTI's records itself: real CUPTI's own cost is not in these figures
+   (the GPU check measures it, and CUPTI's overhead records name it).
 6. The cost of a traced TLS write: writeloop --tls writes 100,000 frames of 287 bytes, one
    SSL_write each (OpenSSL makes the write syscall inside the call), untraced and traced; the
    writer's CPU per write, and from kernel.bpf_stats the BPF time per write of the TLS uprobe
@@ -42,9 +45,13 @@
    64 and 1,024 (the kernel's IOV_MAX); the writer's CPU per writev traced minus untraced, and
    what each piece past 4 adds. BENCH_BASE runs beside this build (a build that walked 64
    iovecs copies no more at 1,024).
+8. The CUPTI library's record reading per record kind (tests/bench/recordcost.c: its reader
+   and run maker on records laid out as CUPTI writes them): an eager kernel with its launch's
+   API record, a graph replay with its API record, a copy, an API record alone, an overhead
+   record, and a decode step's buffer (four records, made into a run and handed on).
 
 Environment:
-  BENCH_SECTIONS          sections to run, e.g. "3" or "0 2"; default all (0 to 7)
+  BENCH_SECTIONS          sections to run, e.g. "3" or "0 2"; default all (0 to 8)
   BENCH_ROUNDS            rounds of the interleaved sections (default 3)
   BENCH_EXPORTER_ROUNDS   rounds of section 3 (default 5: its differences are small)
   BENCH_BASE              another tokenscope binary (an older build): sections 0, 1, 2, 3,
@@ -76,7 +83,8 @@ GT = os.path.join(OUT, "gtclient")
 HZ = os.sysconf("SC_CLK_TCK")
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
 EXPORTER_ROUNDS = int(os.environ.get("BENCH_EXPORTER_ROUNDS", "5"))
-SECTIONS = {int(x) for x in os.environ.get("BENCH_SECTIONS", "0 1 2 3 4 5 6 7").replace(",", " ").split()}
+SECTIONS = {int(x) for x in os.environ.get("BENCH_SECTIONS", "0 1 2 3 4 5 6 7 8").replace(",", " ").split()}
+RECORDCOST = os.path.join(OUT, "bench", "recordcost")
 CUPTI_LIB = os.path.join(OUT, "libtokenscope_cupti.so")
 STANDIN = os.path.join(OUT, "standin")
 BASE_TS = os.environ.get("BENCH_BASE")
@@ -675,9 +683,10 @@ def section_cuda(tmp):
               f"{med['bystander'][i]:.2f} us ({med['bystander'][i] - base:+.2f})")
 
 
-def device_run(mode, tmp, steps=1000):
-    """cudaloop on the modelled device: mode plain, injected, traced; returns per-step CPU and
-    wall microseconds (prefill, decode)."""
+def device_run(mode, tmp, steps=1000, costs=None):
+    """cudaloop on the modelled device: mode plain, injected, traced (sampled device times) or
+    traced-all; returns per-step CPU and wall microseconds (prefill, decode). costs, a list:
+    a traced run appends (library ns per record, BPF ns per probe call)."""
     env = dict(os.environ, LD_LIBRARY_PATH=STANDIN)
     if mode != "plain":
         env["CUDA_INJECTION64_PATH"] = CUPTI_LIB
@@ -687,15 +696,24 @@ def device_run(mode, tmp, steps=1000):
                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
     pid = int(cl.stdout.readline().split()[1])
     tr = None
-    if mode == "traced":
-        tr = Tracer("tokenscope", pid, tmp)
+    if mode.startswith("traced"):
+        tr = Tracer("tokenscope", pid, tmp, ("--device-times", "all" if mode == "traced-all"
+                                             else "sampled"), tag="-" + mode)
         wait_for(tr.err, "device times of pid", 20)
         time.sleep(0.5)  # collection turns on within the library's poll period
+        b0 = tr.bpf_stats().get("ts_cupti_runs", (0, 0))
     cl.stdin.write("go\n")
     cl.stdin.flush()
     line = cl.stdout.readline()
     if tr:
+        time.sleep(0.3)  # the last heartbeat
+        b1 = tr.bpf_stats().get("ts_cupti_runs", (0, 0))
         tr.stop()
+        m = re.search(r"device times cost: \d+ buffers read in [\d.]+ ms \([\d.]+ us per "
+                      r"buffer, (\d+) ns per record\)", open(tr.err).read())
+        if costs is not None and m:
+            calls = b1[1] - b0[1]
+            costs.append((int(m.group(1)), (b1[0] - b0[0]) / calls if calls else 0.0))
     cl.communicate("exit\n", timeout=120)
     v = {k: float(x) for k, x in (kv.split("=") for kv in line.split())}
     return (v["prefill_us_per_step"], v["decode_us_per_step"], v["prefill_wall_us_per_step"],
@@ -706,13 +724,15 @@ def section_device(tmp):
     if not os.path.exists(CUPTI_LIB):
         print(f"5. device times: skipped, {CUPTI_LIB} not built (no CUPTI headers)")
         return
-    modes = ("plain", "injected", "traced")
+    modes = ("plain", "injected", "traced", "traced-all")
     print(f"5. device times (CUPTI injection library, stand-in CUPTI and modelled device), 1000 "
-          f"steps of each kind, {ROUNDS} rounds interleaved, medians")
+          f"steps of each kind, {ROUNDS} rounds interleaved, medians; traced: --device-times "
+          f"sampled (the default), traced-all: --device-times all")
     runs = {m: [] for m in modes}
+    costs = {m: [] for m in modes}
     for _ in range(ROUNDS):
         for m in modes:
-            runs[m].append(device_run(m, tmp))
+            runs[m].append(device_run(m, tmp, costs=costs[m]))
     med = {m: [statistics.median(r[i] for r in runs[m]) for i in range(4)] for m in modes}
     print(f"   {'mode':9s} {'prefill CPU us':>14s} {'decode CPU us':>13s} {'prefill steps/s':>16s} "
           f"{'decode steps/s':>15s} {'ratio':>6s}")
@@ -724,6 +744,29 @@ def section_device(tmp):
               f"{ratio:6.3f}")
     print(f"   injected, no tracer: {med['injected'][0] - base[0]:+.2f} us CPU per prefill step, "
           f"{med['injected'][1] - base[1]:+.2f} per decode step")
+    for m in ("traced", "traced-all"):
+        if costs[m]:
+            print(f"   {m}: the library read records at {statistics.median(c[0] for c in costs[m]):.0f} "
+                  f"ns each (stand-in CUPTI's records); BPF "
+                  f"{statistics.median(c[1] for c in costs[m]):.0f} ns per probe call "
+                  f"(ts_cupti_runs, the copy of up to 32 runs)")
+
+
+def section_records(tmp):
+    if not os.path.exists(RECORDCOST):
+        print(f"8. CUPTI record reading: skipped, {RECORDCOST} not built (no CUPTI headers)")
+        return
+    out = subprocess.run([RECORDCOST, str(max(ROUNDS, 3))], capture_output=True, text=True,
+                         check=True).stdout
+    v = {k: float(x) for k, x in (line.split("=") for line in out.split())}
+    print(f"8. CUPTI record reading in the library (tests/bench/recordcost.c), CPU ns, best of "
+          f"{max(ROUNDS, 3)} rounds of 200,000:")
+    print(f"   eager kernel + its launch record {v['kernel_with_launch_ns']:6.1f}   "
+          f"graph replay + its launch record {v['graph_with_launch_ns']:6.1f}")
+    print(f"   copy {v['copy_ns']:6.1f}   launch record alone {v['api_alone_ns']:6.1f}   "
+          f"overhead record {v['overhead_ns']:6.1f}")
+    print(f"   a decode step's buffer (4 records, one run handed on): {v['decode_buffer_ns']:.1f}; "
+          f"a prefill of 451 eager kernels: {451 * v['kernel_with_launch_ns'] / 1e3:.1f} us")
 
 
 def section_tls(tmp):
@@ -854,9 +897,9 @@ def section_pieces(tmp):
 def main():
     if os.geteuid() != 0:
         sys.exit("bench: run as root (tokenscope and bpftrace load BPF programs)")
-    unknown = SECTIONS - {0, 1, 2, 3, 4, 5, 6, 7}
+    unknown = SECTIONS - {0, 1, 2, 3, 4, 5, 6, 7, 8}
     if unknown:
-        sys.exit(f"bench: BENCH_SECTIONS: no section {sorted(unknown)} (sections are 0 to 7)")
+        sys.exit(f"bench: BENCH_SECTIONS: no section {sorted(unknown)} (sections are 0 to 8)")
     if BASE_TS and not os.access(BASE_TS, os.X_OK):
         sys.exit(f"bench: BENCH_BASE: {BASE_TS} is not an executable")
     resource.setrlimit(resource.RLIMIT_NOFILE, (8192, 8192))
@@ -883,6 +926,8 @@ def main():
         section_tls(tmp)
     if 7 in SECTIONS:
         section_pieces(tmp)
+    if 8 in SECTIONS:
+        section_records(tmp)
     subprocess.run(["rm", "-rf", tmp])
     with open("/proc/sys/kernel/bpf_stats_enabled", "w") as f:
         f.write(stats_was)

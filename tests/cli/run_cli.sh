@@ -565,6 +565,15 @@ done
 [ $bad -eq 0 ] && ok "--capture-bytes below a request line (36) is a usage error" ||
 	ko "--capture-bytes minimum" "see above"
 
+# 14b. --device-times takes sampled, all or off; anything else is a usage error naming them
+"$TS" trace -p $$ -d 1 --device-times every >/dev/null 2>"$TMP/dt.err"
+rc=$?
+if [ $rc -eq 2 ] && grep -q -- "invalid --device-times 'every' (sampled, all or off)" "$TMP/dt.err"; then
+	ok "--device-times with an unknown mode is a usage error"
+else
+	ko "--device-times every" "rc=$rc $(head -n 1 "$TMP/dt.err")"
+fi
+
 # 15. every command refuses the options it does not use, naming the option and the command
 # (-d 1: a command that takes one ends, and the check fails, instead of running on)
 bad=0
