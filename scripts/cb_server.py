@@ -130,8 +130,9 @@ class FakeReq:
     def to_prefill(self):
         """Tokens still to prefill: the prompt, and after an eviction the output so far too
         (the recompute)."""
-        # The newest output token is not in the cache: the next decode step computes it.
-        return max(0, self.n_prompt + max(0, self.generated - 1) - self.computed)
+        pending = self.n_prompt + self.generated - self.computed
+        # One pending token after the first output is the newest output: a decode step's.
+        return 0 if self.generated and pending <= 1 else pending
 
 
 class FakeEngine:
@@ -244,7 +245,7 @@ class FakeEngine:
             out, logged = [], []
             for r, p, d in batch:
                 r.computed += p + d
-                o = 1 if d or not r.to_prefill() else 0
+                o = 1 if r.computed == r.n_prompt + r.generated else 0
                 logged.append({"req": r.req, "prefill": p, "decode": d, "out": o})
                 if o:
                     r.generated += 1
