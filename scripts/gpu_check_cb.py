@@ -223,6 +223,12 @@ def check_level(out, eng, label):
           f"preemptions equal the engine's for {agree['preemptions']}/{known['preemptions']} "
           "requests" + ("" if known["preemptions"] else
                         " (tokenscope gave none: its rule needs GPU steps)"))
+    waits = [(eng.t(r, "scheduled") - eng.t(r, "arrival")) / 1e6 for r in reqs
+             if eng.t(r, "scheduled") and eng.t(r, "arrival")]
+    if waits:
+        print(f"engine queue (arrival to first scheduled): median "
+              f"{statistics.median(waits):.3f} ms, max {max(waits):.3f} ms"
+              + ("; it evicted nothing: requests waited instead" if not pre_engine_all else ""))
     if diffs["preempted_ms"]:
         print(f"  preempted_ms tokenscope - engine: {spread(diffs['preempted_ms'])}")
     with open(os.path.join(out, f"{label}.check.json"), "w") as f:
