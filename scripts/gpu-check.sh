@@ -13,10 +13,21 @@
 #     library injected (device times) and NVML read; the same load, one /metrics scrape and one
 #     `nvidia-smi` reading during it; then scripts/gpu_check_device.py prints steps by kind with
 #     device busy time, request prefill/decode device time against the server's own timings,
-#     NVML against nvidia-smi, and the throughput ratio run / plain.
+#     NVML against nvidia-smi, and the throughput ratio run / plain;
+#  4. continuous batching: scripts/cb_server.py (an aiohttp front, transformers' own continuous
+#     batching in an engine process over a random-weight ~1 B Llama, bf16) started with the CUPTI
+#     library injected (it costs nothing until a tracer attaches); at 1, 8, 32 and 64 streams
+#     `trace -p` on it, then scripts/gpu_check_cb.py compares requests, tokens, steps and
+#     batches, queue/prefill/decode and preemptions with the client and the engine's own log;
+#  5. cost: the same server, rounds interleaved none / `trace -p --device-times off` / `trace
+#     -p` (default device times), 3 of each under the same load: output tokens/s per round and
+#     the ratios to untraced (median, min). Without --device-times (before it exists) its
+#     rounds are skipped, not faked;
+#  6. a small KV cache: cb_server.py --kv-blocks 24, 64 requests 32 at a time: the scheduler must
+#     evict (preempt) or make requests wait; the same comparisons, preemptions first.
 # It passes or fails nothing; the last lines are one-line verdicts.
 #
-#   scripts/gpu-check.sh                 # as root, from any directory; about three minutes
+#   scripts/gpu-check.sh                 # as root, from any directory; about six minutes
 #
 # Environment:
 #   OUT=DIR              artefacts (default /tmp/gpu-check): report.txt; phase 1: server.out,
@@ -24,12 +35,14 @@
 #                        plain.server.out, plain.steps.jsonl, plain.client.jsonl; phase 3:
 #                        run.jsonl (tokenscope's lines and the server's stdout), run.err,
 #                        run.steps.jsonl, run.client.jsonl, run.metrics.txt, run.nvsmi.csv,
-#                        run.nvsmi-apps.csv
+#                        run.nvsmi-apps.csv; phases 4-6: cb.server.out, cb.engine.jsonl (the
+#                        engine's log, format in cb_server.py), cb.cN.{client,tokenscope}.jsonl
+#                        and .check.json per level N, cost.R.MODE.client.jsonl, cb-kv.*
 #   PYTHON=python3       the Python that has torch
 #   GPU_CHECK_NO_GPU=1   dry run on a machine without a GPU: skip the GPU checks and run the
-#                        server with --no-gpu (sleeps instead of CUDA; no GPU steps to match,
-#                        no device times, no NVML)
-#   GPU_CHECK_TIMEOUT_S  bound on the whole run (default 360; then up to 20 s to clean up)
+#                        servers with --no-gpu and --engine fake (sleeps instead of CUDA; no GPU
+#                        steps to match, no device times, no NVML); lighter loads
+#   GPU_CHECK_TIMEOUT_S  bound on the whole run (default 460; then up to 20 s to clean up)
 #   TOKENSCOPE_CUPTI_PATH  libcupti for the injection library, when neither the loader nor the
 #                        places this script looks (PyTorch's nvidia/cuda_cupti wheel, the CUDA
 #                        toolkit) find it
@@ -41,7 +54,7 @@ set -uo pipefail
 
 if [ -z "${GPU_CHECK_BOUNDED:-}" ]; then
 	export GPU_CHECK_BOUNDED=1
-	exec timeout -k 20 "${GPU_CHECK_TIMEOUT_S:-360}" bash "$0" "$@"
+	exec timeout -k 20 "${GPU_CHECK_TIMEOUT_S:-460}" bash "$0" "$@"
 fi
 # On that SIGTERM this shell waits for main's clean-up and report (see the end).
 trap : INT TERM
@@ -53,10 +66,13 @@ NO_GPU=${GPU_CHECK_NO_GPU:-}
 mkdir -p "$OUT" || exit 1
 rm -f "$OUT"/{report.txt,server.out,steps.jsonl,tokenscope.jsonl,tokenscope.err,client.jsonl} \
 	"$OUT"/plain.{server.out,steps.jsonl,client.jsonl} \
-	"$OUT"/run.{jsonl,err,steps.jsonl,client.jsonl,metrics.txt,nvsmi.csv,nvsmi-apps.csv}
+	"$OUT"/run.{jsonl,err,steps.jsonl,client.jsonl,metrics.txt,nvsmi.csv,nvsmi-apps.csv} \
+	"$OUT"/cb.* "$OUT"/cb-kv.* "$OUT"/cost.*
 TMP=$(mktemp -d)
 
 SERVER_PID='' SERVER_PGID='' SRV='' ENGINE='' TS_PID='' PORT=''
+# The server start_server runs (scripts/gpu_server.py unless set) and its time limit.
+SRV_CMD=() SRV_LIMIT=250
 # The load of phases 2 and 3, whose throughputs are compared.
 LOAD=(-n 24 -c 3 --max-tokens 64 --usage)
 
@@ -144,19 +160,24 @@ stop_server() {
 start_server() {
 	local out=$1 err=${2:-$1} i setsid=() srv_args=(--port 0 --log "$3")
 	shift 3
-	[ -n "$NO_GPU" ] && srv_args+=(--no-gpu)
+	local cmd=(scripts/gpu_server.py)
+	if [ "${#SRV_CMD[@]}" -gt 0 ]; then
+		cmd=("${SRV_CMD[@]}")
+	elif [ -n "$NO_GPU" ]; then
+		srv_args+=(--no-gpu)
+	fi
 	command -v setsid >/dev/null && setsid=(setsid)
 	: >"$out"
 	[ "$err" = "$out" ] || : >"$err"
 	# -k: timeout starts its SIGKILL timer at any signal it passes on, stop_run's SIGINT too;
 	# the server takes up to 12 s to stop (HTTP 5 s, engine 5 + 2 s), and tokenscope run waits
 	# for it before its summary.
-	${setsid[@]+"${setsid[@]}"} timeout -s INT -k 30 250 "$@" "$PY" -u scripts/gpu_server.py \
+	${setsid[@]+"${setsid[@]}"} timeout -s INT -k 30 "$SRV_LIMIT" "$@" "$PY" -u "${cmd[@]}" \
 		"${srv_args[@]}" >>"$out" 2>>"$err" &
 	SERVER_PID=$!
 	SERVER_PGID=
 	[ -n "${setsid[*]}" ] && SERVER_PGID=$SERVER_PID
-	for ((i = 0; i < 1500; i++)); do
+	for ((i = 0; i < 2400; i++)); do # 240 s: transformers' warm-up captures graphs
 		grep -q '^listening on' "$out" && break
 		alive "$SERVER_PID" || break
 		sleep 0.1
@@ -196,6 +217,55 @@ find_cupti() {
 		done
 	done
 	return 1
+}
+
+# trace_start JSONL ERR ARGS...: `tokenscope trace -p $SRV ARGS` in the background (TS_PID),
+# waiting up to 20 s for it to attach and 10 s more for its CUDA hooks; false (and stopped) when
+# it did not attach.
+trace_start() {
+	local out=$1 err=$2 i
+	shift 2
+	# Not through tool(): $! must be timeout itself, which passes our SIGINT on.
+	timeout --foreground -s INT -k 5 300 ${TOOL_ENV[@]+"${TOOL_ENV[@]}"} .output/tokenscope trace \
+		-p "$SRV" "$@" >"$out" 2>"$err" &
+	TS_PID=$!
+	for ((i = 0; i < 200; i++)); do
+		grep -q 'tokenscope: attached' "$err" && break
+		alive "$TS_PID" || break
+		sleep 0.1
+	done
+	for ((i = 0; i < 100; i++)); do
+		grep -qE 'tracing CUDA calls|no CUDA library' "$err" && break
+		alive "$TS_PID" || break
+		sleep 0.1
+	done
+	alive "$TS_PID" && grep -q 'tokenscope: attached' "$err" && return 0
+	stop_tokenscope
+	return 1
+}
+
+# cb_phase NAME LOAD_LEVELS: scripts/cb_server.py (SRV_CMD) traced at each level (gtclient -c N,
+# -n 2N at least 8, CB_TOKENS tokens each), then gpu_check_cb.py; false when it did not start.
+cb_phase() {
+	local name=$1 c n
+	shift
+	start_server "$OUT/$name.server.out" "" "$OUT/$name.engine.jsonl" \
+		${CB_ENV[@]+"${CB_ENV[@]}"} || return 1
+	for c in "$@"; do
+		n=$((2 * c < 8 ? 8 : 2 * c))
+		say "-- $c streams: trace -p $SRV --json --tokens --gpu-steps; gtclient -n $n -c $c --max-tokens $CB_TOKENS"
+		if [ -n "$ts_ok" ] && ! trace_start "$OUT/$name.c$c.tokenscope.jsonl" \
+			"$OUT/$name.c$c.tokenscope.err" --json --tokens --gpu-steps; then
+			say "tokenscope did not attach; its stderr:"
+			cat "$OUT/$name.c$c.tokenscope.err"
+		fi
+		tool 120 .output/gtclient --port "$PORT" -n "$n" -c "$c" --max-tokens "$CB_TOKENS" \
+			--usage -o "$OUT/$name.c$c.client.jsonl"
+		say "(client exit status $?)"
+		sleep 0.5 # the last steps' batches are final 250 ms after the engine went idle
+		stop_tokenscope
+		grep '^tokenscope:\|GPU\|preempted' "$OUT/$name.c$c.tokenscope.err" 2>/dev/null | head -n 12
+	done
 }
 
 # shellcheck disable=SC2317 # run by the EXIT trap
@@ -579,6 +649,65 @@ PY
 	section "device comparison"
 	timeout --foreground 60 "$PY" scripts/gpu_check_device.py "$OUT" "${ENGINE:-0}" ||
 		say "gpu-check: the device comparison failed (above); artefacts in $OUT"
+
+	# Phases 4-6: continuous batching. The dry run: the fake engine, lighter loads.
+	local cb_engine=transformers levels=(1 8 32 64) cost_load=(-n 64 -c 32 --max-tokens 64)
+	CB_TOKENS=32 CB_ENV=()
+	if [ -n "$NO_GPU" ]; then
+		cb_engine=fake cost_load=(-n 32 -c 16 --max-tokens 16)
+	elif [ -f .output/libtokenscope_cupti.so ]; then
+		CB_ENV=(env "CUDA_INJECTION64_PATH=$PWD/.output/libtokenscope_cupti.so")
+	fi
+	SRV_CMD=(scripts/cb_server.py --engine "$cb_engine") SRV_LIMIT=300
+	section "continuous batching: cb_server.py --engine $cb_engine, ${levels[*]} streams"
+	if ! cb_phase cb "${levels[@]}"; then
+		say "cb_server.py did not start (above): no continuous-batching figures"
+		stop_server
+	else
+		section "cost: rounds interleaved on the same server, gtclient ${cost_load[*]}"
+		local modes=(none default) r m
+		if [ -z "$ts_ok" ]; then
+			modes=(none)
+			say "tokenscope cannot run here: untraced rounds only"
+		elif tool 10 .output/tokenscope trace --help 2>&1 | grep -q -- '--device-times'; then
+			modes=(none off default)
+		else
+			say "this tokenscope has no --device-times: the 'off' rounds are skipped"
+		fi
+		say "modes: none (untraced), off (trace -p --device-times off), default (trace -p)"
+		for r in 1 2 3; do
+			for m in "${modes[@]}"; do
+				case $m in
+				off) trace_start "$TMP/cost.ts" "$OUT/cost.$r.$m.err" --device-times off ;;
+				default) trace_start "$TMP/cost.ts" "$OUT/cost.$r.$m.err" ;;
+				esac || say "round $r $m: tokenscope did not attach"
+				tool 120 .output/gtclient --port "$PORT" "${cost_load[@]}" --usage \
+					-o "$OUT/cost.$r.$m.client.jsonl" >/dev/null
+				stop_tokenscope
+			done
+		done
+		timeout --foreground 30 "$PY" scripts/gpu_check_cb.py cost "$OUT"
+		stop_server
+		section "the engine's stderr"
+		grep -v '^{' "$OUT/cb.server.out" | tail -n 15
+		section "continuous batching: comparison"
+		timeout --foreground 60 "$PY" scripts/gpu_check_cb.py check "$OUT" "$OUT/cb.engine.jsonl" \
+			"${levels[@]/#/cb.c}" || say "gpu-check: the comparison failed (above)"
+	fi
+
+	SRV_CMD=(scripts/cb_server.py --engine "$cb_engine" --kv-blocks 24) CB_TOKENS=64
+	section "small KV cache: cb_server.py --engine $cb_engine --kv-blocks 24 (32-token blocks)"
+	if cb_phase cb-kv 32; then
+		stop_server
+		timeout --foreground 60 "$PY" scripts/gpu_check_cb.py check "$OUT" \
+			"$OUT/cb-kv.engine.jsonl" cb-kv.c32 || say "gpu-check: the comparison failed (above)"
+	else
+		say "cb_server.py --kv-blocks 24 did not start (above)"
+		stop_server
+	fi
+
+	section "verdicts"
+	grep -h '^gpu-check' "$OUT/report.txt"
 }
 
 main "$@" 2>&1 | (trap '' INT TERM && exec tee "$OUT/report.txt")
