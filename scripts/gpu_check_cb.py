@@ -68,8 +68,18 @@ class Engine:
         for x in lines:
             if "event" in x:
                 self.ev[x["req"]][x["event"]].append(x)
-        self.by_port = {e["arrival"][0].get("port"): r for r, e in self.ev.items()
-                        if e.get("arrival")}
+        # A port is used again by later connections (load levels and cost rounds share one
+        # server): a request is the one that arrived on the client's port while the client
+        # sent and read it.
+        self.by_port = collections.defaultdict(list)
+        for r, e in self.ev.items():
+            if e.get("arrival"):
+                self.by_port[e["arrival"][0].get("port")].append((e["arrival"][0]["t_ns"], r))
+
+    def req_for(self, c):
+        """The engine's request of client record c, or None."""
+        a, b = c.get("send_start_ns") or 0, c.get("end_ns") or 0
+        return next((r for t, r in self.by_port.get(c.get("port"), ()) if a <= t <= b), None)
 
     def t(self, req, event):
         e = self.ev[req].get(event)
@@ -111,7 +121,7 @@ def check_level(out, eng, label):
     print(f"\n== {label}: {len(gt)} client requests, {res['client_ok']} ok")
 
     # ---- the engine against the client -------------------------------------------------
-    joined = [(c, eng.by_port.get(c.get("port"))) for c in gt]
+    joined = [(c, eng.req_for(c)) for c in gt]
     res["engine_found"] = sum(1 for _, r in joined if r is not None)
     res["engine_tokens_exact"] = sum(1 for c, r in joined
                                      if r is not None and eng.tokens(r) == c.get("tokens"))

@@ -107,15 +107,21 @@ def level(label, log, srv_out):
     say(m is not None and meta.get("pid") == int(m.group(2)) != int(m.group(1)),
         f"{label}: the engine is a process of its own",
         f"server line {m and m.group(0)}, engine log pid {meta.get('pid')}")
-    port = {x["port"]: x["req"] for x in eng if x.get("event") == "arrival"}
+    # Ports are used again across levels and cost rounds: a request is the one that arrived
+    # on the client's port while that client sent and read it.
+    arrivals = [x for x in eng if x.get("event") == "arrival"]
     fin = {x["req"]: x["tokens"] for x in eng if x.get("event") == "finished"}
     out_tok = {}
     for s in eng:
-        for b in s.get("batch", []):
-            out_tok[b["req"]] = out_tok.get(b["req"], 0) + b["out"]
-    bad = [c["port"] for c in client
-           if c.get("port") not in port or fin.get(port[c["port"]]) != c.get("tokens")
-           or out_tok.get(port[c["port"]]) != c.get("tokens")]
+        if "step" in s:
+            for b in s.get("batch", []):
+                out_tok[b["req"]] = out_tok.get(b["req"], 0) + b["out"]
+    bad = []
+    for c in client:
+        r = next((x["req"] for x in arrivals if x["port"] == c.get("port")
+                  and c.get("send_start_ns", 0) <= x["t_ns"] <= c.get("end_ns", 0)), None)
+        if r is None or fin.get(r) != c.get("tokens") or out_tok.get(r) != c.get("tokens"):
+            bad.append(c.get("port"))
     say(not bad, f"{label}: the engine log has every request, its tokens the client's",
         f"{len(bad)} requests differ or are missing (ports {bad[:5]})")
     tsp = {int(r["conn"].split("<-")[1].split("#")[0].rsplit(":", 1)[1]): r for r in ts}
