@@ -61,6 +61,7 @@ static void figures(const struct gpu_timeline *g, const struct request *r,
 		    struct gpu_attribution *a)
 {
 	gpu_attribute(g, r, a);
+	batch_attribute(g, r, a);
 }
 
 /*
@@ -329,25 +330,25 @@ TEST(test_windows_close)
 	/* r's last token, and its end; o's token of the same step comes after. */
 	token(&g, r, 20 * MS + 100 * US);
 	s = gpu_step_by_id(&g, d1);
-	ASSERT_FALSE(batch_step_closed(s, 20 * MS + 200 * US), "open: no next step yet");
+	ASSERT_FALSE(gpu_step_closed(s, 20 * MS + 200 * US), "open: no next step yet");
 	ASSERT_FALSE(batch_settled(&g, r, 20 * MS + 200 * US), "r waits");
-	ASSERT_TRUE(batch_step_closed(gpu_step_by_id(&g, p), 20 * MS + GPU_BATCH_SLACK_NS),
+	ASSERT_TRUE(gpu_step_closed(gpu_step_by_id(&g, p), 20 * MS + GPU_BATCH_SLACK_NS),
 		    "the prefill's window closed with d1's end");
 	token(&g, o, 20 * MS + 300 * US);
 	d2 = add_step(&g, 7, 21 * MS, 30 * MS, DECODE);
 	ASSERT_EQ(s->next_end_ns, 30 * MS, "d1's window ends with d2");
-	ASSERT_FALSE(batch_step_closed(s, 30 * MS), "a write may still come in a later record");
-	ASSERT_TRUE(batch_step_closed(s, 30 * MS + GPU_BATCH_SLACK_NS), "closed");
+	ASSERT_FALSE(gpu_step_closed(s, 30 * MS), "a write may still come in a later record");
+	ASSERT_TRUE(gpu_step_closed(s, 30 * MS + GPU_BATCH_SLACK_NS), "closed");
 	ASSERT_TRUE(batch_settled(&g, r, 30 * MS + GPU_BATCH_SLACK_NS), "r can go out");
 	figures(&g, r, &a);
 	ASSERT_NEAR(a.batch_mean, 2.0, 1e-9, "with o's late write");
 	gpu_attribution_free(&a);
 	s = gpu_step_by_id(&g, d2);
 	token(&g, o, 30 * MS + 100 * US);
-	ASSERT_FALSE(batch_step_closed(s, 30 * MS + GPU_BATCH_WAIT_NS - 1), "idle: waits");
-	ASSERT_TRUE(batch_step_closed(s, 30 * MS + GPU_BATCH_WAIT_NS), "then closes");
+	ASSERT_FALSE(gpu_step_closed(s, 30 * MS + GPU_BATCH_WAIT_NS - 1), "idle: waits");
+	ASSERT_TRUE(gpu_step_closed(s, 30 * MS + GPU_BATCH_WAIT_NS), "then closes");
 	ASSERT_TRUE(
-	    batch_step_closed(gpu_step_by_id(&g, add_step(&g, 7, 31 * MS, 32 * MS, COPY)), 32 * MS),
+	    gpu_step_closed(gpu_step_by_id(&g, add_step(&g, 7, 31 * MS, 32 * MS, COPY)), 32 * MS),
 	    "a copy-only step never waits");
 	request_free(r);
 	request_free(o);

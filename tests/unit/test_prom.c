@@ -297,8 +297,11 @@ TEST(test_histograms_and_counters)
 		    "tokenscope_request_preempted_seconds_sum{model=\"qwen\",role=\"server\"} 0.07");
 	ASSERT_FALSE(strstr(t, "tokenscope_request_preempted_seconds_count{model=\"llama\""),
 		     "none for a label set never preempted");
-	ASSERT_EQ(count_lines_starting(t, "# TYPE "), 19, "families");
-	ASSERT_EQ(count_lines_starting(t, "# HELP "), 19, "help lines");
+	/* steps without a CUPTI library: the host's figures */
+	ASSERT_LINE(t, "tokenscope_gpu_steps_device_times_total{times=\"host-calls\"} 3");
+	ASSERT_LINE(t, "tokenscope_gpu_steps_device_times_total{times=\"sampled-out\"} 0");
+	ASSERT_EQ(count_lines_starting(t, "# TYPE "), 20, "families");
+	ASSERT_EQ(count_lines_starting(t, "# HELP "), 20, "help lines");
 	ASSERT_LINE(t, "# TYPE tokenscope_time_to_first_token_seconds histogram");
 	ASSERT_LINE(t, "# TYPE tokenscope_requests_total counter");
 	ASSERT_LINE(t, "# TYPE tokenscope_streams_in_flight gauge");

@@ -156,14 +156,6 @@ void batch_token(struct gpu_timeline *g, struct request *r)
 	}
 }
 
-bool batch_step_closed(const struct gpu_step *s, uint64_t now_ns)
-{
-	/* A step that launched nothing is never credited: there is nothing to wait for. */
-	if (s->kind == STEP_OTHER || now_ns >= s->end_ns + GPU_BATCH_WAIT_NS)
-		return true;
-	return s->next_end_ns && now_ns >= s->next_end_ns + GPU_BATCH_SLACK_NS;
-}
-
 bool batch_settled(const struct gpu_timeline *g, const struct request *r, uint64_t now_ns)
 {
 	const struct gpu_step *s;
@@ -172,7 +164,7 @@ bool batch_settled(const struct gpu_timeline *g, const struct request *r, uint64
 		return true;
 	/* Its steps close in order: the last one closes after the others. */
 	s = gpu_step_by_id(g, r->batch->v[r->batch->n - 1].step);
-	return !s || batch_step_closed(s, now_ns);
+	return !s || gpu_step_closed(s, now_ns);
 }
 
 void batch_attribute(const struct gpu_timeline *g, const struct request *r,

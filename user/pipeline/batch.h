@@ -14,7 +14,7 @@
  *   written apart, or several per step: speculative decoding). A request counts once per step.
  * - A step's batch is the number of requests credited with it.
  *
- * When a step's batch is final (batch_step_closed): the writes that can add to it come after
+ * When a step's batch is final (gpu_step_closed): the writes that can add to it come after
  * its end and before the end of its process's next step that launched work (later writes go
  * to that step by the rule); the window closes GPU_BATCH_SLACK_NS after that end, or, when no
  * next step comes (the process went idle), GPU_BATCH_WAIT_NS after the step's own end. The
@@ -42,15 +42,6 @@
 #include "pipeline/gpu.h"
 #include "pipeline/request.h"
 
-/*
- * How long after the end of the step that closes a window a write can still come in a record
- * that follows that step's: a write's record is made when its syscall returns, but carries the
- * time it was entered; a socket write lasts microseconds.
- */
-#define GPU_BATCH_SLACK_NS 1000000ull
-/* A step with no next step (its process went idle) closes this long after its end: the host
- * writes a step's tokens within milliseconds of it; the last requests of a burst wait as long. */
-#define GPU_BATCH_WAIT_NS 250000000ull
 /* Credits a request keeps (the steps it rode, 16 bytes each); past that, the older half are
  * folded into its sums and no longer drawn in the timeline. */
 #define BATCH_KEEP 8192
@@ -101,11 +92,9 @@ struct batch_ride {
 
 /* r's newest token (token_ns[ntokens - 1]) was written: credits it to its step. */
 void batch_token(struct gpu_timeline *g, struct request *r);
-/* Whether no more tokens can come from s (its window closed by now_ns, the kernel clock). */
-bool batch_step_closed(const struct gpu_step *s, uint64_t now_ns);
 /* Whether every step r's tokens came from is closed by now_ns (or forgotten). */
 bool batch_settled(const struct gpu_timeline *g, const struct request *r, uint64_t now_ns);
-/* r's steps, batch_mean and rides into a (gpu_attribute calls it). */
+/* r's steps, batch_mean, preemptions and rides into a (after gpu_attribute). */
 void batch_attribute(const struct gpu_timeline *g, const struct request *r,
 		     struct gpu_attribution *a);
 

@@ -3,7 +3,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pipeline/batch.h"
 #include "pipeline/gpu.h"
 
 static const char *const kind_names[STEP_KIND_MAX] = {
@@ -412,6 +411,14 @@ void gpu_add_runs(struct gpu_timeline *g, const struct ts_dev_runs_event *e)
 	}
 }
 
+bool gpu_step_closed(const struct gpu_step *s, uint64_t now_ns)
+{
+	/* A step that launched nothing is never credited: there is nothing to wait for. */
+	if (s->kind == STEP_OTHER || now_ns >= s->end_ns + GPU_BATCH_WAIT_NS)
+		return true;
+	return s->next_end_ns && now_ns >= s->next_end_ns + GPU_BATCH_SLACK_NS;
+}
+
 struct gpu_step *gpu_step_by_id(const struct gpu_timeline *g, uint64_t id)
 {
 	struct gpu_step *s;
@@ -461,7 +468,7 @@ bool gpu_next_ready(struct gpu_timeline *g, uint64_t record_ns, uint64_t now_ns,
 	p = (struct gpu_proc *)gpu_proc_find(g, s->pid);
 	now_ns = now_ns > record_ns ? now_ns : record_ns;
 	complete = !s->dev_wait || (p && gpu_cupti_complete(&p->cupti, s->end_ns, now_ns));
-	closed = batch_step_closed(s, now_ns);
+	closed = gpu_step_closed(s, now_ns);
 	if (!all && g->npending < GPU_PENDING_MAX &&
 	    ((!complete && record_ns < s->end_ns + GPU_DEVICE_WAIT_NS) || !closed))
 		return false;
@@ -592,7 +599,14 @@ void gpu_attribute(const struct gpu_timeline *g, const struct request *r, struct
 	a->queue_ns = a->prefill_ns = a->decode_ns = a->gpu_ns = a->host_ns = -1;
 	a->prefill_gpu_ns = a->decode_gpu_ns = -1;
 	a->source = NULL;
-	batch_attribute(g, r, a);
+	/* batch_attribute's part: not known until it runs */
+	a->has_steps = false;
+	a->steps = a->batch_steps = a->preemptions = 0;
+	a->batch_mean = 0;
+	a->preempted_ns = -1;
+	a->preempt_from = a->preempt_to = NULL;
+	a->rides = NULL;
+	a->nrides = 0;
 	if (r->client) {
 		a->how = "none: a request the traced process made as a client";
 		return;

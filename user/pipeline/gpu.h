@@ -49,6 +49,16 @@ enum step_kind { STEP_PREFILL, STEP_DECODE, STEP_MIXED, STEP_OTHER, STEP_KIND_MA
  * for the step to take when it ends, up to GPU_DEVICE_WAIT_NS; beyond that, in no step. */
 #define GPU_ORPHANS 1024
 
+/* A step's batch window (batch.h: the writes that can still add to its batch). */
+/*
+ * How long after the end of the step that closes a window a write can still come in a record
+ * that follows that step's: a write's record is made when its syscall returns, but carries the
+ * time it was entered; a socket write lasts microseconds.
+ */
+#define GPU_BATCH_SLACK_NS 1000000ull
+/* A step with no next step (its process went idle) closes this long after its end: the host
+ * writes a step's tokens within milliseconds of it; the last requests of a burst wait as long. */
+#define GPU_BATCH_WAIT_NS 250000000ull
 struct gpu_span {
 	uint64_t a, b;
 };
@@ -193,9 +203,13 @@ void gpu_add(struct gpu_timeline *g, const struct ts_gpu_step_event *e, struct g
 void gpu_add_runs(struct gpu_timeline *g, const struct ts_dev_runs_event *e);
 /* The oldest held step, if its device times are complete (GPU_DEVICE_QUIET_NS) or it has
  * waited GPU_DEVICE_WAIT_NS of kernel time (record_ns: the latest record's), and its batch is
- * complete (batch_step_closed at now_ns, the kernel clock), or all is set; copied to *out. */
+ * complete (gpu_step_closed at now_ns, the kernel clock), or all is set; copied to *out. */
 bool gpu_next_ready(struct gpu_timeline *g, uint64_t record_ns, uint64_t now_ns, bool all,
 		    struct gpu_step *out);
+/* Whether the step's batch is final at now_ns (kernel clock): the writes that can add to it
+ * come after its end and before the end of its process's next step that launched work, and
+ * GPU_BATCH_SLACK_NS after that; with no next step, GPU_BATCH_WAIT_NS after its own end. */
+bool gpu_step_closed(const struct gpu_step *s, uint64_t now_ns);
 /* The kept step with this id; NULL when the history no longer holds it. */
 struct gpu_step *gpu_step_by_id(const struct gpu_timeline *g, uint64_t id);
 /* The step that prefilled a request that arrived at arrival_ns and wrote its first token at
@@ -206,6 +220,8 @@ const struct gpu_step *gpu_prefill_step(const struct gpu_timeline *g, uint64_t a
 /* Whether the device times of every process that has them are complete up to t_ns (the
  * request that ended then can be attributed), or waited long enough by now_ns. */
 bool gpu_device_complete(const struct gpu_timeline *g, uint64_t t_ns, uint64_t now_ns);
+/* The request's queue, prefill, decode and gpu/host split; its steps and batches are
+ * batch_attribute's (batch.h), called after this. */
 void gpu_attribute(const struct gpu_timeline *g, const struct request *r,
 		   struct gpu_attribution *a);
 /* Frees what gpu_attribute allocated (its rides). */

@@ -18,7 +18,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "pipeline/conn.h"
+#include "pipeline/exchange.h"
 
 struct h2conn;
 

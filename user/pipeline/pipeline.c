@@ -37,6 +37,7 @@ static void pl_request_out(struct pipeline *pl, struct request *r)
 
 	request_metrics(r, &m);
 	gpu_attribute(&pl->gpu, r, &ga);
+	batch_attribute(&pl->gpu, r, &ga);
 	for (int i = 0; i < pl->nsinks; i++)
 		if (pl->sinks[i].request && (!r->client || pl->sinks[i].clients))
 			pl->sinks[i].request(pl->sinks[i].ctx, r, &m, &ga);
