@@ -210,8 +210,12 @@ struct ts_dev_runs_event {
 	struct ts_cupti_stats stats;
 	struct ts_dev_run runs[TS_RUNS_PER_PROBE];
 };
-/* Its size under TS_CUPTI_ABI 1 (stats of 96 bytes), as older recordings hold it. */
-#define TS_DEV_RUNS_V1_BYTES (24 + 96 + 80 * TS_RUNS_PER_PROBE)
+/* Under TS_CUPTI_ABI 1 the library's counters were the first 96 bytes of today's (the rest
+ * did not exist: read as 0), and a record held only those: its size, as older recordings
+ * hold it. A library of version 1 is still read, live and replayed. */
+#define TS_CUPTI_ABI_V1 1
+#define TS_CUPTI_STATS_V1_BYTES 96
+#define TS_DEV_RUNS_V1_BYTES (24 + TS_CUPTI_STATS_V1_BYTES + 80 * TS_RUNS_PER_PROBE)
 
 /* Counters kept per CPU in the kernel and summed by user space (map `stats`). */
 enum ts_stat {

@@ -173,9 +173,10 @@ static double measure(struct runs *r, int kind, long n)
 
 int main(int argc, char **argv)
 {
-	static const char *const names[] = { "kernel_with_launch_ns", "graph_with_launch_ns",
-					     "copy_ns",		      "api_alone_ns",
-					     "overhead_ns",	      "decode_buffer_ns" };
+	static const char *const names[] = {
+		"kernel_with_launch_ns", "graph_with_launch_ns", "copy_ns",
+		"api_alone_ns",		 "overhead_ns",		 "decode_buffer_ns"
+	};
 	long rounds = argc > 1 ? atol(argv[1]) : 5, n = 200000;
 	struct runs *r = malloc(sizeof(*r));
 

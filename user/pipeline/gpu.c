@@ -364,7 +364,7 @@ void gpu_add_runs(struct gpu_timeline *g, const struct ts_dev_runs_event *e)
 {
 	struct gpu_proc *p;
 
-	if (e->abi != TS_CUPTI_ABI) {
+	if (!gpu_cupti_abi_known(e->abi)) {
 		g->cupti_abi_bad++;
 		return;
 	}
@@ -665,6 +665,9 @@ static void gpu_print_cupti_cost(const struct gpu_cupti *c, FILE *f)
 	const struct ts_cupti_stats *st = &c->stats;
 	uint64_t oh = 0;
 
+	/* A library of ABI version 1 collected every step and counted none of this. */
+	if (!st->mode)
+		return;
 	if (st->mode == TS_CUPTI_MODE_SAMPLED)
 		fprintf(f,
 			"    device times sampled: eager kernels %.1f s of every %.1f s (%llu "
@@ -672,7 +675,7 @@ static void gpu_print_cupti_cost(const struct gpu_cupti *c, FILE *f)
 			st->sample_on_ms / 1e3, st->sample_period_ms / 1e3,
 			(unsigned long long)st->windows, (unsigned long long)c->steps_device,
 			(unsigned long long)c->steps_sampled_out);
-	else if (st->mode)
+	else
 		fprintf(f, "    device times of every step: %llu steps with device times\n",
 			(unsigned long long)c->steps_device);
 	for (int k = 0; k < TS_CUPTI_OVERHEADS; k++)

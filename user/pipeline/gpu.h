@@ -199,6 +199,12 @@ const char *gpu_step_times(const struct gpu_step *s);
 /* Adds a step record; the classified step is copied to *out when out is not NULL. A step of a
  * process with device times is held (out->pending): gpu_next_ready gives it back. */
 void gpu_add(struct gpu_timeline *g, const struct ts_gpu_step_event *e, struct gpu_step *out);
+/* Whether records of a library of this ABI version are read (this one's, and version 1's, whose
+ * counters are shorter: events.h). */
+static inline bool gpu_cupti_abi_known(uint32_t abi)
+{
+	return abi == TS_CUPTI_ABI || abi == TS_CUPTI_ABI_V1;
+}
 /* A record of the CUPTI injection library: its runs go to the steps they ran in. */
 void gpu_add_runs(struct gpu_timeline *g, const struct ts_dev_runs_event *e);
 /* The oldest held step, if its device times are complete (GPU_DEVICE_QUIET_NS) or it has

@@ -267,6 +267,25 @@ static void pl_proc_exit(struct pipeline *pl, const struct ts_proc_event *e)
 		drop_root(pl, e->hdr.pid);
 }
 
+/* A record of ABI version 1 as an older recording holds it (events.h): its counters are the
+ * first TS_CUPTI_STATS_V1_BYTES of today's, the rest 0, and its runs follow them. */
+static int pl_dev_runs_v1(struct pipeline *pl, const uint8_t *rec)
+{
+	struct ts_dev_runs_event *e = calloc(1, sizeof(*e));
+	size_t head = offsetof(struct ts_dev_runs_event, stats);
+	int err;
+
+	if (!e)
+		return -ENOMEM;
+	memcpy(e, rec, head);
+	memcpy(&e->stats, rec + head, TS_CUPTI_STATS_V1_BYTES);
+	memcpy(e->runs, rec + head + TS_CUPTI_STATS_V1_BYTES, sizeof(e->runs));
+	e->hdr.size = sizeof(*e);
+	err = pipeline_feed(pl, e, sizeof(*e));
+	free(e);
+	return err;
+}
+
 int pipeline_feed(struct pipeline *pl, const void *rec, size_t len)
 {
 	const struct ts_event_hdr *h = rec;
@@ -343,22 +362,14 @@ int pipeline_feed(struct pipeline *pl, const void *rec, size_t len)
 	case TS_EV_DEV_RUNS: {
 		const struct ts_dev_runs_event *e = rec;
 
-		/* A recording by a tokenscope of ABI version 1 holds smaller records: counted as
-		 * that version's, not as damaged. */
-		if (len == TS_DEV_RUNS_V1_BYTES && e->abi == 1) {
-			if (!pl->gpu.cupti_abi_bad)
-				fprintf(pl->o.err,
-					"tokenscope: device-time records of ABI version %u; this "
-					"tokenscope reads version %u: no device times from them\n",
-					e->abi, TS_CUPTI_ABI);
-			pl->gpu.cupti_abi_bad++;
-			return 0;
-		}
+		/* A recording made with ABI version 1 holds smaller records: made whole. */
+		if (len == TS_DEV_RUNS_V1_BYTES && e->abi == TS_CUPTI_ABI_V1)
+			return pl_dev_runs_v1(pl, rec);
 		if (len != sizeof(*e) || e->n > TS_RUNS_PER_PROBE)
 			goto bad;
-		if (e->abi == TS_CUPTI_ABI && e->stats.flush_ns > pl->last_ns)
+		if (gpu_cupti_abi_known(e->abi) && e->stats.flush_ns > pl->last_ns)
 			pl->last_ns = e->stats.flush_ns;
-		if (e->abi != TS_CUPTI_ABI && !pl->gpu.cupti_abi_bad)
+		if (!gpu_cupti_abi_known(e->abi) && !pl->gpu.cupti_abi_bad)
 			fprintf(
 			    pl->o.err,
 			    "tokenscope: pid %u runs a libtokenscope_cupti.so of ABI version %u; "
@@ -486,6 +497,9 @@ void pipeline_loss(const struct pipeline *pl, struct loss_report *loss)
 	loss->damaged_frames = pl->conns.stats.damaged_frames;
 	loss->budget_refused = pl->conns.budget.refused;
 	loss->budget_max = pl->conns.budget.max;
+	loss->budget_max_mib = pl->conns.budget.max >> 20;
+	loss->frame_max_kib = SSE_FRAME_MAX / 1024;
+	loss->zero = 0;
 	loss->cupti = pl->gpu.cupti_procs > 0;
 	loss->cupti_dropped = loss->cupti_pool_empty = loss->cupti_unplaced = 0;
 	for (uint32_t i = 0; i < pl->gpu.nprocs; i++) {

@@ -14,6 +14,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pipeline/loss.h"
+
 struct request;
 struct request_metrics;
 struct gpu_attribution;
@@ -21,34 +23,6 @@ struct gpu_step;
 struct ts_gpu_call_event;
 struct nvml_snapshot;
 struct gpu_timeline;
-
-/* Everything the tracer could not see, shown under every summary, and what it looked at. */
-struct loss_report {
-	uint64_t lost_events, lost_bytes, uncaptured_bytes, gap_bytes, desyncs, bad_records;
-	uint64_t untraced_sockets; /* the kernel's connection table was full */
-	uint64_t copy_failed;	   /* reads of traced bytes from the process's memory that failed
-				    * (their bytes are in uncaptured_bytes) */
-	uint64_t http_conns, ignored_conns, client_conns, h2_conns, h2_midway;
-	/* connections joined mid-stream, and those of them no request line has come on since */
-	uint64_t joined_conns, waiting_conns;
-	/* connections that carried TLS, and of those, the ones whose plaintext never came; socket
-	 * writes of TLS records, and the total time from the TLS write call to them */
-	uint64_t tls_conns, tls_unread, tls_wire_writes, tls_wire_ns;
-	uint64_t tls_unjoined; /* TLS calls whose plaintext could not be put on a connection */
-	/* What the parsers let go (struct conn_stats): never a request reported with wrong numbers,
-	 * always a count. */
-	uint64_t partial_requests, orphan_responses, pipeline_overflow, oversize_frames,
-	    damaged_frames;
-	uint64_t budget_refused; /* buffers refused: the connections' memory cap was reached */
-	size_t budget_max;
-	/* Device times (CUPTI injection library), when some process reported them. */
-	bool cupti;
-	uint64_t cupti_dropped;	   /* records CUPTI dropped, as its libraries counted */
-	uint64_t cupti_pool_empty; /* buffer requests the libraries refused: pools in use */
-	uint64_t cupti_unplaced;   /* runs in no host step */
-	uint64_t cupti_late;	   /* steps shown before their device times were complete */
-	uint64_t cupti_abi_bad;	   /* records of a library of another ABI version */
-};
 
 /* The pipeline as of a tick (or the end): copied out for the call, valid during it. */
 struct pipeline_status {

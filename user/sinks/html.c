@@ -554,6 +554,18 @@ static void write_data(struct html *h, FILE *f, const struct pipeline_status *st
 	} else {
 		jsonw_null(&w, "summary");
 	}
+	/* What each loss counter of the summary means (the loss table's words), by
+	 * "lost.KEY" / "dropped.KEY". */
+	jsonw_obj_begin(&w, "loss_meanings");
+	for (size_t i = 0; i < loss_ncounters; i++) {
+		const struct loss_counter *c = &loss_counters[i];
+		char key[64];
+
+		snprintf(key, sizeof(key), "%s.%s", c->json == LOSS_J_LOST ? "lost" : "dropped",
+			 c->key);
+		jsonw_str(&w, key, c->meaning);
+	}
+	jsonw_obj_end(&w);
 	/* Histograms of the page's own, drawn as the summary's are. */
 	jsonw_obj_begin(&w, "hists");
 	summary_json_hist(&w, "socket_wait_ms", &h->socket_wait, true);

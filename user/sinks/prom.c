@@ -729,47 +729,27 @@ static void render_overflow(const struct prom *p, FILE *f)
 		p->gpu_overflow_steps);
 }
 
-/* A counter family with one series per name, under one label. */
-struct named_count {
-	const char *name;
-	uint64_t v;
-};
-
-static void put_counts(FILE *f, const char *family, const char *label, const struct named_count *c,
-		       size_t n)
+/* The loss table's counters of one family, a series each under label. */
+static void put_losses(FILE *f, const struct loss_report *l, enum loss_prom prom,
+		       const char *family, const char *label)
 {
-	for (size_t i = 0; i < n; i++)
-		fprintf(f, "%s{%s=\"%s\"} %" PRIu64 "\n", family, label, c[i].name, c[i].v);
+	for (size_t i = 0; i < loss_ncounters; i++)
+		if (loss_counters[i].prom == prom)
+			fprintf(f, "%s{%s=\"%s\"} %" PRIu64 "\n", family, label,
+				loss_counters[i].label, loss_value(l, &loss_counters[i]));
 }
 
 /* What the summary's `lost` and `dropped` lines say, as counters. */
 static void render_loss(const struct prom *p, FILE *f)
 {
 	const struct loss_report *l = &p->loss;
-	const struct named_count bytes[] = {
-		{ "kernel", l->lost_bytes },
-		{ "capture", l->uncaptured_bytes },
-		{ "stream", l->gap_bytes },
-	}, events[] = {
-		{ "desync", l->desyncs },
-		{ "bad_record", l->bad_records },
-		{ "untraced_socket", l->untraced_sockets },
-		{ "unfinished_request", l->partial_requests },
-		{ "orphan_response", l->orphan_responses },
-		{ "pipelining_overflow", l->pipeline_overflow },
-		{ "oversize_frame", l->oversize_frames },
-		{ "damaged_stream", l->damaged_frames },
-		{ "memory_cap", l->budget_refused },
-		{ "copy_failed", l->copy_failed },
-	};
 
 	put_header(
 	    f, "tokenscope_dropped_bytes_total", "counter",
 	    "Traced bytes the tracer did not see: in records the kernel lost (where=\"kernel\"), "
 	    "beyond --capture-bytes (\"capture\"), missing from a connection's stream "
 	    "(\"stream\").");
-	put_counts(f, "tokenscope_dropped_bytes_total", "where", bytes,
-		   sizeof(bytes) / sizeof(bytes[0]));
+	put_losses(f, l, LOSS_P_BYTES, "tokenscope_dropped_bytes_total", "where");
 	put_header(
 	    f, "tokenscope_dropped_total", "counter",
 	    "Things the tracer let go rather than report wrong numbers: framing lost after a "
@@ -778,18 +758,9 @@ static void render_loss(const struct prom *p, FILE *f)
 	    "not seen, stream frames over the size limit or damaged by missing bytes, "
 	    "buffers refused at the connections' memory cap, failed reads of traced bytes from "
 	    "the process's memory.");
-	put_counts(f, "tokenscope_dropped_total", "what", events,
-		   sizeof(events) / sizeof(events[0]));
+	put_losses(f, l, LOSS_P_DROPPED, "tokenscope_dropped_total", "what");
 	/* Device times: only where a CUPTI library reported (as the summary's line). */
 	if (l->cupti || l->cupti_abi_bad) {
-		const struct named_count dev[] = {
-			{ "cupti_dropped", l->cupti_dropped },
-			{ "buffer_refused", l->cupti_pool_empty },
-			{ "unplaced_run", l->cupti_unplaced },
-			{ "late_step", l->cupti_late },
-			{ "other_version", l->cupti_abi_bad },
-		};
-
 		put_header(
 		    f, "tokenscope_device_times_lost_total", "counter",
 		    "What device times (the CUPTI library) missed: records CUPTI dropped "
@@ -797,21 +768,17 @@ static void render_loss(const struct prom *p, FILE *f)
 		    "in use (\"buffer_refused\"), runs in no GPU step (\"unplaced_run\"), steps "
 		    "shown before their device times were in (\"late_step\"), records of a "
 		    "library of another version (\"other_version\").");
-		put_counts(f, "tokenscope_device_times_lost_total", "what", dev,
-			   sizeof(dev) / sizeof(dev[0]));
+		put_losses(f, l, LOSS_P_DEVICE, "tokenscope_device_times_lost_total", "what");
 	}
 	/* TLS: only where a connection carried it (as the summary's tls line). */
 	if (l->tls_conns || l->tls_unjoined) {
-		const struct named_count conns[] = {
-			{ "seen", l->tls_conns - l->tls_unread },
-			{ "none", l->tls_unread },
-		};
-
 		put_header(f, "tokenscope_tls_connections_total", "counter",
 			   "Connections that carried TLS, by whether their plaintext was seen "
 			   "(plaintext=\"none\": ended without any, the TLS library not hooked).");
-		put_counts(f, "tokenscope_tls_connections_total", "plaintext", conns,
-			   sizeof(conns) / sizeof(conns[0]));
+		fprintf(f, "tokenscope_tls_connections_total{plaintext=\"seen\"} %" PRIu64 "\n",
+			l->tls_conns - l->tls_unread);
+		fprintf(f, "tokenscope_tls_connections_total{plaintext=\"none\"} %" PRIu64 "\n",
+			l->tls_unread);
 		put_header(f, "tokenscope_tls_unjoined_calls_total", "counter",
 			   "TLS read and write calls whose socket was not found: their plaintext "
 			   "is lost.");

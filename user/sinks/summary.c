@@ -239,6 +239,30 @@ static double summary_per_s(double x, double window_s)
 	return window_s > 0 ? x / window_s : 0.0;
 }
 
+/* A counter's phrase: its count, and the member its phrase shows after it. */
+static void loss_phrase(FILE *f, const struct loss_report *loss, const struct loss_counter *c)
+{
+	fprintf(f, c->phrase, (unsigned long long)loss_value(loss, c),
+		(unsigned long long)loss_param(loss, c));
+}
+
+/* One line of the loss table's counters shown in it (text), in the table's order. */
+static void loss_line(FILE *f, const struct loss_report *loss, enum loss_text text,
+		      const char *title)
+{
+	const char *sep = "";
+
+	fprintf(f, "  %s: ", title);
+	for (size_t i = 0; i < loss_ncounters; i++) {
+		if (loss_counters[i].text != text)
+			continue;
+		fputs(sep, f);
+		loss_phrase(f, loss, &loss_counters[i]);
+		sep = ", ";
+	}
+	fputc('\n', f);
+}
+
 void summary_print(const struct summary *s, const struct loss_report *loss, const char *title,
 		   FILE *f)
 {
@@ -283,41 +307,19 @@ void summary_print(const struct summary *s, const struct loss_report *loss, cons
 		    (unsigned long long)s->proxy_ttft.count,
 		    hist_quantile(&s->proxy_ttft, 0.50) / 1e6,
 		    hist_quantile(&s->proxy_ttft, 0.99) / 1e6, s->proxy_ttft.max / 1e6);
-	fprintf(f,
-		"  lost: %llu records (%llu bytes) in the kernel, %llu bytes beyond capture, "
-		"%llu bytes missing from streams, %llu desyncs, %llu bad records\n",
-		(unsigned long long)loss->lost_events, (unsigned long long)loss->lost_bytes,
-		(unsigned long long)loss->uncaptured_bytes, (unsigned long long)loss->gap_bytes,
-		(unsigned long long)loss->desyncs, (unsigned long long)loss->bad_records);
-	fprintf(
-	    f,
-	    "  dropped: %llu unfinished requests, %llu responses to unseen requests, %llu "
-	    "requests past the pipelining limit, %llu frames over %d KiB, %llu stream runs "
-	    "with missing bytes, %llu buffers over the %zu MiB memory cap\n",
-	    (unsigned long long)loss->partial_requests, (unsigned long long)loss->orphan_responses,
-	    (unsigned long long)loss->pipeline_overflow, (unsigned long long)loss->oversize_frames,
-	    SSE_FRAME_MAX / 1024, (unsigned long long)loss->damaged_frames,
-	    (unsigned long long)loss->budget_refused, loss->budget_max >> 20);
-	if (loss->untraced_sockets)
-		fprintf(f,
-			"  lost: %llu sockets not traced: the kernel's connection table was full\n",
-			(unsigned long long)loss->untraced_sockets);
-	if (loss->copy_failed)
-		fprintf(
-		    f,
-		    "  lost: %llu reads of traced bytes from the process's memory failed (their "
-		    "bytes are counted beyond capture)\n",
-		    (unsigned long long)loss->copy_failed);
+	loss_line(f, loss, LOSS_T_LOST, "lost");
+	loss_line(f, loss, LOSS_T_DROPPED, "dropped");
+	for (size_t i = 0; i < loss_ncounters; i++) {
+		const struct loss_counter *c = &loss_counters[i];
+
+		if (c->text == LOSS_T_ALONE && loss_value(loss, c)) {
+			fputs("  lost: ", f);
+			loss_phrase(f, loss, c);
+			fputc('\n', f);
+		}
+	}
 	if (loss->cupti || loss->cupti_abi_bad)
-		fprintf(
-		    f,
-		    "  lost (device times): %llu records dropped by CUPTI, %llu buffer requests "
-		    "refused (pool in use), %llu runs in no GPU step, %llu steps shown before "
-		    "their device times, %llu records of another library version\n",
-		    (unsigned long long)loss->cupti_dropped,
-		    (unsigned long long)loss->cupti_pool_empty,
-		    (unsigned long long)loss->cupti_unplaced, (unsigned long long)loss->cupti_late,
-		    (unsigned long long)loss->cupti_abi_bad);
+		loss_line(f, loss, LOSS_T_DEVICE, "lost (device times)");
 	/* Says why a run can show no requests: another protocol on the sockets, HTTP/2 joined
 	 * after its start, or TLS from a library that is not hooked. */
 	fprintf(f, "  connections: %llu serving HTTP/1.x", (unsigned long long)loss->http_conns);
@@ -355,53 +357,27 @@ void summary_print(const struct summary *s, const struct loss_report *loss, cons
 		(unsigned long long)loss->tls_unjoined);
 }
 
-/* The loss report's counters by name, as the summary's lost and dropped lines count them. */
-struct loss_counter {
+/* The connections looked at, by name (the summary's connections line). */
+static const struct {
 	const char *key;
 	size_t off;
-};
-#define LOSS(key, field)                                 \
-	{                                                \
-		key, offsetof(struct loss_report, field) \
-	}
-
-static const struct loss_counter lost_counters[] = {
-	LOSS("records", lost_events),
-	LOSS("record_bytes", lost_bytes),
-	LOSS("uncaptured_bytes", uncaptured_bytes),
-	LOSS("stream_gap_bytes", gap_bytes),
-	LOSS("desyncs", desyncs),
-	LOSS("bad_records", bad_records),
-	LOSS("untraced_sockets", untraced_sockets),
-	LOSS("copy_failed", copy_failed),
-	LOSS("tls_no_plaintext", tls_unread),
-	LOSS("tls_unjoined", tls_unjoined),
-	LOSS("device_dropped", cupti_dropped),
-	LOSS("device_pool_empty", cupti_pool_empty),
-	LOSS("device_unplaced", cupti_unplaced),
-	LOSS("device_late", cupti_late),
-	LOSS("device_abi_bad", cupti_abi_bad),
+} conn_counters[] = {
+#define CONN(key, field) { key, offsetof(struct loss_report, field) }
+	CONN("http", http_conns),	CONN("h2", h2_conns),
+	CONN("ignored", ignored_conns), CONN("h2_midway", h2_midway),
+	CONN("client", client_conns),	CONN("tls", tls_conns),
+	CONN("joined", joined_conns),	CONN("waiting", waiting_conns),
+#undef CONN
 };
 
-static const struct loss_counter dropped_counters[] = {
-	LOSS("partial_requests", partial_requests),   LOSS("orphan_responses", orphan_responses),
-	LOSS("pipeline_overflow", pipeline_overflow), LOSS("oversize_frames", oversize_frames),
-	LOSS("damaged_frames", damaged_frames),	      LOSS("budget_refused", budget_refused),
-};
-
-static const struct loss_counter conn_counters[] = {
-	LOSS("http", http_conns),	LOSS("h2", h2_conns),
-	LOSS("ignored", ignored_conns), LOSS("h2_midway", h2_midway),
-	LOSS("client", client_conns),	LOSS("tls", tls_conns),
-	LOSS("joined", joined_conns),	LOSS("waiting", waiting_conns),
-};
-
-static void counters_json(struct jsonw *w, const char *key, const struct loss_report *loss,
-			  const struct loss_counter *c, size_t n)
+/* The loss table's counters of one JSON object ("lost" or "dropped"). */
+static void losses_json(struct jsonw *w, const char *key, const struct loss_report *loss,
+			enum loss_json json)
 {
 	jsonw_obj_begin(w, key);
-	for (size_t i = 0; i < n; i++)
-		jsonw_u64(w, c[i].key, *(const uint64_t *)((const char *)loss + c[i].off));
+	for (size_t i = 0; i < loss_ncounters; i++)
+		if (loss_counters[i].json == json)
+			jsonw_u64(w, loss_counters[i].key, loss_value(loss, &loss_counters[i]));
 	jsonw_obj_end(w);
 }
 
@@ -483,12 +459,13 @@ void summary_json(struct jsonw *w, const struct summary *s, const struct loss_re
 	if (s->proxy_ttft.count)
 		summary_json_hist(w, "proxy_ttft_ms", &s->proxy_ttft, buckets);
 	json_ttft_definitions(w, s, false);
-	counters_json(w, "lost", loss, lost_counters,
-		      sizeof(lost_counters) / sizeof(lost_counters[0]));
-	counters_json(w, "dropped", loss, dropped_counters,
-		      sizeof(dropped_counters) / sizeof(dropped_counters[0]));
-	counters_json(w, "connections", loss, conn_counters,
-		      sizeof(conn_counters) / sizeof(conn_counters[0]));
+	losses_json(w, "lost", loss, LOSS_J_LOST);
+	losses_json(w, "dropped", loss, LOSS_J_DROPPED);
+	jsonw_obj_begin(w, "connections");
+	for (size_t i = 0; i < sizeof(conn_counters) / sizeof(conn_counters[0]); i++)
+		jsonw_u64(w, conn_counters[i].key,
+			  *(const uint64_t *)((const char *)loss + conn_counters[i].off));
+	jsonw_obj_end(w);
 }
 
 void summaries_init(struct summaries *s, FILE *out)
