@@ -38,7 +38,9 @@ tokenscope's timestamps):
       E: "arrival" (the HTTP process read the request; with "port", the client's TCP port, and
       "prompt_tokens", "max_tokens"), "scheduled" (first in a step), "first_token",
       "preempted" (evicted from the batch, its KV blocks freed), "resumed" (scheduled again after
-      a preemption: its recompute starts), "finished" (with "tokens": output tokens).
+      a preemption: its recompute starts), "finished" (with "tokens": output tokens),
+      "failed" (transformers engine: the request ended with an error, with "tokens" and
+      "error").
 The chunk ids of the responses are "chatcmpl-R" with R the engine's request id, and the
 arrival event carries the client's port: a checker joins client, tokenscope and engine by
 either.
