@@ -4,9 +4,9 @@
 # TESTS=docs|unit|arm64|arm64-vm|bpf|cli|static|golden|html|prom|e2e|fuzz|stress (space separated)
 # runs a subset; docs checks that every relative link and #anchor of the README and docs/
 # resolves (tests/docs/check_links.py); html opens the HTML report in headless Chromium
-# (tests/html/); arm64-vm runs the arm64 BPF tests in an emulated arm64 machine (about two minutes, and a Debian arm64 kernel
-# package downloaded once). CHECK_FUZZ_SECONDS (default 10) is how long the short campaign
-# fuzzes each target.
+# (tests/html/); arm64-vm runs the arm64 BPF tests in an emulated arm64 machine (about two
+# minutes, and a Debian arm64 kernel package downloaded once). CHECK_FUZZ_SECONDS (default 10)
+# is how long the short campaign fuzzes each target.
 set -u
 cd "$(dirname "$0")/.."
 OUT=.output
