@@ -19,7 +19,7 @@ LLVM_STRIP ?= llvm-strip
 BPFTOOL ?= bpftool
 CC ?= cc
 
-# make ARCH=arm64 on x86: a cross build (README "Requirements and build"), in its own folder so
+# make ARCH=arm64 on x86: a cross build (docs/building.md), in its own folder so
 # the native one is left alone. Its unit tests run under qemu-user (tests/run.sh, group arm64),
 # where AddressSanitizer's shadow memory does not map: they are built with UBSan alone.
 CROSS :=
@@ -48,7 +48,7 @@ BPF_CFLAGS := -g -O2 -Wall -Werror -target bpf -mcpu=v3 -D__TARGET_ARCH_$(ARCH) 
 # libcapstone and libmicrohttpd are opened at run time (user/loader/insn.c, user/sinks/httpd.c),
 # or linked into the static build.
 LDLIBS := -lbpf -lelf -lz -lnghttp2 -lm -lpthread -ldl
-# The static build (README "Static build"): the same objects, linked with Debian's static
+# The static build (docs/building.md "Static build"): the same objects, linked with Debian's static
 # archives and glibc's into .output/static/tokenscope, beside the dynamic one. libelf's archive
 # needs zstd's; static/gnutls_none.c stands in for GnuTLS, which libmicrohttpd.a refers to and
 # Debian's archives cannot link statically. The linker warns that dlopen (nvml.c, otlp_http.c)
@@ -373,11 +373,11 @@ bench: deps
 	$(Q)$(MAKE) --no-print-directory all $(BENCH_TOOLS)
 	$(Q)scripts/bench.sh
 
-# Every libFuzzer target in tests/fuzz/ for FUZZ_SECONDS each (README "Hardening").
+# Every libFuzzer target in tests/fuzz/ for FUZZ_SECONDS each (docs/security.md).
 fuzz: deps
 	$(Q)scripts/fuzz.sh
 
-# Hostile clients against the traced reference server (README "Hardening").
+# Hostile clients against the traced reference server (docs/security.md).
 stress: deps
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)tests/stress/run_stress.sh

@@ -36,8 +36,8 @@ PKGS=(
 	chromium
 )
 
-# The arm64 cross build that make check runs on x86 (make cross; README "Requirements and
-# build"): the cross compiler, the arm64 libraries the tracer and its tests link (multiarch),
+# The arm64 cross build that make check runs on x86 (make cross; docs/building.md, "arm64"):
+# the cross compiler, the arm64 libraries the tracer and its tests link (multiarch),
 # qemu-user to run the unit tests and qemu-system to boot an arm64 kernel for the BPF tests (tests/arm64/run_vm.sh).
 # libc6:arm64 puts the arm64 loader where the binaries look for it.
 if [ "$(uname -m)" = x86_64 ]; then

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Makes docs/report.png, the README's picture of the HTML report (README "HTML report"), from a
+# Makes docs/report.png, the picture of the HTML report (docs/html-report.md), from a
 # real traced run: the reference server in GPU mode (the stand-in CUDA runtime, so no GPU is
 # needed; 25 ms prefill steps, 8 ms decode steps of at most 4 requests) recorded with
 # `tokenscope record` while streaming clients drive it, first 2 at a time, then 8 (so that the

@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
 # Runs every test program and script; each prints PASS/FAIL/SKIP lines. Ends with the totals
 # line "N passed, N failed, N skipped" and exits non-zero if anything failed.
-# TESTS=unit|arm64|arm64-vm|bpf|cli|static|golden|html|prom|e2e|fuzz|stress (space separated)
-# runs a subset; html opens the HTML report in headless Chromium (tests/html/); arm64-vm runs
-# the arm64 BPF tests in an emulated arm64 machine (about two minutes, and a Debian arm64 kernel
-# package downloaded once). CHECK_FUZZ_SECONDS (default 10) is how long the short campaign
-# fuzzes each target.
+# TESTS=docs|unit|arm64|arm64-vm|bpf|cli|static|golden|html|prom|e2e|fuzz|stress (space separated)
+# runs a subset; docs checks that every relative link and #anchor of the README and docs/
+# resolves (tests/docs/check_links.py); html opens the HTML report in headless Chromium
+# (tests/html/); arm64-vm runs the arm64 BPF tests in an emulated arm64 machine (about two
+# minutes, and a Debian arm64 kernel package downloaded once). CHECK_FUZZ_SECONDS (default 10)
+# is how long the short campaign fuzzes each target.
 set -u
 cd "$(dirname "$0")/.."
 OUT=.output
 LOG=$OUT/test-logs
 mkdir -p "$LOG"
 export TS_FIXTURES=tests/fixtures
-TESTS=${TESTS:-"unit arm64 arm64-vm bpf cli static golden html prom e2e fuzz stress"}
+TESTS=${TESTS:-"docs unit arm64 arm64-vm bpf cli static golden html prom e2e fuzz stress"}
 passed=0 failed=0 skipped=0
 
 run() { # name command...
@@ -39,6 +40,9 @@ run() { # name command...
 
 for t in $TESTS; do
 	case $t in
+	docs)
+		run docs-links /usr/bin/python3 tests/docs/check_links.py
+		;;
 	unit)
 		for b in "$OUT"/tests/test_*; do
 			case $(basename "$b") in test_bpf_*) continue ;; esac

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""TTFT under each tool's definition, end to end (README "TTFT definitions").
+"""TTFT under each tool's definition, end to end (docs/output.md "TTFT definitions").
 
 tests/cli/ttft_server.py is traced with `tokenscope trace -p PID --json`; requests of its two
 scenarios go over fresh connections. For each request tokenscope reports, its four TTFTs must

@@ -1052,7 +1052,8 @@ def compare_pair(c, t, tol_ns, tally, tls=False):
     # is accepted under tracing, so the time must be known.
     received = t.get("received_ns")
     # HTTP/2: the kernel's arrival is that of a read's first bytes, a request's only when its
-    # HEADERS begin the read (README, HTTP/2); otherwise TTFT is checked from the read below.
+    # HEADERS begin the read (docs/how-it-works.md, "HTTP/2 and gRPC"); otherwise TTFT is
+    # checked from the read below.
     h2_unknown = t.get("h2") and not isinstance(received, int)
     if h2_unknown:
         received = None
@@ -1093,7 +1094,8 @@ def compare_pair(c, t, tol_ns, tally, tls=False):
             out.append(Mismatch(f"ttft_ms {t['ttft_ms']} != first_token_ns - arrival_ns "
                                 f"{ms(tf - arrival)}"))
         # The client's TTFT runs from its send; tokenscope's TTFT from the server's read
-        # (README, Definitions). The same span in tokenscope's terms starts at the socket arrival.
+        # (docs/output.md, "Definitions"). The same span in tokenscope's terms starts at the
+        # socket arrival.
         if received is not None:
             tally["measures"] += 1
             off = (tf - received) - c["ttft_ms"] * 1e6

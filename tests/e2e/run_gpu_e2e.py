@@ -146,7 +146,7 @@ def run_case(name, tmp, cudart, server_args, client_args, late_engine, check=Non
 
 def compare_preemptions(truth, ts, client):
     """compare, and each request's preemptions and time out of the batch against the engine's
-    log: a preemption that missed two or more decode steps is one (README "Preemption"); one
+    log: a preemption that missed two or more decode steps is one (docs/gpu.md "Preemption"); one
     that missed fewer (the batch emptied) is not, and must not be reported."""
     problems, timing = compare(truth, ts, client)
     treqs = {(t["port"], t["seq"]): t for t in truth if "request" in t}
@@ -311,7 +311,7 @@ def compare(truth, ts, client):
 def compare_batches(truth, ts, client):
     """The steps' batches and the requests' steps and mean batch against the server's log,
     exactly; then the timing checks of compare(). A step's batch, and a request's figures, are
-    wrong when the API process wrote a token after the next step had ended (README "Batches"):
+    wrong when the API process wrote a token after the next step had ended (docs/gpu.md "Batches"):
     on a loaded machine that is retried, as timing is."""
     problems, timing = compare(truth, ts, client)
     steps = [t for t in truth if "step" in t]

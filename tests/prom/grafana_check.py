@@ -2,7 +2,7 @@
 """Checks a Grafana dashboard (deploy/grafana/tokenscope.json) against a Prometheus server that
 scrapes tokenscope, and against what tokenscope exports.
 
-  grafana_check.py DASHBOARD --prom URL --metrics FILE --readme README.md [--model M]
+  grafana_check.py DASHBOARD --prom URL --metrics FILE --docs PAGE.md... [--model M]
                    [--rate-interval 1m] [--range 5m] [--optional METRIC]...
 
  - the JSON has what Grafana needs to import it: a schemaVersion, a uid, panels with unique
@@ -14,8 +14,9 @@ scrapes tokenscope, and against what tokenscope exports.
    variable in a regex (a|b);
  - every metric name in every expr (tokenscope_...; _bucket, _sum and _count of a histogram)
    is exported by tokenscope: in the scraped /metrics text FILE (as that type) or in the
-   README's metric tables; a request metric (one whose series carry a `model` label) is read
-   with role="server" and model=~"$model" in every selector;
+   metric tables of the --docs pages (docs/prometheus.md, docs/nvml.md); a request metric (one
+   whose series carry a `model` label) is read with role="server" and model=~"$model" in
+   every selector;
  - every expr, with Grafana's variables substituted ($__rate_interval, $__interval, $__range,
    ...), runs as an instant query on Prometheus without error and returns at least one series
    with a number (not NaN). A target whose metrics are all given with --optional and has no
@@ -80,12 +81,12 @@ def scraped_families(path):
     return types, labels
 
 
-def documented(readme):
-    """Metric names of the README's tables: `tokenscope_a_b_c`, `_d_e` rows name
+def documented(pages):
+    """Metric names of the pages' tables: `tokenscope_a_b_c`, `_d_e` rows name
     tokenscope_a_d_e or tokenscope_a_b_d_e etc. (a shared prefix), so every prefix is
     tried."""
     names = set()
-    for line in open(readme):
+    for line in (l for page in pages for l in open(page)):
         if not line.startswith("| `tokenscope_"):
             continue
         cell = line.split("|")[1]
@@ -180,7 +181,7 @@ def main():
     ap.add_argument("dashboard")
     ap.add_argument("--prom", required=True)
     ap.add_argument("--metrics", required=True)
-    ap.add_argument("--readme", required=True)
+    ap.add_argument("--docs", action="append", required=True)
     ap.add_argument("--model", default="ref")
     ap.add_argument("--rate-interval", default="1m")
     ap.add_argument("--range", default="5m")
@@ -201,7 +202,7 @@ def main():
             "with unique ids, gridPos on 24 columns without overlap, targets with refIds")
 
     types, labels = scraped_families(a.metrics)
-    docs = documented(a.readme)
+    docs = documented(a.docs)
     # A request metric has the request labels: its scraped series carry `model`.
     request_families = {n for n in types
                         if any("model" in labels.get(s, ()) for s in
@@ -260,7 +261,7 @@ def main():
                         base = n[: -len(suf)]
                 if fam is None and base not in docs:
                     bad.append(f"{p['title']!r} {t.get('refId')}: {n} is neither on the "
-                               "scraped /metrics nor in the README's tables")
+                               "scraped /metrics nor in the docs' metric tables")
                 elif want and types.get(fam) != want:
                     bad.append(f"{p['title']!r} {t.get('refId')}: {n} reads a {types.get(fam)} "
                                f"{fam} as a {want}")

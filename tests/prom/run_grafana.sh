@@ -141,8 +141,8 @@ curl -s --max-time 5 -o "$TMP/metrics.txt" "http://127.0.0.1:$MPORT/metrics"
 
 # The dashboard, every query on Prometheus.
 "$PY" tests/prom/grafana_check.py "$DASH" --prom "http://127.0.0.1:$PPORT" \
-	--metrics "$TMP/metrics.txt" --readme README.md --model ref --rate-interval 1m \
-	--range 5m "${optional[@]}" >"$TMP/check.out" 2>"$TMP/check.err"
+	--metrics "$TMP/metrics.txt" --docs docs/prometheus.md --docs docs/nvml.md --model ref \
+	--rate-interval 1m --range 5m "${optional[@]}" >"$TMP/check.out" 2>"$TMP/check.err"
 rc=$?
 while IFS= read -r line; do
 	echo "$line"

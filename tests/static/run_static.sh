@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The static build (make STATIC=1, README "Static build") in a bare root: an empty folder
+# The static build (make STATIC=1, docs/building.md "Static build") in a bare root: an empty folder
 # holding .output/static/tokenscope alone, with /proc and /sys (BTF, tracefs) mounted inside
 # in a mount namespace of its own, so nothing leaks to the host and the mounts go with the last
 # process in it. Checks that the binary has no dynamic section, that --version runs there, that

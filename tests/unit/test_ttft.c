@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
- * TTFT under each tool's definition (README "TTFT definitions"): a request's first body byte,
- * first chunk, first output and first answer text from its frames, tokens per chunk from
+ * TTFT under each tool's definition (docs/output.md "TTFT definitions"): a request's first body
+ * byte, first chunk, first output and first answer text from its frames, tokens per chunk from
  * usage, and the summary's table with a line naming the cause where the definitions differ.
  */
 #include <math.h>

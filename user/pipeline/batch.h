@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Which GPU steps each request rode (README "Batches"): from the step timeline (gpu.h) and the
+ * Which GPU steps each request rode (docs/gpu.md "Batches"): from the step timeline (gpu.h) and the
  * writes of each request's tokens, the step each token came from; hence each step's batch (the
  * requests it advanced) and each request's decode steps and the mean batch it shared.
  *
@@ -25,7 +25,7 @@
  * Memory: a request keeps one credit (16 bytes) per step it rode, at most BATCH_KEEP; past that
  * the older half is folded into sums (their steps' windows closed long before).
  *
- * Preemption (README "Preemption"): a token after the first whose step is a prefill or mixed
+ * Preemption (docs/gpu.md "Preemption"): a token after the first whose step is a prefill or mixed
  * step, with at least BATCH_PREEMPT_SKIPPED steps of the serving process that launched work
  * ending between the previous token's write and that step's start, came from a recompute: the
  * request was out of the batch from the start of the first step it missed to the end of the

@@ -27,7 +27,7 @@
 #define RESP_BODY_MAX (256 * 1024)
 /* Bytes all connections together may hold in heads, bodies and frames being assembled: 256
  * clients each half-way through a 64 KiB body, or 2,000 through a head, fit; a tracer that
- * traces everything within 64 MiB needs the cap (README "Hardening"). */
+ * traces everything within 64 MiB needs the cap (docs/security.md). */
 #define CONN_MEMORY_BUDGET (16u << 20)
 /* Bytes looked at to tell a connection joined mid-stream: HTTP/1.x text, or another protocol's
  * bytes; and the least a request line written past a connection's first bytes has ("GET / HTTP/"

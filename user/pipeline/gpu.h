@@ -5,8 +5,8 @@
  * attribution of a request's latency to queue, prefill and decode by time. Which steps each
  * request's tokens came from, and so each step's batch, is batch.h's.
  *
- * Classification (README "GPU steps"): a step that replays a CUDA graph and launches fewer than
- * GPU_PREFILL_MIN_LAUNCHES kernels eagerly is decode (vLLM and SGLang replay one graph per
+ * Classification (docs/gpu.md "GPU steps"): a step that replays a CUDA graph and launches fewer
+ * than GPU_PREFILL_MIN_LAUNCHES kernels eagerly is decode (vLLM and SGLang replay one graph per
  * decode step); one that launches kernels and replays no graph is prefill; one that does both
  * in quantity is mixed (chunked prefill batched with decodes); one with copies only is other.
  */

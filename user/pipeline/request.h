@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * One HTTP request/response exchange as the tracer saw it, and the numbers derived from it,
- * exactly as the README's Definitions define them. Built by conn.c, consumed by the sinks, then
+ * exactly as docs/output.md's Definitions define them. Built by conn.c, consumed by the sinks, then
  * freed.
  */
 #ifndef TS_REQUEST_H
@@ -68,7 +68,7 @@ struct request {
 	uint64_t *token_ns; /* every content frame, in order */
 	uint32_t ntokens;
 	size_t token_cap;
-	/* TTFT as other tools define it (README "TTFT definitions"); 0: not seen. The first
+	/* TTFT as other tools define it (docs/output.md "TTFT definitions"); 0: not seen. The first
 	 * response body byte, the first message as `vllm bench serve` counts one (frame.h's
 	 * chunk), the first frame with answer text (frame.h's text). */
 	uint64_t first_byte_ns, first_chunk_ns, first_text_ns;

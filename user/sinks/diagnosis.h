@@ -4,7 +4,7 @@
  * its arrival, TTFT, inter-token gaps and GPU attribution, and at the end says where the slow
  * tail's time went, for the whole run and for its first and last thirds, and what changed.
  *
- * Rules (README "Diagnosis"; every number is from the event stream):
+ * Rules (docs/record-report.md, the diagnosis; every number is from the event stream):
  * - Thirds are by arrival order: the first third is the n/3 requests that arrived first, the
  *   last third the n/3 that arrived last. They are compared only from DIAG_MIN_COMPARE requests.
  * - TTFT P99 and ITL P99 are computed as the summary computes them (over ok requests; ITL over

@@ -233,7 +233,7 @@ static void put_span(const struct otlp_resource *o, struct jsonw *w, const struc
 	jsonw_arr_begin(w, "events");
 	if (s->first_token_ns)
 		put_event(o, w, "first_token", s->first_token_ns, -1);
-	/* Out of the engine's batch and back (README "Preemption"); a span's events need no
+	/* Out of the engine's batch and back (docs/gpu.md "Preemption"); a span's events need no
 	 * order. */
 	for (uint32_t i = 0; i < s->npreempt; i++) {
 		put_event(o, w, "gen_ai.preempted", s->preempt_from[i], -1);

@@ -72,7 +72,7 @@ void output_json(FILE *f, const struct request *r, const struct request_metrics 
 		jsonw_null(&w, "first_token_ns");
 	jsonw_u64(&w, "end_ns", r->end_ns);
 	ms_or_null(&w, "ttft_ms", m->ttft_ns);
-	/* The same TTFT under each tool's definition (README "TTFT definitions"). */
+	/* The same TTFT under each tool's definition (docs/output.md "TTFT definitions"). */
 	ms_or_null(&w, "ttft_first_byte_ms", m->ttft_byte_ns);
 	ms_or_null(&w, "ttft_first_chunk_ms", m->ttft_chunk_ns);
 	ms_or_null(&w, "ttft_first_content_ms", m->ttft_text_ns);

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Per-request output: a text line (with a header) or one JSON object per line, in the schema
- * documented in README.md; and the sink that writes them (lines_sink): requests, and with the
+ * documented in docs/output.md; and the sink that writes them (lines_sink): requests, and with the
  * options GPU steps and CUDA calls, a line each as they come. Never prints prompt or
  * completion text.
  */

@@ -487,7 +487,7 @@ static int render_models(const struct prom *p, FILE *f)
 
 	put_header(f, "tokenscope_preemptions_total", "counter",
 		   "Times finished requests left their engine's batch after their first token and "
-		   "came back through a recompute (README \"Preemption\").");
+		   "came back through a recompute (docs/gpu.md \"Preemption\").");
 	for (unsigned int i = 0; i < n; i++)
 		fprintf(f, "tokenscope_preemptions_total{%s} %" PRIu64 "\n", labels[i],
 			ms[i]->preemptions);

@@ -26,9 +26,9 @@ struct summary {
 	/* ok served requests paired with their upstream request (a traced proxy): the proxy's own
 	 * part of their TTFT (proxy_ttft_ms) */
 	struct hist proxy_ttft;
-	/* TTFT under the other tools' definitions (README "TTFT definitions"), over the requests
-	 * of ttft (ok, with a first output): to the first response body byte, the first chunk,
-	 * the first answer text; ttft is the first output. And how many of those had bytes
+	/* TTFT under the other tools' definitions (docs/output.md "TTFT definitions"), over the
+	 * requests of ttft (ok, with a first output): to the first response body byte, the first
+	 * chunk, the first answer text; ttft is the first output. And how many of those had bytes
 	 * before their first chunk, a chunk before their first output, output before their
 	 * first answer text: the causes named when the definitions disagree. */
 	struct hist ttft_byte, ttft_chunk, ttft_text;
@@ -56,9 +56,9 @@ struct jsonw;
  * non-empty buckets too, "buckets":[[low_ms,high_ms,count],...] (a chart's data). Another
  * histogram of the summary (a new TTFT definition) is one more call in summary_json. */
 void summary_json_hist(struct jsonw *w, const char *key, const struct hist *h, bool buckets);
-/* The text summary's figures as fields of the JSON object being written (README "Output": the
- * {"summary":{...}} line of --json, and the HTML report's numbers): counts, in flight, tokens,
- * a summary_json_hist per histogram, and the loss report's counters. */
+/* The text summary's figures as fields of the JSON object being written (docs/output.md "JSON
+ * lines": the {"summary":{...}} line of --json, and the HTML report's numbers): counts, in
+ * flight, tokens, a summary_json_hist per histogram, and the loss report's counters. */
 void summary_json(struct jsonw *w, const struct summary *s, const struct loss_report *loss,
 		  bool buckets);
 

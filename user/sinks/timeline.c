@@ -434,7 +434,7 @@ static void tl_request(void *ctx, const struct request *r, const struct request_
 			ev_complete(t, "streaming", "phase", pid, tid, r->first_token_ns,
 				    r->end_ns);
 		}
-		/* Out of the engine's batch (README "Preemption"): inside the decode. */
+		/* Out of the engine's batch (docs/gpu.md "Preemption"): inside the decode. */
 		for (uint32_t i = 0; ga && ga->has_steps && ga->preempt_from &&
 				     i < ga->preemptions && i < BATCH_PREEMPT_KEEP;
 		     i++)

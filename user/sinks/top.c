@@ -328,7 +328,7 @@ void top_render(struct top *t, uint64_t now_ns, FILE *f)
 		steps_known += c.steps_known;
 		preempted += c.preempted;
 	}
-	/* README "Preemption": a share of the window's requests out of the batch and back. */
+	/* docs/gpu.md "Preemption": a share of the window's requests out of the batch and back. */
 	if (preempted)
 		line(&fr,
 		     "preempted: %llu of %llu requests with GPU steps (out of the batch, "
