@@ -39,6 +39,36 @@ start_tracer() {
 	return 1
 }
 
+# The text request lines of output $1 (up to its summary): "N lines, W cells wide, GPU columns
+# yes|no", or what is wrong with them: a line wider than 100 display cells where the run had no
+# GPU steps (a 100-column terminal holds them), or lines unlike their header.
+text_lines() {
+	/usr/bin/python3 - "$1" <<'PY'
+import sys, unicodedata
+def cells(s):
+    return sum(0 if unicodedata.combining(c) else
+               2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in s)
+lines = []
+for line in open(sys.argv[1], encoding="utf-8", errors="replace"):
+    if line.startswith(("--- summary", "--- interval")):
+        break
+    lines.append(line.rstrip("\n"))
+heads = [i for i, l in enumerate(lines) if l.startswith("PID ")]
+gpu = bool(heads) and "QUEUE" in lines[heads[-1]]
+before = lines[:heads[-1]] if gpu else lines  # the lines of the run before any GPU step
+after = lines[heads[-1]:] if heads else []
+if len(lines) < 2 or heads[:1] != [0]:
+    print("no header and request lines: %r" % lines[:2])
+elif any(cells(l) > 100 for l in before):
+    print("a line of over 100 cells without GPU steps: %s" % max(before, key=cells))
+elif len({cells(l) for l in after}) != 1:
+    print("lines unlike their header: widths %s" % sorted({cells(l) for l in after}))
+else:
+    print("%d lines, %d cells wide, GPU columns %s" % (len(lines), cells(after[0]),
+                                                       "yes" if gpu else "no"))
+PY
+}
+
 # IDs of the BPF programs and links held by process $1, from its fds' fdinfo.
 owned_ids() {
 	grep -hE '^(prog_id|link_id):' /proc/"$1"/fdinfo/* 2>/dev/null |
@@ -287,6 +317,21 @@ print("ok" if ts and 0 <= min(ts) and max(ts) < 60e6 and o["origin"] == "start o
 		ko "report --by-process without --prometheus" "rc=$rc_usage: $(head -n 1 "$TMP/byproc.err")"
 	else
 		ok "report --prometheus --by-process: the 6 requests under pid=\"$RSPID\"; refused without --prometheus"
+	fi
+	# The text lines of a run without GPU steps fit 100 columns, live (the SIGINT test's trace)
+	# and reported; a recording with GPU steps has the GPU columns (tests/golden: gpu).
+	live=$(text_lines "$TMP/sigint.out")
+	rep=$(text_lines "$TMP/report.out")
+	"$TS" report tests/golden/recordings/gpu.tsr >"$TMP/gpu-report.out" 2>/dev/null
+	gpu=$(text_lines "$TMP/gpu-report.out")
+	if [ "$live" != "5 lines, 99 cells wide, GPU columns no" ]; then
+		ko "text lines without GPU steps" "trace: $live"
+	elif [ "$rep" != "7 lines, 99 cells wide, GPU columns no" ]; then
+		ko "text lines without GPU steps" "report: $rep"
+	elif [ "${gpu#* lines, }" != "135 cells wide, GPU columns yes" ]; then
+		ko "text lines with GPU steps" "report of gpu.tsr: $gpu"
+	else
+		ok "text lines: 99 cells without GPU steps (trace, report), the GPU columns with them"
 	fi
 else
 	ko "record" "tracer did not attach"

@@ -128,8 +128,10 @@ static void fuzz_output(const struct request *r, const struct request_metrics *m
 	f = open_memstream(&buf, &len);
 	if (!f)
 		abort();
-	output_text_header(f);
-	output_text(f, r, m, ga);
+	for (int gpu = 0; gpu < 2; gpu++) {
+		output_text_header(f, gpu);
+		output_text(f, r, m, ga, gpu);
+	}
 	if (fclose(f))
 		abort();
 	fuzz_check_text("output_text", buf, len, NULL);

@@ -168,23 +168,131 @@ void output_json(FILE *f, const struct request *r, const struct request_metrics 
 	fputc('\n', f);
 }
 
-void output_text_header(FILE *f)
+/*
+ * The text request line's columns, in order. Without GPU steps the line is 99 cells wide (the
+ * columns before COL_QUEUE), so it fits a 100-column terminal; the GPU columns add 36 (135).
+ * Each width holds the usual values: a wider number is written shorter (text_fit), a longer
+ * string is cut (escape_text_col, text_peer), so no value moves the columns after it.
+ */
+enum text_col {
+	COL_PID,
+	COL_PEER,
+	COL_METHOD,
+	COL_OUTCOME,
+	COL_HTTP,
+	COL_TTFT,
+	COL_ITL50,
+	COL_ITL99,
+	COL_TOK,
+	COL_TOKS,
+	COL_E2E,
+	COL_QUEUE, /* the GPU columns (gpu.h, batch.h), from here on */
+	COL_PREFILL,
+	COL_DECODE,
+	COL_STEPS,
+	COL_BATCH,
+	COL_N,
+};
+
+static const struct {
+	const char *name;
+	unsigned width;
+	bool left; /* text, left-aligned; numbers are right-aligned */
+} text_cols[COL_N] = {
+	[COL_PID] = { "PID", 7, true },		/* pid_max is at most 4194304 */
+	[COL_PEER] = { "PEER#CONN", 22, true }, /* an IPv4 address:port#conn */
+	[COL_METHOD] = { "METHOD", 6, true },
+	[COL_OUTCOME] = { "OUTCOME", 12, true }, /* stream_error */
+	[COL_HTTP] = { "HTTP", 4, false },
+	[COL_TTFT] = { "TTFT(ms)", 8, false },
+	[COL_ITL50] = { "ITL50", 6, false },
+	[COL_ITL99] = { "ITL99", 6, false },
+	[COL_TOK] = { "TOK", 5, false },
+	[COL_TOKS] = { "TOK/S", 6, false },
+	[COL_E2E] = { "E2E(ms)", 7, false },
+	[COL_QUEUE] = { "QUEUE", 7, false },
+	[COL_PREFILL] = { "PREFILL", 7, false },
+	[COL_DECODE] = { "DECODE", 7, false },
+	[COL_STEPS] = { "STEPS", 5, false },
+	[COL_BATCH] = { "BATCH", 5, false },
+};
+
+/* s in column c, after the space that parts it from the one before: s takes at most the
+ * column's width in cells (ASCII, or escape_text_col's cut, padded to the width). */
+static void text_put(FILE *f, enum text_col c, const char *s)
 {
-	fprintf(f, "%-7s %-22s %-6s %-12s %4s %8s %7s %7s %5s %7s %8s %7s %7s %8s %5s %5s\n", "PID",
-		"PEER#CONN", "METHOD", "OUTCOME", "HTTP", "TTFT(ms)", "ITL50", "ITL99", "TOK",
-		"TOK/S", "E2E(ms)", "QUEUE", "PREFILL", "DECODE", "STEPS", "BATCH");
+	if (c != COL_PID)
+		fputc(' ', f);
+	if (text_cols[c].left)
+		fprintf(f, "%-*s", (int)text_cols[c].width, s);
+	else
+		fprintf(f, "%*s", (int)text_cols[c].width, s);
 }
 
-static void text_ms(FILE *f, int width, int64_t ns)
+/*
+ * v in column c, as short as it must be to fit: with its decimals, else without, else in
+ * thousands with the suffix big ('s' for ms: seconds; 'k'), else '*' across the column (no
+ * real value gets there: 6 cells of seconds are 27 hours).
+ */
+static void text_fit(FILE *f, enum text_col c, double v, int decimals, char big)
+{
+	int w = (int)text_cols[c].width;
+	char b[64];
+
+	if (snprintf(b, sizeof(b), "%.*f", decimals, v) > w &&
+	    snprintf(b, sizeof(b), "%.0f", v) > w &&
+	    (!big || snprintf(b, sizeof(b), "%.0f%c", v / 1000, big) > w))
+		snprintf(b, sizeof(b), "%.*s", w, "****************");
+	text_put(f, c, b);
+}
+
+static void text_ms(FILE *f, enum text_col c, int64_t ns)
 {
 	if (ns < 0)
-		fprintf(f, " %*s", width, "-");
+		text_put(f, c, "-");
 	else
-		fprintf(f, " %*.1f", width, ns / 1e6);
+		text_fit(f, c, ns / 1e6, 1, 's');
+}
+
+static bool text_ascii(const char *s)
+{
+	for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+		if (*p < 0x20 || *p > 0x7e)
+			return false;
+	return true;
+}
+
+/*
+ * The peer column into dst (ESCAPE_COL_BYTES of its width): a label too long for it (an IPv6
+ * address) is cut in the address, marked with an ellipsis, so that the port and connection
+ * number, which tell its requests apart, stay whole: "[2001:db8:8…]:54321#12". A label is
+ * ASCII (conn.c writes it from inet_ntop); anything else is cut at its end as any string.
+ */
+static const char *text_peer(char *dst, size_t cap, const char *peer)
+{
+	const unsigned w = text_cols[COL_PEER].width;
+	const char *tail = strrchr(peer, ':');
+
+	if (strlen(peer) <= w || !tail || !text_ascii(peer))
+		return escape_text_col(dst, cap, peer, w, true);
+	if (tail > peer && tail[-1] == ']')
+		tail--;
+	/* at least one character of the address before the ellipsis */
+	if (strlen(tail) + 2 > w)
+		return escape_text_col(dst, cap, peer, w, true);
+	snprintf(dst, cap, "%.*s\xe2\x80\xa6%s", (int)(w - 1 - strlen(tail)), peer, tail);
+	return dst;
+}
+
+void output_text_header(FILE *f, bool gpu)
+{
+	for (enum text_col c = 0; c < (gpu ? COL_N : COL_QUEUE); c++)
+		text_put(f, c, text_cols[c].name);
+	fputc('\n', f);
 }
 
 void output_text(FILE *f, const struct request *r, const struct request_metrics *m,
-		 const struct gpu_attribution *ga)
+		 const struct gpu_attribution *ga, bool gpu)
 {
 	/* A server's client (its address after "<-"), or "->" and the upstream a client called. */
 	const char *peer = r->client ? strstr(r->conn, "->") : strstr(r->conn, "<-");
@@ -193,34 +301,39 @@ void output_text(FILE *f, const struct request *r, const struct request_metrics 
 
 	if (peer && !r->client)
 		peer += 2;
-	escape_text_col(peer_col, sizeof(peer_col), peer ? peer : r->conn, 22, true);
-	escape_text_col(method_col, sizeof(method_col), r->method, 6, true);
-	fprintf(f, "%-7u %s %s %-12s %4d", r->pid, peer_col, method_col, outcome_name(r->outcome),
-		r->status);
-	text_ms(f, 8, m->ttft_ns);
+	text_fit(f, COL_PID, r->pid, 0, 0);
+	text_put(f, COL_PEER, text_peer(peer_col, sizeof(peer_col), peer ? peer : r->conn));
+	text_put(f, COL_METHOD,
+		 escape_text_col(method_col, sizeof(method_col), r->method,
+				 text_cols[COL_METHOD].width, true));
+	text_put(f, COL_OUTCOME, outcome_name(r->outcome));
+	text_fit(f, COL_HTTP, r->status, 0, 0);
+	text_ms(f, COL_TTFT, m->ttft_ns);
 	/* Frames written together are 0 apart: 0.0w says at least half the gaps were such. */
 	if (m->itl_p50_ns == 0)
-		fprintf(f, " %7s", "0.0w");
+		text_put(f, COL_ITL50, "0.0w");
 	else
-		text_ms(f, 7, m->itl_p50_ns);
-	text_ms(f, 7, m->itl_p99_ns);
-	fprintf(f, " %5lld", (long long)m->tokens);
+		text_ms(f, COL_ITL50, m->itl_p50_ns);
+	text_ms(f, COL_ITL99, m->itl_p99_ns);
+	text_fit(f, COL_TOK, (double)m->tokens, 0, 'k');
 	if (m->tok_per_s == m->tok_per_s)
-		fprintf(f, " %7.1f", m->tok_per_s);
+		text_fit(f, COL_TOKS, m->tok_per_s, 1, 'k');
 	else
-		fprintf(f, " %7s", "-");
-	text_ms(f, 8, m->e2e_ns);
-	text_ms(f, 7, ga->queue_ns);
-	text_ms(f, 7, ga->prefill_ns);
-	text_ms(f, 8, ga->decode_ns);
-	if (ga->has_steps)
-		fprintf(f, " %5u", ga->steps);
-	else
-		fprintf(f, " %5s", "-");
-	if (ga->batch_steps)
-		fprintf(f, " %5.1f", ga->batch_mean);
-	else
-		fprintf(f, " %5s", "-");
+		text_put(f, COL_TOKS, "-");
+	text_ms(f, COL_E2E, m->e2e_ns);
+	if (gpu) {
+		text_ms(f, COL_QUEUE, ga->queue_ns);
+		text_ms(f, COL_PREFILL, ga->prefill_ns);
+		text_ms(f, COL_DECODE, ga->decode_ns);
+		if (ga->has_steps)
+			text_fit(f, COL_STEPS, ga->steps, 0, 'k');
+		else
+			text_put(f, COL_STEPS, "-");
+		if (ga->batch_steps)
+			text_fit(f, COL_BATCH, ga->batch_mean, 1, 'k');
+		else
+			text_put(f, COL_BATCH, "-");
+	}
 	fputc('\n', f);
 }
 
@@ -342,10 +455,16 @@ static void lines_request(void *ctx, const struct request *r, const struct reque
 	if (l->o.json) {
 		output_json(l->o.out, r, m, ga, l->o.tokens);
 	} else {
-		if (!l->header_done)
-			output_text_header(l->o.out);
+		/* GPU steps seen by now (the pipeline's, held ones too: batch_attribute) */
+		l->gpu |= ga->has_steps;
+		if (l->header_done && l->gpu != l->header_gpu)
+			fprintf(l->o.out, "--- GPU steps seen: the lines from here have the GPU "
+					  "columns\n");
+		if (!l->header_done || l->gpu != l->header_gpu)
+			output_text_header(l->o.out, l->gpu);
 		l->header_done = true;
-		output_text(l->o.out, r, m, ga);
+		l->header_gpu = l->gpu;
+		output_text(l->o.out, r, m, ga, l->gpu);
 	}
 	fflush(l->o.out);
 }
@@ -354,6 +473,7 @@ static void lines_step(void *ctx, const struct gpu_step *s)
 {
 	struct lines *l = ctx;
 
+	l->gpu = true;
 	if (!l->o.gpu_steps)
 		return;
 	if (l->o.json)

@@ -23,9 +23,18 @@ struct lines_opts {
 	bool gpu_calls; /* a line per CUDA launch and copy */
 };
 
+/*
+ * Text: the GPU columns (queue, prefill, decode, steps, batch) are shown once a GPU step has
+ * been seen, from the first request line after it, never before: without a GPU they would be
+ * '-' on every line, and the line fits 100 columns without them. When they appear after the
+ * header was written, a line says so and the header is written again with them. They stay
+ * from then on: the columns change at most once in a run.
+ */
 struct lines {
 	struct lines_opts o;
 	bool header_done; /* text: the header is written before the first line */
+	bool header_gpu;  /* ... with the GPU columns */
+	bool gpu;	  /* a GPU step was seen: the lines have the GPU columns */
 };
 
 void lines_init(struct lines *l, const struct lines_opts *o);
@@ -33,9 +42,10 @@ void lines_init(struct lines *l, const struct lines_opts *o);
  * once the other sinks have had it. */
 struct sink lines_sink(struct lines *l);
 
-void output_text_header(FILE *f);
+/* The text line's header and a request's line; gpu: with the GPU columns (struct lines). */
+void output_text_header(FILE *f, bool gpu);
 void output_text(FILE *f, const struct request *r, const struct request_metrics *m,
-		 const struct gpu_attribution *ga);
+		 const struct gpu_attribution *ga, bool gpu);
 void output_json(FILE *f, const struct request *r, const struct request_metrics *m,
 		 const struct gpu_attribution *ga, bool tokens);
 /* One GPU step (--gpu-steps), as a text line or a JSON object {"gpu_step":{...}}. */
