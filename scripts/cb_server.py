@@ -75,7 +75,6 @@ ENGINE_START_TIMEOUT_S = 300  # torch and transformers imports, weights, graph w
 DONE = b"data: [DONE]\n\n"
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 FAKE_US_PER_TOKEN = 20  # the fake engine's modelled step time: --step-ms plus this per token
-VOCAB = 32000
 
 
 def log(msg):
@@ -84,12 +83,6 @@ def log(msg):
 
 def now_ns():
     return time.monotonic_ns()
-
-
-def prompt_ids(req, n):
-    """n prompt token ids, different for every request: no prefix is shared between requests,
-    so prefix caching cannot shorten a prefill."""
-    return [(req * 7919 + i * 104729) % (VOCAB - 2) + 1 for i in range(n)]
 
 
 # --------------------------------------------------------------------------------------------

@@ -128,6 +128,12 @@ def _out_status(out):
     return getattr(getattr(out, "status", None), "name", "")
 
 
+
+def prompt_ids(req, n, vocab=MODEL["vocab_size"]):
+    """n prompt token ids, different for every request: no prefix is shared between requests,
+    so prefix caching cannot shorten a prefill."""
+    return [(req * 7919 + i * 104729) % (vocab - 2) + 1 for i in range(n)]
+
 class TransformersEngine:
     def __init__(self, cfg, truth, emit):
         self.truth, self.emit = truth, emit
@@ -402,8 +408,6 @@ class TransformersEngine:
     # ---- requests ------------------------------------------------------------------------
 
     def add(self, req, n_prompt, max_tokens):
-        from cb_server import prompt_ids
-
         cache = getattr(self._bp(), "cache", None)
         blocks, page = getattr(cache, "num_blocks", None), self._page()
         if blocks and page and math.ceil((n_prompt + max_tokens) / page) > blocks:
