@@ -353,7 +353,8 @@ static void cupti_settle(struct gpu_cupti *c, struct gpu_step *s)
 static void cupti_settle_held(struct gpu_timeline *g, struct gpu_proc *p)
 {
 	for (uint32_t i = 0; i < g->npending; i++) {
-		struct gpu_step *s = gpu_step_by_id(g, g->pending[(g->pending_head + i) % GPU_PENDING_MAX]);
+		struct gpu_step *s =
+		    gpu_step_by_id(g, g->pending[(g->pending_head + i) % GPU_PENDING_MAX]);
 
 		if (s && s->pid == p->pid)
 			cupti_settle(&p->cupti, s);
@@ -659,101 +660,34 @@ void gpu_attribute(const struct gpu_timeline *g, const struct request *r, struct
 	}
 }
 
-/* The device-time lines of a process's summary: what was collected, and what it cost. */
-static void gpu_print_cupti_cost(const struct gpu_cupti *c, FILE *f)
+void gpu_report(const struct gpu_timeline *g, struct gpu_proc_report *procs, struct gpu_report *out)
 {
-	const struct ts_cupti_stats *st = &c->stats;
-	uint64_t oh = 0;
-
-	/* A library of ABI version 1 collected every step and counted none of this. */
-	if (!st->mode)
-		return;
-	if (st->mode == TS_CUPTI_MODE_SAMPLED)
-		fprintf(f,
-			"    device times sampled: eager kernels %.1f s of every %.1f s (%llu "
-			"windows); steps: %llu with device times, %llu sampled out\n",
-			st->sample_on_ms / 1e3, st->sample_period_ms / 1e3,
-			(unsigned long long)st->windows, (unsigned long long)c->steps_device,
-			(unsigned long long)c->steps_sampled_out);
-	else
-		fprintf(f, "    device times of every step: %llu steps with device times\n",
-			(unsigned long long)c->steps_device);
-	for (int k = 0; k < TS_CUPTI_OVERHEADS; k++)
-		oh += st->overhead_ns[k];
-	fprintf(f,
-		"    device times cost: %llu buffers read in %.1f ms (%.1f us per buffer, %.0f ns "
-		"per record)\n",
-		(unsigned long long)st->buffers, st->read_ns / 1e6,
-		st->buffers ? st->read_ns / 1e3 / st->buffers : 0.0,
-		st->records ? (double)st->read_ns / st->records : 0.0);
-	fprintf(f,
-		"    CUPTI overhead: %llu records, %.1f ms (buffer flush %.1f, instrumentation "
-		"%.1f, resource %.1f, other %.1f)\n",
-		(unsigned long long)st->overhead_records, oh / 1e6,
-		st->overhead_ns[TS_CUPTI_OVERHEAD_FLUSH] / 1e6,
-		st->overhead_ns[TS_CUPTI_OVERHEAD_INSTRUMENTATION] / 1e6,
-		st->overhead_ns[TS_CUPTI_OVERHEAD_RESOURCE] / 1e6,
-		st->overhead_ns[TS_CUPTI_OVERHEAD_OTHER] / 1e6);
-}
-
-void gpu_print_stats(const struct gpu_timeline *g, FILE *f)
-{
-	for (uint32_t i = 0; i < g->nprocs; i++) {
+	for (uint32_t i = 0; i < g->nprocs && i < GPU_MAX_PROCS; i++) {
 		const struct gpu_proc *p = &g->procs[i];
-		uint64_t steps = 0;
-		double wall = p->last_ns > p->first_ns ? (p->last_ns - p->first_ns) / 1e9 : 0;
+		struct gpu_proc_report *r = &procs[i];
 
-		for (int k = 0; k < STEP_KIND_MAX; k++)
-			steps += p->steps[k];
-		fprintf(
-		    f,
-		    "  GPU pid %u: %llu steps (prefill %llu, decode %llu, mixed %llu, other %llu), "
-		    "%.1f steps/s, %.1f launches and %.2f graph launches per step, host waiting "
-		    "%.1f%% of %.3f s\n",
-		    p->pid, (unsigned long long)steps, (unsigned long long)p->steps[STEP_PREFILL],
-		    (unsigned long long)p->steps[STEP_DECODE],
-		    (unsigned long long)p->steps[STEP_MIXED],
-		    (unsigned long long)p->steps[STEP_OTHER], wall > 0 ? steps / wall : 0.0,
-		    steps ? (double)p->launches / steps : 0.0,
-		    steps ? (double)p->graph_launches / steps : 0.0,
-		    wall > 0 ? 100.0 * p->wait_ns / 1e9 / wall : 0.0, wall);
-		if (p->cupti.seen) {
-			const struct ts_cupti_stats *st = &p->cupti.stats;
-
-			fprintf(f,
-				"    device (CUPTI): %llu runs, %.3f s busy (%.1f%% of the wall "
-				"time), %llu runs shown late, %llu in no step; clock %s",
-				(unsigned long long)p->cupti.runs, p->cupti.busy_ns / 1e9,
-				wall > 0 ? 100.0 * p->cupti.busy_ns / 1e9 / wall : 0.0,
-				(unsigned long long)p->cupti.late,
-				(unsigned long long)p->cupti.unplaced,
-				st->clock == TS_CUPTI_CLOCK_CALLBACK ? "CLOCK_MONOTONIC from CUPTI"
-				: st->clock == TS_CUPTI_CLOCK_OFFSET ? "offset"
-								     : "unknown");
-			if (st->clock == TS_CUPTI_CLOCK_OFFSET)
-				fprintf(f, " (error <= %.1f us)", st->clock_err_ns / 1e3);
-			fprintf(f, "; %llu operations without a launch time\n",
-				(unsigned long long)st->no_launch);
-			gpu_print_cupti_cost(&p->cupti, f);
-		}
+		r->pid = p->pid;
 		for (int k = 0; k < STEP_KIND_MAX; k++) {
-			const struct hist *h = p->dur[k];
-
-			if (!h || !h->count)
-				continue;
-			fprintf(f, "    %-7s step p50 %8.2f  p99 %8.2f  max %8.2f ms  (n=%llu)\n",
-				gpu_kind_name(k), hist_quantile(h, 0.5) / 1e6,
-				hist_quantile(h, 0.99) / 1e6, h->max / 1e6,
-				(unsigned long long)h->count);
+			r->steps[k] = p->steps[k];
+			r->dur[k] = p->dur[k];
 		}
+		r->launches = p->launches;
+		r->graph_launches = p->graph_launches;
+		r->wait_ns = p->wait_ns;
+		r->first_ns = p->first_ns;
+		r->last_ns = p->last_ns;
+		r->cupti = p->cupti.seen;
+		r->cupti_stats = p->cupti.stats;
+		r->runs = p->cupti.runs;
+		r->busy_ns = p->cupti.busy_ns;
+		r->late = p->cupti.late;
+		r->unplaced = p->cupti.unplaced;
+		r->steps_device = p->cupti.steps_device;
+		r->steps_sampled_out = p->cupti.steps_sampled_out;
 	}
-	if (g->procs_dropped)
-		fprintf(f, "  GPU: steps of %llu more processes are not in these statistics\n",
-			(unsigned long long)g->procs_dropped);
-	if (g->batch_early || g->batch_late)
-		fprintf(f,
-			"  GPU: %llu steps shown before their batch was complete (%d held at "
-			"once), %llu tokens written after their step was shown\n",
-			(unsigned long long)g->batch_early, GPU_PENDING_MAX,
-			(unsigned long long)g->batch_late);
+	*out = (struct gpu_report){ .nprocs = g->nprocs < GPU_MAX_PROCS ? g->nprocs : GPU_MAX_PROCS,
+				    .procs = procs,
+				    .procs_dropped = g->procs_dropped,
+				    .batch_early = g->batch_early,
+				    .batch_late = g->batch_late };
 }

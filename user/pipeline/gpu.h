@@ -20,6 +20,7 @@
 
 #include "events.h"
 #include "lib/hist.h"
+#include "pipeline/gpu_report.h"
 #include "pipeline/request.h"
 
 /* Eager launches from which a step that also replays a graph counts as mixed: a decode step's
@@ -29,7 +30,6 @@
 #define GPU_HISTORY 16384
 #define GPU_MAX_PROCS 64
 
-enum step_kind { STEP_PREFILL, STEP_DECODE, STEP_MIXED, STEP_OTHER, STEP_KIND_MAX };
 
 /* Disjoint device intervals kept per step for its busy time; more merge the closest two. */
 #define GPU_STEP_SPANS 4
@@ -232,7 +232,8 @@ void gpu_attribute(const struct gpu_timeline *g, const struct request *r,
 		   struct gpu_attribution *a);
 /* Frees what gpu_attribute allocated (its rides). */
 void gpu_attribution_free(struct gpu_attribution *a);
-/* Per-process statistics over the wall time [from_ns, to_ns] of the run. */
-void gpu_print_stats(const struct gpu_timeline *g, FILE *f);
+/* The report of every GPU process, into procs (GPU_MAX_PROCS of them). */
+void gpu_report(const struct gpu_timeline *g, struct gpu_proc_report *procs,
+		struct gpu_report *out);
 
 #endif

@@ -430,7 +430,7 @@ void pipeline_status(struct pipeline *pl, struct pipeline_status *st)
 		st->traced = pids;
 	}
 	pipeline_loss(pl, &st->loss);
-	st->gpu = &pl->gpu;
+	gpu_report(&pl->gpu, pl->status_gpu, &st->gpu);
 }
 
 static bool pl_traced(void *ctx, uint32_t pid)

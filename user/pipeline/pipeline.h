@@ -55,7 +55,8 @@ struct pipeline {
 	struct pipeline_proc *live;
 	uint32_t nlive;
 	size_t live_cap;
-	uint32_t *status_pids; /* the live pids as given to the sinks */
+	uint32_t *status_pids;				  /* the live pids as given to the sinks */
+	struct gpu_proc_report status_gpu[GPU_MAX_PROCS]; /* the GPU report given to them */
 	size_t status_cap;
 	uint32_t roots[PIPELINE_MAX_ROOTS]; /* processes named with -p or found by --all */
 	uint32_t nroots;

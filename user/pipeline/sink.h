@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pipeline/gpu_report.h"
 #include "pipeline/loss.h"
 
 struct request;
@@ -22,7 +23,6 @@ struct gpu_attribution;
 struct gpu_step;
 struct ts_gpu_call_event;
 struct nvml_snapshot;
-struct gpu_timeline;
 
 /* The pipeline as of a tick (or the end): copied out for the call, valid during it. */
 struct pipeline_status {
@@ -35,8 +35,8 @@ struct pipeline_status {
 	uint32_t ntraced;	 /* processes traced now ... */
 	const uint32_t *traced;	 /* ... their pids */
 	struct loss_report loss; /* what the summary's lost and dropped lines would say now */
-	/* The GPU steps' statistics per process (the summary's GPU lines), read-only. */
-	const struct gpu_timeline *gpu;
+	/* The GPU steps' statistics per process (the summary's GPU lines), as values. */
+	struct gpu_report gpu;
 };
 
 struct sink {

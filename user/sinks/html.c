@@ -368,7 +368,7 @@ static void print_diagnosis(const void *d, FILE *f)
 
 static void print_gpu(const void *g, FILE *f)
 {
-	gpu_print_stats(g, f);
+	summary_print_gpu(g, f);
 }
 
 static void json_text(struct jsonw *w, const char *key, char *text)
@@ -511,11 +511,11 @@ static void write_series(struct jsonw *w, const struct html *h)
 }
 
 /* The GPU processes' step counts and durations by kind (the summary's GPU lines). */
-static void write_gpu(struct jsonw *w, const struct gpu_timeline *g)
+static void write_gpu(struct jsonw *w, const struct gpu_report *g)
 {
 	jsonw_arr_begin(w, "gpu");
-	for (uint32_t i = 0; g && i < g->nprocs; i++) {
-		const struct gpu_proc *p = &g->procs[i];
+	for (uint32_t i = 0; i < g->nprocs; i++) {
+		const struct gpu_proc_report *p = &g->procs[i];
 
 		jsonw_obj_begin(w, NULL);
 		jsonw_u64(w, "pid", p->pid);
@@ -573,8 +573,8 @@ static void write_data(struct html *h, FILE *f, const struct pipeline_status *st
 	write_series(&w, h);
 	write_requests(&w, h);
 	write_steps(&w, h);
-	write_gpu(&w, st->gpu);
-	json_text(&w, "gpu_text", st->gpu ? capture(print_gpu, st->gpu) : NULL);
+	write_gpu(&w, &st->gpu);
+	json_text(&w, "gpu_text", st->gpu.nprocs ? capture(print_gpu, &st->gpu) : NULL);
 	json_text(&w, "diagnosis", h->diag ? capture(print_diagnosis, h->diag) : NULL);
 	jsonw_u64(&w, "diagnosis_left_out", h->own_left_out);
 	jsonw_obj_begin(&w, "limits");

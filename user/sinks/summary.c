@@ -239,6 +239,104 @@ static double summary_per_s(double x, double window_s)
 	return window_s > 0 ? x / window_s : 0.0;
 }
 
+/* The device-time lines of a process's summary: what was collected, and what it cost. */
+static void gpu_cupti_lines(const struct gpu_proc_report *c, FILE *f)
+{
+	const struct ts_cupti_stats *st = &c->cupti_stats;
+	uint64_t oh = 0;
+
+	/* A library of ABI version 1 collected every step and counted none of this. */
+	if (!st->mode)
+		return;
+	if (st->mode == TS_CUPTI_MODE_SAMPLED)
+		fprintf(f,
+			"    device times sampled: eager kernels %.1f s of every %.1f s (%llu "
+			"windows); steps: %llu with device times, %llu sampled out\n",
+			st->sample_on_ms / 1e3, st->sample_period_ms / 1e3,
+			(unsigned long long)st->windows, (unsigned long long)c->steps_device,
+			(unsigned long long)c->steps_sampled_out);
+	else
+		fprintf(f, "    device times of every step: %llu steps with device times\n",
+			(unsigned long long)c->steps_device);
+	for (int k = 0; k < TS_CUPTI_OVERHEADS; k++)
+		oh += st->overhead_ns[k];
+	fprintf(f,
+		"    device times cost: %llu buffers read in %.1f ms (%.1f us per buffer, %.0f ns "
+		"per record)\n",
+		(unsigned long long)st->buffers, st->read_ns / 1e6,
+		st->buffers ? st->read_ns / 1e3 / st->buffers : 0.0,
+		st->records ? (double)st->read_ns / st->records : 0.0);
+	fprintf(f,
+		"    CUPTI overhead: %llu records, %.1f ms (buffer flush %.1f, instrumentation "
+		"%.1f, resource %.1f, other %.1f)\n",
+		(unsigned long long)st->overhead_records, oh / 1e6,
+		st->overhead_ns[TS_CUPTI_OVERHEAD_FLUSH] / 1e6,
+		st->overhead_ns[TS_CUPTI_OVERHEAD_INSTRUMENTATION] / 1e6,
+		st->overhead_ns[TS_CUPTI_OVERHEAD_RESOURCE] / 1e6,
+		st->overhead_ns[TS_CUPTI_OVERHEAD_OTHER] / 1e6);
+}
+
+void summary_print_gpu(const struct gpu_report *g, FILE *f)
+{
+	for (uint32_t i = 0; i < g->nprocs; i++) {
+		const struct gpu_proc_report *p = &g->procs[i];
+		uint64_t steps = 0;
+		double wall = p->last_ns > p->first_ns ? (p->last_ns - p->first_ns) / 1e9 : 0;
+
+		for (int k = 0; k < STEP_KIND_MAX; k++)
+			steps += p->steps[k];
+		fprintf(
+		    f,
+		    "  GPU pid %u: %llu steps (prefill %llu, decode %llu, mixed %llu, other %llu), "
+		    "%.1f steps/s, %.1f launches and %.2f graph launches per step, host waiting "
+		    "%.1f%% of %.3f s\n",
+		    p->pid, (unsigned long long)steps, (unsigned long long)p->steps[STEP_PREFILL],
+		    (unsigned long long)p->steps[STEP_DECODE],
+		    (unsigned long long)p->steps[STEP_MIXED],
+		    (unsigned long long)p->steps[STEP_OTHER], wall > 0 ? steps / wall : 0.0,
+		    steps ? (double)p->launches / steps : 0.0,
+		    steps ? (double)p->graph_launches / steps : 0.0,
+		    wall > 0 ? 100.0 * p->wait_ns / 1e9 / wall : 0.0, wall);
+		if (p->cupti) {
+			const struct ts_cupti_stats *st = &p->cupti_stats;
+
+			fprintf(f,
+				"    device (CUPTI): %llu runs, %.3f s busy (%.1f%% of the wall "
+				"time), %llu runs shown late, %llu in no step; clock %s",
+				(unsigned long long)p->runs, p->busy_ns / 1e9,
+				wall > 0 ? 100.0 * p->busy_ns / 1e9 / wall : 0.0,
+				(unsigned long long)p->late, (unsigned long long)p->unplaced,
+				st->clock == TS_CUPTI_CLOCK_CALLBACK ? "CLOCK_MONOTONIC from CUPTI"
+				: st->clock == TS_CUPTI_CLOCK_OFFSET ? "offset"
+								     : "unknown");
+			if (st->clock == TS_CUPTI_CLOCK_OFFSET)
+				fprintf(f, " (error <= %.1f us)", st->clock_err_ns / 1e3);
+			fprintf(f, "; %llu operations without a launch time\n",
+				(unsigned long long)st->no_launch);
+			gpu_cupti_lines(p, f);
+		}
+		for (int k = 0; k < STEP_KIND_MAX; k++) {
+			const struct hist *h = p->dur[k];
+
+			if (!h || !h->count)
+				continue;
+			fprintf(f, "    %-7s step p50 %8.2f  p99 %8.2f  max %8.2f ms  (n=%llu)\n",
+				gpu_kind_name(k), hist_quantile(h, 0.5) / 1e6,
+				hist_quantile(h, 0.99) / 1e6, h->max / 1e6,
+				(unsigned long long)h->count);
+		}
+	}
+	if (g->procs_dropped)
+		fprintf(f, "  GPU: steps of %llu more processes are not in these statistics\n",
+			(unsigned long long)g->procs_dropped);
+	if (g->batch_early || g->batch_late)
+		fprintf(f,
+			"  GPU: %llu steps shown before their batch was complete (%d held at "
+			"once), %llu tokens written after their step was shown\n",
+			(unsigned long long)g->batch_early, GPU_PENDING_MAX,
+			(unsigned long long)g->batch_late);
+}
+
 /* A counter's phrase: its count, and the member its phrase shows after it. */
 static void loss_phrase(FILE *f, const struct loss_report *loss, const struct loss_counter *c)
 {
@@ -286,12 +384,13 @@ void summary_print(const struct summary *s, const struct loss_report *loss, cons
 			"write\n",
 			(unsigned long long)s->itl_same_write, (unsigned long long)s->itl.count);
 	if (s->preempted)
-		fprintf(f,
-			"        preempted: %llu of %llu requests with GPU steps (%llu times), %.1f ms "
-			"out of the batch per preempted request\n",
-			(unsigned long long)s->preempted, (unsigned long long)s->gpu_known,
-			(unsigned long long)s->preemptions,
-			(double)s->preempted_time.sum / (double)s->preempted_time.count / 1e6);
+		fprintf(
+		    f,
+		    "        preempted: %llu of %llu requests with GPU steps (%llu times), %.1f ms "
+		    "out of the batch per preempted request\n",
+		    (unsigned long long)s->preempted, (unsigned long long)s->gpu_known,
+		    (unsigned long long)s->preemptions,
+		    (double)s->preempted_time.sum / (double)s->preempted_time.count / 1e6);
 	print_hist(f, "TPOT", &s->tpot);
 	print_hist(f, "E2E", &s->e2e);
 	print_ttft_definitions(f, s);
@@ -362,7 +461,10 @@ static const struct {
 	const char *key;
 	size_t off;
 } conn_counters[] = {
-#define CONN(key, field) { key, offsetof(struct loss_report, field) }
+#define CONN(key, field)                                 \
+	{                                                \
+		key, offsetof(struct loss_report, field) \
+	}
 	CONN("http", http_conns),	CONN("h2", h2_conns),
 	CONN("ignored", ignored_conns), CONN("h2_midway", h2_midway),
 	CONN("client", client_conns),	CONN("tls", tls_conns),
@@ -511,8 +613,8 @@ void summaries_print_total(const struct summaries *s, const struct pipeline_stat
 	if (!s->out)
 		return;
 	summary_print(&s->total, &st->loss, "summary", s->out);
-	if (st->gpu)
-		gpu_print_stats(st->gpu, s->out);
+	if (st->gpu.nprocs || st->gpu.procs_dropped || st->gpu.batch_early || st->gpu.batch_late)
+		summary_print_gpu(&st->gpu, s->out);
 	fflush(s->out);
 }
 

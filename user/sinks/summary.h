@@ -47,6 +47,8 @@ void summary_done(struct summary *s, const struct request *r, const struct reque
 struct gpu_attribution;
 /* A finished request's preemptions (gpu_attribution), when its GPU steps are known. */
 void summary_gpu(struct summary *s, const struct gpu_attribution *ga);
+/* Per-process GPU statistics over the run (the summary's GPU lines). */
+void summary_print_gpu(const struct gpu_report *g, FILE *f);
 void summary_print(const struct summary *s, const struct loss_report *loss, const char *title,
 		   FILE *f);
 
