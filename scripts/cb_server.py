@@ -64,12 +64,10 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpu_server import _die_with_parent, error_body, prompt_bytes  # noqa: E402
+from gpu_server import (BadRequest, ChatRequest, _die_with_parent, error_body,  # noqa: E402
+                        wait_engine)
 
 CHAT_PATH = "/v1/chat/completions"
-DEFAULT_MAX_TOKENS = 16
-MIN_PROMPT_TOKENS = 8
-BYTES_PER_TOKEN = 4
 MAX_SEQ_TOKENS = 4096  # prompt + output of one request; the model's max_position_embeddings
 ENGINE_START_TIMEOUT_S = 300  # torch and transformers imports, weights, graph warm-up
 DONE = b"data: [DONE]\n\n"
@@ -325,25 +323,7 @@ def start_engine(args):
     proc.start()
     work_r.close()
     res_w.close()
-    deadline = time.monotonic() + ENGINE_START_TIMEOUT_S
-    msg = None
-    while msg is None:
-        if res_r.poll(0.5):
-            try:
-                msg = res_r.recv()
-            except EOFError:
-                msg = ("fatal", "the engine exited during start-up")
-        elif not proc.is_alive():
-            msg = ("fatal", f"the engine exited during start-up (exit code {proc.exitcode})")
-        elif time.monotonic() > deadline:
-            msg = ("fatal", f"the engine was not ready after {ENGINE_START_TIMEOUT_S} s")
-    if msg[0] != "ready":
-        log(f"cannot start: {msg[1]}")
-        if proc.is_alive():
-            proc.terminate()
-        proc.join(5)
-        sys.exit(1)
-    return proc, work_w, res_r, msg[1]
+    return proc, work_w, res_r, wait_engine(proc, res_r, ENGINE_START_TIMEOUT_S)
 
 
 # --------------------------------------------------------------------------------------------
@@ -351,53 +331,18 @@ def start_engine(args):
 # --------------------------------------------------------------------------------------------
 
 
-class BadRequest(Exception):
-    pass
-
-
-class Chat:
+class Chat(ChatRequest):
     """One request: what its response depends on, and its tokens as they come."""
 
-    ids = itertools.count(1)
+    _ids = itertools.count(1)
+    MODEL = "cb-check"
+    ID_PREFIX = "chatcmpl-"
+    STRICT = True
 
     def __init__(self, raw):
-        try:
-            body = json.loads(raw or b"{}")
-        except ValueError as e:
-            raise BadRequest(f"invalid JSON: {e}") from None
-        if not isinstance(body, dict):
-            raise BadRequest("body must be a JSON object")
-        self.model = str(body.get("model") or "cb-check")
-        self.stream = bool(body.get("stream", False))
-        try:
-            self.max_tokens = int(body.get("max_tokens") or DEFAULT_MAX_TOKENS)
-        except (TypeError, ValueError):
-            raise BadRequest("max_tokens must be an integer") from None
-        if not 1 <= self.max_tokens <= MAX_SEQ_TOKENS // 2:
-            raise BadRequest(f"max_tokens must be within 1..{MAX_SEQ_TOKENS // 2}")
-        opts = body.get("stream_options") or {}
-        self.include_usage = isinstance(opts, dict) and bool(opts.get("include_usage"))
-        n = max(MIN_PROMPT_TOKENS, prompt_bytes(body) // BYTES_PER_TOKEN)
-        self.prompt_tokens = min(n, MAX_SEQ_TOKENS - self.max_tokens)
-        self.id = next(self.ids)
-        self.chat_id = f"chatcmpl-{self.id}"
-        self.created = int(time.time())
+        super().__init__(raw, MAX_SEQ_TOKENS)
         self.tokens = asyncio.Queue()  # lists of token ids, then None at the end
         self.produced = 0
-
-    def chunk(self, choices, usage=None):
-        obj = {"id": self.chat_id, "object": "chat.completion.chunk", "created": self.created,
-               "model": self.model, "choices": choices}
-        if usage is not None:
-            obj["usage"] = usage
-        return b"data: " + json.dumps(obj).encode() + b"\n\n"
-
-    def delta(self, delta, finish_reason=None):
-        return self.chunk([{"index": 0, "delta": delta, "finish_reason": finish_reason}])
-
-    def usage(self):
-        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.produced,
-                "total_tokens": self.prompt_tokens + self.produced}
 
     async def token_lists(self):
         while (toks := await self.tokens.get()) is not None:
@@ -463,7 +408,7 @@ async def serve(args, work, results):
             ids = [t async for toks in c.token_lists() for t in toks]
             return web.json_response({
                 "id": c.chat_id, "object": "chat.completion", "created": c.created,
-                "model": c.model, "usage": c.usage(),
+                "model": c.model, "usage": c.usage(c.produced),
                 "choices": [{"index": 0, "finish_reason": "length", "message": {
                     "role": "assistant", "content": "".join(f"tok{t} " for t in ids)}}]})
         resp = web.StreamResponse(headers=SSE_HEADERS)
@@ -475,7 +420,7 @@ async def serve(args, work, results):
                 await resp.write(b"".join(c.delta({"content": f"tok{t} "}) for t in toks))
             tail = c.delta({}, "length")
             if c.include_usage:
-                tail += c.chunk([], c.usage())
+                tail += c.chunk([], c.usage(c.produced))
             await resp.write(tail + DONE)
             await resp.write_eof()
         except (ConnectionError, asyncio.CancelledError):

@@ -316,7 +316,13 @@ def start_engine(args):
     # Close our copies of the engine's ends, so either side sees EOF when the other dies.
     work_r.close()
     res_w.close()
-    deadline = time.monotonic() + ENGINE_START_TIMEOUT_S
+    return proc, work_w, res_r, wait_engine(proc, res_r, ENGINE_START_TIMEOUT_S)
+
+
+def wait_engine(proc, res_r, timeout_s):
+    """The engine's ("ready", info) message, waited for up to timeout_s; exits with the reason
+    when the engine fails or dies first (scripts/cb_server.py's engine too)."""
+    deadline = time.monotonic() + timeout_s
     msg = None
     while msg is None:
         if res_r.poll(0.5):
@@ -327,14 +333,15 @@ def start_engine(args):
         elif not proc.is_alive():
             msg = ("fatal", f"the engine exited during start-up (exit code {proc.exitcode})")
         elif time.monotonic() > deadline:
-            msg = ("fatal", f"the engine was not ready after {ENGINE_START_TIMEOUT_S} s")
+            msg = ("fatal", f"the engine was not ready after {timeout_s} s")
     if msg[0] != "ready":
-        log(f"cannot start: {msg[1]}")
+        print(f"{os.path.basename(sys.argv[0])}: cannot start: {msg[1]}", file=sys.stderr,
+              flush=True)
         if proc.is_alive():
             proc.terminate()
         proc.join(5)
         sys.exit(1)
-    return proc, work_w, res_r, msg[1]
+    return msg[1]
 
 
 # --------------------------------------------------------------------------------------------
@@ -347,9 +354,14 @@ class BadRequest(Exception):
 
 
 class ChatRequest:
-    """What a response depends on: model, stream, max_tokens, usage, prompt length."""
+    """What a response depends on: model, stream, max_tokens, usage, prompt length. max_len
+    bounds prompt + output; a max_tokens past half of it is cut to that (strict: refused).
+    Also the request of scripts/cb_server.py, with its own model name and id prefix."""
 
     _ids = itertools.count(1)
+    MODEL = "gpu-check"
+    ID_PREFIX = "chatcmpl-gpu-"
+    STRICT = False
 
     def __init__(self, raw, max_len):
         try:
@@ -359,7 +371,7 @@ class ChatRequest:
         if not isinstance(body, dict):
             raise BadRequest("body must be a JSON object")
         self.id = next(self._ids)
-        self.model = str(body.get("model") or "gpu-check")
+        self.model = str(body.get("model") or self.MODEL)
         self.stream = bool(body.get("stream", False))
         try:
             self.max_tokens = int(body.get("max_tokens") or DEFAULT_MAX_TOKENS)
@@ -367,12 +379,14 @@ class ChatRequest:
             raise BadRequest("max_tokens must be an integer") from None
         if self.max_tokens < 1:
             raise BadRequest("max_tokens must be at least 1")
+        if self.STRICT and self.max_tokens > max_len // 2:
+            raise BadRequest(f"max_tokens must be within 1..{max_len // 2}")
         self.max_tokens = min(self.max_tokens, max_len // 2)
         opts = body.get("stream_options") or {}
         self.include_usage = isinstance(opts, dict) and bool(opts.get("include_usage"))
         n = max(MIN_PROMPT_TOKENS, prompt_bytes(body) // BYTES_PER_TOKEN)
         self.prompt_tokens = min(n, max_len - self.max_tokens)
-        self.chat_id = f"chatcmpl-gpu-{self.id}"
+        self.chat_id = f"{self.ID_PREFIX}{self.id}"
         self.created = int(time.time())
 
     def chunk(self, choices, usage=None):
