@@ -65,7 +65,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gpu_server import (BadRequest, ChatRequest, _die_with_parent, error_body,  # noqa: E402
-                        wait_engine)
+                        listen_socket, run_server, shut_down, wait_engine)
 
 CHAT_PATH = "/v1/chat/completions"
 MAX_SEQ_TOKENS = 4096  # prompt + output of one request; the model's max_position_embeddings
@@ -431,22 +431,11 @@ async def serve(args, work, results):
     app.router.add_post(CHAT_PATH, chat)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", args.port))
-    sock.listen(1024)
-    sock.setblocking(False)
+    sock = listen_socket(args.port)
     await web.SockSite(runner, sock).start()
     print(f"listening on 127.0.0.1:{sock.getsockname()[1]}", flush=True)
     await stop.wait()
-    try:
-        await asyncio.wait_for(runner.cleanup(), 5)
-    except (asyncio.TimeoutError, Exception):  # noqa: BLE001 (stopping regardless)
-        pass
-    try:
-        work.send(None)  # the engine's signal to exit
-    except OSError:
-        pass
+    await shut_down(runner.cleanup, work)
     return 1 if gone else 0
 
 
@@ -470,17 +459,7 @@ def main():
     args = parse_args()
     import aiohttp  # noqa: F401 (fail before the engine starts, not after)
     engine, work, results, info = start_engine(args)
-    log("engine ready: " + json.dumps(info))
-    print(f"server pid {os.getpid()} engine pid {engine.pid}", flush=True)
-    try:
-        rc = asyncio.run(serve(args, work, results))
-    except KeyboardInterrupt:
-        rc = 0
-    engine.join(8)
-    if engine.is_alive():
-        engine.terminate()
-        engine.join(2)
-    sys.exit(rc)
+    run_server(engine, info, serve(args, work, results), 8)
 
 
 if __name__ == "__main__":

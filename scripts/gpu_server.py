@@ -670,11 +670,7 @@ async def serve(args, engine, work, results):
     sched = Scheduler(work, results, lambda: (gone.append(1), stop_event.set()))
     worker = asyncio.create_task(sched.run())
 
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", args.port))
-    sock.listen(1024)
-    sock.setblocking(False)
+    sock = listen_socket(args.port)
     http = args.http
     if http == "auto":
         http = "aiohttp" if importlib.util.find_spec("aiohttp") else "asyncio"
@@ -685,16 +681,31 @@ async def serve(args, engine, work, results):
     print(f"listening on 127.0.0.1:{sock.getsockname()[1]}", flush=True)
 
     await stop_event.wait()
+    worker.cancel()
+    await shut_down(stop_http, work)
+    return 1 if gone else 0
+
+
+def listen_socket(port):
+    """A non-blocking listening socket on 127.0.0.1:port (0: any free port)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", port))
+    sock.listen(1024)
+    sock.setblocking(False)
+    return sock
+
+
+async def shut_down(stop_http, work):
+    """Stops the HTTP side (at most 5 s), then tells the engine to exit."""
     try:
         await asyncio.wait_for(stop_http(), 5)
-    except (asyncio.TimeoutError, Exception):
+    except (asyncio.TimeoutError, Exception):  # noqa: BLE001 (stopping regardless)
         pass
-    worker.cancel()
     try:
         work.send(None)  # the engine's signal to exit
     except OSError:
         pass
-    return 1 if gone else 0
 
 
 def parse_args():
@@ -717,20 +728,26 @@ def parse_args():
     return args
 
 
-def main():
-    args = parse_args()
-    engine, work, results, info = start_engine(args)
+def run_server(engine, info, serving, join_s):
+    """Says the pids and serves until stopped (serving: the HTTP side's coroutine); then waits
+    join_s for the engine to exit, and exits with serving's status."""
     log("engine ready: " + json.dumps(info))
     print(f"server pid {os.getpid()} engine pid {engine.pid}", flush=True)
     try:
-        rc = asyncio.run(serve(args, engine, work, results))
+        rc = asyncio.run(serving)
     except KeyboardInterrupt:
         rc = 0
-    engine.join(5)
+    engine.join(join_s)
     if engine.is_alive():
         engine.terminate()
         engine.join(2)
     sys.exit(rc)
+
+
+def main():
+    args = parse_args()
+    engine, work, results, info = start_engine(args)
+    run_server(engine, info, serve(args, engine, work, results), 5)
 
 
 if __name__ == "__main__":
