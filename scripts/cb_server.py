@@ -54,18 +54,16 @@ import asyncio
 import collections
 import itertools
 import json
-import multiprocessing as mp
 import os
 import queue
 import signal
-import socket
 import sys
 import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gpu_server import (BadRequest, ChatRequest, _die_with_parent, error_body,  # noqa: E402
-                        listen_socket, run_server, shut_down, wait_engine)
+                        listen_socket, run_server, shut_down, spawn_engine)
 
 CHAT_PATH = "/v1/chat/completions"
 MAX_SEQ_TOKENS = 4096  # prompt + output of one request; the model's max_position_embeddings
@@ -312,18 +310,10 @@ def engine_main(work, results, cfg, log_path):
 def start_engine(args):
     """Starts the engine process and waits until it is ready; returns (process, work pipe,
     results pipe, info). Exits with a message when the engine fails to start."""
-    ctx = mp.get_context("spawn")
-    work_r, work_w = ctx.Pipe(duplex=False)
-    res_r, res_w = ctx.Pipe(duplex=False)
     cfg = {"engine": args.engine, "kv_blocks": args.kv_blocks, "block_size": args.block_size,
            "max_batch_tokens": args.max_batch_tokens, "step_ms": args.step_ms,
            "cuda_graph": args.cuda_graph, "max_seq_tokens": MAX_SEQ_TOKENS}
-    proc = ctx.Process(target=engine_main, args=(work_r, res_w, cfg, args.log),
-                       name="cb-engine", daemon=True)
-    proc.start()
-    work_r.close()
-    res_w.close()
-    return proc, work_w, res_r, wait_engine(proc, res_r, ENGINE_START_TIMEOUT_S)
+    return spawn_engine(engine_main, cfg, args.log, "cb-engine", ENGINE_START_TIMEOUT_S)
 
 
 # --------------------------------------------------------------------------------------------

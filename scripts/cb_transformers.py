@@ -35,7 +35,6 @@ import dataclasses
 import inspect
 import math
 import sys
-import threading
 import time
 
 import torch

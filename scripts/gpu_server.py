@@ -305,18 +305,25 @@ def engine_main(work, results, cfg, log_path):
 def start_engine(args):
     """Starts the engine process and waits until it is ready; returns (process, work pipe,
     results pipe, info). Exits with a message when the engine fails to start."""
+    cfg = {"layers": args.layers, "d_model": args.d_model, "heads": args.heads,
+           "vocab": args.vocab, "max_len": args.max_len, "no_gpu": args.no_gpu}
+    return spawn_engine(engine_main, cfg, args.log, "gpu-engine", ENGINE_START_TIMEOUT_S)
+
+
+def spawn_engine(target, cfg, log_path, name, timeout_s):
+    """target(work, results, cfg, log_path) in a spawned process, with a pipe each way;
+    returns (process, work pipe, results pipe, the info of its "ready" message), waited for
+    up to timeout_s (wait_engine). scripts/cb_server.py's engine too."""
     ctx = mp.get_context("spawn")
     work_r, work_w = ctx.Pipe(duplex=False)
     res_r, res_w = ctx.Pipe(duplex=False)
-    cfg = {"layers": args.layers, "d_model": args.d_model, "heads": args.heads,
-           "vocab": args.vocab, "max_len": args.max_len, "no_gpu": args.no_gpu}
-    proc = ctx.Process(target=engine_main, args=(work_r, res_w, cfg, args.log),
-                       name="gpu-engine", daemon=True)
+    proc = ctx.Process(target=target, args=(work_r, res_w, cfg, log_path), name=name,
+                       daemon=True)
     proc.start()
     # Close our copies of the engine's ends, so either side sees EOF when the other dies.
     work_r.close()
     res_w.close()
-    return proc, work_w, res_r, wait_engine(proc, res_r, ENGINE_START_TIMEOUT_S)
+    return proc, work_w, res_r, wait_engine(proc, res_r, timeout_s)
 
 
 def wait_engine(proc, res_r, timeout_s):
