@@ -1,5 +1,6 @@
-# tokenscope build. `make` builds everything; `make check` runs every test; `make demo` runs the
-# tracer against the bundled reference server; `make bench` prints the overhead figures.
+# tokenscope build. `make` builds everything; `make check` runs every test; `make demo` builds the
+# tracer and the bundled reference server alone and runs one against the other; `make bench`
+# prints the overhead figures.
 # V=1 shows the commands. STATIC=1 also builds .output/static/tokenscope, linked statically.
 
 HOST_ARCH := $(shell uname -m | sed -e 's/x86_64/x86/' -e 's/aarch64/arm64/')
@@ -112,7 +113,8 @@ endif
 .DELETE_ON_ERROR:
 # The sanitizer objects are only prerequisites of tests: keep them, or every build redoes them.
 .SECONDARY: $(SAN_OBJS)
-.PHONY: all cross check demo bench fuzz fuzz-regress stress deps clean format vmlinux
+.PHONY: all cross check demo bench fuzz fuzz-regress stress deps deps-demo deps-test deps-check \
+	deps-bench clean format vmlinux
 
 ifeq ($(CROSS),1)
 # The tracer, the unit tests (run under qemu-user: tests/run.sh, group arm64), and the BPF tests
@@ -356,29 +358,43 @@ $(OUTPUT)/gotlspair: tests/gotlspair.go | $(OUTPUT)
 $(OUTPUT)/tests/test_bpf_gotls: $(OUTPUT)/gotlspair
 $(OUTPUT)/tests/test_bpf_gotls: TEST_DEFS := -DTS_GOTLSPAIR='"$(OUTPUT)/gotlspair"'
 
+# The Debian packages of a purpose (scripts/deps.sh says what each needs): make deps installs
+# them all, each target below only those of its own work.
 deps:
 	$(Q)scripts/deps.sh
+deps-demo:
+	$(Q)scripts/deps.sh demo
+deps-test:
+	$(Q)scripts/deps.sh test
+deps-check:
+	$(Q)scripts/deps.sh test cross browser
+deps-bench:
+	$(Q)scripts/deps.sh bench
 
 # The static binary too: its bare-root test (tests/static/) is part of the run.
-check: deps
+check: deps-check
 	$(Q)$(MAKE) --no-print-directory STATIC=1 all
 	$(Q)$(MAKE) --no-print-directory cross
 	$(Q)tests/run.sh
 
-demo: deps
-	$(Q)$(MAKE) --no-print-directory all
+# What scripts/demo.sh runs, and nothing more: no tests, no sanitizer or fuzzer builds, no
+# stand-in libraries.
+DEMO_BINS := $(OUTPUT)/tokenscope $(OUTPUT)/refserver $(OUTPUT)/gtclient
+
+demo: deps-demo
+	$(Q)$(MAKE) --no-print-directory $(DEMO_BINS)
 	$(Q)scripts/demo.sh
 
-bench: deps
+bench: deps-bench
 	$(Q)$(MAKE) --no-print-directory all $(BENCH_TOOLS)
 	$(Q)scripts/bench.sh
 
 # Every libFuzzer target in tests/fuzz/ for FUZZ_SECONDS each (docs/security.md).
-fuzz: deps
+fuzz: deps-test
 	$(Q)scripts/fuzz.sh
 
 # Hostile clients against the traced reference server (docs/security.md).
-stress: deps
+stress: deps-test
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)tests/stress/run_stress.sh
 
