@@ -322,8 +322,6 @@ $(OUTPUT)/tests/test_arch: tests/unit/test_arch.c tests/unit/check.h tests/unit/
 	$(call msg,TEST,$@)
 	$(Q)$(CC) $(USER_CFLAGS) $(SAN_FLAGS) -Itests/unit $< $(ARCH_TEST_OBJS) -o $@
 
-# The pattern above links user/ objects; this one the injection library's coalescer and
-# record reader.
 # For make bench alone (section 8): the library's record reading, timed per record kind.
 $(OUTPUT)/bench/recordcost: tests/bench/recordcost.c $(CUPTI_TESTED) $(wildcard cupti/*.h) \
 		include/cupti_abi.h | $(OUTPUT)
@@ -334,6 +332,8 @@ ifneq ($(HAVE_CUPTI),)
 BENCH_TOOLS += $(OUTPUT)/bench/recordcost
 endif
 
+# The pattern above links user/ objects; this one the injection library's coalescer and
+# record reader.
 $(OUTPUT)/tests/test_cupti_runs: tests/unit/test_cupti_runs.c tests/unit/check.h $(CUPTI_TESTED) \
 		$(wildcard cupti/*.h) include/cupti_abi.h | $(OUTPUT)/tests
 	$(call msg,TEST,$@)

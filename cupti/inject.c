@@ -8,7 +8,7 @@
  * that tokenscope's BPF program attaches to: tokenscope:runs (eager kernels sampled in windows
  * of a duty cycle), tokenscope:all (every step) or tokenscope:kernels (one run per operation).
  *
- * What it costs a server nobody traces: a thread that wakes ten times a second to read two
+ * What it costs a server nobody traces: a thread that wakes ten times a second to read three
  * probe semaphores. Activity collection is enabled only while a tracer is attached to a probe
  * (the kernel counts attached uprobes in the semaphores), and disabled again when it leaves.
  *
@@ -229,8 +229,8 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *b
 	if (cu.dropped(ctx, stream, &dropped) == CUPTI_SUCCESS)
 		runs.stats.dropped += dropped;
 	runs.stats.buffers++;
-	runs.stats.read_ns += mono_ns() - t0;
 	runs_flush(&runs);
+	runs.stats.read_ns += mono_ns() - t0; /* the probe calls of the flush included */
 	pthread_mutex_unlock(&lock);
 	for (i = 0; i < POOL_BUFFERS; i++)
 		if (pool.buf[i] == buffer)
@@ -253,8 +253,12 @@ static const CUpti_CallbackId driver_always[] = {
 static const CUpti_ActivityKind kinds_always[] = {
 	CUPTI_ACTIVITY_KIND_GRAPH_TRACE,
 	CUPTI_ACTIVITY_KIND_MEMCPY,
-	CUPTI_ACTIVITY_KIND_OVERHEAD,
 };
+/* CUPTI's overhead records, besides, when CUPTI writes the record version records.c reads
+ * (CUPTI 13 and later), and never at the price of the rest: a refusal leaves them off. */
+#define OVERHEAD_MIN_VERSION 130000
+static bool overhead_on;
+static uint32_t cupti_version;
 /* And eager kernels with their launch calls: in every step (modes all and kernels), or in the
  * windows of the sampled mode. */
 static const CUpti_CallbackId runtime_eager[] = {
@@ -305,14 +309,15 @@ static bool set_kinds(const CUpti_ActivityKind *kinds, size_t nk, const CUpti_Ca
 			cu.enable_driver_api(drv[i], 0);
 		return true;
 	}
-	for (i = 0; i < nk; i++)
-		if (!check(cu.enable(kinds[i]), "cuptiActivityEnable"))
-			return false;
+	/* The launches' API records first: a kernel recorded has its launch time. */
 	for (i = 0; i < nrt; i++)
 		if (!check(cu.enable_runtime_api(rt[i], 1), "cuptiActivityEnableRuntimeApi"))
 			return false;
 	for (i = 0; i < ndrv; i++)
 		if (!check(cu.enable_driver_api(drv[i], 1), "cuptiActivityEnableDriverApi"))
+			return false;
+	for (i = 0; i < nk; i++)
+		if (!check(cu.enable(kinds[i]), "cuptiActivityEnable"))
 			return false;
 	return true;
 }
@@ -341,16 +346,35 @@ static bool set_eager(bool on)
 	return true;
 }
 
+/* Collection off, every kind the library turns on, and what was collected handed over to a
+ * tracer that may still be there: when the last tracer leaves, and after a CUPTI call failed
+ * (nothing stays half on). */
+static void all_off(void)
+{
+	set_kinds(kinds_eager, N(kinds_eager), runtime_eager, N(runtime_eager), driver_eager,
+		  N(driver_eager), false);
+	set_kinds(kinds_always, N(kinds_always), runtime_always, N(runtime_always), driver_always,
+		  N(driver_always), false);
+	if (overhead_on)
+		cu.disable(CUPTI_ACTIVITY_KIND_OVERHEAD);
+	overhead_on = eager_on = false;
+	cu.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+}
+
 /* Moves collection to what the attached probes ask for (want: TS_CUPTI_MODE_* or 0) and, in
- * the sampled mode, opens or closes the window at its time; false once a CUPTI call failed.
- * The poll thread's next heartbeat carries the change. */
+ * the sampled mode, opens or closes the window at its time; false once a CUPTI call failed
+ * (then everything is off). The poll thread's next heartbeat carries the change. */
 static bool set_mode(uint32_t want, uint64_t now)
 {
 	bool eager = want != 0;
 
-	if (want && !mode && !set_kinds(kinds_always, N(kinds_always), runtime_always,
-					N(runtime_always), driver_always, N(driver_always), true))
-		return false;
+	if (want && !mode) {
+		if (!set_kinds(kinds_always, N(kinds_always), runtime_always, N(runtime_always),
+			       driver_always, N(driver_always), true))
+			goto fail;
+		overhead_on = cupti_version >= OVERHEAD_MIN_VERSION &&
+			      cu.enable(CUPTI_ACTIVITY_KIND_OVERHEAD) == CUPTI_SUCCESS;
+	}
 	if (want == TS_CUPTI_MODE_SAMPLED) {
 		eager = eager_on;
 		if (mode != TS_CUPTI_MODE_SAMPLED || now >= window_next_ns) {
@@ -363,9 +387,11 @@ static bool set_mode(uint32_t want, uint64_t now)
 		}
 	}
 	if (eager != eager_on && !set_eager(eager))
-		return false;
+		goto fail;
+	if (!want && mode)
+		all_off();
+	pthread_mutex_lock(&lock);
 	if (want != mode) {
-		pthread_mutex_lock(&lock);
 		if (want != TS_CUPTI_MODE_SAMPLED) {
 			sample_off_ns = 0;
 			if (want && !sample_on_ns)
@@ -375,16 +401,16 @@ static bool set_mode(uint32_t want, uint64_t now)
 			sample_on_ns = 0;
 			windows = 0;
 		}
-		pthread_mutex_unlock(&lock);
-	}
-	if (!want && mode) {
-		set_kinds(kinds_always, N(kinds_always), runtime_always, N(runtime_always),
-			  driver_always, N(driver_always), false);
-		/* What was collected goes out now, to a tracer that may still be there. */
-		cu.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
 	}
 	mode = want;
+	pthread_mutex_unlock(&lock);
 	return true;
+fail:
+	all_off();
+	pthread_mutex_lock(&lock);
+	mode = 0;
+	pthread_mutex_unlock(&lock);
+	return false;
 }
 
 /* Hands over every completed buffer, then says so: the probe with no runs, and the time the
@@ -530,6 +556,7 @@ EXPORT int InitializeInjection(void)
 		return 1;
 	if (!check(cu.get_version(&version), "cuptiGetVersion"))
 		return 1;
+	cupti_version = version;
 	for (int i = 0; i < POOL_BUFFERS; i++) {
 		if (posix_memalign((void **)&pool.buf[i], 8, POOL_BYTES)) {
 			say("tokenscope-cupti: %s: no device times\n", "no memory for the buffers");

@@ -1,4 +1,6 @@
 // SPDX-License-Identifier: MIT
+#include <stdlib.h>
+
 #include "records.h"
 
 /* CUPTI's time plus offset, never below 0 nor wrapped past UINT64_MAX. The magnitude of a
@@ -61,8 +63,10 @@ void records_read(struct runs *r, const CUpti_Activity *rec, int64_t offset_ns)
 		break;
 	}
 	case CUPTI_ACTIVITY_KIND_OVERHEAD: {
-		/* start and end lead every overhead record version. */
-		const CUpti_ActivityOverhead3 *o = (const CUpti_ActivityOverhead3 *)rec;
+		/* Version 3 of the record (CUPTI 13, the only one the library enables them with:
+		 * inject.c); start and end are where every version has them. Its overheadData, set
+		 * for some kinds, is the client's to free. */
+		CUpti_ActivityOverhead3 *o = (CUpti_ActivityOverhead3 *)rec;
 		int k = o->overheadKind == CUPTI_ACTIVITY_OVERHEAD_CUPTI_BUFFER_FLUSH
 			    ? TS_CUPTI_OVERHEAD_FLUSH
 			: o->overheadKind == CUPTI_ACTIVITY_OVERHEAD_CUPTI_INSTRUMENTATION
@@ -74,6 +78,8 @@ void records_read(struct runs *r, const CUpti_Activity *rec, int64_t offset_ns)
 		r->stats.overhead_records++;
 		if (o->end > o->start)
 			r->stats.overhead_ns[k] += o->end - o->start;
+		free(o->overheadData);
+		o->overheadData = NULL;
 		return;
 	}
 	default:

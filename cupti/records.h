@@ -11,6 +11,7 @@
 
 #include "runs.h"
 
+/* Overhead records are CUpti_ActivityOverhead3 (CUPTI 13): their overheadData is freed. */
 void records_read(struct runs *r, const CUpti_Activity *rec, int64_t offset_ns);
 
 #endif

@@ -77,6 +77,15 @@ struct ts_dev_run {
 
 /* Counters of one process's library since it was loaded (cumulative: a reader keeps the last
  * value per process). */
+/* CUPTI's overhead kinds, as counted. */
+enum ts_cupti_overhead {
+	TS_CUPTI_OVERHEAD_FLUSH,	   /* CUPTI_ACTIVITY_OVERHEAD_CUPTI_BUFFER_FLUSH */
+	TS_CUPTI_OVERHEAD_INSTRUMENTATION, /* ..._CUPTI_INSTRUMENTATION */
+	TS_CUPTI_OVERHEAD_RESOURCE,	   /* ..._CUPTI_RESOURCE */
+	TS_CUPTI_OVERHEAD_OTHER,	   /* every other kind */
+	TS_CUPTI_OVERHEADS,
+};
+
 struct ts_cupti_stats {
 	__u64 records;	   /* activity records read */
 	__u64 ops;	   /* of those, kernels, graph replays and copies */
@@ -107,7 +116,7 @@ struct ts_cupti_stats {
 	/* CUPTI's own overhead records (CUPTI_ACTIVITY_KIND_OVERHEAD): their count and time by
 	 * TS_CUPTI_OVERHEAD_*. */
 	__u64 overhead_records;
-	__u64 overhead_ns[4];
+	__u64 overhead_ns[TS_CUPTI_OVERHEADS];
 };
 
 enum ts_cupti_mode {
@@ -116,14 +125,6 @@ enum ts_cupti_mode {
 	TS_CUPTI_MODE_KERNELS = 3,
 };
 
-/* CUPTI's overhead kinds, as counted. */
-enum ts_cupti_overhead {
-	TS_CUPTI_OVERHEAD_FLUSH,	   /* CUPTI_ACTIVITY_OVERHEAD_CUPTI_BUFFER_FLUSH */
-	TS_CUPTI_OVERHEAD_INSTRUMENTATION, /* ..._CUPTI_INSTRUMENTATION */
-	TS_CUPTI_OVERHEAD_RESOURCE,	   /* ..._CUPTI_RESOURCE */
-	TS_CUPTI_OVERHEAD_OTHER,	   /* every other kind */
-	TS_CUPTI_OVERHEADS,
-};
 
 enum ts_cupti_clock {
 	/* CUPTI asks the library for every host timestamp it uses, and the library answers

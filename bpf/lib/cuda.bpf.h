@@ -154,11 +154,12 @@ int BPF_KRETPROBE(ts_cuda_sync_ret)
 }
 
 /*
- * Device times from the CUPTI injection library (cupti/): its USDT probes tokenscope:runs and
- * tokenscope:kernels, attached by user space to the library in each traced process that loaded
- * it (attaching is what turns its collection on: the kernel raises the probes' semaphores).
- * Each call hands over up to TS_RUNS_PER_PROBE runs already aggregated by the library; they
- * are copied into one record. A library of another ABI version gets a record with n = 0.
+ * Device times from the CUPTI injection library (cupti/): its USDT probes tokenscope:runs,
+ * tokenscope:all and tokenscope:kernels (one, by --device-times and --kernels), attached by
+ * user space to the library in each traced process that loaded it (attaching is what turns
+ * its collection on: the kernel raises the probes' semaphores). Each call hands over up to
+ * TS_RUNS_PER_PROBE runs already aggregated by the library; they are copied into one record.
+ * A library of another ABI version (not this one's, not 1) gets a record with n = 0.
  */
 SEC("usdt")
 int BPF_USDT(ts_cupti_runs, int abi, void *runs, int n, void *stats)

@@ -248,6 +248,40 @@ TEST(test_device_times_sampled)
 	gpu_free(&g);
 }
 
+/*
+ * The runs of a step in a window often come after the heartbeat that settles it (CUPTI hands
+ * a buffer over once every record in it is complete): the step keeps them and counts as one
+ * with device times when it is shown. A step that began before collection did and ended after
+ * has a part of its work recorded: sampled out.
+ */
+TEST(test_device_times_sampled_late_runs)
+{
+	static const uint64_t run[][2] = { { 20 * MS + MS / 5, 20 * MS + MS / 2 } };
+	static const uint64_t later[][2] = { { 40 * MS, 41 * MS } };
+	struct gpu_timeline g;
+	struct gpu_step out;
+
+	gpu_init(&g);
+	heartbeat_sampled(&g, 15 * MS, 15 * MS, 0, 1); /* collection began at 15 ms */
+	add_step(&g, 7, 10 * MS, 16 * MS, 40, 0);	 /* began before, ended after */
+	add_step(&g, 7, 20 * MS, 21 * MS, 40, 0);	 /* inside the window */
+	heartbeat_sampled(&g, 30 * MS, 15 * MS, 0, 1); /* settles both, no run yet */
+	add_runs(&g, 7, 30 * MS, run, 1);		 /* the second step's run, late */
+	add_runs(&g, 7, 45 * MS, later, 1);		 /* a later run: complete past both */
+	heartbeat_sampled(&g, 45 * MS, 15 * MS, 0, 1);
+	if (ASSERT_TRUE(gpu_next_ready(&g, 50 * MS, 50 * MS, true, &out), "the first")) {
+		ASSERT_TRUE(out.sampled_out, "a part of it before collection: sampled out");
+		ASSERT_FALSE(out.dev.device, "no device times");
+	}
+	if (ASSERT_TRUE(gpu_next_ready(&g, 50 * MS, 50 * MS, true, &out), "the second")) {
+		ASSERT_FALSE(out.sampled_out, "in the window");
+		ASSERT_TRUE(out.dev.device, "its late run kept");
+	}
+	ASSERT_EQ(g.procs[0].cupti.steps_device, 1, "counted when shown");
+	ASSERT_EQ(g.procs[0].cupti.steps_sampled_out, 1, "counted");
+	gpu_free(&g);
+}
+
 int main(void)
 {
 	return check_run_all();

@@ -438,6 +438,12 @@ static bool hook_cupti(struct uprobes *u, uint32_t pid, const char *full, const 
 	if (hook_find(u, pid, -1) || !(h = hook_new(u, pid, -1)))
 		return false;
 	err = kernel_attach_cupti(u->k, (int)pid, full, probe, &l);
+	/* A library of ABI version 1 has no tokenscope:all, and collects every step through
+	 * tokenscope:runs. */
+	if (err == -ENOENT && u->device == UPROBES_DEVICE_ALL && !u->kernels) {
+		probe = TS_CUPTI_PROBE;
+		err = kernel_attach_cupti(u->k, (int)pid, full, probe, &l);
+	}
 	if (err)
 		fprintf(stderr,
 			"tokenscope: cannot attach to the probe %s:%s of pid %u in %s: %s; no "

@@ -332,20 +332,19 @@ static bool cupti_covers(const struct gpu_cupti *c, uint64_t a, uint64_t b)
 	return false;
 }
 
-/* Once the windows are known past its end: a step that launched eager kernels after
- * collection began, outside every window, loses the device times it has (a part of them). */
+/* Once the windows are known past its end: a step that launched eager kernels while
+ * collection was on at some time (it ended after the first window began) but not within one
+ * window from its start to its end loses the device times it has: a part of them. */
 static void cupti_settle(struct gpu_cupti *c, struct gpu_step *s)
 {
 	if (s->settled || !c->seen || c->flush_ns < s->end_ns)
 		return;
 	s->settled = true;
-	if (s->launches && c->first_on_ns && s->start_ns >= c->first_on_ns &&
+	if (s->launches && c->first_on_ns && s->end_ns > c->first_on_ns &&
 	    !cupti_covers(c, s->start_ns, s->end_ns)) {
 		memset(&s->dev, 0, sizeof(s->dev));
 		s->sampled_out = true;
 		c->steps_sampled_out++;
-	} else if (s->dev.device) {
-		c->steps_device++;
 	}
 }
 
@@ -480,8 +479,12 @@ bool gpu_next_ready(struct gpu_timeline *g, uint64_t record_ns, uint64_t now_ns,
 	g->pending_head = (g->pending_head + 1) % GPU_PENDING_MAX;
 	g->npending--;
 	s->pending = false;
-	if (p)
+	if (p) {
 		cupti_settle(&p->cupti, s);
+		/* Counted as shown: its runs may come after it settled. */
+		if (s->dev.device)
+			p->cupti.steps_device++;
+	}
 	*out = *s;
 	return true;
 }

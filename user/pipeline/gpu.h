@@ -117,7 +117,7 @@ struct gpu_cupti {
 	uint32_t whead, nwindows;
 	uint64_t first_on_ns;
 	uint64_t windows_seen; /* stats.windows when the latest was opened */
-	/* Steps settled against the windows: with their device times, and sampled out. */
+	/* Steps shown with their device times, and steps sampled out. */
 	uint64_t steps_device, steps_sampled_out;
 };
 

@@ -362,8 +362,9 @@ int pipeline_feed(struct pipeline *pl, const void *rec, size_t len)
 	case TS_EV_DEV_RUNS: {
 		const struct ts_dev_runs_event *e = rec;
 
-		/* A recording made with ABI version 1 holds smaller records: made whole. */
-		if (len == TS_DEV_RUNS_V1_BYTES && e->abi == TS_CUPTI_ABI_V1)
+		/* A recording made by a tokenscope of ABI version 1 holds smaller records: made
+		 * whole (and counted as another version's unless they are version 1's). */
+		if (len == TS_DEV_RUNS_V1_BYTES)
 			return pl_dev_runs_v1(pl, rec);
 		if (len != sizeof(*e) || e->n > TS_RUNS_PER_PROBE)
 			goto bad;

@@ -265,7 +265,9 @@ static void prom_gpu_step(void *ctx, const struct gpu_step *s)
 		return;
 	p->dirty = true;
 	p->gpu_steps++;
-	p->steps_times[s->dev.device ? 0 : s->sampled_out ? 1 : 2]++;
+	p->steps_times[!strcmp(gpu_step_times(s), "cupti")		? 0
+		       : !strcmp(gpu_step_times(s), "sampled-out") ? 1
+								     : 2]++;
 	gpu_pid_get(p, s->pid)->steps[s->kind]++;
 	phist_add(&p->step_dur[s->kind], &ttft_bounds,
 		  s->end_ns > s->start_ns ? s->end_ns - s->start_ns : 0);
