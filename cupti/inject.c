@@ -381,9 +381,9 @@ static bool set_mode(uint32_t want, uint64_t now)
 			/* A window opens at once when a tracer comes, then every period. */
 			eager = mode != TS_CUPTI_MODE_SAMPLED || !eager_on ||
 				sample_on_ms == sample_period_ms;
-			window_next_ns =
-			    now + (uint64_t)(eager ? sample_on_ms : sample_period_ms - sample_on_ms) *
-				      1000000ull;
+			window_next_ns = now + (uint64_t)(eager ? sample_on_ms
+								: sample_period_ms - sample_on_ms) *
+						   1000000ull;
 		}
 	}
 	if (eager != eager_on && !set_eager(eager))

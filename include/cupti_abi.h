@@ -125,7 +125,6 @@ enum ts_cupti_mode {
 	TS_CUPTI_MODE_KERNELS = 3,
 };
 
-
 enum ts_cupti_clock {
 	/* CUPTI asks the library for every host timestamp it uses, and the library answers
 	 * CLOCK_MONOTONIC; CUPTI maps the device's timestamps onto those. */

@@ -263,11 +263,11 @@ TEST(test_device_times_sampled_late_runs)
 
 	gpu_init(&g);
 	heartbeat_sampled(&g, 15 * MS, 15 * MS, 0, 1); /* collection began at 15 ms */
-	add_step(&g, 7, 10 * MS, 16 * MS, 40, 0);	 /* began before, ended after */
-	add_step(&g, 7, 20 * MS, 21 * MS, 40, 0);	 /* inside the window */
+	add_step(&g, 7, 10 * MS, 16 * MS, 40, 0);      /* began before, ended after */
+	add_step(&g, 7, 20 * MS, 21 * MS, 40, 0);      /* inside the window */
 	heartbeat_sampled(&g, 30 * MS, 15 * MS, 0, 1); /* settles both, no run yet */
-	add_runs(&g, 7, 30 * MS, run, 1);		 /* the second step's run, late */
-	add_runs(&g, 7, 45 * MS, later, 1);		 /* a later run: complete past both */
+	add_runs(&g, 7, 30 * MS, run, 1);	       /* the second step's run, late */
+	add_runs(&g, 7, 45 * MS, later, 1);	       /* a later run: complete past both */
 	heartbeat_sampled(&g, 45 * MS, 15 * MS, 0, 1);
 	if (ASSERT_TRUE(gpu_next_ready(&g, 50 * MS, 50 * MS, true, &out), "the first")) {
 		ASSERT_TRUE(out.sampled_out, "a part of it before collection: sampled out");

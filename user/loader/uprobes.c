@@ -426,9 +426,9 @@ static int hook_file(struct uprobes *u, struct uprobes_hook *h, const char *path
  * true if attached. */
 static bool hook_cupti(struct uprobes *u, uint32_t pid, const char *full, const char *path)
 {
-	const char *probe = u->kernels			       ? TS_CUPTI_PROBE_KERNELS
+	const char *probe = u->kernels			      ? TS_CUPTI_PROBE_KERNELS
 			    : u->device == UPROBES_DEVICE_ALL ? TS_CUPTI_PROBE_ALL
-							       : TS_CUPTI_PROBE;
+							      : TS_CUPTI_PROBE;
 	struct uprobes_hook *h;
 	struct bpf_link *l;
 	int err;
@@ -459,10 +459,10 @@ static bool hook_cupti(struct uprobes *u, uint32_t pid, const char *full, const 
 	}
 	u->cupti_attached++;
 	fprintf(stderr, "tokenscope: device times of pid %u from %s (CUPTI, %s)\n", pid, path,
-		u->kernels			   ? "every operation"
+		u->kernels			  ? "every operation"
 		: u->device == UPROBES_DEVICE_ALL ? "every step"
-						   : "eager kernels sampled; --device-times all for "
-						     "every step");
+						  : "eager kernels sampled; --device-times all for "
+						    "every step");
 	return true;
 }
 
@@ -734,8 +734,7 @@ void uprobes_fork(struct uprobes *u, uint32_t parent, uint32_t ptid, uint32_t ch
 			files |= 1ull << u->hooks[i].file;
 	if (!files)
 		return;
-	if (!u->inherited &&
-	    !(u->inherited = calloc(UPROBES_MAX_INHERITED, sizeof(*u->inherited))))
+	if (!u->inherited && !(u->inherited = calloc(UPROBES_MAX_INHERITED, sizeof(*u->inherited))))
 		return;
 	u->inherited[u->ninherited++ % UPROBES_MAX_INHERITED] =
 	    (struct uprobes_inherited){ child, files };
@@ -872,10 +871,11 @@ static void cache_candidates(struct uprobes *u, uint32_t pid)
 			if (stat(full, &lst) || !(cf = file_of(u, &lst, full, &tables[t])))
 				continue;
 			if (cf->nfns && !cf->nprobes && !file_probes(u, cf, full) && u->verbose)
-				fprintf(stderr,
-					"tokenscope: %s is ready for a traced process that loads it "
-					"later\n",
-					buf + base + value);
+				fprintf(
+				    stderr,
+				    "tokenscope: %s is ready for a traced process that loads it "
+				    "later\n",
+				    buf + base + value);
 		}
 	}
 out:
@@ -900,7 +900,8 @@ static void prehook(struct uprobes *u, uint32_t pid)
 		struct uprobes_hook *h;
 
 		/* Half the pairs at most: the rest is kept for files processes do map. */
-		if (cf->nprobes <= 0 || hook_find(u, pid, i) || u->nhooks >= UPROBES_MAX_HOOKS / 2 ||
+		if (cf->nprobes <= 0 || hook_find(u, pid, i) ||
+		    u->nhooks >= UPROBES_MAX_HOOKS / 2 ||
 		    open_fds + (rlim_t)cf->nprobes > nofile.rlim_cur / 2 ||
 		    !(h = hook_new(u, pid, i)))
 			continue;

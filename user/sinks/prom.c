@@ -110,7 +110,7 @@ struct prom_series {
 	struct phist h[PH_MAX];
 	uint64_t requests[OUTCOME_MAX];
 	uint64_t tokens[TOK_MAX];
-	uint32_t inflight; /* read and not finished */
+	uint32_t inflight;    /* read and not finished */
 	uint64_t preemptions; /* times its requests left the batch and were recomputed */
 };
 
@@ -265,9 +265,9 @@ static void prom_gpu_step(void *ctx, const struct gpu_step *s)
 		return;
 	p->dirty = true;
 	p->gpu_steps++;
-	p->steps_times[!strcmp(gpu_step_times(s), "cupti")		? 0
+	p->steps_times[!strcmp(gpu_step_times(s), "cupti")	   ? 0
 		       : !strcmp(gpu_step_times(s), "sampled-out") ? 1
-								     : 2]++;
+								   : 2]++;
 	gpu_pid_get(p, s->pid)->steps[s->kind]++;
 	phist_add(&p->step_dur[s->kind], &ttft_bounds,
 		  s->end_ns > s->start_ns ? s->end_ns - s->start_ns : 0);
@@ -539,11 +539,9 @@ static void render_gpu(const struct prom *p, FILE *f)
 		   "device times, \"host-calls\" the host's CUDA calls only.");
 	fprintf(f, "tokenscope_gpu_steps_device_times_total{times=\"cupti\"} %" PRIu64 "\n",
 		p->steps_times[0]);
-	fprintf(f,
-		"tokenscope_gpu_steps_device_times_total{times=\"sampled-out\"} %" PRIu64 "\n",
+	fprintf(f, "tokenscope_gpu_steps_device_times_total{times=\"sampled-out\"} %" PRIu64 "\n",
 		p->steps_times[1]);
-	fprintf(f,
-		"tokenscope_gpu_steps_device_times_total{times=\"host-calls\"} %" PRIu64 "\n",
+	fprintf(f, "tokenscope_gpu_steps_device_times_total{times=\"host-calls\"} %" PRIu64 "\n",
 		p->steps_times[2]);
 	put_header(f, "tokenscope_gpu_step_duration_seconds", "histogram",
 		   "GPU step duration, first CUDA call to the end of the host wait, by kind.");
