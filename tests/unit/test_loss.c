@@ -11,7 +11,7 @@
 #include "check.h"
 #include "lib/jsonw.h"
 #include "pipeline/loss.h"
-#include "pipeline/pipeline.h"
+#include "pipeline/pipeline_impl.h"
 #include "sinks/prom.h"
 #include "sinks/summary.h"
 

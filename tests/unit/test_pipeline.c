@@ -14,7 +14,7 @@
 #include "fixture.h"
 #include "sinks/output.h"
 #include "pipeline/batch.h"
-#include "pipeline/pipeline.h"
+#include "pipeline/pipeline_impl.h"
 #include "sinks/summary.h"
 #include "sinks/prom.h"
 #include "pipeline/sse.h"

@@ -14,7 +14,7 @@
 
 #include "check.h"
 #include "sinks/httpd.h"
-#include "pipeline/pipeline.h"
+#include "pipeline/pipeline_impl.h"
 #include "sinks/prom.h"
 
 #define MS 1000000ull

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "pipeline/pipeline_impl.h"
 #include "sinks/output.h"
 #include "record/record.h"
 #include "record/replay.h"

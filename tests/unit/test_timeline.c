@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "pipeline/pipeline.h"
+#include "pipeline/pipeline_impl.h"
 #include "pipeline/batch.h"
 #include "sinks/timeline.h"
 

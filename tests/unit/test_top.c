@@ -9,7 +9,7 @@
 
 #include "check.h"
 #include "pipeline/gpu.h"
-#include "pipeline/pipeline.h"
+#include "pipeline/pipeline_impl.h"
 #include "pipeline/request.h"
 #include "sinks/top.h"
 #include "lib/utf8.h"

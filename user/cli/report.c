@@ -30,7 +30,7 @@ int report_run(const struct report_opts *o)
 	struct record_reader rd;
 	struct replay rp;
 	struct diagnosis d;
-	struct pipeline pl;
+	struct pipeline *pl;
 	struct sink ds;
 	int err, rc = 0;
 
@@ -42,21 +42,21 @@ int report_run(const struct report_opts *o)
 		record_reader_close(&rd);
 		return err;
 	}
-	err = pipeline_init(&pl, &po);
-	if (err) {
+	pl = pipeline_new(&po);
+	if (!pl) {
 		record_reader_close(&rd);
-		return err;
+		return -ENOMEM;
 	}
 	diagnosis_init(&d);
 	diagnosis_set_wall_clock(&d, rd.meta.real_offset_ns);
 	ds = diagnosis_sink(&d);
-	pipeline_add_sink(&pl, &ds);
+	pipeline_add_sink(pl, &ds);
 	/* The timeline's zero is the recording's start: no record is earlier. Spans carry the
 	 * recording's unix times and host. */
 	eo.replay = true;
 	eo.out = out_f;
 	eo.err = err_f;
-	err = exporters_start(&ex, &eo, &pl, rd.meta.start_mono_ns);
+	err = exporters_start(&ex, &eo, pl, rd.meta.start_mono_ns);
 	if (err) {
 		rc = err;
 		exporters_stop(&ex);
@@ -67,17 +67,17 @@ int report_run(const struct report_opts *o)
 	/* Last: a request's line is written once every other sink has had it. */
 	lines_init(&lines, &lo);
 	ls = lines_sink(&lines);
-	pipeline_add_sink(&pl, &ls);
+	pipeline_add_sink(pl, &ls);
 	/* After the lines: the total comes once the last request's line is out. */
 	summaries_init(&sums, o->json ? err_f : out);
 	if (o->json)
 		summaries_set_json(&sums, out);
 	exporters_set_summary(&ex, &sums.total, &d);
 	ls = summaries_sink(&sums);
-	pipeline_add_sink(&pl, &ls);
-	replay_init(&rp, &pl, &rd.meta);
+	pipeline_add_sink(pl, &ls);
+	replay_init(&rp, pl, &rd.meta);
 	err = replay_run(&rp, &rd);
-	pipeline_finish(&pl);
+	pipeline_finish(pl);
 	exporters_flush(&ex);
 	diagnosis_print(&d, o->json || o->ex.prometheus ? err_f : out_f);
 	rc = exporters_stop(&ex);
@@ -90,7 +90,7 @@ int report_run(const struct report_opts *o)
 	}
 out:
 	diagnosis_free(&d);
-	pipeline_free(&pl);
+	pipeline_destroy(pl);
 	record_reader_close(&rd);
 	return rc;
 }

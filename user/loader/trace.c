@@ -44,7 +44,7 @@
 struct tracer {
 	struct kernel *k;
 	const char *label; /* container of the processes being followed now (--all) */
-	struct pipeline pl;
+	struct pipeline *pl;
 	struct uprobes cuda;
 	struct record_writer rec;
 	bool recording;
@@ -77,7 +77,7 @@ static int on_record(void *ctx, void *data, size_t size)
 		}
 	}
 
-	pipeline_feed(&tr->pl, data, size);
+	pipeline_feed(tr->pl, data, size);
 	/* A child forked: by the main thread with shared probes, it carries its parent's from
 	 * the fork on (tracefs.h), and the next scan gives it its own (a fork-heavy server's
 	 * short-lived children cost nothing more); otherwise it is hooked now. */
@@ -94,16 +94,13 @@ static int on_record(void *ctx, void *data, size_t size)
  */
 static void read_kstats(struct tracer *tr)
 {
-	for (unsigned int k = 0; k < TS_STAT_MAX; k++) {
-		uint64_t sum;
+	uint64_t stats[TS_STAT_MAX];
 
-		if (kernel_read_stat(tr->k, k, &sum))
-			continue;
-		if (k == TS_STAT_LOST_EVENTS)
-			pipeline_kernel_lost(&tr->pl, sum);
-		else
-			tr->pl.kstats[k] = sum;
-	}
+	/* A counter that cannot be read keeps its last value. */
+	memcpy(stats, pipeline_kstats_now(tr->pl), sizeof(stats));
+	for (unsigned int k = 0; k < TS_STAT_MAX; k++)
+		kernel_read_stat(tr->k, k, &stats[k]);
+	pipeline_kstats(tr->pl, stats, TS_STAT_MAX);
 }
 
 /* A process exited: the kernel never saw close() for its sockets (forget them), and --all may
@@ -323,21 +320,21 @@ static bool cuda_explain(struct tracer *tr)
 /* late: the once-a-second scan (uprobes_scan). */
 static void cuda_scan_all(struct tracer *tr, bool late)
 {
-	for (uint32_t i = 0; i < tr->pl.nlive; i++)
-		uprobes_scan(&tr->cuda, tr->pl.live[i].pid, late);
+	for (uint32_t i = 0; i < pipeline_nlive(tr->pl); i++)
+		uprobes_scan(&tr->cuda, pipeline_live_pid(tr->pl, i), late);
 }
 
 static int trace_follow(struct tracer *tr, uint32_t pid, bool root)
 {
 	/* The pipeline first: when it has no room (-E2BIG), the kernel must not trace pid either.
 	 */
-	int err = pipeline_add_process(&tr->pl, pid, root);
+	int err = pipeline_add_process(tr->pl, pid, root);
 
 	if (err)
 		return err;
 	err = kernel_trace_pid(tr->k, pid);
 	if (err)
-		pipeline_forget_process(&tr->pl, pid);
+		pipeline_forget_process(tr->pl, pid);
 	return err;
 }
 
@@ -346,7 +343,7 @@ static void follow_descendant(void *ctx, uint32_t pid)
 	struct tracer *tr = ctx;
 
 	if (!trace_follow(tr, pid, false))
-		pipeline_label_process(&tr->pl, pid, tr->label);
+		pipeline_label_process(tr->pl, pid, tr->label);
 }
 
 /* --all: follows a server found by a rule, with its descendants; false when it cannot. */
@@ -357,7 +354,7 @@ static bool discover_attach(struct tracer *tr, struct discover_set *seen,
 	if (trace_follow(tr, d->pid, true))
 		return false;
 	tr->label = d->container_short;
-	pipeline_label_process(&tr->pl, d->pid, d->container_short);
+	pipeline_label_process(tr->pl, d->pid, d->container_short);
 	proc_descendants("/proc", d->pid, follow_descendant, tr);
 	tr->label = NULL;
 	/* A server found by its traffic is named by its comm. */
@@ -526,7 +523,7 @@ static bool want_duration(const struct loop *l)
 static bool job_interval(struct loop *l, double now)
 {
 	(void)now;
-	pipeline_interval(&l->tr->pl);
+	pipeline_interval(l->tr->pl);
 	return l->o->count && ++l->intervals >= l->o->count;
 }
 
@@ -563,7 +560,7 @@ static bool job_cuda(struct loop *l, double now)
 /* Whether the traced processes have shown an HTTP connection (served, called, HTTP/2, TLS). */
 static bool http_seen(const struct tracer *tr)
 {
-	const struct conn_stats *c = &tr->pl.conns.stats;
+	const struct conn_stats *c = pipeline_conn_stats(tr->pl);
 
 	return c->http_conns || c->client_conns || c->h2_conns || c->h2_midway || c->tls_conns;
 }
@@ -652,7 +649,7 @@ static bool job_duration(struct loop *l, double now)
 static bool job_exited(struct loop *l, double now)
 {
 	(void)now;
-	if (!pipeline_all_exited(&l->tr->pl))
+	if (!pipeline_all_exited(l->tr->pl))
 		return false;
 	fprintf(stderr, "tokenscope: every traced process has exited\n");
 	return true;
@@ -669,12 +666,12 @@ static void loop_drain(struct loop *l)
 
 	kernel_ring_consume(tr->k);
 	read_kstats(tr);
-	pipeline_clock(&tr->pl, now);
-	exporters_poll_gpu(l->ex, &tr->pl);
-	pipeline_tick(&tr->pl);
+	pipeline_clock(tr->pl, now);
+	exporters_poll_gpu(l->ex, tr->pl);
+	pipeline_tick(tr->pl);
 	if (tr->recording && !tr->rec_err) {
 		/* Counters too (a report shows the losses), and a file usable if killed. */
-		record_write_kstats(&tr->rec, tr->pl.kstats);
+		record_write_kstats(&tr->rec, pipeline_kstats_now(tr->pl));
 		record_flush(&tr->rec);
 	}
 }
@@ -774,17 +771,15 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 	if (ncpus <= 0)
 		return ncpus ? ncpus : -EINVAL;
 	discover_set_init(&seen);
-	err = pipeline_init(&tr.pl, &po);
-	if (err) {
-		return err;
-	}
-	tr.pl.keep_running = o->all;
+	tr.pl = pipeline_new(&po);
+	if (!tr.pl)
+		return -ENOMEM;
+	pipeline_keep_running(tr.pl, o->all);
 	tr.seen = o->all ? &seen : NULL;
-	tr.pl.on_exit = process_gone;
-	tr.pl.on_exit_ctx = &tr;
+	pipeline_on_exit(tr.pl, process_gone, &tr);
 	/* Every record is later than now (the same clock as bpf_ktime_get_ns): the timeline's 0. */
 	clock_gettime(CLOCK_MONOTONIC, &now_ts);
-	err = exporters_start(&ex, &o->ex, &tr.pl,
+	err = exporters_start(&ex, &o->ex, tr.pl,
 			      now_ts.tv_sec * 1000000000ull + (uint64_t)now_ts.tv_nsec);
 	ex_started = true;
 	if (err)
@@ -794,7 +789,7 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 
 		lines_init(&lines, &lo);
 		ls = lines_sink(&lines);
-		err = pipeline_add_sink(&tr.pl, &ls);
+		err = pipeline_add_sink(tr.pl, &ls);
 		if (err)
 			goto out;
 	}
@@ -807,7 +802,7 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 	{
 		struct sink ss = summaries_sink(&sums);
 
-		err = pipeline_add_sink(&tr.pl, &ss);
+		err = pipeline_add_sink(tr.pl, &ss);
 		if (err)
 			goto out;
 	}
@@ -875,7 +870,7 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 		top_on = true;
 		struct sink ts = top_sink(&top);
 
-		err = pipeline_add_sink(&tr.pl, &ts);
+		err = pipeline_add_sink(tr.pl, &ts);
 		if (err)
 			goto out;
 		raw = isatty(STDIN_FILENO) && !top_term_raw(STDIN_FILENO, &saved);
@@ -910,9 +905,9 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 			tr.cuda.map_hooks, tr.cuda.map_hooks == 1 ? "" : "s",
 			(double)tr.cuda.map_window_max_ns / 1e6);
 	if (tr.recording && !tr.rec_err)
-		record_write_kstats(&tr.rec, tr.pl.kstats);
+		record_write_kstats(&tr.rec, pipeline_kstats_now(tr.pl));
 	/* The sinks' finish: the summary's total among them. */
-	pipeline_finish(&tr.pl);
+	pipeline_finish(tr.pl);
 	/* After the summary, what the hint said if it still holds. */
 	if (tr.quiet_hint[0] && !http_seen(&tr))
 		fprintf(stderr, "tokenscope: still %s\n", tr.quiet_hint);
@@ -943,6 +938,6 @@ out:
 	uprobes_detach(&tr.cuda);
 	tracefs_cleanup();
 	kernel_destroy(tr.k);
-	pipeline_free(&tr.pl);
+	pipeline_destroy(tr.pl);
 	return err;
 }

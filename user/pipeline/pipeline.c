@@ -6,7 +6,7 @@
 #include "lib/grow.h"
 #include "pipeline/batch.h"
 #include "pipeline/nvml_sample.h"
-#include "pipeline/pipeline.h"
+#include "pipeline/pipeline_impl.h"
 #include "lib/utf8.h"
 
 _Static_assert(sizeof(((struct request *)0)->container) ==
@@ -524,4 +524,69 @@ void pipeline_interval(struct pipeline *pl)
 	for (int i = 0; i < pl->nsinks; i++)
 		if (pl->sinks[i].interval)
 			pl->sinks[i].interval(pl->sinks[i].ctx, &st);
+}
+
+struct pipeline *pipeline_new(const struct pipeline_opts *o)
+{
+	struct pipeline *pl = malloc(sizeof(*pl));
+
+	if (!pl || pipeline_init(pl, o)) {
+		fprintf(o->err ? o->err : stderr, "tokenscope: no memory for the pipeline\n");
+		free(pl);
+		return NULL;
+	}
+	return pl;
+}
+
+void pipeline_destroy(struct pipeline *pl)
+{
+	if (!pl)
+		return;
+	pipeline_free(pl);
+	free(pl);
+}
+
+void pipeline_keep_running(struct pipeline *pl, bool on)
+{
+	pl->keep_running = on;
+}
+
+void pipeline_on_exit(struct pipeline *pl, void (*fn)(void *ctx, uint32_t pid), void *ctx)
+{
+	pl->on_exit = fn;
+	pl->on_exit_ctx = ctx;
+}
+
+void pipeline_kstats(struct pipeline *pl, const uint64_t *stats, uint32_t n)
+{
+	for (uint32_t k = 0; k < n && k < TS_STAT_MAX; k++)
+		if (k != TS_STAT_LOST_EVENTS)
+			pl->kstats[k] = stats[k];
+	if (n > TS_STAT_LOST_EVENTS)
+		pipeline_kernel_lost(pl, stats[TS_STAT_LOST_EVENTS]);
+}
+
+const uint64_t *pipeline_kstats_now(const struct pipeline *pl)
+{
+	return pl->kstats;
+}
+
+uint64_t pipeline_record_ns(const struct pipeline *pl)
+{
+	return pl->last_ns;
+}
+
+uint32_t pipeline_nlive(const struct pipeline *pl)
+{
+	return pl->nlive;
+}
+
+uint32_t pipeline_live_pid(const struct pipeline *pl, uint32_t i)
+{
+	return i < pl->nlive ? pl->live[i].pid : 0;
+}
+
+const struct conn_stats *pipeline_conn_stats(const struct pipeline *pl)
+{
+	return &pl->conns.stats;
 }

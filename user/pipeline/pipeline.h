@@ -36,48 +36,28 @@ struct pipeline_opts {
  * the oldest out. */
 #define PIPELINE_MAX_HELD 4096
 
-/* A traced process that has not exited, and the container it runs in ("" when unknown). */
-struct pipeline_proc {
-	uint32_t pid;
-	char container[13];
-};
+struct pipeline; /* opaque outside pipeline/ (pipeline_impl.h) */
 
-struct pipeline {
-	struct pipeline_opts o;
-	struct conn_table conns;
-	struct gpu_timeline gpu;
-	struct proxy proxy;	      /* pairs upstream requests with served ones */
-	uint64_t kstats[TS_STAT_MAX]; /* the kernel's counters, refreshed by the loader */
-	uint64_t bad_records;
-	uint64_t lost_seen; /* kernel lost-record count at the last pipeline_kernel_lost() */
-	/* Traced processes still running: an exited one leaves at once, so the list (scanned at
-	 * every request start) is as long as the processes alive, however many have forked. */
-	struct pipeline_proc *live;
-	uint32_t nlive;
-	size_t live_cap;
-	uint32_t *status_pids;				  /* the live pids as given to the sinks */
-	struct gpu_proc_report status_gpu[GPU_MAX_PROCS]; /* the GPU report given to them */
-	size_t status_cap;
-	uint32_t roots[PIPELINE_MAX_ROOTS]; /* processes named with -p or found by --all */
-	uint32_t nroots;
-	bool keep_running; /* --all: the run does not end when every traced process has */
-	uint64_t last_ns;  /* the latest kernel time in any record so far */
-	uint64_t clock_ns; /* the kernel clock as the loader last read it; 0: none (a replay) */
-	struct sink sinks[PIPELINE_MAX_SINKS];
-	int nsinks;
-	/* Request starts and ends held for the sinks (pl_event), oldest first. */
-	struct pl_event {
-		struct request *r;
-		bool start; /* its start; else its end (then the event owns it) */
-	} held[PIPELINE_MAX_HELD];
-	uint32_t held_head, nheld;
-	/* Called when a traced process exits (the loader forgets its sockets). */
-	void (*on_exit)(void *ctx, uint32_t pid);
-	void *on_exit_ctx;
-};
-
-int pipeline_init(struct pipeline *pl, const struct pipeline_opts *o);
-void pipeline_free(struct pipeline *pl);
+/* A new pipeline (NULL without memory, said on o->err); pipeline_destroy frees it. */
+struct pipeline *pipeline_new(const struct pipeline_opts *o);
+void pipeline_destroy(struct pipeline *pl);
+/* --all: the run does not end when every traced process has exited. */
+void pipeline_keep_running(struct pipeline *pl, bool on);
+/* Called when a traced process exits (the loader forgets its sockets). */
+void pipeline_on_exit(struct pipeline *pl, void (*fn)(void *ctx, uint32_t pid), void *ctx);
+/* The kernel's counters (TS_STAT_*), n of them, as the loader read them after a drain or a
+ * recording holds them: a grown lost-record count marks the open requests (as
+ * pipeline_kernel_lost). */
+void pipeline_kstats(struct pipeline *pl, const uint64_t *stats, uint32_t n);
+/* The kernel's counters as last given (TS_STAT_MAX of them), for a recording. */
+const uint64_t *pipeline_kstats_now(const struct pipeline *pl);
+/* The latest kernel time in any record so far. */
+uint64_t pipeline_record_ns(const struct pipeline *pl);
+/* The traced processes alive now: n of them, and the pid of the i-th. */
+uint32_t pipeline_nlive(const struct pipeline *pl);
+uint32_t pipeline_live_pid(const struct pipeline *pl, uint32_t i);
+/* The connection table's counters (what the traced processes were seen doing). */
+const struct conn_stats *pipeline_conn_stats(const struct pipeline *pl);
 /* Registers a process traced from the start; root: named by the user. */
 int pipeline_add_process(struct pipeline *pl, uint32_t pid, bool root);
 /* Undoes pipeline_add_process (the kernel side could not follow pid after all). */

@@ -24,19 +24,19 @@ int replay_feed(void *replay, const void *rec, size_t len)
 	}
 	if (ks) {
 		uint32_t n = ks->nstats < TS_STAT_MAX ? ks->nstats : TS_STAT_MAX;
+		uint64_t stats[TS_STAT_MAX];
 
 		for (uint32_t k = 0; k < n; k++)
-			pl->kstats[k] = ks->stats[k];
+			stats[k] = ks->stats[k];
 		/* As the live loader does after each drain: a grown count marks open requests. */
-		if (n > TS_STAT_LOST_EVENTS)
-			pipeline_kernel_lost(pl, ks->stats[TS_STAT_LOST_EVENTS]);
+		pipeline_kstats(pl, stats, n);
 	} else {
 		err = pipeline_feed(pl, rec, len);
 	}
-	if (!rp->ticked || pl->last_ns >= rp->tick_ns + REPLAY_TICK_NS) {
+	if (!rp->ticked || pipeline_record_ns(pl) >= rp->tick_ns + REPLAY_TICK_NS) {
 		pipeline_tick(pl);
 		rp->ticked = true;
-		rp->tick_ns = pl->last_ns;
+		rp->tick_ns = pipeline_record_ns(pl);
 	}
 	return err;
 }
