@@ -16,6 +16,8 @@
 #include "cli/report.h"
 #include "loader/run.h"
 #include "loader/trace.h"
+#include "lib/clock.h"
+#include "session/session.h"
 #include "lib/version.h"
 
 static volatile sig_atomic_t exiting;
@@ -284,14 +286,22 @@ static void shared_check(struct argp_state *state, const struct export_opts *ex)
 		argp_error(state, "--alert-exec runs when an --alert rule fires: give --alert");
 }
 
+/* What trace, record, top and run are told: the live tracer's options and its session's. */
+struct tracer_cli {
+	struct trace_opts t;
+	struct session_opts s;
+};
+
 static error_t trace_parse(int key, char *arg, struct argp_state *state)
 {
-	struct trace_opts *o = state->input;
-	const struct shown sh = { &o->json, &o->tokens, &o->gpu_steps, &o->verbose };
+	struct tracer_cli *c = state->input;
+	struct trace_opts *o = &c->t;
+	struct session_opts *so = &c->s;
+	const struct shown sh = { &so->json, &so->tokens, &so->gpu_steps, &o->verbose };
 	static int positional;
 	unsigned long v;
 
-	if (parse_shared(key, arg, state, &sh, &o->ex))
+	if (parse_shared(key, arg, state, &sh, &so->ex))
 		return 0;
 	switch (key) {
 	case 'p':
@@ -343,7 +353,7 @@ static error_t trace_parse(int key, char *arg, struct argp_state *state)
 
 		if (httpd_parse_listen(arg, &addr, &addrlen))
 			argp_error(state, "invalid --listen '%s' (ADDR:PORT, :PORT or PORT)", arg);
-		o->ex.listen = arg;
+		so->ex.listen = arg;
 		break;
 	}
 	case 'o':
@@ -356,7 +366,7 @@ static error_t trace_parse(int key, char *arg, struct argp_state *state)
 		o->no_traffic = true;
 		break;
 	case OPT_BY_PROCESS:
-		o->by_process = true;
+		so->by_process = true;
 		break;
 	case ARGP_KEY_ARG:
 		if (running) {
@@ -395,16 +405,18 @@ static error_t trace_parse(int key, char *arg, struct argp_state *state)
 		}
 		if (o->no_traffic && !o->all)
 			argp_error(state, "--no-traffic is for --all");
-		shared_check(state, &o->ex);
-		if (o->by_process && !live_view && !o->ex.listen)
+		shared_check(state, &so->ex);
+		if (so->by_process && !live_view && !so->ex.listen)
 			argp_error(state, "--by-process labels the metrics of --listen (or splits "
 					  "the rows of tokenscope top): give --listen");
-		o->ex.by_process = o->by_process;
-		o->ex.json = o->json;
+		so->ex.by_process = so->by_process;
+		so->ex.json = so->json;
+		so->verbose = o->verbose;
+		so->gpu_calls = o->gpu_calls;
 		if (recording != !!o->record_path)
 			argp_error(state, recording ? "record needs -o FILE"
 						    : "-o is for tokenscope record");
-		if (o->tokens && !o->json)
+		if (so->tokens && !so->json)
 			argp_error(state, "--tokens needs --json");
 		break;
 	default:
@@ -414,11 +426,35 @@ static error_t trace_parse(int key, char *arg, struct argp_state *state)
 }
 
 /* The options of trace, record, top and run before the command line is read. */
-static struct trace_opts trace_defaults(void)
+static struct tracer_cli trace_defaults(void)
 {
-	return (struct trace_opts){ .capture_bytes = TS_CAPTURE_DEFAULT,
-				    .ring_mb = TS_RING_DEFAULT_MB,
-				    .ex.trace_sample = OTLP_DEFAULT_RATIO };
+	return (struct tracer_cli){ .t = { .capture_bytes = TS_CAPTURE_DEFAULT,
+					   .ring_mb = TS_RING_DEFAULT_MB },
+				    .s = { .ex.trace_sample = OTLP_DEFAULT_RATIO } };
+}
+
+/* A trace (or, with run_argv, tokenscope run): the session that owns its pipeline and sinks,
+ * and the live tracer feeding it. Returns the exit status. */
+static int traced(struct tracer_cli *c, char *const run_argv[])
+{
+	struct session s;
+	struct trace_hooks h = { session_begin, session_poll, c->s.top ? session_key : NULL,
+				 session_finish, &s };
+	/* Every record is later than now (the clock of bpf_ktime_get_ns): the timeline's 0. */
+	uint64_t origin = mono_ns();
+	int rc, err;
+
+	if (trace_check(&c->t))
+		return 1;
+	err = session_start(&s, &c->s, origin);
+	if (err)
+		rc = 1;
+	else if (run_argv)
+		rc = run_command(&c->t, session_pipeline(&s), &h, run_argv, &exiting);
+	else
+		rc = trace_run(&c->t, session_pipeline(&s), &h, &exiting) ? 1 : 0;
+	err = session_stop(&s);
+	return err && !run_argv ? 1 : rc;
 }
 
 /* trace, record and top: the same loop, each with the options it uses (cmd, CMD_*). */
@@ -428,7 +464,7 @@ static int run_tracer(int argc, char **argv, const char *name, const char *doc, 
 	const struct argp argp = { options, trace_parse, cmd == CMD_TOP ? "" : "[interval [count]]",
 				   doc,	    NULL,	 NULL,
 				   NULL };
-	struct trace_opts o = trace_defaults();
+	struct tracer_cli o = trace_defaults();
 
 	options_for(cmd, options);
 	struct sigaction sa = { .sa_handler = on_signal };
@@ -437,13 +473,13 @@ static int run_tracer(int argc, char **argv, const char *name, const char *doc, 
 	argv[0] = (char *)name;
 	if (argp_parse(&argp, argc, argv, 0, NULL, &o))
 		return 2;
-	o.top = live_view;
-	o.ex.top = live_view;
+	o.s.top = live_view;
+	o.s.ex.top = live_view;
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
 	/* Output goes to a pipe as often as to a terminal: a line at a time either way. */
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	return trace_run(&o, &exiting) ? 1 : 0;
+	return traced(&o, NULL);
 }
 
 static const char run_doc[] =
@@ -463,7 +499,7 @@ static int cmd_run(int argc, char **argv)
 	struct argp_option options[TRACE_OPTIONS_MAX];
 	const struct argp argp = { options, trace_parse, "[--] CMD [ARG...]", run_doc, NULL,
 				   NULL,    NULL };
-	struct trace_opts o = trace_defaults();
+	struct tracer_cli o = trace_defaults();
 
 	options_for(CMD_RUN, options);
 	running = true;
@@ -472,7 +508,7 @@ static int cmd_run(int argc, char **argv)
 	if (argp_parse(&argp, argc, argv, ARGP_IN_ORDER, NULL, &o))
 		return 2;
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	return run_command(&o, run_argv, &exiting);
+	return traced(&o, run_argv);
 }
 
 static int cmd_trace(int argc, char **argv)

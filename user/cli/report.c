@@ -4,35 +4,26 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "sinks/diagnosis.h"
-#include "sinks/output.h"
 #include "record/record.h"
 #include "record/replay.h"
-#include "sinks/summary.h"
+#include "session/session.h"
 #include "cli/report.h"
 
 int report_run(const struct report_opts *o)
 {
-	/* With --prometheus, the standard output (out_f) carries the metrics text alone (for
-	 * promtool, a file), so the lines go to the standard error (err_f); summaries go with the
-	 * lines, or to the standard error with --json. */
-	FILE *out_f = o->out ? o->out : stdout, *err_f = o->err ? o->err : stderr;
-	FILE *out = o->ex.prometheus ? err_f : out_f;
-	struct pipeline_opts po = { .verbose = o->verbose, .err = err_f };
-	struct summaries sums;
-	struct lines_opts lo = {
-		.out = out, .json = o->json, .tokens = o->tokens, .gpu_steps = o->gpu_steps
-	};
-	struct lines lines;
-	struct sink ls;
-	struct export_opts eo = o->ex;
-	struct exporters ex;
+	struct session_opts so = { .json = o->json,
+				   .tokens = o->tokens,
+				   .gpu_steps = o->gpu_steps,
+				   .report = true,
+				   .verbose = o->verbose,
+				   .ex = o->ex,
+				   .out = o->out,
+				   .err = o->err };
+	FILE *err_f = o->err ? o->err : stderr;
 	struct record_reader rd;
+	struct session s;
 	struct replay rp;
-	struct diagnosis d;
-	struct pipeline *pl;
-	struct sink ds;
-	int err, rc = 0;
+	int err = 0, rc;
 
 	/* The header first: the outputs start knowing the recording's clocks and host. */
 	err = record_reader_open(&rd, o->path);
@@ -42,45 +33,16 @@ int report_run(const struct report_opts *o)
 		record_reader_close(&rd);
 		return err;
 	}
-	pl = pipeline_new(&po);
-	if (!pl) {
-		record_reader_close(&rd);
-		return -ENOMEM;
+	/* The timeline's zero is the recording's start: no record is earlier. */
+	rc = session_start(&s, &so, rd.meta.start_mono_ns);
+	if (!rc) {
+		session_set_source(&s, o->path, &rd.meta);
+		replay_init(&rp, session_pipeline(&s), &rd.meta);
+		err = replay_run(&rp, &rd);
+		session_finish(&s);
 	}
-	diagnosis_init(&d);
-	diagnosis_set_wall_clock(&d, rd.meta.real_offset_ns);
-	ds = diagnosis_sink(&d);
-	pipeline_add_sink(pl, &ds);
-	/* The timeline's zero is the recording's start: no record is earlier. Spans carry the
-	 * recording's unix times and host. */
-	eo.replay = true;
-	eo.out = out_f;
-	eo.err = err_f;
-	err = exporters_start(&ex, &eo, pl, rd.meta.start_mono_ns);
-	if (err) {
-		rc = err;
-		exporters_stop(&ex);
-		goto out;
-	}
-	exporters_set_source(&ex, o->path, rd.meta.start_mono_ns, rd.meta.real_offset_ns,
-			     rd.meta.hostname);
-	/* Last: a request's line is written once every other sink has had it. */
-	lines_init(&lines, &lo);
-	ls = lines_sink(&lines);
-	pipeline_add_sink(pl, &ls);
-	/* After the lines: the total comes once the last request's line is out. */
-	summaries_init(&sums, o->json ? err_f : out);
-	if (o->json)
-		summaries_set_json(&sums, out);
-	exporters_set_summary(&ex, &sums.total, &d);
-	ls = summaries_sink(&sums);
-	pipeline_add_sink(pl, &ls);
-	replay_init(&rp, pl, &rd.meta);
-	err = replay_run(&rp, &rd);
-	pipeline_finish(pl);
-	exporters_flush(&ex);
-	diagnosis_print(&d, o->json || o->ex.prometheus ? err_f : out_f);
-	rc = exporters_stop(&ex);
+	/* The exporters' end (the Prometheus text, the OTLP counters), then what cut the file. */
+	rc = session_stop(&s) ? : rc;
 	if (err) {
 		fprintf(err_f,
 			"tokenscope: %s: %s at byte %" PRId64 "; the report covers the %" PRIu64
@@ -88,9 +50,6 @@ int report_run(const struct report_opts *o)
 			o->path, rd.st.reason, rd.st.bad_offset, rd.st.records);
 		rc = err;
 	}
-out:
-	diagnosis_free(&d);
-	pipeline_destroy(pl);
 	record_reader_close(&rd);
 	return rc;
 }

@@ -6,7 +6,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 
-#include "cli/exporters.h"
+#include "session/exporters.h"
 
 struct report_opts {
 	const char *path;

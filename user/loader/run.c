@@ -128,7 +128,8 @@ static const char *base_name(const char *path)
 	return s && s[1] ? s + 1 : path;
 }
 
-int run_command(struct trace_opts *o, char *const argv[], volatile sig_atomic_t *exiting)
+int run_command(struct trace_opts *o, struct pipeline *pl, const struct trace_hooks *h,
+		char *const argv[], volatile sig_atomic_t *exiting)
 {
 	struct sigaction sa = { .sa_sigaction = on_signal, .sa_flags = SA_SIGINFO };
 	struct run_ctx c = { .go_fd = -1, .err_fd = -1, .cmd = argv[0] };
@@ -182,7 +183,7 @@ int run_command(struct trace_opts *o, char *const argv[], volatile sig_atomic_t 
 	o->run_name = base_name(argv[0]);
 	o->attached = release_child;
 	o->attached_ctx = &c;
-	rc = trace_run(o, exiting);
+	rc = trace_run(o, pl, h, exiting);
 	if (c.go_fd >= 0)
 		close(c.go_fd);
 	close(c.err_fd);

@@ -20,7 +20,8 @@
 /* Runs argv (argv[0] looked up in PATH) traced with the options o (o->pids must be empty).
  * Returns the exit status for tokenscope: the command's, 128 + N when signal N ended it, 127
  * when it could not be started, 1 when tracing failed before it started. */
-int run_command(struct trace_opts *o, char *const argv[], volatile sig_atomic_t *exiting);
+int run_command(struct trace_opts *o, struct pipeline *pl, const struct trace_hooks *h,
+		char *const argv[], volatile sig_atomic_t *exiting);
 
 /* Where the injection library is: $TOKENSCOPE_CUPTI_LIB, else next to /proc/self/exe. Returns
  * 0 with the path in buf, or -ENOENT (buf then holds the path looked at). */

@@ -3,7 +3,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <termios.h>
 #include <time.h>
 #include <unistd.h>
 #include <linux/capability.h>
@@ -12,13 +11,10 @@
 #include "lib/clock.h"
 #include "loader/uprobes.h"
 #include "loader/tracefs.h"
-#include "sinks/output.h"
 #include "loader/discover.h"
 #include "loader/kernel.h"
-#include "sinks/top.h"
 #include "loader/proc.h"
 #include "record/record.h"
-#include "sinks/summary.h"
 #include "loader/trace.h"
 #include "traffic.h"
 #include "lib/utf8.h"
@@ -470,8 +466,7 @@ struct loop {
 	struct tracer *tr;
 	const struct trace_opts *o;
 	struct discover_set *seen;
-	struct exporters *ex; /* the GPU sampler's samples, polled at each drain */
-	bool top;	      /* the live view: the loader reads its keys */
+	const struct trace_hooks *h; /* the owner's calls: poll at each drain, keys */
 	double start;	      /* mono_s() when tracing began */
 	long intervals;	      /* interval summaries printed */
 };
@@ -500,9 +495,9 @@ static bool want_interval(const struct loop *l)
 	return l->o->interval_s > 0;
 }
 
-static bool want_top(const struct loop *l)
+static bool want_keys(const struct loop *l)
 {
-	return l->top;
+	return l->h->key != NULL;
 }
 
 static bool want_all(const struct loop *l)
@@ -527,12 +522,12 @@ static bool job_interval(struct loop *l, double now)
 	return l->o->count && ++l->intervals >= l->o->count;
 }
 
-static bool job_top(struct loop *l, double now)
+static bool job_keys(struct loop *l, double now)
 {
-	(void)l, (void)now;
-	/* The frames are the sink's, on the pipeline's kernel time (which the drain moves on
-	 * with the clock while no record comes); the loader only reads the keys. */
-	return top_keypress(STDIN_FILENO) == 1;
+	(void)now;
+	/* The live view's frames are its sink's, on the pipeline's kernel time (which the drain
+	 * moves on with the clock while no record comes); its keys are read here. */
+	return l->h->key(l->h->ctx);
 }
 
 static bool job_discover(struct loop *l, double now)
@@ -667,7 +662,8 @@ static void loop_drain(struct loop *l)
 	kernel_ring_consume(tr->k);
 	read_kstats(tr);
 	pipeline_clock(tr->pl, now);
-	exporters_poll_gpu(l->ex, tr->pl);
+	if (l->h->poll)
+		l->h->poll(l->h->ctx);
 	pipeline_tick(tr->pl);
 	if (tr->recording && !tr->rec_err) {
 		/* Counters too (a report shows the losses), and a file usable if killed. */
@@ -682,7 +678,7 @@ static int loop_run(struct loop *l, volatile sig_atomic_t *exiting)
 {
 	struct loop_job jobs[] = {
 		{ want_interval, job_interval, l->o->interval_s, l->o->interval_s, true, 0 },
-		{ want_top, job_top, 0, 0, false, 0 },
+		{ want_keys, job_keys, 0, 0, false, 0 },
 		{ want_all, job_discover, 0, DISCOVER_RESCAN_S, false, 0 },
 		{ want_traffic, job_traffic, 0, TRAFFIC_DRAIN_S, false, 0 },
 		{ want_always, job_cuda, CUDA_RESCAN_S, CUDA_RESCAN_S, false, 0 },
@@ -725,29 +721,23 @@ static int loop_run(struct loop *l, volatile sig_atomic_t *exiting)
 	return 0;
 }
 
-int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
+int trace_check(const struct trace_opts *o)
 {
-	/* Where everything goes: request lines to stdout (none in the live view, which replaces
-	 * them and has no summary; it refuses --json), summaries with them, or to stderr with
-	 * --json (stdout is JSON only). Messages to stderr. */
-	struct pipeline_opts po = { .verbose = o->verbose, .err = stderr };
-	FILE *summary_out = o->top ? NULL : o->json ? stderr : stdout;
-	struct summaries sums;
-	struct lines_opts lo = { .out = stdout,
-				 .json = o->json,
-				 .tokens = o->tokens,
-				 .gpu_steps = o->gpu_steps,
-				 .gpu_calls = o->gpu_calls };
-	struct lines lines;
-	struct tracer tr = { .verbose = o->verbose };
+	for (int i = 0; i < o->npids; i++) {
+		if (proc_check(o->pids[i])) {
+			fprintf(stderr, "tokenscope: no process with PID %u\n", o->pids[i]);
+			return -ESRCH;
+		}
+	}
+	return 0;
+}
+
+int trace_run(const struct trace_opts *o, struct pipeline *pl, const struct trace_hooks *h,
+	      volatile sig_atomic_t *exiting)
+{
+	struct tracer tr = { .verbose = o->verbose, .pl = pl };
 	bool seccomp;
-	struct exporters ex;
-	bool ex_started = false;
 	struct discover_set seen;
-	struct top top;
-	bool top_on = false, raw = false;
-	struct termios saved;
-	struct timespec now_ts;
 	struct loop loop;
 	int err, nprocs = 0, ncpus;
 
@@ -759,53 +749,18 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 			"per process, and a child forked after attach is hooked when its fork is "
 			"read, not from its first instruction\n",
 			strerror(-err));
-	for (int i = 0; i < o->npids; i++) {
-		if (proc_check(o->pids[i])) {
-			fprintf(stderr, "tokenscope: no process with PID %u\n", o->pids[i]);
-			return -ESRCH;
-		}
-	}
+	err = trace_check(o);
+	if (err)
+		return err;
 	kernel_log_verbose(o->verbose);
 	tr.caps = self_caps(&seccomp);
 	ncpus = kernel_ncpus();
 	if (ncpus <= 0)
 		return ncpus ? ncpus : -EINVAL;
 	discover_set_init(&seen);
-	tr.pl = pipeline_new(&po);
-	if (!tr.pl)
-		return -ENOMEM;
 	pipeline_keep_running(tr.pl, o->all);
 	tr.seen = o->all ? &seen : NULL;
 	pipeline_on_exit(tr.pl, process_gone, &tr);
-	/* Every record is later than now (the same clock as bpf_ktime_get_ns): the timeline's 0. */
-	clock_gettime(CLOCK_MONOTONIC, &now_ts);
-	err = exporters_start(&ex, &o->ex, tr.pl,
-			      now_ts.tv_sec * 1000000000ull + (uint64_t)now_ts.tv_nsec);
-	ex_started = true;
-	if (err)
-		goto out;
-	if (!o->top) {
-		struct sink ls;
-
-		lines_init(&lines, &lo);
-		ls = lines_sink(&lines);
-		err = pipeline_add_sink(tr.pl, &ls);
-		if (err)
-			goto out;
-	}
-	/* After the lines: the total comes once the last request's line is out. */
-	summaries_init(&sums, summary_out);
-	/* --json: the total's JSON line after the request lines, on stdout with them. */
-	if (o->json)
-		summaries_set_json(&sums, stdout);
-	exporters_set_summary(&ex, &sums.total, NULL);
-	{
-		struct sink ss = summaries_sink(&sums);
-
-		err = pipeline_add_sink(tr.pl, &ss);
-		if (err)
-			goto out;
-	}
 	if (o->record_path) {
 		struct record_meta m;
 
@@ -863,18 +818,9 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 		fprintf(stderr, "%s)", nprocs > o->npids ? " and descendants" : "");
 	fprintf(stderr, "%s; Ctrl-C to stop\n",
 		o->all ? ", watching for inference servers (--all)" : "");
-	if (o->top) {
-		err = top_init(&top, stdout, isatty(STDOUT_FILENO), o->by_process);
-		if (err)
-			goto out;
-		top_on = true;
-		struct sink ts = top_sink(&top);
-
-		err = pipeline_add_sink(tr.pl, &ts);
-		if (err)
-			goto out;
-		raw = isatty(STDIN_FILENO) && !top_term_raw(STDIN_FILENO, &saved);
-	}
+	/* The owner's start (the live view's screen), after the attach line it must not hide. */
+	if (h->begin && (err = h->begin(h->ctx)))
+		goto out;
 	uprobes_init(&tr.cuda, tr.k, o->verbose);
 	tr.cuda.kernels = o->gpu_calls;
 	tr.cuda.device = o->device_times;
@@ -888,7 +834,7 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 		goto out;
 
 	loop = (struct loop){
-		.tr = &tr, .o = o, .seen = &seen, .ex = &ex, .top = top_on, .start = mono_s()
+		.tr = &tr, .o = o, .seen = &seen, .h = h, .start = mono_s()
 	};
 	err = loop_run(&loop, exiting);
 	kernel_ring_consume(tr.k);
@@ -906,24 +852,14 @@ int trace_run(const struct trace_opts *o, volatile sig_atomic_t *exiting)
 			(double)tr.cuda.map_window_max_ns / 1e6);
 	if (tr.recording && !tr.rec_err)
 		record_write_kstats(&tr.rec, pipeline_kstats_now(tr.pl));
-	/* The sinks' finish: the summary's total among them. */
-	pipeline_finish(tr.pl);
+	/* The owner's finish: the summary's total among them. */
+	if (h->finish)
+		h->finish(h->ctx);
 	/* After the summary, what the hint said if it still holds. */
 	if (tr.quiet_hint[0] && !http_seen(&tr))
 		fprintf(stderr, "tokenscope: still %s\n", tr.quiet_hint);
-	exporters_flush(&ex);
 out:
-	if (raw)
-		top_term_restore(STDIN_FILENO, &saved);
-	if (top_on)
-		top_free(&top);
 	discover_set_free(&seen);
-	if (ex_started) {
-		int e = exporters_stop(&ex);
-
-		if (e && !err)
-			err = e;
-	}
 	if (tr.recording) {
 		int e = record_close(&tr.rec);
 
@@ -938,6 +874,5 @@ out:
 	uprobes_detach(&tr.cuda);
 	tracefs_cleanup();
 	kernel_destroy(tr.k);
-	pipeline_destroy(tr.pl);
 	return err;
 }

@@ -6,7 +6,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cli/exporters.h"
+#include "session/exporters.h"
 #include "lib/clock.h"
 #include "sinks/html.h"
 #include "sinks/httpd.h"

@@ -1,0 +1,87 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A session: the owner of one run of tokenscope (trace, run, record, top or report). It builds
+ * the pipeline, creates every sink and registers them in one canonical order, decides once
+ * where each output goes (stdout or stderr), and ends them. Its driver (the live loader,
+ * loader/trace.c, or the replay of a recording, record/replay.c) feeds the pipeline through
+ * pipeline.h and calls the session at the moments below; it knows no sink.
+ *
+ * The canonical order of the sinks (a sink sees each request, step and tick after those before
+ * it): the diagnosis (report), the exporters (alerts, Prometheus, timeline, HTML, OTLP:
+ * session/exporters.h), the request lines (not in the live view), the summaries, and the live
+ * view (top, added when tracing begins).
+ *
+ * Where outputs go, decided in session_start: request lines to out, or to err when out carries
+ * the Prometheus text of `report --prometheus`; the summaries with the lines, or to err with
+ * --json (the total's JSON line then goes with the lines), or nowhere in the live view; the
+ * report's diagnosis to out, or to err with --json or --prometheus; messages to err.
+ */
+#ifndef TS_SESSION_H
+#define TS_SESSION_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <termios.h>
+
+#include "session/exporters.h"
+#include "pipeline/pipeline.h"
+#include "sinks/diagnosis.h"
+#include "sinks/output.h"
+#include "sinks/summary.h"
+#include "sinks/top.h"
+
+struct record_meta;
+
+struct session_opts {
+	bool json, tokens, gpu_steps, gpu_calls; /* the request lines (lines_opts) */
+	bool top;				 /* the live view instead of request lines */
+	bool by_process;			 /* top: a row per model and process */
+	bool report;  /* a recording replayed: its diagnosis, kept and printed at the end */
+	bool verbose; /* the pipeline reports every traced process's fork and exit */
+	struct export_opts ex;
+	FILE *out, *err; /* NULL: stdout and stderr */
+};
+
+struct session {
+	struct session_opts o;
+	struct pipeline *pl;
+	FILE *out, *err;
+	FILE *lines_out, *summary_out, *diagnosis_out;
+	struct exporters ex;
+	bool ex_started;
+	struct lines lines;
+	struct summaries sums;
+	struct diagnosis diag;
+	bool diag_on;
+	struct top top;
+	bool top_on, raw;
+	struct termios saved; /* the terminal's mode before the live view's keys (raw) */
+};
+
+/* Builds the pipeline and every sink but the live view, in the canonical order; origin_ns is
+ * the time zero of the timeline and the HTML page (a CLOCK_MONOTONIC time no record precedes).
+ * 0, or a negative errno after printing why; session_stop undoes it either way. */
+int session_start(struct session *s, const struct session_opts *o, uint64_t origin_ns);
+/* What the driver feeds. */
+struct pipeline *session_pipeline(struct session *s);
+/* A replay: the recording at path and its header (clocks and host), before the first record. */
+void session_set_source(struct session *s, const char *path, const struct record_meta *m);
+
+/* The live loader's calls (struct trace_hooks), each with the session as ctx:
+ * begin, once every process is attached: the live view starts (its sink is the last one, its
+ * screen and keys); 0 or a negative errno; */
+int session_begin(void *s);
+/* poll, after each drain of the ring buffer and before the tick: a new GPU sample (NVML); */
+void session_poll(void *s);
+/* key, in the live view after each drain: true when a key asked to quit; */
+bool session_key(void *s);
+/* finish, once the last record was fed (a replay's end too): every sink's finish, the
+ * summaries among them, what the trace exporter still holds sent, and a report's diagnosis. */
+void session_finish(void *s);
+
+/* Stops and frees everything; the exporters' first error (a file that could not be written),
+ * else 0. */
+int session_stop(struct session *s);
+
+#endif
