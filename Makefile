@@ -66,8 +66,8 @@ Q := @
 msg = @printf '  %-8s %s\n' "$(1)" "$(2)";
 endif
 
-# user/ is in folders by the data flow (docs/architecture.md): cli, loader, pipeline, record,
-# sinks, lib. Every file but main.c and the loader's skeleton users (trace.c, uprobes.c, run.c,
+# user/ is in folders by the data flow (docs/architecture.md): cli, session, loader, pipeline,
+# record, sinks, lib. Every file but main.c and the loader's skeleton users (trace.c, uprobes.c, run.c,
 # kernel.c) is code the tests link too.
 LOADER_SRCS := user/cli/main.c user/loader/trace.c user/loader/uprobes.c user/loader/tracefs.c \
 	user/loader/run.c \
