@@ -33,6 +33,8 @@ SYS_READ, SYS_WRITE, SYS_ACCEPT = 1, 5, 10
 AF_INET = 2
 # user/record/record.h
 RECORD_EV_KSTATS = 0x10000
+RECORD_EV_NVML = 0x10001
+RECORD_NVML_TEXT = 296
 RECORD_HEADER_BYTES = 400
 STATS = 7
 
@@ -196,6 +198,16 @@ def kstats(lost):
     stats[1] = lost
     return hdr(RECORD_EV_KSTATS, 24 + 8 * STATS, 0) + struct.pack("<II", STATS, 0) + \
         struct.pack("<%dQ" % STATS, *stats)
+
+
+def nvml(seq, util, procs):
+    """A GPU sample (record.h: record_nvml_event, one record_nvml_device, its processes)."""
+    dev = struct.pack("<IIIIQQQQII", 0, 0x1f, util, 350125, 1_000_200_000, 1 << 30, 8 << 30,
+                      1_980_000_000, len(procs), 0)
+    dev += b"Stub H200".ljust(RECORD_NVML_TEXT, b"\0") + b"GPU-0".ljust(RECORD_NVML_TEXT, b"\0")
+    dev += b"".join(struct.pack("<IIQ", pid, 1, mem) for pid, mem in procs)
+    body = struct.pack("<QII", seq, 1, 0) + dev
+    return hdr(RECORD_EV_NVML, 16 + len(body), 0) + body
 
 
 def connection_records(name, t0=1_000_000_000, conn_id=1, v1=False):
@@ -607,6 +619,10 @@ def record_seeds():
     recs[:0] = [proc_event(EV_PROC_FORK, 101, 100, 999_000_000)]
     recs.append(proc_event(EV_PROC_EXIT, 101, 0, 2_000_000_000, 9))
     put("fuzz_record", "procs-gpu.tsr", tsr(recs, RF_PROMETHEUS | RF_GPU | RF_VERBOSE | RF_BY_PROCESS))
+    recs = connection_records("uvloop_vllm")
+    recs[1:1] = [nvml(1, 45, [(100, 1 << 29), (7, 1 << 20)])]
+    recs.append(nvml(2, 90, [(100, 1 << 30)]))
+    put("fuzz_record", "nvml.tsr", tsr(recs, RF_PROMETHEUS | RF_GPU, version=3))
     put("fuzz_record", "cut.tsr", tsr(connection_records("tgi"))[:-7])
 
 

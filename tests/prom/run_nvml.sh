@@ -13,7 +13,9 @@
 #  (d) no driver (nvmlInit fails; and, where no NVML is installed, no library at all): one
 #      message on stderr, no NVML family on /metrics, no GPU line in the summary;
 #  (e) a trace with neither --listen nor --timeline does not open NVML (no message);
-#  (f) `top`: a line per GPU in its frames, with the traced processes' memory.
+#  (f) `top`: a line per GPU in its frames, with the traced processes' memory;
+#  (g) `record --listen`: the samples go into the recording, and `report --prometheus` gives the
+#      same gauges and the summary's GPU lines.
 # Needs root (BPF). Prints PASS/FAIL/SKIP lines and the totals line; exits 1 if anything failed.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
@@ -61,6 +63,7 @@ fi
 STUB="name=Stub H200,uuid=GPU-0000-aaaa,util=45,mem=1073741824/8589934592,sm=1980,power=350125"
 STUB="$STUB,procs=$RSPID:536870912/$ENGINE:2147483648/$$:1048576/1:2097152"
 STUB="$STUB;name=Stub \"B\" \\ x,uuid=GPU-1111,util=7,power=na"
+GOOD_STUB=$STUB # (d) makes the stand-in fail; (g) uses this
 
 # Starts tokenscope (args...) with env STUB and LIBDIR; sets TSPID and, with --listen, MPORT.
 start_ts() {
@@ -254,6 +257,33 @@ else
 		ko "no library" "stderr: $msg; families: $(grep -Ec "$NVML_FAMILIES" "$TMP/m.txt")"
 	fi
 	LIBDIR=$STANDIN_DIR
+fi
+
+# (g) record with --listen: the GPU samples go into the recording, and report reproduces them
+# (the same gauges as the live /metrics, the traced processes' memory only, the summary's lines)
+: >"$TMP/rec.err"
+LD_LIBRARY_PATH=$LIBDIR TS_NVML_STUB=$GOOD_STUB "$TS" record -p "$RSPID" -o "$TMP/nvml.tsr" \
+	--listen 127.0.0.1:0 -d 3 >"$TMP/rec.out" 2>"$TMP/rec.err" </dev/null &
+TSPID=$!
+pids+=("$TSPID")
+for _ in $(seq 80); do kill -0 "$TSPID" 2>/dev/null || break; sleep 0.1; done
+wait "$TSPID"
+RC=$?
+"$TS" report "$TMP/nvml.tsr" --prometheus >"$TMP/m.txt" 2>"$TMP/rep.err"
+RRC=$?
+bad=""
+check "tokenscope_gpu_utilization_ratio{$G0}" 0.45
+check 'tokenscope_gpu_utilization_ratio{gpu="1",uuid="GPU-1111"}' 0.07
+check "tokenscope_gpu_memory_used_bytes{$G0}" 1073741824
+check "tokenscope_gpu_power_watts{$G0}" 350.125
+check "tokenscope_gpu_process_memory_bytes{$G0,pid=\"$RSPID\"}" 536870912
+check "tokenscope_gpu_process_memory_bytes{$G0,pid=\"$ENGINE\"}" 2147483648
+samples=$(value tokenscope_gpu_samples_total)
+if [ "$RC" = 0 ] && [ "$RRC" = 0 ] && [ -z "$bad" ] && [ "${samples:-0}" -ge 2 ] &&
+	! grep -Eq "pid=\"($$|1)\"" "$TMP/m.txt" && grep -q '^  gpu 0 Stub H200' "$TMP/rep.err"; then
+	ok "record --listen keeps the GPU samples; report --prometheus gives the live values ($samples samples) and the summary's GPU lines"
+else
+	ko "NVML in a recording" "record $RC, report $RRC, samples '$samples'${bad}; $(grep -c '^  gpu ' "$TMP/rep.err") gpu lines"
 fi
 
 # (e) neither output asked for: NVML is not opened

@@ -12,6 +12,7 @@
 #include "check.h"
 #include "pipeline/pipeline_impl.h"
 #include "sinks/output.h"
+#include "pipeline/nvml_sample.h"
 #include "record/record.h"
 #include "record/replay.h"
 #include "sinks/summary.h"
@@ -690,7 +691,7 @@ TEST(test_wrong_magic_and_version)
 	record_close(&w);
 	file = read_whole(path, &n_file);
 	ASSERT_TRUE(!memcmp(file, "TSREC", 5), "magic on disk");
-	ASSERT_EQ(file[8], 2, "version 2, little endian");
+	ASSERT_EQ(file[8], 3, "version 3, little endian");
 	ASSERT_EQ(file[12] | file[13] << 8, RECORD_HEADER_BYTES, "header length, little endian");
 
 	file[0] = 'X';
@@ -699,16 +700,16 @@ TEST(test_wrong_magic_and_version)
 	ASSERT_STREQ(st.reason, "not a tokenscope recording", "reason");
 	file[0] = 'T';
 
-	file[8] = 3;
+	file[8] = 4;
 	write_file(path, file, n_file);
 	ASSERT_EQ(record_replay(path, collect, &got, NULL, &st), -EPROTONOSUPPORT, "future");
-	ASSERT_STREQ(st.reason, "unsupported version 3 (this tokenscope reads versions 1 to 2)",
+	ASSERT_STREQ(st.reason, "unsupported version 4 (this tokenscope reads versions 1 to 3)",
 		     "reason");
 	ASSERT_FALSE(st.header_ok, "header not ok");
 	file[8] = 0;
 	write_file(path, file, n_file);
 	ASSERT_EQ(record_replay(path, collect, &got, NULL, &st), -EPROTONOSUPPORT, "version 0");
-	file[8] = 2;
+	file[8] = 3;
 
 	file[12] = 10, file[13] = 0;
 	write_file(path, file, n_file);
@@ -740,7 +741,8 @@ TEST(test_header_fields_checked)
 		  "corrupt header: monotonic clock at 9223372036854775808 ns, past 2^62 (146 years "
 		  "of uptime)" },
 		{ 24, 8, UINT64_MAX,
-		  "corrupt header: wall clock at 18446744073709551615 ns since 1970, past 2^62 (the "
+		  "corrupt header: wall clock at 18446744073709551615 ns since 1970, past 2^62 "
+		  "(the "
 		  "year 2116)" },
 		{ 32, 4, TS_CAPTURE_MAX + 1,
 		  "corrupt header: capture limit 1048577 bytes (at most "
@@ -1081,6 +1083,104 @@ TEST(test_replay_truncated_body)
 	live_close(&a);
 	live_close(&b);
 	rm_path(path);
+}
+
+/* A GPU sample with two devices: every field, processes on the first, a name to clean. */
+static void nvml_sample_fill(struct nvml_snapshot *g)
+{
+	memset(g, 0, sizeof(*g));
+	g->seq = 7;
+	g->ndevices = 2;
+	g->devices_dropped = 1;
+	g->devices[0] = (struct nvml_device){ .index = 0,
+					      .mono_ns = 123456789,
+					      .util_present = true,
+					      .mem_present = true,
+					      .clock_present = true,
+					      .power_present = true,
+					      .procs_present = true,
+					      .util_pct = 45,
+					      .mem_used = 1ull << 30,
+					      .mem_total = 8ull << 30,
+					      .sm_clock_hz = 1980000000,
+					      .power_mw = 350125,
+					      .nprocs = 2,
+					      .procs_dropped = 3 };
+	snprintf(g->devices[0].name, sizeof(g->devices[0].name), "Stub H200");
+	snprintf(g->devices[0].uuid, sizeof(g->devices[0].uuid), "GPU-0000");
+	g->devices[0].procs[0] = (struct nvml_proc){ 42, true, 1u << 29 };
+	g->devices[0].procs[1] = (struct nvml_proc){ 43, false, 0 };
+	g->devices[1] = (struct nvml_device){ .index = 1, .util_present = true, .util_pct = 7 };
+	snprintf(g->devices[1].name, sizeof(g->devices[1].name), "B\x1b[2J");
+}
+
+/*
+ * A GPU sample written as RECORD_EV_NVML and read back is the same sample (its name made
+ * printable); records that do not hold what they say are refused, never read past.
+ */
+TEST(test_nvml_record)
+{
+	static struct nvml_snapshot in, out;
+	struct record_writer w;
+	struct record_meta m;
+	struct record_reader rd;
+	const void *rec;
+	size_t len;
+	char *path = tmp_path();
+	unsigned char *copy;
+
+	if (!ASSERT_OK_PTR(path, "temp file"))
+		return;
+	test_meta(&m);
+	nvml_sample_fill(&in);
+	ASSERT_OK(record_open(&w, path, &m), "open");
+	ASSERT_OK(record_write_nvml(&w, &in), "write");
+	ASSERT_OK(record_close(&w), "close");
+	if (!ASSERT_OK(record_reader_open(&rd, path), "reader"))
+		return;
+	if (ASSERT_EQ(record_next(&rd, &rec, &len), 1, "one record")) {
+		ASSERT_OK(record_nvml(rec, len, &out), "read back");
+		ASSERT_EQ(out.seq, 7, "seq");
+		ASSERT_EQ(out.ndevices, 2, "devices");
+		ASSERT_EQ(out.devices_dropped, 1, "dropped");
+		ASSERT_EQ(out.devices[0].util_pct, 45, "util");
+		ASSERT_EQ(out.devices[0].mem_total, 8ull << 30, "mem");
+		ASSERT_EQ(out.devices[0].power_mw, 350125, "power");
+		ASSERT_TRUE(out.devices[0].procs_present && out.devices[0].clock_present, "flags");
+		ASSERT_EQ(out.devices[0].nprocs, 2, "procs");
+		ASSERT_EQ(out.devices[0].procs_dropped, 3, "procs dropped");
+		ASSERT_EQ(out.devices[0].procs[0].pid, 42, "pid");
+		ASSERT_EQ(out.devices[0].procs[0].mem_bytes, 1u << 29, "proc mem");
+		ASSERT_FALSE(out.devices[0].procs[1].mem_present, "absent proc mem");
+		ASSERT_STREQ(out.devices[0].name, "Stub H200", "name");
+		ASSERT_FALSE(out.devices[1].mem_present, "device 1: no memory");
+		ASSERT_TRUE(!strchr(out.devices[1].name, 0x1b), "escape made printable");
+		copy = malloc(len + 8);
+		if (copy) {
+			struct record_nvml_event *e = (struct record_nvml_event *)copy;
+			struct record_nvml_device *d =
+			    (struct record_nvml_device *)(copy + sizeof(*e));
+
+			memcpy(copy, rec, len);
+			ASSERT_EQ(record_nvml(copy, len - 1, &out), -EINVAL, "cut short");
+			e->hdr.size = (uint32_t)len + 8;
+			memset(copy + len, 0, 8);
+			ASSERT_EQ(record_nvml(copy, len + 8, &out), -EINVAL, "bytes left over");
+			e->hdr.size = (uint32_t)len;
+			e->ndevices = NVML_MAX_DEVICES + 1;
+			ASSERT_EQ(record_nvml(copy, len, &out), -EINVAL, "too many devices");
+			e->ndevices = 2;
+			d->nprocs = 3;
+			ASSERT_EQ(record_nvml(copy, len, &out), -EINVAL,
+				  "more processes than held");
+			d->nprocs = NVML_MAX_PROCS + 1;
+			ASSERT_EQ(record_nvml(copy, len, &out), -EINVAL, "too many processes");
+			free(copy);
+		}
+	}
+	record_reader_close(&rd);
+	unlink(path);
+	free(path);
 }
 
 int main(void)

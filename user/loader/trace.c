@@ -334,12 +334,32 @@ static int trace_follow(struct tracer *tr, uint32_t pid, bool root)
 	return err;
 }
 
+/* A process followed that the recording's header does not name (a descendant found in /proc,
+ * a server --all found): a fork record for the file alone, so that a replay traces it as this
+ * pipeline does (its parent unknown: 0). */
+static void record_followed(struct tracer *tr, uint32_t pid)
+{
+	struct ts_proc_event e = { .hdr = { TS_EV_PROC_FORK, sizeof(e), pid, pid } };
+	int err;
+
+	if (!tr->recording || tr->rec_err)
+		return;
+	e.ts_ns = mono_ns();
+	err = record_write(&tr->rec, &e, sizeof(e));
+	if (err && err != -EINVAL) {
+		tr->rec_err = err;
+		fprintf(stderr, "tokenscope: recording stopped: %s\n", strerror(-err));
+	}
+}
+
 static void follow_descendant(void *ctx, uint32_t pid)
 {
 	struct tracer *tr = ctx;
 
-	if (!trace_follow(tr, pid, false))
+	if (!trace_follow(tr, pid, false)) {
 		pipeline_label_process(tr->pl, pid, tr->label);
+		record_followed(tr, pid);
+	}
 }
 
 /* --all: follows a server found by a rule, with its descendants; false when it cannot. */
@@ -349,6 +369,7 @@ static bool discover_attach(struct tracer *tr, struct discover_set *seen,
 	discover_set_add(seen, d->pid);
 	if (trace_follow(tr, d->pid, true))
 		return false;
+	record_followed(tr, d->pid);
 	tr->label = d->container_short;
 	pipeline_label_process(tr->pl, d->pid, d->container_short);
 	proc_descendants("/proc", d->pid, follow_descendant, tr);
@@ -467,8 +488,8 @@ struct loop {
 	const struct trace_opts *o;
 	struct discover_set *seen;
 	const struct trace_hooks *h; /* the owner's calls: poll at each drain, keys */
-	double start;	      /* mono_s() when tracing began */
-	long intervals;	      /* interval summaries printed */
+	double start;		     /* mono_s() when tracing began */
+	long intervals;		     /* interval summaries printed */
 };
 
 /*
@@ -662,8 +683,16 @@ static void loop_drain(struct loop *l)
 	kernel_ring_consume(tr->k);
 	read_kstats(tr);
 	pipeline_clock(tr->pl, now);
-	if (l->h->poll)
-		l->h->poll(l->h->ctx);
+	if (l->h->poll) {
+		struct nvml_snapshot *g = l->h->poll(l->h->ctx);
+
+		/* A GPU sample enters the recording where the sinks get it: a replay gives it to
+		 * them at the same point of the stream. */
+		if (g && tr->recording && !tr->rec_err)
+			record_write_nvml(&tr->rec, g);
+		if (g)
+			pipeline_gpu_sample(tr->pl, g);
+	}
 	pipeline_tick(tr->pl);
 	if (tr->recording && !tr->rec_err) {
 		/* Counters too (a report shows the losses), and a file usable if killed. */
@@ -833,9 +862,7 @@ int trace_run(const struct trace_opts *o, struct pipeline *pl, const struct trac
 	if (o->attached && (err = o->attached(o->attached_ctx)))
 		goto out;
 
-	loop = (struct loop){
-		.tr = &tr, .o = o, .seen = &seen, .h = h, .start = mono_s()
-	};
+	loop = (struct loop){ .tr = &tr, .o = o, .seen = &seen, .h = h, .start = mono_s() };
 	err = loop_run(&loop, exiting);
 	kernel_ring_consume(tr.k);
 	read_kstats(&tr);
@@ -845,11 +872,12 @@ int trace_run(const struct trace_opts *o, struct pipeline *pl, const struct trac
 			"once-a-second scan, not when mapped: first calls possibly missed\n",
 			tr.cuda.late_hooks, tr.cuda.late_hooks == 1 ? "" : "s");
 	if (tr.cuda.map_hooks)
-		fprintf(stderr,
-			"tokenscope: %d (process, library) pair%s hooked from the mapping's record, "
-			"at most %.3f ms after the mapping: calls in that time not seen\n",
-			tr.cuda.map_hooks, tr.cuda.map_hooks == 1 ? "" : "s",
-			(double)tr.cuda.map_window_max_ns / 1e6);
+		fprintf(
+		    stderr,
+		    "tokenscope: %d (process, library) pair%s hooked from the mapping's record, "
+		    "at most %.3f ms after the mapping: calls in that time not seen\n",
+		    tr.cuda.map_hooks, tr.cuda.map_hooks == 1 ? "" : "s",
+		    (double)tr.cuda.map_window_max_ns / 1e6);
 	if (tr.recording && !tr.rec_err)
 		record_write_kstats(&tr.rec, pipeline_kstats_now(tr.pl));
 	/* The owner's finish: the summary's total among them. */

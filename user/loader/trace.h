@@ -37,12 +37,14 @@ struct trace_opts {
 };
 
 /* What the tracer's owner does at each moment of a trace (ctx its own): begin once every
- * process is attached (non-zero: tracing stops); poll after each drain, before the tick; key
- * after each drain when set (true: the user asked to quit); finish once the last record was
- * fed. */
+ * process is attached (non-zero: tracing stops); poll after each drain, before the tick: a new
+ * GPU sample or NULL (the tracer records it and gives it to the pipeline, as a replay does);
+ * key after each drain when set (true: the user asked to quit); finish once the last record
+ * was fed. */
+struct nvml_snapshot;
 struct trace_hooks {
 	int (*begin)(void *ctx);
-	void (*poll)(void *ctx);
+	struct nvml_snapshot *(*poll)(void *ctx);
 	bool (*key)(void *ctx);
 	void (*finish)(void *ctx);
 	void *ctx;

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "lib/utf8.h"
+#include "pipeline/nvml_sample.h"
 #include "record/record.h"
 
 _Static_assert(sizeof(struct record_kstats_event) == 24, "record_kstats_event layout");
@@ -295,6 +296,114 @@ int record_write_kstats(struct record_writer *w, const uint64_t kstats[TS_STAT_M
 	memcpy(w->kstats, kstats, sizeof(w->kstats));
 	w->kstats_written = true;
 	return 0;
+}
+
+int record_write_nvml(struct record_writer *w, const struct nvml_snapshot *s)
+{
+	size_t len = sizeof(struct record_nvml_event);
+	unsigned char *buf, *p;
+	struct record_nvml_event *e;
+	uint32_t nd = s->ndevices < NVML_MAX_DEVICES ? s->ndevices : NVML_MAX_DEVICES;
+	int err;
+
+	for (uint32_t i = 0; i < nd; i++)
+		len += sizeof(struct record_nvml_device) +
+		       (s->devices[i].nprocs < NVML_MAX_PROCS ? s->devices[i].nprocs
+							      : NVML_MAX_PROCS) *
+			   sizeof(struct record_nvml_proc);
+	buf = calloc(1, len);
+	if (!buf)
+		return -ENOMEM;
+	e = (struct record_nvml_event *)buf;
+	e->hdr.type = RECORD_EV_NVML;
+	e->hdr.size = (__u32)len;
+	e->seq = s->seq;
+	e->ndevices = nd;
+	e->devices_dropped = s->devices_dropped;
+	p = buf + sizeof(*e);
+	for (uint32_t i = 0; i < nd; i++) {
+		const struct nvml_device *d = &s->devices[i];
+		struct record_nvml_device *rd = (struct record_nvml_device *)p;
+		uint32_t np = d->nprocs < NVML_MAX_PROCS ? d->nprocs : NVML_MAX_PROCS;
+
+		rd->index = d->index;
+		rd->flags = (d->util_present ? RECORD_NVML_UTIL : 0) |
+			    (d->mem_present ? RECORD_NVML_MEM : 0) |
+			    (d->clock_present ? RECORD_NVML_CLOCK : 0) |
+			    (d->power_present ? RECORD_NVML_POWER : 0) |
+			    (d->procs_present ? RECORD_NVML_PROCS : 0);
+		rd->util_pct = d->util_pct;
+		rd->power_mw = d->power_mw;
+		rd->mono_ns = d->mono_ns;
+		rd->mem_used = d->mem_used;
+		rd->mem_total = d->mem_total;
+		rd->sm_clock_hz = d->sm_clock_hz;
+		rd->nprocs = np;
+		rd->procs_dropped = d->procs_dropped;
+		memcpy(rd->name, d->name, strnlen(d->name, sizeof(d->name)));
+		memcpy(rd->uuid, d->uuid, strnlen(d->uuid, sizeof(d->uuid)));
+		p += sizeof(*rd);
+		for (uint32_t j = 0; j < np; j++, p += sizeof(struct record_nvml_proc))
+			*(struct record_nvml_proc *)p =
+			    (struct record_nvml_proc){ .pid = d->procs[j].pid,
+						       .mem_present = d->procs[j].mem_present,
+						       .mem_bytes = d->procs[j].mem_bytes };
+	}
+	err = record_write(w, buf, len);
+	free(buf);
+	return err;
+}
+
+int record_nvml(const void *rec, size_t len, struct nvml_snapshot *s)
+{
+	const struct record_nvml_event *e = rec;
+	const unsigned char *p = rec, *end = p + len;
+
+	if (len < sizeof(*e) || e->hdr.type != RECORD_EV_NVML || e->hdr.size != len ||
+	    e->ndevices > NVML_MAX_DEVICES)
+		return -EINVAL;
+	memset(s, 0, sizeof(*s));
+	s->seq = e->seq;
+	s->ndevices = e->ndevices;
+	s->devices_dropped = e->devices_dropped;
+	p += sizeof(*e);
+	for (uint32_t i = 0; i < e->ndevices; i++) {
+		struct record_nvml_device rd;
+		struct nvml_device *d = &s->devices[i];
+
+		if ((size_t)(end - p) < sizeof(rd))
+			return -EINVAL;
+		memcpy(&rd, p, sizeof(rd));
+		p += sizeof(rd);
+		if (rd.nprocs > NVML_MAX_PROCS ||
+		    (size_t)(end - p) < rd.nprocs * sizeof(struct record_nvml_proc))
+			return -EINVAL;
+		d->index = rd.index;
+		d->util_present = rd.flags & RECORD_NVML_UTIL;
+		d->mem_present = rd.flags & RECORD_NVML_MEM;
+		d->clock_present = rd.flags & RECORD_NVML_CLOCK;
+		d->power_present = rd.flags & RECORD_NVML_POWER;
+		d->procs_present = rd.flags & RECORD_NVML_PROCS;
+		d->util_pct = rd.util_pct;
+		d->power_mw = rd.power_mw;
+		d->mono_ns = rd.mono_ns;
+		d->mem_used = rd.mem_used;
+		d->mem_total = rd.mem_total;
+		d->sm_clock_hz = rd.sm_clock_hz;
+		d->nprocs = rd.nprocs;
+		d->procs_dropped = rd.procs_dropped;
+		utf8_clean(d->name, sizeof(d->name), rd.name, strnlen(rd.name, sizeof(rd.name)));
+		utf8_clean(d->uuid, sizeof(d->uuid), rd.uuid, strnlen(rd.uuid, sizeof(rd.uuid)));
+		for (uint32_t j = 0; j < rd.nprocs; j++, p += sizeof(struct record_nvml_proc)) {
+			struct record_nvml_proc rp;
+
+			memcpy(&rp, p, sizeof(rp));
+			d->procs[j] = (struct nvml_proc){ .pid = rp.pid,
+							  .mem_present = rp.mem_present != 0,
+							  .mem_bytes = rp.mem_bytes };
+		}
+	}
+	return p == end ? 0 : -EINVAL;
 }
 
 int record_close(struct record_writer *w)

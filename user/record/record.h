@@ -4,8 +4,8 @@
  * replayed through the same pipeline by `tokenscope report` (every number is a function of
  * the event stream, so a replay reports exactly what the live tracer would have).
  *
- * File format, version 2 (version 1 differed only in struct ts_data_event, which lacked
- * queued_ns). Every integer is little endian.
+ * File format, version 3 (version 2 had no RECORD_EV_NVML records; version 1 differed too in
+ * struct ts_data_event, which lacked queued_ns). Every integer is little endian.
  *
  *   header (header_bytes long; v1 writes RECORD_HEADER_BYTES = 400)
  *     0  char magic[8]        "TSREC\0\0\0"
@@ -33,10 +33,12 @@
  * Ring-buffer records are stored as they came, in the byte order of the machine that recorded
  * them; tokenscope runs on little-endian machines (x86_64, arm64) only.
  *
- * One record type exists only in files: RECORD_EV_KSTATS, a snapshot of the kernel's counters
+ * Two record types exist only in files: RECORD_EV_KSTATS, a snapshot of the kernel's counters
  * (lost records, bytes beyond capture, ...), which live only in a BPF map and not in the ring
  * buffer. The recorder writes one whenever they change, in stream order, so a replay marks the
  * same open requests as maybe lost and shows the same loss figures (nothing is lost silently).
+ * And RECORD_EV_NVML, a GPU sample (NVML) as the live run read it, at the point of the stream
+ * where its sinks got it, so a replay shows the same GPU utilisation and memory.
  *
  * Replay stops at the first record that cannot be framed (a zero or insane length, a length
  * that disagrees with hdr.size, a truncated last record): everything before it has been fed,
@@ -56,7 +58,7 @@
 
 #define RECORD_MAGIC "TSREC\0\0\0"
 #define RECORD_MAGIC_BYTES 8
-#define RECORD_VERSION 2
+#define RECORD_VERSION 3
 /* Version 1 lacked ts_data_event.queued_ns; its data records are read with it 0 (unknown). */
 #define RECORD_VERSION_OLDEST 1
 #define RECORD_HEADER_BYTES 400
@@ -84,6 +86,34 @@ struct record_kstats_event {
 	__u32 nstats;		 /* counters that follow; a reader uses the ones it knows */
 	__u32 pad;
 	__u64 stats[]; /* enum ts_stat order */
+};
+
+/* File-only record: a GPU sample (struct nvml_snapshot, every process on each GPU), then
+ * ndevices devices, each followed by its nprocs processes. */
+#define RECORD_EV_NVML 0x10001
+#define RECORD_NVML_TEXT 296 /* NVML_TEXT_MAX rounded up to 8 */
+enum record_nvml_flags {
+	RECORD_NVML_UTIL = 1 << 0,
+	RECORD_NVML_MEM = 1 << 1,
+	RECORD_NVML_CLOCK = 1 << 2,
+	RECORD_NVML_POWER = 1 << 3,
+	RECORD_NVML_PROCS = 1 << 4,
+};
+struct record_nvml_event {
+	struct ts_event_hdr hdr; /* type RECORD_EV_NVML, size: all that follows too; pid 0 */
+	__u64 seq;
+	__u32 ndevices, devices_dropped;
+};
+struct record_nvml_device {
+	__u32 index, flags; /* RECORD_NVML_*: which fields NVML gave */
+	__u32 util_pct, power_mw;
+	__u64 mono_ns, mem_used, mem_total, sm_clock_hz;
+	__u32 nprocs, procs_dropped;
+	char name[RECORD_NVML_TEXT], uuid[RECORD_NVML_TEXT]; /* NUL-padded */
+};
+struct record_nvml_proc {
+	__u32 pid, mem_present;
+	__u64 mem_bytes;
 };
 
 /* A header's strings, as the reader gives them: printable UTF-8 (utf8_clean), where a byte may
@@ -135,6 +165,12 @@ int record_open(struct record_writer *w, const char *path, const struct record_m
 /* Appends one ring-buffer record. -EINVAL (counted in w->rejected, nothing written) when len is
  * outside [16, RECORD_MAX_BYTES] or disagrees with hdr.size; other negative errno: I/O error. */
 int record_write(struct record_writer *w, const void *rec, size_t len);
+/* Appends a RECORD_EV_NVML record of the sample s. */
+struct nvml_snapshot;
+int record_write_nvml(struct record_writer *w, const struct nvml_snapshot *s);
+/* The sample of a RECORD_EV_NVML record into *s, its strings made printable (utf8_clean);
+ * -EINVAL (s then undefined) when the record is not one or does not hold what it says. */
+int record_nvml(const void *rec, size_t len, struct nvml_snapshot *s);
 /* Appends a RECORD_EV_KSTATS record when the counters differ from the last written ones. */
 int record_write_kstats(struct record_writer *w, const uint64_t kstats[TS_STAT_MAX]);
 /* Writes buffered records to the file (the loader calls it after each drain, so a killed

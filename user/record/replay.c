@@ -1,5 +1,9 @@
 // SPDX-License-Identifier: MIT
 /* A recording through the pipeline, as the live loader drives it (see replay.h). */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "pipeline/nvml_sample.h"
 #include "record/replay.h"
 
 _Static_assert(RECORD_MAX_ROOTS >= PIPELINE_MAX_ROOTS, "a recording holds every -p");
@@ -22,7 +26,14 @@ int replay_feed(void *replay, const void *rec, size_t len)
 		for (uint32_t i = 0; rp->meta && i < rp->meta->nroots && i < RECORD_MAX_ROOTS; i++)
 			pipeline_add_process(pl, rp->meta->roots[i], true);
 	}
-	if (ks) {
+	if (len >= sizeof(struct ts_event_hdr) &&
+	    ((const struct ts_event_hdr *)rec)->type == RECORD_EV_NVML) {
+		if (!rp->gpu && !(rp->gpu = malloc(sizeof(*rp->gpu))))
+			return -ENOMEM;
+		err = record_nvml(rec, len, rp->gpu);
+		if (!err)
+			pipeline_gpu_sample(pl, rp->gpu);
+	} else if (ks) {
 		uint32_t n = ks->nstats < TS_STAT_MAX ? ks->nstats : TS_STAT_MAX;
 		uint64_t stats[TS_STAT_MAX];
 
@@ -51,5 +62,12 @@ int replay_run(struct replay *rp, struct record_reader *r)
 		if (replay_feed(rp, rec, len) < 0)
 			r->st.rejected++;
 	pipeline_tick(rp->pl);
+	replay_free(rp);
 	return err;
+}
+
+void replay_free(struct replay *rp)
+{
+	free(rp->gpu);
+	rp->gpu = NULL;
 }

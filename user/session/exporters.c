@@ -19,10 +19,9 @@ static void usage_sample(void *ctx, const struct nvml_snapshot *s)
 	nvml_usage_add(ctx, s);
 }
 
-void exporters_poll_gpu(struct exporters *x, struct pipeline *pl)
+struct nvml_snapshot *exporters_gpu_sample(struct exporters *x)
 {
-	if (x->nvml && nvml_latest(x->nvml, x->gpu))
-		pipeline_gpu_sample(pl, x->gpu);
+	return x->nvml && nvml_latest(x->nvml, x->gpu) ? x->gpu : NULL;
 }
 
 int exporters_start(struct exporters *x, const struct export_opts *eo, struct pipeline *pl,
@@ -31,6 +30,8 @@ int exporters_start(struct exporters *x, const struct export_opts *eo, struct pi
 	/* A replay has no GPU to read; a plain trace's summary alone does not open NVML, so a run
 	 * that asked for neither output prints nothing new where there is no driver. */
 	bool want_gpu = !eo->replay && (eo->listen || eo->timeline || eo->top);
+	/* A replay gets the samples its recording holds: their summary too. */
+	bool want_usage = want_gpu || eo->replay;
 	struct sink sink;
 	int err;
 
@@ -39,10 +40,10 @@ int exporters_start(struct exporters *x, const struct export_opts *eo, struct pi
 	x->err = eo->err ? eo->err : stderr;
 	/* report --prometheus: out carries the metrics text alone. */
 	x->print_to_stderr = eo->json || eo->prometheus;
-	if (want_gpu) {
-		x->gpu = calloc(1, sizeof(*x->gpu));
+	if (want_usage) {
+		x->gpu = want_gpu ? calloc(1, sizeof(*x->gpu)) : NULL;
 		x->gpu_usage = calloc(1, sizeof(*x->gpu_usage));
-		if (!x->gpu || !x->gpu_usage)
+		if ((want_gpu && !x->gpu) || !x->gpu_usage)
 			return -ENOMEM;
 		sink = (struct sink){ .name = "nvml",
 				      .ctx = x->gpu_usage,

@@ -72,9 +72,9 @@ struct exporters {
  * CLOCK_MONOTONIC time no record precedes). Prints why on failure. */
 int exporters_start(struct exporters *x, const struct export_opts *eo, struct pipeline *pl,
 		    uint64_t origin_ns);
-/* The loader, after each drain and before the tick: a new GPU sample, if the sampler has one,
- * to every sink (pipeline_gpu_sample). */
-void exporters_poll_gpu(struct exporters *x, struct pipeline *pl);
+/* After each drain and before the tick: a new GPU sample, if the sampler has one (valid until
+ * the next call), else NULL. */
+struct nvml_snapshot *exporters_gpu_sample(struct exporters *x);
 /* A replay: the records (of the recording at path) were made on host, recording from when
  * CLOCK_MONOTONIC read start_mono_ns, with CLOCK_REALTIME real_offset_ns ahead of it (a
  * recording's header, record_meta). Call before the first record is fed, so that every span

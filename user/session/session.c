@@ -104,11 +104,11 @@ int session_begin(void *ctx)
 	return 0;
 }
 
-void session_poll(void *ctx)
+struct nvml_snapshot *session_poll(void *ctx)
 {
 	struct session *s = ctx;
 
-	exporters_poll_gpu(&s->ex, s->pl);
+	return exporters_gpu_sample(&s->ex);
 }
 
 bool session_key(void *ctx)

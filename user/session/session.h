@@ -72,8 +72,9 @@ void session_set_source(struct session *s, const char *path, const struct record
  * begin, once every process is attached: the live view starts (its sink is the last one, its
  * screen and keys); 0 or a negative errno; */
 int session_begin(void *s);
-/* poll, after each drain of the ring buffer and before the tick: a new GPU sample (NVML); */
-void session_poll(void *s);
+/* poll, after each drain of the ring buffer and before the tick: a new GPU sample (NVML), or
+ * NULL; */
+struct nvml_snapshot *session_poll(void *s);
 /* key, in the live view after each drain: true when a key asked to quit; */
 bool session_key(void *s);
 /* finish, once the last record was fed (a replay's end too): every sink's finish, the
