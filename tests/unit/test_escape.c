@@ -3,28 +3,10 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "cells.h"
 #include "check.h"
 #include "lib/escape.h"
 #include "lib/utf8.h"
-
-/* Display cells of s as escape_text_col counts them; -1 if s is not printable UTF-8. */
-static int cells(const char *s)
-{
-	const unsigned char *p = (const unsigned char *)s;
-	size_t n = strlen(s);
-	int w = 0;
-
-	while (n) {
-		size_t len = utf8_len(p, n);
-
-		if (!len || (len == 1 && (*p < 0x20 || *p == 0x7f)))
-			return -1;
-		w += escape_cell_width(utf8_decode(p, len));
-		p += len;
-		n -= len;
-	}
-	return w;
-}
 
 TEST(test_text_col_ascii)
 {
@@ -44,7 +26,7 @@ TEST(test_text_col_controls)
 
 	escape_text_col(out, sizeof(out), "\033[2J\033]0;x\007GET", 6, true);
 	ASSERT_STREQ(out, "\xef\xbf\xbd[2J\xef\xbf\xbd]", "escapes replaced, cut at 6 cells");
-	ASSERT_EQ(cells(out), 6, "six cells");
+	ASSERT_EQ(text_cells(out, strlen(out)), 6, "six cells");
 	escape_text_col(out, sizeof(out),
 			"\xc2\x9b"
 			"31m\x7f\xff",
@@ -74,10 +56,10 @@ TEST(test_text_col_wide)
 	ASSERT_STREQ(out, name, "30 cells: 4 wide, 14 narrow, 4 wide");
 	escape_text_col(out, sizeof(out), name, 23, true);
 	ASSERT_STREQ(out, "通义千问-72B-Instruct- ", "23 cells: the next wide one does not fit");
-	ASSERT_EQ(cells(out), 23, "23 cells");
+	ASSERT_EQ(text_cells(out, strlen(out)), 23, "23 cells");
 	escape_text_col(out, sizeof(out), name, 7, true);
 	ASSERT_STREQ(out, "通义千 ", "a wide character that would cross the edge is left out");
-	ASSERT_EQ(cells(out), 7, "padded to 7");
+	ASSERT_EQ(text_cells(out, strlen(out)), 7, "padded to 7");
 	/* A combining accent takes no cell of its own. */
 	escape_text_col(out, sizeof(out), "e\xcc\x81tude", 3, false);
 	ASSERT_STREQ(out, "e\xcc\x81tu", "the mark stays with its letter");
@@ -101,7 +83,7 @@ TEST(test_text_col_any_bytes)
 		}
 		in[sizeof(in) - 1] = 0;
 		escape_text_col(out, sizeof(out), (const char *)in, 5, true);
-		if (!ASSERT_EQ(cells(out), 5, "five printable cells"))
+		if (!ASSERT_EQ(text_cells(out, strlen(out)), 5, "five printable cells"))
 			return;
 	}
 }

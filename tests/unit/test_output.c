@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "cells.h"
 #include "check.h"
 #include "lib/escape.h"
 #include "lib/utf8.h"
@@ -15,24 +16,6 @@
 #define NO_GPU_MAX_CELLS 100
 
 static const char gpu_cols[] = "QUEUE PREFILL  DECODE STEPS BATCH";
-
-/* Display cells of one line (escape_text_col's count); -1 if it is not printable UTF-8. */
-static int cells(const char *s, size_t n)
-{
-	const unsigned char *p = (const unsigned char *)s;
-	int w = 0;
-
-	while (n) {
-		size_t len = utf8_len(p, n);
-
-		if (!len || (len == 1 && (*p < 0x20 || *p == 0x7f)))
-			return -1;
-		w += escape_cell_width(utf8_decode(p, len));
-		p += len;
-		n -= len;
-	}
-	return w;
-}
 
 struct text {
 	char *buf;
@@ -137,7 +120,7 @@ TEST(test_text_no_gpu_fits)
 		return;
 	}
 	for (int i = 0; i < t.n; i++) {
-		int w = cells(t.line[i], strlen(t.line[i]));
+		int w = text_cells(t.line[i], strlen(t.line[i]));
 
 		if (!ASSERT_TRUE(w > 0 && w <= NO_GPU_MAX_CELLS, "at most 100 cells") ||
 		    !ASSERT_EQ(w, 99, "every line as wide as the header") ||
@@ -206,13 +189,13 @@ TEST(test_text_gpu_columns_appear)
 		return;
 	}
 	ASSERT_FALSE(strstr(t.line[0], "QUEUE"), "no GPU column before the step");
-	ASSERT_TRUE(cells(t.line[1], strlen(t.line[1])) <= NO_GPU_MAX_CELLS, "100 columns");
+	ASSERT_TRUE(text_cells(t.line[1], strlen(t.line[1])) <= NO_GPU_MAX_CELLS, "100 columns");
 	ASSERT_STREQ(t.line[2], "--- GPU steps seen: the lines from here have the GPU columns",
 		     "a line says so");
 	ASSERT_TRUE(strstr(t.line[3], gpu_cols), "the header again, with the GPU columns");
-	ASSERT_EQ(cells(t.line[3], strlen(t.line[3])), 135, "135 cells with them");
+	ASSERT_EQ(text_cells(t.line[3], strlen(t.line[3])), 135, "135 cells with them");
 	ASSERT_TRUE(strstr(t.line[4], "     1.5    30.1   123.4    12   3.5"), "GPU values");
-	ASSERT_EQ(cells(t.line[4], strlen(t.line[4])), 135, "a line as wide as its header");
+	ASSERT_EQ(text_cells(t.line[4], strlen(t.line[4])), 135, "a line as wide as its header");
 	ASSERT_TRUE(strstr(t.line[5], "       -       -       -     -     -"),
 		    "kept for a request without steps");
 	request_free(r);
