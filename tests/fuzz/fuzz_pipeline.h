@@ -18,7 +18,7 @@
 #include "sinks/html.h"
 #include "sinks/otlp.h"
 #include "sinks/output.h"
-#include "pipeline/pipeline.h"
+#include "pipeline/pipeline_impl.h"
 #include "sinks/prom.h"
 #include "sinks/summary.h"
 #include "sinks/timeline.h"
