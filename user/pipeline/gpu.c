@@ -17,9 +17,23 @@ const char *gpu_kind_name(enum step_kind k)
 	return k < STEP_KIND_MAX ? kind_names[k] : "?";
 }
 
+enum gpu_times gpu_step_times_of(const struct gpu_step *s)
+{
+	return s->dev.device	? GPU_TIMES_CUPTI
+	       : s->sampled_out ? GPU_TIMES_SAMPLED_OUT
+				: GPU_TIMES_HOST;
+}
+
+const char *gpu_times_name(enum gpu_times t)
+{
+	static const char *const names[GPU_TIMES_MAX] = { "cupti", "sampled-out", "host-calls" };
+
+	return t < GPU_TIMES_MAX ? names[t] : "?";
+}
+
 const char *gpu_step_times(const struct gpu_step *s)
 {
-	return s->dev.device ? "cupti" : s->sampled_out ? "sampled-out" : "host-calls";
+	return gpu_times_name(gpu_step_times_of(s));
 }
 
 int gpu_init(struct gpu_timeline *g)

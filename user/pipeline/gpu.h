@@ -30,7 +30,6 @@
 #define GPU_HISTORY 16384
 #define GPU_MAX_PROCS 64
 
-
 /* Disjoint device intervals kept per step for its busy time; more merge the closest two. */
 #define GPU_STEP_SPANS 4
 /* Kernel time a step of a process with device times waits for them before it is shown
@@ -195,6 +194,9 @@ const char *gpu_kind_name(enum step_kind k);
 /* Where a step's figures come from: "cupti" (the device's own times), "sampled-out" (eager
  * kernels outside the library's sampling windows: the host's only), "host-calls" (no device
  * times for its process, or not yet collecting). */
+enum gpu_times { GPU_TIMES_CUPTI, GPU_TIMES_SAMPLED_OUT, GPU_TIMES_HOST, GPU_TIMES_MAX };
+enum gpu_times gpu_step_times_of(const struct gpu_step *s);
+const char *gpu_times_name(enum gpu_times t);
 const char *gpu_step_times(const struct gpu_step *s);
 /* Adds a step record; the classified step is copied to *out when out is not NULL. A step of a
  * process with device times is held (out->pending): gpu_next_ready gives it back. */

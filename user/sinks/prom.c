@@ -132,8 +132,7 @@ struct prom {
 	bool gpu_other_used;
 	uint64_t gpu_overflow_steps; /* GPU steps counted under pid "other" */
 	uint64_t gpu_steps;
-	/* Steps by where their figures come from (gpu_step_times): cupti, sampled-out, host. */
-	uint64_t steps_times[3];
+	uint64_t steps_times[GPU_TIMES_MAX]; /* steps by where their figures come from */
 	struct phist step_dur[STEP_KIND_MAX];
 	uint64_t lost_events;
 	struct loss_report loss; /* at the latest tick */
@@ -265,9 +264,7 @@ static void prom_gpu_step(void *ctx, const struct gpu_step *s)
 		return;
 	p->dirty = true;
 	p->gpu_steps++;
-	p->steps_times[!strcmp(gpu_step_times(s), "cupti")	   ? 0
-		       : !strcmp(gpu_step_times(s), "sampled-out") ? 1
-								   : 2]++;
+	p->steps_times[gpu_step_times_of(s)]++;
 	gpu_pid_get(p, s->pid)->steps[s->kind]++;
 	phist_add(&p->step_dur[s->kind], &ttft_bounds,
 		  s->end_ns > s->start_ns ? s->end_ns - s->start_ns : 0);
@@ -537,12 +534,9 @@ static void render_gpu(const struct prom *p, FILE *f)
 		   "GPU steps by where their figures come from: times=\"cupti\" the device's own "
 		   "(CUPTI), \"sampled-out\" eager kernels outside the sampling windows of "
 		   "device times, \"host-calls\" the host's CUDA calls only.");
-	fprintf(f, "tokenscope_gpu_steps_device_times_total{times=\"cupti\"} %" PRIu64 "\n",
-		p->steps_times[0]);
-	fprintf(f, "tokenscope_gpu_steps_device_times_total{times=\"sampled-out\"} %" PRIu64 "\n",
-		p->steps_times[1]);
-	fprintf(f, "tokenscope_gpu_steps_device_times_total{times=\"host-calls\"} %" PRIu64 "\n",
-		p->steps_times[2]);
+	for (int t = 0; t < GPU_TIMES_MAX; t++)
+		fprintf(f, "tokenscope_gpu_steps_device_times_total{times=\"%s\"} %" PRIu64 "\n",
+			gpu_times_name(t), p->steps_times[t]);
 	put_header(f, "tokenscope_gpu_step_duration_seconds", "histogram",
 		   "GPU step duration, first CUDA call to the end of the host wait, by kind.");
 	for (int k = 0; k < STEP_KIND_MAX; k++) {
