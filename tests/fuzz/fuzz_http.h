@@ -35,7 +35,7 @@ enum {
 	FLAG_GAPS = 1,	       /* control bytes with the top bit set are gaps */
 	FLAG_NO_BODY = 2,      /* http_expect_no_body() first (a response to HEAD) */
 	FLAG_CHUNK = 4,	       /* the payload after its first blank line is chunk-encoded */
-	FLAG_REINIT = 8,       /* after -EPROTO start a new parser on what is left, as conn.c */
+	FLAG_REINIT = 8,       /* after -EPROTO start a new parser on what is left, as h1conn.c */
 	FLAG_NO_BODY_LATE = 16 /* http_expect_no_body() from the first on_head */
 };
 

@@ -563,6 +563,8 @@ TEST(test_client_request)
 		 "application/json\r\nContent-Length: %zu\r\n\r\n%s",
 		 strlen(REQ_BODY), REQ_BODY);
 	data_event(&h, 1, TS_DIR_OUT, req, 1000000);
+	/* The reads of the response carry the kernel's socket arrival, which is no request's. */
+	h.rx_queued = 1050000;
 	data_event(&h, 1, TS_DIR_IN, HEAD_SSE, 1100000);
 	/* Each frame read at t; the record's exit time is t + 10 (data_event_cap). */
 	chunk_dir(&h, 1, TS_DIR_IN, ROLE, 1200000);
@@ -570,8 +572,22 @@ TEST(test_client_request)
 	chunk_dir(&h, 1, TS_DIR_IN, TOK, 3000000);
 	chunk_dir(&h, 1, TS_DIR_IN, DONE, 3400000);
 	data_event(&h, 1, TS_DIR_IN, "0\r\n\r\n", 3500000);
-	if (!ASSERT_EQ(h_lines(&h), 1, "the client's request"))
+	/* The pooled connection's next requests: no socket arrival either. */
+	for (uint64_t t = 4000000; t <= 5000000; t += 1000000) {
+		data_event(&h, 1, TS_DIR_OUT, req, t);
+		data_event(&h, 1, TS_DIR_IN, HEAD_SSE, t + 100000);
+		chunk_dir(&h, 1, TS_DIR_IN, DONE, t + 400000);
+		data_event(&h, 1, TS_DIR_IN, "0\r\n\r\n", t + 500000);
+	}
+	h.rx_queued = 0;
+	if (!ASSERT_EQ(h_lines(&h), 3, "the client's requests"))
 		goto out;
+	for (int i = 1; i < 3; i++) {
+		ASSERT_EQ(num(h.lines[i], "arrival_ns"), 3000000 + 1000000 * i,
+			  "sent at its write");
+		ASSERT_TRUE(is_null(h.lines[i], "received_ns"), "nor for its next requests");
+		ASSERT_TRUE(is_null(h.lines[i], "socket_wait_ms"), "no socket wait for a client");
+	}
 	ASSERT_STREQ(str(h.lines[0], "role"), "client", "role");
 	ASSERT_TRUE(strstr(str(h.lines[0], "conn"), ":8000->127.0.0.1:40001#1") != NULL,
 		    "conn local->upstream");
@@ -591,8 +607,8 @@ TEST(test_client_request)
 	ASSERT_TRUE(strstr(h.err, "; 1 calling an HTTP server (requests with role client)") != NULL,
 		    "and says there was a client connection");
 	full_stream(&h, 2, 10000000);
-	if (ASSERT_EQ(h_lines(&h), 2, "and a server's request"))
-		ASSERT_STREQ(str(h.lines[1], "role"), "server", "role server");
+	if (ASSERT_EQ(h_lines(&h), 4, "and a server's request"))
+		ASSERT_STREQ(str(h.lines[3], "role"), "server", "role server");
 out:
 	h_close(&h);
 }

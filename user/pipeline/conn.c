@@ -6,25 +6,17 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#include "pipeline/buf.h"
 #include "pipeline/conn.h"
+#include "pipeline/h1conn.h"
 #include "pipeline/h2.h"
 #include "pipeline/h2conn.h"
 #include "pipeline/http.h"
-#include "pipeline/sse.h"
-#include "lib/utf8.h"
 
 /* Buckets of the connection table: it starts small and doubles as connections come (at most one
  * per bucket on average), so a scan over it (a process exit, a kernel loss) costs what the
  * connections alive cost, not what the largest table would. */
 #define CONN_BUCKETS_MIN 64
 #define CONN_BUCKETS_MAX (1u << 17)
-/* Requests read ahead of their responses on one connection (HTTP pipelining). */
-#define CONN_PIPELINE_MAX 16
-/* Request body bytes kept to read model/stream/max_tokens; the rest is counted, not kept. */
-#define REQ_BODY_MAX (64 * 1024)
-/* Non-streamed response body bytes kept to read `usage`. */
-#define RESP_BODY_MAX (256 * 1024)
 /* Bytes all connections together may hold in heads, bodies and frames being assembled: 256
  * clients each half-way through a 64 KiB body, or 2,000 through a head, fit; a tracer that
  * traces everything within 64 MiB needs the cap (docs/security.md). */
@@ -50,24 +42,9 @@ struct conn {
 	char label[96];
 	enum conn_role role;
 	uint64_t expect[2]; /* next stream offset per direction (enum ts_dir) */
-	/* the request and the response parser are aligned with message boundaries (a server's
-	 * requests come in, a client's go out) */
-	bool in_sync, out_sync;
-	struct http_parser req, resp;
-	struct sse_parser sse;
-	uint32_t seq;
-	struct request *reading;		  /* request being read */
-	struct request *queue[CONN_PIPELINE_MAX]; /* read, response pending or in progress */
-	uint32_t qhead, qlen;
-	bool resp_active;	 /* queue[qhead] has a response head */
-	bool resp_informational; /* the response being parsed is 1xx */
-	bool resp_orphan;	 /* the response being parsed answers a request we did not see */
-	struct buf body;  /* request body (model etc.), then the non-streamed response body */
-	uint64_t last_ns; /* time of the latest record seen */
-	/* Socket arrival (ts_data_event.queued_ns) of the read being fed, and of the read that
-	 * brought the first bytes of the request being read; latched: the latter is set. */
-	uint64_t rx_cur, rx_first;
-	bool rx_latched;
+	uint64_t last_ns;   /* time of the latest record seen */
+	/* Socket arrival (ts_data_event.queued_ns) of the read being fed; 0: unknown. */
+	uint64_t rx_cur;
 	/* accepted under tracing: its first bytes either way are its first ever */
 	bool start_seen;
 	/* joined mid-stream (bytes came before any request line, either way) and no request line
@@ -77,7 +54,10 @@ struct conn {
 	bool tls, tls_plain;
 	/* Started again (conn_tls): the next record of each direction sets where it stands. */
 	bool rejoin[2];
-	struct h2conn *h2; /* the connection speaks HTTP/2: its streams are followed there */
+	/* The protocol module that follows it, once its role is decided: HTTP/1.1, or HTTP/2 (from
+	 * its preface, or after a 101 to h2c; h1 then stays for what it had left to close). */
+	struct h1conn *h1;
+	struct h2conn *h2;
 };
 
 /* The direction the requests travel: in to a server, out from a client. */
@@ -91,258 +71,7 @@ static bool conn_followed(const struct conn *c)
 	return c->role == ROLE_SERVER || c->role == ROLE_CLIENT;
 }
 
-static struct request *conn_current(struct conn *c)
-{
-	return c->qlen ? c->queue[c->qhead] : NULL;
-}
-
-/* The request at the front leaves the queue, still in flight. */
-static void conn_unqueue(struct conn *c)
-{
-	c->queue[c->qhead] = NULL;
-	c->qhead = (c->qhead + 1) % CONN_PIPELINE_MAX;
-	c->qlen--;
-	c->resp_active = false;
-}
-
-static void conn_pop(struct conn *c)
-{
-	/* In flight counts the streams the traced servers serve. */
-	if (!c->queue[c->qhead]->client)
-		c->t->inflight--;
-	conn_unqueue(c);
-}
-
-/* Finish the request at the front of the queue and hand it to the sink. */
-static void conn_finish(struct conn *c, uint64_t end_ns, bool complete)
-{
-	struct request *r = conn_current(c);
-
-	if (!r)
-		return;
-	request_close(r, end_ns, complete);
-	conn_pop(c);
-	buf_reset(&c->body, &c->t->budget);
-	c->t->sink.request_done(c->t->sink.ctx, r);
-}
-
-/* ---- request direction ---- */
-
-static void req_on_head(void *ctx, const struct http_head *h, uint64_t ts)
-{
-	struct conn *c = ctx;
-	struct request *r;
-
-	(void)ts;
-	request_free(c->reading);
-	buf_reset(&c->body, &c->t->budget);
-	r = request_new(c->pid, c->id, c->seq++, c->label);
-	c->reading = r;
-	if (!r)
-		return;
-	utf8_clean(r->method, sizeof(r->method), h->method, strlen(h->method));
-	/* The target is whatever the client sent: printable text before any sink sees it. */
-	utf8_clean(r->path, sizeof(r->path), h->path, strlen(h->path));
-	r->received_ns = c->rx_first;
-	r->tls = c->tls_plain;
-	r->client = c->role == ROLE_CLIENT;
-	r->h2c_upgrade = h->upgrade_h2c;
-	r->prompt_bytes = h->content_length >= 0 ? h->content_length : 0;
-}
-
-static void req_on_body(void *ctx, const uint8_t *p, size_t n, uint64_t ts)
-{
-	struct conn *c = ctx;
-
-	(void)ts;
-	if (c->reading)
-		buf_append(&c->body, &c->t->budget, p, n, REQ_BODY_MAX);
-}
-
-static void req_on_body_gap(void *ctx, size_t n)
-{
-	struct conn *c = ctx;
-
-	if (c->reading)
-		c->reading->request_uncaptured += n;
-}
-
-static void req_on_end(void *ctx, uint64_t ts)
-{
-	struct conn *c = ctx;
-	struct request *r = c->reading;
-	size_t total;
-
-	c->reading = NULL;
-	/* Bytes after this request in the same read start the next one (pipelining); a later read
-	 * latches its own arrival. */
-	c->rx_first = c->rx_cur;
-	c->rx_latched = false;
-	if (!r)
-		return;
-	r->arrival_ns = ts;
-	if (r->received_ns > ts)
-		r->received_ns = 0;
-	if (r->prompt_bytes <= 0)
-		r->prompt_bytes = c->body.len + c->body.dropped + r->request_uncaptured;
-	total = c->body.len + c->body.dropped + r->request_uncaptured;
-	r->request_uncaptured += c->body.dropped;
-	if (c->body.len)
-		reqbody_parse(c->body.p, c->body.len, total, &r->info);
-	/* The prompt was only needed for its structure. */
-	if (c->body.p)
-		memset(c->body.p, 0, c->body.len);
-	buf_reset(&c->body, &c->t->budget);
-	if (c->qlen == CONN_PIPELINE_MAX) {
-		c->t->stats.pipeline_overflow++;
-		request_free(r);
-		return;
-	}
-	c->queue[(c->qhead + c->qlen) % CONN_PIPELINE_MAX] = r;
-	c->qlen++;
-	if (!r->client)
-		c->t->inflight++;
-	c->t->sink.request_start(c->t->sink.ctx, r);
-}
-
-static const struct http_callbacks req_callbacks = {
-	.on_head = req_on_head,
-	.on_body = req_on_body,
-	.on_body_gap = req_on_body_gap,
-	.on_end = req_on_end,
-};
-
-/* ---- response direction ---- */
-
-/* Done with the stream parser: what it dropped goes into the table's counts, which outlive it. */
-static void conn_sse_release(struct conn *c)
-{
-	c->t->stats.oversize_frames += c->sse.oversize_frames;
-	c->t->stats.damaged_frames += c->sse.damaged_frames;
-	c->sse.oversize_frames = c->sse.damaged_frames = 0;
-	sse_free(&c->sse);
-}
-
-static void sse_on_frame(void *ctx, const struct sse_frame *f, uint64_t ts)
-{
-	struct conn *c = ctx;
-	struct request *r = conn_current(c);
-
-	if (r && !c->resp_orphan)
-		conn_add_frame(c->t, r, f, ts);
-}
-
-static void resp_on_head(void *ctx, const struct http_head *h, uint64_t ts)
-{
-	struct conn *c = ctx;
-	struct request *r = conn_current(c);
-	int mode;
-
-	(void)ts;
-	c->resp_informational = h->status < 200;
-	c->resp_orphan = !r || c->resp_active;
-	if (c->resp_orphan) {
-		c->t->stats.orphan_responses++;
-		return;
-	}
-	if (c->resp_informational)
-		return;
-	c->resp_active = true;
-	r->status = h->status;
-	buf_reset(&c->body, &c->t->budget);
-	mode = sse_mode_for(h->content_type);
-	r->streamed = mode >= 0;
-	if (r->streamed) {
-		conn_sse_release(c);
-		sse_init(&c->sse, mode, sse_on_frame, c);
-		sse_set_budget(&c->sse, &c->t->budget);
-	}
-}
-
-static void resp_on_body(void *ctx, const uint8_t *p, size_t n, uint64_t ts)
-{
-	struct conn *c = ctx;
-	struct request *r = conn_current(c);
-
-	if (!r || c->resp_orphan || c->resp_informational)
-		return;
-	if (n)
-		request_body_bytes(r, ts);
-	if (r->streamed) {
-		uint64_t before = c->sse.oversize_frames;
-
-		sse_feed(&c->sse, p, n, ts);
-		/* A frame not read may have held tokens: the request's counts are unknown. */
-		r->dropped_frames += c->sse.oversize_frames - before;
-	} else {
-		buf_append(&c->body, &c->t->budget, p, n, RESP_BODY_MAX);
-	}
-}
-
-static void resp_on_body_gap(void *ctx, size_t n)
-{
-	struct conn *c = ctx;
-	struct request *r = conn_current(c);
-
-	if (!r || c->resp_orphan || c->resp_informational)
-		return;
-	r->lost_bytes += n;
-	if (r->streamed)
-		sse_gap(&c->sse, n);
-}
-
-static void resp_on_end(void *ctx, uint64_t ts)
-{
-	struct conn *c = ctx;
-	struct request *r = conn_current(c);
-
-	if (c->resp_orphan || c->resp_informational || !r) {
-		c->resp_orphan = c->resp_informational = false;
-		return;
-	}
-	if (r->streamed) {
-		uint64_t before = c->sse.oversize_frames;
-
-		sse_finish(&c->sse, ts);
-		r->dropped_frames += c->sse.oversize_frames - before;
-		conn_sse_release(c);
-	} else if (c->body.len && !c->body.dropped) {
-		request_read_body(r, c->body.p, c->body.len);
-	}
-	conn_finish(c, ts, true);
-}
-
-static const struct http_callbacks resp_callbacks = {
-	.on_head = resp_on_head,
-	.on_body = resp_on_body,
-	.on_body_gap = resp_on_body_gap,
-	.on_end = resp_on_end,
-};
-
-/* ---- classification and synchronisation ---- */
-
-/* "GET /..." and friends: an upper-case token of 3-7 letters, a space, then '/' or '*' or a
- * scheme (absolute-form). */
-static bool looks_like_request(const uint8_t *p, size_t n)
-{
-	size_t i = 0;
-
-	while (i < n && i < 8 && p[i] >= 'A' && p[i] <= 'Z')
-		i++;
-	if (i == n && n < 8)
-		return n > 0; /* a short first write of a method: the parser decides */
-	if (i < 3 || i > 7 || p[i] != ' ')
-		return false;
-	if (i + 1 == n)
-		return true;
-	return p[i + 1] == '/' || p[i + 1] == '*' || (p[i + 1] >= 'a' && p[i + 1] <= 'z');
-}
-
-/* "HTTP/", or a write so short that it is a prefix of it. */
-static bool looks_like_response(const uint8_t *p, size_t n)
-{
-	return n > 0 && memcmp(p, "HTTP/", n < 5 ? n : 5) == 0;
-}
+/* ---- classification ---- */
 
 /*
  * What a connection joined mid-stream may carry at a syscall's start when it is HTTP/1.x: a
@@ -379,93 +108,13 @@ static void conn_decided(struct conn *c, bool followed)
 		c->t->stats.joined_conns--;
 }
 
-/* Lost the request framing: the request being read cannot be finished. */
-static void conn_desync_in(struct conn *c)
+static void conn_ignore(struct conn *c)
 {
-	c->t->stats.desyncs++;
-	if (c->reading) {
-		c->t->stats.partial_requests++;
-		request_free(c->reading);
-		c->reading = NULL;
-	}
-	buf_reset(&c->body, &c->t->budget);
-	c->in_sync = false;
-	c->rx_latched = false;
+	conn_decided(c, false);
+	c->role = ROLE_IGNORED;
+	c->t->stats.ignored_conns++;
 }
 
-/* Lost the response framing: the response in progress is reported lost. */
-static void conn_desync_out(struct conn *c, uint64_t ts)
-{
-	struct request *r = conn_current(c);
-
-	c->t->stats.desyncs++;
-	c->out_sync = false;
-	if (r && c->resp_active && !c->resp_orphan) {
-		if (!r->lost_bytes)
-			r->lost_bytes = 1;
-		conn_finish(c, ts, false);
-	}
-	c->resp_orphan = c->resp_informational = false;
-}
-
-static void conn_become_h2(struct conn *c, bool client);
-
-/* Bytes of the requests' direction: in to a server (a connection's role is decided here when
- * it reads first), out from a client. */
-static void conn_feed_req(struct conn *c, const uint8_t *p, size_t n, uint64_t ts, bool at_start,
-			  uint64_t pos)
-{
-	if (c->h2) {
-		h2conn_feed(c->h2, true, p, n, ts, c->role == ROLE_SERVER ? c->rx_cur : 0);
-		return;
-	}
-	if (c->role == ROLE_NEW && pos == 0 && at_start && h2_looks_like_preface(p, n)) {
-		conn_become_h2(c, false);
-		if (c->h2)
-			h2conn_feed(c->h2, true, p, n, ts, c->rx_cur);
-		return;
-	}
-	if (!c->in_sync) {
-		if (!at_start || !looks_like_request(p, n)) {
-			if (c->role != ROLE_NEW)
-				return;
-			/*
-			 * The first bytes read are no request. From the connection's first byte (it
-			 * was accepted under tracing), or bytes no HTTP/1.x message holds: another
-			 * protocol. Otherwise it was joined mid-stream (a pooled upstream
-			 * connection reading the response in flight at attach): it waits for a
-			 * request line.
-			 */
-			if (pos == 0 && (c->start_seen || !looks_like_http_text(p, n))) {
-				conn_decided(c, false);
-				c->role = ROLE_IGNORED;
-				c->t->stats.ignored_conns++;
-			} else {
-				conn_wait(c);
-			}
-			return;
-		}
-		http_free(&c->req);
-		http_init(&c->req, HTTP_DIR_REQUEST, &req_callbacks, c);
-		http_set_budget(&c->req, &c->t->budget);
-		c->in_sync = true;
-		if (c->role == ROLE_NEW) {
-			conn_decided(c, true);
-			c->role = ROLE_SERVER;
-			c->t->stats.http_conns++;
-		}
-	}
-	/* A server's request reached its socket before it read it; a client's is its own write. */
-	if (c->role == ROLE_SERVER && !c->rx_latched) {
-		c->rx_first = c->rx_cur;
-		c->rx_latched = true;
-	}
-	if (http_feed(&c->req, p, n, ts) < 0)
-		conn_desync_in(c);
-}
-
-/* The client preface came: the connection is followed as HTTP/2 (client: the traced process
- * sent it). Out of memory, it is ignored. */
 /* A connection the traced process calls an HTTP server on: its label says local->peer. */
 static void conn_become_client(struct conn *c)
 {
@@ -478,18 +127,37 @@ static void conn_become_client(struct conn *c)
 		memcpy(arrow, "->", 2);
 }
 
-static void conn_become_h2(struct conn *c, bool client)
+/* A request line decided the role: the connection is followed as HTTP/1.1 (client: the traced
+ * process wrote it). Out of memory, it is ignored. */
+static void conn_become_h1(struct conn *c, bool client)
 {
-	c->h2 = h2conn_new(c->t, c->pid, c->id, c->label, client, c->tls_plain);
-	conn_decided(c, c->h2 != NULL);
-	if (!c->h2) {
-		c->role = ROLE_IGNORED;
-		c->t->stats.ignored_conns++;
+	c->h1 = h1conn_new(c->t, c->pid, c->id, c->label, client, c->tls_plain);
+	if (!c->h1) {
+		conn_ignore(c);
 		return;
 	}
 	if (client) {
 		conn_become_client(c);
 	} else {
+		conn_decided(c, true);
+		c->role = ROLE_SERVER;
+		c->t->stats.http_conns++;
+	}
+}
+
+/* The client preface came: the connection is followed as HTTP/2 (client: the traced process
+ * sent it). Out of memory, it is ignored. */
+static void conn_become_h2(struct conn *c, bool client)
+{
+	c->h2 = h2conn_new(c->t, c->pid, c->id, c->label, client, c->tls_plain);
+	if (!c->h2) {
+		conn_ignore(c);
+		return;
+	}
+	if (client) {
+		conn_become_client(c);
+	} else {
+		conn_decided(c, true);
 		c->role = ROLE_SERVER;
 		c->t->stats.h2_conns++;
 	}
@@ -501,87 +169,96 @@ static void conn_become_h2(struct conn *c, bool client)
  * the connection as HTTP/2 (the client's preface comes next). Any other upgrade (WebSocket)
  * ends the request there, answered (101), and the connection is followed no further.
  */
-static void conn_upgraded(struct conn *c, const uint8_t *p, size_t n, uint64_t ts)
+static void conn_switched(struct conn *c, const uint8_t *p, size_t n, uint64_t ts)
 {
-	struct request *r = conn_current(c);
+	struct request *r;
 
-	if (r && r->h2c_upgrade && c->role == ROLE_SERVER && c->qlen == 1) {
+	if (c->role == ROLE_SERVER && h1conn_h2c_pending(c->h1))
 		c->h2 = h2conn_new(c->t, c->pid, c->id, c->label, false, c->tls_plain);
-		if (c->h2) {
-			/* Out of the HTTP/1.1 queue, still in flight: stream 1 ends it. */
-			conn_unqueue(c);
-			buf_reset(&c->body, &c->t->budget);
-			c->t->stats.h2_conns++;
-			h2conn_adopt(c->h2, r);
-			if (n)
-				h2conn_feed(c->h2, false, p, n, ts, 0);
-			return;
+	r = h1conn_switched(c->h1, ts, c->h2 != NULL);
+	if (!c->h2) {
+		c->role = ROLE_IGNORED;
+		return;
+	}
+	c->t->stats.h2_conns++;
+	h2conn_adopt(c->h2, r);
+	if (n)
+		h2conn_feed(c->h2, false, p, n, ts, 0);
+}
+
+/* ---- the two directions ---- */
+
+/* Bytes of the requests' direction: in to a server (a connection's role is decided here when
+ * it reads first), out from a client. */
+static void conn_feed_req(struct conn *c, const uint8_t *p, size_t n, uint64_t ts, bool at_start,
+			  uint64_t pos)
+{
+	uint64_t rx = c->role == ROLE_SERVER ? c->rx_cur : 0;
+
+	if (c->role == ROLE_NEW) {
+		if (pos == 0 && at_start && h2_looks_like_preface(p, n)) {
+			conn_become_h2(c, false);
+		} else if (at_start && http_looks_like_request(p, n)) {
+			conn_become_h1(c, false);
+		} else if (pos == 0 && (c->start_seen || !looks_like_http_text(p, n))) {
+			/* The first bytes read are no request, from the connection's first byte (it
+			 * was accepted under tracing), or bytes no HTTP/1.x message holds: another
+			 * protocol. */
+			conn_ignore(c);
+		} else {
+			/* Joined mid-stream (a pooled upstream connection reading the response in
+			 * flight at attach): it waits for a request line. */
+			conn_wait(c);
 		}
+		if (c->role != ROLE_SERVER)
+			return;
+		rx = c->rx_cur;
 	}
-	if (r) {
-		r->status = 101;
-		r->end_ns = ts;
-		conn_finish(c, ts, true);
-	}
-	while (c->qlen)
-		conn_finish(c, ts, false);
-	c->role = ROLE_IGNORED;
+	if (c->h2)
+		h2conn_feed(c->h2, true, p, n, ts, rx);
+	else if (c->h1)
+		h1conn_feed(c->h1, true, p, n, ts, at_start, rx, NULL);
 }
 
 /* Bytes of the responses' direction: out from a server, in to a client. */
 static void conn_feed_resp(struct conn *c, const uint8_t *p, size_t n, uint64_t ts, bool at_start,
 			   uint64_t pos)
 {
-	struct request *r;
-	size_t up;
+	size_t used;
 
 	if (c->h2) {
 		h2conn_feed(c->h2, false, p, n, ts, 0);
 		return;
 	}
-	if (!conn_followed(c)) {
-		if (c->role == ROLE_NEW && pos == 0 && at_start && h2_looks_like_preface(p, n)) {
-			conn_become_h2(c, true);
-			if (c->h2)
-				h2conn_feed(c->h2, true, p, n, ts, 0);
-			return;
-		}
-		/*
-		 * The traced process sends a request first, or first since it was joined
-		 * mid-stream (a pooled upstream connection open before attach, the response in
-		 * flight then read and skipped): it is a client there from now on, and this write
-		 * is its request. Past the connection's first bytes, a whole request line is asked
-		 * for, not a short write of capitals. Any other write leaves the role to a later
-		 * request line: a connection seen first after tracing began (its offsets count from
-		 * there) may be a server connection joined in the middle of a response, which is
-		 * followed from its next request; a protocol whose server speaks first is ignored
-		 * when its first read is not an HTTP request.
-		 */
-		if (c->role != ROLE_NEW)
-			return;
-		if (at_start && looks_like_request(p, n) && (pos == 0 || n >= CONN_SNIFF_BYTES)) {
-			conn_become_client(c);
-			conn_feed_req(c, p, n, ts, at_start, pos);
-		} else {
-			conn_wait(c);
-		}
+	if (conn_followed(c)) {
+		if (h1conn_feed(c->h1, false, p, n, ts, at_start, 0, &used) == H1_SWITCHED)
+			conn_switched(c, p + used, n - used, ts);
 		return;
 	}
-	if (!c->out_sync) {
-		if (!at_start || !looks_like_response(p, n) || !c->qlen)
-			return;
-		http_free(&c->resp);
-		http_init(&c->resp, HTTP_DIR_RESPONSE, &resp_callbacks, c);
-		http_set_budget(&c->resp, &c->t->budget);
-		c->out_sync = true;
+	if (c->role != ROLE_NEW)
+		return;
+	/*
+	 * The traced process sends a request first, or first since it was joined mid-stream (a
+	 * pooled upstream connection open before attach, the response in flight then read and
+	 * skipped): it is a client there from now on, and this write is its request. Past the
+	 * connection's first bytes, a whole request line is asked for, not a short write of
+	 * capitals. Any other write leaves the role to a later request line: a connection seen
+	 * first after tracing began (its offsets count from there) may be a server connection
+	 * joined in the middle of a response, which is followed from its next request; a protocol
+	 * whose server speaks first is ignored when its first read is not an HTTP request.
+	 */
+	if (pos == 0 && at_start && h2_looks_like_preface(p, n)) {
+		conn_become_h2(c, true);
+		if (c->h2)
+			h2conn_feed(c->h2, true, p, n, ts, 0);
+	} else if (at_start && http_looks_like_request(p, n) &&
+		   (pos == 0 || n >= CONN_SNIFF_BYTES)) {
+		conn_become_h1(c, true);
+		if (c->h1)
+			h1conn_feed(c->h1, true, p, n, ts, at_start, 0, NULL);
+	} else {
+		conn_wait(c);
 	}
-	r = conn_current(c);
-	if (r && !c->resp_active && http_idle(&c->resp) && strcmp(r->method, "HEAD") == 0)
-		http_expect_no_body(&c->resp);
-	if (http_feed(&c->resp, p, n, ts) < 0)
-		conn_desync_out(c, ts);
-	else if (http_upgraded(&c->resp, &up))
-		conn_upgraded(c, p + up, n - up, ts);
 }
 
 /*
@@ -594,44 +271,20 @@ static void conn_peer_gone(struct conn *c, uint64_t ts)
 {
 	if (c->h2)
 		h2conn_peer_gone(c->h2, ts);
-	for (uint32_t i = 0; i < c->qlen; i++) {
-		struct request *r = c->queue[(c->qhead + i) % CONN_PIPELINE_MAX];
-
-		request_peer_gone(r, ts);
-	}
+	if (c->h1)
+		h1conn_peer_gone(c->h1, ts);
 }
 
 /* n bytes of direction dir were not seen. */
 static void conn_gap(struct conn *c, int dir, uint64_t n, uint64_t ts)
 {
-	if (!n || c->role == ROLE_IGNORED)
+	if (!n || !conn_followed(c))
 		return;
-	if (conn_followed(c))
-		c->t->stats.gap_bytes += n;
-	if (c->h2) {
+	c->t->stats.gap_bytes += n;
+	if (c->h2)
 		h2conn_gap(c->h2, dir == conn_req_dir(c), n, ts);
-		return;
-	}
-	if (dir == conn_req_dir(c)) {
-		if (!c->in_sync)
-			return;
-		http_gap(&c->req, n);
-		if (http_desynced(&c->req))
-			conn_desync_in(c);
-	} else {
-		struct request *r = conn_current(c);
-		uint64_t before = r ? r->lost_bytes : 0;
-
-		if (!c->out_sync)
-			return;
-		http_gap(&c->resp, n);
-		if (http_desynced(&c->resp)) {
-			/* A gap that breaks framing was not reported as a body gap: count it. */
-			if (r && c->resp_active && r->lost_bytes == before)
-				r->lost_bytes += n;
-			conn_desync_out(c, ts);
-		}
-	}
+	else
+		h1conn_gap(c->h1, dir == conn_req_dir(c), n, ts);
 }
 
 /* ---- table ---- */
@@ -709,17 +362,7 @@ static struct conn *conn_new(struct conn_table *t, uint64_t id, uint32_t pid, in
 
 static void conn_free(struct conn *c)
 {
-	request_free(c->reading);
-	while (c->qlen) {
-		struct request *r = conn_current(c);
-
-		conn_pop(c);
-		request_free(r);
-	}
-	buf_reset(&c->body, &c->t->budget);
-	http_free(&c->req);
-	http_free(&c->resp);
-	conn_sse_release(c);
+	h1conn_free(c->h1);
 	h2conn_free(c->h2);
 	free(c);
 }
@@ -888,17 +531,8 @@ static void conn_end(struct conn_table *t, struct conn *c, uint64_t ts)
 		t->stats.tls_unread++;
 	if (c->h2)
 		h2conn_close(c->h2, ts);
-	if (conn_followed(c)) {
-		if (c->out_sync)
-			http_close(&c->resp, ts);
-		if (c->reading) {
-			t->stats.partial_requests++;
-			request_free(c->reading);
-			c->reading = NULL;
-		}
-		while (c->qlen)
-			conn_finish(c, ts, false);
-	}
+	if (conn_followed(c) && c->h1)
+		h1conn_close(c->h1, ts);
 	*pp = c->next;
 	t->count--;
 	conn_free(c);
@@ -939,8 +573,8 @@ void conn_mark_open_maybe_lost(struct conn_table *t)
 		for (struct conn *c = t->buckets[i]; c; c = c->next) {
 			if (c->h2)
 				h2conn_mark_maybe_lost(c->h2);
-			for (uint32_t k = 0; k < c->qlen; k++)
-				c->queue[(c->qhead + k) % CONN_PIPELINE_MAX]->maybe_lost = true;
+			if (c->h1)
+				h1conn_mark_maybe_lost(c->h1);
 		}
 	}
 }
@@ -953,13 +587,8 @@ uint32_t conn_finish_maybe_lost(struct conn_table *t)
 		for (struct conn *c = t->buckets[i]; c; c = c->next) {
 			if (c->h2)
 				n += h2conn_finish_maybe_lost(c->h2, c->last_ns);
-			/* In order: a request behind an unfinished one cannot have finished. */
-			while (c->qlen && conn_current(c)->maybe_lost) {
-				struct request *r = conn_current(c);
-
-				conn_finish(c, r->end_ns ? r->end_ns : c->last_ns, false);
-				n++;
-			}
+			if (c->h1)
+				n += h1conn_finish_maybe_lost(c->h1, c->last_ns);
 		}
 	}
 	return n;

@@ -1,18 +1,19 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Connections: per-connection reassembly of both directions from data records (exact gaps from
- * stream offsets), HTTP/1.1 framing of requests and responses, SSE/NDJSON frames of streamed
- * responses, and the request records built from them, handed to a sink when finished.
+ * The connection table: per-connection reassembly of both directions from data records (exact
+ * gaps from stream offsets), TLS plaintext told from ciphertext, and each connection classified
+ * and handed to the protocol module that follows its exchanges (docs/architecture.md, "The
+ * protocol contract"), which hands the finished requests to the table's sink.
  *
  * A connection is classified on its first bytes: an HTTP server connection (requests read,
  * responses written) or an HTTP client connection (a request written first) is followed, in
- * HTTP/1.1 or, when they are the client preface, in HTTP/2 (user/pipeline/h2conn.c); anything
- * else is ignored and counted. A connection joined in the middle (open before attach, or found
- * by --all mid-stream) waits for the first request line it carries in either direction: read,
- * it serves HTTP; written, the traced process calls an HTTP server on it (role client). The
- * response in flight when tracing began is not reported (its request was never seen), the
- * connection's later requests are. Only bytes no HTTP/1.x message holds, or a first read that
- * is no request on a connection accepted under tracing, make it another protocol's.
+ * HTTP/1.1 (user/pipeline/h1conn.c) or, when they are the client preface, in HTTP/2
+ * (user/pipeline/h2conn.c); anything else is ignored and counted. A connection joined in the middle
+ * (open before attach, or found by --all mid-stream) waits for the first request line it carries in
+ * either direction: read, it serves HTTP; written, the traced process calls an HTTP server on it
+ * (role client). The response in flight when tracing began is not reported (its request was never
+ * seen), the connection's later requests are. Only bytes no HTTP/1.x message holds, or a first read
+ * that is no request on a connection accepted under tracing, make it another protocol's.
  */
 #ifndef TS_CONN_H
 #define TS_CONN_H

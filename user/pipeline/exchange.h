@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * What the connection modules share (conn.c, which follows HTTP/1.1 itself, and h2conn.c for
- * HTTP/2): the connection table's counters, its memory budget, the requests in flight and the
+ * What the connection table (conn.c) and its protocol modules (h1conn.c for HTTP/1.1, h2conn.c
+ * for HTTP/2) share: the table's counters, its memory budget, the requests in flight and the
  * sink finished requests go to, and the calls that hand a request's frames and messages on.
- * Below both: a protocol module needs this and never conn.h.
+ * Below them all: a protocol module needs this and never conn.h (docs/architecture.md, "The
+ * protocol contract").
  */
 #ifndef TS_EXCHANGE_H
 #define TS_EXCHANGE_H
@@ -36,7 +37,7 @@ struct conn_stats {
 	uint64_t desyncs;	    /* times a gap broke HTTP framing */
 	uint64_t orphan_responses;  /* responses whose request was not seen (joined mid-way) */
 	uint64_t partial_requests;  /* requests whose bytes ended before the request did */
-	uint64_t pipeline_overflow; /* requests dropped beyond CONN_PIPELINE_MAX */
+	uint64_t pipeline_overflow; /* requests beyond a connection's bound */
 	uint64_t oversize_frames;   /* stream frames dropped for size (SSE_FRAME_MAX) */
 	uint64_t damaged_frames;    /* stream regions dropped because bytes were missing */
 	uint64_t tls_conns;	    /* connections that carried TLS */

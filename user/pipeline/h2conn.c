@@ -14,7 +14,7 @@
 /* Streams open at once on one connection: servers allow 100 to 250 (SETTINGS_MAX_CONCURRENT_
  * STREAMS); more are counted as overflow, like HTTP/1.1 pipelining past its bound. */
 #define H2_STREAMS_MAX 256
-/* As for HTTP/1.1 (conn.c): request body bytes kept to read model/stream/max_tokens, and
+/* As for HTTP/1.1 (h1conn.c): request body bytes kept to read model/stream/max_tokens, and
  * non-streamed response body bytes kept to read `usage`. */
 #define H2_REQ_BODY_MAX (64 * 1024)
 #define H2_RESP_BODY_MAX (256 * 1024)

@@ -691,3 +691,23 @@ void http_close(struct http_parser *p, uint64_t ts)
 	p->state = HTTP_ST_IDLE;
 	p->expect_no_body = false;
 }
+
+bool http_looks_like_request(const uint8_t *p, size_t n)
+{
+	size_t i = 0;
+
+	while (i < n && i < 8 && p[i] >= 'A' && p[i] <= 'Z')
+		i++;
+	if (i == n && n < 8)
+		return n > 0;
+	if (i < 3 || i > 7 || p[i] != ' ')
+		return false;
+	if (i + 1 == n)
+		return true;
+	return p[i + 1] == '/' || p[i + 1] == '*' || (p[i + 1] >= 'a' && p[i + 1] <= 'z');
+}
+
+bool http_looks_like_response(const uint8_t *p, size_t n)
+{
+	return n > 0 && memcmp(p, "HTTP/", n < 5 ? n : 5) == 0;
+}

@@ -61,8 +61,8 @@ enum http_state {
 	HTTP_ST_CHUNK_DATA,    /* `remaining` bytes of chunk data */
 	HTTP_ST_CHUNK_DATA_CR, /* the CRLF after chunk data */
 	HTTP_ST_CHUNK_DATA_LF,
-	HTTP_ST_TRAILER, /* trailer lines after the last chunk, up to an empty line */
-	HTTP_ST_DESYNC,	 /* lost our place: -EPROTO until http_init() */
+	HTTP_ST_TRAILER,  /* trailer lines after the last chunk, up to an empty line */
+	HTTP_ST_DESYNC,	  /* lost our place: -EPROTO until http_init() */
 	HTTP_ST_UPGRADED, /* after a 101: another protocol, -EPROTO until http_init() */
 };
 
@@ -96,6 +96,12 @@ struct http_head_buf {
  * parameters or surrounding whitespace, lower-cased, truncated to fit cap (HTTP/2's header
  * blocks give it the same way). */
 void http_media_type(char *dst, size_t cap, const char *val, size_t len);
+/* The bytes at a syscall's start could begin a request: an upper-case method of 3-7 letters, a
+ * space, then '/', '*' or a scheme (absolute form); or a write so short that it is a method's
+ * start (the parser decides). */
+bool http_looks_like_request(const uint8_t *p, size_t n);
+/* "HTTP/", or a write so short that it is a prefix of it. */
+bool http_looks_like_response(const uint8_t *p, size_t n);
 /* Starts a parser; one that may hold a head buffer must be http_free()d first. */
 void http_init(struct http_parser *p, enum http_dir dir, const struct http_callbacks *cb,
 	       void *ctx);

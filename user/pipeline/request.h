@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * One HTTP request/response exchange as the tracer saw it, and the numbers derived from it,
- * exactly as docs/output.md's Definitions define them. Built by conn.c, consumed by the sinks, then
+ * exactly as docs/output.md's Definitions define them. Built by the protocol modules (h1conn.c, h2conn.c), consumed by the sinks, then
  * freed.
  */
 #ifndef TS_REQUEST_H
