@@ -402,7 +402,8 @@ TEST(test_preempted_events)
 				      .preemptions = 2,
 				      .preempted_ns = 35 * MS,
 				      .preempt_from = from,
-				      .preempt_to = to };
+				      .preempt_to = to,
+				      .npreempt_times = 2 };
 	struct otlp_opts opts;
 	struct otlp o;
 	struct sink sk;

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "pipeline/batch.h"
+#include "pipeline/request_track.h"
 
 /*
  * The latest step that launched work, of pid (of any process when 0), that ended in (after,
@@ -47,7 +48,7 @@ static void fold(const struct gpu_timeline *g, struct batch_state *b)
 /* r rode s from its token `token` on: s counts it once. */
 static void credit(struct gpu_timeline *g, struct request *r, struct gpu_step *s, uint32_t token)
 {
-	struct batch_state *b = r->batch;
+	struct batch_state *b = request_track(r)->batch;
 
 	if (b && b->n && b->v[b->n - 1].step == s->id)
 		return;
@@ -63,10 +64,10 @@ static void credit(struct gpu_timeline *g, struct request *r, struct gpu_step *s
 		 * with the requests' figures. */
 		if (!b)
 			return;
-		if (!r->batch)
+		if (!request_track(r)->batch)
 			memset(b, 0, sizeof(*b));
 		b->cap = cap;
-		r->batch = b;
+		request_track(r)->batch = b;
 	}
 	if (!b->pid)
 		b->pid = s->pid;
@@ -81,9 +82,10 @@ static void credit(struct gpu_timeline *g, struct request *r, struct gpu_step *s
  * mixed step, after BATCH_PREEMPT_SKIPPED or more steps of the process r missed), r was
  * preempted from the start of the first of them to the end of s.
  */
-static void preempt_check(const struct gpu_timeline *g, struct request *r,
-			  const struct gpu_step *s, uint64_t prev_ns)
+static void preempt_check(const struct gpu_timeline *g, struct request *r, const struct gpu_step *s,
+			  uint64_t prev_ns)
 {
+	struct batch_state *b = request_track(r)->batch;
 	const struct gpu_step *first = NULL;
 	uint32_t missed = 0;
 
@@ -101,18 +103,18 @@ static void preempt_check(const struct gpu_timeline *g, struct request *r,
 		if (!first || o->start_ns < first->start_ns)
 			first = o;
 	}
-	if (missed < BATCH_PREEMPT_SKIPPED || !r->batch)
+	if (missed < BATCH_PREEMPT_SKIPPED || !b)
 		return;
-	if (r->batch->preemptions < BATCH_PREEMPT_KEEP) {
-		r->batch->preempt_from[r->batch->preemptions] = first->start_ns;
-		r->batch->preempt_to[r->batch->preemptions] = s->end_ns;
+	if (b->preemptions < BATCH_PREEMPT_KEEP) {
+		b->preempt_from[b->preemptions] = first->start_ns;
+		b->preempt_to[b->preemptions] = s->end_ns;
 	}
-	r->batch->preemptions++;
-	r->batch->preempted_ns += s->end_ns - first->start_ns;
-	r->batch->pend = true;
-	r->batch->pend_missed = missed;
-	r->batch->pend_ns = r->token_ns[r->ntokens - 1];
-	r->batch->pend_out_ns = s->end_ns - first->start_ns;
+	b->preemptions++;
+	b->preempted_ns += s->end_ns - first->start_ns;
+	b->pend = true;
+	b->pend_missed = missed;
+	b->pend_ns = r->token_ns[r->ntokens - 1];
+	b->pend_out_ns = s->end_ns - first->start_ns;
 }
 
 /* A later frame of r at t_ns: of the write that ended its latest preemption, one more step
@@ -120,7 +122,7 @@ static void preempt_check(const struct gpu_timeline *g, struct request *r,
  * preemption is final. */
 static void preempt_settle(struct request *r, uint64_t t_ns)
 {
-	struct batch_state *b = r->batch;
+	struct batch_state *b = request_track(r)->batch;
 
 	if (!b || !b->pend)
 		return;
@@ -138,6 +140,7 @@ static void preempt_settle(struct request *r, uint64_t t_ns)
 void batch_token(struct gpu_timeline *g, struct request *r)
 {
 	uint32_t i = r->ntokens - 1;
+	const struct batch_state *b;
 	struct gpu_step *s;
 
 	if (r->client || !r->ntokens || !g->count)
@@ -149,7 +152,8 @@ void batch_token(struct gpu_timeline *g, struct request *r)
 		return;
 	}
 	preempt_settle(r, r->token_ns[i]);
-	s = latest_between(g, r->batch ? r->batch->pid : 0, r->token_ns[i - 1], r->token_ns[i]);
+	b = request_track(r)->batch;
+	s = latest_between(g, b ? b->pid : 0, r->token_ns[i - 1], r->token_ns[i]);
 	if (s) {
 		preempt_check(g, r, s, r->token_ns[i - 1]);
 		credit(g, r, s, i);
@@ -158,19 +162,20 @@ void batch_token(struct gpu_timeline *g, struct request *r)
 
 bool batch_settled(const struct gpu_timeline *g, const struct request *r, uint64_t now_ns)
 {
+	const struct batch_state *b = request_track_c(r)->batch;
 	const struct gpu_step *s;
 
-	if (!r->batch || !r->batch->n)
+	if (!b || !b->n)
 		return true;
 	/* Its steps close in order: the last one closes after the others. */
-	s = gpu_step_by_id(g, r->batch->v[r->batch->n - 1].step);
+	s = gpu_step_by_id(g, b->v[b->n - 1].step);
 	return !s || gpu_step_closed(s, now_ns);
 }
 
 void batch_attribute(const struct gpu_timeline *g, const struct request *r,
 		     struct gpu_attribution *a)
 {
-	const struct batch_state *b = r->batch;
+	const struct batch_state *b = request_track_c(r)->batch;
 	uint64_t sum;
 
 	a->has_steps = !r->client && g->count;
@@ -179,6 +184,9 @@ void batch_attribute(const struct gpu_timeline *g, const struct request *r,
 	a->preempted_ns = !a->has_steps ? -1 : b ? (int64_t)b->preempted_ns : 0;
 	a->preempt_from = b ? b->preempt_from : NULL;
 	a->preempt_to = b ? b->preempt_to : NULL;
+	a->npreempt_times = !b					  ? 0
+			    : b->preemptions < BATCH_PREEMPT_KEEP ? b->preemptions
+								  : BATCH_PREEMPT_KEEP;
 	a->steps = a->batch_steps = 0;
 	a->batch_mean = 0;
 	a->rides = NULL;

@@ -59,14 +59,14 @@ struct batch_credit {
 	uint32_t token;
 };
 
-/* What a request keeps (request.batch), allocated with its first credit. */
+/* What a request keeps (request_track.batch), allocated with its first credit. */
 struct batch_state {
 	uint32_t pid;	 /* the serving GPU process */
 	uint32_t n, cap; /* credits kept, oldest first */
 	uint32_t folded; /* decode steps folded into the sums below (BATCH_KEEP) */
 	uint32_t folded_known;
-	uint64_t folded_sum; /* their batches, of the folded_known still kept when folded */
-	uint32_t preemptions; /* times it left the batch and came back through a recompute */
+	uint64_t folded_sum;   /* their batches, of the folded_known still kept when folded */
+	uint32_t preemptions;  /* times it left the batch and came back through a recompute */
 	uint64_t preempted_ns; /* time out of the batch, the recomputes included */
 	/* the first BATCH_PREEMPT_KEEP of them: out from, back at */
 	uint64_t preempt_from[BATCH_PREEMPT_KEEP], preempt_to[BATCH_PREEMPT_KEEP];
@@ -77,17 +77,6 @@ struct batch_state {
 	uint32_t pend_missed;
 	uint64_t pend_ns, pend_out_ns;
 	struct batch_credit v[];
-};
-
-/* One step a request's tokens came from, as the sinks see it (gpu_attribution.rides): tokens
- * [token, token + ntokens) came from it. known false: the history no longer holds the step
- * (only token and ntokens are set). */
-struct batch_ride {
-	uint32_t pid, tid;
-	uint64_t start_ns, end_ns;
-	uint32_t batch;
-	bool known;
-	uint32_t token, ntokens;
 };
 
 /* r's newest token (token_ns[ntokens - 1]) was written: credits it to its step. */

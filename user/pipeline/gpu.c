@@ -623,6 +623,7 @@ void gpu_attribute(const struct gpu_timeline *g, const struct request *r, struct
 	a->batch_mean = 0;
 	a->preempted_ns = -1;
 	a->preempt_from = a->preempt_to = NULL;
+	a->npreempt_times = 0;
 	a->rides = NULL;
 	a->nrides = 0;
 	if (r->client) {
@@ -706,5 +707,6 @@ void gpu_report(const struct gpu_timeline *g, struct gpu_proc_report *procs, str
 				    .procs = procs,
 				    .procs_dropped = g->procs_dropped,
 				    .batch_early = g->batch_early,
-				    .batch_late = g->batch_late };
+				    .batch_late = g->batch_late,
+				    .held_max = GPU_PENDING_MAX };
 }

@@ -22,6 +22,7 @@
 #include "lib/hist.h"
 #include "pipeline/gpu_report.h"
 #include "pipeline/request.h"
+#include "pipeline/step.h"
 
 /* Eager launches from which a step that also replays a graph counts as mixed: a decode step's
  * sampling and bookkeeping add a handful of eager kernels around the graph. */
@@ -30,8 +31,6 @@
 #define GPU_HISTORY 16384
 #define GPU_MAX_PROCS 64
 
-/* Disjoint device intervals kept per step for its busy time; more merge the closest two. */
-#define GPU_STEP_SPANS 4
 /* Kernel time a step of a process with device times waits for them before it is shown
  * anyway (counted late); requests wait as long for the steps they overlap. */
 #define GPU_DEVICE_WAIT_NS 2000000000ull
@@ -58,46 +57,6 @@
 /* A step with no next step (its process went idle) closes this long after its end: the host
  * writes a step's tokens within milliseconds of it; the last requests of a burst wait as long. */
 #define GPU_BATCH_WAIT_NS 250000000ull
-struct gpu_span {
-	uint64_t a, b;
-};
-
-/* What the CUPTI injection library reported of a step's device work (device: any run). */
-struct gpu_device {
-	bool device;
-	bool approx; /* busy_ns is an upper bound: more disjoint spans than were kept */
-	uint32_t runs, kernels, graphs, memcpys;
-	uint64_t start_ns, end_ns; /* first device start, last device end */
-	uint64_t busy_ns;	   /* the union of the runs' device time */
-	uint64_t launch_ns;	   /* the first known launch of the step's device work, 0 if none */
-	uint64_t delay_ns;	   /* sum of launch-to-start delays of launched operations */
-	uint32_t launched;	   /* operations those are over */
-	uint8_t nspans;
-	struct gpu_span spans[GPU_STEP_SPANS]; /* sorted, disjoint */
-	uint64_t run_busy_ns;		       /* sum of the runs' own busy times */
-};
-
-struct gpu_step {
-	uint64_t
-	    id; /* 1, 2, ... in the order steps came: its ring slot is (id - 1) % GPU_HISTORY */
-	uint32_t pid, tid;
-	uint64_t start_ns, wait_start_ns, end_ns;
-	uint32_t launches, graph_launches, memcpys, memcpys_dtoh, waits;
-	enum step_kind kind;
-	bool pending;  /* not shown yet: held for its device times or its batch (batch.h) */
-	bool dev_wait; /* held for its device times: its process has the CUPTI library */
-	/* Its eager kernels ran outside the library's sampling windows: its device times are
-	 * not all there, so none are shown (dev cleared). */
-	bool sampled_out;
-	bool settled; /* checked against the windows (gpu.c's cupti_settle) */
-	/* Requests whose tokens came from it (batch.h), and the end of its process's next step
-	 * that launched work, which closes the window of writes that can still add to it (0:
-	 * none yet). */
-	uint32_t batch;
-	uint64_t next_end_ns;
-	struct gpu_device dev;
-};
-
 /* A process's CUPTI injection library, as its records said. */
 struct gpu_cupti {
 	bool seen;		/* a record arrived: its steps wait for device times */
@@ -155,49 +114,9 @@ struct gpu_timeline {
 	uint64_t batch_early, batch_late;
 };
 
-struct batch_ride;
-
-/* How a request's latency was split. Values < 0 are unknown (printed as null). */
-struct gpu_attribution {
-	int64_t queue_ns, prefill_ns, decode_ns, gpu_ns, host_ns;
-	const char *how; /* a short sentence: how it was decided, or why it could not be */
-	/* Device time (CUPTI) of the prefill step, and of the steps between the first token and
-	 * the end; -1 without device times (0 in an initialiser that stops before them: shown
-	 * only with source). */
-	int64_t prefill_gpu_ns, decode_gpu_ns;
-	/* "cupti": gpu/host from device intervals; "host-calls": from the host's CUDA calls
-	 * (some overlapping step had no device times); NULL: not split. */
-	const char *source;
-	/* The steps its tokens came from (batch.h). has_steps false (zero): not known (no GPU
-	 * step was seen; shown as null). steps: after the first token; batch_steps of them
-	 * still had their batch, whose mean is batch_mean. rides: every step its tokens came
-	 * from, the first token's included, oldest first (nrides; NULL when none), owned by the
-	 * attribution: gpu_attribution_free. */
-	bool has_steps;
-	uint32_t steps, batch_steps;
-	double batch_mean;
-	/* Times it was preempted (out of the batch, then recomputed: batch.h) and the time out
-	 * of the batch; shown only with has_steps. */
-	uint32_t preemptions;
-	int64_t preempted_ns;
-	/* when it went out of the batch and came back, for the first BATCH_PREEMPT_KEEP of them
-	 * (the request's own arrays: valid while it is) */
-	const uint64_t *preempt_from, *preempt_to;
-	struct batch_ride *rides;
-	uint32_t nrides;
-};
-
 int gpu_init(struct gpu_timeline *g);
 void gpu_free(struct gpu_timeline *g);
 enum step_kind gpu_classify(uint32_t launches, uint32_t graph_launches);
-const char *gpu_kind_name(enum step_kind k);
-/* Where a step's figures come from: "cupti" (the device's own times), "sampled-out" (eager
- * kernels outside the library's sampling windows: the host's only), "host-calls" (no device
- * times for its process, or not yet collecting). */
-enum gpu_times { GPU_TIMES_CUPTI, GPU_TIMES_SAMPLED_OUT, GPU_TIMES_HOST, GPU_TIMES_MAX };
-enum gpu_times gpu_step_times_of(const struct gpu_step *s);
-const char *gpu_times_name(enum gpu_times t);
-const char *gpu_step_times(const struct gpu_step *s);
 /* Adds a step record; the classified step is copied to *out when out is not NULL. A step of a
  * process with device times is held (out->pending): gpu_next_ready gives it back. */
 void gpu_add(struct gpu_timeline *g, const struct ts_gpu_step_event *e, struct gpu_step *out);

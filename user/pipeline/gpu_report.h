@@ -38,6 +38,7 @@ struct gpu_report {
 	const struct gpu_proc_report *procs;
 	uint64_t procs_dropped;		  /* GPU processes beyond GPU_MAX_PROCS */
 	uint64_t batch_early, batch_late; /* as gpu_timeline's */
+	uint32_t held_max;		  /* steps held at once, at most (GPU_PENDING_MAX) */
 };
 
 #endif

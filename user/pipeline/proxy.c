@@ -11,9 +11,9 @@ void proxy_init(struct proxy *p)
 	p->paired = 0;
 }
 
-static struct request *of_link(struct request_link *l)
+static struct request_track *of_link(struct request_link *l)
 {
-	return (struct request *)((char *)l - offsetof(struct request, open));
+	return (struct request_track *)((char *)l - offsetof(struct request_track, open));
 }
 
 static void link_del(struct request_link *l)
@@ -38,21 +38,24 @@ static void peer_take(struct request_peer *to, const struct request *from)
 
 void proxy_start(struct proxy *p, struct request *r)
 {
+	struct request_track *rt = request_track(r);
+
 	if (!r->client) {
 		/* Newest last: the list stays in arrival order. */
-		r->open.prev = p->open.prev;
-		r->open.next = &p->open;
-		p->open.prev->next = &r->open;
-		p->open.prev = &r->open;
+		rt->open.prev = p->open.prev;
+		rt->open.next = &p->open;
+		p->open.prev->next = &rt->open;
+		p->open.prev = &rt->open;
 		return;
 	}
 	for (struct request_link *l = p->open.next; l != &p->open; l = l->next) {
-		struct request *s = of_link(l);
+		struct request_track *st = of_link(l);
+		struct request *s = &st->r;
 
-		if (s->pid != r->pid || s->pair || s->peer.set || s->arrival_ns > r->arrival_ns)
+		if (s->pid != r->pid || st->pair || s->peer.set || s->arrival_ns > r->arrival_ns)
 			continue;
-		s->pair = r;
-		r->pair = s;
+		st->pair = r;
+		rt->pair = s;
 		peer_take(&s->peer, r);
 		peer_take(&r->peer, s);
 		p->paired++;
@@ -62,16 +65,17 @@ void proxy_start(struct proxy *p, struct request *r)
 
 void proxy_done(struct proxy *p, struct request *r)
 {
-	struct request *o = r->pair;
+	struct request_track *rt = request_track(r);
+	struct request *o = rt->pair;
 
 	(void)p;
-	link_del(&r->open);
+	link_del(&rt->open);
 	if (!o)
 		return;
 	/* Each takes the other's times as they are now; the one finishing is final. */
 	peer_take(&o->peer, r);
 	o->peer.done = true;
 	peer_take(&r->peer, o);
-	o->pair = NULL;
-	r->pair = NULL;
+	request_track(o)->pair = NULL;
+	rt->pair = NULL;
 }

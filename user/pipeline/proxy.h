@@ -8,13 +8,14 @@
  * the bytes (a proxy may rewrite everything): a gateway that calls several upstreams for one
  * request, or retries, pairs its later calls with later requests.
  *
- * While both are open each points at the other; whichever finishes first leaves its times in the
- * other's struct request_peer, and the rest is filled when the second finishes.
+ * While both are open each points at the other (request_track.h); whichever finishes first leaves
+ * its times in the other's struct request_peer, and the rest is filled when the second finishes.
  */
 #ifndef TS_PROXY_H
 #define TS_PROXY_H
 
 #include "pipeline/request.h"
+#include "pipeline/request_track.h"
 
 struct proxy {
 	struct request_link open; /* served requests open, oldest first (a circular list) */

@@ -10,6 +10,7 @@
 #include "lib/hist.h"
 #include "lib/utf8.h"
 #include "pipeline/request.h"
+#include "pipeline/request_track.h"
 
 static const char *const outcome_names[OUTCOME_MAX] = {
 	[OUTCOME_OK] = "ok",
@@ -26,7 +27,8 @@ const char *outcome_name(enum outcome o)
 
 struct request *request_new(uint32_t pid, uint64_t conn_id, uint32_t seq, const char *conn)
 {
-	struct request *r = calloc(1, sizeof(*r));
+	struct request_track *t = calloc(1, sizeof(*t));
+	struct request *r = t ? &t->r : NULL;
 
 	if (!r)
 		return NULL;
@@ -46,19 +48,21 @@ struct request *request_new(uint32_t pid, uint64_t conn_id, uint32_t seq, const 
 
 void request_free(struct request *r)
 {
+	struct request_track *t = request_track(r);
+
 	if (!r)
 		return;
 	/* Freed without finishing (the end of a run): its pair and the proxy's list forget it. */
-	if (r->pair)
-		r->pair->pair = NULL;
-	if (r->open.next) {
-		r->open.prev->next = r->open.next;
-		r->open.next->prev = r->open.prev;
+	if (t->pair)
+		request_track(t->pair)->pair = NULL;
+	if (t->open.next) {
+		t->open.prev->next = t->open.next;
+		t->open.next->prev = t->open.prev;
 	}
 	free(r->token_ns);
 	free(r->chunk_tokens);
-	free(r->batch);
-	free(r);
+	free(t->batch);
+	free(t);
 }
 
 int request_add_token(struct request *r, uint64_t ts)

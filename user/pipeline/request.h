@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * One HTTP request/response exchange as the tracer saw it, and the numbers derived from it,
- * exactly as docs/output.md's Definitions define them. Built by the protocol modules (h1conn.c, h2conn.c), consumed by the sinks, then
- * freed.
+ * exactly as docs/output.md's Definitions define them. Built by the protocol modules (h1conn.c,
+ * h2conn.c), handed to the sinks as a value, then freed. What the pipeline keeps with it besides
+ * (its proxy pair, the GPU steps it rode) is request_track.h's, out of the sinks' reach.
  */
 #ifndef TS_REQUEST_H
 #define TS_REQUEST_H
@@ -12,13 +13,6 @@
 
 #include "pipeline/frame.h"
 #include "pipeline/reqbody.h"
-
-struct batch_state;
-
-/* A node of the proxy's list of open served requests (proxy.h); unlinked: both NULL. */
-struct request_link {
-	struct request_link *prev, *next;
-};
 
 /* The other side of a proxied exchange (proxy.h): a served request's upstream request, or an
  * upstream request's served one, as far as it was seen. */
@@ -100,13 +94,8 @@ struct request {
 	 * frame; without the schema a message is one chunk of output, however many tokens. */
 	int grpc_status;
 	enum outcome outcome;
-	/* Proxy pairing (proxy.h): the pair while both are open, the peer's times, and the node
-	 * of the list of open served requests. */
-	struct request *pair;
+	/* The other side of a proxied exchange (proxy.h): its times, as far as they were seen. */
 	struct request_peer peer;
-	struct request_link open;
-	/* The GPU steps its tokens came from (batch.h); NULL until the first. */
-	struct batch_state *batch;
 };
 
 /* Derived per-request numbers; *_ns < 0 means "not applicable" (printed as null). */

@@ -10,7 +10,7 @@
 #include "lib/clock.h"
 #include "lib/escape.h"
 #include "sinks/alert.h"
-#include "pipeline/gpu.h"
+#include "pipeline/step.h"
 #include "pipeline/request.h"
 
 static const char *const metric_names[AM_MAX] = {

@@ -4,8 +4,7 @@
 #include <time.h>
 
 #include "sinks/diagnosis.h"
-#include "pipeline/batch.h"
-#include "pipeline/gpu.h"
+#include "pipeline/step.h"
 #include "lib/clock.h"
 #include "lib/grow.h"
 #include "lib/hist.h"

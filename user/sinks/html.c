@@ -16,7 +16,7 @@
 #include "lib/hist.h"
 #include "lib/jsonw.h"
 #include "lib/version.h"
-#include "pipeline/gpu.h"
+#include "pipeline/step.h"
 #include "pipeline/request.h"
 #include "sinks/diagnosis.h"
 #include "sinks/html.h"

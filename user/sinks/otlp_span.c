@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "pipeline/gpu.h"
+#include "pipeline/step.h"
 #include "sinks/otlp_span.h"
 
 /* What a trace costs in the body, to bound batches and the queue without encoding twice:
@@ -212,8 +213,8 @@ struct otlp_span *otlp_span_new(struct otlp_rng *g, const struct request *r,
 	if (ga && ga->has_steps && ga->preemptions) {
 		s->preemptions = ga->preemptions;
 		s->preempted_ns = ga->preempted_ns;
-		s->npreempt = ga->preemptions < OTLP_PREEMPT_EVENTS ? ga->preemptions
-								   : OTLP_PREEMPT_EVENTS;
+		s->npreempt = ga->npreempt_times < OTLP_PREEMPT_EVENTS ? ga->npreempt_times
+								       : OTLP_PREEMPT_EVENTS;
 		for (uint32_t i = 0; i < s->npreempt && ga->preempt_from; i++) {
 			s->preempt_from[i] = ga->preempt_from[i];
 			s->preempt_to[i] = ga->preempt_to[i];

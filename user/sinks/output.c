@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: MIT
 #include <math.h>
 #include <string.h>
+#include <linux/types.h>
 
+#include "events.h"
 #include "lib/escape.h"
 #include "lib/jsonw.h"
 #include "sinks/output.h"

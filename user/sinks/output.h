@@ -11,7 +11,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 
-#include "pipeline/gpu.h"
+#include "pipeline/step.h"
 #include "pipeline/request.h"
 #include "pipeline/sink.h"
 

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "lib/clock.h"
-#include "pipeline/gpu.h"
+#include "pipeline/step.h"
 #include "pipeline/nvml_sample.h"
 #include "sinks/prom.h"
 #include "pipeline/request.h"

@@ -4,8 +4,7 @@
 #include <string.h>
 
 #include "lib/jsonw.h"
-#include "pipeline/gpu.h"
-#include "pipeline/sse.h"
+#include "pipeline/step.h"
 #include "sinks/summary.h"
 
 void summary_init(struct summary *s)
@@ -331,9 +330,9 @@ void summary_print_gpu(const struct gpu_report *g, FILE *f)
 			(unsigned long long)g->procs_dropped);
 	if (g->batch_early || g->batch_late)
 		fprintf(f,
-			"  GPU: %llu steps shown before their batch was complete (%d held at "
+			"  GPU: %llu steps shown before their batch was complete (%u held at "
 			"once), %llu tokens written after their step was shown\n",
-			(unsigned long long)g->batch_early, GPU_PENDING_MAX,
+			(unsigned long long)g->batch_early, g->held_max,
 			(unsigned long long)g->batch_late);
 }
 

@@ -7,8 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "pipeline/batch.h"
-#include "pipeline/gpu.h"
+#include "pipeline/step.h"
 #include "lib/jsonw.h"
 #include "pipeline/nvml_sample.h"
 #include "pipeline/request.h"
@@ -435,9 +434,8 @@ static void tl_request(void *ctx, const struct request *r, const struct request_
 				    r->end_ns);
 		}
 		/* Out of the engine's batch (docs/gpu.md "Preemption"): inside the decode. */
-		for (uint32_t i = 0; ga && ga->has_steps && ga->preempt_from &&
-				     i < ga->preemptions && i < BATCH_PREEMPT_KEEP;
-		     i++)
+		for (uint32_t i = 0;
+		     ga && ga->has_steps && ga->preempt_from && i < ga->npreempt_times; i++)
 			ev_complete(t, "preempted (out of the batch)", "phase", pid, tid,
 				    ga->preempt_from[i], ga->preempt_to[i]);
 	}

@@ -21,10 +21,9 @@
 #include <stdio.h>
 #include <termios.h>
 
-#include "pipeline/gpu.h"
+#include "pipeline/step.h"
 #include "lib/hist.h"
 #include "pipeline/nvml_sample.h"
-#include "pipeline/reqbody.h"
 #include "pipeline/sink.h"
 #include "sinks/window.h"
 

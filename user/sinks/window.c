@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "lib/clock.h"
-#include "pipeline/gpu.h"
+#include "pipeline/step.h"
 #include "pipeline/request.h"
 #include "sinks/window.h"
 

@@ -1,0 +1,110 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * What the sinks are handed of the GPU: a step as a value (its classification, host calls and
+ * device times), the steps a request's tokens came from, and how its latency was split
+ * (gpu_attribution). Made by gpu.c and batch.c, which keep the step timeline and each request's
+ * credits to themselves: a sink includes this, never gpu.h or batch.h.
+ */
+#ifndef TS_STEP_H
+#define TS_STEP_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "pipeline/gpu_report.h"
+
+/* Disjoint device intervals kept per step for its busy time; more merge the closest two. */
+#define GPU_STEP_SPANS 4
+
+struct gpu_span {
+	uint64_t a, b;
+};
+
+/* What the CUPTI injection library reported of a step's device work (device: any run). */
+struct gpu_device {
+	bool device;
+	bool approx; /* busy_ns is an upper bound: more disjoint spans than were kept */
+	uint32_t runs, kernels, graphs, memcpys;
+	uint64_t start_ns, end_ns; /* first device start, last device end */
+	uint64_t busy_ns;	   /* the union of the runs' device time */
+	uint64_t launch_ns;	   /* the first known launch of the step's device work, 0 if none */
+	uint64_t delay_ns;	   /* sum of launch-to-start delays of launched operations */
+	uint32_t launched;	   /* operations those are over */
+	uint8_t nspans;
+	struct gpu_span spans[GPU_STEP_SPANS]; /* sorted, disjoint */
+	uint64_t run_busy_ns;		       /* sum of the runs' own busy times */
+};
+
+struct gpu_step {
+	uint64_t
+	    id; /* 1, 2, ... in the order steps came: its ring slot is (id - 1) % GPU_HISTORY */
+	uint32_t pid, tid;
+	uint64_t start_ns, wait_start_ns, end_ns;
+	uint32_t launches, graph_launches, memcpys, memcpys_dtoh, waits;
+	enum step_kind kind;
+	bool pending;  /* not shown yet: held for its device times or its batch (batch.h) */
+	bool dev_wait; /* held for its device times: its process has the CUPTI library */
+	/* Its eager kernels ran outside the library's sampling windows: its device times are
+	 * not all there, so none are shown (dev cleared). */
+	bool sampled_out;
+	bool settled; /* checked against the windows (gpu.c's cupti_settle) */
+	/* Requests whose tokens came from it (batch.h), and the end of its process's next step
+	 * that launched work, which closes the window of writes that can still add to it (0:
+	 * none yet). */
+	uint32_t batch;
+	uint64_t next_end_ns;
+	struct gpu_device dev;
+};
+
+/* One step a request's tokens came from, as the sinks see it (gpu_attribution.rides): tokens
+ * [token, token + ntokens) came from it. known false: the history no longer holds the step
+ * (only token and ntokens are set). */
+struct batch_ride {
+	uint32_t pid, tid;
+	uint64_t start_ns, end_ns;
+	uint32_t batch;
+	bool known;
+	uint32_t token, ntokens;
+};
+
+/* How a request's latency was split. Values < 0 are unknown (printed as null). */
+struct gpu_attribution {
+	int64_t queue_ns, prefill_ns, decode_ns, gpu_ns, host_ns;
+	const char *how; /* a short sentence: how it was decided, or why it could not be */
+	/* Device time (CUPTI) of the prefill step, and of the steps between the first token and
+	 * the end; -1 without device times (0 in an initialiser that stops before them: shown
+	 * only with source). */
+	int64_t prefill_gpu_ns, decode_gpu_ns;
+	/* "cupti": gpu/host from device intervals; "host-calls": from the host's CUDA calls
+	 * (some overlapping step had no device times); NULL: not split. */
+	const char *source;
+	/* The steps its tokens came from (batch.h). has_steps false (zero): not known (no GPU
+	 * step was seen; shown as null). steps: after the first token; batch_steps of them
+	 * still had their batch, whose mean is batch_mean. rides: every step its tokens came
+	 * from, the first token's included, oldest first (nrides; NULL when none), owned by the
+	 * attribution: gpu_attribution_free. */
+	bool has_steps;
+	uint32_t steps, batch_steps;
+	double batch_mean;
+	/* Times it was preempted (out of the batch, then recomputed: batch.h) and the time out
+	 * of the batch; shown only with has_steps. */
+	uint32_t preemptions;
+	int64_t preempted_ns;
+	/* when it went out of the batch and came back, for the first npreempt_times of them
+	 * (the request's own arrays: valid while it is) */
+	const uint64_t *preempt_from, *preempt_to;
+	uint32_t npreempt_times;
+	struct batch_ride *rides;
+	uint32_t nrides;
+};
+
+const char *gpu_kind_name(enum step_kind k);
+/* Where a step's figures come from: "cupti" (the device's own times), "sampled-out" (eager
+ * kernels outside the library's sampling windows: the host's only), "host-calls" (no device
+ * times for its process, or not yet collecting). */
+enum gpu_times { GPU_TIMES_CUPTI, GPU_TIMES_SAMPLED_OUT, GPU_TIMES_HOST, GPU_TIMES_MAX };
+enum gpu_times gpu_step_times_of(const struct gpu_step *s);
+const char *gpu_times_name(enum gpu_times t);
+const char *gpu_step_times(const struct gpu_step *s);
+
+#endif
