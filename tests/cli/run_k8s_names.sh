@@ -116,4 +116,21 @@ if grep -q "^tokenscope_requests_total{model=\"ref\",role=\"server\",namespace=\
 else
 	ko k8s-names "/metrics: $(grep '^tokenscope_requests_total' "$TMP/metrics.txt" | head -4)"
 fi
+
+# A recording keeps the names: report shows what trace showed.
+"$TS" record -p "$RSPID" --container-state "$STATE" -o "$TMP/run.tsr" >"$TMP/record.out" 2>"$TMP/record.err" &
+RECPID=$!
+pids+=("$RECPID")
+for _ in $(seq 100); do grep -q attached "$TMP/record.err" && break; sleep 0.1; done
+"$GT" --port "$PORT" -n 2 --max-tokens 4 -o /dev/null 2>/dev/null
+sleep 0.3
+kill -INT "$RECPID"
+wait "$RECPID"
+"$TS" report --json "$TMP/run.tsr" >"$TMP/report.out" 2>"$TMP/report.err"
+n=$(grep -c '"k8s":{"namespace":"inference","pod":"vllm-llama-7d9f4-x2kq","pod_uid":"'"$UID_"'","container":"engine"' "$TMP/report.out")
+if [ "$n" -eq 2 ]; then
+	ok "k8s-names: report of a recording labels its 2 requests with the pod, as trace did"
+else
+	ko k8s-names "report: $n of 2 requests labelled: $(head -c 400 "$TMP/report.out")"
+fi
 finish
