@@ -2,8 +2,9 @@
 /*
  * Strings from outside into JSON: the JSON writer (user/lib/jsonw.c) with input strings as keys
  * and values, a request line (user/sinks/output.c, JSON and text) whose model, path, method,
- * connection and container come from the input, and the OTLP encoder (user/sinks/otlp.c) on a
- * span of that request with the service and host names from the input too.
+ * connection, container and Kubernetes names come from the input, and the OTLP encoder
+ * (user/sinks/otlp.c) on a span of that request with the service and host names from the input
+ * too.
  *
  * Input: up to JSON_FUZZ_STRINGS strings, each ended by a NUL (or the end of the input).
  *
@@ -89,7 +90,11 @@ static struct request *make_request(char **s)
 	snprintf(r->method, sizeof(r->method), "%s", s[1]);
 	snprintf(r->path, sizeof(r->path), "%s", s[2]);
 	snprintf(r->info.model, sizeof(r->info.model), "%s", s[3]);
-	snprintf(r->container, sizeof(r->container), "%s", s[4]);
+	/* Where it runs: its JSON k8s object, its OTLP resource, from the input too. */
+	snprintf(r->workload.container_id, sizeof(r->workload.container_id), "%s", s[4]);
+	snprintf(r->workload.k8s_namespace, sizeof(r->workload.k8s_namespace), "%s", s[5]);
+	snprintf(r->workload.k8s_pod, sizeof(r->workload.k8s_pod), "%s", s[6]);
+	snprintf(r->workload.k8s_container, sizeof(r->workload.k8s_container), "%s", s[7]);
 	r->status = 500;
 	r->outcome = OUTCOME_HTTP_ERROR; /* not ok: OTLP exports it whatever the sampling */
 	r->streamed = true;

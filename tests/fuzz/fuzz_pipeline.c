@@ -28,7 +28,8 @@
  *   OP_CALL   u8 fn, u8 kind       TS_EV_GPU_CALL
  *   OP_LOST   u8 n                 the kernel's lost-record count grows by n
  *   OP_LABEL  who                  pipeline_label_process (--all); variant bit 0: the
- *                                  container id is the next up to 12 bytes (NUL ends it)
+ *                                  container id is the next up to 12 bytes (NUL ends it);
+ *                                  bit 1: in a pod named by the next up to 12 bytes
  *   OP_TIME   u32 ns               the clock jumps (variant bit 0: backwards)
  *   OP_TICK                        pipeline_tick; variant bit 0: an interval summary too
  *   OP_RAW    u8 type, u8 len, bytes   a record with that type and size and arbitrary rest
@@ -253,17 +254,24 @@ static void op_call(struct interp *it)
 static void op_label(struct interp *it, uint8_t variant)
 {
 	uint8_t who = fuzz_u8(&it->in);
-	char container[FUZZ_CONTAINER_BYTES + 1];
+	struct workload wl = { 0 };
 
 	if (variant & 1) {
 		char *s = fuzz_str(&it->in, FUZZ_CONTAINER_BYTES);
 
-		snprintf(container, sizeof(container), "%s", s);
+		snprintf(wl.container_id, sizeof(wl.container_id), "%s", s);
 		free(s);
 	} else {
-		snprintf(container, sizeof(container), "c%02x", who);
+		snprintf(wl.container_id, sizeof(wl.container_id), "c%02x", who);
 	}
-	pipeline_label_process(it->pl, who_pid(who), container);
+	if (variant & 2) {
+		char *s = fuzz_str(&it->in, FUZZ_CONTAINER_BYTES);
+
+		snprintf(wl.k8s_namespace, sizeof(wl.k8s_namespace), "ns");
+		snprintf(wl.k8s_pod, sizeof(wl.k8s_pod), "%s", s);
+		free(s);
+	}
+	pipeline_label_process(it->pl, who_pid(who), &wl);
 }
 
 static uint64_t ago(const struct interp *it, uint64_t ns)

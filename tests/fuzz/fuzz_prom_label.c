@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: MIT
 /*
  * Prometheus label values from outside (user/sinks/prom.c): the request body's model and the
- * server's container id label the request series, an alert rule's text labels
- * tokenscope_alert_firing. The escaping is static in prom.c, so it is driven through the
+ * server's container id and pod (namespace and name) label the request series, an alert rule's text
+ * labels tokenscope_alert_firing. The escaping is static in prom.c, so it is driven through the
  * sink: finished requests with those labels, then prom_render.
  *
  * Input:
  *   u8  flags    bit 0: --by-process (a pid label too); bit 1: a second request on another
- *                process with the second model
+ *                process with the second model; bit 2: --no-pod-labels
  *   then NUL-ended strings: model, container, second model, alert rule
  *
  * Property: the exposition is strict UTF-8 and every sample line parses as the text format
@@ -43,7 +43,10 @@ static void finish_request(const struct sink *s, uint32_t pid, const char *model
 	if (!r)
 		abort();
 	snprintf(r->info.model, sizeof(r->info.model), "%s", model);
-	snprintf(r->container, sizeof(r->container), "%s", container);
+	/* The container id and, from the same string, the pod's names: labels all three. */
+	snprintf(r->workload.container_id, sizeof(r->workload.container_id), "%s", container);
+	snprintf(r->workload.k8s_namespace, sizeof(r->workload.k8s_namespace), "%s", container);
+	snprintf(r->workload.k8s_pod, sizeof(r->workload.k8s_pod), "%s", container);
 	r->status = 200;
 	r->outcome = OUTCOME_OK;
 	r->streamed = true;
@@ -78,6 +81,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (!p)
 		abort();
 	prom_set_by_process(p, flags & 1);
+	prom_set_pod_labels(p, !(flags & 4));
 	s = prom_sink(p);
 	/* The label is the model as the request record holds it (cut to its buffer). */
 	snprintf(label, sizeof(label), "%s", model[0] ? model : "unknown");
