@@ -5,9 +5,9 @@
 # separated) runs a subset; docs checks that every relative link and #anchor of the README and
 # docs/ resolves (tests/docs/check_links.py); container runs make image's image in a private
 # containerd beside a server in a pod-like container (tests/container/); html opens the HTML
-# report in headless Chromium (tests/html/); arm64-vm runs the arm64 BPF tests in an emulated arm64 machine (about two
-# minutes, and a Debian arm64 kernel package downloaded once). CHECK_FUZZ_SECONDS (default 10)
-# is how long the short campaign fuzzes each target.
+# report in headless Chromium (tests/html/); arm64-vm runs the arm64 BPF tests in an emulated
+# arm64 machine (about two minutes, and a Debian arm64 kernel package downloaded once).
+# CHECK_FUZZ_SECONDS (default 10) is how long the short campaign fuzzes each target.
 set -u
 cd "$(dirname "$0")/.."
 OUT=.output
