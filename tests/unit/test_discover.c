@@ -211,6 +211,12 @@ TEST(test_container)
 	    "v1 docker");
 	ASSERT_STREQ(id, HEX_B, "v1 id");
 	ASSERT_STREQ(rt, "docker", "v1 runtime");
+	/* a host with v1 hierarchies alone lists "0::/" too: a v1 path names the container */
+	ASSERT_TRUE(discover_container("12:pids:/kubepods/burstable/pod1/" HEX_A
+				       "\n1:name=systemd:/\n0::/\n",
+				       id, &rt),
+		    "v1 host");
+	ASSERT_STREQ(id, HEX_A, "its id from the v1 line");
 	/* the v2 line wins over v1 lines (hybrid hierarchy) */
 	ASSERT_TRUE(discover_container("1:name=systemd:/init.scope\n0::/kubepods/burstable/"
 				       "pod1a2b-3c4d/" HEX_C "\n",

@@ -25,6 +25,7 @@ struct req_spec {
 	uint32_t ntokens;
 	int64_t prompt_tokens, completion_tokens;
 	bool client;
+	const struct workload *wl; /* where its process runs; NULL: on the host */
 };
 
 static void feed(struct sink *sk, const struct req_spec *q, const struct gpu_attribution *ga)
@@ -42,6 +43,8 @@ static void feed(struct sink *sk, const struct req_spec *q, const struct gpu_att
 	snprintf(r->info.model, sizeof(r->info.model), "%s", q->model ? q->model : "");
 	r->info.max_tokens = 64;
 	r->client = q->client;
+	if (q->wl)
+		r->workload = *q->wl;
 	r->status = q->status;
 	r->outcome = q->outcome;
 	r->streamed = q->ntokens > 0;
@@ -88,12 +91,16 @@ static cJSON *encode_all(struct otlp *o, size_t *nspans)
 	return j;
 }
 
-static cJSON *spans_of(cJSON *root)
+static cJSON *spans_of_resource(cJSON *rs)
 {
-	cJSON *rs = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "resourceSpans"), 0);
 	cJSON *ss = cJSON_GetArrayItem(cJSON_GetObjectItem(rs, "scopeSpans"), 0);
 
 	return cJSON_GetObjectItem(ss, "spans");
+}
+
+static cJSON *spans_of(cJSON *root)
+{
+	return spans_of_resource(cJSON_GetArrayItem(cJSON_GetObjectItem(root, "resourceSpans"), 0));
 }
 
 /* The value object of attribute key, or NULL. */
@@ -860,6 +867,72 @@ TEST(test_backpressure_no_sender)
 	otlp_get_stats(&o, &st);
 	ASSERT_EQ(st.dropped, 15, "dropped when full");
 	ASSERT_EQ(st.unsent, 10, "the rest unsent");
+}
+
+/* Spans of processes that run in different places go under a resource each, with the names
+ * the semantic conventions give them; a workload's spans stay together, in their order. */
+TEST(test_resource_per_workload)
+{
+	static const struct workload pod = {
+		.container_id = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+		.pod_uid = "12345678-aaaa-bbbb-cccc-0123456789ab",
+		.k8s_namespace = "inference",
+		.k8s_pod = "vllm-0",
+		.k8s_container = "engine",
+	};
+	static const struct workload plain = {
+		.container_id = "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210",
+	};
+	const struct workload *where[] = { &pod, &plain, NULL, &pod };
+	struct otlp_opts opts;
+	struct otlp o;
+	struct sink sk;
+	size_t n;
+	cJSON *j, *rs, *res;
+
+	opts_test(&opts);
+	opts.sample_ratio = 1;
+	if (!ASSERT_OK(otlp_init(&o, &opts), "init"))
+		return;
+	sk = otlp_sink(&o);
+	for (size_t i = 0; i < sizeof(where) / sizeof(where[0]); i++) {
+		struct req_spec q = { .model = "m",
+				      .status = 200,
+				      .outcome = OUTCOME_OK,
+				      .ttft = 10 * MS,
+				      .gap = 5 * MS,
+				      .ntokens = 2,
+				      .prompt_tokens = -1,
+				      .completion_tokens = -1,
+				      .wl = where[i] };
+
+		feed(&sk, &q, NULL);
+	}
+	j = encode_all(&o, &n);
+	ASSERT_EQ(n, 4, "four spans");
+	if (!j)
+		goto out;
+	rs = cJSON_GetObjectItem(j, "resourceSpans");
+	if (!ASSERT_EQ(cJSON_GetArraySize(rs), 3, "a resource per workload"))
+		goto out;
+	res = cJSON_GetObjectItem(cJSON_GetArrayItem(rs, 0), "resource");
+	ASSERT_STREQ(attr_s(res, "host.name"), "gpu-node-1", "the node");
+	ASSERT_STREQ(attr_s(res, "k8s.namespace.name"), "inference", "k8s.namespace.name");
+	ASSERT_STREQ(attr_s(res, "k8s.pod.name"), "vllm-0", "k8s.pod.name");
+	ASSERT_STREQ(attr_s(res, "k8s.pod.uid"), pod.pod_uid, "k8s.pod.uid");
+	ASSERT_STREQ(attr_s(res, "k8s.container.name"), "engine", "k8s.container.name");
+	ASSERT_STREQ(attr_s(res, "container.id"), pod.container_id, "container.id");
+	ASSERT_EQ(cJSON_GetArraySize(spans_of_resource(cJSON_GetArrayItem(rs, 0))), 2,
+		  "the pod's two spans together");
+	res = cJSON_GetObjectItem(cJSON_GetArrayItem(rs, 1), "resource");
+	ASSERT_STREQ(attr_s(res, "container.id"), plain.container_id, "a plain container's id");
+	ASSERT_TRUE(attr(res, "k8s.pod.name") == NULL, "and no pod");
+	res = cJSON_GetObjectItem(cJSON_GetArrayItem(rs, 2), "resource");
+	ASSERT_TRUE(attr(res, "container.id") == NULL, "a host process: no container");
+	ASSERT_STREQ(attr_s(res, "service.name"), "tokenscope", "but the service");
+out:
+	cJSON_Delete(j);
+	otlp_close(&o);
 }
 
 int main(void)

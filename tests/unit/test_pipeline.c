@@ -277,12 +277,27 @@ out:
 	h_close(&h);
 }
 
-/* A process's container labels its requests from their start: a sink keys what it keeps open (in
+/* A workload of a container: its full id, whose first 12 digits are the short id. */
+static const struct workload in_container = {
+	.container_id = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+};
+/* ... in a Kubernetes pod. */
+static const struct workload in_pod = {
+	.container_id = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+	.pod_uid = "12345678-aaaa-bbbb-cccc-0123456789ab",
+	.k8s_namespace = "ml",
+	.k8s_pod = "vllm-0",
+	.k8s_container = "engine",
+};
+
+/* A process's pod labels its requests from their start: a sink keys what it keeps open (in
  * flight) by it as it keys what finishes, and the JSON line carries it. */
 TEST(test_container_label_from_start)
 {
 	static const char *const in_flight = "tokenscope_streams_in_flight{model=\"m1\",role="
-					     "\"server\",container=\"0123456789ab\"} ";
+					     "\"server\",namespace=\"ml\",pod=\"vllm-0\","
+					     "container=\"0123456789ab\"} ";
+	cJSON *k8s;
 	struct prom *p = prom_new(NULL, NULL);
 	char *t = NULL, *at;
 	struct harness h;
@@ -292,7 +307,7 @@ TEST(test_container_label_from_start)
 	h_open(&h);
 	if (!ASSERT_OK_PTR(p, "prom_new"))
 		goto out;
-	ASSERT_OK(pipeline_label_process(&h.pl, 100, "0123456789ab"), "label");
+	ASSERT_OK(pipeline_label_process(&h.pl, 100, &in_pod), "label");
 	s = prom_sink(p);
 	ASSERT_OK(pipeline_add_sink(&h.pl, &s), "sink");
 	conn_event(&h, TS_EV_CONN_OPEN, 1, 5, 500);
@@ -314,10 +329,18 @@ TEST(test_container_label_from_start)
 	ASSERT_FALSE(strstr(t, "{model=\"m1\",role=\"server\"}"),
 		     "no series without the container");
 	ASSERT_TRUE(strstr(t, "tokenscope_requests_total{model=\"m1\",role=\"server\","
-			      "container=\"0123456789ab\",outcome=\"ok\"} 1\n"),
+			      "namespace=\"ml\",pod=\"vllm-0\",container=\"0123456789ab\","
+			      "outcome=\"ok\"} 1\n"),
 		    "finished, labelled");
-	if (ASSERT_EQ(h_lines(&h), 1, "one request"))
-		ASSERT_STREQ(str(h.lines[0], "container"), "0123456789ab", "JSON container");
+	if (!ASSERT_EQ(h_lines(&h), 1, "one request"))
+		goto out;
+	ASSERT_STREQ(str(h.lines[0], "container"), "0123456789ab", "JSON container");
+	k8s = cJSON_GetObjectItem(h.lines[0], "k8s");
+	ASSERT_STREQ(str(k8s, "namespace"), "ml", "k8s.namespace");
+	ASSERT_STREQ(str(k8s, "pod"), "vllm-0", "k8s.pod");
+	ASSERT_STREQ(str(k8s, "pod_uid"), "12345678-aaaa-bbbb-cccc-0123456789ab", "k8s.pod_uid");
+	ASSERT_STREQ(str(k8s, "container"), "engine", "k8s.container");
+	ASSERT_STREQ(str(k8s, "container_id"), in_pod.container_id, "k8s.container_id");
 out:
 	free(t);
 	prom_free(p);
@@ -976,8 +999,8 @@ TEST(test_fork_labels_bounded)
 	s = prom_sink(p);
 	pipeline_add_sink(&h.pl, &s);
 	h.pl.keep_running = true;
-	ASSERT_OK(pipeline_label_process(&h.pl, 100, "0123456789ab"), "label the root");
-	ASSERT_EQ(pipeline_label_process(&h.pl, 99, "ffffffffffff"), -ENOENT, "not traced");
+	ASSERT_OK(pipeline_label_process(&h.pl, 100, &in_container), "label the root");
+	ASSERT_EQ(pipeline_label_process(&h.pl, 99, &in_container), -ENOENT, "not traced");
 	conn_event(&h, TS_EV_CONN_OPEN, 1, 5, 500);
 	send_request(&h, 1, 1000000);
 	/* Enough children at once that the list is reallocated several times. */
@@ -985,7 +1008,8 @@ TEST(test_fork_labels_bounded)
 		proc_fork(&h.pl, pid, 100);
 	ASSERT_EQ(h.pl.nlive, 101, "root and children alive");
 	for (uint32_t i = 0; i < h.pl.nlive; i++)
-		if (!ASSERT_STREQ(h.pl.live[i].container, "0123456789ab", "inherited"))
+		if (!ASSERT_STREQ(h.pl.live[i].wl.container_id, in_container.container_id,
+				  "inherited"))
 			break;
 	for (uint32_t pid = 200; pid < 300; pid++)
 		proc_exit(&h.pl, pid);

@@ -74,14 +74,26 @@ struct req_spec {
 	int64_t prompt_tokens, completion_tokens, cached_tokens;
 };
 
+/* The pod of the requests made from here on (NULL: none). */
+static const struct workload *pod_of_requests;
+
 /* A request of model served by process pid, in container (NULL: none). */
 static struct request *new_request(const char *model, uint32_t pid, const char *container)
 {
 	struct request *r = request_new(pid, 1, 0, "c");
 
 	snprintf(r->info.model, sizeof(r->info.model), "%s", model);
+	/* The short id is the full id's first 12 digits. */
 	if (container)
-		snprintf(r->container, sizeof(r->container), "%s", container);
+		snprintf(r->workload.container_id, sizeof(r->workload.container_id), "%s%s",
+			 container, "cdefcdefcdefcdefcdefcdefcdefcdefcdefcdefcdefcdefcdef");
+	if (pod_of_requests) {
+		const struct workload *w = pod_of_requests;
+
+		memcpy(r->workload.k8s_namespace, w->k8s_namespace, sizeof(w->k8s_namespace));
+		memcpy(r->workload.k8s_pod, w->k8s_pod, sizeof(w->k8s_pod));
+		memcpy(r->workload.k8s_container, w->k8s_container, sizeof(w->k8s_container));
+	}
 	return r;
 }
 
@@ -293,8 +305,8 @@ TEST(test_histograms_and_counters)
 	ASSERT_LINE(t, "tokenscope_preemptions_total{model=\"llama\",role=\"server\"} 0");
 	ASSERT_LINE(t, "tokenscope_request_preempted_seconds_bucket{model=\"qwen\",role="
 		       "\"server\",le=\"0.08\"} 1");
-	ASSERT_LINE(t,
-		    "tokenscope_request_preempted_seconds_sum{model=\"qwen\",role=\"server\"} 0.07");
+	ASSERT_LINE(
+	    t, "tokenscope_request_preempted_seconds_sum{model=\"qwen\",role=\"server\"} 0.07");
 	ASSERT_FALSE(strstr(t, "tokenscope_request_preempted_seconds_count{model=\"llama\""),
 		     "none for a label set never preempted");
 	/* steps without a CUPTI library: the host's figures */
@@ -678,6 +690,59 @@ out:
 	request_free(open);
 	prom_free(p);
 	prom_free(pp);
+}
+
+/* A server in a Kubernetes pod: namespace and pod labels before the container's, escaped as any
+ * label; prom_set_pod_labels(false) drops them and keeps the container's. */
+TEST(test_pod_labels)
+{
+	static const uint64_t toks[] = { 30, 40 };
+	const struct req_spec q = { "qwen", OUTCOME_OK, 0, toks, 2, 10, 5, -1, -1 };
+	const struct workload pod = { .k8s_namespace = "ml",
+				      .k8s_pod = "vllm-\"0\"",
+				      .k8s_container = "engine" };
+	struct prom *on = prom_new(NULL, NULL), *off = prom_new(NULL, NULL);
+	struct request *r = NULL;
+	struct sink s;
+	char *t = NULL;
+
+	if (!ASSERT_OK_PTR(on, "prom_new") || !ASSERT_OK_PTR(off, "prom_new"))
+		goto out;
+	prom_set_pod_labels(off, false);
+	pod_of_requests = &pod;
+	for (int k = 0; k < 2; k++) {
+		s = prom_sink(k ? off : on);
+		/* a start and an end counted on the same series (in flight back to 0) */
+		r = new_request("qwen", 300, "0123456789ab");
+		s.request_start(s.ctx, r);
+		request_free(r);
+		r = NULL;
+		feed_from(&s, &q, NULL, 300, "0123456789ab");
+	}
+	pod_of_requests = NULL;
+	t = render(on);
+	if (!t)
+		goto out;
+	ASSERT_LINE(t, "tokenscope_requests_total{model=\"qwen\",role=\"server\",namespace=\"ml\","
+		       "pod=\"vllm-\\\"0\\\"\",container=\"0123456789ab\",outcome=\"ok\"} 1");
+	ASSERT_LINE(t, "tokenscope_streams_in_flight{model=\"qwen\",role=\"server\",namespace="
+		       "\"ml\",pod=\"vllm-\\\"0\\\"\",container=\"0123456789ab\"} 0");
+	ASSERT_LINE(t,
+		    "tokenscope_time_to_first_token_seconds_count{model=\"qwen\",role=\"server\","
+		    "namespace=\"ml\",pod=\"vllm-\\\"0\\\"\",container=\"0123456789ab\"} 1");
+	free(t);
+	t = render(off);
+	if (!t)
+		goto out;
+	ASSERT_FALSE(strstr(t, "namespace="), "no namespace label when turned off");
+	ASSERT_FALSE(strstr(t, "pod="), "no pod label when turned off");
+	ASSERT_LINE(t, "tokenscope_requests_total{model=\"qwen\",role=\"server\",container="
+		       "\"0123456789ab\",outcome=\"ok\"} 1");
+out:
+	free(t);
+	request_free(r);
+	prom_free(on);
+	prom_free(off);
 }
 
 /* With --by-process the cap is on (model, pid, container) sets: the processes past it share

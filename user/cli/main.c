@@ -68,6 +68,8 @@ enum {
 	OPT_NO_TRAFFIC,
 	OPT_BY_PROCESS,
 	OPT_DEVICE_TIMES,
+	OPT_CONTAINER_STATE,
+	OPT_NO_POD_LABELS,
 };
 
 static const struct argp_option trace_options[] = {
@@ -80,6 +82,12 @@ static const struct argp_option trace_options[] = {
 	  "With --all: find servers by command line only, not by the frames they write", 0 },
 	{ "by-process", OPT_BY_PROCESS, NULL, 0,
 	  "A pid label on the request metrics (--listen); top: a row per model and process", 0 },
+	{ "no-pod-labels", OPT_NO_POD_LABELS, NULL, 0,
+	  "No namespace and pod labels on the request metrics of servers in Kubernetes pods", 0 },
+	{ "container-state", OPT_CONTAINER_STATE, "DIR", 0,
+	  "Also look in DIR for the container runtime's bundles, to name a server's pod "
+	  "(containerd's or CRI-O's run directory; repeatable)",
+	  0 },
 	{ "json", 'j', NULL, 0, "One JSON object per finished request on stdout", 0 },
 	{ "tokens", OPT_TOKENS, NULL, 0, "With --json: every content frame's time (token_ns)", 0 },
 	{ "gpu-steps", OPT_GPU_STEPS, NULL, 0, "Also a line (or JSON object) per GPU step", 0 },
@@ -368,6 +376,15 @@ static error_t trace_parse(int key, char *arg, struct argp_state *state)
 	case OPT_BY_PROCESS:
 		so->by_process = true;
 		break;
+	case OPT_NO_POD_LABELS:
+		so->ex.no_pod_labels = true;
+		break;
+	case OPT_CONTAINER_STATE:
+		if (o->ncontainer_state == TRACE_STATE_DIRS_MAX)
+			argp_error(state, "at most %d --container-state directories",
+				   TRACE_STATE_DIRS_MAX);
+		o->container_state[o->ncontainer_state++] = arg;
+		break;
 	case ARGP_KEY_ARG:
 		if (running) {
 			/* The command and its arguments: nothing after it is tokenscope's. */
@@ -406,6 +423,8 @@ static error_t trace_parse(int key, char *arg, struct argp_state *state)
 		if (o->no_traffic && !o->all)
 			argp_error(state, "--no-traffic is for --all");
 		shared_check(state, &so->ex);
+		if (so->ex.no_pod_labels && !so->ex.listen)
+			argp_error(state, "--no-pod-labels is for the metrics of --listen");
 		if (so->by_process && !live_view && !so->ex.listen)
 			argp_error(state, "--by-process labels the metrics of --listen (or splits "
 					  "the rows of tokenscope top): give --listen");

@@ -188,29 +188,29 @@ static bool path_id(const char *path, size_t len, char *id, const char **runtime
 	return found;
 }
 
-bool discover_container(const char *text, char *id, const char **runtime)
+/* The first line of the v2 hierarchy (v2) or of a v1 one whose path names a container. */
+static bool lines_id(const char *text, bool v2, char *id, const char **runtime)
 {
-	const char *line = text, *first = NULL;
-	size_t first_len = 0;
-
-	id[0] = 0;
-	*runtime = "";
-	while (*line) {
+	for (const char *line = text; *line;) {
 		size_t n = strcspn(line, "\n");
 		const char *colon = memchr(line, ':', n);
 		const char *path = colon ? memchr(colon + 1, ':', n - (colon + 1 - line)) : NULL;
 
-		if (path) {
-			path++;
-			/* cgroup v2 names the process's cgroup exactly: prefer it. */
-			if (!strncmp(line, "0::", 3))
-				return path_id(path, line + n - path, id, runtime);
-			if (!first)
-				first = path, first_len = line + n - path;
-		}
+		if (path && !strncmp(line, "0::", 3) == v2 &&
+		    path_id(path + 1, line + n - path - 1, id, runtime))
+			return true;
 		line += n + (line[n] == '\n');
 	}
-	return first && path_id(first, first_len, id, runtime);
+	return false;
+}
+
+bool discover_container(const char *text, char *id, const char **runtime)
+{
+	id[0] = 0;
+	*runtime = "";
+	/* cgroup v2 names the process's cgroup exactly: its line wins when it names a container.
+	 * A host with v1 hierarchies alone still lists "0::/": then a v1 hierarchy's path. */
+	return lines_id(text, true, id, runtime) || lines_id(text, false, id, runtime);
 }
 
 struct entry {

@@ -16,6 +16,7 @@
 #include "loader/proc.h"
 #include "record/record.h"
 #include "loader/trace.h"
+#include "loader/workload.h"
 #include "traffic.h"
 #include "lib/utf8.h"
 #include "lib/version.h"
@@ -39,7 +40,9 @@
 
 struct tracer {
 	struct kernel *k;
-	const char *label; /* container of the processes being followed now (--all) */
+	/* where the processes being followed now run (their root's workload) */
+	const struct workload *label;
+	struct workload_dirs dirs; /* where containers' bundles are looked for */
 	struct pipeline *pl;
 	struct uprobes cuda;
 	struct record_writer rec;
@@ -362,22 +365,43 @@ static void follow_descendant(void *ctx, uint32_t pid)
 	}
 }
 
+/* A root process followed: labelled with where it runs, and its descendants followed with the
+ * same label; the number of descendants, or -errno. */
+static int follow_tree(struct tracer *tr, uint32_t pid, struct workload *wl)
+{
+	int n;
+
+	workload_of("/proc", pid, &tr->dirs, wl);
+	pipeline_label_process(tr->pl, pid, wl);
+	tr->label = wl;
+	n = proc_descendants("/proc", pid, follow_descendant, tr);
+	tr->label = NULL;
+	return n;
+}
+
 /* --all: follows a server found by a rule, with its descendants; false when it cannot. */
 static bool discover_attach(struct tracer *tr, struct discover_set *seen,
 			    const struct discovered *d)
 {
+	struct workload wl;
+
 	discover_set_add(seen, d->pid);
 	if (trace_follow(tr, d->pid, true))
 		return false;
 	record_followed(tr, d->pid);
-	tr->label = d->container_short;
-	pipeline_label_process(tr->pl, d->pid, d->container_short);
-	proc_descendants("/proc", d->pid, follow_descendant, tr);
-	tr->label = NULL;
+	follow_tree(tr, d->pid, &wl);
 	/* A server found by its traffic is named by its comm. */
-	fprintf(stderr, "tokenscope: found %u (%s, rule '%s') %s%s\n", d->pid,
-		d->server ? d->server : d->comm, d->rule,
-		d->container_short[0] ? "in container " : "on the host", d->container_short);
+	fprintf(stderr, "tokenscope: found %u (%s, rule '%s') ", d->pid,
+		d->server ? d->server : d->comm, d->rule);
+	if (wl.k8s_pod[0])
+		fprintf(stderr, "in pod %s/%s, container %s (%.*s)\n", wl.k8s_namespace, wl.k8s_pod,
+			wl.k8s_container[0] ? wl.k8s_container : "?", WORKLOAD_SHORT_LEN,
+			wl.container_id);
+	else if (wl.container_id[0])
+		fprintf(stderr, "in container %.*s%s\n", WORKLOAD_SHORT_LEN, wl.container_id,
+			wl.pod_uid[0] ? " of a pod whose runtime state was not found" : "");
+	else
+		fprintf(stderr, "on the host\n");
 	return true;
 }
 
@@ -781,6 +805,7 @@ int trace_run(const struct trace_opts *o, struct pipeline *pl, const struct trac
 	err = trace_check(o);
 	if (err)
 		return err;
+	workload_dirs_init(&tr.dirs, o->container_state, (size_t)o->ncontainer_state);
 	kernel_log_verbose(o->verbose);
 	tr.caps = self_caps(&seccomp);
 	ncpus = kernel_ncpus();
@@ -814,6 +839,8 @@ int trace_run(const struct trace_opts *o, struct pipeline *pl, const struct trac
 	/* Attached first, followed second: a fork after a parent is in the map is caught by the
 	 * fork tracepoint, and one before it by the /proc walk. */
 	for (int i = 0; i < o->npids; i++) {
+		struct workload wl;
+
 		err = trace_follow(&tr, o->pids[i], true);
 		if (err) {
 			fprintf(stderr, "tokenscope: cannot follow PID %u: %s\n", o->pids[i],
@@ -821,7 +848,7 @@ int trace_run(const struct trace_opts *o, struct pipeline *pl, const struct trac
 			goto out;
 		}
 		nprocs++;
-		err = proc_descendants("/proc", o->pids[i], follow_descendant, &tr);
+		err = follow_tree(&tr, o->pids[i], &wl);
 		if (err > 0)
 			nprocs += err;
 	}

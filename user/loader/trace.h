@@ -15,11 +15,14 @@
 #include "loader/uprobes.h"
 #include "pipeline/pipeline.h"
 
+/* --container-state directories kept. */
+#define TRACE_STATE_DIRS_MAX 8
+
 struct trace_opts {
 	uint32_t pids[PIPELINE_MAX_ROOTS];
 	int npids;
 	bool verbose;
-	bool gpu_calls;	   /* a record per CUDA launch and copy (--kernels) */
+	bool gpu_calls;			  /* a record per CUDA launch and copy (--kernels) */
 	enum uprobes_device device_times; /* what the CUPTI library collects */
 	double duration_s; /* 0: until a signal or until every traced process exited */
 	double interval_s; /* 0: no interval summaries */
@@ -29,6 +32,9 @@ struct trace_opts {
 	const char *record_path; /* record: write the raw event stream here */
 	bool all;	 /* --all: find inference servers on the node, and new ones as they start */
 	bool no_traffic; /* --all by command line only: no look at untraced processes' writes */
+	/* --container-state: more places to find a container runtime's bundles (workload.h) */
+	const char *container_state[TRACE_STATE_DIRS_MAX];
+	int ncontainer_state;
 	/* run: the process was started for tracing and waits in attached() to exec its
 	 * command (shown as run_name); attached() returns non-zero when it could not. */
 	const char *run_name;

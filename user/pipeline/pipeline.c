@@ -9,10 +9,6 @@
 #include "pipeline/pipeline_impl.h"
 #include "lib/utf8.h"
 
-_Static_assert(sizeof(((struct request *)0)->container) ==
-		   sizeof(((struct pipeline_proc *)0)->container),
-	       "a request's container is its process's");
-
 static struct pipeline_proc *live_proc(const struct pipeline *pl, uint32_t pid)
 {
 	for (uint32_t i = 0; i < pl->nlive; i++)
@@ -113,7 +109,7 @@ static void pl_request_start(void *ctx, struct request *r)
 
 	/* Labelled at its start: the sinks key what they keep open (in flight) by it. */
 	if (p)
-		memcpy(r->container, p->container, sizeof(r->container));
+		r->workload = p->wl;
 	proxy_start(&pl->proxy, r);
 	pl_event(pl, r, true);
 }
@@ -231,13 +227,16 @@ bool pipeline_all_exited(const struct pipeline *pl)
 	return !pl->keep_running && pl->nroots && pl->nlive == 0;
 }
 
-int pipeline_label_process(struct pipeline *pl, uint32_t pid, const char *container)
+int pipeline_label_process(struct pipeline *pl, uint32_t pid, const struct workload *w)
 {
 	struct pipeline_proc *p = live_proc(pl, pid);
 
 	if (!p)
 		return -ENOENT;
-	snprintf(p->container, sizeof(p->container), "%s", container ? container : "");
+	if (w)
+		p->wl = *w;
+	else
+		memset(&p->wl, 0, sizeof(p->wl));
 	return 0;
 }
 
@@ -317,16 +316,16 @@ int pipeline_feed(struct pipeline *pl, const void *rec, size_t len)
 	case TS_EV_PROC_FORK: {
 		const struct ts_proc_event *e = rec;
 		const struct pipeline_proc *parent;
-		char container[sizeof(parent->container)] = "";
+		struct workload wl = { 0 };
 
 		if (len != sizeof(*e))
 			goto bad;
 		/* Copied out before the child's entry is added: that may move the list. */
 		parent = live_proc(pl, e->ppid);
 		if (parent)
-			memcpy(container, parent->container, sizeof(container));
+			wl = parent->wl;
 		if (!pipeline_add_process(pl, e->hdr.pid, false))
-			pipeline_label_process(pl, e->hdr.pid, container);
+			pipeline_label_process(pl, e->hdr.pid, &wl);
 		if (pl->o.verbose)
 			fprintf(pl->o.err, "tokenscope: following process %u (child of %u)\n",
 				e->hdr.pid, e->ppid);

@@ -65,9 +65,9 @@ void pipeline_forget_process(struct pipeline *pl, uint32_t pid);
 /* One ring-buffer record. -EINVAL for a malformed one (counted, skipped). */
 int pipeline_feed(struct pipeline *pl, const void *rec, size_t len);
 bool pipeline_all_exited(const struct pipeline *pl);
-/* Labels a traced process (and, through fork records, its later children) with a container;
- * -ENOENT when pid is not a traced process. */
-int pipeline_label_process(struct pipeline *pl, uint32_t pid, const char *container);
+/* Labels a traced process (and, through fork records, its later children) with where it runs
+ * (NULL: nowhere known); -ENOENT when pid is not a traced process. */
+int pipeline_label_process(struct pipeline *pl, uint32_t pid, const struct workload *w);
 /* The kernel's count of lost records now: when it grows, every open request may have lost
  * records of its own (the kernel cannot say whose). */
 void pipeline_kernel_lost(struct pipeline *pl, uint64_t lost_events);

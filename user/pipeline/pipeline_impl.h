@@ -8,10 +8,10 @@
 
 #include "pipeline/pipeline.h"
 
-/* A traced process that has not exited, and the container it runs in ("" when unknown). */
+/* A traced process that has not exited, and where it runs (all "" when unknown). */
 struct pipeline_proc {
 	uint32_t pid;
-	char container[13];
+	struct workload wl;
 };
 
 struct pipeline {

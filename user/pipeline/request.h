@@ -13,6 +13,7 @@
 
 #include "pipeline/frame.h"
 #include "pipeline/reqbody.h"
+#include "pipeline/workload.h"
 
 /* The other side of a proxied exchange (proxy.h): a served request's upstream request, or an
  * upstream request's served one, as far as it was seen. */
@@ -36,12 +37,12 @@ enum outcome {
 struct request {
 	uint32_t pid;
 	uint64_t conn_id;
-	uint32_t seq;	    /* index of the request on its connection */
-	char conn[112];	    /* "local<-peer#id" */
-	char container[13]; /* short container id of the server (trace --all), "" when none */
-	bool tls;	    /* came over TLS: its bytes are the TLS library's plaintext */
-	bool h2;	    /* an HTTP/2 stream (stream is its id); else HTTP/1.1 */
-	bool h2c_upgrade;   /* an HTTP/1.1 request that asked to go on in HTTP/2 (Upgrade: h2c) */
+	uint32_t seq;		  /* index of the request on its connection */
+	char conn[112];		  /* "local<-peer#id" */
+	struct workload workload; /* where its process runs (pipeline_label_process) */
+	bool tls;		  /* came over TLS: its bytes are the TLS library's plaintext */
+	bool h2;		  /* an HTTP/2 stream (stream is its id); else HTTP/1.1 */
+	bool h2c_upgrade; /* an HTTP/1.1 request that asked to go on in HTTP/2 (Upgrade: h2c) */
 	uint32_t stream;
 	/* The traced process made it (a client of an upstream server): its times are the
 	 * process's writes of the request and reads of the response, and conn is local->peer. */

@@ -24,6 +24,7 @@ struct export_opts {
 	const char *alert_exec; /* --alert-exec CMD, or NULL */
 	bool prometheus;	/* report --prometheus: print the metrics text at the end */
 	bool by_process;	/* --by-process: a pid label on the request metrics */
+	bool no_pod_labels;	/* --no-pod-labels: no namespace and pod labels on them */
 	const char *otlp_url;	/* --otlp URL, or NULL */
 	const char *otlp_ca;	/* --otlp-ca FILE, or NULL */
 	int64_t slow_ttft_ns, slow_itl_ns; /* anomalies exported in full; 0: not checked */

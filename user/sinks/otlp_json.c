@@ -272,6 +272,37 @@ static void put_span(const struct otlp_resource *o, struct jsonw *w, const struc
 	}
 }
 
+static bool same_workload(const struct workload *a, const struct workload *b)
+{
+	return !strcmp(a->container_id, b->container_id) && !strcmp(a->pod_uid, b->pod_uid) &&
+	       !strcmp(a->k8s_namespace, b->k8s_namespace) && !strcmp(a->k8s_pod, b->k8s_pod) &&
+	       !strcmp(a->k8s_container, b->k8s_container);
+}
+
+/* The resource: the service, the node (host.name), and where the serving process runs by the
+ * semantic conventions (container.id; k8s.namespace.name, k8s.pod.name, k8s.pod.uid,
+ * k8s.container.name in a pod), each only when known. */
+static void put_resource(const struct otlp_resource *o, struct jsonw *w, const struct workload *wl)
+{
+	jsonw_obj_begin(w, "resource");
+	jsonw_arr_begin(w, "attributes");
+	attr_str(w, "service.name", o->service_name);
+	if (o->hostname && o->hostname[0])
+		attr_str(w, "host.name", o->hostname);
+	if (wl->container_id[0])
+		attr_str(w, "container.id", wl->container_id);
+	if (wl->k8s_namespace[0])
+		attr_str(w, "k8s.namespace.name", wl->k8s_namespace);
+	if (wl->k8s_pod[0])
+		attr_str(w, "k8s.pod.name", wl->k8s_pod);
+	if (wl->pod_uid[0])
+		attr_str(w, "k8s.pod.uid", wl->pod_uid);
+	if (wl->k8s_container[0])
+		attr_str(w, "k8s.container.name", wl->k8s_container);
+	jsonw_arr_end(w);
+	jsonw_obj_end(w);
+}
+
 int otlp_json_encode(const struct otlp_resource *o, struct otlp_span *const *spans, size_t n,
 		     char **buf, size_t *len)
 {
@@ -282,26 +313,30 @@ int otlp_json_encode(const struct otlp_resource *o, struct otlp_span *const *spa
 		return -ENOMEM;
 	jsonw_begin(&w, f);
 	jsonw_arr_begin(&w, "resourceSpans");
-	jsonw_obj_begin(&w, NULL);
-	jsonw_obj_begin(&w, "resource");
-	jsonw_arr_begin(&w, "attributes");
-	attr_str(&w, "service.name", o->service_name);
-	if (o->hostname && o->hostname[0])
-		attr_str(&w, "host.name", o->hostname);
-	jsonw_arr_end(&w);
-	jsonw_obj_end(&w);
-	jsonw_arr_begin(&w, "scopeSpans");
-	jsonw_obj_begin(&w, NULL);
-	jsonw_obj_begin(&w, "scope");
-	jsonw_str(&w, "name", "tokenscope");
-	jsonw_obj_end(&w);
-	jsonw_arr_begin(&w, "spans");
-	for (size_t i = 0; i < n; i++)
-		put_span(o, &w, spans[i]);
-	jsonw_arr_end(&w);
-	jsonw_obj_end(&w);
-	jsonw_arr_end(&w);
-	jsonw_obj_end(&w);
+	/* One resource per workload, in the order each first comes; its spans in their order. */
+	for (size_t i = 0; i < n; i++) {
+		bool first = true;
+
+		for (size_t k = 0; k < i && first; k++)
+			first = !same_workload(&spans[k]->wl, &spans[i]->wl);
+		if (!first)
+			continue;
+		jsonw_obj_begin(&w, NULL);
+		put_resource(o, &w, &spans[i]->wl);
+		jsonw_arr_begin(&w, "scopeSpans");
+		jsonw_obj_begin(&w, NULL);
+		jsonw_obj_begin(&w, "scope");
+		jsonw_str(&w, "name", "tokenscope");
+		jsonw_obj_end(&w);
+		jsonw_arr_begin(&w, "spans");
+		for (size_t k = i; k < n; k++)
+			if (same_workload(&spans[k]->wl, &spans[i]->wl))
+				put_span(o, &w, spans[k]);
+		jsonw_arr_end(&w);
+		jsonw_obj_end(&w);
+		jsonw_arr_end(&w);
+		jsonw_obj_end(&w);
+	}
 	jsonw_arr_end(&w);
 	jsonw_end(&w);
 	if (ferror(f)) {

@@ -173,6 +173,7 @@ struct otlp_span *otlp_span_new(struct otlp_rng *g, const struct request *r,
 	memcpy(s->trace_id, trace_id, OTLP_TRACE_ID_LEN);
 	otlp_rng_id(g, s->span_id, OTLP_SPAN_ID_LEN);
 	s->pid = r->pid;
+	s->wl = r->workload;
 	s->seq = r->seq;
 	snprintf(s->conn, sizeof(s->conn), "%s", r->conn);
 	s->client = r->client;

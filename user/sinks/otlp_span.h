@@ -42,6 +42,7 @@ struct otlp_span {
 	uint8_t child_id[OTLP_CHILD_MAX][OTLP_SPAN_ID_LEN];
 	uint64_t child_start[OTLP_CHILD_MAX], child_end[OTLP_CHILD_MAX]; /* end 0: unknown */
 	uint32_t pid, seq;
+	struct workload wl; /* where its process runs: the span's resource */
 	char conn[112], method[16], path[256], model[128];
 	char error_reason[FRAME_REASON_MAX]; /* a stream error's (request.h) */
 	const char *op;			     /* GenAI operation, or NULL */

@@ -31,6 +31,27 @@ static const char *request_format(const struct request *r)
 	return frame_format_name(r->format);
 }
 
+/* Where the serving process runs: its container's short id, and in a Kubernetes pod the pod's
+ * names (docs/kubernetes.md); nothing on the host. */
+static void put_workload(struct jsonw *w, const struct workload *wl)
+{
+	char id[WORKLOAD_SHORT_LEN + 1];
+
+	if (wl->container_id[0]) {
+		snprintf(id, sizeof(id), "%.*s", WORKLOAD_SHORT_LEN, wl->container_id);
+		jsonw_str(w, "container", id);
+	}
+	if (!workload_in_pod(wl))
+		return;
+	jsonw_obj_begin(w, "k8s");
+	jsonw_str(w, "namespace", wl->k8s_namespace[0] ? wl->k8s_namespace : NULL);
+	jsonw_str(w, "pod", wl->k8s_pod[0] ? wl->k8s_pod : NULL);
+	jsonw_str(w, "pod_uid", wl->pod_uid[0] ? wl->pod_uid : NULL);
+	jsonw_str(w, "container", wl->k8s_container[0] ? wl->k8s_container : NULL);
+	jsonw_str(w, "container_id", wl->container_id[0] ? wl->container_id : NULL);
+	jsonw_obj_end(w);
+}
+
 void output_json(FILE *f, const struct request *r, const struct request_metrics *m,
 		 const struct gpu_attribution *ga, bool tokens)
 {
@@ -40,8 +61,7 @@ void output_json(FILE *f, const struct request *r, const struct request_metrics 
 	jsonw_u64(&w, "pid", r->pid);
 	jsonw_str(&w, "conn", r->conn);
 	jsonw_str(&w, "role", r->client ? "client" : "server");
-	if (r->container[0])
-		jsonw_str(&w, "container", r->container);
+	put_workload(&w, &r->workload);
 	if (r->tls)
 		jsonw_bool(&w, "tls", true);
 	if (r->h2) {

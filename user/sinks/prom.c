@@ -98,14 +98,18 @@ static const struct {
 enum tok_type { TOK_INPUT, TOK_OUTPUT, TOK_CACHED, TOK_MAX };
 static const char *const tok_names[TOK_MAX] = { "input", "output", "cached" };
 
-/* The short container id of struct request. */
-#define CONTAINER_MAX sizeof(((struct request *)0)->container)
+/* The short container id of a workload, and its pod's namespace and name. */
+#define CONTAINER_MAX (WORKLOAD_SHORT_LEN + 1)
+#define NAMESPACE_MAX sizeof(((struct workload *)0)->k8s_namespace)
+#define POD_MAX sizeof(((struct workload *)0)->k8s_pod)
 
 /* One label set of the request metrics, and its series. */
 struct prom_series {
 	char name[REQBODY_MODEL_MAX];  /* the model as the body gave it (not yet a valid label) */
 	uint32_t pid;		       /* the serving process; 0 without --by-process */
 	char container[CONTAINER_MAX]; /* "" when the process has no container id */
+	/* its pod's, "" outside a pod or without prom_set_pod_labels */
+	char k8s_namespace[NAMESPACE_MAX], k8s_pod[POD_MAX];
 	bool client; /* requests the process made to an upstream (role="client") */
 	struct phist h[PH_MAX];
 	uint64_t requests[OUTCOME_MAX];
@@ -125,6 +129,7 @@ struct prom {
 	unsigned int nseries;
 	bool other_used;
 	bool by_process;	    /* a pid label on the request metrics */
+	bool no_pod_labels;	    /* no namespace and pod labels on them */
 	uint64_t overflow_requests; /* finished requests counted under "other" */
 	/* gpu_pids[PROM_MAX_GPU_PIDS] is "other" */
 	struct prom_gpu_pid gpu_pids[PROM_MAX_GPU_PIDS + 1];
@@ -166,12 +171,18 @@ static struct prom_series *series_of(struct prom *p, const struct request *r, bo
 	const char *name =
 	    r->info.model[0] && !(at_start && r->model_from_stream) ? r->info.model : "unknown";
 	uint32_t pid = p->by_process ? r->pid : 0;
+	const struct workload *w = &r->workload;
+	const char *ns = p->no_pod_labels ? "" : w->k8s_namespace;
+	const char *pod = p->no_pod_labels ? "" : w->k8s_pod;
+	char container[CONTAINER_MAX];
 	struct prom_series *m;
 
+	snprintf(container, sizeof(container), "%.*s", WORKLOAD_SHORT_LEN, w->container_id);
 	for (unsigned int i = 0; i < p->nseries; i++) {
 		m = &p->series[i];
 		if (m->pid == pid && m->client == r->client && !strcmp(m->name, name) &&
-		    !strcmp(m->container, r->container))
+		    !strcmp(m->container, container) && !strcmp(m->k8s_namespace, ns) &&
+		    !strcmp(m->k8s_pod, pod))
 			return m;
 	}
 	if (p->nseries == PROM_MAX_LABEL_SETS) {
@@ -182,7 +193,9 @@ static struct prom_series *series_of(struct prom *p, const struct request *r, bo
 	snprintf(m->name, sizeof(m->name), "%s", name);
 	m->pid = pid;
 	m->client = r->client;
-	snprintf(m->container, sizeof(m->container), "%s", r->container);
+	snprintf(m->container, sizeof(m->container), "%s", container);
+	snprintf(m->k8s_namespace, sizeof(m->k8s_namespace), "%s", ns);
+	snprintf(m->k8s_pod, sizeof(m->k8s_pod), "%s", pod);
 	return m;
 }
 
@@ -356,6 +369,11 @@ void prom_set_by_process(struct prom *p, bool on)
 	p->by_process = on;
 }
 
+void prom_set_pod_labels(struct prom *p, bool on)
+{
+	p->no_pod_labels = !on;
+}
+
 /* Without memory for the copy the metrics keep the previous sample (and say its age). */
 static void prom_gpu_sample(void *ctx, const struct nvml_snapshot *s)
 {
@@ -377,11 +395,11 @@ struct sink prom_sink(struct prom *p)
 	};
 }
 
-/* Worst case of model="...",role="...",pid="...",container="...": every byte of the names 3
- * bytes (U+FFFD). */
+/* Worst case of model="...",role="...",pid="...",namespace="...",pod="...",container="...":
+ * every byte of the names 3 bytes (U+FFFD). */
 #define LABELS_MAX                                                                                 \
 	(REQBODY_MODEL_MAX * 3 + 16 + sizeof(",role=\"client\"") + sizeof(",pid=\"4294967295\"") + \
-	 CONTAINER_MAX * 3 + 16)
+	 (NAMESPACE_MAX + POD_MAX + CONTAINER_MAX) * 3 + 3 * 16)
 
 /* Seconds from nanoseconds, exactly: "0.35", "1", "12.000000001". */
 static void put_seconds(FILE *f, uint64_t ns)
@@ -436,7 +454,8 @@ static unsigned int series_to_render(const struct prom *p, const struct prom_ser
 
 /* A series' labels, escaped, in out (LABELS_MAX bytes): the model, the role (the requests the
  * traced processes served, or those they made as clients; "other" past the cap), the pid with
- * --by-process ("other" for the set past the cap), the container only when there is one. */
+ * --by-process ("other" for the set past the cap), the pod's namespace and name and the
+ * container only when there are. */
 static void series_labels(const struct prom *p, const struct prom_series *m, char *out)
 {
 	char *o = escape_prom_label(out, "model", m->name);
@@ -451,6 +470,14 @@ static void series_labels(const struct prom *p, const struct prom_series *m, cha
 			o += sprintf(o, ",pid=\"other\"");
 		else
 			o += sprintf(o, ",pid=\"%u\"", m->pid);
+	}
+	if (m->k8s_namespace[0]) {
+		*o++ = ',';
+		o = escape_prom_label(o, "namespace", m->k8s_namespace);
+	}
+	if (m->k8s_pod[0]) {
+		*o++ = ',';
+		o = escape_prom_label(o, "pod", m->k8s_pod);
 	}
 	if (m->container[0]) {
 		*o++ = ',';

@@ -6,9 +6,11 @@
  *
  * Labels stay few (each value of a label is a series of its own). Request metrics: `model` (the
  * request body's model, "unknown" when it was absent or not captured), `pid` (the server process
- * that served the request, only with prom_set_by_process), `container` (only on requests of a
- * process with a container id); beyond PROM_MAX_LABEL_SETS distinct sets of these, one set collects
- * the rest: model="other" (and pid="other"), no container, and tokenscope_label_overflow_total
+ * that served the request, only with prom_set_by_process), `namespace` and `pod` (on requests of
+ * a server in a Kubernetes pod, unless prom_set_pod_labels turns them off), `container` (only
+ * on requests of a process with a container id); beyond PROM_MAX_LABEL_SETS distinct sets of
+ * these, one set collects the rest: model="other" (and pid="other"), no namespace, pod or
+ * container, and tokenscope_label_overflow_total
  * counts what went there. Then `outcome` and `type`; for GPU steps `kind` and `pid` (beyond
  * PROM_MAX_GPU_PIDS processes, "other", counted the same way).
  *
@@ -27,7 +29,8 @@
 
 #include "pipeline/sink.h"
 
-/* Distinct label sets of request metrics (model, pid, container) kept apart; one more set,
+/* Distinct label sets of request metrics (model, pid, namespace, pod, container) kept apart; one
+ * more set,
  * "other", collects the rest. */
 #define PROM_MAX_LABEL_SETS 64
 #define PROM_MAX_GPU_PIDS 64
@@ -45,6 +48,10 @@ struct prom *prom_new(prom_publish_fn publish, void *publish_ctx);
 void prom_free(struct prom *p);
 /* A `pid` label on the request metrics (--by-process); before the first record. */
 void prom_set_by_process(struct prom *p, bool on);
+/* `namespace` and `pod` labels on the request metrics of servers in pods (on by default: a node
+ * runs a bounded number of pods, the kubelet's maxPods, 110 unless set); before the first
+ * record. */
+void prom_set_pod_labels(struct prom *p, bool on);
 /* The sink to give pipeline_add_sink; ctx is p. */
 struct sink prom_sink(struct prom *p);
 /* Lines appended to every snapshot by another module (the alerts' tokenscope_alert_firing). */

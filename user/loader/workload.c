@@ -1,0 +1,269 @@
+// SPDX-License-Identifier: MIT
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "lib/json.h"
+#include "lib/utf8.h"
+#include "loader/discover.h"
+#include "loader/proc.h"
+#include "loader/workload.h"
+
+#define CGROUP_BYTES 4096
+
+static const char *const default_dirs[] = {
+	"/run/containerd",
+	"/run/containers/storage",
+	"/proc/1/root/run/containerd",
+	"/proc/1/root/run/containers/storage",
+};
+#define NDEFAULT (sizeof(default_dirs) / sizeof(default_dirs[0]))
+
+void workload_dirs_init(struct workload_dirs *d, const char *const *given, size_t n)
+{
+	d->n = 0;
+	for (size_t i = 0; i < n && d->n < WORKLOAD_DIRS_MAX - NDEFAULT; i++)
+		d->dir[d->n++] = given[i];
+	for (size_t i = 0; i < NDEFAULT; i++)
+		d->dir[d->n++] = default_dirs[i];
+}
+
+/* A pod UID of 36 bytes at s: hex digits and dashes (8-4-4-4-12), with '_' for '-' under the
+ * systemd driver. Copied to uid with dashes. */
+static bool uid_at(const char *s, size_t n, char *uid)
+{
+	if (n != WORKLOAD_UID_LEN)
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		char c = s[i];
+		bool dash = i == 8 || i == 13 || i == 18 || i == 23;
+
+		if (dash ? c != '-' && c != '_'
+			 : !((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
+			return false;
+		uid[i] = dash ? '-' : c;
+	}
+	uid[n] = 0;
+	return true;
+}
+
+/* One path component: `kubepods-...-pod<UID>.slice` (systemd) or `pod<UID>` under kubepods
+ * (cgroupfs). */
+static bool component_uid(const char *c, size_t n, bool under_kubepods, char *uid)
+{
+	const char *p;
+
+	if (n > 6 && !strncmp(c + n - 6, ".slice", 6)) {
+		if (strncmp(c, "kubepods", 8))
+			return false;
+		n -= 6;
+		for (p = c + n; p > c && p[-1] != '-'; p--)
+			;
+		return p > c && !strncmp(p, "pod", 3) &&
+		       uid_at(p + 3, n - (size_t)(p + 3 - c), uid);
+	}
+	return under_kubepods && n > 3 && !strncmp(c, "pod", 3) && uid_at(c + 3, n - 3, uid);
+}
+
+/* The deepest pod UID of one cgroup path. */
+static bool path_uid(const char *path, size_t len, char *uid)
+{
+	bool found = false, kubepods = false;
+
+	for (const char *c = path, *end = path + len; c < end;) {
+		const char *slash = memchr(c, '/', end - c);
+		size_t n = (slash ? slash : end) - c;
+
+		if (n && component_uid(c, n, kubepods, uid))
+			found = true;
+		if (n >= 8 && !strncmp(c, "kubepods", 8))
+			kubepods = true;
+		c += n + 1;
+	}
+	return found;
+}
+
+/* As discover_container: the v2 line's path when it names a pod, else a v1 hierarchy's. */
+static bool lines_uid(const char *text, bool v2, char *uid)
+{
+	for (const char *line = text; *line;) {
+		size_t n = strcspn(line, "\n");
+		const char *colon = memchr(line, ':', n);
+		const char *path = colon ? memchr(colon + 1, ':', n - (colon + 1 - line)) : NULL;
+
+		if (path && !strncmp(line, "0::", 3) == v2 &&
+		    path_uid(path + 1, line + n - path - 1, uid))
+			return true;
+		line += n + (line[n] == '\n');
+	}
+	return false;
+}
+
+bool workload_pod_uid(const char *cgroup, char *uid)
+{
+	return lines_uid(cgroup, true, uid) || lines_uid(cgroup, false, uid);
+}
+
+static void take(char *dst, size_t cap, const struct jv *ann, const char *key)
+{
+	const struct jv *v = jv_get(ann, key);
+
+	if (jv_is_string(v) && v->str[0])
+		utf8_clean(dst, cap, v->str, strlen(v->str));
+}
+
+bool workload_annotations(const char *json, size_t n, struct workload *w)
+{
+	struct jv_arena a;
+	const struct jv *root, *ann, *type;
+	char uid[WORKLOAD_UID_LEN + 1] = "";
+
+	jv_arena_init(&a, NULL, 0);
+	root = jv_parse(&a, json, n);
+	ann = jv_get(root, "annotations");
+	/* containerd's CRI plugin */
+	type = jv_get(ann, "io.kubernetes.cri.container-type");
+	if (jv_is_string(jv_get(ann, "io.kubernetes.cri.sandbox-name"))) {
+		take(w->k8s_namespace, sizeof(w->k8s_namespace), ann,
+		     "io.kubernetes.cri.sandbox-namespace");
+		take(w->k8s_pod, sizeof(w->k8s_pod), ann, "io.kubernetes.cri.sandbox-name");
+		take(uid, sizeof(uid), ann, "io.kubernetes.cri.sandbox-uid");
+		/* The pod's sandbox (pause) container has no container name. */
+		if (!jv_is_string(type) || strcmp(type->str, "sandbox"))
+			take(w->k8s_container, sizeof(w->k8s_container), ann,
+			     "io.kubernetes.cri.container-name");
+	} else if (jv_is_string(jv_get(ann, "io.kubernetes.pod.name"))) { /* CRI-O */
+		take(w->k8s_namespace, sizeof(w->k8s_namespace), ann,
+		     "io.kubernetes.pod.namespace");
+		take(w->k8s_pod, sizeof(w->k8s_pod), ann, "io.kubernetes.pod.name");
+		take(uid, sizeof(uid), ann, "io.kubernetes.pod.uid");
+		take(w->k8s_container, sizeof(w->k8s_container), ann,
+		     "io.kubernetes.container.name");
+	}
+	/* The cgroup path's UID is the kernel's word; the annotation only fills a gap. */
+	if (!w->pod_uid[0] && uid[0])
+		uid_at(uid, strlen(uid), w->pod_uid);
+	jv_arena_reset(&a);
+	return w->k8s_pod[0] != 0;
+}
+
+/* The whole file at path, malloc'd and NUL-terminated; NULL when it cannot be read or is larger
+ * than WORKLOAD_BUNDLE_MAX (never a part of it). */
+static char *read_whole(const char *path, size_t *len)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	size_t cap = 0, n = 0;
+	char *buf = NULL;
+
+	if (fd < 0)
+		return NULL;
+	for (;;) {
+		ssize_t r;
+
+		if (n + 1 >= cap) {
+			size_t ncap = cap ? cap * 2 : 64 * 1024;
+			char *b = ncap <= WORKLOAD_BUNDLE_MAX ? realloc(buf, ncap) : NULL;
+
+			if (!b)
+				goto fail;
+			buf = b;
+			cap = ncap;
+		}
+		r = read(fd, buf + n, cap - n - 1);
+		if (r < 0)
+			goto fail;
+		if (r == 0)
+			break;
+		n += (size_t)r;
+	}
+	close(fd);
+	buf[n] = 0;
+	*len = n;
+	return buf;
+fail:
+	close(fd);
+	free(buf);
+	return NULL;
+}
+
+static bool bundle_at(const char *path, struct workload *w)
+{
+	size_t n = 0;
+	char *json = read_whole(path, &n);
+	bool ok = json && workload_annotations(json, n, w);
+
+	free(json);
+	return ok;
+}
+
+/* path = the parts joined; false when it would not fit. */
+static bool path_of(char *path, size_t cap, const char *fmt, const char *a, const char *b,
+		    const char *c)
+{
+	int n = snprintf(path, cap, fmt, a, b, c);
+
+	return n > 0 && (size_t)n < cap;
+}
+
+/* containerd: the CRI plugin's namespace first, then any other. */
+static bool containerd_bundle(const char *dir, const char *id, struct workload *w)
+{
+	char path[4096], tasks[4096];
+	struct dirent *e;
+	bool ok = false;
+	DIR *d;
+
+	if (!path_of(tasks, sizeof(tasks), "%s/%s%s", dir, "io.containerd.runtime.v2.task", ""))
+		return false;
+	if (path_of(path, sizeof(path), "%s/k8s.io/%s/%s", tasks, id, "config.json") &&
+	    bundle_at(path, w))
+		return true;
+	d = opendir(tasks);
+	while (d && !ok && (e = readdir(d))) {
+		if (e->d_name[0] == '.' || !strcmp(e->d_name, "k8s.io"))
+			continue;
+		ok = path_of(path, sizeof(path), "%s/%s/%s/config.json", tasks, e->d_name, id) &&
+		     bundle_at(path, w);
+	}
+	if (d)
+		closedir(d);
+	return ok;
+}
+
+bool workload_bundle(const struct workload_dirs *dirs, const char *id, struct workload *w)
+{
+	char path[4096];
+
+	if (strlen(id) != WORKLOAD_ID_LEN || strchr(id, '/'))
+		return false;
+	for (size_t i = 0; i < dirs->n; i++) {
+		if (containerd_bundle(dirs->dir[i], id, w))
+			return true;
+		if (path_of(path, sizeof(path), "%s/overlay-containers/%s/%s", dirs->dir[i], id,
+			    "userdata/config.json") &&
+		    bundle_at(path, w))
+			return true;
+	}
+	return false;
+}
+
+int workload_of(const char *proc_root, uint32_t pid, const struct workload_dirs *dirs,
+		struct workload *w)
+{
+	char path[512], text[CGROUP_BYTES];
+	const char *runtime;
+
+	memset(w, 0, sizeof(*w));
+	snprintf(path, sizeof(path), "%s/%u/cgroup", proc_root, pid);
+	if (proc_read_file(path, text, sizeof(text)) <= 0)
+		return -ESRCH;
+	if (!discover_container(text, w->container_id, &runtime))
+		return 0;
+	workload_pod_uid(text, w->pod_uid);
+	workload_bundle(dirs, w->container_id, w);
+	return 0;
+}
