@@ -323,10 +323,13 @@ fi
 # 6. Found by rule, in its container.
 short=${SRV_ID:0:12}
 ts_err
-if grep -q "tokenscope: found $SPID (llama.cpp, rule 'llama-server') in container $short" "$TMP/ts.log"; then
-	ok "--all found the server in its container: $(grep -o "found $SPID .*" "$TMP/ts.log" | head -n 1)"
+found="tokenscope: found $SPID (llama.cpp, rule 'llama-server') in pod $SRV_NS/$SRV_POD, container $SRV_CTR ($short)"
+if grep -qxF "$found" "$TMP/ts.log"; then
+	ok "--all found the server by rule, with its pod: ${found#tokenscope: }"
+elif grep -q "tokenscope: found $SPID (llama.cpp, rule 'llama-server')" "$TMP/ts.log"; then
+	ko "--all" "found, but not as '$found'"
 else
-	ko "--all" "no 'found $SPID (llama.cpp, ...) in container $short' line"
+	ko "--all" "no 'found $SPID (llama.cpp, ...)' line"
 	finish
 fi
 
