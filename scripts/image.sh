@@ -48,7 +48,11 @@ umoci new --image "$LAYOUT:$VERSION"
 # The layer is the difference between the unpacked (empty) bundle and what is put in it. (umoci
 # insert would do it in one step, but Debian's 0.4.7 writes its layer without tar's final
 # padding and end blocks.)
-umoci unpack --image "$LAYOUT:$VERSION" "$WORK/bundle" >/dev/null
+# Not as root, umoci unpacks without changing owners (the layer's files are still
+# root's: the bundle records them).
+rootless=()
+[ "$(id -u)" -eq 0 ] || rootless=(--rootless)
+umoci unpack "${rootless[@]}" --image "$LAYOUT:$VERSION" "$WORK/bundle" >/dev/null
 root=$WORK/bundle/rootfs
 install -d -m 0755 "$root/usr/local/bin"
 strip -o "$root/usr/local/bin/tokenscope" "$BIN"
