@@ -144,8 +144,22 @@ for p in /kubepods /kubepods/burstable "/kubepods/burstable/pod$SRV_UID" \
 	[ -d "${CG_MOUNTS[0]}$p" ] || CG_MADE+=("$p")
 done
 
-# 1. tokenscope's image, by make image.
+# 1. tokenscope's image, by make image; the DaemonSet names it, and runs it with the settings
+# used below (on port 9464, where this test takes a free port).
 VERSION=$(sed -n 's/^#define TOKENSCOPE_VERSION "\(.*\)"/\1/p' user/lib/version.h)
+DS=deploy/kubernetes/daemonset.yaml
+dsbad=""
+for line in "image: REGISTRY/tokenscope:$VERSION" 'command: ["tokenscope"]' \
+	'args: ["trace", "--all", "--listen", "0.0.0.0:9464"]' 'hostPID: true' 'runAsUser: 0' \
+	'readOnlyRootFilesystem: true' 'drop: ["ALL"]' '- BPF' '- PERFMON' '- SYS_ADMIN' \
+	'- SYS_PTRACE' 'type: RuntimeDefault' 'mountPath: /sys/kernel/btf' 'readOnly: true'; do
+	grep -qxF -e "$line" <(sed 's/^ *//' "$DS") || dsbad="$dsbad '$line'"
+done
+if [ -z "$dsbad" ]; then
+	ok "$DS runs REGISTRY/tokenscope:$VERSION with the settings this test gives it"
+else
+	ko "$DS" "lines missing:$dsbad"
+fi
 ARCHIVE=.output/image/tokenscope-$VERSION.oci.tar
 if ! make --no-print-directory image >"$TMP/make-image.log" 2>&1 || [ ! -s "$ARCHIVE" ]; then
 	ko "make image" "$(tail -n 5 "$TMP/make-image.log")"
@@ -265,7 +279,7 @@ print(a.get("io.kubernetes.cri.sandbox-namespace"), a.get("io.kubernetes.cri.san
       a.get("io.kubernetes.cri.sandbox-uid"), a.get("io.kubernetes.cri.container-name"))' "$BUNDLE" 2>&1)
 if [ "$annot" = "$SRV_NS $SRV_POD $SRV_UID $SRV_CTR" ] &&
 	grep -qx "0::$srv_cgroup\|[0-9]*:[^:]*:$srv_cgroup" "/proc/$SPID/cgroup"; then
-	ok "server container: pid $SPID in cgroup $srv_cgroup, CRI annotations in $BUNDLE"
+	ok "server container: pid $SPID in cgroup $srv_cgroup, the CRI annotations in its bundle's config.json"
 else
 	ko "server container" "annotations '$annot' (want '$SRV_NS $SRV_POD $SRV_UID $SRV_CTR'), cgroup: $(head -n 3 "/proc/$SPID/cgroup")"
 fi
