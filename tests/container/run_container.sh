@@ -127,7 +127,7 @@ for c in containerd ctr runc containerd-shim-runc-v2 umoci skopeo prometheus cur
 done
 for t in "$RS" "$GT"; do [ -x "$t" ] || missing="$missing $t"; done
 if [ -n "$missing" ]; then
-	sk "container" "missing:$missing (scripts/deps.sh image test; make)"
+	sk "container" "missing:$missing (scripts/deps.sh test; make)"
 	finish
 fi
 while read -r _ mnt type _; do
@@ -461,8 +461,11 @@ for c in /proc/[0-9]*/cmdline; do
 	tr '\0' ' ' 2>/dev/null <"$c" | grep -q "$SOCK" && left="$left process ${c//[^0-9]/};"
 done
 grep -q "$TMP" /proc/self/mountinfo && left="$left mounts under $TMP;"
+# The pods' cgroups only: /kubepods and /kubepods/burstable may be another test's too.
 for m in "${CG_MOUNTS[@]}"; do
-	for d in "${CG_MADE[@]}"; do [ -d "$m$d" ] && left="$left cgroup $m$d;"; done
+	for d in "/kubepods/burstable/pod$SRV_UID" "/kubepods/burstable/pod$TS_UID"; do
+		[ -d "$m$d" ] && left="$left cgroup $m$d;"
+	done
 done
 [ -e "$TMP" ] && left="$left $TMP;"
 [ $RUN_CTD_MADE -eq 1 ] && [ -e /run/containerd ] && left="$left /run/containerd;"
