@@ -34,6 +34,7 @@ AF_INET = 2
 # user/record/record.h
 RECORD_EV_KSTATS = 0x10000
 RECORD_EV_NVML = 0x10001
+RECORD_EV_WORKLOAD = 0x10002
 RECORD_NVML_TEXT = 296
 RECORD_HEADER_BYTES = 400
 STATS = 7
@@ -208,6 +209,13 @@ def nvml(seq, util, procs):
     dev += b"".join(struct.pack("<IIQ", pid, 1, mem) for pid, mem in procs)
     body = struct.pack("<QII", seq, 1, 0) + dev
     return hdr(RECORD_EV_NVML, 16 + len(body), 0) + body
+
+
+def workload(pid, cid, uid, ns, pod, container):
+    """Where process pid runs (record.h: record_workload_event)."""
+    body = struct.pack("<Q", 999_500_000) + cid.ljust(72, b"\0") + uid.ljust(40, b"\0") + \
+        ns.ljust(64, b"\0") + pod.ljust(256, b"\0") + container.ljust(64, b"\0")
+    return hdr(RECORD_EV_WORKLOAD, 16 + len(body), pid) + body
 
 
 def connection_records(name, t0=1_000_000_000, conn_id=1, v1=False):
@@ -623,6 +631,10 @@ def record_seeds():
     recs[1:1] = [nvml(1, 45, [(100, 1 << 29), (7, 1 << 20)])]
     recs.append(nvml(2, 90, [(100, 1 << 30)]))
     put("fuzz_record", "nvml.tsr", tsr(recs, RF_PROMETHEUS | RF_GPU, version=3))
+    recs = connection_records("uvloop_vllm")
+    recs[:0] = [workload(100, b"0123456789abcdef" * 4, b"12345678-aaaa-bbbb-cccc-0123456789ab",
+                         b"inference", b"vllm-0", b"engine")]
+    put("fuzz_record", "workload.tsr", tsr(recs, RF_JSON | RF_PROMETHEUS, version=4))
     put("fuzz_record", "cut.tsr", tsr(connection_records("tgi"))[:-7])
 
 

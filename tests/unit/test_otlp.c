@@ -935,6 +935,78 @@ out:
 	otlp_close(&o);
 }
 
+/* OTEL_RESOURCE_ATTRIBUTES: pairs percent-decoded and trimmed; anything malformed refuses the
+ * whole; its host.name and service.name replace tokenscope's, OTEL_SERVICE_NAME wins over both,
+ * the rest go on every resource unless the workload set the key. */
+TEST(test_env_resource)
+{
+	static const struct workload pod = { .k8s_namespace = "inference", .k8s_pod = "p-0" };
+	struct otlp_attr a[OTLP_RESOURCE_ATTRS_MAX];
+	struct req_spec q = { .model = "m",
+			      .status = 200,
+			      .outcome = OUTCOME_OK,
+			      .ttft = 10 * MS,
+			      .gap = 5 * MS,
+			      .ntokens = 2,
+			      .prompt_tokens = -1,
+			      .completion_tokens = -1,
+			      .wl = &pod };
+	struct otlp_opts opts;
+	struct otlp o;
+	struct sink sk;
+	size_t n;
+	cJSON *j, *res;
+	char many[1024] = "";
+
+	ASSERT_EQ(
+	    otlp_resource_attrs_parse(" k8s.node.name = gpu-7 ,deployment.environment=prod%2Ceu,,",
+				      a, OTLP_RESOURCE_ATTRS_MAX),
+	    2, "two pairs, an empty one skipped");
+	ASSERT_STREQ(a[0].key, "k8s.node.name", "key trimmed");
+	ASSERT_STREQ(a[0].value, "gpu-7", "value trimmed");
+	ASSERT_STREQ(a[1].value, "prod,eu", "percent-decoded");
+	ASSERT_EQ(otlp_resource_attrs_parse(NULL, a, OTLP_RESOURCE_ATTRS_MAX), 0, "unset");
+	ASSERT_EQ(otlp_resource_attrs_parse("a=1,b", a, OTLP_RESOURCE_ATTRS_MAX), -EINVAL, "no =");
+	ASSERT_EQ(otlp_resource_attrs_parse("=1", a, OTLP_RESOURCE_ATTRS_MAX), -EINVAL, "no key");
+	ASSERT_EQ(otlp_resource_attrs_parse("a=%zz", a, OTLP_RESOURCE_ATTRS_MAX), -EINVAL,
+		  "bad escape");
+	ASSERT_EQ(otlp_resource_attrs_parse("a=%4", a, OTLP_RESOURCE_ATTRS_MAX), -EINVAL,
+		  "short escape");
+	for (int i = 0; i <= OTLP_RESOURCE_ATTRS_MAX; i++)
+		snprintf(many + strlen(many), sizeof(many) - strlen(many), "k%d=v,", i);
+	ASSERT_EQ(otlp_resource_attrs_parse(many, a, OTLP_RESOURCE_ATTRS_MAX), -EINVAL, "too many");
+	ASSERT_EQ(otlp_resource_attrs_parse("a=%1b[31m", a, 1), 1, "an escape byte");
+	ASSERT_FALSE(strchr(a[0].value, 0x1b), "never reaches a collector");
+
+	opts_test(&opts);
+	opts.sample_ratio = 1;
+	opts.env_resource = "a=%zz";
+	ASSERT_EQ(otlp_init(&o, &opts), -EINVAL, "malformed: refused");
+	ASSERT_TRUE(strstr(o.error, "OTEL_RESOURCE_ATTRIBUTES") != NULL, "and named");
+	opts.env_resource = "host.name=node-9,service.name=env-svc,k8s.node.name=node-9,"
+			    "k8s.pod.name=not-this-one";
+	opts.env_service = "vllm-fleet";
+	if (!ASSERT_OK(otlp_init(&o, &opts), "init"))
+		return;
+	otlp_set_source(&o, OFFSET, "recorded-host");
+	sk = otlp_sink(&o);
+	feed(&sk, &q, NULL);
+	j = encode_all(&o, &n);
+	if (!j)
+		goto out;
+	res = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "resourceSpans"), 0),
+				  "resource");
+	ASSERT_STREQ(attr_s(res, "service.name"), "vllm-fleet", "OTEL_SERVICE_NAME wins");
+	ASSERT_STREQ(attr_s(res, "host.name"), "node-9", "the environment's host.name is kept");
+	ASSERT_STREQ(attr_s(res, "k8s.node.name"), "node-9", "added");
+	ASSERT_STREQ(attr_s(res, "k8s.pod.name"), "p-0", "the workload's own pod wins");
+	ASSERT_EQ(cJSON_GetArraySize(cJSON_GetObjectItem(res, "attributes")), 5,
+		  "service, host, namespace, pod, node: each once");
+out:
+	cJSON_Delete(j);
+	otlp_close(&o);
+}
+
 int main(void)
 {
 	return check_run_all();

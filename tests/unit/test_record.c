@@ -691,7 +691,7 @@ TEST(test_wrong_magic_and_version)
 	record_close(&w);
 	file = read_whole(path, &n_file);
 	ASSERT_TRUE(!memcmp(file, "TSREC", 5), "magic on disk");
-	ASSERT_EQ(file[8], 3, "version 3, little endian");
+	ASSERT_EQ(file[8], 4, "version 4, little endian");
 	ASSERT_EQ(file[12] | file[13] << 8, RECORD_HEADER_BYTES, "header length, little endian");
 
 	file[0] = 'X';
@@ -700,16 +700,16 @@ TEST(test_wrong_magic_and_version)
 	ASSERT_STREQ(st.reason, "not a tokenscope recording", "reason");
 	file[0] = 'T';
 
-	file[8] = 4;
+	file[8] = 5;
 	write_file(path, file, n_file);
 	ASSERT_EQ(record_replay(path, collect, &got, NULL, &st), -EPROTONOSUPPORT, "future");
-	ASSERT_STREQ(st.reason, "unsupported version 4 (this tokenscope reads versions 1 to 3)",
+	ASSERT_STREQ(st.reason, "unsupported version 5 (this tokenscope reads versions 1 to 4)",
 		     "reason");
 	ASSERT_FALSE(st.header_ok, "header not ok");
 	file[8] = 0;
 	write_file(path, file, n_file);
 	ASSERT_EQ(record_replay(path, collect, &got, NULL, &st), -EPROTONOSUPPORT, "version 0");
-	file[8] = 3;
+	file[8] = 4;
 
 	file[12] = 10, file[13] = 0;
 	write_file(path, file, n_file);
@@ -1179,6 +1179,68 @@ TEST(test_nvml_record)
 		}
 	}
 	record_reader_close(&rd);
+	unlink(path);
+	free(path);
+}
+
+/*
+ * Where a process runs, written as RECORD_EV_WORKLOAD and read back: the same names (an escape
+ * made printable); replayed, it labels the process's requests as the live run did; a record of
+ * the wrong size is refused.
+ */
+TEST(test_workload_record)
+{
+	static const struct workload in = {
+		.container_id = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+		.pod_uid = "12345678-aaaa-bbbb-cccc-0123456789ab",
+		.k8s_namespace = "inference",
+		.k8s_pod = "vllm-0\x1b[2J",
+		.k8s_container = "engine",
+	};
+	struct workload out;
+	struct record_writer w;
+	struct record_meta m;
+	struct record_reader rd;
+	const void *rec;
+	uint32_t pid = 0;
+	size_t len;
+	char *path = tmp_path();
+
+	struct record_replay_stats st;
+	struct record_meta back;
+	struct replay feeder;
+	struct live b;
+
+	if (!ASSERT_OK_PTR(path, "temp file"))
+		return;
+	test_meta(&m);
+	m.nroots = 1;
+	m.roots[0] = 4242;
+	ASSERT_OK(record_open(&w, path, &m), "open");
+	ASSERT_OK(record_write_workload(&w, 4242, 1000, &in), "write");
+	ASSERT_OK(record_close(&w), "close");
+	if (!ASSERT_OK(record_reader_open(&rd, path), "reader"))
+		return;
+	ASSERT_EQ(rd.meta.version, RECORD_VERSION, "this version");
+	if (ASSERT_EQ(record_next(&rd, &rec, &len), 1, "one record")) {
+		ASSERT_OK(record_workload(rec, len, &pid, &out), "read back");
+		ASSERT_EQ(pid, 4242, "its process");
+		ASSERT_STREQ(out.container_id, in.container_id, "container id");
+		ASSERT_STREQ(out.pod_uid, in.pod_uid, "pod uid");
+		ASSERT_STREQ(out.k8s_namespace, "inference", "namespace");
+		ASSERT_STREQ(out.k8s_container, "engine", "container");
+		ASSERT_TRUE(!strchr(out.k8s_pod, 0x1b) && !strncmp(out.k8s_pod, "vllm-0", 6),
+			    "escape made printable");
+		ASSERT_EQ(record_workload(rec, len - 1, &pid, &out), -EINVAL, "cut short");
+	}
+	record_reader_close(&rd);
+	live_open(&b, NULL);
+	replay_init(&feeder, &b.pl, &back);
+	ASSERT_EQ(record_replay(path, replay_feed, &feeder, &back, &st), 0, "replayed");
+	ASSERT_EQ(st.rejected, 0, "nothing refused");
+	if (ASSERT_EQ(b.pl.nlive, 1, "the root"))
+		ASSERT_STREQ(b.pl.live[0].wl.k8s_namespace, "inference", "labelled as live");
+	live_close(&b);
 	unlink(path);
 	free(path);
 }

@@ -188,29 +188,44 @@ static bool path_id(const char *path, size_t len, char *id, const char **runtime
 	return found;
 }
 
-/* The first line of the v2 hierarchy (v2) or of a v1 one whose path names a container. */
-static bool lines_id(const char *text, bool v2, char *id, const char **runtime)
+bool discover_cgroup_find(const char *text, bool (*found)(const char *path, size_t len, void *ctx),
+			  void *ctx)
 {
-	for (const char *line = text; *line;) {
-		size_t n = strcspn(line, "\n");
-		const char *colon = memchr(line, ':', n);
-		const char *path = colon ? memchr(colon + 1, ':', n - (colon + 1 - line)) : NULL;
+	/* cgroup v2 names the process's cgroup exactly: its line first. A host with v1
+	 * hierarchies alone still lists "0::/": then each v1 hierarchy's path. */
+	for (int v2 = 1; v2 >= 0; v2--) {
+		for (const char *line = text; *line;) {
+			size_t n = strcspn(line, "\n");
+			const char *colon = memchr(line, ':', n);
+			const char *path =
+			    colon ? memchr(colon + 1, ':', n - (colon + 1 - line)) : NULL;
 
-		if (path && !strncmp(line, "0::", 3) == v2 &&
-		    path_id(path + 1, line + n - path - 1, id, runtime))
-			return true;
-		line += n + (line[n] == '\n');
+			if (path && (strncmp(line, "0::", 3) == 0) == v2 &&
+			    found(path + 1, line + n - path - 1, ctx))
+				return true;
+			line += n + (line[n] == '\n');
+		}
 	}
 	return false;
+}
+
+struct container_ctx {
+	char *id;
+	const char **runtime;
+};
+
+static bool container_in(const char *path, size_t len, void *ctx)
+{
+	struct container_ctx *c = ctx;
+
+	return path_id(path, len, c->id, c->runtime);
 }
 
 bool discover_container(const char *text, char *id, const char **runtime)
 {
 	id[0] = 0;
 	*runtime = "";
-	/* cgroup v2 names the process's cgroup exactly: its line wins when it names a container.
-	 * A host with v1 hierarchies alone still lists "0::/": then a v1 hierarchy's path. */
-	return lines_id(text, true, id, runtime) || lines_id(text, false, id, runtime);
+	return discover_cgroup_find(text, container_in, &(struct container_ctx){ id, runtime });
 }
 
 struct entry {

@@ -88,6 +88,10 @@ const char *discover_match(const char *cmdline, size_t len, const char *comm, co
  * and *runtime when the path names a container; else id is "" and *runtime "".
  */
 bool discover_container(const char *cgroup_text, char *id, const char **runtime);
+/* The paths of /proc/PID/cgroup's text handed to found, the v2 line's first, then each v1
+ * hierarchy's (a host with v1 alone lists "0::/" too), until found returns true: true then. */
+bool discover_cgroup_find(const char *cgroup_text,
+			  bool (*found)(const char *path, size_t len, void *ctx), void *ctx);
 
 /* The pids already attached, so a rescan attaches only new ones. */
 struct discover_set {

@@ -355,13 +355,29 @@ static void record_followed(struct tracer *tr, uint32_t pid)
 	}
 }
 
+/* Where a followed process runs, for the pipeline and, when it runs somewhere, for the
+ * recording (a replay cannot read /proc or the runtime's state). */
+static void label(struct tracer *tr, uint32_t pid, const struct workload *wl)
+{
+	int err;
+
+	pipeline_label_process(tr->pl, pid, wl);
+	if (!wl || !wl->container_id[0] || !tr->recording || tr->rec_err)
+		return;
+	err = record_write_workload(&tr->rec, pid, mono_ns(), wl);
+	if (err && err != -EINVAL) {
+		tr->rec_err = err;
+		fprintf(stderr, "tokenscope: recording stopped: %s\n", strerror(-err));
+	}
+}
+
 static void follow_descendant(void *ctx, uint32_t pid)
 {
 	struct tracer *tr = ctx;
 
 	if (!trace_follow(tr, pid, false)) {
-		pipeline_label_process(tr->pl, pid, tr->label);
 		record_followed(tr, pid);
+		label(tr, pid, tr->label);
 	}
 }
 
@@ -372,7 +388,7 @@ static int follow_tree(struct tracer *tr, uint32_t pid, struct workload *wl)
 	int n;
 
 	workload_of("/proc", pid, &tr->dirs, wl);
-	pipeline_label_process(tr->pl, pid, wl);
+	label(tr, pid, wl);
 	tr->label = wl;
 	n = proc_descendants("/proc", pid, follow_descendant, tr);
 	tr->label = NULL;

@@ -87,25 +87,14 @@ static bool path_uid(const char *path, size_t len, char *uid)
 	return found;
 }
 
-/* As discover_container: the v2 line's path when it names a pod, else a v1 hierarchy's. */
-static bool lines_uid(const char *text, bool v2, char *uid)
+static bool uid_in(const char *path, size_t len, void *uid)
 {
-	for (const char *line = text; *line;) {
-		size_t n = strcspn(line, "\n");
-		const char *colon = memchr(line, ':', n);
-		const char *path = colon ? memchr(colon + 1, ':', n - (colon + 1 - line)) : NULL;
-
-		if (path && !strncmp(line, "0::", 3) == v2 &&
-		    path_uid(path + 1, line + n - path - 1, uid))
-			return true;
-		line += n + (line[n] == '\n');
-	}
-	return false;
+	return path_uid(path, len, uid);
 }
 
 bool workload_pod_uid(const char *cgroup, char *uid)
 {
-	return lines_uid(cgroup, true, uid) || lines_uid(cgroup, false, uid);
+	return discover_cgroup_find(cgroup, uid_in, uid);
 }
 
 static void take(char *dst, size_t cap, const struct jv *ann, const char *key)

@@ -127,40 +127,29 @@ static void conn_become_client(struct conn *c)
 		memcpy(arrow, "->", 2);
 }
 
-/* A request line decided the role: the connection is followed as HTTP/1.1 (client: the traced
- * process wrote it). Out of memory, it is ignored. */
-static void conn_become_h1(struct conn *c, bool client)
+/* The role and the protocol are decided: the connection is followed by HTTP/2's module (its
+ * client preface came) or HTTP/1.1's (a request line); client: the traced process sent it. Out
+ * of memory, it is ignored. */
+static void conn_follow(struct conn *c, bool client, bool h2)
 {
-	c->h1 = h1conn_new(c->t, c->pid, c->id, c->label, client, c->tls_plain);
-	if (!c->h1) {
+	if (h2)
+		c->h2 = h2conn_new(c->t, c->pid, c->id, c->label, client, c->tls_plain);
+	else
+		c->h1 = h1conn_new(c->t, c->pid, c->id, c->label, client, c->tls_plain);
+	if (h2 ? !c->h2 : !c->h1) {
 		conn_ignore(c);
 		return;
 	}
 	if (client) {
 		conn_become_client(c);
-	} else {
-		conn_decided(c, true);
-		c->role = ROLE_SERVER;
-		c->t->stats.http_conns++;
-	}
-}
-
-/* The client preface came: the connection is followed as HTTP/2 (client: the traced process
- * sent it). Out of memory, it is ignored. */
-static void conn_become_h2(struct conn *c, bool client)
-{
-	c->h2 = h2conn_new(c->t, c->pid, c->id, c->label, client, c->tls_plain);
-	if (!c->h2) {
-		conn_ignore(c);
 		return;
 	}
-	if (client) {
-		conn_become_client(c);
-	} else {
-		conn_decided(c, true);
-		c->role = ROLE_SERVER;
+	conn_decided(c, true);
+	c->role = ROLE_SERVER;
+	if (h2)
 		c->t->stats.h2_conns++;
-	}
+	else
+		c->t->stats.http_conns++;
 }
 
 /*
@@ -197,9 +186,9 @@ static void conn_feed_req(struct conn *c, const uint8_t *p, size_t n, uint64_t t
 
 	if (c->role == ROLE_NEW) {
 		if (pos == 0 && at_start && h2_looks_like_preface(p, n)) {
-			conn_become_h2(c, false);
+			conn_follow(c, false, true);
 		} else if (at_start && http_looks_like_request(p, n)) {
-			conn_become_h1(c, false);
+			conn_follow(c, false, false);
 		} else if (pos == 0 && (c->start_seen || !looks_like_http_text(p, n))) {
 			/* The first bytes read are no request, from the connection's first byte (it
 			 * was accepted under tracing), or bytes no HTTP/1.x message holds: another
@@ -248,12 +237,12 @@ static void conn_feed_resp(struct conn *c, const uint8_t *p, size_t n, uint64_t 
 	 * whose server speaks first is ignored when its first read is not an HTTP request.
 	 */
 	if (pos == 0 && at_start && h2_looks_like_preface(p, n)) {
-		conn_become_h2(c, true);
+		conn_follow(c, true, true);
 		if (c->h2)
 			h2conn_feed(c->h2, true, p, n, ts, 0);
 	} else if (at_start && http_looks_like_request(p, n) &&
 		   (pos == 0 || n >= CONN_SNIFF_BYTES)) {
-		conn_become_h1(c, true);
+		conn_follow(c, true, false);
 		if (c->h1)
 			h1conn_feed(c->h1, true, p, n, ts, at_start, 0, NULL);
 	} else {
@@ -423,7 +412,7 @@ static void conn_end(struct conn_table *t, struct conn *c, uint64_t ts);
 static bool conn_h2_unannounced(struct conn *c, int dir, const uint8_t *p, size_t n, uint64_t pos)
 {
 	if (dir == TS_DIR_OUT && pos == 0 && h2_looks_like_server_preface(p, n)) {
-		conn_become_h2(c, false);
+		conn_follow(c, false, true);
 		return false; /* fed as the server's side */
 	}
 	if (h2_looks_like_preface(p, n) || !h2_looks_like_frame(p, n))

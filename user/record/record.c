@@ -13,6 +13,7 @@
 
 #include "lib/utf8.h"
 #include "pipeline/nvml_sample.h"
+#include "pipeline/workload.h"
 #include "record/record.h"
 
 _Static_assert(sizeof(struct record_kstats_event) == 24, "record_kstats_event layout");
@@ -352,6 +353,43 @@ int record_write_nvml(struct record_writer *w, const struct nvml_snapshot *s)
 	err = record_write(w, buf, len);
 	free(buf);
 	return err;
+}
+
+/* A NUL-padded field from a string (cut to fit). */
+#define PUT_STR(field, str) snprintf(field, sizeof(field), "%s", str)
+/* A field's string into dst (cap bytes), printable. */
+#define GET_STR(dst, field) utf8_clean(dst, sizeof(dst), field, strnlen(field, sizeof(field)))
+
+int record_write_workload(struct record_writer *w, uint32_t pid, uint64_t ts_ns,
+			  const struct workload *wl)
+{
+	struct record_workload_event e = {
+		.hdr = { .type = RECORD_EV_WORKLOAD, .size = sizeof(e), .pid = pid, .tid = pid },
+		.ts_ns = ts_ns,
+	};
+
+	PUT_STR(e.container_id, wl->container_id);
+	PUT_STR(e.pod_uid, wl->pod_uid);
+	PUT_STR(e.k8s_namespace, wl->k8s_namespace);
+	PUT_STR(e.k8s_pod, wl->k8s_pod);
+	PUT_STR(e.k8s_container, wl->k8s_container);
+	return record_write(w, &e, sizeof(e));
+}
+
+int record_workload(const void *rec, size_t len, uint32_t *pid, struct workload *wl)
+{
+	const struct record_workload_event *e = rec;
+
+	if (len != sizeof(*e) || e->hdr.type != RECORD_EV_WORKLOAD || e->hdr.size != len)
+		return -EINVAL;
+	memset(wl, 0, sizeof(*wl));
+	*pid = e->hdr.pid;
+	GET_STR(wl->container_id, e->container_id);
+	GET_STR(wl->pod_uid, e->pod_uid);
+	GET_STR(wl->k8s_namespace, e->k8s_namespace);
+	GET_STR(wl->k8s_pod, e->k8s_pod);
+	GET_STR(wl->k8s_container, e->k8s_container);
+	return 0;
 }
 
 int record_nvml(const void *rec, size_t len, struct nvml_snapshot *s)

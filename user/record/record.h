@@ -4,8 +4,9 @@
  * replayed through the same pipeline by `tokenscope report` (every number is a function of
  * the event stream, so a replay reports exactly what the live tracer would have).
  *
- * File format, version 3 (version 2 had no RECORD_EV_NVML records; version 1 differed too in
- * struct ts_data_event, which lacked queued_ns). Every integer is little endian.
+ * File format, version 4 (version 3 had no RECORD_EV_WORKLOAD records, version 2 no
+ * RECORD_EV_NVML records either; version 1 differed too in struct ts_data_event, which lacked
+ * queued_ns). Every integer is little endian.
  *
  *   header (header_bytes long; v1 writes RECORD_HEADER_BYTES = 400)
  *     0  char magic[8]        "TSREC\0\0\0"
@@ -37,8 +38,10 @@
  * (lost records, bytes beyond capture, ...), which live only in a BPF map and not in the ring
  * buffer. The recorder writes one whenever they change, in stream order, so a replay marks the
  * same open requests as maybe lost and shows the same loss figures (nothing is lost silently).
- * And RECORD_EV_NVML, a GPU sample (NVML) as the live run read it, at the point of the stream
- * where its sinks got it, so a replay shows the same GPU utilisation and memory.
+ * RECORD_EV_NVML, a GPU sample (NVML) as the live run read it, at the point of the stream
+ * where its sinks got it, so a replay shows the same GPU utilisation and memory. And
+ * RECORD_EV_WORKLOAD, where a followed process runs (its container, its Kubernetes pod) as the
+ * live run found it from /proc and the runtime's state, which a replay cannot read.
  *
  * Replay stops at the first record that cannot be framed (a zero or insane length, a length
  * that disagrees with hdr.size, a truncated last record): everything before it has been fed,
@@ -58,7 +61,7 @@
 
 #define RECORD_MAGIC "TSREC\0\0\0"
 #define RECORD_MAGIC_BYTES 8
-#define RECORD_VERSION 3
+#define RECORD_VERSION 4
 /* Version 1 lacked ts_data_event.queued_ns; its data records are read with it 0 (unknown). */
 #define RECORD_VERSION_OLDEST 1
 #define RECORD_HEADER_BYTES 400
@@ -116,6 +119,15 @@ struct record_nvml_proc {
 	__u64 mem_bytes;
 };
 
+/* File-only record: where process hdr.pid runs (pipeline/workload.h), as the tracer labelled it;
+ * its strings NUL-padded. */
+#define RECORD_EV_WORKLOAD 0x10002
+struct record_workload_event {
+	struct ts_event_hdr hdr; /* type RECORD_EV_WORKLOAD, size sizeof; pid: the process */
+	__u64 ts_ns;		 /* when it was labelled */
+	char container_id[72], pod_uid[40], k8s_namespace[64], k8s_pod[256], k8s_container[64];
+};
+
 /* A header's strings, as the reader gives them: printable UTF-8 (utf8_clean), where a byte may
  * become three (U+FFFD). */
 struct record_meta {
@@ -171,6 +183,13 @@ int record_write_nvml(struct record_writer *w, const struct nvml_snapshot *s);
 /* The sample of a RECORD_EV_NVML record into *s, its strings made printable (utf8_clean);
  * -EINVAL (s then undefined) when the record is not one or does not hold what it says. */
 int record_nvml(const void *rec, size_t len, struct nvml_snapshot *s);
+/* Appends a RECORD_EV_WORKLOAD record: process pid runs in wl (labelled at ts_ns). */
+struct workload;
+int record_write_workload(struct record_writer *w, uint32_t pid, uint64_t ts_ns,
+			  const struct workload *wl);
+/* The process and workload of a RECORD_EV_WORKLOAD record, its strings made printable;
+ * -EINVAL when the record is not one. */
+int record_workload(const void *rec, size_t len, uint32_t *pid, struct workload *wl);
 /* Appends a RECORD_EV_KSTATS record when the counters differ from the last written ones. */
 int record_write_kstats(struct record_writer *w, const uint64_t kstats[TS_STAT_MAX]);
 /* Writes buffered records to the file (the loader calls it after each drain, so a killed

@@ -27,7 +27,15 @@ int replay_feed(void *replay, const void *rec, size_t len)
 			pipeline_add_process(pl, rp->meta->roots[i], true);
 	}
 	if (len >= sizeof(struct ts_event_hdr) &&
-	    ((const struct ts_event_hdr *)rec)->type == RECORD_EV_NVML) {
+	    ((const struct ts_event_hdr *)rec)->type == RECORD_EV_WORKLOAD) {
+		struct workload wl;
+		uint32_t pid;
+
+		err = record_workload(rec, len, &pid, &wl);
+		if (!err)
+			err = pipeline_label_process(pl, pid, &wl);
+	} else if (len >= sizeof(struct ts_event_hdr) &&
+		   ((const struct ts_event_hdr *)rec)->type == RECORD_EV_NVML) {
 		if (!rp->gpu && !(rp->gpu = malloc(sizeof(*rp->gpu))))
 			return -ENOMEM;
 		err = record_nvml(rec, len, rp->gpu);

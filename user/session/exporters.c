@@ -138,6 +138,8 @@ int exporters_start(struct exporters *x, const struct export_opts *eo, struct pi
 		oo.realtime_offset_ns = clock_offset_now();
 		gethostname(host, sizeof(host) - 1);
 		oo.hostname = host;
+		oo.env_service = getenv("OTEL_SERVICE_NAME");
+		oo.env_resource = getenv("OTEL_RESOURCE_ATTRIBUTES");
 		err = otlp_init(&x->otlp, &oo);
 		if (err) {
 			fprintf(x->err, "tokenscope: %s\n", x->otlp.error);

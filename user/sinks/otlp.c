@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "lib/clock.h"
+#include "lib/utf8.h"
 #include "sinks/otlp.h"
 
 /* Failures are reported at most this often (they are all counted). */
@@ -127,7 +128,8 @@ void otlp_set_source(struct otlp *o, int64_t realtime_offset_ns, const char *hos
 {
 	pthread_mutex_lock(&o->lock);
 	o->o.realtime_offset_ns = realtime_offset_ns;
-	snprintf(o->hostname, sizeof(o->hostname), "%s", hostname ? hostname : "");
+	if (!o->host_from_env)
+		snprintf(o->hostname, sizeof(o->hostname), "%s", hostname ? hostname : "");
 	pthread_mutex_unlock(&o->lock);
 }
 
@@ -165,6 +167,8 @@ int otlp_encode(const struct otlp *o, struct otlp_span *const *spans, size_t n, 
 		.service_name = o->service,
 		.hostname = o->hostname,
 		.realtime_offset_ns = o->o.realtime_offset_ns,
+		.attrs = o->attrs,
+		.nattrs = o->nattrs,
 	};
 
 	return otlp_json_encode(&res, spans, n, buf, len);
@@ -349,6 +353,40 @@ static void *otlp_run(void *arg)
 	return NULL;
 }
 
+/*
+ * The environment's resource (OpenTelemetry's SDK variables): OTEL_RESOURCE_ATTRIBUTES's pairs
+ * (its service.name and host.name replace tokenscope's; the rest are added to every resource),
+ * and OTEL_SERVICE_NAME, which wins over both. A malformed OTEL_RESOURCE_ATTRIBUTES is refused
+ * whole, as a usage error would be.
+ */
+static int otlp_env_resource(struct otlp *o, const struct otlp_opts *opts)
+{
+	struct otlp_attr all[OTLP_RESOURCE_ATTRS_MAX];
+	int n = otlp_resource_attrs_parse(opts->env_resource, all, OTLP_RESOURCE_ATTRS_MAX);
+
+	if (n < 0) {
+		snprintf(o->error, sizeof(o->error),
+			 "OTEL_RESOURCE_ATTRIBUTES: expected up to %d key=value pairs separated by "
+			 "commas, values percent-encoded (keys to 127 bytes, values to 255)",
+			 OTLP_RESOURCE_ATTRS_MAX);
+		return -EINVAL;
+	}
+	for (int i = 0; i < n; i++) {
+		if (!strcmp(all[i].key, "service.name")) {
+			snprintf(o->service, sizeof(o->service), "%s", all[i].value);
+		} else if (!strcmp(all[i].key, "host.name")) {
+			snprintf(o->hostname, sizeof(o->hostname), "%s", all[i].value);
+			o->host_from_env = true;
+		} else {
+			o->attrs[o->nattrs++] = all[i];
+		}
+	}
+	if (opts->env_service && opts->env_service[0])
+		utf8_clean(o->service, sizeof(o->service), opts->env_service,
+			   strlen(opts->env_service));
+	return 0;
+}
+
 int otlp_init(struct otlp *o, const struct otlp_opts *opts)
 {
 	pthread_condattr_t ca;
@@ -372,6 +410,9 @@ int otlp_init(struct otlp *o, const struct otlp_opts *opts)
 	snprintf(o->service, sizeof(o->service), "%s",
 		 opts->service_name ? opts->service_name : OTLP_DEFAULT_SERVICE);
 	snprintf(o->hostname, sizeof(o->hostname), "%s", opts->hostname ? opts->hostname : "");
+	rc = otlp_env_resource(o, opts);
+	if (rc)
+		return rc;
 	o->o.service_name = o->service;
 	o->o.hostname = o->hostname;
 	o->o.endpoint = NULL; /* the parsed form is kept in o->url */

@@ -63,7 +63,12 @@ struct otlp_opts {
 	const char *ca_file; /* https: the CA certificates to verify with; NULL: the system's */
 	const char *service_name; /* service.name; NULL: "tokenscope" */
 	const char *hostname;	  /* host.name; NULL: not sent */
-	int64_t slow_ttft_ns;	  /* anomaly thresholds; <= 0: not checked */
+	/* OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES as the environment gave them (NULL:
+	 * unset): the service's name, and attributes added to every resource, host.name
+	 * included, which then wins over hostname (a DaemonSet pod's host name is not its
+	 * node's) */
+	const char *env_service, *env_resource;
+	int64_t slow_ttft_ns; /* anomaly thresholds; <= 0: not checked */
 	int64_t slow_itl_ns;
 	double sample_ratio;	    /* of normal requests, 0..1 */
 	int64_t realtime_offset_ns; /* CLOCK_REALTIME - CLOCK_MONOTONIC */
@@ -95,6 +100,9 @@ struct otlp_stats {
 struct otlp {
 	struct otlp_opts o;
 	char service[128], hostname[256];
+	bool host_from_env; /* host.name came from OTEL_RESOURCE_ATTRIBUTES: kept */
+	struct otlp_attr attrs[OTLP_RESOURCE_ATTRS_MAX]; /* the others it gave */
+	size_t nattrs;
 	struct otlp_url url;
 	struct otlp_http *http;	  /* the sender thread's */
 	struct otlp_rng rng;	  /* used by the sink callback's thread only */

@@ -8,6 +8,7 @@
 
 #include "lib/clock.h"
 #include "lib/jsonw.h"
+#include "lib/utf8.h"
 #include "sinks/otlp_json.h"
 
 static const char *const child_names[OTLP_CHILD_MAX] = { "queue", "prefill", "decode" };
@@ -299,8 +300,85 @@ static void put_resource(const struct otlp_resource *o, struct jsonw *w, const s
 		attr_str(w, "k8s.pod.uid", wl->pod_uid);
 	if (wl->k8s_container[0])
 		attr_str(w, "k8s.container.name", wl->k8s_container);
+	for (size_t i = 0; i < o->nattrs; i++) {
+		const char *k = o->attrs[i].key;
+
+		if ((wl->container_id[0] && !strcmp(k, "container.id")) ||
+		    (wl->k8s_namespace[0] && !strcmp(k, "k8s.namespace.name")) ||
+		    (wl->k8s_pod[0] && !strcmp(k, "k8s.pod.name")) ||
+		    (wl->pod_uid[0] && !strcmp(k, "k8s.pod.uid")) ||
+		    (wl->k8s_container[0] && !strcmp(k, "k8s.container.name")))
+			continue;
+		attr_str(w, k, o->attrs[i].value);
+	}
 	jsonw_arr_end(w);
 	jsonw_obj_end(w);
+}
+
+static int hexval(char c)
+{
+	return c >= '0' && c <= '9'   ? c - '0'
+	       : c >= 'a' && c <= 'f' ? c - 'a' + 10
+	       : c >= 'A' && c <= 'F' ? c - 'A' + 10
+				      : -1;
+}
+
+/* s[0..n) trimmed of blanks, percent-decoded into out (cap); false when it does not fit or a
+ * %XX is malformed. */
+static bool decode_part(const char *s, size_t n, char *out, size_t cap, bool decode)
+{
+	char raw[256 * 3];
+	size_t k = 0;
+
+	while (n && (*s == ' ' || *s == '\t'))
+		s++, n--;
+	while (n && (s[n - 1] == ' ' || s[n - 1] == '\t'))
+		n--;
+	for (size_t i = 0; i < n; i++) {
+		int hi, lo;
+
+		if (k + 1 >= sizeof(raw))
+			return false;
+		if (!decode || s[i] != '%') {
+			raw[k++] = s[i];
+			continue;
+		}
+		hi = i + 2 < n ? hexval(s[i + 1]) : -1;
+		lo = i + 2 < n ? hexval(s[i + 2]) : -1;
+		if (hi < 0 || lo < 0)
+			return false;
+		raw[k++] = (char)(hi << 4 | lo);
+		i += 2;
+	}
+	if (k >= cap)
+		return false;
+	/* From the environment, but bound for a collector: valid UTF-8, no control bytes. */
+	utf8_clean(out, cap, raw, k);
+	return true;
+}
+
+int otlp_resource_attrs_parse(const char *text, struct otlp_attr *attrs, size_t max)
+{
+	size_t n = 0;
+
+	for (const char *p = text; p && *p;) {
+		size_t len = strcspn(p, ",");
+		const char *eq = memchr(p, '=', len);
+
+		if (strspn(p, " \t") == len) { /* an empty pair: skipped */
+			p += len + (p[len] == ',');
+			continue;
+		}
+		if (!eq || n == max ||
+		    !decode_part(p, (size_t)(eq - p), attrs[n].key, sizeof(attrs[n].key), false) ||
+		    !attrs[n].key[0] ||
+		    !decode_part(eq + 1, len - (size_t)(eq + 1 - p), attrs[n].value,
+				 sizeof(attrs[n].value), true))
+			return -EINVAL;
+		n++;
+		p += len + (p[len] == ',');
+	}
+	return (int)n;
 }
 
 int otlp_json_encode(const struct otlp_resource *o, struct otlp_span *const *spans, size_t n,
