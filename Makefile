@@ -2,6 +2,7 @@
 # tracer and the bundled reference server alone and runs one against the other; `make bench`
 # prints the overhead figures.
 # V=1 shows the commands. STATIC=1 also builds .output/static/tokenscope, linked statically.
+# `make image` builds the OCI image of the static binary (deploy/README.md, "The image").
 
 HOST_ARCH := $(shell uname -m | sed -e 's/x86_64/x86/' -e 's/aarch64/arm64/')
 # ARCH from the command line only: an ARCH in the environment may be a kernel build's or
@@ -114,7 +115,7 @@ endif
 # The sanitizer objects are only prerequisites of tests: keep them, or every build redoes them.
 .SECONDARY: $(SAN_OBJS)
 .PHONY: all cross check demo bench fuzz fuzz-regress stress deps deps-demo deps-test deps-check \
-	deps-bench clean format vmlinux
+	deps-bench deps-image image clean format vmlinux
 
 ifeq ($(CROSS),1)
 # The tracer, the unit tests (run under qemu-user: tests/run.sh, group arm64), and the BPF tests
@@ -370,6 +371,8 @@ deps-check:
 	$(Q)scripts/deps.sh test cross browser
 deps-bench:
 	$(Q)scripts/deps.sh bench
+deps-image:
+	$(Q)scripts/deps.sh image
 
 # The static binary too: its bare-root test (tests/static/) is part of the run.
 check: deps-check
@@ -397,6 +400,21 @@ fuzz: deps-test
 stress: deps-test
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)tests/stress/run_stress.sh
+
+# The OCI image of the static binary, FROM scratch, built offline with umoci and skopeo
+# (scripts/image.sh): $(IMAGE_DIR)/oci, an OCI image layout tagged $(VERSION), and
+# $(IMAGE_ARCHIVE), the same as an oci-archive named tokenscope:$(VERSION), to push with
+# `skopeo copy oci-archive:$(IMAGE_ARCHIVE) docker://REGISTRY/tokenscope:$(VERSION)`.
+VERSION := $(shell sed -n 's/^\#define TOKENSCOPE_VERSION "\(.*\)"/\1/p' user/lib/version.h)
+IMAGE_DIR := $(OUTPUT)/image
+IMAGE_ARCHIVE := $(IMAGE_DIR)/tokenscope-$(VERSION).oci.tar
+
+image: deps-image
+	$(Q)$(MAKE) --no-print-directory $(IMAGE_ARCHIVE)
+
+$(IMAGE_ARCHIVE): $(STATIC_BIN) scripts/image.sh
+	$(call msg,IMAGE,$@)
+	$(Q)scripts/image.sh $(STATIC_BIN) $(VERSION) $(IMAGE_DIR)
 
 vmlinux:
 	$(Q)scripts/gen-vmlinux.sh

@@ -7,14 +7,16 @@
 #   cross    make cross, and tests/run.sh's arm64 and arm64-vm groups (x86_64 only)
 #   browser  tests/run.sh's html group (the report opened in headless Chromium)
 #   bench    make bench
+#   image    make image (the static binary and its OCI image), and tests/run.sh's container
+#            group (a private containerd running the image)
 #   all      every one of them (also what no purpose means)
-# make check installs test, cross and browser. Idempotent: installs only what is missing, and
-# says what it installs. --list prints the packages of the purposes named, one a line, installed
-# or not, and installs nothing.
+# make check installs test (which includes image), cross and browser. Idempotent: installs only
+# what is missing, and says what it installs. --list prints the packages of the purposes named,
+# one a line, installed or not, and installs nothing.
 set -euo pipefail
 
 usage() {
-	echo "usage: scripts/deps.sh [--list] [demo|test|cross|browser|bench|all]..." >&2
+	echo "usage: scripts/deps.sh [--list] [demo|test|cross|browser|bench|image|all]..." >&2
 	exit 2
 }
 
@@ -69,6 +71,12 @@ TEST=(
 	gdb
 )
 
+# make image (scripts/image.sh: an OCI image FROM scratch, built offline) and the container test
+# (tests/container/run_container.sh: a private containerd, and runc under it, running that image
+# beside a server's). containerd's service is installed, not started (below); the test starts
+# its own daemon.
+IMAGE=(umoci skopeo containerd runc)
+
 # The HTML report's test (tests/html/): the page opened in a headless browser.
 BROWSER=(chromium)
 
@@ -97,7 +105,7 @@ purposes=()
 for a in "$@"; do
 	case $a in
 	--list) list=1 ;;
-	demo | test | cross | browser | bench | all) purposes+=("$a") ;;
+	demo | test | cross | browser | bench | image | all) purposes+=("$a") ;;
 	*) usage ;;
 	esac
 done
@@ -108,11 +116,12 @@ PKGS=()
 for p in "${purposes[@]}"; do
 	case $p in
 	demo) PKGS+=("${DEMO[@]}") ;;
-	test) PKGS+=("${DEMO[@]}" "${BUILD[@]}" "${TEST[@]}") ;;
+	test) PKGS+=("${DEMO[@]}" "${BUILD[@]}" "${TEST[@]}" "${IMAGE[@]}") ;;
 	cross) PKGS+=("${DEMO[@]}" "${BUILD[@]}" "${CROSS[@]}") ;;
 	browser) PKGS+=("${DEMO[@]}" "${BROWSER[@]}") ;;
 	bench) PKGS+=("${DEMO[@]}" "${BUILD[@]}" "${BENCH[@]}") ;;
-	all) PKGS+=("${DEMO[@]}" "${BUILD[@]}" "${TEST[@]}" "${BROWSER[@]}" "${BENCH[@]}" "${CROSS[@]}") ;;
+	image) PKGS+=("${DEMO[@]}" libzstd-dev "${IMAGE[@]}") ;;
+	all) PKGS+=("${DEMO[@]}" "${BUILD[@]}" "${TEST[@]}" "${IMAGE[@]}" "${BROWSER[@]}" "${BENCH[@]}" "${CROSS[@]}") ;;
 	esac
 done
 # Each once, in the order first named.
@@ -136,7 +145,7 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 echo "deps.sh: installing ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
-# Packages with a service (nginx) are installed without starting it: the tests start their own.
+# Packages with a service (nginx, containerd) are installed without starting it: the tests start their own.
 policy=/usr/sbin/policy-rc.d
 if [ ! -e "$policy" ]; then
 	printf '#!/bin/sh\nexit 101\n' >"$policy"

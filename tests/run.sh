@@ -1,19 +1,20 @@
 #!/usr/bin/env bash
 # Runs every test program and script; each prints PASS/FAIL/SKIP lines. Ends with the totals
 # line "N passed, N failed, N skipped" and exits non-zero if anything failed.
-# TESTS=docs|unit|arm64|arm64-vm|bpf|cli|static|golden|html|prom|e2e|fuzz|stress (space separated)
-# runs a subset; docs checks that every relative link and #anchor of the README and docs/
-# resolves (tests/docs/check_links.py); html opens the HTML report in headless Chromium
-# (tests/html/); arm64-vm runs the arm64 BPF tests in an emulated arm64 machine (about two
-# minutes, and a Debian arm64 kernel package downloaded once). CHECK_FUZZ_SECONDS (default 10)
-# is how long the short campaign fuzzes each target.
+# TESTS=docs|unit|arm64|arm64-vm|bpf|cli|static|container|golden|html|prom|e2e|fuzz|stress (space
+# separated) runs a subset; docs checks that every relative link and #anchor of the README and
+# docs/ resolves (tests/docs/check_links.py); container runs make image's image in a private
+# containerd beside a server in a pod-like container (tests/container/); html opens the HTML
+# report in headless Chromium (tests/html/); arm64-vm runs the arm64 BPF tests in an emulated
+# arm64 machine (about two minutes, and a Debian arm64 kernel package downloaded once).
+# CHECK_FUZZ_SECONDS (default 10) is how long the short campaign fuzzes each target.
 set -u
 cd "$(dirname "$0")/.."
 OUT=.output
 LOG=$OUT/test-logs
 mkdir -p "$LOG"
 export TS_FIXTURES=tests/fixtures
-TESTS=${TESTS:-"docs unit arm64 arm64-vm bpf cli static golden html prom e2e fuzz stress"}
+TESTS=${TESTS:-"docs unit arm64 arm64-vm bpf cli static container golden html prom e2e fuzz stress"}
 passed=0 failed=0 skipped=0
 
 run() { # name command...
@@ -85,6 +86,9 @@ for t in $TESTS; do
 		;;
 	static)
 		run static tests/static/run_static.sh
+		;;
+	container)
+		run container tests/container/run_container.sh
 		;;
 	golden)
 		run golden tests/golden/run_golden.sh
