@@ -16,6 +16,7 @@ pids=()
 CID=5f0c7e1a9b2d4c6e8f10213243546576879a0b1c2d3e4f5061728394a5b6c7d8
 UID_=0b7c1d2e-3f40-4152-8364-758697a8b9ca
 CG=""
+MADE_RUN=""
 cleanup() {
 	for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
 	wait 2>/dev/null
@@ -25,6 +26,7 @@ cleanup() {
 		rmdir "$(dirname "$CG")" "$(dirname "$(dirname "$CG")")" 2>/dev/null
 		rmdir "$(dirname "$(dirname "$(dirname "$CG")")")" 2>/dev/null
 	fi
+	[ -n "$MADE_RUN" ] && rm -rf /run/containerd
 	rm -rf "$TMP"
 }
 trap cleanup EXIT
@@ -132,5 +134,48 @@ if [ "$n" -eq 2 ]; then
 	ok "k8s-names: report of a recording labels its 2 requests with the pod, as trace did"
 else
 	ko k8s-names "report: $n of 2 requests labelled: $(head -c 400 "$TMP/report.out")"
+fi
+
+# As the DaemonSet finds the names: no --container-state, the runtime's state at its default
+# place seen through /proc/1/root (the node's root), from a mount namespace where /run is not
+# the node's, as root with the DaemonSet's four capabilities; and without CAP_SYS_PTRACE, which
+# /proc/1/root asks for, the pod UID alone. The state goes where containerd keeps it,
+# /run/containerd, only when nothing is there (a real containerd's is left alone).
+node_view() { # name caps
+	unshare -m sh -c 'mount -t tmpfs none /run && exec setpriv --bounding-set=-all,'"$2"' \
+		--inh-caps=-all -- "$@"' sh "$TS" trace -p "$RSPID" --json \
+		>"$TMP/$1.out" 2>"$TMP/$1.err" &
+	TSPID=$!
+	pids+=("$TSPID")
+	for _ in $(seq 100); do grep -q attached "$TMP/$1.err" && break; sleep 0.1; done
+	"$GT" --port "$PORT" -n 1 --max-tokens 4 -o /dev/null 2>/dev/null
+	sleep 0.3
+	kill -INT "$TSPID"
+	wait "$TSPID"
+}
+if [ -e /run/containerd ]; then
+	sk k8s-names "/run/containerd exists (a containerd runs here): the default place is not tried"
+elif ! command -v setpriv >/dev/null || ! unshare -m true 2>/dev/null; then
+	sk k8s-names "needs setpriv and unshare -m"
+elif ! ls /proc/1/root/ >/dev/null 2>"$TMP/pid1"; then
+	sk k8s-names "pid 1's root cannot be read here even with every capability ($(cat "$TMP/pid1")): the node's view through /proc/1/root is not tried"
+else
+	MADE_RUN=1
+	mkdir -p /run/containerd
+	cp -r "$STATE/io.containerd.runtime.v2.task" /run/containerd/
+	node_view node +bpf,+perfmon,+sys_admin,+sys_ptrace
+	node_view noptrace +bpf,+perfmon,+sys_admin
+	if grep -q '"k8s":{"namespace":"inference","pod":"vllm-llama-7d9f4-x2kq"' "$TMP/node.out"; then
+		ok "k8s-names: with the DaemonSet's capabilities the names come from /proc/1/root/run/containerd"
+	else
+		ko k8s-names "through /proc/1/root: $(head -c 300 "$TMP/node.out") $(tail -n 3 "$TMP/node.err")"
+	fi
+	if grep -q '"k8s":{"namespace":null,"pod":null,"pod_uid":"'"$UID_"'"' "$TMP/noptrace.out"; then
+		ok "k8s-names: without CAP_SYS_PTRACE the pod's UID alone, its names null"
+	else
+		ko k8s-names "without CAP_SYS_PTRACE: $(head -c 300 "$TMP/noptrace.out")"
+	fi
+	rm -rf /run/containerd
+	MADE_RUN=""
 fi
 finish
