@@ -27,16 +27,53 @@ struct req_spec {
 	bool client;
 };
 
+/* The sequence number the next fed request gets: requests are named apart, as on a connection. */
+static uint32_t feed_seq;
+
+/* One end of a label, "addr:port" or "[addr]:port", into addr and port. */
+static void label_end(const char *s, size_t n, char *addr, uint16_t *port)
+{
+	const char *colon = NULL;
+
+	for (size_t i = 0; i < n; i++)
+		if (s[i] == ':')
+			colon = s + i;
+	if (!colon)
+		return;
+	*port = (uint16_t)atoi(colon + 1);
+	if (s[0] == '[')
+		snprintf(addr, REQUEST_ADDR_MAX, "%.*s", (int)(colon - s - 2), s + 1);
+	else
+		snprintf(addr, REQUEST_ADDR_MAX, "%.*s", (int)(colon - s), s);
+}
+
+/* The ends conn.c would have made with the label (local "<-" or "->" peer, "#id"). */
+static void ends_of_label(struct request_ends *e, const char *label)
+{
+	const char *arrow = strstr(label, "<-"), *hash;
+
+	if (!arrow)
+		arrow = strstr(label, "->");
+	if (!arrow)
+		return;
+	hash = strchr(arrow, '#');
+	e->inet = true;
+	label_end(label, (size_t)(arrow - label), e->local_addr, &e->local_port);
+	label_end(arrow + 2, hash ? (size_t)(hash - arrow - 2) : strlen(arrow + 2), e->peer_addr,
+		  &e->peer_port);
+}
+
 static void feed(struct sink *sk, const struct req_spec *q, const struct gpu_attribution *ga)
 {
-	struct request *r =
-	    request_new(42, 7, 0, q->conn ? q->conn : "127.0.0.1:8000<-10.0.0.2:5555#7");
+	const char *label = q->conn ? q->conn : "127.0.0.1:8000<-10.0.0.2:5555#7";
+	struct request *r = request_new(42, 7, feed_seq++, label);
 	struct gpu_attribution none = {
 		-1, -1, -1, -1, -1, "none", -1, -1, NULL, .has_steps = false
 	};
 	struct request_metrics m;
 	uint64_t t = T0 + q->ttft;
 
+	ends_of_label(&r->ends, label);
 	snprintf(r->method, sizeof(r->method), "%s", q->method ? q->method : "POST");
 	snprintf(r->path, sizeof(r->path), "%s", q->path ? q->path : "/v1/chat/completions");
 	snprintf(r->info.model, sizeof(r->info.model), "%s", q->model ? q->model : "");
@@ -601,7 +638,9 @@ TEST(test_client_span)
 	ASSERT_STREQ(attr_s(s, "server.address"), "10.0.0.9", "server.address: the upstream");
 	ASSERT_EQ(attr_i(s, "server.port"), 8000, "server.port");
 	ASSERT_EQ(attr_i(s, "network.local.port"), 5000, "its own side");
-	ASSERT_TRUE(!attr(s, "client.address"), "no client.address");
+	/* Its own side is the client of the connection, as the upstream's span names it. */
+	ASSERT_STREQ(attr_s(s, "client.address"), "127.0.0.1", "client.address: its own side");
+	ASSERT_EQ(attr_i(s, "client.port"), 5000, "client.port");
 	ASSERT_NEAR(attr_d(s, "tokenscope.client.time_to_first_token"), 0.05, 1e-12, "its TTFT");
 	ASSERT_TRUE(!attr(s, "gen_ai.server.time_to_first_token"), "not the server's");
 out:
@@ -658,6 +697,7 @@ static size_t sample_run(double ratio, uint64_t seed, size_t n, struct otlp_stat
 	size_t kept = 0, k;
 
 	slow.ttft = 900 * MS;
+	feed_seq = 0;
 	opts_test(&opts);
 	opts.sample_ratio = ratio;
 	opts.seed = seed;

@@ -25,6 +25,7 @@
 #include <nghttp2/nghttp2.h>
 
 #include "pipeline/budget.h"
+#include "pipeline/tracectx.h"
 
 /* The client's connection preface. */
 #define H2_PREFACE "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -57,6 +58,7 @@ struct h2_head {
 	char content_type[64]; /* lower-cased media type without parameters, "" if absent */
 	int64_t content_length; /* -1 if absent */
 	int grpc_status;	/* grpc-status (trailers), -1 if absent */
+	struct trace_ctx trace; /* traceparent, tracestate, x-request-id */
 };
 
 struct h2_callbacks {
