@@ -563,8 +563,8 @@ static bool h2_flags_known(uint8_t type, uint8_t flags)
 {
 	static const uint8_t known[] = {
 		[H2_DATA] = H2_FLAG_END_STREAM | H2_FLAG_PADDED,
-		[H2_HEADERS] = H2_FLAG_END_STREAM | H2_FLAG_END_HEADERS | H2_FLAG_PADDED |
-			       H2_FLAG_PRIORITY,
+		[H2_HEADERS] =
+		    H2_FLAG_END_STREAM | H2_FLAG_END_HEADERS | H2_FLAG_PADDED | H2_FLAG_PRIORITY,
 		[H2_PRIORITY] = 0,
 		[H2_RST_STREAM] = 0,
 		[H2_SETTINGS] = H2_FLAG_ACK,

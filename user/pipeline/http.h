@@ -40,7 +40,7 @@ struct http_head {
 	int64_t content_length;		   /* -1 if absent */
 	bool chunked, keep_alive;	   /* keep_alive from version + Connection header */
 	char content_type[HTTP_CTYPE_MAX]; /* lower-cased media type without params, "" if absent */
-	bool upgrade_h2c; /* an Upgrade header naming h2c (HTTP/2 over cleartext) */
+	bool upgrade_h2c;	/* an Upgrade header naming h2c (HTTP/2 over cleartext) */
 	struct trace_ctx trace; /* requests: traceparent, tracestate, x-request-id */
 };
 

@@ -115,8 +115,8 @@ static enum reqbody_key reqbody_nested_key(enum reqbody_key parent, const char *
 		return RK_PARAMETERS_MAX_NEW_TOKENS;
 	if (parent == RK_STREAM_OPTIONS && REQBODY_IS("include_usage"))
 		return RK_STREAM_OPTIONS_INCLUDE_USAGE;
-	for (size_t i = 0; parent == RK_KV_TRANSFER && i < sizeof(reqbody_kv_keys) /
-								 sizeof(reqbody_kv_keys[0]);
+	for (size_t i = 0;
+	     parent == RK_KV_TRANSFER && i < sizeof(reqbody_kv_keys) / sizeof(reqbody_kv_keys[0]);
 	     i++)
 		if (REQBODY_IS(reqbody_kv_keys[i].name))
 			return reqbody_kv_keys[i].key;

@@ -28,7 +28,7 @@
  */
 struct req_disagg {
 	/* vLLM's kv_transfer_params (its KV connectors: NixlConnector and others) */
-	bool kv;			     /* the body had a kv_transfer_params object */
+	bool kv;				 /* the body had a kv_transfer_params object */
 	int do_remote_prefill, do_remote_decode; /* 1, 0, or -1 absent (or null) */
 	char remote_engine_id[REQBODY_ID_MAX];	 /* "" absent */
 	char remote_request_id[REQBODY_ID_MAX];

@@ -36,7 +36,7 @@ struct request_peer {
 	uint64_t conn_id;
 	uint32_t seq;
 	uint64_t arrival_ns, first_token_ns, end_ns; /* first_token_ns 0: none (yet) */
-	struct trace_parent tp; /* its traceparent, when valid */
+	struct trace_parent tp;			     /* its traceparent, when valid */
 };
 
 enum outcome {
@@ -51,8 +51,8 @@ enum outcome {
 struct request {
 	uint32_t pid;
 	uint64_t conn_id;
-	uint32_t seq;	    /* index of the request on its connection */
-	char conn[112];	    /* "local<-peer#id" */
+	uint32_t seq;	/* index of the request on its connection */
+	char conn[112]; /* "local<-peer#id" */
 	struct request_ends ends;
 	char container[13]; /* short container id of the server (trace --all), "" when none */
 	bool tls;	    /* came over TLS: its bytes are the TLS library's plaintext */

@@ -45,7 +45,7 @@ struct trace_ctx {
 	bool malformed;
 	bool seen_tp, state_bad;
 	uint8_t nmembers;
-	char state[TRACECTX_STATE_MAX + 1];	 /* tracestate, "" when none (or tp not valid) */
+	char state[TRACECTX_STATE_MAX + 1];  /* tracestate, "" when none (or tp not valid) */
 	char request_id[TRACECTX_REQID_MAX]; /* x-request-id, "" when none */
 };
 

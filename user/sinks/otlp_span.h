@@ -56,8 +56,8 @@ struct otlp_span {
 	uint8_t parent_id[OTLP_SPAN_ID_LEN]; /* all zeros: none */
 	bool has_parent, forwarded;
 	uint8_t forwarded_parent[OTLP_SPAN_ID_LEN]; /* forwarded: that parent-id */
-	char trace_state[TRACECTX_STATE_MAX + 1]; /* the request's tracestate, "" none */
-	char request_id[TRACECTX_REQID_MAX];	  /* x-request-id, "" none */
+	char trace_state[TRACECTX_STATE_MAX + 1];   /* the request's tracestate, "" none */
+	char request_id[TRACECTX_REQID_MAX];	    /* x-request-id, "" none */
 	struct request_ends ends;
 	struct req_disagg disagg;
 	uint8_t child_id[OTLP_CHILD_MAX][OTLP_SPAN_ID_LEN];
@@ -116,8 +116,9 @@ const char *otlp_operation(const struct request *r);
 /* openai.api.type of an OpenAI request ("chat_completions", "responses"), NULL for others. */
 const char *otlp_openai_api(const struct request *r);
 
-/* The trace of request r (ga may be NULL), its ids given, its children's new from g; an anomalous one keeps up
- * to max_token_events token times and counts the rest as dropped events. NULL: no memory. */
+/* The trace of request r (ga may be NULL), its ids given, its children's new from g; an anomalous
+ * one keeps up to max_token_events token times and counts the rest as dropped events. NULL: no
+ * memory. */
 struct otlp_span *otlp_span_new(struct otlp_rng *g, const struct request *r,
 				const struct request_metrics *m, const struct gpu_attribution *ga,
 				const struct otlp_ids *ids, unsigned anomaly,
