@@ -11,6 +11,8 @@
  * 1.7 KB, each child 215 bytes, a token event 110). */
 #define OTLP_SPAN_BYTES 3072
 #define OTLP_EVENT_BYTES 128
+/* An attribute's key and framing, for those of trace context and join keys. */
+#define OTLP_TRAFFIC_KEY_BYTES 96
 /* Consistent probability sampling reads the trace id's low 56 bits. */
 #define OTLP_RANDOM_BITS 56
 
@@ -212,7 +214,17 @@ unsigned otlp_anomaly(int64_t slow_ttft_ns, int64_t slow_itl_ns, const struct re
 
 uint64_t otlp_span_cost(const struct otlp_span *s)
 {
-	return OTLP_SPAN_BYTES + (uint64_t)(s->ntokens + 2 + 2 * s->npreempt) * OTLP_EVENT_BYTES;
+	const struct req_disagg *d = &s->disagg;
+	/* The strings from traffic a span may carry besides, at their lengths (JSON escaping at
+	 * most doubles a printable one), and a key and its framing each. */
+	uint64_t extra = 2 * (strlen(s->trace_state) + strlen(s->request_id) +
+			      strlen(d->remote_engine_id) + strlen(d->remote_request_id) +
+			      strlen(d->remote_host) + strlen(d->bootstrap_host)) +
+			 (s->forwarded || s->request_id[0] || reqbody_has_disagg(d) ? 12 : 0) *
+			     OTLP_TRAFFIC_KEY_BYTES;
+
+	return OTLP_SPAN_BYTES + extra +
+	       (uint64_t)(s->ntokens + 2 + 2 * s->npreempt) * OTLP_EVENT_BYTES;
 }
 
 struct otlp_span *otlp_span_new(struct otlp_rng *g, const struct request *r,
