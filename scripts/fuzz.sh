@@ -41,6 +41,7 @@ dict_formats() {
 	fuzz_http_response) echo http sse ;;
 	fuzz_sse) echo sse json ;;
 	fuzz_reqbody) echo json utf8 ;;
+	fuzz_tracectx) echo http utf8 ;;
 	fuzz_frame) echo json sse ;;
 	fuzz_json) echo json ;;
 	fuzz_record) echo tsr http sse json ;;

@@ -114,6 +114,7 @@ for t in $TESTS; do
 		;;
 	e2e)
 		run e2e /usr/bin/python3 tests/e2e/run_e2e.py
+		run e2e-twonode /usr/bin/python3 tests/e2e/run_twonode.py
 		run e2e-gpu /usr/bin/python3 tests/e2e/run_gpu_e2e.py
 		run e2e-cupti /usr/bin/python3 tests/e2e/run_cupti_e2e.py
 		run gpu-check-dry tests/e2e/run_gpu_check_dry.sh

@@ -1,16 +1,16 @@
 // SPDX-License-Identifier: MIT
 /*
  * user/pipeline/reqbody.c: reqbody_parse on a body read whole (captured == total: lib/json, then
- * the scanner when lib/json refuses it) and on the same body cut by the capture limit (the scanner),
- * each time from a buffer of exactly the captured bytes, so a read past them is caught.
+ * the scanner when lib/json refuses it) and on the same body cut by the capture limit (the
+ * scanner), each time from a buffer of exactly the captured bytes, so a read past them is caught.
  *
  * Input:
  *   u16 cut      bytes the capture limit cut off the end, modulo the body's length + 1
  *   ... body
  *
  * Properties: the model is a NUL-terminated string inside its buffer, stream is -1, 0 or 1,
- * max_tokens -1 or a count, and every call returns (the scanner's loop must make progress on
- * any bytes: libFuzzer's -timeout catches one that does not).
+ * max_tokens -1 or a count, the join keys in their ranges and buffers, and every call returns (the
+ * scanner's loop must make progress on any bytes: libFuzzer's -timeout catches one that does not).
  */
 #include "fuzz.h"
 #include "pipeline/reqbody.h"
@@ -19,10 +19,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static void check_info(const struct req_info *r, const char *what)
 {
+	const struct req_disagg *d = &r->disagg;
+
 	FUZZ_CHECK(memchr(r->model, 0, sizeof(r->model)) != NULL,
 		   "%s: model not terminated inside its %zu bytes", what, sizeof(r->model));
 	FUZZ_CHECK(r->stream >= -1 && r->stream <= 1, "%s: stream %d", what, r->stream);
 	FUZZ_CHECK(r->max_tokens >= -1, "%s: max_tokens %lld", what, (long long)r->max_tokens);
+	/* The join keys: ports 0..65535 or -1, a room only when it is a count, ids terminated. */
+	FUZZ_CHECK(d->remote_port >= -1 && d->remote_port <= 65535 && d->bootstrap_port >= -1 &&
+		       d->bootstrap_port <= 65535,
+		   "%s: ports %d %d", what, d->remote_port, d->bootstrap_port);
+	FUZZ_CHECK(!d->room_set || d->bootstrap_room >= 0, "%s: room %lld", what,
+		   (long long)d->bootstrap_room);
+	FUZZ_CHECK(d->do_remote_prefill >= -1 && d->do_remote_prefill <= 1 &&
+		       d->do_remote_decode >= -1 && d->do_remote_decode <= 1,
+		   "%s: do_remote_*", what);
+	FUZZ_CHECK(memchr(d->remote_engine_id, 0, sizeof(d->remote_engine_id)) &&
+		       memchr(d->remote_request_id, 0, sizeof(d->remote_request_id)) &&
+		       memchr(d->remote_host, 0, sizeof(d->remote_host)) &&
+		       memchr(d->bootstrap_host, 0, sizeof(d->bootstrap_host)),
+		   "%s: a join key not terminated", what);
 }
 
 static void parse_copy(const uint8_t *body, size_t captured, size_t total, struct req_info *out)

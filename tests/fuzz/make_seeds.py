@@ -614,6 +614,37 @@ def reqbody_seeds():
     put("fuzz_reqbody", "nested", struct.pack("<H", 0) +
         b'{"options":{"num_predict":-1},"parameters":{"max_new_tokens":20},'
         b'"max_completion_tokens":7,"model":"a\\"b\\u00e9","stream":false}')
+    # Disaggregated serving's join keys, as vLLM's proxy and SGLang's router send them.
+    for name, body in (
+            ("vllm-prefill", b'{"model":"m","messages":[{"role":"user","content":"hi"}],'
+             b'"max_tokens":1,"kv_transfer_params":{"do_remote_decode":true,'
+             b'"do_remote_prefill":false,"remote_engine_id":null,"remote_block_ids":null,'
+             b'"remote_host":null,"remote_port":null}}'),
+            ("vllm-decode", b'{"model":"m","stream":true,"kv_transfer_params":'
+             b'{"do_remote_prefill":true,"do_remote_decode":false,"remote_block_ids":[1,2,3],'
+             b'"remote_engine_id":"8c2a1f0e-5b7d","remote_request_id":"cmpl-a1b2-0",'
+             b'"remote_host":"10.0.0.5","remote_port":5600,"tp_size":1}}'),
+            ("sglang-pd", b'{"text":"hi","stream":true,"bootstrap_host":"10.0.0.7",'
+             b'"bootstrap_port":8998,"bootstrap_room":9223372036854775807}')):
+        put("fuzz_reqbody", name, struct.pack("<H", 0) + body)
+        put("fuzz_reqbody", name + "-cut", struct.pack("<H", len(body) // 3) + body)
+
+
+def tracectx_seeds():
+    tp = b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+    def field(which, value):
+        return bytes([which]) + struct.pack("<H", len(value)) + value
+    put("fuzz_tracectx", "w3c", field(0, tp) + field(1, b"congo=t61rcWkgMzE,rojo=00f067aa0ba902b7")
+        + field(2, b"7f3c-11"))
+    put("fuzz_tracectx", "upper-names", field(3, b" " + tp + b" ") + field(4, b"a=1, ,b@c=x y")
+        + field(5, b"r\x1b\n"))
+    put("fuzz_tracectx", "future-version", field(0, b"cc" + tp[2:] + b"-more") + field(1, b"a=1"))
+    put("fuzz_tracectx", "two-traceparents", field(0, tp) + field(0, tp) + field(1, b"a=1"))
+    put("fuzz_tracectx", "zero-ids",
+        field(0, b"00-00000000000000000000000000000000-00f067aa0ba902b7-01") + field(6, b"x"))
+    put("fuzz_tracectx", "long-state", field(0, tp) + b"".join(
+        field(1, b"k%02d=%s" % (i, b"v" * (10 + 7 * i))) for i in range(40)))
 
 
 def record_seeds():
@@ -785,6 +816,7 @@ def main():
     sse_seeds()
     frame_seeds()
     reqbody_seeds()
+    tracectx_seeds()
     record_seeds()
     pipeline_seeds()
     pipeline_h2_seeds()

@@ -28,16 +28,53 @@ struct req_spec {
 	const struct workload *wl; /* where its process runs; NULL: on the host */
 };
 
+/* The sequence number the next fed request gets: requests are named apart, as on a connection. */
+static uint32_t feed_seq;
+
+/* One end of a label, "addr:port" or "[addr]:port", into addr and port. */
+static void label_end(const char *s, size_t n, char *addr, uint16_t *port)
+{
+	const char *colon = NULL;
+
+	for (size_t i = 0; i < n; i++)
+		if (s[i] == ':')
+			colon = s + i;
+	if (!colon)
+		return;
+	*port = (uint16_t)atoi(colon + 1);
+	if (s[0] == '[')
+		snprintf(addr, REQUEST_ADDR_MAX, "%.*s", (int)(colon - s - 2), s + 1);
+	else
+		snprintf(addr, REQUEST_ADDR_MAX, "%.*s", (int)(colon - s), s);
+}
+
+/* The ends conn.c would have made with the label (local "<-" or "->" peer, "#id"). */
+static void ends_of_label(struct request_ends *e, const char *label)
+{
+	const char *arrow = strstr(label, "<-"), *hash;
+
+	if (!arrow)
+		arrow = strstr(label, "->");
+	if (!arrow)
+		return;
+	hash = strchr(arrow, '#');
+	e->inet = true;
+	label_end(label, (size_t)(arrow - label), e->local_addr, &e->local_port);
+	label_end(arrow + 2, hash ? (size_t)(hash - arrow - 2) : strlen(arrow + 2), e->peer_addr,
+		  &e->peer_port);
+}
+
 static void feed(struct sink *sk, const struct req_spec *q, const struct gpu_attribution *ga)
 {
-	struct request *r =
-	    request_new(42, 7, 0, q->conn ? q->conn : "127.0.0.1:8000<-10.0.0.2:5555#7");
+	const char *label = q->conn ? q->conn : "127.0.0.1:8000<-10.0.0.2:5555#7";
+	struct request *r = request_new(42, 7, feed_seq++, label);
 	struct gpu_attribution none = {
 		-1, -1, -1, -1, -1, "none", -1, -1, NULL, .has_steps = false
 	};
 	struct request_metrics m;
 	uint64_t t = T0 + q->ttft;
 
+	ends_of_label(&r->ends, label);
 	snprintf(r->method, sizeof(r->method), "%s", q->method ? q->method : "POST");
 	snprintf(r->path, sizeof(r->path), "%s", q->path ? q->path : "/v1/chat/completions");
 	snprintf(r->info.model, sizeof(r->info.model), "%s", q->model ? q->model : "");
@@ -608,7 +645,9 @@ TEST(test_client_span)
 	ASSERT_STREQ(attr_s(s, "server.address"), "10.0.0.9", "server.address: the upstream");
 	ASSERT_EQ(attr_i(s, "server.port"), 8000, "server.port");
 	ASSERT_EQ(attr_i(s, "network.local.port"), 5000, "its own side");
-	ASSERT_TRUE(!attr(s, "client.address"), "no client.address");
+	/* Its own side is the client of the connection, as the upstream's span names it. */
+	ASSERT_STREQ(attr_s(s, "client.address"), "127.0.0.1", "client.address: its own side");
+	ASSERT_EQ(attr_i(s, "client.port"), 5000, "client.port");
 	ASSERT_NEAR(attr_d(s, "tokenscope.client.time_to_first_token"), 0.05, 1e-12, "its TTFT");
 	ASSERT_TRUE(!attr(s, "gen_ai.server.time_to_first_token"), "not the server's");
 out:
@@ -665,6 +704,7 @@ static size_t sample_run(double ratio, uint64_t seed, size_t n, struct otlp_stat
 	size_t kept = 0, k;
 
 	slow.ttft = 900 * MS;
+	feed_seq = 0;
 	opts_test(&opts);
 	opts.sample_ratio = ratio;
 	opts.seed = seed;
@@ -867,6 +907,169 @@ TEST(test_backpressure_no_sender)
 	otlp_get_stats(&o, &st);
 	ASSERT_EQ(st.dropped, 15, "dropped when full");
 	ASSERT_EQ(st.unsent, 10, "the rest unsent");
+}
+
+/* A request of the traced proxy with the traceparent tp ("" none); pid 42. */
+static struct request *traced(uint64_t conn_id, uint32_t seq, bool client, const char *tp)
+{
+	struct request *r = request_new(42, conn_id, seq, client ? "a->b#1" : "a<-b#1");
+
+	r->client = client;
+	if (tp[0])
+		tracectx_field(&r->trace, "traceparent", 11, tp, strlen(tp));
+	tracectx_finish(&r->trace);
+	return r;
+}
+
+/* The served request s and its upstream call c, paired as proxy.c pairs them. */
+static void pair(struct request *s, struct request *c)
+{
+	s->peer = (struct request_peer){
+		.set = true, .conn_id = c->conn_id, .seq = c->seq, .tp = c->trace.tp
+	};
+	c->peer = (struct request_peer){
+		.set = true, .conn_id = s->conn_id, .seq = s->seq, .tp = s->trace.tp
+	};
+}
+
+static bool is_zero(const uint8_t *id, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (id[i])
+			return false;
+	return true;
+}
+
+TEST(test_trace_context_ids)
+{
+	static const char tp[] = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+	static const char tp2[] = "00-4bf92f3577b34da6a3ce929d0e0e4736-1111111111111111-01";
+	static const char other[] = "00-99999999999999999999999999999999-2222222222222222-01";
+	const uint64_t key = 77;
+	struct request *s = traced(1, 0, false, tp), *c = traced(2, 0, true, tp);
+	struct otlp_ids si, ci, again;
+
+	/* nginx forwards the traceparent unchanged: the upstream call takes its parent-id, and
+	 * the served span, whose parent that would be, is the root here: no cycle. */
+	pair(s, c);
+	otlp_span_ids(key, s, &si);
+	otlp_span_ids(key, c, &ci);
+	ASSERT_TRUE(request_trace_forwarded(s) && si.forwarded, "forwarded unchanged");
+	ASSERT_TRUE(!memcmp(si.trace_id, s->trace.tp.trace_id, 16), "served: the caller's trace");
+	ASSERT_TRUE(is_zero(si.parent_id, 8), "served: no parent (it would be its child's id)");
+	ASSERT_TRUE(!memcmp(ci.trace_id, si.trace_id, 16), "client: the same trace");
+	ASSERT_TRUE(!memcmp(ci.span_id, c->trace.tp.parent_id, 8), "client: the parent-id's span");
+	ASSERT_TRUE(!memcmp(ci.parent_id, si.span_id, 8), "client: child of the served span");
+	ASSERT_TRUE(memcmp(si.span_id, ci.span_id, 8) != 0, "two spans");
+	otlp_span_ids(key, s, &again);
+	ASSERT_TRUE(!memcmp(&again, &si, sizeof(si)), "the same ids in either order, every time");
+	request_free(s);
+	request_free(c);
+
+	/* A gateway that sends its own traceparent (same trace, a new parent-id): plain rules. */
+	s = traced(1, 0, false, tp);
+	c = traced(2, 0, true, tp2);
+	pair(s, c);
+	otlp_span_ids(key, s, &si);
+	otlp_span_ids(key, c, &ci);
+	ASSERT_TRUE(!si.forwarded && !memcmp(si.parent_id, s->trace.tp.parent_id, 8),
+		    "served: child of the incoming parent-id");
+	ASSERT_TRUE(!memcmp(ci.span_id, c->trace.tp.parent_id, 8) &&
+			!memcmp(ci.parent_id, si.span_id, 8),
+		    "client: its own parent-id, child of the served span");
+	request_free(s);
+	request_free(c);
+
+	/* An upstream call in another trace than its served request: no parent across traces. */
+	s = traced(1, 0, false, tp);
+	c = traced(2, 0, true, other);
+	pair(s, c);
+	otlp_span_ids(key, c, &ci);
+	ASSERT_TRUE(!memcmp(ci.span_id, c->trace.tp.parent_id, 8) && is_zero(ci.parent_id, 8),
+		    "another trace: its own span, no parent");
+	request_free(s);
+	request_free(c);
+
+	/* No trace context: the served span starts a trace, its upstream call joins it. */
+	s = traced(1, 3, false, "");
+	c = traced(2, 0, true, "");
+	pair(s, c);
+	otlp_span_ids(key, s, &si);
+	otlp_span_ids(key, c, &ci);
+	ASSERT_TRUE(is_zero(si.parent_id, 8) && !si.forwarded, "served: a root");
+	ASSERT_TRUE(!memcmp(ci.trace_id, si.trace_id, 16) && !memcmp(ci.parent_id, si.span_id, 8),
+		    "client: in the served trace, its child");
+	otlp_span_ids(key + 1, s, &again);
+	ASSERT_TRUE(memcmp(again.span_id, si.span_id, 8) != 0, "another run, other ids");
+	request_free(s);
+	request_free(c);
+
+	/* Not paired, no context: a trace of its own; a malformed traceparent changes nothing. */
+	c = traced(2, 0, true, "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01");
+	ASSERT_TRUE(c->trace.malformed && !c->trace.tp.valid, "malformed");
+	otlp_span_ids(key, c, &ci);
+	ASSERT_TRUE(is_zero(ci.parent_id, 8) && !is_zero(ci.span_id, 8) &&
+			!is_zero(ci.trace_id, 16),
+		    "its own ids");
+	request_free(c);
+}
+
+TEST(test_trace_context_encoded)
+{
+	static const char tp[] = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+	struct otlp_opts opts;
+	struct otlp o;
+	struct sink sk;
+	struct request *r;
+	struct request_metrics m;
+	struct gpu_attribution none = {
+		-1, -1, -1, -1, -1, "none", -1, -1, NULL, .has_steps = false
+	};
+	size_t n;
+	cJSON *j, *s, *v;
+
+	opts_test(&opts);
+	opts.sample_ratio = 1;
+	if (!ASSERT_OK(otlp_init(&o, &opts), "init"))
+		return;
+	sk = otlp_sink(&o);
+	r = traced(5, 0, false, tp);
+	tracectx_field(&r->trace, "tracestate", 10, "congo=t61rcWkgMzE", 17);
+	tracectx_field(&r->trace, "x-request-id", 12, "rid-1", 5);
+	tracectx_finish(&r->trace);
+	ends_of_label(&r->ends, "10.0.0.1:8000<-10.0.0.2:5555#5");
+	r->info.disagg.kv = true;
+	r->info.disagg.do_remote_prefill = 1;
+	snprintf(r->info.disagg.remote_engine_id, REQBODY_ID_MAX, "eng-1");
+	r->info.disagg.remote_port = 5600;
+	r->info.disagg.room_set = true;
+	r->info.disagg.bootstrap_room = INT64_MAX;
+	snprintf(r->path, sizeof(r->path), "/v1/chat/completions");
+	r->arrival_ns = T0;
+	r->end_ns = T0 + 10 * MS;
+	request_metrics(r, &m);
+	sk.request(sk.ctx, r, &m, &none);
+	request_free(r);
+	j = encode_all(&o, &n);
+	if (!ASSERT_EQ(n, 1, "one span"))
+		goto out;
+	s = cJSON_GetArrayItem(spans_of(j), 0);
+	ASSERT_STREQ(str(s, "traceId"), "4bf92f3577b34da6a3ce929d0e0e4736", "the caller's trace");
+	ASSERT_STREQ(str(s, "parentSpanId"), "00f067aa0ba902b7", "child of its parent-id");
+	ASSERT_STREQ(str(s, "traceState"), "congo=t61rcWkgMzE", "tracestate kept");
+	v = attr(s, "http.request.header.x-request-id");
+	v = cJSON_GetObjectItem(v, "arrayValue");
+	v = v ? cJSON_GetArrayItem(cJSON_GetObjectItem(v, "values"), 0) : NULL;
+	ASSERT_STREQ(v ? str(v, "stringValue") : NULL, "rid-1", "x-request-id, a string array");
+	ASSERT_STREQ(attr_s(s, "client.address"), "10.0.0.2", "client.address: the peer");
+	ASSERT_EQ(attr_i(s, "server.port"), 8000, "server.port: its own");
+	ASSERT_STREQ(attr_s(s, "tokenscope.kv_transfer.remote_engine_id"), "eng-1", "engine id");
+	ASSERT_EQ(attr_i(s, "tokenscope.kv_transfer.remote_port"), 5600, "remote port");
+	ASSERT_EQ(attr_i(s, "tokenscope.bootstrap.room"), INT64_MAX, "room, exact");
+	ASSERT_TRUE(!attr(s, "tokenscope.kv_transfer.remote_host"), "absent keys absent");
+out:
+	cJSON_Delete(j);
+	otlp_close(&o);
 }
 
 /* Spans of processes that run in different places go under a resource each, with the names

@@ -23,6 +23,15 @@ static struct req_info parse_str(const char *s, size_t total)
 	return ri;
 }
 
+/* captured bytes of a body of total bytes. */
+static struct req_info parse_str_n(const char *s, size_t captured, size_t total)
+{
+	struct req_info ri;
+
+	reqbody_parse((const uint8_t *)s, captured, total, &ri);
+	return ri;
+}
+
 /* The body of the first request in a .req fixture. */
 static bool req_body(const struct fixture *f, const uint8_t **body, size_t *len)
 {
@@ -322,6 +331,109 @@ TEST(test_deep_and_random)
 		if (!ASSERT_TRUE(strlen(ri.model) < REQBODY_MODEL_MAX, "model bounded"))
 			break;
 	}
+}
+
+/* vLLM's disaggregated prefill, as its proxy (toy_proxy_server.py) sends it: the prefill
+ * worker's request asks it to keep the KV cache for a remote decode; the decode worker's carries
+ * what the prefill's response returned. */
+static const char vllm_prefill[] =
+    "{\"model\": \"meta-llama/Llama-3.1-8B-Instruct\", \"messages\": [{\"role\": \"user\", "
+    "\"content\": \"say \\\"kv_transfer_params\\\": {\\\"remote_host\\\": \\\"x\\\"}\"}], "
+    "\"max_tokens\": 1, \"stream\": false, \"kv_transfer_params\": {\"do_remote_decode\": true, "
+    "\"do_remote_prefill\": false, \"remote_engine_id\": null, \"remote_block_ids\": null, "
+    "\"remote_host\": null, \"remote_port\": null}}";
+static const char vllm_decode[] =
+    "{\"model\":\"meta-llama/Llama-3.1-8B-Instruct\",\"messages\":[{\"role\":\"user\","
+    "\"content\":\"hi\"}],\"max_tokens\":64,\"stream\":true,\"kv_transfer_params\":"
+    "{\"do_remote_prefill\":true,\"do_remote_decode\":false,\"remote_block_ids\":[1,2,3,17],"
+    "\"remote_engine_id\":\"8c2a1f0e-5b7d-4c1e-9a55-0d6b3e2f7a90\",\"remote_request_id\":"
+    "\"cmpl-___prefill_addr_10.0.0.5:21001___decode_addr_10.0.0.6:22001_a1b2c3-0\","
+    "\"remote_host\":\"10.0.0.5\",\"remote_port\":5600,\"tp_size\":1}}";
+/* SGLang's PD router: the same bootstrap room in both workers' requests, the prefill server's
+ * bootstrap host and port. */
+static const char sglang[] =
+    "{\"text\": \"hello\", \"sampling_params\": {\"max_new_tokens\": 16}, \"stream\": true, "
+    "\"bootstrap_host\": \"10.0.0.7\", \"bootstrap_port\": 8998, "
+    "\"bootstrap_room\": 9223372036854775807}";
+
+TEST(test_disagg_keys)
+{
+	struct req_info ri;
+	size_t cut;
+
+	for (int whole = 1; whole >= 0; whole--) {
+		/* Whole (lib/json) and with one byte more in total (the scanner). */
+		ri = parse_str(vllm_prefill, strlen(vllm_prefill) + !whole);
+		ASSERT_TRUE(ri.disagg.kv, "prefill: kv_transfer_params");
+		ASSERT_EQ(ri.disagg.do_remote_decode, 1, "do_remote_decode");
+		ASSERT_EQ(ri.disagg.do_remote_prefill, 0, "do_remote_prefill");
+		ASSERT_STREQ(ri.disagg.remote_host, "", "null host, not the prompt's");
+		ASSERT_EQ(ri.disagg.remote_port, -1, "null port");
+		ASSERT_EQ(ri.max_tokens, 1, "max_tokens still read");
+		ri = parse_str(vllm_decode, strlen(vllm_decode) + !whole);
+		ASSERT_EQ(ri.disagg.do_remote_prefill, 1, "decode: do_remote_prefill");
+		ASSERT_STREQ(ri.disagg.remote_engine_id, "8c2a1f0e-5b7d-4c1e-9a55-0d6b3e2f7a90",
+			     "engine id");
+		ASSERT_STREQ(
+		    ri.disagg.remote_request_id,
+		    "cmpl-___prefill_addr_10.0.0.5:21001___decode_addr_10.0.0.6:22001_a1b2c3-0",
+		    "request id");
+		ASSERT_STREQ(ri.disagg.remote_host, "10.0.0.5", "host");
+		ASSERT_EQ(ri.disagg.remote_port, 5600, "port");
+		ri = parse_str(sglang, strlen(sglang) + !whole);
+		ASSERT_TRUE(ri.disagg.room_set, "room");
+		ASSERT_EQ(ri.disagg.bootstrap_room, INT64_MAX,
+			  "room exact, not a double's rounding");
+		ASSERT_STREQ(ri.disagg.bootstrap_host, "10.0.0.7", "bootstrap host");
+		ASSERT_EQ(ri.disagg.bootstrap_port, 8998, "bootstrap port");
+		ASSERT_TRUE(!ri.disagg.kv, "no kv_transfer_params");
+		ASSERT_TRUE(reqbody_has_disagg(&ri.disagg), "join keys");
+	}
+	/* Cut anywhere: a key is right or unknown, never another value. */
+	for (cut = 0; cut < strlen(vllm_decode); cut++) {
+		char buf[sizeof(vllm_decode)];
+
+		memcpy(buf, vllm_decode, cut);
+		ri = parse_str_n(buf, cut, strlen(vllm_decode));
+		if (ri.disagg.remote_port != -1)
+			ASSERT_EQ(ri.disagg.remote_port, 5600, "cut: port right or unknown");
+		if (ri.disagg.remote_host[0])
+			ASSERT_STREQ(ri.disagg.remote_host, "10.0.0.5",
+				     "cut: host right or unknown");
+	}
+	ri = parse_str("{\"model\":\"m\"}", 13);
+	ASSERT_TRUE(!reqbody_has_disagg(&ri.disagg), "none in a plain body");
+}
+
+TEST(test_disagg_bad_values)
+{
+	struct req_info ri;
+	char big[600];
+
+	ri = parse_str("{\"bootstrap_port\":70000,\"bootstrap_room\":-1,"
+		       "\"kv_transfer_params\":{\"remote_port\":\"5600\",\"do_remote_prefill\":1}}",
+		       200);
+	ASSERT_EQ(ri.disagg.bootstrap_port, -1, "port over 65535");
+	ASSERT_TRUE(!ri.disagg.room_set, "negative room");
+	ASSERT_EQ(ri.disagg.remote_port, -1, "a port as a string");
+	ASSERT_EQ(ri.disagg.do_remote_prefill, -1, "a number is no boolean");
+	ri = parse_str("{\"bootstrap_room\":1.5,\"bootstrap_port\":8e3}", 0);
+	ASSERT_TRUE(!ri.disagg.room_set, "a fraction is no room");
+	ASSERT_EQ(ri.disagg.bootstrap_port, -1, "an exponent is no port");
+	ri = parse_str("{\"bootstrap_room\":92233720368547758070}", 0);
+	ASSERT_TRUE(!ri.disagg.room_set, "a room past 2^63 is unknown, not rounded");
+	ri = parse_str("{\"bootstrap_room\":[1,2],\"bootstrap_host\":\"a\\u001bb\\nc\"}", 0);
+	ASSERT_TRUE(!ri.disagg.room_set, "a batch's rooms are not one");
+	ASSERT_TRUE(!strchr(ri.disagg.bootstrap_host, '\x1b') &&
+			!strchr(ri.disagg.bootstrap_host, '\n'),
+		    "host cleaned");
+	ri = parse_str("{\"kv_transfer_params\":{\"remote_host\":\"a\",\"remote_host\":\"b\"}}", 0);
+	ASSERT_STREQ(ri.disagg.remote_host, "a", "the first of a key given twice");
+	memset(big, 'h', sizeof(big));
+	memcpy(big, "{\"bootstrap_host\":\"", 19);
+	memcpy(big + sizeof(big) - 3, "\"}", 3);
+	ri = parse_str(big, sizeof(big) - 1);
+	ASSERT_TRUE(strlen(ri.disagg.bootstrap_host) < REQBODY_HOST_MAX, "host bounded");
 }
 
 int main(void)

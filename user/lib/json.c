@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
 /* The JSON reader; what it accepts is in json.h. */
+#include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,8 @@
 #define JV_BLOCK_BYTES 16384
 /* A number's run of bytes is copied here for strtod (a longer one into the arena). */
 #define JV_NUMBER_LOCAL 64
+/* A sign and 19 digits hold every long long; a longer run cannot fit one. */
+#define JV_INTEGER_DIGITS 20
 
 struct jv_block {
 	struct jv_block *next;
@@ -211,7 +214,23 @@ static const char *jv_string(struct jv_in *in)
 	return out;
 }
 
-static bool jv_number(struct jv_in *in, double *out)
+/* The digits of buf (an optional '-' first) as an exact integer, when they are nothing else and
+ * fit. */
+static bool jv_integer(const char *buf, size_t n, long long *out)
+{
+	char *end;
+
+	if (!n || n > JV_INTEGER_DIGITS)
+		return false;
+	for (size_t i = buf[0] == '-'; i < n; i++)
+		if (buf[i] < '0' || buf[i] > '9')
+			return false;
+	errno = 0;
+	*out = strtoll(buf, &end, 10);
+	return errno == 0 && (size_t)(end - buf) == n;
+}
+
+static bool jv_number(struct jv_in *in, double *out, long long *integer, bool *is_integer)
 {
 	char local[JV_NUMBER_LOCAL], *buf = local, *after;
 	size_t n = 0;
@@ -232,6 +251,7 @@ static bool jv_number(struct jv_in *in, double *out)
 	*out = strtod(buf, &after);
 	if (after == buf)
 		return false;
+	*is_integer = jv_integer(buf, (size_t)(after - buf), integer);
 	in->p += after - buf;
 	return true;
 }
@@ -319,10 +339,14 @@ static struct jv *jv_value(struct jv_in *in)
 	}
 	if (c == '-' || (c >= '0' && c <= '9')) {
 		double d;
+		long long i = 0;
+		bool is_int = false;
 
-		if (!jv_number(in, &d) || !(v = jv_node(in, JV_NUMBER)))
+		if (!jv_number(in, &d, &i, &is_int) || !(v = jv_node(in, JV_NUMBER)))
 			return NULL;
 		v->num = d;
+		v->integer = i;
+		v->is_integer = is_int;
 		return v;
 	}
 	if (jv_lit(in, "null", 4))

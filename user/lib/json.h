@@ -39,6 +39,10 @@ struct jv {
 	const char *key;  /* a member's key (NUL-terminated), else NULL */
 	const char *str;  /* a string's value (NUL-terminated) */
 	double num;	  /* a number's value */
+	/* A number written as an integer ([-]digits) that fits: its exact value (num may have
+	 * rounded it: ids such as SGLang's bootstrap_room go up to 2^63 - 1). */
+	long long integer;
+	bool is_integer;
 	enum jv_type type;
 };
 

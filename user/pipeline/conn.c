@@ -40,6 +40,7 @@ struct conn {
 	uint32_t pid;
 	int fd;
 	char label[96];
+	struct request_ends ends; /* the label's addresses and ports, as values */
 	enum conn_role role;
 	uint64_t expect[2]; /* next stream offset per direction (enum ts_dir) */
 	uint64_t last_ns;   /* time of the latest record seen */
@@ -133,9 +134,9 @@ static void conn_become_client(struct conn *c)
 static void conn_follow(struct conn *c, bool client, bool h2)
 {
 	if (h2)
-		c->h2 = h2conn_new(c->t, c->pid, c->id, c->label, client, c->tls_plain);
+		c->h2 = h2conn_new(c->t, c->pid, c->id, c->label, &c->ends, client, c->tls_plain);
 	else
-		c->h1 = h1conn_new(c->t, c->pid, c->id, c->label, client, c->tls_plain);
+		c->h1 = h1conn_new(c->t, c->pid, c->id, c->label, &c->ends, client, c->tls_plain);
 	if (h2 ? !c->h2 : !c->h1) {
 		conn_ignore(c);
 		return;
@@ -163,7 +164,7 @@ static void conn_switched(struct conn *c, const uint8_t *p, size_t n, uint64_t t
 	struct request *r;
 
 	if (c->role == ROLE_SERVER && h1conn_h2c_pending(c->h1))
-		c->h2 = h2conn_new(c->t, c->pid, c->id, c->label, false, c->tls_plain);
+		c->h2 = h2conn_new(c->t, c->pid, c->id, c->label, &c->ends, false, c->tls_plain);
 	r = h1conn_switched(c->h1, ts, c->h2 != NULL);
 	if (!c->h2) {
 		c->role = ROLE_IGNORED;
@@ -287,16 +288,23 @@ static struct conn **conn_slot(struct conn_table *t, uint64_t id)
 	return pp;
 }
 
-static void conn_label(char *out, size_t n, const struct ts_conn_event *e)
+/* The label ("local<-peer#id") and the same ends as values. */
+static void conn_label(char *out, size_t n, struct request_ends *ends,
+		       const struct ts_conn_event *e)
 {
-	char l[INET6_ADDRSTRLEN], p[INET6_ADDRSTRLEN];
+	char *l = ends->local_addr, *p = ends->peer_addr;
 
+	_Static_assert(sizeof(ends->local_addr) >= INET6_ADDRSTRLEN, "an IPv6 address fits");
+	memset(ends, 0, sizeof(*ends));
 	if (e->family == AF_INET || e->family == AF_INET6) {
 		int af = e->family == AF_INET ? AF_INET : AF_INET6;
 		const char *fmt = af == AF_INET ? "%s:%u<-%s:%u#%llu" : "[%s]:%u<-[%s]:%u#%llu";
 
-		inet_ntop(af, e->local_addr, l, sizeof(l));
-		inet_ntop(af, e->peer_addr, p, sizeof(p));
+		inet_ntop(af, e->local_addr, l, sizeof(ends->local_addr));
+		inet_ntop(af, e->peer_addr, p, sizeof(ends->peer_addr));
+		ends->inet = true;
+		ends->local_port = e->local_port;
+		ends->peer_port = e->peer_port;
 		snprintf(out, n, fmt, l, e->local_port, p, e->peer_port,
 			 (unsigned long long)e->conn_id);
 	} else {
@@ -390,7 +398,7 @@ void conn_on_open(struct conn_table *t, const struct ts_conn_event *e)
 	if (!c)
 		c = conn_new(t, e->conn_id, e->hdr.pid, e->fd);
 	if (c) {
-		conn_label(c->label, sizeof(c->label), e);
+		conn_label(c->label, sizeof(c->label), &c->ends, e);
 		c->start_seen = e->syscall == TS_SYS_ACCEPT;
 	}
 }
@@ -439,6 +447,7 @@ static struct conn *conn_tls(struct conn_table *t, struct conn *c, const struct 
 		return c;
 	if (c->expect[TS_DIR_IN] || c->expect[TS_DIR_OUT] || c->role != ROLE_NEW) {
 		char label[sizeof(c->label)];
+		struct request_ends ends = c->ends;
 
 		memcpy(label, c->label, sizeof(label));
 		/* Not counted as a TLS connection left unread: its plaintext came. */
@@ -450,6 +459,7 @@ static struct conn *conn_tls(struct conn_table *t, struct conn *c, const struct 
 		if (!c)
 			return NULL;
 		memcpy(c->label, label, sizeof(label));
+		c->ends = ends;
 		t->stats.conns--; /* the same connection */
 		c->tls = true;
 		c->rejoin[TS_DIR_IN] = c->rejoin[TS_DIR_OUT] = true;

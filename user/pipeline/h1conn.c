@@ -19,6 +19,7 @@ struct h1conn {
 	uint32_t pid;
 	uint64_t conn_id;
 	const char *label;
+	const struct request_ends *ends; /* the connection's, like label */
 	bool client, tls;
 	bool switched; /* a 101 handed the connection on: nothing more is HTTP/1.1 */
 	/* the request and the response parser are aligned with message boundaries */
@@ -100,6 +101,10 @@ static void req_on_head(void *ctx, const struct http_head *hd, uint64_t ts)
 	r->tls = h->tls;
 	r->client = h->client;
 	r->h2c_upgrade = hd->upgrade_h2c;
+	/* Of the head, only these header values are kept. */
+	r->trace = hd->trace;
+	if (h->ends)
+		r->ends = *h->ends;
 	r->prompt_bytes = hd->content_length >= 0 ? hd->content_length : 0;
 }
 
@@ -350,7 +355,7 @@ static int h1_feed_resp(struct h1conn *h, const uint8_t *p, size_t n, uint64_t t
 /* ---- the module's calls ---- */
 
 struct h1conn *h1conn_new(struct conn_table *t, uint32_t pid, uint64_t conn_id, const char *label,
-			  bool client, bool tls)
+			  const struct request_ends *ends, bool client, bool tls)
 {
 	struct h1conn *h = calloc(1, sizeof(*h));
 
@@ -360,6 +365,7 @@ struct h1conn *h1conn_new(struct conn_table *t, uint32_t pid, uint64_t conn_id, 
 	h->pid = pid;
 	h->conn_id = conn_id;
 	h->label = label;
+	h->ends = ends;
 	h->client = client;
 	h->tls = tls;
 	return h;

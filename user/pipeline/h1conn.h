@@ -29,11 +29,11 @@
 
 struct h1conn;
 
-/* label is the connection's, read when a request is made (it must outlive the h1conn); client:
- * the traced process calls an HTTP server on the connection (its requests go out). NULL when
- * out of memory. */
+/* label and ends are the connection's, read when a request is made (they must outlive the h1conn);
+ * client: the traced process calls an HTTP server on the connection (its requests go out). NULL
+ * when out of memory. */
 struct h1conn *h1conn_new(struct conn_table *t, uint32_t pid, uint64_t conn_id, const char *label,
-			  bool client, bool tls);
+			  const struct request_ends *ends, bool client, bool tls);
 /* Frees the open requests without reporting them. */
 void h1conn_free(struct h1conn *h);
 /*

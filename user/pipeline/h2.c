@@ -202,6 +202,9 @@ static void h2_field(struct h2_head *h, const nghttp2_nv *nv)
 		int64_t v = h2_decimal(nv->value, nv->valuelen);
 
 		h->grpc_status = v >= 0 && v < 1000 ? (int)v : -1;
+	} else {
+		tracectx_field(&h->trace, (const char *)nv->name, nv->namelen,
+			       (const char *)nv->value, nv->valuelen);
 	}
 }
 
@@ -374,6 +377,7 @@ static void h2_frame_done(struct h2_parser *p, uint64_t ts)
 			p->pending_table_max = 0;
 			h2_set_table_max(p, m);
 		}
+		tracectx_finish(&p->head.trace);
 		if (!p->block_promise && cb->on_headers)
 			cb->on_headers(p->ctx, p->block_stream, &p->head, p->block_end_stream, ts);
 		break;
@@ -559,8 +563,8 @@ static bool h2_flags_known(uint8_t type, uint8_t flags)
 {
 	static const uint8_t known[] = {
 		[H2_DATA] = H2_FLAG_END_STREAM | H2_FLAG_PADDED,
-		[H2_HEADERS] = H2_FLAG_END_STREAM | H2_FLAG_END_HEADERS | H2_FLAG_PADDED |
-			       H2_FLAG_PRIORITY,
+		[H2_HEADERS] =
+		    H2_FLAG_END_STREAM | H2_FLAG_END_HEADERS | H2_FLAG_PADDED | H2_FLAG_PRIORITY,
 		[H2_PRIORITY] = 0,
 		[H2_RST_STREAM] = 0,
 		[H2_SETTINGS] = H2_FLAG_ACK,

@@ -25,6 +25,7 @@
 #include <nghttp2/nghttp2.h>
 
 #include "pipeline/budget.h"
+#include "pipeline/tracectx.h"
 
 /* The client's connection preface. */
 #define H2_PREFACE "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -51,12 +52,13 @@ enum h2_frame_type {
 /* What a header block says about its exchange; fields not in the block stay as h2_head_reset
  * left them. */
 struct h2_head {
-	char method[16];       /* :method */
-	char path[256];	       /* :path (truncated if longer) */
-	int status;	       /* :status, 0 if absent (a request, or trailers) */
-	char content_type[64]; /* lower-cased media type without parameters, "" if absent */
+	char method[16];	/* :method */
+	char path[256];		/* :path (truncated if longer) */
+	int status;		/* :status, 0 if absent (a request, or trailers) */
+	char content_type[64];	/* lower-cased media type without parameters, "" if absent */
 	int64_t content_length; /* -1 if absent */
 	int grpc_status;	/* grpc-status (trailers), -1 if absent */
+	struct trace_ctx trace; /* traceparent, tracestate, x-request-id */
 };
 
 struct h2_callbacks {
@@ -78,13 +80,13 @@ struct h2_callbacks {
 };
 
 enum h2_state {
-	H2_ST_PREFACE, /* matching the client preface */
-	H2_ST_HEADER,  /* collecting a 9-byte frame header */
-	H2_ST_PAD_LEN, /* the pad length byte of a PADDED frame */
-	H2_ST_PRIO,    /* the 5 priority bytes of a HEADERS frame with PRIORITY */
+	H2_ST_PREFACE,	/* matching the client preface */
+	H2_ST_HEADER,	/* collecting a 9-byte frame header */
+	H2_ST_PAD_LEN,	/* the pad length byte of a PADDED frame */
+	H2_ST_PRIO,	/* the 5 priority bytes of a HEADERS frame with PRIORITY */
 	H2_ST_PROMISED, /* the 4-byte promised stream id of a PUSH_PROMISE */
-	H2_ST_PAYLOAD, /* the payload proper (data, header fragment, or fixed fields) */
-	H2_ST_PADDING, /* padding at the end of the frame */
+	H2_ST_PAYLOAD,	/* the payload proper (data, header fragment, or fixed fields) */
+	H2_ST_PADDING,	/* padding at the end of the frame */
 	H2_ST_DESYNC,
 };
 
@@ -92,10 +94,10 @@ struct h2_parser {
 	enum h2_state state;
 	const struct h2_callbacks *cb;
 	void *ctx;
-	size_t got;		     /* bytes of the preface, frame header or fixed fields so far */
+	size_t got; /* bytes of the preface, frame header or fixed fields so far */
 	uint8_t hdr[H2_FRAME_HEADER_LEN];
-	uint8_t fixed[8];	     /* RST_STREAM, SETTINGS entry, GOAWAY's first 8 bytes */
-	uint32_t len;		     /* payload length of the current frame */
+	uint8_t fixed[8]; /* RST_STREAM, SETTINGS entry, GOAWAY's first 8 bytes */
+	uint32_t len;	  /* payload length of the current frame */
 	uint8_t type, flags;
 	uint32_t stream;
 	uint32_t remaining; /* bytes of the current state's part of the payload still to come */
@@ -106,13 +108,13 @@ struct h2_parser {
 	bool block_end_stream; /* the HEADERS frame that opened the block had END_STREAM */
 	bool block_promise;    /* the block is a PUSH_PROMISE's: decoded, not reported */
 	uint32_t block_stream;
-	struct h2_head head;   /* fields of the block being decoded */
+	struct h2_head head; /* fields of the block being decoded */
 	nghttp2_hd_inflater *inflater;
-	nghttp2_mem mem;	   /* the inflater's allocator: charges budget */
-	uint32_t table_max;	   /* the bound the inflater enforces now */
+	nghttp2_mem mem;	    /* the inflater's allocator: charges budget */
+	uint32_t table_max;	    /* the bound the inflater enforces now */
 	uint32_t pending_table_max; /* a bound that came while a block was open */
-	uint64_t last_ts;	   /* ts of the latest feed, for a frame that a gap completes */
-	struct budget *budget; /* charged for the inflater's memory; NULL: unlimited */
+	uint64_t last_ts;	    /* ts of the latest feed, for a frame that a gap completes */
+	struct budget *budget;	    /* charged for the inflater's memory; NULL: unlimited */
 	/* counters */
 	uint64_t frames, header_blocks;
 	int error; /* why it desynced: a negative errno-style code, 0 while in sync */

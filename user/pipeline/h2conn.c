@@ -48,6 +48,7 @@ struct h2conn {
 	uint32_t pid;
 	uint64_t conn_id;
 	const char *label;
+	const struct request_ends *ends; /* the connection's, like label */
 	bool client, tls, dead;
 	struct h2_parser req, resp;
 	struct h2s *streams;
@@ -216,6 +217,10 @@ static void req_on_headers(void *ctx, uint32_t id, const struct h2_head *hd, boo
 		r->h2 = true;
 		r->stream = id;
 		r->prompt_bytes = hd->content_length >= 0 ? hd->content_length : 0;
+		/* Of the header block, only these header values are kept. */
+		r->trace = hd->trace;
+		if (h->ends)
+			r->ends = *h->ends;
 		s->next = h->streams;
 		h->streams = s;
 		h->nstreams++;
@@ -445,7 +450,7 @@ static const struct h2_callbacks resp_cbs = {
 /* ---- the connection ---- */
 
 struct h2conn *h2conn_new(struct conn_table *t, uint32_t pid, uint64_t conn_id, const char *label,
-			  bool client, bool tls)
+			  const struct request_ends *ends, bool client, bool tls)
 {
 	struct h2conn *h = calloc(1, sizeof(*h));
 
@@ -455,6 +460,7 @@ struct h2conn *h2conn_new(struct conn_table *t, uint32_t pid, uint64_t conn_id, 
 	h->pid = pid;
 	h->conn_id = conn_id;
 	h->label = label;
+	h->ends = ends;
 	h->client = client;
 	h->tls = tls;
 	if (h2_init(&h->req, true, &req_cbs, h, &t->budget) ||

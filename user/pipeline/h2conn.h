@@ -22,10 +22,10 @@
 
 struct h2conn;
 
-/* label is the connection's, read when a request is made (it must outlive the h2conn); client:
- * the traced process sent the preface. NULL when out of memory. */
-struct h2conn *h2conn_new(struct conn_table *t, uint32_t pid, uint64_t conn_id,
-			  const char *label, bool client, bool tls);
+/* label and ends are the connection's, read when a request is made (they must outlive the h2conn);
+ * client: the traced process sent the preface. NULL when out of memory. */
+struct h2conn *h2conn_new(struct conn_table *t, uint32_t pid, uint64_t conn_id, const char *label,
+			  const struct request_ends *ends, bool client, bool tls);
 /* The HTTP/1.1 request whose 101 response switched the connection to HTTP/2 (Upgrade: h2c):
  * it goes on as stream 1, started, its response to come as HTTP/2. */
 void h2conn_adopt(struct h2conn *h, struct request *r);

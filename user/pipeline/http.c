@@ -225,6 +225,8 @@ static int http_header(struct http_parser *p, struct http_head_flags *fl, const 
 				h->upgrade_h2c = true;
 	} else if (http_eq(name, nlen, "content-type")) {
 		http_media_type(h->content_type, sizeof(h->content_type), val, vlen);
+	} else if (p->dir == HTTP_DIR_REQUEST) {
+		tracectx_field(&h->trace, name, nlen, val, vlen);
 	}
 	return 0;
 }
@@ -353,6 +355,7 @@ static int http_parse_head(struct http_parser *p, struct http_head_flags *fl)
 			return err;
 	}
 
+	tracectx_finish(&h->trace);
 	if (fl->conn_close)
 		h->keep_alive = false;
 	else if (fl->conn_keep)

@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "pipeline/budget.h"
+#include "pipeline/tracectx.h"
 
 /* A head (start line + headers) longer than this is not something we trace: -EPROTO. */
 #define HTTP_HEAD_MAX 8192
@@ -39,7 +40,8 @@ struct http_head {
 	int64_t content_length;		   /* -1 if absent */
 	bool chunked, keep_alive;	   /* keep_alive from version + Connection header */
 	char content_type[HTTP_CTYPE_MAX]; /* lower-cased media type without params, "" if absent */
-	bool upgrade_h2c; /* an Upgrade header naming h2c (HTTP/2 over cleartext) */
+	bool upgrade_h2c;	/* an Upgrade header naming h2c (HTTP/2 over cleartext) */
+	struct trace_ctx trace; /* requests: traceparent, tracestate, x-request-id */
 };
 
 struct http_callbacks {

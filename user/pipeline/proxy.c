@@ -30,7 +30,9 @@ static void peer_take(struct request_peer *to, const struct request *from)
 {
 	to->set = true;
 	snprintf(to->conn, sizeof(to->conn), "%s", from->conn);
+	to->conn_id = from->conn_id;
 	to->seq = from->seq;
+	to->tp = from->trace.tp;
 	to->arrival_ns = from->arrival_ns;
 	to->first_token_ns = from->ntokens ? from->first_token_ns : 0;
 	to->end_ns = from->end_ns;

@@ -6,6 +6,7 @@
  * slots, first occurrence wins, and reqbody_finish() picks from them, so they cannot disagree
  * on a body both can read. Strings, keys too, are read as C strings, as the scanner reads them.
  */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,6 +36,17 @@ enum reqbody_key {
 	RK_OPTIONS_NUM_PREDICT,
 	RK_PARAMETERS_MAX_NEW_TOKENS,
 	RK_STREAM_OPTIONS_INCLUDE_USAGE,
+	RK_KV_TRANSFER, /* vLLM: {"kv_transfer_params":{...}} */
+	RK_KV_DO_REMOTE_PREFILL,
+	RK_KV_DO_REMOTE_DECODE,
+	RK_KV_REMOTE_ENGINE_ID,
+	RK_KV_REMOTE_REQUEST_ID,
+	RK_KV_REMOTE_HOST,
+	RK_KV_REMOTE_PORT,
+	RK_BOOTSTRAP_ROOM, /* SGLang */
+	RK_BOOTSTRAP_HOST,
+	RK_BOOTSTRAP_PORT,
+	RK_COUNT,
 };
 
 /* Candidates in the order max_tokens prefers them (reqbody.h). */
@@ -50,6 +62,7 @@ enum reqbody_limit {
 
 struct reqbody_slots {
 	bool model_set, stream_set, usage_set;
+	bool set[RK_COUNT]; /* the join keys: first occurrence wins */
 	bool limit_set[RL_COUNT];
 	int64_t limit[RL_COUNT];
 };
@@ -69,6 +82,19 @@ static const struct reqbody_name reqbody_top_keys[] = {
 	{ "options", RK_OPTIONS },
 	{ "parameters", RK_PARAMETERS },
 	{ "stream_options", RK_STREAM_OPTIONS },
+	{ "kv_transfer_params", RK_KV_TRANSFER },
+	{ "bootstrap_room", RK_BOOTSTRAP_ROOM },
+	{ "bootstrap_host", RK_BOOTSTRAP_HOST },
+	{ "bootstrap_port", RK_BOOTSTRAP_PORT },
+};
+
+static const struct reqbody_name reqbody_kv_keys[] = {
+	{ "do_remote_prefill", RK_KV_DO_REMOTE_PREFILL },
+	{ "do_remote_decode", RK_KV_DO_REMOTE_DECODE },
+	{ "remote_engine_id", RK_KV_REMOTE_ENGINE_ID },
+	{ "remote_request_id", RK_KV_REMOTE_REQUEST_ID },
+	{ "remote_host", RK_KV_REMOTE_HOST },
+	{ "remote_port", RK_KV_REMOTE_PORT },
 };
 
 static enum reqbody_key reqbody_top_key(const char *s, size_t len)
@@ -89,6 +115,11 @@ static enum reqbody_key reqbody_nested_key(enum reqbody_key parent, const char *
 		return RK_PARAMETERS_MAX_NEW_TOKENS;
 	if (parent == RK_STREAM_OPTIONS && REQBODY_IS("include_usage"))
 		return RK_STREAM_OPTIONS_INCLUDE_USAGE;
+	for (size_t i = 0;
+	     parent == RK_KV_TRANSFER && i < sizeof(reqbody_kv_keys) / sizeof(reqbody_kv_keys[0]);
+	     i++)
+		if (REQBODY_IS(reqbody_kv_keys[i].name))
+			return reqbody_kv_keys[i].key;
 #undef REQBODY_IS
 	return RK_NONE;
 }
@@ -128,6 +159,62 @@ static void reqbody_set_bool(struct reqbody_slots *sl, struct req_info *out, enu
 	} else if (key == RK_STREAM_OPTIONS_INCLUDE_USAGE && !sl->usage_set) {
 		sl->usage_set = true;
 		out->include_usage = v;
+	} else if ((key == RK_KV_DO_REMOTE_PREFILL || key == RK_KV_DO_REMOTE_DECODE) &&
+		   !sl->set[key]) {
+		sl->set[key] = true;
+		*(key == RK_KV_DO_REMOTE_PREFILL ? &out->disagg.do_remote_prefill
+						 : &out->disagg.do_remote_decode) = v ? 1 : 0;
+	}
+}
+
+/* A join key's string (a C string, as read): cleaned into its field, the first one kept. */
+static void reqbody_set_str(struct reqbody_slots *sl, struct req_info *out, enum reqbody_key key,
+			    const char *v)
+{
+	struct req_disagg *d = &out->disagg;
+	char *dst = NULL;
+	size_t cap = 0;
+
+	switch (key) {
+	case RK_KV_REMOTE_ENGINE_ID:
+		dst = d->remote_engine_id, cap = sizeof(d->remote_engine_id);
+		break;
+	case RK_KV_REMOTE_REQUEST_ID:
+		dst = d->remote_request_id, cap = sizeof(d->remote_request_id);
+		break;
+	case RK_KV_REMOTE_HOST:
+		dst = d->remote_host, cap = sizeof(d->remote_host);
+		break;
+	case RK_BOOTSTRAP_HOST:
+		dst = d->bootstrap_host, cap = sizeof(d->bootstrap_host);
+		break;
+	default:
+		return;
+	}
+	if (sl->set[key])
+		return;
+	sl->set[key] = true;
+	utf8_clean(dst, cap, v, strlen(v));
+}
+
+/* A join key's integer, exact (is_int: the number was written as one and fits): a port 0..65535,
+ * a room 0..2^63 - 1; anything else leaves it unknown, but counts as its first occurrence. */
+static void reqbody_set_int(struct reqbody_slots *sl, struct req_info *out, enum reqbody_key key,
+			    bool is_int, long long v)
+{
+	struct req_disagg *d = &out->disagg;
+
+	if ((key != RK_KV_REMOTE_PORT && key != RK_BOOTSTRAP_PORT && key != RK_BOOTSTRAP_ROOM) ||
+	    sl->set[key])
+		return;
+	sl->set[key] = true;
+	if (!is_int || v < 0)
+		return;
+	if (key == RK_BOOTSTRAP_ROOM) {
+		d->room_set = true;
+		d->bootstrap_room = v;
+	} else if (v <= UINT16_MAX) {
+		*(key == RK_KV_REMOTE_PORT ? &d->remote_port : &d->bootstrap_port) = (int32_t)v;
 	}
 }
 
@@ -149,10 +236,13 @@ static void reqbody_json_member(struct reqbody_slots *sl, struct req_info *out,
 	if (key == RK_MODEL && jv_is_string(v) && !sl->model_set) {
 		sl->model_set = true;
 		utf8_clean(out->model, sizeof(out->model), v->str, strlen(v->str));
+	} else if (jv_is_string(v)) {
+		reqbody_set_str(sl, out, key, v->str);
 	} else if (jv_is_bool(v)) {
 		reqbody_set_bool(sl, out, key, jv_is_true(v));
 	} else if (jv_is_number(v)) {
 		reqbody_set_limit(sl, key, v->num);
+		reqbody_set_int(sl, out, key, v->is_integer, v->integer);
 	}
 }
 
@@ -174,6 +264,8 @@ static int reqbody_json(const uint8_t *buf, size_t len, struct reqbody_slots *sl
 		enum reqbody_key key = reqbody_top_key(m->key, strlen(m->key));
 
 		if (jv_is_object(m) && key != RK_NONE) {
+			if (key == RK_KV_TRANSFER)
+				out->disagg.kv = true;
 			jv_foreach(n, m) reqbody_json_member(
 			    sl, out, reqbody_nested_key(key, n->key, strlen(n->key)), n);
 		} else {
@@ -309,8 +401,17 @@ static void reqbody_scan_value_scalar(struct reqbody_slots *sl, struct req_info 
 		return;
 	}
 	v = strtod(tok, &end);
-	if (end != tok && *end == '\0')
+	if (end != tok && *end == '\0') {
+		bool is_int = true;
+		long long i;
+
 		reqbody_set_limit(sl, key, v);
+		for (const char *p = tok + (tok[0] == '-'); *p && is_int; p++)
+			is_int = *p >= '0' && *p <= '9';
+		errno = 0;
+		i = strtoll(tok, &end, 10);
+		reqbody_set_int(sl, out, key, is_int && errno == 0 && *end == '\0', i);
+	}
 }
 
 static void reqbody_scan(const uint8_t *buf, size_t len, struct reqbody_slots *sl,
@@ -376,6 +477,8 @@ static void reqbody_scan(const uint8_t *buf, size_t len, struct reqbody_slots *s
 
 			if (depth == REQBODY_DEPTH_MAX)
 				return;
+			if (c == '{' && parent == RK_KV_TRANSFER)
+				out->disagg.kv = true;
 			sc.pos++;
 			lv[depth++] = (struct reqbody_level){ c == '{', c == '{', parent };
 		} else if (c == '"') {
@@ -387,6 +490,11 @@ static void reqbody_scan(const uint8_t *buf, size_t len, struct reqbody_slots *s
 				sl->model_set = true;
 				reqbody_unescape(sc.s + start, slen, raw, sizeof(raw));
 				utf8_clean(out->model, sizeof(out->model), raw, strlen(raw));
+			} else if (key >= RK_KV_REMOTE_ENGINE_ID && !sl->set[key]) {
+				char raw[REQBODY_ID_MAX];
+
+				reqbody_unescape(sc.s + start, slen, raw, sizeof(raw));
+				reqbody_set_str(sl, out, key, raw);
 			}
 		} else {
 			char tok[REQBODY_SCALAR_MAX];
@@ -398,13 +506,25 @@ static void reqbody_scan(const uint8_t *buf, size_t len, struct reqbody_slots *s
 	}
 }
 
+void reqbody_info_init(struct req_info *out)
+{
+	memset(out, 0, sizeof(*out));
+	out->stream = -1;
+	out->max_tokens = -1;
+	out->disagg.do_remote_prefill = out->disagg.do_remote_decode = -1;
+	out->disagg.remote_port = out->disagg.bootstrap_port = -1;
+}
+
+bool reqbody_has_disagg(const struct req_disagg *d)
+{
+	return d->kv || d->room_set || d->bootstrap_host[0] || d->bootstrap_port >= 0;
+}
+
 void reqbody_parse(const uint8_t *buf, size_t captured, size_t total, struct req_info *out)
 {
 	struct reqbody_slots sl = { 0 };
 
-	memset(out, 0, sizeof(*out));
-	out->stream = -1;
-	out->max_tokens = -1;
+	reqbody_info_init(out);
 	/* Bytes past the body's length are not the body (a pipelined request, say). */
 	if (captured > total)
 		captured = total;

@@ -25,6 +25,11 @@ const char *outcome_name(enum outcome o)
 	return o < OUTCOME_MAX ? outcome_names[o] : "?";
 }
 
+bool request_trace_forwarded(const struct request *r)
+{
+	return !r->client && r->peer.set && tracectx_same(&r->trace.tp, &r->peer.tp);
+}
+
 struct request *request_new(uint32_t pid, uint64_t conn_id, uint32_t seq, const char *conn)
 {
 	struct request_track *t = calloc(1, sizeof(*t));
@@ -36,8 +41,7 @@ struct request *request_new(uint32_t pid, uint64_t conn_id, uint32_t seq, const 
 	r->conn_id = conn_id;
 	r->seq = seq;
 	snprintf(r->conn, sizeof(r->conn), "%s", conn);
-	r->info.stream = -1;
-	r->info.max_tokens = -1;
+	reqbody_info_init(&r->info);
 	r->prompt_bytes = -1;
 	r->prompt_tokens = r->completion_tokens = r->cached_tokens = -1;
 	r->reasoning_tokens = -1;

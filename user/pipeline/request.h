@@ -13,7 +13,20 @@
 
 #include "pipeline/frame.h"
 #include "pipeline/reqbody.h"
+#include "pipeline/tracectx.h"
 #include "pipeline/workload.h"
+
+/* Long enough for an IPv6 address's text (INET6_ADDRSTRLEN). */
+#define REQUEST_ADDR_MAX 46
+
+/* The connection's two ends as values (conn.c's, from the kernel's record): local is the traced
+ * process's side, peer the other; the server is local for a served request, the peer for one
+ * the process made as a client. inet false: a Unix socket, or ends never seen. */
+struct request_ends {
+	bool inet;
+	char local_addr[REQUEST_ADDR_MAX], peer_addr[REQUEST_ADDR_MAX];
+	uint16_t local_port, peer_port;
+};
 
 /* The other side of a proxied exchange (proxy.h): a served request's upstream request, or an
  * upstream request's served one, as far as it was seen. */
@@ -21,8 +34,10 @@ struct request_peer {
 	bool set;
 	bool done; /* it finished: its times are final */
 	char conn[112];
+	uint64_t conn_id;
 	uint32_t seq;
 	uint64_t arrival_ns, first_token_ns, end_ns; /* first_token_ns 0: none (yet) */
+	struct trace_parent tp;			     /* its traceparent, when valid */
 };
 
 enum outcome {
@@ -39,6 +54,7 @@ struct request {
 	uint64_t conn_id;
 	uint32_t seq;		  /* index of the request on its connection */
 	char conn[112];		  /* "local<-peer#id" */
+	struct request_ends ends; /* the connection's ends, as values */
 	struct workload workload; /* where its process runs (pipeline_label_process) */
 	bool tls;		  /* came over TLS: its bytes are the TLS library's plaintext */
 	bool h2;		  /* an HTTP/2 stream (stream is its id); else HTTP/1.1 */
@@ -49,7 +65,8 @@ struct request {
 	bool client;
 	char method[16];
 	char path[256];
-	struct req_info info;	     /* model, stream, max_tokens from the body */
+	struct req_info info;	     /* model, stream, max_tokens, join keys from the body */
+	struct trace_ctx trace;	     /* traceparent, tracestate, x-request-id of its head */
 	int64_t prompt_bytes;	     /* request body length */
 	uint64_t request_uncaptured; /* body bytes not captured (model may be unknown) */
 
@@ -122,6 +139,11 @@ struct request_metrics {
 };
 
 const char *outcome_name(enum outcome o);
+/* A served request whose paired upstream request (proxy.h) carries the very traceparent it came
+ * with (a proxy that forwards the header unchanged, as nginx does): the upstream call's span
+ * takes that parent-id as its own id (the upstream server names it as parent), so the served
+ * span cannot also name it as its parent. docs/otlp.md, "Trace context". */
+bool request_trace_forwarded(const struct request *r);
 struct request *request_new(uint32_t pid, uint64_t conn_id, uint32_t seq, const char *conn);
 void request_free(struct request *r);
 /* Appends a content frame time; -ENOMEM when the list cannot grow (the frame is still counted). */

@@ -72,19 +72,20 @@ static void otlp_on_request(void *ctx, const struct request *r, const struct req
 			    const struct gpu_attribution *ga)
 {
 	struct otlp *o = ctx;
-	uint8_t trace_id[OTLP_TRACE_ID_LEN];
+	struct otlp_ids ids;
 	unsigned anomaly = otlp_anomaly(o->o.slow_ttft_ns, o->o.slow_itl_ns, r, m);
 	struct otlp_span *s = NULL;
 	bool wake = false, first_drop = false;
 
-	otlp_rng_id(&o->rng, trace_id, sizeof(trace_id));
-	if (!anomaly && !otlp_keep(trace_id, o->keep_threshold)) {
+	otlp_span_ids(o->id_key, r, &ids);
+	/* Every span of a trace gets the same decision, on every node that samples so. */
+	if (!anomaly && !otlp_keep(ids.trace_id, o->keep_threshold)) {
 		pthread_mutex_lock(&o->lock);
 		o->st.sampled_out++;
 		pthread_mutex_unlock(&o->lock);
 		return;
 	}
-	s = otlp_span_new(&o->rng, r, m, ga, trace_id, anomaly, o->o.max_token_events);
+	s = otlp_span_new(&o->rng, r, m, ga, &ids, anomaly, o->o.max_token_events);
 	pthread_mutex_lock(&o->lock);
 	if (s && o->o.backpressure)
 		wait_room_locked(o, otlp_span_cost(s));
@@ -429,6 +430,7 @@ int otlp_init(struct otlp *o, const struct otlp_opts *opts)
 	if (!seed && getrandom(&seed, sizeof(seed), 0) != sizeof(seed))
 		seed = mono_ns() ^ ((uint64_t)getpid() << 32);
 	otlp_rng_seed(&o->rng, seed);
+	otlp_rng_id(&o->rng, (uint8_t *)&o->id_key, sizeof(o->id_key));
 	o->queue = calloc(opts->queue_max, sizeof(*o->queue));
 	o->batch = calloc(opts->batch_max, sizeof(*o->batch));
 	if (!o->queue || !o->batch) {

@@ -106,6 +106,7 @@ struct otlp {
 	struct otlp_url url;
 	struct otlp_http *http;	  /* the sender thread's */
 	struct otlp_rng rng;	  /* used by the sink callback's thread only */
+	uint64_t id_key;	  /* keys the requests' own ids (otlp_span_ids) */
 	uint64_t keep_threshold;  /* sampling: keep when the id's low 56 bits are >= this */
 	pthread_mutex_t lock;	  /* queue, stats, stopping */
 	pthread_cond_t wake;	  /* CLOCK_MONOTONIC */

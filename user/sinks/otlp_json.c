@@ -1,5 +1,4 @@
 // SPDX-License-Identifier: MIT
-#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -75,57 +74,74 @@ static void attr_seconds(struct jsonw *w, const char *key, int64_t ns)
 	attr_end(w);
 }
 
-/* "addr:port" or "[addr]:port" from [s, end) into the address/port attributes. */
-static void attr_endpoint(struct jsonw *w, const char *s, const char *end, const char *addr_key,
-			  const char *port_key)
+static void attr_bool(struct jsonw *w, const char *key, bool v)
 {
-	const char *colon = NULL, *a = s, *a_end;
-	char addr[64];
-	long port = 0;
+	attr_begin(w, key);
+	jsonw_bool(w, "boolValue", v);
+	attr_end(w);
+}
 
-	for (const char *p = end; p > s; p--) {
-		if (p[-1] == ':') {
-			colon = p - 1;
-			break;
-		}
-	}
-	if (!colon || colon + 1 == end)
-		return;
-	for (const char *p = colon + 1; p < end; p++) {
-		if (!isdigit((unsigned char)*p))
-			return;
-		port = port * 10 + (*p - '0');
-		if (port > 65535)
-			return;
-	}
-	a_end = colon;
-	if (*a == '[' && a_end > a && a_end[-1] == ']') {
-		a++;
-		a_end--;
-	}
-	if (a_end <= a || (size_t)(a_end - a) >= sizeof(addr))
-		return;
-	memcpy(addr, a, a_end - a);
-	addr[a_end - a] = 0;
+/* A string array of one value (the HTTP conventions' header attributes are arrays). */
+static void attr_str_one(struct jsonw *w, const char *key, const char *v)
+{
+	attr_begin(w, key);
+	jsonw_obj_begin(w, "arrayValue");
+	jsonw_arr_begin(w, "values");
+	jsonw_obj_begin(w, NULL);
+	jsonw_str(w, "stringValue", v);
+	jsonw_obj_end(w);
+	jsonw_arr_end(w);
+	jsonw_obj_end(w);
+	attr_end(w);
+}
+
+static void attr_endpoint(struct jsonw *w, const char *addr_key, const char *addr,
+			  const char *port_key, uint16_t port)
+{
 	attr_str(w, addr_key, addr);
 	attr_int(w, port_key, port);
 }
 
-/* A server's span: server.* from the local side of "local<-peer#N", client.* from the peer
- * side. A client's ("local->upstream#N"): server.* from the upstream, network.local.* from its
- * own side. A Unix socket ("unix:fdN#N") has neither. */
-static void attr_conn(struct jsonw *w, const char *conn, bool client)
+/* Both kinds name both ends as the conventions do, so that a collector joins a client span to
+ * the server span of the same connection (the one's client.* and server.* are the other's): a
+ * server's span has server.* its own side and client.* the peer; a client's has client.* (and
+ * network.local.*) its own side and server.* its upstream. A Unix socket has neither. */
+static void attr_conn(struct jsonw *w, const struct request_ends *e, bool client)
 {
-	const char *arrow = strstr(conn, client ? "->" : "<-"), *hash;
-
-	if (!arrow)
+	if (!e->inet)
 		return;
-	hash = strrchr(arrow, '#');
-	attr_endpoint(w, conn, arrow, client ? "network.local.address" : "server.address",
-		      client ? "network.local.port" : "server.port");
-	attr_endpoint(w, arrow + 2, hash ? hash : arrow + strlen(arrow),
-		      client ? "server.address" : "client.address",
-		      client ? "server.port" : "client.port");
+	if (client) {
+		attr_endpoint(w, "network.local.address", e->local_addr, "network.local.port",
+			      e->local_port);
+		attr_endpoint(w, "client.address", e->local_addr, "client.port", e->local_port);
+		attr_endpoint(w, "server.address", e->peer_addr, "server.port", e->peer_port);
+	} else {
+		attr_endpoint(w, "server.address", e->local_addr, "server.port", e->local_port);
+		attr_endpoint(w, "client.address", e->peer_addr, "client.port", e->peer_port);
+	}
+}
+
+/* Disaggregated serving's join keys (reqbody.h): vLLM's kv_transfer_params, SGLang's bootstrap. */
+static void attr_disagg(struct jsonw *w, const struct req_disagg *d)
+{
+	if (d->do_remote_prefill >= 0)
+		attr_bool(w, "tokenscope.kv_transfer.do_remote_prefill", d->do_remote_prefill);
+	if (d->do_remote_decode >= 0)
+		attr_bool(w, "tokenscope.kv_transfer.do_remote_decode", d->do_remote_decode);
+	if (d->remote_engine_id[0])
+		attr_str(w, "tokenscope.kv_transfer.remote_engine_id", d->remote_engine_id);
+	if (d->remote_request_id[0])
+		attr_str(w, "tokenscope.kv_transfer.remote_request_id", d->remote_request_id);
+	if (d->remote_host[0])
+		attr_str(w, "tokenscope.kv_transfer.remote_host", d->remote_host);
+	if (d->remote_port >= 0)
+		attr_int(w, "tokenscope.kv_transfer.remote_port", d->remote_port);
+	if (d->room_set)
+		attr_int(w, "tokenscope.bootstrap.room", d->bootstrap_room);
+	if (d->bootstrap_host[0])
+		attr_str(w, "tokenscope.bootstrap.host", d->bootstrap_host);
+	if (d->bootstrap_port >= 0)
+		attr_int(w, "tokenscope.bootstrap.port", d->bootstrap_port);
 }
 
 static void anomaly_text(unsigned a, char *out, size_t n)
@@ -166,6 +182,10 @@ static void put_span(const struct otlp_resource *o, struct jsonw *w, const struc
 	jsonw_obj_begin(w, NULL);
 	put_hex(w, "traceId", s->trace_id, OTLP_TRACE_ID_LEN);
 	put_hex(w, "spanId", s->span_id, OTLP_SPAN_ID_LEN);
+	if (s->has_parent)
+		put_hex(w, "parentSpanId", s->parent_id, OTLP_SPAN_ID_LEN);
+	if (s->trace_state[0])
+		jsonw_str(w, "traceState", s->trace_state);
 	jsonw_str(w, "name", name);
 	jsonw_u64(w, "kind", s->client ? SPAN_KIND_CLIENT : SPAN_KIND_SERVER);
 	put_time(o, w, "startTimeUnixNano", s->arrival_ns);
@@ -201,7 +221,9 @@ static void put_span(const struct otlp_resource *o, struct jsonw *w, const struc
 	attr_str(w, "url.path", name);
 	if (s->status > 0)
 		attr_int(w, "http.response.status_code", s->status);
-	attr_conn(w, s->conn, s->client);
+	attr_conn(w, &s->ends, s->client);
+	if (s->request_id[0])
+		attr_str_one(w, "http.request.header.x-request-id", s->request_id);
 	attr_str(w, "tokenscope.outcome", outcome_name(s->outcome));
 	/* error.type: a low-cardinality class of the error, as the GenAI conventions ask: the
 	 * stream's own code where it named one, the HTTP status, or the outcome. */
@@ -225,6 +247,13 @@ static void put_span(const struct otlp_resource *o, struct jsonw *w, const struc
 	anomaly_text(s->anomaly, why, sizeof(why));
 	if (*why)
 		attr_str(w, "tokenscope.anomaly", why);
+	if (s->forwarded) {
+		char hex[2 * OTLP_SPAN_ID_LEN + 1];
+
+		tracectx_hex(hex, s->forwarded_parent, OTLP_SPAN_ID_LEN);
+		attr_str(w, "tokenscope.trace.forwarded_parent", hex);
+	}
+	attr_disagg(w, &s->disagg);
 	if (s->preemptions) {
 		attr_int(w, "tokenscope.preemptions", s->preemptions);
 		attr_int(w, "tokenscope.preempted_ns", s->preempted_ns);

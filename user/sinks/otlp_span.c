@@ -11,6 +11,8 @@
  * 1.7 KB, each child 215 bytes, a token event 110). */
 #define OTLP_SPAN_BYTES 3072
 #define OTLP_EVENT_BYTES 128
+/* An attribute's key and framing, for those of trace context and join keys. */
+#define OTLP_TRAFFIC_KEY_BYTES 96
 /* Consistent probability sampling reads the trace id's low 56 bits. */
 #define OTLP_RANDOM_BITS 56
 
@@ -62,6 +64,64 @@ void otlp_rng_id(struct otlp_rng *g, uint8_t *id, size_t len)
 		for (size_t i = 0; i < len; i++)
 			zero &= !id[i];
 	}
+}
+
+/* What names a request in the run, hashed under the key; salt tells the ids apart. */
+static uint64_t name_hash(uint64_t key, uint32_t pid, uint64_t conn_id, uint32_t seq, uint64_t salt)
+{
+	uint64_t x = key ^ salt;
+
+	x = splitmix64(&x) ^ pid;
+	x = splitmix64(&x) ^ conn_id;
+	x = splitmix64(&x) ^ seq;
+	return splitmix64(&x);
+}
+
+static void put_u64(uint8_t *id, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		id[i] = (uint8_t)(v >> (56 - 8 * i));
+}
+
+/* A request's own span id and the trace it starts, from its name; never all zeros. */
+static void own_ids(uint64_t key, uint32_t pid, uint64_t conn_id, uint32_t seq,
+		    uint8_t span_id[OTLP_SPAN_ID_LEN], uint8_t trace_id[OTLP_TRACE_ID_LEN])
+{
+	put_u64(span_id, name_hash(key, pid, conn_id, seq, 1) | 1);
+	put_u64(trace_id, name_hash(key, pid, conn_id, seq, 2));
+	put_u64(trace_id + 8, name_hash(key, pid, conn_id, seq, 3) | 1);
+}
+
+void otlp_span_ids(uint64_t key, const struct request *r, struct otlp_ids *out)
+{
+	const struct trace_parent *tp = &r->trace.tp;
+	uint8_t pair_span[OTLP_SPAN_ID_LEN], pair_trace[OTLP_TRACE_ID_LEN];
+
+	memset(out, 0, sizeof(*out));
+	own_ids(key, r->pid, r->conn_id, r->seq, out->span_id, out->trace_id);
+	if (!r->client) {
+		if (!tp->valid)
+			return;
+		memcpy(out->trace_id, tp->trace_id, OTLP_TRACE_ID_LEN);
+		out->forwarded = request_trace_forwarded(r);
+		if (!out->forwarded)
+			memcpy(out->parent_id, tp->parent_id, OTLP_SPAN_ID_LEN);
+		return;
+	}
+	/* The served request it was made for: the same process's, its names in r->peer. */
+	if (r->peer.set) {
+		own_ids(key, r->pid, r->peer.conn_id, r->peer.seq, pair_span, pair_trace);
+		if (r->peer.tp.valid)
+			memcpy(pair_trace, r->peer.tp.trace_id, OTLP_TRACE_ID_LEN);
+	}
+	if (tp->valid) {
+		memcpy(out->trace_id, tp->trace_id, OTLP_TRACE_ID_LEN);
+		memcpy(out->span_id, tp->parent_id, OTLP_SPAN_ID_LEN);
+	} else if (r->peer.set) {
+		memcpy(out->trace_id, pair_trace, OTLP_TRACE_ID_LEN);
+	}
+	if (r->peer.set && !memcmp(out->trace_id, pair_trace, OTLP_TRACE_ID_LEN))
+		memcpy(out->parent_id, pair_span, OTLP_SPAN_ID_LEN);
 }
 
 uint64_t otlp_keep_threshold(double ratio)
@@ -154,12 +214,22 @@ unsigned otlp_anomaly(int64_t slow_ttft_ns, int64_t slow_itl_ns, const struct re
 
 uint64_t otlp_span_cost(const struct otlp_span *s)
 {
-	return OTLP_SPAN_BYTES + (uint64_t)(s->ntokens + 2 + 2 * s->npreempt) * OTLP_EVENT_BYTES;
+	const struct req_disagg *d = &s->disagg;
+	/* The strings from traffic a span may carry besides, at their lengths (JSON escaping at
+	 * most doubles a printable one), and a key and its framing each. */
+	uint64_t extra = 2 * (strlen(s->trace_state) + strlen(s->request_id) +
+			      strlen(d->remote_engine_id) + strlen(d->remote_request_id) +
+			      strlen(d->remote_host) + strlen(d->bootstrap_host)) +
+			 (s->forwarded || s->request_id[0] || reqbody_has_disagg(d) ? 12 : 0) *
+			     OTLP_TRAFFIC_KEY_BYTES;
+
+	return OTLP_SPAN_BYTES + extra +
+	       (uint64_t)(s->ntokens + 2 + 2 * s->npreempt) * OTLP_EVENT_BYTES;
 }
 
 struct otlp_span *otlp_span_new(struct otlp_rng *g, const struct request *r,
 				const struct request_metrics *m, const struct gpu_attribution *ga,
-				const uint8_t trace_id[OTLP_TRACE_ID_LEN], unsigned anomaly,
+				const struct otlp_ids *ids, unsigned anomaly,
 				uint32_t max_token_events)
 {
 	uint32_t keep = anomaly ? r->ntokens : 0;
@@ -170,8 +240,20 @@ struct otlp_span *otlp_span_new(struct otlp_rng *g, const struct request *r,
 	s = calloc(1, sizeof(*s) + (size_t)keep * sizeof(s->token_ns[0]));
 	if (!s)
 		return NULL;
-	memcpy(s->trace_id, trace_id, OTLP_TRACE_ID_LEN);
-	otlp_rng_id(g, s->span_id, OTLP_SPAN_ID_LEN);
+	memcpy(s->trace_id, ids->trace_id, OTLP_TRACE_ID_LEN);
+	memcpy(s->span_id, ids->span_id, OTLP_SPAN_ID_LEN);
+	memcpy(s->parent_id, ids->parent_id, OTLP_SPAN_ID_LEN);
+	for (int i = 0; i < OTLP_SPAN_ID_LEN; i++)
+		s->has_parent |= ids->parent_id[i] != 0;
+	s->forwarded = ids->forwarded;
+	if (s->forwarded)
+		memcpy(s->forwarded_parent, r->trace.tp.parent_id, OTLP_SPAN_ID_LEN);
+	/* tracestate goes with the traceparent the span is in (the request's own). */
+	if (r->trace.tp.valid)
+		snprintf(s->trace_state, sizeof(s->trace_state), "%s", r->trace.state);
+	snprintf(s->request_id, sizeof(s->request_id), "%s", r->trace.request_id);
+	s->ends = r->ends;
+	s->disagg = r->info.disagg;
 	s->pid = r->pid;
 	s->wl = r->workload;
 	s->seq = r->seq;

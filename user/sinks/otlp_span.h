@@ -8,8 +8,13 @@
  * first_token and last_token, and INTERNAL child spans queue, prefill and decode when the GPU
  * attribution knows them. An anomalous request keeps its token times, for an event per token.
  *
- * Ids come from a generator seeded once (xoshiro256**): unique and unpredictable enough to
- * sample on, not secret. Sampling is OpenTelemetry's consistent probability sampling: a trace
+ * A request's own ids (its span's, and the trace it starts when it came with no trace context)
+ * are a keyed hash of what names it in the run (pid, connection, sequence), so that a proxy's
+ * upstream call (role client) finds its served request's span and trace from its pair's names
+ * (request.peer) in whichever order the two finish. A request that came with a valid W3C
+ * traceparent joins that trace (otlp_span_ids: docs/otlp.md, "Trace context"). The children's
+ * ids come from a generator seeded once (xoshiro256**): unique and unpredictable enough to sample
+ * on, not secret. Sampling is OpenTelemetry's consistent probability sampling: a trace
  * is kept when its id's low 56 bits (random under W3C trace context level 2) are at or above
  * a threshold set by the ratio, so the same id always gets the same decision.
  */
@@ -37,8 +42,24 @@ enum { OTLP_CHILD_QUEUE, OTLP_CHILD_PREFILL, OTLP_CHILD_DECODE, OTLP_CHILD_MAX }
 /* Preemptions of a request drawn as events (batch.h keeps as many). */
 #define OTLP_PREEMPT_EVENTS 8
 
+/* A span's place in its trace. */
+struct otlp_ids {
+	uint8_t trace_id[OTLP_TRACE_ID_LEN], span_id[OTLP_SPAN_ID_LEN];
+	uint8_t parent_id[OTLP_SPAN_ID_LEN]; /* all zeros: none (a root, as this node sees it) */
+	/* A served request whose traceparent its upstream call forwarded unchanged: that
+	 * parent-id, which the upstream call's span now has, is not its parent (a cycle). */
+	bool forwarded;
+};
+
 struct otlp_span {
 	uint8_t trace_id[OTLP_TRACE_ID_LEN], span_id[OTLP_SPAN_ID_LEN];
+	uint8_t parent_id[OTLP_SPAN_ID_LEN]; /* all zeros: none */
+	bool has_parent, forwarded;
+	uint8_t forwarded_parent[OTLP_SPAN_ID_LEN]; /* forwarded: that parent-id */
+	char trace_state[TRACECTX_STATE_MAX + 1];   /* the request's tracestate, "" none */
+	char request_id[TRACECTX_REQID_MAX];	    /* x-request-id, "" none */
+	struct request_ends ends;
+	struct req_disagg disagg;
 	uint8_t child_id[OTLP_CHILD_MAX][OTLP_SPAN_ID_LEN];
 	uint64_t child_start[OTLP_CHILD_MAX], child_end[OTLP_CHILD_MAX]; /* end 0: unknown */
 	uint32_t pid, seq;
@@ -72,6 +93,12 @@ struct otlp_rng {
 struct gpu_attribution;
 
 void otlp_rng_seed(struct otlp_rng *g, uint64_t seed);
+/* The ids of r's span, trace and parent; key: the run's secret for its own ids. A served request
+ * with a valid traceparent is in its trace, child of its parent-id (none when forwarded); one
+ * without starts a trace of its own. A request made as a client with a valid traceparent is the
+ * span that parent-id names, in its trace; without one, in its served pair's trace, or one of
+ * its own. A client's parent is its served pair's span when both are in one trace. */
+void otlp_span_ids(uint64_t key, const struct request *r, struct otlp_ids *out);
 /* An id of len bytes that is not all zeros (the OTLP encoding's "invalid"). */
 void otlp_rng_id(struct otlp_rng *g, uint8_t *id, size_t len);
 
@@ -90,11 +117,12 @@ const char *otlp_operation(const struct request *r);
 /* openai.api.type of an OpenAI request ("chat_completions", "responses"), NULL for others. */
 const char *otlp_openai_api(const struct request *r);
 
-/* The trace of request r (ga may be NULL), with new span ids from g; an anomalous one keeps up
- * to max_token_events token times and counts the rest as dropped events. NULL: no memory. */
+/* The trace of request r (ga may be NULL), its ids given, its children's new from g; an anomalous
+ * one keeps up to max_token_events token times and counts the rest as dropped events. NULL: no
+ * memory. */
 struct otlp_span *otlp_span_new(struct otlp_rng *g, const struct request *r,
 				const struct request_metrics *m, const struct gpu_attribution *ga,
-				const uint8_t trace_id[OTLP_TRACE_ID_LEN], unsigned anomaly,
+				const struct otlp_ids *ids, unsigned anomaly,
 				uint32_t max_token_events);
 /* Its encoded size, estimated from above: bounds batches and the queue without encoding. */
 uint64_t otlp_span_cost(const struct otlp_span *s);

@@ -24,6 +24,87 @@ static void i64_or_null(struct jsonw *w, const char *key, int64_t v)
 		jsonw_i64(w, key, v);
 }
 
+/* The connection's ends by the roles they play: the client is the peer of a served request and
+ * the traced process itself for one it made. Null for a Unix socket. */
+static void json_ends(struct jsonw *w, const struct request *r)
+{
+	const struct request_ends *e = &r->ends;
+	const char *caddr = r->client ? e->local_addr : e->peer_addr;
+	const char *saddr = r->client ? e->peer_addr : e->local_addr;
+
+	jsonw_str(w, "client_address", e->inet ? caddr : NULL);
+	if (e->inet)
+		jsonw_u64(w, "client_port", r->client ? e->local_port : e->peer_port);
+	else
+		jsonw_null(w, "client_port");
+	jsonw_str(w, "server_address", e->inet ? saddr : NULL);
+	if (e->inet)
+		jsonw_u64(w, "server_port", r->client ? e->peer_port : e->local_port);
+	else
+		jsonw_null(w, "server_port");
+}
+
+/* The request's trace context, where its head had one (docs/otlp.md, "Trace context"). */
+static void json_trace(struct jsonw *w, const struct request *r)
+{
+	const struct trace_ctx *t = &r->trace;
+	char hex[2 * TRACECTX_TRACE_ID_LEN + 1];
+
+	if (t->tp.valid) {
+		tracectx_hex(hex, t->tp.trace_id, sizeof(t->tp.trace_id));
+		jsonw_str(w, "trace_id", hex);
+		tracectx_hex(hex, t->tp.parent_id, sizeof(t->tp.parent_id));
+		jsonw_str(w, "parent_span_id", hex);
+		jsonw_u64(w, "trace_flags", t->tp.flags);
+		if (t->state[0])
+			jsonw_str(w, "tracestate", t->state);
+		if (request_trace_forwarded(r))
+			jsonw_bool(w, "trace_forwarded", true);
+	} else if (t->malformed) {
+		jsonw_bool(w, "trace_malformed", true);
+	}
+	if (t->request_id[0])
+		jsonw_str(w, "request_id", t->request_id);
+}
+
+static void json_bool_or_null(struct jsonw *w, const char *key, int v)
+{
+	if (v < 0)
+		jsonw_null(w, key);
+	else
+		jsonw_bool(w, key, v);
+}
+
+static void json_str_or_null(struct jsonw *w, const char *key, const char *v)
+{
+	jsonw_str(w, key, v[0] ? v : NULL);
+}
+
+/* Disaggregated serving's join keys from the body (reqbody.h), when it had any. */
+static void json_disagg(struct jsonw *w, const struct req_disagg *d)
+{
+	if (d->kv) {
+		jsonw_obj_begin(w, "kv_transfer");
+		json_bool_or_null(w, "do_remote_prefill", d->do_remote_prefill);
+		json_bool_or_null(w, "do_remote_decode", d->do_remote_decode);
+		json_str_or_null(w, "remote_engine_id", d->remote_engine_id);
+		json_str_or_null(w, "remote_request_id", d->remote_request_id);
+		json_str_or_null(w, "remote_host", d->remote_host);
+		i64_or_null(w, "remote_port", d->remote_port);
+		jsonw_obj_end(w);
+	}
+	if (d->room_set || d->bootstrap_host[0] || d->bootstrap_port >= 0) {
+		jsonw_obj_begin(w, "bootstrap");
+		if (d->room_set)
+			jsonw_i64(w, "room", d->bootstrap_room);
+		else
+			jsonw_null(w, "room");
+		json_str_or_null(w, "host", d->bootstrap_host);
+		i64_or_null(w, "port", d->bootstrap_port);
+		jsonw_obj_end(w);
+	}
+}
+
 static const char *request_format(const struct request *r)
 {
 	if (!r->streamed)
@@ -61,6 +142,8 @@ void output_json(FILE *f, const struct request *r, const struct request_metrics 
 	jsonw_u64(&w, "pid", r->pid);
 	jsonw_str(&w, "conn", r->conn);
 	jsonw_str(&w, "role", r->client ? "client" : "server");
+	json_ends(&w, r);
+	json_trace(&w, r);
 	put_workload(&w, &r->workload);
 	if (r->tls)
 		jsonw_bool(&w, "tls", true);
@@ -135,6 +218,7 @@ void output_json(FILE *f, const struct request *r, const struct request_metrics 
 	jsonw_num(&w, "tok_per_s", m->tok_per_s, 2);
 	jsonw_u64(&w, "lost_bytes", r->lost_bytes);
 	jsonw_u64(&w, "dropped_frames", r->dropped_frames);
+	json_disagg(&w, &r->info.disagg);
 	/* A proxy's two sides (proxy.h): a served request's upstream, an upstream's served one. */
 	if (r->peer.set) {
 		jsonw_obj_begin(&w, r->client ? "downstream" : "upstream");

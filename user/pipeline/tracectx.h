@@ -1,0 +1,66 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A request's trace context, from its head (HTTP/1.1) or header block (HTTP/2): the W3C Trace
+ * Context headers `traceparent` and `tracestate`, and `x-request-id`. Nothing else of a head is
+ * kept. A value, as a request carries it to the sinks (request.h).
+ *
+ * traceparent follows the W3C Trace Context rules: version 00 is exactly
+ * `00-<32 lower hex>-<16 lower hex>-<2 lower hex>`; a later version is read as 00 when its first
+ * 55 characters are (and a '-' follows them if there is more); version ff, upper-case hex, an
+ * all-zero trace-id or parent-id, or two traceparent fields (an HTTP list then, which no
+ * version allows) make it invalid: it is ignored, and tracestate with it. tracestate is kept
+ * whole members at a time up to TRACECTX_STATE_MAX characters, dropped entire when a member is
+ * malformed. x-request-id is kept as utf8.c cleans strings from traffic, cut at
+ * TRACECTX_REQID_MAX; a repeated one keeps the first.
+ */
+#ifndef TS_TRACECTX_H
+#define TS_TRACECTX_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define TRACECTX_TRACE_ID_LEN 16
+#define TRACECTX_SPAN_ID_LEN 8
+/* The W3C asks that at least 512 characters of a combined tracestate be passed on. */
+#define TRACECTX_STATE_MAX 512
+/* ... and no more than 32 list members. */
+#define TRACECTX_STATE_MEMBERS 32
+/* A member longer than this is the first to go when the whole does not fit (W3C). */
+#define TRACECTX_MEMBER_MAX 128
+/* Request ids are UUIDs (36) or a gateway's own form; longer is cut. */
+#define TRACECTX_REQID_MAX 128
+
+/* What traceparent says, when it is valid. */
+struct trace_parent {
+	bool valid;
+	uint8_t trace_id[TRACECTX_TRACE_ID_LEN];
+	uint8_t parent_id[TRACECTX_SPAN_ID_LEN];
+	uint8_t flags;
+};
+
+struct trace_ctx {
+	struct trace_parent tp;
+	/* a traceparent came and was not valid (ignored: the span starts its own trace) */
+	bool malformed;
+	bool seen_tp, state_bad;
+	uint8_t nmembers;
+	char state[TRACECTX_STATE_MAX + 1];  /* tracestate, "" when none (or tp not valid) */
+	char request_id[TRACECTX_REQID_MAX]; /* x-request-id, "" when none */
+};
+
+void tracectx_init(struct trace_ctx *c);
+/* A header field (name case-insensitive, value without surrounding whitespace); true when it
+ * was one of the three. */
+bool tracectx_field(struct trace_ctx *c, const char *name, size_t nlen, const char *val,
+		    size_t vlen);
+/* The head ended: tracestate goes when traceparent is not valid, or was malformed itself. */
+void tracectx_finish(struct trace_ctx *c);
+/* 0 and the fields, or -EINVAL: s (n bytes) is no valid traceparent. */
+int tracectx_parse_traceparent(const char *s, size_t n, struct trace_parent *out);
+/* Lower-case hex of n bytes into out (2n + 1 bytes). */
+void tracectx_hex(char *out, const uint8_t *id, size_t n);
+/* The same ids (both valid). */
+bool tracectx_same(const struct trace_parent *a, const struct trace_parent *b);
+
+#endif
