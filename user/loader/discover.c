@@ -25,7 +25,7 @@
 /* Deeper than any real process tree: stops a walk on a pid cycle from a racing scan. */
 #define MAX_DEPTH 64
 
-static const char *base(const char *s)
+static const char *argv_name(const char *s)
 {
 	const char *slash = strrchr(s, '/');
 
@@ -38,7 +38,7 @@ static bool is_interpreter(const char *name)
 	       !strcmp(name, "sh") || !strcmp(name, "bash");
 }
 
-static bool ends_with(const char *s, const char *suffix)
+static bool has_suffix(const char *s, const char *suffix)
 {
 	size_t a = strlen(s), b = strlen(suffix);
 
@@ -67,7 +67,7 @@ static bool has_gguf_model(char **argv, int argc)
 		if (!strcmp(argv[i], "-m") || !strcmp(argv[i], "--model") ||
 		    !strncmp(argv[i], "--model=", 8))
 			model = true;
-		if (ends_with(argv[i], ".gguf"))
+		if (has_suffix(argv[i], ".gguf"))
 			gguf = true;
 	}
 	return model && gguf;
@@ -90,10 +90,10 @@ const char *discover_match(const char *cmdline, size_t len, const char *comm, co
 	if (!argc)
 		return NULL; /* kernel threads and zombies */
 
-	name = base(argv[0]);
+	name = argv_name(argv[0]);
 	if (is_interpreter(name) && argc > 1 && argv[1][0] != '-') {
 		at = 1; /* `python3 /usr/local/bin/vllm serve`: a shebang script */
-		name = base(argv[1]);
+		name = argv_name(argv[1]);
 	}
 	sub = at + 1 < argc ? argv[at + 1] : "";
 	mod = module_of(argv, argc);
@@ -261,7 +261,7 @@ static bool ancestor_matched(const struct entry *all, size_t n, const struct ent
 	return false;
 }
 
-static void fill(const char *proc_root, const struct entry *e, struct discovered *d)
+static void describe_entry(const char *proc_root, const struct entry *e, struct discovered *d)
 {
 	char path[512], text[CGROUP_BYTES], comm[32];
 
@@ -291,7 +291,7 @@ int discover_describe(const char *proc_root, uint32_t pid, const char *server, c
 	snprintf(name, sizeof(name), "%u", pid);
 	if (proc_read_stat(proc_root, name, &e.pid, &e.ppid))
 		return -ESRCH;
-	fill(proc_root, &e, d);
+	describe_entry(proc_root, &e, d);
 	return 0;
 }
 
@@ -365,7 +365,7 @@ int discover_scan(const char *proc_root, struct discovered *out, size_t max, siz
 			err = -E2BIG;
 			break;
 		}
-		fill(proc_root, &all[i], &out[(*n)++]);
+		describe_entry(proc_root, &all[i], &out[(*n)++]);
 	}
 out:
 	closedir(d);

@@ -16,7 +16,7 @@
 #include "loader/proc.h"
 #include "record/record.h"
 #include "loader/trace.h"
-#include "loader/workload.h"
+#include "loader/container.h"
 #include "traffic.h"
 #include "lib/utf8.h"
 #include "lib/version.h"
@@ -42,7 +42,7 @@ struct tracer {
 	struct kernel *k;
 	/* where the processes being followed now run (their root's workload) */
 	const struct workload *label;
-	struct workload_dirs dirs; /* where containers' bundles are looked for */
+	struct container_dirs dirs; /* where containers' bundles are looked for */
 	struct pipeline *pl;
 	struct uprobes cuda;
 	struct record_writer rec;
@@ -357,7 +357,7 @@ static void record_followed(struct tracer *tr, uint32_t pid)
 
 /* Where a followed process runs, for the pipeline and, when it runs somewhere, for the
  * recording (a replay cannot read /proc or the runtime's state). */
-static void label(struct tracer *tr, uint32_t pid, const struct workload *wl)
+static void label_process(struct tracer *tr, uint32_t pid, const struct workload *wl)
 {
 	int err;
 
@@ -377,7 +377,7 @@ static void follow_descendant(void *ctx, uint32_t pid)
 
 	if (!trace_follow(tr, pid, false)) {
 		record_followed(tr, pid);
-		label(tr, pid, tr->label);
+		label_process(tr, pid, tr->label);
 	}
 }
 
@@ -387,8 +387,8 @@ static int follow_tree(struct tracer *tr, uint32_t pid, struct workload *wl)
 {
 	int n;
 
-	workload_of("/proc", pid, &tr->dirs, wl);
-	label(tr, pid, wl);
+	container_workload("/proc", pid, &tr->dirs, wl);
+	label_process(tr, pid, wl);
 	tr->label = wl;
 	n = proc_descendants("/proc", pid, follow_descendant, tr);
 	tr->label = NULL;
@@ -821,7 +821,7 @@ int trace_run(const struct trace_opts *o, struct pipeline *pl, const struct trac
 	err = trace_check(o);
 	if (err)
 		return err;
-	workload_dirs_init(&tr.dirs, o->container_state, (size_t)o->ncontainer_state);
+	container_dirs_init(&tr.dirs, o->container_state, (size_t)o->ncontainer_state);
 	kernel_log_verbose(o->verbose);
 	tr.caps = self_caps(&seccomp);
 	ncpus = kernel_ncpus();

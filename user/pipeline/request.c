@@ -10,7 +10,6 @@
 #include "lib/hist.h"
 #include "lib/utf8.h"
 #include "pipeline/request.h"
-#include "pipeline/request_track.h"
 
 static const char *const outcome_names[OUTCOME_MAX] = {
 	[OUTCOME_OK] = "ok",
@@ -30,13 +29,8 @@ bool request_trace_forwarded(const struct request *r)
 	return !r->client && r->peer.set && tracectx_same(&r->trace.tp, &r->peer.tp);
 }
 
-struct request *request_new(uint32_t pid, uint64_t conn_id, uint32_t seq, const char *conn)
+void request_init(struct request *r, uint32_t pid, uint64_t conn_id, uint32_t seq, const char *conn)
 {
-	struct request_track *t = calloc(1, sizeof(*t));
-	struct request *r = t ? &t->r : NULL;
-
-	if (!r)
-		return NULL;
 	r->pid = pid;
 	r->conn_id = conn_id;
 	r->seq = seq;
@@ -47,26 +41,14 @@ struct request *request_new(uint32_t pid, uint64_t conn_id, uint32_t seq, const 
 	r->reasoning_tokens = -1;
 	r->grpc_status = -1;
 	r->chunk_tokens_ok = true;
-	return r;
 }
 
-void request_free(struct request *r)
+void request_release(struct request *r)
 {
-	struct request_track *t = request_track(r);
-
-	if (!r)
-		return;
-	/* Freed without finishing (the end of a run): its pair and the proxy's list forget it. */
-	if (t->pair)
-		request_track(t->pair)->pair = NULL;
-	if (t->open.next) {
-		t->open.prev->next = t->open.next;
-		t->open.next->prev = t->open.prev;
-	}
 	free(r->token_ns);
 	free(r->chunk_tokens);
-	free(t->batch);
-	free(t);
+	r->token_ns = NULL;
+	r->chunk_tokens = NULL;
 }
 
 int request_add_token(struct request *r, uint64_t ts)

@@ -144,8 +144,15 @@ const char *outcome_name(enum outcome o);
  * takes that parent-id as its own id (the upstream server names it as parent), so the served
  * span cannot also name it as its parent. docs/otlp.md, "Trace context". */
 bool request_trace_forwarded(const struct request *r);
+/* A request with its track (request_track.c): made with every count unknown, freed with what
+ * it holds. */
 struct request *request_new(uint32_t pid, uint64_t conn_id, uint32_t seq, const char *conn);
 void request_free(struct request *r);
+/* A request's own fields set as request_new sets them, and its arrays freed: the value's part,
+ * for request_track.c. */
+void request_init(struct request *r, uint32_t pid, uint64_t conn_id, uint32_t seq,
+		  const char *conn);
+void request_release(struct request *r);
 /* Appends a content frame time; -ENOMEM when the list cannot grow (the frame is still counted). */
 int request_add_token(struct request *r, uint64_t ts);
 /* A gRPC message: one chunk of output, which is answer text as far as the tracer can tell. */

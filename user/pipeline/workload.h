@@ -3,7 +3,7 @@
  * Where a traced process runs, as the node itself tells (docs/kubernetes.md): its container, by
  * the id in its cgroup path, and, in a Kubernetes pod, the pod's UID (also from the cgroup path)
  * and the names the kubelet gave the container runtime (its OCI bundle's annotations). The
- * loader finds it (user/loader/workload.c); a process's requests carry it, and so the sinks.
+ * loader finds it (user/loader/container.c); a process's requests carry it, and so the sinks.
  * Every string is printable text (utf8_clean), "" when not known.
  */
 #ifndef TS_WORKLOAD_H

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * A process's workload from what the node holds (user/loader/workload.c): pod UIDs in cgroup
+ * A process's workload from what the node holds (user/loader/container.c): pod UIDs in cgroup
  * paths of both drivers, and the names in containerd's and CRI-O's bundles, on a fake /proc
  * tree and fake runtime state under /tmp.
  */
@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "loader/workload.h"
+#include "loader/container.h"
 
 #define ID_A "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 #define ID_B "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210"
@@ -62,52 +62,52 @@ static const char crio_config[] =
 
 static bool annotations(const char *json, struct workload *w)
 {
-	return workload_annotations(json, strlen(json), w);
+	return container_annotations(json, strlen(json), w);
 }
 
 TEST(test_pod_uid)
 {
 	char uid[WORKLOAD_UID_LEN + 1];
 
-	ASSERT_TRUE(workload_pod_uid("0::/kubepods.slice/kubepods-burstable.slice/"
-				     "kubepods-burstable-pod" UID_ ".slice/cri-containerd-" ID_A
-				     ".scope\n",
-				     uid),
+	ASSERT_TRUE(container_pod_uid("0::/kubepods.slice/kubepods-burstable.slice/"
+				      "kubepods-burstable-pod" UID_ ".slice/cri-containerd-" ID_A
+				      ".scope\n",
+				      uid),
 		    "systemd driver");
 	ASSERT_STREQ(uid, UID, "underscores made dashes");
-	ASSERT_TRUE(workload_pod_uid(
+	ASSERT_TRUE(container_pod_uid(
 			"0::/kubepods.slice/kubepods-pod" UID_ ".slice/crio-" ID_A ".scope\n", uid),
 		    "guaranteed class (no QoS level)");
 	ASSERT_STREQ(uid, UID, "uid");
-	ASSERT_TRUE(workload_pod_uid("0::/kubepods/besteffort/pod" UID "/" ID_A "\n", uid),
+	ASSERT_TRUE(container_pod_uid("0::/kubepods/besteffort/pod" UID "/" ID_A "\n", uid),
 		    "cgroupfs driver");
 	ASSERT_STREQ(uid, UID, "uid");
-	ASSERT_TRUE(workload_pod_uid("0::/../../kubepods-besteffort-pod" UID_
-				     ".slice/cri-containerd-" ID_A ".scope\n",
-				     uid),
+	ASSERT_TRUE(container_pod_uid("0::/../../kubepods-besteffort-pod" UID_
+				      ".slice/cri-containerd-" ID_A ".scope\n",
+				      uid),
 		    "relative to the reader's cgroup namespace");
 	ASSERT_TRUE(
-	    workload_pod_uid("12:cpu:/kubepods/pod" UID "/" ID_A "\n1:name=systemd:/\n", uid),
+	    container_pod_uid("12:cpu:/kubepods/pod" UID "/" ID_A "\n1:name=systemd:/\n", uid),
 	    "cgroup v1: the first line");
 	ASSERT_TRUE(
-	    workload_pod_uid("0::/\n4:memory:/kubepods/burstable/pod" UID "/" ID_A "\n", uid),
+	    container_pod_uid("0::/\n4:memory:/kubepods/burstable/pod" UID "/" ID_A "\n", uid),
 	    "a v1 host lists 0::/ and the pod in its v1 hierarchies");
 	ASSERT_STREQ(uid, UID, "uid");
-	ASSERT_FALSE(workload_pod_uid("0::/system.slice/docker-" ID_A ".scope\n", uid),
+	ASSERT_FALSE(container_pod_uid("0::/system.slice/docker-" ID_A ".scope\n", uid),
 		     "a plain container is in no pod");
-	ASSERT_FALSE(workload_pod_uid("0::/user.slice/pod" UID "/x\n", uid),
+	ASSERT_FALSE(container_pod_uid("0::/user.slice/pod" UID "/x\n", uid),
 		     "pod<UID> outside kubepods is someone else's name");
-	ASSERT_FALSE(workload_pod_uid("0::/kubepods/podnot-a-uid/" ID_A "\n", uid), "no UID");
-	ASSERT_FALSE(workload_pod_uid("0::/kubepods.slice/kubepods-pod" UID_ "x.slice/\n", uid),
+	ASSERT_FALSE(container_pod_uid("0::/kubepods/podnot-a-uid/" ID_A "\n", uid), "no UID");
+	ASSERT_FALSE(container_pod_uid("0::/kubepods.slice/kubepods-pod" UID_ "x.slice/\n", uid),
 		     "a UID of the wrong length");
-	ASSERT_FALSE(workload_pod_uid("garbage", uid), "no cgroup line");
+	ASSERT_FALSE(container_pod_uid("garbage", uid), "no cgroup line");
 }
 
 TEST(test_annotations)
 {
 	struct workload w = { 0 };
 
-	ASSERT_TRUE(workload_annotations(containerd_config, strlen(containerd_config), &w),
+	ASSERT_TRUE(container_annotations(containerd_config, strlen(containerd_config), &w),
 		    "containerd's CRI plugin");
 	ASSERT_STREQ(w.k8s_namespace, "inference", "namespace");
 	ASSERT_STREQ(w.k8s_pod, "vllm-7d9f-x2", "pod");
@@ -115,7 +115,7 @@ TEST(test_annotations)
 	ASSERT_STREQ(w.pod_uid, UID, "the annotation's UID fills a gap");
 	memset(&w, 0, sizeof(w));
 	snprintf(w.pod_uid, sizeof(w.pod_uid), "ffffffff-aaaa-bbbb-cccc-0123456789ab");
-	ASSERT_TRUE(workload_annotations(crio_config, strlen(crio_config), &w), "CRI-O");
+	ASSERT_TRUE(container_annotations(crio_config, strlen(crio_config), &w), "CRI-O");
 	ASSERT_STREQ(w.k8s_namespace, "serving", "namespace");
 	ASSERT_STREQ(w.k8s_pod, "sglang-0", "pod");
 	ASSERT_STREQ(w.k8s_container, "server", "container");
@@ -146,7 +146,7 @@ TEST(test_annotations)
 
 TEST(test_bundles)
 {
-	struct workload_dirs dirs;
+	struct container_dirs dirs;
 	const char *given[2];
 	char state[128], storage[128], huge_path[256], *huge;
 	struct workload w;
@@ -159,7 +159,7 @@ TEST(test_bundles)
 	snprintf(storage, sizeof(storage), "%s/storage", root);
 	given[0] = state;
 	given[1] = storage;
-	workload_dirs_init(&dirs, given, 2);
+	container_dirs_init(&dirs, given, 2);
 	ASSERT_EQ(dirs.n, 6, "the given directories, then the four defaults");
 	ASSERT_STREQ(dirs.dir[0], state, "given first");
 
@@ -177,7 +177,7 @@ TEST(test_bundles)
 	    "aaaabbbbccccddddeeeeffff0000111122223333444455556666777788889999.scope\n");
 	snprintf(huge_path, sizeof(huge_path), "%s/proc", root);
 
-	ASSERT_OK(workload_of(huge_path, 10, &dirs, &w), "containerd pod");
+	ASSERT_OK(container_workload(huge_path, 10, &dirs, &w), "containerd pod");
 	ASSERT_STREQ(w.container_id, ID_A, "container id");
 	ASSERT_STREQ(w.pod_uid, UID, "pod uid");
 	ASSERT_STREQ(w.k8s_namespace, "inference", "namespace");
@@ -185,35 +185,35 @@ TEST(test_bundles)
 	ASSERT_STREQ(w.k8s_container, "engine", "container");
 	ASSERT_TRUE(workload_in_pod(&w), "in a pod");
 
-	ASSERT_OK(workload_of(huge_path, 11, &dirs, &w), "CRI-O pod");
+	ASSERT_OK(container_workload(huge_path, 11, &dirs, &w), "CRI-O pod");
 	ASSERT_STREQ(w.k8s_pod, "sglang-0", "pod");
 	ASSERT_STREQ(w.k8s_namespace, "serving", "namespace");
 
-	ASSERT_OK(workload_of(huge_path, 14, &dirs, &w), "plain container");
+	ASSERT_OK(container_workload(huge_path, 14, &dirs, &w), "plain container");
 	ASSERT_STREQ(w.container_id,
 		     "aaaabbbbccccddddeeeeffff0000111122223333444455556666777788889999", "its id");
 	ASSERT_FALSE(workload_in_pod(&w), "in no pod");
 	ASSERT_STREQ(w.k8s_namespace, "", "no names");
 
-	ASSERT_OK(workload_of(huge_path, 13, &dirs, &w), "host process");
+	ASSERT_OK(container_workload(huge_path, 13, &dirs, &w), "host process");
 	ASSERT_STREQ(w.container_id, "", "no container");
-	ASSERT_EQ(workload_of(huge_path, 99, &dirs, &w), -ESRCH, "a process gone");
+	ASSERT_EQ(container_workload(huge_path, 99, &dirs, &w), -ESRCH, "a process gone");
 
 	/* A pod whose bundle is in another containerd namespace is found there too. */
 	put("containerd/io.containerd.runtime.v2.task/default/" ID_B "/config.json",
 	    containerd_config);
 	memset(&w, 0, sizeof(w));
-	ASSERT_TRUE(workload_bundle(&dirs, ID_B, &w), "another namespace");
+	ASSERT_TRUE(container_bundle(&dirs, ID_B, &w), "another namespace");
 	/* A pod whose runtime state is not at hand keeps its cgroup's facts. */
-	workload_dirs_init(&dirs, NULL, 0);
-	ASSERT_OK(workload_of(huge_path, 10, &dirs, &w), "no state given");
+	container_dirs_init(&dirs, NULL, 0);
+	ASSERT_OK(container_workload(huge_path, 10, &dirs, &w), "no state given");
 	ASSERT_STREQ(w.pod_uid, UID, "the UID from the cgroup path");
 	ASSERT_STREQ(w.k8s_pod, "", "no name guessed");
 	ASSERT_TRUE(workload_in_pod(&w), "still in a pod");
 
-	/* A config.json larger than WORKLOAD_BUNDLE_MAX is not read (never a part of it). */
-	workload_dirs_init(&dirs, given, 1);
-	huge = malloc(WORKLOAD_BUNDLE_MAX + 2);
+	/* A config.json larger than CONTAINER_BUNDLE_MAX is not read (never a part of it). */
+	container_dirs_init(&dirs, given, 1);
+	huge = malloc(CONTAINER_BUNDLE_MAX + 2);
 	if (ASSERT_OK_PTR(huge, "malloc")) {
 		snprintf(huge_path, sizeof(huge_path),
 			 "%s/containerd/io.containerd.runtime.v2.task/k8s.io/" ID_A "/config.json",
@@ -221,15 +221,15 @@ TEST(test_bundles)
 		f = fopen(huge_path, "w");
 		if (ASSERT_OK_PTR(f, "open")) {
 			fputs(containerd_config, f);
-			memset(huge, ' ', WORKLOAD_BUNDLE_MAX + 1);
-			fwrite(huge, 1, WORKLOAD_BUNDLE_MAX + 1, f);
+			memset(huge, ' ', CONTAINER_BUNDLE_MAX + 1);
+			fwrite(huge, 1, CONTAINER_BUNDLE_MAX + 1, f);
 			fclose(f);
 		}
 		memset(&w, 0, sizeof(w));
-		ASSERT_FALSE(workload_bundle(&dirs, ID_A, &w), "too large");
+		ASSERT_FALSE(container_bundle(&dirs, ID_A, &w), "too large");
 		free(huge);
 	}
-	ASSERT_FALSE(workload_bundle(&dirs, "../../etc", &w), "an id is 64 hex digits, no path");
+	ASSERT_FALSE(container_bundle(&dirs, "../../etc", &w), "an id is 64 hex digits, no path");
 	nftw(root, rm, 16, FTW_DEPTH | FTW_PHYS);
 }
 

@@ -15,8 +15,8 @@
  * the node's pid namespace: the DaemonSet). Pod UIDs in cgroup paths: systemd's driver
  * `kubepods-burstable-pod<UID with _>.slice`, cgroupfs's `/kubepods/burstable/pod<UID>/`.
  */
-#ifndef TS_LOADER_WORKLOAD_H
-#define TS_LOADER_WORKLOAD_H
+#ifndef TS_LOADER_CONTAINER_H
+#define TS_LOADER_CONTAINER_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -25,27 +25,27 @@
 #include "pipeline/workload.h"
 
 /* Directories searched at most: those given, then the four defaults. */
-#define WORKLOAD_DIRS_MAX 12
+#define CONTAINER_DIRS_MAX 12
 /* The largest config.json read (a bundle's spec with its environment and mounts). */
-#define WORKLOAD_BUNDLE_MAX (1u << 20)
+#define CONTAINER_BUNDLE_MAX (1u << 20)
 
-struct workload_dirs {
-	const char *dir[WORKLOAD_DIRS_MAX];
+struct container_dirs {
+	const char *dir[CONTAINER_DIRS_MAX];
 	size_t n;
 };
 
-/* The dirs given (n of them, at most WORKLOAD_DIRS_MAX - 4 kept) followed by the defaults. */
-void workload_dirs_init(struct workload_dirs *d, const char *const *given, size_t n);
+/* The dirs given (n of them, at most CONTAINER_DIRS_MAX - 4 kept) followed by the defaults. */
+void container_dirs_init(struct container_dirs *d, const char *const *given, size_t n);
 /* The deepest pod UID in /proc/PID/cgroup's text, into uid (WORKLOAD_UID_LEN + 1 bytes). */
-bool workload_pod_uid(const char *cgroup, char *uid);
+bool container_pod_uid(const char *cgroup, char *uid);
 /* The Kubernetes names in a bundle's config.json (n bytes), into w (its pod UID only if w has
  * none); false when it has none (not a pod's container). */
-bool workload_annotations(const char *json, size_t n, struct workload *w);
+bool container_annotations(const char *json, size_t n, struct workload *w);
 /* The workload of the container id (with pod UID from cgroup, or NULL) under dirs: fills w.
  * Returns true when a bundle was read. */
-bool workload_bundle(const struct workload_dirs *dirs, const char *id, struct workload *w);
+bool container_bundle(const struct container_dirs *dirs, const char *id, struct workload *w);
 /* The workload of process pid under proc_root ("/proc"): 0, or -ESRCH when it is gone. */
-int workload_of(const char *proc_root, uint32_t pid, const struct workload_dirs *dirs,
-		struct workload *w);
+int container_workload(const char *proc_root, uint32_t pid, const struct container_dirs *dirs,
+		       struct workload *w);
 
 #endif

@@ -11,7 +11,7 @@
 #include "lib/utf8.h"
 #include "loader/discover.h"
 #include "loader/proc.h"
-#include "loader/workload.h"
+#include "loader/container.h"
 
 #define CGROUP_BYTES 4096
 
@@ -23,10 +23,10 @@ static const char *const default_dirs[] = {
 };
 #define NDEFAULT (sizeof(default_dirs) / sizeof(default_dirs[0]))
 
-void workload_dirs_init(struct workload_dirs *d, const char *const *given, size_t n)
+void container_dirs_init(struct container_dirs *d, const char *const *given, size_t n)
 {
 	d->n = 0;
-	for (size_t i = 0; i < n && d->n < WORKLOAD_DIRS_MAX - NDEFAULT; i++)
+	for (size_t i = 0; i < n && d->n < CONTAINER_DIRS_MAX - NDEFAULT; i++)
 		d->dir[d->n++] = given[i];
 	for (size_t i = 0; i < NDEFAULT; i++)
 		d->dir[d->n++] = default_dirs[i];
@@ -92,7 +92,7 @@ static bool uid_in(const char *path, size_t len, void *uid)
 	return path_uid(path, len, uid);
 }
 
-bool workload_pod_uid(const char *cgroup, char *uid)
+bool container_pod_uid(const char *cgroup, char *uid)
 {
 	return discover_cgroup_find(cgroup, uid_in, uid);
 }
@@ -105,7 +105,7 @@ static void take(char *dst, size_t cap, const struct jv *ann, const char *key)
 		utf8_clean(dst, cap, v->str, strlen(v->str));
 }
 
-bool workload_annotations(const char *json, size_t n, struct workload *w)
+bool container_annotations(const char *json, size_t n, struct workload *w)
 {
 	struct jv_arena a;
 	const struct jv *root, *ann, *type;
@@ -141,7 +141,7 @@ bool workload_annotations(const char *json, size_t n, struct workload *w)
 }
 
 /* The whole file at path, malloc'd and NUL-terminated; NULL when it cannot be read or is larger
- * than WORKLOAD_BUNDLE_MAX (never a part of it). */
+ * than CONTAINER_BUNDLE_MAX (never a part of it). */
 static char *read_whole(const char *path, size_t *len)
 {
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -155,7 +155,7 @@ static char *read_whole(const char *path, size_t *len)
 
 		if (n + 1 >= cap) {
 			size_t ncap = cap ? cap * 2 : 64 * 1024;
-			char *b = ncap <= WORKLOAD_BUNDLE_MAX ? realloc(buf, ncap) : NULL;
+			char *b = ncap <= CONTAINER_BUNDLE_MAX ? realloc(buf, ncap) : NULL;
 
 			if (!b)
 				goto fail;
@@ -183,7 +183,7 @@ static bool bundle_at(const char *path, struct workload *w)
 {
 	size_t n = 0;
 	char *json = read_whole(path, &n);
-	bool ok = json && workload_annotations(json, n, w);
+	bool ok = json && container_annotations(json, n, w);
 
 	free(json);
 	return ok;
@@ -223,7 +223,7 @@ static bool containerd_bundle(const char *dir, const char *id, struct workload *
 	return ok;
 }
 
-bool workload_bundle(const struct workload_dirs *dirs, const char *id, struct workload *w)
+bool container_bundle(const struct container_dirs *dirs, const char *id, struct workload *w)
 {
 	char path[4096];
 
@@ -240,8 +240,8 @@ bool workload_bundle(const struct workload_dirs *dirs, const char *id, struct wo
 	return false;
 }
 
-int workload_of(const char *proc_root, uint32_t pid, const struct workload_dirs *dirs,
-		struct workload *w)
+int container_workload(const char *proc_root, uint32_t pid, const struct container_dirs *dirs,
+		       struct workload *w)
 {
 	char path[512], text[CGROUP_BYTES];
 	const char *runtime;
@@ -252,7 +252,7 @@ int workload_of(const char *proc_root, uint32_t pid, const struct workload_dirs 
 		return -ESRCH;
 	if (!discover_container(text, w->container_id, &runtime))
 		return 0;
-	workload_pod_uid(text, w->pod_uid);
-	workload_bundle(dirs, w->container_id, w);
+	container_pod_uid(text, w->pod_uid);
+	container_bundle(dirs, w->container_id, w);
 	return 0;
 }
