@@ -74,6 +74,14 @@ if ! grep -q "pod$UID_/$CID" "/proc/$RSPID/cgroup"; then
 	finish
 fi
 
+"$TS" trace -p "$RSPID" --container-state "$TMP/no-such-dir" >/dev/null 2>"$TMP/baddir.txt"
+rc=$?
+if [ $rc -eq 2 ] && grep -q "container-state $TMP/no-such-dir: No such file or directory" "$TMP/baddir.txt"; then
+	ok "k8s-names: a --container-state that cannot be read is a usage error naming it"
+else
+	ko k8s-names "--container-state of a missing folder: exit $rc: $(head -n 1 "$TMP/baddir.txt")"
+fi
+
 MPORT=$((20000 + RANDOM % 20000))
 "$TS" trace -p "$RSPID" -p "$HOSTPID" --json --container-state "$STATE" \
 	--listen "127.0.0.1:$MPORT" >"$TMP/trace.out" 2>"$TMP/trace.err" &

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "sinks/httpd.h"
 #include "cli/report.h"
@@ -383,6 +384,8 @@ static error_t trace_parse(int key, char *arg, struct argp_state *state)
 		if (o->ncontainer_state == TRACE_STATE_DIRS_MAX)
 			argp_error(state, "at most %d --container-state directories",
 				   TRACE_STATE_DIRS_MAX);
+		if (access(arg, R_OK | X_OK))
+			argp_error(state, "--container-state %s: %s", arg, strerror(errno));
 		o->container_state[o->ncontainer_state++] = arg;
 		break;
 	case ARGP_KEY_ARG:
