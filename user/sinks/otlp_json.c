@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include <errno.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -302,16 +303,44 @@ static void put_span(const struct otlp_resource *o, struct jsonw *w, const struc
 	}
 }
 
-static bool same_workload(const struct workload *a, const struct workload *b)
+/* Where the serving process runs, by the semantic conventions, in the order the resource
+ * carries them: each a member of struct workload, "" when not known. */
+static const struct {
+	const char *key;
+	size_t off;
+} workload_attrs[] = {
+	{ "container.id", offsetof(struct workload, container_id) },
+	{ "k8s.namespace.name", offsetof(struct workload, k8s_namespace) },
+	{ "k8s.pod.name", offsetof(struct workload, k8s_pod) },
+	{ "k8s.pod.uid", offsetof(struct workload, pod_uid) },
+	{ "k8s.container.name", offsetof(struct workload, k8s_container) },
+};
+#define NWORKLOAD_ATTRS (sizeof(workload_attrs) / sizeof(workload_attrs[0]))
+
+static const char *workload_attr(const struct workload *wl, size_t i)
 {
-	return !strcmp(a->container_id, b->container_id) && !strcmp(a->pod_uid, b->pod_uid) &&
-	       !strcmp(a->k8s_namespace, b->k8s_namespace) && !strcmp(a->k8s_pod, b->k8s_pod) &&
-	       !strcmp(a->k8s_container, b->k8s_container);
+	return (const char *)wl + workload_attrs[i].off;
 }
 
-/* The resource: the service, the node (host.name), and where the serving process runs by the
- * semantic conventions (container.id; k8s.namespace.name, k8s.pod.name, k8s.pod.uid,
- * k8s.container.name in a pod), each only when known. */
+static bool same_workload(const struct workload *a, const struct workload *b)
+{
+	for (size_t i = 0; i < NWORKLOAD_ATTRS; i++)
+		if (strcmp(workload_attr(a, i), workload_attr(b, i)))
+			return false;
+	return true;
+}
+
+/* Whether the workload sets attribute key itself (it then wins over the environment's). */
+static bool workload_sets(const struct workload *wl, const char *key)
+{
+	for (size_t i = 0; i < NWORKLOAD_ATTRS; i++)
+		if (workload_attr(wl, i)[0] && !strcmp(key, workload_attrs[i].key))
+			return true;
+	return false;
+}
+
+/* The resource: the service, the node (host.name), where the serving process runs
+ * (workload_attrs, each only when known), then the environment's attributes. */
 static void put_resource(const struct otlp_resource *o, struct jsonw *w, const struct workload *wl)
 {
 	jsonw_obj_begin(w, "resource");
@@ -319,27 +348,12 @@ static void put_resource(const struct otlp_resource *o, struct jsonw *w, const s
 	attr_str(w, "service.name", o->service_name);
 	if (o->hostname && o->hostname[0])
 		attr_str(w, "host.name", o->hostname);
-	if (wl->container_id[0])
-		attr_str(w, "container.id", wl->container_id);
-	if (wl->k8s_namespace[0])
-		attr_str(w, "k8s.namespace.name", wl->k8s_namespace);
-	if (wl->k8s_pod[0])
-		attr_str(w, "k8s.pod.name", wl->k8s_pod);
-	if (wl->pod_uid[0])
-		attr_str(w, "k8s.pod.uid", wl->pod_uid);
-	if (wl->k8s_container[0])
-		attr_str(w, "k8s.container.name", wl->k8s_container);
-	for (size_t i = 0; i < o->nattrs; i++) {
-		const char *k = o->attrs[i].key;
-
-		if ((wl->container_id[0] && !strcmp(k, "container.id")) ||
-		    (wl->k8s_namespace[0] && !strcmp(k, "k8s.namespace.name")) ||
-		    (wl->k8s_pod[0] && !strcmp(k, "k8s.pod.name")) ||
-		    (wl->pod_uid[0] && !strcmp(k, "k8s.pod.uid")) ||
-		    (wl->k8s_container[0] && !strcmp(k, "k8s.container.name")))
-			continue;
-		attr_str(w, k, o->attrs[i].value);
-	}
+	for (size_t i = 0; i < NWORKLOAD_ATTRS; i++)
+		if (workload_attr(wl, i)[0])
+			attr_str(w, workload_attrs[i].key, workload_attr(wl, i));
+	for (size_t i = 0; i < o->nattrs; i++)
+		if (!workload_sets(wl, o->attrs[i].key))
+			attr_str(w, o->attrs[i].key, o->attrs[i].value);
 	jsonw_arr_end(w);
 	jsonw_obj_end(w);
 }
