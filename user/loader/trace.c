@@ -56,6 +56,16 @@ struct tracer {
 	bool quiet_done;	   /* ... once looked at */
 };
 
+/* What a write to the recording returned: an I/O error stops the recording (tracing goes on),
+ * said once; a record refused as malformed (-EINVAL) is counted by the writer. */
+static void record_result(struct tracer *tr, int err)
+{
+	if (err && err != -EINVAL) {
+		tr->rec_err = err;
+		fprintf(stderr, "tokenscope: recording stopped: %s\n", strerror(-err));
+	}
+}
+
 static int on_record(void *ctx, void *data, size_t size)
 {
 	struct tracer *tr = ctx;
@@ -67,14 +77,8 @@ static int on_record(void *ctx, void *data, size_t size)
 		return 0;
 	}
 
-	if (tr->recording && !tr->rec_err) {
-		int err = record_write(&tr->rec, data, size);
-
-		if (err && err != -EINVAL) {
-			tr->rec_err = err;
-			fprintf(stderr, "tokenscope: recording stopped: %s\n", strerror(-err));
-		}
-	}
+	if (tr->recording && !tr->rec_err)
+		record_result(tr, record_write(&tr->rec, data, size));
 
 	pipeline_feed(tr->pl, data, size);
 	/* A child forked: by the main thread with shared probes, it carries its parent's from
@@ -343,32 +347,21 @@ static int trace_follow(struct tracer *tr, uint32_t pid, bool root)
 static void record_followed(struct tracer *tr, uint32_t pid)
 {
 	struct ts_proc_event e = { .hdr = { TS_EV_PROC_FORK, sizeof(e), pid, pid } };
-	int err;
 
 	if (!tr->recording || tr->rec_err)
 		return;
 	e.ts_ns = mono_ns();
-	err = record_write(&tr->rec, &e, sizeof(e));
-	if (err && err != -EINVAL) {
-		tr->rec_err = err;
-		fprintf(stderr, "tokenscope: recording stopped: %s\n", strerror(-err));
-	}
+	record_result(tr, record_write(&tr->rec, &e, sizeof(e)));
 }
 
 /* Where a followed process runs, for the pipeline and, when it runs somewhere, for the
  * recording (a replay cannot read /proc or the runtime's state). */
 static void label_process(struct tracer *tr, uint32_t pid, const struct workload *wl)
 {
-	int err;
-
 	pipeline_label_process(tr->pl, pid, wl);
 	if (!wl || !wl->container_id[0] || !tr->recording || tr->rec_err)
 		return;
-	err = record_write_workload(&tr->rec, pid, mono_ns(), wl);
-	if (err && err != -EINVAL) {
-		tr->rec_err = err;
-		fprintf(stderr, "tokenscope: recording stopped: %s\n", strerror(-err));
-	}
+	record_result(tr, record_write_workload(&tr->rec, pid, mono_ns(), wl));
 }
 
 static void follow_descendant(void *ctx, uint32_t pid)
