@@ -61,8 +61,8 @@ enum reqbody_limit {
 };
 
 struct reqbody_slots {
-	bool model_set, stream_set, usage_set;
-	bool set[RK_COUNT]; /* the join keys: first occurrence wins */
+	bool set[RK_COUNT]; /* a key seen (model, stream, include_usage, the join keys): the first
+			       wins */
 	bool limit_set[RL_COUNT];
 	int64_t limit[RL_COUNT];
 };
@@ -153,11 +153,12 @@ static void reqbody_set_limit(struct reqbody_slots *sl, enum reqbody_key key, do
 static void reqbody_set_bool(struct reqbody_slots *sl, struct req_info *out, enum reqbody_key key,
 			     bool v)
 {
-	if (key == RK_STREAM && !sl->stream_set) {
-		sl->stream_set = true;
+	if (key == RK_STREAM && !sl->set[RK_STREAM]) {
+		sl->set[RK_STREAM] = true;
 		out->stream = v ? 1 : 0;
-	} else if (key == RK_STREAM_OPTIONS_INCLUDE_USAGE && !sl->usage_set) {
-		sl->usage_set = true;
+	} else if (key == RK_STREAM_OPTIONS_INCLUDE_USAGE &&
+		   !sl->set[RK_STREAM_OPTIONS_INCLUDE_USAGE]) {
+		sl->set[RK_STREAM_OPTIONS_INCLUDE_USAGE] = true;
 		out->include_usage = v;
 	} else if ((key == RK_KV_DO_REMOTE_PREFILL || key == RK_KV_DO_REMOTE_DECODE) &&
 		   !sl->set[key]) {
@@ -233,8 +234,8 @@ static void reqbody_finish(const struct reqbody_slots *sl, struct req_info *out)
 static void reqbody_json_member(struct reqbody_slots *sl, struct req_info *out,
 				enum reqbody_key key, const struct jv *v)
 {
-	if (key == RK_MODEL && jv_is_string(v) && !sl->model_set) {
-		sl->model_set = true;
+	if (key == RK_MODEL && jv_is_string(v) && !sl->set[RK_MODEL]) {
+		sl->set[RK_MODEL] = true;
 		utf8_clean(out->model, sizeof(out->model), v->str, strlen(v->str));
 	} else if (jv_is_string(v)) {
 		reqbody_set_str(sl, out, key, v->str);
@@ -484,10 +485,10 @@ static void reqbody_scan(const uint8_t *buf, size_t len, struct reqbody_slots *s
 		} else if (c == '"') {
 			if (!reqbody_string(&sc, &start, &slen))
 				return;
-			if (key == RK_MODEL && !sl->model_set) {
+			if (key == RK_MODEL && !sl->set[RK_MODEL]) {
 				char raw[REQBODY_MODEL_MAX];
 
-				sl->model_set = true;
+				sl->set[RK_MODEL] = true;
 				reqbody_unescape(sc.s + start, slen, raw, sizeof(raw));
 				utf8_clean(out->model, sizeof(out->model), raw, strlen(raw));
 			} else if (key >= RK_KV_REMOTE_ENGINE_ID && !sl->set[key]) {
