@@ -103,6 +103,48 @@ TEST(test_pod_uid)
 	ASSERT_FALSE(container_pod_uid("garbage", uid), "no cgroup line");
 }
 
+/* A UID is checked whole before a byte of it is written: a failed one leaves nothing behind, and
+ * two never mix (the defects an outside fuzz run found). */
+TEST(test_pod_uid_whole)
+{
+	char uid[WORKLOAD_UID_LEN + 1];
+	struct workload w;
+
+	/* pod<good>/pod<bad>: the bad one's 35 characters once overwrote the good one's. */
+	memset(uid, 'z', sizeof(uid));
+	ASSERT_TRUE(container_pod_uid("0::/kubepods/pod" UID "/pod"
+				      "ffffffff-aaaa-bbbb-cccc-0123456789aX/" ID_A "\n",
+				      uid),
+		    "the good UID of the two");
+	ASSERT_STREQ(uid, UID, "not a mixture");
+	/* Nothing matched: the buffer is not touched (no leftover prefix). */
+	memset(uid, 'z', sizeof(uid));
+	uid[WORKLOAD_UID_LEN] = 0;
+	ASSERT_FALSE(
+	    container_pod_uid("0::/kubepods/pod12345678-aaaa-bbbb-cccc-0123456789aX/x\n", uid),
+	    "a bad last character");
+	ASSERT_STREQ(uid, "zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz", "untouched");
+	/* container_workload's UID comes only from a whole match. */
+	memset(&w, 0, sizeof(w));
+	ASSERT_FALSE(
+	    annotations("{\"annotations\":{\"io.kubernetes.pod.name\":\"p\","
+			"\"io.kubernetes.pod.uid\":\"12345678-aaaa-bbbb-cccc-0123456789a\"}}",
+			&w) &&
+		w.pod_uid[0],
+	    "a 35-character annotation");
+	ASSERT_STREQ(w.pod_uid, "", "no UID taken from 35 characters");
+	memset(&w, 0, sizeof(w));
+	annotations("{\"annotations\":{\"io.kubernetes.pod.name\":\"p\","
+		    "\"io.kubernetes.pod.uid\":\"" UID "ab\"}}",
+		    &w);
+	ASSERT_STREQ(w.pod_uid, "", "a 38-character annotation is not cut to a UID");
+	memset(&w, 0, sizeof(w));
+	annotations("{\"annotations\":{\"io.kubernetes.cri.sandbox-name\":\"p\","
+		    "\"io.kubernetes.cri.sandbox-uid\":\"" UID "\"}}",
+		    &w);
+	ASSERT_STREQ(w.pod_uid, UID, "a whole one is");
+}
+
 TEST(test_annotations)
 {
 	struct workload w = { 0 };
@@ -148,7 +190,7 @@ TEST(test_bundles)
 {
 	struct container_dirs dirs;
 	const char *given[2];
-	char state[128], storage[128], huge_path[256], *huge;
+	char state[128], storage[128], huge_path[256], target[256], *huge;
 	struct workload w;
 	FILE *f;
 
@@ -230,6 +272,30 @@ TEST(test_bundles)
 		free(huge);
 	}
 	ASSERT_FALSE(container_bundle(&dirs, "../../etc", &w), "an id is 64 hex digits, no path");
+
+	/* The state directory is another process's: a symbolic link in config.json's place is not
+	 * followed, a FIFO there neither blocks nor is read, nor is a directory. */
+	snprintf(huge_path, sizeof(huge_path),
+		 "%s/containerd/io.containerd.runtime.v2.task/k8s.io/" ID_A "/config.json", root);
+	put("elsewhere.json", containerd_config);
+	unlink(huge_path);
+	snprintf(target, sizeof(target), "%s/elsewhere.json", root);
+	if (ASSERT_OK(symlink(target, huge_path), "symlink")) {
+		memset(&w, 0, sizeof(w));
+		ASSERT_FALSE(container_bundle(&dirs, ID_A, &w), "a symbolic link is not followed");
+		ASSERT_STREQ(w.k8s_pod, "", "nothing read through it");
+	}
+	unlink(huge_path);
+	if (ASSERT_OK(mkfifo(huge_path, 0600), "mkfifo")) {
+		memset(&w, 0, sizeof(w));
+		ASSERT_FALSE(container_bundle(&dirs, ID_A, &w), "a FIFO: not read, not waited on");
+	}
+	unlink(huge_path);
+	if (ASSERT_OK(mkdir(huge_path, 0700), "mkdir")) {
+		memset(&w, 0, sizeof(w));
+		ASSERT_FALSE(container_bundle(&dirs, ID_A, &w), "a directory");
+		rmdir(huge_path);
+	}
 	nftw(root, rm, 16, FTW_DEPTH | FTW_PHYS);
 }
 

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "lib/json.h"
@@ -33,7 +34,8 @@ void container_dirs_init(struct container_dirs *d, const char *const *given, siz
 }
 
 /* A pod UID of 36 bytes at s: hex digits and dashes (8-4-4-4-12), with '_' for '-' under the
- * systemd driver. Copied to uid with dashes. */
+ * systemd driver. Checked whole before anything is written: uid is untouched unless the whole
+ * UID is one, and then holds it with dashes. */
 static bool uid_at(const char *s, size_t n, char *uid)
 {
 	if (n != WORKLOAD_UID_LEN)
@@ -45,8 +47,9 @@ static bool uid_at(const char *s, size_t n, char *uid)
 		if (dash ? c != '-' && c != '_'
 			 : !((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
 			return false;
-		uid[i] = dash ? '-' : c;
 	}
+	for (size_t i = 0; i < n; i++)
+		uid[i] = s[i] == '_' ? '-' : s[i];
 	uid[n] = 0;
 	return true;
 }
@@ -108,8 +111,7 @@ static void take(char *dst, size_t cap, const struct jv *ann, const char *key)
 bool container_annotations(const char *json, size_t n, struct workload *w)
 {
 	struct jv_arena a;
-	const struct jv *root, *ann, *type;
-	char uid[WORKLOAD_UID_LEN + 1] = "";
+	const struct jv *root, *ann, *type, *uid = NULL;
 
 	jv_arena_init(&a, NULL, 0);
 	root = jv_parse(&a, json, n);
@@ -120,7 +122,7 @@ bool container_annotations(const char *json, size_t n, struct workload *w)
 		take(w->k8s_namespace, sizeof(w->k8s_namespace), ann,
 		     "io.kubernetes.cri.sandbox-namespace");
 		take(w->k8s_pod, sizeof(w->k8s_pod), ann, "io.kubernetes.cri.sandbox-name");
-		take(uid, sizeof(uid), ann, "io.kubernetes.cri.sandbox-uid");
+		uid = jv_get(ann, "io.kubernetes.cri.sandbox-uid");
 		/* The pod's sandbox (pause) container has no container name. */
 		if (!jv_is_string(type) || strcmp(type->str, "sandbox"))
 			take(w->k8s_container, sizeof(w->k8s_container), ann,
@@ -129,27 +131,33 @@ bool container_annotations(const char *json, size_t n, struct workload *w)
 		take(w->k8s_namespace, sizeof(w->k8s_namespace), ann,
 		     "io.kubernetes.pod.namespace");
 		take(w->k8s_pod, sizeof(w->k8s_pod), ann, "io.kubernetes.pod.name");
-		take(uid, sizeof(uid), ann, "io.kubernetes.pod.uid");
+		uid = jv_get(ann, "io.kubernetes.pod.uid");
 		take(w->k8s_container, sizeof(w->k8s_container), ann,
 		     "io.kubernetes.container.name");
 	}
-	/* The cgroup path's UID is the kernel's word; the annotation only fills a gap. */
-	if (!w->pod_uid[0] && uid[0])
-		uid_at(uid, strlen(uid), w->pod_uid);
+	/* The cgroup path's UID is the kernel's word; the annotation only fills a gap, and only
+	 * with a whole UID (never one cut to length). */
+	if (!w->pod_uid[0] && jv_is_string(uid))
+		uid_at(uid->str, strlen(uid->str), w->pod_uid);
 	jv_arena_reset(&a);
 	return w->k8s_pod[0] != 0;
 }
 
-/* The whole file at path, malloc'd and NUL-terminated; NULL when it cannot be read or is larger
- * than CONTAINER_BUNDLE_MAX (never a part of it). */
+/* The whole file at path, malloc'd and NUL-terminated; NULL when it cannot be read, is not a
+ * regular file, or is larger than CONTAINER_BUNDLE_MAX (never a part of it). The state directory
+ * is another process's to write: a symbolic link in the file's place is not followed, and a FIFO
+ * or device there neither blocks the open nor is read. */
 static char *read_whole(const char *path, size_t *len)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
 	size_t cap = 0, n = 0;
 	char *buf = NULL;
+	struct stat st;
 
 	if (fd < 0)
 		return NULL;
+	if (fstat(fd, &st) || !S_ISREG(st.st_mode) || st.st_size > (off_t)CONTAINER_BUNDLE_MAX)
+		goto fail;
 	for (;;) {
 		ssize_t r;
 
