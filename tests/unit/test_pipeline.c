@@ -2059,6 +2059,67 @@ out:
 	h_close(&h);
 }
 
+/*
+ * A step record that ends before it starts (a damaged record, a crafted recording) is a bad
+ * record, never a step: before, a recompute step ending 0.1 ms before the first step it
+ * followed gave "preempted_ms":-0.100 (and 2^64 ns, wrapped, in the summary and Prometheus).
+ */
+TEST(test_step_ending_before_it_starts)
+{
+	struct harness h;
+	const uint64_t ms = 1000000;
+	uint64_t bad0;
+	cJSON *l;
+
+	h_open(&h);
+	conn_event(&h, TS_EV_CONN_OPEN, 1, 5, 500);
+	conn_event(&h, TS_EV_CONN_OPEN, 2, 6, 500);
+	send_request(&h, 1, 1 * ms);
+	send_request(&h, 2, 1 * ms + 100000);
+	data_event(&h, 1, TS_DIR_OUT, HEAD_SSE, 1 * ms + 200000);
+	data_event(&h, 2, TS_DIR_OUT, HEAD_SSE, 1 * ms + 200000);
+	gpu_step_event(&h, 2 * ms, 10 * ms, 40, 0);
+	chunk(&h, 1, TOK, 10 * ms + 100000);
+	chunk(&h, 2, TOK, 10 * ms + 200000);
+	/* Two decode steps that ride request 2 alone, then a "recompute" of request 1 whose end
+	 * (20.9 ms) is before its start (41 ms) and before the first step it would follow. */
+	gpu_step_event(&h, 11 * ms, 20 * ms, 2, 1);
+	chunk(&h, 2, TOK, 20 * ms + 200000);
+	gpu_step_event(&h, 21 * ms, 30 * ms, 2, 1);
+	chunk(&h, 2, TOK, 30 * ms + 200000);
+	bad0 = h.pl.bad_records;
+	{
+		struct ts_gpu_step_event e = { .hdr = { TS_EV_GPU_STEP, sizeof(e), 200, 200 } };
+
+		e.start_ns = 41 * ms;
+		e.wait_start_ns = 20 * ms + 850000;
+		e.end_ns = 20 * ms + 900000;
+		e.launches = 40;
+		e.waits = 1;
+		ASSERT_TRUE(pipeline_feed(&h.pl, &e, sizeof(e)) < 0, "refused");
+		/* A wait that began after it ended, and a step with no end at all. */
+		e.start_ns = 40 * ms;
+		e.wait_start_ns = 49 * ms;
+		e.end_ns = 48 * ms;
+		ASSERT_TRUE(pipeline_feed(&h.pl, &e, sizeof(e)) < 0, "wait after end refused");
+		e.wait_start_ns = e.end_ns = 0;
+		ASSERT_TRUE(pipeline_feed(&h.pl, &e, sizeof(e)) < 0, "no end refused");
+	}
+	ASSERT_EQ(h.pl.bad_records - bad0, 3, "counted as bad records");
+	chunk(&h, 1, TOK, 41 * ms);
+	chunk(&h, 1, DONE, 41 * ms + 10000);
+	data_event(&h, 1, TS_DIR_OUT, "0\r\n\r\n", 41 * ms + 20000);
+	pipeline_clock(&h.pl, 41 * ms + GPU_BATCH_WAIT_NS);
+	pipeline_tick(&h.pl);
+	if (!ASSERT_EQ(h_lines(&h), 1, "request 1's line"))
+		goto out;
+	l = h.lines[0];
+	ASSERT_EQ(num(l, "preemptions"), 0, "no preemption from a bad record");
+	ASSERT_EQ(num(l, "preempted_ms"), 0, "no time out of the batch, never a negative one");
+out:
+	h_close(&h);
+}
+
 int main(void)
 {
 	return check_run_all();

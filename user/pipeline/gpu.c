@@ -153,6 +153,13 @@ static void keep_orphan(struct gpu_timeline *g, struct gpu_proc *p, const struct
 	g->orphans[at].run = *r;
 }
 
+bool gpu_step_times_ok(const struct ts_gpu_step_event *e)
+{
+	uint64_t start = e->start_ns ? e->start_ns : e->wait_start_ns;
+
+	return e->end_ns && e->wait_start_ns && start <= e->end_ns && e->wait_start_ns <= e->end_ns;
+}
+
 void gpu_add(struct gpu_timeline *g, const struct ts_gpu_step_event *e, struct gpu_step *out)
 {
 	struct gpu_step lone, *s = gpu_slot(g);

@@ -119,6 +119,12 @@ void gpu_free(struct gpu_timeline *g);
 enum step_kind gpu_classify(uint32_t launches, uint32_t graph_launches);
 /* Adds a step record; the classified step is copied to *out when out is not NULL. A step of a
  * process with device times is held (out->pending): gpu_next_ready gives it back. */
+/* Whether a step record's times can be a step's: it ends no earlier than it started and than
+ * its wait began, and it ends at all. Its first call may come after the wait began (another
+ * thread launched while this one waited). A record that fails is a bad record, never a step: a
+ * step that ends before it starts would give every duration built on it a negative or wrapped
+ * value. */
+bool gpu_step_times_ok(const struct ts_gpu_step_event *e);
 void gpu_add(struct gpu_timeline *g, const struct ts_gpu_step_event *e, struct gpu_step *out);
 /* Whether records of a library of this ABI version are read (this one's, and version 1's, whose
  * counters are shorter: events.h). */

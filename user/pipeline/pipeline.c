@@ -347,7 +347,7 @@ int pipeline_feed(struct pipeline *pl, const void *rec, size_t len)
 	case TS_EV_GPU_STEP: {
 		struct gpu_step s;
 
-		if (len != sizeof(struct ts_gpu_step_event))
+		if (len != sizeof(struct ts_gpu_step_event) || !gpu_step_times_ok(rec))
 			goto bad;
 		gpu_add(&pl->gpu, rec, &s);
 		if (s.end_ns > pl->last_ns)
