@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include "check.h"
+#include "pipeline/proxy.h"
 #include "pipeline/gpu.h"
 #include "sinks/otlp.h"
 #include "pipeline/request.h"
@@ -966,7 +967,10 @@ TEST(test_trace_context_ids)
 	request_free(s);
 	request_free(c);
 
-	/* A gateway that sends its own traceparent (same trace, a new parent-id): plain rules. */
+	/* A gateway that sends its own traceparent (same trace, a new parent-id, which names the
+	 * gateway's own span): the served span is the child of the incoming parent-id, the client
+	 * span has an id of its own (taking the header's would make a loop possible), child of
+	 * the served span. */
 	s = traced(1, 0, false, tp);
 	c = traced(2, 0, true, tp2);
 	pair(s, c);
@@ -974,10 +978,18 @@ TEST(test_trace_context_ids)
 	otlp_span_ids(key, c, &ci);
 	ASSERT_TRUE(!si.forwarded && !memcmp(si.parent_id, s->trace.tp.parent_id, 8),
 		    "served: child of the incoming parent-id");
-	ASSERT_TRUE(!memcmp(ci.span_id, c->trace.tp.parent_id, 8) &&
+	ASSERT_TRUE(memcmp(ci.span_id, c->trace.tp.parent_id, 8) != 0 &&
+			!memcmp(ci.trace_id, c->trace.tp.trace_id, 16) &&
 			!memcmp(ci.parent_id, si.span_id, 8),
-		    "client: its own parent-id, child of the served span");
+		    "client: its own id in the header's trace, child of the served span");
 	request_free(s);
+	request_free(c);
+
+	/* Not paired (an application's SDK call): the span its header names, no parent. */
+	c = traced(2, 0, true, tp2);
+	otlp_span_ids(key, c, &ci);
+	ASSERT_TRUE(!memcmp(ci.span_id, c->trace.tp.parent_id, 8) && is_zero(ci.parent_id, 8),
+		    "unpaired client: the header's span, a root here");
 	request_free(c);
 
 	/* An upstream call in another trace than its served request: no parent across traces. */
@@ -985,8 +997,8 @@ TEST(test_trace_context_ids)
 	c = traced(2, 0, true, other);
 	pair(s, c);
 	otlp_span_ids(key, c, &ci);
-	ASSERT_TRUE(!memcmp(ci.span_id, c->trace.tp.parent_id, 8) && is_zero(ci.parent_id, 8),
-		    "another trace: its own span, no parent");
+	ASSERT_TRUE(!memcmp(ci.trace_id, c->trace.tp.trace_id, 16) && is_zero(ci.parent_id, 8),
+		    "another trace: in the header's trace, no parent");
 	request_free(s);
 	request_free(c);
 
@@ -1012,6 +1024,95 @@ TEST(test_trace_context_ids)
 			!is_zero(ci.trace_id, 16),
 		    "its own ids");
 	request_free(c);
+}
+
+/* The parent of span id `id` among n spans' ids (trace and span); NULL when none is one of them. */
+static const struct otlp_ids *parent_of(const struct otlp_ids *all, int n, const struct otlp_ids *x)
+{
+	if (is_zero(x->parent_id, 8))
+		return NULL;
+	for (int i = 0; i < n; i++)
+		if (!memcmp(all[i].trace_id, x->trace_id, 16) &&
+		    !memcmp(all[i].span_id, x->parent_id, 8))
+			return &all[i];
+	return NULL;
+}
+
+/* Whether following parents from any of the n spans comes back to it. */
+static bool has_loop(const struct otlp_ids *all, int n)
+{
+	for (int i = 0; i < n; i++) {
+		const struct otlp_ids *p = &all[i];
+
+		for (int k = 0; k <= n && (p = parent_of(all, n, p)); k++)
+			if (p == &all[i])
+				return true;
+	}
+	return false;
+}
+
+/*
+ * The outside fuzz run's loop: one client sends two requests of one trace (parents A and B)
+ * through a proxy that forwards traceparent unchanged but sends the upstream calls in the
+ * other order. Paired by order, the four spans' parents went CLIENT b -> SERVER 1 -> CLIENT a
+ * -> SERVER 2 -> CLIENT b. Paired by the header they carry, each call is its own request's;
+ * and whatever the pairing, the ids make no loop.
+ */
+TEST(test_trace_context_no_loop)
+{
+	static const char tp_a[] = "00-4bf92f3577b34da6a3ce929d0e0e4736-aaaaaaaaaaaaaaaa-01";
+	static const char tp_b[] = "00-4bf92f3577b34da6a3ce929d0e0e4736-bbbbbbbbbbbbbbbb-01";
+	const uint64_t key = 77;
+	struct proxy p;
+	struct request *s1 = traced(1, 0, false, tp_a), *s2 = traced(2, 0, false, tp_b);
+	struct request *cb = traced(3, 0, true, tp_b), *ca = traced(4, 0, true, tp_a);
+	struct otlp_ids ids[4];
+
+	s1->arrival_ns = 100, s2->arrival_ns = 200, cb->arrival_ns = 300, ca->arrival_ns = 400;
+	proxy_init(&p);
+	proxy_start(&p, s1);
+	proxy_start(&p, s2);
+	proxy_start(&p, cb);
+	proxy_start(&p, ca);
+	ASSERT_TRUE(cb->peer.set && cb->peer.conn_id == 2, "b's call paired with b's request");
+	ASSERT_TRUE(ca->peer.set && ca->peer.conn_id == 1, "a's call paired with a's request");
+	otlp_span_ids(key, s1, &ids[0]);
+	otlp_span_ids(key, s2, &ids[1]);
+	otlp_span_ids(key, cb, &ids[2]);
+	otlp_span_ids(key, ca, &ids[3]);
+	ASSERT_TRUE(ids[0].forwarded && ids[1].forwarded, "both served spans roots");
+	ASSERT_TRUE(!memcmp(ids[3].parent_id, ids[0].span_id, 8) &&
+			!memcmp(ids[2].parent_id, ids[1].span_id, 8),
+		    "each call the child of its own request");
+	ASSERT_FALSE(has_loop(ids, 4), "no loop");
+	proxy_done(&p, cb);
+	proxy_done(&p, ca);
+	proxy_done(&p, s1);
+	proxy_done(&p, s2);
+	request_free(s1);
+	request_free(s2);
+	request_free(cb);
+	request_free(ca);
+
+	/* The pairing crossed anyway (paired by hand, as order alone did): still no loop. */
+	s1 = traced(1, 0, false, tp_a);
+	s2 = traced(2, 0, false, tp_b);
+	cb = traced(3, 0, true, tp_b);
+	ca = traced(4, 0, true, tp_a);
+	pair(s1, cb);
+	pair(s2, ca);
+	otlp_span_ids(key, s1, &ids[0]);
+	otlp_span_ids(key, s2, &ids[1]);
+	otlp_span_ids(key, cb, &ids[2]);
+	otlp_span_ids(key, ca, &ids[3]);
+	ASSERT_FALSE(has_loop(ids, 4), "no loop when paired wrongly");
+	for (int i = 0; i < 4; i++)
+		ASSERT_TRUE(memcmp(ids[i].span_id, ids[i].parent_id, 8) != 0,
+			    "never its own parent");
+	request_free(s1);
+	request_free(s2);
+	request_free(cb);
+	request_free(ca);
 }
 
 TEST(test_trace_context_encoded)

@@ -38,6 +38,23 @@ static void peer_take(struct request_peer *to, const struct request *from)
 	to->end_ns = from->end_ns;
 }
 
+/* The oldest served request of r's process that arrived before r, is open and not paired; with
+ * same_context, also one whose traceparent is r's. */
+static struct request_track *oldest_free(struct proxy *p, const struct request *r,
+					 bool same_context)
+{
+	for (struct request_link *l = p->open.next; l != &p->open; l = l->next) {
+		struct request_track *st = of_link(l);
+		const struct request *s = &st->r;
+
+		if (s->pid != r->pid || st->pair || s->peer.set || s->arrival_ns > r->arrival_ns)
+			continue;
+		if (!same_context || tracectx_same(&s->trace.tp, &r->trace.tp))
+			return st;
+	}
+	return NULL;
+}
+
 void proxy_start(struct proxy *p, struct request *r)
 {
 	struct request_track *rt = request_track(r);
@@ -50,16 +67,17 @@ void proxy_start(struct proxy *p, struct request *r)
 		p->open.prev = &rt->open;
 		return;
 	}
-	for (struct request_link *l = p->open.next; l != &p->open; l = l->next) {
-		struct request_track *st = of_link(l);
-		struct request *s = &st->r;
+	/* The served request whose traceparent it carries unchanged, if one is open: that one is
+	 * certainly its own (a forwarding proxy sends the calls in any order); else the oldest. */
+	for (int by_context = 1; by_context >= 0; by_context--) {
+		struct request_track *st = oldest_free(p, r, by_context);
 
-		if (s->pid != r->pid || st->pair || s->peer.set || s->arrival_ns > r->arrival_ns)
+		if (!st)
 			continue;
 		st->pair = r;
-		rt->pair = s;
-		peer_take(&s->peer, r);
-		peer_take(&r->peer, s);
+		rt->pair = &st->r;
+		peer_take(&st->r.peer, r);
+		peer_take(&r->peer, &st->r);
 		p->paired++;
 		return;
 	}

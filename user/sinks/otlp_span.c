@@ -116,7 +116,11 @@ void otlp_span_ids(uint64_t key, const struct request *r, struct otlp_ids *out)
 	}
 	if (tp->valid) {
 		memcpy(out->trace_id, tp->trace_id, OTLP_TRACE_ID_LEN);
-		memcpy(out->span_id, tp->parent_id, OTLP_SPAN_ID_LEN);
+		/* The span its header names only where that cannot close a loop: made for no served
+		 * request seen, or for the one whose traceparent it forwards unchanged, which then
+		 * has no parent (otlp_span_ids in otlp_span.h says why this makes a tree). */
+		if (!r->peer.set || tracectx_same(tp, &r->peer.tp))
+			memcpy(out->span_id, tp->parent_id, OTLP_SPAN_ID_LEN);
 	} else if (r->peer.set) {
 		memcpy(out->trace_id, pair_trace, OTLP_TRACE_ID_LEN);
 	}

@@ -93,11 +93,22 @@ struct otlp_rng {
 struct gpu_attribution;
 
 void otlp_rng_seed(struct otlp_rng *g, uint64_t seed);
-/* The ids of r's span, trace and parent; key: the run's secret for its own ids. A served request
- * with a valid traceparent is in its trace, child of its parent-id (none when forwarded); one
- * without starts a trace of its own. A request made as a client with a valid traceparent is the
- * span that parent-id names, in its trace; without one, in its served pair's trace, or one of
- * its own. A client's parent is its served pair's span when both are in one trace. */
+/*
+ * The ids of r's span, trace and parent; key: the run's secret for its own ids. A served request
+ * with a valid traceparent is in its trace, child of its parent-id (none when forwarded: its
+ * upstream call carries that very traceparent); one without starts a trace of its own. A request
+ * made as a client with a valid traceparent is in its trace, and is the span that parent-id
+ * names when it was made for no served request seen or for the one whose traceparent it
+ * forwards; otherwise (a gateway that wrote a traceparent of its own: its own tracer exports
+ * that span) it has its own id. Without one, it is in its served pair's trace, or one of its
+ * own. A client's parent is its served pair's span when both are in one trace.
+ *
+ * Whatever the traffic, the parents make a tree. A served span's parent is an id from the wire;
+ * the only span of ours that can have such an id is a client span that took it, and that one is
+ * unpaired (no parent) or the child of a served span that has none. A client span's parent is a
+ * served span's own id, a keyed hash no sender knows. So every chain of our spans ends within
+ * three steps, and none can come back to where it started.
+ */
 void otlp_span_ids(uint64_t key, const struct request *r, struct otlp_ids *out);
 /* An id of len bytes that is not all zeros (the OTLP encoding's "invalid"). */
 void otlp_rng_id(struct otlp_rng *g, uint8_t *id, size_t len);
