@@ -6,6 +6,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "pipeline/proxy.h"
@@ -908,6 +909,69 @@ TEST(test_backpressure_no_sender)
 	otlp_get_stats(&o, &st);
 	ASSERT_EQ(st.dropped, 15, "dropped when full");
 	ASSERT_EQ(st.unsent, 10, "the rest unsent");
+}
+
+/* file:PATH: each batch one line of the file, the export request as it would be POSTed. */
+TEST(test_file_export)
+{
+	struct req_spec q = { .status = 200,
+			      .outcome = OUTCOME_OK,
+			      .ttft = 10 * MS,
+			      .gap = MS,
+			      .ntokens = 3,
+			      .prompt_tokens = -1,
+			      .completion_tokens = -1 };
+	char path[64] = "/tmp/ts-otlp-XXXXXX", endpoint[80], err[128], line[65536];
+	struct otlp_opts opts;
+	struct otlp_stats st;
+	struct otlp_url u;
+	struct otlp o;
+	struct sink sk;
+	int fd = mkstemp(path), lines = 0, spans = 0;
+	FILE *f;
+
+	if (!ASSERT_TRUE(fd >= 0, "mkstemp"))
+		return;
+	close(fd);
+	ASSERT_OK(otlp_parse_url("file:/tmp/x.jsonl", &u, err, sizeof(err)), "file:PATH");
+	ASSERT_TRUE(u.file && !strcmp(u.path, "/tmp/x.jsonl"), "its path");
+	ASSERT_EQ(otlp_parse_url("file:", &u, err, sizeof(err)), -EINVAL, "no path");
+	snprintf(endpoint, sizeof(endpoint), "file:%s", path);
+	opts_test(&opts);
+	opts.endpoint = endpoint;
+	opts.sample_ratio = 1;
+	opts.batch_max = 4;
+	if (!ASSERT_OK(otlp_init(&o, &opts), "init"))
+		goto out;
+	sk = otlp_sink(&o);
+	for (int i = 0; i < 10; i++)
+		feed(&sk, &q, NULL);
+	otlp_close(&o);
+	otlp_get_stats(&o, &st);
+	ASSERT_EQ(st.exported, 10, "all written");
+	ASSERT_EQ(st.failed + st.unsent + st.dropped, 0, "none lost");
+	f = fopen(path, "r");
+	while (f && fgets(line, sizeof(line), f)) {
+		cJSON *j = cJSON_Parse(line), *rs, *ss, *sp;
+
+		lines++;
+		ASSERT_TRUE(line[strlen(line) - 1] == '\n', "a whole line");
+		rs = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "resourceSpans"), 0);
+		ss = cJSON_GetArrayItem(cJSON_GetObjectItem(rs, "scopeSpans"), 0);
+		sp = cJSON_GetObjectItem(ss, "spans");
+		ASSERT_TRUE(cJSON_IsArray(sp), "an export request");
+		spans += cJSON_GetArraySize(sp);
+		cJSON_Delete(j);
+	}
+	if (f)
+		fclose(f);
+	ASSERT_TRUE(lines >= 3 && lines <= 10, "a line a batch of at most 4");
+	ASSERT_EQ(spans, 10, "every request span");
+	opts.endpoint = "file:/nonexistent-dir/x.jsonl";
+	ASSERT_EQ(otlp_init(&o, &opts), -ENOENT, "a file that cannot be made");
+	ASSERT_TRUE(strstr(o.error, "cannot write") != NULL, "says why");
+out:
+	unlink(path);
 }
 
 /* A request of the traced proxy with the traceparent tp ("" none); pid 42. */

@@ -114,7 +114,9 @@ static const struct argp_option trace_options[] = {
 	  0 },
 	{ "alert-exec", OPT_ALERT_EXEC, "CMD", 0, "Run CMD when an alert fires or resolves", 0 },
 	{ "otlp", OPT_OTLP, "URL", 0,
-	  "Send OpenTelemetry spans to an OTLP/HTTP collector (http[s]://host:4318/v1/traces)", 0 },
+	  "Send OpenTelemetry spans to an OTLP/HTTP collector (http[s]://host:4318/v1/traces), "
+	  "or write them to a file (file:PATH)",
+	  0 },
 	{ "otlp-ca", OPT_OTLP_CA, "FILE", 0,
 	  "--otlp https: verify the collector with these CA certificates (PEM)", 0 },
 	{ "slow-ttft", OPT_SLOW_TTFT, "DUR", 0,

@@ -212,7 +212,9 @@ static void describe(struct otlp *o, int rc, const struct otlp_reply *reply, cha
 {
 	const char *scheme = o->url.tls ? "https" : "http";
 
-	if (rc)
+	if (o->file)
+		snprintf(out, n, "writing %.200s: %s", o->url.path, strerror(-rc));
+	else if (rc)
 		snprintf(out, n, "POST %s://%.64s%.40s: %.140s", scheme, o->url.hostport,
 			 o->url.path, reply->error[0] ? reply->error : strerror(-rc));
 	else
@@ -240,6 +242,19 @@ static void send_batch(struct otlp *o, struct otlp_span **spans, size_t n)
 		if (o->stopping)
 			deadline = min_u64(deadline, o->close_deadline_ns);
 		pthread_mutex_unlock(&o->lock);
+		if (o->file) {
+			/* A line a batch; a failed write is not retried (the disk is full, or
+			 * gone). */
+			errno = 0;
+			if (fwrite(body, 1, len, o->file) == len && fputc('\n', o->file) != EOF &&
+			    !fflush(o->file)) {
+				ok = true;
+				break;
+			}
+			describe(o, errno ? -errno : -EIO, &reply, what, sizeof(what));
+			warn(o, "%s; %zu traces lost", what, n);
+			break;
+		}
 		rc = otlp_http_post(o->http, body, len, deadline, &o->close_deadline_ns, &reply);
 		if (!rc && reply.status >= 200 && reply.status < 300) {
 			ok = true;
@@ -422,9 +437,21 @@ int otlp_init(struct otlp *o, const struct otlp_opts *opts)
 		rc = otlp_parse_url(opts->endpoint, &o->url, o->error, sizeof(o->error));
 		if (rc)
 			return rc;
-		rc = otlp_http_open(&o->http, &o->url, opts->ca_file, o->error, sizeof(o->error));
-		if (rc)
-			return rc;
+		if (o->url.file) {
+			o->file = fopen(o->url.path, "we");
+			if (!o->file) {
+				rc = -errno;
+				snprintf(o->error, sizeof(o->error),
+					 "otlp: cannot write %.200s: %s", o->url.path,
+					 strerror(errno));
+				return rc;
+			}
+		} else {
+			rc = otlp_http_open(&o->http, &o->url, opts->ca_file, o->error,
+					    sizeof(o->error));
+			if (rc)
+				return rc;
+		}
 	}
 	seed = opts->seed;
 	if (!seed && getrandom(&seed, sizeof(seed), 0) != sizeof(seed))
@@ -438,6 +465,9 @@ int otlp_init(struct otlp *o, const struct otlp_opts *opts)
 		free(o->batch);
 		otlp_http_close(o->http);
 		o->http = NULL;
+		if (o->file)
+			fclose(o->file);
+		o->file = NULL;
 		snprintf(o->error, sizeof(o->error), "otlp: no memory for the span queue");
 		return -ENOMEM;
 	}
@@ -478,6 +508,9 @@ void otlp_close(struct otlp *o)
 	o->thread_started = false;
 	otlp_http_close(o->http);
 	o->http = NULL;
+	if (o->file && fclose(o->file))
+		warn(o, "writing %.200s: %s", o->url.path, strerror(errno));
+	o->file = NULL;
 	o->st.unsent += o->count;
 	while (o->count) {
 		otlp_span_free(o->queue[o->head]);

@@ -2,7 +2,9 @@
 /*
  * OpenTelemetry traces: a sink that turns finished requests into traces (otlp_span.h) and sends
  * them to a collector over OTLP/HTTP with the JSON encoding (otlp_json.h; POST {endpoint},
- * Content-Type application/json) through the libcurl transport (otlp_http.h: http and https).
+ * Content-Type application/json) through the libcurl transport (otlp_http.h: http and https), or
+ * writes them to a file (file:PATH): each batch one line, the export request as it would be
+ * POSTed (OTLP's file format), which needs no libcurl.
  *
  * Tail sampling: a request is anomalous when its TTFT is above slow_ttft_ns, a token gap is
  * above slow_itl_ns, or its outcome is not ok. Anomalous requests are always exported, with an
@@ -105,6 +107,7 @@ struct otlp {
 	size_t nattrs;
 	struct otlp_url url;
 	struct otlp_http *http;	  /* the sender thread's */
+	FILE *file;		  /* file:PATH: the sender thread writes a line a batch */
 	struct otlp_rng rng;	  /* used by the sink callback's thread only */
 	uint64_t id_key;	  /* keys the requests' own ids (otlp_span_ids) */
 	uint64_t keep_threshold;  /* sampling: keep when the id's low 56 bits are >= this */

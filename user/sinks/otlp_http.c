@@ -26,13 +26,26 @@ int otlp_parse_url(const char *url, struct otlp_url *u, char *err, size_t errlen
 	size_t n;
 
 	memset(u, 0, sizeof(*u));
+	if (!strncmp(url, OTLP_FILE_SCHEME, strlen(OTLP_FILE_SCHEME))) {
+		const char *path = url + strlen(OTLP_FILE_SCHEME);
+
+		if (!path[0] || strlen(path) >= sizeof(u->path)) {
+			snprintf(err, errlen, "'%.64s': expected file:PATH", url);
+			return -EINVAL;
+		}
+		u->file = true;
+		strcpy(u->path, path);
+		snprintf(u->full, sizeof(u->full), "%s", url);
+		return 0;
+	}
 	if (!strncasecmp(url, "https://", 8)) {
 		u->tls = true;
 		host = url + 8;
 	} else if (!strncasecmp(url, "http://", 7)) {
 		host = url + 7;
 	} else {
-		snprintf(err, errlen, "'%s': expected http[s]://host[:port][/path]", url);
+		snprintf(err, errlen, "'%s': expected http[s]://host[:port][/path] or file:PATH",
+			 url);
 		return strstr(url, "://") ? -EPROTONOSUPPORT : -EINVAL;
 	}
 	slash = strchr(host, '/');
@@ -91,7 +104,7 @@ int otlp_parse_url(const char *url, struct otlp_url *u, char *err, size_t errlen
 		goto too_long;
 	memcpy(u->hostport, host, n);
 	p = slash && slash[1] ? slash : OTLP_DEFAULT_PATH;
-	if (strlen(p) >= sizeof(u->path))
+	if (strlen(p) >= OTLP_URL_PATH_MAX)
 		goto too_long;
 	for (const char *c = p; *c; c++) {
 		if ((unsigned char)*c <= ' ' || *c == 0x7f || *c == '#') {
@@ -101,7 +114,7 @@ int otlp_parse_url(const char *url, struct otlp_url *u, char *err, size_t errlen
 		}
 	}
 	strcpy(u->path, p);
-	snprintf(u->full, sizeof(u->full), "%s://%s%s", u->tls ? "https" : "http", u->hostport,
+	snprintf(u->full, sizeof(u->full), "%s://%s%.511s", u->tls ? "https" : "http", u->hostport,
 		 u->path);
 	return 0;
 too_long:

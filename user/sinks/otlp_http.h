@@ -23,17 +23,24 @@
 
 #define OTLP_DEFAULT_PATH "/v1/traces"
 
+/* file:PATH: the batches as lines of a file (OTLP's file format: one JSON-encoded export
+ * request a line), for a collector's file receiver or a replay kept offline. */
+#define OTLP_FILE_SCHEME "file:"
+/* The longest path of an http[s] URL (a collector's path is short). */
+#define OTLP_URL_PATH_MAX 512
+
 struct otlp_url {
+	bool file;	    /* file:PATH (path holds PATH); nothing else is set */
 	bool tls;	    /* https */
 	char host[256];	    /* without brackets for IPv6 */
 	uint16_t port;	    /* 80 or 443 unless given */
 	char hostport[264]; /* as given */
-	char path[512];	    /* "/v1/traces" when none was given */
-	char full[800];	    /* scheme://hostport/path, what is requested */
+	char path[4096];    /* "/v1/traces" when none was given; file: the file's path */
+	char full[4200];    /* scheme://hostport/path, what is requested; file:PATH */
 };
 
-/* "http[s]://host[:port][/path]"; -EPROTONOSUPPORT for another scheme, -EINVAL for a
- * malformed URL; err says why. */
+/* "http[s]://host[:port][/path]" or "file:PATH"; -EPROTONOSUPPORT for another scheme, -EINVAL
+ * for a malformed URL; err says why. */
 int otlp_parse_url(const char *url, struct otlp_url *u, char *err, size_t errlen);
 
 /* A header line as received ("Name: value", CRLF or not, n bytes, not NUL-terminated):
