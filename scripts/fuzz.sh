@@ -54,6 +54,7 @@ dict_formats() {
 	fuzz_cupti) echo cupti ;;
 	fuzz_httpd) echo http ;;
 	fuzz_proc) echo proc utf8 ;;
+	fuzz_container) echo proc json utf8 ;;
 	fuzz_alert_exec) echo alert utf8 ;;
 	esac
 }

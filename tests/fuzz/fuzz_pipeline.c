@@ -24,7 +24,8 @@
  *                                  u8 rx and u8 tx bytes lost at the end follow
  *   OP_FORK   u8 (child | parent << 3)   TS_EV_PROC_FORK
  *   OP_EXIT   who, u8 status       TS_EV_PROC_EXIT
- *   OP_STEP   who, u16 us, u8 launches, u8 graphs, u8 copies    TS_EV_GPU_STEP
+ *   OP_STEP   who, u16 us, u8 launches, u8 graphs, u8 copies    TS_EV_GPU_STEP; variant
+ *                                  bit 0: its start and end swapped (it ends before it starts)
  *   OP_CALL   u8 fn, u8 kind       TS_EV_GPU_CALL
  *   OP_LOST   u8 n                 the kernel's lost-record count grows by n
  *   OP_LABEL  who                  pipeline_label_process (--all); variant bit 0: the
@@ -48,7 +49,9 @@
  * (libFuzzer's -timeout), and any output that breaks what fuzz_outputs.h checks: every output
  * is on (fuzz_pipeline.h), so a string from the traffic that reaches a terminal raw, a JSON line
  * or OTLP batch that is not strict UTF-8 JSON, or an exposition line Prometheus cannot parse is
- * a finding.
+ * a finding; and any that breaks what fuzz_meaning.h checks against the clock of the records
+ * fed: a negative or impossible duration, a time outside the run, an OTLP span that is its own
+ * ancestor.
  */
 #include <sys/socket.h>
 
@@ -84,6 +87,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 struct interp {
 	struct fuzz_in in;
 	struct pipeline *pl;
+	struct fuzz_clock *clock; /* every time a record fed held */
 	uint64_t now;
 	uint64_t pos[FUZZ_CONNS][2]; /* the kernel's stream offsets, per connection and direction */
 	uint64_t lost;
@@ -112,6 +116,7 @@ static void feed(struct interp *it, const void *rec, size_t len)
 	if (!copy)
 		abort();
 	memcpy(copy, rec, len);
+	fuzz_clock_record(it->clock, copy, len);
 	pipeline_feed(it->pl, copy, len);
 	free(copy);
 }
@@ -195,6 +200,7 @@ static void op_data(struct interp *it, uint8_t variant)
 		e->status = status;
 		e->last = off + n == len;
 		memcpy(e->data, bytes + off, n);
+		fuzz_clock_record(it->clock, e, sz);
 		pipeline_feed(it->pl, e, sz);
 		free(e);
 		off += n;
@@ -217,7 +223,7 @@ static void op_proc(struct interp *it, uint32_t type, uint32_t pid, uint32_t ppi
 	feed(it, &e, sizeof(e));
 }
 
-static void op_step(struct interp *it)
+static void op_step(struct interp *it, uint8_t variant)
 {
 	struct ts_gpu_step_event e = { 0 };
 	uint8_t who = fuzz_u8(&it->in);
@@ -230,6 +236,11 @@ static void op_step(struct interp *it)
 	e.start_ns = it->now > dur ? it->now - dur : 0;
 	e.wait_start_ns = it->now - (it->now - e.start_ns) / 4;
 	e.end_ns = it->now;
+	if (variant & 1) {
+		/* A damaged record: it ends before it starts (and before its wait began). */
+		e.end_ns = e.start_ns;
+		e.start_ns = it->now;
+	}
 	e.launches = fuzz_u8(&it->in);
 	e.graph_launches = fuzz_u8(&it->in);
 	e.memcpys = fuzz_u8(&it->in);
@@ -348,6 +359,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	fuzz_pipeline_open(&f, flags);
 	it.pl = &f.pl;
+	it.clock = &f.clock;
 	/* As `trace -p 100`: the first process is a root. */
 	pipeline_add_process(it.pl, FUZZ_PID0, true);
 	while (it.in.n) {
@@ -371,7 +383,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			op_proc(&it, TS_EV_PROC_EXIT, who_pid(who), 0, fuzz_u8(&it.in));
 			break;
 		case OP_STEP:
-			op_step(&it);
+			op_step(&it, variant);
 			break;
 		case OP_CALL:
 			op_call(&it);

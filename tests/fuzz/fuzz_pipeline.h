@@ -1,20 +1,20 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * A pipeline as the loader sets one up, for fuzz_pipeline, with every output on and each checked
- * when the run ends (fuzz_outputs.h): the request lines as text and as JSON, the summaries (text
- * and the {"summary"} JSON line), the diagnosis, top's frames, the alerts' messages, the
- * pipeline's own messages, the Prometheus exposition (every snapshot a tick publishes, and the
- * last), OTLP batches (the sink with no endpoint keeps its spans; a sink after it encodes them
- * on every tick, as the sender would), and with FP_HEAVY the alerts, the timeline and the HTML
- * report (which are files): those three cost most of a run, so half the inputs go without. Options
- * come from a byte of the input.
+ * when the run ends (fuzz_outputs.h, and what they mean: fuzz_meaning.h): the request lines as text
+ * and as JSON, the summaries (text and the {"summary"} JSON line), the diagnosis, top's frames, the
+ * alerts' messages, the pipeline's own messages, the Prometheus exposition (every snapshot a tick
+ * publishes, and the last), OTLP batches (the sink with no endpoint keeps its spans; a sink after
+ * it encodes them on every tick, as the sender would), and with FP_HEAVY the alerts, the timeline
+ * and the HTML report (which are files): those three cost most of a run, so half the inputs go
+ * without. Options come from a byte of the input.
  */
 #ifndef TS_FUZZ_PIPELINE_H
 #define TS_FUZZ_PIPELINE_H
 
 #include "sinks/alert.h"
 #include "sinks/diagnosis.h"
-#include "fuzz_outputs.h"
+#include "fuzz_meaning.h"
 #include "sinks/html.h"
 #include "sinks/otlp.h"
 #include "sinks/output.h"
@@ -67,6 +67,8 @@ struct fuzz_pipeline {
 	struct fuzz_stream text, json, frames;
 	char tl_path[128], html_path[128];
 	unsigned flags;
+	struct fuzz_clock clock;       /* the times of every record fed (the interpreter's) */
+	struct fuzz_otlp_run otlp_run; /* the spans encoded so far */
 };
 
 static void fuzz_stream_open(struct fuzz_stream *s)
@@ -84,28 +86,34 @@ static void fuzz_stream_close(struct fuzz_stream *s)
 	s->f = NULL;
 }
 
-/* Every snapshot a tick publishes is an exposition like the last. */
+/* Every snapshot a tick publishes is an exposition like the last, and means what it must with
+ * the records fed so far. */
 static void fuzz_prom_publish(void *ctx, char *buf, size_t len)
 {
-	(void)ctx;
+	struct fuzz_pipeline *f = ctx;
+
 	FUZZ_CHECK(strlen(buf) == len, "a snapshot of %zu bytes with a NUL at %zu", len,
 		   strlen(buf));
 	fuzz_check_prom(buf, len, NULL);
+	fuzz_prom_meaning(buf, len, &f->clock);
 	free(buf);
 }
 
 /* The OTLP queue, encoded batch by batch as the sender would and checked. */
-static void fuzz_otlp_drain(struct otlp *o)
+static void fuzz_otlp_drain(struct fuzz_pipeline *f)
 {
 	struct otlp_span *spans[FUZZ_OTLP_BATCH];
 	size_t n;
 
-	while ((n = otlp_take(o, spans, FUZZ_OTLP_BATCH))) {
+	while ((n = otlp_take(&f->otlp, spans, FUZZ_OTLP_BATCH))) {
 		char *buf = NULL;
 		size_t len = 0;
 
-		if (otlp_encode(o, spans, n, &buf, &len) == 0) {
-			cJSON_Delete(fuzz_check_json("otlp batch", buf, len));
+		if (otlp_encode(&f->otlp, spans, n, &buf, &len) == 0) {
+			cJSON *j = fuzz_check_json("otlp batch", buf, len);
+
+			fuzz_otlp_meaning(j, &f->clock, &f->otlp_run);
+			cJSON_Delete(j);
 			free(buf);
 		}
 		for (size_t i = 0; i < n; i++)
@@ -137,6 +145,7 @@ static void fuzz_pipeline_open(struct fuzz_pipeline *f, unsigned flags)
 
 	memset(f, 0, sizeof(*f));
 	f->flags = flags;
+	fuzz_clock_init(&f->clock);
 	fuzz_stream_open(&f->text);
 	fuzz_stream_open(&f->json);
 	fuzz_stream_open(&f->frames);
@@ -160,7 +169,7 @@ static void fuzz_pipeline_open(struct fuzz_pipeline *f, unsigned flags)
 		}
 		fuzz_add_sink(f, alert_sink(&f->alerts));
 	}
-	f->prom = prom_new(fuzz_prom_publish, NULL);
+	f->prom = prom_new(fuzz_prom_publish, f);
 	if (!f->prom)
 		abort();
 	prom_set_by_process(f->prom, flags & FP_BY_PROCESS);
@@ -192,7 +201,7 @@ static void fuzz_pipeline_open(struct fuzz_pipeline *f, unsigned flags)
 		abort();
 	fuzz_add_sink(f, otlp_sink(&f->otlp));
 	fuzz_add_sink(f, (struct sink){ .name = "otlp-drain",
-					.ctx = &f->otlp,
+					.ctx = f,
 					.tick = fuzz_otlp_tick,
 					.finish = fuzz_otlp_tick });
 	if (top_init(&f->top, f->frames.f, flags & FP_TTY, flags & FP_BY_PROCESS))
@@ -223,8 +232,9 @@ static void fuzz_pipeline_close(struct fuzz_pipeline *f)
 		pipeline_interval(&f->pl);
 	diagnosis_print(&f->diag, f->text.f);
 	if (prom_render(f->prom, &buf, &len) == 0)
-		fuzz_prom_publish(NULL, buf, len);
-	fuzz_otlp_drain(&f->otlp);
+		fuzz_prom_publish(f, buf, len);
+	fuzz_otlp_drain(f);
+	fuzz_otlp_run_end(&f->otlp_run);
 	otlp_close(&f->otlp);
 	pipeline_free(&f->pl);
 	if (f->flags & FP_HEAVY)
@@ -242,7 +252,9 @@ static void fuzz_pipeline_close(struct fuzz_pipeline *f)
 	fwrite(f->frames.buf, 1, f->frames.len, stdout);
 #endif
 	fuzz_check_text("text output", f->text.buf, f->text.len, NULL);
+	fuzz_text_meaning("text output", f->text.buf, f->text.len, &f->clock);
 	fuzz_check_json_lines("JSON lines", f->json.buf, f->json.len);
+	fuzz_json_lines_meaning("JSON lines", f->json.buf, f->json.len, &f->clock);
 	fuzz_check_text("top", f->frames.buf, f->frames.len, f->flags & FP_TTY ? TOP_CLEAR : NULL);
 	free(f->text.buf);
 	free(f->json.buf);

@@ -11,18 +11,19 @@
  * reader does not interpret, so every file is still a plain recording (RF_* below).
  *
  * Properties: every output as fuzz_outputs.h wants it (terminal text, JSON lines, the
- * exposition, the timeline as JSON, the page); report_run's return value one record.h lists;
- * record_replay's return value agrees with its stats (whole file: no bad offset and no reason;
- * otherwise a reason), every record handed to the feed is framed (at least a header, and the
- * header's size is its length), the stats count what was fed, and the header's strings are
- * terminated printable text.
+ * exposition, the timeline as JSON, the page, the OTLP batches written with --otlp file:) and
+ * meaning what fuzz_meaning.h says against the clock of the records the file holds; report_run's
+ * return value one record.h lists; record_replay's return value agrees with its stats (whole file:
+ * no bad offset and no reason; otherwise a reason), every record handed to the feed is framed (at
+ * least a header, and the header's size is its length), the stats count what was fed, and the
+ * header's strings are terminated printable text.
  */
 #include <errno.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include "cli/report.h"
-#include "fuzz_outputs.h"
+#include "fuzz_meaning.h"
 #include "record/record.h"
 
 #define RECORD_FUZZ_FLAGS_AT 392
@@ -35,6 +36,7 @@ enum {
 	RF_PROMETHEUS = 16, /* report --prometheus (without --json: its text is alone on stdout) */
 	RF_ALERTS = 32,
 	RF_BY_PROCESS = 64,
+	RF_SLOW = 128, /* OTLP: every request anomalous (full detail, token events) */
 };
 
 static const char *const fuzz_alert_rules[] = { "ttft.p50 > 1us", "success < 99%",
@@ -42,14 +44,21 @@ static const char *const fuzz_alert_rules[] = { "ttft.p50 > 1us", "success < 99%
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+struct fed {
+	uint64_t n;
+	struct fuzz_clock clock; /* the times of every record fed */
+};
+
 static int count(void *ctx, const void *rec, size_t len)
 {
+	struct fed *fed = ctx;
 	struct ts_event_hdr h;
 
 	FUZZ_CHECK(len >= sizeof(h), "a record of %zu bytes", len);
 	memcpy(&h, rec, sizeof(h));
 	FUZZ_CHECK(h.size == len, "a record of %zu bytes whose header says %u", len, h.size);
-	(*(uint64_t *)ctx)++;
+	fuzz_clock_record(&fed->clock, rec, len);
+	fed->n++;
 	return 0;
 }
 
@@ -66,18 +75,21 @@ FUZZ_CHECKER static void check_printable(const char *what, const char *s, size_t
 	FUZZ_CHECK(!strchr(s, '\n'), "%s holds a newline", what);
 }
 
-/* record_replay alone: its return value, stats and metadata. */
-static void replay_alone(const char *path, size_t size)
+/* record_replay alone: its return value, stats and metadata; the clock of the records it fed. */
+static void replay_alone(const char *path, size_t size, struct fuzz_clock *clock)
 {
 	struct record_replay_stats st;
 	struct record_meta meta = { 0 };
-	uint64_t fed = 0;
-	int rc = record_replay(path, count, &fed, &meta, &st);
+	struct fed fed = { 0 };
+	int rc;
 
+	fuzz_clock_init(&fed.clock);
+	rc = record_replay(path, count, &fed, &meta, &st);
+	*clock = fed.clock;
 	FUZZ_CHECK(known_error(rc), "record_replay returned %d (%s)", rc, st.reason);
 	FUZZ_CHECK(memchr(st.reason, 0, sizeof(st.reason)), "reason not terminated");
-	FUZZ_CHECK(st.records == fed, "stats say %llu records, %llu were fed",
-		   (unsigned long long)st.records, (unsigned long long)fed);
+	FUZZ_CHECK(st.records == fed.n, "stats say %llu records, %llu were fed",
+		   (unsigned long long)st.records, (unsigned long long)fed.n);
 	FUZZ_CHECK(st.bytes <= size, "read %llu bytes of a %zu-byte file",
 		   (unsigned long long)st.bytes, size);
 	if (rc == 0)
@@ -89,7 +101,7 @@ static void replay_alone(const char *path, size_t size)
 			   "error %d without a reason or an offset in the file (%lld)", rc,
 			   (long long)st.bad_offset);
 	if (!st.header_ok)
-		FUZZ_CHECK(fed == 0, "records fed from a file whose header was refused");
+		FUZZ_CHECK(fed.n == 0, "records fed from a file whose header was refused");
 	if (st.header_ok) {
 		check_printable("tool version", meta.tool_version, sizeof(meta.tool_version));
 		check_printable("host name", meta.hostname, sizeof(meta.hostname));
@@ -103,7 +115,10 @@ static void replay_alone(const char *path, size_t size)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	unsigned flags = size > RECORD_FUZZ_FLAGS_AT ? data[RECORD_FUZZ_FLAGS_AT] : 0;
-	char path[64], tl_path[128], html_path[128], *buf;
+	char path[64], tl_path[128], html_path[128], otlp_url[160], *buf;
+	struct fuzz_otlp_run otlp_run = { 0 };
+	struct fuzz_clock clock;
+	FILE *otlp;
 	struct report_opts o = { 0 };
 	char *out = NULL, *err = NULL;
 	size_t out_len = 0, err_len = 0, len;
@@ -112,12 +127,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (fd < 0 || (size && write(fd, data, size) != (ssize_t)size))
 		abort();
 	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-	replay_alone(path, size);
+	replay_alone(path, size, &clock);
 
 	snprintf(tl_path, sizeof(tl_path), "%s/timeline.json", fuzz_tmpdir());
 	snprintf(html_path, sizeof(html_path), "%s/page.html", fuzz_tmpdir());
+	snprintf(otlp_url, sizeof(otlp_url), "file:%s/otlp.jsonl", fuzz_tmpdir());
 	unlink(tl_path);
 	unlink(html_path);
+	unlink(otlp_url + strlen("file:"));
 	o.path = path;
 	o.json = flags & RF_JSON;
 	o.tokens = flags & RF_TOKENS;
@@ -128,6 +145,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	o.ex.json = o.json;
 	o.ex.timeline = tl_path;
 	o.ex.html = html_path;
+	/* Every request a span, written to a file as the sender would POST it (report
+	 * --otlp file:PATH --trace-sample 1). */
+	o.ex.otlp_url = otlp_url;
+	o.ex.trace_sample = 1;
+	if (flags & RF_SLOW)
+		o.ex.slow_ttft_ns = o.ex.slow_itl_ns = 1;
 	if (flags & RF_ALERTS) {
 		for (size_t i = 0; i < sizeof(fuzz_alert_rules) / sizeof(fuzz_alert_rules[0]); i++)
 			o.ex.alerts[o.ex.nalerts++] = fuzz_alert_rules[i];
@@ -144,12 +167,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	FUZZ_CHECK(known_error(rc), "report_run returned %d", rc);
 	/* The standard error: messages, and the lines and summary when stdout has other work. */
 	fuzz_check_text("report's standard error", err, err_len, NULL);
-	if (o.ex.prometheus)
+	fuzz_text_meaning("report's standard error", err, err_len, &clock);
+	if (o.ex.prometheus) {
 		fuzz_check_prom(out, out_len, NULL);
-	else if (o.json)
+		fuzz_prom_meaning(out, out_len, &clock);
+	} else if (o.json) {
 		fuzz_check_json_lines("report --json", out, out_len);
-	else
+		fuzz_json_lines_meaning("report --json", out, out_len, &clock);
+	} else {
 		fuzz_check_text("report", out, out_len, NULL);
+		fuzz_text_meaning("report", out, out_len, &clock);
+	}
 	free(out);
 	free(err);
 	/* A header refused: no file is made. Otherwise both are whole. */
@@ -161,5 +189,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		fuzz_check_html(buf, len);
 		free(buf);
 	}
+	/* The spans: a batch a line, each one OTLP/JSON document meaning what it must. */
+	otlp = fopen(otlp_url + strlen("file:"), "r");
+	while (otlp && (buf = NULL, len = 0, getline(&buf, &len, otlp)) > 0) {
+		cJSON *j = fuzz_check_json("otlp batch", buf, strlen(buf));
+
+		fuzz_otlp_meaning(j, &clock, &otlp_run);
+		cJSON_Delete(j);
+		free(buf);
+	}
+	if (otlp) {
+		free(buf);
+		fclose(otlp);
+	}
+	fuzz_otlp_run_end(&otlp_run);
 	return 0;
 }

@@ -800,6 +800,40 @@ def alert_exec_seeds():
         b"99.50%\0\0")
 
 
+# tests/fuzz/fuzz_container.c: FC_* and what stands where config.json goes
+FC_RAW_CGROUP, FC_SYSTEMD, FC_CRIO, FC_OTHER_NS = 1, 2, 4, 8
+BUNDLE_FILE, BUNDLE_LINK, BUNDLE_FIFO, BUNDLE_DIR, BUNDLE_HUGE, BUNDLE_NONE = range(6)
+POD_UID = b"12345678-aaaa-bbbb-cccc-0123456789ab"
+CONTAINERD_CONFIG = (
+    b'{"ociVersion":"1.0.2","process":{"args":["vllm","serve"]},"annotations":{'
+    b'"io.kubernetes.cri.container-type":"container","io.kubernetes.cri.sandbox-name":"vllm-0",'
+    b'"io.kubernetes.cri.sandbox-namespace":"inference","io.kubernetes.cri.sandbox-uid":"'
+    + POD_UID + b'","io.kubernetes.cri.container-name":"engine"}}')
+CRIO_CONFIG = (
+    b'{"annotations":{"io.kubernetes.pod.name":"sglang-0","io.kubernetes.pod.namespace":"serving",'
+    b'"io.kubernetes.pod.uid":"' + POD_UID + b'","io.kubernetes.container.name":"server"}}')
+
+
+def container_seeds():
+    """tests/fuzz/fuzz_container.c: flags, what config.json is, the cgroup (or UID), the JSON."""
+    def put_c(name, flags, kind, cgroup, config):
+        put("fuzz_container", name, bytes([flags, kind]) + cgroup + b"\0" + config)
+
+    put_c("containerd", 0, BUNDLE_FILE, POD_UID, CONTAINERD_CONFIG)
+    put_c("crio-systemd", FC_SYSTEMD | FC_CRIO, BUNDLE_FILE, POD_UID.replace(b"-", b"_"),
+          CRIO_CONFIG)
+    put_c("other-namespace", FC_OTHER_NS, BUNDLE_FILE, POD_UID, CONTAINERD_CONFIG)
+    for name, kind in (("symlink", BUNDLE_LINK), ("fifo", BUNDLE_FIFO), ("dir", BUNDLE_DIR),
+                       ("huge", BUNDLE_HUGE), ("none", BUNDLE_NONE)):
+        put_c(name, 0, kind, POD_UID, CONTAINERD_CONFIG)
+    put_c("raw-v1", FC_RAW_CGROUP, BUNDLE_FILE,
+          b"12:cpu:/kubepods/besteffort/pod" + POD_UID + b"/" + b"0123456789abcdef" * 4 +
+          b"\n1:name=systemd:/\n0::/\n", CONTAINERD_CONFIG)
+    put_c("no-uid-in-cgroup", FC_RAW_CGROUP, BUNDLE_FILE,
+          b"0::/system.slice/cri-containerd-" + b"0123456789abcdef" * 4 + b".scope\n",
+          CONTAINERD_CONFIG)
+
+
 def main():
     global ONLY
     if len(sys.argv) > 1:
@@ -827,6 +861,7 @@ def main():
     cupti_seeds()
     listener_seeds()
     proc_seeds()
+    container_seeds()
     alert_exec_seeds()
     for t in sorted(ONLY or os.listdir(SEEDS)):
         print("%-20s %3d seeds" % (t, len(os.listdir(os.path.join(SEEDS, t)))))

@@ -2120,6 +2120,33 @@ out:
 	h_close(&h);
 }
 
+/*
+ * Records whose times go back (read on another CPU, or damaged): a close timed before the last
+ * token, and a token timed before the one before it. The request ends no earlier than its last
+ * token, and no gap is negative (E2E was shorter than TTFT, a gap wrapped to 2^64).
+ */
+TEST(test_times_out_of_order)
+{
+	struct harness h;
+	const uint64_t ms = 1000000;
+
+	h_open(&h);
+	conn_event(&h, TS_EV_CONN_OPEN, 1, 5, 500);
+	send_request(&h, 1, 1 * ms);
+	data_event(&h, 1, TS_DIR_OUT, HEAD_SSE, 1 * ms + 200000);
+	chunk(&h, 1, TOK, 20 * ms);
+	chunk(&h, 1, TOK, 18 * ms);
+	conn_event(&h, TS_EV_CONN_CLOSE, 1, 5, 5 * ms);
+	if (!ASSERT_EQ(h_lines(&h), 1, "one request"))
+		goto out;
+	ASSERT_EQ(num(h.lines[0], "end_ns"), 20 * ms, "ends at its last token, not before");
+	ASSERT_TRUE(num(h.lines[0], "e2e_ms") >= num(h.lines[0], "ttft_ms"), "E2E >= TTFT");
+	ASSERT_EQ(num(cJSON_GetObjectItem(h.lines[0], "itl_ms"), "max"), 0,
+		  "the gap back in time is 0, never wrapped");
+out:
+	h_close(&h);
+}
+
 int main(void)
 {
 	return check_run_all();

@@ -58,6 +58,10 @@ int request_add_token(struct request *r, uint64_t ts)
 	if (!n)
 		return -ENOMEM;
 	r->token_ns = n;
+	/* Frames come in stream order: a time before the previous frame's is a clock read out of
+	 * order (another CPU, a damaged record), and a gap is never negative. */
+	if (r->ntokens && ts < r->token_ns[r->ntokens - 1])
+		ts = r->token_ns[r->ntokens - 1];
 	if (!r->ntokens)
 		r->first_token_ns = ts;
 	r->token_ns[r->ntokens++] = ts;
@@ -168,7 +172,7 @@ static void request_tokens_per_chunk(const struct request *r, struct request_met
 
 void request_metrics(const struct request *r, struct request_metrics *m)
 {
-	m->ttft_ns = r->ntokens ? (int64_t)(r->first_token_ns - r->arrival_ns) : -1;
+	m->ttft_ns = r->ntokens ? request_since_arrival(r, r->first_token_ns) : -1;
 	m->e2e_ns =
 	    r->end_ns >= r->arrival_ns && r->arrival_ns ? (int64_t)(r->end_ns - r->arrival_ns) : -1;
 	m->socket_wait_ns = r->received_ns && r->received_ns <= r->arrival_ns
@@ -289,6 +293,19 @@ static enum outcome request_outcome(const struct request *r, bool complete)
 	return OUTCOME_OK;
 }
 
+/* The latest time the request is known to have lived to: its arrival or a response event. */
+static uint64_t request_latest_ns(const struct request *r)
+{
+	uint64_t t = r->arrival_ns;
+	const uint64_t seen[] = { r->ntokens ? r->token_ns[r->ntokens - 1] : 0, r->first_byte_ns,
+				  r->first_chunk_ns, r->first_text_ns };
+
+	for (size_t i = 0; i < sizeof(seen) / sizeof(seen[0]); i++)
+		if (seen[i] > t)
+			t = seen[i];
+	return t;
+}
+
 void request_close(struct request *r, uint64_t end_ns, bool complete)
 {
 	if (!complete && r->done_frame)
@@ -297,6 +314,10 @@ void request_close(struct request *r, uint64_t end_ns, bool complete)
 		r->end_ns = end_ns;
 	if (!r->end_ns)
 		r->end_ns = end_ns;
+	/* It ended no earlier than what was seen of it: a close or loss whose record's time is
+	 * earlier (read on another CPU, or a damaged record) would make E2E shorter than TTFT. */
+	if (r->end_ns && r->end_ns < request_latest_ns(r))
+		r->end_ns = request_latest_ns(r);
 	/* Its last write began before the hang-up was seen: the response had ended. Records of
 	 * TLS plaintext are made when the call returns, after its socket write, so the other
 	 * side's close can be read (by another thread) before the record of the write it saw. */
