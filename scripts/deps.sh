@@ -134,7 +134,8 @@ fi
 
 missing=()
 for p in "${PKGS[@]}"; do
-	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep "install ok installed" >/dev/null ||
+		missing+=("$p")
 done
 if [ ${#missing[@]} -eq 0 ]; then
 	exit 0
@@ -154,8 +155,8 @@ if [ ! -e "$policy" ]; then
 fi
 # The :arm64 packages come from the arm64 architecture, added once (before the update that
 # fetches its lists).
-if printf '%s\n' "${missing[@]}" | grep -q ':arm64$' &&
-	! dpkg --print-foreign-architectures | grep -qx arm64; then
+if printf '%s\n' "${missing[@]}" | grep ':arm64$' >/dev/null &&
+	! dpkg --print-foreign-architectures | grep -x arm64 >/dev/null; then
 	dpkg --add-architecture arm64
 fi
 apt-get update -q >/dev/null

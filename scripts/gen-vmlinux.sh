@@ -26,7 +26,7 @@ if [ $# -eq 2 ]; then
 	if [ "${image%.deb}" != "$image" ]; then
 		from="$(dpkg-deb -f "$image" Package) $(dpkg-deb -f "$image" Version) ($(dpkg-deb -f "$image" Architecture))"
 		dpkg-deb -x "$image" "$tmp/pkg"
-		image=$(find "$tmp/pkg/boot" -name 'vmlinuz-*' | head -n 1)
+		image=$(find "$tmp/pkg/boot" -name 'vmlinuz-*' -print -quit)
 		[ -n "$image" ] || { echo "gen-vmlinux.sh: no boot/vmlinuz-* in $2" >&2; exit 1; }
 		from="$from, $(basename "$image")"
 	fi

@@ -264,7 +264,7 @@ cb_phase() {
 		say "(client exit status $?)"
 		sleep 0.5 # the last steps' batches are final 250 ms after the engine went idle
 		stop_tokenscope
-		grep '^tokenscope:\|GPU\|preempted' "$OUT/$name.c$c.tokenscope.err" 2>/dev/null | head -n 12
+		grep -m 12 '^tokenscope:\|GPU\|preempted' "$OUT/$name.c$c.tokenscope.err" 2>/dev/null
 	done
 }
 
@@ -318,7 +318,7 @@ print("torch", torch.__version__, "CUDA", torch.version.cuda, "device", torch.cu
 			ts_ok=
 		fi
 	done
-	[ -n "$ts_ok" ] && say "tokenscope: $(tool 10 .output/tokenscope version 2>&1 | head -n 1)"
+	[ -n "$ts_ok" ] && say "tokenscope: $(tool 10 .output/tokenscope version 2>&1 | sed -n 1p)"
 
 	section "GPU server: scripts/gpu_server.py"
 	start_server "$OUT/server.out" "" "$OUT/steps.jsonl" || die "the GPU server did not start (above)"
@@ -620,7 +620,7 @@ PY
 			sleep 0.1
 		done
 		grep '^tokenscope' "$OUT/run.err"
-		metrics=$(grep -o 'metrics at http://[^ ]*' "$OUT/run.err" | head -n 1 | cut -d' ' -f3)
+		metrics=$(grep -m 1 -o 'metrics at http://[^ ]*' "$OUT/run.err" | cut -d' ' -f3)
 		tool 120 .output/gtclient --port "$PORT" "${LOAD[@]}" -o "$OUT/run.client.jsonl" &
 		local load=$!
 		sleep 3 # into the load: the GPU busy, a few NVML samples taken
@@ -669,7 +669,7 @@ PY
 		if [ -z "$ts_ok" ]; then
 			modes=(none)
 			say "tokenscope cannot run here: untraced rounds only"
-		elif tool 10 .output/tokenscope trace --help 2>&1 | grep -q -- '--device-times'; then
+		elif tool 10 .output/tokenscope trace --help 2>&1 | grep -- '--device-times' >/dev/null; then
 			modes=(none off default)
 		else
 			say "this tokenscope has no --device-times: the 'off' rounds are skipped"

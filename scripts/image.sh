@@ -24,7 +24,7 @@ for c in umoci skopeo strip; do
 	}
 done
 # A dynamic binary would need its libraries beside it, which a scratch image has not.
-if ! readelf -d "$BIN" 2>&1 | grep -q "There is no dynamic section"; then
+if ! readelf -d "$BIN" 2>&1 | grep "There is no dynamic section" >/dev/null; then
 	echo "image.sh: $BIN is not a static executable (make STATIC=1)" >&2
 	exit 1
 fi

@@ -3,7 +3,8 @@
 # line "N passed, N failed, N skipped" and exits non-zero if anything failed.
 # TESTS=docs|unit|arm64|arm64-vm|bpf|cli|static|container|golden|html|prom|e2e|fuzz|stress (space
 # separated) runs a subset; docs checks that every relative link and #anchor of the README and
-# docs/ resolves (tests/docs/check_links.py); container runs make image's image in a private
+# docs/ resolves (tests/docs/check_links.py) and that no script under pipefail ends a pipeline
+# with a reader that stops early (tests/docs/check_pipes.py); container runs make image's image in a private
 # containerd beside a server in a pod-like container (tests/container/); html opens the HTML
 # report in headless Chromium (tests/html/); arm64-vm runs the arm64 BPF tests in an emulated
 # arm64 machine (about two minutes, and a Debian arm64 kernel package downloaded once).
@@ -43,6 +44,7 @@ for t in $TESTS; do
 	case $t in
 	docs)
 		run docs-links /usr/bin/python3 tests/docs/check_links.py
+		run pipes /usr/bin/python3 tests/docs/check_pipes.py
 		;;
 	unit)
 		for b in "$OUT"/tests/test_*; do

@@ -42,7 +42,7 @@ fi
 if [ "${kernel%.deb}" != "$kernel" ]; then
 	rm -rf "$VM/pkg"
 	dpkg-deb -x "$kernel" "$VM/pkg"
-	image=$(ls "$VM"/pkg/boot/vmlinuz-* | head -n 1)
+	image=$(find "$VM"/pkg/boot -name 'vmlinuz-*' -print -quit)
 else
 	image=$kernel
 fi
@@ -78,7 +78,7 @@ timeout "$VM_TIMEOUT" qemu-system-aarch64 -M virt -cpu max -smp 2 -m 1024 -nogra
 # The console ends lines with CR LF.
 tr -d '\r' <"$log" | grep -vE '^\[ *[0-9]+\.[0-9]+\]' | grep -vE '^[0-9]+ passed' || true
 for t in "${TESTS_IN_VM[@]}"; do
-	if ! tr -d '\r' <"$log" | grep -q "^vminit: /work/tests/$t exited 0$"; then
+	if ! tr -d '\r' <"$log" | grep "^vminit: /work/tests/$t exited 0$" >/dev/null; then
 		echo "FAIL arm64_vm_$t: did not exit 0 in the VM (console: $log)"
 		fail=1
 	fi
