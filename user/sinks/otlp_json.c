@@ -189,7 +189,7 @@ static void put_span(const struct otlp_resource *o, struct jsonw *w, const struc
 		jsonw_str(w, "traceState", s->trace_state);
 	jsonw_str(w, "name", name);
 	jsonw_u64(w, "kind", s->client ? SPAN_KIND_CLIENT : SPAN_KIND_SERVER);
-	put_time(o, w, "startTimeUnixNano", s->arrival_ns);
+	put_time(o, w, "startTimeUnixNano", s->start_ns);
 	put_time(o, w, "endTimeUnixNano", s->end_ns);
 
 	jsonw_arr_begin(w, "attributes");

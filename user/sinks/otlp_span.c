@@ -273,12 +273,19 @@ struct otlp_span *otlp_span_new(struct otlp_rng *g, const struct request *r,
 	s->outcome = r->outcome;
 	s->format = r->format;
 	s->arrival_ns = r->arrival_ns;
-	/* A request reported at the end of tracing may have no end of its own. */
-	s->end_ns = r->end_ns >= r->arrival_ns ? r->end_ns : r->arrival_ns;
 	if (r->ntokens) {
 		s->first_token_ns = r->token_ns[0];
 		s->last_token_ns = r->token_ns[r->ntokens - 1];
 	}
+	/* The span holds its events: a stream may begin before the request is whole (a gRPC
+	 * or HTTP/2 stream the client ends later), and then it starts at its first token. */
+	s->start_ns = s->first_token_ns && (!s->arrival_ns || s->first_token_ns < s->arrival_ns)
+			  ? s->first_token_ns
+			  : s->arrival_ns;
+	/* A request reported at the end of tracing may have no end of its own. */
+	s->end_ns = r->end_ns >= s->start_ns ? r->end_ns : s->start_ns;
+	if (s->end_ns < s->last_token_ns)
+		s->end_ns = s->last_token_ns;
 	s->ttft_ns = m->ttft_ns;
 	s->tpot_ns = m->tpot_ns;
 	s->itl_max_ns = m->itl_max_ns;

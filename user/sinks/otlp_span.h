@@ -72,6 +72,7 @@ struct otlp_span {
 	enum outcome outcome;
 	enum frame_format format;
 	uint64_t arrival_ns, end_ns, first_token_ns, last_token_ns; /* token times 0: none */
+	uint64_t start_ns; /* the span's: arrival, or the first token where that came first */
 	int64_t ttft_ns, tpot_ns, itl_max_ns, tokens, prompt_tokens, max_tokens;
 	bool tokens_from_usage;
 	bool client; /* the traced process made the request: a CLIENT span to its upstream */
