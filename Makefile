@@ -69,9 +69,9 @@ endif
 
 # user/ is in folders by the data flow (docs/architecture.md): cli, session, loader, pipeline,
 # record, sinks, lib. Every file but main.c and the loader's skeleton users (trace.c, uprobes.c, run.c,
-# kernel.c) is code the tests link too.
+# hold.c, kernel.c) is code the tests link too.
 LOADER_SRCS := user/cli/main.c user/loader/trace.c user/loader/uprobes.c user/loader/tracefs.c \
-	user/loader/run.c \
+	user/loader/run.c user/loader/hold.c user/loader/release.c \
 	user/loader/kernel.c
 LIB_SRCS := $(filter-out $(LOADER_SRCS),$(wildcard user/*/*.c))
 LIB_OBJS := $(patsubst user/%.c,$(OUTPUT)/user/%.o,$(LIB_SRCS))

@@ -167,11 +167,17 @@ struct ts_proc_event {
 	__u64 ts_ns;
 	__u32 ppid;	 /* fork: parent tgid */
 	union {
-		__s32 exit_code; /* exit: the wait status */
+		__s32 exit_code; /* exit: the wait status; map: TS_PROC_MAP_HELD or 0 */
 		__u32 ptid;	 /* fork: the parent's thread that forked */
 	};
 	char comm[16];
 };
+
+/* A mapping record's process was stopped at the mapping (map `held`): the loader continues it
+ * once its probes are in place. */
+#define TS_PROC_MAP_HELD 1
+/* Processes held at once at most (map `held`); past it, a mapping is not held. */
+#define TS_HELD_MAX 1024
 
 /*
  * One GPU step of one process: the CUDA work issued since the previous host wait returned, and

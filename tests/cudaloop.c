@@ -13,10 +13,12 @@
  * Built with -DCUDALOOP_STATIC and linked with libcudart_static.a, it calls the runtime linked
  * into its own executable instead (the tracer must then find the runtime in the executable).
  *
- * usage: cudaloop [--cudart PATH] [-n STEPS] [--launches N] [--gap-ms MS]
+ * usage: cudaloop [--cudart PATH] [-n STEPS] [--launches N] [--gap-ms MS] [--late]
  *
  * --gap-ms MS sleeps MS milliseconds after each step (steps spread over time, as a server's
- * are; the per-step figures then include the sleeps).
+ * are; the per-step figures then include the sleeps). --late loads the runtime only after the
+ * first line, and goes into its steps at once: an engine that maps CUDA after the tracer
+ * attached, whose first step follows its dlopen by microseconds.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -70,6 +72,7 @@ int main(int argc, char **argv)
 {
 	const char *path = "/usr/local/cuda/lib64/libcudart.so.13";
 	long steps = 2000, launches = 40, gap_ms = 0;
+	int late = 0;
 	char line[16], buf[8];
 	const dim3 one = { 1, 1, 1 };
 	launch_fn launch;
@@ -88,11 +91,19 @@ int main(int argc, char **argv)
 			launches = atol(argv[++i]);
 		else if (!strcmp(argv[i], "--gap-ms") && i + 1 < argc)
 			gap_ms = atol(argv[++i]);
+		else if (!strcmp(argv[i], "--late"))
+			late = 1;
 		else {
 			fprintf(stderr, "usage: cudaloop [--cudart PATH] [-n STEPS] [--launches N] "
-					"[--gap-ms MS]\n");
+					"[--gap-ms MS] [--late]\n");
 			return 2;
 		}
+	}
+	if (late) {
+		printf("ready %d\n", getpid());
+		fflush(stdout);
+		if (!fgets(line, sizeof(line), stdin))
+			return 1;
 	}
 #ifdef CUDALOOP_STATIC
 	(void)path;
@@ -119,10 +130,12 @@ int main(int argc, char **argv)
 	/* CUDA initialises on a program's first call (and loads an injection library then):
 	 * before the tracer attaches, as in a server that is already up. */
 	sync(NULL);
-	printf("ready %d\n", getpid());
-	fflush(stdout);
-	if (!fgets(line, sizeof(line), stdin))
-		return 1;
+	if (!late) {
+		printf("ready %d\n", getpid());
+		fflush(stdout);
+		if (!fgets(line, sizeof(line), stdin))
+			return 1;
+	}
 	c0 = cpu_now();
 	w0 = wall_now();
 	for (long s = 0; s < steps; s++) {

@@ -82,6 +82,7 @@ for t in $TESTS; do
 	cli)
 		run cli tests/cli/run_cli.sh
 		run k8s-names tests/cli/run_k8s_names.sh
+		run hold tests/cli/run_hold.sh
 		run ttft-definitions /usr/bin/python3 tests/cli/run_ttft.py
 		run privilege tests/priv/run_priv.sh
 		run demo-deps tests/cli/run_demo_deps.sh

@@ -151,7 +151,7 @@ static void cuda_steps(const char *path, bool calls)
 	/* Per-call records only when asked for: 40 launches, a graph launch and a copy. */
 	ASSERT_EQ(ncalls, calls ? 42 : 0, "per-call records");
 	ASSERT_EQ(ndtoh, calls ? 1 : 0, "the copy's direction");
-	uprobes_detach(&ca);
+	uprobes_detach(&ca, NULL, NULL);
 out:
 	ring_buffer__free(rb);
 	kernel_destroy(k);
@@ -232,7 +232,7 @@ TEST(test_probes_per_process)
 	c.launch(NULL, 0, 0, NULL, 0, NULL);
 	ASSERT_EQ(prog_runs(skel->progs.ts_cuda_call), before + 11, "and its probes with it");
 	ASSERT_EQ(uprobes_hooked_files(&ca, "CUDA"), 1, "one file hooked");
-	uprobes_detach(&ca);
+	uprobes_detach(&ca, NULL, NULL);
 out:
 	if (child > 0) {
 		kill(child, SIGKILL);
@@ -360,7 +360,7 @@ TEST(test_probes_inherited_at_fork)
 		  "a process forked before the hook never traps");
 	/* (This process also holds the programs' carrier events, which admit it: tokenscope
 	 * itself is never traced, so there they are inert; here only detaching ends them.) */
-	uprobes_detach(&ca);
+	uprobes_detach(&ca, NULL, NULL);
 	c.launch(NULL, 0, 0, NULL, 0, NULL);
 	ASSERT_EQ(prog_runs(skel->progs.ts_cuda_call), before + 14, "detached: no more traps");
 out:

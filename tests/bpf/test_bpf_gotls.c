@@ -138,7 +138,7 @@ TEST(test_go_tls_plaintext)
 	kernel_read_stat(k, TS_STAT_TLS_UNJOINED, &unjoined);
 	ASSERT_EQ(unjoined, 0, "every call placed on its connection");
 detach:
-	uprobes_detach(&u);
+	uprobes_detach(&u, NULL, NULL);
 out:
 	if (to_child[1] >= 0)
 		close(to_child[1]);

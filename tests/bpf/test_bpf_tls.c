@@ -304,7 +304,7 @@ static void tls_server(bool memory_bios)
 	ASSERT_TRUE(wire >= FRAMES, "each frame's socket write timed");
 	ASSERT_EQ(unjoined, 0, "every call placed on its connection");
 	ASSERT_TRUE(cipher > want, "encrypted bytes counted");
-	uprobes_detach(&u);
+	uprobes_detach(&u, NULL, NULL);
 out:
 	if (l.ssl)
 		SSL_free(l.ssl);

@@ -559,8 +559,12 @@ fi
 "$TS" run -- sleep 30 >/dev/null 2>"$TMP/run-fwd.err" &
 runpid=$!
 pids+=("$runpid")
-for _ in $(seq 100); do grep -q attached "$TMP/run-fwd.err" && break; sleep 0.1; done
-sleep_pid=$(pgrep -P "$runpid" -x sleep)
+# The command runs once tokenscope is set up (its libraries' probes made): wait for it.
+sleep_pid=
+for _ in $(seq 150); do
+	sleep_pid=$(pgrep -P "$runpid" -x sleep) && break
+	sleep 0.1
+done
 kill -TERM "$runpid"
 for _ in $(seq 30); do kill -0 "$runpid" 2>/dev/null || break; sleep 0.1; done
 if kill -0 "$runpid" 2>/dev/null; then

@@ -15,7 +15,7 @@
 #    cgroupfs driver gives it, /kubepods/burstable/pod<uid>/<container id>; host network, so the
 #    client reaches it.
 #  - tokenscope from its image with the DaemonSet's settings: the node's pid namespace, root
-#    with every capability dropped but BPF, PERFMON, SYS_ADMIN and SYS_PTRACE, containerd's
+#    with every capability dropped but BPF, PERFMON, SYS_ADMIN, SYS_PTRACE and KILL, containerd's
 #    default seccomp profile (RuntimeDefault), a read-only root filesystem, /sys/kernel/btf
 #    read-only, `tokenscope trace --all --listen 0.0.0.0:PORT --json`, host network so it can
 #    be scraped, and the private containerd's state folder read-only at the same path (where
@@ -152,7 +152,7 @@ dsbad=""
 for line in "image: REGISTRY/tokenscope:$VERSION" 'command: ["tokenscope"]' \
 	'args: ["trace", "--all", "--listen", "0.0.0.0:9464"]' 'hostPID: true' 'runAsUser: 0' \
 	'readOnlyRootFilesystem: true' 'drop: ["ALL"]' '- BPF' '- PERFMON' '- SYS_ADMIN' \
-	'- SYS_PTRACE' 'type: RuntimeDefault' 'mountPath: /sys/kernel/btf' 'readOnly: true'; do
+	'- SYS_PTRACE' '- KILL' 'type: RuntimeDefault' 'mountPath: /sys/kernel/btf' 'readOnly: true'; do
 	grep -qxF -e "$line" <(sed 's/^ *//' "$DS") || dsbad="$dsbad '$line'"
 done
 if [ -z "$dsbad" ]; then
@@ -292,7 +292,9 @@ drop=()
 for c in $(ctr oci spec | "$PY" -c '
 import json, sys
 print(" ".join(json.load(sys.stdin)["process"]["capabilities"]["bounding"]))'); do
-	drop+=(--cap-drop "$c")
+	# The runtime's defaults go, but for CAP_KILL, which tokenscope keeps (ctr drops after
+	# it adds).
+	[ "$c" = CAP_KILL ] || drop+=(--cap-drop "$c")
 done
 state_opt=()
 if "$TS_STATIC" trace --help 2>&1 | grep -q -- '--container-state'; then
@@ -302,7 +304,7 @@ fi
 ctr_ "${RUN[@]}" --log-uri "file://$TMP/ts.log" --net-host --read-only --seccomp \
 	--with-ns "pid:/proc/$$/ns/pid" --cgroup "$ts_cgroup" \
 	"${drop[@]}" --cap-add CAP_BPF --cap-add CAP_PERFMON --cap-add CAP_SYS_ADMIN \
-	--cap-add CAP_SYS_PTRACE \
+	--cap-add CAP_SYS_PTRACE --cap-add CAP_KILL \
 	--mount type=bind,src=/sys/kernel/btf,dst=/sys/kernel/btf,options=rbind:ro \
 	--mount "type=bind,src=$STATE,dst=$STATE,options=rbind:ro" \
 	$(cri_annotations "$TS_NS" "$TS_POD" "$TS_UID" "$TS_CTR" "$TS_SANDBOX") \
@@ -321,12 +323,12 @@ fi
 # Its process as the kubelet would have made it: the four capabilities and no other, the node's
 # pid namespace, the image's root read-only.
 capeff=$(awk '/^CapEff:/ { print $2 }' "/proc/$TPID/status")
-want_caps=$(printf '%016x' $(((1 << 39) | (1 << 38) | (1 << 21) | (1 << 19))))
+want_caps=$(printf '%016x' $(((1 << 39) | (1 << 38) | (1 << 21) | (1 << 19) | (1 << 5))))
 rootro=$(awk '$5 == "/" { print $6 }' "/proc/$TPID/mountinfo" | head -n 1)
 if [ "$capeff" = "$want_caps" ] &&
 	[ "$(readlink "/proc/$TPID/ns/pid")" = "$(readlink /proc/$$/ns/pid)" ] &&
 	[ "${rootro%%,*}" = ro ] && grep -q "^Seccomp:[[:space:]]*2" "/proc/$TPID/status"; then
-	ok "tokenscope container: pid $TPID, capabilities $capeff (BPF, PERFMON, SYS_ADMIN, SYS_PTRACE), the node's pid namespace, read-only root, seccomp filter"
+	ok "tokenscope container: pid $TPID, capabilities $capeff (BPF, PERFMON, SYS_ADMIN, SYS_PTRACE, KILL), the node's pid namespace, read-only root, seccomp filter"
 else
 	ko "tokenscope container" "CapEff $capeff (want $want_caps), pid ns $(readlink "/proc/$TPID/ns/pid"), root '$rootro', $(grep Seccomp: "/proc/$TPID/status")"
 fi

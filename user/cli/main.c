@@ -23,10 +23,23 @@
 
 static volatile sig_atomic_t exiting;
 
+/* The first SIGINT or SIGTERM ends the trace (the summary, the exporters' last batches); a
+ * second one leaves the probes' removal to the kernel in the background if that is under way
+ * (trace.h), and otherwise ends the process at once. Nothing is left stopped: the hold watchdog
+ * continues what is held. */
 static void on_signal(int sig)
 {
-	(void)sig;
-	exiting = 1;
+	static const char msg[] = "tokenscope: interrupted again: exiting now\n";
+
+	if (exiting == TRACE_RUNNING) {
+		exiting = TRACE_ENDING;
+	} else if (exiting == TRACE_REMOVING) {
+		exiting = TRACE_LEAVE;
+	} else if (exiting != TRACE_LEAVE) {
+		if (write(STDERR_FILENO, msg, sizeof(msg) - 1) < 0)
+			_exit(128 + sig);
+		_exit(128 + sig);
+	}
 }
 
 const char *argp_program_version = "tokenscope " TOKENSCOPE_VERSION;

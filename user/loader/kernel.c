@@ -19,7 +19,7 @@ struct kernel {
 	struct ring_buffer *rb;
 	uint32_t self_tgid;
 	int ncpus;
-	bool borrowed; /* the skeleton is the caller's (kernel_borrow) */
+	bool borrowed;	  /* the skeleton is the caller's (kernel_borrow) */
 	int exec_map_err; /* why ts_exec_map is not attached (0: it is) */
 };
 
@@ -114,14 +114,14 @@ int kernel_attach(struct kernel *k)
 		return err;
 	/* The mapping notices attach to tracefs's mmap tracepoints: where tracefs is not
 	 * usable the loader's scan finds new libraries alone. */
-	k->skel->links.ts_mmap_enter = bpf_program__attach_tracepoint(
-	    k->skel->progs.ts_mmap_enter, "syscalls", "sys_enter_mmap");
+	k->skel->links.ts_mmap_enter = bpf_program__attach_tracepoint(k->skel->progs.ts_mmap_enter,
+								      "syscalls", "sys_enter_mmap");
 	if (!k->skel->links.ts_mmap_enter) {
 		k->exec_map_err = -errno;
 		return 0;
 	}
-	k->skel->links.ts_mmap_exit = bpf_program__attach_tracepoint(
-	    k->skel->progs.ts_mmap_exit, "syscalls", "sys_exit_mmap");
+	k->skel->links.ts_mmap_exit = bpf_program__attach_tracepoint(k->skel->progs.ts_mmap_exit,
+								     "syscalls", "sys_exit_mmap");
 	if (!k->skel->links.ts_mmap_exit) {
 		k->exec_map_err = -errno;
 		bpf_link__destroy(k->skel->links.ts_mmap_enter);
@@ -133,6 +133,65 @@ int kernel_attach(struct kernel *k)
 int kernel_exec_map_err(const struct kernel *k)
 {
 	return k->exec_map_err;
+}
+
+void kernel_hold_set(struct kernel *k, bool on)
+{
+	k->skel->bss->hold_mappings = on;
+}
+
+int kernel_held_fd(const struct kernel *k)
+{
+	return bpf_map__fd(k->skel->maps.held);
+}
+
+/* Thin wrappers of the bpf syscall alone (no allocation): the watchdog calls this in a child
+ * forked from a process with threads. */
+int kernel_held_take_fd(int fd, kernel_held_fn fn, void *ctx)
+{
+	__u32 key, next;
+	__u64 when;
+	int n = 0;
+
+	/* Each taken entry is removed: the first key again, until there is none. */
+	while (bpf_map_get_next_key(fd, NULL, &next) == 0 && n < TS_HELD_MAX * 4) {
+		key = next;
+		if (bpf_map_lookup_elem(fd, &key, &when))
+			when = 0;
+		fn(ctx, key, when);
+		bpf_map_delete_elem(fd, &key);
+		n++;
+	}
+	return n;
+}
+
+int kernel_held_walk_fd(int fd, kernel_held_fn fn, void *ctx)
+{
+	__u32 key, next;
+	__u64 when;
+	void *prev = NULL;
+	int n = 0;
+
+	while (bpf_map_get_next_key(fd, prev, &next) == 0 && n < TS_HELD_MAX) {
+		key = next;
+		if (!bpf_map_lookup_elem(fd, &key, &when))
+			fn(ctx, key, when);
+		prev = &key;
+		n++;
+	}
+	return n;
+}
+
+bool kernel_held_has(struct kernel *k, uint32_t pid)
+{
+	__u64 when;
+
+	return !bpf_map_lookup_elem(kernel_held_fd(k), &pid, &when);
+}
+
+int kernel_held_take(struct kernel *k, kernel_held_fn fn, void *ctx)
+{
+	return kernel_held_take_fd(kernel_held_fd(k), fn, ctx);
 }
 
 void kernel_destroy(struct kernel *k)

@@ -76,6 +76,21 @@ int kernel_set_traced(struct tokenscope_bpf *skel, uint32_t pid, bool on);
 typedef int (*kernel_traffic_fn)(void *ctx, uint32_t pid, const struct ts_traffic_seen *v);
 int kernel_traffic_take(struct kernel *k, kernel_traffic_fn fn, void *ctx);
 
+/*
+ * Processes held at a library mapping (user/loader/hold.c): the programs stop one there (map
+ * `held`) only while holding is on. kernel_held_take calls fn for each process in the map, then
+ * removes it (after fn: a mapping the process makes meanwhile is not held twice); its _fd form
+ * works on the map's descriptor alone (the watchdog process, which keeps nothing else).
+ */
+typedef void (*kernel_held_fn)(void *ctx, uint32_t pid, uint64_t stopped_ns);
+void kernel_hold_set(struct kernel *k, bool on);
+int kernel_held_fd(const struct kernel *k);
+int kernel_held_take(struct kernel *k, kernel_held_fn fn, void *ctx);
+int kernel_held_take_fd(int fd, kernel_held_fn fn, void *ctx);
+/* The same without removing anything. */
+int kernel_held_walk_fd(int fd, kernel_held_fn fn, void *ctx);
+bool kernel_held_has(struct kernel *k, uint32_t pid);
+
 /* The ring buffer of map `events`, each record handed to fn (which returns 0). */
 typedef int (*kernel_record_fn)(void *ctx, void *data, size_t size);
 int kernel_ring_open(struct kernel *k, kernel_record_fn fn, void *ctx);

@@ -82,6 +82,18 @@ int proc_parse_stat(const char *text, uint32_t *pid, uint32_t *ppid)
 	return parse_pid(&p, ppid) && (*p == ' ' || *p == '\n' || !*p) ? 0 : -EINVAL;
 }
 
+char proc_state(uint32_t pid)
+{
+	char path[40], text[512], *close;
+
+	snprintf(path, sizeof(path), "/proc/%u/stat", pid);
+	if (proc_read_file(path, text, sizeof(text)) <= 0)
+		return 0;
+	/* The state follows the last ')': a comm may hold spaces and parentheses. */
+	close = strrchr(text, ')');
+	return close && close[1] == ' ' ? close[2] : 0;
+}
+
 int proc_read_stat(const char *proc_root, const char *name, uint32_t *pid, uint32_t *ppid)
 {
 	char path[300], text[512];

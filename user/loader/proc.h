@@ -32,6 +32,8 @@ int proc_descendants(const char *proc_root, uint32_t root, void (*cb)(void *ctx,
 /* Parses "pid" and "ppid" out of the text of /proc/PID/stat ("PID (COMM) S PPID ..."; COMM may
  * hold anything but a NUL): both decimal, at most PROC_PID_MAX. -EINVAL when malformed. */
 int proc_parse_stat(const char *text, uint32_t *pid, uint32_t *ppid);
+/* The state letter of /proc/PID/stat ('R', 'S', 'T' stopped, ...); 0 when it cannot be read. */
+char proc_state(uint32_t pid);
 
 /* The pid and ppid of the process whose directory in proc_root is name, from its stat file:
  * -EINVAL when name is not a pid, the file cannot be read (the process is gone) or parsed, or it

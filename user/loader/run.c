@@ -21,8 +21,10 @@ static void on_signal(int sig, siginfo_t *si, void *uc)
 	(void)uc;
 	if (sig == SIGCHLD) {
 		/* Every record the command made is in the ring buffer before its parent hears of
-		 * its exit: the trace ends with the last drain. */
-		*child_exited = 1;
+		 * its exit: the trace ends with the last drain. Another child's end (an
+		 * --alert-exec command, the hold watchdog) is not the command's. */
+		if (si->si_pid == child)
+			*child_exited = 1;
 		return;
 	}
 	/* A signal sent by a process (kill, a supervisor) is passed on. One the terminal
@@ -70,18 +72,27 @@ struct run_ctx {
 static int release_child(void *p)
 {
 	struct run_ctx *c = p;
+	struct sigaction ign = { .sa_handler = SIG_IGN }, old;
 	char go = 1;
 	int e = 0;
 	ssize_t n;
 
 	c->released = true;
-	if (write(c->go_fd, &go, 1) != 1) {
-		e = errno;
+	/* A signal passed on before the command started (SIGTERM while tokenscope was setting
+	 * up) ended the child already: the pipe has no reader, and the trace ends with its exit
+	 * status, not with tokenscope killed by SIGPIPE. */
+	sigaction(SIGPIPE, &ign, &old);
+	n = write(c->go_fd, &go, 1);
+	e = errno;
+	sigaction(SIGPIPE, &old, NULL);
+	if (n != 1 && e != EPIPE) {
 		fprintf(stderr, "tokenscope: cannot start %s: %s\n", c->cmd, strerror(e));
 		return -e;
 	}
 	close(c->go_fd);
 	c->go_fd = -1;
+	if (n != 1)
+		return 0;
 	/* The pipe is close-on-exec in the child: end of file means exec succeeded. */
 	do
 		n = read(c->err_fd, &e, sizeof(e));

@@ -12,6 +12,8 @@
 #include "loader/uprobes.h"
 #include "loader/tracefs.h"
 #include "loader/discover.h"
+#include "loader/hold.h"
+#include "loader/release.h"
 #include "loader/kernel.h"
 #include "loader/proc.h"
 #include "record/record.h"
@@ -45,6 +47,7 @@ struct tracer {
 	struct container_dirs dirs; /* where containers' bundles are looked for */
 	struct pipeline *pl;
 	struct uprobes cuda;
+	struct hold hold; /* processes stopped at a library mapping until hooked */
 	struct record_writer rec;
 	bool recording;
 	int rec_err; /* the first write error: recording stops, tracing goes on */
@@ -66,14 +69,37 @@ static void record_result(struct tracer *tr, int err)
 	}
 }
 
+/* A process held at a library mapping: its probes, before it goes on (hold.h). */
+static void hook_held(void *ctx, uint32_t pid)
+{
+	struct tracer *tr = ctx;
+
+	uprobes_mapped(&tr->cuda, pid, 0, NULL, NULL);
+}
+
+static bool is_held(void *ctx, uint32_t pid)
+{
+	struct tracer *tr = ctx;
+
+	return hold_has(&tr->hold, pid);
+}
+
 static int on_record(void *ctx, void *data, size_t size)
 {
 	struct tracer *tr = ctx;
 	const struct ts_event_hdr *h = data;
 
-	/* A library mapped: for the loader alone, not the pipeline or a recording. */
+	/* A library mapped: for the loader alone, not the pipeline or a recording. A process
+	 * held there is hooked and continued with any other held (a record may be lost: each
+	 * drain looks too). */
 	if (size == sizeof(struct ts_proc_event) && h->type == TS_EV_PROC_MAP) {
-		uprobes_mapped(&tr->cuda, h->pid, ((const struct ts_proc_event *)data)->ts_ns);
+		const struct ts_proc_event *pe = data;
+
+		/* Any held process first, by the hold's path. Another mapping's scan (its libc,
+		 * say) may still find a library the process is being stopped at: not a window. */
+		hold_release(&tr->hold, hook_held, tr);
+		if (pe->exit_code != TS_PROC_MAP_HELD)
+			uprobes_mapped(&tr->cuda, h->pid, pe->ts_ns, is_held, tr);
 		return 0;
 	}
 
@@ -506,6 +532,18 @@ static int trace_load(struct tracer *tr, const struct trace_opts *o)
 				strerror(-err));
 		return err;
 	}
+	/* Before the mmap tracepoints are attached: nothing is held without the watchdog. */
+	if (!has_cap(tr->caps, CAP_KILL)) {
+		if (o->verbose)
+			fprintf(stderr,
+				"tokenscope: no CAP_KILL: a process that maps a CUDA or TLS "
+				"library after attach is not held until hooked\n");
+	} else if ((err = hold_start(&tr->hold, tr->k, o->verbose)) && o->verbose) {
+		fprintf(stderr,
+			"tokenscope: cannot start the hold watchdog (%s): a process that maps a "
+			"CUDA or TLS library after attach is not held until hooked\n",
+			strerror(-err));
+	}
 	err = kernel_attach(tr->k);
 	if (err) {
 		fprintf(stderr, "tokenscope: cannot attach to the syscall tracepoints: %s\n",
@@ -714,6 +752,8 @@ static void loop_drain(struct loop *l)
 	uint64_t now = mono_ns();
 
 	kernel_ring_consume(tr->k);
+	/* A held process whose record was lost waits no longer than a drain. */
+	hold_release(&tr->hold, hook_held, tr);
 	read_kstats(tr);
 	pipeline_clock(tr->pl, now);
 	if (l->h->poll) {
@@ -792,6 +832,42 @@ int trace_check(const struct trace_opts *o)
 		}
 	}
 	return 0;
+}
+
+/* Probes from which on their removal is said: about half a second on the development VMs. */
+#define DETACH_SAY_PROBES 6
+
+static bool leave_asked(void *ctx)
+{
+	return *(volatile sig_atomic_t *)ctx == TRACE_LEAVE;
+}
+
+/*
+ * The probes removed, saying so when that takes a while (trace.h): true when they are gone;
+ * false when a signal asked to leave the rest to the kernel and a child took them over
+ * (release.h), the kernel side then not to be touched again.
+ */
+static bool detach_all(struct tracer *tr, volatile sig_atomic_t *exiting)
+{
+	int n = uprobes_count(&tr->cuda);
+	bool done;
+
+	if (n >= DETACH_SAY_PROBES)
+		fprintf(stderr,
+			"tokenscope: removing %d probes from the kernel (each waits for it to be "
+			"safe); Ctrl-C again to leave them to it\n",
+			n);
+	if (*exiting != TRACE_LEAVE)
+		*exiting = TRACE_REMOVING;
+	done = uprobes_detach(&tr->cuda, leave_asked, (void *)exiting);
+	if (!done && release_background(tracefs_cleanup) == 0) {
+		fprintf(stderr, "tokenscope: the kernel removes the rest in the background\n");
+		return false;
+	}
+	if (!done)
+		uprobes_detach(&tr->cuda, NULL, NULL);
+	*exiting = TRACE_ENDING;
+	return true;
 }
 
 int trace_run(const struct trace_opts *o, struct pipeline *pl, const struct trace_hooks *h,
@@ -887,6 +963,7 @@ int trace_run(const struct trace_opts *o, struct pipeline *pl, const struct trac
 	if (h->begin && (err = h->begin(h->ctx)))
 		goto out;
 	uprobes_init(&tr.cuda, tr.k, o->verbose);
+	tr.cuda.held_mappings = tr.hold.watchdog && !kernel_exec_map_err(tr.k);
 	tr.cuda.kernels = o->gpu_calls;
 	tr.cuda.device = o->device_times;
 	cuda_scan_all(&tr, false);
@@ -901,12 +978,27 @@ int trace_run(const struct trace_opts *o, struct pipeline *pl, const struct trac
 	loop = (struct loop){ .tr = &tr, .o = o, .seen = &seen, .h = h, .start = mono_s() };
 	err = loop_run(&loop, exiting);
 	kernel_ring_consume(tr.k);
+	hold_stop(&tr.hold, hook_held, &tr);
 	read_kstats(&tr);
 	if (tr.cuda.late_hooks)
 		fprintf(stderr,
 			"tokenscope: hooked late: %d (process, library) pair%s found by the "
 			"once-a-second scan, not when mapped: first calls possibly missed\n",
 			tr.cuda.late_hooks, tr.cuda.late_hooks == 1 ? "" : "s");
+	if (tr.hold.held)
+		fprintf(
+		    stderr,
+		    "tokenscope: %llu process%s held at a library mapping until hooked, %.3f ms "
+		    "at most (%.3f ms on average): no call into it missed\n",
+		    (unsigned long long)tr.hold.held, tr.hold.held == 1 ? "" : "es",
+		    (double)tr.hold.max_ns / 1e6,
+		    (double)tr.hold.total_ns / 1e6 / (double)tr.hold.held);
+	if (tr.hold.expired)
+		fprintf(stderr,
+			"tokenscope: %llu process%s held at a library mapping went on before "
+			"tokenscope hooked it (its watchdog lets none wait past a second): calls "
+			"in that time not seen\n",
+			(unsigned long long)tr.hold.expired, tr.hold.expired == 1 ? "" : "es");
 	if (tr.cuda.map_hooks)
 		fprintf(
 		    stderr,
@@ -923,6 +1015,8 @@ int trace_run(const struct trace_opts *o, struct pipeline *pl, const struct trac
 	if (tr.quiet_hint[0] && !http_seen(&tr))
 		fprintf(stderr, "tokenscope: still %s\n", tr.quiet_hint);
 out:
+	/* Nothing stays stopped, whatever ended the trace. */
+	hold_stop(&tr.hold, NULL, NULL);
 	discover_set_free(&seen);
 	if (tr.recording) {
 		int e = record_close(&tr.rec);
@@ -935,8 +1029,9 @@ out:
 			err = tr.rec_err;
 	}
 	kernel_ring_close(tr.k);
-	uprobes_detach(&tr.cuda);
-	tracefs_cleanup();
-	kernel_destroy(tr.k);
+	if (detach_all(&tr, exiting)) {
+		tracefs_cleanup();
+		kernel_destroy(tr.k);
+	}
 	return err;
 }

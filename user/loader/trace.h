@@ -59,6 +59,20 @@ struct trace_hooks {
 /* Whether every process named with -p exists: 0, or -ESRCH after saying which does not (before
  * anything is set up for the trace). */
 int trace_check(const struct trace_opts *o);
+/*
+ * What *exiting holds: the owner's signal handler moves it on, trace_run reads it and says when
+ * it is removing its probes (which waits for the kernel, about 0.1 s a probe on the development
+ * VMs). A first SIGINT or SIGTERM ends the trace (TRACE_ENDING); one while the probes are being
+ * removed leaves the rest to a child process (TRACE_LEAVE, release.h); one at any other time
+ * after the first ends the process at once.
+ */
+enum {
+	TRACE_RUNNING = 0,
+	TRACE_ENDING = 1,
+	TRACE_REMOVING = 2,
+	TRACE_LEAVE = 3,
+};
+
 /* Traces into pl. Returns 0, or a negative errno after printing why. */
 int trace_run(const struct trace_opts *o, struct pipeline *pl, const struct trace_hooks *h,
 	      volatile sig_atomic_t *exiting);

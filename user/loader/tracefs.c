@@ -24,7 +24,7 @@ static unsigned int nmade; /* events made: uN */
 static struct made {
 	int id;
 	unsigned int n;
-} *made;
+} * made;
 static size_t nmade_live, made_cap;
 
 static int write_cmd(const char *text)

@@ -27,8 +27,8 @@
  * a mount namespace of its own, seen by no other process. Probes are named
  * tokenscope_PID_PIDNS/uN (PIDNS: the pid namespace's inode, as two containers' tokenscopes may
  * have one pid); probes of a tokenscope of the same pid namespace that died without removing
- * them are removed at the next start. Where none of this is possible, tracefs_ready() is false and the loader uses
- * per-process PMU probes as before, which a fork does not carry.
+ * them are removed at the next start. Where none of this is possible, tracefs_ready() is false and
+ * the loader uses per-process PMU probes as before, which a fork does not carry.
  */
 #ifndef TS_TRACEFS_H
 #define TS_TRACEFS_H

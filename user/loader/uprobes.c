@@ -276,19 +276,19 @@ static int probe_add(struct uprobes *u, struct uprobes_file *cf, const char *pat
 		return err;
 	}
 	cf->ids[i] = id;
-	cf->carriers[i] = fd;
 	cf->carried[i] = l;
 	cf->nprobes++;
 	return 0;
 }
 
+/* The link owns its carrier's perf event: destroying it closes that descriptor (closed again
+ * here, it could be another thread's by then). */
 static void probes_remove(struct uprobes_file *cf, int from)
 {
 	while (cf->nprobes > from) {
 		int i = --cf->nprobes;
 
 		kernel_link_destroy(cf->carried[i]);
-		close(cf->carriers[i]);
 		tracefs_uprobe_remove(cf->ids[i]);
 	}
 }
@@ -973,20 +973,22 @@ int uprobes_scan(struct uprobes *u, uint32_t pid, bool late)
 	fclose(f);
 	free(m);
 	if (u->shared) {
-		cache_candidates(u, pid);
+		if (!u->held_mappings)
+			cache_candidates(u, pid);
 		prehook(u, pid);
 	}
 	return total;
 }
 
-int uprobes_mapped(struct uprobes *u, uint32_t pid, uint64_t mapped_ns)
+int uprobes_mapped(struct uprobes *u, uint32_t pid, uint64_t mapped_ns,
+		   bool (*held)(void *ctx, uint32_t pid), void *ctx)
 {
 	int before = u->nhooks, n = uprobes_scan(u, pid, false);
 	struct timespec now;
 	uint64_t window;
 	bool counted = false;
 
-	if (n <= 0)
+	if (n <= 0 || !held || held(ctx, pid))
 		return n;
 	clock_gettime(CLOCK_MONOTONIC, &now);
 	window = (uint64_t)now.tv_sec * 1000000000ull + (uint64_t)now.tv_nsec - mapped_ns;
@@ -1026,16 +1028,34 @@ void uprobes_forget(struct uprobes *u, uint32_t pid)
 	}
 }
 
-void uprobes_detach(struct uprobes *u)
+int uprobes_count(const struct uprobes *u)
 {
+	int n = 0;
+
 	for (int i = 0; i < u->nhooks; i++)
-		hook_unlink(&u->hooks[i]);
+		n += u->hooks[i].nlinks + u->hooks[i].nfds;
 	for (int i = 0; i < u->nfiles; i++)
+		n += u->files[i].nprobes > 0 ? u->files[i].nprobes : 0;
+	return n;
+}
+
+bool uprobes_detach(struct uprobes *u, bool (*stop)(void *ctx), void *ctx)
+{
+	for (int i = 0; i < u->nhooks; i++) {
+		if (stop && stop(ctx))
+			return false;
+		hook_unlink(&u->hooks[i]);
+	}
+	for (int i = 0; i < u->nfiles; i++) {
+		if (stop && stop(ctx))
+			return false;
 		probes_remove(&u->files[i], 0);
+	}
 	free(u->hooks);
 	u->hooks = NULL;
 	u->nhooks = 0;
 	free(u->inherited);
 	u->inherited = NULL;
 	u->ninherited = 0;
+	return true;
 }

@@ -58,19 +58,18 @@ struct uprobes_file {
 	ino_t ino;
 	const struct uprobes_table *table; /* the library looked for in it */
 	int nfns;			   /* of its functions, defined in it: 0 for none */
-	bool by_name;			/* its symbols could not be read here: libbpf finds each */
-	bool hooked;			/* hooked for some process at some time */
-	uint64_t offs[UPROBES_FNS_MAX]; /* file offset of each function, 0 where absent */
+	bool by_name;			 /* its symbols could not be read here: libbpf finds each */
+	bool hooked;			 /* hooked for some process at some time */
+	uint64_t offs[UPROBES_FNS_MAX];	 /* file offset of each function, 0 where absent */
 	uint64_t sizes[UPROBES_FNS_MAX]; /* and its size (the symbol's) */
 	uint32_t skips[UPROBES_FNS_MAX]; /* where its entry is probed, from its start (Go) */
 	/* Its probes shared by every process (tracefs.h), made at its first hook: nprobes 0
 	 * before, -1 when they cannot be (a PMU probe per process then). Each probe's
-	 * tracepoint id, the perf event bound to tokenscope that carries its program, and that
-	 * attachment. */
+	 * tracepoint id, and the attachment of its program to a perf event bound to tokenscope
+	 * (the link owns that event's descriptor). */
 	int nprobes;
 	int shared_fns; /* the functions they hook */
 	int ids[UPROBES_HOOK_LINKS];
-	int carriers[UPROBES_HOOK_LINKS];
 	struct bpf_link *carried[UPROBES_HOOK_LINKS];
 };
 
@@ -135,11 +134,14 @@ struct uprobes {
 	int nhooks;
 	bool hooks_full, files_full; /* a cap was reached: said once, nothing more hooked */
 	bool verbose;
-	bool kernels; /* --kernels: the library's per-operation probe */
+	bool kernels;		    /* --kernels: the library's per-operation probe */
 	enum uprobes_device device; /* --device-times: which of the library's probes */
 	struct uprobes_denial denied;
 	int cupti_attached; /* processes whose CUPTI library probes were attached */
 	bool shared;	    /* probes shared through tracefs, inherited at fork (tracefs.h) */
+	/* A process that maps a library is held until hooked (hold.h): the dynamic loader's
+	 * cache is not made ready ahead (its probes would cost every run, used or not). */
+	bool held_mappings;
 	struct uprobes_seen caches[UPROBES_MAX_CACHES];
 	int ncaches;
 	struct uprobes_inherited *inherited; /* UPROBES_MAX_INHERITED, with the first fork */
@@ -166,12 +168,19 @@ int uprobes_scan(struct uprobes *u, uint32_t pid, bool late);
  * probes, or a thread that may have been running at attach) it is scanned now. */
 void uprobes_fork(struct uprobes *u, uint32_t parent, uint32_t ptid, uint32_t child);
 /* A TS_EV_PROC_MAP record: pid mapped a file executable at mapped_ns; scanned now, and the
- * time from the mapping to each hook it makes is kept (map_window_max_ns). */
-int uprobes_mapped(struct uprobes *u, uint32_t pid, uint64_t mapped_ns);
+ * time from the mapping to each hook it makes is kept (map_window_max_ns), unless held(ctx, pid)
+ * says, once the hooks are in, that the process is stopped at a mapping (hold.h): then no call
+ * was missed. held NULL: it is. */
+int uprobes_mapped(struct uprobes *u, uint32_t pid, uint64_t mapped_ns,
+		   bool (*held)(void *ctx, uint32_t pid), void *ctx);
 /* Library files of that kind ("CUDA", "TLS") hooked for some process so far. */
 int uprobes_hooked_files(const struct uprobes *u, const char *what);
 /* A process that exited: its probes are detached (a later process with its pid is a new one). */
 void uprobes_forget(struct uprobes *u, uint32_t pid);
-void uprobes_detach(struct uprobes *u);
+/* Probes to remove: each removal waits for the kernel (trace.h). */
+int uprobes_count(const struct uprobes *u);
+/* Removes every probe, one after another while stop(ctx) says no (stop NULL: all of them):
+ * true when all are gone; false when it stopped, the rest still attached (for release.h). */
+bool uprobes_detach(struct uprobes *u, bool (*stop)(void *ctx), void *ctx);
 
 #endif
