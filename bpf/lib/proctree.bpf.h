@@ -113,7 +113,9 @@ static __always_inline bool hold_wanted(int fd)
 	const unsigned char *n;
 	struct file *f;
 
-	if (!hold_mappings)
+	/* Never tokenscope itself (traced when -p names one of its ancestors): nobody would
+	 * continue it but its watchdog, a second later. */
+	if (!hold_mappings || BPF_CORE_READ(task, tgid) == self_tgid)
 		return false;
 	f = fd_file(fd);
 	if (!f)
