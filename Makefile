@@ -74,6 +74,10 @@ LOADER_SRCS := user/cli/main.c user/loader/trace.c user/loader/uprobes.c user/lo
 	user/loader/run.c user/loader/hold.c user/loader/release.c \
 	user/loader/kernel.c
 LIB_SRCS := $(filter-out $(LOADER_SRCS),$(wildcard user/*/*.c))
+# For scripts that build the pipeline on their own (tests/otlp/run_live.sh): what they leave out.
+.PHONY: print-loader-srcs
+print-loader-srcs:
+	@echo $(LOADER_SRCS)
 LIB_OBJS := $(patsubst user/%.c,$(OUTPUT)/user/%.o,$(LIB_SRCS))
 TOOL_OBJS := $(patsubst user/%.c,$(OUTPUT)/user/%.o,$(LOADER_SRCS))
 # Unit tests run under AddressSanitizer and UBSan, against their own build of the pipeline.

@@ -30,12 +30,11 @@ build() {
 		-Itests/unit -fsanitize=address,undefined -fno-sanitize-recover=all
 		-fno-omit-frame-pointer)
 	mkdir -p "$obj"
+	# The Makefile's LOADER_SRCS: main and the users of the BPF skeleton.
+	loader=" $(make -s --no-print-directory print-loader-srcs) "
 	for f in user/*/*.c; do
 		b=$(basename "$f" .c)
-		# The Makefile's LOADER_SRCS: main and the users of the BPF skeleton.
-		case $f in user/cli/main.c | user/loader/trace.c | user/loader/uprobes.c | \
-			user/loader/run.c | user/loader/kernel.c) continue ;;
-		esac
+		case $loader in *" $f "*) continue ;; esac
 		o=$obj/$b.o
 		objs+=("$o")
 		if [ ! -f "$o" ] || [ -n "$(find "$f" user/*/*.h include/*.h -newer "$o" 2>/dev/null)" ]; then
