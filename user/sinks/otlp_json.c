@@ -35,8 +35,12 @@ static void put_time(const struct otlp_resource *o, struct jsonw *w, const char 
 {
 	int64_t wall;
 
-	/* A recording's clocks may put a time before 1970 or past 2262: 0, the time unset. */
-	put_u64s(w, key, clock_wall_ns(o->realtime_offset_ns, mono, &wall) ? (uint64_t)wall : 0);
+	/* A recording's clocks may put a time before 1970 or past 2262: held at the nearest one
+	 * representable, so that a span's times keep their order (its end is never before its
+	 * start). */
+	if (!clock_wall_ns(o->realtime_offset_ns, mono, &wall))
+		wall = o->realtime_offset_ns < 0 && mono <= (uint64_t)INT64_MAX ? 0 : INT64_MAX;
+	put_u64s(w, key, (uint64_t)wall);
 }
 
 static void attr_begin(struct jsonw *w, const char *key)
