@@ -10,7 +10,10 @@
  *                             KERNEL when op has bit 0x80
  *   CF_GRAPH                  a CUpti_ActivityGraphTrace2's bytes
  *   CF_MEMCPY                 a CUpti_ActivityMemcpy6's bytes
- *   CF_UNKNOWN                u32 kind (moved off the kinds read), then a CUpti_Activity's bytes
+ *   CF_UNKNOWN                u32 kind (moved off the kinds read), then a CUpti_Activity's
+ *                             bytes; with bit 0x80 a CUpti_ActivityOverhead3's bytes instead
+ *                             (kind OVERHEAD, its overheadData a block of the harness's when
+ *                             bit 0x40 is set, else NULL: CUPTI's own to free)
  *   CF_SINGLE                 single mode flipped, without a flush
  *   CF_FLUSH                  runs_flush, as at the end of a buffer
  *   CF_OFFSET                 i64: the clock offset of the records after it
@@ -48,7 +51,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 /* What the emit callback saw, and what the harness fed. */
 struct seen {
 	uint64_t runs, ops, launched, batches;
-	uint64_t fed_records, fed_ops, fed_unknown;
+	uint64_t fed_records, fed_ops, fed_unknown, fed_overhead;
 };
 
 FUZZ_CHECKER static void check_run(const struct ts_dev_run *d, uint32_t i)
@@ -126,6 +129,9 @@ FUZZ_CHECKER static void check_end(const struct runs *r, const struct seen *s)
 		   (unsigned long long)s->fed_records, (unsigned long long)st->records);
 	FUZZ_CHECK(s->fed_unknown == st->unknown, "%llu unknown records fed, stats.unknown %llu",
 		   (unsigned long long)s->fed_unknown, (unsigned long long)st->unknown);
+	FUZZ_CHECK(s->fed_overhead == st->overhead_records,
+		   "%llu overhead records fed, stats.overhead_records %llu",
+		   (unsigned long long)s->fed_overhead, (unsigned long long)st->overhead_records);
 }
 
 static bool known_kind(uint32_t kind)
@@ -133,7 +139,8 @@ static bool known_kind(uint32_t kind)
 	return kind == CUPTI_ACTIVITY_KIND_RUNTIME || kind == CUPTI_ACTIVITY_KIND_DRIVER ||
 	       kind == CUPTI_ACTIVITY_KIND_KERNEL ||
 	       kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL ||
-	       kind == CUPTI_ACTIVITY_KIND_GRAPH_TRACE || kind == CUPTI_ACTIVITY_KIND_MEMCPY;
+	       kind == CUPTI_ACTIVITY_KIND_GRAPH_TRACE || kind == CUPTI_ACTIVITY_KIND_MEMCPY ||
+	       kind == CUPTI_ACTIVITY_KIND_OVERHEAD;
 }
 
 /* One record of size bytes from the input, its kind then set, read in its own buffer. */
@@ -150,6 +157,25 @@ static void feed(struct runs *r, struct fuzz_in *in, size_t size, uint32_t kind,
 	rec->kind = (CUpti_ActivityKind)kind;
 	records_read(r, rec, offset);
 	free(rec);
+}
+
+/* An overhead record, whose overheadData is a pointer CUPTI hands the reader to free: a block
+ * of the harness's, or NULL, never the input's bytes. */
+static void feed_overhead(struct runs *r, struct fuzz_in *in, bool data, int64_t offset)
+{
+	CUpti_ActivityOverhead3 *o = calloc(1, sizeof(*o));
+	const uint8_t *p;
+	size_t got;
+
+	if (!o)
+		abort();
+	p = fuzz_bytes(in, sizeof(*o), &got);
+	memcpy(o, p, got);
+	o->kind = CUPTI_ACTIVITY_KIND_OVERHEAD;
+	o->overheadData = data ? malloc(16) : NULL;
+	records_read(r, (CUpti_Activity *)o, offset);
+	free(o->overheadData); /* NULL: the reader took it */
+	free(o);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -192,6 +218,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			s.fed_ops++;
 			break;
 		case CF_UNKNOWN:
+			if (op & 0x80) {
+				feed_overhead(r, &in, op & 0x40, offset);
+				s.fed_overhead++;
+				break;
+			}
 			kind = fuzz_u32(&in);
 			if (known_kind(kind))
 				kind = CUPTI_ACTIVITY_KIND_MARKER;

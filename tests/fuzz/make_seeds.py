@@ -539,6 +539,10 @@ def cupti_seeds():
     odd += cf_launch(9, t0 + 20_000) + cf_launch(9 + 8192, t0 + 21_000)
     odd += cf_kernel(9, t0 + 30_000, t0 + 31_000) + cf_kernel(9 + 8192, t0 + 15_000, t0 + 16_000)
     put("fuzz_cupti", "single-unknown-bad-times", odd + bytes([CF_FLUSH]))
+    # CUPTI's own overhead records (their times zero here; mutations fill them), one with an
+    # overheadData block for the reader to free, one without.
+    put("fuzz_cupti", "overhead", bytes([CF_UNKNOWN | 0xC0]) + bytes(64) +
+        bytes([CF_UNKNOWN | 0x80]) + bytes(64) + bytes([CF_FLUSH]))
 
 
 # ---- writing ----
