@@ -71,13 +71,10 @@ endif
 # record, sinks, lib. Every file but main.c and the loader's skeleton users (trace.c, uprobes.c, run.c,
 # hold.c, kernel.c) is code the tests link too.
 LOADER_SRCS := user/cli/main.c user/loader/trace.c user/loader/uprobes.c user/loader/tracefs.c \
-	user/loader/run.c user/loader/hold.c user/loader/release.c \
+	user/loader/run.c user/loader/hold.c user/loader/release.c user/loader/features.c \
+	user/loader/check.c \
 	user/loader/kernel.c
 LIB_SRCS := $(filter-out $(LOADER_SRCS),$(wildcard user/*/*.c))
-# For scripts that build the pipeline on their own (tests/otlp/run_live.sh): what they leave out.
-.PHONY: print-loader-srcs
-print-loader-srcs:
-	@echo $(LOADER_SRCS)
 LIB_OBJS := $(patsubst user/%.c,$(OUTPUT)/user/%.o,$(LIB_SRCS))
 TOOL_OBJS := $(patsubst user/%.c,$(OUTPUT)/user/%.o,$(LOADER_SRCS))
 # Unit tests run under AddressSanitizer and UBSan, against their own build of the pipeline.
@@ -344,13 +341,13 @@ $(OUTPUT)/tests/test_cupti_runs: tests/unit/test_cupti_runs.c tests/unit/check.h
 	$(call msg,TEST,$@)
 	$(Q)$(CC) $(CUPTI_CFLAGS) $(SAN_FLAGS) -Itests/unit $< $(CUPTI_TESTED) -o $@
 
-$(OUTPUT)/tests/%: tests/bpf/%.c tests/unit/check.h $(LIB_OBJS) $(OUTPUT)/user/loader/uprobes.o \
-		$(OUTPUT)/user/loader/tracefs.o $(OUTPUT)/user/loader/kernel.o \
+BPF_TEST_LOADER := $(OUTPUT)/user/loader/uprobes.o $(OUTPUT)/user/loader/tracefs.o \
+	$(OUTPUT)/user/loader/kernel.o $(OUTPUT)/user/loader/features.o
+$(OUTPUT)/tests/%: tests/bpf/%.c tests/unit/check.h $(LIB_OBJS) $(BPF_TEST_LOADER) \
 		$(OUTPUT)/tokenscope.skel.h | $(OUTPUT)/tests
 	$(call msg,TEST,$@)
-	$(Q)$(CC) $(USER_CFLAGS) $(TEST_DEFS) -Itests/unit $< $(LIB_OBJS) $(OUTPUT)/user/loader/uprobes.o \
-		$(OUTPUT)/user/loader/tracefs.o $(OUTPUT)/user/loader/kernel.o -o $@ $(LDLIBS) -ldl \
-		-lssl -lcrypto
+	$(Q)$(CC) $(USER_CFLAGS) $(TEST_DEFS) -Itests/unit $< $(LIB_OBJS) $(BPF_TEST_LOADER) -o $@ \
+		$(LDLIBS) -ldl -lssl -lcrypto
 
 # Both ends of a Go crypto/tls connection, for test_bpf_gotls: built for the build's
 # architecture (static, so the arm64 machine of tests/arm64/run_vm.sh needs nothing more).
@@ -432,3 +429,8 @@ clean:
 # The headers each object included when it was last built (none before the first build, when
 # everything is built anyway).
 -include $(wildcard $(OUTPUT)/user/*/*.d $(OUTPUT)/san/*/*.d $(OUTPUT)/fuzz/obj/*/*.d)
+
+# For scripts that build the pipeline on their own (tests/otlp/run_live.sh): what they leave out.
+.PHONY: print-loader-srcs
+print-loader-srcs:
+	@echo $(LOADER_SRCS)

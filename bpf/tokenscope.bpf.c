@@ -67,8 +67,7 @@ int BPF_PROG(ts_sys_enter, struct pt_regs *regs, long id)
 		emit_close(pid_tgid, fd, ts);
 		return 0;
 	}
-	st = bpf_task_storage_get(&stash, bpf_get_current_task_btf(), NULL,
-				  BPF_LOCAL_STORAGE_GET_F_CREATE);
+	st = thread_state(&stash, true);
 	if (!st)
 		return 0;
 	st->fd = fd;
@@ -114,7 +113,7 @@ int BPF_PROG(ts_sys_exit, struct pt_regs *regs, long ret)
 	 * before the task storage lookup. */
 	if (!syscall_kind(TS_SYSCALL_NR(regs)))
 		return 0;
-	sp = bpf_task_storage_get(&stash, bpf_get_current_task_btf(), NULL, 0);
+	sp = thread_state(&stash, false);
 	if (!sp || !sp->sys)
 		return 0;
 	st = *sp;
@@ -169,5 +168,29 @@ int BPF_PROG(ts_sys_exit, struct pt_regs *regs, long ret)
 		if (c)
 			emit_peer_gone(&st, c, pid_tgid, TS_DATA_RESET, bpf_ktime_get_ns());
 	}
+	return 0;
+}
+
+/*
+ * Before Linux 5.11 the per-thread maps are hashes keyed by thread id (common.bpf.h): a thread's
+ * entries go at its exit, as task storage goes with its task. Loaded only there (kernel.c).
+ */
+_Static_assert(sizeof(struct stash) <= THREAD_STATE_MAX_BYTES &&
+		   sizeof(struct gpu_wait) <= THREAD_STATE_MAX_BYTES &&
+		   sizeof(struct exec_mapping) <= THREAD_STATE_MAX_BYTES,
+	       "a new thread's state starts as thread_zero");
+
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(ts_thread_exit, struct task_struct *task)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+
+	/* Whether or not its process is still traced (the leader's exit may have been seen
+	 * first): a delete that finds nothing costs little, and a thread's exit is rare. */
+	if (has_task_storage)
+		return 0;
+	bpf_map_delete_elem(&stash, &tid);
+	bpf_map_delete_elem(&gpu_wait, &tid);
+	bpf_map_delete_elem(&exec_mapping, &tid);
 	return 0;
 }

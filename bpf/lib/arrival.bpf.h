@@ -53,6 +53,9 @@ static __always_inline void rx_register(struct sock *sk, bool accepted)
 {
 	__u64 key = (__u64)sk, v = RX_NONE, *p;
 
+	/* Before Linux 6.3 no tracepoint tells of arrivals: received_ns stays unknown (0). */
+	if (!has_rx_ready)
+		return;
 	/* In the maps first: bytes arriving from here on are noted by sk_data_ready. */
 	bpf_map_update_elem(&rx_pending, &key, &v, BPF_ANY);
 	__u32 port = BPF_CORE_READ(sk, __sk_common.skc_num), word = port / 64;
@@ -81,8 +84,11 @@ static __always_inline void rx_register(struct sock *sk, bool accepted)
  */
 static __always_inline __u64 rx_take(struct conn *c)
 {
-	__u64 key = c->sk, *p = bpf_map_lookup_elem(&rx_pending, &key), old;
+	__u64 key = c->sk, *p, old;
 
+	if (!has_rx_ready)
+		return 0;
+	p = bpf_map_lookup_elem(&rx_pending, &key);
 	if (!p)
 		return 0;
 	old = *p;

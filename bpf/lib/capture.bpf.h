@@ -69,7 +69,7 @@ static __always_inline struct conn *conn_get(__u32 tgid, __u32 tid, __s32 fd, __
 		return NULL;
 
 	struct conn fresh = { .file = (__u64)f, .sk = (__u64)sk };
-	fresh.conn_id = __sync_fetch_and_add(&next_conn_id, 1) + 1;
+	fresh.conn_id = next_id(&next_conn_id);
 	if (bpf_map_update_elem(&conns, &key, &fresh, BPF_ANY)) {
 		stat_add(TS_STAT_CONN_TABLE_FULL, 1);
 		return NULL;
@@ -187,6 +187,12 @@ static long copy_step(__u32 i, void *arg)
 	return 0;
 }
 
+/* copy_step for a loop of calls: a global function, verified once rather than at each call. */
+__noinline int copy_step_call(__u32 i)
+{
+	return copy_step(i, NULL);
+}
+
 static __always_inline void emit_data(struct stash *st, struct conn *c, __u64 pid_tgid, __u64 ret,
 				      __u64 exit_ns, __u64 queued_ns)
 {
@@ -205,7 +211,14 @@ static __always_inline void emit_data(struct stash *st, struct conn *c, __u64 pi
 	s->ev.conn_id = c->conn_id;
 	s->ev.enter_ns = st->enter_ns;
 	s->ev.exit_ns = exit_ns;
-	s->ev.syscall_pos = __sync_fetch_and_add(&c->pos[dir & 1], ret);
+	if (has_atomics) {
+		s->ev.syscall_pos = __sync_fetch_and_add(&c->pos[dir & 1], ret);
+	} else {
+		/* Two threads writing one socket at once (before Linux 5.12) may get the same
+		 * offset: the stream shows a gap or an overlap there, counted as such. */
+		s->ev.syscall_pos = c->pos[dir & 1];
+		__sync_fetch_and_add(&c->pos[dir & 1], ret);
+	}
 	s->ev.queued_ns = queued_ns;
 	s->ev.syscall_bytes = ret;
 	s->ev.fd = st->fd;
@@ -249,8 +262,14 @@ static __always_inline void emit_data(struct stash *st, struct conn *c, __u64 pi
 		}
 		cc->fill = n;
 		copy_flush(s, cc, true);
-	} else {
+	} else if (has_loop) {
 		bpf_loop(COPY_LOOPS, copy_step, NULL, 0);
+	} else {
+		/* Before Linux 5.17: the same steps from a bounded loop of calls to a function the
+		 * verifier checks once. */
+		for (__u32 i = 0; i < COPY_LOOPS; i++)
+			if (copy_step_call(i))
+				break;
 	}
 	stat_add(TS_STAT_SYSCALLS, 1);
 }

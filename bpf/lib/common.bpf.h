@@ -28,6 +28,18 @@
 
 /* Set by user space between open and load. */
 const volatile __u32 capture_bytes = TS_CAPTURE_DEFAULT;
+
+/*
+ * What this kernel has past Linux 5.10 (user/loader/features.h), set by user space before load.
+ * Code for a feature the kernel lacks sits behind a switch that is false there: the verifier
+ * follows only the branch the constant takes and never sees the other, so one object loads on
+ * every kernel.
+ */
+const volatile bool has_task_storage = true; /* 5.11: per-thread state in the task */
+const volatile bool has_task_btf = true;     /* 5.11: bpf_get_current_task_btf */
+const volatile bool has_atomics = true;	     /* 5.12: atomic or, and, cmpxchg, fetch */
+const volatile bool has_loop = true;	     /* 5.17: bpf_loop */
+const volatile bool has_rx_ready = true;     /* 6.3: the sk_data_ready tracepoint */
 /* A record per CUDA launch and copy, besides the counts (--kernels). */
 const volatile bool emit_gpu_calls = false;
 /* Wake the consumer only when this much is waiting (an eighth of the ring, set by user space);
@@ -45,12 +57,12 @@ struct {
 
 /*
  * The same set as a bit per tgid, the test every socket syscall of every process on the machine
- * makes (and every probe: is_traced): an array load (the verifier inlines an array lookup) instead of a hash lookup. A bit is
- * set after its map entry is made and cleared before the entry goes (user space:
- * kernel_set_traced, through a one-page mapping of the word's page; here: a traced process's
- * fork, the leader's exit), so a set bit stands for an entry. Mappable, so that user space sets
- * a bit atomically against the kernel's updates of the same word; not global data, which user
- * space would keep mapped whole (512 KiB of its RSS). A tgid past the bitmap (the kernel's pid
+ * makes (and every probe: is_traced): an array load (the verifier inlines an array lookup) instead
+ * of a hash lookup. A bit is set after its map entry is made and cleared before the entry goes
+ * (user space: kernel_set_traced, through a one-page mapping of the word's page; here: a traced
+ * process's fork, the leader's exit), so a set bit stands for an entry. Mappable, so that user
+ * space sets a bit atomically against the kernel's updates of the same word; not global data, which
+ * user space would keep mapped whole (512 KiB of its RSS). A tgid past the bitmap (the kernel's pid
  * limit is 2^22, so none) falls to the map.
  */
 struct {
@@ -61,10 +73,12 @@ struct {
 	__type(value, __u64);
 } traced_bits SEC(".maps");
 
+/* Without atomics (before Linux 5.12) the kernel cannot set a bit of a word others set too: the
+ * bitmap is not kept, and the map is asked. */
 static __always_inline bool is_traced(__u32 tgid)
 {
 	__u32 w = tgid / 64;
-	__u64 *bits = bpf_map_lookup_elem(&traced_bits, &w);
+	__u64 *bits = has_atomics ? bpf_map_lookup_elem(&traced_bits, &w) : NULL;
 
 	if (!bits)
 		return bpf_map_lookup_elem(&traced, &tgid);
@@ -74,8 +88,11 @@ static __always_inline bool is_traced(__u32 tgid)
 static __always_inline void traced_bit(__u32 tgid, bool on)
 {
 	__u32 w = tgid / 64;
-	__u64 *bits = bpf_map_lookup_elem(&traced_bits, &w);
+	__u64 *bits;
 
+	if (!has_atomics)
+		return;
+	bits = bpf_map_lookup_elem(&traced_bits, &w);
 	if (!bits)
 		return;
 	if (on)
@@ -121,6 +138,55 @@ static __always_inline __u64 rb_flags(__u64 size, __u64 *events_here)
 		return BPF_RB_NO_WAKEUP;
 	return bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes ? BPF_RB_FORCE_WAKEUP
 									     : BPF_RB_NO_WAKEUP;
+}
+
+/*
+ * The current thread's entry of a per-thread map (its zeroed entry made first with create):
+ * the task's own storage where the kernel has it (Linux 5.11), which goes with the task; else a
+ * hash keyed by the thread id, into which user space turned the map (kernel.c), emptied at the
+ * thread's exit (proctree.bpf.h). A new entry starts as thread_zero, as long as any state.
+ */
+#define THREAD_STATE_MAX_BYTES 128
+const volatile __u8 thread_zero[THREAD_STATE_MAX_BYTES] = {};
+
+#define thread_state(map, create)                                                                 \
+	({                                                                                        \
+		void *v_;                                                                         \
+		if (has_task_storage) {                                                           \
+			v_ = bpf_task_storage_get(map, bpf_get_current_task_btf(), NULL,          \
+						  (create) ? BPF_LOCAL_STORAGE_GET_F_CREATE : 0); \
+		} else {                                                                          \
+			__u32 tid_ = (__u32)bpf_get_current_pid_tgid();                           \
+			v_ = bpf_map_lookup_elem(map, &tid_);                                     \
+			if (!v_ && (create) &&                                                    \
+			    !bpf_map_update_elem(map, &tid_, (const void *)thread_zero,           \
+						 BPF_NOEXIST))                                    \
+				v_ = bpf_map_lookup_elem(map, &tid_);                             \
+		}                                                                                 \
+		v_;                                                                               \
+	})
+
+/* A number unique for the tracer's life: a shared counter, or (without atomics' fetch) the CPU's
+ * own counter with the CPU in its top bits. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} cpu_ids SEC(".maps");
+
+static __always_inline __u64 next_id(__u64 *shared)
+{
+	__u32 zero = 0;
+	__u64 *n;
+
+	if (has_atomics)
+		return __sync_fetch_and_add(shared, 1) + 1;
+	n = bpf_map_lookup_elem(&cpu_ids, &zero);
+	if (!n)
+		return 0;
+	*n += 1;
+	return ((__u64)bpf_get_smp_processor_id() + 1) << 40 | *n;
 }
 
 /* A record the loader must act on at once (a library mapped): the reader is woken for it. */

@@ -98,15 +98,28 @@ static __always_inline __u8 syscall_dir(__u8 sys)
 /* The struct file behind fd in the current process, or NULL. */
 static __always_inline struct file *fd_file(__s32 fd)
 {
-	/* BTF pointers from the current task: plain loads, not helper calls. */
-	struct task_struct *task = bpf_get_current_task_btf();
-	struct fdtable *fdt = task->files->fdt;
 	struct file **fds;
 	struct file *f = NULL;
 
-	if (!fdt || fd < 0 || (__u32)fd >= fdt->max_fds)
+	if (fd < 0)
 		return NULL;
-	fds = fdt->fd;
+	if (has_task_btf) {
+		/* BTF pointers from the current task: plain loads, not helper calls. */
+		struct task_struct *task = bpf_get_current_task_btf();
+		struct fdtable *fdt = task->files->fdt;
+
+		if (!fdt || (__u32)fd >= fdt->max_fds)
+			return NULL;
+		fds = fdt->fd;
+	} else {
+		/* Before Linux 5.11: the same fields through bpf_probe_read_kernel. */
+		struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+		struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
+
+		if (!fdt || (__u32)fd >= BPF_CORE_READ(fdt, max_fds))
+			return NULL;
+		fds = BPF_CORE_READ(fdt, fd);
+	}
 	bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]);
 	return f;
 }

@@ -53,11 +53,9 @@ static __always_inline struct gpu_acc *gpu_acc_of(__u32 tgid)
 	return bpf_map_lookup_elem(&gpu_acc, &tgid);
 }
 
-SEC("uprobe")
-int BPF_KPROBE(ts_cuda_call)
+static __always_inline int cuda_call(struct pt_regs *ctx, __u64 fn)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
-	__u64 fn = bpf_get_attach_cookie(ctx);
 	struct gpu_acc *a;
 
 	if (!is_traced(tgid))
@@ -99,6 +97,25 @@ int BPF_KPROBE(ts_cuda_call)
 	return 0;
 }
 
+/* One program for every kind of call, told by the probe's cookie (Linux 5.15); before it, a
+ * program per kind (user space attaches the one of each function's kind: kernel.c). */
+SEC("uprobe")
+int BPF_KPROBE(ts_cuda_call)
+{
+	return cuda_call(ctx, bpf_get_attach_cookie(ctx));
+}
+
+#define CUDA_CALL_OF(kind, name)             \
+	SEC("uprobe")                        \
+	int BPF_KPROBE(ts_cuda_call_##name)  \
+	{                                    \
+		return cuda_call(ctx, kind); \
+	}
+CUDA_CALL_OF(TS_CUDA_LAUNCH, launch)
+CUDA_CALL_OF(TS_CUDA_GRAPH_LAUNCH, graph)
+CUDA_CALL_OF(TS_CUDA_MEMCPY, memcpy)
+CUDA_CALL_OF(TS_CUDA_MEMCPY_DTOH, dtoh)
+
 SEC("uprobe")
 int BPF_KPROBE(ts_cuda_sync)
 {
@@ -107,8 +124,7 @@ int BPF_KPROBE(ts_cuda_sync)
 
 	if (!is_traced(tgid))
 		return 0;
-	w = bpf_task_storage_get(&gpu_wait, bpf_get_current_task_btf(), NULL,
-				 BPF_LOCAL_STORAGE_GET_F_CREATE);
+	w = thread_state(&gpu_wait, true);
 	if (w && w->depth++ == 0)
 		w->start_ns = bpf_ktime_get_ns();
 	return 0;
@@ -124,7 +140,7 @@ int BPF_KRETPROBE(ts_cuda_sync_ret)
 	struct gpu_acc *a;
 	__u64 now;
 
-	w = bpf_task_storage_get(&gpu_wait, bpf_get_current_task_btf(), NULL, 0);
+	w = thread_state(&gpu_wait, false);
 	if (!w || !w->depth || --w->depth)
 		return 0;
 	a = bpf_map_lookup_elem(&gpu_acc, &tgid);

@@ -99,7 +99,8 @@ static __noinline void traffic_peek(struct pt_regs *regs, __u8 sys, __u32 tgid)
 
 	fresh.first_ns = fresh.last_ns = bpf_ktime_get_ns();
 	/* The process's name, not the writing thread's (tokio and Go threads have their own). */
-	BPF_CORE_READ_STR_INTO(&fresh.comm, bpf_get_current_task_btf(), group_leader, comm);
+	BPF_CORE_READ_STR_INTO(&fresh.comm, (struct task_struct *)bpf_get_current_task(),
+			       group_leader, comm);
 	bpf_map_update_elem(&traffic_seen, &tgid, &fresh, BPF_NOEXIST);
 }
 

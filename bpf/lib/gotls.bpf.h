@@ -105,8 +105,7 @@ static __always_inline __u64 go_tls_syscall(struct stash *st, struct conn *c, __
 	return write_ns;
 }
 
-SEC("uprobe")
-int ts_go_tls_enter(struct pt_regs *ctx)
+static __always_inline int go_tls_enter(struct pt_regs *ctx, __u64 fn)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	struct go_tls_key k = { .pid = pid_tgid >> 32, .g = GO_REG_G(ctx) };
@@ -115,7 +114,7 @@ int ts_go_tls_enter(struct pt_regs *ctx)
 	if (!is_traced(k.pid) || !k.g)
 		return 0;
 	go_tls_active = true;
-	call.fn = k.fn = bpf_get_attach_cookie(ctx);
+	call.fn = k.fn = fn;
 	if (call.fn == TS_TLS_GO_CLOSE) {
 		k.fn = TS_TLS_GO_READ;
 		bpf_map_delete_elem(&go_tls_calls, &k);
@@ -137,6 +136,23 @@ int ts_go_tls_enter(struct pt_regs *ctx)
 	return 0;
 }
 
+/* The kind of call from the probe's cookie (Linux 5.15), or a program per kind before it. */
+SEC("uprobe")
+int ts_go_tls_enter(struct pt_regs *ctx)
+{
+	return go_tls_enter(ctx, bpf_get_attach_cookie(ctx));
+}
+
+#define GO_TLS_ENTER_OF(kind, name)                     \
+	SEC("uprobe")                                   \
+	int ts_go_tls_enter_##name(struct pt_regs *ctx) \
+	{                                               \
+		return go_tls_enter(ctx, kind);         \
+	}
+GO_TLS_ENTER_OF(TS_TLS_GO_READ, read)
+GO_TLS_ENTER_OF(TS_TLS_GO_WRITE, write)
+GO_TLS_ENTER_OF(TS_TLS_GO_CLOSE, close)
+
 /* The socket of a *tls.Conn from its fields, if it is a traced TLS connection of pid. */
 static __always_inline struct conn *go_tls_conn_fd(__u32 pid, __u64 tconn, __s32 *fdp)
 {
@@ -145,8 +161,7 @@ static __always_inline struct conn *go_tls_conn_fd(__u32 pid, __u64 tconn, __s32
 	__s64 sysfd;
 	struct conn *c;
 
-	if (bpf_probe_read_user(&data, sizeof(data), (void *)(tconn + GO_TLS_CONN_DATA)) ||
-	    !data ||
+	if (bpf_probe_read_user(&data, sizeof(data), (void *)(tconn + GO_TLS_CONN_DATA)) || !data ||
 	    bpf_probe_read_user(&netfd, sizeof(netfd), (void *)(data + GO_NETCONN_FD)) || !netfd ||
 	    bpf_probe_read_user(&sysfd, sizeof(sysfd), (void *)(netfd + GO_NETFD_SYSFD)) ||
 	    sysfd < 0 || sysfd > 0x7fffffff)

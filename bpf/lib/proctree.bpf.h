@@ -151,8 +151,7 @@ int ts_mmap_enter(struct trace_event_raw_sys_enter *ctx)
 	if (!(ctx->args[2] & TS_PROT_EXEC) || (ctx->args[3] & TS_MAP_ANONYMOUS) ||
 	    (int)ctx->args[4] < 0 || !is_traced(bpf_get_current_pid_tgid() >> 32))
 		return 0;
-	m = bpf_task_storage_get(&exec_mapping, bpf_get_current_task_btf(), NULL,
-				 BPF_LOCAL_STORAGE_GET_F_CREATE);
+	m = thread_state(&exec_mapping, true);
 	if (m) {
 		m->mapping = 1;
 		m->hold = hold_wanted((int)ctx->args[4]);
@@ -174,7 +173,7 @@ int ts_mmap_exit(struct trace_event_raw_sys_exit *ctx)
 	__u64 pid_tgid;
 	__u32 tgid;
 
-	m = bpf_task_storage_get(&exec_mapping, bpf_get_current_task_btf(), NULL, 0);
+	m = thread_state(&exec_mapping, false);
 	if (!m || !m->mapping)
 		return 0;
 	m->mapping = 0;

@@ -179,18 +179,16 @@ static __always_inline void tls_emit(struct stash *st, struct conn *c, __u64 pid
 	emit_data(st, c, pid_tgid, bytes, bpf_ktime_get_ns(), queued);
 }
 
-SEC("uprobe")
-int BPF_KPROBE(ts_tls_enter, void *ssl, void *buf, __u64 num, void *done)
+static __always_inline int tls_enter(__u64 fn, void *ssl, void *buf, void *done)
 {
-	__u64 fn = bpf_get_attach_cookie(ctx), pid_tgid = bpf_get_current_pid_tgid();
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	struct tls_key k = { .pid = pid_tgid >> 32, .ssl = (__u64)ssl };
 	struct stash *sp;
 	__s32 fd, fresh;
 
 	if (!is_traced(k.pid))
 		return 0;
-	sp = bpf_task_storage_get(&stash, bpf_get_current_task_btf(), NULL,
-				  BPF_LOCAL_STORAGE_GET_F_CREATE);
+	sp = thread_state(&stash, true);
 	if (!sp)
 		return 0;
 	/* The event loop's read just before this call was for this object (memory BIOs). */
@@ -207,10 +205,29 @@ int BPF_KPROBE(ts_tls_enter, void *ssl, void *buf, __u64 num, void *done)
 	return 0;
 }
 
+/* The kind of call from the probe's cookie (Linux 5.15), or a program per kind before it. */
+SEC("uprobe")
+int BPF_KPROBE(ts_tls_enter, void *ssl, void *buf, __u64 num, void *done)
+{
+	return tls_enter(bpf_get_attach_cookie(ctx), ssl, buf, done);
+}
+
+#define TLS_ENTER_OF(kind, name)                                                         \
+	SEC("uprobe")                                                                    \
+	int BPF_KPROBE(ts_tls_enter_##name, void *ssl, void *buf, __u64 num, void *done) \
+	{                                                                                \
+		return tls_enter(kind, ssl, buf, done);                                  \
+	}
+TLS_ENTER_OF(TS_TLS_READ, read)
+TLS_ENTER_OF(TS_TLS_READ_EX, read_ex)
+TLS_ENTER_OF(TS_TLS_WRITE, write)
+TLS_ENTER_OF(TS_TLS_WRITE_EX, write_ex)
+TLS_ENTER_OF(TS_TLS_HANDSHAKE, handshake)
+
 SEC("uretprobe")
 int BPF_KRETPROBE(ts_tls_return, long ret)
 {
-	struct stash *sp = bpf_task_storage_get(&stash, bpf_get_current_task_btf(), NULL, 0);
+	struct stash *sp = thread_state(&stash, false);
 	__u64 pid_tgid = bpf_get_current_pid_tgid(), bytes = 0;
 	struct tls_key k = { .pid = pid_tgid >> 32 };
 	struct stash st = {};

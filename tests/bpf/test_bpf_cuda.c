@@ -93,7 +93,7 @@ static void cuda_steps(const char *path, bool calls)
 	}
 	printf("  using %s\n", c.path);
 	libbpf_set_print(NULL); /* symbols absent from the executable are expected */
-	skel = tokenscope_bpf__open();
+	skel = kernel_skel_open();
 	if (!ASSERT_OK_PTR(skel, "open"))
 		goto out;
 	skel->rodata->emit_gpu_calls = calls;
@@ -171,6 +171,27 @@ static long long prog_runs(const struct bpf_program *p)
 	return (long long)info.run_cnt;
 }
 
+/* Runs of the CUDA call programs: the one of every kind where the kernel has cookies, else the
+ * program of each kind (features.h); the ones not loaded count none. */
+static long long call_runs(struct tokenscope_bpf *skel)
+{
+	const struct bpf_program *progs[] = {
+		skel->progs.ts_cuda_call,	skel->progs.ts_cuda_call_launch,
+		skel->progs.ts_cuda_call_graph, skel->progs.ts_cuda_call_memcpy,
+		skel->progs.ts_cuda_call_dtoh,
+	};
+	long long n = 0;
+
+	for (size_t i = 0; i < sizeof(progs) / sizeof(progs[0]); i++) {
+		long long r = bpf_program__fd(progs[i]) >= 0 ? prog_runs(progs[i]) : 0;
+
+		if (r < 0)
+			return -1;
+		n += r;
+	}
+	return n;
+}
+
 /*
  * The probes are a traced process's alone: another process that maps the same library (here
  * this test, with a child hooked) never traps, the child's calls run the program, and once the
@@ -193,7 +214,7 @@ TEST(test_probes_per_process)
 		return;
 	}
 	libbpf_set_print(NULL);
-	skel = tokenscope_bpf__open_and_load();
+	skel = kernel_skel_open_and_load();
 	if (!ASSERT_OK_PTR(skel, "load") || !ASSERT_OK(pipe(go), "pipe"))
 		goto out;
 	stats_fd = bpf_enable_stats(BPF_STATS_RUN_TIME);
@@ -213,24 +234,23 @@ TEST(test_probes_per_process)
 		goto out;
 	uprobes_init(&ca, k, false);
 	ASSERT_TRUE(uprobes_scan(&ca, child, false) >= 5, "hooked for the child");
-	before = prog_runs(skel->progs.ts_cuda_call);
+	before = call_runs(skel);
 	for (int i = 0; i < 10; i++)
 		c.launch(NULL, 0, 0, NULL, 0, NULL);
-	ASSERT_EQ(prog_runs(skel->progs.ts_cuda_call), before,
-		  "this process maps the same file and never traps");
+	ASSERT_EQ(call_runs(skel), before, "this process maps the same file and never traps");
 	ASSERT_EQ(write(go[1], "g", 1), 1, "go");
 	waitpid(child, &status, 0);
 	child = -1;
-	ASSERT_EQ(prog_runs(skel->progs.ts_cuda_call), before + 10, "the child's 10 launches");
+	ASSERT_EQ(call_runs(skel), before + 10, "the child's 10 launches");
 	uprobes_forget(&ca, getpid() + 1000000); /* no such process: nothing changes */
 	ASSERT_EQ(ca.nhooks, 1, "one hook");
 	ASSERT_TRUE(uprobes_scan(&ca, getpid(), false) >= 5, "hooked for this process too");
 	c.launch(NULL, 0, 0, NULL, 0, NULL);
-	ASSERT_EQ(prog_runs(skel->progs.ts_cuda_call), before + 11, "now this process traps");
+	ASSERT_EQ(call_runs(skel), before + 11, "now this process traps");
 	uprobes_forget(&ca, getpid());
 	ASSERT_EQ(ca.nhooks, 1, "its hook is gone");
 	c.launch(NULL, 0, 0, NULL, 0, NULL);
-	ASSERT_EQ(prog_runs(skel->progs.ts_cuda_call), before + 11, "and its probes with it");
+	ASSERT_EQ(call_runs(skel), before + 11, "and its probes with it");
 	ASSERT_EQ(uprobes_hooked_files(&ca, "CUDA"), 1, "one file hooked");
 	uprobes_detach(&ca, NULL, NULL);
 out:
@@ -299,7 +319,7 @@ TEST(test_probes_inherited_at_fork)
 		return;
 	}
 	libbpf_set_print(NULL);
-	skel = tokenscope_bpf__open_and_load();
+	skel = kernel_skel_open_and_load();
 	if (!ASSERT_OK_PTR(skel, "load") || !ASSERT_OK(pipe(go), "pipe"))
 		goto out;
 	stats_fd = bpf_enable_stats(BPF_STATS_RUN_TIME);
@@ -320,15 +340,14 @@ TEST(test_probes_inherited_at_fork)
 	uprobes_init(&ca, k, false);
 	ASSERT_TRUE(ca.shared, "probes shared through tracefs");
 	ASSERT_TRUE(uprobes_scan(&ca, getpid(), false) >= 5, "hooked for this process");
-	before = prog_runs(skel->progs.ts_cuda_call);
+	before = call_runs(skel);
 	c.launch(NULL, 0, 0, NULL, 0, NULL);
-	ASSERT_EQ(prog_runs(skel->progs.ts_cuda_call), before + 1, "this process traps");
+	ASSERT_EQ(call_runs(skel), before + 1, "this process traps");
 	launches_in_children(&c, 7, 5);
-	ASSERT_EQ(prog_runs(skel->progs.ts_cuda_call), before + 13,
+	ASSERT_EQ(call_runs(skel), before + 13,
 		  "a child forked after the hook (7) and its child (5), never scanned");
 	c.launch(NULL, 0, 0, NULL, 0, NULL);
-	ASSERT_EQ(prog_runs(skel->progs.ts_cuda_call), before + 14,
-		  "the children exited: this process still traps");
+	ASSERT_EQ(call_runs(skel), before + 14, "the children exited: this process still traps");
 	/* A child forked by the main thread is remembered as carrying the probes: the scan that
 	 * gives it its own does not count them late. */
 	{
@@ -356,13 +375,12 @@ TEST(test_probes_inherited_at_fork)
 	ASSERT_EQ(write(go[1], "g", 1), 1, "go");
 	waitpid(early, &status, 0);
 	early = -1;
-	ASSERT_EQ(prog_runs(skel->progs.ts_cuda_call), before + 14,
-		  "a process forked before the hook never traps");
+	ASSERT_EQ(call_runs(skel), before + 14, "a process forked before the hook never traps");
 	/* (This process also holds the programs' carrier events, which admit it: tokenscope
 	 * itself is never traced, so there they are inert; here only detaching ends them.) */
 	uprobes_detach(&ca, NULL, NULL);
 	c.launch(NULL, 0, 0, NULL, 0, NULL);
-	ASSERT_EQ(prog_runs(skel->progs.ts_cuda_call), before + 14, "detached: no more traps");
+	ASSERT_EQ(call_runs(skel), before + 14, "detached: no more traps");
 out:
 	if (early > 0) {
 		kill(early, SIGKILL);

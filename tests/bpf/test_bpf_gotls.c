@@ -108,7 +108,7 @@ TEST(test_go_tls_plaintext)
 		goto out;
 
 	libbpf_set_print(NULL);
-	skel = tokenscope_bpf__open();
+	skel = kernel_skel_open();
 	if (!ASSERT_OK_PTR(skel, "open") || !ASSERT_OK(tokenscope_bpf__load(skel), "load") ||
 	    !ASSERT_OK(tokenscope_bpf__attach(skel), "attach"))
 		goto out;

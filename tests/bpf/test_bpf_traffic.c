@@ -35,7 +35,7 @@ static struct tokenscope_bpf *skel;
 
 static bool load(bool on)
 {
-	skel = tokenscope_bpf__open();
+	skel = kernel_skel_open();
 	if (!ASSERT_OK_PTR(skel, "open"))
 		return false;
 	skel->rodata->discover_traffic = on;

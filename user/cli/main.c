@@ -15,6 +15,7 @@
 
 #include "sinks/httpd.h"
 #include "cli/report.h"
+#include "loader/check.h"
 #include "loader/run.h"
 #include "loader/trace.h"
 #include "lib/clock.h"
@@ -670,6 +671,60 @@ static int cmd_report(int argc, char **argv)
 	return report_run(&o) ? 1 : 0;
 }
 
+static const char check_doc[] =
+    "Say what this node can do, one line each, and what to do about anything missing: the "
+    "kernel and its features (with what stands in where one is missing), the capabilities, the "
+    "BPF programs loaded and attached (and taken off again), uprobes, tracefs, the TLS and CUDA "
+    "libraries, the CUPTI library, NVML, libcurl, the container runtimes' state. Nothing is "
+    "traced. Exits 0 when tracing can start here, 1 when it cannot.\n"
+    "\n"
+    "EXAMPLES:\n"
+    "  tokenscope check\n"
+    "  tokenscope check --json\n";
+
+static const struct argp_option check_options[] = {
+	{ "json", 'j', NULL, 0, "One JSON object instead of the lines", 0 },
+	{ "verbose", 'v', NULL, 0, "libbpf's messages (the verifier's log on a refusal)", 0 },
+	{ 0 }
+};
+
+struct check_cli {
+	bool json, verbose;
+};
+
+static error_t check_parse(int key, char *arg, struct argp_state *state)
+{
+	struct check_cli *o = state->input;
+
+	(void)arg;
+	switch (key) {
+	case 'j':
+		o->json = true;
+		break;
+	case 'v':
+		o->verbose = true;
+		break;
+	case ARGP_KEY_ARG:
+		argp_error(state, "check takes no arguments");
+		break;
+	default:
+		return ARGP_ERR_UNKNOWN;
+	}
+	return 0;
+}
+
+static int cmd_check(int argc, char **argv)
+{
+	static const struct argp argp = { check_options, check_parse, NULL, check_doc,
+					  NULL,		 NULL,	      NULL };
+	struct check_cli o = { 0 };
+
+	argv[0] = "tokenscope check";
+	if (argp_parse(&argp, argc, argv, 0, NULL, &o))
+		return 2;
+	return check_run(stdout, o.json, o.verbose);
+}
+
 static void usage(FILE *f)
 {
 	fprintf(f, "Usage: tokenscope COMMAND [OPTION...]\n"
@@ -683,6 +738,7 @@ static void usage(FILE *f)
 		   "  top       a live view, refreshed every second\n"
 		   "  record    trace and write the event stream to a file\n"
 		   "  report    replay a recording through the same pipeline, with a diagnosis\n"
+		   "  check     what this node can do (kernel, capabilities, libraries)\n"
 		   "  version   print the version\n");
 }
 
@@ -702,6 +758,8 @@ int main(int argc, char **argv)
 		return cmd_record(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "report"))
 		return cmd_report(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "check"))
+		return cmd_check(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "version") || !strcmp(argv[1], "--version")) {
 		if (argc > 2) {
 			fprintf(stderr, "tokenscope %s: takes no option or argument: '%s'\n",

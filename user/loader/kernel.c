@@ -20,6 +20,7 @@ struct kernel {
 	uint32_t self_tgid;
 	int ncpus;
 	bool borrowed;	  /* the skeleton is the caller's (kernel_borrow) */
+	bool cookies;	  /* uprobes tell the kind of call by cookie (else a program per kind) */
 	int exec_map_err; /* why ts_exec_map is not attached (0: it is) */
 };
 
@@ -73,6 +74,7 @@ int kernel_open(struct kernel **kp)
 int kernel_borrow(struct kernel **kp, struct tokenscope_bpf *skel)
 {
 	struct kernel *k = calloc(1, sizeof(*k));
+	struct features f;
 
 	*kp = NULL;
 	if (!k)
@@ -86,12 +88,96 @@ int kernel_borrow(struct kernel **kp, struct tokenscope_bpf *skel)
 	}
 	k->skel = skel;
 	k->borrowed = true;
+	/* The caller adapted its skeleton to this kernel (kernel_adapt): the same probe tells
+	 * how its uprobe programs take the kind of a call. */
+	features_probe(&f);
+	k->cookies = f.cookie;
 	*kp = k;
 	return 0;
 }
 
+/* Threads a per-thread hash holds at most, where task storage is missing (features.h). */
+#define THREAD_MAP_ENTRIES 65536
+
+/* What this kernel lacks: the programs' switches, the per-thread maps made hashes, and which
+ * programs load (features.h). Between open and load. */
+int kernel_adapt(struct tokenscope_bpf *s, const struct features *f)
+{
+	struct bpf_map *per_thread[] = { s->maps.stash, s->maps.gpu_wait, s->maps.exec_mapping };
+	struct bpf_program *by_cookie[] = { s->progs.ts_cuda_call, s->progs.ts_tls_enter,
+					    s->progs.ts_go_tls_enter };
+	struct bpf_program *by_kind[] = {
+		s->progs.ts_cuda_call_launch,	 s->progs.ts_cuda_call_graph,
+		s->progs.ts_cuda_call_memcpy,	 s->progs.ts_cuda_call_dtoh,
+		s->progs.ts_tls_enter_read,	 s->progs.ts_tls_enter_read_ex,
+		s->progs.ts_tls_enter_write,	 s->progs.ts_tls_enter_write_ex,
+		s->progs.ts_tls_enter_handshake, s->progs.ts_go_tls_enter_read,
+		s->progs.ts_go_tls_enter_write,	 s->progs.ts_go_tls_enter_close,
+	};
+	int err = 0;
+
+	s->rodata->has_task_storage = f->task_storage;
+	s->rodata->has_task_btf = f->task_btf;
+	s->rodata->has_atomics = f->atomics;
+	s->rodata->has_loop = f->loop;
+	s->rodata->has_rx_ready = f->rx_ready;
+	for (size_t i = 0; !f->task_storage && i < sizeof(per_thread) / sizeof(per_thread[0]);
+	     i++) {
+		err = bpf_map__set_type(per_thread[i], BPF_MAP_TYPE_HASH)
+			  ?: bpf_map__set_max_entries(per_thread[i], THREAD_MAP_ENTRIES);
+		if (err)
+			return err;
+	}
+	err = bpf_program__set_autoload(s->progs.ts_thread_exit, !f->task_storage)
+		  ?: bpf_program__set_autoload(s->progs.ts_rx_ready, f->rx_ready);
+	for (size_t i = 0; !err && i < sizeof(by_cookie) / sizeof(by_cookie[0]); i++)
+		err = bpf_program__set_autoload(by_cookie[i], f->cookie);
+	for (size_t i = 0; !err && i < sizeof(by_kind) / sizeof(by_kind[0]); i++)
+		err = bpf_program__set_autoload(by_kind[i], !f->cookie);
+	return err;
+}
+
+struct tokenscope_bpf *kernel_skel_open(void)
+{
+	struct tokenscope_bpf *s = tokenscope_bpf__open();
+	struct features f;
+	int err;
+
+	if (!s)
+		return NULL;
+	features_probe(&f);
+	err = kernel_adapt(s, &f);
+	if (err) {
+		tokenscope_bpf__destroy(s);
+		errno = -err;
+		return NULL;
+	}
+	return s;
+}
+
+struct tokenscope_bpf *kernel_skel_open_and_load(void)
+{
+	struct tokenscope_bpf *s = kernel_skel_open();
+	int err;
+
+	if (!s)
+		return NULL;
+	err = tokenscope_bpf__load(s);
+	if (err) {
+		tokenscope_bpf__destroy(s);
+		errno = -err;
+		return NULL;
+	}
+	return s;
+}
+
 int kernel_configure(struct kernel *k, const struct kernel_config *c)
 {
+	int err = kernel_adapt(k->skel, &c->features);
+
+	if (err)
+		return err;
+	k->cookies = c->features.cookie;
 	k->skel->rodata->capture_bytes = c->capture_bytes;
 	k->skel->rodata->emit_gpu_calls = c->gpu_calls;
 	k->skel->rodata->discover_traffic = c->discover_traffic;
@@ -342,23 +428,59 @@ void kernel_ring_close(struct kernel *k)
 	k->rb = NULL;
 }
 
-static struct bpf_program *probe_prog(struct kernel *k, enum kernel_probe probe)
+/* Without cookies (before Linux 5.15): the program of each kind of call. */
+static struct bpf_program *kind_prog(struct kernel *k, enum kernel_probe probe, uint64_t kind)
 {
+	struct tokenscope_bpf *s = k->skel;
+
+	if (probe == KERNEL_CUDA_CALL)
+		return kind == TS_CUDA_LAUNCH	      ? s->progs.ts_cuda_call_launch
+		       : kind == TS_CUDA_GRAPH_LAUNCH ? s->progs.ts_cuda_call_graph
+		       : kind == TS_CUDA_MEMCPY	      ? s->progs.ts_cuda_call_memcpy
+		       : kind == TS_CUDA_MEMCPY_DTOH  ? s->progs.ts_cuda_call_dtoh
+						      : NULL;
+	if (probe == KERNEL_TLS_CALL)
+		return kind == TS_TLS_READ	  ? s->progs.ts_tls_enter_read
+		       : kind == TS_TLS_READ_EX	  ? s->progs.ts_tls_enter_read_ex
+		       : kind == TS_TLS_WRITE	  ? s->progs.ts_tls_enter_write
+		       : kind == TS_TLS_WRITE_EX  ? s->progs.ts_tls_enter_write_ex
+		       : kind == TS_TLS_HANDSHAKE ? s->progs.ts_tls_enter_handshake
+						  : NULL;
+	if (probe == KERNEL_GO_TLS_CALL)
+		return kind == TS_TLS_GO_READ	 ? s->progs.ts_go_tls_enter_read
+		       : kind == TS_TLS_GO_WRITE ? s->progs.ts_go_tls_enter_write
+		       : kind == TS_TLS_GO_CLOSE ? s->progs.ts_go_tls_enter_close
+						 : NULL;
+	return NULL;
+}
+
+/* The program of a probe, and the cookie it is attached with (0 where kinds have programs). */
+static struct bpf_program *probe_prog(struct kernel *k, enum kernel_probe probe, uint64_t *cookie)
+{
+	struct tokenscope_bpf *s = k->skel;
+
+	if (!k->cookies && (probe == KERNEL_CUDA_CALL || probe == KERNEL_TLS_CALL ||
+			    probe == KERNEL_GO_TLS_CALL)) {
+		struct bpf_program *p = kind_prog(k, probe, *cookie);
+
+		*cookie = 0;
+		return p;
+	}
 	switch (probe) {
 	case KERNEL_CUDA_SYNC:
-		return k->skel->progs.ts_cuda_sync;
+		return s->progs.ts_cuda_sync;
 	case KERNEL_CUDA_SYNC_RET:
-		return k->skel->progs.ts_cuda_sync_ret;
+		return s->progs.ts_cuda_sync_ret;
 	case KERNEL_CUDA_CALL:
-		return k->skel->progs.ts_cuda_call;
+		return s->progs.ts_cuda_call;
 	case KERNEL_TLS_CALL:
-		return k->skel->progs.ts_tls_enter;
+		return s->progs.ts_tls_enter;
 	case KERNEL_TLS_RET:
-		return k->skel->progs.ts_tls_return;
+		return s->progs.ts_tls_return;
 	case KERNEL_GO_TLS_CALL:
-		return k->skel->progs.ts_go_tls_enter;
+		return s->progs.ts_go_tls_enter;
 	case KERNEL_GO_TLS_RET:
-		return k->skel->progs.ts_go_tls_ret;
+		return s->progs.ts_go_tls_ret;
 	default:
 		return NULL;
 	}
@@ -372,9 +494,9 @@ bool kernel_probe_is_ret(enum kernel_probe probe)
 int kernel_attach_uprobe(struct kernel *k, enum kernel_probe probe, int pid, const char *path,
 			 uint64_t off, const char *func, uint64_t cookie, struct bpf_link **link)
 {
+	struct bpf_program *prog = probe_prog(k, probe, &cookie);
 	LIBBPF_OPTS(bpf_uprobe_opts, opts, .func_name = func, .bpf_cookie = cookie,
 		    .retprobe = kernel_probe_is_ret(probe));
-	struct bpf_program *prog = probe_prog(k, probe);
 
 	if (!prog)
 		return -EINVAL;
@@ -385,8 +507,8 @@ int kernel_attach_uprobe(struct kernel *k, enum kernel_probe probe, int pid, con
 int kernel_attach_perf_event(struct kernel *k, enum kernel_probe probe, int fd, uint64_t cookie,
 			     struct bpf_link **link)
 {
+	struct bpf_program *prog = probe_prog(k, probe, &cookie);
 	LIBBPF_OPTS(bpf_perf_event_opts, opts, .bpf_cookie = cookie);
-	struct bpf_program *prog = probe_prog(k, probe);
 
 	if (!prog)
 		return -EINVAL;

@@ -20,6 +20,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "loader/features.h"
+
 struct kernel;
 struct bpf_link;
 struct tokenscope_bpf;
@@ -27,11 +29,12 @@ struct ts_traffic_seen;
 
 /* What the BPF programs read as constants, set before they are loaded. */
 struct kernel_config {
-	uint32_t capture_bytes; /* payload bytes copied per syscall */
-	bool gpu_calls;		/* a record per CUDA launch and copy (--kernels) */
-	bool discover_traffic;	/* --all: look at untraced processes' writes (map traffic_seen) */
-	uint32_t self_tgid;	/* the tracer's own process, never traced */
-	uint32_t ring_mb;	/* ring buffer size in MiB, a power of two */
+	uint32_t capture_bytes;	  /* payload bytes copied per syscall */
+	bool gpu_calls;		  /* a record per CUDA launch and copy (--kernels) */
+	bool discover_traffic;	  /* --all: look at untraced processes' writes (map traffic_seen) */
+	uint32_t self_tgid;	  /* the tracer's own process, never traced */
+	uint32_t ring_mb;	  /* ring buffer size in MiB, a power of two */
+	struct features features; /* what this kernel has (features.h) */
 };
 
 /* libbpf's messages: warnings and information to stderr when verbose, none otherwise. */
@@ -41,6 +44,14 @@ int kernel_ncpus(void);
 
 /* Opens the BPF object: *kp is the new kernel side, NULL on failure. */
 int kernel_open(struct kernel **kp);
+/* Adapts an opened skeleton to what this kernel has (features.h): the programs' switches, the
+ * per-thread maps, which programs load. kernel_configure does it; the BPF tests, which open and
+ * load their own skeleton, call it between the two. */
+int kernel_adapt(struct tokenscope_bpf *skel, const struct features *f);
+/* For the BPF tests: the skeleton opened and adapted to this kernel (NULL with errno set), and
+ * the same loaded. */
+struct tokenscope_bpf *kernel_skel_open(void);
+struct tokenscope_bpf *kernel_skel_open_and_load(void);
 /* Sets the programs' constants and sizes the ring buffer (its failure is returned). */
 int kernel_configure(struct kernel *k, const struct kernel_config *c);
 /* Loads the programs and maps into the kernel (-EPERM/-EACCES: not allowed to). */

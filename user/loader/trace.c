@@ -47,7 +47,8 @@ struct tracer {
 	struct container_dirs dirs; /* where containers' bundles are looked for */
 	struct pipeline *pl;
 	struct uprobes cuda;
-	struct hold hold; /* processes stopped at a library mapping until hooked */
+	struct hold hold;	  /* processes stopped at a library mapping until hooked */
+	struct features features; /* what this kernel has (features.h) */
 	struct record_writer rec;
 	bool recording;
 	int rec_err; /* the first write error: recording stops, tracing goes on */
@@ -504,12 +505,30 @@ static int traffic_follow(struct tracer *tr, struct discover_set *seen)
 
 static int trace_load(struct tracer *tr, const struct trace_opts *o)
 {
-	const struct kernel_config kc = { .capture_bytes = o->capture_bytes,
-					  .gpu_calls = o->gpu_calls,
-					  .discover_traffic = o->all && !o->no_traffic,
-					  .self_tgid = getpid(),
-					  .ring_mb = o->ring_mb };
+	struct kernel_config kc = { .capture_bytes = o->capture_bytes,
+				    .gpu_calls = o->gpu_calls,
+				    .discover_traffic = o->all && !o->no_traffic,
+				    .self_tgid = getpid(),
+				    .ring_mb = o->ring_mb };
+	char off[1024];
 	int err;
+
+	/* What this kernel lacks is said once, with what stands in for it (features.h), and
+	 * given to the outputs. */
+	features_probe(&kc.features);
+	tr->features = kc.features;
+	features_off_text(&kc.features, off, sizeof(off));
+	if (off[0])
+		fprintf(stderr, "%s", off);
+	{
+		struct run_feature rf[RUN_FEATURES_MAX];
+		uint32_t n = 0;
+
+		for (size_t i = 0; i < features_count() && n < RUN_FEATURES_MAX; i++)
+			rf[n++] = (struct run_feature){ features_row(i)->name,
+							features_has(&kc.features, i) };
+		pipeline_features(tr->pl, rf, n);
+	}
 
 	err = kernel_open(&tr->k);
 	if (err) {

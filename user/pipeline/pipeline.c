@@ -431,6 +431,14 @@ void pipeline_status(struct pipeline *pl, struct pipeline_status *st)
 	}
 	pipeline_loss(pl, &st->loss);
 	gpu_report(&pl->gpu, pl->status_gpu, &st->gpu);
+	st->nfeatures = pl->nfeatures;
+	st->features = pl->features;
+}
+
+void pipeline_features(struct pipeline *pl, const struct run_feature *f, uint32_t n)
+{
+	pl->nfeatures = n < RUN_FEATURES_MAX ? n : RUN_FEATURES_MAX;
+	memcpy(pl->features, f, pl->nfeatures * sizeof(*f));
 }
 
 static bool pl_traced(void *ctx, uint32_t pid)

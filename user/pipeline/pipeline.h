@@ -45,6 +45,9 @@ void pipeline_destroy(struct pipeline *pl);
 void pipeline_keep_running(struct pipeline *pl, bool on);
 /* Called when a traced process exits (the loader forgets its sockets). */
 void pipeline_on_exit(struct pipeline *pl, void (*fn)(void *ctx, uint32_t pid), void *ctx);
+/* The kernel's features the loader found (n at most RUN_FEATURES_MAX kept), for the sinks'
+ * status: the JSON summary and /metrics say them. */
+void pipeline_features(struct pipeline *pl, const struct run_feature *f, uint32_t n);
 /* The kernel's counters (TS_STAT_*), n of them, as the loader read them after a drain or a
  * recording holds them: a grown lost-record count marks the open requests (as
  * pipeline_kernel_lost). */

@@ -43,6 +43,8 @@ struct pipeline {
 		bool start; /* its start; else its end (then the event owns it) */
 	} held[PIPELINE_MAX_HELD];
 	uint32_t held_head, nheld;
+	struct run_feature features[RUN_FEATURES_MAX]; /* the loader's probe (pipeline_features) */
+	uint32_t nfeatures;
 	/* Called when a traced process exits (the loader forgets its sockets). */
 	void (*on_exit)(void *ctx, uint32_t pid);
 	void *on_exit_ctx;

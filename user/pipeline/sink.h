@@ -25,6 +25,15 @@ struct ts_gpu_call_event;
 struct nvml_snapshot;
 
 /* The pipeline as of a tick (or the end): copied out for the call, valid during it. */
+/* A feature of the kernel the BPF programs use, and whether this kernel has it (the loader's
+ * probe: docs/building.md, "Kernels"). */
+struct run_feature {
+	const char *name; /* static: the loader's table */
+	bool on;
+};
+
+#define RUN_FEATURES_MAX 16
+
 struct pipeline_status {
 	/* Kernel time now: the latest in any record so far, or, when the live tracer read the
 	 * kernel's clock (CLOCK_MONOTONIC) later than that, the clock: idle time moves on too. A
@@ -37,6 +46,9 @@ struct pipeline_status {
 	struct loss_report loss; /* what the summary's lost and dropped lines would say now */
 	/* The GPU steps' statistics per process (the summary's GPU lines), as values. */
 	struct gpu_report gpu;
+	/* The kernel's features as the live tracer found them; none in a replay. */
+	uint32_t nfeatures;
+	const struct run_feature *features;
 };
 
 struct sink {
