@@ -72,7 +72,7 @@ endif
 # hold.c, kernel.c) is code the tests link too.
 LOADER_SRCS := user/cli/main.c user/loader/trace.c user/loader/uprobes.c user/loader/tracefs.c \
 	user/loader/run.c user/loader/hold.c user/loader/release.c user/loader/features.c \
-	user/loader/check.c \
+	user/loader/check.c user/loader/kernel_legacy.c \
 	user/loader/kernel.c
 LIB_SRCS := $(filter-out $(LOADER_SRCS),$(wildcard user/*/*.c))
 LIB_OBJS := $(patsubst user/%.c,$(OUTPUT)/user/%.o,$(LIB_SRCS))
@@ -141,7 +141,8 @@ endif
 $(OUTPUT) $(OUTPUT)/tests:
 	$(Q)mkdir -p $@
 
-$(OUTPUT)/tokenscope.bpf.o $(OUTPUT)/bench/tokenscope.bpf.o: bpf/tokenscope.bpf.c \
+$(OUTPUT)/tokenscope.bpf.o $(OUTPUT)/bench/tokenscope.bpf.o $(OUTPUT)/legacy/tokenscope.bpf.o: \
+		bpf/tokenscope.bpf.c \
 		$(wildcard bpf/lib/*.h) $(wildcard include/*.h) vmlinux/$(ARCH)/vmlinux.h | $(OUTPUT)
 	$(call msg,BPF,$@)
 	$(Q)mkdir -p $(@D)
@@ -149,12 +150,28 @@ $(OUTPUT)/tokenscope.bpf.o $(OUTPUT)/bench/tokenscope.bpf.o: bpf/tokenscope.bpf.
 	$(Q)$(LLVM_STRIP) -g $@.tmp -o $@
 	$(Q)rm -f $@.tmp
 
-$(OUTPUT)/tokenscope.skel.h $(OUTPUT)/bench/tokenscope.skel.h: %.skel.h: %.bpf.o
+$(OUTPUT)/tokenscope.skel.h $(OUTPUT)/bench/tokenscope.skel.h $(OUTPUT)/legacy/tokenscope.skel.h: \
+		%.skel.h: %.bpf.o
 	$(call msg,GEN-SKEL,$@)
 	$(Q)$(BPFTOOL) gen skeleton $< name tokenscope_bpf > $@
 
-# kernel.c alone includes the skeleton (kernel.h: the loader's kernel side).
+# The same programs for kernels before 5.12, which refuse any atomic instruction but add
+# (bpf/lib/common.bpf.h: TS_LEGACY). The loader opens the skeleton with this object's bytes in
+# its place there (kernel.c): the two must have the same maps, programs and global variables,
+# which the build checks by their skeletons' declarations.
+$(OUTPUT)/legacy/tokenscope.bpf.o: BPF_EXTRA := -DTS_LEGACY
+$(OUTPUT)/legacy/layout.ok: $(OUTPUT)/tokenscope.skel.h $(OUTPUT)/legacy/tokenscope.skel.h
+	$(call msg,CHECK,$@)
+	$(Q)for h in $^; do sed -n '/^struct tokenscope_bpf {/,/^};/p' $$h; done | \
+		awk '/^struct tokenscope_bpf {/ { n++ } { print > "$(@D)/layout." n }'
+	$(Q)cmp -s $(@D)/layout.1 $(@D)/layout.2 || { echo "the legacy object's skeleton differs \
+		from the default one's: diff $(@D)/layout.1 $(@D)/layout.2"; exit 1; }
+	$(Q)touch $@
+
+# kernel.c alone includes the skeleton (kernel.h: the loader's kernel side); kernel_legacy.c
+# the legacy object's bytes.
 $(OUTPUT)/user/loader/kernel.o: $(OUTPUT)/tokenscope.skel.h
+$(OUTPUT)/user/loader/kernel_legacy.o: $(OUTPUT)/legacy/tokenscope.skel.h $(OUTPUT)/legacy/layout.ok
 
 # The HTML report's page (user/sinks/html_page.html: its CSS and script) as a C string literal,
 # which html.c alone includes: the page is edited as a page, and built into the binary.
@@ -342,7 +359,8 @@ $(OUTPUT)/tests/test_cupti_runs: tests/unit/test_cupti_runs.c tests/unit/check.h
 	$(Q)$(CC) $(CUPTI_CFLAGS) $(SAN_FLAGS) -Itests/unit $< $(CUPTI_TESTED) -o $@
 
 BPF_TEST_LOADER := $(OUTPUT)/user/loader/uprobes.o $(OUTPUT)/user/loader/tracefs.o \
-	$(OUTPUT)/user/loader/kernel.o $(OUTPUT)/user/loader/features.o
+	$(OUTPUT)/user/loader/kernel.o $(OUTPUT)/user/loader/kernel_legacy.o \
+	$(OUTPUT)/user/loader/features.o
 $(OUTPUT)/tests/%: tests/bpf/%.c tests/unit/check.h $(LIB_OBJS) $(BPF_TEST_LOADER) \
 		$(OUTPUT)/tokenscope.skel.h | $(OUTPUT)/tests
 	$(call msg,TEST,$@)

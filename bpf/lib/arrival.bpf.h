@@ -54,7 +54,7 @@ static __always_inline void rx_register(struct sock *sk, bool accepted)
 	__u64 key = (__u64)sk, v = RX_NONE, *p;
 
 	/* Before Linux 6.3 no tracepoint tells of arrivals: received_ns stays unknown (0). */
-	if (!has_rx_ready)
+	if (!has_rx_ready || !atomics_ok())
 		return;
 	/* In the maps first: bytes arriving from here on are noted by sk_data_ready. */
 	bpf_map_update_elem(&rx_pending, &key, &v, BPF_ANY);
@@ -86,7 +86,7 @@ static __always_inline __u64 rx_take(struct conn *c)
 {
 	__u64 key = c->sk, *p, old;
 
-	if (!has_rx_ready)
+	if (!has_rx_ready || !atomics_ok())
 		return 0;
 	p = bpf_map_lookup_elem(&rx_pending, &key);
 	if (!p)
@@ -108,7 +108,7 @@ int BPF_PROG(ts_rx_ready, struct sock *sk)
 	__u32 port = sk->__sk_common.skc_num, word = port / 64;
 	__u64 key = (__u64)sk, *bits = bpf_map_lookup_elem(&rx_ports, &word), *p;
 
-	if (!bits || !(*bits & (1ull << (port % 64))))
+	if (!atomics_ok() || !bits || !(*bits & (1ull << (port % 64))))
 		return 0;
 	p = bpf_map_lookup_elem(&rx_pending, &key);
 	if (p && *p == RX_NONE)

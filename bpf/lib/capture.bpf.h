@@ -211,7 +211,7 @@ static __always_inline void emit_data(struct stash *st, struct conn *c, __u64 pi
 	s->ev.conn_id = c->conn_id;
 	s->ev.enter_ns = st->enter_ns;
 	s->ev.exit_ns = exit_ns;
-	if (has_atomics) {
+	if (atomics_ok()) {
 		s->ev.syscall_pos = __sync_fetch_and_add(&c->pos[dir & 1], ret);
 	} else {
 		/* Two threads writing one socket at once (before Linux 5.12) may get the same
@@ -262,7 +262,7 @@ static __always_inline void emit_data(struct stash *st, struct conn *c, __u64 pi
 		}
 		cc->fill = n;
 		copy_flush(s, cc, true);
-	} else if (has_loop) {
+	} else if (loop_ok()) {
 		bpf_loop(COPY_LOOPS, copy_step, NULL, 0);
 	} else {
 		/* Before Linux 5.17: the same steps from a bounded loop of calls to a function the

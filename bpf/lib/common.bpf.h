@@ -40,6 +40,21 @@ const volatile bool has_task_btf = true;     /* 5.11: bpf_get_current_task_btf *
 const volatile bool has_atomics = true;	     /* 5.12: atomic or, and, cmpxchg, fetch */
 const volatile bool has_loop = true;	     /* 5.17: bpf_loop */
 const volatile bool has_rx_ready = true;     /* 6.3: the sk_data_ready tracepoint */
+
+/*
+ * Kernels before 5.13 refuse, anywhere in a program, reached or not (a pass over every
+ * instruction before the verifier follows branches), an atomic instruction other than add (5.12)
+ * and a function's address as a value (5.13: bpf_loop's callback). For them the loader loads the
+ * same source built with TS_LEGACY (the Makefile's legacy object), where these are false at
+ * compile time and no such instruction is made.
+ */
+#ifdef TS_LEGACY
+#define atomics_ok() false
+#define loop_ok() false
+#else
+#define atomics_ok() has_atomics
+#define loop_ok() has_loop
+#endif
 /* A record per CUDA launch and copy, besides the counts (--kernels). */
 const volatile bool emit_gpu_calls = false;
 /* Wake the consumer only when this much is waiting (an eighth of the ring, set by user space);
@@ -78,7 +93,7 @@ struct {
 static __always_inline bool is_traced(__u32 tgid)
 {
 	__u32 w = tgid / 64;
-	__u64 *bits = has_atomics ? bpf_map_lookup_elem(&traced_bits, &w) : NULL;
+	__u64 *bits = atomics_ok() ? bpf_map_lookup_elem(&traced_bits, &w) : NULL;
 
 	if (!bits)
 		return bpf_map_lookup_elem(&traced, &tgid);
@@ -90,7 +105,7 @@ static __always_inline void traced_bit(__u32 tgid, bool on)
 	__u32 w = tgid / 64;
 	__u64 *bits;
 
-	if (!has_atomics)
+	if (!atomics_ok())
 		return;
 	bits = bpf_map_lookup_elem(&traced_bits, &w);
 	if (!bits)
@@ -180,7 +195,7 @@ static __always_inline __u64 next_id(__u64 *shared)
 	__u32 zero = 0;
 	__u64 *n;
 
-	if (has_atomics)
+	if (atomics_ok())
 		return __sync_fetch_and_add(shared, 1) + 1;
 	n = bpf_map_lookup_elem(&cpu_ids, &zero);
 	if (!n)

@@ -184,7 +184,7 @@ static void check_programs(struct checks *c)
 	int64_t entry;
 	int err;
 
-	err = kernel_open(&k) ?: kernel_configure(k, &kc) ?: kernel_load(k);
+	err = kernel_open(&k, &c->f) ?: kernel_configure(k, &kc) ?: kernel_load(k);
 	if (err) {
 		add(c, "programs", CHECK_FAIL,
 		    "the kernel refused the BPF programs (%s): tokenscope check -v shows the "

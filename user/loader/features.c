@@ -97,6 +97,7 @@ void features_probe(struct features *f)
 	f->task_btf = has_helper(BPF_FUNC_get_current_task_btf);
 	f->atomics = has_atomics();
 	f->loop = has_helper(BPF_FUNC_loop);
+	f->callbacks = has_helper(BPF_FUNC_for_each_map_elem);
 	f->cookie = has_helper(BPF_FUNC_get_attach_cookie);
 	f->rx_ready = has_tracepoint_btf(vmlinux, "sk_data_ready");
 	btf__free(vmlinux);
@@ -105,6 +106,7 @@ void features_probe(struct features *f)
 
 void features_force_off(struct features *f, const char *names)
 {
+	/* The object's choice follows: no atomics, no callbacks either (the legacy object). */
 	for (const char *p = names; p && *p;) {
 		size_t n = strcspn(p, ",");
 

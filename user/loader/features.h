@@ -49,7 +49,17 @@ struct features {
 #undef FEATURE_MEMBER
 	char release[65]; /* uname -r */
 	bool btf;	  /* /sys/kernel/btf/vmlinux: without it nothing loads */
+	/* A function's address as a value in a program (5.13, with bpf_for_each_map_elem): the
+	 * default object holds one (bpf_loop's callback), so where it is missing, as where
+	 * atomics are, the legacy object is loaded (features_legacy). */
+	bool callbacks;
 };
+
+/* Whether this kernel needs the legacy object (bpf/lib/common.bpf.h, TS_LEGACY). */
+static inline bool features_legacy(const struct features *f)
+{
+	return !f->atomics || !f->callbacks;
+}
 
 /* A feature's row of FEATURES, by index (0 .. features_count() - 1). */
 struct feature_row {

@@ -47,7 +47,34 @@ int kernel_ncpus(void)
 	return libbpf_num_possible_cpus();
 }
 
-int kernel_open(struct kernel **kp)
+/* The skeleton over the default object, or over the legacy one's bytes (kernel_legacy.c): as the
+ * generated tokenscope_bpf__open does, with the other bytes. */
+static struct tokenscope_bpf *skel_open(bool legacy)
+{
+	struct tokenscope_bpf *obj;
+	int err;
+
+	if (!legacy)
+		return tokenscope_bpf__open();
+	obj = calloc(1, sizeof(*obj));
+	if (!obj) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	err = tokenscope_bpf__create_skeleton(obj);
+	if (!err) {
+		obj->skeleton->data = (void *)kernel_legacy_elf(&obj->skeleton->data_sz);
+		err = bpf_object__open_skeleton(obj->skeleton, NULL);
+	}
+	if (err) {
+		tokenscope_bpf__destroy(obj);
+		errno = -err;
+		return NULL;
+	}
+	return obj;
+}
+
+int kernel_open(struct kernel **kp, const struct features *f)
 {
 	struct kernel *k = calloc(1, sizeof(*k));
 	int err;
@@ -61,7 +88,7 @@ int kernel_open(struct kernel **kp)
 		free(k);
 		return err;
 	}
-	k->skel = tokenscope_bpf__open();
+	k->skel = skel_open(features_legacy(f));
 	if (!k->skel) {
 		err = -errno;
 		free(k);
@@ -96,8 +123,9 @@ int kernel_borrow(struct kernel **kp, struct tokenscope_bpf *skel)
 	return 0;
 }
 
-/* Threads a per-thread hash holds at most, where task storage is missing (features.h). */
-#define THREAD_MAP_ENTRIES 65536
+/* Threads a per-thread hash holds at most, where task storage is missing (features.h):
+ * preallocated, about 2.5 MiB for the three maps. */
+#define THREAD_MAP_ENTRIES 16384
 
 /* What this kernel lacks: the programs' switches, the per-thread maps made hashes, and which
  * programs load (features.h). Between open and load. */
@@ -123,8 +151,11 @@ int kernel_adapt(struct tokenscope_bpf *s, const struct features *f)
 	s->rodata->has_rx_ready = f->rx_ready;
 	for (size_t i = 0; !f->task_storage && i < sizeof(per_thread) / sizeof(per_thread[0]);
 	     i++) {
-		err = bpf_map__set_type(per_thread[i], BPF_MAP_TYPE_HASH)
-			  ?: bpf_map__set_max_entries(per_thread[i], THREAD_MAP_ENTRIES);
+		/* Preallocated: a tracing program may not allocate map entries before 5.11's
+		 * BPF memory allocator (the kernel warns, or refuses under PREEMPT_RT). */
+		err = bpf_map__set_type(per_thread[i], BPF_MAP_TYPE_HASH) ?:
+			      bpf_map__set_map_flags(per_thread[i], 0) ?:
+			      bpf_map__set_max_entries(per_thread[i], THREAD_MAP_ENTRIES);
 		if (err)
 			return err;
 	}
@@ -139,13 +170,14 @@ int kernel_adapt(struct tokenscope_bpf *s, const struct features *f)
 
 struct tokenscope_bpf *kernel_skel_open(void)
 {
-	struct tokenscope_bpf *s = tokenscope_bpf__open();
+	struct tokenscope_bpf *s;
 	struct features f;
 	int err;
 
+	features_probe(&f);
+	s = skel_open(features_legacy(&f));
 	if (!s)
 		return NULL;
-	features_probe(&f);
 	err = kernel_adapt(s, &f);
 	if (err) {
 		tokenscope_bpf__destroy(s);

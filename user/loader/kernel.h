@@ -42,8 +42,9 @@ void kernel_log_verbose(bool verbose);
 /* The possible CPUs (the per-CPU maps' width), or a negative errno. */
 int kernel_ncpus(void);
 
-/* Opens the BPF object: *kp is the new kernel side, NULL on failure. */
-int kernel_open(struct kernel **kp);
+/* Opens the BPF object built for this kernel's features (f: the legacy object where atomics are
+ * missing): *kp is the new kernel side, NULL on failure. */
+int kernel_open(struct kernel **kp, const struct features *f);
 /* Adapts an opened skeleton to what this kernel has (features.h): the programs' switches, the
  * per-thread maps, which programs load. kernel_configure does it; the BPF tests, which open and
  * load their own skeleton, call it between the two. */
@@ -51,6 +52,9 @@ int kernel_adapt(struct tokenscope_bpf *skel, const struct features *f);
 /* For the BPF tests: the skeleton opened and adapted to this kernel (NULL with errno set), and
  * the same loaded. */
 struct tokenscope_bpf *kernel_skel_open(void);
+/* The legacy object's bytes (kernel_legacy.c), which stand in for the default one's on kernels
+ * without atomics (features.h). */
+const void *kernel_legacy_elf(size_t *size);
 struct tokenscope_bpf *kernel_skel_open_and_load(void);
 /* Sets the programs' constants and sizes the ring buffer (its failure is returned). */
 int kernel_configure(struct kernel *k, const struct kernel_config *c);

@@ -530,7 +530,7 @@ static int trace_load(struct tracer *tr, const struct trace_opts *o)
 		pipeline_features(tr->pl, rf, n);
 	}
 
-	err = kernel_open(&tr->k);
+	err = kernel_open(&tr->k, &kc.features);
 	if (err) {
 		fprintf(stderr, "tokenscope: cannot open the BPF object: %s\n", strerror(-err));
 		return err;
