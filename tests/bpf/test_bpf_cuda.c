@@ -92,7 +92,7 @@ static void cuda_steps(const char *path, bool calls)
 		return;
 	}
 	printf("  using %s\n", c.path);
-	libbpf_set_print(NULL); /* symbols absent from the executable are expected */
+	LIBBPF_QUIET(); /* symbols absent from the executable are expected */
 	skel = kernel_skel_open();
 	if (!ASSERT_OK_PTR(skel, "open"))
 		goto out;
@@ -213,7 +213,7 @@ TEST(test_probes_per_process)
 		SKIP("no runtime");
 		return;
 	}
-	libbpf_set_print(NULL);
+	LIBBPF_QUIET();
 	skel = kernel_skel_open_and_load();
 	if (!ASSERT_OK_PTR(skel, "load") || !ASSERT_OK(pipe(go), "pipe"))
 		goto out;
@@ -318,7 +318,7 @@ TEST(test_probes_inherited_at_fork)
 		SKIP("tracefs is not usable here");
 		return;
 	}
-	libbpf_set_print(NULL);
+	LIBBPF_QUIET();
 	skel = kernel_skel_open_and_load();
 	if (!ASSERT_OK_PTR(skel, "load") || !ASSERT_OK(pipe(go), "pipe"))
 		goto out;

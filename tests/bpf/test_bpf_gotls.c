@@ -107,7 +107,7 @@ TEST(test_go_tls_plaintext)
 			 "the pair handshook"))
 		goto out;
 
-	libbpf_set_print(NULL);
+	LIBBPF_QUIET();
 	skel = kernel_skel_open();
 	if (!ASSERT_OK_PTR(skel, "open") || !ASSERT_OK(tokenscope_bpf__load(skel), "load") ||
 	    !ASSERT_OK(tokenscope_bpf__attach(skel), "attach"))

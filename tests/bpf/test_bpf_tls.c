@@ -251,7 +251,7 @@ static void tls_server(bool memory_bios)
 	}
 
 	/* Tracing starts after the handshake: the kernel first sees application data. */
-	libbpf_set_print(NULL);
+	LIBBPF_QUIET();
 	skel = kernel_skel_open();
 	if (!ASSERT_OK_PTR(skel, "open") || !ASSERT_OK(tokenscope_bpf__load(skel), "load") ||
 	    !ASSERT_OK(tokenscope_bpf__attach(skel), "attach"))

@@ -52,8 +52,15 @@ fi
 for t in tests/test_bpf_*; do
 	n=${t##*/}
 	timeout 600 "$t" >/tmp/$n.log 2>&1
-	echo "@@ RC $n $?"
+	rc=$?
+	echo "@@ RC $n $rc"
 	section "$n" /tmp/$n.log
+	if [ "$rc" != 0 ]; then
+		# Again with libbpf's messages, which say why a probe or a program was refused.
+		TEST_LIBBPF_LOG=1 timeout 600 "$t" >/tmp/$n.log 2>&1
+		tail -n 120 /tmp/$n.log >/tmp/$n.tail
+		section "$n-libbpf" /tmp/$n.tail
+	fi
 done
 
 # 3. A trace of the reference server, as a user runs one, with every pattern of the mixed

@@ -17,6 +17,7 @@
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static int check_passed, check_failed, check_skipped;
@@ -76,6 +77,15 @@ static inline bool check_report(bool ok, const char *file, int line, const char 
 #define ASSERT_OK_PTR(p, label) check_report((p) != NULL, __FILE__, __LINE__, label, #p " is NULL")
 
 /* Mark the running test skipped (with a reason); use as `return SKIP("no root");`. */
+/* libbpf's messages off where a test expects failures (symbols absent, probes refused), unless
+ * TEST_LIBBPF_LOG is set: the kernel matrix sets it to rerun a failed test with them. Used only
+ * where <bpf/libbpf.h> is included. */
+#define LIBBPF_QUIET()                           \
+	do {                                     \
+		if (!getenv("TEST_LIBBPF_LOG"))  \
+			libbpf_set_print(NULL);  \
+	} while (0)
+
 #define SKIP(reason) ((void)(check_skip_reason = (reason)))
 
 /* The tests of this program, in the order they are defined (TEST). */

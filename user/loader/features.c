@@ -111,8 +111,10 @@ void features_force_off(struct features *f, const char *names)
 		size_t n = strcspn(p, ",");
 
 		for (size_t i = 0; i < features_count(); i++)
-			if (strlen(rows[i].name) == n && !strncmp(rows[i].name, p, n))
+			if (strlen(rows[i].name) == n && !strncmp(rows[i].name, p, n)) {
+				f->forced |= features_has(f, i);
 				*(bool *)((char *)f + rows[i].offset) = false;
+			}
 		p += n + (p[n] == ',');
 	}
 }
@@ -154,7 +156,8 @@ void features_off_text(const struct features *f, char *buf, size_t n)
 		off += !features_has(f, i);
 	if (!off || !n)
 		return;
-	at = (size_t)snprintf(text, sizeof(text), "tokenscope: Linux %s lacks", f->release);
+	at = (size_t)snprintf(text, sizeof(text), "tokenscope: Linux %s %s", f->release,
+			      f->forced ? "goes without (" FEATURES_OFF_ENV ")" : "lacks");
 	for (size_t i = 0; i < features_count() && at < sizeof(text); i++) {
 		if (features_has(f, i))
 			continue;

@@ -53,6 +53,7 @@ struct features {
 	 * default object holds one (bpf_loop's callback), so where it is missing, as where
 	 * atomics are, the legacy object is loaded (features_legacy). */
 	bool callbacks;
+	bool forced; /* some turned off by TOKENSCOPE_FEATURES_OFF (tests) */
 };
 
 /* Whether this kernel needs the legacy object (bpf/lib/common.bpf.h, TS_LEGACY). */

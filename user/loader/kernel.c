@@ -486,17 +486,18 @@ static struct bpf_program *kind_prog(struct kernel *k, enum kernel_probe probe, 
 	return NULL;
 }
 
-/* The program of a probe, and the cookie it is attached with (0 where kinds have programs). */
+/* The program of a probe, and the cookie it is attached with: 0 on a kernel without cookies,
+ * which refuses any other value even for a program that does not read it (a return probe). */
 static struct bpf_program *probe_prog(struct kernel *k, enum kernel_probe probe, uint64_t *cookie)
 {
 	struct tokenscope_bpf *s = k->skel;
+	uint64_t kind = *cookie;
 
-	if (!k->cookies && (probe == KERNEL_CUDA_CALL || probe == KERNEL_TLS_CALL ||
-			    probe == KERNEL_GO_TLS_CALL)) {
-		struct bpf_program *p = kind_prog(k, probe, *cookie);
-
+	if (!k->cookies) {
 		*cookie = 0;
-		return p;
+		if (probe == KERNEL_CUDA_CALL || probe == KERNEL_TLS_CALL ||
+		    probe == KERNEL_GO_TLS_CALL)
+			return kind_prog(k, probe, kind);
 	}
 	switch (probe) {
 	case KERNEL_CUDA_SYNC:

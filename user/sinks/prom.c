@@ -151,6 +151,8 @@ struct prom {
 	uint64_t rendered_ns;	    /* kernel time of the last snapshot */
 	uint64_t prev_tick_ns;	    /* kernel time at the previous tick */
 	struct nvml_snapshot *nvml; /* the latest GPU sample; NULL before the first */
+	struct run_feature features[RUN_FEATURES_MAX]; /* the kernel's, from the first tick */
+	uint32_t nfeatures;
 };
 
 static void phist_add(struct phist *h, const struct bounds *b, uint64_t ns)
@@ -295,6 +297,18 @@ static void prom_publish(struct prom *p, uint64_t now_ns)
 	p->rendered_ns = now_ns;
 }
 
+/* The kernel's features from the status, once they differ from those held; true if they did. */
+static bool prom_take_features(struct prom *p, const struct pipeline_status *st)
+{
+	uint32_t n = st->nfeatures < RUN_FEATURES_MAX ? st->nfeatures : RUN_FEATURES_MAX;
+
+	if (n == p->nfeatures && !memcmp(p->features, st->features, n * sizeof(*st->features)))
+		return false;
+	memcpy(p->features, st->features, n * sizeof(*st->features));
+	p->nfeatures = n;
+	return true;
+}
+
 static void prom_tick(void *ctx, const struct pipeline_status *st)
 {
 	struct prom *p = ctx;
@@ -314,6 +328,8 @@ static void prom_tick(void *ctx, const struct pipeline_status *st)
 		p->traced = st->ntraced;
 		p->dirty = true;
 	}
+	if (prom_take_features(p, st))
+		p->dirty = true;
 	if (!p->dirty || !p->publish)
 		return;
 	/* Under load, one snapshot per period; once records stop, the last change at once. */
@@ -331,6 +347,7 @@ static void prom_finish(void *ctx, const struct pipeline_status *st)
 	p->loss = st->loss;
 	p->traced = st->ntraced;
 	p->inflight = st->in_flight;
+	prom_take_features(p, st);
 	prom_publish(p, st->now_ns);
 }
 
@@ -809,6 +826,15 @@ static void render_loss(const struct prom *p, FILE *f)
 		   "Processes traced now: those named with -p or found by --all, and their "
 		   "descendants; one that exits leaves.");
 	fprintf(f, "tokenscope_traced_processes %u\n", p->traced);
+	if (!p->nfeatures)
+		return;
+	put_header(f, "tokenscope_feature", "gauge",
+		   "A kernel feature the BPF programs use, always 1: state=\"off\" where this "
+		   "kernel lacks it and a stand-in or nothing does its work (tokenscope check "
+		   "says what each turns off).");
+	for (uint32_t i = 0; i < p->nfeatures; i++)
+		fprintf(f, "tokenscope_feature{name=\"%s\",state=\"%s\"} 1\n",
+			p->features[i].name, p->features[i].on ? "on" : "off");
 }
 
 void prom_set_extra(struct prom *p, void (*render)(void *ctx, FILE *f), void *ctx)

@@ -634,6 +634,18 @@ static void sums_finish(void *ctx, const struct pipeline_status *st)
 	jsonw_begin(&w, s->json_out);
 	jsonw_obj_begin(&w, "summary");
 	summary_json(&w, &s->total, &st->loss, false);
+	/* The kernel features the programs used, as tokenscope check names them; a replay has
+	 * none. */
+	if (st->nfeatures) {
+		jsonw_arr_begin(&w, "kernel_features");
+		for (uint32_t i = 0; i < st->nfeatures; i++) {
+			jsonw_obj_begin(&w, NULL);
+			jsonw_str(&w, "name", st->features[i].name);
+			jsonw_str(&w, "state", st->features[i].on ? "on" : "off");
+			jsonw_obj_end(&w);
+		}
+		jsonw_arr_end(&w);
+	}
 	jsonw_obj_end(&w);
 	jsonw_end(&w);
 	fputc('\n', s->json_out);
