@@ -93,9 +93,9 @@ enum ts_tls_fn {
 	TS_TLS_WRITE_EX, /* int SSL_write_ex(SSL *, const void *buf, size_t num, size_t *written) */
 	TS_TLS_HANDSHAKE, /* int SSL_do_handshake(SSL *): no plaintext; tells which socket */
 	/* Go's crypto/tls (register ABI: receiver in RAX, the slice in RBX, RCX; returns in RAX) */
-	TS_TLS_GO_READ,	     /* func (c *Conn) Read(b []byte) (int, error) */
-	TS_TLS_GO_WRITE,     /* func (c *Conn) Write(b []byte) (int, error) */
-	TS_TLS_GO_CLOSE,     /* func (c *Conn) Close() error: the goroutine's calls are over */
+	TS_TLS_GO_READ,	 /* func (c *Conn) Read(b []byte) (int, error) */
+	TS_TLS_GO_WRITE, /* func (c *Conn) Write(b []byte) (int, error) */
+	TS_TLS_GO_CLOSE, /* func (c *Conn) Close() error: the goroutine's calls are over */
 };
 
 struct ts_event_hdr {
@@ -165,7 +165,7 @@ struct ts_conn_event {
 struct ts_proc_event {
 	struct ts_event_hdr hdr; /* pid: the child (fork), the exiting process, the mapping one */
 	__u64 ts_ns;
-	__u32 ppid;	 /* fork: parent tgid */
+	__u32 ppid; /* fork: parent tgid */
 	union {
 		__s32 exit_code; /* exit: the wait status; map: TS_PROC_MAP_HELD or 0 */
 		__u32 ptid;	 /* fork: the parent's thread that forked */

@@ -69,6 +69,9 @@ TEST=(
 	nginx
 	# make stress: the stacks of a tracer that stopped reporting
 	gdb
+	# the kernel matrix (tests/kernels/): Debian's 5.10, 6.1 and 6.12 kernels booted in an
+	# emulated x86 machine from an initramfs whose shell and tools are busybox's
+	qemu-system-x86 busybox-static
 )
 
 # make image (scripts/image.sh: an OCI image FROM scratch, built offline) and the container test

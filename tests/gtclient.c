@@ -155,12 +155,12 @@ struct resp {
 	unsigned abort_after; /* 0: never */
 	bool abort_now;
 	/* HTTP/2 */
-	int32_t stream;	  /* the stream of this request */
-	uint64_t rx_ts;	  /* the time of the recv() being handed to the session */
-	bool closed;	  /* the stream closed */
-	bool reset;	  /* ... by RST_STREAM or a connection error */
-	int grpc_status;  /* -1: no trailers */
-	uint8_t gpfx[5];  /* gRPC: the length prefix being read */
+	int32_t stream;	 /* the stream of this request */
+	uint64_t rx_ts;	 /* the time of the recv() being handed to the session */
+	bool closed;	 /* the stream closed */
+	bool reset;	 /* ... by RST_STREAM or a connection error */
+	int grpc_status; /* -1: no trailers */
+	uint8_t gpfx[5]; /* gRPC: the length prefix being read */
 	unsigned gpfx_got;
 	uint32_t gleft;	  /* bytes of the current message still to come */
 	const char *body; /* the request body the data source reads */
@@ -764,8 +764,7 @@ struct h2ctx {
 	bool grpc;
 };
 
-static ssize_t h2_send_cb(nghttp2_session *s, const uint8_t *data, size_t len, int flags,
-			  void *ud)
+static ssize_t h2_send_cb(nghttp2_session *s, const uint8_t *data, size_t len, int flags, void *ud)
 {
 	struct h2ctx *c = ud;
 
@@ -927,8 +926,8 @@ static int h2_open(const struct shared *sh, struct link *l, struct h2ctx *c)
 	return 0;
 }
 
-#define H2_NV(n, v)                                                                         \
-	{                                                                                   \
+#define H2_NV(n, v)                                                                        \
+	{                                                                                  \
 		(uint8_t *)(n), (uint8_t *)(v), strlen(n), strlen(v), NGHTTP2_NV_FLAG_NONE \
 	}
 
@@ -1029,8 +1028,8 @@ static void request_run_h2(struct shared *sh, struct link *l, struct resp *r, st
 
 		r->body = body;
 		r->body_len = blen;
-		r->stream = nghttp2_submit_request(l->h2, NULL, nv, sizeof(nv) / sizeof(nv[0]),
-						   &dp, NULL);
+		r->stream =
+		    nghttp2_submit_request(l->h2, NULL, nv, sizeof(nv) / sizeof(nv[0]), &dp, NULL);
 	}
 	res->send_start_ns = clock_mono_ns();
 	failed = r->stream < 0 || nghttp2_session_send(l->h2) != 0;
@@ -1200,7 +1199,9 @@ static void result_print(struct shared *sh, const struct result *res, const stru
 	json_ms(f, res->send_ns, res->end_ns);
 	fprintf(f, ",\"frames\":%u,\"tokens\":%" PRIu64 ",\"tokens_from\":\"%s\",\"token_ns\":[",
 		r->frames, r->usage_seen ? r->usage_tokens : r->frames,
-		r->usage_seen ? "usage" : sh->o->grpc ? "messages" : "frames");
+		r->usage_seen ? "usage"
+		: sh->o->grpc ? "messages"
+			      : "frames");
 	for (size_t i = 0; i < r->token_ns.len; i++)
 		fprintf(f, "%s%" PRIu64, i ? "," : "", r->token_ns.v[i]);
 	fprintf(f, "]}\n");
@@ -1333,8 +1334,10 @@ static void usage(FILE *f)
 	    "  --stagger-ms MS         start thread i at i * MS instead of all at once (0)\n"
 	    "  --tls                   https: TLS on every connection (certificate not checked);\n"
 	    "                          a frame's time is taken when SSL_read returns it\n"
-	    "  --h2                    HTTP/2: prior knowledge over cleartext, ALPN h2 with --tls;\n"
-	    "                          -k requests go one after another as streams of a connection\n"
+	    "  --h2                    HTTP/2: prior knowledge over cleartext, ALPN h2 with "
+	    "--tls;\n"
+	    "                          -k requests go one after another as streams of a "
+	    "connection\n"
 	    "  --grpc                  a gRPC server-streaming call to --path (implies --h2): a\n"
 	    "                          message is a frame, grpc-status the outcome\n"
 	    "  --header 'NAME: VALUE'  add this header to every HTTP/1.1 request (repeatable):\n"

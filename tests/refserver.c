@@ -2035,11 +2035,11 @@ struct engine {
 	int fd;
 	int log_fd;
 	struct cuda_api cu;
-	struct ereq_list waiting; /* FIFO, oldest first */
-	struct ereq_list running; /* in admission order */
+	struct ereq_list waiting;   /* FIFO, oldest first */
+	struct ereq_list running;   /* in admission order */
 	struct ereq_list preempted; /* --preempt-every: waiting out their steps */
-	unsigned since_preempt;	  /* decode steps since the last preemption */
-	unsigned held;		  /* --hold-steps: steps whose tokens are not sent yet */
+	unsigned since_preempt;	    /* decode steps since the last preemption */
+	unsigned held;		    /* --hold-steps: steps whose tokens are not sent yet */
 	struct buf in, out, line;
 	void *host; /* destination of the device-to-host copy */
 	size_t host_cap;
@@ -2809,8 +2809,10 @@ static void usage(FILE *f)
 	    "                           step (it sits out --preempt-steps steps, 3, then is\n"
 	    "                           recomputed by a prefill that gives its next token)\n"
 	    "  --preempt-steps K        --gpu: decode steps a preempted request sits out (3)\n"
-	    "  --prefill-chunks N       --gpu: a prefill in N steps, the tokens after the last (1)\n"
-	    "  --hold-steps K           --gpu: the engine sends the tokens of K steps together (1)\n"
+	    "  --prefill-chunks N       --gpu: a prefill in N steps, the tokens after the last "
+	    "(1)\n"
+	    "  --hold-steps K           --gpu: the engine sends the tokens of K steps together "
+	    "(1)\n"
 	    "  --cudart PATH            --gpu: CUDA runtime to dlopen (%s)\n"
 	    "  --max-batch B            --gpu: requests per step at most (%d)\n"
 	    "  --prefill-launches N     --gpu: cudaLaunchKernel calls per prefill step (%d)\n"

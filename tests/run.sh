@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Runs every test program and script; each prints PASS/FAIL/SKIP lines. Ends with the totals
 # line "N passed, N failed, N skipped" and exits non-zero if anything failed.
-# TESTS=docs|unit|arm64|arm64-vm|bpf|cli|static|container|golden|html|prom|e2e|fuzz|stress (space
-# separated) runs a subset; docs checks that every relative link and #anchor of the README and
+# TESTS=docs|unit|arm64|arm64-vm|kernels|bpf|cli|static|container|golden|html|prom|e2e|fuzz|stress
+# (space separated) runs a subset; docs checks that every relative link and #anchor of the README and
 # docs/ resolves (tests/docs/check_links.py) and that no script under pipefail ends a pipeline
 # with a reader that stops early (tests/docs/check_pipes.py); container runs make image's image in a private
 # containerd beside a server in a pod-like container (tests/container/); html opens the HTML
 # report in headless Chromium (tests/html/); arm64-vm runs the arm64 BPF tests in an emulated
-# arm64 machine (about two minutes, and a Debian arm64 kernel package downloaded once).
+# arm64 machine (about two minutes, and a Debian arm64 kernel package downloaded once); kernels
+# boots Debian's 5.10, 6.1 and 6.12 kernels in qemu and traces in each (tests/kernels/, about
+# two minutes, the packages downloaded once); bpf runs each BPF test twice, the second time with
+# every kernel feature that has a stand-in turned off (what a 5.10 kernel gets).
 # CHECK_FUZZ_SECONDS (default 10) is how long the short campaign fuzzes each target.
 set -u
 cd "$(dirname "$0")/.."
@@ -15,7 +18,7 @@ OUT=.output
 LOG=$OUT/test-logs
 mkdir -p "$LOG"
 export TS_FIXTURES=tests/fixtures
-TESTS=${TESTS:-"docs unit arm64 arm64-vm bpf cli static container golden html prom e2e fuzz stress"}
+TESTS=${TESTS:-"docs unit arm64 arm64-vm kernels bpf cli static container golden html prom e2e fuzz stress"}
 passed=0 failed=0 skipped=0
 
 run() { # name command...
@@ -74,15 +77,23 @@ for t in $TESTS; do
 	arm64-vm)
 		run arm64-vm tests/arm64/run_vm.sh
 		;;
+	kernels)
+		run kernels /usr/bin/python3 tests/kernels/run_matrix.py
+		;;
 	bpf)
 		for b in "$OUT"/tests/test_bpf_*; do
 			[ -x "$b" ] && run "$(basename "$b")" "$b"
+		done
+		for b in "$OUT"/tests/test_bpf_*; do
+			[ -x "$b" ] && run "$(basename "$b")-standins" \
+				env TOKENSCOPE_FEATURES_OFF=task_storage,task_btf,atomics,bpf_cookie,bpf_loop,sk_data_ready "$b"
 		done
 		;;
 	cli)
 		run cli tests/cli/run_cli.sh
 		run k8s-names tests/cli/run_k8s_names.sh
 		run hold tests/cli/run_hold.sh
+		run check tests/cli/run_check.sh
 		run ttft-definitions /usr/bin/python3 tests/cli/run_ttft.py
 		run privilege tests/priv/run_priv.sh
 		run demo-deps tests/cli/run_demo_deps.sh

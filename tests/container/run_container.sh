@@ -152,7 +152,8 @@ dsbad=""
 for line in "image: REGISTRY/tokenscope:$VERSION" 'command: ["tokenscope"]' \
 	'args: ["trace", "--all", "--listen", "0.0.0.0:9464"]' 'hostPID: true' 'runAsUser: 0' \
 	'readOnlyRootFilesystem: true' 'drop: ["ALL"]' '- BPF' '- PERFMON' '- SYS_ADMIN' \
-	'- SYS_PTRACE' '- KILL' 'type: RuntimeDefault' 'mountPath: /sys/kernel/btf' 'readOnly: true'; do
+	'- SYS_PTRACE' '- KILL' 'type: RuntimeDefault' 'mountPath: /sys/kernel/btf' 'readOnly: true' \
+	'args: ["check"]' 'securityContext: *agent'; do
 	grep -qxF -e "$line" <(sed 's/^ *//' "$DS") || dsbad="$dsbad '$line'"
 done
 if [ -z "$dsbad" ]; then
@@ -296,6 +297,21 @@ print(" ".join(json.load(sys.stdin)["process"]["capabilities"]["bounding"]))'); 
 	# it adds).
 	[ "$c" = CAP_KILL ] || drop+=(--cap-drop "$c")
 done
+# The DaemonSet's init container first: `tokenscope check` from the image with the same
+# settings, which must say tracing can start (exit 0) before the agent's container runs.
+ctr_ run --rm --snapshotter "$snap" --runc-root "$TMP/runc" --fifo-dir "$TMP/fifo" --net-host \
+	--read-only --seccomp --with-ns "pid:/proc/$$/ns/pid" \
+	"${drop[@]}" --cap-add CAP_BPF --cap-add CAP_PERFMON --cap-add CAP_SYS_ADMIN \
+	--cap-add CAP_SYS_PTRACE --cap-add CAP_KILL \
+	--mount type=bind,src=/sys/kernel/btf,dst=/sys/kernel/btf,options=rbind:ro \
+	"tokenscope:$VERSION" "$TS_ID-check" tokenscope check >"$TMP/check.out" 2>&1
+rc=$?
+if [ "$rc" = 0 ] && grep -qx "tracing can start here" "$TMP/check.out" &&
+	grep -q "^  CAP_KILL *ok" "$TMP/check.out" && grep -q "^  programs *ok" "$TMP/check.out"; then
+	ok "the init container: tokenscope check in the image, as the DaemonSet runs it: exit 0, every capability present, the programs load"
+else
+	ko "the init container (tokenscope check)" "exit $rc: $(grep -E "FAIL|off|cannot" "$TMP/check.out" | head -n 6)"
+fi
 state_opt=()
 if "$TS_STATIC" trace --help 2>&1 | grep -q -- '--container-state'; then
 	state_opt=(--container-state "$STATE")

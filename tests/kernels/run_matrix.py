@@ -18,8 +18,12 @@ an apt configuration of the script's own, the system's left alone):
 Prints PASS/FAIL/SKIP lines, a table of each kernel's features, and "N passed, N failed,
 N skipped". x86_64 hosts only. KERNELS="5.10 6.1" runs some.
 
-  run_matrix.py [--keep]     --keep leaves the consoles and the initramfs in .output/kernels
+  run_matrix.py [--keep] [--write-doc]
+    --keep        leaves the consoles and the initramfs in .output/kernels
+    --write-doc   rewrites docs/building.md's kernel table from what the machines saw (else it
+                  is checked against it)
 """
+import concurrent.futures
 import glob
 import gzip
 import json
@@ -29,6 +33,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 sys.dont_write_bytecode = True
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -38,6 +43,8 @@ TS_STATIC = os.path.join(OUT, "static", "tokenscope")
 MKINITRD = os.path.join(ROOT, "tests", "arm64", "mkinitrd.py")
 # Booting and the checks take about a minute per kernel under emulation on 2 cores.
 VM_TIMEOUT = int(os.environ.get("KERNEL_VM_TIMEOUT", "900"))
+# Machines booted at once, at most one per host core.
+PARALLEL = int(os.environ.get("KERNEL_VM_PARALLEL", "3"))
 TOL_MS = 25.0  # a first token as tokenscope saw it (the server's write) vs the client's read
 BULLSEYE = ("deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] "
             "http://deb.debian.org/debian bullseye main\n"
@@ -48,6 +55,12 @@ KERNELS = [
     ("6.1", r"^linux-image-6\.1\.0-[0-9]+-amd64-unsigned$", None),
     ("6.12", r"^linux-image-6\.12\.[0-9.]+\+deb12-amd64-unsigned$", None),
 ]
+# How docs/building.md names each kernel in its table.
+DOC_NAMES = {"5.10": "5.10 (Debian 11)", "6.1": "6.1 (Debian 12)",
+             "6.12": "6.12 (Debian 12 backports, Debian 13)"}
+DOC = os.path.join(ROOT, "docs", "building.md")
+DOC_BEGIN = "<!-- kernel table: tests/kernels/run_matrix.py writes and checks it -->"
+DOC_END = "<!-- end of the kernel table -->"
 # What a feature that is off leaves null on every request line.
 NULL_WITHOUT = {"sk_data_ready": ["received_ns", "socket_wait_ms"]}
 
@@ -208,7 +221,7 @@ def sections(text):
     out, rcs, cur, buf = {}, {}, None, []
     for line in text.splitlines():
         if line.startswith("@@ BEGIN "):
-            cur, buf = line[9:].strip(), []
+            cur, buf = line[9:].split(" (at ")[0].strip(), []
         elif line.startswith("@@ END ") and cur:
             out[cur] = "\n".join(buf)
             cur = None
@@ -351,7 +364,7 @@ def main():
     initrd = os.path.join(KDIR, "initrd.gz")
     initramfs(initrd)
     wanted = os.environ.get("KERNELS", "").split()
-    table = []
+    table, machines = [], []
     for label, pattern, suite in KERNELS:
         if wanted and label not in wanted:
             continue
@@ -359,13 +372,21 @@ def main():
         if not deb:
             ko(f"kernel-{label}", why)
             continue
-        console = os.path.join(KDIR, f"console-{label}.log")
-        text = boot(vmlinuz(deb), initrd, console)
-        res = judge(label, text)
-        if res:
-            table.append((label, os.path.basename(deb).split("_")[1], *res))
-        if not keep:
-            pass
+        machines.append((label, deb))
+    # A machine per core at once (each emulated CPU is one host thread), judged in order.
+    def run_one(m):
+        label, deb = m
+        t0 = time.monotonic()
+        print(f"booting {label} ({os.path.basename(deb)})", file=sys.stderr, flush=True)
+        text = boot(vmlinuz(deb), initrd, os.path.join(KDIR, f"console-{label}.log"))
+        print(f"{label} done in {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
+        return text
+    workers = max(1, min(len(machines), os.cpu_count() or 1, PARALLEL))
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        for (label, deb), text in zip(machines, pool.map(run_one, machines)):
+            res = judge(label, text)
+            if res:
+                table.append((label, os.path.basename(deb).split("_")[1], *res))
     if table:
         names = list(table[0][2].keys())
         print("kernel  package version        " + " ".join(f"{n:>13}" for n in names)
@@ -374,9 +395,48 @@ def main():
             print(f"{label:<7} {ver:<22} " + " ".join(f"{'on' if feats[n] else 'off':>13}"
                                                         for n in names)
                   + f"  {', '.join(nulls) or '-'}")
+        doc_table(table, "--write-doc" in sys.argv[1:])
     if not keep and os.path.exists(initrd):
         os.remove(initrd)
     return finish()
+
+
+def doc_table(table, write):
+    """docs/building.md's table of what each kernel gets, against what the machines saw; with
+    --write-doc, rewritten from it (after a run of every kernel)."""
+    names = list(table[0][2].keys())
+    rows = ["| kernel | " + " | ".join(f"`{n}`" for n in names) + " | null in every request |",
+            "|---|" + "---|" * len(names) + "---|"]
+    for label, _ver, feats, nulls in table:
+        rows.append(f"| {DOC_NAMES.get(label, label)} | "
+                    + " | ".join("on" if feats[n] else "off" for n in names) + " | "
+                    + (", ".join(f"`{n}`" for n in nulls) or "none") + " |")
+    with open(DOC) as f:
+        text = f.read()
+    if DOC_BEGIN not in text or DOC_END not in text:
+        ko("kernels doc", f"{DOC} has no kernel table between its markers")
+        return
+    head, rest = text.split(DOC_BEGIN, 1)
+    old, tail = rest.split(DOC_END, 1)
+    old_rows = [l for l in old.strip().splitlines() if l.startswith("|")]
+    if write and len(table) == len(KERNELS):
+        with open(DOC, "w") as f:
+            f.write(head + DOC_BEGIN + "\n" + "\n".join(rows) + "\n" + DOC_END + tail)
+        ok("kernels doc", f"{DOC} written")
+        return
+    # Only the kernels that ran are compared (KERNELS= runs some).
+    want = {r.split("|")[1].strip(): r for r in rows[2:]}
+    have = {r.split("|")[1].strip(): r for r in old_rows[2:]}
+    diff = [f"{k}: the doc says '{have.get(k)}', the machine '{v}'" for k, v in want.items()
+            if have.get(k) != v]
+    if old_rows[:1] != rows[:1]:
+        diff.insert(0, f"header: '{old_rows[:1]}', want '{rows[0]}'")
+    if diff:
+        ko("kernels doc", "docs/building.md's kernel table is not what the matrix saw "
+           "(run_matrix.py --write-doc rewrites it): " + "; ".join(diff))
+    else:
+        ok("kernels doc", f"docs/building.md's kernel table is what the matrix saw "
+           f"({', '.join(want)})")
 
 
 def finish():

@@ -17,7 +17,7 @@ ulimit -n 65536
 cd /work
 
 section() { # name file
-	echo "@@ BEGIN $1"
+	echo "@@ BEGIN $1 (at $(cut -d' ' -f1 /proc/uptime) s)"
 	cat "$2"
 	echo "@@ END $1"
 }

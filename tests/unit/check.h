@@ -80,10 +80,10 @@ static inline bool check_report(bool ok, const char *file, int line, const char 
 /* libbpf's messages off where a test expects failures (symbols absent, probes refused), unless
  * TEST_LIBBPF_LOG is set: the kernel matrix sets it to rerun a failed test with them. Used only
  * where <bpf/libbpf.h> is included. */
-#define LIBBPF_QUIET()                           \
-	do {                                     \
-		if (!getenv("TEST_LIBBPF_LOG"))  \
-			libbpf_set_print(NULL);  \
+#define LIBBPF_QUIET()                          \
+	do {                                    \
+		if (!getenv("TEST_LIBBPF_LOG")) \
+			libbpf_set_print(NULL); \
 	} while (0)
 
 #define SKIP(reason) ((void)(check_skip_reason = (reason)))

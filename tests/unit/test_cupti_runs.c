@@ -772,7 +772,8 @@ TEST(test_records_overhead)
 	ASSERT_EQ(r->stats.overhead_ns[TS_CUPTI_OVERHEAD_FLUSH], 60, "flush");
 	ASSERT_EQ(r->stats.overhead_ns[TS_CUPTI_OVERHEAD_INSTRUMENTATION], 1000, "instrumentation");
 	ASSERT_EQ(r->stats.overhead_ns[TS_CUPTI_OVERHEAD_RESOURCE], 2, "resource");
-	ASSERT_EQ(r->stats.overhead_ns[TS_CUPTI_OVERHEAD_OTHER], 30, "other kinds, time backwards none");
+	ASSERT_EQ(r->stats.overhead_ns[TS_CUPTI_OVERHEAD_OTHER], 30,
+		  "other kinds, time backwards none");
 	runs_free(r, g);
 }
 

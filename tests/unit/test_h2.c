@@ -326,8 +326,8 @@ struct wire {
 static void put_frame(struct wire *w, uint8_t type, uint8_t flags, uint32_t stream,
 		      const uint8_t *payload, size_t len)
 {
-	uint8_t h[9] = { len >> 16, len >> 8, len, type, flags, stream >> 24, stream >> 16,
-			 stream >> 8, stream };
+	uint8_t h[9] = { len >> 16,    len >> 8,     len,	  type,	 flags,
+			 stream >> 24, stream >> 16, stream >> 8, stream };
 
 	memcpy(w->b + w->n, h, 9);
 	memcpy(w->b + w->n + 9, payload, len);
@@ -341,15 +341,15 @@ static size_t encode(nghttp2_hd_deflater *d, uint8_t *out, size_t cap, const cha
 	nghttp2_nv nv[8];
 
 	for (size_t i = 0; i < n; i++)
-		nv[i] = (nghttp2_nv){ (uint8_t *)kv[2 * i], (uint8_t *)kv[2 * i + 1],
-				      strlen(kv[2 * i]), strlen(kv[2 * i + 1]),
-				      NGHTTP2_NV_FLAG_NONE };
+		nv[i] =
+		    (nghttp2_nv){ (uint8_t *)kv[2 * i], (uint8_t *)kv[2 * i + 1], strlen(kv[2 * i]),
+				  strlen(kv[2 * i + 1]), NGHTTP2_NV_FLAG_NONE };
 	return (size_t)nghttp2_hd_deflate_hd(d, out, cap, nv, n);
 }
 
-static const char *const resp_fields[] = { ":status", "200", "content-type",
-					   "text/event-stream; charset=utf-8", "x-request-id",
-					   "abc" };
+static const char *const resp_fields[] = { ":status",	   "200",
+					   "content-type", "text/event-stream; charset=utf-8",
+					   "x-request-id", "abc" };
 
 TEST(test_padding_priority_continuation)
 {
@@ -458,7 +458,8 @@ TEST(test_table_size)
 			ASSERT_OK(h2_feed(&r->p, w.b, w.n, 0), "size update within the bound");
 			ASSERT_OK_PTR(find(r, 'H', 1, 0), "headers");
 		} else {
-			ASSERT_EQ(h2_feed(&r->p, w.b, w.n, 0), -EPROTO, "size update past the bound");
+			ASSERT_EQ(h2_feed(&r->p, w.b, w.n, 0), -EPROTO,
+				  "size update past the bound");
 		}
 		rec_free(r);
 	}

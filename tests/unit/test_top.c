@@ -378,9 +378,9 @@ TEST(test_preempted_line)
 	feed(&sk, "qwen", 1, 1 * S, 50 * MS, 10 * MS, 10, OUTCOME_OK, NULL);
 	top_render(&t, 2 * S, f);
 	fflush(f);
-	ASSERT_TRUE(strstr(last_frame(text), "preempted: 1 of 3 requests with GPU steps (out of "
-					     "the batch, recomputed: KV cache likely full)\n") !=
-			NULL,
+	ASSERT_TRUE(strstr(last_frame(text),
+			   "preempted: 1 of 3 requests with GPU steps (out of "
+			   "the batch, recomputed: KV cache likely full)\n") != NULL,
 		    "one of the three with steps");
 	top_free(&t);
 	fclose(f);

@@ -42,7 +42,7 @@ int report_run(const struct report_opts *o)
 		session_finish(&s);
 	}
 	/* The exporters' end (the Prometheus text, the OTLP counters), then what cut the file. */
-	rc = session_stop(&s) ? : rc;
+	rc = session_stop(&s) ?: rc;
 	if (err) {
 		fprintf(err_f,
 			"tokenscope: %s: %s at byte %" PRId64 "; the report covers the %" PRIu64

@@ -25,12 +25,12 @@
 
 /* The width of a line's name and state columns; details are cut to stay within 100 columns. */
 #define CHECK_NAME_COLS 14
-#define CHECK_DETAIL_COLS 79
+#define CHECK_DETAIL_COLS 78
 #define CHECK_MAX 32
 
-enum check_state { CHECK_OK, CHECK_OFF, CHECK_FAIL };
+enum check_state { CHECK_OK, CHECK_OFF, CHECK_FAIL, CHECK_UNKNOWN };
 
-static const char *const state_names[] = { "ok", "off", "FAIL" };
+static const char *const state_names[] = { "ok", "off", "FAIL", "?" };
 
 struct check_item {
 	char name[24];
@@ -101,7 +101,11 @@ static void check_kernel(struct checks *c)
 	for (size_t i = 0; i < features_count(); i++) {
 		const struct feature_row *r = features_row(i);
 
-		if (features_has(&c->f, i))
+		if (!c->f.probed)
+			add(c, r->name, CHECK_UNKNOWN,
+			    "Linux %s: not known, the kernel answers BPF probes only with CAP_BPF",
+			    r->since);
+		else if (features_has(&c->f, i))
 			add(c, r->name, CHECK_OK, "Linux %s: %s", r->since, r->what);
 		else
 			add(c, r->name, CHECK_OFF, "Linux %s; instead: %s", r->since, r->without);
@@ -365,6 +369,14 @@ static void print_text(const struct checks *c, FILE *out)
 	}
 	fprintf(out, "%s\n",
 		c->can_trace ? "tracing can start here" : "tracing cannot start here (FAIL above)");
+	for (int i = 0; i < c->n; i++)
+		if (!strncmp(c->v[i].name, "CAP_", 4) && c->v[i].state != CHECK_OK) {
+			fprintf(out,
+				"a capability missing: add it to the container's securityContext "
+				"(capabilities.add),\n  to the binary (setcap), or run as root: "
+				"docs/security.md\n");
+			break;
+		}
 }
 
 static void print_json(const struct checks *c, FILE *out)
@@ -380,9 +392,17 @@ static void print_json(const struct checks *c, FILE *out)
 
 		jsonw_obj_begin(&w, NULL);
 		jsonw_str(&w, "name", r->name);
-		jsonw_str(&w, "state", features_has(&c->f, i) ? "on" : "off");
+		jsonw_str(&w, "state",
+			  !c->f.probed		   ? "unknown"
+			  : features_has(&c->f, i) ? "on"
+						   : "off");
 		jsonw_str(&w, "since", r->since);
+		jsonw_str(&w, "what", r->what);
 		jsonw_str(&w, "without", r->without);
+		if (r->lost)
+			jsonw_str(&w, "lost", r->lost);
+		else
+			jsonw_null(&w, "lost");
 		jsonw_obj_end(&w);
 	}
 	jsonw_arr_end(&w);
@@ -390,7 +410,8 @@ static void print_json(const struct checks *c, FILE *out)
 	for (int i = 0; i < c->n; i++) {
 		jsonw_obj_begin(&w, NULL);
 		jsonw_str(&w, "name", c->v[i].name);
-		jsonw_str(&w, "state", state_names[c->v[i].state]);
+		jsonw_str(&w, "state",
+			  c->v[i].state == CHECK_UNKNOWN ? "unknown" : state_names[c->v[i].state]);
 		jsonw_str(&w, "detail", c->v[i].detail);
 		jsonw_obj_end(&w);
 	}

@@ -93,6 +93,7 @@ void features_probe(struct features *f)
 	vmlinux = f->btf ? btf__load_vmlinux_btf() : NULL;
 	if (libbpf_get_error(vmlinux))
 		vmlinux = NULL;
+	f->probed = libbpf_probe_bpf_map_type(BPF_MAP_TYPE_HASH, NULL) == 1;
 	f->task_storage = libbpf_probe_bpf_map_type(BPF_MAP_TYPE_TASK_STORAGE, NULL) == 1;
 	f->task_btf = has_helper(BPF_FUNC_get_current_task_btf);
 	f->atomics = has_atomics();

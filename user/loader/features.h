@@ -54,6 +54,9 @@ struct features {
 	 * atomics are, the legacy object is loaded (features_legacy). */
 	bool callbacks;
 	bool forced; /* some turned off by TOKENSCOPE_FEATURES_OFF (tests) */
+	/* The kernel answered the probes (a hash map could be made): without CAP_BPF it answers
+	 * none, and every feature reads as off. */
+	bool probed;
 };
 
 /* Whether this kernel needs the legacy object (bpf/lib/common.bpf.h, TS_LEGACY). */

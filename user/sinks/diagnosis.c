@@ -289,11 +289,12 @@ static void window_print(const struct diagnosis *d, const struct window *w, uint
 	fprintf(f, "\n");
 	/* A preempted request's gap holds its time out of the batch: the tail's cause. */
 	if (w->preempted_tail)
-		fprintf(f,
-			"    ITL p99 raised by preemption: %zu of %zu requests preempted (%zu in the "
-			"slow tail),\n      %.1f ms out of the batch on average: the KV cache was "
-			"likely full\n",
-			w->preempted, w->steps_known, w->preempted_tail, w->preempted_mean / 1e6);
+		fprintf(
+		    f,
+		    "    ITL p99 raised by preemption: %zu of %zu requests preempted (%zu in the "
+		    "slow tail),\n      %.1f ms out of the batch on average: the KV cache was "
+		    "likely full\n",
+		    w->preempted, w->steps_known, w->preempted_tail, w->preempted_mean / 1e6);
 }
 
 /* Milliseconds with 3 significant digits or more: "480 ms", "45.1 ms", "3.20 ms". */

@@ -53,10 +53,10 @@ struct diag_req {
 	uint64_t arrival_ns;
 	int64_t ttft_ns, itl_p99_ns;
 	int64_t queue_ns, prefill_ns, decode_ns, gpu_ns, host_ns;
-	int64_t wait_ns; /* request_metrics' socket_wait_ns */
+	int64_t wait_ns;      /* request_metrics' socket_wait_ns */
 	int64_t preempted_ns; /* time out of the batch (batch.h); -1: its steps unknown */
 	uint32_t preemptions;
-	size_t gap0;	 /* its inter-token gaps: gaps[gap0 .. gap0 + ngaps) */
+	size_t gap0; /* its inter-token gaps: gaps[gap0 .. gap0 + ngaps) */
 	uint32_t ngaps;
 };
 

@@ -833,8 +833,8 @@ static void render_loss(const struct prom *p, FILE *f)
 		   "kernel lacks it and a stand-in or nothing does its work (tokenscope check "
 		   "says what each turns off).");
 	for (uint32_t i = 0; i < p->nfeatures; i++)
-		fprintf(f, "tokenscope_feature{name=\"%s\",state=\"%s\"} 1\n",
-			p->features[i].name, p->features[i].on ? "on" : "off");
+		fprintf(f, "tokenscope_feature{name=\"%s\",state=\"%s\"} 1\n", p->features[i].name,
+			p->features[i].on ? "on" : "off");
 }
 
 void prom_set_extra(struct prom *p, void (*render)(void *ctx, FILE *f), void *ctx)
