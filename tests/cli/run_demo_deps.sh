@@ -67,9 +67,10 @@ fi
 # The folder's files each command writes (-o FILE, >FILE), relative to the output folder.
 grep -oE -- "(-o |> ?)$O/[^ ;]*" "$TMP/demo.n" | sed -E "s|^(-o \|> ?)$O/||" | sort -u \
 	>"$TMP/written"
-# The tracer (its objects, its BPF object and skeleton, the HTML page as a C string), the
-# reference server and the ground-truth client.
-odd=$(grep -vxE 'tokenscope|refserver|gtclient|tokenscope\.bpf\.o(\.tmp)?|tokenscope\.skel\.h|html_page\.h(\.tmp)?|user/[a-z]+/[a-z0-9_]+\.o' \
+# The tracer (its objects, its BPF objects and skeletons, the default and the legacy one for
+# kernels before 5.13, the HTML page as a C string), the reference server and the ground-truth
+# client.
+odd=$(grep -vxE 'tokenscope|refserver|gtclient|(legacy/)?tokenscope\.bpf\.o(\.tmp)?|(legacy/)?tokenscope\.skel\.h|html_page\.h(\.tmp)?|user/[a-z]+/[a-z0-9_]+\.o' \
 	"$TMP/written" | tr '\n' ' ')
 lacks=""
 for f in tokenscope refserver gtclient tokenscope.bpf.o; do
