@@ -72,13 +72,15 @@ ONLY = [x.strip() for x in os.environ.get("STRESS_PHASES", "").split(",") if x.s
 
 # Limits the checks hold the tracer to.
 RSS_LIMIT_KIB = 64 * 1024
-# Soak: RSS growth allowed from the sample half-way through the soak to the last one. The
-# tracer's heap is bounded by design (histograms per label set, capped; a bounded OTLP queue):
-# over a soak its RSS moves by 0-16 KiB, plus now and then one step of 128 KiB at any time (glibc
-# extends its heap with 128 KiB to spare, M_TOP_PAD): the limit allows one such step. What is
-# kept per traced process is checked exactly by the next limit, and per fork by test_pipeline's
-# test_fork_labels_bounded (100,000 forks, the list does not grow).
-SOAK_RSS_GROWTH_KIB = 192
+# Soak: growth allowed of the RSS floor, from the middle third of the soak to the last third
+# (the lowest sample of each). The tracer's heap is bounded by design (histograms per label set,
+# capped; a bounded OTLP queue) and its buffers of 128 KiB and more are unmapped at free (main
+# sets glibc's mmap threshold): its floor stays within a few KiB, while one sample can be 100-200
+# KiB above it, taken while a /metrics body is being rendered. A leak of about 30 bytes per
+# fork moves the floor by this much in the 20 s between the two thirds (about 4,400 forks). What is kept per traced process is checked
+# exactly by the next limit, and per fork by test_pipeline's test_fork_labels_bounded (100,000
+# forks, the list does not grow).
+SOAK_RSS_GROWTH_KIB = 128
 # ... and the processes the tracer follows at once (tokenscope_traced_processes), whose entries
 # carry the container labels: the soak's servers have a few alive at a time, while thousands
 # fork and exit.
@@ -1595,15 +1597,16 @@ class Stress:
         if asan:
             pass
         elif len(samples) >= 4:
-            q = samples[len(samples) // 2]
-            last = samples[-1]
+            n3 = len(samples) // 3
+            mid, end = samples[n3:2 * n3], samples[2 * n3:]
+            q, last = min(mid, key=lambda x: x[1]), min(end, key=lambda x: x[1])
             growth = last[1] - q[1]
-            nforks = (forks_a + forks_b + spawned) * (last[0] - q[0]) / max(last[0], 1)
+            nforks = (forks_a + forks_b + spawned) * (last[0] - q[0]) / max(samples[-1][0], 1)
             check("%s RSS flat" % ph, growth <= SOAK_RSS_GROWTH_KIB,
-                  "VmRSS %d KiB at %.0f s -> %d KiB at %.0f s: %+d KiB (limit +%d KiB) over "
-                  "about %d forks (%.1f bytes per fork)" % (
-                      q[1], q[0], last[1], last[0], growth, SOAK_RSS_GROWTH_KIB, nforks,
-                      growth * 1024.0 / max(nforks, 1)))
+                  "VmRSS floor %d KiB (%.0f-%.0f s) -> %d KiB (%.0f-%.0f s): %+d KiB (limit +%d "
+                  "KiB), about %d forks apart (%.1f bytes per fork)" % (
+                      q[1], mid[0][0], mid[-1][0], last[1], end[0][0], end[-1][0], growth,
+                      SOAK_RSS_GROWTH_KIB, nforks, growth * 1024.0 / max(nforks, 1)))
             traced = [smp[8] for smp in samples]
             check("%s traced processes bounded" % ph, max(traced) <= SOAK_TRACED_MAX,
                   "tokenscope_traced_processes at most %d (limit %d) while %d processes forked "

@@ -6,6 +6,7 @@
 #include <argp.h>
 #include <errno.h>
 #include <limits.h>
+#include <malloc.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -744,6 +745,14 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
+	/*
+	 * Buffers of 128 KiB and more (a /metrics body, the listener thread's copy of it, an OTLP
+	 * batch) are mapped for themselves and unmapped at free. glibc otherwise raises that
+	 * threshold to the largest buffer freed and then carves such buffers from the thread's arena,
+	 * where the next body, a few bytes longer, no longer fits the hole the last one left: the
+	 * tracer's RSS grew in 128 KiB steps (+256 KiB in 4 minutes of scrapes) with nothing leaked.
+	 */
+	mallopt(M_MMAP_THRESHOLD, 128 * 1024);
 	if (argc < 2) {
 		usage(stderr);
 		return 2;
