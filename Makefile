@@ -115,7 +115,7 @@ endif
 .DELETE_ON_ERROR:
 # The sanitizer objects are only prerequisites of tests: keep them, or every build redoes them.
 .SECONDARY: $(SAN_OBJS)
-.PHONY: all cross check demo bench fuzz fuzz-regress stress deps deps-demo deps-test deps-check \
+.PHONY: all install uninstall cross check demo bench fuzz fuzz-regress stress deps deps-demo deps-test deps-check \
 	deps-bench deps-image image clean format vmlinux
 
 ifeq ($(CROSS),1)
@@ -434,6 +434,27 @@ image: deps-image
 $(IMAGE_ARCHIVE): $(STATIC_BIN) scripts/image.sh
 	$(call msg,IMAGE,$@)
 	$(Q)scripts/image.sh $(STATIC_BIN) $(VERSION) $(IMAGE_DIR)
+
+# make install [PREFIX=/usr/local] [DESTDIR=...]: the binary, the CUPTI library where it was
+# built (in lib/tokenscope/, where the binary looks for it), and the manual page made from the
+# binary's help (scripts/manpage.sh).
+PREFIX ?= /usr/local
+MAN_PAGE := $(OUTPUT)/tokenscope.1
+
+$(MAN_PAGE): $(OUTPUT)/tokenscope scripts/manpage.sh
+	$(call msg,MAN,$@)
+	$(Q)scripts/manpage.sh $(OUTPUT)/tokenscope > $@
+
+install: $(OUTPUT)/tokenscope $(MAN_PAGE) $(if $(HAVE_CUPTI),$(OUTPUT)/libtokenscope_cupti.so)
+	install -D -m 0755 $(OUTPUT)/tokenscope $(DESTDIR)$(PREFIX)/bin/tokenscope
+	install -D -m 0644 $(MAN_PAGE) $(DESTDIR)$(PREFIX)/share/man/man1/tokenscope.1
+	$(if $(HAVE_CUPTI),install -D -m 0644 $(OUTPUT)/libtokenscope_cupti.so \
+		$(DESTDIR)$(PREFIX)/lib/tokenscope/libtokenscope_cupti.so)
+
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/bin/tokenscope $(DESTDIR)$(PREFIX)/share/man/man1/tokenscope.1 \
+		$(DESTDIR)$(PREFIX)/lib/tokenscope/libtokenscope_cupti.so
+	-rmdir $(DESTDIR)$(PREFIX)/lib/tokenscope 2>/dev/null
 
 vmlinux:
 	$(Q)scripts/gen-vmlinux.sh

@@ -72,6 +72,8 @@ TEST=(
 	# the kernel matrix (tests/kernels/): Debian's 5.10, 6.1 and 6.12 kernels booted in an
 	# emulated x86 machine from an initramfs whose shell and tools are busybox's
 	qemu-system-x86 busybox-static
+	# make install's test (tests/cli/run_install.sh): the manual page rendered and checked
+	man-db groff-base bsdextrautils
 )
 
 # make image (scripts/image.sh: an OCI image FROM scratch, built offline) and the container test

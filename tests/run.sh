@@ -97,6 +97,7 @@ for t in $TESTS; do
 		run ttft-definitions /usr/bin/python3 tests/cli/run_ttft.py
 		run privilege tests/priv/run_priv.sh
 		run demo-deps tests/cli/run_demo_deps.sh
+		run install tests/cli/run_install.sh
 		;;
 	static)
 		run static tests/static/run_static.sh

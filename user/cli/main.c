@@ -59,7 +59,7 @@ static const char trace_doc[] =
     "  tokenscope trace -p 1234 -d 30   # stop after 30 s\n"
     "  tokenscope trace -p 1234 10      # also a summary every 10 s\n"
     "  tokenscope trace -p 1234 10 6    # six 10 s summaries, then stop\n"
-    "  tokenscope trace -p 1234 --listen :9464   # Prometheus metrics on 127.0.0.1:9464\n"
+    "  tokenscope trace -p 1234 --listen :9464   # /metrics on 127.0.0.1:9464\n"
     "  tokenscope trace -p 1234 -d 60 --html run.html   # a report page at the end\n"
     "  tokenscope trace --all --listen :9464 --by-process   # ... with a pid label\n";
 

@@ -36,6 +36,8 @@ static void on_signal(int sig, siginfo_t *si, void *uc)
 
 int run_find_cupti_lib(char *buf, size_t len)
 {
+	/* Beside the binary (the build tree), then where make install puts it. */
+	static const char *const dirs[] = { "", "/../lib/tokenscope" };
 	const char *env = getenv(RUN_CUPTI_LIB_ENV);
 	char exe[PATH_MAX];
 	ssize_t n;
@@ -54,9 +56,22 @@ int run_find_cupti_lib(char *buf, size_t len)
 	slash = strrchr(exe, '/');
 	if (slash)
 		*slash = '\0';
-	if ((size_t)snprintf(buf, len, "%s/%s", slash ? exe : ".", RUN_CUPTI_LIB_NAME) >= len)
-		return -ENAMETOOLONG;
-	return access(buf, R_OK) ? -ENOENT : 0;
+	for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
+		if ((size_t)snprintf(buf, len, "%s%s/%s", slash ? exe : ".", dirs[i],
+				     RUN_CUPTI_LIB_NAME) >= len)
+			return -ENAMETOOLONG;
+		if (!access(buf, R_OK)) {
+			char *real = realpath(buf, NULL); /* without the "/.." */
+
+			if (real && strlen(real) < len)
+				strcpy(buf, real);
+			free(real);
+			return 0;
+		}
+	}
+	/* Not found: the first place is the one a message names. */
+	snprintf(buf, len, "%s/%s", slash ? exe : ".", RUN_CUPTI_LIB_NAME);
+	return -ENOENT;
 }
 
 struct run_ctx {

@@ -23,8 +23,9 @@
 int run_command(struct trace_opts *o, struct pipeline *pl, const struct trace_hooks *h,
 		char *const argv[], volatile sig_atomic_t *exiting);
 
-/* Where the injection library is: $TOKENSCOPE_CUPTI_LIB, else next to /proc/self/exe. Returns
- * 0 with the path in buf, or -ENOENT (buf then holds the path looked at). */
+/* Where the injection library is: $TOKENSCOPE_CUPTI_LIB, else beside /proc/self/exe, else in
+ * ../lib/tokenscope/ from there (make install's place). Returns 0 with the path in buf, or
+ * -ENOENT (buf then holds the first path looked at). */
 int run_find_cupti_lib(char *buf, size_t len);
 
 #endif
