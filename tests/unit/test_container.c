@@ -124,6 +124,16 @@ TEST(test_pod_uid_whole)
 	    container_pod_uid("0::/kubepods/pod12345678-aaaa-bbbb-cccc-0123456789aX/x\n", uid),
 	    "a bad last character");
 	ASSERT_STREQ(uid, "zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz", "untouched");
+	/* Separators mixed ('_' and '-'): no runtime writes that (found by fuzz_container). */
+	ASSERT_FALSE(container_pod_uid("0::/kubepods/pod12345678_aaaa_bbbb_cccc-0121728394ab/x\n",
+				       uid),
+		     "mixed separators under cgroupfs");
+	ASSERT_FALSE(container_pod_uid("0::/kubepods.slice/kubepods-burstable.slice/"
+				       "kubepods-burstable-pod12345678_aaaa-bbbb_cccc_0121728394ab"
+				       ".slice/x\n",
+				       uid),
+		     "mixed separators under systemd");
+	ASSERT_STREQ(uid, "zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz", "untouched by either");
 	/* container_workload's UID comes only from a whole match. */
 	memset(&w, 0, sizeof(w));
 	ASSERT_FALSE(

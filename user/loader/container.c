@@ -44,7 +44,9 @@ static bool uid_at(const char *s, size_t n, char *uid)
 		char c = s[i];
 		bool dash = i == 8 || i == 13 || i == 18 || i == 23;
 
-		if (dash ? c != '-' && c != '_'
+		/* One separator throughout: '-' (cgroupfs) or '_' (systemd's escaping); a mixture
+		 * is no runtime's. */
+		if (dash ? (c != '-' && c != '_') || c != s[8]
 			 : !((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
 			return false;
 	}
