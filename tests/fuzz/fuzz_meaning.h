@@ -252,6 +252,21 @@ FUZZ_CHECKER static inline void fuzz_text_meaning(const char *what, const char *
 		size_t j = i;
 		double v, digit = 1; /* the last printed digit's unit */
 
+		/* A GPU's line ("  gpu N NAME (UUID): ...") starts with the name and UUID NVML
+		 * gave, free text whose digits are no figure: judged from after them. */
+		if (prev == '\n' && len - i > 7 && !memcmp(buf + i, "  gpu ", 6) &&
+		    isdigit((unsigned char)buf[i + 6])) {
+			const char *eol = memchr(buf + i, '\n', len - i);
+			size_t end = eol ? (size_t)(eol - buf) : len, k;
+
+			for (k = end; k > i + 2 && memcmp(buf + k - 3, "): ", 3); k--)
+				;
+			if (k > i + 2) {
+				i = k - 1;
+				continue;
+			}
+		}
+
 		if (!isdigit((unsigned char)buf[i]) || isalnum((unsigned char)prev) ||
 		    prev == '.' || prev == '_')
 			continue;
