@@ -673,11 +673,17 @@ q1=$!
 "$TS" trace -p "$lstpid" -d 6.5 >/dev/null 2>"$TMP/quiet2.err" &
 q2=$!
 wait $q1 $q2
-hint="no HTTP connection seen in 5 s, and $childpid (sleep) listens on no TCP port: is it the server? Its ancestor $lstpid (python3) listens on port $lstport: try -p $lstpid"
-if [ "$(grep -cF "tokenscope: $hint" "$TMP/quiet.err")" -eq 1 ] &&
-	[ "$(grep -cF "tokenscope: still $hint" "$TMP/quiet.err")" -eq 1 ] &&
-	grep -qF "tokenscope: no HTTP connection seen in 5 s; $lstpid (python3) listens on port $lstport: is a client sending it requests?" "$TMP/quiet2.err"; then
-	ok "a traced process with no HTTP traffic is said once, with the listening ancestor to trace"
+# The seconds each line says: 5 when first said, the trace's length (6.5 s) at the end.
+hint="no HTTP connection seen in N s, and $childpid (sleep) listens on no TCP port: is it the server? Its ancestor $lstpid (python3) listens on port $lstport: try -p $lstpid"
+sed -E 's/seen in ([0-9]+) s/seen in N s/' "$TMP/quiet.err" >"$TMP/quiet.n"
+sed -E 's/seen in ([0-9]+) s/seen in N s/' "$TMP/quiet2.err" >"$TMP/quiet2.n"
+first=$(sed -nE 's/^tokenscope: no HTTP connection seen in ([0-9]+) s.*/\1/p' "$TMP/quiet.err")
+still=$(sed -nE 's/^tokenscope: still no HTTP connection seen in ([0-9]+) s.*/\1/p' "$TMP/quiet.err")
+if [ "$(grep -cxF "tokenscope: $hint" "$TMP/quiet.n")" -eq 1 ] &&
+	[ "$(grep -cxF "tokenscope: still $hint" "$TMP/quiet.n")" -eq 1 ] &&
+	[ "$first" = 5 ] && { [ "$still" = 6 ] || [ "$still" = 7 ]; } &&
+	grep -qxF "tokenscope: no HTTP connection seen in N s; $lstpid (python3) listens on port $lstport: is a client sending it requests?" "$TMP/quiet2.n"; then
+	ok "a traced process with no HTTP traffic is said once (after $first s, still after $still s), with the listening ancestor to trace"
 else
 	ko "no traffic hint" "$(grep -hv '^  ' "$TMP/quiet.err" "$TMP/quiet2.err")"
 fi

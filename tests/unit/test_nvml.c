@@ -342,6 +342,60 @@ TEST(test_thread_no_driver)
 	free(s);
 }
 
+/* quiet: the reason kept until asked for, then said once; asked for before the thread knows
+ * it (a CUDA library hooked at attach), it is said when the thread finds it out. */
+TEST(test_thread_quiet_until_asked)
+{
+	static const char want[] = "tokenscope: NVML unavailable (nvmlInit: Driver Not Loaded): GPU "
+				   "utilisation and memory will not be shown\n";
+	FILE *err = fmemopen(msg, sizeof(msg), "w");
+	struct nvml_opts o = { .library = STANDIN, .period_ms = 10, .err = err, .quiet = true };
+	struct nvml *n;
+
+	memset(msg, 0, sizeof(msg));
+	setenv("TS_NVML_STUB", "fail=9;" TWO_GPUS, 1);
+	n = nvml_start(&o);
+	if (ASSERT_OK_PTR(n, "start")) {
+		usleep(100000);
+		fflush(err);
+		ASSERT_STREQ(msg, "", "nothing said before it is asked for");
+		nvml_say_why(n);
+		nvml_say_why(n);
+		fflush(err);
+		ASSERT_STREQ(msg, want, "said once when asked, twice asked");
+		nvml_stop(n);
+	}
+	fclose(err);
+
+	err = fmemopen(msg, sizeof(msg), "w");
+	o.err = err;
+	memset(msg, 0, sizeof(msg));
+	setenv("TS_NVML_STUB", "init_ms=100;fail=9;" TWO_GPUS, 1);
+	n = nvml_start(&o);
+	if (ASSERT_OK_PTR(n, "start")) {
+		nvml_say_why(n);
+		fflush(err);
+		ASSERT_STREQ(msg, "", "asked before nvmlInit returned: nothing yet");
+		usleep(300000);
+		nvml_stop(n);
+	}
+	fclose(err);
+	ASSERT_STREQ(msg, want, "said by the thread once it failed");
+
+	err = fmemopen(msg, sizeof(msg), "w");
+	o.err = err;
+	memset(msg, 0, sizeof(msg));
+	setenv("TS_NVML_STUB", TWO_GPUS, 1);
+	n = nvml_start(&o);
+	if (ASSERT_OK_PTR(n, "start")) {
+		usleep(100000);
+		nvml_say_why(n);
+		nvml_stop(n);
+	}
+	fclose(err);
+	ASSERT_STREQ(msg, "", "a working NVML: nothing to say");
+}
+
 static bool keep_4242_77(void *ctx, uint32_t pid)
 {
 	(void)ctx;

@@ -47,7 +47,6 @@ static void on_signal(int sig)
 const char *argp_program_version = "tokenscope " TOKENSCOPE_VERSION;
 /* Usage errors exit 2, like the other errors of this kind in the tool. */
 error_t argp_err_exit_status = 2;
-const char *argp_program_bug_address = "the tokenscope issue tracker";
 
 static const char trace_doc[] =
     "Trace the streamed LLM requests a running server handles, from the kernel.\n"
@@ -478,7 +477,7 @@ static int traced(struct tracer_cli *c, char *const run_argv[])
 {
 	struct session s;
 	struct trace_hooks h = { session_begin, session_poll, c->s.top ? session_key : NULL,
-				 session_finish, &s };
+				 session_finish, &s, session_cuda };
 	/* Every record is later than now (the clock of bpf_ktime_get_ns): the timeline's 0. */
 	uint64_t origin = mono_ns();
 	int rc, err;

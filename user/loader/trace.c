@@ -9,6 +9,7 @@
 #include <linux/types.h>
 
 #include "lib/clock.h"
+#include "lib/written.h"
 #include "loader/uprobes.h"
 #include "loader/tracefs.h"
 #include "loader/discover.h"
@@ -56,7 +57,7 @@ struct tracer {
 	struct discover_set *seen; /* --all: servers found so far, dropped when they exit */
 	uint64_t caps;		   /* the effective capabilities, for the messages of a refusal */
 	bool cuda_explained;	   /* why no CUDA library could be hooked was said */
-	char quiet_hint[512];	   /* said when -p showed no HTTP connection (QUIET_HINT_S) */
+	char quiet_hint[512];	   /* its rest, when -p showed no HTTP connection (QUIET_HINT_S) */
 	bool quiet_done;	   /* ... once looked at */
 };
 
@@ -580,6 +581,7 @@ struct loop {
 	const struct trace_hooks *h; /* the owner's calls: poll at each drain, keys */
 	double start;		     /* mono_s() when tracing began */
 	long intervals;		     /* interval summaries printed */
+	bool cuda_told;		     /* h->cuda was called */
 };
 
 /*
@@ -689,7 +691,8 @@ static bool quiet_listener(uint32_t pid, char *out, size_t n)
 }
 
 /*
- * The hint for a -p that showed no HTTP connection: whether the process listens at all, and if
+ * The rest of the hint for a -p that showed no HTTP connection (after "no HTTP connection seen
+ * in N s", N said where it is printed): whether the process listens at all, and if
  * not, the nearest ancestor that does (the API server of an engine process, say); its
  * descendants are traced already.
  */
@@ -700,9 +703,7 @@ static void quiet_hint(const struct trace_opts *o, char *out, size_t n)
 
 	proc_comm(pid, comm, sizeof(comm));
 	if (quiet_listener(pid, what, sizeof(what))) {
-		snprintf(out, n,
-			 "no HTTP connection seen in %.0f s; %s: is a client sending it requests?",
-			 QUIET_HINT_S, what);
+		snprintf(out, n, "; %s: is a client sending it requests?", what);
 		return;
 	}
 	for (int i = 0; i < QUIET_ANCESTORS_MAX; i++) {
@@ -715,30 +716,29 @@ static void quiet_hint(const struct trace_opts *o, char *out, size_t n)
 		pid = ppid;
 		if (quiet_listener(pid, what, sizeof(what))) {
 			snprintf(out, n,
-				 "no HTTP connection seen in %.0f s, and %u (%s) listens on no TCP "
-				 "port: is it the server? Its ancestor %s: try -p %u",
-				 QUIET_HINT_S, o->pids[0], comm, what, pid);
+				 ", and %u (%s) listens on no TCP port: is it the server? Its "
+				 "ancestor %s: try -p %u",
+				 o->pids[0], comm, what, pid);
 			return;
 		}
 	}
 	snprintf(out, n,
-		 "no HTTP connection seen in %.0f s, and %u (%s) listens on no TCP port, nor "
-		 "do its parents: is it the server? (ss -ltnp names the process listening on "
-		 "the server's port)",
-		 QUIET_HINT_S, o->pids[0], comm);
+		 ", and %u (%s) listens on no TCP port, nor do its parents: is it the server? "
+		 "(ss -ltnp names the process listening on the server's port)",
+		 o->pids[0], comm);
 }
 
 /* -p: says once, QUIET_HINT_S after attach, that no HTTP connection was seen, and where the
  * server may be instead. */
 static bool job_quiet(struct loop *l, double now)
 {
-	(void)now;
 	/* Once: the job is not due again. */
 	l->tr->quiet_done = true;
 	if (http_seen(l->tr))
 		return false;
 	quiet_hint(l->o, l->tr->quiet_hint, sizeof(l->tr->quiet_hint));
-	fprintf(stderr, "tokenscope: %s\n", l->tr->quiet_hint);
+	fprintf(stderr, "tokenscope: no HTTP connection seen in %.0f s%s\n", now - l->start,
+		l->tr->quiet_hint);
 	return false;
 }
 
@@ -775,6 +775,11 @@ static void loop_drain(struct loop *l)
 	hold_release(&tr->hold, hook_held, tr);
 	read_kstats(tr);
 	pipeline_clock(tr->pl, now);
+	if (tr->cuda.cuda_mapped && !l->cuda_told) {
+		l->cuda_told = true;
+		if (l->h->cuda)
+			l->h->cuda(l->h->ctx);
+	}
 	if (l->h->poll) {
 		struct nvml_snapshot *g = l->h->poll(l->h->ctx);
 
@@ -1032,7 +1037,8 @@ int trace_run(const struct trace_opts *o, struct pipeline *pl, const struct trac
 		h->finish(h->ctx);
 	/* After the summary, what the hint said if it still holds. */
 	if (tr.quiet_hint[0] && !http_seen(&tr))
-		fprintf(stderr, "tokenscope: still %s\n", tr.quiet_hint);
+		fprintf(stderr, "tokenscope: still no HTTP connection seen in %.0f s%s\n",
+			mono_s() - loop.start, tr.quiet_hint);
 out:
 	/* Nothing stays stopped, whatever ended the trace. */
 	hold_stop(&tr.hold, NULL, NULL);
@@ -1044,6 +1050,8 @@ out:
 			fprintf(stderr, "tokenscope: %s: %s\n", o->record_path, strerror(-e));
 			err = e;
 		}
+		if (!e && !tr.rec_err)
+			say_written(stderr, "the recording", o->record_path);
 		if (!err && tr.rec_err)
 			err = tr.rec_err;
 	}

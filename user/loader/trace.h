@@ -54,6 +54,7 @@ struct trace_hooks {
 	bool (*key)(void *ctx);
 	void (*finish)(void *ctx);
 	void *ctx;
+	void (*cuda)(void *ctx); /* once, when a traced process first has a CUDA library hooked */
 };
 
 /* Whether every process named with -p exists: 0, or -ESRCH after saying which does not (before

@@ -111,6 +111,13 @@ struct nvml_snapshot *session_poll(void *ctx)
 	return exporters_gpu_sample(&s->ex);
 }
 
+void session_cuda(void *ctx)
+{
+	struct session *s = ctx;
+
+	exporters_cuda_seen(&s->ex);
+}
+
 bool session_key(void *ctx)
 {
 	(void)ctx;

@@ -77,6 +77,8 @@ int session_begin(void *s);
 struct nvml_snapshot *session_poll(void *s);
 /* key, in the live view after each drain: true when a key asked to quit; */
 bool session_key(void *s);
+/* A traced process has a CUDA library hooked (trace_hooks.cuda). */
+void session_cuda(void *s);
 /* finish, once the last record was fed (a replay's end too): every sink's finish, the
  * summaries among them, what the trace exporter still holds sent, and a report's diagnosis. */
 void session_finish(void *s);
