@@ -78,6 +78,7 @@ enum {
 	OPT_SLOW_TTFT,
 	OPT_SLOW_ITL,
 	OPT_TRACE_SAMPLE,
+	OPT_TRACE_WARM_UP,
 	OPT_OTLP_CA,
 	OPT_ALL,
 	OPT_NO_TRAFFIC,
@@ -139,6 +140,8 @@ static const struct argp_option trace_options[] = {
 	  "--otlp: a request with a slower token gap is exported in full (e.g. 200ms)", 0 },
 	{ "trace-sample", OPT_TRACE_SAMPLE, "RATIO", 0,
 	  "--otlp: share of normal requests exported as summary spans (default 0.01)", 0 },
+	{ "trace-warm-up", OPT_TRACE_WARM_UP, "N", 0,
+	  "--otlp: the first N requests are exported whatever the ratio (default 20)", 0 },
 	{ "output", 'o', "FILE", 0, "record: the file to write the event stream to", 0 },
 	{},
 };
@@ -293,6 +296,15 @@ static bool parse_shared(int key, char *arg, struct argp_state *state, const str
 			argp_error(state, "invalid --trace-sample '%s' (0..1)", arg);
 		otlp_only = "--trace-sample";
 		return true;
+	case OPT_TRACE_WARM_UP: {
+		unsigned long n;
+
+		if (parse_ulong(arg, UINT32_MAX, &n))
+			argp_error(state, "invalid --trace-warm-up '%s' (a count)", arg);
+		ex->trace_warm_up = (uint32_t)n;
+		otlp_only = "--trace-warm-up";
+		return true;
+	}
 	case OPT_OTLP_CA:
 		ex->otlp_ca = arg;
 		return true;
@@ -468,7 +480,8 @@ static struct tracer_cli trace_defaults(void)
 {
 	return (struct tracer_cli){ .t = { .capture_bytes = TS_CAPTURE_DEFAULT,
 					   .ring_mb = TS_RING_DEFAULT_MB },
-				    .s = { .ex.trace_sample = OTLP_DEFAULT_RATIO } };
+				    .s = { .ex.trace_sample = OTLP_DEFAULT_RATIO,
+					   .ex.trace_warm_up = OTLP_WARM_UP } };
 }
 
 /* A trace (or, with run_argv, tokenscope run): the session that owns its pipeline and sinks,
@@ -620,6 +633,8 @@ static const struct argp_option report_options[] = {
 	  "--otlp: a request with a slower token gap is exported in full (e.g. 200ms)", 0 },
 	{ "trace-sample", OPT_TRACE_SAMPLE, "RATIO", 0,
 	  "--otlp: share of normal requests exported as summary spans (default 0.01)", 0 },
+	{ "trace-warm-up", OPT_TRACE_WARM_UP, "N", 0,
+	  "--otlp: the first N requests are exported whatever the ratio (default 20)", 0 },
 	{ "verbose", 'v', NULL, 0, "Report process forks and exits", 0 },
 	{},
 };
@@ -663,7 +678,8 @@ static int cmd_report(int argc, char **argv)
 {
 	static const struct argp argp = { report_options, report_parse, "FILE", report_doc,
 					  NULL,		  NULL,		NULL };
-	struct report_opts o = { .ex.trace_sample = OTLP_DEFAULT_RATIO };
+	struct report_opts o = { .ex.trace_sample = OTLP_DEFAULT_RATIO,
+				 .ex.trace_warm_up = OTLP_WARM_UP };
 
 	argv[0] = "tokenscope report";
 	if (argp_parse(&argp, argc, argv, 0, NULL, &o))

@@ -139,6 +139,7 @@ int exporters_start(struct exporters *x, const struct export_opts *eo, struct pi
 		oo.slow_ttft_ns = eo->slow_ttft_ns;
 		oo.slow_itl_ns = eo->slow_itl_ns;
 		oo.sample_ratio = eo->trace_sample;
+		oo.warm_up = eo->trace_warm_up;
 		oo.backpressure = eo->replay;
 		oo.err = x->err;
 		/* Spans need unix-epoch times: the one wall-clock reading, taken once. */

@@ -29,6 +29,7 @@ struct export_opts {
 	const char *otlp_ca;	/* --otlp-ca FILE, or NULL */
 	int64_t slow_ttft_ns, slow_itl_ns; /* anomalies exported in full; 0: not checked */
 	double trace_sample;		   /* share of normal requests exported as summary spans */
+	uint32_t trace_warm_up;		   /* the first requests exported whatever the ratio */
 	bool json; /* the summary (and the exporters' counters) go to stderr */
 	bool top;  /* tokenscope top: its frames show the GPU samples */
 	/* report: records are replayed faster than they happened, so the trace exporter waits
