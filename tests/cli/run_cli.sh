@@ -543,10 +543,29 @@ else
 	ko "run usage" "rc=$rc_usage/$rc_usage2: $(cat "$TMP/run-usage.err")"
 fi
 if [ $rc_exit -eq 7 ] && [ $rc_sig -eq 143 ] && [ $rc_missing -eq 127 ] &&
-	grep -q "cannot run $TMP/no-such-command: No such file or directory" "$TMP/run-missing.err"; then
-	ok "run exits with the command's status (7, 143 for SIGTERM, 127 when it cannot start)"
+	[ "$(cat "$TMP/run-missing.err")" = "tokenscope: cannot run $TMP/no-such-command: No such file or directory" ]; then
+	ok "run exits with the command's status (7, 143 for SIGTERM, 127 when it cannot start, said alone before anything is attached)"
 else
 	ko "run exit status" "exit 7 -> $rc_exit, SIGTERM -> $rc_sig, missing -> $rc_missing: $(cat "$TMP/run-missing.err")"
+fi
+: >"$TMP/not-executable"
+"$TS" run -- "$TMP/not-executable" >/dev/null 2>"$TMP/run-noexec.err"
+rc_noexec=$?
+PATH=/nonexistent "$TS" run -- no-such-command-in-path >/dev/null 2>"$TMP/run-nopath.err"
+rc_nopath=$?
+if [ $rc_noexec -eq 126 ] && [ $rc_nopath -eq 127 ] &&
+	[ "$(cat "$TMP/run-noexec.err")" = "tokenscope: cannot run $TMP/not-executable: Permission denied" ] &&
+	[ "$(cat "$TMP/run-nopath.err")" = "tokenscope: cannot run no-such-command-in-path: No such file or directory" ]; then
+	ok "run: a file that may not be run exits 126, a name not in PATH 127, each said alone"
+else
+	ko "run: commands that cannot start" "126? $rc_noexec: $(cat "$TMP/run-noexec.err"); 127? $rc_nopath: $(cat "$TMP/run-nopath.err")"
+fi
+# Nothing about the CUPTI library for a command that maps no CUDA library.
+TOKENSCOPE_CUPTI_LIB=/nonexistent/libtokenscope_cupti.so "$TS" run -- true >/dev/null 2>"$TMP/run-nocuda.err"
+if ! grep -qi cupti "$TMP/run-nocuda.err" && grep -q attached "$TMP/run-nocuda.err"; then
+	ok "run of a command without CUDA says nothing of the CUPTI library"
+else
+	ko "run without CUDA" "$(cat "$TMP/run-nocuda.err")"
 fi
 : >"$TMP/fake_cupti.so"
 inj=$(TOKENSCOPE_CUPTI_LIB="$TMP/fake_cupti.so" "$TS" run -- sh -c 'echo "inj=$CUDA_INJECTION64_PATH"' 2>/dev/null | grep '^inj=')

@@ -777,6 +777,8 @@ static void loop_drain(struct loop *l)
 	pipeline_clock(tr->pl, now);
 	if (tr->cuda.cuda_mapped && !l->cuda_told) {
 		l->cuda_told = true;
+		if (l->o->cuda_note[0])
+			fprintf(stderr, "tokenscope: %s\n", l->o->cuda_note);
 		if (l->h->cuda)
 			l->h->cuda(l->h->ctx);
 	}

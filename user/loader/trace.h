@@ -40,6 +40,9 @@ struct trace_opts {
 	const char *run_name;
 	int (*attached)(void *ctx);
 	void *attached_ctx;
+	/* Said once a traced process maps a CUDA library, "" for nothing (run: no CUPTI
+	 * library to give it) */
+	char cuda_note[512];
 };
 
 /* What the tracer's owner does at each moment of a trace (ctx its own): begin once every

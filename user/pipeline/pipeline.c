@@ -488,6 +488,7 @@ void pipeline_loss(const struct pipeline *pl, struct loss_report *loss)
 	loss->copy_failed = pl->kstats[TS_STAT_COPY_FAILED];
 	loss->http_conns = pl->conns.stats.http_conns;
 	loss->ignored_conns = pl->conns.stats.ignored_conns;
+	loss->local_other = pl->conns.stats.local_other;
 	loss->client_conns = pl->conns.stats.client_conns;
 	loss->h2_conns = pl->conns.stats.h2_conns;
 	loss->h2_midway = pl->conns.stats.h2_midway;
