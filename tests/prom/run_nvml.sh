@@ -30,7 +30,7 @@ TMP=$(mktemp -d)
 KO_LOGS="$TMP/rs.out"
 pids=()
 NVML_FAMILIES='^tokenscope_gpu_(samples_total|info|utilization_ratio|memory_used_bytes|memory_total_bytes|sm_clock_hertz|power_watts|process_memory_bytes|unlisted)'
-NO_DRIVER='tokenscope: NVML unavailable (nvmlInit: Driver Not Loaded): GPU utilisation and memory will not be shown'
+NO_DRIVER='tokenscope: NVML unavailable (nvmlInit: Driver Not Loaded): no GPU utilisation or memory'
 
 cleanup() {
 	stop_pids
@@ -268,7 +268,7 @@ else
 	stop_ts
 	msg=$(grep NVML "$TMP/ts.err")
 	if [ "$(grep -c NVML "$TMP/ts.err")" = 1 ] &&
-		[[ $msg == "tokenscope: NVML unavailable (libnvidia-ml.so.1: cannot open shared object file: No such file or directory): GPU utilisation and memory will not be shown" ]] &&
+		[[ $msg == "tokenscope: NVML unavailable (no libnvidia-ml.so.1): no GPU utilisation or memory" ]] &&
 		! grep -Eq "$NVML_FAMILIES" "$TMP/m.txt" && ! grep -q '^  gpu ' "$TMP/ts.out"; then
 		ok "no library: one message ($msg), no NVML family"
 	else

@@ -20,6 +20,7 @@
 #include "loader/run.h"
 #include "loader/trace.h"
 #include "lib/clock.h"
+#include "lib/wrap.h"
 #include "session/session.h"
 #include "lib/version.h"
 
@@ -497,6 +498,13 @@ static int traced(struct tracer_cli *c, char *const run_argv[])
 
 	if (trace_check(&c->t))
 		return 1;
+	/* Lines for a person (not JSON, not the live view's frames): within 100 columns. */
+	if (!c->s.json && !c->s.top) {
+		FILE *w = wrap_open(stdout, WRAP_WIDTH);
+
+		if (w)
+			stdout = w;
+	}
 	err = session_start(&s, &c->s, origin);
 	if (err)
 		rc = 1;
@@ -680,11 +688,18 @@ static int cmd_report(int argc, char **argv)
 					  NULL,		  NULL,		NULL };
 	struct report_opts o = { .ex.trace_sample = OTLP_DEFAULT_RATIO,
 				 .ex.trace_warm_up = OTLP_WARM_UP };
+	int rc;
 
 	argv[0] = "tokenscope report";
 	if (argp_parse(&argp, argc, argv, 0, NULL, &o))
 		return 2;
-	return report_run(&o) ? 1 : 0;
+	/* Lines for a person (not JSON, not the metrics text): within 100 columns. */
+	if (!o.json && !o.ex.prometheus)
+		o.out = wrap_open(stdout, WRAP_WIDTH);
+	rc = report_run(&o) ? 1 : 0;
+	if (o.out)
+		fclose(o.out);
+	return rc;
 }
 
 static const char check_doc[] =
@@ -768,6 +783,11 @@ int main(int argc, char **argv)
 	 * tracer's RSS grew in 128 KiB steps (+256 KiB in 4 minutes of scrapes) with nothing leaked.
 	 */
 	mallopt(M_MMAP_THRESHOLD, 128 * 1024);
+	/* Every message within a 100-column terminal (lib/wrap.h). */
+	FILE *wrapped = wrap_open(stderr, WRAP_WIDTH);
+
+	if (wrapped)
+		stderr = wrapped;
 	if (argc < 2) {
 		usage(stderr);
 		return 2;

@@ -117,8 +117,7 @@ static const char *nvml_why(const struct nvml *n, nvmlReturn_t r)
 static void say_no_gpu(struct nvml *n)
 {
 	fprintf(n->err,
-		"tokenscope: NVML unavailable (%s): GPU utilisation and memory will not be "
-		"shown\n",
+		"tokenscope: NVML unavailable (%s): no GPU utilisation or memory\n",
 		n->why);
 	n->said = true;
 }
@@ -182,7 +181,12 @@ static int nvml_load(struct nvml *n)
 	if (!n->lib) {
 		const char *e = dlerror();
 
-		no_gpu(n, e ? e : n->library);
+		/* The usual case said short: no driver's library on this machine. */
+		if (e && strstr(e, "cannot open shared object file: No such file or directory"))
+			snprintf(why, sizeof(why), "no %.400s", n->library);
+		else
+			snprintf(why, sizeof(why), "%.500s", e ? e : n->library);
+		no_gpu(n, why);
 		return -1;
 	}
 	for (size_t i = 0; i < sizeof(syms) / sizeof(syms[0]); i++) {
