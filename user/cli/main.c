@@ -184,9 +184,15 @@ static void options_for(unsigned int cmd, struct argp_option *out)
 {
 	size_t n = 0;
 
-	for (const struct argp_option *o = trace_options; o->name || o->key; o++)
-		if (option_commands(o->key) & cmd && n + 1 < TRACE_OPTIONS_MAX)
-			out[n++] = *o;
+	for (const struct argp_option *o = trace_options; o->name || o->key; o++) {
+		if (!(option_commands(o->key) & cmd) || n + 1 >= TRACE_OPTIONS_MAX)
+			continue;
+		out[n] = *o;
+		/* run takes -p and --all only to say why it refuses them: not in its --help. */
+		if (cmd == CMD_RUN && (o->key == 'p' || o->key == OPT_ALL))
+			out[n].flags |= OPTION_HIDDEN;
+		n++;
+	}
 	out[n] = (struct argp_option){};
 }
 
