@@ -80,6 +80,7 @@ enum {
 	OPT_SLOW_ITL,
 	OPT_TRACE_SAMPLE,
 	OPT_TRACE_WARM_UP,
+	OPT_REQUESTS,
 	OPT_OTLP_CA,
 	OPT_ALL,
 	OPT_NO_TRAFFIC,
@@ -120,6 +121,9 @@ static const struct argp_option trace_options[] = {
 	{ "ring-buffer-mb", OPT_RING, "MB", 0,
 	  "Ring buffer size, a power of two (default 2); larger if records are lost", 0 },
 	{ "verbose", 'v', NULL, 0, "Report process forks and exits, and libbpf messages", 0 },
+	{ "requests", OPT_REQUESTS, "WHICH", 0,
+	  "inference (default): health checks, scrapes, /v1/models... counted apart; all: alike",
+	  0 },
 	{ "listen", OPT_LISTEN, "ADDR:PORT", 0,
 	  "Serve Prometheus metrics at http://ADDR:PORT/metrics (:PORT or PORT: on 127.0.0.1)", 0 },
 	{ "timeline", OPT_TIMELINE, "FILE", 0,
@@ -248,7 +252,7 @@ static void export_add_alert(struct export_opts *ex, const char *text, struct ar
 /* The options trace, record and report share: how requests are shown, and the exporters
  * that work on a replay too (all but --listen). Returns true when key was one of them. */
 struct shown {
-	bool *json, *tokens, *gpu_steps, *verbose;
+	bool *json, *tokens, *gpu_steps, *verbose, *all_requests;
 };
 
 static bool parse_shared(int key, char *arg, struct argp_state *state, const struct shown *sh,
@@ -266,6 +270,11 @@ static bool parse_shared(int key, char *arg, struct argp_state *state, const str
 		return true;
 	case 'v':
 		*sh->verbose = true;
+		return true;
+	case OPT_REQUESTS:
+		if (strcmp(arg, "inference") && strcmp(arg, "all"))
+			argp_error(state, "invalid --requests '%s' (inference or all)", arg);
+		*sh->all_requests = !strcmp(arg, "all");
 		return true;
 	case OPT_TIMELINE:
 		ex->timeline = arg;
@@ -341,7 +350,8 @@ static error_t trace_parse(int key, char *arg, struct argp_state *state)
 	struct tracer_cli *c = state->input;
 	struct trace_opts *o = &c->t;
 	struct session_opts *so = &c->s;
-	const struct shown sh = { &so->json, &so->tokens, &so->gpu_steps, &o->verbose };
+	const struct shown sh = { &so->json, &so->tokens, &so->gpu_steps, &o->verbose,
+				  &so->all_requests };
 	static int positional;
 	unsigned long v;
 
@@ -650,13 +660,17 @@ static const struct argp_option report_options[] = {
 	{ "trace-warm-up", OPT_TRACE_WARM_UP, "N", 0,
 	  "--otlp: the first N requests are exported whatever the ratio (default 20)", 0 },
 	{ "verbose", 'v', NULL, 0, "Report process forks and exits", 0 },
+	{ "requests", OPT_REQUESTS, "WHICH", 0,
+	  "inference (default): health checks, scrapes, /v1/models... counted apart; all: alike",
+	  0 },
 	{},
 };
 
 static error_t report_parse(int key, char *arg, struct argp_state *state)
 {
 	struct report_opts *o = state->input;
-	const struct shown sh = { &o->json, &o->tokens, &o->gpu_steps, &o->verbose };
+	const struct shown sh = { &o->json, &o->tokens, &o->gpu_steps, &o->verbose,
+				  &o->all_requests };
 
 	if (parse_shared(key, arg, state, &sh, &o->ex))
 		return 0;

@@ -29,6 +29,11 @@ static void wrap_line(FILE *out, const char *line, size_t n, int width)
 	const char *p = line, *end = line + n;
 	int avail = width;
 
+	/* A JSON object (a request line where JSON goes to stderr) is a record, never broken. */
+	if (n && line[0] == '{') {
+		fwrite(line, 1, n, out);
+		return;
+	}
 	if (indent > (size_t)width / 2)
 		indent = 0;
 	for (;;) {
