@@ -10,10 +10,14 @@ Measured in display cells (an East Asian wide character takes two), on:
      not there and --listen: stdout and stderr;
   4. `run` of the reference server with --gpu (a CUDA library mapped: the CUPTI note, the
      NVML message), stdout and stderr.
-JSON lines and the Prometheus text are machine formats and are not measured. Needs root for 3
-and 4 (BPF); prints PASS/FAIL/SKIP lines and the totals line; exits 1 if anything failed.
+JSON lines and the Prometheus text are machine formats and are not measured. Lines are wrapped
+on a terminal (a log or a pipe keeps each message whole): the runs here set TOKENSCOPE_WRAP,
+which wraps a pipe as a terminal, and one report also runs on a real pseudo-terminal. Needs
+root for 3 and 4 (BPF); prints PASS/FAIL/SKIP lines and the totals line; exits 1 if anything
+failed.
 """
 import os
+import pty
 import signal
 import socket
 import subprocess
@@ -27,6 +31,7 @@ TS = os.path.join(ROOT, ".output/tokenscope")
 RS = os.path.join(ROOT, ".output/refserver")
 GT = os.path.join(ROOT, ".output/gtclient")
 WIDTH = 100
+os.environ["TOKENSCOPE_WRAP"] = "1"
 npass = nfail = nskip = 0
 
 
@@ -96,6 +101,32 @@ def wait_line(path, text, seconds):
     return False
 
 
+def on_terminal(rec):
+    """report on a pseudo-terminal, without TOKENSCOPE_WRAP: wrapped all the same."""
+    env = dict(os.environ)
+    env.pop("TOKENSCOPE_WRAP", None)
+    master, slave = pty.openpty()
+    p = subprocess.Popen([TS, "report", rec], stdout=slave, stderr=slave, env=env)
+    os.close(slave)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    p.wait()
+    os.close(master)
+    text = out.decode("utf-8", "replace").replace("\r\n", "\n")
+    cont = [l for l in text.splitlines() if l.startswith("      ") and l.strip()]
+    if not cont:
+        ko("report on a terminal", "no line was wrapped (no continuation line)")
+    else:
+        check("report on a terminal (%d continuation lines)" % len(cont), text)
+
+
 def main():
     if not os.access(TS, os.X_OK):
         sk("width", "%s is not built" % TS)
@@ -115,6 +146,7 @@ def main():
         err += e
     check("report of the golden recordings, stdout", out)
     check("report of the golden recordings, stderr", err)
+    on_terminal(os.path.join(recs, "errors.tsr"))
 
     if os.geteuid() != 0:
         sk("live trace", "needs root (BPF)")

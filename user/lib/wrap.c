@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 #include "lib/escape.h"
 #include "lib/utf8.h"
@@ -142,10 +143,14 @@ static int wrap_stream_close(void *cookie)
 
 FILE *wrap_open(FILE *under, int width)
 {
-	struct wrap_stream *w = calloc(1, sizeof(*w));
 	cookie_io_functions_t io = { .write = wrap_stream_write, .close = wrap_stream_close };
+	struct wrap_stream *w;
 	FILE *f;
 
+	/* A person reads a terminal; a log or a pipe keeps each message whole, for grep. */
+	if (!isatty(fileno(under)) && !getenv("TOKENSCOPE_WRAP"))
+		return NULL;
+	w = calloc(1, sizeof(*w));
 	if (!w)
 		return NULL;
 	w->under = under;
