@@ -356,7 +356,7 @@ fi
 # Kernel time moves on while no record comes (before and after the client's requests): a frame
 # each second of the 4 (records alone gave 3 here), each ending a later second.
 frames=$(grep -c "tokenscope top  window" "$TMP/top.out")
-ends=$(grep -o "ending [0-9]* s" "$TMP/top.out" | sort -u | wc -l)
+ends=$(grep -o "ending [0-9][0-9]:[0-9][0-9]:[0-9][0-9] " "$TMP/top.out" | sort -u | wc -l)
 if [ "$frames" -ge 4 ] && [ "$ends" -eq "$frames" ]; then
 	ok "top draws a frame per second while idle ($frames frames, $ends distinct seconds)"
 else

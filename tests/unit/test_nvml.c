@@ -243,7 +243,8 @@ TEST(test_no_driver)
 		     "utilisation or memory\n",
 		     "no such file: said short");
 	ASSERT_TRUE(open_with(TS_STANDIN_DIR "/libcudart.so.13/", "") == NULL, "not a library");
-	ASSERT_TRUE(!strncmp(msg, head, strlen(head)), "any other dlopen failure: dlerror's reason");
+	ASSERT_TRUE(!strncmp(msg, head, strlen(head)),
+		    "any other dlopen failure: dlerror's reason");
 	ASSERT_TRUE(strlen(msg) > strlen(tail) && !strcmp(msg + strlen(msg) - strlen(tail), tail),
 		    "what it means");
 	ASSERT_EQ(count_lines(msg), 1, "one line");

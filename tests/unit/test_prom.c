@@ -154,11 +154,12 @@ static char *render(struct prom *p)
  * in-flight gauge they entered at their start. */
 TEST(test_other_requests)
 {
-	static const char *const paths[] = { "/health", "/healthz?x=1", "/metrics",
-					     "/v1/models", "/v1/models/qwen", "/openapi.json",
-					     "/api/tags", "/", "/v1/chat" };
+	static const char *const paths[] = {
+		"/health",	 "/healthz?x=1", "/metrics", "/v1/models", "/v1/models/qwen",
+		"/openapi.json", "/api/tags",	 "/",	     "/v1/chat"
+	};
 	static const char *const kinds[] = { "health", "health", "metrics", "models", "models",
-					     "docs", "models", "other", "other" };
+					     "docs",   "models", "other",   "other" };
 	struct prom *p = prom_new(NULL, NULL);
 	struct request r;
 	struct sink s;
@@ -172,7 +173,8 @@ TEST(test_other_requests)
 		request_init(&r, 42, i + 1, 0, "c");
 		snprintf(r.method, sizeof(r.method), "GET");
 		snprintf(r.path, sizeof(r.path), "%s", paths[i]);
-		ASSERT_FALSE(request_is_inference(&r), "a GET with no body, no stream: not inference");
+		ASSERT_FALSE(request_is_inference(&r),
+			     "a GET with no body, no stream: not inference");
 		ASSERT_STREQ(request_other_kind(&r), kinds[i], paths[i]);
 		s.request_start(s.ctx, &r);
 		s.request_other(s.ctx, &r);
@@ -188,7 +190,8 @@ TEST(test_other_requests)
 		/* (the label set their starts made stays, every count 0) */
 		for (const char *l = strstr(t, "\ntokenscope_requests_total{"); l;
 		     l = strstr(l + 1, "\ntokenscope_requests_total{"))
-			ASSERT_TRUE(!strncmp(strchr(l, '}'), "} 0\n", 4), "not in the request families");
+			ASSERT_TRUE(!strncmp(strchr(l, '}'), "} 0\n", 4),
+				    "not in the request families");
 		ASSERT_FALSE(strstr(t, "streams_in_flight{model=\"unknown\",role=\"server\"} 1"),
 			     "none left in flight");
 	}

@@ -495,10 +495,10 @@ static error_t trace_parse(int key, char *arg, struct argp_state *state)
 /* The options of trace, record, top and run before the command line is read. */
 static struct tracer_cli trace_defaults(void)
 {
-	return (struct tracer_cli){ .t = { .capture_bytes = TS_CAPTURE_DEFAULT,
-					   .ring_mb = TS_RING_DEFAULT_MB },
-				    .s = { .ex.trace_sample = OTLP_DEFAULT_RATIO,
-					   .ex.trace_warm_up = OTLP_WARM_UP } };
+	return (struct tracer_cli){
+		.t = { .capture_bytes = TS_CAPTURE_DEFAULT, .ring_mb = TS_RING_DEFAULT_MB },
+		.s = { .ex.trace_sample = OTLP_DEFAULT_RATIO, .ex.trace_warm_up = OTLP_WARM_UP }
+	};
 }
 
 /* A trace (or, with run_argv, tokenscope run): the session that owns its pipeline and sinks,
@@ -506,8 +506,8 @@ static struct tracer_cli trace_defaults(void)
 static int traced(struct tracer_cli *c, char *const run_argv[])
 {
 	struct session s;
-	struct trace_hooks h = { session_begin, session_poll, c->s.top ? session_key : NULL,
-				 session_finish, &s, session_cuda };
+	struct trace_hooks h = { session_begin,	 session_poll, c->s.top ? session_key : NULL,
+				 session_finish, &s,	       session_cuda };
 	/* Every record is later than now (the clock of bpf_ktime_get_ns): the timeline's 0. */
 	uint64_t origin = mono_ns();
 	int rc, err;
@@ -798,9 +798,10 @@ int main(int argc, char **argv)
 	/*
 	 * Buffers of 128 KiB and more (a /metrics body, the listener thread's copy of it, an OTLP
 	 * batch) are mapped for themselves and unmapped at free. glibc otherwise raises that
-	 * threshold to the largest buffer freed and then carves such buffers from the thread's arena,
-	 * where the next body, a few bytes longer, no longer fits the hole the last one left: the
-	 * tracer's RSS grew in 128 KiB steps (+256 KiB in 4 minutes of scrapes) with nothing leaked.
+	 * threshold to the largest buffer freed and then carves such buffers from the thread's
+	 * arena, where the next body, a few bytes longer, no longer fits the hole the last one
+	 * left: the tracer's RSS grew in 128 KiB steps (+256 KiB in 4 minutes of scrapes) with
+	 * nothing leaked.
 	 */
 	mallopt(M_MMAP_THRESHOLD, 128 * 1024);
 	/* Every message within a 100-column terminal (lib/wrap.h). */

@@ -57,7 +57,8 @@ static void wrap_line(FILE *out, const char *line, size_t n, int width)
 		}
 		if (q >= end)
 			break;
-		/* A break late enough to be worth it: ", " or "; " in the second half, else a space. */
+		/* A break late enough to be worth it: ", " or "; " in the second half, else a
+		 * space. */
 		if (!brk || (brk - p) < (q - p) / 2)
 			brk = soft && (!brk || soft > brk) ? soft : brk;
 		if (!brk)

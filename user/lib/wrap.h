@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Lines kept within a terminal's width, in one place: on a terminal, the summary and the
- * messages on stderr go through here. A line wider than the width (in display cells) is broken at its last "; " or ",
- * " that fits, else at its last space, and goes on on the next line with the line's own indent
- * plus four spaces (broken again as needed). A line with nowhere to break (a long path) is left
- * whole: cutting a word would change what it says; so is a line that starts with '{', a JSON
- * record.
+ * messages on stderr go through here. A line wider than the width (in display cells) is broken at
+ * its last "; " or ", " that fits, else at its last space, and goes on on the next line with the
+ * line's own indent plus four spaces (broken again as needed). A line with nowhere to break (a long
+ * path) is left whole: cutting a word would change what it says; so is a line that starts with '{',
+ * a JSON record.
  */
 #ifndef TS_WRAP_H
 #define TS_WRAP_H

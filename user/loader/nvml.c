@@ -116,8 +116,7 @@ static const char *nvml_why(const struct nvml *n, nvmlReturn_t r)
 
 static void say_no_gpu(struct nvml *n)
 {
-	fprintf(n->err,
-		"tokenscope: NVML unavailable (%s): no GPU utilisation or memory\n",
+	fprintf(n->err, "tokenscope: NVML unavailable (%s): no GPU utilisation or memory\n",
 		n->why);
 	n->said = true;
 }

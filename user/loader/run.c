@@ -87,7 +87,9 @@ static int command_findable(const char *cmd)
 	if (!*cmd)
 		return ENOENT;
 	if (strchr(cmd, '/'))
-		return stat(cmd, &st) ? errno : access(cmd, X_OK) || !S_ISREG(st.st_mode) ? EACCES : 0;
+		return stat(cmd, &st)				   ? errno
+		       : access(cmd, X_OK) || !S_ISREG(st.st_mode) ? EACCES
+								   : 0;
 	if (!path)
 		path = "/bin:/usr/bin"; /* execvp's default */
 	for (p = path;; p++) {
@@ -95,8 +97,8 @@ static int command_findable(const char *cmd)
 		int len = (int)(end - p);
 
 		/* An empty entry is the current directory. */
-		if ((size_t)snprintf(full, sizeof(full), "%.*s%s%s", len, p, len ? "/" : "",
-				     cmd) < sizeof(full) &&
+		if ((size_t)snprintf(full, sizeof(full), "%.*s%s%s", len, p, len ? "/" : "", cmd) <
+			sizeof(full) &&
 		    !stat(full, &st)) {
 			if (S_ISREG(st.st_mode) && !access(full, X_OK))
 				return 0;

@@ -881,10 +881,11 @@ static bool detach_all(struct tracer *tr, volatile sig_atomic_t *exiting)
 	if (n > 0) {
 		pid = release_background(tracefs_cleanup);
 		if (pid > 0) {
-			fprintf(stderr,
-				"tokenscope: %d probe%s removed in the background by tokenscope-exit "
-				"(PID %d): the kernel waits for each to be safe\n",
-				n, n == 1 ? " is" : "s are", pid);
+			fprintf(
+			    stderr,
+			    "tokenscope: %d probe%s removed in the background by tokenscope-exit "
+			    "(PID %d): the kernel waits for each to be safe\n",
+			    n, n == 1 ? " is" : "s are", pid);
 			return false;
 		}
 		fprintf(stderr,

@@ -46,7 +46,7 @@ struct conn {
 	uint64_t last_ns;   /* time of the latest record seen */
 	/* Socket arrival (ts_data_event.queued_ns) of the read being fed; 0: unknown. */
 	uint64_t rx_cur;
-	/* accepted or connected under tracing: its first bytes either way are its first ever */
+	/* accepted under tracing: its first bytes either way are its first ever */
 	bool start_seen;
 	/* AF_UNIX, first seen at a read or write (a socketpair, a worker's pipe): one that carries
 	 * no HTTP is the process's own plumbing, counted apart (local_other) */
@@ -405,8 +405,9 @@ void conn_on_open(struct conn_table *t, const struct ts_conn_event *e)
 		c = conn_new(t, e->conn_id, e->hdr.pid, e->fd);
 	if (c) {
 		conn_label(c->label, sizeof(c->label), &c->ends, e);
-		c->start_seen = e->syscall == TS_SYS_ACCEPT || e->syscall == TS_SYS_CONNECT;
-		c->local_plumbing = e->family == AF_UNIX && !c->start_seen;
+		c->start_seen = e->syscall == TS_SYS_ACCEPT;
+		c->local_plumbing = e->family == AF_UNIX && e->syscall != TS_SYS_ACCEPT &&
+				    e->syscall != TS_SYS_CONNECT;
 	}
 }
 

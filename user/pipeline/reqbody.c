@@ -479,8 +479,7 @@ static void reqbody_scan(const uint8_t *buf, size_t len, struct reqbody_slots *s
 			if (depth == 1) {
 				key = reqbody_top_key(sc.s + start, slen);
 				out->prompt |= reqbody_prompt_key(sc.s + start, slen);
-			}
-			else if (depth == 2)
+			} else if (depth == 2)
 				key = reqbody_nested_key(cur->parent, sc.s + start, slen);
 			cur->want_key = false;
 			c = sc.s[sc.pos];

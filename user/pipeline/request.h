@@ -143,7 +143,8 @@ const char *outcome_name(enum outcome o);
 /*
  * Inference or not (docs/output.md, "Inference and other requests"): a request is inference
  * when its body carries a model or a prompt (req_info.prompt), or its response was a stream
- * or a completion or response object (frames of a known format, or token counts); health
+ * or a completion or response object (frames of a known format, or token counts), or it went
+ * to an inference API's path (a bad body's 400 there is a failed inference request); health
  * checks, metric scrapes, /v1/models, docs and the rest are other requests.
  */
 bool request_is_inference(const struct request *r);

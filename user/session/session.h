@@ -37,8 +37,8 @@ struct session_opts {
 	bool json, tokens, gpu_steps, gpu_calls; /* the request lines (lines_opts) */
 	bool top;				 /* the live view instead of request lines */
 	bool by_process;			 /* top: a row per model and process */
-	bool report;  /* a recording replayed: its diagnosis, kept and printed at the end */
-	bool verbose; /* the pipeline reports every traced process's fork and exit */
+	bool report;	   /* a recording replayed: its diagnosis, kept and printed at the end */
+	bool verbose;	   /* the pipeline reports every traced process's fork and exit */
 	bool all_requests; /* --requests all: the other requests in every output, as inference */
 	struct export_opts ex;
 	FILE *out, *err; /* NULL: stdout and stderr */

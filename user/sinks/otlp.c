@@ -78,7 +78,7 @@ static void otlp_on_request(void *ctx, const struct request *r, const struct req
 	struct otlp_span *s = NULL;
 	bool wake = false, first_drop = false;
 
-	enum otlp_kept kept = anomaly			      ? OTLP_KEPT_ANOMALY
+	enum otlp_kept kept = anomaly				? OTLP_KEPT_ANOMALY
 			      : o->requests_seen < o->o.warm_up ? OTLP_KEPT_WARM_UP
 								: OTLP_KEPT_RANDOM;
 
@@ -543,8 +543,28 @@ void otlp_close(struct otlp *o)
 	pthread_mutex_unlock(&o->lock);
 	pthread_cond_broadcast(&o->wake);
 	pthread_cond_broadcast(&o->room);
-	if (o->thread_started)
-		pthread_join(o->thread, NULL);
+	if (o->thread_started) {
+		struct timespec t;
+		uint32_t left;
+
+		/* A wait that remains is said: the collector is slow or away. */
+		clock_gettime(CLOCK_REALTIME, &t);
+		t.tv_nsec += OTLP_CLOSE_QUIET_MS * 1000000L;
+		t.tv_sec += t.tv_nsec / 1000000000L;
+		t.tv_nsec %= 1000000000L;
+		if (pthread_timedjoin_np(o->thread, NULL, &t)) {
+			pthread_mutex_lock(&o->lock);
+			left = o->count;
+			pthread_mutex_unlock(&o->lock);
+			if (o->o.err)
+				fprintf(
+				    o->o.err,
+				    "tokenscope: otlp: sending the last %u spans to the collector "
+				    "(at most %.1f s; Ctrl-C again to leave them)\n",
+				    left, o->o.close_wait_ms / 1000.0);
+			pthread_join(o->thread, NULL);
+		}
+	}
 	o->thread_started = false;
 	otlp_http_close(o->http);
 	o->http = NULL;
@@ -577,16 +597,15 @@ void otlp_get_stats(struct otlp *o, struct otlp_stats *st)
 
 void otlp_print_stats(const struct otlp_stats *st, const char *endpoint, FILE *f)
 {
-	fprintf(
-	    f,
-	    "  otlp: %llu traces exported (%llu anomalous, %llu warm-up queued), %llu sampled "
-	    "out,\n        %llu dropped (queue full), %llu failed batches (%llu traces), %llu "
-	    "retries, %llu unsent at exit\n",
-	    (unsigned long long)st->exported, (unsigned long long)st->anomalous,
-	    (unsigned long long)st->warm_up, (unsigned long long)st->sampled_out,
-	    (unsigned long long)st->dropped,
-	    (unsigned long long)st->failed_batches, (unsigned long long)st->failed,
-	    (unsigned long long)st->retries, (unsigned long long)st->unsent);
+	fprintf(f,
+		"  otlp: %llu traces exported (%llu anomalous, %llu warm-up queued), %llu sampled "
+		"out,\n        %llu dropped (queue full), %llu failed batches (%llu traces), %llu "
+		"retries, %llu unsent at exit\n",
+		(unsigned long long)st->exported, (unsigned long long)st->anomalous,
+		(unsigned long long)st->warm_up, (unsigned long long)st->sampled_out,
+		(unsigned long long)st->dropped, (unsigned long long)st->failed_batches,
+		(unsigned long long)st->failed, (unsigned long long)st->retries,
+		(unsigned long long)st->unsent);
 	if (st->last_error[0])
 		fprintf(f, "  otlp: last error (%s): %s\n", endpoint ? endpoint : "collector",
 			st->last_error);

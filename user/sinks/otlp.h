@@ -57,6 +57,7 @@
 #define OTLP_BACKOFF_MS 250	 /* before the first retry; doubled each time */
 #define OTLP_BACKOFF_MAX_MS 4000 /* also caps a Retry-After */
 #define OTLP_CLOSE_WAIT_MS 5000	 /* otlp_close: how long it keeps sending what is queued */
+#define OTLP_CLOSE_QUIET_MS 300	 /* ... and from when it says that it is waiting */
 /* Token events per span; more are counted in the span's droppedEventsCount. */
 #define OTLP_MAX_TOKEN_EVENTS 8192
 #define OTLP_DEFAULT_SERVICE "tokenscope"
@@ -79,8 +80,8 @@ struct otlp_opts {
 	const char *env_service, *env_resource;
 	int64_t slow_ttft_ns; /* anomaly thresholds; <= 0: not checked */
 	int64_t slow_itl_ns;
-	double sample_ratio;	    /* of normal requests, 0..1 */
-	uint32_t warm_up;	    /* the first requests exported whatever the ratio */
+	double sample_ratio; /* of normal requests, 0..1 */
+	uint32_t warm_up;    /* the first requests exported whatever the ratio */
 	bool no_probe; /* no empty export at start to see that the collector answers (tests) */
 	int64_t realtime_offset_ns; /* CLOCK_REALTIME - CLOCK_MONOTONIC */
 	uint64_t seed;		    /* trace and span ids; 0: from getrandom() */

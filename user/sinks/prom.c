@@ -777,10 +777,11 @@ static void render_nvml(const struct prom *p, FILE *f)
 
 static void render_other_requests(const struct prom *p, FILE *f)
 {
-	put_header(f, "tokenscope_other_requests_total", "counter",
-		   "Finished requests that were not inference (no model or prompt, no stream or "
-		   "completion): health checks, metric scrapes, model lists, docs, the rest; not in "
-		   "the request families (--requests all puts them there).");
+	put_header(
+	    f, "tokenscope_other_requests_total", "counter",
+	    "Finished requests that were not inference (no model or prompt, no stream or "
+	    "completion): health checks, metric scrapes, model lists, docs, the rest; not in "
+	    "the request families (--requests all puts them there).");
 	for (size_t k = 0; k < PROM_OTHER_KINDS; k++)
 		fprintf(f, "tokenscope_other_requests_total{kind=\"%s\"} %" PRIu64 "\n",
 			prom_other_kinds[k], p->other_requests[k]);

@@ -464,11 +464,11 @@ static const struct {
 	{                                                \
 		key, offsetof(struct loss_report, field) \
 	}
-	CONN("http", http_conns),	CONN("h2", h2_conns),
-	CONN("ignored", ignored_conns), CONN("h2_midway", h2_midway),
-	CONN("local_other", local_other),
-	CONN("client", client_conns),	CONN("tls", tls_conns),
-	CONN("joined", joined_conns),	CONN("waiting", waiting_conns),
+	CONN("http", http_conns),	  CONN("h2", h2_conns),
+	CONN("ignored", ignored_conns),	  CONN("h2_midway", h2_midway),
+	CONN("local_other", local_other), CONN("client", client_conns),
+	CONN("tls", tls_conns),		  CONN("joined", joined_conns),
+	CONN("waiting", waiting_conns),
 #undef CONN
 };
 
