@@ -420,8 +420,9 @@ stress: deps-test
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)tests/stress/run_stress.sh
 
-# The OCI image of the static binary, FROM scratch, built offline with umoci and skopeo
-# (scripts/image.sh): $(IMAGE_DIR)/oci, an OCI image layout tagged $(VERSION), and
+# The OCI image, FROM scratch, built offline with umoci and skopeo (scripts/image.sh): the
+# default build and exactly the shared libraries it loads, so that the node agent sends OTLP
+# and reads the driver's NVML. $(IMAGE_DIR)/oci, an OCI image layout tagged $(VERSION), and
 # $(IMAGE_ARCHIVE), the same as an oci-archive named tokenscope:$(VERSION), to push with
 # `skopeo copy oci-archive:$(IMAGE_ARCHIVE) docker://REGISTRY/tokenscope:$(VERSION)`.
 VERSION := $(shell sed -n 's/^\#define TOKENSCOPE_VERSION "\(.*\)"/\1/p' user/lib/version.h)
@@ -431,9 +432,9 @@ IMAGE_ARCHIVE := $(IMAGE_DIR)/tokenscope-$(VERSION).oci.tar
 image: deps-image
 	$(Q)$(MAKE) --no-print-directory $(IMAGE_ARCHIVE)
 
-$(IMAGE_ARCHIVE): $(STATIC_BIN) scripts/image.sh
+$(IMAGE_ARCHIVE): $(OUTPUT)/tokenscope scripts/image.sh
 	$(call msg,IMAGE,$@)
-	$(Q)scripts/image.sh $(STATIC_BIN) $(VERSION) $(IMAGE_DIR)
+	$(Q)scripts/image.sh $(OUTPUT)/tokenscope $(VERSION) $(IMAGE_DIR)
 
 # make install [PREFIX=/usr/local] [DESTDIR=...]: the binary, the CUPTI library where it was
 # built (in lib/tokenscope/, where the binary looks for it), and the manual page made from the

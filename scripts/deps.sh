@@ -80,7 +80,7 @@ TEST=(
 # (tests/container/run_container.sh: a private containerd, and runc under it, running that image
 # beside a server's). containerd's service is installed, not started (below); the test starts
 # its own daemon.
-IMAGE=(umoci skopeo containerd runc)
+IMAGE=(umoci skopeo containerd runc ca-certificates)
 
 # The HTML report's test (tests/html/): the page opened in a headless browser.
 BROWSER=(chromium)

@@ -98,6 +98,7 @@ for t in $TESTS; do
 		run privilege tests/priv/run_priv.sh
 		run demo-deps tests/cli/run_demo_deps.sh
 		run install tests/cli/run_install.sh
+		run width /usr/bin/python3 tests/cli/run_width.py
 		;;
 	static)
 		run static tests/static/run_static.sh

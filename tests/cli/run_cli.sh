@@ -356,7 +356,7 @@ fi
 # Kernel time moves on while no record comes (before and after the client's requests): a frame
 # each second of the 4 (records alone gave 3 here), each ending a later second.
 frames=$(grep -c "tokenscope top  window" "$TMP/top.out")
-ends=$(grep -o "ending [0-9]* s" "$TMP/top.out" | sort -u | wc -l)
+ends=$(grep -o "ending [0-9][0-9]:[0-9][0-9]:[0-9][0-9] " "$TMP/top.out" | sort -u | wc -l)
 if [ "$frames" -ge 4 ] && [ "$ends" -eq "$frames" ]; then
 	ok "top draws a frame per second while idle ($frames frames, $ends distinct seconds)"
 else
@@ -543,10 +543,29 @@ else
 	ko "run usage" "rc=$rc_usage/$rc_usage2: $(cat "$TMP/run-usage.err")"
 fi
 if [ $rc_exit -eq 7 ] && [ $rc_sig -eq 143 ] && [ $rc_missing -eq 127 ] &&
-	grep -q "cannot run $TMP/no-such-command: No such file or directory" "$TMP/run-missing.err"; then
-	ok "run exits with the command's status (7, 143 for SIGTERM, 127 when it cannot start)"
+	[ "$(cat "$TMP/run-missing.err")" = "tokenscope: cannot run $TMP/no-such-command: No such file or directory" ]; then
+	ok "run exits with the command's status (7, 143 for SIGTERM, 127 when it cannot start, said alone before anything is attached)"
 else
 	ko "run exit status" "exit 7 -> $rc_exit, SIGTERM -> $rc_sig, missing -> $rc_missing: $(cat "$TMP/run-missing.err")"
+fi
+: >"$TMP/not-executable"
+"$TS" run -- "$TMP/not-executable" >/dev/null 2>"$TMP/run-noexec.err"
+rc_noexec=$?
+PATH=/nonexistent "$TS" run -- no-such-command-in-path >/dev/null 2>"$TMP/run-nopath.err"
+rc_nopath=$?
+if [ $rc_noexec -eq 126 ] && [ $rc_nopath -eq 127 ] &&
+	[ "$(cat "$TMP/run-noexec.err")" = "tokenscope: cannot run $TMP/not-executable: Permission denied" ] &&
+	[ "$(cat "$TMP/run-nopath.err")" = "tokenscope: cannot run no-such-command-in-path: No such file or directory" ]; then
+	ok "run: a file that may not be run exits 126, a name not in PATH 127, each said alone"
+else
+	ko "run: commands that cannot start" "126? $rc_noexec: $(cat "$TMP/run-noexec.err"); 127? $rc_nopath: $(cat "$TMP/run-nopath.err")"
+fi
+# Nothing about the CUPTI library for a command that maps no CUDA library.
+TOKENSCOPE_CUPTI_LIB=/nonexistent/libtokenscope_cupti.so "$TS" run -- true >/dev/null 2>"$TMP/run-nocuda.err"
+if ! grep -qi cupti "$TMP/run-nocuda.err" && grep -q attached "$TMP/run-nocuda.err"; then
+	ok "run of a command without CUDA says nothing of the CUPTI library"
+else
+	ko "run without CUDA" "$(cat "$TMP/run-nocuda.err")"
 fi
 : >"$TMP/fake_cupti.so"
 inj=$(TOKENSCOPE_CUPTI_LIB="$TMP/fake_cupti.so" "$TS" run -- sh -c 'echo "inj=$CUDA_INJECTION64_PATH"' 2>/dev/null | grep '^inj=')
@@ -673,11 +692,17 @@ q1=$!
 "$TS" trace -p "$lstpid" -d 6.5 >/dev/null 2>"$TMP/quiet2.err" &
 q2=$!
 wait $q1 $q2
-hint="no HTTP connection seen in 5 s, and $childpid (sleep) listens on no TCP port: is it the server? Its ancestor $lstpid (python3) listens on port $lstport: try -p $lstpid"
-if [ "$(grep -cF "tokenscope: $hint" "$TMP/quiet.err")" -eq 1 ] &&
-	[ "$(grep -cF "tokenscope: still $hint" "$TMP/quiet.err")" -eq 1 ] &&
-	grep -qF "tokenscope: no HTTP connection seen in 5 s; $lstpid (python3) listens on port $lstport: is a client sending it requests?" "$TMP/quiet2.err"; then
-	ok "a traced process with no HTTP traffic is said once, with the listening ancestor to trace"
+# The seconds each line says: 5 when first said, the trace's length (6.5 s) at the end.
+hint="no HTTP connection seen in N s, and $childpid (sleep) listens on no TCP port: is it the server? Its ancestor $lstpid (python3) listens on port $lstport: try -p $lstpid"
+sed -E 's/seen in ([0-9]+) s/seen in N s/' "$TMP/quiet.err" >"$TMP/quiet.n"
+sed -E 's/seen in ([0-9]+) s/seen in N s/' "$TMP/quiet2.err" >"$TMP/quiet2.n"
+first=$(sed -nE 's/^tokenscope: no HTTP connection seen in ([0-9]+) s.*/\1/p' "$TMP/quiet.err")
+still=$(sed -nE 's/^tokenscope: still no HTTP connection seen in ([0-9]+) s.*/\1/p' "$TMP/quiet.err")
+if [ "$(grep -cxF "tokenscope: $hint" "$TMP/quiet.n")" -eq 1 ] &&
+	[ "$(grep -cxF "tokenscope: still $hint" "$TMP/quiet.n")" -eq 1 ] &&
+	[ "$first" = 5 ] && { [ "$still" = 6 ] || [ "$still" = 7 ]; } &&
+	grep -qxF "tokenscope: no HTTP connection seen in N s; $lstpid (python3) listens on port $lstport: is a client sending it requests?" "$TMP/quiet2.n"; then
+	ok "a traced process with no HTTP traffic is said once (after $first s, still after $still s), with the listening ancestor to trace"
 else
 	ko "no traffic hint" "$(grep -hv '^  ' "$TMP/quiet.err" "$TMP/quiet2.err")"
 fi

@@ -14,16 +14,21 @@
 #    sandbox-namespace, sandbox-uid, container-name, sandbox-id) and the cgroup the kubelet's
 #    cgroupfs driver gives it, /kubepods/burstable/pod<uid>/<container id>; host network, so the
 #    client reaches it.
-#  - tokenscope from its image with the DaemonSet's settings: the node's pid namespace, root
-#    with every capability dropped but BPF, PERFMON, SYS_ADMIN, SYS_PTRACE and KILL, containerd's
-#    default seccomp profile (RuntimeDefault), a read-only root filesystem, /sys/kernel/btf
-#    read-only, `tokenscope trace --all --listen 0.0.0.0:PORT --json`, host network so it can
-#    be scraped, and the private containerd's state folder read-only at the same path (where
-#    the server's bundle config.json is), given with --container-state when the binary has it.
+#  - tokenscope from its image (the default build and the shared libraries it loads) with the
+#    DaemonSet's settings: the node's pid namespace, root with every capability dropped but BPF,
+#    PERFMON, SYS_ADMIN, SYS_PTRACE and KILL, containerd's default seccomp profile
+#    (RuntimeDefault), a read-only root filesystem, /sys/kernel/btf read-only, `tokenscope trace
+#    --all --listen 0.0.0.0:PORT --json --otlp URL`, host network so it can be scraped and
+#    reach the OTLP receiver (tests/otlp/receiver.py), the private containerd's state folder
+#    read-only at the same path (where the server's bundle config.json is), given with
+#    --container-state, and the stand-in NVML (tests/nvmlstub.c) bound where the NVIDIA
+#    container toolkit mounts the driver's libnvidia-ml.so.1.
 #  - the ground-truth client's requests to the server; then: the server is found by rule in its
 #    container, every request is reported with the client's token count, each JSON line carries
 #    the server's Kubernetes names ("k8s"), a real Prometheus scraping /metrics sees the
-#    requests under the labels namespace and pod, and tokenscope exits 0 on SIGTERM.
+#    requests under the labels namespace and pod, /metrics has the stand-in GPU's utilisation,
+#    the receiver gets every request's span under the server's pod (resource attributes), and
+#    tokenscope exits 0 on SIGTERM.
 # SKIPs, saying why, where the runtime cannot run here (not root, tools missing, no usable
 # cgroup hierarchy, containerd not starting). Prints PASS/FAIL/SKIP lines and the totals line.
 set -u
@@ -31,7 +36,12 @@ cd "$(dirname "$0")/../.." || exit 1
 RS=${REFSERVER:-.output/refserver}
 GT=${GTCLIENT:-.output/gtclient}
 # The binary make image puts in the image (asked which options it has).
-TS_STATIC=.output/static/tokenscope
+TS_BIN=.output/tokenscope
+# The stand-in NVML, mounted where the NVIDIA container toolkit puts the driver's library, and
+# what its GPU says.
+NVML_STANDIN=.output/standin/libnvidia-ml.so.1
+NVML_DIR=/usr/lib/$(gcc -dumpmachine 2>/dev/null || echo x86_64-linux-gnu)
+NVML_STUB="name=Stub H200,uuid=GPU-ctr-0001,util=37,mem=1073741824/8589934592"
 RULES=deploy/prometheus/rules.yml # start_prometheus loads it
 PY=/usr/bin/python3
 [ -x "$PY" ] || PY=python3
@@ -77,6 +87,7 @@ cleaned=0
 cleanup() {
 	[ $cleaned -eq 1 ] && return
 	cleaned=1
+	[ -n "${OTLP_PID:-}" ] && kill "$OTLP_PID" 2>/dev/null
 	if [ -n "$CTD_PID" ] && kill -0 "$CTD_PID" 2>/dev/null; then
 		for id in $(ctr_ tasks ls -q 2>/dev/null); do
 			ctr_ tasks kill -s SIGKILL "$id" >/dev/null 2>&1
@@ -172,17 +183,26 @@ import json, sys
 m = json.load(sys.stdin)
 print(len(m["layers"]), m["layers"][0]["digest"].split(":")[1])' 2>&1)
 read -r nlayers ldigest <<<"$layer_files"
-files=$(tar -xOf "$ARCHIVE" "blobs/sha256/$ldigest" 2>/dev/null | tar -tvzf - 2>&1 |
-	awk '/^-/ { print $NF }' | tr '\n' ' ')
+tar -xOf "$ARCHIVE" "blobs/sha256/$ldigest" 2>/dev/null | tar -tvzf - 2>&1 |
+	awk '/^-/ { print "/" $NF }' | sort >"$TMP/layer.files"
+# Exactly the binary, the libraries image.sh found it loads (libraries.txt), and the CA file.
+sort <(echo /usr/local/bin/tokenscope) .output/image/libraries.txt \
+	<([ -f /etc/ssl/certs/ca-certificates.crt ] && echo /etc/ssl/certs/ca-certificates.crt) \
+	>"$TMP/want.files"
+nlibs=$(wc -l <.output/image/libraries.txt)
+libs_needed=""
+for l in libbpf.so.1 libelf.so.1 libcurl.so.4 libcapstone.so.4 libmicrohttpd.so.12 libc.so.6; do
+	grep -q "/$l\$" "$TMP/layer.files" || libs_needed="$libs_needed $l"
+done
 entry=$(skopeo inspect --config "oci-archive:$ARCHIVE" 2>&1 | "$PY" -c '
 import json, sys
 c = json.load(sys.stdin)["config"]
 print(" ".join(c["Entrypoint"]), " ".join(c["Env"]))' 2>&1)
-if [ "$nlayers" = 1 ] && [ "$files" = "usr/local/bin/tokenscope " ] &&
+if [ "$nlayers" = 1 ] && cmp -s "$TMP/layer.files" "$TMP/want.files" && [ -z "$libs_needed" ] &&
 	[ "$entry" = "/usr/local/bin/tokenscope PATH=/usr/local/bin" ]; then
-	ok "make image: $ARCHIVE ($(du -k "$ARCHIVE" | cut -f1) KiB), one layer holding usr/local/bin/tokenscope, entrypoint $entry"
+	ok "make image: $ARCHIVE ($(du -k "$ARCHIVE" | cut -f1) KiB), one layer: usr/local/bin/tokenscope, $nlibs shared libraries (libcurl, capstone, libmicrohttpd among them), the CA certificates; entrypoint $entry"
 else
-	ko "image contents" "layers '$nlayers', files '$files', entrypoint and env '$entry'"
+	ko "image contents" "layers '$nlayers', missing:$libs_needed; files: $(diff "$TMP/want.files" "$TMP/layer.files" | head -n 5 | tr '\n' ' '); entrypoint and env '$entry'"
 fi
 
 # 2. The server's image: the reference server and the libraries it links, FROM scratch too.
@@ -313,8 +333,23 @@ else
 	ko "the init container (tokenscope check)" "exit $rc: $(grep -E "FAIL|off|cannot" "$TMP/check.out" | head -n 6)"
 fi
 state_opt=()
-if "$TS_STATIC" trace --help 2>&1 | grep -q -- '--container-state'; then
+if "$TS_BIN" trace --help 2>&1 | grep -q -- '--container-state'; then
 	state_opt=(--container-state "$STATE")
+fi
+# An OTLP receiver on the host's network, which the agent sends its spans to (the first
+# requests are exported whatever the sampling ratio).
+"$PY" tests/otlp/receiver.py --dir "$TMP/otlp" --port-file "$TMP/otlp.port" \
+	2>"$TMP/otlp.err" &
+OTLP_PID=$!
+for _ in $(seq $WAIT_READY); do [ -s "$TMP/otlp.port" ] && break; sleep 0.1; done
+OPORT=$(cat "$TMP/otlp.port" 2>/dev/null)
+# The GPU: the stand-in NVML where the toolkit mounts the driver's (NVIDIA_VISIBLE_DEVICES and
+# NVIDIA_DRIVER_CAPABILITIES as the DaemonSet sets them; no toolkit here reads them).
+nvml=()
+if [ -f "$NVML_STANDIN" ]; then
+	nvml=(--mount "type=bind,src=$PWD/$NVML_STANDIN,dst=$NVML_DIR/libnvidia-ml.so.1,options=rbind:ro"
+		--env NVIDIA_VISIBLE_DEVICES=all --env NVIDIA_DRIVER_CAPABILITIES=utility
+		--env "TS_NVML_STUB=$NVML_STUB")
 fi
 # shellcheck disable=SC2046 # the annotations' words
 ctr_ "${RUN[@]}" --log-uri "file://$TMP/ts.log" --net-host --read-only --seccomp \
@@ -322,9 +357,10 @@ ctr_ "${RUN[@]}" --log-uri "file://$TMP/ts.log" --net-host --read-only --seccomp
 	"${drop[@]}" --cap-add CAP_BPF --cap-add CAP_PERFMON --cap-add CAP_SYS_ADMIN \
 	--cap-add CAP_SYS_PTRACE --cap-add CAP_KILL \
 	--mount type=bind,src=/sys/kernel/btf,dst=/sys/kernel/btf,options=rbind:ro \
-	--mount "type=bind,src=$STATE,dst=$STATE,options=rbind:ro" \
+	--mount "type=bind,src=$STATE,dst=$STATE,options=rbind:ro" "${nvml[@]}" \
 	$(cri_annotations "$TS_NS" "$TS_POD" "$TS_UID" "$TS_CTR" "$TS_SANDBOX") \
 	"tokenscope:$VERSION" "$TS_ID" tokenscope trace --all --listen "0.0.0.0:$MPORT" --json \
+	--otlp "http://127.0.0.1:$OPORT/agent/v1/traces" \
 	"${state_opt[@]}" >"$TMP/run-ts.err" 2>&1
 for _ in $(seq $WAIT_FOUND); do
 	grep -q "found $SPID " "$TMP/ts.log" 2>/dev/null && grep -q "attached" "$TMP/ts.log" && break
@@ -349,7 +385,7 @@ else
 	ko "tokenscope container" "CapEff $capeff (want $want_caps), pid ns $(readlink "/proc/$TPID/ns/pid"), root '$rootro', $(grep Seccomp: "/proc/$TPID/status")"
 fi
 if [ ${#state_opt[@]} -eq 0 ]; then
-	echo "note: $TS_STATIC has no --container-state: the state folder is mounted but not named"
+	echo "note: $TS_BIN has no --container-state: the state folder is mounted but not named"
 fi
 
 # 6. Found by rule, in its container.
@@ -452,6 +488,56 @@ if [ $ready -eq 1 ]; then
 else
 	ko "prometheus" "not ready after $((WAIT_READY / 10)) s"
 fi
+
+# 9b. GPU utilisation from NVML: the stand-in, loaded by the image's dynamic loader from where
+# the toolkit mounts the driver's library.
+if [ ${#nvml[@]} -eq 0 ]; then
+	sk "NVML in the image" "no $NVML_STANDIN (make)"
+else
+	for _ in $(seq $WAIT_SCRAPE); do
+		curl -s --max-time 2 "http://127.0.0.1:$MPORT/metrics" >"$TMP/metrics.txt"
+		grep -q '^tokenscope_gpu_utilization_ratio{gpu="0",uuid="GPU-ctr-0001"} 0.37$' \
+			"$TMP/metrics.txt" && break
+		sleep 0.1
+	done
+	if grep -q '^tokenscope_gpu_utilization_ratio{gpu="0",uuid="GPU-ctr-0001"} 0.37$' "$TMP/metrics.txt" &&
+		grep -q '^tokenscope_gpu_memory_used_bytes{gpu="0",uuid="GPU-ctr-0001"} 1073741824$' "$TMP/metrics.txt"; then
+		ok "NVML in the image: the library mounted at $NVML_DIR/libnvidia-ml.so.1 is loaded; /metrics has the GPU's utilisation (0.37) and memory"
+	else
+		ko "NVML in the image" "no GPU utilisation on /metrics: $(grep -m 2 '^tokenscope_gpu' "$TMP/metrics.txt"); log: $(grep NVML "$TMP/ts.log")"
+	fi
+fi
+
+# 9c. OTLP from the image (libcurl in it): the spans reach the receiver, each with the server's
+# pod as resource attributes.
+for _ in $(seq $WAIT_LINES); do
+	[ "$(cat "$TMP"/otlp/agent/* 2>/dev/null | grep -o '"spanId"' | wc -l)" -ge $NREQ ] && break
+	sleep 0.1
+done
+verdict=$("$PY" - "$TMP/otlp/agent" "$SRV_NS" "$SRV_POD" "$SRV_UID" "$SRV_CTR" <<'EOF'
+import json, os, sys
+d = sys.argv[1]
+want = dict(zip(["k8s.namespace.name", "k8s.pod.name", "k8s.pod.uid", "k8s.container.name"],
+                sys.argv[2:6]))
+spans, bad = 0, []
+for name in sorted(os.listdir(d)) if os.path.isdir(d) else []:
+    if not name.endswith(".json"):
+        continue
+    body = json.load(open(os.path.join(d, name)))
+    for rs in body.get("resourceSpans", []):
+        attrs = {a["key"]: a["value"].get("stringValue")
+                 for a in rs.get("resource", {}).get("attributes", [])}
+        n = sum(len(ss.get("spans", [])) for ss in rs.get("scopeSpans", []))
+        spans += n
+        if n and any(attrs.get(k) != v for k, v in want.items()):
+            bad.append({k: attrs.get(k) for k in want})
+print("ok %d" % spans if spans and not bad else "bad %d spans; resources %s" % (spans, bad[:2]))
+EOF
+)
+case $verdict in
+ok*) ok "OTLP from the image: ${verdict#ok } spans received, each under the server's pod ($SRV_NS/$SRV_POD, container $SRV_CTR, pod UID)" ;;
+*) ko "OTLP from the image" "${verdict#bad }; $(grep otlp "$TMP/ts.log" | head -n 3)" ;;
+esac
 
 # 10. SIGTERM to the task, as the kubelet stops a container: tokenscope exits 0 with its summary.
 ctr_ tasks kill -s SIGTERM "$TS_ID" >/dev/null 2>&1

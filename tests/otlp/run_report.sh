@@ -97,7 +97,8 @@ report() {
 report summary --otlp "$url/summary/v1/traces" --trace-sample 1
 if [ "$(cat "$TMP/summary.rc")" -ne 0 ] || ! cmp -s "$TMP/plain.json" "$TMP/summary.json"; then
 	ko "otlp_report_summary" "rc=$(cat "$TMP/summary.rc"), request lines differ from report --json: $(tail -n 2 "$TMP/summary.err")"
-elif ! grep -q "otlp: 6 traces exported (0 anomalous queued), 0 sampled out, 0 dropped" "$TMP/summary.err"; then
+elif ! grep -q "otlp: 6 traces exported (0 anomalous, 6 warm-up queued), 0 sampled out" "$TMP/summary.err" ||
+	! grep -q "^ *0 dropped (queue full), 0 failed batches" "$TMP/summary.err"; then
 	ko "otlp_report_summary" "counters: $(grep otlp: "$TMP/summary.err")"
 elif ! out=$("$PY" "$CHECK" check "$TMP/moved.tsr" "$TMP/plain.json" "$TMP/bodies/summary" summary); then
 	ko "otlp_report_summary" "$out"
@@ -109,7 +110,7 @@ fi
 # 4. every request anomalous (TTFT above 1 us): per-token events, none sampled
 report full --otlp "$url/full/v1/traces" --trace-sample 0 --slow-ttft 1us
 if [ "$(cat "$TMP/full.rc")" -ne 0 ] ||
-	! grep -q "otlp: 6 traces exported (6 anomalous queued), 0 sampled out" "$TMP/full.err"; then
+	! grep -q "otlp: 6 traces exported (6 anomalous, 0 warm-up queued), 0 sampled out" "$TMP/full.err"; then
 	ko "otlp_report_anomalous" "rc=$(cat "$TMP/full.rc"): $(grep otlp: "$TMP/full.err")"
 elif ! out=$("$PY" "$CHECK" check "$TMP/moved.tsr" "$TMP/plain.json" "$TMP/bodies/full" full); then
 	ko "otlp_report_anomalous" "$out"
@@ -118,13 +119,36 @@ else
 	ok "otlp_report_anomalous: token events at the recording's times"
 fi
 
-# 5. nothing anomalous, nothing sampled: nothing sent, all counted
-report none --otlp "$url/none/v1/traces" --trace-sample 0 --slow-ttft 10s
-if [ "$(cat "$TMP/none.rc")" -ne 0 ] || [ -e "$TMP/bodies/none" ] ||
-	! grep -q "otlp: 0 traces exported (0 anomalous queued), 6 sampled out" "$TMP/none.err"; then
+# 5. nothing anomalous, nothing sampled, no warm-up: no span sent (only the empty export that
+# sees whether the collector answers), all counted
+report none --otlp "$url/none/v1/traces" --trace-sample 0 --trace-warm-up 0 --slow-ttft 10s
+if [ "$(cat "$TMP/none.rc")" -ne 0 ] || grep -rqs spanId "$TMP/bodies/none" ||
+	! grep -q "otlp: 0 traces exported (0 anomalous, 0 warm-up queued), 6 sampled out" "$TMP/none.err" ||
+	! grep -qx "tokenscope: otlp: the collector answered (HTTP 200)" "$TMP/none.err"; then
 	ko "otlp_report_sampled_out" "rc=$(cat "$TMP/none.rc"): $(grep otlp: "$TMP/none.err")"
 else
-	ok "otlp_report_sampled_out: --trace-sample 0 sends nothing and counts 6 sampled out"
+	ok "otlp_report_sampled_out: --trace-sample 0 --trace-warm-up 0 sends no span and counts 6 sampled out; the empty export at the start answered"
+fi
+
+# 5b. the default: the first 20 requests whatever the ratio (the recording has 6), each span
+# saying why it was kept
+report warm --otlp "$url/warm/v1/traces" --trace-sample 0
+kept=$(cat "$TMP"/bodies/warm/* 2>/dev/null | grep -o '"key": *"tokenscope.kept", *"value": *{"stringValue": *"[a-z_,]*"' | grep -c warm_up)
+if [ "$(cat "$TMP/warm.rc")" -ne 0 ] || [ "$kept" != 6 ] ||
+	! grep -q "otlp: 6 traces exported (0 anomalous, 6 warm-up queued), 0 sampled out" "$TMP/warm.err"; then
+	ko "otlp_report_warm_up" "rc=$(cat "$TMP/warm.rc"), $kept spans kept as warm_up: $(grep otlp: "$TMP/warm.err")"
+else
+	ok "otlp_report_warm_up: --trace-sample 0 still exports the first requests (6 of 6), tokenscope.kept warm_up"
+fi
+
+# 5c. a collector that is not there is said at the start, before any span is sent
+"$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' >"$TMP/deadport"
+report dead --otlp "http://127.0.0.1:$(cat "$TMP/deadport")/v1/traces" --trace-sample 0 \
+	--trace-warm-up 0 --slow-ttft 10s
+if grep -q "^tokenscope: otlp: the collector does not take an empty export (POST http://127.0.0.1:[0-9]*/v1/traces: .*): spans are queued and retried" "$TMP/dead.err"; then
+	ok "otlp_report_dead_collector: said at the start: $(grep -o 'does not take.*' "$TMP/dead.err" | cut -c1-90)"
+else
+	ko "otlp_report_dead_collector" "rc=$(cat "$TMP/dead.rc"): $(grep otlp "$TMP/dead.err")"
 fi
 
 # 6. --prometheus keeps stdout for the metrics: the exporter's counters go to stderr
@@ -178,7 +202,7 @@ else
 	report https --otlp "$tls/https/v1/traces" --otlp-ca "$TMP/cert.pem" --trace-sample 1
 	if [ "$(cat "$TMP/https.rc")" -ne 0 ] || ! cmp -s "$TMP/plain.json" "$TMP/https.json"; then
 		ko "otlp_report_https" "rc=$(cat "$TMP/https.rc"): $(tail -n 2 "$TMP/https.err")"
-	elif ! grep -q "otlp: 6 traces exported (0 anomalous queued), 0 sampled out, 0 dropped" "$TMP/https.err"; then
+	elif ! grep -q "otlp: 6 traces exported (0 anomalous, 6 warm-up queued), 0 sampled out" "$TMP/https.err"; then
 		ko "otlp_report_https" "counters: $(grep otlp: "$TMP/https.err")"
 	elif ! out=$("$PY" "$CHECK" check "$TMP/moved.tsr" "$TMP/plain.json" "$TMP/bodies/https" summary); then
 		ko "otlp_report_https" "$out"

@@ -11,7 +11,8 @@
 #  (b) at SIGINT the summary has the GPUs' lines, with the traced processes' memory;
 #  (c) `--timeline`: counter events for utilisation and memory, on the timeline's clock;
 #  (d) no driver (nvmlInit fails; and, where no NVML is installed, no library at all): one
-#      message on stderr, no NVML family on /metrics, no GPU line in the summary;
+#      message on stderr, no NVML family on /metrics, no GPU line in the summary; no message
+#      when no traced process maps a CUDA library;
 #  (e) a trace with neither --listen nor --timeline does not open NVML (no message);
 #  (f) `top`: a line per GPU in its frames, with the traced processes' memory;
 #  (g) `record --listen`: the samples go into the recording, and `report --prometheus` gives the
@@ -29,7 +30,7 @@ TMP=$(mktemp -d)
 KO_LOGS="$TMP/rs.out"
 pids=()
 NVML_FAMILIES='^tokenscope_gpu_(samples_total|info|utilization_ratio|memory_used_bytes|memory_total_bytes|sm_clock_hertz|power_watts|process_memory_bytes|unlisted)'
-NO_DRIVER='tokenscope: NVML unavailable (nvmlInit: Driver Not Loaded): GPU utilisation and memory will not be shown'
+NO_DRIVER='tokenscope: NVML unavailable (nvmlInit: Driver Not Loaded): no GPU utilisation or memory'
 
 cleanup() {
 	stop_pids
@@ -237,6 +238,23 @@ if [ "$(grep -c NVML "$TMP/ts.err")" = 1 ] && grep -qxF "$NO_DRIVER" "$TMP/ts.er
 else
 	ko "no driver" "exit '$RC'; stderr: $(grep NVML "$TMP/ts.err"); families: $(grep -Ec "$NVML_FAMILIES" "$TMP/m.txt"); scrape: $(wc -l <"$TMP/m.txt") lines; summary: $(grep -c '^  gpu ' "$TMP/ts.out") GPU lines"
 fi
+# ... said only where a traced process maps a CUDA library: not for a server without one.
+"$RS" --port 0 >"$TMP/plain.out" 2>&1 </dev/null &
+PLAIN=$!
+pids+=("$PLAIN")
+for _ in $(seq 100); do grep -q listening "$TMP/plain.out" && break; sleep 0.1; done
+GPU_RSPID=$RSPID
+RSPID=$PLAIN
+start_ts --listen 127.0.0.1:0
+sleep 1.5 # the message above came within 0.3 s of the start
+stop_ts
+RSPID=$GPU_RSPID
+kill "$PLAIN" 2>/dev/null
+if grep -q attached "$TMP/ts.err" && ! grep -q NVML "$TMP/ts.err" && [ "$RC" = 0 ]; then
+	ok "no driver, no CUDA process: nothing said of NVML"
+else
+	ko "no driver, no CUDA process" "exit '$RC'; stderr: $(head -c 400 "$TMP/ts.err")"
+fi
 
 # ... and no library at all, where none is installed (an installed one is found anyway).
 if ldconfig -p 2>/dev/null | grep -q 'libnvidia-ml\.so\.1 '; then
@@ -250,7 +268,7 @@ else
 	stop_ts
 	msg=$(grep NVML "$TMP/ts.err")
 	if [ "$(grep -c NVML "$TMP/ts.err")" = 1 ] &&
-		[[ $msg == "tokenscope: NVML unavailable (libnvidia-ml.so.1: cannot open shared object file: No such file or directory): GPU utilisation and memory will not be shown" ]] &&
+		[[ $msg == "tokenscope: NVML unavailable (no libnvidia-ml.so.1): no GPU utilisation or memory" ]] &&
 		! grep -Eq "$NVML_FAMILIES" "$TMP/m.txt" && ! grep -q '^  gpu ' "$TMP/ts.out"; then
 		ok "no library: one message ($msg), no NVML family"
 	else

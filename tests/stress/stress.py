@@ -1380,18 +1380,24 @@ class Stress:
         m = re.search(r"--- summary: (\d+) requests", err)
         nsum = int(m.group(1)) if m else None
         req_total = metric_sum(body, "tokenscope_requests_total") if body else None
+        # requests that are not inference: in the JSON lines, counted apart elsewhere
+        mo = re.search(r"other requests: (\d+)", err)
+        nother = int(mo.group(1)) if mo else 0
+        other_total = metric_sum(body, "tokenscope_other_requests_total") if body else 0
         ev_lost = metric_sum(body, "tokenscope_events_lost_total") if body else None
         ml = re.search(r"lost: (\d+) records", err)
         lost_outcomes = sum(1 for d in docs if d.get("outcome") == "lost")
         info("JSON lines %d, summary requests %s, requests_total %s, outcome lost %d, "
              "events_lost_total %s" % (len(docs), nsum, req_total, lost_outcomes, ev_lost))
-        check("loss counted and shown", bool(lost) and bool(conns) and nsum == len(docs) and
-              req_total == len(docs) and ml is not None and
+        check("loss counted and shown", bool(lost) and bool(conns) and nsum is not None and
+              nsum + nother == len(docs) and req_total is not None and
+              req_total + (other_total or 0) == len(docs) and ml is not None and
               ev_lost == int(ml.group(1)),
-              "summary has its lost and connections lines; summary requests %s = JSON lines "
-              "%d = sum of tokenscope_requests_total %s; kernel records lost %s = "
-              "tokenscope_events_lost_total %s" % (nsum, len(docs), req_total,
-                                                   ml.group(1) if ml else "?", ev_lost))
+              "summary has its lost and connections lines; summary requests %s (+ %d other) = "
+              "JSON lines %d = sum of tokenscope_requests_total %s (+ %s other); kernel records "
+              "lost %s = tokenscope_events_lost_total %s" % (
+                  nsum, nother, len(docs), req_total, other_total,
+                  ml.group(1) if ml else "?", ev_lost))
         mism = summary_vs_metrics(err, body)
         check("summary = metrics loss counters", mism == [],
               "every number of the summary's lost and dropped lines equals its counter in "

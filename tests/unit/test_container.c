@@ -125,9 +125,9 @@ TEST(test_pod_uid_whole)
 	    "a bad last character");
 	ASSERT_STREQ(uid, "zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz", "untouched");
 	/* Separators mixed ('_' and '-'): no runtime writes that (found by fuzz_container). */
-	ASSERT_FALSE(container_pod_uid("0::/kubepods/pod12345678_aaaa_bbbb_cccc-0121728394ab/x\n",
-				       uid),
-		     "mixed separators under cgroupfs");
+	ASSERT_FALSE(
+	    container_pod_uid("0::/kubepods/pod12345678_aaaa_bbbb_cccc-0121728394ab/x\n", uid),
+	    "mixed separators under cgroupfs");
 	ASSERT_FALSE(container_pod_uid("0::/kubepods.slice/kubepods-burstable.slice/"
 				       "kubepods-burstable-pod12345678_aaaa-bbbb_cccc_0121728394ab"
 				       ".slice/x\n",

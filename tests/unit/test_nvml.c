@@ -228,18 +228,23 @@ static int count_lines(const char *s)
 
 TEST(test_no_driver)
 {
-	const char *head = "tokenscope: NVML unavailable (/nonexistent/libnvidia-ml.so.1: ";
-	const char *tail = "): GPU utilisation and memory will not be shown\n";
+	const char *head = "tokenscope: NVML unavailable (" TS_STANDIN_DIR "/libcudart.so.13/: ";
+	const char *tail = "): no GPU utilisation or memory\n";
 
 	ASSERT_TRUE(open_with(STANDIN, "fail=9") == NULL, "nvmlInit fails");
 	ASSERT_STREQ(msg,
-		     "tokenscope: NVML unavailable (nvmlInit: Driver Not Loaded): GPU utilisation "
-		     "and memory will not be shown\n",
+		     "tokenscope: NVML unavailable (nvmlInit: Driver Not Loaded): no GPU "
+		     "utilisation or memory\n",
 		     "the message names NVML's reason");
 
 	ASSERT_TRUE(open_with("/nonexistent/libnvidia-ml.so.1", "") == NULL, "no library");
-	ASSERT_TRUE(!strncmp(msg, head, strlen(head)), "dlerror's reason");
-	ASSERT_TRUE(strstr(msg, "No such file or directory") != NULL, "dlerror's reason");
+	ASSERT_STREQ(msg,
+		     "tokenscope: NVML unavailable (no /nonexistent/libnvidia-ml.so.1): no GPU "
+		     "utilisation or memory\n",
+		     "no such file: said short");
+	ASSERT_TRUE(open_with(TS_STANDIN_DIR "/libcudart.so.13/", "") == NULL, "not a library");
+	ASSERT_TRUE(!strncmp(msg, head, strlen(head)),
+		    "any other dlopen failure: dlerror's reason");
 	ASSERT_TRUE(strlen(msg) > strlen(tail) && !strcmp(msg + strlen(msg) - strlen(tail), tail),
 		    "what it means");
 	ASSERT_EQ(count_lines(msg), 1, "one line");
@@ -248,7 +253,7 @@ TEST(test_no_driver)
 	ASSERT_TRUE(open_with(TS_STANDIN_DIR "/libcudart.so.13", "") == NULL, "not NVML");
 	ASSERT_STREQ(msg,
 		     "tokenscope: NVML unavailable (" TS_STANDIN_DIR "/libcudart.so.13 has no "
-		     "nvmlInit_v2): GPU utilisation and memory will not be shown\n",
+		     "nvmlInit_v2): no GPU utilisation or memory\n",
 		     "the missing function named");
 }
 
@@ -335,11 +340,65 @@ TEST(test_thread_no_driver)
 	}
 	fclose(err);
 	ASSERT_STREQ(msg,
-		     "tokenscope: NVML unavailable (nvmlInit: Driver Not Loaded): GPU utilisation "
-		     "and memory will not be shown\n",
+		     "tokenscope: NVML unavailable (nvmlInit: Driver Not Loaded): no GPU "
+		     "utilisation or memory\n",
 		     "one message, from the thread");
 	ASSERT_EQ(s->seq, 0, "nothing copied");
 	free(s);
+}
+
+/* quiet: the reason kept until asked for, then said once; asked for before the thread knows
+ * it (a CUDA library hooked at attach), it is said when the thread finds it out. */
+TEST(test_thread_quiet_until_asked)
+{
+	static const char want[] = "tokenscope: NVML unavailable (nvmlInit: Driver Not Loaded): no "
+				   "GPU utilisation or memory\n";
+	FILE *err = fmemopen(msg, sizeof(msg), "w");
+	struct nvml_opts o = { .library = STANDIN, .period_ms = 10, .err = err, .quiet = true };
+	struct nvml *n;
+
+	memset(msg, 0, sizeof(msg));
+	setenv("TS_NVML_STUB", "fail=9;" TWO_GPUS, 1);
+	n = nvml_start(&o);
+	if (ASSERT_OK_PTR(n, "start")) {
+		usleep(100000);
+		fflush(err);
+		ASSERT_STREQ(msg, "", "nothing said before it is asked for");
+		nvml_say_why(n);
+		nvml_say_why(n);
+		fflush(err);
+		ASSERT_STREQ(msg, want, "said once when asked, twice asked");
+		nvml_stop(n);
+	}
+	fclose(err);
+
+	err = fmemopen(msg, sizeof(msg), "w");
+	o.err = err;
+	memset(msg, 0, sizeof(msg));
+	setenv("TS_NVML_STUB", "init_ms=100;fail=9;" TWO_GPUS, 1);
+	n = nvml_start(&o);
+	if (ASSERT_OK_PTR(n, "start")) {
+		nvml_say_why(n);
+		fflush(err);
+		ASSERT_STREQ(msg, "", "asked before nvmlInit returned: nothing yet");
+		usleep(300000);
+		nvml_stop(n);
+	}
+	fclose(err);
+	ASSERT_STREQ(msg, want, "said by the thread once it failed");
+
+	err = fmemopen(msg, sizeof(msg), "w");
+	o.err = err;
+	memset(msg, 0, sizeof(msg));
+	setenv("TS_NVML_STUB", TWO_GPUS, 1);
+	n = nvml_start(&o);
+	if (ASSERT_OK_PTR(n, "start")) {
+		usleep(100000);
+		nvml_say_why(n);
+		nvml_stop(n);
+	}
+	fclose(err);
+	ASSERT_STREQ(msg, "", "a working NVML: nothing to say");
 }
 
 static bool keep_4242_77(void *ctx, uint32_t pid)

@@ -687,8 +687,11 @@ TEST(test_token_event_cap)
 }
 
 /* Runs n normal requests (and one anomalous) at ratio; returns how many were queued. */
-static size_t sample_run(double ratio, uint64_t seed, size_t n, struct otlp_stats *st,
-			 bool *ids_agree)
+/* Normal requests (and one slow one, last) through a sink of that ratio and warm-up: the
+ * normal ones kept. ids_agree: each kept by the ratio has an id that passes the sampler;
+ * kept_ok: each says why it was kept (tokenscope.kept), warm-up ones first. */
+static size_t sample_run_w(double ratio, uint32_t warm_up, uint64_t seed, size_t n,
+			   struct otlp_stats *st, bool *ids_agree, bool *kept_ok)
 {
 	struct req_spec normal = { .model = "m",
 				   .status = 200,
@@ -709,6 +712,7 @@ static size_t sample_run(double ratio, uint64_t seed, size_t n, struct otlp_stat
 	feed_seq = 0;
 	opts_test(&opts);
 	opts.sample_ratio = ratio;
+	opts.warm_up = warm_up;
 	opts.seed = seed;
 	opts.queue_max = 2048;
 	if (otlp_init(&o, &opts))
@@ -718,6 +722,7 @@ static size_t sample_run(double ratio, uint64_t seed, size_t n, struct otlp_stat
 		feed(&sk, &normal, NULL);
 	feed(&sk, &slow, NULL);
 	*ids_agree = true;
+	*kept_ok = true;
 	/* The decision is the trace id's: every queued normal span's id passes the sampler. */
 	while ((k = otlp_take(&o, spans, 64))) {
 		for (size_t i = 0; i < k; i++) {
@@ -733,9 +738,17 @@ static size_t sample_run(double ratio, uint64_t seed, size_t n, struct otlp_stat
 			hex = str(s, "traceId");
 			for (int b = 0; hex && b < 16; b++)
 				sscanf(hex + 2 * b, "%2hhx", &id[b]);
-			if (!attr(s, "tokenscope.anomaly") && (!hex || !otlp_sampled(id, ratio)))
+			const char *why = attr_s(s, "tokenscope.kept");
+			bool anomalous = attr(s, "tokenscope.anomaly") != NULL;
+			const char *want = anomalous	    ? "slow_ttft"
+					   : kept < warm_up ? "warm_up"
+							    : "random";
+
+			if (!anomalous && kept >= warm_up && (!hex || !otlp_sampled(id, ratio)))
 				*ids_agree = false;
-			kept += !attr(s, "tokenscope.anomaly");
+			if (!why || strcmp(why, want))
+				*kept_ok = false;
+			kept += !anomalous;
 			cJSON_Delete(j);
 			free(buf);
 			otlp_span_free(spans[i]);
@@ -744,6 +757,38 @@ static size_t sample_run(double ratio, uint64_t seed, size_t n, struct otlp_stat
 	otlp_get_stats(&o, st);
 	otlp_close(&o);
 	return kept;
+}
+
+static size_t sample_run(double ratio, uint64_t seed, size_t n, struct otlp_stats *st,
+			 bool *ids_agree)
+{
+	bool kept_ok;
+	size_t kept = sample_run_w(ratio, 0, seed, n, st, ids_agree, &kept_ok);
+
+	ASSERT_TRUE(kept_ok, "each span says why it was kept");
+	return kept;
+}
+
+/* The first requests whatever the ratio, then the ratio's. */
+TEST(test_sampling_warm_up)
+{
+	struct otlp_stats st;
+	bool agree, kept_ok;
+	size_t kept;
+
+	kept = sample_run_w(0, 20, 5, 100, &st, &agree, &kept_ok);
+	ASSERT_EQ(kept, 20, "ratio 0: the first 20 only");
+	ASSERT_EQ(st.warm_up, 20, "counted as warm-up");
+	ASSERT_EQ(st.sampled_out, 80, "the rest sampled out");
+	ASSERT_EQ(st.anomalous, 1, "the slow one as ever");
+	ASSERT_TRUE(kept_ok, "warm_up on the first 20, slow_ttft on the slow one");
+	kept = sample_run_w(0, 20, 5, 7, &st, &agree, &kept_ok);
+	ASSERT_EQ(kept, 7, "fewer than the warm-up: all of them");
+	ASSERT_EQ(st.sampled_out, 0, "none sampled out");
+	kept = sample_run_w(1, 3, 5, 10, &st, &agree, &kept_ok);
+	ASSERT_EQ(kept, 10, "ratio 1: all");
+	ASSERT_EQ(st.warm_up, 3, "3 of them warm-up");
+	ASSERT_TRUE(kept_ok && agree, "warm_up on 3, random on 7, ids sampled");
 }
 
 TEST(test_sampling)

@@ -150,6 +150,68 @@ static char *render(struct prom *p)
 	return buf;
 }
 
+/* Requests that are not inference: by kind alone, out of the request families, and out of the
+ * in-flight gauge they entered at their start. */
+TEST(test_other_requests)
+{
+	static const char *const paths[] = {
+		"/health",	 "/healthz?x=1", "/metrics", "/v1/models", "/v1/models/qwen",
+		"/openapi.json", "/api/tags",	 "/",	     "/v1/chat"
+	};
+	static const char *const kinds[] = { "health", "health", "metrics", "models", "models",
+					     "docs",   "models", "other",   "other" };
+	struct prom *p = prom_new(NULL, NULL);
+	struct request r;
+	struct sink s;
+	char *t;
+
+	if (!ASSERT_OK_PTR(p, "prom_new"))
+		return;
+	s = prom_sink(p);
+	for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++) {
+		memset(&r, 0, sizeof(r));
+		request_init(&r, 42, i + 1, 0, "c");
+		snprintf(r.method, sizeof(r.method), "GET");
+		snprintf(r.path, sizeof(r.path), "%s", paths[i]);
+		ASSERT_FALSE(request_is_inference(&r),
+			     "a GET with no body, no stream: not inference");
+		ASSERT_STREQ(request_other_kind(&r), kinds[i], paths[i]);
+		s.request_start(s.ctx, &r);
+		s.request_other(s.ctx, &r);
+		request_release(&r);
+	}
+	t = render(p);
+	if (t) {
+		ASSERT_LINE(t, "tokenscope_other_requests_total{kind=\"health\"} 2");
+		ASSERT_LINE(t, "tokenscope_other_requests_total{kind=\"metrics\"} 1");
+		ASSERT_LINE(t, "tokenscope_other_requests_total{kind=\"models\"} 3");
+		ASSERT_LINE(t, "tokenscope_other_requests_total{kind=\"docs\"} 1");
+		ASSERT_LINE(t, "tokenscope_other_requests_total{kind=\"other\"} 2");
+		/* (the label set their starts made stays, every count 0) */
+		for (const char *l = strstr(t, "\ntokenscope_requests_total{"); l;
+		     l = strstr(l + 1, "\ntokenscope_requests_total{"))
+			ASSERT_TRUE(!strncmp(strchr(l, '}'), "} 0\n", 4),
+				    "not in the request families");
+		ASSERT_FALSE(strstr(t, "streams_in_flight{model=\"unknown\",role=\"server\"} 1"),
+			     "none left in flight");
+	}
+	/* What makes one inference: a model, a prompt, a stream, a known response format. */
+	memset(&r, 0, sizeof(r));
+	request_init(&r, 42, 99, 0, "c");
+	ASSERT_FALSE(request_is_inference(&r), "nothing known");
+	r.info.prompt = true;
+	ASSERT_TRUE(request_is_inference(&r), "a prompt in the body");
+	r.info.prompt = false;
+	r.streamed = true;
+	ASSERT_TRUE(request_is_inference(&r), "a stream back");
+	r.streamed = false;
+	r.format = FMT_OPENAI_CHAT;
+	ASSERT_TRUE(request_is_inference(&r), "a completion object back");
+	request_release(&r);
+	free(t);
+	prom_free(p);
+}
+
 TEST(test_histograms_and_counters)
 {
 	static const uint64_t toks[] = { 30, 40, 55 };
@@ -312,8 +374,9 @@ TEST(test_histograms_and_counters)
 	/* steps without a CUPTI library: the host's figures */
 	ASSERT_LINE(t, "tokenscope_gpu_steps_device_times_total{times=\"host-calls\"} 3");
 	ASSERT_LINE(t, "tokenscope_gpu_steps_device_times_total{times=\"sampled-out\"} 0");
-	ASSERT_EQ(count_lines_starting(t, "# TYPE "), 20, "families");
-	ASSERT_EQ(count_lines_starting(t, "# HELP "), 20, "help lines");
+	ASSERT_EQ(count_lines_starting(t, "# TYPE "), 21, "families");
+	ASSERT_EQ(count_lines_starting(t, "# HELP "), 21, "help lines");
+	ASSERT_LINE(t, "tokenscope_other_requests_total{kind=\"health\"} 0");
 	ASSERT_LINE(t, "# TYPE tokenscope_time_to_first_token_seconds histogram");
 	ASSERT_LINE(t, "# TYPE tokenscope_requests_total counter");
 	ASSERT_LINE(t, "# TYPE tokenscope_streams_in_flight gauge");

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -110,6 +111,10 @@ TEST(test_rows_and_window)
 	pl.kstats[TS_STAT_LOST_EVENTS] = 7;
 	if (!ASSERT_OK_PTR(f, "memstream") || !ASSERT_OK(top_init(&t, f, false, false), "init"))
 		return;
+	/* The header's time of day: kernel time 0 at the epoch, in UTC. */
+	t.wall_offset_ns = 0;
+	setenv("TZ", "UTC", 1);
+	tzset();
 	sk = top_sink(&t);
 	/* llama, second 1: three ok (TTFT 100 ms, 4 tokens 20 ms apart) and one HTTP error. */
 	for (int i = 0; i < 3; i++)
@@ -125,7 +130,7 @@ TEST(test_rows_and_window)
 	tick(&sk, &pl, 3 * S);
 	tick(&sk, &pl, 3 * S + 500 * MS); /* same second: no new frame */
 	fflush(f);
-	ASSERT_TRUE(strstr(out, "tokenscope top  window 2 s ending 3 s") != NULL, "header");
+	ASSERT_TRUE(strstr(out, "tokenscope top  window 2 s ending 00:00:03") != NULL, "header");
 	ASSERT_TRUE(strstr(last_frame(out) + 1, "tokenscope top") == NULL, "one frame");
 	if (ASSERT_TRUE(find_row(out, "llama", &r), "llama row")) {
 		ASSERT_NEAR(r.rps, 2.0, 1e-9, "llama rps: 4 requests over 2 s");
@@ -161,7 +166,7 @@ TEST(test_rows_and_window)
 	ASSERT_FALSE(find_row(out, "llama", &r), "llama slid out");
 	if (ASSERT_TRUE(find_row(out, "qwen", &r), "qwen still in"))
 		ASSERT_NEAR(r.rps, 0.2, 1e-9, "qwen rps over 10 s");
-	ASSERT_TRUE(strstr(last_frame(out), "window 10 s ending 12 s") != NULL, "full window");
+	ASSERT_TRUE(strstr(last_frame(out), "window 10 s ending 00:00:12") != NULL, "full window");
 	tick(&sk, &pl, 13 * S);
 	fflush(f);
 	ASSERT_FALSE(find_row(out, "qwen", &r), "qwen slid out");

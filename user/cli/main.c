@@ -20,6 +20,7 @@
 #include "loader/run.h"
 #include "loader/trace.h"
 #include "lib/clock.h"
+#include "lib/wrap.h"
 #include "session/session.h"
 #include "lib/version.h"
 
@@ -47,7 +48,6 @@ static void on_signal(int sig)
 const char *argp_program_version = "tokenscope " TOKENSCOPE_VERSION;
 /* Usage errors exit 2, like the other errors of this kind in the tool. */
 error_t argp_err_exit_status = 2;
-const char *argp_program_bug_address = "the tokenscope issue tracker";
 
 static const char trace_doc[] =
     "Trace the streamed LLM requests a running server handles, from the kernel.\n"
@@ -79,6 +79,8 @@ enum {
 	OPT_SLOW_TTFT,
 	OPT_SLOW_ITL,
 	OPT_TRACE_SAMPLE,
+	OPT_TRACE_WARM_UP,
+	OPT_REQUESTS,
 	OPT_OTLP_CA,
 	OPT_ALL,
 	OPT_NO_TRAFFIC,
@@ -119,6 +121,9 @@ static const struct argp_option trace_options[] = {
 	{ "ring-buffer-mb", OPT_RING, "MB", 0,
 	  "Ring buffer size, a power of two (default 2); larger if records are lost", 0 },
 	{ "verbose", 'v', NULL, 0, "Report process forks and exits, and libbpf messages", 0 },
+	{ "requests", OPT_REQUESTS, "WHICH", 0,
+	  "inference (default): health checks, scrapes, /v1/models... counted apart; all: alike",
+	  0 },
 	{ "listen", OPT_LISTEN, "ADDR:PORT", 0,
 	  "Serve Prometheus metrics at http://ADDR:PORT/metrics (:PORT or PORT: on 127.0.0.1)", 0 },
 	{ "timeline", OPT_TIMELINE, "FILE", 0,
@@ -140,6 +145,8 @@ static const struct argp_option trace_options[] = {
 	  "--otlp: a request with a slower token gap is exported in full (e.g. 200ms)", 0 },
 	{ "trace-sample", OPT_TRACE_SAMPLE, "RATIO", 0,
 	  "--otlp: share of normal requests exported as summary spans (default 0.01)", 0 },
+	{ "trace-warm-up", OPT_TRACE_WARM_UP, "N", 0,
+	  "--otlp: the first N requests are exported whatever the ratio (default 20)", 0 },
 	{ "output", 'o', "FILE", 0, "record: the file to write the event stream to", 0 },
 	{},
 };
@@ -181,9 +188,15 @@ static void options_for(unsigned int cmd, struct argp_option *out)
 {
 	size_t n = 0;
 
-	for (const struct argp_option *o = trace_options; o->name || o->key; o++)
-		if (option_commands(o->key) & cmd && n + 1 < TRACE_OPTIONS_MAX)
-			out[n++] = *o;
+	for (const struct argp_option *o = trace_options; o->name || o->key; o++) {
+		if (!(option_commands(o->key) & cmd) || n + 1 >= TRACE_OPTIONS_MAX)
+			continue;
+		out[n] = *o;
+		/* run takes -p and --all only to say why it refuses them: not in its --help. */
+		if (cmd == CMD_RUN && (o->key == 'p' || o->key == OPT_ALL))
+			out[n].flags |= OPTION_HIDDEN;
+		n++;
+	}
 	out[n] = (struct argp_option){};
 }
 
@@ -239,7 +252,7 @@ static void export_add_alert(struct export_opts *ex, const char *text, struct ar
 /* The options trace, record and report share: how requests are shown, and the exporters
  * that work on a replay too (all but --listen). Returns true when key was one of them. */
 struct shown {
-	bool *json, *tokens, *gpu_steps, *verbose;
+	bool *json, *tokens, *gpu_steps, *verbose, *all_requests;
 };
 
 static bool parse_shared(int key, char *arg, struct argp_state *state, const struct shown *sh,
@@ -257,6 +270,11 @@ static bool parse_shared(int key, char *arg, struct argp_state *state, const str
 		return true;
 	case 'v':
 		*sh->verbose = true;
+		return true;
+	case OPT_REQUESTS:
+		if (strcmp(arg, "inference") && strcmp(arg, "all"))
+			argp_error(state, "invalid --requests '%s' (inference or all)", arg);
+		*sh->all_requests = !strcmp(arg, "all");
 		return true;
 	case OPT_TIMELINE:
 		ex->timeline = arg;
@@ -294,6 +312,15 @@ static bool parse_shared(int key, char *arg, struct argp_state *state, const str
 			argp_error(state, "invalid --trace-sample '%s' (0..1)", arg);
 		otlp_only = "--trace-sample";
 		return true;
+	case OPT_TRACE_WARM_UP: {
+		unsigned long n;
+
+		if (parse_ulong(arg, UINT32_MAX, &n))
+			argp_error(state, "invalid --trace-warm-up '%s' (a count)", arg);
+		ex->trace_warm_up = (uint32_t)n;
+		otlp_only = "--trace-warm-up";
+		return true;
+	}
 	case OPT_OTLP_CA:
 		ex->otlp_ca = arg;
 		return true;
@@ -323,7 +350,8 @@ static error_t trace_parse(int key, char *arg, struct argp_state *state)
 	struct tracer_cli *c = state->input;
 	struct trace_opts *o = &c->t;
 	struct session_opts *so = &c->s;
-	const struct shown sh = { &so->json, &so->tokens, &so->gpu_steps, &o->verbose };
+	const struct shown sh = { &so->json, &so->tokens, &so->gpu_steps, &o->verbose,
+				  &so->all_requests };
 	static int positional;
 	unsigned long v;
 
@@ -467,9 +495,10 @@ static error_t trace_parse(int key, char *arg, struct argp_state *state)
 /* The options of trace, record, top and run before the command line is read. */
 static struct tracer_cli trace_defaults(void)
 {
-	return (struct tracer_cli){ .t = { .capture_bytes = TS_CAPTURE_DEFAULT,
-					   .ring_mb = TS_RING_DEFAULT_MB },
-				    .s = { .ex.trace_sample = OTLP_DEFAULT_RATIO } };
+	return (struct tracer_cli){
+		.t = { .capture_bytes = TS_CAPTURE_DEFAULT, .ring_mb = TS_RING_DEFAULT_MB },
+		.s = { .ex.trace_sample = OTLP_DEFAULT_RATIO, .ex.trace_warm_up = OTLP_WARM_UP }
+	};
 }
 
 /* A trace (or, with run_argv, tokenscope run): the session that owns its pipeline and sinks,
@@ -477,14 +506,21 @@ static struct tracer_cli trace_defaults(void)
 static int traced(struct tracer_cli *c, char *const run_argv[])
 {
 	struct session s;
-	struct trace_hooks h = { session_begin, session_poll, c->s.top ? session_key : NULL,
-				 session_finish, &s };
+	struct trace_hooks h = { session_begin,	 session_poll, c->s.top ? session_key : NULL,
+				 session_finish, &s,	       session_cuda };
 	/* Every record is later than now (the clock of bpf_ktime_get_ns): the timeline's 0. */
 	uint64_t origin = mono_ns();
 	int rc, err;
 
 	if (trace_check(&c->t))
 		return 1;
+	/* Lines for a person (not JSON, not the live view's frames): within 100 columns. */
+	if (!c->s.json && !c->s.top) {
+		FILE *w = wrap_open(stdout, WRAP_WIDTH);
+
+		if (w)
+			stdout = w;
+	}
 	err = session_start(&s, &c->s, origin);
 	if (err)
 		rc = 1;
@@ -621,14 +657,20 @@ static const struct argp_option report_options[] = {
 	  "--otlp: a request with a slower token gap is exported in full (e.g. 200ms)", 0 },
 	{ "trace-sample", OPT_TRACE_SAMPLE, "RATIO", 0,
 	  "--otlp: share of normal requests exported as summary spans (default 0.01)", 0 },
+	{ "trace-warm-up", OPT_TRACE_WARM_UP, "N", 0,
+	  "--otlp: the first N requests are exported whatever the ratio (default 20)", 0 },
 	{ "verbose", 'v', NULL, 0, "Report process forks and exits", 0 },
+	{ "requests", OPT_REQUESTS, "WHICH", 0,
+	  "inference (default): health checks, scrapes, /v1/models... counted apart; all: alike",
+	  0 },
 	{},
 };
 
 static error_t report_parse(int key, char *arg, struct argp_state *state)
 {
 	struct report_opts *o = state->input;
-	const struct shown sh = { &o->json, &o->tokens, &o->gpu_steps, &o->verbose };
+	const struct shown sh = { &o->json, &o->tokens, &o->gpu_steps, &o->verbose,
+				  &o->all_requests };
 
 	if (parse_shared(key, arg, state, &sh, &o->ex))
 		return 0;
@@ -664,12 +706,20 @@ static int cmd_report(int argc, char **argv)
 {
 	static const struct argp argp = { report_options, report_parse, "FILE", report_doc,
 					  NULL,		  NULL,		NULL };
-	struct report_opts o = { .ex.trace_sample = OTLP_DEFAULT_RATIO };
+	struct report_opts o = { .ex.trace_sample = OTLP_DEFAULT_RATIO,
+				 .ex.trace_warm_up = OTLP_WARM_UP };
+	int rc;
 
 	argv[0] = "tokenscope report";
 	if (argp_parse(&argp, argc, argv, 0, NULL, &o))
 		return 2;
-	return report_run(&o) ? 1 : 0;
+	/* Lines for a person (not JSON, not the metrics text): within 100 columns. */
+	if (!o.json && !o.ex.prometheus)
+		o.out = wrap_open(stdout, WRAP_WIDTH);
+	rc = report_run(&o) ? 1 : 0;
+	if (o.out)
+		fclose(o.out);
+	return rc;
 }
 
 static const char check_doc[] =
@@ -748,11 +798,17 @@ int main(int argc, char **argv)
 	/*
 	 * Buffers of 128 KiB and more (a /metrics body, the listener thread's copy of it, an OTLP
 	 * batch) are mapped for themselves and unmapped at free. glibc otherwise raises that
-	 * threshold to the largest buffer freed and then carves such buffers from the thread's arena,
-	 * where the next body, a few bytes longer, no longer fits the hole the last one left: the
-	 * tracer's RSS grew in 128 KiB steps (+256 KiB in 4 minutes of scrapes) with nothing leaked.
+	 * threshold to the largest buffer freed and then carves such buffers from the thread's
+	 * arena, where the next body, a few bytes longer, no longer fits the hole the last one
+	 * left: the tracer's RSS grew in 128 KiB steps (+256 KiB in 4 minutes of scrapes) with
+	 * nothing leaked.
 	 */
 	mallopt(M_MMAP_THRESHOLD, 128 * 1024);
+	/* Every message within a 100-column terminal (lib/wrap.h). */
+	FILE *wrapped = wrap_open(stderr, WRAP_WIDTH);
+
+	if (wrapped)
+		stderr = wrapped;
 	if (argc < 2) {
 		usage(stderr);
 		return 2;

@@ -16,6 +16,7 @@ int report_run(const struct report_opts *o)
 				   .gpu_steps = o->gpu_steps,
 				   .report = true,
 				   .verbose = o->verbose,
+				   .all_requests = o->all_requests,
 				   .ex = o->ex,
 				   .out = o->out,
 				   .err = o->err };

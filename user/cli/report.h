@@ -11,6 +11,7 @@
 struct report_opts {
 	const char *path;
 	bool json, tokens, gpu_steps, verbose;
+	bool all_requests; /* --requests all */
 	struct export_opts ex;
 	FILE *out, *err; /* NULL: stdout and stderr */
 };

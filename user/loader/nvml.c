@@ -77,6 +77,9 @@ struct nvml_fns {
 	const char *(*error)(nvmlReturn_t r);
 };
 
+/* The reason kept when NVML cannot be used. */
+#define NVML_WHY_MAX 512
+
 struct nvml {
 	char *library;
 	unsigned int period_ms;
@@ -89,11 +92,15 @@ struct nvml {
 	struct nvml_snapshot work;
 	bool thread_on;
 	pthread_t thread;
+	bool lock_on; /* lock is made (nvml_start): the thread may be running */
 	/* under lock */
 	pthread_mutex_t lock;
 	pthread_cond_t wake;
 	bool stopping;
 	struct nvml_snapshot latest;
+	/* The message when NVML cannot be used, held until wanted (nvml_opts.quiet) */
+	bool quiet, failed, wanted, said;
+	char why[NVML_WHY_MAX];
 };
 
 static const char *nvml_why(const struct nvml *n, nvmlReturn_t r)
@@ -107,12 +114,35 @@ static const char *nvml_why(const struct nvml *n, nvmlReturn_t r)
 	return buf;
 }
 
-static void no_gpu(const struct nvml *n, const char *why)
+static void say_no_gpu(struct nvml *n)
 {
-	fprintf(n->err,
-		"tokenscope: NVML unavailable (%s): GPU utilisation and memory will not be "
-		"shown\n",
-		why);
+	fprintf(n->err, "tokenscope: NVML unavailable (%s): no GPU utilisation or memory\n",
+		n->why);
+	n->said = true;
+}
+
+/* Why NVML cannot be used: said now, or kept until nvml_say_why when quiet. */
+static void no_gpu(struct nvml *n, const char *why)
+{
+	if (n->lock_on)
+		pthread_mutex_lock(&n->lock);
+	snprintf(n->why, sizeof(n->why), "%s", why);
+	n->failed = true;
+	if (!n->quiet || n->wanted)
+		say_no_gpu(n);
+	if (n->lock_on)
+		pthread_mutex_unlock(&n->lock);
+}
+
+void nvml_say_why(struct nvml *n)
+{
+	if (!n || !n->lock_on)
+		return;
+	pthread_mutex_lock(&n->lock);
+	n->wanted = true;
+	if (n->failed && !n->said)
+		say_no_gpu(n);
+	pthread_mutex_unlock(&n->lock);
 }
 
 /* The library and its functions, then nvmlInit; the message and -1 when any of it fails. */
@@ -150,7 +180,12 @@ static int nvml_load(struct nvml *n)
 	if (!n->lib) {
 		const char *e = dlerror();
 
-		no_gpu(n, e ? e : n->library);
+		/* The usual case said short: no driver's library on this machine. */
+		if (e && strstr(e, "cannot open shared object file: No such file or directory"))
+			snprintf(why, sizeof(why), "no %.400s", n->library);
+		else
+			snprintf(why, sizeof(why), "%.500s", e ? e : n->library);
+		no_gpu(n, why);
 		return -1;
 	}
 	for (size_t i = 0; i < sizeof(syms) / sizeof(syms[0]); i++) {
@@ -197,6 +232,7 @@ static struct nvml *nvml_new(const struct nvml_opts *o)
 	}
 	n->period_ms = o && o->period_ms ? o->period_ms : NVML_PERIOD_MS;
 	n->err = o && o->err ? o->err : stderr;
+	n->quiet = o && o->quiet;
 	return n;
 }
 
@@ -389,6 +425,7 @@ struct nvml *nvml_start(const struct nvml_opts *o)
 		return NULL;
 	}
 	pthread_mutex_init(&n->lock, NULL);
+	n->lock_on = true;
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&n->wake, &ca);

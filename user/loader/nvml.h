@@ -10,8 +10,8 @@
  * (NVML_ERROR_NOT_SUPPORTED, e.g. power on some boards), leaves that value absent, never zero.
  *
  * With no library, or a library that cannot initialise (no driver loaded), nvml_start prints one
- * message saying why and that GPU utilisation and memory will not be shown, and nothing else:
- * no snapshot is ever published.
+ * message saying why and that GPU utilisation and memory will not be shown (with quiet, only
+ * once nvml_say_why asks), and nothing else: no snapshot is ever published.
  *
  * Everything is bounded: NVML_MAX_DEVICES devices and NVML_MAX_PROCS processes per device are
  * kept, and what did not fit is counted in the snapshot.
@@ -32,6 +32,7 @@ struct nvml_opts {
 	const char *library;	/* NULL: NVML_LIBRARY */
 	unsigned int period_ms; /* 0: NVML_PERIOD_MS */
 	FILE *err;		/* the one message when NVML cannot be used; NULL: stderr */
+	bool quiet;		/* nvml_start: that message only once nvml_say_why asks */
 };
 
 struct nvml;
@@ -52,6 +53,9 @@ void nvml_sample(struct nvml *n, struct nvml_snapshot *out);
 struct nvml *nvml_start(const struct nvml_opts *o);
 /* Copies the latest sample into out when its seq differs from out->seq: true then. */
 bool nvml_latest(struct nvml *n, struct nvml_snapshot *out);
+/* With quiet: says why NVML cannot be used, once, now if its thread found that out already, else
+ * when it does (a traced process mapped a CUDA library: then the reason matters). */
+void nvml_say_why(struct nvml *n);
 /* Stops the thread (at once, not after a period), shuts NVML down and frees n; NULL is fine. */
 void nvml_stop(struct nvml *n);
 

@@ -100,7 +100,7 @@ int release_background(void (*after)(void))
 		close(go[0]);
 		close_kind(true, -1);
 		close(go[1]);
-		return 0;
+		return pid;
 	}
 	for (size_t i = 0; i < sizeof(ignored) / sizeof(ignored[0]); i++)
 		signal(ignored[i], SIG_IGN);

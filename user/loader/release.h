@@ -15,9 +15,9 @@
 #define TS_LOADER_RELEASE_H
 
 /* Forks the child that releases everything; then runs after() in it once the descriptors are
- * closed (tracefs events to remove). 0: the child has it, and this process must neither close
- * nor destroy any of it (it drops its references when it exits); a negative errno: nothing was
- * handed over. */
+ * closed (tracefs events to remove). The child's pid: the child has it, and this process must
+ * neither close nor destroy any of it (it drops its references when it exits); a negative
+ * errno: nothing was handed over. */
 int release_background(void (*after)(void));
 
 #endif

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -72,6 +73,42 @@ int run_find_cupti_lib(char *buf, size_t len)
 	/* Not found: the first place is the one a message names. */
 	snprintf(buf, len, "%s/%s", slash ? exe : ".", RUN_CUPTI_LIB_NAME);
 	return -ENOENT;
+}
+
+/* Whether execvp would find cmd: 0, or the errno it would fail with (ENOENT; EACCES for a
+ * file found that may not be run). The exec itself still says the last word. */
+static int command_findable(const char *cmd)
+{
+	const char *path = getenv("PATH"), *p;
+	char full[PATH_MAX];
+	struct stat st;
+	int err = ENOENT;
+
+	if (!*cmd)
+		return ENOENT;
+	if (strchr(cmd, '/'))
+		return stat(cmd, &st)				   ? errno
+		       : access(cmd, X_OK) || !S_ISREG(st.st_mode) ? EACCES
+								   : 0;
+	if (!path)
+		path = "/bin:/usr/bin"; /* execvp's default */
+	for (p = path;; p++) {
+		const char *end = strchrnul(p, ':');
+		int len = (int)(end - p);
+
+		/* An empty entry is the current directory. */
+		if ((size_t)snprintf(full, sizeof(full), "%.*s%s%s", len, p, len ? "/" : "", cmd) <
+			sizeof(full) &&
+		    !stat(full, &st)) {
+			if (S_ISREG(st.st_mode) && !access(full, X_OK))
+				return 0;
+			err = EACCES;
+		}
+		if (!*end)
+			break;
+		p = end;
+	}
+	return err;
 }
 
 struct run_ctx {
@@ -171,10 +208,16 @@ int run_command(struct trace_opts *o, struct pipeline *pl, const struct trace_ho
 	} else if (run_find_cupti_lib(lib, sizeof(lib)) == 0) {
 		inject = lib;
 	} else {
-		fprintf(stderr,
-			"tokenscope: no %s at %s (set %s to its path): GPU steps come from "
-			"host-side CUDA calls only, without device times\n",
-			RUN_CUPTI_LIB_NAME, lib, RUN_CUPTI_LIB_ENV);
+		/* Said only if the command maps a CUDA library: elsewhere it means nothing. */
+		snprintf(o->cuda_note, sizeof(o->cuda_note),
+			 "no %s at %.300s (set %s to its path): GPU steps without device times",
+			 RUN_CUPTI_LIB_NAME, lib, RUN_CUPTI_LIB_ENV);
+	}
+	/* A command that cannot start is said before anything is attached. */
+	rc = command_findable(argv[0]);
+	if (rc) {
+		fprintf(stderr, "tokenscope: cannot run %s: %s\n", argv[0], strerror(rc));
+		return rc == EACCES ? 126 : 127;
 	}
 	if (pipe2(go, O_CLOEXEC) || pipe2(err, O_CLOEXEC)) {
 		fprintf(stderr, "tokenscope: cannot start %s: %s\n", argv[0], strerror(errno));

@@ -9,6 +9,7 @@
 #include <linux/types.h>
 
 #include "lib/clock.h"
+#include "lib/written.h"
 #include "loader/uprobes.h"
 #include "loader/tracefs.h"
 #include "loader/discover.h"
@@ -56,7 +57,7 @@ struct tracer {
 	struct discover_set *seen; /* --all: servers found so far, dropped when they exit */
 	uint64_t caps;		   /* the effective capabilities, for the messages of a refusal */
 	bool cuda_explained;	   /* why no CUDA library could be hooked was said */
-	char quiet_hint[512];	   /* said when -p showed no HTTP connection (QUIET_HINT_S) */
+	char quiet_hint[512];	   /* its rest, when -p showed no HTTP connection (QUIET_HINT_S) */
 	bool quiet_done;	   /* ... once looked at */
 };
 
@@ -580,6 +581,7 @@ struct loop {
 	const struct trace_hooks *h; /* the owner's calls: poll at each drain, keys */
 	double start;		     /* mono_s() when tracing began */
 	long intervals;		     /* interval summaries printed */
+	bool cuda_told;		     /* h->cuda was called */
 };
 
 /*
@@ -689,7 +691,8 @@ static bool quiet_listener(uint32_t pid, char *out, size_t n)
 }
 
 /*
- * The hint for a -p that showed no HTTP connection: whether the process listens at all, and if
+ * The rest of the hint for a -p that showed no HTTP connection (after "no HTTP connection seen
+ * in N s", N said where it is printed): whether the process listens at all, and if
  * not, the nearest ancestor that does (the API server of an engine process, say); its
  * descendants are traced already.
  */
@@ -700,9 +703,7 @@ static void quiet_hint(const struct trace_opts *o, char *out, size_t n)
 
 	proc_comm(pid, comm, sizeof(comm));
 	if (quiet_listener(pid, what, sizeof(what))) {
-		snprintf(out, n,
-			 "no HTTP connection seen in %.0f s; %s: is a client sending it requests?",
-			 QUIET_HINT_S, what);
+		snprintf(out, n, "; %s: is a client sending it requests?", what);
 		return;
 	}
 	for (int i = 0; i < QUIET_ANCESTORS_MAX; i++) {
@@ -715,30 +716,29 @@ static void quiet_hint(const struct trace_opts *o, char *out, size_t n)
 		pid = ppid;
 		if (quiet_listener(pid, what, sizeof(what))) {
 			snprintf(out, n,
-				 "no HTTP connection seen in %.0f s, and %u (%s) listens on no TCP "
-				 "port: is it the server? Its ancestor %s: try -p %u",
-				 QUIET_HINT_S, o->pids[0], comm, what, pid);
+				 ", and %u (%s) listens on no TCP port: is it the server? Its "
+				 "ancestor %s: try -p %u",
+				 o->pids[0], comm, what, pid);
 			return;
 		}
 	}
 	snprintf(out, n,
-		 "no HTTP connection seen in %.0f s, and %u (%s) listens on no TCP port, nor "
-		 "do its parents: is it the server? (ss -ltnp names the process listening on "
-		 "the server's port)",
-		 QUIET_HINT_S, o->pids[0], comm);
+		 ", and %u (%s) listens on no TCP port, nor do its parents: is it the server? "
+		 "(ss -ltnp names the process listening on the server's port)",
+		 o->pids[0], comm);
 }
 
 /* -p: says once, QUIET_HINT_S after attach, that no HTTP connection was seen, and where the
  * server may be instead. */
 static bool job_quiet(struct loop *l, double now)
 {
-	(void)now;
 	/* Once: the job is not due again. */
 	l->tr->quiet_done = true;
 	if (http_seen(l->tr))
 		return false;
 	quiet_hint(l->o, l->tr->quiet_hint, sizeof(l->tr->quiet_hint));
-	fprintf(stderr, "tokenscope: %s\n", l->tr->quiet_hint);
+	fprintf(stderr, "tokenscope: no HTTP connection seen in %.0f s%s\n", now - l->start,
+		l->tr->quiet_hint);
 	return false;
 }
 
@@ -775,6 +775,13 @@ static void loop_drain(struct loop *l)
 	hold_release(&tr->hold, hook_held, tr);
 	read_kstats(tr);
 	pipeline_clock(tr->pl, now);
+	if (tr->cuda.cuda_mapped && !l->cuda_told) {
+		l->cuda_told = true;
+		if (l->o->cuda_note[0])
+			fprintf(stderr, "tokenscope: %s\n", l->o->cuda_note);
+		if (l->h->cuda)
+			l->h->cuda(l->h->ctx);
+	}
 	if (l->h->poll) {
 		struct nvml_snapshot *g = l->h->poll(l->h->ctx);
 
@@ -853,38 +860,44 @@ int trace_check(const struct trace_opts *o)
 	return 0;
 }
 
-/* Probes from which on their removal is said: about half a second on the development VMs. */
-#define DETACH_SAY_PROBES 6
-
 static bool leave_asked(void *ctx)
 {
 	return *(volatile sig_atomic_t *)ctx == TRACE_LEAVE;
 }
 
 /*
- * The probes removed, saying so when that takes a while (trace.h): true when they are gone;
- * false when a signal asked to leave the rest to the kernel and a child took them over
- * (release.h), the kernel side then not to be touched again.
+ * The probes removed: true when they are gone; false when a child process took them over
+ * (release.h), the kernel side then not to be touched again. The kernel removes a uprobe only
+ * after a grace period, one after another (0.1 s each on a loaded 2-CPU VM, seconds for a run
+ * that hooked many processes), so a run that made any is not made to wait: the child removes
+ * them while tokenscope exits. Only where no child can be made are they removed here, said
+ * first, and a second Ctrl-C leaves the rest to the kernel (the descriptors close at exit).
  */
 static bool detach_all(struct tracer *tr, volatile sig_atomic_t *exiting)
 {
-	int n = uprobes_count(&tr->cuda);
+	int n = uprobes_count(&tr->cuda), pid;
 	bool done;
 
-	if (n >= DETACH_SAY_PROBES)
+	if (n > 0) {
+		pid = release_background(tracefs_cleanup);
+		if (pid > 0) {
+			fprintf(
+			    stderr,
+			    "tokenscope: %d probe%s removed in the background by tokenscope-exit "
+			    "(PID %d): the kernel waits for each to be safe\n",
+			    n, n == 1 ? " is" : "s are", pid);
+			return false;
+		}
 		fprintf(stderr,
 			"tokenscope: removing %d probes from the kernel (each waits for it to be "
 			"safe); Ctrl-C again to leave them to it\n",
 			n);
+	}
 	if (*exiting != TRACE_LEAVE)
 		*exiting = TRACE_REMOVING;
 	done = uprobes_detach(&tr->cuda, leave_asked, (void *)exiting);
-	if (!done && release_background(tracefs_cleanup) == 0) {
-		fprintf(stderr, "tokenscope: the kernel removes the rest in the background\n");
-		return false;
-	}
 	if (!done)
-		uprobes_detach(&tr->cuda, NULL, NULL);
+		return false; /* left to the kernel: this process exits, and its descriptors go */
 	*exiting = TRACE_ENDING;
 	return true;
 }
@@ -1032,7 +1045,8 @@ int trace_run(const struct trace_opts *o, struct pipeline *pl, const struct trac
 		h->finish(h->ctx);
 	/* After the summary, what the hint said if it still holds. */
 	if (tr.quiet_hint[0] && !http_seen(&tr))
-		fprintf(stderr, "tokenscope: still %s\n", tr.quiet_hint);
+		fprintf(stderr, "tokenscope: still no HTTP connection seen in %.0f s%s\n",
+			mono_s() - loop.start, tr.quiet_hint);
 out:
 	/* Nothing stays stopped, whatever ended the trace. */
 	hold_stop(&tr.hold, NULL, NULL);
@@ -1044,6 +1058,8 @@ out:
 			fprintf(stderr, "tokenscope: %s: %s\n", o->record_path, strerror(-e));
 			err = e;
 		}
+		if (!e && !tr.rec_err)
+			say_written(stderr, "the recording", o->record_path);
 		if (!err && tr.rec_err)
 			err = tr.rec_err;
 	}

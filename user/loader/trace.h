@@ -40,6 +40,9 @@ struct trace_opts {
 	const char *run_name;
 	int (*attached)(void *ctx);
 	void *attached_ctx;
+	/* Said once a traced process maps a CUDA library, "" for nothing (run: no CUPTI
+	 * library to give it) */
+	char cuda_note[512];
 };
 
 /* What the tracer's owner does at each moment of a trace (ctx its own): begin once every
@@ -54,6 +57,7 @@ struct trace_hooks {
 	bool (*key)(void *ctx);
 	void (*finish)(void *ctx);
 	void *ctx;
+	void (*cuda)(void *ctx); /* once, when a traced process first has a CUDA library hooked */
 };
 
 /* Whether every process named with -p exists: 0, or -ESRCH after saying which does not (before

@@ -769,6 +769,7 @@ static int scan_file(struct uprobes *u, uint32_t pid, const char *full, const ch
 		/* Given its events before it mapped the file: the kernel hooked it at the mmap. */
 		h->mapped = true;
 		cf->hooked = true;
+		u->cuda_mapped |= !strcmp(table->what, "CUDA");
 		fprintf(stderr,
 			"tokenscope: tracing %s calls of pid %u in %s (%d functions, hooked when "
 			"it mapped the file)\n",
@@ -784,6 +785,7 @@ static int scan_file(struct uprobes *u, uint32_t pid, const char *full, const ch
 		return 0;
 	cf->hooked = true;
 	h->mapped = true;
+	u->cuda_mapped |= !strcmp(table->what, "CUDA");
 	if (late && inherited(u, pid, (int)(cf - u->files)))
 		late = false; /* it carried its parent's probes of the file from its fork */
 	if (late)

@@ -153,6 +153,7 @@ struct uprobes {
 	 * were hooked so */
 	uint64_t map_window_max_ns;
 	int map_hooks;
+	bool cuda_mapped; /* a traced process has a CUDA library hooked */
 };
 
 void uprobes_init(struct uprobes *u, struct kernel *k, bool verbose);

@@ -48,6 +48,9 @@ struct conn {
 	uint64_t rx_cur;
 	/* accepted under tracing: its first bytes either way are its first ever */
 	bool start_seen;
+	/* AF_UNIX, first seen at a read or write (a socketpair, a worker's pipe): one that carries
+	 * no HTTP is the process's own plumbing, counted apart (local_other) */
+	bool local_plumbing;
 	/* joined mid-stream (bytes came before any request line, either way) and no request line
 	 * seen since: its role waits for one */
 	bool waiting;
@@ -90,7 +93,7 @@ static bool looks_like_http_text(const uint8_t *p, size_t n)
 /* Bytes before any request line: the connection was joined in its middle (counted once). */
 static void conn_wait(struct conn *c)
 {
-	if (c->waiting || c->role != ROLE_NEW || c->start_seen)
+	if (c->waiting || c->role != ROLE_NEW || c->start_seen || c->local_plumbing)
 		return;
 	c->waiting = true;
 	c->t->stats.joined_conns++;
@@ -113,7 +116,10 @@ static void conn_ignore(struct conn *c)
 {
 	conn_decided(c, false);
 	c->role = ROLE_IGNORED;
-	c->t->stats.ignored_conns++;
+	if (c->local_plumbing)
+		c->t->stats.local_other++;
+	else
+		c->t->stats.ignored_conns++;
 }
 
 /* A connection the traced process calls an HTTP server on: its label says local->peer. */
@@ -400,6 +406,8 @@ void conn_on_open(struct conn_table *t, const struct ts_conn_event *e)
 	if (c) {
 		conn_label(c->label, sizeof(c->label), &c->ends, e);
 		c->start_seen = e->syscall == TS_SYS_ACCEPT;
+		c->local_plumbing = e->family == AF_UNIX && e->syscall != TS_SYS_ACCEPT &&
+				    e->syscall != TS_SYS_CONNECT;
 	}
 }
 

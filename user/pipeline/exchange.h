@@ -29,10 +29,13 @@ struct conn_sink {
 };
 
 struct conn_stats {
-	uint64_t conns;		    /* connections seen */
-	uint64_t http_conns;	    /* ... that carried HTTP/1.x requests to the traced server */
-	uint64_t client_conns;	    /* ... on which the traced process called an HTTP server */
-	uint64_t ignored_conns;	    /* ... that did neither (other protocols) */
+	uint64_t conns;		/* connections seen */
+	uint64_t http_conns;	/* ... that carried HTTP/1.x requests to the traced server */
+	uint64_t client_conns;	/* ... on which the traced process called an HTTP server */
+	uint64_t ignored_conns; /* ... that did neither (other protocols) */
+	/* local (AF_UNIX) sockets first seen at a read or write that carried no HTTP: a process's
+	 * own socketpairs and pipes to its workers, apart from the connections above */
+	uint64_t local_other;
 	uint64_t gap_bytes;	    /* bytes missing from followed connections */
 	uint64_t desyncs;	    /* times a gap broke HTTP framing */
 	uint64_t orphan_responses;  /* responses whose request was not seen (joined mid-way) */

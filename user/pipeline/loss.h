@@ -113,6 +113,7 @@ struct loss_report {
 	size_t budget_max;
 	/* Connections looked at (the summary's connections line; not losses). */
 	uint64_t http_conns, ignored_conns, client_conns, h2_conns, h2_midway;
+	uint64_t local_other; /* AF_UNIX sockets of the process's own, not HTTP (not shown) */
 	/* connections joined mid-stream, and those of them no request line has come on since */
 	uint64_t joined_conns, waiting_conns;
 	/* connections that carried TLS; socket writes of TLS records, and the total time from

@@ -25,18 +25,61 @@ static void pl_start_out(struct pipeline *pl, struct request *r)
 			pl->sinks[i].request_start(pl->sinks[i].ctx, r);
 }
 
+/* A request that is not inference, counted under its method and path. */
+static void count_other(struct other_requests *o, const struct request *r)
+{
+	char what[OTHER_REQUEST_WHAT], raw[OTHER_REQUEST_WHAT];
+	int n = (int)strcspn(r->path, "?");
+
+	o->total++;
+	snprintf(raw, sizeof(raw), "%s %.*s", r->method[0] ? r->method : "?", n, r->path);
+	utf8_clean(what, sizeof(what), raw, strlen(raw));
+	for (uint32_t i = 0; i < o->ntop; i++) {
+		if (strcmp(o->top[i].what, what))
+			continue;
+		o->top[i].n++;
+		/* Kept in order, the most frequent first. */
+		for (; i > 0 && o->top[i].n > o->top[i - 1].n; i--) {
+			__typeof__(o->top[0]) t = o->top[i];
+
+			o->top[i] = o->top[i - 1];
+			o->top[i - 1] = t;
+		}
+		return;
+	}
+	if (o->ntop == OTHER_REQUESTS_TOP) {
+		o->rest++;
+		return;
+	}
+	snprintf(o->top[o->ntop].what, sizeof(o->top[0].what), "%s", what);
+	o->top[o->ntop++].n = 1;
+}
+
 /* A finished request to the summaries and the sinks; then freed. */
 static void pl_request_out(struct pipeline *pl, struct request *r)
 {
 	struct request_metrics m;
 	struct gpu_attribution ga;
 
+	bool other = !request_is_inference(r);
+
+	if (other && !r->client)
+		count_other(&pl->others, r);
 	request_metrics(r, &m);
 	gpu_attribute(&pl->gpu, r, &ga);
 	batch_attribute(&pl->gpu, r, &ga);
-	for (int i = 0; i < pl->nsinks; i++)
-		if (pl->sinks[i].request && (!r->client || pl->sinks[i].clients))
-			pl->sinks[i].request(pl->sinks[i].ctx, r, &m, &ga);
+	for (int i = 0; i < pl->nsinks; i++) {
+		const struct sink *sk = &pl->sinks[i];
+
+		if (r->client && !sk->clients)
+			continue;
+		if (other && !pl->all_requests && !sk->others) {
+			if (sk->request_other)
+				sk->request_other(sk->ctx, r);
+		} else if (sk->request) {
+			sk->request(sk->ctx, r, &m, &ga);
+		}
+	}
 	gpu_attribution_free(&ga);
 	request_free(r);
 }
@@ -433,6 +476,8 @@ void pipeline_status(struct pipeline *pl, struct pipeline_status *st)
 	gpu_report(&pl->gpu, pl->status_gpu, &st->gpu);
 	st->nfeatures = pl->nfeatures;
 	st->features = pl->features;
+	st->all_requests = pl->all_requests;
+	st->others = pl->others;
 }
 
 void pipeline_features(struct pipeline *pl, const struct run_feature *f, uint32_t n)
@@ -488,6 +533,7 @@ void pipeline_loss(const struct pipeline *pl, struct loss_report *loss)
 	loss->copy_failed = pl->kstats[TS_STAT_COPY_FAILED];
 	loss->http_conns = pl->conns.stats.http_conns;
 	loss->ignored_conns = pl->conns.stats.ignored_conns;
+	loss->local_other = pl->conns.stats.local_other;
 	loss->client_conns = pl->conns.stats.client_conns;
 	loss->h2_conns = pl->conns.stats.h2_conns;
 	loss->h2_midway = pl->conns.stats.h2_midway;
@@ -556,6 +602,11 @@ void pipeline_destroy(struct pipeline *pl)
 void pipeline_keep_running(struct pipeline *pl, bool on)
 {
 	pl->keep_running = on;
+}
+
+void pipeline_all_requests(struct pipeline *pl, bool on)
+{
+	pl->all_requests = on;
 }
 
 void pipeline_on_exit(struct pipeline *pl, void (*fn)(void *ctx, uint32_t pid), void *ctx)

@@ -43,6 +43,8 @@ struct pipeline *pipeline_new(const struct pipeline_opts *o);
 void pipeline_destroy(struct pipeline *pl);
 /* --all: the run does not end when every traced process has exited. */
 void pipeline_keep_running(struct pipeline *pl, bool on);
+/* --requests all: every sink gets the requests that are not inference too (sink.others). */
+void pipeline_all_requests(struct pipeline *pl, bool on);
 /* Called when a traced process exits (the loader forgets its sockets). */
 void pipeline_on_exit(struct pipeline *pl, void (*fn)(void *ctx, uint32_t pid), void *ctx);
 /* The kernel's features the loader found (n at most RUN_FEATURES_MAX kept), for the sinks'

@@ -33,6 +33,8 @@ struct pipeline {
 	uint32_t roots[PIPELINE_MAX_ROOTS]; /* processes named with -p or found by --all */
 	uint32_t nroots;
 	bool keep_running; /* --all: the run does not end when every traced process has */
+	bool all_requests; /* --requests all: every sink gets the other requests too */
+	struct other_requests others;
 	uint64_t last_ns;  /* the latest kernel time in any record so far */
 	uint64_t clock_ns; /* the kernel clock as the loader last read it; 0: none (a replay) */
 	struct sink sinks[PIPELINE_MAX_SINKS];

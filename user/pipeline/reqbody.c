@@ -97,6 +97,17 @@ static const struct reqbody_name reqbody_kv_keys[] = {
 	{ "remote_port", RK_KV_REMOTE_PORT },
 };
 
+/* Whether a top-level key holds a prompt (req_info.prompt). */
+static bool reqbody_prompt_key(const char *s, size_t len)
+{
+	static const char *const keys[] = { "messages", "prompt", "input", "inputs" };
+
+	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+		if (strlen(keys[i]) == len && !memcmp(keys[i], s, len))
+			return true;
+	return false;
+}
+
 static enum reqbody_key reqbody_top_key(const char *s, size_t len)
 {
 	for (size_t i = 0; i < sizeof(reqbody_top_keys) / sizeof(reqbody_top_keys[0]); i++)
@@ -264,6 +275,7 @@ static int reqbody_json(const uint8_t *buf, size_t len, struct reqbody_slots *sl
 	{
 		enum reqbody_key key = reqbody_top_key(m->key, strlen(m->key));
 
+		out->prompt |= reqbody_prompt_key(m->key, strlen(m->key));
 		if (jv_is_object(m) && key != RK_NONE) {
 			if (key == RK_KV_TRANSFER)
 				out->disagg.kv = true;
@@ -464,9 +476,10 @@ static void reqbody_scan(const uint8_t *buf, size_t len, struct reqbody_slots *s
 			reqbody_skip_ws(&sc);
 			if (sc.pos >= sc.len)
 				return;
-			if (depth == 1)
+			if (depth == 1) {
 				key = reqbody_top_key(sc.s + start, slen);
-			else if (depth == 2)
+				out->prompt |= reqbody_prompt_key(sc.s + start, slen);
+			} else if (depth == 2)
 				key = reqbody_nested_key(cur->parent, sc.s + start, slen);
 			cur->want_key = false;
 			c = sc.s[sc.pos];

@@ -47,6 +47,10 @@ struct req_info {
 	int stream;	    /* 1, 0, or -1 unknown (absent: the default is the server's) */
 	int64_t max_tokens; /* -1 unknown or unlimited */
 	bool include_usage; /* stream_options.include_usage */
+	/* A top-level key that holds a prompt: messages (chat, Anthropic, Ollama's chat), prompt
+	 * (completions, Ollama's generate), input (the Responses API, embeddings) or inputs (TGI)
+	 */
+	bool prompt;
 	struct req_disagg disagg;
 };
 

@@ -327,3 +327,66 @@ void request_close(struct request *r, uint64_t end_ns, bool complete)
 	if (r->streamed && r->ntokens == 0 && r->frames && r->format == FMT_UNKNOWN)
 		r->unknown_frames = true;
 }
+
+/* The paths of the inference APIs (OpenAI's, Anthropic's, TGI's, Ollama's): a request there
+ * that failed before any of it was read (a 400 for a bad body) is a failed inference request. */
+static bool inference_path(const struct request *r)
+{
+	static const char *const ends[] = { "/chat/completions", "/completions", "/responses",
+					    "/messages",	 "/generate",	 "/generate_stream",
+					    "/api/chat" };
+	size_t n = strcspn(r->path, "?");
+
+	for (size_t i = 0; i < sizeof(ends) / sizeof(ends[0]); i++) {
+		size_t l = strlen(ends[i]);
+
+		if (n >= l && !memcmp(r->path + n - l, ends[i], l))
+			return true;
+	}
+	return false;
+}
+
+bool request_is_inference(const struct request *r)
+{
+	return r->info.model[0] || r->info.prompt || r->streamed || r->format != FMT_UNKNOWN ||
+	       r->ntokens || r->completion_tokens >= 0 || r->prompt_tokens >= 0 ||
+	       inference_path(r);
+}
+
+/* Whether the path (before any query) is one of the names, or ends with "/" and one. */
+static bool path_is(const char *path, size_t n, const char *const *names, size_t nnames)
+{
+	for (size_t i = 0; i < nnames; i++) {
+		size_t l = strlen(names[i]);
+
+		if (n >= l && !memcmp(path + n - l, names[i], l) &&
+		    (n == l || path[n - l - 1] == '/'))
+			return true;
+	}
+	return false;
+}
+
+const char *request_other_kind(const struct request *r)
+{
+	static const char *const health[] = { "health", "healthz", "ready", "readyz",
+					      "live",	"livez",   "ping",  "startup" };
+	static const char *const metrics[] = { "metrics" };
+	static const char *const models[] = { "models", "tags", "version" };
+	static const char *const docs[] = { "docs", "openapi.json", "redoc", "favicon.ico" };
+	size_t n = strcspn(r->path, "?");
+
+	while (n > 1 && r->path[n - 1] == '/')
+		n--;
+#define IS(names) path_is(r->path, n, names, sizeof(names) / sizeof(names[0]))
+	if (IS(health))
+		return "health";
+	if (IS(metrics))
+		return "metrics";
+	/* /v1/models and /v1/models/NAME; Ollama's /api/tags and /api/version */
+	if (IS(models) || strstr(r->path, "/models/"))
+		return "models";
+	if (IS(docs))
+		return "docs";
+#undef IS
+	return "other";
+}

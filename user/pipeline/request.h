@@ -139,6 +139,17 @@ struct request_metrics {
 };
 
 const char *outcome_name(enum outcome o);
+
+/*
+ * Inference or not (docs/output.md, "Inference and other requests"): a request is inference
+ * when its body carries a model or a prompt (req_info.prompt), or its response was a stream
+ * or a completion or response object (frames of a known format, or token counts), or it went
+ * to an inference API's path (a bad body's 400 there is a failed inference request); health
+ * checks, metric scrapes, /v1/models, docs and the rest are other requests.
+ */
+bool request_is_inference(const struct request *r);
+/* An other request's kind, a bounded set for labels: health, metrics, models, docs, other. */
+const char *request_other_kind(const struct request *r);
 /* A served request whose paired upstream request (proxy.h) carries the very traceparent it came
  * with (a proxy that forwards the header unchanged, as nginx does): the upstream call's span
  * takes that parent-id as its own id (the upstream server names it as parent), so the served

@@ -34,6 +34,20 @@ struct run_feature {
 
 #define RUN_FEATURES_MAX 16
 
+/* Requests that are not inference (request_is_inference), counted for the summary's line: the
+ * most frequent method and path first, as far as OTHER_REQUESTS_TOP of them are kept. */
+#define OTHER_REQUESTS_TOP 6
+#define OTHER_REQUEST_WHAT 48
+struct other_requests {
+	uint64_t total;
+	struct {
+		char what[OTHER_REQUEST_WHAT]; /* "GET /openapi.json", cleaned and cut */
+		uint64_t n;
+	} top[OTHER_REQUESTS_TOP];
+	uint32_t ntop;
+	uint64_t rest; /* of requests whose method and path found no room */
+};
+
 struct pipeline_status {
 	/* Kernel time now: the latest in any record so far, or, when the live tracer read the
 	 * kernel's clock (CLOCK_MONOTONIC) later than that, the clock: idle time moves on too. A
@@ -49,6 +63,10 @@ struct pipeline_status {
 	/* The kernel's features as the live tracer found them; none in a replay. */
 	uint32_t nfeatures;
 	const struct run_feature *features;
+	/* The requests that were not inference, given to the sinks that asked for them only
+	 * (sink.others), all of them with pipeline_all_requests */
+	bool all_requests;
+	struct other_requests others;
 };
 
 struct sink {
@@ -57,8 +75,15 @@ struct sink {
 	/* Also given the requests a traced process made as a client (request.client); the other
 	 * sinks see the servers' requests alone. */
 	bool clients;
+	/* Also given the requests that are not inference (request_is_inference: health checks,
+	 * scrapes, /v1/models...); the other sinks see inference alone, unless the pipeline was
+	 * told all requests (pipeline_all_requests). Their starts go to every sink. */
+	bool others;
 	/* A request was read completely (arrival); request() follows when it finishes. */
 	void (*request_start)(void *ctx, const struct request *r);
+	/* A request whose start this sink was given finished as no inference, and it is not
+	 * given it (others false): what the start counted (in flight) is undone here. */
+	void (*request_other)(void *ctx, const struct request *r);
 	/* A request finished (every outcome). */
 	void (*request)(void *ctx, const struct request *r, const struct request_metrics *m,
 			const struct gpu_attribution *ga);

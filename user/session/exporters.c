@@ -8,6 +8,7 @@
 
 #include "session/exporters.h"
 #include "lib/clock.h"
+#include "lib/written.h"
 #include "sinks/html.h"
 #include "sinks/httpd.h"
 #include "loader/nvml.h"
@@ -17,6 +18,11 @@
 static void usage_sample(void *ctx, const struct nvml_snapshot *s)
 {
 	nvml_usage_add(ctx, s);
+}
+
+void exporters_cuda_seen(struct exporters *x)
+{
+	nvml_say_why(x->nvml);
 }
 
 struct nvml_snapshot *exporters_gpu_sample(struct exporters *x)
@@ -99,6 +105,7 @@ int exporters_start(struct exporters *x, const struct export_opts *eo, struct pi
 	}
 	if (eo->timeline) {
 		err = timeline_open(&x->tl, eo->timeline);
+		x->tl_path = eo->timeline;
 		if (err) {
 			fprintf(x->err, "tokenscope: %s: %s\n", eo->timeline, strerror(-err));
 			return err;
@@ -132,6 +139,7 @@ int exporters_start(struct exporters *x, const struct export_opts *eo, struct pi
 		oo.slow_ttft_ns = eo->slow_ttft_ns;
 		oo.slow_itl_ns = eo->slow_itl_ns;
 		oo.sample_ratio = eo->trace_sample;
+		oo.warm_up = eo->trace_warm_up;
 		oo.backpressure = eo->replay;
 		oo.err = x->err;
 		/* Spans need unix-epoch times: the one wall-clock reading, taken once. */
@@ -152,9 +160,13 @@ int exporters_start(struct exporters *x, const struct export_opts *eo, struct pi
 			return err;
 	}
 	/* Last, once every exporter is up: a failure above leaves no thread to stop. Without a
-	 * driver the thread prints why and ends; tracing goes on. */
+	 * driver the thread keeps why and ends; tracing goes on. */
 	if (want_gpu) {
-		x->nvml = nvml_start(NULL);
+		/* Why there are no GPU figures is said once a traced process maps a CUDA
+		 * library: not on every run of a machine without a GPU. */
+		struct nvml_opts no = { .quiet = true };
+
+		x->nvml = nvml_start(&no);
 		if (!x->nvml)
 			return -ENOMEM;
 	}
@@ -224,6 +236,8 @@ int exporters_stop(struct exporters *x)
 		if (err)
 			fprintf(x->err, "tokenscope: writing the timeline failed: %s\n",
 				strerror(-err));
+		else
+			say_written(x->err, "the timeline", x->tl_path);
 		x->tl_open = false;
 	}
 	if (x->html) {
@@ -234,6 +248,8 @@ int exporters_stop(struct exporters *x)
 				x->html_path, strerror(-e));
 			if (!err)
 				err = e;
+		} else {
+			say_written(x->err, "the HTML report", x->html_path);
 		}
 		x->html = NULL;
 	}

@@ -29,6 +29,7 @@ struct export_opts {
 	const char *otlp_ca;	/* --otlp-ca FILE, or NULL */
 	int64_t slow_ttft_ns, slow_itl_ns; /* anomalies exported in full; 0: not checked */
 	double trace_sample;		   /* share of normal requests exported as summary spans */
+	uint32_t trace_warm_up;		   /* the first requests exported whatever the ratio */
 	bool json; /* the summary (and the exporters' counters) go to stderr */
 	bool top;  /* tokenscope top: its frames show the GPU samples */
 	/* report: records are replayed faster than they happened, so the trace exporter waits
@@ -53,6 +54,7 @@ struct exporters {
 	struct prom *prom;
 	struct timeline tl;
 	bool tl_open;
+	const char *tl_path;
 	struct html *html; /* --html: the page, written when the run ends */
 	const char *html_path;
 	struct alert_set alerts;
@@ -76,6 +78,8 @@ int exporters_start(struct exporters *x, const struct export_opts *eo, struct pi
 /* After each drain and before the tick: a new GPU sample, if the sampler has one (valid until
  * the next call), else NULL. */
 struct nvml_snapshot *exporters_gpu_sample(struct exporters *x);
+/* A traced process has a CUDA library hooked: why there is no GPU sample is said now (once). */
+void exporters_cuda_seen(struct exporters *x);
 /* A replay: the records (of the recording at path) were made on host, recording from when
  * CLOCK_MONOTONIC read start_mono_ns, with CLOCK_REALTIME real_offset_ns ahead of it (a
  * recording's header, record_meta). Call before the first record is fed, so that every span

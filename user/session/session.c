@@ -23,7 +23,8 @@ int session_start(struct session *s, const struct session_opts *o, uint64_t orig
 	struct lines_opts lo = { .json = o->json,
 				 .tokens = o->tokens,
 				 .gpu_steps = o->gpu_steps,
-				 .gpu_calls = o->gpu_calls };
+				 .gpu_calls = o->gpu_calls,
+				 .all_requests = o->all_requests };
 	struct export_opts eo = o->ex;
 	struct sink sk;
 	int err;
@@ -35,6 +36,7 @@ int session_start(struct session *s, const struct session_opts *o, uint64_t orig
 	s->pl = pipeline_new(&po);
 	if (!s->pl)
 		return -ENOMEM;
+	pipeline_all_requests(s->pl, o->all_requests);
 	if (o->report) {
 		/* First: it sees every request before any exporter has. */
 		diagnosis_init(&s->diag);
@@ -109,6 +111,13 @@ struct nvml_snapshot *session_poll(void *ctx)
 	struct session *s = ctx;
 
 	return exporters_gpu_sample(&s->ex);
+}
+
+void session_cuda(void *ctx)
+{
+	struct session *s = ctx;
+
+	exporters_cuda_seen(&s->ex);
 }
 
 bool session_key(void *ctx)

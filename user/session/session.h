@@ -37,8 +37,9 @@ struct session_opts {
 	bool json, tokens, gpu_steps, gpu_calls; /* the request lines (lines_opts) */
 	bool top;				 /* the live view instead of request lines */
 	bool by_process;			 /* top: a row per model and process */
-	bool report;  /* a recording replayed: its diagnosis, kept and printed at the end */
-	bool verbose; /* the pipeline reports every traced process's fork and exit */
+	bool report;	   /* a recording replayed: its diagnosis, kept and printed at the end */
+	bool verbose;	   /* the pipeline reports every traced process's fork and exit */
+	bool all_requests; /* --requests all: the other requests in every output, as inference */
 	struct export_opts ex;
 	FILE *out, *err; /* NULL: stdout and stderr */
 };
@@ -77,6 +78,8 @@ int session_begin(void *s);
 struct nvml_snapshot *session_poll(void *s);
 /* key, in the live view after each drain: true when a key asked to quit; */
 bool session_key(void *s);
+/* A traced process has a CUDA library hooked (trace_hooks.cuda). */
+void session_cuda(void *s);
 /* finish, once the last record was fed (a replay's end too): every sink's finish, the
  * summaries among them, what the trace exporter still holds sent, and a report's diagnosis. */
 void session_finish(void *s);

@@ -18,6 +18,7 @@ void otlp_opts_default(struct otlp_opts *opts)
 {
 	memset(opts, 0, sizeof(*opts));
 	opts->sample_ratio = OTLP_DEFAULT_RATIO;
+	opts->warm_up = OTLP_WARM_UP;
 	opts->queue_max = OTLP_QUEUE_SPANS;
 	opts->batch_max = OTLP_BATCH_SPANS;
 	opts->flush_ms = OTLP_FLUSH_MS;
@@ -77,15 +78,22 @@ static void otlp_on_request(void *ctx, const struct request *r, const struct req
 	struct otlp_span *s = NULL;
 	bool wake = false, first_drop = false;
 
+	enum otlp_kept kept = anomaly				? OTLP_KEPT_ANOMALY
+			      : o->requests_seen < o->o.warm_up ? OTLP_KEPT_WARM_UP
+								: OTLP_KEPT_RANDOM;
+
+	o->requests_seen++;
 	otlp_span_ids(o->id_key, r, &ids);
 	/* Every span of a trace gets the same decision, on every node that samples so. */
-	if (!anomaly && !otlp_keep(ids.trace_id, o->keep_threshold)) {
+	if (kept == OTLP_KEPT_RANDOM && !otlp_keep(ids.trace_id, o->keep_threshold)) {
 		pthread_mutex_lock(&o->lock);
 		o->st.sampled_out++;
 		pthread_mutex_unlock(&o->lock);
 		return;
 	}
 	s = otlp_span_new(&o->rng, r, m, ga, &ids, anomaly, o->o.max_token_events);
+	if (s)
+		s->kept = kept;
 	pthread_mutex_lock(&o->lock);
 	if (s && o->o.backpressure)
 		wait_room_locked(o, otlp_span_cost(s));
@@ -94,6 +102,7 @@ static void otlp_on_request(void *ctx, const struct request *r, const struct req
 		o->queue[(o->head + o->count++) % o->o.queue_max] = s;
 		o->queued_bytes += otlp_span_cost(s);
 		o->st.anomalous += !!anomaly;
+		o->st.warm_up += kept == OTLP_KEPT_WARM_UP;
 		wake = o->count == o->o.batch_max;
 		s = NULL;
 	} else {
@@ -334,11 +343,42 @@ static void wait_locked(struct otlp *o, uint64_t until)
 	pthread_cond_timedwait(&o->wake, &o->lock, &ts);
 }
 
+/*
+ * At the start: an empty export request (valid OTLP: no resource spans), so that a collector
+ * that is not there, or a wrong path, is said at once rather than when a first span is sent,
+ * maybe minutes later. One line either way; nothing is counted.
+ */
+static void probe_collector(struct otlp *o)
+{
+	static const char empty[] = "{\"resourceSpans\":[]}";
+	struct otlp_reply reply = { 0 };
+	char what[sizeof(o->st.last_error) + 64];
+	int rc = otlp_http_post(o->http, empty, sizeof(empty) - 1,
+				mono_ns() + (uint64_t)o->o.timeout_ms * NS_PER_MS,
+				&o->close_deadline_ns, &reply);
+
+	if (!o->o.err)
+		return;
+	if (!rc && reply.status >= 200 && reply.status < 300) {
+		fprintf(o->o.err, "tokenscope: otlp: the collector answered (HTTP %d)\n",
+			reply.status);
+		return;
+	}
+	describe(o, rc, &reply, what, sizeof(what));
+	fprintf(o->o.err,
+		"tokenscope: otlp: the collector does not take an empty export (%s): spans are "
+		"queued and retried, and those lost are counted\n",
+		what);
+}
+
 static void *otlp_run(void *arg)
 {
 	struct otlp *o = arg;
-	uint64_t next_flush = mono_ns() + (uint64_t)o->o.flush_ms * NS_PER_MS;
+	uint64_t next_flush;
 
+	if (o->http && !o->o.no_probe)
+		probe_collector(o);
+	next_flush = mono_ns() + (uint64_t)o->o.flush_ms * NS_PER_MS;
 	pthread_mutex_lock(&o->lock);
 	for (;;) {
 		size_t n;
@@ -503,8 +543,28 @@ void otlp_close(struct otlp *o)
 	pthread_mutex_unlock(&o->lock);
 	pthread_cond_broadcast(&o->wake);
 	pthread_cond_broadcast(&o->room);
-	if (o->thread_started)
-		pthread_join(o->thread, NULL);
+	if (o->thread_started) {
+		struct timespec t;
+		uint32_t left;
+
+		/* A wait that remains is said: the collector is slow or away. */
+		clock_gettime(CLOCK_REALTIME, &t);
+		t.tv_nsec += OTLP_CLOSE_QUIET_MS * 1000000L;
+		t.tv_sec += t.tv_nsec / 1000000000L;
+		t.tv_nsec %= 1000000000L;
+		if (pthread_timedjoin_np(o->thread, NULL, &t)) {
+			pthread_mutex_lock(&o->lock);
+			left = o->count;
+			pthread_mutex_unlock(&o->lock);
+			if (o->o.err)
+				fprintf(
+				    o->o.err,
+				    "tokenscope: otlp: sending the last %u spans to the collector "
+				    "(at most %.1f s; Ctrl-C again to leave them)\n",
+				    left, o->o.close_wait_ms / 1000.0);
+			pthread_join(o->thread, NULL);
+		}
+	}
 	o->thread_started = false;
 	otlp_http_close(o->http);
 	o->http = NULL;
@@ -537,15 +597,15 @@ void otlp_get_stats(struct otlp *o, struct otlp_stats *st)
 
 void otlp_print_stats(const struct otlp_stats *st, const char *endpoint, FILE *f)
 {
-	fprintf(
-	    f,
-	    "  otlp: %llu traces exported (%llu anomalous queued), %llu sampled out, %llu "
-	    "dropped (queue full), %llu failed batches (%llu traces), %llu retries, %llu unsent "
-	    "at exit\n",
-	    (unsigned long long)st->exported, (unsigned long long)st->anomalous,
-	    (unsigned long long)st->sampled_out, (unsigned long long)st->dropped,
-	    (unsigned long long)st->failed_batches, (unsigned long long)st->failed,
-	    (unsigned long long)st->retries, (unsigned long long)st->unsent);
+	fprintf(f,
+		"  otlp: %llu traces exported (%llu anomalous, %llu warm-up queued), %llu sampled "
+		"out,\n        %llu dropped (queue full), %llu failed batches (%llu traces), %llu "
+		"retries, %llu unsent at exit\n",
+		(unsigned long long)st->exported, (unsigned long long)st->anomalous,
+		(unsigned long long)st->warm_up, (unsigned long long)st->sampled_out,
+		(unsigned long long)st->dropped, (unsigned long long)st->failed_batches,
+		(unsigned long long)st->failed, (unsigned long long)st->retries,
+		(unsigned long long)st->unsent);
 	if (st->last_error[0])
 		fprintf(f, "  otlp: last error (%s): %s\n", endpoint ? endpoint : "collector",
 			st->last_error);

@@ -8,8 +8,12 @@
  *
  * Tail sampling: a request is anomalous when its TTFT is above slow_ttft_ns, a token gap is
  * above slow_itl_ns, or its outcome is not ok. Anomalous requests are always exported, with an
- * event `token` per content frame; the others are exported as summary spans with probability
- * sample_ratio, decided from the trace id (consistent probability sampling).
+ * event `token` per content frame; the first warm_up requests as summary spans; the others as
+ * summary spans with probability sample_ratio, decided from the trace id (consistent
+ * probability sampling). Each request span says why it was kept (tokenscope.kept).
+ *
+ * At the start the sender POSTs an empty export request, and says plainly when the collector
+ * does not answer it with a 2xx (the spans are queued and retried all the same).
  *
  * The sink callback only builds the span and puts it on a bounded queue; a thread batches
  * spans (batch_max, or every flush_ms), POSTs them and retries with backoff (429 and 5xx, and
@@ -53,10 +57,14 @@
 #define OTLP_BACKOFF_MS 250	 /* before the first retry; doubled each time */
 #define OTLP_BACKOFF_MAX_MS 4000 /* also caps a Retry-After */
 #define OTLP_CLOSE_WAIT_MS 5000	 /* otlp_close: how long it keeps sending what is queued */
+#define OTLP_CLOSE_QUIET_MS 300	 /* ... and from when it says that it is waiting */
 /* Token events per span; more are counted in the span's droppedEventsCount. */
 #define OTLP_MAX_TOKEN_EVENTS 8192
 #define OTLP_DEFAULT_SERVICE "tokenscope"
 #define OTLP_DEFAULT_RATIO 0.01
+/* The first requests after the start are exported whatever the ratio: a newcomer's few test
+ * requests show up in the trace backend, and the rest are sampled. */
+#define OTLP_WARM_UP 20
 
 struct otlp_opts {
 	/* http[s]://host[:port][/path]; port 80 or 443 by default, path "/v1/traces" when
@@ -72,7 +80,9 @@ struct otlp_opts {
 	const char *env_service, *env_resource;
 	int64_t slow_ttft_ns; /* anomaly thresholds; <= 0: not checked */
 	int64_t slow_itl_ns;
-	double sample_ratio;	    /* of normal requests, 0..1 */
+	double sample_ratio; /* of normal requests, 0..1 */
+	uint32_t warm_up;    /* the first requests exported whatever the ratio */
+	bool no_probe; /* no empty export at start to see that the collector answers (tests) */
 	int64_t realtime_offset_ns; /* CLOCK_REALTIME - CLOCK_MONOTONIC */
 	uint64_t seed;		    /* trace and span ids; 0: from getrandom() */
 	FILE *err;		    /* failures are reported here (at most one line a minute) */
@@ -90,6 +100,7 @@ struct otlp_stats {
 	uint64_t exported;	 /* accepted by the collector (2xx) */
 	uint64_t anomalous;	 /* queued with per-token detail */
 	uint64_t sampled_out;	 /* normal requests the ratio left out */
+	uint64_t warm_up;	 /* normal requests queued as among the first (OTLP_WARM_UP) */
 	uint64_t dropped;	 /* queue full (or out of memory) */
 	uint64_t failed;	 /* in batches given up on */
 	uint64_t failed_batches; /* attempts exhausted, or refused with a 4xx other than 429 */
@@ -109,6 +120,7 @@ struct otlp {
 	struct otlp_http *http;	  /* the sender thread's */
 	FILE *file;		  /* file:PATH: the sender thread writes a line a batch */
 	struct otlp_rng rng;	  /* used by the sink callback's thread only */
+	uint64_t requests_seen;	  /* by the sink callback: the warm-up's count */
 	uint64_t id_key;	  /* keys the requests' own ids (otlp_span_ids) */
 	uint64_t keep_threshold;  /* sampling: keep when the id's low 56 bits are >= this */
 	pthread_mutex_t lock;	  /* queue, stats, stopping */

@@ -157,6 +157,24 @@ static void anomaly_text(unsigned a, char *out, size_t n)
 		out[strlen(out) - 1] = 0;
 }
 
+/* tokenscope.kept: slow_ttft, slow_itl and error for an anomaly (comma-joined when several),
+ * warm_up or random. */
+static void kept_text(const struct otlp_span *s, char *out, size_t n)
+{
+	if (s->kept == OTLP_KEPT_WARM_UP) {
+		snprintf(out, n, "warm_up");
+		return;
+	}
+	if (s->kept == OTLP_KEPT_RANDOM || !s->anomaly) {
+		snprintf(out, n, "random");
+		return;
+	}
+	snprintf(out, n, "%s%s%s", s->anomaly & OTLP_SLOW_TTFT ? "slow_ttft," : "",
+		 s->anomaly & OTLP_SLOW_ITL ? "slow_itl," : "",
+		 s->anomaly & OTLP_NOT_OK ? "error," : "");
+	out[strlen(out) - 1] = 0;
+}
+
 static void put_event(const struct otlp_resource *o, struct jsonw *w, const char *name, uint64_t t,
 		      int64_t index)
 {
@@ -252,6 +270,8 @@ static void put_span(const struct otlp_resource *o, struct jsonw *w, const struc
 	anomaly_text(s->anomaly, why, sizeof(why));
 	if (*why)
 		attr_str(w, "tokenscope.anomaly", why);
+	kept_text(s, why, sizeof(why));
+	attr_str(w, "tokenscope.kept", why);
 	if (s->forwarded) {
 		char hex[2 * OTLP_SPAN_ID_LEN + 1];
 

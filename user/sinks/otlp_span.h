@@ -37,6 +37,14 @@ enum {
 	OTLP_NOT_OK = 4,
 };
 
+/* Why a request's trace was exported at all (tokenscope.kept): an anomaly (its bits above),
+ * one of the first requests after the start, or the sampling ratio. */
+enum otlp_kept {
+	OTLP_KEPT_ANOMALY,
+	OTLP_KEPT_WARM_UP,
+	OTLP_KEPT_RANDOM,
+};
+
 enum { OTLP_CHILD_QUEUE, OTLP_CHILD_PREFILL, OTLP_CHILD_DECODE, OTLP_CHILD_MAX };
 
 /* Preemptions of a request drawn as events (batch.h keeps as many). */
@@ -63,6 +71,7 @@ struct otlp_span {
 	uint8_t child_id[OTLP_CHILD_MAX][OTLP_SPAN_ID_LEN];
 	uint64_t child_start[OTLP_CHILD_MAX], child_end[OTLP_CHILD_MAX]; /* end 0: unknown */
 	uint32_t pid, seq;
+	enum otlp_kept kept;
 	struct workload wl; /* where its process runs: the span's resource */
 	char conn[112], method[16], path[256], model[128];
 	char error_reason[FRAME_REASON_MAX]; /* a stream error's (request.h) */

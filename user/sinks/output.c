@@ -142,6 +142,7 @@ void output_json(FILE *f, const struct request *r, const struct request_metrics 
 	jsonw_u64(&w, "pid", r->pid);
 	jsonw_str(&w, "conn", r->conn);
 	jsonw_str(&w, "role", r->client ? "client" : "server");
+	jsonw_str(&w, "kind", request_is_inference(r) ? "inference" : "other");
 	json_ends(&w, r);
 	json_trace(&w, r);
 	put_workload(&w, &r->workload);
@@ -558,6 +559,9 @@ static void lines_request(void *ctx, const struct request *r, const struct reque
 {
 	struct lines *l = ctx;
 
+	/* A health check's or a scrape's line among the requests' would only be in the way. */
+	if (!l->o.json && !l->o.all_requests && !request_is_inference(r))
+		return;
 	if (l->o.json) {
 		output_json(l->o.out, r, m, ga, l->o.tokens);
 	} else {
@@ -611,6 +615,7 @@ struct sink lines_sink(struct lines *l)
 	return (struct sink){ .name = "lines",
 			      .ctx = l,
 			      .clients = true,
+			      .others = true, /* JSON keeps every request, with its kind */
 			      .request = lines_request,
 			      .gpu_step = lines_step,
 			      .gpu_call = lines_call };

@@ -21,6 +21,8 @@ struct lines_opts {
 	bool tokens;	/* JSON: every content frame's time */
 	bool gpu_steps; /* a line per GPU step */
 	bool gpu_calls; /* a line per CUDA launch and copy */
+	/* text: a line for the requests that are not inference too (JSON always has them) */
+	bool all_requests;
 };
 
 /*

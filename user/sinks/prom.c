@@ -123,6 +123,10 @@ struct prom_gpu_pid {
 	uint64_t steps[STEP_KIND_MAX];
 };
 
+/* request_other_kind's values, the label kind of tokenscope_other_requests_total. */
+static const char *const prom_other_kinds[] = { "health", "metrics", "models", "docs", "other" };
+#define PROM_OTHER_KINDS (sizeof(prom_other_kinds) / sizeof(prom_other_kinds[0]))
+
 struct prom {
 	/* series[PROM_MAX_LABEL_SETS] is "other": every label set past the cap */
 	struct prom_series series[PROM_MAX_LABEL_SETS + 1];
@@ -131,6 +135,8 @@ struct prom {
 	bool by_process;	    /* a pid label on the request metrics */
 	bool no_pod_labels;	    /* no namespace and pod labels on them */
 	uint64_t overflow_requests; /* finished requests counted under "other" */
+	/* requests that were not inference, by request_other_kind (prom_other_kinds) */
+	uint64_t other_requests[PROM_OTHER_KINDS];
 	/* gpu_pids[PROM_MAX_GPU_PIDS] is "other" */
 	struct prom_gpu_pid gpu_pids[PROM_MAX_GPU_PIDS + 1];
 	unsigned int ngpu_pids;
@@ -206,6 +212,22 @@ static void prom_request_start(void *ctx, const struct request *r)
 	struct prom *p = ctx;
 
 	series_of(p, r, true)->inflight++;
+	p->dirty = true;
+}
+
+/* Not inference: counted by kind alone, out of the request families (a bounded label). */
+static void prom_request_other(void *ctx, const struct request *r)
+{
+	struct prom *p = ctx;
+	struct prom_series *started = series_of(p, r, true);
+	const char *kind = request_other_kind(r);
+	size_t k = 0;
+
+	while (k + 1 < PROM_OTHER_KINDS && strcmp(prom_other_kinds[k], kind))
+		k++;
+	p->other_requests[k]++;
+	if (started->inflight)
+		started->inflight--;
 	p->dirty = true;
 }
 
@@ -407,6 +429,7 @@ struct sink prom_sink(struct prom *p)
 		.gpu_sample = prom_gpu_sample,
 		.tick = prom_tick,
 		.request_start = prom_request_start,
+		.request_other = prom_request_other,
 		.finish = prom_finish,
 		.clients = true, /* under role="client" */
 	};
@@ -752,6 +775,18 @@ static void render_nvml(const struct prom *p, FILE *f)
 	fprintf(f, "tokenscope_gpu_unlisted{what=\"processes\"} %" PRIu64 "\n", unlisted);
 }
 
+static void render_other_requests(const struct prom *p, FILE *f)
+{
+	put_header(
+	    f, "tokenscope_other_requests_total", "counter",
+	    "Finished requests that were not inference (no model or prompt, no stream or "
+	    "completion): health checks, metric scrapes, model lists, docs, the rest; not in "
+	    "the request families (--requests all puts them there).");
+	for (size_t k = 0; k < PROM_OTHER_KINDS; k++)
+		fprintf(f, "tokenscope_other_requests_total{kind=\"%s\"} %" PRIu64 "\n",
+			prom_other_kinds[k], p->other_requests[k]);
+}
+
 /* Only once a cap was reached, like the "other" series it counts. */
 static void render_overflow(const struct prom *p, FILE *f)
 {
@@ -861,6 +896,7 @@ int prom_render(struct prom *p, char **buf, size_t *len)
 	fprintf(f, "tokenscope_events_lost_total %" PRIu64 "\n", p->lost_events);
 	render_loss(p, f);
 	render_overflow(p, f);
+	render_other_requests(p, f);
 	render_gpu(p, f);
 	render_nvml(p, f);
 	if (p->extra)

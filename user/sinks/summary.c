@@ -464,10 +464,11 @@ static const struct {
 	{                                                \
 		key, offsetof(struct loss_report, field) \
 	}
-	CONN("http", http_conns),	CONN("h2", h2_conns),
-	CONN("ignored", ignored_conns), CONN("h2_midway", h2_midway),
-	CONN("client", client_conns),	CONN("tls", tls_conns),
-	CONN("joined", joined_conns),	CONN("waiting", waiting_conns),
+	CONN("http", http_conns),	  CONN("h2", h2_conns),
+	CONN("ignored", ignored_conns),	  CONN("h2_midway", h2_midway),
+	CONN("local_other", local_other), CONN("client", client_conns),
+	CONN("tls", tls_conns),		  CONN("joined", joined_conns),
+	CONN("waiting", waiting_conns),
 #undef CONN
 };
 
@@ -585,6 +586,18 @@ static void sums_request_start(void *ctx, const struct request *r)
 	summary_start(&s->interval, r);
 }
 
+/* Not inference: out of the summaries, but it was in flight. */
+static void sums_request_other(void *ctx, const struct request *r)
+{
+	struct summaries *s = ctx;
+
+	(void)r;
+	if (s->total.inflight)
+		s->total.inflight--;
+	if (s->interval.inflight)
+		s->interval.inflight--;
+}
+
 static void sums_request(void *ctx, const struct request *r, const struct request_metrics *m,
 			 const struct gpu_attribution *ga)
 {
@@ -607,11 +620,26 @@ static void sums_interval(void *ctx, const struct pipeline_status *st)
 	summary_reset_interval(&s->interval);
 }
 
+/* The requests the summary left out as no inference (pipeline_status.others): one line. */
+static void print_others(FILE *f, const struct other_requests *o)
+{
+	const char *sep = " (";
+
+	fprintf(f, "  other requests: %llu", (unsigned long long)o->total);
+	for (uint32_t i = 0; i < o->ntop; i++, sep = ", ")
+		fprintf(f, "%s%s %llu", sep, o->top[i].what, (unsigned long long)o->top[i].n);
+	if (o->rest)
+		fprintf(f, "%s%llu more", sep, (unsigned long long)o->rest);
+	fputs(o->ntop || o->rest ? ")\n" : "\n", f);
+}
+
 void summaries_print_total(const struct summaries *s, const struct pipeline_status *st)
 {
 	if (!s->out)
 		return;
 	summary_print(&s->total, &st->loss, "summary", s->out);
+	if (!st->all_requests && st->others.total)
+		print_others(s->out, &st->others);
 	if (st->gpu.nprocs || st->gpu.procs_dropped || st->gpu.batch_early || st->gpu.batch_late)
 		summary_print_gpu(&st->gpu, s->out);
 	fflush(s->out);
@@ -634,6 +662,21 @@ static void sums_finish(void *ctx, const struct pipeline_status *st)
 	jsonw_begin(&w, s->json_out);
 	jsonw_obj_begin(&w, "summary");
 	summary_json(&w, &s->total, &st->loss, false);
+	/* The requests above are inference; these were not (none with --requests all). */
+	if (!st->all_requests) {
+		jsonw_obj_begin(&w, "other_requests");
+		jsonw_u64(&w, "total", st->others.total);
+		jsonw_arr_begin(&w, "by_request");
+		for (uint32_t i = 0; i < st->others.ntop; i++) {
+			jsonw_obj_begin(&w, NULL);
+			jsonw_str(&w, "request", st->others.top[i].what);
+			jsonw_u64(&w, "n", st->others.top[i].n);
+			jsonw_obj_end(&w);
+		}
+		jsonw_arr_end(&w);
+		jsonw_u64(&w, "rest", st->others.rest);
+		jsonw_obj_end(&w);
+	}
 	/* The kernel features the programs used, as tokenscope check names them; a replay has
 	 * none. */
 	if (st->nfeatures) {
@@ -658,6 +701,7 @@ struct sink summaries_sink(struct summaries *s)
 		.name = "summary",
 		.ctx = s,
 		.request_start = sums_request_start,
+		.request_other = sums_request_other,
 		.request = sums_request,
 		.interval = sums_interval,
 		.finish = sums_finish,

@@ -19,6 +19,7 @@ int top_init(struct top *t, FILE *out, bool tty, bool by_process)
 	t->out = out;
 	t->tty = tty;
 	t->by_process = by_process;
+	t->wall_offset_ns = clock_offset_now();
 	t->scratch = calloc(1, sizeof(*t->scratch));
 	if (!t->scratch || window_init(&t->steps, TOP_SLOTS, (1u << STEP_KIND_MAX) - 1) < 0) {
 		top_free(t);
@@ -295,11 +296,27 @@ static void render_gpus(struct top *t, struct tframe *fr, uint64_t now_ns)
 		line(fr, "%u more GPUs not shown (over %d)", s->devices_dropped, NVML_MAX_DEVICES);
 }
 
+/* The local time of day of a kernel time, HH:MM:SS; "?" for a time no date fits. */
+static const char *time_of_day(const struct top *t, uint64_t mono, char out[16])
+{
+	struct tm tm;
+	int64_t wall;
+	time_t sec;
+
+	if (!clock_wall_ns(t->wall_offset_ns, mono, &wall))
+		return "?";
+	sec = (time_t)(wall / (int64_t)NS_PER_S);
+	if (!localtime_r(&sec, &tm) || !strftime(out, 16, "%H:%M:%S", &tm))
+		return "?";
+	return out;
+}
+
 void top_render(struct top *t, uint64_t now_ns, FILE *f)
 {
 	uint64_t now_s = now_ns / NS_PER_S, span, in_win = 0, steps_known = 0, preempted = 0;
 	int model_w = t->by_process ? TOP_MODEL_COL_PID : TOP_MODEL_COL_MAX;
 	struct tframe fr = { .tty = t->tty, .stamp = (double)now_ns / NS_PER_S };
+	char tod[16];
 	double span_s;
 
 	/* Whole seconds in the window, fewer at the start of the run (rates are not diluted). */
@@ -313,9 +330,8 @@ void top_render(struct top *t, uint64_t now_ns, FILE *f)
 		return;
 	if (t->tty)
 		fputs(TOP_CLEAR, fr.f);
-	line(&fr,
-	     "tokenscope top  window %llu s ending %llu s (kernel time)  in flight %u (all models)",
-	     (unsigned long long)span, (unsigned long long)now_s, t->in_flight);
+	line(&fr, "tokenscope top  window %llu s ending %s  in flight %u (all models)",
+	     (unsigned long long)span, time_of_day(t, now_s * NS_PER_S, tod), t->in_flight);
 	line(&fr, "%-*s%s%-*s %6s %7s %7s %6s %6s %7s %5s %5s %5s %5s", model_w, "MODEL",
 	     t->by_process ? " " : "", t->by_process ? 7 : 0, t->by_process ? "PID" : "", "RPS",
 	     "TTFT50", "TTFT99", "ITL50", "ITL99", "TOK/S", "OK%", "QUE%", "PRE%", "GPU%");

@@ -64,6 +64,7 @@ struct top {
 	struct nvml_snapshot *gpu; /* the latest NVML sample given; NULL before the first */
 	uint32_t in_flight;	   /* as of the latest pipeline status */
 	uint64_t lost_events;
+	int64_t wall_offset_ns; /* CLOCK_REALTIME - CLOCK_MONOTONIC: the header's time of day */
 };
 
 /* -ENOMEM when the step window cannot be allocated. */
