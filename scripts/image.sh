@@ -69,7 +69,7 @@ if [ "$static" -eq 0 ]; then
 	# (ldd: the closure, the loader itself included), each copied whole at its path.
 	objs=("$BIN")
 	for l in $DLOPENED; do
-		p=$(ldconfig -p | awk -v l="$l" '$1 == l { print $NF; exit }')
+		p=$(ldconfig -p | awk -v l="$l" '$1 == l && p == "" { p = $NF } END { if (p != "") print p }')
 		[ -n "$p" ] || {
 			echo "image.sh: $l is not installed: scripts/deps.sh image" >&2
 			exit 1

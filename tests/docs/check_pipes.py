@@ -1,11 +1,14 @@
 #!/usr/bin/python3
 """No check that can pass or fail by timing: a shell script that sets `pipefail` must not end a
-pipeline with a reader that stops early (`grep -q`, `grep -m N`, `head`, `sed ...q`). When the
+pipeline with a reader that stops early (`grep -q`, `grep -m N`, `head`, `sed ...q`, an awk
+program that calls `exit`). When the
 reader exits at its first match, the writer's next write gets SIGPIPE and the pipeline fails,
 or not, by how the writer's output was cut into writes: `trace --help | grep -q OPTION` said
 the option was missing whenever the help came in two writes. Read the whole input instead
 (`grep PATTERN >/dev/null`, `grep -m 1 PATTERN FILE` without a pipe, `sed -n 1p`, `find
--print -quit`).
+-print -quit`, awk that keeps the first match and prints it in END). `make image` failed so:
+`ldconfig -p | awk '... { print; exit }'` under pipefail, when ldconfig wrote again after awk
+had gone.
 
 Scans every shell script of the repository (*.sh, .ci/run, and any file under scripts/ or
 tests/ that starts with a shell's #!), skipping .output/. A line may say why it is safe with a
@@ -24,6 +27,7 @@ EARLY = re.compile(
     r"grep\b[^|;&]*\s(-[a-zA-Z]*[qm][a-zA-Z]*|--quiet|--silent|--max-count)\b"
     r"|head\b"
     r"|sed\b[^|;&]*[;'\"/ ]q\b"
+    r"|awk\b.*\bexit\b"
     r")")
 
 

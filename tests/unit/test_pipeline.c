@@ -31,6 +31,7 @@ struct harness {
 	uint64_t pos[16][2]; /* per conn id, per direction */
 	uint64_t rx_queued;  /* queued_ns of the next read records (the kernel's socket arrival) */
 	bool tls;	     /* data records are TLS plaintext (TS_SYS_TLS_READ/WRITE) */
+	uint32_t pid;	     /* of the data records; 0: 100 */
 	cJSON *lines[MAX_LINES];
 	int nlines;
 };
@@ -127,7 +128,7 @@ static void data_event_cap(struct harness *h, uint64_t id, int dir, const void *
 
 	e->hdr.type = TS_EV_DATA;
 	e->hdr.size = sz;
-	e->hdr.pid = 100;
+	e->hdr.pid = h->pid ? h->pid : 100;
 	e->conn_id = id;
 	e->enter_ns = ts;
 	e->exit_ns = ts + 10;
@@ -531,9 +532,12 @@ TEST(test_joined_mid_connection)
 	chunk(&h, 1, DONE, 2000);
 	data_event(&h, 1, TS_DIR_OUT, "0\r\n\r\n", 3000);
 	full_stream(&h, 1, 10000);
-	if (!ASSERT_EQ(h_lines(&h), 1, "only the request seen whole"))
+	if (!ASSERT_EQ(h_lines(&h), 2, "the joined response, then the request seen whole"))
 		goto out;
-	ASSERT_STREQ(str(h.lines[0], "outcome"), "ok", "outcome");
+	ASSERT_TRUE(cJSON_IsTrue(cJSON_GetObjectItem(h.lines[0], "joined")), "joined");
+	ASSERT_STREQ(str(h.lines[0], "outcome"), "ok", "joined: ended");
+	ASSERT_TRUE(!cJSON_GetObjectItem(h.lines[1], "joined"), "the next is whole");
+	ASSERT_STREQ(str(h.lines[1], "outcome"), "ok", "outcome");
 	ASSERT_EQ(h.pl.conns.stats.gap_bytes, 0, "joining is not a loss");
 out:
 	h_close(&h);
@@ -542,11 +546,14 @@ out:
 /*
  * Tracing began in the middle of a response (attach, or --all finding the server by its
  * traffic): the kernel numbers a connection from where it first saw it, so the first record is
- * a write at offset 0 that is no response head. That response is not reported; the next
- * request on the same keep-alive connection is, whole.
+ * a write at offset 0 that is no response head. A write that starts a stream frame makes it a
+ * server's response joined mid-stream: reported from there (joined, its request, arrival and
+ * TTFT unknown, its tokens those seen, or usage's), and counted for its server. The next request
+ * on the same keep-alive connection is reported whole.
  */
 TEST(test_joined_mid_response_at_offset_zero)
 {
+	struct pipeline_status st;
 	struct harness h;
 
 	h_open(&h);
@@ -554,18 +561,112 @@ TEST(test_joined_mid_response_at_offset_zero)
 	chunk(&h, 1, TOK, 2000);
 	chunk(&h, 1, DONE, 3000);
 	data_event(&h, 1, TS_DIR_OUT, "0\r\n\r\n", 4000);
-	if (!ASSERT_EQ(h_lines(&h), 0, "the response in flight is not reported"))
+	if (!ASSERT_EQ(h_lines(&h), 1, "the response in flight is reported"))
 		goto out;
+	ASSERT_TRUE(cJSON_IsTrue(cJSON_GetObjectItem(h.lines[0], "joined")), "joined");
+	ASSERT_STREQ(str(h.lines[0], "outcome"), "ok", "its end was seen");
+	ASSERT_EQ(num(h.lines[0], "tokens"), 2, "the tokens seen");
+	ASSERT_STREQ(str(h.lines[0], "tokens_from"), "frames", "counted from frames");
+	ASSERT_EQ(num(h.lines[0], "end_ns"), 4000, "its end");
+	ASSERT_EQ(num(h.lines[0], "first_token_ns"), 1000, "the first token seen");
+	ASSERT_TRUE(is_null(h.lines[0], "arrival_ns") && is_null(h.lines[0], "ttft_ms") &&
+			is_null(h.lines[0], "e2e_ms") && is_null(h.lines[0], "tpot_ms") &&
+			is_null(h.lines[0], "method") && is_null(h.lines[0], "path") &&
+			is_null(h.lines[0], "ttft_first_byte_ms"),
+		    "what needs its start is null");
+	ASSERT_EQ(num(cJSON_GetObjectItem(h.lines[0], "itl_ms"), "max"), 0, "ITL of 1 us");
+	ASSERT_EQ(num(h.lines[0], "seq"), 0, "the connection's first");
 	full_stream(&h, 1, 10000);
-	if (!ASSERT_EQ(h_lines(&h), 1, "the next request is"))
+	if (!ASSERT_EQ(h_lines(&h), 2, "the next request is"))
 		goto out;
-	ASSERT_STREQ(str(h.lines[0], "outcome"), "ok", "outcome");
-	ASSERT_EQ(num(h.lines[0], "tokens"), 3, "tokens");
-	ASSERT_EQ(num(h.lines[0], "frames"), 3, "content frames");
+	ASSERT_TRUE(!cJSON_GetObjectItem(h.lines[1], "joined"), "seen whole");
+	ASSERT_STREQ(str(h.lines[1], "outcome"), "ok", "outcome");
+	ASSERT_EQ(num(h.lines[1], "tokens"), 3, "tokens");
+	ASSERT_EQ(num(h.lines[1], "frames"), 3, "content frames");
+	ASSERT_EQ(num(h.lines[1], "seq"), 1, "the connection's second");
 	ASSERT_EQ(h.pl.conns.stats.http_conns, 1, "an HTTP server connection");
 	ASSERT_EQ(h.pl.conns.stats.ignored_conns, 0, "not ignored");
 	ASSERT_EQ(h.pl.conns.stats.gap_bytes, 0, "joining is not a loss");
+	ASSERT_EQ(h.pl.conns.stats.joined_reported, 1, "one reported from mid-stream");
+	pipeline_status(&h.pl, &st);
+	if (ASSERT_EQ(st.joined.n, 1, "one server"))
+		ASSERT_TRUE(st.joined.s[0].pid == 100 && st.joined.s[0].in_flight == 1 &&
+				st.joined.s[0].reported == 1,
+			    "pid 100: 1 in flight, reported");
 out:
+	h_close(&h);
+}
+
+/*
+ * A joined stream whose usage came (vLLM's and OpenAI's last frame with include_usage): its
+ * tokens are usage's, all of them; tokens per chunk is unknown (the frames before were not
+ * seen). A write delimited by no chunk-size line is taken for a body that ends at the close;
+ * a request line on the connection says it ended before (it was chunked after all, its
+ * terminator a write of its own): the response is finished there, complete as its [DONE] says,
+ * and the next one followed from its head.
+ */
+TEST(test_joined_usage_and_unchunked)
+{
+	struct harness h;
+
+	h_open(&h);
+	data_event(&h, 1, TS_DIR_OUT, TOK, 1000);
+	data_event(&h, 1, TS_DIR_OUT, USAGE, 2000);
+	data_event(&h, 1, TS_DIR_OUT, DONE, 3000);
+	ASSERT_EQ(h_lines(&h), 0, "open until its end");
+	full_stream(&h, 1, 10000);
+	if (!ASSERT_EQ(h_lines(&h), 2, "the joined one ended by the next request, and it"))
+		goto out;
+	ASSERT_TRUE(cJSON_IsTrue(cJSON_GetObjectItem(h.lines[0], "joined")), "joined");
+	ASSERT_STREQ(str(h.lines[0], "outcome"), "ok", "its [DONE] came");
+	ASSERT_EQ(num(h.lines[0], "end_ns"), 3000, "ends at its [DONE]");
+	ASSERT_EQ(num(h.lines[0], "tokens"), 3, "usage's count");
+	ASSERT_STREQ(str(h.lines[0], "tokens_from"), "usage", "from usage");
+	ASSERT_TRUE(is_null(h.lines[0], "tokens_per_chunk"), "per chunk unknown");
+	ASSERT_STREQ(str(h.lines[1], "outcome"), "ok", "the next one whole");
+	ASSERT_EQ(num(h.lines[1], "tokens"), 3, "its tokens");
+	ASSERT_TRUE(!is_null(h.lines[1], "ttft_ms"), "with its TTFT");
+out:
+	h_close(&h);
+}
+
+/*
+ * What is counted per server: a joined connection whose bytes are no frame start (a request
+ * body being read, a chunk's tail) is in flight and not reported; one on which the traced
+ * process turns out a client is no server's; a connection of a process forked by the root
+ * counts for the root.
+ */
+TEST(test_joined_per_server)
+{
+	struct pipeline_status st;
+	struct ts_proc_event f = { .hdr = { TS_EV_PROC_FORK, sizeof(f), 101, 101 }, .ppid = 100 };
+	struct harness h;
+
+	h_open(&h);
+	pipeline_feed(&h.pl, &f, sizeof(f));
+	/* 1: a request body's tail read, then its response: in flight, not reported */
+	data_event(&h, 1, TS_DIR_IN, "\"stream\":true}", 1000);
+	data_event(&h, 1, TS_DIR_OUT, HEAD_SSE, 2000);
+	/* 2: a pooled upstream's response read, then the process's next request written */
+	data_event(&h, 2, TS_DIR_IN, "\r\n", 3000);
+	data_event(&h, 2, TS_DIR_OUT,
+		   "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}",
+		   4000);
+	/* 3: a joined stream of the child, 101 */
+	h.pid = 101;
+	chunk(&h, 3, TOK, 5000);
+	data_event(&h, 3, TS_DIR_OUT, "0\r\n\r\n", 6000);
+	h.pid = 100;
+	pipeline_status(&h.pl, &st);
+	if (ASSERT_EQ(st.joined.n, 1, "one server: the root"))
+		ASSERT_TRUE(st.joined.s[0].pid == 100 && st.joined.s[0].in_flight == 2 &&
+				st.joined.s[0].reported == 1,
+			    "1 and 3 in flight, 3 reported; 2 a client's");
+	h_print_total(&h);
+	fflush(h.ferr);
+	ASSERT_TRUE(strstr(h.err, "in flight when tracing began: 2, reported from mid-response: "
+				  "1, not reported: 1 (pid 100: 1)\n") != NULL,
+		    "the summary's line");
 	h_close(&h);
 }
 
@@ -1960,8 +2061,9 @@ TEST(test_joined_waiting_and_ignored)
 	e.syscall = TS_SYS_ACCEPT;
 	pipeline_feed(&h.pl, &e, sizeof(e));
 	data_event(&h, 3, TS_DIR_IN, "+PING\r\n", 3000);
-	/* 4: a server joined mid-response, a short write of capitals, then its next request */
-	chunk(&h, 4, TOK, 4000);
+	/* 4: a server joined mid-response (a chunk's tail, no frame start), a short write of
+	 * capitals, then its next request */
+	data_event(&h, 4, TS_DIR_OUT, "\r\n", 4000);
 	data_event(&h, 4, TS_DIR_OUT, "ABC", 4500);
 	ASSERT_EQ(h.pl.conns.stats.waiting_conns, 2, "1 and 4 wait");
 	full_stream(&h, 4, 10000);

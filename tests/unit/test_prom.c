@@ -150,6 +150,34 @@ static char *render(struct prom *p)
 	return buf;
 }
 
+/* The exchanges in flight when tracing began, per server, from the status the pipeline gives
+ * at the end: reported and not, the servers past the cap as pid "other". */
+TEST(test_joined_requests)
+{
+	struct pipeline_status st = { 0 };
+	struct prom *p = prom_new(NULL, NULL);
+	struct sink s;
+	char *t;
+
+	if (!ASSERT_OK_PTR(p, "prom_new"))
+		return;
+	s = prom_sink(p);
+	st.joined.n = 2;
+	st.joined.s[0] = (struct joined_server){ .pid = 4120, .in_flight = 3, .reported = 2 };
+	st.joined.s[1] = (struct joined_server){ .pid = 0, .in_flight = 1, .reported = 0 };
+	s.finish(s.ctx, &st);
+	t = render(p);
+	if (t) {
+		ASSERT_LINE(t, "# TYPE tokenscope_joined_requests_total counter");
+		ASSERT_LINE(t, "tokenscope_joined_requests_total{pid=\"4120\",reported=\"yes\"} 2");
+		ASSERT_LINE(t, "tokenscope_joined_requests_total{pid=\"4120\",reported=\"no\"} 1");
+		ASSERT_LINE(t, "tokenscope_joined_requests_total{pid=\"other\",reported=\"yes\"} 0");
+		ASSERT_LINE(t, "tokenscope_joined_requests_total{pid=\"other\",reported=\"no\"} 1");
+	}
+	free(t);
+	prom_free(p);
+}
+
 /* Requests that are not inference: by kind alone, out of the request families, and out of the
  * in-flight gauge they entered at their start. */
 TEST(test_other_requests)
@@ -374,8 +402,8 @@ TEST(test_histograms_and_counters)
 	/* steps without a CUPTI library: the host's figures */
 	ASSERT_LINE(t, "tokenscope_gpu_steps_device_times_total{times=\"host-calls\"} 3");
 	ASSERT_LINE(t, "tokenscope_gpu_steps_device_times_total{times=\"sampled-out\"} 0");
-	ASSERT_EQ(count_lines_starting(t, "# TYPE "), 21, "families");
-	ASSERT_EQ(count_lines_starting(t, "# HELP "), 21, "help lines");
+	ASSERT_EQ(count_lines_starting(t, "# TYPE "), 22, "families");
+	ASSERT_EQ(count_lines_starting(t, "# HELP "), 22, "help lines");
 	ASSERT_LINE(t, "tokenscope_other_requests_total{kind=\"health\"} 0");
 	ASSERT_LINE(t, "# TYPE tokenscope_time_to_first_token_seconds histogram");
 	ASSERT_LINE(t, "# TYPE tokenscope_requests_total counter");

@@ -45,6 +45,7 @@ struct tracer {
 	struct kernel *k;
 	/* where the processes being followed now run (their root's workload) */
 	const struct workload *label;
+	uint32_t root; /* and the root they descend from */
 	struct container_dirs dirs; /* where containers' bundles are looked for */
 	struct pipeline *pl;
 	struct uprobes cuda;
@@ -371,10 +372,12 @@ static int trace_follow(struct tracer *tr, uint32_t pid, bool root)
 
 /* A process followed that the recording's header does not name (a descendant found in /proc,
  * a server --all found): a fork record for the file alone, so that a replay traces it as this
- * pipeline does (its parent unknown: 0). */
-static void record_followed(struct tracer *tr, uint32_t pid)
+ * pipeline does. Its parent is given as the root it descends from (a descendant's: the
+ * replay then counts it for that server), or 0 for a root. */
+static void record_followed(struct tracer *tr, uint32_t pid, uint32_t root)
 {
-	struct ts_proc_event e = { .hdr = { TS_EV_PROC_FORK, sizeof(e), pid, pid } };
+	struct ts_proc_event e = { .hdr = { TS_EV_PROC_FORK, sizeof(e), pid, pid },
+				   .ppid = root };
 
 	if (!tr->recording || tr->rec_err)
 		return;
@@ -397,8 +400,9 @@ static void follow_descendant(void *ctx, uint32_t pid)
 	struct tracer *tr = ctx;
 
 	if (!trace_follow(tr, pid, false)) {
-		record_followed(tr, pid);
+		record_followed(tr, pid, tr->root);
 		label_process(tr, pid, tr->label);
+		pipeline_process_root(tr->pl, pid, tr->root);
 	}
 }
 
@@ -411,8 +415,10 @@ static int follow_tree(struct tracer *tr, uint32_t pid, struct workload *wl)
 	container_workload("/proc", pid, &tr->dirs, wl);
 	label_process(tr, pid, wl);
 	tr->label = wl;
+	tr->root = pid;
 	n = proc_descendants("/proc", pid, follow_descendant, tr);
 	tr->label = NULL;
+	tr->root = 0;
 	return n;
 }
 
@@ -425,7 +431,7 @@ static bool discover_attach(struct tracer *tr, struct discover_set *seen,
 	discover_set_add(seen, d->pid);
 	if (trace_follow(tr, d->pid, true))
 		return false;
-	record_followed(tr, d->pid);
+	record_followed(tr, d->pid, 0);
 	follow_tree(tr, d->pid, &wl);
 	/* A server found by its traffic is named by its comm. */
 	fprintf(stderr, "tokenscope: found %u (%s, rule '%s') ", d->pid,

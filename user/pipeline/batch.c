@@ -146,6 +146,9 @@ void batch_token(struct gpu_timeline *g, struct request *r)
 	if (r->client || !r->ntokens || !g->count)
 		return;
 	if (!i) {
+		/* Joined mid-response: its first token seen is no prefill's. */
+		if (r->joined)
+			return;
 		s = (struct gpu_step *)gpu_prefill_step(g, r->arrival_ns, r->token_ns[0]);
 		if (s)
 			credit(g, r, s, 0);

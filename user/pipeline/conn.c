@@ -11,6 +11,10 @@
 #include "pipeline/h2.h"
 #include "pipeline/h2conn.h"
 #include "pipeline/http.h"
+#include "traffic.h"
+/* The kernel's matcher of a streamed completion frame's start (--all's traffic rule), which
+ * compiles on the host too: a stream joined mid-response is told by the same bytes. */
+#include "../../bpf/lib/traffic.bpf.h"
 
 /* Buckets of the connection table: it starts small and doubles as connections come (at most one
  * per bucket on average), so a scan over it (a process exit, a kernel loss) costs what the
@@ -90,6 +94,12 @@ static bool looks_like_http_text(const uint8_t *p, size_t n)
 	return n > 0;
 }
 
+static void conn_joined_note(struct conn *c, int in_flight, int reported)
+{
+	if (c->t->sink.joined)
+		c->t->sink.joined(c->t->sink.ctx, c->pid, in_flight, reported);
+}
+
 /* Bytes before any request line: the connection was joined in its middle (counted once). */
 static void conn_wait(struct conn *c)
 {
@@ -98,11 +108,13 @@ static void conn_wait(struct conn *c)
 	c->waiting = true;
 	c->t->stats.joined_conns++;
 	c->t->stats.waiting_conns++;
+	conn_joined_note(c, 1, 0);
 }
 
 /* The connection's role is decided: it no longer waits. One that is not followed (another
- * protocol, HTTP/2 joined after its start) was no HTTP/1.x connection joined: not counted so. */
-static void conn_decided(struct conn *c, bool followed)
+ * protocol, HTTP/2 joined after its start) was no HTTP/1.x connection joined: not counted so;
+ * nor, as a server's exchange in flight, one on which the process turns out a client. */
+static void conn_decided(struct conn *c, bool followed, bool client)
 {
 	if (!c->waiting)
 		return;
@@ -110,11 +122,13 @@ static void conn_decided(struct conn *c, bool followed)
 	c->t->stats.waiting_conns--;
 	if (!followed)
 		c->t->stats.joined_conns--;
+	if (!followed || client)
+		conn_joined_note(c, -1, 0);
 }
 
 static void conn_ignore(struct conn *c)
 {
-	conn_decided(c, false);
+	conn_decided(c, false, false);
 	c->role = ROLE_IGNORED;
 	if (c->local_plumbing)
 		c->t->stats.local_other++;
@@ -127,7 +141,7 @@ static void conn_become_client(struct conn *c)
 {
 	char *arrow = strstr(c->label, "<-");
 
-	conn_decided(c, true);
+	conn_decided(c, true, true);
 	c->role = ROLE_CLIENT;
 	c->t->stats.client_conns++;
 	if (arrow)
@@ -151,7 +165,7 @@ static void conn_follow(struct conn *c, bool client, bool h2)
 		conn_become_client(c);
 		return;
 	}
-	conn_decided(c, true);
+	conn_decided(c, true, false);
 	c->role = ROLE_SERVER;
 	if (h2)
 		c->t->stats.h2_conns++;
@@ -216,6 +230,39 @@ static void conn_feed_req(struct conn *c, const uint8_t *p, size_t n, uint64_t t
 		h1conn_feed(c->h1, true, p, n, ts, at_start, rx, NULL);
 }
 
+/*
+ * A waiting connection's write that starts like a streamed completion frame (what --all's
+ * traffic rule finds servers by: an SSE `data: {` or `event:` line, an NDJSON `{"model":`, after
+ * an optional chunk-size line) is a server's response joined mid-stream: the connection serves
+ * HTTP/1.x, and that response is reported from here (h1conn_join), chunked when a chunk-size
+ * line starts the write, else delimited by the close. Any other bytes leave it waiting.
+ */
+static void conn_join(struct conn *c, const uint8_t *p, size_t n, uint64_t ts, bool at_start)
+{
+	uint8_t peek[TRAFFIC_BUF_BYTES] = { 0 };
+	uint32_t m = n < TS_TRAFFIC_PEEK_BYTES ? (uint32_t)n : TS_TRAFFIC_PEEK_BYTES;
+	uint8_t kind;
+	bool chunked;
+
+	if (!c->waiting || !at_start || c->h1 || c->h2)
+		return;
+	memcpy(peek, p, m);
+	kind = traffic_match(peek, m);
+	if (kind != TS_TRAFFIC_SSE && kind != TS_TRAFFIC_NDJSON)
+		return;
+	chunked = traffic_chunk_line(peek, m) > 0;
+	conn_follow(c, false, false);
+	/* The requests' direction, not seen yet, owes nothing from before its first record. */
+	if (!c->expect[TS_DIR_IN])
+		c->rejoin[TS_DIR_IN] = true;
+	if (!c->h1 || !h1conn_join(c->h1, chunked,
+				   kind == TS_TRAFFIC_SSE ? SSE_MODE_SSE : SSE_MODE_NDJSON, ts))
+		return;
+	c->t->stats.joined_reported++;
+	conn_joined_note(c, 0, 1);
+	h1conn_feed(c->h1, false, p, n, ts, at_start, 0, NULL);
+}
+
 /* Bytes of the responses' direction: out from a server, in to a client. */
 static void conn_feed_resp(struct conn *c, const uint8_t *p, size_t n, uint64_t ts, bool at_start,
 			   uint64_t pos)
@@ -254,6 +301,7 @@ static void conn_feed_resp(struct conn *c, const uint8_t *p, size_t n, uint64_t 
 			h1conn_feed(c->h1, true, p, n, ts, at_start, 0, NULL);
 	} else {
 		conn_wait(c);
+		conn_join(c, p, n, ts, at_start);
 	}
 }
 
@@ -433,7 +481,7 @@ static bool conn_h2_unannounced(struct conn *c, int dir, const uint8_t *p, size_
 	}
 	if (h2_looks_like_preface(p, n) || !h2_looks_like_frame(p, n))
 		return false;
-	conn_decided(c, false);
+	conn_decided(c, false, false);
 	c->role = ROLE_IGNORED;
 	c->t->stats.h2_midway++;
 	return true;
@@ -461,7 +509,7 @@ static struct conn *conn_tls(struct conn_table *t, struct conn *c, const struct 
 		/* Not counted as a TLS connection left unread: its plaintext came. */
 		c->tls_plain = true;
 		/* Nor as joined: the connection starts again, from its plaintext. */
-		conn_decided(c, false);
+		conn_decided(c, false, false);
 		conn_end(t, c, e->enter_ns);
 		c = conn_new(t, e->conn_id, e->hdr.pid, e->fd);
 		if (!c)
@@ -552,9 +600,10 @@ void conn_on_close(struct conn_table *t, const struct ts_conn_event *e)
 	if (!c)
 		return;
 	/* Bytes whose records were lost at the very end are owed too. */
-	if (e->rx_bytes > c->expect[TS_DIR_IN])
+	/* A direction still to be rejoined owes nothing from before its first record. */
+	if (e->rx_bytes > c->expect[TS_DIR_IN] && !c->rejoin[TS_DIR_IN])
 		conn_gap(c, TS_DIR_IN, e->rx_bytes - c->expect[TS_DIR_IN], e->ts_ns);
-	if (e->tx_bytes > c->expect[TS_DIR_OUT])
+	if (e->tx_bytes > c->expect[TS_DIR_OUT] && !c->rejoin[TS_DIR_OUT])
 		conn_gap(c, TS_DIR_OUT, e->tx_bytes - c->expect[TS_DIR_OUT], e->ts_ns);
 	conn_end(t, c, e->ts_ns);
 }

@@ -11,9 +11,10 @@
  * (user/pipeline/h2conn.c); anything else is ignored and counted. A connection joined in the middle
  * (open before attach, or found by --all mid-stream) waits for the first request line it carries in
  * either direction: read, it serves HTTP; written, the traced process calls an HTTP server on it
- * (role client). The response in flight when tracing began is not reported (its request was never
- * seen), the connection's later requests are. Only bytes no HTTP/1.x message holds, or a first read
- * that is no request on a connection accepted under tracing, make it another protocol's.
+ * (role client). A server's response in flight when tracing began is reported from its next stream
+ * frame when a write starts one (request.joined), and not at all otherwise; the connection's later
+ * requests are reported whole. Only bytes no HTTP/1.x message holds, or a first read that is no
+ * request on a connection accepted under tracing, make it another protocol's.
  */
 #ifndef TS_CONN_H
 #define TS_CONN_H

@@ -25,6 +25,11 @@ struct conn_sink {
 	/* A content frame's (or gRPC message's) time was added to r (token_ns[ntokens - 1]); may
 	 * be NULL. */
 	void (*token)(void *ctx, struct request *r);
+	/* A server's exchange in flight when tracing began was met on a connection of pid's
+	 * (in_flight 1), or turned out to be none (-1: another protocol, or the process's own
+	 * call as a client); reported 1: it is reported from where it was joined
+	 * (request.joined). May be NULL. */
+	void (*joined)(void *ctx, uint32_t pid, int in_flight, int reported);
 	void *ctx;
 };
 
@@ -53,6 +58,8 @@ struct conn_stats {
 	 * protocol), and of those the ones still waiting for a request line */
 	uint64_t joined_conns;
 	uint64_t waiting_conns;
+	/* ... and those whose response in flight is reported from where it was joined */
+	uint64_t joined_reported;
 };
 
 struct conn;

@@ -645,10 +645,11 @@ void gpu_attribute(const struct gpu_timeline *g, const struct request *r, struct
 		a->how = "none: no token was streamed";
 		return;
 	}
-	if (r->end_ns >= r->first_token_ns)
+	/* Joined mid-response, its first token and its prefill went by before tracing. */
+	if (r->end_ns >= r->first_token_ns && !r->joined)
 		a->decode_ns = r->end_ns - r->first_token_ns;
 	first_kept = g->ring[g->head].start_ns;
-	best = gpu_prefill_step(g, r->arrival_ns, r->first_token_ns);
+	best = r->joined ? NULL : gpu_prefill_step(g, r->arrival_ns, r->first_token_ns);
 	if (r->ntokens >= 2) {
 		uint64_t span = r->token_ns[r->ntokens - 1] - r->first_token_ns;
 		uint64_t gpu = gpu_time_in_gaps(g, r->token_ns, r->ntokens, r->token_ns[0],
@@ -678,6 +679,8 @@ void gpu_attribute(const struct gpu_timeline *g, const struct request *r, struct
 			     : "by time: prefill is the last prefill step between arrival and "
 			       "first token; gpu/host split the token gaps by the steps that "
 			       "overlap them";
+	} else if (r->joined) {
+		a->how = "partial: joined mid-response, its arrival and first token were not seen";
 	} else if (g->count == GPU_HISTORY && first_kept > r->arrival_ns) {
 		a->how = "partial: the steps around this request's arrival were no longer kept";
 	} else {

@@ -38,6 +38,9 @@ struct h1conn {
 	 * first bytes of the request being read; latched: the latter is set. */
 	uint64_t rx_cur, rx_first;
 	bool rx_latched;
+	/* The response joined mid-stream (h1conn_join) was taken for one delimited by the close:
+	 * a request line on the connection says it had ended, chunked after all */
+	bool join_close;
 };
 
 static struct request *h1_current(struct h1conn *h)
@@ -87,7 +90,14 @@ static void req_on_head(void *ctx, const struct http_head *hd, uint64_t ts)
 	struct h1conn *h = ctx;
 	struct request *r;
 
-	(void)ts;
+	if (h->join_close) {
+		/* Its [DONE] (or last frame) says whether it ended: then it is complete. */
+		h->join_close = false;
+		if (h1_current(h) && h1_current(h)->joined) {
+			h1_finish(h, ts, false);
+			h->out_sync = false;
+		}
+	}
 	request_free(h->reading);
 	buf_reset(&h->body, &h->t->budget);
 	r = request_new(h->pid, h->conn_id, h->seq++, h->label);
@@ -387,6 +397,39 @@ void h1conn_free(struct h1conn *h)
 	http_free(&h->resp);
 	h1_sse_release(h);
 	free(h);
+}
+
+bool h1conn_join(struct h1conn *h, bool chunked, int mode, uint64_t ts)
+{
+	struct request *r;
+
+	if (h->client || h->qlen || h->reading || h->out_sync)
+		return false;
+	r = request_new(h->pid, h->conn_id, h->seq++, h->label);
+	if (!r)
+		return false;
+	r->joined = true;
+	r->tls = h->tls;
+	if (h->ends)
+		r->ends = *h->ends;
+	r->arrival_ns = ts;
+	r->streamed = true;
+	h->queue[h->qhead] = r;
+	h->qlen = 1;
+	h->t->inflight++;
+	h->t->sink.request_start(h->t->sink.ctx, r);
+	/* Its head went by before tracing: the response is active from here, in its body. */
+	h->resp_active = true;
+	h1_sse_release(h);
+	sse_init(&h->sse, mode, sse_on_frame, h);
+	sse_set_budget(&h->sse, &h->t->budget);
+	http_free(&h->resp);
+	http_init(&h->resp, HTTP_DIR_RESPONSE, &resp_callbacks, h);
+	http_set_budget(&h->resp, &h->t->budget);
+	http_join_body(&h->resp, chunked);
+	h->out_sync = true;
+	h->join_close = !chunked;
+	return true;
 }
 
 int h1conn_feed(struct h1conn *h, bool req, const uint8_t *p, size_t n, uint64_t ts, bool at_start,

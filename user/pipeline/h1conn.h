@@ -46,6 +46,14 @@ void h1conn_free(struct h1conn *h);
 #define H1_SWITCHED 1
 int h1conn_feed(struct h1conn *h, bool req, const uint8_t *p, size_t n, uint64_t ts, bool at_start,
 		uint64_t rx_ns, size_t *used);
+/*
+ * A server's connection joined mid-response (tracing began while it streamed, conn.c): a
+ * request marked joined (request.h) is opened for the response in flight, whose body goes on
+ * from the next bytes of the responses' direction, chunked or delimited by the close, frames of
+ * mode (enum sse_mode) at ts. Only before anything else was fed. False when it cannot be (out
+ * of memory).
+ */
+bool h1conn_join(struct h1conn *h, bool chunked, int mode, uint64_t ts);
 /* The request the 101 answered asked for HTTP/2 (Upgrade: h2c), on a server's connection,
  * with no other request open: HTTP/2 may adopt it (h1conn_switched with hand_over). */
 bool h1conn_h2c_pending(const struct h1conn *h);

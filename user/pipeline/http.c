@@ -100,6 +100,14 @@ static void http_chunk_size_begin(struct http_parser *p)
 	p->size_done = false;
 }
 
+void http_join_body(struct http_parser *p, bool chunked)
+{
+	if (chunked)
+		http_chunk_size_begin(p);
+	else
+		p->state = HTTP_ST_BODY_CLOSE;
+}
+
 /* Case-insensitive compare of a counted string with a literal. */
 static bool http_eq(const char *s, size_t len, const char *lit)
 {

@@ -130,5 +130,9 @@ bool http_upgraded(const struct http_parser *p, size_t *off);
 /* the next response has no body (it answers HEAD); call before its head is fed, or from its
  * on_head callback */
 void http_expect_no_body(struct http_parser *p);
+/* A parser started in the body of a message whose head came before tracing did (a stream
+ * joined mid-response): chunked (a chunk-size line comes next) or delimited by the close. No
+ * on_head comes for it; on_end does, at its end. */
+void http_join_body(struct http_parser *p, bool chunked);
 
 #endif

@@ -116,6 +116,8 @@ struct loss_report {
 	uint64_t local_other; /* AF_UNIX sockets of the process's own, not HTTP (not shown) */
 	/* connections joined mid-stream, and those of them no request line has come on since */
 	uint64_t joined_conns, waiting_conns;
+	/* ... and of those, the ones whose response in flight is reported from there */
+	uint64_t joined_reported;
 	/* connections that carried TLS; socket writes of TLS records, and the total time from
 	 * the TLS write call to them */
 	uint64_t tls_conns, tls_wire_writes, tls_wire_ns;

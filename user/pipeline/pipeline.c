@@ -153,7 +153,9 @@ static void pl_request_start(void *ctx, struct request *r)
 	/* Labelled at its start: the sinks key what they keep open (in flight) by it. */
 	if (p)
 		r->workload = p->wl;
-	proxy_start(&pl->proxy, r);
+	/* Joined mid-response, it has no request to pair with an upstream call. */
+	if (!r->joined)
+		proxy_start(&pl->proxy, r);
 	pl_event(pl, r, true);
 }
 
@@ -161,7 +163,8 @@ static void pl_request_done(void *ctx, struct request *r)
 {
 	struct pipeline *pl = ctx;
 
-	proxy_done(&pl->proxy, r);
+	if (!r->joined)
+		proxy_done(&pl->proxy, r);
 	pl_event(pl, r, false);
 }
 
@@ -184,12 +187,15 @@ static void pl_release(struct pipeline *pl, bool all)
 		held_out(pl);
 }
 
+static void pl_joined(void *ctx, uint32_t pid, int in_flight, int reported);
+
 int pipeline_init(struct pipeline *pl, const struct pipeline_opts *o)
 {
 	struct conn_sink sink = {
 		.request_start = pl_request_start,
 		.request_done = pl_request_done,
 		.token = pl_token,
+		.joined = pl_joined,
 		.ctx = pl,
 	};
 
@@ -237,8 +243,46 @@ int pipeline_add_process(struct pipeline *pl, uint32_t pid, bool root)
 	if (!live)
 		return -ENOMEM;
 	pl->live = live;
-	pl->live[pl->nlive++] = (struct pipeline_proc){ .pid = pid };
+	pl->live[pl->nlive++] = (struct pipeline_proc){ .pid = pid, .root = root ? pid : 0 };
 	return 0;
+}
+
+void pipeline_process_root(struct pipeline *pl, uint32_t pid, uint32_t root)
+{
+	struct pipeline_proc *p = live_proc(pl, pid);
+
+	if (p)
+		p->root = root;
+}
+
+/* The server of pid: the root it descends from, else itself. */
+static uint32_t server_of(const struct pipeline *pl, uint32_t pid)
+{
+	const struct pipeline_proc *p = live_proc(pl, pid);
+
+	return p && p->root ? p->root : pid;
+}
+
+/* An exchange in flight when tracing began, counted for its server (exchange.h). */
+static void pl_joined(void *ctx, uint32_t pid, int in_flight, int reported)
+{
+	struct pipeline *pl = ctx;
+	struct joined_servers *j = &pl->joined;
+	uint32_t server = server_of(pl, pid), i;
+
+	for (i = 0; i < j->n && j->s[i].pid != server; i++)
+		;
+	if (i == j->n) {
+		/* The servers past the cap share the last entry, pid 0. */
+		if (j->n == JOINED_SERVERS_MAX)
+			server = 0;
+		for (i = 0; i < j->n && j->s[i].pid != server; i++)
+			;
+		if (i == j->n)
+			j->s[j->n++] = (struct joined_server){ .pid = server };
+	}
+	j->s[i].in_flight += (uint64_t)(int64_t)in_flight;
+	j->s[i].reported += (uint64_t)(int64_t)reported;
 }
 
 static void drop_root(struct pipeline *pl, uint32_t pid)
@@ -360,15 +404,20 @@ int pipeline_feed(struct pipeline *pl, const void *rec, size_t len)
 		const struct ts_proc_event *e = rec;
 		const struct pipeline_proc *parent;
 		struct workload wl = { 0 };
+		uint32_t root = 0;
 
 		if (len != sizeof(*e))
 			goto bad;
 		/* Copied out before the child's entry is added: that may move the list. */
 		parent = live_proc(pl, e->ppid);
-		if (parent)
+		if (parent) {
 			wl = parent->wl;
-		if (!pipeline_add_process(pl, e->hdr.pid, false))
+			root = parent->root ? parent->root : parent->pid;
+		}
+		if (!pipeline_add_process(pl, e->hdr.pid, false)) {
 			pipeline_label_process(pl, e->hdr.pid, &wl);
+			pipeline_process_root(pl, e->hdr.pid, root);
+		}
 		if (pl->o.verbose)
 			fprintf(pl->o.err, "tokenscope: following process %u (child of %u)\n",
 				e->hdr.pid, e->ppid);
@@ -478,6 +527,7 @@ void pipeline_status(struct pipeline *pl, struct pipeline_status *st)
 	st->features = pl->features;
 	st->all_requests = pl->all_requests;
 	st->others = pl->others;
+	st->joined = pl->joined;
 }
 
 void pipeline_features(struct pipeline *pl, const struct run_feature *f, uint32_t n)
@@ -539,6 +589,7 @@ void pipeline_loss(const struct pipeline *pl, struct loss_report *loss)
 	loss->h2_midway = pl->conns.stats.h2_midway;
 	loss->joined_conns = pl->conns.stats.joined_conns;
 	loss->waiting_conns = pl->conns.stats.waiting_conns;
+	loss->joined_reported = pl->conns.stats.joined_reported;
 	loss->tls_conns = pl->conns.stats.tls_conns;
 	loss->tls_unread = pl->conns.stats.tls_unread;
 	loss->tls_wire_writes = pl->kstats[TS_STAT_TLS_WIRE_WRITES];

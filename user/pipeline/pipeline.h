@@ -65,6 +65,9 @@ uint32_t pipeline_live_pid(const struct pipeline *pl, uint32_t i);
 const struct conn_stats *pipeline_conn_stats(const struct pipeline *pl);
 /* Registers a process traced from the start; root: named by the user. */
 int pipeline_add_process(struct pipeline *pl, uint32_t pid, bool root);
+/* The root that pid, a traced process, descends from (a descendant found in /proc when root
+ * was followed): its server, for what is counted per server (joined_servers). */
+void pipeline_process_root(struct pipeline *pl, uint32_t pid, uint32_t root);
 /* Undoes pipeline_add_process (the kernel side could not follow pid after all). */
 void pipeline_forget_process(struct pipeline *pl, uint32_t pid);
 /* One ring-buffer record. -EINVAL for a malformed one (counted, skipped). */

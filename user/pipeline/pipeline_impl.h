@@ -11,6 +11,7 @@
 /* A traced process that has not exited, and where it runs (all "" when unknown). */
 struct pipeline_proc {
 	uint32_t pid;
+	uint32_t root; /* the traced root it descends from (pipeline_process_root); 0: unknown */
 	struct workload wl;
 };
 
@@ -35,6 +36,7 @@ struct pipeline {
 	bool keep_running; /* --all: the run does not end when every traced process has */
 	bool all_requests; /* --requests all: every sink gets the other requests too */
 	struct other_requests others;
+	struct joined_servers joined;
 	uint64_t last_ns;  /* the latest kernel time in any record so far */
 	uint64_t clock_ns; /* the kernel clock as the loader last read it; 0: none (a replay) */
 	struct sink sinks[PIPELINE_MAX_SINKS];

@@ -155,7 +155,9 @@ static void request_tokens_per_chunk(const struct request *r, struct request_met
 	m->tokens_per_chunk_p50 = m->tokens_per_chunk_max = -1;
 	/* One token more than frames is the end-of-sequence token that servers such as vLLM
 	 * count in usage and never stream: frames are still tokens. */
-	if (!m->tokens_from_usage || !r->ntokens || m->tokens <= (int64_t)r->ntokens + 1)
+	/* Joined mid-response, usage counts frames that were never seen. */
+	if (!m->tokens_from_usage || !r->ntokens || m->tokens <= (int64_t)r->ntokens + 1 ||
+	    r->joined)
 		return;
 	m->tokens_per_chunk_mean = (double)m->tokens / r->ntokens;
 	if (!r->chunk_tokens_ok || r->nchunk_tokens != r->ntokens)
@@ -197,10 +199,14 @@ void request_metrics(const struct request *r, struct request_metrics *m)
 	if (r->ntokens >= 1 && m->tokens >= 2)
 		m->tpot_ns =
 		    (int64_t)(r->token_ns[r->ntokens - 1] - r->first_token_ns) / (m->tokens - 1);
-	m->tok_per_s = m->e2e_ns > 0 && m->tokens > 0 ? m->tokens / (m->e2e_ns / 1e9) : NAN;
 	m->ttft_byte_ns = request_since_arrival(r, r->first_byte_ns);
 	m->ttft_chunk_ns = request_since_arrival(r, r->first_chunk_ns);
 	m->ttft_text_ns = request_since_arrival(r, r->first_text_ns);
+	/* Joined mid-response: what needs the request's start or its first token is unknown. */
+	if (r->joined)
+		m->ttft_ns = m->e2e_ns = m->tpot_ns = m->ttft_byte_ns = m->ttft_chunk_ns =
+		    m->ttft_text_ns = m->socket_wait_ns = -1;
+	m->tok_per_s = m->e2e_ns > 0 && m->tokens > 0 ? m->tokens / (m->e2e_ns / 1e9) : NAN;
 	request_tokens_per_chunk(r, m);
 	m->upstream_ttft_ns = m->proxy_ttft_ns = -1;
 	if (!r->client && r->peer.set && r->peer.first_token_ns &&

@@ -63,6 +63,11 @@ struct request {
 	/* The traced process made it (a client of an upstream server): its times are the
 	 * process's writes of the request and reads of the response, and conn is local->peer. */
 	bool client;
+	/* Joined mid-response: tracing began while the server was streaming it (attached then, or
+	 * found by --all from this very stream). Its request and first tokens were never seen:
+	 * method and path are "", arrival_ns is where its response was first seen, and TTFT, E2E
+	 * and TPOT are unknown (request_metrics); its tokens are those seen, or usage's count. */
+	bool joined;
 	char method[16];
 	char path[256];
 	struct req_info info;	     /* model, stream, max_tokens, join keys from the body */

@@ -48,6 +48,19 @@ struct other_requests {
 	uint64_t rest; /* of requests whose method and path found no room */
 };
 
+/* Per server (a traced root process: -p's or --all's; a process whose root is unknown stands
+ * for itself), the exchanges it was serving when tracing began that were met on its
+ * connections (a connection's first bytes came mid-exchange), and how many of them are
+ * reported from where they were joined (request.joined); the rest are not reported. */
+#define JOINED_SERVERS_MAX 16
+struct joined_servers {
+	struct joined_server {
+		uint32_t pid; /* 0: the servers past JOINED_SERVERS_MAX, together */
+		uint64_t in_flight, reported;
+	} s[JOINED_SERVERS_MAX + 1];
+	uint32_t n;
+};
+
 struct pipeline_status {
 	/* Kernel time now: the latest in any record so far, or, when the live tracer read the
 	 * kernel's clock (CLOCK_MONOTONIC) later than that, the clock: idle time moves on too. A
@@ -67,6 +80,7 @@ struct pipeline_status {
 	 * (sink.others), all of them with pipeline_all_requests */
 	bool all_requests;
 	struct other_requests others;
+	struct joined_servers joined;
 };
 
 struct sink {

@@ -77,10 +77,14 @@ static void otlp_on_request(void *ctx, const struct request *r, const struct req
 	unsigned anomaly = otlp_anomaly(o->o.slow_ttft_ns, o->o.slow_itl_ns, r, m);
 	struct otlp_span *s = NULL;
 	bool wake = false, first_drop = false;
+	enum otlp_kept kept;
 
-	enum otlp_kept kept = anomaly				? OTLP_KEPT_ANOMALY
-			      : o->requests_seen < o->o.warm_up ? OTLP_KEPT_WARM_UP
-								: OTLP_KEPT_RANDOM;
+	/* Joined mid-response: a span would start where tracing met it, not where it began. */
+	if (r->joined)
+		return;
+	kept = anomaly				? OTLP_KEPT_ANOMALY
+	       : o->requests_seen < o->o.warm_up ? OTLP_KEPT_WARM_UP
+						 : OTLP_KEPT_RANDOM;
 
 	o->requests_seen++;
 	otlp_span_ids(o->id_key, r, &ids);

@@ -143,6 +143,8 @@ void output_json(FILE *f, const struct request *r, const struct request_metrics 
 	jsonw_str(&w, "conn", r->conn);
 	jsonw_str(&w, "role", r->client ? "client" : "server");
 	jsonw_str(&w, "kind", request_is_inference(r) ? "inference" : "other");
+	if (r->joined)
+		jsonw_bool(&w, "joined", true);
 	json_ends(&w, r);
 	json_trace(&w, r);
 	put_workload(&w, &r->workload);
@@ -153,8 +155,8 @@ void output_json(FILE *f, const struct request *r, const struct request_metrics 
 		jsonw_u64(&w, "h2_stream", r->stream);
 	}
 	jsonw_u64(&w, "seq", r->seq);
-	jsonw_str(&w, "method", r->method);
-	jsonw_str(&w, "path", r->path);
+	jsonw_str(&w, "method", r->joined ? NULL : r->method);
+	jsonw_str(&w, "path", r->joined ? NULL : r->path);
 	jsonw_str(&w, "model", r->info.model[0] ? r->info.model : NULL);
 	jsonw_i64(&w, "status", r->status);
 	jsonw_str(&w, "outcome", outcome_name(r->outcome));
@@ -166,7 +168,10 @@ void output_json(FILE *f, const struct request *r, const struct request_metrics 
 	jsonw_str(&w, "format", request_format(r));
 	if (r->format == FMT_GRPC)
 		i64_or_null(&w, "grpc_status", r->grpc_status);
-	jsonw_u64(&w, "arrival_ns", r->arrival_ns);
+	if (r->joined)
+		jsonw_null(&w, "arrival_ns");
+	else
+		jsonw_u64(&w, "arrival_ns", r->arrival_ns);
 	if (m->socket_wait_ns >= 0)
 		jsonw_u64(&w, "received_ns", r->received_ns);
 	else
@@ -411,7 +416,7 @@ void output_text(FILE *f, const struct request *r, const struct request_metrics 
 	text_fit(f, COL_PID, r->pid, 0, 0);
 	text_put(f, COL_PEER, text_peer(peer_col, sizeof(peer_col), peer ? peer : r->conn));
 	text_put(f, COL_METHOD,
-		 escape_text_col(method_col, sizeof(method_col), r->method,
+		 escape_text_col(method_col, sizeof(method_col), r->joined ? "joined" : r->method,
 				 text_cols[COL_METHOD].width, true));
 	text_put(f, COL_OUTCOME, outcome_name(r->outcome));
 	text_fit(f, COL_HTTP, r->status, 0, 0);

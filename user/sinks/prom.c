@@ -128,6 +128,8 @@ static const char *const prom_other_kinds[] = { "health", "metrics", "models", "
 #define PROM_OTHER_KINDS (sizeof(prom_other_kinds) / sizeof(prom_other_kinds[0]))
 
 struct prom {
+	/* the exchanges in flight when tracing began, per server (pipeline_status.joined) */
+	struct joined_servers joined;
 	/* series[PROM_MAX_LABEL_SETS] is "other": every label set past the cap */
 	struct prom_series series[PROM_MAX_LABEL_SETS + 1];
 	unsigned int nseries;
@@ -324,9 +326,10 @@ static bool prom_take_features(struct prom *p, const struct pipeline_status *st)
 {
 	uint32_t n = st->nfeatures < RUN_FEATURES_MAX ? st->nfeatures : RUN_FEATURES_MAX;
 
-	if (n == p->nfeatures && !memcmp(p->features, st->features, n * sizeof(*st->features)))
+	if (n == p->nfeatures && (!n || !memcmp(p->features, st->features, n * sizeof(*st->features))))
 		return false;
-	memcpy(p->features, st->features, n * sizeof(*st->features));
+	if (n)
+		memcpy(p->features, st->features, n * sizeof(*st->features));
 	p->nfeatures = n;
 	return true;
 }
@@ -352,6 +355,10 @@ static void prom_tick(void *ctx, const struct pipeline_status *st)
 	}
 	if (prom_take_features(p, st))
 		p->dirty = true;
+	if (memcmp(&st->joined, &p->joined, sizeof(st->joined))) {
+		p->joined = st->joined;
+		p->dirty = true;
+	}
 	if (!p->dirty || !p->publish)
 		return;
 	/* Under load, one snapshot per period; once records stop, the last change at once. */
@@ -370,6 +377,7 @@ static void prom_finish(void *ctx, const struct pipeline_status *st)
 	p->traced = st->ntraced;
 	p->inflight = st->in_flight;
 	prom_take_features(p, st);
+	p->joined = st->joined;
 	prom_publish(p, st->now_ns);
 }
 
@@ -787,6 +795,27 @@ static void render_other_requests(const struct prom *p, FILE *f)
 			prom_other_kinds[k], p->other_requests[k]);
 }
 
+static void render_joined(const struct prom *p, FILE *f)
+{
+	put_header(f, "tokenscope_joined_requests_total", "counter",
+		   "Exchanges each traced server (pid of -p or --all; \"other\" past 16) was in "
+		   "when tracing began, met on its connections: reported=\"yes\" is reported from "
+		   "mid-response (no TTFT, no arrival), reported=\"no\" is not reported.");
+	for (uint32_t i = 0; i < p->joined.n; i++) {
+		const struct joined_server *js = &p->joined.s[i];
+		char pid[16];
+
+		if (js->pid)
+			snprintf(pid, sizeof(pid), "%u", js->pid);
+		else
+			snprintf(pid, sizeof(pid), "other");
+		fprintf(f, "tokenscope_joined_requests_total{pid=\"%s\",reported=\"yes\"} %" PRIu64 "\n",
+			pid, js->reported);
+		fprintf(f, "tokenscope_joined_requests_total{pid=\"%s\",reported=\"no\"} %" PRIu64 "\n",
+			pid, js->in_flight - js->reported);
+	}
+}
+
 /* Only once a cap was reached, like the "other" series it counts. */
 static void render_overflow(const struct prom *p, FILE *f)
 {
@@ -897,6 +926,7 @@ int prom_render(struct prom *p, char **buf, size_t *len)
 	render_loss(p, f);
 	render_overflow(p, f);
 	render_other_requests(p, f);
+	render_joined(p, f);
 	render_gpu(p, f);
 	render_nvml(p, f);
 	if (p->extra)

@@ -468,7 +468,7 @@ static const struct {
 	CONN("ignored", ignored_conns),	  CONN("h2_midway", h2_midway),
 	CONN("local_other", local_other), CONN("client", client_conns),
 	CONN("tls", tls_conns),		  CONN("joined", joined_conns),
-	CONN("waiting", waiting_conns),
+	CONN("waiting", waiting_conns),	  CONN("joined_reported", joined_reported),
 #undef CONN
 };
 
@@ -633,6 +633,45 @@ static void print_others(FILE *f, const struct other_requests *o)
 	fputs(o->ntop || o->rest ? ")\n" : "\n", f);
 }
 
+/* Servers named on the joined line, the most first; the rest are summed. */
+#define JOINED_NAMED 4
+
+/* The exchanges the servers were in when tracing began (pipeline_status.joined): how many were
+ * met, how many are reported from where they were joined, and whose the rest were. */
+static void print_joined(FILE *f, const struct joined_servers *j)
+{
+	uint64_t in = 0, rep = 0, rest = 0;
+	uint32_t named = 0;
+	const char *sep = " (";
+
+	for (uint32_t i = 0; i < j->n; i++) {
+		in += j->s[i].in_flight;
+		rep += j->s[i].reported;
+	}
+	if (!in)
+		return;
+	fprintf(f, "  in flight when tracing began: %llu, reported from mid-response: %llu",
+		(unsigned long long)in, (unsigned long long)rep);
+	if (in > rep)
+		fprintf(f, ", not reported: %llu", (unsigned long long)(in - rep));
+	for (uint32_t i = 0; i < j->n && in > rep; i++) {
+		uint64_t n = j->s[i].in_flight - j->s[i].reported;
+
+		if (!n)
+			continue;
+		if (named == JOINED_NAMED || !j->s[i].pid) {
+			rest += n;
+			continue;
+		}
+		fprintf(f, "%spid %u: %llu", sep, j->s[i].pid, (unsigned long long)n);
+		sep = ", ";
+		named++;
+	}
+	if (rest)
+		fprintf(f, "%sother servers: %llu", sep, (unsigned long long)rest);
+	fputs(named || rest ? ")\n" : "\n", f);
+}
+
 void summaries_print_total(const struct summaries *s, const struct pipeline_status *st)
 {
 	if (!s->out)
@@ -640,6 +679,7 @@ void summaries_print_total(const struct summaries *s, const struct pipeline_stat
 	summary_print(&s->total, &st->loss, "summary", s->out);
 	if (!st->all_requests && st->others.total)
 		print_others(s->out, &st->others);
+	print_joined(s->out, &st->joined);
 	if (st->gpu.nprocs || st->gpu.procs_dropped || st->gpu.batch_early || st->gpu.batch_late)
 		summary_print_gpu(&st->gpu, s->out);
 	fflush(s->out);
@@ -677,6 +717,22 @@ static void sums_finish(void *ctx, const struct pipeline_status *st)
 		jsonw_u64(&w, "rest", st->others.rest);
 		jsonw_obj_end(&w);
 	}
+	/* The exchanges in flight when tracing began, per server (print_joined). */
+	jsonw_arr_begin(&w, "joined_in_flight");
+	for (uint32_t i = 0; i < st->joined.n; i++) {
+		const struct joined_server *js = &st->joined.s[i];
+
+		jsonw_obj_begin(&w, NULL);
+		if (js->pid)
+			jsonw_u64(&w, "pid", js->pid);
+		else
+			jsonw_null(&w, "pid");
+		jsonw_u64(&w, "in_flight", js->in_flight);
+		jsonw_u64(&w, "reported", js->reported);
+		jsonw_u64(&w, "not_reported", js->in_flight - js->reported);
+		jsonw_obj_end(&w);
+	}
+	jsonw_arr_end(&w);
 	/* The kernel features the programs used, as tokenscope check names them; a replay has
 	 * none. */
 	if (st->nfeatures) {

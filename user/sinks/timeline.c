@@ -378,7 +378,9 @@ static void tl_request(void *ctx, const struct request *r, const struct request_
 	const uint32_t pid = TIMELINE_CONN_PID;
 	bool attributed = ga && ga->queue_ns >= 0 && ga->prefill_ns >= 0;
 	/* A request the traced process made to an upstream is named apart on its own track. */
-	const char *what = r->client ? "upstream request" : "request";
+	const char *what = r->client   ? "upstream request"
+			   : r->joined ? "request joined mid-response"
+				       : "request";
 	unsigned int lane;
 	uint64_t tid;
 	char name[48];
