@@ -2,8 +2,9 @@
 # How long tokenscope takes to exit after its summary, tracing many processes with probes in
 # them: N Python processes (default 100) that map OpenSSL (so each holds the TLS probes), all
 # children of one parent traced with -p, on a machine loaded with LOAD busy loops (default 2).
-# Prints the seconds from SIGINT to the summary and from the summary to the exit, ROUNDS times
-# (default 3). Needs root. Usage: scripts/detach_time.sh [TOKENSCOPE]
+# Prints the seconds from SIGINT to the summary, from the summary to the exit, and from the
+# exit until the probes are gone (tokenscope-exit, the child that removes them, has ended: a
+# tokenscope started meanwhile waits that long), ROUNDS times (default 3). Needs root. Usage: scripts/detach_time.sh [TOKENSCOPE]
 set -u
 cd "$(dirname "$0")/.." || exit 1
 TS=${1:-.output/tokenscope}
@@ -51,8 +52,12 @@ for r in $(seq "$ROUNDS"); do
 	wait "$ts"
 	rc=$?
 	t2=$(date +%s.%N)
+	# what removes the probes after the exit (a tokenscope started now waits for it)
+	# (not one that exited and waits to be reaped: init may take a second or two)
+	while ps -C tokenscope-exit -o stat= | grep -v Z >/dev/null; do sleep 0.01; done
+	t3=$(date +%s.%N)
 	probes=$(grep -o 'tracing TLS calls' "$TMP/err" | wc -l)
-	printf 'round %d: %d processes hooked (TLS), SIGINT -> summary %.2f s, summary -> exit %.2f s (exit %d)\n' \
-		"$r" "$probes" "$(echo "$t1 - $t0" | bc)" "$(echo "$t2 - $t1" | bc)" "$rc"
+	printf 'round %d: %d processes hooked (TLS), SIGINT -> summary %.2f s, summary -> exit %.2f s (exit %d), probes gone %.2f s after the exit\n' \
+		"$r" "$probes" "$(echo "$t1 - $t0" | bc)" "$(echo "$t2 - $t1" | bc)" "$rc" "$(echo "$t3 - $t2" | bc)"
 	grep -E 'removing|background' "$TMP/err" | sed 's/^/  /'
 done

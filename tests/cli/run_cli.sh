@@ -395,8 +395,9 @@ kill "$llpid" 2>/dev/null
 # of the reference server under a neutral name (write), the Node e2e server (writev of 4
 # iovecs), the Go e2e server (raw writes from any thread; where a Go toolchain is installed)
 # and an Ollama-style NDJSON server (sendto). Each client makes 3 requests on one
-# keep-alive connection; the first is in flight when its server is found and is not reported,
-# the other two are, with the client's token counts. A process writing other bytes to TCP and
+# keep-alive connection; the first is in flight when its server is found and is reported from
+# its next frame (joined: its frames where the client read them, its end, no start), the other
+# two whole, with the client's token counts. A process writing other bytes to TCP and
 # one writing SSE frames to a pipe and a file are not attached.
 cp "$RS" "$TMP/bin/xyzsrv"
 "$TS" trace --all --json >"$TMP/traffic.out" 2>"$TMP/traffic.err" &
@@ -491,12 +492,38 @@ for pid, name, rule, gt in (a.split() for a in sys.argv[4:]):
         bad.append(f"{name} {pid} not found by {rule}")
         continue
     client = sorted((json.loads(l) for l in open(f"{tmp}/{gt}.json")), key=lambda c: c["seq"])
-    mine = [t for t in ts if t["pid"] == int(pid)]
+    mine = [t for t in ts if t["pid"] == int(pid) and not t.get("joined")]
+    joined = [t for t in ts if t["pid"] == int(pid) and t.get("joined")]
     want = client[1:]  # the first request was in flight when the server was found
     if len(mine) != len(want) or any(c["outcome"] != "ok" for c in client):
-        bad.append(f"{name}: {len(mine)} requests reported, want {len(want)} "
+        bad.append(f"{name}: {len(mine)} requests reported whole, want {len(want)} "
                    f"(client outcomes {[c['outcome'] for c in client]})")
         continue
+    # The revealing request, from its next frame: the rest of its frames, each where the
+    # client read it, its end, no start.
+    if len(joined) != 1:
+        bad.append(f"{name}: {len(joined)} requests reported joined, want 1")
+    else:
+        j, c = joined[0], client[0]
+        seen = j["frames"]
+        skipped = c["frames"] - seen
+        nulls = [k for k in ("arrival_ns", "ttft_ms", "e2e_ms", "method", "path") if j[k] is not None]
+        if j["outcome"] != "ok" or nulls or not 0 < seen < c["frames"]:
+            bad.append(f"{name} joined: {j['outcome']}, frames {seen} of {c['frames']}, "
+                       f"not null: {nulls}")
+        elif j["tokens_from"] == "usage" and j["tokens"] != c["tokens"]:
+            bad.append(f"{name} joined: usage says {j['tokens']} tokens, client {c['tokens']}")
+        elif j["tokens_from"] != "usage" and j["tokens"] != seen:
+            bad.append(f"{name} joined: {j['tokens']} tokens from {seen} frames")
+        else:
+            d_first = (c["token_ns"][skipped] - j["first_token_ns"]) / 1e6
+            d_end = (c["end_ns"] - j["end_ns"]) / 1e6
+            if not (0 <= d_first < 10 and 0 <= d_end < 10):
+                bad.append(f"{name} joined: client read its first frame seen {d_first:.3f} ms "
+                           f"and its end {d_end:.3f} ms after tokenscope's times")
+    m = re.search(r"in flight when tracing began: (\d+), reported from mid-response: (\d+)", err)
+    if not m or int(m[2]) < 1:
+        bad.append(f"no 'in flight when tracing began' line with the joined ones")
     for t, c in zip(mine, want):
         if (t["outcome"], t["tokens"], t["frames"]) != ("ok", c["tokens"], c["frames"]):
             bad.append(f"{name} seq {c['seq']}: {t['outcome']} tokens={t['tokens']} "
@@ -508,7 +535,7 @@ print("; ".join(bad) or "-")
 PY
 )
 if [ $rc -eq 0 ] && [ "$verdict" = "-" ]; then
-	ok "--all finds servers by their SSE and NDJSON traffic; later requests exact, others not attached"
+	ok "--all finds servers by their SSE and NDJSON traffic; the revealing request joined, later ones exact, others not attached"
 else
 	ko "--all traffic" "rc=$rc: $verdict"
 fi
@@ -707,6 +734,33 @@ else
 	ko "no traffic hint" "$(grep -hv '^  ' "$TMP/quiet.err" "$TMP/quiet2.err")"
 fi
 kill "$childpid" "$lstpid" 2>/dev/null
+
+# 17. A tokenscope started while an earlier one's child (tokenscope-exit) still removes its
+# probes waits for it before it probes anything, and says so: here a stand-in of that name that
+# lives 1.5 s. One that exited and waits to be reaped (a zombie) is not waited for.
+mkdir -p "$TMP/bin"
+cp "$(command -v sleep)" "$TMP/bin/tokenscope-exit"
+start_server
+"$TMP/bin/tokenscope-exit" 1.5 &
+standin=$!
+pids+=("$standin")
+t0=$(date +%s.%N)
+if start_tracer earlier -p "$RSPID"; then
+	t1=$(date +%s.%N)
+	waited=$(echo "$t1 - $t0" | bc)
+else
+	waited=never
+fi
+kill -INT "$TSPID" 2>/dev/null
+wait "$TSPID" 2>/dev/null
+kill "$RSPID" 2>/dev/null
+if grep -qx "tokenscope: waiting for tokenscope-exit (PID $standin) to remove an earlier run's probes first" \
+	"$TMP/earlier.err" && [ "$waited" != never ] && [ "$(echo "$waited >= 1.4" | bc)" = 1 ] &&
+	! kill -0 "$standin" 2>/dev/null; then
+	ok "a start waits for an earlier run's probe removal (tokenscope-exit) to end: attached after $waited s"
+else
+	ko "earlier tokenscope-exit" "attached after $waited s: $(head -n 3 "$TMP/earlier.err")"
+fi
 
 echo "$pass passed, $fail failed, $skip skipped"
 [ $fail -eq 0 ]

@@ -19,7 +19,6 @@ failed.
 import os
 import pty
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -27,6 +26,8 @@ import time
 import unicodedata
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+from lib import free_port  # noqa: E402
 TS = os.path.join(ROOT, ".output/tokenscope")
 RS = os.path.join(ROOT, ".output/refserver")
 GT = os.path.join(ROOT, ".output/gtclient")
@@ -78,14 +79,6 @@ def run(argv, **kw):
     p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60,
                        **kw)
     return p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def wait_line(path, text, seconds):

@@ -779,10 +779,18 @@ def run_case(argv_of, work, tol_ns, verbose):
         lines = read_jsonl(log("tokenscope.out"), "tokenscope")
         # The served requests are the client's; a proxy's own requests to its upstream
         # (role client) are checked against them below.
-        got = [t for t in lines if t.get("role") == "server"]
+        got = [t for t in lines if t.get("role") == "server" and not t.get("joined")]
         upstream = [t for t in lines if t.get("role") == "client"]
+        # Responses streaming when tracing began (a warm-up's, a warm pool's): reported from
+        # where they were joined, never the measured client's; each without a start.
+        joined = [t for t in lines if t.get("role") == "server" and t.get("joined")]
         over_tls = "--tls" in extra
         errors = compare(gt, got, tol_ns, verbose, tls=over_tls)
+        for t in joined:
+            if any(t.get(k) is not None for k in ("arrival_ns", "ttft_ms", "e2e_ms", "method")):
+                errors.append(Mismatch(f"joined {t.get('conn')}: a start reported: "
+                                       f"arrival_ns {t.get('arrival_ns')}, ttft_ms "
+                                       f"{t.get('ttft_ms')}, method {t.get('method')}"))
         if getattr(argv_of, "proxy", False):
             proxied(got, upstream, errors)
         elif upstream:
@@ -878,7 +886,8 @@ def pool_checked(pool, before, served, upstream, lines, errors):
                                f"{conns}"))
     return (f"{len(before)} gateway->upstream connections established at attach; "
             f"{len(served)} served, {len(upstream)} upstream calls, {on_pooled} of them on "
-            f"pooled connections; summary connections {conns}")
+            f"pooled connections; summary connections {conns}; in flight at attach "
+            f"{summary.get('joined_in_flight')}")
 
 
 def proxied(served, upstream, errors):

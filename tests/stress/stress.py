@@ -55,6 +55,8 @@ import urllib.request
 from strict_receiver import lone_surrogate  # beside this file: one check for both
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+from lib import free_port  # noqa: E402
 HERE = os.path.join(ROOT, "tests", "stress")
 TS = os.path.abspath(os.environ.get("TOKENSCOPE", os.path.join(ROOT, ".output/tokenscope")))
 RS = os.path.abspath(os.environ.get("REFSERVER", os.path.join(ROOT, ".output/refserver")))
@@ -237,14 +239,6 @@ def wait_listening(path, p, timeout=T_START):
         return int(m.group(1)) if m else (None if p.poll() is None else -1)
     v = wait_for(port, timeout)
     return v if v and v > 0 else None
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def run(argv, timeout, stdin=subprocess.DEVNULL):

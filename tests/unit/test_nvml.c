@@ -349,17 +349,26 @@ TEST(test_thread_no_driver)
 
 /* quiet: the reason kept until asked for, then said once; asked for before the thread knows
  * it (a CUDA library hooked at attach), it is said when the thread finds it out. */
+/* A quiet NVML thread (o->quiet) on the stand-in set up by stub, its messages into msg (cleared)
+ * through a new *err. */
+static struct nvml *start_quiet(struct nvml_opts *o, FILE **err, const char *stub)
+{
+	memset(msg, 0, sizeof(msg));
+	*err = fmemopen(msg, sizeof(msg), "w");
+	o->err = *err;
+	setenv("TS_NVML_STUB", stub, 1);
+	return nvml_start(o);
+}
+
 TEST(test_thread_quiet_until_asked)
 {
 	static const char want[] = "tokenscope: NVML unavailable (nvmlInit: Driver Not Loaded): no "
 				   "GPU utilisation or memory\n";
-	FILE *err = fmemopen(msg, sizeof(msg), "w");
-	struct nvml_opts o = { .library = STANDIN, .period_ms = 10, .err = err, .quiet = true };
+	struct nvml_opts o = { .library = STANDIN, .period_ms = 10, .quiet = true };
 	struct nvml *n;
+	FILE *err;
 
-	memset(msg, 0, sizeof(msg));
-	setenv("TS_NVML_STUB", "fail=9;" TWO_GPUS, 1);
-	n = nvml_start(&o);
+	n = start_quiet(&o, &err, "fail=9;" TWO_GPUS);
 	if (ASSERT_OK_PTR(n, "start")) {
 		usleep(100000);
 		fflush(err);
@@ -372,11 +381,7 @@ TEST(test_thread_quiet_until_asked)
 	}
 	fclose(err);
 
-	err = fmemopen(msg, sizeof(msg), "w");
-	o.err = err;
-	memset(msg, 0, sizeof(msg));
-	setenv("TS_NVML_STUB", "init_ms=100;fail=9;" TWO_GPUS, 1);
-	n = nvml_start(&o);
+	n = start_quiet(&o, &err, "init_ms=100;fail=9;" TWO_GPUS);
 	if (ASSERT_OK_PTR(n, "start")) {
 		nvml_say_why(n);
 		fflush(err);
@@ -387,11 +392,7 @@ TEST(test_thread_quiet_until_asked)
 	fclose(err);
 	ASSERT_STREQ(msg, want, "said by the thread once it failed");
 
-	err = fmemopen(msg, sizeof(msg), "w");
-	o.err = err;
-	memset(msg, 0, sizeof(msg));
-	setenv("TS_NVML_STUB", TWO_GPUS, 1);
-	n = nvml_start(&o);
+	n = start_quiet(&o, &err, TWO_GPUS);
 	if (ASSERT_OK_PTR(n, "start")) {
 		usleep(100000);
 		nvml_say_why(n);

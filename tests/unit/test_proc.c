@@ -108,6 +108,25 @@ TEST(test_descendants)
 	ASSERT_OK(system(cmd), "clean up");
 }
 
+/* Live processes by comm: a zombie is not one, nor a comm that only starts the same. */
+TEST(test_find_live)
+{
+	char root[] = "/tmp/ts-proc-XXXXXX", cmd[64];
+
+	if (!ASSERT_OK_PTR(mkdtemp(root), "temp dir"))
+		return;
+	ASSERT_EQ(proc_find_live(root, "tokenscope-exit"), 0, "none");
+	put(root, 20, "20 (tokenscope-exit) Z 1");
+	put(root, 21, "21 (tokenscope-exi) S 1");
+	put(root, 22, "22 (a) (tokenscope-exit) S 1");
+	ASSERT_EQ(proc_find_live(root, "tokenscope-exit"), 0, "a zombie and other names");
+	put(root, 23, "23 (tokenscope-exit) D 1");
+	ASSERT_EQ(proc_find_live(root, "tokenscope-exit"), 23, "one removing probes");
+	ASSERT_EQ(proc_find_live(root, "a) (tokenscope-exit"), 22, "a comm with parentheses");
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", root);
+	ASSERT_OK(system(cmd), "clean up");
+}
+
 int main(void)
 {
 	return check_run_all();

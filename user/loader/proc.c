@@ -298,3 +298,35 @@ int proc_listen_ports(uint32_t pid, uint16_t *ports, int max)
 	closedir(d);
 	return found;
 }
+
+uint32_t proc_find_live(const char *proc_root, const char *comm)
+{
+	DIR *d = opendir(proc_root);
+	size_t len = strlen(comm);
+	struct dirent *e;
+	uint32_t found = 0;
+
+	if (!d)
+		return 0;
+	while (!found && (e = readdir(d))) {
+		char path[300], stat[128];
+		const char *open_paren, *close_paren;
+
+		if (e->d_name[0] < '1' || e->d_name[0] > '9')
+			continue;
+		snprintf(path, sizeof(path), "%s/%s/stat", proc_root, e->d_name);
+		if (proc_read_file(path, stat, sizeof(stat)) <= 0)
+			continue;
+		/* "PID (COMM) STATE ...": the comm may hold parentheses, so the last ')' ends it */
+		open_paren = strchr(stat, '(');
+		close_paren = strrchr(stat, ')');
+		if (!open_paren || !close_paren || close_paren < open_paren ||
+		    (size_t)(close_paren - open_paren - 1) != len ||
+		    memcmp(open_paren + 1, comm, len) || close_paren[1] != ' ')
+			continue;
+		if (close_paren[2] && close_paren[2] != 'Z' && close_paren[2] != 'X')
+			found = (uint32_t)strtoul(e->d_name, NULL, 10);
+	}
+	closedir(d);
+	return found;
+}

@@ -40,6 +40,10 @@ char proc_state(uint32_t pid);
  * names another pid. */
 int proc_read_stat(const char *proc_root, const char *name, uint32_t *pid, uint32_t *ppid);
 
+/* A live process named comm (its whole comm) in proc_root: its pid, or 0 when there is none.
+ * One that has exited and is not reaped yet (a zombie) is not live. */
+uint32_t proc_find_live(const char *proc_root, const char *comm);
+
 /* Display cells a mapped file's path is shown in, in a message. */
 #define PROC_MAP_SHOWN_CELLS 160
 

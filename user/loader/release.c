@@ -5,11 +5,14 @@
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "loader/proc.h"
 #include "loader/release.h"
 
 /* The directory entries read at a time. */
@@ -115,4 +118,41 @@ int release_background(void (*after)(void))
 	if (after)
 		after();
 	_exit(0);
+}
+
+static double now_s(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+int release_wait_earlier(const char *proc_root, double max_s, double say_s, FILE *err)
+{
+	double start = now_s();
+	bool said = false;
+	pid_t pid;
+
+	while ((pid = (pid_t)proc_find_live(proc_root, "tokenscope-exit"))) {
+		double waited = now_s() - start;
+
+		if (waited >= max_s) {
+			fprintf(err,
+				"tokenscope: tokenscope-exit (PID %d) still removes an earlier run's "
+				"probes after %.0f s: starting anyway (calls into the same functions "
+				"may be missed until it is done)\n",
+				(int)pid, max_s);
+			return -ETIMEDOUT;
+		}
+		if (!said && waited >= say_s) {
+			fprintf(err,
+				"tokenscope: waiting for tokenscope-exit (PID %d) to remove an earlier "
+				"run's probes first\n",
+				(int)pid);
+			said = true;
+		}
+		usleep(20000);
+	}
+	return 0;
 }

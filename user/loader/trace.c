@@ -866,8 +866,10 @@ int trace_check(const struct trace_opts *o)
 	return 0;
 }
 
-/* Probes from which on their removal is said: about half a second on the development VMs. */
-#define DETACH_SAY_PROBES 6
+/* An earlier tokenscope's probes still being removed (release_wait_earlier): waited for at
+ * start, said after half a second, at most ten (thousands of probes take that long). */
+#define EARLIER_SAY_S 0.5
+#define EARLIER_MAX_S 10.0
 
 static bool leave_asked(void *ctx)
 {
@@ -875,19 +877,32 @@ static bool leave_asked(void *ctx)
 }
 
 /*
- * The probes removed, saying so when that takes a while (trace.h): true when they are gone;
- * false when a signal asked to leave the rest to the kernel and a child took them over
- * (release.h), the kernel side then not to be touched again. They are removed before exit, not
- * by default in the background: a tokenscope started right after would put its own probes on
- * the same functions while the kernel took these off, and on Linux 6.18 that lost calls of the
- * new one's (TLS requests missed in the e2e tests run back to back).
+ * The kernel side let go: true when it is gone, from here; false when a child process took it
+ * over (release.h), the kernel side then not to be touched again. Removing a probe event waits
+ * for grace periods inside a lock the whole kernel shares (event_mutex: three per traced
+ * function, about 0.6 s for the 612 events of 100 processes holding the TLS probes, 0.14 s for
+ * the two syscall tracepoints), and closing them from 16 threads at once gained little (0.9 to
+ * 0.75 s), so the child removes them while tokenscope exits. A tokenscope started meanwhile
+ * waits for the child before it probes anything (release_wait_earlier): probes put on a
+ * function while the kernel took others off it lost calls on Linux 6.18. Only where no child
+ * can be made is everything removed here, said first, and a second Ctrl-C leaves the rest to
+ * the kernel (the descriptors close at exit).
  */
 static bool detach_all(struct tracer *tr, volatile sig_atomic_t *exiting)
 {
-	int n = uprobes_count(&tr->cuda);
+	int n = uprobes_count(&tr->cuda), pid;
 	bool done;
 
-	if (n >= DETACH_SAY_PROBES)
+	pid = release_background(tracefs_cleanup);
+	if (pid > 0) {
+		if (n > 0)
+			fprintf(stderr,
+				"tokenscope: %d probe%s removed in the background by "
+				"tokenscope-exit (PID %d)\n",
+				n, n == 1 ? " is" : "s are", pid);
+		return false;
+	}
+	if (n > 0)
 		fprintf(stderr,
 			"tokenscope: removing %d probes from the kernel (each waits for it to be "
 			"safe); Ctrl-C again to leave them to it\n",
@@ -895,12 +910,8 @@ static bool detach_all(struct tracer *tr, volatile sig_atomic_t *exiting)
 	if (*exiting != TRACE_LEAVE)
 		*exiting = TRACE_REMOVING;
 	done = uprobes_detach(&tr->cuda, leave_asked, (void *)exiting);
-	if (!done && release_background(tracefs_cleanup) > 0) {
-		fprintf(stderr, "tokenscope: the kernel removes the rest in the background\n");
-		return false;
-	}
 	if (!done)
-		uprobes_detach(&tr->cuda, NULL, NULL);
+		return false; /* left to the kernel: this process exits, and its descriptors go */
 	*exiting = TRACE_ENDING;
 	return true;
 }
@@ -952,6 +963,8 @@ int trace_run(const struct trace_opts *o, struct pipeline *pl, const struct trac
 		tr.recording = true;
 		fprintf(stderr, "tokenscope: recording the event stream to %s\n", o->record_path);
 	}
+	/* Never probing while an earlier run's probes are still being taken off. */
+	release_wait_earlier("/proc", EARLIER_MAX_S, EARLIER_SAY_S, stderr);
 	err = trace_load(&tr, o);
 	if (err)
 		goto out;

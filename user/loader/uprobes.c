@@ -2,8 +2,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <gelf.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <libelf.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -161,16 +159,13 @@ static struct uprobes_hook *hook_new(struct uprobes *u, uint32_t pid, int file)
 	return h;
 }
 
-/* Slots uprobes_detach emptied already hold NULL or -1. */
 static void hook_unlink(struct uprobes_hook *h)
 {
 	for (int i = 0; i < h->nlinks; i++)
-		if (h->links[i])
-			kernel_link_destroy(h->links[i]);
+		kernel_link_destroy(h->links[i]);
 	h->nlinks = 0;
 	for (int i = 0; i < h->nfds; i++)
-		if (h->fds[i] >= 0)
-			close(h->fds[i]);
+		close(h->fds[i]);
 	h->nfds = 0;
 }
 
@@ -293,8 +288,7 @@ static void probes_remove(struct uprobes_file *cf, int from)
 	while (cf->nprobes > from) {
 		int i = --cf->nprobes;
 
-		if (cf->carried[i])
-			kernel_link_destroy(cf->carried[i]);
+		kernel_link_destroy(cf->carried[i]);
 		tracefs_uprobe_remove(cf->ids[i]);
 	}
 }
@@ -1047,114 +1041,13 @@ int uprobes_count(const struct uprobes *u)
 	return n;
 }
 
-/*
- * Closing in parallel. Each probe event's release waits for an RCU grace period in the kernel
- * (perf_event_release_kernel), and the waits of threads that close at the same time end at the
- * same grace period: removing 600 events one after another takes 600 of them, from 16 threads
- * about 40. A slot is emptied (NULL, -1) once closed, so that what is left after a stop is
- * known.
- */
-#define DETACH_THREADS 16
-
-struct closing {
-	struct bpf_link ***link_slots; /* every link to destroy ... */
-	int nlinks;
-	int **fd_slots; /* ... and every descriptor to close */
-	int nfds;
-	atomic_int next;
-	bool (*stop)(void *ctx);
-	void *ctx;
-	atomic_bool stopped;
-};
-
-static void *closer(void *arg)
-{
-	struct closing *c = arg;
-
-	for (;;) {
-		int i;
-
-		if (c->stop && c->stop(c->ctx)) {
-			atomic_store(&c->stopped, true);
-			return NULL;
-		}
-		i = atomic_fetch_add(&c->next, 1);
-		if (i < c->nlinks) {
-			kernel_link_destroy(*c->link_slots[i]);
-			*c->link_slots[i] = NULL;
-		} else if (i < c->nlinks + c->nfds) {
-			close(*c->fd_slots[i - c->nlinks]);
-			*c->fd_slots[i - c->nlinks] = -1;
-		} else {
-			return NULL;
-		}
-	}
-}
-
-/* Every link and descriptor of u closed by up to DETACH_THREADS threads (here alone when none
- * can start); false when stop said to stop first. Without memory for the lists nothing is
- * closed here (uprobes_detach goes on one by one). */
-static bool close_all(struct uprobes *u, bool (*stop)(void *ctx), void *ctx)
-{
-	struct closing c = { .stop = stop, .ctx = ctx };
-	pthread_t th[DETACH_THREADS];
-	int n = 0, nth = 0, li = 0, fi = 0;
-
-	for (int i = 0; i < u->nhooks; i++)
-		n += u->hooks[i].nlinks + u->hooks[i].nfds;
-	for (int i = 0; i < u->nfiles; i++)
-		n += u->files[i].nprobes > 0 ? u->files[i].nprobes : 0;
-	if (!n)
-		return true;
-	c.link_slots = calloc((size_t)n, sizeof(*c.link_slots));
-	c.fd_slots = calloc((size_t)n, sizeof(*c.fd_slots));
-	if (!c.link_slots || !c.fd_slots) {
-		free(c.link_slots);
-		free(c.fd_slots);
-		return true;
-	}
-	for (int i = 0; i < u->nhooks; i++) {
-		struct uprobes_hook *h = &u->hooks[i];
-
-		for (int k = 0; k < h->nlinks; k++)
-			if (h->links[k])
-				c.link_slots[li++] = &h->links[k];
-		for (int k = 0; k < h->nfds; k++)
-			if (h->fds[k] >= 0)
-				c.fd_slots[fi++] = &h->fds[k];
-	}
-	for (int i = 0; i < u->nfiles; i++)
-		for (int k = 0; k < u->files[i].nprobes; k++)
-			if (u->files[i].carried[k])
-				c.link_slots[li++] = &u->files[i].carried[k];
-	c.nlinks = li;
-	c.nfds = fi;
-	atomic_init(&c.next, 0);
-	atomic_init(&c.stopped, false);
-	n = li + fi;
-	while (nth < DETACH_THREADS && nth < (n + 7) / 8 &&
-	       !pthread_create(&th[nth], NULL, closer, &c))
-		nth++;
-	if (!nth)
-		closer(&c);
-	for (int i = 0; i < nth; i++)
-		pthread_join(th[i], NULL);
-	free(c.link_slots);
-	free(c.fd_slots);
-	return !atomic_load(&c.stopped);
-}
-
 bool uprobes_detach(struct uprobes *u, bool (*stop)(void *ctx), void *ctx)
 {
-	if (!close_all(u, stop, ctx))
-		return false;
-	/* What close_all could not take (no memory): one after another. */
 	for (int i = 0; i < u->nhooks; i++) {
 		if (stop && stop(ctx))
 			return false;
 		hook_unlink(&u->hooks[i]);
 	}
-	/* The files' tracefs events, each free of its carrier by now. */
 	for (int i = 0; i < u->nfiles; i++) {
 		if (stop && stop(ctx))
 			return false;

@@ -334,22 +334,54 @@ void request_close(struct request *r, uint64_t end_ns, bool complete)
 		r->unknown_frames = true;
 }
 
-/* The paths of the inference APIs (OpenAI's, Anthropic's, TGI's, Ollama's): a request there
- * that failed before any of it was read (a 400 for a bad body) is a failed inference request. */
+bool request_path_ends(const struct request *r, const char *suffix)
+{
+	size_t n = strcspn(r->path, "?"), l = strlen(suffix);
+
+	return n >= l && !memcmp(r->path + n - l, suffix, l);
+}
+
+/* The paths of the inference APIs (OpenAI's, Anthropic's, TGI's, Ollama's) by how they end, in
+ * the order they are tried (/chat/completions before /completions), and the GenAI operation
+ * each serves. A request to one that failed before any of it was read (a 400 for a bad body)
+ * is a failed inference request; an embeddings request is inference by its body alone. */
+static const struct {
+	const char *end;
+	const char *operation;
+	bool inference;
+} endpoints[] = {
+	{ "/chat/completions", "chat", true },
+	{ "/messages", "chat", true },
+	{ "/api/chat", "chat", true },
+	/* OpenAI's Responses API: openai.api.type tells it from chat completions */
+	{ "/responses", "chat", true },
+	{ "/completions", "text_completion", true },
+	{ "/generate", "text_completion", true },
+	{ "/generate_stream", "text_completion", true },
+	{ "/embeddings", "embeddings", false },
+	{ "/api/embed", "embeddings", false },
+};
+
+static int endpoint_of(const struct request *r)
+{
+	for (size_t i = 0; i < sizeof(endpoints) / sizeof(endpoints[0]); i++)
+		if (request_path_ends(r, endpoints[i].end))
+			return (int)i;
+	return -1;
+}
+
+const char *request_path_operation(const struct request *r)
+{
+	int i = endpoint_of(r);
+
+	return i < 0 ? NULL : endpoints[i].operation;
+}
+
 static bool inference_path(const struct request *r)
 {
-	static const char *const ends[] = { "/chat/completions", "/completions", "/responses",
-					    "/messages",	 "/generate",	 "/generate_stream",
-					    "/api/chat" };
-	size_t n = strcspn(r->path, "?");
+	int i = endpoint_of(r);
 
-	for (size_t i = 0; i < sizeof(ends) / sizeof(ends[0]); i++) {
-		size_t l = strlen(ends[i]);
-
-		if (n >= l && !memcmp(r->path + n - l, ends[i], l))
-			return true;
-	}
-	return false;
+	return i >= 0 && endpoints[i].inference;
 }
 
 bool request_is_inference(const struct request *r)

@@ -153,6 +153,11 @@ const char *outcome_name(enum outcome o);
  * checks, metric scrapes, /v1/models, docs and the rest are other requests.
  */
 bool request_is_inference(const struct request *r);
+/* Whether the request's path, before any query, ends with suffix. */
+bool request_path_ends(const struct request *r, const char *suffix);
+/* The GenAI operation ("chat", "text_completion", "embeddings") of the inference API whose path
+ * the request went to, by how the path ends; NULL for any other path. */
+const char *request_path_operation(const struct request *r);
 /* An other request's kind, a bounded set for labels: health, metrics, models, docs, other. */
 const char *request_other_kind(const struct request *r);
 /* A served request whose paired upstream request (proxy.h) carries the very traceparent it came

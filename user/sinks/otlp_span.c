@@ -158,26 +158,12 @@ bool otlp_sampled(const uint8_t trace_id[OTLP_TRACE_ID_LEN], double ratio)
 	return otlp_keep(trace_id, otlp_keep_threshold(ratio));
 }
 
-static bool ends_with(const char *s, size_t n, const char *suffix)
-{
-	size_t k = strlen(suffix);
-
-	return n >= k && !memcmp(s + n - k, suffix, k);
-}
-
 const char *otlp_operation(const struct request *r)
 {
-	size_t n = strcspn(r->path, "?");
+	const char *op = request_path_operation(r);
 
-	/* The Responses API is OpenAI's chat operation too; openai.api.type tells it apart. */
-	if (ends_with(r->path, n, "/chat/completions") || ends_with(r->path, n, "/v1/messages") ||
-	    ends_with(r->path, n, "/api/chat") || ends_with(r->path, n, "/responses"))
-		return "chat";
-	if (ends_with(r->path, n, "/completions") || ends_with(r->path, n, "/api/generate") ||
-	    ends_with(r->path, n, "/generate") || ends_with(r->path, n, "/generate_stream"))
-		return "text_completion";
-	if (ends_with(r->path, n, "/embeddings") || ends_with(r->path, n, "/api/embed"))
-		return "embeddings";
+	if (op)
+		return op;
 	switch (r->format) {
 	case FMT_OPENAI_CHAT:
 	case FMT_ANTHROPIC:
@@ -193,11 +179,9 @@ const char *otlp_operation(const struct request *r)
 
 const char *otlp_openai_api(const struct request *r)
 {
-	size_t n = strcspn(r->path, "?");
-
-	if (r->format == FMT_OPENAI_RESPONSES || ends_with(r->path, n, "/v1/responses"))
+	if (r->format == FMT_OPENAI_RESPONSES || request_path_ends(r, "/v1/responses"))
 		return "responses";
-	if (r->format == FMT_OPENAI_CHAT || ends_with(r->path, n, "/chat/completions"))
+	if (r->format == FMT_OPENAI_CHAT || request_path_ends(r, "/chat/completions"))
 		return "chat_completions";
 	return NULL;
 }

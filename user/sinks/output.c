@@ -419,7 +419,11 @@ void output_text(FILE *f, const struct request *r, const struct request_metrics 
 		 escape_text_col(method_col, sizeof(method_col), r->joined ? "joined" : r->method,
 				 text_cols[COL_METHOD].width, true));
 	text_put(f, COL_OUTCOME, outcome_name(r->outcome));
-	text_fit(f, COL_HTTP, r->status, 0, 0);
+	/* Joined mid-response, its status went by before tracing. */
+	if (r->joined)
+		text_put(f, COL_HTTP, "-");
+	else
+		text_fit(f, COL_HTTP, r->status, 0, 0);
 	text_ms(f, COL_TTFT, m->ttft_ns);
 	/* Frames written together are 0 apart: 0.0w says at least half the gaps were such. */
 	if (m->itl_p50_ns == 0)
