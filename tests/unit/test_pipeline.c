@@ -28,7 +28,7 @@ struct harness {
 	char *out, *err;
 	size_t out_len, err_len;
 	FILE *fout, *ferr;
-	uint64_t pos[16][2]; /* per conn id, per direction */
+	uint64_t pos[64][2]; /* per conn id, per direction */
 	uint64_t rx_queued;  /* queued_ns of the next read records (the kernel's socket arrival) */
 	bool tls;	     /* data records are TLS plaintext (TS_SYS_TLS_READ/WRITE) */
 	uint32_t pid;	     /* of the data records; 0: 100 */
@@ -667,6 +667,28 @@ TEST(test_joined_per_server)
 	ASSERT_TRUE(strstr(h.err, "in flight when tracing began: 2, reported from mid-response: "
 				  "1, not reported: 1 (pid 100: 1)\n") != NULL,
 		    "the summary's line");
+	h_close(&h);
+}
+
+/* Past JOINED_SERVERS_MAX servers, the rest share one entry (pid 0), however many come: 20
+ * roots (--all's found servers), each with a response joined mid-stream. */
+TEST(test_joined_servers_cap)
+{
+	struct pipeline_status st;
+	struct harness h;
+
+	h_open(&h);
+	for (uint32_t k = 0; k < 20; k++) {
+		pipeline_add_process(&h.pl, 1000 + k, true);
+		h.pid = 1000 + k;
+		chunk(&h, 20 + k, TOK, 1000 + k);
+	}
+	pipeline_status(&h.pl, &st);
+	if (ASSERT_EQ(st.joined.n, JOINED_SERVERS_MAX + 1, "16 servers and the rest"))
+		ASSERT_TRUE(st.joined.s[JOINED_SERVERS_MAX].pid == 0 &&
+				st.joined.s[JOINED_SERVERS_MAX].in_flight == 4 &&
+				st.joined.s[0].pid == 1000 && st.joined.s[0].in_flight == 1,
+			    "4 past the cap together, the first on its own");
 	h_close(&h);
 }
 

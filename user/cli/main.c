@@ -508,12 +508,16 @@ static int traced(struct tracer_cli *c, char *const run_argv[])
 	struct session s;
 	struct trace_hooks h = { session_begin,	 session_poll, c->s.top ? session_key : NULL,
 				 session_finish, &s,	       session_cuda };
-	/* Every record is later than now (the clock of bpf_ktime_get_ns): the timeline's 0. */
-	uint64_t origin = mono_ns();
+	uint64_t origin;
 	int rc, err;
 
 	if (trace_check(&c->t))
 		return 1;
+	/* Not while an earlier run's probes are still being taken off: its time is no part of
+	 * this run's. */
+	trace_wait_earlier();
+	/* Every record is later than now (the clock of bpf_ktime_get_ns): the timeline's 0. */
+	origin = mono_ns();
 	/* Lines for a person (not JSON, not the live view's frames): within 100 columns. */
 	if (!c->s.json && !c->s.top) {
 		FILE *w = wrap_open(stdout, WRAP_WIDTH);

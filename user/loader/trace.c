@@ -855,6 +855,16 @@ static int loop_run(struct loop *l, volatile sig_atomic_t *exiting)
 	return 0;
 }
 
+/* An earlier tokenscope's probes still being removed (release_wait_earlier): said after half a
+ * second, waited for at most ten (thousands of probes take that long). */
+#define EARLIER_SAY_S 0.5
+#define EARLIER_MAX_S 10.0
+
+void trace_wait_earlier(void)
+{
+	release_wait_earlier("/proc", EARLIER_MAX_S, EARLIER_SAY_S, stderr);
+}
+
 int trace_check(const struct trace_opts *o)
 {
 	for (int i = 0; i < o->npids; i++) {
@@ -865,11 +875,6 @@ int trace_check(const struct trace_opts *o)
 	}
 	return 0;
 }
-
-/* An earlier tokenscope's probes still being removed (release_wait_earlier): waited for at
- * start, said after half a second, at most ten (thousands of probes take that long). */
-#define EARLIER_SAY_S 0.5
-#define EARLIER_MAX_S 10.0
 
 static bool leave_asked(void *ctx)
 {
@@ -883,7 +888,7 @@ static bool leave_asked(void *ctx)
  * function, about 0.6 s for the 612 events of 100 processes holding the TLS probes, 0.14 s for
  * the two syscall tracepoints), and closing them from 16 threads at once gained little (0.9 to
  * 0.75 s), so the child removes them while tokenscope exits. A tokenscope started meanwhile
- * waits for the child before it probes anything (release_wait_earlier): probes put on a
+ * waits for the child before it starts (trace_wait_earlier): probes put on a
  * function while the kernel took others off it lost calls on Linux 6.18. Only where no child
  * can be made is everything removed here, said first, and a second Ctrl-C leaves the rest to
  * the kernel (the descriptors close at exit).
@@ -963,8 +968,6 @@ int trace_run(const struct trace_opts *o, struct pipeline *pl, const struct trac
 		tr.recording = true;
 		fprintf(stderr, "tokenscope: recording the event stream to %s\n", o->record_path);
 	}
-	/* Never probing while an earlier run's probes are still being taken off. */
-	release_wait_earlier("/proc", EARLIER_MAX_S, EARLIER_SAY_S, stderr);
 	err = trace_load(&tr, o);
 	if (err)
 		goto out;

@@ -62,6 +62,9 @@ struct trace_hooks {
 
 /* Whether every process named with -p exists: 0, or -ESRCH after saying which does not (before
  * anything is set up for the trace). */
+/* Before a trace starts (its clock's origin taken, anything probed): waits while an earlier
+ * tokenscope's child still removes its probes (release.h), saying so after half a second. */
+void trace_wait_earlier(void);
 int trace_check(const struct trace_opts *o);
 /*
  * What *exiting holds: the owner's signal handler moves it on, trace_run reads it and says when

@@ -273,13 +273,14 @@ static void pl_joined(void *ctx, uint32_t pid, int in_flight, int reported)
 	for (i = 0; i < j->n && j->s[i].pid != server; i++)
 		;
 	if (i == j->n) {
-		/* The servers past the cap share the last entry, pid 0. */
-		if (j->n == JOINED_SERVERS_MAX)
-			server = 0;
-		for (i = 0; i < j->n && j->s[i].pid != server; i++)
-			;
-		if (i == j->n)
+		if (j->n < JOINED_SERVERS_MAX) {
 			j->s[j->n++] = (struct joined_server){ .pid = server };
+		} else {
+			/* The servers past the cap share the last entry, pid 0. */
+			i = JOINED_SERVERS_MAX;
+			if (j->n == JOINED_SERVERS_MAX)
+				j->s[j->n++] = (struct joined_server){ .pid = 0 };
+		}
 	}
 	j->s[i].in_flight += (uint64_t)(int64_t)in_flight;
 	j->s[i].reported += (uint64_t)(int64_t)reported;
