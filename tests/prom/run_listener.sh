@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The /metrics listener under hostile clients (tests/prom/listener_attack.py), while the tracer
 # traces the reference server:
-#  (a) three slowloris connections, under every limit, are each dropped by the head deadline
+#  (a) three slowloris connections, one per source address (under every limit, the per-address
+#      one included when they come back), are each dropped by the head deadline
 #      (HTTPD_HEAD_DEADLINE_S, 5 s) however they trickle, and scrapes go on meanwhile;
 #  (b) a flood: 64 slowloris connections from 8 addresses, garbage of every kind from 3 more
 #      and clients that never read their responses; a scrape from 127.0.0.1 every second must
