@@ -82,16 +82,23 @@ int proc_parse_stat(const char *text, uint32_t *pid, uint32_t *ppid)
 	return parse_pid(&p, ppid) && (*p == ' ' || *p == '\n' || !*p) ? 0 : -EINVAL;
 }
 
+/* The state letter of a stat file's text: it follows the last ')', a comm may hold spaces and
+ * parentheses. 0 when there is none. */
+static char stat_state(const char *text)
+{
+	const char *close = strrchr(text, ')');
+
+	return close && close[1] == ' ' ? close[2] : 0;
+}
+
 char proc_state(uint32_t pid)
 {
-	char path[40], text[512], *close;
+	char path[40], text[512];
 
 	snprintf(path, sizeof(path), "/proc/%u/stat", pid);
 	if (proc_read_file(path, text, sizeof(text)) <= 0)
 		return 0;
-	/* The state follows the last ')': a comm may hold spaces and parentheses. */
-	close = strrchr(text, ')');
-	return close && close[1] == ' ' ? close[2] : 0;
+	return stat_state(text);
 }
 
 int proc_read_stat(const char *proc_root, const char *name, uint32_t *pid, uint32_t *ppid)
@@ -309,7 +316,7 @@ uint32_t proc_find_live(const char *proc_root, const char *comm)
 	if (!d)
 		return 0;
 	while (!found && (e = readdir(d))) {
-		char path[300], stat[128];
+		char path[300], stat[128], state;
 		const char *open_paren, *close_paren;
 
 		if (e->d_name[0] < '1' || e->d_name[0] > '9')
@@ -320,11 +327,12 @@ uint32_t proc_find_live(const char *proc_root, const char *comm)
 		/* "PID (COMM) STATE ...": the comm may hold parentheses, so the last ')' ends it */
 		open_paren = strchr(stat, '(');
 		close_paren = strrchr(stat, ')');
+		state = stat_state(stat);
 		if (!open_paren || !close_paren || close_paren < open_paren ||
 		    (size_t)(close_paren - open_paren - 1) != len ||
-		    memcmp(open_paren + 1, comm, len) || close_paren[1] != ' ')
+		    memcmp(open_paren + 1, comm, len) || !state)
 			continue;
-		if (close_paren[2] && close_paren[2] != 'Z' && close_paren[2] != 'X')
+		if (state != 'Z' && state != 'X')
 			found = (uint32_t)strtoul(e->d_name, NULL, 10);
 	}
 	closedir(d);

@@ -9,9 +9,9 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "lib/clock.h"
 #include "loader/proc.h"
 #include "loader/release.h"
 
@@ -120,22 +120,14 @@ int release_background(void (*after)(void))
 	_exit(0);
 }
 
-static double now_s(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
 int release_wait_earlier(const char *proc_root, double max_s, double say_s, FILE *err)
 {
-	double start = now_s();
+	double start = mono_s();
 	bool said = false;
 	pid_t pid;
 
 	while ((pid = (pid_t)proc_find_live(proc_root, "tokenscope-exit"))) {
-		double waited = now_s() - start;
+		double waited = mono_s() - start;
 
 		if (waited >= max_s) {
 			fprintf(err,

@@ -633,7 +633,7 @@ static void print_others(FILE *f, const struct other_requests *o)
 	fputs(o->ntop || o->rest ? ")\n" : "\n", f);
 }
 
-/* Servers named on the joined line, the most first; the rest are summed. */
+/* Servers named on the joined line, in the order they were first met; the rest are summed. */
 #define JOINED_NAMED 4
 
 /* The exchanges the servers were in when tracing began (pipeline_status.joined): how many were
