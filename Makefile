@@ -73,7 +73,7 @@ endif
 LOADER_SRCS := user/cli/main.c user/loader/trace.c user/loader/uprobes.c user/loader/tracefs.c \
 	user/loader/run.c user/loader/hold.c user/loader/release.c user/loader/features.c \
 	user/loader/check.c user/loader/kernel_legacy.c \
-	user/loader/kernel.c
+	user/loader/kernel.c user/loader/cost.c
 LIB_SRCS := $(filter-out $(LOADER_SRCS),$(wildcard user/*/*.c))
 LIB_OBJS := $(patsubst user/%.c,$(OUTPUT)/user/%.o,$(LIB_SRCS))
 TOOL_OBJS := $(patsubst user/%.c,$(OUTPUT)/user/%.o,$(LOADER_SRCS))

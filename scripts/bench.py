@@ -7,7 +7,8 @@
    the filter every other syscall pays, and what passive discovery (--all) adds to each write of
    an untraced process; each for this build, BENCH_BASE and the hooks alone (tokenscope-noop,
    whose syscall programs return at once). What a process nobody traces pays per syscall,
-   measured by its own CPU time with bpf_stats off (tests/bench/sysloop.c).
+   measured by its own CPU time with bpf_stats off (tests/bench/sysloop.c), and with it on, as
+   --self-stats runs (what the kernel's counting of BPF run time adds).
 1. The reference server streaming at full speed to 8 concurrent clients: client-measured
    throughput and the server's CPU per written frame, untraced and under tokenscope, a bpftrace
    uprobe script and strace (the alternatives a user has today). Modes are interleaved over
@@ -458,6 +459,8 @@ def section_writes(tmp, kinds):
 
 
 NOOP_NAME = "hooks alone (tokenscope-noop)"
+# This build with kernel.bpf_stats_enabled on (--self-stats): what the kernel's counting adds.
+STATS_ON_NAME = "this build, bpf_stats on"
 
 
 def cost_builds():
@@ -479,7 +482,8 @@ def section_bystander(tmp, builds):
     """What a process nobody traces pays per syscall while tokenscope traces another one:
     sysloop's CPU per syscall with no tracer loaded and with each build tracing an idle
     process, kernel.bpf_stats off (its clock reads would add to the figure)."""
-    modes = [("no tracer", None)] + builds
+    # The last mode is this build with bpf_stats on, as --self-stats runs: what counting costs.
+    modes = [("no tracer", None)] + builds + [(STATS_ON_NAME, TS)]
     print(f"   a process nobody traces, CPU per syscall (sysloop; bpf_stats off), no tracer against "
           f"tokenscope tracing another process, {ROUNDS} rounds interleaved, medians:")
     runs = {(m, k): [] for m, _ in modes for k in ("getppid", "socket")}
@@ -487,6 +491,7 @@ def section_bystander(tmp, builds):
     try:
         for _ in range(ROUNDS):
             for name, binary in modes:
+                set_bpf_stats(name == STATS_ON_NAME)
                 idle = spawn(["sleep", "600"])
                 tr = Tracer("tokenscope", idle.pid, tmp, binary=binary) if binary else None
                 for kind, n in (("getppid", 1000000), ("socket", 250000)):
@@ -502,7 +507,7 @@ def section_bystander(tmp, builds):
                        ("socket", "1-byte socket write/read (followed to the process test)")):
         base = statistics.median(runs[("no tracer", kind)])
         cells = [f"no tracer {base:.0f} ns"]
-        for name, _ in builds:
+        for name, _ in builds + [(STATS_ON_NAME, TS)]:
             v = statistics.median(runs[(name, kind)])
             cells.append(f"{name} {v:.0f} ns ({v - base:+.0f})")
         print(f"   {what}: " + ", ".join(cells), flush=True)

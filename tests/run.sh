@@ -125,6 +125,7 @@ for t in $TESTS; do
 		run listener tests/prom/run_listener.sh
 		run nvml tests/prom/run_nvml.sh
 		run grafana tests/prom/run_grafana.sh
+		run cost /usr/bin/python3 tests/prom/run_cost.py
 		run otlp-live tests/otlp/run_live.sh
 		run otlp-report tests/otlp/run_report.sh
 		;;

@@ -18,9 +18,12 @@
  * then N / (P / 4) writes, and the times printed are per write. The cost of a piece.
  * --gap-us U sleeps U microseconds after each write: a pace a tracer's reader keeps up with
  * when each write carries many frames (its ring buffer would fill and records be lost).
+ * --rate R paces the writes at R per second by the clock, spinning (no sleep is that fine): a
+ * burst an engine can make; a writer that cannot keep up writes as fast as it can (the wall
+ * time per write printed says the rate it made).
  *
- * usage: writeloop [-n FRAMES] [-s FRAME_BYTES] [--writev] [--pieces P] [--gap-us U] [--unix]
- *                  [--plain] [--tls PEM]
+ * usage: writeloop [-n FRAMES] [-s FRAME_BYTES] [--writev] [--pieces P] [--gap-us U] [--rate R]
+ *                  [--unix] [--plain] [--tls PEM]
  */
 #define _GNU_SOURCE
 #include <stdbool.h>
@@ -98,6 +101,7 @@ static void reader(int fd, const char *pem)
 int main(int argc, char **argv)
 {
 	long frames = 200000, size = 280, pieces = 4, writes, gap_us = 0;
+	double rate = 0;
 	bool use_writev = false, use_unix = false, plain = false;
 	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	socklen_t alen = sizeof(a);
@@ -120,6 +124,8 @@ int main(int argc, char **argv)
 			pieces = atol(argv[++i]), use_writev = true;
 		else if (!strcmp(argv[i], "--gap-us") && i + 1 < argc)
 			gap_us = atol(argv[++i]);
+		else if (!strcmp(argv[i], "--rate") && i + 1 < argc)
+			rate = atof(argv[++i]);
 		else if (!strcmp(argv[i], "--unix"))
 			use_unix = true;
 		else if (!strcmp(argv[i], "--plain"))
@@ -129,7 +135,7 @@ int main(int argc, char **argv)
 		else {
 			fprintf(stderr,
 				"usage: writeloop [-n FRAMES] [-s FRAME_BYTES] [--writev] "
-				"[--pieces P] [--gap-us U] [--unix] [--plain] [--tls PEM]\n");
+				"[--pieces P] [--gap-us U] [--rate R] [--unix] [--plain] [--tls PEM]\n");
 			return 2;
 		}
 	}
@@ -226,6 +232,9 @@ int main(int argc, char **argv)
 	for (long i = 0; i < writes; i++) {
 		ssize_t r, want = flen;
 
+		/* Spin to this write's time on the pace. */
+		while (rate > 0 && now(CLOCK_MONOTONIC) < w0 + (double)i / rate)
+			;
 		if (use_writev) {
 			/* Node's shape: size, CRLF, frame, CRLF, pieces / 4 times. */
 			static struct iovec iov[IOV_MAX];

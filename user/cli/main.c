@@ -88,6 +88,7 @@ enum {
 	OPT_DEVICE_TIMES,
 	OPT_CONTAINER_STATE,
 	OPT_NO_POD_LABELS,
+	OPT_SELF_STATS,
 };
 
 static const struct argp_option trace_options[] = {
@@ -120,6 +121,10 @@ static const struct argp_option trace_options[] = {
 	  "Bytes copied per syscall (default 65536); more is counted as a gap", 0 },
 	{ "ring-buffer-mb", OPT_RING, "MB", 0,
 	  "Ring buffer size, a power of two (default 2); larger if records are lost", 0 },
+	{ "self-stats", OPT_SELF_STATS, NULL, 0,
+	  "Turn the kernel's BPF run-time counting (kernel.bpf_stats_enabled) on for the run, "
+	  "so that its cost says the BPF time (it adds a few tens of ns per program run)",
+	  0 },
 	{ "verbose", 'v', NULL, 0, "Report process forks and exits, and libbpf messages", 0 },
 	{ "requests", OPT_REQUESTS, "WHICH", 0,
 	  "inference (default): health checks, scrapes, /v1/models... counted apart; all: alike",
@@ -418,6 +423,9 @@ static error_t trace_parse(int key, char *arg, struct argp_state *state)
 		break;
 	case OPT_NO_TRAFFIC:
 		o->no_traffic = true;
+		break;
+	case OPT_SELF_STATS:
+		o->self_stats = true;
 		break;
 	case OPT_BY_PROCESS:
 		so->by_process = true;

@@ -3,6 +3,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/epoll.h>
 #include <sys/mman.h>
 #include <unistd.h>
 #include <linux/types.h>
@@ -11,12 +12,16 @@
 
 #include "events.h"
 #include "loader/kernel.h"
+#include "pipeline/self_cost.h"
 #include "tokenscope.skel.h"
 #include "traffic.h"
 
 struct kernel {
 	struct tokenscope_bpf *skel;
 	struct ring_buffer *rb;
+	/* The ring's two positions, mapped read-only, for how much waits at a drain (its peak). */
+	const volatile unsigned long *rb_cons, *rb_prod;
+	uint64_t rb_bytes, rb_peak;
 	uint32_t self_tgid;
 	int ncpus;
 	bool borrowed;	  /* the skeleton is the caller's (kernel_borrow) */
@@ -438,26 +443,102 @@ int kernel_traffic_take(struct kernel *k, kernel_traffic_fn fn, void *ctx)
 
 int kernel_ring_open(struct kernel *k, kernel_record_fn fn, void *ctx)
 {
-	k->rb = ring_buffer__new(bpf_map__fd(k->skel->maps.events), fn, ctx, NULL);
-	return k->rb ? 0 : -errno;
+	int fd = bpf_map__fd(k->skel->maps.events);
+	long page = sysconf(_SC_PAGESIZE);
+	void *cons, *prod;
+
+	k->rb = ring_buffer__new(fd, fn, ctx, NULL);
+	if (!k->rb)
+		return -errno;
+	/* The consumer's page and the producer's, as libbpf maps them but read-only: without them
+	 * the peak is not known (0), and tracing goes on. */
+	k->rb_bytes = bpf_map__max_entries(k->skel->maps.events);
+	cons = mmap(NULL, page, PROT_READ, MAP_SHARED, fd, 0);
+	prod = cons == MAP_FAILED ? MAP_FAILED : mmap(NULL, page, PROT_READ, MAP_SHARED, fd, page);
+	if (prod == MAP_FAILED) {
+		if (cons != MAP_FAILED)
+			munmap(cons, page);
+		return 0;
+	}
+	k->rb_cons = cons;
+	k->rb_prod = prod;
+	return 0;
+}
+
+/* Before records are handed over: how much waits now, the most since the last hand-over. */
+static void ring_note_fill(struct kernel *k)
+{
+	uint64_t waiting;
+
+	if (!k->rb_prod)
+		return;
+	waiting = __atomic_load_n(k->rb_prod, __ATOMIC_ACQUIRE) -
+		  __atomic_load_n(k->rb_cons, __ATOMIC_ACQUIRE);
+	if (waiting > k->rb_bytes)
+		waiting = k->rb_bytes;
+	if (waiting > k->rb_peak)
+		k->rb_peak = waiting;
 }
 
 int kernel_ring_poll(struct kernel *k, int timeout_ms)
 {
-	return ring_buffer__poll(k->rb, timeout_ms);
+	struct epoll_event ev;
+	int n = epoll_wait(ring_buffer__epoll_fd(k->rb), &ev, 1, timeout_ms);
+
+	if (n < 0)
+		return -errno;
+	ring_note_fill(k);
+	return ring_buffer__consume(k->rb);
 }
 
 void kernel_ring_consume(struct kernel *k)
 {
+	ring_note_fill(k);
 	ring_buffer__consume(k->rb);
+}
+
+void kernel_ring_fill(const struct kernel *k, uint64_t *bytes, uint64_t *peak)
+{
+	*bytes = k->rb_prod ? k->rb_bytes : 0;
+	*peak = k->rb_prod ? k->rb_peak : 0;
 }
 
 void kernel_ring_close(struct kernel *k)
 {
+	long page = sysconf(_SC_PAGESIZE);
+
 	if (!k)
 		return;
 	ring_buffer__free(k->rb);
 	k->rb = NULL;
+	if (k->rb_prod) {
+		munmap((void *)k->rb_cons, page);
+		munmap((void *)k->rb_prod, page);
+		k->rb_cons = k->rb_prod = NULL;
+	}
+}
+
+int kernel_prog_stats(struct kernel *k, struct self_prog *out, uint32_t max)
+{
+	struct bpf_program *prog;
+	uint32_t n = 0;
+
+	bpf_object__for_each_program(prog, k->skel->obj) {
+		struct bpf_prog_info info = {};
+		__u32 len = sizeof(info);
+		int fd = bpf_program__fd(prog);
+		const char *name = bpf_program__name(prog);
+
+		if (fd < 0 || n == max || bpf_obj_get_info_by_fd(fd, &info, &len))
+			continue;
+		snprintf(out[n].name, sizeof(out[n].name), "%s", name);
+		out[n].syscall = prog == k->skel->progs.ts_sys_enter ||
+				 prog == k->skel->progs.ts_sys_exit;
+		out[n].run_ns = info.run_time_ns;
+		out[n].runs = info.run_cnt;
+		n++;
+	}
+	return n;
 }
 
 /* Without cookies (before Linux 5.15): the program of each kind of call. */

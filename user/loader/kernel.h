@@ -116,6 +116,12 @@ int kernel_ring_poll(struct kernel *k, int timeout_ms);
 void kernel_ring_consume(struct kernel *k);
 /* Unmaps the ring buffer (none open, or k NULL: nothing). */
 void kernel_ring_close(struct kernel *k);
+/* The ring buffer's size and the most bytes that waited in it at a hand-over so far (0 where
+ * its positions could not be mapped). */
+void kernel_ring_fill(const struct kernel *k, uint64_t *bytes, uint64_t *peak);
+/* Each loaded program's name and counters (sink.h: self_prog), at most max: how many. */
+struct self_prog;
+int kernel_prog_stats(struct kernel *k, struct self_prog *out, uint32_t max);
 
 /* The uprobe programs: a CUDA host wait's entry and return, any other CUDA call (launch,
  * copy); a TLS library read or write's entry and return. */

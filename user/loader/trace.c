@@ -20,6 +20,7 @@
 #include "record/record.h"
 #include "loader/trace.h"
 #include "loader/container.h"
+#include "loader/cost.h"
 #include "traffic.h"
 #include "lib/utf8.h"
 #include "lib/version.h"
@@ -40,6 +41,9 @@
 /* How often --all drains the processes the kernel saw writing streamed completions: a few map
  * lookups, so often enough that little of a found server's traffic goes by untraced. */
 #define TRAFFIC_DRAIN_S 0.25
+/* How often the tracer measures its own cost (cost.h): a system call per BPF program, so once a
+ * second, which /metrics and the live view show. */
+#define COST_SAMPLE_S 1.0
 
 struct tracer {
 	struct kernel *k;
@@ -60,6 +64,7 @@ struct tracer {
 	bool cuda_explained;	   /* why no CUDA library could be hooked was said */
 	char quiet_hint[512];	   /* its rest, when -p showed no HTTP connection (QUIET_HINT_S) */
 	bool quiet_done;	   /* ... once looked at */
+	struct cost_meter cost;	   /* what tracing costs (cost.h) */
 };
 
 /* What a write to the recording returned: an I/O error stops the recording (tracing goes on),
@@ -133,6 +138,13 @@ static void read_kstats(struct tracer *tr)
 	for (unsigned int k = 0; k < TS_STAT_MAX; k++)
 		kernel_read_stat(tr->k, k, &stats[k]);
 	pipeline_kstats(tr->pl, stats, TS_STAT_MAX);
+}
+
+/* What tracing costs now, for the sinks. */
+static void sample_cost(struct tracer *tr)
+{
+	cost_sample(&tr->cost, tr->k, pipeline_kstats_now(tr->pl)[TS_STAT_SYSCALLS]);
+	pipeline_self_cost(tr->pl, &tr->cost.c);
 }
 
 /* A process exited: the kernel never saw close() for its sockets (forget them), and --all may
@@ -663,6 +675,13 @@ static bool job_traffic(struct loop *l, double now)
 	return false;
 }
 
+static bool job_cost(struct loop *l, double now)
+{
+	(void)now;
+	sample_cost(l->tr);
+	return false;
+}
+
 static bool job_cuda(struct loop *l, double now)
 {
 	(void)now;
@@ -816,6 +835,7 @@ static int loop_run(struct loop *l, volatile sig_atomic_t *exiting)
 		{ want_all, job_discover, 0, DISCOVER_RESCAN_S, false, 0 },
 		{ want_traffic, job_traffic, 0, TRAFFIC_DRAIN_S, false, 0 },
 		{ want_always, job_cuda, CUDA_RESCAN_S, CUDA_RESCAN_S, false, 0 },
+		{ want_always, job_cost, COST_SAMPLE_S, COST_SAMPLE_S, true, 0 },
 		{ want_duration, job_duration, 0, 0, false, 0 },
 		{ want_quiet, job_quiet, QUIET_HINT_S, 0, false, 0 },
 		{ want_always, job_exited, 0, 0, false, 0 },
@@ -924,7 +944,7 @@ static bool detach_all(struct tracer *tr, volatile sig_atomic_t *exiting)
 int trace_run(const struct trace_opts *o, struct pipeline *pl, const struct trace_hooks *h,
 	      volatile sig_atomic_t *exiting)
 {
-	struct tracer tr = { .verbose = o->verbose, .pl = pl };
+	struct tracer tr = { .verbose = o->verbose, .pl = pl, .cost = { .stats_fd = -1 } };
 	bool seccomp;
 	struct discover_set seen;
 	struct loop loop;
@@ -1026,6 +1046,14 @@ int trace_run(const struct trace_opts *o, struct pipeline *pl, const struct trac
 	if (o->attached && (err = o->attached(o->attached_ctx)))
 		goto out;
 
+	err = cost_start(&tr.cost, o->self_stats);
+	if (err)
+		fprintf(stderr,
+			"tokenscope: --self-stats: cannot turn the kernel's BPF statistics on (%s): "
+			"BPF time is not measured\n",
+			strerror(-err));
+	err = 0;
+	sample_cost(&tr);
 	loop = (struct loop){ .tr = &tr, .o = o, .seen = &seen, .h = h, .start = mono_s() };
 	err = loop_run(&loop, exiting);
 	kernel_ring_consume(tr.k);
@@ -1059,6 +1087,7 @@ int trace_run(const struct trace_opts *o, struct pipeline *pl, const struct trac
 		    (double)tr.cuda.map_window_max_ns / 1e6);
 	if (tr.recording && !tr.rec_err)
 		record_write_kstats(&tr.rec, pipeline_kstats_now(tr.pl));
+	sample_cost(&tr);
 	/* The owner's finish: the summary's total among them. */
 	if (h->finish)
 		h->finish(h->ctx);
@@ -1083,6 +1112,7 @@ out:
 			err = tr.rec_err;
 	}
 	kernel_ring_close(tr.k);
+	cost_stop(&tr.cost);
 	if (detach_all(&tr, exiting)) {
 		tracefs_cleanup();
 		kernel_destroy(tr.k);

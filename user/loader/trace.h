@@ -31,6 +31,7 @@ struct trace_opts {
 	uint32_t ring_mb;	 /* ring buffer size in MiB, a power of two */
 	const char *record_path; /* record: write the raw event stream here */
 	bool all;	 /* --all: find inference servers on the node, and new ones as they start */
+	bool self_stats; /* --self-stats: kernel.bpf_stats_enabled on for the run */
 	bool no_traffic; /* --all by command line only: no look at untraced processes' writes */
 	/* --container-state: more places to find a container runtime's bundles (workload.h) */
 	const char *container_state[TRACE_STATE_DIRS_MAX];

@@ -529,12 +529,18 @@ void pipeline_status(struct pipeline *pl, struct pipeline_status *st)
 	st->all_requests = pl->all_requests;
 	st->others = pl->others;
 	st->joined = pl->joined;
+	st->cost = pl->cost.seq ? &pl->cost : NULL;
 }
 
 void pipeline_features(struct pipeline *pl, const struct run_feature *f, uint32_t n)
 {
 	pl->nfeatures = n < RUN_FEATURES_MAX ? n : RUN_FEATURES_MAX;
 	memcpy(pl->features, f, pl->nfeatures * sizeof(*f));
+}
+
+void pipeline_self_cost(struct pipeline *pl, const struct self_cost *c)
+{
+	pl->cost = *c;
 }
 
 static bool pl_traced(void *ctx, uint32_t pid)

@@ -50,6 +50,8 @@ void pipeline_on_exit(struct pipeline *pl, void (*fn)(void *ctx, uint32_t pid), 
 /* The kernel's features the loader found (n at most RUN_FEATURES_MAX kept), for the sinks'
  * status: the JSON summary and /metrics say them. */
 void pipeline_features(struct pipeline *pl, const struct run_feature *f, uint32_t n);
+/* The loader's latest measure of what tracing costs (sink.h: self_cost), for the sinks. */
+void pipeline_self_cost(struct pipeline *pl, const struct self_cost *c);
 /* The kernel's counters (TS_STAT_*), n of them, as the loader read them after a drain or a
  * recording holds them: a grown lost-record count marks the open requests (as
  * pipeline_kernel_lost). */

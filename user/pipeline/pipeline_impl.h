@@ -49,6 +49,7 @@ struct pipeline {
 	uint32_t held_head, nheld;
 	struct run_feature features[RUN_FEATURES_MAX]; /* the loader's probe (pipeline_features) */
 	uint32_t nfeatures;
+	struct self_cost cost; /* the loader's measure of its own cost (pipeline_self_cost) */
 	/* Called when a traced process exits (the loader forgets its sockets). */
 	void (*on_exit)(void *ctx, uint32_t pid);
 	void *on_exit_ctx;

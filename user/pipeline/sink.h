@@ -16,6 +16,7 @@
 
 #include "pipeline/gpu_report.h"
 #include "pipeline/loss.h"
+#include "pipeline/self_cost.h"
 
 struct request;
 struct request_metrics;
@@ -81,6 +82,8 @@ struct pipeline_status {
 	bool all_requests;
 	struct other_requests others;
 	struct joined_servers joined;
+	/* What tracing costs (self_cost), measured by the live tracer; NULL in a replay. */
+	const struct self_cost *cost;
 };
 
 struct sink {

@@ -577,6 +577,7 @@ static void write_data(struct html *h, FILE *f, const struct pipeline_status *st
 	json_text(&w, "gpu_text", st->gpu.nprocs ? capture(print_gpu, &st->gpu) : NULL);
 	json_text(&w, "diagnosis", h->diag ? capture(print_diagnosis, h->diag) : NULL);
 	jsonw_u64(&w, "diagnosis_left_out", h->own_left_out);
+	summary_json_cost(&w, st->cost);
 	jsonw_obj_begin(&w, "limits");
 	jsonw_u64(&w, "requests", HTML_MAX_REQUESTS);
 	jsonw_u64(&w, "steps", HTML_MAX_STEPS);

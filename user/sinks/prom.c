@@ -161,6 +161,7 @@ struct prom {
 	struct nvml_snapshot *nvml; /* the latest GPU sample; NULL before the first */
 	struct run_feature features[RUN_FEATURES_MAX]; /* the kernel's, from the first tick */
 	uint32_t nfeatures;
+	struct self_cost cost; /* what tracing costs (the status's), cost.seq 0: none */
 };
 
 static void phist_add(struct phist *h, const struct bounds *b, uint64_t ns)
@@ -355,6 +356,10 @@ static void prom_tick(void *ctx, const struct pipeline_status *st)
 	}
 	if (prom_take_features(p, st))
 		p->dirty = true;
+	if (st->cost && st->cost->seq != p->cost.seq) {
+		p->cost = *st->cost;
+		p->dirty = true;
+	}
 	if (memcmp(&st->joined, &p->joined, sizeof(st->joined))) {
 		p->joined = st->joined;
 		p->dirty = true;
@@ -377,6 +382,8 @@ static void prom_finish(void *ctx, const struct pipeline_status *st)
 	p->traced = st->ntraced;
 	p->inflight = st->in_flight;
 	prom_take_features(p, st);
+	if (st->cost)
+		p->cost = *st->cost;
 	p->joined = st->joined;
 	prom_publish(p, st->now_ns);
 }
@@ -816,6 +823,47 @@ static void render_joined(const struct prom *p, FILE *f)
 	}
 }
 
+/* What tracing costs (self_cost): only once the live tracer measured it; the BPF programs'
+ * counters only while the kernel counts them (bpf_stats), said by a gauge either way. */
+static void render_cost(const struct prom *p, FILE *f)
+{
+	const struct self_cost *c = &p->cost;
+
+	if (!c->seq)
+		return;
+	put_header(f, "tokenscope_self_cpu_seconds_total", "counter",
+		   "CPU time tokenscope itself used (all its threads) since it attached.");
+	fprintf(f, "tokenscope_self_cpu_seconds_total %.6f\n", c->cpu_s);
+	put_header(f, "tokenscope_bpf_stats_enabled", "gauge",
+		   "1 while the kernel counts BPF programs' run time (kernel.bpf_stats_enabled, "
+		   "or --self-stats); 0 when not: the program series are then absent.");
+	fprintf(f, "tokenscope_bpf_stats_enabled %d\n", c->bpf_stats ? 1 : 0);
+	if (c->bpf_stats) {
+		put_header(f, "tokenscope_bpf_run_seconds_total", "counter",
+			   "Run time of each of tokenscope's BPF programs as the kernel counts it "
+			   "(only while bpf_stats is on), since the program was loaded.");
+		for (uint32_t i = 0; i < c->nprogs; i++)
+			fprintf(f, "tokenscope_bpf_run_seconds_total{program=\"%s\"} %.9f\n",
+				c->progs[i].name, (double)c->progs[i].run_ns / 1e9);
+		put_header(f, "tokenscope_bpf_runs_total", "counter",
+			   "Runs of each of tokenscope's BPF programs as the kernel counts them "
+			   "(only while bpf_stats is on), since the program was loaded.");
+		for (uint32_t i = 0; i < c->nprogs; i++)
+			fprintf(f, "tokenscope_bpf_runs_total{program=\"%s\"} %" PRIu64 "\n",
+				c->progs[i].name, c->progs[i].runs);
+	}
+	if (!c->ring_bytes)
+		return;
+	put_header(f, "tokenscope_ring_buffer_bytes", "gauge",
+		   "Size of the ring buffer the kernel hands records over in (--ring-buffer-mb).");
+	fprintf(f, "tokenscope_ring_buffer_bytes %" PRIu64 "\n", c->ring_bytes);
+	put_header(f, "tokenscope_ring_buffer_peak_ratio", "gauge",
+		   "The most the ring buffer held waiting at any drain since tokenscope attached, "
+		   "as a share of its size (records are lost at 1).");
+	fprintf(f, "tokenscope_ring_buffer_peak_ratio %.4f\n",
+		(double)c->ring_peak_bytes / (double)c->ring_bytes);
+}
+
 /* Only once a cap was reached, like the "other" series it counts. */
 static void render_overflow(const struct prom *p, FILE *f)
 {
@@ -927,6 +975,7 @@ int prom_render(struct prom *p, char **buf, size_t *len)
 	render_overflow(p, f);
 	render_other_requests(p, f);
 	render_joined(p, f);
+	render_cost(p, f);
 	render_gpu(p, f);
 	render_nvml(p, f);
 	if (p->extra)

@@ -672,6 +672,85 @@ static void print_joined(FILE *f, const struct joined_servers *j)
 	fputs(named || rest ? ")\n" : "\n", f);
 }
 
+/* x as a share of y, 0 where y is none. */
+static double share(double x, double y)
+{
+	return y > 0 ? x / y : 0;
+}
+
+void summary_print_cost(const struct self_cost *c, FILE *f)
+{
+	fputs("  cost: ", f);
+	if (c->bpf_wall_s > 0 && c->bpf_syscalls)
+		fprintf(f, "%.2f µs of BPF per traced syscall, ",
+			c->bpf_sys_s * 1e6 / (double)c->bpf_syscalls);
+	else if (c->bpf_wall_s > 0)
+		fprintf(f, "no traced syscall, BPF %.1f %% of one CPU, ",
+			share(c->bpf_s, c->bpf_wall_s) * 100);
+	else
+		fputs("BPF time not counted (--self-stats), ", f);
+	fprintf(f, "%.1f %% of one CPU in tokenscope, ", share(c->cpu_s, c->wall_s) * 100);
+	if (c->ring_bytes)
+		fprintf(f, "ring peak %.0f %%\n",
+			share((double)c->ring_peak_bytes, (double)c->ring_bytes) * 100);
+	else
+		fputs("ring peak unknown\n", f);
+}
+
+void summary_json_cost(struct jsonw *w, const struct self_cost *c)
+{
+	if (!c) {
+		jsonw_null(w, "cost");
+		return;
+	}
+	jsonw_obj_begin(w, "cost");
+	jsonw_num(w, "wall_s", c->wall_s, 3);
+	jsonw_num(w, "cpu_s", c->cpu_s, 3);
+	jsonw_num(w, "cpu_ratio", share(c->cpu_s, c->wall_s), 5);
+	jsonw_bool(w, "bpf_stats", c->bpf_stats);
+	jsonw_bool(w, "self_stats", c->self_stats);
+	/* Counted only with bpf_stats on: null, never a guess, where it was not. */
+	if (c->bpf_wall_s > 0) {
+		jsonw_num(w, "bpf_counted_s", c->bpf_wall_s, 3);
+		jsonw_num(w, "bpf_s", c->bpf_s, 6);
+		jsonw_num(w, "bpf_cpu_ratio", share(c->bpf_s, c->bpf_wall_s), 5);
+		jsonw_u64(w, "traced_syscalls", c->bpf_syscalls);
+		if (c->bpf_syscalls)
+			jsonw_num(w, "bpf_ns_per_syscall",
+				  c->bpf_sys_s * 1e9 / (double)c->bpf_syscalls, 1);
+		else
+			jsonw_null(w, "bpf_ns_per_syscall");
+	} else {
+		jsonw_null(w, "bpf_counted_s");
+		jsonw_null(w, "bpf_s");
+		jsonw_null(w, "bpf_cpu_ratio");
+		jsonw_null(w, "traced_syscalls");
+		jsonw_null(w, "bpf_ns_per_syscall");
+	}
+	if (c->ring_bytes) {
+		jsonw_u64(w, "ring_bytes", c->ring_bytes);
+		jsonw_u64(w, "ring_peak_bytes", c->ring_peak_bytes);
+		jsonw_num(w, "ring_peak_ratio",
+			  share((double)c->ring_peak_bytes, (double)c->ring_bytes), 4);
+	} else {
+		jsonw_null(w, "ring_bytes");
+		jsonw_null(w, "ring_peak_bytes");
+		jsonw_null(w, "ring_peak_ratio");
+	}
+	/* The kernel's own counters per program, since it was loaded. */
+	jsonw_arr_begin(w, "programs");
+	for (uint32_t i = 0; i < c->nprogs; i++) {
+		jsonw_obj_begin(w, NULL);
+		jsonw_str(w, "name", c->progs[i].name);
+		jsonw_bool(w, "syscall", c->progs[i].syscall);
+		jsonw_u64(w, "run_ns", c->progs[i].run_ns);
+		jsonw_u64(w, "runs", c->progs[i].runs);
+		jsonw_obj_end(w);
+	}
+	jsonw_arr_end(w);
+	jsonw_obj_end(w);
+}
+
 void summaries_print_total(const struct summaries *s, const struct pipeline_status *st)
 {
 	if (!s->out)
@@ -680,6 +759,8 @@ void summaries_print_total(const struct summaries *s, const struct pipeline_stat
 	if (!st->all_requests && st->others.total)
 		print_others(s->out, &st->others);
 	print_joined(s->out, &st->joined);
+	if (st->cost)
+		summary_print_cost(st->cost, s->out);
 	if (st->gpu.nprocs || st->gpu.procs_dropped || st->gpu.batch_early || st->gpu.batch_late)
 		summary_print_gpu(&st->gpu, s->out);
 	fflush(s->out);
@@ -733,6 +814,8 @@ static void sums_finish(void *ctx, const struct pipeline_status *st)
 		jsonw_obj_end(&w);
 	}
 	jsonw_arr_end(&w);
+	/* What tracing cost (a replay has no measure: null). */
+	summary_json_cost(&w, st->cost);
 	/* The kernel features the programs used, as tokenscope check names them; a replay has
 	 * none. */
 	if (st->nfeatures) {

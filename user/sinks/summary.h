@@ -49,6 +49,13 @@ struct gpu_attribution;
 void summary_gpu(struct summary *s, const struct gpu_attribution *ga);
 /* Per-process GPU statistics over the run (the summary's GPU lines). */
 void summary_print_gpu(const struct gpu_report *g, FILE *f);
+/* The cost line (pipeline_status.cost): the syscall programs' BPF time per traced syscall where
+ * the kernel counted it, tokenscope's own CPU, the ring buffer's peak; and the same as JSON (key
+ * "cost", null without a measure), with every program's counters. */
+struct self_cost;
+struct jsonw;
+void summary_print_cost(const struct self_cost *c, FILE *f);
+void summary_json_cost(struct jsonw *w, const struct self_cost *c);
 void summary_print(const struct summary *s, const struct loss_report *loss, const char *title,
 		   FILE *f);
 
