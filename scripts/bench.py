@@ -50,13 +50,16 @@
    and run maker on records laid out as CUPTI writes them): an eager kernel with its launch's
    API record, a graph replay with its API record, a copy, an API record alone, an overhead
    record, and a decode step's buffer (four records, made into a run and handed on).
+9. Burst loss with default settings: one writer at 200,000 writes/s for 1 s (writeloop --rate)
+   and 1,000 streams at 50 tokens/s for 5 s, this build and BENCH_BASE interleaved: the records
+   each round lost and the ring buffer's peak (the summary's cost line).
 
 Environment:
-  BENCH_SECTIONS          sections to run, e.g. "3" or "0 2"; default all (0 to 8)
+  BENCH_SECTIONS          sections to run, e.g. "3" or "0 2"; default all (0 to 9)
   BENCH_ROUNDS            rounds of the interleaved sections (default 3)
   BENCH_EXPORTER_ROUNDS   rounds of section 3 (default 5: its differences are small)
   BENCH_BASE              another tokenscope binary (an older build): sections 0, 1, 2, 3,
-                          6 and 7 measure it too, side by side with this build
+                          6, 7 and 9 measure it too, side by side with this build
   OUTPUT                  the build directory (default .output)
 """
 import atexit
@@ -84,7 +87,7 @@ GT = os.path.join(OUT, "gtclient")
 HZ = os.sysconf("SC_CLK_TCK")
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
 EXPORTER_ROUNDS = int(os.environ.get("BENCH_EXPORTER_ROUNDS", "5"))
-SECTIONS = {int(x) for x in os.environ.get("BENCH_SECTIONS", "0 1 2 3 4 5 6 7 8").replace(",", " ").split()}
+SECTIONS = {int(x) for x in os.environ.get("BENCH_SECTIONS", "0 1 2 3 4 5 6 7 8 9").replace(",", " ").split()}
 RECORDCOST = os.path.join(OUT, "bench", "recordcost")
 CUPTI_LIB = os.path.join(OUT, "libtokenscope_cupti.so")
 STANDIN = os.path.join(OUT, "standin")
@@ -241,6 +244,9 @@ class Tracer:
         m = re.search(r"lost: (\d+) records", text)
         if m:
             info["lost_records"] = int(m.group(1))
+        m = re.search(r"ring peak (\d+) %", text)
+        if m:
+            info["ring_peak_pct"] = int(m.group(1))
         return info
 
 
@@ -379,10 +385,10 @@ def throughput_run(kind, tmp):
             "frames": frames, "bad": bad, **info}
 
 
-def steady_run(streams, token_ms, seconds, tmp, extra=()):
+def steady_run(streams, token_ms, seconds, tmp, extra=(), binary=TS):
     """tokenscope's own cost while `streams` streams each send a frame every token_ms."""
     srv = Server(tmp, "--token-ms", str(token_ms))
-    tr = Tracer("tokenscope", srv.p.pid, tmp, extra)
+    tr = Tracer("tokenscope", srv.p.pid, tmp, extra, binary=binary)
     tokens = int(seconds * 1000 / token_ms)
     frames, wall, bad = client(srv.port, streams, streams, tokens, tmp)
     # Every stream ends at about the same time, and what tokenscope does for a finished request
@@ -393,7 +399,7 @@ def steady_run(streams, token_ms, seconds, tmp, extra=()):
     srv.stop()
     return {"fps": frames / wall, "cpu_pct": 100 * info["cpu_ns"] / 1e9 / wall,
             "rss_mib": info["rss_kib"] / 1024, "anon_mib": info["anon_kib"] / 1024,
-            "lost": info.get("lost_records"), "bad": bad}
+            "lost": info.get("lost_records"), "peak": info.get("ring_peak_pct"), "bad": bad}
 
 
 def have(cmd):
@@ -511,6 +517,39 @@ def section_bystander(tmp, builds):
             v = statistics.median(runs[(name, kind)])
             cells.append(f"{name} {v:.0f} ns ({v - base:+.0f})")
         print(f"   {what}: " + ", ".join(cells), flush=True)
+
+
+def section_burst(tmp):
+    """Records lost at a burst an engine can make, with default settings: one writer at 200,000
+    writes/s for 1 s (writeloop --rate), and 1,000 streams at 50 tokens/s for 5 s; this build
+    and BENCH_BASE interleaved, each round's loss and ring peak (the summary's cost line)."""
+    builds = [("this build", TS)] + ([("BENCH_BASE", BASE_TS)] if BASE_TS else [])
+    print(f"9. burst loss, default settings, {ROUNDS} rounds interleaved: records lost per round "
+          f"(ring peak)", flush=True)
+    res = {(n, w): [] for n, _ in builds for w in ("writer", "streams")}
+    for _ in range(ROUNDS):
+        for name, binary in builds:
+            wl = spawn([WL, "-n", "200000", "--rate", "200000"], stdin=subprocess.PIPE,
+                       stdout=subprocess.PIPE, text=True)
+            pid = int(wl.stdout.readline().split()[1])
+            tr = Tracer("tokenscope", pid, tmp, binary=binary, tag="-burst")
+            wl.stdin.write("go\n")
+            wl.stdin.flush()
+            line = wl.stdout.readline()
+            time.sleep(SETTLE_S)
+            info = tr.stop()
+            wl.communicate("exit\n", timeout=120)
+            wall = float(dict(kv.split("=") for kv in line.split())["wall_ns_per_write"])
+            res[(name, "writer")].append(
+                f"{info.get('lost_records')} ({info.get('ring_peak_pct')} %, "
+                f"{1e9 / wall:,.0f} writes/s)")
+            r = steady_run(1000, 20, 5, tmp, binary=binary)
+            res[(name, "streams")].append(f"{r['lost']} ({r['peak']} %, {r['fps']:,.0f} frames/s)")
+    for name, _ in builds:
+        print(f"   {name}: one writer at 200,000 writes/s for 1 s: "
+              f"{'; '.join(res[(name, 'writer')])}", flush=True)
+        print(f"   {name}: 1,000 streams at 50 tokens/s for 5 s: "
+              f"{'; '.join(res[(name, 'streams')])}", flush=True)
 
 
 def section_throughput(tmp, kinds):
@@ -902,9 +941,9 @@ def section_pieces(tmp):
 def main():
     if os.geteuid() != 0:
         sys.exit("bench: run as root (tokenscope and bpftrace load BPF programs)")
-    unknown = SECTIONS - {0, 1, 2, 3, 4, 5, 6, 7, 8}
+    unknown = SECTIONS - {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}
     if unknown:
-        sys.exit(f"bench: BENCH_SECTIONS: no section {sorted(unknown)} (sections are 0 to 8)")
+        sys.exit(f"bench: BENCH_SECTIONS: no section {sorted(unknown)} (sections are 0 to 9)")
     if BASE_TS and not os.access(BASE_TS, os.X_OK):
         sys.exit(f"bench: BENCH_BASE: {BASE_TS} is not an executable")
     resource.setrlimit(resource.RLIMIT_NOFILE, (8192, 8192))
@@ -933,6 +972,8 @@ def main():
         section_pieces(tmp)
     if 8 in SECTIONS:
         section_records(tmp)
+    if 9 in SECTIONS:
+        section_burst(tmp)
     subprocess.run(["rm", "-rf", tmp])
     with open("/proc/sys/kernel/bpf_stats_enabled", "w") as f:
         f.write(stats_was)
