@@ -73,6 +73,9 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+from lib import bpf_prog_counters  # noqa: E402
+
 OUT = os.environ.get("OUTPUT", ".output")
 TS = os.path.join(OUT, "tokenscope")
 RS = os.path.join(OUT, "refserver")
@@ -158,6 +161,54 @@ class Server:
         self.p = spawn([RS, "--port", "0", "--stats", *args],
                                   stdout=open(self.log, "w"), stderr=subprocess.STDOUT)
         self.port = int(wait_for(self.log, r"listening on \S+:(\d+)").split(":")[-1])
+
+    def stop(self):
+        self.p.send_signal(signal.SIGINT)
+        self.p.wait(10)
+        text = open(self.log).read()
+        m = re.search(r"frames_sent=(\d+)", text)
+        return int(m.group(1)) if m else 0
+
+
+class Tracer:
+    """tokenscope, bpftrace or strace attached to pid; None for the untraced run."""
+
+    def __init__(self, kind, pid, tmp, extra=(), binary=TS, tag=""):
+        if kind == "BENCH_BASE":
+            # The other build, traced the same way, as one more mode of a section.
+            kind, binary, tag = "tokenscope", BASE_TS, tag + "-base"
+        self.kind, self.p = kind, None
+        self.err = os.path.join(tmp, f"{kind}{tag}.err")
+        if kind == "untraced":
+            return
+        if kind == "tokenscope":
+            cmd, ready = [binary, "trace", "-p", str(pid), "--json", *extra], "attached"
+        elif kind == "bpftrace":
+            # What a user writes today: uprobes on libc's write paths, filtered by pid,
+            # keeping a per-thread timestamp and a byte histogram.
+            libc = "/lib/x86_64-linux-gnu/libc.so.6"
+            prog = "".join(
+                f"uprobe:{libc}:{fn} /pid == {pid}/ {{ @ts[tid] = nsecs; @bytes = hist(arg2); }} "
+                for fn in ("write", "writev", "send", "sendto"))
+            cmd, ready = ["bpftrace", "-e", prog], "Attaching"
+        elif kind == "strace":
+            cmd = ["strace", "-f", "-qq", "-e", "trace=write,writev,sendto,sendmsg",
+                   "-o", "/dev/null", "-p", str(pid)]
+            ready = None
+        err = open(self.err, "w")
+        # bpftrace says "Attaching N probes" on stdout; the others talk on stderr.
+        self.p = spawn(cmd, stdout=err if kind == "bpftrace" else subprocess.DEVNULL,
+                                  stderr=err)
+        if ready:
+            wait_for(self.err, ready, 60)
+        else:
+            time.sleep(1.0)
+        self.cpu0 = cpu_seconds(self.p.pid)
+        self.cpu0_ns = task_cpu_ns(self.p.pid)
+
+    def bpf_stats(self):
+        """run_time_ns and run_cnt of each BPF program this tracer holds, by name."""
+        return bpf_prog_counters(self.p.pid)
 
     def stop(self):
         self.p.send_signal(signal.SIGINT)

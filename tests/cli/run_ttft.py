@@ -22,31 +22,12 @@ import time
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 TS = os.environ.get("TOKENSCOPE", os.path.join(ROOT, ".output", "tokenscope"))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+from lib import ko, ok, totals, wait_for  # noqa: E402
+
 PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
 # The phases are 20 ms or more apart; a definition that took the wrong event is off by that.
 TOLERANCE_MS = 5.0
-results = {"pass": 0, "fail": 0, "skip": 0}
-
-
-def ok(name):
-    print(f"PASS {name}")
-    results["pass"] += 1
-
-
-def ko(name, why):
-    print(f"FAIL {name}: {why}")
-    results["fail"] += 1
-
-
-def wait_for(pred, seconds):
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def post(port, scenario):
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     c.request("POST", "/v1/chat/completions",
@@ -165,8 +146,7 @@ def main():
             ok("plain: the definitions agree and the summary says nothing more")
         else:
             ko("plain: no difference line", err)
-    print(f"{results['pass']} passed, {results['fail']} failed, {results['skip']} skipped")
-    return 1 if results["fail"] else 0
+    return totals()
 
 
 if __name__ == "__main__":

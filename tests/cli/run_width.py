@@ -27,31 +27,12 @@ import unicodedata
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
-from lib import free_port  # noqa: E402
+from lib import free_port, ko, ok, sk, totals  # noqa: E402
 TS = os.path.join(ROOT, ".output/tokenscope")
 RS = os.path.join(ROOT, ".output/refserver")
 GT = os.path.join(ROOT, ".output/gtclient")
 WIDTH = 100
 os.environ["TOKENSCOPE_WRAP"] = "1"
-npass = nfail = nskip = 0
-
-
-def ok(name):
-    global npass
-    npass += 1
-    print("PASS " + name)
-
-
-def ko(name, why):
-    global nfail
-    nfail += 1
-    print("FAIL %s: %s" % (name, why))
-
-
-def sk(name, why):
-    global nskip
-    nskip += 1
-    print("SKIP %s: %s" % (name, why))
 
 
 def cells(line):
@@ -213,5 +194,4 @@ def gpu_run(tmp):
 
 if __name__ == "__main__":
     main()
-    print("%d passed, %d failed, %d skipped" % (npass, nfail, nskip))
-    sys.exit(1 if nfail else 0)
+    sys.exit(totals())

@@ -37,6 +37,8 @@ import time
 
 sys.dont_write_bytecode = True
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+from lib import ko, ok, sk, totals  # noqa: E402
 OUT = os.path.join(ROOT, ".output")
 KDIR = os.path.join(OUT, "kernels")
 TS_STATIC = os.path.join(OUT, "static", "tokenscope")
@@ -63,24 +65,6 @@ DOC_BEGIN = "<!-- kernel table: tests/kernels/run_matrix.py writes and checks it
 DOC_END = "<!-- end of the kernel table -->"
 # What a feature that is off leaves null on every request line.
 NULL_WITHOUT = {"sk_data_ready": ["received_ns", "socket_wait_ms"]}
-
-results = {"pass": 0, "fail": 0, "skip": 0}
-
-
-def ok(name, why=""):
-    results["pass"] += 1
-    print(f"PASS {name}" + (f": {why}" if why else ""))
-
-
-def ko(name, why):
-    results["fail"] += 1
-    print(f"FAIL {name}: {why}")
-
-
-def sk(name, why):
-    results["skip"] += 1
-    print(f"SKIP {name}: {why}")
-
 
 def apt_opts(suite):
     """apt-get options for a suite the system does not list: sources, lists and cache of our own."""
@@ -440,8 +424,7 @@ def doc_table(table, write):
 
 
 def finish():
-    print(f"{results['pass']} passed, {results['fail']} failed, {results['skip']} skipped")
-    return 1 if results["fail"] else 0
+    return totals()
 
 
 if __name__ == "__main__":

@@ -33,42 +33,17 @@ import urllib.request
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 sys.path.insert(0, os.path.join(ROOT, "tests"))
-from lib import free_port  # noqa: E402
+from lib import bpf_prog_counters as prog_counters  # noqa: E402
+from lib import free_port, ko, ok, sk, totals, wait_for  # noqa: E402
 
 TS = os.environ.get("TOKENSCOPE", os.path.join(ROOT, ".output", "tokenscope"))
 RS = os.environ.get("REFSERVER", os.path.join(ROOT, ".output", "refserver"))
 STATS = "/proc/sys/kernel/bpf_stats_enabled"
 TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
-results = {"pass": 0, "fail": 0, "skip": 0}
-
-
-def ok(name):
-    print(f"PASS {name}")
-    results["pass"] += 1
-
-
-def ko(name, why):
-    print(f"FAIL {name}: {why}")
-    results["fail"] += 1
-
-
-def sk(name, why):
-    print(f"SKIP {name}: {why}")
-    results["skip"] += 1
 
 
 def finish():
-    print(f"{results['pass']} passed, {results['fail']} failed, {results['skip']} skipped")
-    sys.exit(1 if results["fail"] else 0)
-
-
-def wait_for(pred, seconds):
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(0.05)
-    return False
+    sys.exit(totals())
 
 
 def stats_on():
@@ -85,30 +60,6 @@ def stream(port, n):
                   headers={"Content-Type": "application/json"})
         c.getresponse().read()
         c.close()
-
-
-def prog_counters(pid):
-    """bpftool's reading of the programs tokenscope (pid) holds, found by their descriptors'
-    fdinfo (prog_id): {name: (run_ns, runs)}."""
-    ids = []
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            if os.readlink(f"/proc/{pid}/fd/{fd}") != "anon_inode:bpf-prog":
-                continue
-            with open(f"/proc/{pid}/fdinfo/{fd}") as f:
-                m = re.search(r"^prog_id:\s*(\d+)", f.read(), re.M)
-        except OSError:
-            continue
-        if m:
-            ids.append(m.group(1))
-    got = {}
-    for i in ids:
-        r = subprocess.run(["bpftool", "-j", "prog", "show", "id", i], capture_output=True,
-                           text=True)
-        if r.returncode == 0:
-            p = json.loads(r.stdout)
-            got[p.get("name", "")] = (p.get("run_time_ns", 0), p.get("run_cnt", 0))
-    return got
 
 
 def cpu_s(pid):

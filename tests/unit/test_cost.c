@@ -41,6 +41,17 @@ static struct self_cost counted(void)
 	return c;
 }
 
+/* The same run with the kernel's counting off all along: no BPF time counted. */
+static struct self_cost uncounted(void)
+{
+	struct self_cost c = counted();
+
+	c.bpf_wall_s = c.bpf_s = c.bpf_sys_s = 0;
+	c.bpf_syscalls = 0;
+	c.bpf_stats = false;
+	return c;
+}
+
 static char *line(const struct self_cost *c)
 {
 	char *text = NULL;
@@ -69,10 +80,7 @@ TEST(test_cost_line)
 		     "tokenscope, ring peak 25 %\n",
 		     "no syscall");
 	free(t);
-	c = counted();
-	c.bpf_wall_s = c.bpf_s = c.bpf_sys_s = 0;
-	c.bpf_syscalls = 0;
-	c.bpf_stats = false;
+	c = uncounted();
 	c.ring_bytes = 0;
 	t = line(&c);
 	ASSERT_STREQ(t,
@@ -133,8 +141,7 @@ TEST(test_cost_json)
 	jv_arena_reset(&a);
 
 	/* Nothing counted: nulls, never a figure. */
-	c.bpf_wall_s = c.bpf_s = c.bpf_sys_s = 0;
-	c.bpf_syscalls = 0;
+	c = uncounted();
 	o = cost_json(&a, &c);
 	if (ASSERT_OK_PTR(o, "parsed")) {
 		const char *keys[] = { "bpf_counted_s", "bpf_s", "bpf_cpu_ratio", "traced_syscalls",

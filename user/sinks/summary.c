@@ -232,10 +232,11 @@ static double summary_window_s(const struct summary *s)
 						     : 0;
 }
 
-/* x per second of the window; 0 without one. busy_ns per second is the mean in flight. */
-static double summary_per_s(double x, double window_s)
+/* x over y, 0 where y is none: x per second of the window (busy_ns per second is the mean in
+ * flight), or a share of a whole (the cost line's CPU and ring). */
+static double ratio(double x, double y)
 {
-	return window_s > 0 ? x / window_s : 0.0;
+	return y > 0 ? x / y : 0.0;
 }
 
 /* The device-time lines of a process's summary: what was collected, and what it cost. */
@@ -374,7 +375,7 @@ void summary_print(const struct summary *s, const struct loss_report *loss, cons
 	for (int o = 0; o < OUTCOME_MAX; o++)
 		fprintf(f, " %s=%llu", outcome_name(o), (unsigned long long)s->by_outcome[o]);
 	fprintf(f, "\n  in flight: max %u, mean %.2f, now %u\n", s->inflight_max,
-		summary_per_s(s->busy_ns / 1e9, window_s), s->inflight);
+		ratio(s->busy_ns / 1e9, window_s), s->inflight);
 	print_hist(f, "TTFT", &s->ttft);
 	print_hist(f, "ITL", &s->itl);
 	if (s->itl_same_write)
@@ -395,7 +396,7 @@ void summary_print(const struct summary *s, const struct loss_report *loss, cons
 	print_ttft_definitions(f, s);
 	/* Over the requests' own span, not the interval's: a rate while they ran. */
 	fprintf(f, "  tokens %llu, %.1f tokens/s over %.3f s (first arrival to last end)\n",
-		(unsigned long long)s->tokens, summary_per_s(s->tokens, window_s), window_s);
+		(unsigned long long)s->tokens, ratio(s->tokens, window_s), window_s);
 	/* A traced proxy: how much of its TTFT was its own, the rest its upstream's. */
 	if (s->proxy_ttft.count)
 		fprintf(
@@ -538,11 +539,11 @@ void summary_json(struct jsonw *w, const struct summary *s, const struct loss_re
 	jsonw_obj_end(w);
 	jsonw_obj_begin(w, "in_flight");
 	jsonw_u64(w, "max", s->inflight_max);
-	jsonw_num(w, "mean", summary_per_s(s->busy_ns / 1e9, window_s), 2);
+	jsonw_num(w, "mean", ratio(s->busy_ns / 1e9, window_s), 2);
 	jsonw_u64(w, "now", s->inflight);
 	jsonw_obj_end(w);
 	jsonw_u64(w, "tokens", s->tokens);
-	jsonw_num(w, "tok_per_s", summary_per_s(s->tokens, window_s), 1);
+	jsonw_num(w, "tok_per_s", ratio(s->tokens, window_s), 1);
 	jsonw_num(w, "window_s", window_s, 3);
 	/* The histograms, as the text summary's lines: over ok requests but E2E, over all. */
 	summary_json_hist(w, "ttft_ms", &s->ttft, buckets);
@@ -672,12 +673,6 @@ static void print_joined(FILE *f, const struct joined_servers *j)
 	fputs(named || rest ? ")\n" : "\n", f);
 }
 
-/* x as a share of y, 0 where y is none. */
-static double share(double x, double y)
-{
-	return y > 0 ? x / y : 0;
-}
-
 void summary_print_cost(const struct self_cost *c, FILE *f)
 {
 	fputs("  cost: ", f);
@@ -686,13 +681,13 @@ void summary_print_cost(const struct self_cost *c, FILE *f)
 			c->bpf_sys_s * 1e6 / (double)c->bpf_syscalls);
 	else if (c->bpf_wall_s > 0)
 		fprintf(f, "no traced syscall, BPF %.1f %% of one CPU, ",
-			share(c->bpf_s, c->bpf_wall_s) * 100);
+			ratio(c->bpf_s, c->bpf_wall_s) * 100);
 	else
 		fputs("BPF time not counted (--self-stats), ", f);
-	fprintf(f, "%.1f %% of one CPU in tokenscope, ", share(c->cpu_s, c->wall_s) * 100);
+	fprintf(f, "%.1f %% of one CPU in tokenscope, ", ratio(c->cpu_s, c->wall_s) * 100);
 	if (c->ring_bytes)
 		fprintf(f, "ring peak %.0f %%\n",
-			share((double)c->ring_peak_bytes, (double)c->ring_bytes) * 100);
+			ratio((double)c->ring_peak_bytes, (double)c->ring_bytes) * 100);
 	else
 		fputs("ring peak unknown\n", f);
 }
@@ -706,14 +701,14 @@ void summary_json_cost(struct jsonw *w, const struct self_cost *c)
 	jsonw_obj_begin(w, "cost");
 	jsonw_num(w, "wall_s", c->wall_s, 3);
 	jsonw_num(w, "cpu_s", c->cpu_s, 3);
-	jsonw_num(w, "cpu_ratio", share(c->cpu_s, c->wall_s), 5);
+	jsonw_num(w, "cpu_ratio", ratio(c->cpu_s, c->wall_s), 5);
 	jsonw_bool(w, "bpf_stats", c->bpf_stats);
 	jsonw_bool(w, "self_stats", c->self_stats);
 	/* Counted only with bpf_stats on: null, never a guess, where it was not. */
 	if (c->bpf_wall_s > 0) {
 		jsonw_num(w, "bpf_counted_s", c->bpf_wall_s, 3);
 		jsonw_num(w, "bpf_s", c->bpf_s, 6);
-		jsonw_num(w, "bpf_cpu_ratio", share(c->bpf_s, c->bpf_wall_s), 5);
+		jsonw_num(w, "bpf_cpu_ratio", ratio(c->bpf_s, c->bpf_wall_s), 5);
 		jsonw_u64(w, "traced_syscalls", c->bpf_syscalls);
 		if (c->bpf_syscalls)
 			jsonw_num(w, "bpf_ns_per_syscall",
@@ -731,7 +726,7 @@ void summary_json_cost(struct jsonw *w, const struct self_cost *c)
 		jsonw_u64(w, "ring_bytes", c->ring_bytes);
 		jsonw_u64(w, "ring_peak_bytes", c->ring_peak_bytes);
 		jsonw_num(w, "ring_peak_ratio",
-			  share((double)c->ring_peak_bytes, (double)c->ring_bytes), 4);
+			  ratio((double)c->ring_peak_bytes, (double)c->ring_bytes), 4);
 	} else {
 		jsonw_null(w, "ring_bytes");
 		jsonw_null(w, "ring_peak_bytes");
