@@ -171,6 +171,14 @@ int BPF_PROG(ts_sys_exit, struct pt_regs *regs, long ret)
 	return 0;
 }
 
+/* Run by user space on a CPU whose batch holds records (BPF_PROG_TEST_RUN on that CPU), never
+ * attached: puts the batch in the ring. */
+SEC("raw_tp")
+int ts_batch_flush(void *ctx)
+{
+	return batch_flush_here();
+}
+
 /*
  * Before Linux 5.11 the per-thread maps are hashes keyed by thread id (common.bpf.h): a thread's
  * entries go at its exit, as task storage goes with its task. Loaded only there (kernel.c).

@@ -47,7 +47,23 @@ enum ts_event_type {
 	TS_EV_GPU_CALL = 7,   /* one CUDA launch or copy (only with --kernels) */
 	TS_EV_DEV_RUNS = 8,   /* device work from the CUPTI injection library (cupti_abi.h) */
 	TS_EV_PROC_MAP = 9,   /* a traced process mapped a file executable (for the loader) */
+	TS_EV_BATCH = 10,     /* records of one CPU, in the order it made them (TS_BATCH_BYTES) */
 };
+
+/*
+ * Batches. A CPU gathers the records its programs make in a buffer of its own and puts them in
+ * the ring buffer as one record when the next would not fit in TS_BATCH_BYTES, or when user space
+ * asks at a drain (the program ts_batch_flush, run on that CPU): one reservation of the ring for
+ * many records. A batch is a header (type TS_EV_BATCH; size, the whole batch; pid, the CPU; tid,
+ * the records in it) and the records, each whole and starting at an 8-byte boundary. User space
+ * takes them apart and puts every record back in time order before anything else sees it: a
+ * batch never reaches the pipeline or a recording.
+ */
+#define TS_BATCH_BYTES 16384
+/* The largest record a batch takes (a power of two); a larger one goes to the ring alone. */
+#define TS_BATCH_RECORD_MAX 8192
+/* CPUs whose records are batched (map batch_pending has one entry each); those past it, none. */
+#define TS_BATCH_CPUS 4096
 
 /* CUDA entry points hooked with uprobes; the value is the probe's bpf_cookie. */
 enum ts_cuda_fn {

@@ -204,6 +204,148 @@ static __always_inline __u64 next_id(__u64 *shared)
 	return ((__u64)bpf_get_smp_processor_id() + 1) << 40 | *n;
 }
 
+/*
+ * Batches (events.h): each CPU's records gather in its own buffer and reach the ring as one
+ * record. A ring reservation costs a lock taken with interrupts saved and the ring's shared
+ * positions; a copy into the CPU's own buffer costs neither. busy keeps two users of one CPU's
+ * buffer apart: a program preempted inside it (uprobes and, on recent kernels, the syscall
+ * tracepoints run preemptible), or the flush user space runs on the CPU by interrupt. Whoever
+ * finds it busy puts its record in the ring alone.
+ */
+struct batch {
+	__u32 busy;
+	__u32 used;	/* bytes of buf in use, the batch header's included */
+	__u32 records;	/* records in buf */
+	__u32 payload;	/* their payload bytes, for a lost count */
+	__u8 buf[TS_BATCH_BYTES + TS_BATCH_RECORD_MAX];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct batch);
+} batches SEC(".maps");
+
+/* Per CPU, whether its buffer holds records: user space reads it, mapped, at each drain and runs
+ * the flush only on those CPUs. Written only when it changes. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, TS_BATCH_CPUS);
+	__type(key, __u32);
+	__type(value, __u64);
+} batch_pending SEC(".maps");
+
+/* Set by user space after load, once it has run the flush on a CPU (Linux 5.10 runs a program on
+ * a chosen CPU): before that, and where it cannot, every record goes to the ring alone. */
+bool batch_on = false;
+
+/* busy is only ever contended on its own CPU (the buffer is per CPU): program order is all its
+ * release needs, kept by the compiler barrier. */
+static __always_inline void batch_unbusy(struct batch *b)
+{
+	asm volatile("" ::: "memory");
+	*(volatile __u32 *)&b->busy = 0;
+}
+
+/* Puts a CPU's batch in the ring and empties it; the caller holds busy. */
+static __always_inline void batch_out(struct batch *b, __u32 cpu)
+{
+	struct ts_event_hdr *h = (void *)b->buf;
+	__u64 used = b->used;
+	__u64 *pending;
+
+	if (used <= sizeof(*h))
+		return;
+	h->type = TS_EV_BATCH;
+	h->size = used;
+	h->pid = cpu;
+	h->tid = b->records;
+	/* Hide used's known range from clang so the bound stays for the verifier. */
+	asm volatile("" : "+r"(used));
+	if (used > sizeof(b->buf))
+		used = sizeof(b->buf);
+	if (bpf_ringbuf_output(&events, b->buf, used, rb_flags(used, NULL))) {
+		stat_add(TS_STAT_LOST_EVENTS, b->records);
+		stat_add(TS_STAT_LOST_BYTES, b->payload);
+	} else {
+		stat_add(TS_STAT_EVENTS, b->records);
+	}
+	b->used = sizeof(*h);
+	b->records = 0;
+	b->payload = 0;
+	pending = bpf_map_lookup_elem(&batch_pending, &cpu);
+	if (pending)
+		*pending = 0;
+}
+
+/* The record added to this CPU's batch (false: it goes to the ring alone). */
+static __always_inline bool batch_add(void *rec, __u64 size, __u64 payload)
+{
+#ifdef TS_LEGACY
+	return false;
+#else
+	__u32 zero = 0, cpu;
+	struct batch *b;
+	__u64 off, n;
+	__u64 *pending;
+
+	if (!batch_on || size >= TS_BATCH_RECORD_MAX)
+		return false;
+	b = bpf_map_lookup_elem(&batches, &zero);
+	if (!b || __sync_val_compare_and_swap(&b->busy, 0, 1) != 0)
+		return false;
+	cpu = bpf_get_smp_processor_id();
+	off = b->used;
+	if (off < sizeof(struct ts_event_hdr))
+		off = sizeof(struct ts_event_hdr);
+	if (off + size > TS_BATCH_BYTES) {
+		batch_out(b, cpu);
+		off = sizeof(struct ts_event_hdr);
+	}
+	n = size;
+	/* Hide the known ranges from clang so the masks stay for the verifier. */
+	asm volatile("" : "+r"(off), "+r"(n));
+	off &= TS_BATCH_BYTES - 1;
+	n &= TS_BATCH_RECORD_MAX - 1;
+	if (bpf_probe_read_kernel(&b->buf[off], n, rec)) {
+		batch_unbusy(b);
+		return false;
+	}
+	if (b->records == 0) {
+		pending = bpf_map_lookup_elem(&batch_pending, &cpu);
+		if (pending)
+			*pending = 1;
+	}
+	b->used = off + ((n + 7) & ~7ull);
+	b->records += 1;
+	b->payload += payload;
+	batch_unbusy(b);
+	return true;
+#endif
+}
+
+/* The flush user space runs on a CPU at each drain (ts_batch_flush): 0 done, 1 busy (the CPU
+ * was interrupted inside its batch: asked again). */
+static __always_inline int batch_flush_here(void)
+{
+#ifdef TS_LEGACY
+	return 0;
+#else
+	__u32 zero = 0;
+	struct batch *b = bpf_map_lookup_elem(&batches, &zero);
+
+	if (!b)
+		return 0;
+	if (__sync_val_compare_and_swap(&b->busy, 0, 1) != 0)
+		return 1;
+	batch_out(b, bpf_get_smp_processor_id());
+	batch_unbusy(b);
+	return 0;
+#endif
+}
+
 /* A record the loader must act on at once (a library mapped): the reader is woken for it. */
 static __always_inline void emit_now(void *rec, __u64 size)
 {
@@ -215,8 +357,11 @@ static __always_inline void emit_now(void *rec, __u64 size)
 static __always_inline void emit(void *rec, __u64 size, __u64 payload)
 {
 	__u32 k = TS_STAT_EVENTS;
-	__u64 *n = bpf_map_lookup_elem(&stats, &k);
+	__u64 *n;
 
+	if (batch_add(rec, size, payload))
+		return;
+	n = bpf_map_lookup_elem(&stats, &k);
 	if (bpf_ringbuf_output(&events, rec, size, rb_flags(size, n))) {
 		stat_add(TS_STAT_LOST_EVENTS, 1);
 		stat_add(TS_STAT_LOST_BYTES, payload);

@@ -132,6 +132,12 @@ def threaded(work):
     return [PYTHON, os.path.join(SERVERS, "threaded_app.py"), "0"]
 
 
+def threaded_hop(work):
+    if len(os.sched_getaffinity(0)) < 2:
+        raise Skip("one CPU: a thread cannot move between CPUs")
+    return threaded(work) + ["--hop-cpus"]
+
+
 def threaded_tls_late(work):
     return threaded(work) + ["--tls-late"]
 
@@ -422,6 +428,9 @@ CASES = {
     "fastapi-h11": fastapi("h11", ("fastapi", "uvicorn", "h11")),
     "fastapi-httptools": fastapi("httptools", ("fastapi", "uvicorn", "uvloop", "httptools")),
     "aiohttp": aiohttp,
+    # A stream's thread on another CPU for each frame: the kernel's per-CPU batches hold its
+    # writes in turn, and every token must still come in order, none lost or late.
+    "threaded-hop-cpus": threaded_hop,
     "go": go,
     "node": node,
     # A whole response in one call of many pieces (more than the 64 tokenscope once walked):
@@ -802,6 +811,10 @@ def run_case(argv_of, work, tol_ns, verbose):
             errors.note = tls_wire(log("tokenscope.err"), tol_ns, errors)
         if getattr(argv_of, "server_check", None):
             argv_of.server_check(log("server.out"), gt, errors)
+        late = re.search(r"\d+ records? reached the pipeline after later ones[^\n]*",
+                         open(log("tokenscope.err")).read())
+        if late:
+            errors.append(Mismatch(f"tokenscope: {late.group(0)}"))
         return errors
     finally:
         children.close()

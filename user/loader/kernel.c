@@ -11,7 +11,9 @@
 #include <bpf/libbpf.h>
 
 #include "events.h"
+#include "lib/clock.h"
 #include "loader/kernel.h"
+#include "loader/reorder.h"
 #include "pipeline/self_cost.h"
 #include "tokenscope.skel.h"
 #include "traffic.h"
@@ -22,7 +24,17 @@ struct kernel {
 	/* The ring's two positions, mapped read-only, for how much waits at a drain (its peak). */
 	const volatile unsigned long *rb_cons, *rb_prod;
 	uint64_t rb_bytes, rb_peak;
+	/* Batches (events.h): on where the kernel runs the flush on a chosen CPU. Records then
+	 * pass through ro on their way to fn, put back in time order; pending is map
+	 * batch_pending, mapped read-only. */
+	kernel_record_fn fn;
+	void *fn_ctx;
+	struct reorder *ro;
+	const volatile uint64_t *pending;
+	size_t pending_bytes;
+	uint64_t flush_busy; /* flushes that found a CPU busy at every try */
 	uint32_t self_tgid;
+	bool legacy; /* the legacy object: no batches */
 	int ncpus;
 	bool borrowed;	  /* the skeleton is the caller's (kernel_borrow) */
 	bool cookies;	  /* uprobes tell the kind of call by cookie (else a program per kind) */
@@ -93,7 +105,8 @@ int kernel_open(struct kernel **kp, const struct features *f)
 		free(k);
 		return err;
 	}
-	k->skel = skel_open(features_legacy(f));
+	k->legacy = features_legacy(f);
+	k->skel = skel_open(k->legacy);
 	if (!k->skel) {
 		err = -errno;
 		free(k);
@@ -120,6 +133,8 @@ int kernel_borrow(struct kernel **kp, struct tokenscope_bpf *skel)
 	}
 	k->skel = skel;
 	k->borrowed = true;
+	/* The caller reads the ring itself: its records come one by one. */
+	k->legacy = true;
 	/* The caller adapted its skeleton to this kernel (kernel_adapt): the same probe tells
 	 * how its uprobe programs take the kind of a call. */
 	features_probe(&f);
@@ -441,15 +456,64 @@ int kernel_traffic_take(struct kernel *k, kernel_traffic_fn fn, void *ctx)
 	return sum;
 }
 
+/* A record from the ring: to the reorder stage, or straight on. A library mapped is for the
+ * loader alone and wanted at once (its process is held): never held back. */
+static int ring_record(void *ctx, void *data, size_t size)
+{
+	struct kernel *k = ctx;
+	const struct ts_event_hdr *h = data;
+
+	if (!k->ro || (size >= sizeof(*h) && h->type == TS_EV_PROC_MAP))
+		return k->fn(k->fn_ctx, data, size);
+	/* Held in time order; without the memory to hold it, handed over as it came. */
+	if (reorder_add(k->ro, data, size))
+		return k->fn(k->fn_ctx, data, size);
+	return 0;
+}
+
+/* Runs the flush on one CPU: 0, 1 (the CPU was busy inside its batch) or a negative errno. */
+static int flush_cpu(struct kernel *k, int cpu)
+{
+	LIBBPF_OPTS(bpf_test_run_opts, opts, .flags = BPF_F_TEST_RUN_ON_CPU, .cpu = cpu);
+	int err = bpf_prog_test_run_opts(bpf_program__fd(k->skel->progs.ts_batch_flush), &opts);
+
+	return err ? -errno : (int)opts.retval;
+}
+
+/* Batches on where the flush runs on a chosen CPU (Linux 5.10) and batch_pending maps: else
+ * every record goes to the ring alone, as before batches. */
+static void batches_start(struct kernel *k)
+{
+	int fd = bpf_map__fd(k->skel->maps.batch_pending);
+	size_t bytes = (size_t)TS_BATCH_CPUS * sizeof(uint64_t);
+	void *p;
+
+	if (k->legacy || flush_cpu(k, 0) < 0)
+		return;
+	k->ro = reorder_new();
+	p = mmap(NULL, bytes, PROT_READ, MAP_SHARED, fd, 0);
+	if (!k->ro || p == MAP_FAILED) {
+		reorder_free(k->ro);
+		k->ro = NULL;
+		return;
+	}
+	k->pending = p;
+	k->pending_bytes = bytes;
+	k->skel->bss->batch_on = true;
+}
+
 int kernel_ring_open(struct kernel *k, kernel_record_fn fn, void *ctx)
 {
 	int fd = bpf_map__fd(k->skel->maps.events);
 	long page = sysconf(_SC_PAGESIZE);
 	void *cons, *prod;
 
-	k->rb = ring_buffer__new(fd, fn, ctx, NULL);
+	k->fn = fn;
+	k->fn_ctx = ctx;
+	k->rb = ring_buffer__new(fd, ring_record, k, NULL);
 	if (!k->rb)
 		return -errno;
+	batches_start(k);
 	/* The consumer's page and the producer's, as libbpf maps them but read-only: without them
 	 * the peak is not known (0), and tracing goes on. */
 	k->rb_bytes = bpf_map__max_entries(k->skel->maps.events);
@@ -480,6 +544,27 @@ static void ring_note_fill(struct kernel *k)
 		k->rb_peak = waiting;
 }
 
+/* Every CPU whose batch holds records puts it in the ring. A CPU interrupted inside its batch is
+ * asked again a few times; one still busy keeps its records to the next drain (they arrive late,
+ * counted). */
+#define FLUSH_TRIES 4
+
+static void batches_flush(struct kernel *k)
+{
+	int n = k->ncpus < TS_BATCH_CPUS ? k->ncpus : TS_BATCH_CPUS;
+
+	for (int cpu = 0; cpu < n; cpu++) {
+		int r = 1;
+
+		if (!k->pending[cpu])
+			continue;
+		for (int t = 0; t < FLUSH_TRIES && r == 1; t++)
+			r = flush_cpu(k, cpu);
+		if (r == 1)
+			k->flush_busy++;
+	}
+}
+
 int kernel_ring_poll(struct kernel *k, int timeout_ms)
 {
 	struct epoll_event ev;
@@ -491,10 +576,46 @@ int kernel_ring_poll(struct kernel *k, int timeout_ms)
 	return ring_buffer__consume(k->rb);
 }
 
-void kernel_ring_consume(struct kernel *k)
+uint64_t kernel_ring_consume(struct kernel *k)
 {
+	/* The clock before the drain: every record made before it is in the ring once the
+	 * batches are flushed, but for one whose program is still running. */
+	uint64_t now = mono_ns(), upto;
+
+	if (k->ro)
+		batches_flush(k);
 	ring_note_fill(k);
 	ring_buffer__consume(k->rb);
+	if (!k->ro)
+		return now;
+	upto = now > REORDER_SETTLE_NS ? now - REORDER_SETTLE_NS : 0;
+	reorder_release(k->ro, upto, k->fn, k->fn_ctx);
+	return upto;
+}
+
+void kernel_ring_finish(struct kernel *k)
+{
+	if (k->ro)
+		batches_flush(k);
+	ring_note_fill(k);
+	ring_buffer__consume(k->rb);
+	if (k->ro)
+		reorder_release(k->ro, UINT64_MAX, k->fn, k->fn_ctx);
+}
+
+uint64_t kernel_ring_late(const struct kernel *k, uint64_t *max_ns, uint64_t *busy)
+{
+	*busy = k->flush_busy;
+	if (!k->ro) {
+		*max_ns = 0;
+		return 0;
+	}
+	return reorder_late(k->ro, max_ns);
+}
+
+bool kernel_batches(const struct kernel *k)
+{
+	return k->ro != NULL;
 }
 
 void kernel_ring_fill(const struct kernel *k, uint64_t *bytes, uint64_t *peak)
@@ -511,6 +632,12 @@ void kernel_ring_close(struct kernel *k)
 		return;
 	ring_buffer__free(k->rb);
 	k->rb = NULL;
+	reorder_free(k->ro);
+	k->ro = NULL;
+	if (k->pending) {
+		munmap((void *)k->pending, k->pending_bytes);
+		k->pending = NULL;
+	}
 	if (k->rb_prod) {
 		munmap((void *)k->rb_cons, page);
 		munmap((void *)k->rb_prod, page);

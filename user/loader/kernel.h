@@ -106,14 +106,25 @@ int kernel_held_take_fd(int fd, kernel_held_fn fn, void *ctx);
 int kernel_held_walk_fd(int fd, kernel_held_fn fn, void *ctx);
 bool kernel_held_has(struct kernel *k, uint32_t pid);
 
-/* The ring buffer of map `events`, each record handed to fn (which returns 0). */
+/*
+ * The ring buffer of map `events`, each record handed to fn (which returns 0). Where the kernel
+ * batches records per CPU (events.h: TS_EV_BATCH; Linux 5.10 and the default object), they are
+ * taken apart and handed over in time order (reorder.h), a drain's newest records at the next.
+ */
 typedef int (*kernel_record_fn)(void *ctx, void *data, size_t size);
 int kernel_ring_open(struct kernel *k, kernel_record_fn fn, void *ctx);
-/* Waits up to timeout_ms for records and hands them over: how many, or a negative errno
- * (-EINTR for a signal). */
+/* Waits up to timeout_ms for records and takes them in (handed over where nothing is batched):
+ * how many ring records, or a negative errno (-EINTR for a signal). */
 int kernel_ring_poll(struct kernel *k, int timeout_ms);
-/* Hands over the records there now, without waiting. */
-void kernel_ring_consume(struct kernel *k);
+/* A drain: every CPU's batch into the ring, the ring read, and every record made up to the
+ * returned clock reading (CLOCK_MONOTONIC ns) handed over. */
+uint64_t kernel_ring_consume(struct kernel *k);
+/* The last drain: everything there, whatever its time. */
+void kernel_ring_finish(struct kernel *k);
+/* Whether records come in batches; records that arrived after later ones were handed over, the
+ * most one was late by (ns), and flushes that found their CPU busy at every try. */
+bool kernel_batches(const struct kernel *k);
+uint64_t kernel_ring_late(const struct kernel *k, uint64_t *max_ns, uint64_t *busy);
 /* Unmaps the ring buffer (none open, or k NULL: nothing). */
 void kernel_ring_close(struct kernel *k);
 /* The ring buffer's size and the most bytes that waited in it at a hand-over so far (0 where

@@ -140,6 +140,24 @@ static void read_kstats(struct tracer *tr)
 	pipeline_kstats(tr->pl, stats, TS_STAT_MAX);
 }
 
+/* Records handed over out of time order (kernel.h): none in a run where every program took less
+ * than the settle margin and every CPU's batch could be flushed at each drain. */
+static void late_note(const struct kernel *k)
+{
+	uint64_t max_ns, busy, late = kernel_ring_late(k, &max_ns, &busy);
+
+	if (late)
+		fprintf(stderr,
+			"tokenscope: %llu record%s reached the pipeline after later ones (by up to "
+			"%.3f ms): a stream may show a gap there\n",
+			(unsigned long long)late, late == 1 ? "" : "s", (double)max_ns / 1e6);
+	if (busy)
+		fprintf(stderr,
+			"tokenscope: %llu drain%s found a CPU busy inside its batch at every try: its "
+			"records came a drain later\n",
+			(unsigned long long)busy, busy == 1 ? "" : "s");
+}
+
 /* What tracing costs now, for the sinks. */
 static void sample_cost(struct tracer *tr)
 {
@@ -790,12 +808,10 @@ static bool job_exited(struct loop *l, double now)
 static void loop_drain(struct loop *l)
 {
 	struct tracer *tr = l->tr;
-	/* The clock before the drain: a record that lands during it is no later than the time
-	 * the pipeline is told, so a step's batch window never closes ahead of a token write
-	 * already in the ring. */
-	uint64_t now = mono_ns();
+	/* Every record made up to this clock reading is handed over by the drain, so a step's
+	 * batch window never closes ahead of a token write already made. */
+	uint64_t now = kernel_ring_consume(tr->k);
 
-	kernel_ring_consume(tr->k);
 	/* A held process whose record was lost waits no longer than a drain. */
 	hold_release(&tr->hold, hook_held, tr);
 	read_kstats(tr);
@@ -1056,9 +1072,10 @@ int trace_run(const struct trace_opts *o, struct pipeline *pl, const struct trac
 	sample_cost(&tr);
 	loop = (struct loop){ .tr = &tr, .o = o, .seen = &seen, .h = h, .start = mono_s() };
 	err = loop_run(&loop, exiting);
-	kernel_ring_consume(tr.k);
+	kernel_ring_finish(tr.k);
 	hold_stop(&tr.hold, hook_held, &tr);
 	read_kstats(&tr);
+	late_note(tr.k);
 	if (tr.cuda.late_hooks)
 		fprintf(stderr,
 			"tokenscope: hooked late: %d (process, library) pair%s found by the "

@@ -7,7 +7,12 @@ memory BIOs.
 With --tls-late as well, OpenSSL is loaded by the first connection, not at startup: a tracer
 attached before it must hook the library when the process maps it (dlopen).
 
-Usage: threaded_app.py PORT [--tls-cert PEM [--tls-late]]; PORT 0 picks a free port.
+With --hop-cpus, a stream's thread moves to the next CPU before each frame it writes: its
+writes are made on every CPU in turn, so a tracer that gathers records per CPU must put them
+back in order.
+
+Usage: threaded_app.py PORT [--tls-cert PEM [--tls-late]] [--hop-cpus]; PORT 0 picks a free
+port.
 """
 import sys
 
@@ -72,7 +77,10 @@ class Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
-            for frame in run_sync(loop, req.frames()):
+            cpus = sorted(os.sched_getaffinity(0)) if self.server.hop_cpus else []
+            for i, frame in enumerate(run_sync(loop, req.frames())):
+                if cpus:
+                    os.sched_setaffinity(0, {cpus[i % len(cpus)]})
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(frame), frame))
             self.wfile.write(b"0\r\n\r\n")
         except (BrokenPipeError, ConnectionResetError, *tls_errors()):
@@ -100,6 +108,7 @@ class Server(ThreadingHTTPServer):
     daemon_threads = True
     tls = None
     tls_late = None  # --tls-late: the certificate, until the first connection loads OpenSSL
+    hop_cpus = False
 
     def get_request(self):
         sock, addr = super().get_request()
@@ -120,9 +129,14 @@ class Server(ThreadingHTTPServer):
 
 
 def main():
-    args = common.parse_args(__doc__, lambda ap: ap.add_argument(
-        "--tls-late", action="store_true", help="load OpenSSL at the first connection"))
+    def more(ap):
+        ap.add_argument("--tls-late", action="store_true",
+                        help="load OpenSSL at the first connection")
+        ap.add_argument("--hop-cpus", action="store_true",
+                        help="write each frame of a stream on the next CPU")
+    args = common.parse_args(__doc__, more)
     srv = Server(("127.0.0.1", args.port), Handler)
+    srv.hop_cpus = args.hop_cpus
     if args.tls_cert and args.tls_late:
         srv.tls_late = args.tls_cert
     elif args.tls_cert:
