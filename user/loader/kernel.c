@@ -1,10 +1,16 @@
 // SPDX-License-Identifier: MIT
 #include <errno.h>
+#include <poll.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 #include <linux/types.h>
 #include <bpf/bpf.h>
@@ -17,6 +23,45 @@
 #include "pipeline/self_cost.h"
 #include "tokenscope.skel.h"
 #include "traffic.h"
+
+/* Records copied one after another (each size-prefixed, at 8-byte boundaries), handed over
+ * later in that order. */
+struct spool {
+	unsigned char *buf;
+	size_t used, cap;
+};
+
+static int spool_put(void *ctx, void *data, size_t size)
+{
+	struct spool *sp = ctx;
+	size_t room = sizeof(uint64_t) + ((size + 7) & ~(size_t)7), c = sp->cap ? sp->cap : 4096;
+	unsigned char *b;
+
+	if (sp->used + room > sp->cap) {
+		while (c < sp->used + room)
+			c *= 2;
+		b = realloc(sp->buf, c);
+		if (!b)
+			return -ENOMEM;
+		sp->buf = b;
+		sp->cap = c;
+	}
+	*(uint64_t *)(sp->buf + sp->used) = size;
+	memcpy(sp->buf + sp->used + sizeof(uint64_t), data, size);
+	sp->used += room;
+	return 0;
+}
+
+static void spool_hand(struct spool *sp, int (*fn)(void *, void *, size_t), void *ctx)
+{
+	for (size_t off = 0; off < sp->used;) {
+		size_t size = *(uint64_t *)(sp->buf + off);
+
+		fn(ctx, sp->buf + off + sizeof(uint64_t), size);
+		off += sizeof(uint64_t) + ((size + 7) & ~(size_t)7);
+	}
+	sp->used = 0;
+}
 
 struct kernel {
 	struct tokenscope_bpf *skel;
@@ -33,6 +78,20 @@ struct kernel {
 	const volatile uint64_t *pending;
 	size_t pending_bytes;
 	uint64_t flush_busy; /* flushes that found a CPU busy at every try */
+	/*
+	 * With batches a thread of its own drains the ring into ro as soon as the kernel wakes
+	 * it, while the pipeline works through the last drain's records: the ring waits only for
+	 * a copy, not for the pipeline. mu guards ro, the urgent records (a library mapped, for
+	 * the loader now) and the ring's reading; wake_fd tells the loop that urgent records or
+	 * many held ones wait.
+	 */
+	pthread_t drainer;
+	bool drainer_on;
+	volatile bool drainer_stop;
+	pthread_mutex_t mu;
+	int wake_fd;
+	struct spool urgent, out;
+	uint64_t held_bytes_max_hit; /* times the drainer paused at REORDER_HELD_MAX */
 	uint32_t self_tgid;
 	bool legacy; /* the legacy object: no batches */
 	int ncpus;
@@ -456,18 +515,36 @@ int kernel_traffic_take(struct kernel *k, kernel_traffic_fn fn, void *ctx)
 	return sum;
 }
 
+/* Held records past which the drainer stops reading the ring until the pipeline has caught
+ * up: the ring then fills and the kernel counts what it cannot take. */
+#define REORDER_HELD_MAX (64u << 20)
+/* The drainer's nice value. */
+#define DRAINER_NICE -10
+/* Held records past which the drainer wakes the loop before its next tick. */
+#define REORDER_WAKE_RECORDS 8192
+
 /* A record from the ring: to the reorder stage, or straight on. A library mapped is for the
- * loader alone and wanted at once (its process is held): never held back. */
+ * loader alone and wanted at once (its process is held): never held back. With batches this
+ * runs on the drainer's thread, under mu. */
 static int ring_record(void *ctx, void *data, size_t size)
 {
 	struct kernel *k = ctx;
 	const struct ts_event_hdr *h = data;
 
-	if (!k->ro || (size >= sizeof(*h) && h->type == TS_EV_PROC_MAP))
+	if (!k->ro)
 		return k->fn(k->fn_ctx, data, size);
-	/* Held in time order; without the memory to hold it, handed over as it came. */
+	if (size >= sizeof(*h) && h->type == TS_EV_PROC_MAP) {
+		uint64_t one = 1;
+
+		/* Without memory for it, the next drain's look at the held processes finds it. */
+		if (spool_put(&k->urgent, data, size) == 0 &&
+		    write(k->wake_fd, &one, sizeof(one)) != sizeof(one))
+			return 0;
+		return 0;
+	}
+	/* Without the memory to hold it, it is handed over where it came, out of time order. */
 	if (reorder_add(k->ro, data, size))
-		return k->fn(k->fn_ctx, data, size);
+		return spool_put(&k->out, data, size);
 	return 0;
 }
 
@@ -478,55 +555,6 @@ static int flush_cpu(struct kernel *k, int cpu)
 	int err = bpf_prog_test_run_opts(bpf_program__fd(k->skel->progs.ts_batch_flush), &opts);
 
 	return err ? -errno : (int)opts.retval;
-}
-
-/* Batches on where the flush runs on a chosen CPU (Linux 5.10) and batch_pending maps: else
- * every record goes to the ring alone, as before batches. */
-static void batches_start(struct kernel *k)
-{
-	int fd = bpf_map__fd(k->skel->maps.batch_pending);
-	size_t bytes = (size_t)TS_BATCH_CPUS * sizeof(uint64_t);
-	void *p;
-
-	if (k->legacy || flush_cpu(k, 0) < 0)
-		return;
-	k->ro = reorder_new();
-	p = mmap(NULL, bytes, PROT_READ, MAP_SHARED, fd, 0);
-	if (!k->ro || p == MAP_FAILED) {
-		reorder_free(k->ro);
-		k->ro = NULL;
-		return;
-	}
-	k->pending = p;
-	k->pending_bytes = bytes;
-	k->skel->bss->batch_on = true;
-}
-
-int kernel_ring_open(struct kernel *k, kernel_record_fn fn, void *ctx)
-{
-	int fd = bpf_map__fd(k->skel->maps.events);
-	long page = sysconf(_SC_PAGESIZE);
-	void *cons, *prod;
-
-	k->fn = fn;
-	k->fn_ctx = ctx;
-	k->rb = ring_buffer__new(fd, ring_record, k, NULL);
-	if (!k->rb)
-		return -errno;
-	batches_start(k);
-	/* The consumer's page and the producer's, as libbpf maps them but read-only: without them
-	 * the peak is not known (0), and tracing goes on. */
-	k->rb_bytes = bpf_map__max_entries(k->skel->maps.events);
-	cons = mmap(NULL, page, PROT_READ, MAP_SHARED, fd, 0);
-	prod = cons == MAP_FAILED ? MAP_FAILED : mmap(NULL, page, PROT_READ, MAP_SHARED, fd, page);
-	if (prod == MAP_FAILED) {
-		if (cons != MAP_FAILED)
-			munmap(cons, page);
-		return 0;
-	}
-	k->rb_cons = cons;
-	k->rb_prod = prod;
-	return 0;
 }
 
 /* Before records are handed over: how much waits now, the most since the last hand-over. */
@@ -540,8 +568,108 @@ static void ring_note_fill(struct kernel *k)
 		  __atomic_load_n(k->rb_cons, __ATOMIC_ACQUIRE);
 	if (waiting > k->rb_bytes)
 		waiting = k->rb_bytes;
-	if (waiting > k->rb_peak)
-		k->rb_peak = waiting;
+	if (waiting > __atomic_load_n(&k->rb_peak, __ATOMIC_RELAXED))
+		__atomic_store_n(&k->rb_peak, waiting, __ATOMIC_RELAXED);
+}
+
+/* The drainer: reads the ring whenever the kernel wakes it (an eighth of the ring waiting) or
+ * every tick, into ro. */
+static void *drainer_main(void *arg)
+{
+	struct kernel *k = arg;
+	struct epoll_event ev;
+
+	/* Ahead of the busy threads of a loaded machine when the kernel wakes it: its work is a
+	 * copy, a small share of a CPU at any rate, but a ring left waiting fills. Without
+	 * CAP_SYS_NICE it keeps the process's priority. */
+	(void)!setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), DRAINER_NICE);
+	while (!k->drainer_stop) {
+		size_t held;
+
+		if (epoll_wait(ring_buffer__epoll_fd(k->rb), &ev, 1, 25) < 0 && errno != EINTR)
+			break;
+		pthread_mutex_lock(&k->mu);
+		held = reorder_held_bytes(k->ro);
+		if (held < REORDER_HELD_MAX) {
+			ring_note_fill(k);
+			ring_buffer__consume(k->rb);
+		} else {
+			k->held_bytes_max_hit++;
+		}
+		held = reorder_held(k->ro);
+		pthread_mutex_unlock(&k->mu);
+		if (held >= REORDER_WAKE_RECORDS) {
+			uint64_t one = 1;
+
+			if (write(k->wake_fd, &one, sizeof(one)) < 0)
+				continue;
+		}
+		if (held >= REORDER_HELD_MAX)
+			usleep(1000);
+	}
+	return NULL;
+}
+
+/* Batches on where the flush runs on a chosen CPU (Linux 5.10) and batch_pending maps: else
+ * every record goes to the ring alone, as before batches, and the loop reads the ring itself. */
+static void batches_start(struct kernel *k)
+{
+	int fd = bpf_map__fd(k->skel->maps.batch_pending);
+	size_t bytes = (size_t)TS_BATCH_CPUS * sizeof(uint64_t);
+	void *p;
+
+	if (k->legacy || flush_cpu(k, 0) < 0)
+		return;
+	k->ro = reorder_new();
+	k->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	p = mmap(NULL, bytes, PROT_READ, MAP_SHARED, fd, 0);
+	if (!k->ro || k->wake_fd < 0 || p == MAP_FAILED || pthread_mutex_init(&k->mu, NULL))
+		goto off;
+	k->pending = p;
+	k->pending_bytes = bytes;
+	if (pthread_create(&k->drainer, NULL, drainer_main, k)) {
+		pthread_mutex_destroy(&k->mu);
+		goto off;
+	}
+	k->drainer_on = true;
+	k->skel->bss->batch_on = true;
+	return;
+off:
+	if (p != MAP_FAILED)
+		munmap(p, bytes);
+	k->pending = NULL;
+	if (k->wake_fd >= 0)
+		close(k->wake_fd);
+	k->wake_fd = -1;
+	reorder_free(k->ro);
+	k->ro = NULL;
+}
+
+int kernel_ring_open(struct kernel *k, kernel_record_fn fn, void *ctx)
+{
+	int fd = bpf_map__fd(k->skel->maps.events);
+	long page = sysconf(_SC_PAGESIZE);
+	void *cons, *prod;
+
+	k->fn = fn;
+	k->fn_ctx = ctx;
+	k->wake_fd = -1;
+	k->rb = ring_buffer__new(fd, ring_record, k, NULL);
+	if (!k->rb)
+		return -errno;
+	/* The consumer's page and the producer's, as libbpf maps them but read-only: without them
+	 * the peak is not known (0), and tracing goes on. */
+	k->rb_bytes = bpf_map__max_entries(k->skel->maps.events);
+	cons = mmap(NULL, page, PROT_READ, MAP_SHARED, fd, 0);
+	prod = cons == MAP_FAILED ? MAP_FAILED : mmap(NULL, page, PROT_READ, MAP_SHARED, fd, page);
+	if (prod != MAP_FAILED) {
+		k->rb_cons = cons;
+		k->rb_prod = prod;
+	} else if (cons != MAP_FAILED) {
+		munmap(cons, page);
+	}
+	batches_start(k);
+	return 0;
 }
 
 /* Every CPU whose batch holds records puts it in the ring. A CPU interrupted inside its batch is
@@ -568,12 +696,37 @@ static void batches_flush(struct kernel *k)
 int kernel_ring_poll(struct kernel *k, int timeout_ms)
 {
 	struct epoll_event ev;
-	int n = epoll_wait(ring_buffer__epoll_fd(k->rb), &ev, 1, timeout_ms);
+	int n;
 
+	if (k->drainer_on) {
+		/* The drainer reads the ring: the loop waits for its tick, or for the drainer. */
+		struct pollfd p = { .fd = k->wake_fd, .events = POLLIN };
+		uint64_t v;
+
+		n = poll(&p, 1, timeout_ms);
+		if (n < 0)
+			return -errno;
+		if (n > 0 && read(k->wake_fd, &v, sizeof(v)) < 0)
+			return 0;
+		return 0;
+	}
+	n = epoll_wait(ring_buffer__epoll_fd(k->rb), &ev, 1, timeout_ms);
 	if (n < 0)
 		return -errno;
 	ring_note_fill(k);
 	return ring_buffer__consume(k->rb);
+}
+
+/* Under mu: the ring read now, and every record up to upto moved to the spool out, in time
+ * order, behind the urgent ones. */
+static void take_upto(struct kernel *k, uint64_t upto)
+{
+	pthread_mutex_lock(&k->mu);
+	ring_note_fill(k);
+	ring_buffer__consume(k->rb);
+	spool_hand(&k->urgent, spool_put, &k->out);
+	reorder_release(k->ro, upto, spool_put, &k->out);
+	pthread_mutex_unlock(&k->mu);
 }
 
 uint64_t kernel_ring_consume(struct kernel *k)
@@ -582,25 +735,39 @@ uint64_t kernel_ring_consume(struct kernel *k)
 	 * batches are flushed, but for one whose program is still running. */
 	uint64_t now = mono_ns(), upto;
 
-	if (k->ro)
-		batches_flush(k);
-	ring_note_fill(k);
-	ring_buffer__consume(k->rb);
-	if (!k->ro)
+	if (!k->ro) {
+		ring_note_fill(k);
+		ring_buffer__consume(k->rb);
 		return now;
+	}
+	batches_flush(k);
 	upto = now > REORDER_SETTLE_NS ? now - REORDER_SETTLE_NS : 0;
-	reorder_release(k->ro, upto, k->fn, k->fn_ctx);
+	take_upto(k, upto);
+	/* The pipeline's work, while the drainer goes on reading the ring. */
+	spool_hand(&k->out, k->fn, k->fn_ctx);
 	return upto;
+}
+
+static void drainer_stop(struct kernel *k)
+{
+	if (!k->drainer_on)
+		return;
+	k->drainer_stop = true;
+	pthread_join(k->drainer, NULL);
+	k->drainer_on = false;
 }
 
 void kernel_ring_finish(struct kernel *k)
 {
-	if (k->ro)
-		batches_flush(k);
-	ring_note_fill(k);
-	ring_buffer__consume(k->rb);
-	if (k->ro)
-		reorder_release(k->ro, UINT64_MAX, k->fn, k->fn_ctx);
+	if (!k->ro) {
+		ring_note_fill(k);
+		ring_buffer__consume(k->rb);
+		return;
+	}
+	batches_flush(k);
+	drainer_stop(k);
+	take_upto(k, UINT64_MAX);
+	spool_hand(&k->out, k->fn, k->fn_ctx);
 }
 
 uint64_t kernel_ring_late(const struct kernel *k, uint64_t *max_ns, uint64_t *busy)
@@ -621,7 +788,7 @@ bool kernel_batches(const struct kernel *k)
 void kernel_ring_fill(const struct kernel *k, uint64_t *bytes, uint64_t *peak)
 {
 	*bytes = k->rb_prod ? k->rb_bytes : 0;
-	*peak = k->rb_prod ? k->rb_peak : 0;
+	*peak = k->rb_prod ? __atomic_load_n(&k->rb_peak, __ATOMIC_RELAXED) : 0;
 }
 
 void kernel_ring_close(struct kernel *k)
@@ -630,8 +797,17 @@ void kernel_ring_close(struct kernel *k)
 
 	if (!k)
 		return;
+	drainer_stop(k);
 	ring_buffer__free(k->rb);
 	k->rb = NULL;
+	if (k->ro) {
+		pthread_mutex_destroy(&k->mu);
+		close(k->wake_fd);
+		k->wake_fd = -1;
+		free(k->urgent.buf);
+		free(k->out.buf);
+		k->urgent = k->out = (struct spool){ 0 };
+	}
 	reorder_free(k->ro);
 	k->ro = NULL;
 	if (k->pending) {

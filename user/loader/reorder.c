@@ -235,6 +235,11 @@ size_t reorder_held(const struct reorder *r)
 	return r->n;
 }
 
+size_t reorder_held_bytes(const struct reorder *r)
+{
+	return r->used;
+}
+
 uint64_t reorder_late(const struct reorder *r, uint64_t *max_ns)
 {
 	if (max_ns)

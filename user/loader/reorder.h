@@ -45,8 +45,9 @@ int reorder_add(struct reorder *r, const void *data, size_t size);
  * order they arrived); UINT64_MAX hands over all of them. */
 void reorder_release(struct reorder *r, uint64_t upto, reorder_fn fn, void *ctx);
 
-/* Records held now. */
+/* Records held now, and their bytes. */
 size_t reorder_held(const struct reorder *r);
+size_t reorder_held_bytes(const struct reorder *r);
 
 /* Records that arrived after later ones had been handed over, and the most by which one was
  * late (ns). */
