@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `tokenscope check`, the preflight, against what a run on the same kernel does. Checked:
 #  1. as root: exit 0, a line per feature and per hook within 100 columns, "tracing can start
-#     here"; --json parses, with can_trace true, the six features and the checks;
+#     here"; --json parses, with can_trace true, the six features and the checks, the cost
+#     line with its two measured figures and batches on;
 #  2. with features turned off (TOKENSCOPE_FEATURES_OFF, the stand-ins an older kernel gets,
 #     the legacy object among them): check says each is off and the programs still load; a
 #     trace under the same setting traces the reference server with exact token counts, its
@@ -59,9 +60,16 @@ for n in ("kernel", "programs", "syscalls", "CAP_BPF", "uprobes", "tracefs"):
 # the text and the JSON say the same thing, line for line
 for k in c["checks"]:
     assert f"  {k['name']}" in text, k["name"]
+# what the attached programs cost a process nobody traces, measured by check on itself; and on
+# this kernel (6.3 and later) records are batched per CPU
+import re
+cost = [k["detail"] for k in c["checks"] if k["name"] == "cost"]
+assert cost and re.search(r"pay [+-]\d+ ns each \(getppid\), [+-]\d+ ns per socket write and "
+                          r"read, while tokenscope is attached \(measured now\)", cost[0]), cost
+assert cost[0].endswith("traced records are batched per CPU"), cost
 EOF
 ); then
-	[ "$rc" = 0 ] && ok "check --json: can_trace, six features, the same checks as the text" ||
+	[ "$rc" = 0 ] && ok "check --json: can_trace, six features, the same checks as the text, the cost measured" ||
 		ko "check --json" "exit $rc"
 else
 	ko "check --json" "$why $(head -c 300 "$TMP/check.json")"

@@ -610,6 +610,11 @@ static void *drainer_main(void *arg)
 	return NULL;
 }
 
+bool kernel_batches_possible(struct kernel *k)
+{
+	return !k->legacy && flush_cpu(k, 0) >= 0;
+}
+
 /* Batches on where the flush runs on a chosen CPU (Linux 5.10) and batch_pending maps: else
  * every record goes to the ring alone, as before batches, and the loop reads the ring itself. */
 static void batches_start(struct kernel *k)

@@ -124,6 +124,9 @@ void kernel_ring_finish(struct kernel *k);
 /* Whether records come in batches; records that arrived after later ones were handed over, the
  * most one was late by (ns), and flushes that found their CPU busy at every try. */
 bool kernel_batches(const struct kernel *k);
+/* Whether the loaded programs can batch here (the default object, and a kernel that runs a
+ * program on a chosen CPU): what kernel_ring_open will do. */
+bool kernel_batches_possible(struct kernel *k);
 uint64_t kernel_ring_late(const struct kernel *k, uint64_t *max_ns, uint64_t *busy);
 /* Unmaps the ring buffer (none open, or k NULL: nothing). */
 void kernel_ring_close(struct kernel *k);
