@@ -227,8 +227,10 @@ struct {
 	__type(value, struct batch);
 } batches SEC(".maps");
 
-/* Per CPU, whether its buffer holds records: user space reads it, mapped, at each drain and runs
- * the flush only on those CPUs. Written only when it changes. */
+/* Per CPU, when the oldest record in its buffer was added (0: none): user space reads it, mapped,
+ * at each drain, runs the flush only on CPUs whose records have waited long (a CPU that keeps
+ * making records fills its buffer first), and hands over no record made after an unflushed
+ * one's time. Written once per batch. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(map_flags, BPF_F_MMAPABLE);
@@ -316,7 +318,7 @@ static __always_inline bool batch_add(void *rec, __u64 size, __u64 payload)
 	if (b->records == 0) {
 		pending = bpf_map_lookup_elem(&batch_pending, &cpu);
 		if (pending)
-			*pending = 1;
+			*pending = bpf_ktime_get_ns();
 	}
 	b->used = off + ((n + 7) & ~7ull);
 	b->records += 1;

@@ -215,6 +215,41 @@ TEST(test_reorder_many)
 	ASSERT_TRUE(ordered, "every one 10 ns after the one before");
 	reorder_free(r);
 }
+TEST(test_reorder_take)
+{
+	struct reorder *r = reorder_new();
+	struct reorder_out out = { 0 };
+	struct got g = { 0 };
+	uint64_t t[] = { 500, 100, 400, 200, 300 };
+
+	if (!ASSERT_OK_PTR(r, "new"))
+		return;
+	for (int i = 0; i < 5; i++) {
+		struct ts_data_event x = data_at(t[i]);
+
+		ASSERT_OK(reorder_add(r, &x, sizeof(x)), "add");
+	}
+	reorder_take(r, 300, &out);
+	ASSERT_EQ(reorder_held(r), 2, "two still held");
+	/* Records added while the taken ones are handed over (the drainer, in the loader). */
+	for (int i = 0; i < 2; i++) {
+		struct ts_data_event x = data_at(450 + 100 * i);
+
+		ASSERT_OK(reorder_add(r, &x, sizeof(x)), "add after the take");
+	}
+	reorder_hand(&out, take, &g);
+	ASSERT_EQ(g.n, 3, "three handed over");
+	reorder_take(r, UINT64_MAX, &out);
+	reorder_hand(&out, take, &g);
+	ASSERT_EQ(g.n, 7, "then the other four");
+	static const uint64_t want[] = { 100, 200, 300, 400, 450, 500, 550 };
+
+	for (int i = 0; i < 7; i++)
+		ASSERT_EQ(g.time[i], want[i], "in time order");
+	ASSERT_EQ(reorder_held(r), 0, "none held");
+	reorder_out_free(&out);
+	reorder_free(r);
+}
 
 int main(void)
 {

@@ -24,6 +24,9 @@
 #include "tokenscope.skel.h"
 #include "traffic.h"
 
+/* The most a spool keeps allocated once handed over. */
+#define SPOOL_KEEP_BYTES (4u << 20)
+
 /* Records copied one after another (each size-prefixed, at 8-byte boundaries), handed over
  * later in that order. */
 struct spool {
@@ -61,6 +64,12 @@ static void spool_hand(struct spool *sp, int (*fn)(void *, void *, size_t), void
 		off += sizeof(uint64_t) + ((size + 7) & ~(size_t)7);
 	}
 	sp->used = 0;
+	/* After a burst: memory back, but for what a drain usually holds. */
+	if (sp->cap > SPOOL_KEEP_BYTES) {
+		free(sp->buf);
+		sp->buf = NULL;
+		sp->cap = 0;
+	}
 }
 
 struct kernel {
@@ -89,8 +98,9 @@ struct kernel {
 	bool drainer_on;
 	volatile bool drainer_stop;
 	pthread_mutex_t mu;
-	int wake_fd;
-	struct spool urgent, out;
+	int wake_fd, stop_fd;
+	struct spool urgent;
+	struct reorder_out out;
 	uint64_t held_bytes_max_hit; /* times the drainer paused at REORDER_HELD_MAX */
 	uint32_t self_tgid;
 	bool legacy; /* the legacy object: no batches */
@@ -542,9 +552,10 @@ static int ring_record(void *ctx, void *data, size_t size)
 			return 0;
 		return 0;
 	}
-	/* Without the memory to hold it, it is handed over where it came, out of time order. */
+	/* Without the memory to hold it, it is handed over first at the next drain, out of time
+	 * order. */
 	if (reorder_add(k->ro, data, size))
-		return spool_put(&k->out, data, size);
+		return spool_put(&k->urgent, data, size);
 	return 0;
 }
 
@@ -586,7 +597,11 @@ static void *drainer_main(void *arg)
 	while (!k->drainer_stop) {
 		size_t held;
 
-		if (epoll_wait(ring_buffer__epoll_fd(k->rb), &ev, 1, 25) < 0 && errno != EINTR)
+		/* Woken by the kernel (an eighth of the ring waiting) or to stop: between bursts
+		 * the loop's drains read the ring. */
+		if (epoll_wait(ring_buffer__epoll_fd(k->rb), &ev, 1, -1) < 0 && errno != EINTR)
+			break;
+		if (k->drainer_stop)
 			break;
 		pthread_mutex_lock(&k->mu);
 		held = reorder_held_bytes(k->ro);
@@ -627,8 +642,12 @@ static void batches_start(struct kernel *k)
 		return;
 	k->ro = reorder_new();
 	k->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	k->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	p = mmap(NULL, bytes, PROT_READ, MAP_SHARED, fd, 0);
-	if (!k->ro || k->wake_fd < 0 || p == MAP_FAILED || pthread_mutex_init(&k->mu, NULL))
+	if (!k->ro || k->wake_fd < 0 || k->stop_fd < 0 || p == MAP_FAILED ||
+	    epoll_ctl(ring_buffer__epoll_fd(k->rb), EPOLL_CTL_ADD, k->stop_fd,
+		      &(struct epoll_event){ .events = EPOLLIN, .data.u32 = UINT32_MAX }) ||
+	    pthread_mutex_init(&k->mu, NULL))
 		goto off;
 	k->pending = p;
 	k->pending_bytes = bytes;
@@ -645,7 +664,9 @@ off:
 	k->pending = NULL;
 	if (k->wake_fd >= 0)
 		close(k->wake_fd);
-	k->wake_fd = -1;
+	if (k->stop_fd >= 0)
+		close(k->stop_fd);
+	k->wake_fd = k->stop_fd = -1;
 	reorder_free(k->ro);
 	k->ro = NULL;
 }
@@ -658,7 +679,7 @@ int kernel_ring_open(struct kernel *k, kernel_record_fn fn, void *ctx)
 
 	k->fn = fn;
 	k->fn_ctx = ctx;
-	k->wake_fd = -1;
+	k->wake_fd = k->stop_fd = -1;
 	k->rb = ring_buffer__new(fd, ring_record, k, NULL);
 	if (!k->rb)
 		return -errno;
@@ -677,25 +698,43 @@ int kernel_ring_open(struct kernel *k, kernel_record_fn fn, void *ctx)
 	return 0;
 }
 
-/* Every CPU whose batch holds records puts it in the ring. A CPU interrupted inside its batch is
- * asked again a few times; one still busy keeps its records to the next drain (they arrive late,
- * counted). */
+/*
+ * Every CPU whose batch holds records older than age_ns puts it in the ring (an interrupt on
+ * that CPU: dear on a VM, so not for a CPU that fills its batch by itself soon). A CPU
+ * interrupted inside its batch is asked again a few times; one still busy keeps its records to
+ * the next drain. Returns the time of the oldest record left in a batch (UINT64_MAX: none):
+ * no record after it may be handed over yet.
+ */
 #define FLUSH_TRIES 4
+/* A batch flushed by the loop once its oldest record is this old; younger ones wait for their
+ * CPU to fill them or for the next drain. */
+#define BATCH_FLUSH_AGE_NS 20000000ull
 
-static void batches_flush(struct kernel *k)
+static uint64_t batches_flush(struct kernel *k, uint64_t now, uint64_t age_ns)
 {
 	int n = k->ncpus < TS_BATCH_CPUS ? k->ncpus : TS_BATCH_CPUS;
+	uint64_t oldest = UINT64_MAX;
 
 	for (int cpu = 0; cpu < n; cpu++) {
+		uint64_t first = k->pending[cpu];
 		int r = 1;
 
-		if (!k->pending[cpu])
+		if (!first)
 			continue;
+		if (first + age_ns > now) {
+			if (first < oldest)
+				oldest = first;
+			continue;
+		}
 		for (int t = 0; t < FLUSH_TRIES && r == 1; t++)
 			r = flush_cpu(k, cpu);
-		if (r == 1)
+		if (r == 1) {
 			k->flush_busy++;
+			if (first < oldest)
+				oldest = first;
+		}
 	}
+	return oldest;
 }
 
 int kernel_ring_poll(struct kernel *k, int timeout_ms)
@@ -722,42 +761,54 @@ int kernel_ring_poll(struct kernel *k, int timeout_ms)
 	return ring_buffer__consume(k->rb);
 }
 
-/* Under mu: the ring read now, and every record up to upto moved to the spool out, in time
- * order, behind the urgent ones. */
+/* Under mu: the ring read now, and the urgent records and every record up to upto taken; then,
+ * outside it, handed over (the pipeline's work, while the drainer goes on reading the ring). */
 static void take_upto(struct kernel *k, uint64_t upto)
 {
+	struct spool urgent;
+
 	pthread_mutex_lock(&k->mu);
 	ring_note_fill(k);
 	ring_buffer__consume(k->rb);
-	spool_hand(&k->urgent, spool_put, &k->out);
-	reorder_release(k->ro, upto, spool_put, &k->out);
+	urgent = k->urgent;
+	k->urgent = (struct spool){ 0 };
+	reorder_take(k->ro, upto, &k->out);
 	pthread_mutex_unlock(&k->mu);
+	spool_hand(&urgent, k->fn, k->fn_ctx);
+	free(urgent.buf);
+	reorder_hand(&k->out, k->fn, k->fn_ctx);
 }
 
 uint64_t kernel_ring_consume(struct kernel *k)
 {
 	/* The clock before the drain: every record made before it is in the ring once the
 	 * batches are flushed, but for one whose program is still running. */
-	uint64_t now = mono_ns(), upto;
+	uint64_t now = mono_ns(), upto, oldest;
 
 	if (!k->ro) {
 		ring_note_fill(k);
 		ring_buffer__consume(k->rb);
 		return now;
 	}
-	batches_flush(k);
+	oldest = batches_flush(k, now, BATCH_FLUSH_AGE_NS);
+	/* A record's time is taken before it is added: the margin holds for the oldest left in
+	 * a batch as for a program still running. */
+	if (oldest < now)
+		now = oldest;
 	upto = now > REORDER_SETTLE_NS ? now - REORDER_SETTLE_NS : 0;
 	take_upto(k, upto);
-	/* The pipeline's work, while the drainer goes on reading the ring. */
-	spool_hand(&k->out, k->fn, k->fn_ctx);
 	return upto;
 }
 
 static void drainer_stop(struct kernel *k)
 {
+	uint64_t one = 1;
+
 	if (!k->drainer_on)
 		return;
 	k->drainer_stop = true;
+	if (write(k->stop_fd, &one, sizeof(one)) != sizeof(one))
+		pthread_cancel(k->drainer);
 	pthread_join(k->drainer, NULL);
 	k->drainer_on = false;
 }
@@ -769,10 +820,9 @@ void kernel_ring_finish(struct kernel *k)
 		ring_buffer__consume(k->rb);
 		return;
 	}
-	batches_flush(k);
+	batches_flush(k, UINT64_MAX, 0);
 	drainer_stop(k);
 	take_upto(k, UINT64_MAX);
-	spool_hand(&k->out, k->fn, k->fn_ctx);
 }
 
 uint64_t kernel_ring_late(const struct kernel *k, uint64_t *max_ns, uint64_t *busy)
@@ -808,10 +858,11 @@ void kernel_ring_close(struct kernel *k)
 	if (k->ro) {
 		pthread_mutex_destroy(&k->mu);
 		close(k->wake_fd);
-		k->wake_fd = -1;
+		close(k->stop_fd);
+		k->wake_fd = k->stop_fd = -1;
 		free(k->urgent.buf);
-		free(k->out.buf);
-		k->urgent = k->out = (struct spool){ 0 };
+		k->urgent = (struct spool){ 0 };
+		reorder_out_free(&k->out);
 	}
 	reorder_free(k->ro);
 	k->ro = NULL;

@@ -8,7 +8,10 @@
 #include "events.h"
 #include "loader/reorder.h"
 
-struct held {
+/* The most an arena keeps allocated once it has been emptied. */
+#define REORDER_KEEP_BYTES (4u << 20)
+
+struct reorder_item {
 	uint64_t time;
 	uint64_t seq; /* arrival order: the tie-break, so records of one time keep it */
 	size_t off;   /* in the arena */
@@ -20,7 +23,7 @@ struct reorder {
 	 * held across a release. */
 	unsigned char *arena, *spare;
 	size_t used, cap, spare_cap;
-	struct held *h;
+	struct reorder_item *h;
 	size_t n, n_cap;
 	uint64_t seq;
 	bool sorted;	    /* h is in (time, seq) order */
@@ -121,7 +124,7 @@ static int hold(struct reorder *r, const void *data, size_t size, uint64_t time)
 		if (r->released - time > r->late_max_ns)
 			r->late_max_ns = r->released - time;
 	}
-	r->h[r->n++] = (struct held){ time, r->seq++, r->used, size };
+	r->h[r->n++] = (struct reorder_item){ time, r->seq++, r->used, size };
 	r->used += room;
 	return 0;
 }
@@ -183,7 +186,7 @@ int reorder_add(struct reorder *r, const void *data, size_t size)
 
 static int by_time(const void *a, const void *b)
 {
-	const struct held *x = a, *y = b;
+	const struct reorder_item *x = a, *y = b;
 
 	if (x->time != y->time)
 		return x->time < y->time ? -1 : 1;
@@ -227,7 +230,75 @@ void reorder_release(struct reorder *r, uint64_t upto, reorder_fn fn, void *ctx)
 	}
 	r->used = spare_used;
 	r->n = keep;
+	/* After a burst: memory back, but for what a drain usually holds. */
+	if (r->spare_cap > REORDER_KEEP_BYTES) {
+		free(r->spare);
+		r->spare = NULL;
+		r->spare_cap = 0;
+	}
 	r->last_time = keep ? r->h[keep - 1].time : 0;
+}
+
+void reorder_take(struct reorder *r, uint64_t upto, struct reorder_out *out)
+{
+	unsigned char *arena = out->arena;
+	size_t cap = out->cap, used = 0, k, keep = 0;
+
+	if (!r->sorted)
+		qsort(r->h, r->n, sizeof(*r->h), by_time);
+	r->sorted = true;
+	for (k = 0; k < r->n && r->h[k].time <= upto; k++)
+		;
+	if (upto > r->released)
+		r->released = upto;
+	/* The records handed over stay where they are, in the arena that goes to out; the rest
+	 * are copied to out's old arena, which becomes r's. Without memory for that, or for
+	 * out's list, nothing moves: they are handed over at the next take. */
+	for (size_t j = k; j < r->n; j++)
+		used += (r->h[j].size + 7) & ~(size_t)7;
+	if (grow((void **)&arena, &cap, used, 1) ||
+	    grow((void **)&out->items, &out->items_cap, k, sizeof(*out->items))) {
+		out->arena = arena;
+		out->cap = cap;
+		out->n = 0;
+		return;
+	}
+	memcpy(out->items, r->h, k * sizeof(*r->h));
+	out->n = k;
+	used = 0;
+	for (size_t j = k; j < r->n; j++) {
+		memcpy(arena + used, r->arena + r->h[j].off, r->h[j].size);
+		r->h[keep] = r->h[j];
+		r->h[keep++].off = used;
+		used += (r->h[j].size + 7) & ~(size_t)7;
+	}
+	out->arena = r->arena;
+	out->cap = r->cap;
+	r->arena = arena;
+	r->cap = cap;
+	r->used = used;
+	r->n = keep;
+	r->last_time = keep ? r->h[keep - 1].time : 0;
+}
+
+void reorder_hand(struct reorder_out *out, reorder_fn fn, void *ctx)
+{
+	for (size_t i = 0; i < out->n; i++)
+		fn(ctx, out->arena + out->items[i].off, out->items[i].size);
+	out->n = 0;
+	/* After a burst: memory back, but for what a drain usually holds. */
+	if (out->cap > REORDER_KEEP_BYTES) {
+		free(out->arena);
+		out->arena = NULL;
+		out->cap = 0;
+	}
+}
+
+void reorder_out_free(struct reorder_out *out)
+{
+	free(out->arena);
+	free(out->items);
+	*out = (struct reorder_out){ 0 };
 }
 
 size_t reorder_held(const struct reorder *r)

@@ -45,6 +45,23 @@ int reorder_add(struct reorder *r, const void *data, size_t size);
  * order they arrived); UINT64_MAX hands over all of them. */
 void reorder_release(struct reorder *r, uint64_t upto, reorder_fn fn, void *ctx);
 
+/*
+ * The same as reorder_release, for a caller that hands the records over outside a lock it holds
+ * while the records are added: reorder_take moves every held record of time <= upto, in time
+ * order, to out without copying them (out's memory and r's are exchanged; only the records
+ * still held are copied), and reorder_hand hands them to fn. out is zeroed before its first use
+ * and freed with reorder_out_free.
+ */
+struct reorder_out {
+	unsigned char *arena;
+	size_t cap;
+	struct reorder_item *items;
+	size_t n, items_cap;
+};
+void reorder_take(struct reorder *r, uint64_t upto, struct reorder_out *out);
+void reorder_hand(struct reorder_out *out, reorder_fn fn, void *ctx);
+void reorder_out_free(struct reorder_out *out);
+
 /* Records held now, and their bytes. */
 size_t reorder_held(const struct reorder *r);
 size_t reorder_held_bytes(const struct reorder *r);
