@@ -34,9 +34,15 @@ char LICENSE[] SEC("license") = "Dual MIT/GPL";
 
 /* The syscall programs: every part of a traced process's socket I/O meets here. */
 
-/* tp_btf: the syscall's registers arrive as a typed pointer and are read with plain loads. */
-SEC("tp_btf/sys_enter")
-int BPF_PROG(ts_sys_enter, struct pt_regs *regs, long id)
+/*
+ * The syscall programs' bodies, hooked one of two ways (the loader picks, user/loader/kernel.c):
+ * - the raw syscall tracepoints (tp_btf): every syscall of every process on the machine runs
+ *   both programs, which stop at the syscall's number or the process;
+ * - fentry/fexit on the followed syscalls' own functions (SYSCALL_HOOKS below): a process
+ *   nobody traces pays only on those syscalls, where the kernel lets programs attach there.
+ * Either way the syscall's registers arrive as a typed pointer, read with plain loads.
+ */
+static __always_inline int sys_enter_do(struct pt_regs *regs, long id)
 {
 	__u8 sys = syscall_kind(id);
 	__u64 pid_tgid, ts;
@@ -97,8 +103,7 @@ int BPF_PROG(ts_sys_enter, struct pt_regs *regs, long id)
 	return 0;
 }
 
-SEC("tp_btf/sys_exit")
-int BPF_PROG(ts_sys_exit, struct pt_regs *regs, long ret)
+static __always_inline int sys_exit_do(struct pt_regs *regs, long ret)
 {
 	struct stash *sp;
 	__u64 pid_tgid;
@@ -178,6 +183,46 @@ int ts_batch_flush(void *ctx)
 {
 	return batch_flush_here();
 }
+
+SEC("tp_btf/sys_enter")
+int BPF_PROG(ts_sys_enter, struct pt_regs *regs, long id)
+{
+	return sys_enter_do(regs, id);
+}
+
+SEC("tp_btf/sys_exit")
+int BPF_PROG(ts_sys_exit, struct pt_regs *regs, long ret)
+{
+	return sys_exit_do(regs, ret);
+}
+
+/* The same bodies on each followed syscall's function (its only argument, the registers the
+ * syscall was made with; and at exit what it returned). close needs no exit. */
+#define SYSCALL_ENTRY_HOOK(name)                                                  \
+	SEC("fentry/" TS_SYSCALL_FN(name))                                        \
+	int BPF_PROG(ts_fentry_##name, struct pt_regs *regs)                      \
+	{                                                                         \
+		return sys_enter_do(regs, TS_SYSCALL_NR(regs));                   \
+	}
+#define SYSCALL_HOOKS(name)                                                       \
+	SYSCALL_ENTRY_HOOK(name)                                                  \
+	SEC("fexit/" TS_SYSCALL_FN(name))                                         \
+	int BPF_PROG(ts_fexit_##name, struct pt_regs *regs, long ret)             \
+	{                                                                         \
+		return sys_exit_do(regs, ret);                                    \
+	}
+
+SYSCALL_HOOKS(read)
+SYSCALL_HOOKS(readv)
+SYSCALL_HOOKS(recvfrom)
+SYSCALL_HOOKS(recvmsg)
+SYSCALL_HOOKS(write)
+SYSCALL_HOOKS(writev)
+SYSCALL_HOOKS(sendto)
+SYSCALL_HOOKS(sendmsg)
+SYSCALL_HOOKS(accept)
+SYSCALL_HOOKS(accept4)
+SYSCALL_ENTRY_HOOK(close)
 
 /*
  * Before Linux 5.11 the per-thread maps are hashes keyed by thread id (common.bpf.h): a thread's

@@ -28,6 +28,8 @@
 
 /* The number of the syscall a sys_exit program runs for, from the syscall's saved registers. */
 #define TS_SYSCALL_NR(regs) ((regs)->orig_ax)
+/* A syscall's own function, which takes the registers it was made with (the syscall wrapper). */
+#define TS_SYSCALL_FN(name) "__x64_sys_" #name
 
 /* Go's register ABI on amd64: the goroutine's g in R14; arguments and results in RAX, RBX,
  * RCX, ... */
@@ -55,6 +57,7 @@
 #define NR_ACCEPT4 242
 
 #define TS_SYSCALL_NR(regs) ((regs)->syscallno)
+#define TS_SYSCALL_FN(name) "__arm64_sys_" #name
 
 /* Go's register ABI on arm64: g in R28; arguments and results in R0, R1, R2, ... The kernel's
  * struct pt_regs and a uprobe's context both hold them in regs[]. */

@@ -288,9 +288,12 @@ def judge(label, text):
     try:
         check = json.loads(secs.get("check", "{}") or "{}")
         feats = {f["name"]: f["state"] == "on" for f in check.get("features", [])}
+        hooks = {k["name"]: k["detail"] for k in check.get("checks", [])}.get("syscalls", "")
+        hooks = re.search(r"\((fentry/fexit|raw syscall tracepoints[^)]*)", hooks)
         if rcs.get("check") == 0 and check.get("can_trace"):
             ok(f"kernel-{label} check", f"Linux {kern.group(1)}: tracing can start; features "
-               f"off: {', '.join(n for n, on in feats.items() if not on) or 'none'}")
+               f"off: {', '.join(n for n, on in feats.items() if not on) or 'none'}; "
+               f"syscalls hooked by {hooks.group(1) if hooks else '?'}")
         else:
             ko(f"kernel-{label} check", f"exit {rcs.get('check')}: "
                + secs.get("check-text", "")[-600:].replace("\n", " | "))

@@ -13,9 +13,6 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 #include <linux/capability.h>
-#include <bpf/bpf.h>
-#include <bpf/btf.h>
-#include <bpf/libbpf.h>
 
 #include "lib/clock.h"
 #include "lib/dl.h"
@@ -224,49 +221,6 @@ static void syscall_times(struct syscall_ns *t, int fds[2])
 	t->socket = fds[0] >= 0 ? fastest_ns(fds) : -1;
 }
 
-/*
- * Whether a program can be put on a syscall's own function (fentry, Linux 5.5 with BTF): a hook
- * that a process nobody traces reaches only through the syscalls it hooks, not through every
- * syscall as the raw syscall tracepoints are. 0, or why not (a negative errno).
- */
-#if defined(__x86_64__)
-#define SYSCALL_FN_PREFIX "__x64_sys_"
-#elif defined(__aarch64__)
-#define SYSCALL_FN_PREFIX "__arm64_sys_"
-#else
-#define SYSCALL_FN_PREFIX ""
-#endif
-
-static int fentry_probe(void)
-{
-	const struct bpf_insn prog[] = {
-		{ .code = BPF_ALU64 | BPF_MOV | BPF_K, .dst_reg = BPF_REG_0, .imm = 0 },
-		{ .code = BPF_JMP | BPF_EXIT },
-	};
-	struct btf *vmlinux = btf__load_vmlinux_btf();
-	int id, fd, link, err = 0;
-
-	if (libbpf_get_error(vmlinux) || !SYSCALL_FN_PREFIX[0])
-		return -ENOENT;
-	id = btf__find_by_name_kind(vmlinux, SYSCALL_FN_PREFIX "getppid", BTF_KIND_FUNC);
-	btf__free(vmlinux);
-	if (id < 0)
-		return -ENOENT;
-	LIBBPF_OPTS(bpf_prog_load_opts, o, .expected_attach_type = BPF_TRACE_FENTRY,
-		    .attach_btf_id = (uint32_t)id);
-	fd = bpf_prog_load(BPF_PROG_TYPE_TRACING, "ts_fentry", "GPL", prog,
-			   sizeof(prog) / sizeof(prog[0]), &o);
-	if (fd < 0)
-		return -errno;
-	link = bpf_raw_tracepoint_open(NULL, fd);
-	if (link < 0)
-		err = -errno;
-	else
-		close(link);
-	close(fd);
-	return err;
-}
-
 /* The cost line: untraced syscalls with the programs attached against before attach and after
  * their removal (the mean of the two, so that a drift of the machine's speed counts half). */
 static void add_cost(struct checks *c, const struct syscall_ns *before, const struct syscall_ns *on,
@@ -274,16 +228,14 @@ static void add_cost(struct checks *c, const struct syscall_ns *before, const st
 {
 	double g = on->getppid - (before->getppid + after->getppid) / 2;
 	double s = on->socket - (before->socket + after->socket) / 2;
-	int fentry = fentry_probe();
 	char socket[64] = "";
 
 	if (before->socket >= 0 && on->socket >= 0 && after->socket >= 0)
 		snprintf(socket, sizeof(socket), ", %+.0f ns per socket write and read", s);
 	add(c, "cost", CHECK_OK,
-	    "every process's syscalls pay %+.0f ns each (getppid)%s, while tokenscope is "
-	    "attached (measured now)%s; fentry on a syscall's function: %s",
-	    g, socket, batches ? "; traced records are batched per CPU" : "",
-	    fentry ? strerror(-fentry) : "attaches");
+	    "a process nobody traces pays %+.0f ns per syscall (getppid)%s while tokenscope is "
+	    "attached (measured now)%s",
+	    g, socket, batches ? "; traced records are batched per CPU" : "");
 }
 
 /* The programs loaded and attached as a trace would, a uprobe tried, and all taken off. */
@@ -296,7 +248,7 @@ static void check_programs(struct checks *c)
 	struct kernel *k = NULL;
 	struct bpf_link *link = NULL;
 	struct syscall_ns before, on, after;
-	int fds[2] = { -1, -1 };
+	int fds[2] = { -1, -1 }, why_not;
 	bool batches;
 	int64_t entry;
 	int err;
@@ -323,8 +275,15 @@ static void check_programs(struct checks *c)
 		goto out;
 	}
 	syscall_times(&on, fds);
-	add(c, "syscalls", CHECK_OK,
-	    "socket reads and writes of traced processes (raw syscall tracepoints), forks, exits");
+	if (kernel_syscall_fentry(k, &why_not))
+		add(c, "syscalls", CHECK_OK,
+		    "socket reads and writes of traced processes (fentry/fexit on the syscalls' "
+		    "own functions), forks, exits");
+	else
+		add(c, "syscalls", CHECK_OK,
+		    "socket reads and writes of traced processes (raw syscall tracepoints; fentry "
+		    "on the syscalls' functions: %s), forks, exits",
+		    why_not == -EPERM && c->f.forced ? "turned off" : strerror(-why_not));
 	add(c, "arrivals", c->f.rx_ready ? CHECK_OK : CHECK_OFF, "%s",
 	    c->f.rx_ready ? "when requests reach the socket (received_ns, socket_wait_ms)"
 			  : "no sk_data_ready tracepoint: received_ns and socket_wait_ms are null");

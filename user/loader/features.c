@@ -81,6 +81,72 @@ static bool has_tracepoint_btf(const struct btf *vmlinux, const char *tp)
 	return vmlinux && btf__find_by_name_kind(vmlinux, name, BTF_KIND_TYPEDEF) >= 0;
 }
 
+/* A syscall's own function, which takes the registers it was made with (as bpf/lib/syscalls.bpf.h
+ * names it). */
+#if defined(__x86_64__)
+#define SYSCALL_FN_PREFIX "__x64_sys_"
+#elif defined(__aarch64__)
+#define SYSCALL_FN_PREFIX "__arm64_sys_"
+#else
+#define SYSCALL_FN_PREFIX ""
+#endif
+
+/* An fentry program that reads the registers write's function is given, as the syscall programs
+ * do, put on it and taken off: 0, or why not. Each step can be refused apart: Linux 5.10's BTF
+ * gives that argument a declaration without its fields, where nothing can be read through it;
+ * a kernel without the trampolines of its architecture loads the program and refuses the
+ * attach. */
+/* The followed syscalls whose functions the syscall programs hook (tokenscope.bpf.c:
+ * SYSCALL_HOOKS; a name there missing here loads on a kernel the probe did not ask). */
+static const char *const fentry_syscalls[] = {
+	"write", "read",    "readv",   "recvfrom", "recvmsg", "writev",
+	"sendto", "sendmsg", "accept", "accept4", "close",
+};
+
+static int fentry_probe(const struct btf *vmlinux)
+{
+	const struct bpf_insn prog[] = {
+		/* r1 = the first argument (struct pt_regs *); r0 = its first field */
+		{ .code = BPF_LDX | BPF_MEM | BPF_DW, .dst_reg = BPF_REG_1, .src_reg = BPF_REG_1 },
+		{ .code = BPF_LDX | BPF_MEM | BPF_DW, .dst_reg = BPF_REG_0, .src_reg = BPF_REG_1 },
+		{ .code = BPF_ALU64 | BPF_MOV | BPF_K, .dst_reg = BPF_REG_0, .imm = 0 },
+		{ .code = BPF_JMP | BPF_EXIT },
+	};
+	int fd = -1, err = 0;
+
+	if (!vmlinux || !SYSCALL_FN_PREFIX[0])
+		return -ENOENT;
+	/* Each function: its BTF may describe the argument in one compilation unit and not in
+	 * another (5.10: write's, not recvfrom's). Then one attach, for the architecture. */
+	for (size_t i = 0; !err && i < sizeof(fentry_syscalls) / sizeof(fentry_syscalls[0]); i++) {
+		char name[64];
+		int id;
+
+		snprintf(name, sizeof(name), "%s%s", SYSCALL_FN_PREFIX, fentry_syscalls[i]);
+		id = btf__find_by_name_kind(vmlinux, name, BTF_KIND_FUNC);
+		if (id < 0)
+			return -ENOENT;
+		LIBBPF_OPTS(bpf_prog_load_opts, o, .expected_attach_type = BPF_TRACE_FENTRY,
+			    .attach_btf_id = (__u32)id);
+		if (fd >= 0)
+			close(fd);
+		fd = bpf_prog_load(BPF_PROG_TYPE_TRACING, "ts_fentry", "GPL", prog,
+				   sizeof(prog) / sizeof(prog[0]), &o);
+		if (fd < 0)
+			return -errno;
+	}
+	{
+		int link = bpf_raw_tracepoint_open(NULL, fd);
+
+		if (link < 0)
+			err = -errno;
+		else
+			close(link);
+	}
+	close(fd);
+	return err;
+}
+
 void features_probe(struct features *f)
 {
 	struct utsname u;
@@ -101,6 +167,8 @@ void features_probe(struct features *f)
 	f->callbacks = has_helper(BPF_FUNC_for_each_map_elem);
 	f->cookie = has_helper(BPF_FUNC_get_attach_cookie);
 	f->rx_ready = has_tracepoint_btf(vmlinux, "sk_data_ready");
+	f->fentry_err = fentry_probe(vmlinux);
+	f->fentry = f->fentry_err == 0;
 	btf__free(vmlinux);
 	features_force_off(f, getenv(FEATURES_OFF_ENV));
 }
@@ -111,6 +179,11 @@ void features_force_off(struct features *f, const char *names)
 	for (const char *p = names; p && *p;) {
 		size_t n = strcspn(p, ",");
 
+		if (n == 6 && !strncmp(p, "fentry", 6) && f->fentry) {
+			f->forced = true;
+			f->fentry = false;
+			f->fentry_err = -EPERM;
+		}
 		for (size_t i = 0; i < features_count(); i++)
 			if (strlen(rows[i].name) == n && !strncmp(rows[i].name, p, n)) {
 				f->forced |= features_has(f, i);

@@ -53,6 +53,12 @@ struct features {
 	 * default object holds one (bpf_loop's callback), so where it is missing, as where
 	 * atomics are, the legacy object is loaded (features_legacy). */
 	bool callbacks;
+	/* Programs on the followed syscalls' own functions (fentry/fexit, Linux 5.5 on x86_64):
+	 * where they attach, a process nobody traces pays nothing on the other syscalls, as it
+	 * does on every syscall under the raw syscall tracepoints. fentry_err says why not (a
+	 * negative errno). Not a feature row: nothing is lost without it, only cost. */
+	bool fentry;
+	int fentry_err;
 	bool forced; /* some turned off by TOKENSCOPE_FEATURES_OFF (tests) */
 	/* The kernel answered the probes (a hash map could be made): without CAP_BPF it answers
 	 * none, and every feature reads as off. */

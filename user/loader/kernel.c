@@ -104,6 +104,7 @@ struct kernel {
 	uint64_t held_bytes_max_hit; /* times the drainer paused at REORDER_HELD_MAX */
 	uint32_t self_tgid;
 	bool legacy; /* the legacy object: no batches */
+	struct kernel_config cfg; /* as configured (kernel_load may turn fentry off) */
 	int ncpus;
 	bool borrowed;	  /* the skeleton is the caller's (kernel_borrow) */
 	bool cookies;	  /* uprobes tell the kind of call by cookie (else a program per kind) */
@@ -212,6 +213,14 @@ int kernel_borrow(struct kernel **kp, struct tokenscope_bpf *skel)
 	return 0;
 }
 
+/* One of the syscall programs on a syscall's own function (tokenscope.bpf.c: SYSCALL_HOOKS). */
+static bool is_fentry_prog(const struct bpf_program *p)
+{
+	const char *n = bpf_program__name(p);
+
+	return !strncmp(n, "ts_fentry_", 10) || !strncmp(n, "ts_fexit_", 9);
+}
+
 /* Threads a per-thread hash holds at most, where task storage is missing (features.h):
  * preallocated, about 2.5 MiB for the three maps. */
 #define THREAD_MAP_ENTRIES 16384
@@ -249,7 +258,16 @@ int kernel_adapt(struct tokenscope_bpf *s, const struct features *f)
 			return err;
 	}
 	err = bpf_program__set_autoload(s->progs.ts_thread_exit, !f->task_storage)
-		  ?: bpf_program__set_autoload(s->progs.ts_rx_ready, f->rx_ready);
+		  ?: bpf_program__set_autoload(s->progs.ts_rx_ready, f->rx_ready)
+		  ?: bpf_program__set_autoload(s->progs.ts_sys_enter, !f->fentry)
+		  ?: bpf_program__set_autoload(s->progs.ts_sys_exit, !f->fentry);
+	{
+		struct bpf_program *p;
+
+		bpf_object__for_each_program(p, s->obj)
+			if (!err && is_fentry_prog(p))
+				err = bpf_program__set_autoload(p, f->fentry);
+	}
 	for (size_t i = 0; !err && i < sizeof(by_cookie) / sizeof(by_cookie[0]); i++)
 		err = bpf_program__set_autoload(by_cookie[i], f->cookie);
 	for (size_t i = 0; !err && i < sizeof(by_kind) / sizeof(by_kind[0]); i++)
@@ -294,7 +312,11 @@ struct tokenscope_bpf *kernel_skel_open_and_load(void)
 
 int kernel_configure(struct kernel *k, const struct kernel_config *c)
 {
-	int err = kernel_adapt(k->skel, &c->features);
+	int err;
+
+	if (c != &k->cfg)
+		k->cfg = *c;
+	err = kernel_adapt(k->skel, &c->features);
 
 	if (err)
 		return err;
@@ -310,7 +332,26 @@ int kernel_configure(struct kernel *k, const struct kernel_config *c)
 
 int kernel_load(struct kernel *k)
 {
-	return tokenscope_bpf__load(k->skel);
+	int err = tokenscope_bpf__load(k->skel);
+
+	if (!err || !k->cfg.features.fentry)
+		return err;
+	/* The programs on the syscalls' functions refused where the probe's were not: the raw
+	 * syscall tracepoints instead, in a fresh object (one is loaded once). */
+	tokenscope_bpf__destroy(k->skel);
+	k->skel = skel_open(k->legacy);
+	if (!k->skel)
+		return -errno;
+	k->cfg.features.fentry = false;
+	k->cfg.features.fentry_err = err;
+	err = kernel_configure(k, &k->cfg);
+	return err ? err : tokenscope_bpf__load(k->skel);
+}
+
+bool kernel_syscall_fentry(const struct kernel *k, int *why_not)
+{
+	*why_not = k->cfg.features.fentry_err;
+	return k->cfg.features.fentry;
 }
 
 int kernel_attach(struct kernel *k)
@@ -892,7 +933,7 @@ int kernel_prog_stats(struct kernel *k, struct self_prog *out, uint32_t max)
 			continue;
 		snprintf(out[n].name, sizeof(out[n].name), "%s", name);
 		out[n].syscall = prog == k->skel->progs.ts_sys_enter ||
-				 prog == k->skel->progs.ts_sys_exit;
+				 prog == k->skel->progs.ts_sys_exit || is_fentry_prog(prog);
 		out[n].run_ns = info.run_time_ns;
 		out[n].runs = info.run_cnt;
 		n++;

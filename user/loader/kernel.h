@@ -37,6 +37,11 @@ struct kernel_config {
 	struct features features; /* what this kernel has (features.h) */
 };
 
+/* Whether the syscall programs are on the syscalls' own functions (fentry/fexit) rather than the
+ * raw syscall tracepoints, once loaded; else why not (a negative errno). */
+struct kernel;
+bool kernel_syscall_fentry(const struct kernel *k, int *why_not);
+
 /* libbpf's messages: warnings and information to stderr when verbose, none otherwise. */
 void kernel_log_verbose(bool verbose);
 /* The possible CPUs (the per-CPU maps' width), or a negative errno. */
