@@ -82,11 +82,11 @@ static bool has_tracepoint_btf(const struct btf *vmlinux, const char *tp)
 }
 
 /* A syscall's own function, which takes the registers it was made with (as bpf/lib/syscalls.bpf.h
- * names it). */
+ * names it). x86_64 only for now: with the programs on arm64's functions, the tests' emulated
+ * arm64 machine (Linux 6.12) did not finish the BPF tests within their 15 minutes, which is not
+ * understood yet; arm64 keeps the raw syscall tracepoints. */
 #if defined(__x86_64__)
 #define SYSCALL_FN_PREFIX "__x64_sys_"
-#elif defined(__aarch64__)
-#define SYSCALL_FN_PREFIX "__arm64_sys_"
 #else
 #define SYSCALL_FN_PREFIX ""
 #endif
@@ -114,7 +114,9 @@ static int fentry_probe(const struct btf *vmlinux)
 	};
 	int fd = -1, err = 0;
 
-	if (!vmlinux || !SYSCALL_FN_PREFIX[0])
+	if (!SYSCALL_FN_PREFIX[0])
+		return -EOPNOTSUPP;
+	if (!vmlinux)
 		return -ENOENT;
 	/* Each function: its BTF may describe the argument in one compilation unit and not in
 	 * another (5.10: write's, not recvfrom's). Then one attach, for the architecture. */
