@@ -83,8 +83,9 @@ static bool has_tracepoint_btf(const struct btf *vmlinux, const char *tp)
 
 /* A syscall's own function, which takes the registers it was made with (as bpf/lib/syscalls.bpf.h
  * names it). x86_64 only for now: with the programs on arm64's functions, the tests' emulated
- * arm64 machine (Linux 6.12) did not finish the BPF tests within their 15 minutes, which is not
- * understood yet; arm64 keeps the raw syscall tracepoints. */
+ * arm64 machine (Linux 6.12, two CPUs under TCG, where x86 text patching once oopsed) did not
+ * finish the BPF tests within their 15 minutes, which is not understood yet; arm64 keeps the
+ * raw syscall tracepoints. */
 #if defined(__x86_64__)
 #define SYSCALL_FN_PREFIX "__x64_sys_"
 #else
