@@ -250,6 +250,25 @@ TEST(test_reorder_take)
 	reorder_out_free(&out);
 	reorder_free(r);
 }
+TEST(test_reorder_empty)
+{
+	struct reorder *r = reorder_new();
+	struct reorder_out out = { 0 };
+	struct got g = { 0 };
+
+	if (!ASSERT_OK_PTR(r, "new"))
+		return;
+	/* A drain with nothing held, as every drain of an idle trace is. */
+	reorder_take(r, 1000, &out);
+	reorder_hand(&out, take, &g);
+	reorder_release(r, 2000, take, &g);
+	reorder_take(r, UINT64_MAX, &out);
+	reorder_hand(&out, take, &g);
+	ASSERT_EQ(g.n, 0, "nothing handed over");
+	ASSERT_EQ(reorder_late(r, NULL), 0, "nothing late");
+	reorder_out_free(&out);
+	reorder_free(r);
+}
 
 int main(void)
 {

@@ -50,7 +50,8 @@ static int spool_put(void *ctx, void *data, size_t size)
 		sp->cap = c;
 	}
 	*(uint64_t *)(sp->buf + sp->used) = size;
-	memcpy(sp->buf + sp->used + sizeof(uint64_t), data, size);
+	if (size)
+		memcpy(sp->buf + sp->used + sizeof(uint64_t), data, size);
 	sp->used += room;
 	return 0;
 }

@@ -115,7 +115,8 @@ static int hold(struct reorder *r, const void *data, size_t size, uint64_t time)
 	if (grow((void **)&r->arena, &r->cap, r->used + room, 1) ||
 	    grow((void **)&r->h, &r->n_cap, r->n + 1, sizeof(*r->h)))
 		return -ENOMEM;
-	memcpy(r->arena + r->used, data, size);
+	if (size)
+		memcpy(r->arena + r->used, data, size);
 	if (r->n && time < r->last_time)
 		r->sorted = false;
 	r->last_time = time;
@@ -263,7 +264,8 @@ void reorder_take(struct reorder *r, uint64_t upto, struct reorder_out *out)
 		out->n = 0;
 		return;
 	}
-	memcpy(out->items, r->h, k * sizeof(*r->h));
+	if (k)
+		memcpy(out->items, r->h, k * sizeof(*r->h));
 	out->n = k;
 	used = 0;
 	for (size_t j = k; j < r->n; j++) {
