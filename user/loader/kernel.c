@@ -18,6 +18,7 @@
 
 #include "events.h"
 #include "lib/clock.h"
+#include "lib/grow.h"
 #include "loader/kernel.h"
 #include "loader/reorder.h"
 #include "pipeline/self_cost.h"
@@ -37,18 +38,12 @@ struct spool {
 static int spool_put(void *ctx, void *data, size_t size)
 {
 	struct spool *sp = ctx;
-	size_t room = sizeof(uint64_t) + ((size + 7) & ~(size_t)7), c = sp->cap ? sp->cap : 4096;
-	unsigned char *b;
+	size_t room = sizeof(uint64_t) + ((size + 7) & ~(size_t)7);
+	unsigned char *b = sp->buf;
 
-	if (sp->used + room > sp->cap) {
-		while (c < sp->used + room)
-			c *= 2;
-		b = realloc(sp->buf, c);
-		if (!b)
-			return -ENOMEM;
-		sp->buf = b;
-		sp->cap = c;
-	}
+	if (sp->used + room > sp->cap && !(b = grow(sp->buf, &sp->cap, sp->used + room, 1, 4096)))
+		return -ENOMEM;
+	sp->buf = b;
 	*(uint64_t *)(sp->buf + sp->used) = size;
 	if (size)
 		memcpy(sp->buf + sp->used + sizeof(uint64_t), data, size);
@@ -102,7 +97,6 @@ struct kernel {
 	int wake_fd, stop_fd;
 	struct spool urgent;
 	struct reorder_out out;
-	uint64_t held_bytes_max_hit; /* times the drainer paused at REORDER_HELD_MAX */
 	uint32_t self_tgid;
 	bool legacy; /* the legacy object: no batches */
 	struct kernel_config cfg; /* as configured (kernel_load may turn fentry off) */
@@ -575,6 +569,15 @@ int kernel_traffic_take(struct kernel *k, kernel_traffic_fn fn, void *ctx)
 /* Held records past which the drainer wakes the loop before its next tick. */
 #define REORDER_WAKE_RECORDS 8192
 
+/* The loop's wait ends (kernel_ring_poll): a full eventfd counter would only mean it is already
+ * due to wake. */
+static void wake_loop(struct kernel *k)
+{
+	uint64_t one = 1;
+
+	(void)!write(k->wake_fd, &one, sizeof(one));
+}
+
 /* A record from the ring: to the reorder stage, or straight on. A library mapped is for the
  * loader alone and wanted at once (its process is held): never held back. With batches this
  * runs on the drainer's thread, under mu. */
@@ -586,12 +589,9 @@ static int ring_record(void *ctx, void *data, size_t size)
 	if (!k->ro)
 		return k->fn(k->fn_ctx, data, size);
 	if (size >= sizeof(*h) && h->type == TS_EV_PROC_MAP) {
-		uint64_t one = 1;
-
 		/* Without memory for it, the next drain's look at the held processes finds it. */
-		if (spool_put(&k->urgent, data, size) == 0 &&
-		    write(k->wake_fd, &one, sizeof(one)) != sizeof(one))
-			return 0;
+		if (spool_put(&k->urgent, data, size) == 0)
+			wake_loop(k);
 		return 0;
 	}
 	/* Without the memory to hold it, it is handed over first at the next drain, out of time
@@ -638,6 +638,7 @@ static void *drainer_main(void *arg)
 	(void)!setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), DRAINER_NICE);
 	while (!k->drainer_stop) {
 		size_t held;
+		bool full;
 
 		/* Woken by the kernel (an eighth of the ring waiting) or to stop: between bursts
 		 * the loop's drains read the ring. */
@@ -646,22 +647,18 @@ static void *drainer_main(void *arg)
 		if (k->drainer_stop)
 			break;
 		pthread_mutex_lock(&k->mu);
-		held = reorder_held_bytes(k->ro);
-		if (held < REORDER_HELD_MAX) {
+		full = reorder_held_bytes(k->ro) >= REORDER_HELD_MAX;
+		if (!full) {
 			ring_note_fill(k);
 			ring_buffer__consume(k->rb);
-		} else {
-			k->held_bytes_max_hit++;
 		}
 		held = reorder_held(k->ro);
 		pthread_mutex_unlock(&k->mu);
-		if (held >= REORDER_WAKE_RECORDS) {
-			uint64_t one = 1;
-
-			if (write(k->wake_fd, &one, sizeof(one)) < 0)
-				continue;
-		}
-		if (held >= REORDER_HELD_MAX)
+		if (held >= REORDER_WAKE_RECORDS)
+			wake_loop(k);
+		/* The ring still holds records, so the wait above returns at once: a pause
+		 * instead, until the loop has taken some. */
+		if (full)
 			usleep(1000);
 	}
 	return NULL;
@@ -680,7 +677,7 @@ static void batches_start(struct kernel *k)
 	size_t bytes = (size_t)TS_BATCH_CPUS * sizeof(uint64_t);
 	void *p;
 
-	if (k->legacy || flush_cpu(k, 0) < 0)
+	if (!kernel_batches_possible(k))
 		return;
 	k->ro = reorder_new();
 	k->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -875,11 +872,6 @@ uint64_t kernel_ring_late(const struct kernel *k, uint64_t *max_ns, uint64_t *bu
 		return 0;
 	}
 	return reorder_late(k->ro, max_ns);
-}
-
-bool kernel_batches(const struct kernel *k)
-{
-	return k->ro != NULL;
 }
 
 void kernel_ring_fill(const struct kernel *k, uint64_t *bytes, uint64_t *peak)

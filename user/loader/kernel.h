@@ -126,9 +126,8 @@ int kernel_ring_poll(struct kernel *k, int timeout_ms);
 uint64_t kernel_ring_consume(struct kernel *k);
 /* The last drain: everything there, whatever its time. */
 void kernel_ring_finish(struct kernel *k);
-/* Whether records come in batches; records that arrived after later ones were handed over, the
- * most one was late by (ns), and flushes that found their CPU busy at every try. */
-bool kernel_batches(const struct kernel *k);
+/* Records that arrived after later ones were handed over, the most one was late by (ns), and
+ * flushes that found their CPU busy at every try. */
 /* Whether the loaded programs can batch here (the default object, and a kernel that runs a
  * program on a chosen CPU): what kernel_ring_open will do. */
 bool kernel_batches_possible(struct kernel *k);

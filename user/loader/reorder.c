@@ -6,6 +6,7 @@
 #include <linux/types.h>
 
 #include "events.h"
+#include "lib/grow.h"
 #include "loader/reorder.h"
 
 /* The most an arena keeps allocated once it has been emptied. */
@@ -19,10 +20,11 @@ struct reorder_item {
 };
 
 struct reorder {
-	/* The held records' bytes, each at an 8-byte boundary; the spare arena takes what stays
-	 * held across a release. */
-	unsigned char *arena, *spare;
-	size_t used, cap, spare_cap;
+	/* The held records' bytes, each at an 8-byte boundary. */
+	unsigned char *arena;
+	size_t used, cap;
+	/* What reorder_release takes the records into before it hands them over. */
+	struct reorder_out own;
 	struct reorder_item *h;
 	size_t n, n_cap;
 	uint64_t seq;
@@ -47,7 +49,7 @@ void reorder_free(struct reorder *r)
 	if (!r)
 		return;
 	free(r->arena);
-	free(r->spare);
+	reorder_out_free(&r->own);
 	free(r->h);
 	free(r);
 }
@@ -91,29 +93,33 @@ uint64_t reorder_record_time(const void *data, size_t size)
 	}
 }
 
-static int grow(void **p, size_t *cap, size_t need, size_t elem)
+/* Room for need elements of elem bytes in *p (grow.h's doubling): 0, or -ENOMEM with *p as it
+ * was. */
+static int fit(void **p, size_t *cap, size_t need, size_t elem)
 {
-	size_t c = *cap ? *cap : 64;
 	void *q;
 
 	if (need <= *cap)
 		return 0;
-	while (c < need)
-		c *= 2;
-	q = realloc(*p, c * elem);
+	q = grow(*p, cap, need, elem, 64);
 	if (!q)
 		return -ENOMEM;
 	*p = q;
-	*cap = c;
 	return 0;
+}
+
+/* A record's room in an arena: its bytes to the next 8-byte boundary. */
+static size_t padded(size_t size)
+{
+	return (size + 7) & ~(size_t)7;
 }
 
 static int hold(struct reorder *r, const void *data, size_t size, uint64_t time)
 {
-	size_t room = (size + 7) & ~(size_t)7;
+	size_t room = padded(size);
 
-	if (grow((void **)&r->arena, &r->cap, r->used + room, 1) ||
-	    grow((void **)&r->h, &r->n_cap, r->n + 1, sizeof(*r->h)))
+	if (fit((void **)&r->arena, &r->cap, r->used + room, 1) ||
+	    fit((void **)&r->h, &r->n_cap, r->n + 1, sizeof(*r->h)))
 		return -ENOMEM;
 	if (size)
 		memcpy(r->arena + r->used, data, size);
@@ -146,7 +152,7 @@ static bool batch_ok(const unsigned char *b, size_t size)
 		if (size - off < sizeof(*h) || h->size < sizeof(*h) || h->size > size - off ||
 		    h->type == TS_EV_BATCH)
 			return false;
-		off += (h->size + 7) & ~(size_t)7;
+		off += padded(h->size);
 		n++;
 	}
 	return n == bh->tid;
@@ -180,7 +186,7 @@ int reorder_add(struct reorder *r, const void *data, size_t size)
 		err = hold(r, h, h->size, time);
 		if (err)
 			return err;
-		off += (h->size + 7) & ~(size_t)7;
+		off += padded(h->size);
 	}
 	return 0;
 }
@@ -192,52 +198,6 @@ static int by_time(const void *a, const void *b)
 	if (x->time != y->time)
 		return x->time < y->time ? -1 : 1;
 	return x->seq < y->seq ? -1 : x->seq > y->seq;
-}
-
-void reorder_release(struct reorder *r, uint64_t upto, reorder_fn fn, void *ctx)
-{
-	size_t i, keep = 0, spare_used = 0;
-
-	if (!r->sorted)
-		qsort(r->h, r->n, sizeof(*r->h), by_time);
-	r->sorted = true;
-	for (i = 0; i < r->n && r->h[i].time <= upto; i++)
-		fn(ctx, r->arena + r->h[i].off, r->h[i].size);
-	if (upto > r->released)
-		r->released = upto;
-	/* What stays held moves to the spare arena, in order, and the two swap. */
-	for (size_t j = i; j < r->n; j++) {
-		size_t room = (r->h[j].size + 7) & ~(size_t)7;
-
-		if (grow((void **)&r->spare, &r->spare_cap, spare_used + room, 1)) {
-			/* No memory to keep them: handed over now rather than lost. */
-			for (; j < r->n; j++)
-				fn(ctx, r->arena + r->h[j].off, r->h[j].size);
-			break;
-		}
-		memcpy(r->spare + spare_used, r->arena + r->h[j].off, r->h[j].size);
-		r->h[keep] = r->h[j];
-		r->h[keep++].off = spare_used;
-		spare_used += room;
-	}
-	{
-		unsigned char *a = r->arena;
-		size_t c = r->cap;
-
-		r->arena = r->spare;
-		r->cap = r->spare_cap;
-		r->spare = a;
-		r->spare_cap = c;
-	}
-	r->used = spare_used;
-	r->n = keep;
-	/* After a burst: memory back, but for what a drain usually holds. */
-	if (r->spare_cap > REORDER_KEEP_BYTES) {
-		free(r->spare);
-		r->spare = NULL;
-		r->spare_cap = 0;
-	}
-	r->last_time = keep ? r->h[keep - 1].time : 0;
 }
 
 void reorder_take(struct reorder *r, uint64_t upto, struct reorder_out *out)
@@ -256,9 +216,9 @@ void reorder_take(struct reorder *r, uint64_t upto, struct reorder_out *out)
 	 * are copied to out's old arena, which becomes r's. Without memory for that, or for
 	 * out's list, nothing moves: they are handed over at the next take. */
 	for (size_t j = k; j < r->n; j++)
-		used += (r->h[j].size + 7) & ~(size_t)7;
-	if (grow((void **)&arena, &cap, used, 1) ||
-	    grow((void **)&out->items, &out->items_cap, k, sizeof(*out->items))) {
+		used += padded(r->h[j].size);
+	if (fit((void **)&arena, &cap, used, 1) ||
+	    fit((void **)&out->items, &out->items_cap, k, sizeof(*out->items))) {
 		out->arena = arena;
 		out->cap = cap;
 		out->n = 0;
@@ -272,7 +232,7 @@ void reorder_take(struct reorder *r, uint64_t upto, struct reorder_out *out)
 		memcpy(arena + used, r->arena + r->h[j].off, r->h[j].size);
 		r->h[keep] = r->h[j];
 		r->h[keep++].off = used;
-		used += (r->h[j].size + 7) & ~(size_t)7;
+		used += padded(r->h[j].size);
 	}
 	out->arena = r->arena;
 	out->cap = r->cap;
@@ -294,6 +254,12 @@ void reorder_hand(struct reorder_out *out, reorder_fn fn, void *ctx)
 		out->arena = NULL;
 		out->cap = 0;
 	}
+}
+
+void reorder_release(struct reorder *r, uint64_t upto, reorder_fn fn, void *ctx)
+{
+	reorder_take(r, upto, &r->own);
+	reorder_hand(&r->own, fn, ctx);
 }
 
 void reorder_out_free(struct reorder_out *out)

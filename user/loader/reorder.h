@@ -42,7 +42,8 @@ void reorder_free(struct reorder *r);
 int reorder_add(struct reorder *r, const void *data, size_t size);
 
 /* Hands every held record of time <= upto to fn, in time order (records of one time in the
- * order they arrived); UINT64_MAX hands over all of them. */
+ * order they arrived); UINT64_MAX hands over all of them. Where memory runs out, none is handed
+ * over: they wait for the next call. reorder_take and reorder_hand, into the reorder's own out. */
 void reorder_release(struct reorder *r, uint64_t upto, reorder_fn fn, void *ctx);
 
 /*
