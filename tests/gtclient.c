@@ -114,6 +114,16 @@ struct opts {
 	/* --header lines, each ending in CRLF, sent with every HTTP/1.1 request (a gateway's
 	 * routing headers); "" when none */
 	char headers[HEADERS_MAX];
+	/* --slow-every: every M-th request sends x_prefill_ms slow_prefill_ms instead */
+	unsigned slow_every;
+	double slow_prefill_ms;
+	/* --header-every 'M:NAME: VALUE': a header line (CRLF-ended) on every M-th HTTP/1.1
+	 * request */
+	struct {
+		unsigned every;
+		char line[256];
+	} every_header[4];
+	unsigned nevery_headers;
 };
 
 struct dbuf {
@@ -600,7 +610,9 @@ static char *body_build(const struct shared *sh, unsigned id, bool *stream)
 					o->max_tokens);
 	if (o->token_ms >= 0)
 		cJSON_AddNumberToObject(j, "x_token_ms", o->token_ms);
-	if (o->prefill_ms >= 0)
+	if (o->slow_every && (id + 1) % o->slow_every == 0)
+		cJSON_AddNumberToObject(j, "x_prefill_ms", o->slow_prefill_ms);
+	else if (o->prefill_ms >= 0)
 		cJSON_AddNumberToObject(j, "x_prefill_ms", o->prefill_ms);
 	if (o->http_error_every && (id + 1) % o->http_error_every == 0)
 		cJSON_AddStringToObject(j, "x_fail", "http");
@@ -1099,11 +1111,16 @@ static void request_run(struct shared *sh, struct link *l, struct resp *r, struc
 		return;
 	}
 	resp_reset(r, abort_this ? o->abort_after : 0);
+	char every[sizeof(o->every_header)] = "";
+
+	for (unsigned i = 0; i < o->nevery_headers; i++)
+		if ((res->id + 1) % o->every_header[i].every == 0)
+			strcat(every, o->every_header[i].line);
 	n = asprintf(
 	    &req,
-	    "POST %s HTTP/1.1\r\nHost: %s:%d\r\nUser-Agent: gtclient\r\n%s"
+	    "POST %s HTTP/1.1\r\nHost: %s:%d\r\nUser-Agent: gtclient\r\n%s%s"
 	    "Content-Type: application/json\r\nAccept: %s\r\nContent-Length: %zu\r\n\r\n%s",
-	    o->path, o->host, o->port, o->headers,
+	    o->path, o->host, o->port, o->headers, every,
 	    o->ndjson ? "application/x-ndjson" : "text/event-stream", strlen(body), body);
 	free(body);
 	if (n < 0) {
@@ -1342,6 +1359,9 @@ static void usage(FILE *f)
 	    "                          message is a frame, grpc-status the outcome\n"
 	    "  --header 'NAME: VALUE'  add this header to every HTTP/1.1 request (repeatable):\n"
 	    "                          a gateway's routing headers\n"
+	    "  --header-every 'M:NAME: VALUE'  ...on every M-th request only (up to 4)\n"
+	    "  --slow-every M          every M-th request sends x_prefill_ms...\n"
+	    "  --slow-prefill-ms MS    ...of MS instead (a request slowed on purpose)\n"
 	    "\n"
 	    "Examples:\n"
 	    "  gtclient --port 8000 -n 100 -c 4 -k 5 --usage\n"
@@ -1374,6 +1394,9 @@ enum {
 	OPT_H2,
 	OPT_GRPC,
 	OPT_HEADER,
+	OPT_HEADER_EVERY,
+	OPT_SLOW_EVERY,
+	OPT_SLOW_PREFILL,
 };
 
 static bool parse_uint(const char *v, unsigned min, unsigned *out)
@@ -1419,6 +1442,9 @@ static int opts_parse(struct opts *o, int argc, char **argv)
 		{ "h2", no_argument, NULL, OPT_H2 },
 		{ "grpc", no_argument, NULL, OPT_GRPC },
 		{ "header", required_argument, NULL, OPT_HEADER },
+		{ "header-every", required_argument, NULL, OPT_HEADER_EVERY },
+		{ "slow-every", required_argument, NULL, OPT_SLOW_EVERY },
+		{ "slow-prefill-ms", required_argument, NULL, OPT_SLOW_PREFILL },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -1530,6 +1556,27 @@ static int opts_parse(struct opts *o, int argc, char **argv)
 					 optarg);
 			break;
 		}
+		case OPT_HEADER_EVERY: {
+			char *colon = strchr(optarg, ':');
+			unsigned long m = strtoul(optarg, NULL, 10);
+
+			ok = colon && m && strchr(colon + 1, ':') && !strpbrk(optarg, "\r\n") &&
+			     strlen(colon + 1) + 3 <= sizeof(o->every_header[0].line) &&
+			     o->nevery_headers < sizeof(o->every_header) / sizeof(o->every_header[0]);
+			if (ok) {
+				o->every_header[o->nevery_headers].every = (unsigned)m;
+				snprintf(o->every_header[o->nevery_headers].line,
+					 sizeof(o->every_header[0].line), "%s\r\n", colon + 1);
+				o->nevery_headers++;
+			}
+			break;
+		}
+		case OPT_SLOW_EVERY:
+			ok = parse_uint(optarg, 1, &o->slow_every);
+			break;
+		case OPT_SLOW_PREFILL:
+			ok = parse_double(optarg, &o->slow_prefill_ms);
+			break;
 		case OPT_TIMEOUT:
 			ok = parse_double(optarg, &o->timeout_s) && o->timeout_s > 0;
 			break;

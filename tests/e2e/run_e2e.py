@@ -25,6 +25,8 @@ import tempfile
 import threading
 import time
 
+import slo_check
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SERVERS = os.path.join("tests", "e2e", "servers")
 CLIENTS = os.path.join("tests", "e2e", "clients")
@@ -228,6 +230,32 @@ def client_with(case, *flags):
         return case(work)
     argv.client_extra = getattr(case, "client_extra", []) + list(flags)
     return argv
+
+
+def slo(case):
+    """The same server with objectives (slo_check.py): tokenscope --slo, some requests slowed
+    on purpose and some with llm-d's headers; every verdict and the summary's counts are
+    checked against the client's own figures."""
+    def argv(work):
+        return case(work)
+    argv.client_extra = getattr(case, "client_extra", []) + slo_check.CLIENT_EXTRA
+    argv.trace_extra = slo_check.TRACE_EXTRA
+    argv.lines_check = slo_checked
+    return argv
+
+
+def slo_checked(gt, got, lines, errors):
+    """Each request's verdicts against the client's figures, then the summary's counts."""
+    by_port_c, by_port_t = by_port(gt, got, peer_port, errors)
+    for port in sorted(set(by_port_c) & set(by_port_t)):
+        for c, t in zip(by_port_c[port], by_port_t[port]):
+            for m in slo_check.check_pair(c, t):
+                errors.append(Mismatch(f"id {c['id']} port {port}: slo: {m}"))
+    summary = next((x["summary"] for x in lines if "summary" in x), None)
+    for m in slo_check.check_summary(gt, summary):
+        errors.append(Mismatch(f"slo: {m}"))
+    counts = ((summary or {}).get("slo") or {}).get("counts", {}).get("all", {})
+    return ", ".join(f"{k} {v}" for k, v in counts.items())
 
 
 def grpc_server(work):
@@ -506,6 +534,10 @@ CASES = {
     # after attach reuse (joined mid-stream); cold: attached once it had closed them all.
     "portkey-warm-pool": portkey_gateway("warm"),
     "portkey-cold-pool": portkey_gateway("cold"),
+    # Objectives (--slo and llm-d's x-llm-d-slo-* headers) on uvicorn and Node's http, with
+    # requests slowed on purpose: every verdict as the client's own figures give it.
+    "slo-fastapi": slo(fastapi("h11", ("fastapi", "uvicorn", "h11"))),
+    "slo-node": slo(node),
 }
 
 
@@ -759,8 +791,8 @@ def run_case(argv_of, work, tol_ns, verbose):
             time.sleep(KEEPER_START_S)
         pool_before = gateway_pool(trace_pid, up_port) if pool else set()
 
-        ts = children.start([TOKENSCOPE, "trace", "-p", str(trace_pid), "--json", "--tokens"],
-                            log("tokenscope"))
+        ts = children.start([TOKENSCOPE, "trace", "-p", str(trace_pid), "--json", "--tokens",
+                             *getattr(argv_of, "trace_extra", [])], log("tokenscope"))
         wait_attached(ts, log("tokenscope"))
         attached_ns = time.monotonic_ns()
         # Let the tracer's start-up (BTF, loading, the /proc walk) finish using the CPUs.
@@ -811,6 +843,8 @@ def run_case(argv_of, work, tol_ns, verbose):
             errors.note = tls_wire(log("tokenscope.err"), tol_ns, errors)
         if getattr(argv_of, "server_check", None):
             argv_of.server_check(log("server.out"), gt, errors)
+        if getattr(argv_of, "lines_check", None):
+            errors.note = "slo verdicts: " + argv_of.lines_check(gt, got, lines, errors)
         late = re.search(r"\d+ records? reached the pipeline after later ones[^\n]*",
                          open(log("tokenscope.err")).read())
         if late:

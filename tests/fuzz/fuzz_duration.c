@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
- * The CLI's duration parser: alert_parse_duration (user/sinks/alert.c), which main.c uses for
- * --slow-ttft and --slow-itl and alert_parse for thresholds and `for`. (main.c's own
+ * The CLI's duration parser: duration_parse (user/lib/duration.c), which main.c uses for
+ * --slow-ttft and --slow-itl, slo.c for --slo, and alert_parse for thresholds and `for`. (main.c's own
  * parse_double, for -d and --trace-sample, is static there and not reachable from here.)
  *
  * Input: the argument, up to its first NUL.
@@ -13,7 +13,7 @@
  */
 #include <math.h>
 
-#include "sinks/alert.h"
+#include "lib/duration.h"
 #include "fuzz.h"
 
 /* 2^63 ns: the first duration that int64_t nanoseconds cannot hold. */
@@ -27,7 +27,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	char *arg = fuzz_str(&in, size);
 	double s = -1;
 
-	if (alert_parse_duration(arg, &s)) {
+	if (duration_parse(arg, &s)) {
 		FUZZ_CHECK(isfinite(s) && s >= 0, "\"%s\" accepted as %g s", arg, s);
 		FUZZ_CHECK(s < DURATION_FUZZ_MAX_S,
 			   "\"%s\" accepted as %g s, beyond what nanoseconds in 64 bits hold", arg,

@@ -8,6 +8,8 @@
 #   .text.err   its stderr, then "exit N"
 #   .jsonl      report --json --tokens --gpu-steps on stdout (requests and GPU steps)
 #   .json.err   its stderr (the summary goes there with --json), then "exit N"
+#   .slo        report --json --slo 'ttft<=0.1ms,tpot<=1ms,e2e<=30ms': the request lines with
+#               their verdicts and the JSON summary (stdout), then the text summary (stderr)
 #   .prom       report --prometheus --by-process --alert 'ttft.p99 > 5ms' on stdout
 #   .timeline   report --timeline FILE: the file
 #   .otlp       report --otlp to tests/otlp/receiver.py with --trace-sample 1 and --slow-ttft 8ms:
@@ -21,6 +23,12 @@ golden_outputs() {
 	echo "exit $?" >>"$base.text.err"
 	"$TS" report --json --tokens --gpu-steps "$rec" >"$base.jsonl" 2>"$base.json.err"
 	echo "exit $?" >>"$base.json.err"
+	{
+		"$TS" report --json --slo 'ttft<=0.1ms,tpot<=1ms,e2e<=30ms' "$rec" 2>"$base.slo.tmp"
+		echo "exit $?"
+		cat "$base.slo.tmp"
+	} >"$base.slo"
+	rm -f "$base.slo.tmp"
 	"$TS" report --prometheus --by-process --alert 'ttft.p99 > 5ms' "$rec" >"$base.prom" \
 		2>/dev/null
 	"$TS" report --timeline "$base.timeline" "$rec" >/dev/null 2>&1
@@ -42,4 +50,4 @@ golden_outputs() {
 }
 
 # shellcheck disable=SC2034 # read by the scripts that source this
-GOLDEN_KINDS="text text.err jsonl json.err prom timeline otlp"
+GOLDEN_KINDS="text text.err jsonl json.err slo prom timeline otlp"

@@ -20,6 +20,7 @@
 #include "loader/run.h"
 #include "loader/trace.h"
 #include "lib/clock.h"
+#include "lib/duration.h"
 #include "lib/wrap.h"
 #include "session/session.h"
 #include "lib/version.h"
@@ -89,6 +90,7 @@ enum {
 	OPT_CONTAINER_STATE,
 	OPT_NO_POD_LABELS,
 	OPT_SELF_STATS,
+	OPT_SLO,
 };
 
 static const struct argp_option trace_options[] = {
@@ -138,6 +140,10 @@ static const struct argp_option trace_options[] = {
 	{ "alert", OPT_ALERT, "RULE", 0, "Alert rule, e.g. 'ttft.p99 > 5s for 3m' (repeatable)",
 	  0 },
 	{ "alert-exec", OPT_ALERT_EXEC, "CMD", 0, "Run CMD when an alert fires or resolves", 0 },
+	{ "slo", OPT_SLO, "SLO", 0,
+	  "Judge every request on these objectives, e.g. 'ttft<=2s,tpot<=80ms,e2e<=30s' or "
+	  "'model=llama*:ttft<=1s' (repeatable); llm-d's x-llm-d-slo-* headers override them",
+	  0 },
 	{ "otlp", OPT_OTLP, "URL", 0,
 	  "Send OpenTelemetry spans to an OTLP/HTTP collector (http[s]://host:4318/v1/traces), "
 	  "or write them to a file (file:PATH)",
@@ -306,7 +312,7 @@ static bool parse_shared(int key, char *arg, struct argp_state *state, const str
 	case OPT_SLOW_ITL: {
 		double s;
 
-		if (!alert_parse_duration(arg, &s))
+		if (!duration_parse(arg, &s))
 			argp_error(state, "invalid duration '%s' (with a unit: 200ms, 2s)", arg);
 		*(key == OPT_SLOW_TTFT ? &ex->slow_ttft_ns : &ex->slow_itl_ns) = (int64_t)(s * 1e9);
 		otlp_only = key == OPT_SLOW_TTFT ? "--slow-ttft" : "--slow-itl";
@@ -329,6 +335,13 @@ static bool parse_shared(int key, char *arg, struct argp_state *state, const str
 	case OPT_OTLP_CA:
 		ex->otlp_ca = arg;
 		return true;
+	case OPT_SLO: {
+		char msg[512];
+
+		if (slo_parse(&ex->slo, arg, msg, sizeof(msg)))
+			argp_error(state, "%s", msg);
+		return true;
+	}
 	}
 	return false;
 }
@@ -657,6 +670,8 @@ static const struct argp_option report_options[] = {
 	{ "prometheus", OPT_PROMETHEUS, NULL, 0, "Print the metrics text at the end", 0 },
 	{ "by-process", OPT_BY_PROCESS, NULL, 0,
 	  "With --prometheus: a pid label on the request metrics", 0 },
+	{ "slo", OPT_SLO, "SLO", 0,
+	  "Judge every request on these objectives, e.g. 'ttft<=2s,tpot<=80ms' (see trace)", 0 },
 	{ "alert", OPT_ALERT, "RULE", 0, "Evaluate an alert rule over the recording", 0 },
 	{ "alert-exec", OPT_ALERT_EXEC, "CMD", 0, "Run CMD when an alert fires or resolves", 0 },
 	{ "otlp", OPT_OTLP, "URL", 0,

@@ -113,6 +113,7 @@ static void req_on_head(void *ctx, const struct http_head *hd, uint64_t ts)
 	r->h2c_upgrade = hd->upgrade_h2c;
 	/* Of the head, only these header values are kept. */
 	r->trace = hd->trace;
+	r->slo_head = hd->slo;
 	if (h->ends)
 		r->ends = *h->ends;
 	r->prompt_bytes = hd->content_length >= 0 ? hd->content_length : 0;

@@ -203,8 +203,10 @@ static void h2_field(struct h2_head *h, const nghttp2_nv *nv)
 
 		h->grpc_status = v >= 0 && v < 1000 ? (int)v : -1;
 	} else {
-		tracectx_field(&h->trace, (const char *)nv->name, nv->namelen,
-			       (const char *)nv->value, nv->valuelen);
+		if (!tracectx_field(&h->trace, (const char *)nv->name, nv->namelen,
+				    (const char *)nv->value, nv->valuelen))
+			slo_head_field(&h->slo, (const char *)nv->name, nv->namelen,
+				       (const char *)nv->value, nv->valuelen);
 	}
 }
 

@@ -25,6 +25,7 @@
 #include <nghttp2/nghttp2.h>
 
 #include "pipeline/budget.h"
+#include "pipeline/slo.h"
 #include "pipeline/tracectx.h"
 
 /* The client's connection preface. */
@@ -59,6 +60,7 @@ struct h2_head {
 	int64_t content_length; /* -1 if absent */
 	int grpc_status;	/* grpc-status (trailers), -1 if absent */
 	struct trace_ctx trace; /* traceparent, tracestate, x-request-id */
+	struct slo_head slo;	/* llm-d's objectives (slo.h) */
 };
 
 struct h2_callbacks {

@@ -219,6 +219,7 @@ static void req_on_headers(void *ctx, uint32_t id, const struct h2_head *hd, boo
 		r->prompt_bytes = hd->content_length >= 0 ? hd->content_length : 0;
 		/* Of the header block, only these header values are kept. */
 		r->trace = hd->trace;
+		r->slo_head = hd->slo;
 		if (h->ends)
 			r->ends = *h->ends;
 		s->next = h->streams;

@@ -234,7 +234,8 @@ static int http_header(struct http_parser *p, struct http_head_flags *fl, const 
 	} else if (http_eq(name, nlen, "content-type")) {
 		http_media_type(h->content_type, sizeof(h->content_type), val, vlen);
 	} else if (p->dir == HTTP_DIR_REQUEST) {
-		tracectx_field(&h->trace, name, nlen, val, vlen);
+		if (!tracectx_field(&h->trace, name, nlen, val, vlen))
+			slo_head_field(&h->slo, name, nlen, val, vlen);
 	}
 	return 0;
 }

@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "pipeline/budget.h"
+#include "pipeline/slo.h"
 #include "pipeline/tracectx.h"
 
 /* A head (start line + headers) longer than this is not something we trace: -EPROTO. */
@@ -42,6 +43,7 @@ struct http_head {
 	char content_type[HTTP_CTYPE_MAX]; /* lower-cased media type without params, "" if absent */
 	bool upgrade_h2c;	/* an Upgrade header naming h2c (HTTP/2 over cleartext) */
 	struct trace_ctx trace; /* requests: traceparent, tracestate, x-request-id */
+	struct slo_head slo;	/* requests: llm-d's objectives (slo.h) */
 };
 
 struct http_callbacks {

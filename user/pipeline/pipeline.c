@@ -66,6 +66,7 @@ static void pl_request_out(struct pipeline *pl, struct request *r)
 	if (other && !r->client)
 		count_other(&pl->others, r);
 	request_metrics(r, &m);
+	slo_judge(pl->o.slo, r, &m, &m.slo);
 	gpu_attribute(&pl->gpu, r, &ga);
 	batch_attribute(&pl->gpu, r, &ga);
 	for (int i = 0; i < pl->nsinks; i++) {
@@ -530,6 +531,7 @@ void pipeline_status(struct pipeline *pl, struct pipeline_status *st)
 	st->others = pl->others;
 	st->joined = pl->joined;
 	st->cost = pl->cost.seq ? &pl->cost : NULL;
+	st->slo = pl->o.slo && pl->o.slo->n ? pl->o.slo : NULL;
 }
 
 void pipeline_features(struct pipeline *pl, const struct run_feature *f, uint32_t n)

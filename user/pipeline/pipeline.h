@@ -18,9 +18,14 @@
 #include "pipeline/gpu.h"
 #include "pipeline/sink.h"
 
+struct slo_rules;
+
 struct pipeline_opts {
 	bool verbose; /* report every traced process's fork and exit */
 	FILE *err;    /* messages */
+	/* --slo's objectives (slo.h), judged on every finished request; NULL: none (a request's
+	 * own head may still state some). Must outlive the pipeline. */
+	const struct slo_rules *slo;
 };
 
 /*

@@ -174,6 +174,7 @@ static void request_tokens_per_chunk(const struct request *r, struct request_met
 
 void request_metrics(const struct request *r, struct request_metrics *m)
 {
+	memset(&m->slo, 0, sizeof(m->slo));
 	m->ttft_ns = r->ntokens ? request_since_arrival(r, r->first_token_ns) : -1;
 	m->e2e_ns =
 	    r->end_ns >= r->arrival_ns && r->arrival_ns ? (int64_t)(r->end_ns - r->arrival_ns) : -1;

@@ -13,6 +13,7 @@
 
 #include "pipeline/frame.h"
 #include "pipeline/reqbody.h"
+#include "pipeline/slo.h"
 #include "pipeline/tracectx.h"
 #include "pipeline/workload.h"
 
@@ -72,6 +73,7 @@ struct request {
 	char path[256];
 	struct req_info info;	     /* model, stream, max_tokens, join keys from the body */
 	struct trace_ctx trace;	     /* traceparent, tracestate, x-request-id of its head */
+	struct slo_head slo_head;    /* the objectives its head states (llm-d's headers) */
 	int64_t prompt_bytes;	     /* request body length */
 	uint64_t request_uncaptured; /* body bytes not captured (model may be unknown) */
 
@@ -141,6 +143,9 @@ struct request_metrics {
 	 * and median and maximum where the frames stated running counts (-1 otherwise). */
 	double tokens_per_chunk_mean;
 	int64_t tokens_per_chunk_p50, tokens_per_chunk_max;
+	/* Its objectives and their verdicts (slo.h): the pipeline's --slo rules and its head's;
+	 * slo.any false when it had none (request_metrics leaves it so). */
+	struct slo_verdict slo;
 };
 
 const char *outcome_name(enum outcome o);

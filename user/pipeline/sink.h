@@ -24,6 +24,7 @@ struct gpu_attribution;
 struct gpu_step;
 struct ts_gpu_call_event;
 struct nvml_snapshot;
+struct slo_rules;
 
 /* The pipeline as of a tick (or the end): copied out for the call, valid during it. */
 /* A feature of the kernel the BPF programs use, and whether this kernel has it (the loader's
@@ -84,6 +85,8 @@ struct pipeline_status {
 	struct joined_servers joined;
 	/* What tracing costs (self_cost), measured by the live tracer; NULL in a replay. */
 	const struct self_cost *cost;
+	/* --slo's objectives (slo.h); NULL when none was given. */
+	const struct slo_rules *slo;
 };
 
 struct sink {

@@ -13,6 +13,7 @@
 #include "sinks/alert.h"
 #include "sinks/otlp.h"
 #include "pipeline/pipeline.h"
+#include "pipeline/slo.h"
 #include "sinks/timeline.h"
 
 struct export_opts {
@@ -30,6 +31,9 @@ struct export_opts {
 	int64_t slow_ttft_ns, slow_itl_ns; /* anomalies exported in full; 0: not checked */
 	double trace_sample;		   /* share of normal requests exported as summary spans */
 	uint32_t trace_warm_up;		   /* the first requests exported whatever the ratio */
+	/* --slo: the objectives every request is judged on (the pipeline's, slo.h); the sinks
+	 * see the verdicts in request_metrics. */
+	struct slo_rules slo;
 	bool json; /* the summary (and the exporters' counters) go to stderr */
 	bool top;  /* tokenscope top: its frames show the GPU samples */
 	/* report: records are replayed faster than they happened, so the trace exporter waits

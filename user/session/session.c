@@ -33,6 +33,7 @@ int session_start(struct session *s, const struct session_opts *o, uint64_t orig
 	s->o = *o;
 	session_streams(s);
 	po.err = s->err;
+	po.slo = &s->o.ex.slo;
 	s->pl = pipeline_new(&po);
 	if (!s->pl)
 		return -ENOMEM;

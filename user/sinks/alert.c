@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "lib/clock.h"
+#include "lib/duration.h"
 #include "lib/escape.h"
 #include "sinks/alert.h"
 #include "pipeline/step.h"
@@ -27,37 +28,6 @@ static const char ALERT_FORM[] =
 static bool is_latency(enum alert_metric m)
 {
 	return m < AM_SUCCESS;
-}
-
-/* Longest duration accepted: 10^9 s (31 years) is surely a typo, and it leaves nanoseconds in
- * 64 bits (2^63 ns is 292 years) room to spare. */
-#define ALERT_DURATION_MAX_S 1e9
-
-/* "5s", "200ms", "3m", "250us" -> seconds; false when the unit is missing or unknown, or the
- * duration is longer than ALERT_DURATION_MAX_S. */
-bool alert_parse_duration(const char *s, double *out)
-{
-	char *end;
-	double v = strtod(s, &end);
-
-	if (end == s || v < 0 || !isfinite(v))
-		return false;
-	if (!strcmp(end, "us"))
-		v /= 1e6;
-	else if (!strcmp(end, "ms"))
-		v /= 1e3;
-	else if (!strcmp(end, "s"))
-		;
-	else if (!strcmp(end, "m"))
-		v *= 60;
-	else if (!strcmp(end, "h"))
-		v *= 3600;
-	else
-		return false;
-	if (v > ALERT_DURATION_MAX_S)
-		return false;
-	*out = v;
-	return true;
 }
 
 static int fail(char *err, size_t n, const char *text, const char *what)
@@ -129,7 +99,7 @@ int alert_parse(const char *text, struct alert_rule *r, char *err, size_t errlen
 
 	/* threshold */
 	if (is_latency(r->metric)) {
-		if (!alert_parse_duration(tok[2], &r->threshold))
+		if (!duration_parse(tok[2], &r->threshold))
 			return fail(err, errlen, text,
 				    "a latency threshold needs a unit (us, ms, s)");
 	} else {
@@ -150,7 +120,7 @@ int alert_parse(const char *text, struct alert_rule *r, char *err, size_t errlen
 
 		if (strcmp(tok[3], "for"))
 			return fail(err, errlen, text, "expected 'for'");
-		if (!alert_parse_duration(tok[4], &s))
+		if (!duration_parse(tok[4], &s))
 			return fail(err, errlen, text,
 				    "a duration needs a unit (s, m, h) and is at most 1e9 s");
 		r->for_ns = (uint64_t)(s * NS_PER_S);

@@ -107,7 +107,4 @@ int alert_cmd_build(struct alert_cmd *c, const char *exec, char *const *env, con
 		    const char *state, const char *value, const char *cause);
 void alert_cmd_free(struct alert_cmd *c);
 
-/* "5s", "200ms", "3m", "250us" to seconds; false without a known unit. */
-bool alert_parse_duration(const char *s, double *seconds);
-
 #endif

@@ -16,6 +16,26 @@ static void ms_or_null(struct jsonw *w, const char *key, int64_t ns)
 		jsonw_num(w, key, ns / 1e6, 3);
 }
 
+/* The request's objectives and verdicts (slo.h): {"ttft":{"limit_ms","from","result"},...,
+ * "result"}; only when it had an objective. */
+static void json_slo(struct jsonw *w, const struct slo_verdict *v)
+{
+	if (!v->any)
+		return;
+	jsonw_obj_begin(w, "slo");
+	for (int k = 0; k < SLO_METRICS; k++) {
+		if (!v->limit_ns[k])
+			continue;
+		jsonw_obj_begin(w, slo_metric_names[k]);
+		jsonw_num(w, "limit_ms", v->limit_ns[k] / 1e6, 3);
+		jsonw_str(w, "from", v->from[k] == SLO_FROM_HEADER ? "header" : "flag");
+		jsonw_str(w, "result", slo_result_name(v->result[k]));
+		jsonw_obj_end(w);
+	}
+	jsonw_str(w, "result", slo_result_name(v->overall));
+	jsonw_obj_end(w);
+}
+
 static void i64_or_null(struct jsonw *w, const char *key, int64_t v)
 {
 	if (v < 0)
@@ -225,6 +245,7 @@ void output_json(FILE *f, const struct request *r, const struct request_metrics 
 	jsonw_u64(&w, "lost_bytes", r->lost_bytes);
 	jsonw_u64(&w, "dropped_frames", r->dropped_frames);
 	json_disagg(&w, &r->info.disagg);
+	json_slo(&w, &m->slo);
 	/* A proxy's two sides (proxy.h): a served request's upstream, an upstream's served one. */
 	if (r->peer.set) {
 		jsonw_obj_begin(&w, r->client ? "downstream" : "upstream");

@@ -116,6 +116,10 @@ struct prom_series {
 	uint64_t tokens[TOK_MAX];
 	uint32_t inflight;    /* read and not finished */
 	uint64_t preemptions; /* times its requests left the batch and were recomputed */
+	/* Its requests' verdicts (slo.h) per objective ([SLO_METRICS]: all of them), and the
+	 * goodput: requests that met every objective, and their output tokens. */
+	uint64_t slo[SLO_METRICS + 1][SLO_RESULTS];
+	uint64_t good_requests, good_tokens;
 };
 
 struct prom_gpu_pid {
@@ -155,6 +159,7 @@ struct prom {
 	void *publish_ctx;
 	void (*extra)(void *ctx, FILE *f);
 	void *extra_ctx;
+	bool slo_seen;		    /* a request had an objective: the SLO families are shown */
 	bool dirty;		    /* something changed since the last snapshot */
 	uint64_t rendered_ns;	    /* kernel time of the last snapshot */
 	uint64_t prev_tick_ns;	    /* kernel time at the previous tick */
@@ -257,6 +262,18 @@ static void prom_request(void *ctx, const struct request *r, const struct reques
 		pm->tokens[TOK_INPUT] += r->prompt_tokens;
 	if (r->cached_tokens > 0)
 		pm->tokens[TOK_CACHED] += r->cached_tokens;
+	if (m->slo.any) {
+		p->slo_seen = true;
+		for (int k = 0; k < SLO_METRICS; k++)
+			if (m->slo.result[k] != SLO_NONE)
+				pm->slo[k][m->slo.overall == SLO_ABORTED ? SLO_ABORTED
+									 : m->slo.result[k]]++;
+		pm->slo[SLO_METRICS][m->slo.overall]++;
+		if (m->slo.overall == SLO_MET) {
+			pm->good_requests++;
+			pm->good_tokens += m->tokens > 0 ? (uint64_t)m->tokens : 0;
+		}
+	}
 	if (m->e2e_ns >= 0)
 		phist_add(&pm->h[PH_E2E], &duration_bounds, m->e2e_ns);
 	if (m->socket_wait_ns >= 0)
@@ -572,6 +589,36 @@ static int render_models(const struct prom *p, FILE *f)
 	for (unsigned int i = 0; i < n; i++)
 		fprintf(f, "tokenscope_preemptions_total{%s} %" PRIu64 "\n", labels[i],
 			ms[i]->preemptions);
+
+	if (p->slo_seen) {
+		put_header(f, "tokenscope_slo_requests_total", "counter",
+			   "Finished requests with objectives (--slo, llm-d's headers) by objective "
+			   "(ttft, tpot, e2e; all: every objective of the request) and verdict (met, "
+			   "missed, unknown; aborted: the client left first, set apart).");
+		for (unsigned int i = 0; i < n; i++) {
+			for (int k = 0; k <= SLO_METRICS; k++) {
+				for (int r = SLO_MET; r < SLO_RESULTS; r++) {
+					fprintf(f,
+						"tokenscope_slo_requests_total{%s,slo=\"%s\","
+						"result=\"%s\"} %" PRIu64 "\n",
+						labels[i],
+						k == SLO_METRICS ? "all" : slo_metric_names[k],
+						slo_result_name(r), ms[i]->slo[k][r]);
+				}
+			}
+		}
+		put_header(f, "tokenscope_goodput_requests_total", "counter",
+			   "Finished requests that met every objective they had.");
+		for (unsigned int i = 0; i < n; i++)
+			fprintf(f, "tokenscope_goodput_requests_total{%s} %" PRIu64 "\n", labels[i],
+				ms[i]->good_requests);
+		put_header(f, "tokenscope_goodput_tokens_total", "counter",
+			   "Output tokens of the finished requests that met every objective they "
+			   "had.");
+		for (unsigned int i = 0; i < n; i++)
+			fprintf(f, "tokenscope_goodput_tokens_total{%s} %" PRIu64 "\n", labels[i],
+				ms[i]->good_tokens);
+	}
 
 	put_header(
 	    f, "tokenscope_streams_in_flight", "gauge",

@@ -75,6 +75,7 @@ void summary_done(struct summary *s, const struct request *r, const struct reque
 		s->window_start_ns = r->arrival_ns;
 	if (r->end_ns > s->window_end_ns)
 		s->window_end_ns = r->end_ns;
+	slo_tally_add(&s->slo, r->info.model, &m->slo, m->tokens, r->slo_head.bad);
 	if (m->e2e_ns >= 0) {
 		s->busy_ns += m->e2e_ns;
 		hist_add(&s->e2e, m->e2e_ns);
@@ -456,6 +457,156 @@ void summary_print(const struct summary *s, const struct loss_report *loss, cons
 		(unsigned long long)loss->tls_unjoined);
 }
 
+/* "71.4% (5 of 7)", or "- (0 of 0)" when none was judged on it. */
+static void slo_share(char *out, size_t n, const struct slo_counts *c, int metric)
+{
+	double a = slo_attainment(c, metric);
+
+	if (isnan(a))
+		snprintf(out, n, "- (none judged)");
+	else
+		snprintf(out, n, "%.1f%% (%llu of %llu)", 100 * a,
+			 (unsigned long long)c->n[metric][SLO_MET],
+			 (unsigned long long)slo_judged(c, metric));
+}
+
+/* Which objectives were set at all (by a flag or a header), over the tally. */
+static bool slo_metric_used(const struct slo_counts *c, int metric)
+{
+	for (int r = SLO_MET; r < SLO_RESULTS; r++)
+		if (c->n[metric][r])
+			return true;
+	return false;
+}
+
+void summary_print_slo(const struct summary *s, const struct slo_rules *rules, FILE *f)
+{
+	const struct slo_counts *c = &s->slo.all;
+	const uint64_t *all = c->n[SLO_METRICS];
+	double window_s = summary_window_s(s);
+	char share[64];
+
+	if (!all[SLO_MET] && !all[SLO_MISSED] && !all[SLO_UNKNOWN] && !all[SLO_ABORTED]) {
+		if (s->slo.head_bad)
+			fprintf(f, "  SLO   %llu requests sent llm-d objectives that are no number "
+				   "of ms (ignored)\n",
+				(unsigned long long)s->slo.head_bad);
+		return;
+	}
+	slo_share(share, sizeof(share), c, SLO_METRICS);
+	fprintf(f, "  SLO   all %s", share);
+	for (int k = 0; k < SLO_METRICS; k++) {
+		if (!slo_metric_used(c, k))
+			continue;
+		slo_share(share, sizeof(share), c, k);
+		fprintf(f, "   %s %s", slo_metric_names[k], share);
+	}
+	fprintf(f, "\n        apart: %llu aborted by their clients, %llu unknown (a figure not there)",
+		(unsigned long long)all[SLO_ABORTED], (unsigned long long)all[SLO_UNKNOWN]);
+	if (c->from_header || s->slo.head_bad)
+		fprintf(f, "\n        llm-d headers: %llu requests set objectives, %llu sent values "
+			   "that are no number of ms",
+			(unsigned long long)c->from_header, (unsigned long long)s->slo.head_bad);
+	fprintf(f, "\n        goodput %.2f requests/s, %.1f tokens/s (those that met every "
+		   "objective)\n",
+		ratio(c->good_requests, window_s), ratio(c->good_tokens, window_s));
+	if (rules && rules->n) {
+		size_t col = (size_t)fprintf(f, "        objectives:");
+
+		/* A rule per line once they pass 100 columns. */
+		for (uint32_t i = 0; i < rules->n; i++) {
+			char text[512];
+
+			slo_rule_text(&rules->rule[i], text, sizeof(text));
+			if (i && col + strlen(text) + 2 > 100) {
+				fputs(";\n                   ", f);
+				col = 19;
+			} else if (i) {
+				fputc(';', f);
+				col++;
+			}
+			col += (size_t)fprintf(f, " %s", text);
+		}
+		fputc('\n', f);
+	}
+	if (s->slo.nmodels < 2)
+		return;
+	for (uint32_t i = 0; i < s->slo.nmodels; i++) {
+		const struct slo_counts *mc = &s->slo.model[i].c;
+
+		slo_share(share, sizeof(share), mc, SLO_METRICS);
+		fprintf(f, "    %-24.24s all %s, goodput %.2f requests/s\n",
+			s->slo.model[i].model[0] ? s->slo.model[i].model : "(no model)", share,
+			ratio(mc->good_requests, window_s));
+	}
+}
+
+static void slo_counts_json(struct jsonw *w, const struct slo_counts *c, double window_s)
+{
+	jsonw_obj_begin(w, "attainment");
+	for (int k = 0; k <= SLO_METRICS; k++) {
+		const char *key = k == SLO_METRICS ? "all" : slo_metric_names[k];
+		double a = slo_attainment(c, k);
+
+		if (k < SLO_METRICS && !slo_metric_used(c, k))
+			continue;
+		if (isnan(a))
+			jsonw_null(w, key);
+		else
+			jsonw_num(w, key, a, 4);
+	}
+	jsonw_obj_end(w);
+	jsonw_obj_begin(w, "counts");
+	for (int k = 0; k <= SLO_METRICS; k++) {
+		if (k < SLO_METRICS && !slo_metric_used(c, k))
+			continue;
+		jsonw_obj_begin(w, k == SLO_METRICS ? "all" : slo_metric_names[k]);
+		for (int r = SLO_MET; r < SLO_RESULTS; r++)
+			jsonw_u64(w, slo_result_name(r), c->n[k][r]);
+		jsonw_obj_end(w);
+	}
+	jsonw_obj_end(w);
+	jsonw_obj_begin(w, "goodput");
+	jsonw_u64(w, "requests", c->good_requests);
+	jsonw_u64(w, "tokens", c->good_tokens);
+	jsonw_num(w, "requests_per_s", ratio(c->good_requests, window_s), 3);
+	jsonw_num(w, "tokens_per_s", ratio(c->good_tokens, window_s), 1);
+	jsonw_obj_end(w);
+	jsonw_u64(w, "from_header", c->from_header);
+}
+
+void summary_json_slo(struct jsonw *w, const struct summary *s, const struct slo_rules *rules)
+{
+	double window_s = summary_window_s(s);
+
+	if (!s->slo.all.n[SLO_METRICS][SLO_MET] && !s->slo.all.n[SLO_METRICS][SLO_MISSED] &&
+	    !s->slo.all.n[SLO_METRICS][SLO_UNKNOWN] && !s->slo.all.n[SLO_METRICS][SLO_ABORTED] &&
+	    !(rules && rules->n)) {
+		jsonw_null(w, "slo");
+		return;
+	}
+	jsonw_obj_begin(w, "slo");
+	jsonw_arr_begin(w, "objectives");
+	for (uint32_t i = 0; rules && i < rules->n; i++) {
+		char text[512];
+
+		slo_rule_text(&rules->rule[i], text, sizeof(text));
+		jsonw_str(w, NULL, text);
+	}
+	jsonw_arr_end(w);
+	slo_counts_json(w, &s->slo.all, window_s);
+	jsonw_u64(w, "header_invalid", s->slo.head_bad);
+	jsonw_arr_begin(w, "by_model");
+	for (uint32_t i = 0; i < s->slo.nmodels; i++) {
+		jsonw_obj_begin(w, NULL);
+		jsonw_str(w, "model", s->slo.model[i].model);
+		slo_counts_json(w, &s->slo.model[i].c, window_s);
+		jsonw_obj_end(w);
+	}
+	jsonw_arr_end(w);
+	jsonw_obj_end(w);
+}
+
 /* The connections looked at, by name (the summary's connections line). */
 static const struct {
 	const char *key;
@@ -616,6 +767,7 @@ static void sums_interval(void *ctx, const struct pipeline_status *st)
 
 	if (s->out) {
 		summary_print(&s->interval, &st->loss, "interval", s->out);
+		summary_print_slo(&s->interval, st->slo, s->out);
 		fflush(s->out);
 	}
 	summary_reset_interval(&s->interval);
@@ -751,6 +903,7 @@ void summaries_print_total(const struct summaries *s, const struct pipeline_stat
 	if (!s->out)
 		return;
 	summary_print(&s->total, &st->loss, "summary", s->out);
+	summary_print_slo(&s->total, st->slo, s->out);
 	if (!st->all_requests && st->others.total)
 		print_others(s->out, &st->others);
 	print_joined(s->out, &st->joined);
@@ -778,6 +931,7 @@ static void sums_finish(void *ctx, const struct pipeline_status *st)
 	jsonw_begin(&w, s->json_out);
 	jsonw_obj_begin(&w, "summary");
 	summary_json(&w, &s->total, &st->loss, false);
+	summary_json_slo(&w, &s->total, st->slo);
 	/* The requests above are inference; these were not (none with --requests all). */
 	if (!st->all_requests) {
 		jsonw_obj_begin(&w, "other_requests");

@@ -13,6 +13,7 @@
 #include "lib/hist.h"
 #include "pipeline/request.h"
 #include "pipeline/sink.h"
+#include "pipeline/slo.h"
 
 struct summary {
 	uint64_t requests, streamed;
@@ -37,6 +38,8 @@ struct summary {
 	 * how many were preempted, how many times in all, and their time out of the batch. */
 	uint64_t gpu_known, preempted, preemptions;
 	struct hist preempted_time;
+	/* The requests' objectives (slo.h): attainment per objective and model, goodput. */
+	struct slo_tally slo;
 };
 
 void summary_init(struct summary *s);
@@ -58,6 +61,12 @@ void summary_print_cost(const struct self_cost *c, FILE *f);
 void summary_json_cost(struct jsonw *w, const struct self_cost *c);
 void summary_print(const struct summary *s, const struct loss_report *loss, const char *title,
 		   FILE *f);
+/* The SLO lines (nothing when no request had an objective): attainment overall and per
+ * objective, what was set apart, goodput, the objectives rules states (NULL: none given),
+ * and a line per model when there were several. And the same as JSON (key "slo"; null when no
+ * request had an objective). */
+void summary_print_slo(const struct summary *s, const struct slo_rules *rules, FILE *f);
+void summary_json_slo(struct jsonw *w, const struct summary *s, const struct slo_rules *rules);
 
 struct jsonw;
 /* A histogram as the JSON object under key, in milliseconds: {"count","p50","p90","p99","max"}
