@@ -78,7 +78,9 @@ PORT=$(grep -o '[0-9]*$' "$TMP/rs.out")
 [ -n "$PORT" ] || { ko "refserver" "did not start"; finish; }
 
 MPORT=$(free_port)
-"$TS" trace -p "$RSPID" --json --listen "127.0.0.1:$MPORT" >"$TMP/ts.json" 2>"$TMP/ts.err" &
+# TTFT within 300 ms for prompts up to 2,048 bytes (254.8 ms at most), beyond it for larger ones.
+"$TS" trace -p "$RSPID" --json --listen "127.0.0.1:$MPORT" --slo 'ttft<=300ms' \
+	>"$TMP/ts.json" 2>"$TMP/ts.err" &
 TSPID=$!
 pids+=("$TSPID")
 for _ in $(seq $WAIT_ATTACH); do grep -q attached "$TMP/ts.err" && break; sleep 0.1; done
@@ -151,6 +153,28 @@ if [ "$total" -eq "$NREQ" ] && [ "$ttft_n" -eq "$NOK" ] &&
 	ok "metrics count every request: requests_total $total, TTFT count $ttft_n"
 else
 	ko "metrics counts" "requests_total $total (want $NREQ), TTFT count $ttft_n (want $NOK)"
+fi
+# The SLO counters against the verdicts in the JSON lines.
+slo_want=$("$PY" - "$TMP/ts.json" <<'EOF'
+import json, sys
+n = {}
+for line in open(sys.argv[1]):
+    j = json.loads(line)
+    if "outcome" in j:
+        r = (j.get("slo") or {}).get("result", "none")
+        n[r] = n.get(r, 0) + 1
+print(" ".join(f"{k}={n.get(k, 0)}" for k in ("met", "missed", "unknown", "aborted")))
+EOF
+)
+slo_got=$(for r in met missed unknown aborted; do
+	printf '%s=%s ' "$r" "$(grep "^tokenscope_slo_requests_total{.*slo=\"all\",result=\"$r\"}" \
+		"$TMP/metrics.txt" | awk '{ s += $2 } END { print s + 0 }')"
+done)
+if [ "${slo_got% }" = "$slo_want" ] && [ "$slo_want" != "met=0 missed=0 unknown=0 aborted=0" ] &&
+	grep -q '^tokenscope_goodput_requests_total{' "$TMP/metrics.txt"; then
+	ok "SLO counters agree with the JSON lines' verdicts: $slo_want"
+else
+	ko "SLO counters" "metrics: ${slo_got% }; JSON lines: $slo_want"
 fi
 code=$(curl -s --max-time 5 -o /dev/null -w '%{http_code}' "http://127.0.0.1:$MPORT/")
 if [ "$code" = 404 ]; then ok "GET /: 404"; else ko "GET /" "status $code"; fi

@@ -31,10 +31,16 @@ TEST(test_parse)
 	ASSERT_NEAR(r.threshold, 0.25, 1e-12, "ms");
 	ASSERT_EQ(r.for_ns, 0, "default for");
 	ASSERT_OK(alert_parse("queue.p50 > 800us for 10s", &r, err, sizeof(err)), "queue us");
+	ASSERT_OK(alert_parse("slo.attainment < 0.95 for 5m", &r, err, sizeof(err)), "slo");
+	ASSERT_EQ(r.metric, AM_SLO, "slo metric");
+	ASSERT_NEAR(r.threshold, 0.95, 1e-12, "a share");
+	ASSERT_OK(alert_parse("slo.attainment < 95%", &r, err, sizeof(err)), "slo %");
+	ASSERT_NEAR(r.threshold, 0.95, 1e-12, "a percentage is a share");
 
 	const char *bad[] = { "", "ttft > 5s", "ttft.p98 > 5s", "ttft.p99 => 5s", "ttft.p99 > 5",
 			      "ttft.p99 > 5s during 3m", "ttft.p99 > 5s for 3", "success < 99",
 			      "rps.p99 > 3", "gpu.p99 > 1s", "ttft.p99 > -1s",
+			      "slo < 0.9", "slo.p99 < 0.9", "slo.attainment < 2", "slo.attainment < 1s",
 			      /* beyond what 64-bit nanoseconds hold */
 			      "success < 9% for 7e66m", "ttft.p99 > 4e41h" };
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -176,6 +182,48 @@ TEST(test_success_rate)
 	ASSERT_TRUE(a.rules[0].firing, "fires");
 	alert_free(&a);
 	fclose(f);
+}
+
+/* slo.attainment over the window: a request with objectives that met them or missed one counts,
+ * one its client left or whose verdict is unknown does not; the cause names the objective. */
+TEST(test_slo_attainment)
+{
+	struct alert_set a;
+	struct alert_rule r;
+	char err[256], *said = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&said, &len);
+	struct sink sk;
+
+	alert_init(&a, f, NULL);
+	alert_parse("slo.attainment < 0.9 for 5s", &r, err, sizeof(err));
+	alert_add(&a, &r);
+	sk = alert_sink(&a);
+	for (uint64_t t = 1; t < 30; t++) {
+		struct request *q = request_new(1, 1, 0, "c");
+		struct request_metrics m;
+		struct gpu_attribution ga = { -1,     -1, -1, -1,   -1,
+					      "none", -1, -1, NULL, .has_steps = false };
+
+		q->arrival_ns = t * S;
+		q->end_ns = t * S + 1;
+		q->outcome = OUTCOME_OK;
+		request_metrics(q, &m);
+		m.slo.any = true;
+		m.slo.limit_ns[SLO_TPOT] = 1;
+		m.slo.result[SLO_TPOT] = t % 4 == 0 ? SLO_MISSED : SLO_MET;
+		m.slo.overall = t % 4 == 0 ? SLO_MISSED : t % 5 == 0 ? SLO_ABORTED : SLO_MET;
+		sk.request(sk.ctx, q, &m, &ga);
+		request_free(q);
+		sk.tick(sk.ctx, &(struct pipeline_status){ .now_ns = t * S + 2 });
+	}
+	/* 29 requests: 7 missed (every 4th), 4 left by their client (5, 10, 15, 25), 18 met. */
+	ASSERT_NEAR(a.rules[0].value, 18.0 / 25, 1e-9, "attainment over the window");
+	ASSERT_TRUE(a.rules[0].firing, "fires");
+	alert_free(&a);
+	fclose(f);
+	ASSERT_TRUE(said && strstr(said, "FIRING") && strstr(said, "tpot missed by"), said);
+	free(said);
 }
 
 /* The command's environment is built before fork: the variables of this process kept in order,

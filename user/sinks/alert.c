@@ -18,12 +18,13 @@ static const char *const metric_names[AM_MAX] = {
 	[AM_TTFT] = "ttft",	[AM_ITL] = "itl",	  [AM_TPOT] = "tpot",
 	[AM_E2E] = "e2e",	[AM_QUEUE] = "queue",	  [AM_PREFILL] = "prefill",
 	[AM_DECODE] = "decode", [AM_SUCCESS] = "success", [AM_RPS] = "rps",
+	[AM_SLO] = "slo",
 };
 
 static const char ALERT_FORM[] =
     "expected METRIC OP VALUE [for DURATION], e.g. 'ttft.p99 > 5s for 3m', "
     "'success < 99% for 5m', 'itl.p99 >= 200ms'; METRIC is ttft|itl|tpot|e2e|queue|prefill|"
-    "decode.p50|p90|p95|p99|p999, success or rps";
+    "decode.p50|p90|p95|p99|p999, success, rps or slo.attainment";
 
 static bool is_latency(enum alert_metric m)
 {
@@ -81,6 +82,9 @@ int alert_parse(const char *text, struct alert_rule *r, char *err, size_t errlen
 				r->quantile = qs[i].q;
 		if (!r->quantile)
 			return fail(err, errlen, text, "unknown percentile");
+	} else if (r->metric == AM_SLO) {
+		if (!dot || strcmp(dot + 1, "attainment"))
+			return fail(err, errlen, text, "the SLO metric is slo.attainment");
 	} else if (dot) {
 		return fail(err, errlen, text, "success and rps take no percentile");
 	}
@@ -112,6 +116,12 @@ int alert_parse(const char *text, struct alert_rule *r, char *err, size_t errlen
 			return fail(err, errlen, text, "success is a percentage (99%)");
 		if (r->metric == AM_RPS && *end)
 			return fail(err, errlen, text, "rps is a plain number");
+		/* A share: 0.95, or 95%. */
+		if (r->metric == AM_SLO && !strcmp(end, "%"))
+			r->threshold /= 100;
+		else if (r->metric == AM_SLO && (*end || r->threshold > 1))
+			return fail(err, errlen, text,
+				    "slo.attainment is a share (0.95) or a percentage (95%)");
 	}
 
 	/* for */
@@ -186,6 +196,9 @@ static double alert_value(struct alert_set *a, const struct alert_rule *r, uint6
 		return (double)c.requests / ALERT_WINDOW_S;
 	if (r->metric == AM_SUCCESS)
 		return c.requests ? 100.0 * c.ok / c.requests : NAN;
+	if (r->metric == AM_SLO)
+		return c.slo_met + c.slo_missed ? (double)c.slo_met / (c.slo_met + c.slo_missed)
+						: NAN;
 	v = whist_quantile(a->merged, r->quantile);
 	return v < 0 ? NAN : v / 1e9;
 }
@@ -207,6 +220,26 @@ static bool alert_holds(const struct alert_rule *r, double v)
 	return false;
 }
 
+/* Which objective the window's requests missed most, and where their TTFT went. */
+static void alert_slo_cause(const struct win_counts *c, char *out, size_t n)
+{
+	int worst = 0;
+	size_t at;
+
+	for (int k = 1; k < SLO_METRICS; k++)
+		if (c->slo_missed_by[k] > c->slo_missed_by[worst])
+			worst = k;
+	at = (size_t)snprintf(out, n, "%s missed by %u of %u requests", slo_metric_names[worst],
+			      c->slo_missed_by[worst], c->slo_met + c->slo_missed);
+	if (at < n && c->ttft_ns && (worst == SLO_TTFT || worst == SLO_E2E))
+		snprintf(out + at, n - at, " (queue %.0f%%, prefill %.0f%% of TTFT in the window)",
+			 100.0 * c->queue_ns / c->ttft_ns, 100.0 * c->prefill_ns / c->ttft_ns);
+	else if (at < n && c->gpu_ns + c->host_ns && worst == SLO_TPOT)
+		snprintf(out + at, n - at, " (GPU %.0f%%, host %.0f%% of the token gaps)",
+			 100.0 * c->gpu_ns / (c->gpu_ns + c->host_ns),
+			 100.0 * c->host_ns / (c->gpu_ns + c->host_ns));
+}
+
 /* The likely cause, from the attribution of the window's requests. */
 static void alert_cause(const struct alert_set *a, const struct alert_rule *r, uint64_t now_s,
 			char *out, size_t n)
@@ -226,6 +259,8 @@ static void alert_cause(const struct alert_set *a, const struct alert_rule *r, u
 		snprintf(out, n, "%s (GPU %.0f%%, host %.0f%% of the token gaps in the window)",
 			 gpu >= host ? "the GPU step" : "the host around it",
 			 100.0 * gpu / (gpu + host), 100.0 * host / (gpu + host));
+	} else if (r->metric == AM_SLO && c.slo_missed) {
+		alert_slo_cause(&c, out, n);
 	} else {
 		snprintf(out, n, "unknown (no GPU attribution)");
 	}
@@ -239,6 +274,8 @@ static void alert_format_value(const struct alert_rule *r, double v, char *out, 
 		snprintf(out, n, "%.2f%%", v);
 	else if (r->metric == AM_RPS)
 		snprintf(out, n, "%.2f/s", v);
+	else if (r->metric == AM_SLO)
+		snprintf(out, n, "%.1f%%", 100 * v);
 	else if (v < 1)
 		snprintf(out, n, "%.1f ms", v * 1e3);
 	else

@@ -8,7 +8,10 @@
  *
  * Rule form: METRIC OP VALUE [for DURATION]
  *   METRIC    ttft|itl|tpot|e2e|queue|prefill|decode . p50|p90|p95|p99|p999,
- *             or success (percent of requests ok), or rps (finished requests per second)
+ *             or success (percent of requests ok), or rps (finished requests per second),
+ *             or slo.attainment (of the requests with objectives, --slo or llm-d's headers,
+ *             the share that met all of theirs: 0.95 or 95%; errors count as misses, those
+ *             their clients left, and unknown verdicts, not at all)
  *   OP        > >= < <=
  *   VALUE     a time with a unit (us, ms, s, m) for latencies, a percentage for success, a
  *             number for rps
@@ -40,6 +43,7 @@ enum alert_metric {
 	AM_DECODE = WM_DECODE,
 	AM_SUCCESS = WM_MAX,
 	AM_RPS,
+	AM_SLO, /* slo.attainment: the share of requests with objectives that met them all */
 	AM_MAX,
 };
 

@@ -81,6 +81,13 @@ bool window_add_request(struct window *w, const struct request *r, const struct 
 	if (m->tokens > 0)
 		slot->c.tokens += m->tokens;
 	sample(w, slot, WM_E2E, m->e2e_ns);
+	if (m->slo.overall == SLO_MET)
+		slot->c.slo_met++;
+	if (m->slo.overall == SLO_MISSED) {
+		slot->c.slo_missed++;
+		for (int k = 0; k < SLO_METRICS; k++)
+			slot->c.slo_missed_by[k] += m->slo.result[k] == SLO_MISSED;
+	}
 	if (r->outcome != OUTCOME_OK)
 		return true;
 	slot->c.ok++;
@@ -144,6 +151,10 @@ void window_sum(const struct window *w, uint64_t lo_s, uint64_t hi_s, struct win
 			c->host_ns += s->c.host_ns;
 			c->steps_known += s->c.steps_known;
 			c->preempted += s->c.preempted;
+			c->slo_met += s->c.slo_met;
+			c->slo_missed += s->c.slo_missed;
+			for (int k = 0; k < SLO_METRICS; k++)
+				c->slo_missed_by[k] += s->c.slo_missed_by[k];
 		}
 		for (unsigned int k = 0; h && k < 32; k++)
 			if (mask & (1u << k) && w->index[k] >= 0)

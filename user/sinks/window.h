@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "lib/hist.h"
+#include "pipeline/slo.h"
 
 struct request;
 struct request_metrics;
@@ -48,6 +49,9 @@ struct win_counts {
 	uint64_t gpu_ns, host_ns;
 	/* ok requests whose GPU steps are known, and those of them preempted (batch.h) */
 	uint32_t steps_known, preempted;
+	/* Requests with objectives (slo.h) that met all of theirs or missed one (every outcome:
+	 * an error misses), and the misses per objective. */
+	uint32_t slo_met, slo_missed, slo_missed_by[SLO_METRICS];
 };
 
 struct window {
