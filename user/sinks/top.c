@@ -216,7 +216,8 @@ static void render_row(struct top *t, struct tframe *fr, const struct top_model 
 	struct win_counts sum;
 	struct whist *lat = t->scratch;
 	char name[ESCAPE_COL_BYTES(TOP_MODEL_COL_MAX)], pid[16] = "", t50[16], t99[16], i50[16],
-							i99[16], ok[16], qu[16], pf[16], gp[16];
+							i99[16], ok[16], qu[16], pf[16], gp[16],
+							slo[16];
 
 	sum_window(&row->win, now_s, &sum, WM_BIT(WM_TTFT), lat);
 	if (!sum.requests)
@@ -230,12 +231,13 @@ static void render_row(struct top *t, struct tframe *fr, const struct top_model 
 			true);
 	if (t->by_process)
 		snprintf(pid, sizeof(pid), "%u", row->pid);
-	line(fr, "%s%s%-*s %6.1f %7s %7s %6s %6s %7.1f %5s %5s %5s %5s", name,
+	line(fr, "%s%s%-*s %6.1f %7s %7s %6s %6s %7.1f %5s %5s %5s %5s %5s", name,
 	     t->by_process ? " " : "", t->by_process ? 7 : 0, pid, sum.requests / span_s, t50, t99,
 	     i50, i99, sum.tokens / span_s, pct(ok, sizeof(ok), sum.ok, sum.requests),
 	     pct(qu, sizeof(qu), sum.queue_ns, sum.ttft_ns),
 	     pct(pf, sizeof(pf), sum.prefill_ns, sum.ttft_ns),
-	     pct(gp, sizeof(gp), sum.gpu_ns, sum.gpu_ns + sum.host_ns));
+	     pct(gp, sizeof(gp), sum.gpu_ns, sum.gpu_ns + sum.host_ns),
+	     pct(slo, sizeof(slo), sum.slo_met, sum.slo_met + sum.slo_missed));
 }
 
 static void render_steps(struct top *t, struct tframe *fr, uint64_t now_s, double span_s)
@@ -332,9 +334,9 @@ void top_render(struct top *t, uint64_t now_ns, FILE *f)
 		fputs(TOP_CLEAR, fr.f);
 	line(&fr, "tokenscope top  window %llu s ending %s  in flight %u (all models)",
 	     (unsigned long long)span, time_of_day(t, now_s * NS_PER_S, tod), t->in_flight);
-	line(&fr, "%-*s%s%-*s %6s %7s %7s %6s %6s %7s %5s %5s %5s %5s", model_w, "MODEL",
+	line(&fr, "%-*s%s%-*s %6s %7s %7s %6s %6s %7s %5s %5s %5s %5s %5s", model_w, "MODEL",
 	     t->by_process ? " " : "", t->by_process ? 7 : 0, t->by_process ? "PID" : "", "RPS",
-	     "TTFT50", "TTFT99", "ITL50", "ITL99", "TOK/S", "OK%", "QUE%", "PRE%", "GPU%");
+	     "TTFT50", "TTFT99", "ITL50", "ITL99", "TOK/S", "OK%", "QUE%", "PRE%", "GPU%", "SLO%");
 	for (uint32_t i = 0; i < t->nmodels; i++) {
 		struct win_counts c;
 

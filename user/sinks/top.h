@@ -33,8 +33,8 @@
 /* Rows kept; requests of further models are counted (footer) until a row frees up. */
 #define TOP_MAX_MODELS 32
 /* Display cells of the MODEL column, and with --by-process (beside a PID column). */
-#define TOP_MODEL_COL_MAX 30
-#define TOP_MODEL_COL_PID 22
+#define TOP_MODEL_COL_MAX 24
+#define TOP_MODEL_COL_PID 16
 /* GPU lines: traced processes listed per device, and the age from which a sample says it. */
 #define TOP_GPU_PROCS 4
 #define TOP_GPU_STALE_NS (3 * NVML_PERIOD_MS * 1000000ull)
