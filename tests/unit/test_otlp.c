@@ -28,6 +28,7 @@ struct req_spec {
 	int64_t prompt_tokens, completion_tokens;
 	bool client;
 	const struct workload *wl; /* where its process runs; NULL: on the host */
+	const struct slo_rules *slo; /* the objectives it is judged on; NULL: none */
 };
 
 /* The sequence number the next fed request gets: requests are named apart, as on a connection. */
@@ -95,6 +96,7 @@ static void feed(struct sink *sk, const struct req_spec *q, const struct gpu_att
 	r->prompt_tokens = q->prompt_tokens;
 	r->completion_tokens = q->completion_tokens;
 	request_metrics(r, &m);
+	slo_judge(q->slo, r, &m, &m.slo);
 	sk->request(sk->ctx, r, &m, ga ? ga : &none);
 	request_free(r);
 }
@@ -425,6 +427,50 @@ out:
 
 /* A preempted request: its count and time out as attributes, each time out of the batch and
  * back as events at their times; none of it for a request never preempted. */
+/* A request that missed an objective is an anomaly, exported in full, its verdicts as
+ * attributes; one that met its objectives is not. */
+TEST(test_slo_attributes)
+{
+	struct slo_rules rules = { 0 };
+	char msg[256];
+	struct req_spec q = { .model = "m", .status = 200, .outcome = OUTCOME_OK, .ttft = 50 * MS,
+			      .gap = 5 * MS, .ntokens = 4, .prompt_tokens = -1,
+			      .completion_tokens = -1, .slo = &rules };
+	struct otlp_opts opts;
+	struct otlp_stats st;
+	struct otlp o;
+	struct sink sk;
+	size_t n;
+	cJSON *j, *span;
+
+	slo_parse(&rules, "ttft<=10ms,tpot<=20ms", msg, sizeof(msg));
+	opts_test(&opts);
+	opts.sample_ratio = 0;
+	opts.warm_up = 0;
+	if (!ASSERT_OK(otlp_init(&o, &opts), "init"))
+		return;
+	sk = otlp_sink(&o);
+	feed(&sk, &q, NULL);
+	q.ttft = 5 * MS;
+	feed(&sk, &q, NULL);
+	otlp_get_stats(&o, &st);
+	ASSERT_EQ(st.anomalous, 1, "the miss alone is an anomaly");
+	j = encode_all(&o, &n);
+	if (ASSERT_EQ(n, 1, "one span exported") && j) {
+		span = cJSON_GetArrayItem(spans_of(j), 0);
+		ASSERT_STREQ(attr_s(span, "tokenscope.anomaly"), "slo_missed", "why");
+		ASSERT_STREQ(attr_s(span, "tokenscope.slo.result"), "missed", "overall");
+		ASSERT_STREQ(attr_s(span, "tokenscope.slo.ttft.result"), "missed", "ttft");
+		ASSERT_STREQ(attr_s(span, "tokenscope.slo.tpot.result"), "met", "tpot");
+		ASSERT_STREQ(attr_s(span, "tokenscope.slo.ttft.from"), "flag", "from");
+		ASSERT_NEAR(attr_d(span, "tokenscope.slo.ttft.limit"), 0.01, 1e-12, "limit in s");
+		ASSERT_TRUE(attr(span, "tokenscope.slo.e2e.result") == NULL, "no e2e objective");
+		ASSERT_EQ(count_events(span, "token"), 4, "in full");
+	}
+	cJSON_Delete(j);
+	otlp_close(&o);
+}
+
 TEST(test_preempted_events)
 {
 	struct req_spec q = { .path = "/v1/chat/completions",

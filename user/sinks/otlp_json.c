@@ -149,10 +149,32 @@ static void attr_disagg(struct jsonw *w, const struct req_disagg *d)
 		attr_int(w, "tokenscope.bootstrap.port", d->bootstrap_port);
 }
 
+/* The request's objectives (slo.h): tokenscope.slo.result, and per objective its limit in
+ * seconds, where it came from and its verdict. */
+static void attr_slo(struct jsonw *w, const struct slo_verdict *v)
+{
+	char key[64];
+
+	if (!v->any)
+		return;
+	attr_str(w, "tokenscope.slo.result", slo_result_name(v->overall));
+	for (int k = 0; k < SLO_METRICS; k++) {
+		if (!v->limit_ns[k])
+			continue;
+		snprintf(key, sizeof(key), "tokenscope.slo.%s.limit", slo_metric_names[k]);
+		attr_seconds(w, key, v->limit_ns[k]);
+		snprintf(key, sizeof(key), "tokenscope.slo.%s.from", slo_metric_names[k]);
+		attr_str(w, key, v->from[k] == SLO_FROM_HEADER ? "header" : "flag");
+		snprintf(key, sizeof(key), "tokenscope.slo.%s.result", slo_metric_names[k]);
+		attr_str(w, key, slo_result_name(v->result[k]));
+	}
+}
+
 static void anomaly_text(unsigned a, char *out, size_t n)
 {
-	snprintf(out, n, "%s%s%s", a & OTLP_SLOW_TTFT ? "slow_ttft," : "",
-		 a & OTLP_SLOW_ITL ? "slow_itl," : "", a & OTLP_NOT_OK ? "outcome," : "");
+	snprintf(out, n, "%s%s%s%s", a & OTLP_SLOW_TTFT ? "slow_ttft," : "",
+		 a & OTLP_SLOW_ITL ? "slow_itl," : "", a & OTLP_NOT_OK ? "outcome," : "",
+		 a & OTLP_SLO_MISSED ? "slo_missed," : "");
 	if (*out)
 		out[strlen(out) - 1] = 0;
 }
@@ -169,9 +191,10 @@ static void kept_text(const struct otlp_span *s, char *out, size_t n)
 		snprintf(out, n, "random");
 		return;
 	}
-	snprintf(out, n, "%s%s%s", s->anomaly & OTLP_SLOW_TTFT ? "slow_ttft," : "",
+	snprintf(out, n, "%s%s%s%s", s->anomaly & OTLP_SLOW_TTFT ? "slow_ttft," : "",
 		 s->anomaly & OTLP_SLOW_ITL ? "slow_itl," : "",
-		 s->anomaly & OTLP_NOT_OK ? "error," : "");
+		 s->anomaly & OTLP_NOT_OK ? "error," : "",
+		 s->anomaly & OTLP_SLO_MISSED ? "slo_missed," : "");
 	out[strlen(out) - 1] = 0;
 }
 
@@ -279,6 +302,7 @@ static void put_span(const struct otlp_resource *o, struct jsonw *w, const struc
 		attr_str(w, "tokenscope.trace.forwarded_parent", hex);
 	}
 	attr_disagg(w, &s->disagg);
+	attr_slo(w, &s->slo);
 	if (s->preemptions) {
 		attr_int(w, "tokenscope.preemptions", s->preemptions);
 		attr_int(w, "tokenscope.preempted_ns", s->preempted_ns);

@@ -197,6 +197,8 @@ unsigned otlp_anomaly(int64_t slow_ttft_ns, int64_t slow_itl_ns, const struct re
 		a |= OTLP_SLOW_ITL;
 	if (r->outcome != OUTCOME_OK)
 		a |= OTLP_NOT_OK;
+	if (m->slo.overall == SLO_MISSED)
+		a |= OTLP_SLO_MISSED;
 	return a;
 }
 
@@ -209,7 +211,8 @@ uint64_t otlp_span_cost(const struct otlp_span *s)
 			      strlen(d->remote_engine_id) + strlen(d->remote_request_id) +
 			      strlen(d->remote_host) + strlen(d->bootstrap_host)) +
 			 (s->forwarded || s->request_id[0] || reqbody_has_disagg(d) ? 12 : 0) *
-			     OTLP_TRAFFIC_KEY_BYTES;
+			     OTLP_TRAFFIC_KEY_BYTES +
+			 (s->slo.any ? 1 + 3 * SLO_METRICS : 0) * OTLP_TRAFFIC_KEY_BYTES;
 
 	return OTLP_SPAN_BYTES + extra +
 	       (uint64_t)(s->ntokens + 2 + 2 * s->npreempt) * OTLP_EVENT_BYTES;
@@ -278,6 +281,7 @@ struct otlp_span *otlp_span_new(struct otlp_rng *g, const struct request *r,
 	s->prompt_tokens = r->prompt_tokens;
 	s->max_tokens = r->info.max_tokens;
 	s->anomaly = anomaly;
+	s->slo = m->slo;
 	s->ntokens = keep;
 	s->dropped_events = anomaly ? r->ntokens - keep : 0;
 	if (keep)

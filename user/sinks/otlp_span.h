@@ -35,6 +35,7 @@ enum {
 	OTLP_SLOW_TTFT = 1,
 	OTLP_SLOW_ITL = 2,
 	OTLP_NOT_OK = 4,
+	OTLP_SLO_MISSED = 8, /* it missed an objective (slo.h) */
 };
 
 /* Why a request's trace was exported at all (tokenscope.kept): an anomaly (its bits above),
@@ -72,6 +73,7 @@ struct otlp_span {
 	uint64_t child_start[OTLP_CHILD_MAX], child_end[OTLP_CHILD_MAX]; /* end 0: unknown */
 	uint32_t pid, seq;
 	enum otlp_kept kept;
+	struct slo_verdict slo; /* its objectives and verdicts (slo.any false: none) */
 	struct workload wl; /* where its process runs: the span's resource */
 	char conn[112], method[16], path[256], model[128];
 	char error_reason[FRAME_REASON_MAX]; /* a stream error's (request.h) */
