@@ -101,7 +101,9 @@ sleep 0.3
 stop_tracer
 kill "$RSPID" 2>/dev/null
 wait "$RSPID" 2>/dev/null
-"$TS" report --json --html "$TMP/report.html" "$TMP/run.tsr" >"$TMP/report.jsonl" 2>"$TMP/report.err"
+# With an objective some requests meet and some miss: the SLO card and its chart.
+"$TS" report --json --slo 'ttft<=20ms' --html "$TMP/report.html" "$TMP/run.tsr" \
+	>"$TMP/report.jsonl" 2>"$TMP/report.err"
 rc=$?
 nlines=$(grep -c '^{"pid"' "$TMP/report.jsonl")
 nsteps=$(grep -c '^{"gpu_step"' <("$TS" report --json --gpu-steps "$TMP/run.tsr" 2>/dev/null))
@@ -131,7 +133,7 @@ out["errors"] = "; ".join(page["errors"] + ["network: " + u for u in page["netwo
                           (["%d parts could not be drawn" % ev["failed"]] if ev["failed"] else []))
 # (b) every chart drawn, with marks
 want = ["hist-ttft_ms", "hist-itl_ms", "hist-e2e_ms", "hist-tpot_ms", "series-ttft_ms",
-        "series-itl_ms", "stack", "steps", "ttft-definitions"]
+        "series-itl_ms", "stack", "steps", "ttft-definitions", "series-slo"]
 out["charts"] = "; ".join("%s: %s marks" % (c, ev["charts"].get(c, "no chart")) for c in want
                           if not ev["charts"].get(c))
 # (c) the figures shown are the summary line's: data-value exactly, the text to its rounding
@@ -150,7 +152,8 @@ def same(key, want):
     # Shown rounded: within half a unit of its last digit (success in percent).
     text = got["text"].replace(",", "").split()[0]
     places = len(text.split(".")[1]) if "." in text else 0
-    if abs(float(text) - float(want) * (100 if key == "success" else 1)) > 0.5 * 10 ** -places + 1e-9:
+    pct = key == "success" or (key.startswith("slo.") and key != "slo.goodput")
+    if abs(float(text) - float(want) * (100 if pct else 1)) > 0.5 * 10 ** -places + 1e-9:
         bad.append("%s: shown %r for %s" % (key, got["text"], want))
 for key in ("requests", "tokens", "success"):
     same(key, summary[key])
@@ -159,6 +162,13 @@ for h in ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms", "proxy_ttft_ms"):
     if h in summary:
         for k in ("count", "p50", "p90", "p99", "max"):
             same(h + "." + k, summary[h][k])
+slo = summary.get("slo") or {}
+for k in ("all", "ttft"):
+    same("slo." + k, (slo.get("attainment") or {}).get(k, "missing"))
+same("slo.goodput", (slo.get("goodput") or {}).get("requests_per_s", "missing"))
+met = (slo.get("counts") or {}).get("all", {})
+if not met.get("met") or not met.get("missed"):
+    bad.append("the objective must be met by some requests and missed by others: %s" % met)
 td = summary["ttft_definitions"]
 for d in ("first_byte_ms", "first_chunk_ms", "first_content_ms", "first_output_ms"):
     for k in ("count", "p50", "p90", "p99"):

@@ -98,6 +98,8 @@ struct html_series {
 	uint64_t width_ns;
 	uint32_t n;		  /* buckets in use: the last one with a value, plus one */
 	struct whist *ttft, *itl; /* HTML_SERIES_BUCKETS each; NULL until the first value */
+	/* Requests with objectives (slo.h) that met them all, or missed one, by arrival. */
+	uint32_t slo_met[HTML_SERIES_BUCKETS], slo_missed[HTML_SERIES_BUCKETS];
 	bool failed;		  /* no memory for them: no series */
 };
 
@@ -219,10 +221,13 @@ static struct html_series *series_at(struct html_series *s, uint64_t t_ns, uint3
 			whist_merge(&s->ttft[k], &s->ttft[2 * k + 1]);
 			s->itl[k] = s->itl[2 * k];
 			whist_merge(&s->itl[k], &s->itl[2 * k + 1]);
+			s->slo_met[k] = s->slo_met[2 * k] + s->slo_met[2 * k + 1];
+			s->slo_missed[k] = s->slo_missed[2 * k] + s->slo_missed[2 * k + 1];
 		}
 		for (uint32_t k = HTML_SERIES_BUCKETS / 2; k < HTML_SERIES_BUCKETS; k++) {
 			whist_reset(&s->ttft[k]);
 			whist_reset(&s->itl[k]);
+			s->slo_met[k] = s->slo_missed[k] = 0;
 		}
 		s->n = (s->n + 1) / 2;
 		s->width_ns *= 2;
@@ -239,6 +244,10 @@ static void series_request(struct html *h, const struct request *r, const struct
 	struct html_series *s;
 	uint32_t i;
 
+	/* Verdicts at the request's arrival, failures too (they miss). */
+	if ((m->slo.overall == SLO_MET || m->slo.overall == SLO_MISSED) &&
+	    (s = series_at(&h->series, r->arrival_ns, &i)))
+		(m->slo.overall == SLO_MET ? s->slo_met : s->slo_missed)[i]++;
 	/* As the summary: latency percentiles describe requests that worked. TTFT at the
 	 * request's arrival, each gap at its second token. */
 	if (r->outcome != OUTCOME_OK)
@@ -507,6 +516,15 @@ static void write_series(struct jsonw *w, const struct html *h)
 	jsonw_num(w, "bucket_ms", s->width_ns / 1e6, 3);
 	write_series_of(w, "ttft_ms", s->ttft, n);
 	write_series_of(w, "itl_ms", s->itl, n);
+	/* Per bucket, the requests that met all their objectives and those that missed one. */
+	jsonw_arr_begin(w, "slo_met");
+	for (uint32_t i = 0; i < n; i++)
+		jsonw_u64(w, NULL, s->slo_met[i]);
+	jsonw_arr_end(w);
+	jsonw_arr_begin(w, "slo_missed");
+	for (uint32_t i = 0; i < n; i++)
+		jsonw_u64(w, NULL, s->slo_missed[i]);
+	jsonw_arr_end(w);
 	jsonw_obj_end(w);
 }
 
@@ -550,6 +568,7 @@ static void write_data(struct html *h, FILE *f, const struct pipeline_status *st
 	if (h->sum) {
 		jsonw_obj_begin(&w, "summary");
 		summary_json(&w, h->sum, &st->loss, true);
+		summary_json_slo(&w, h->sum, st->slo);
 		jsonw_obj_end(&w);
 	} else {
 		jsonw_null(&w, "summary");
