@@ -47,6 +47,8 @@ static int64_t next_wait;
 static bool next_steps;
 static uint32_t next_preemptions;
 static int64_t next_preempted;
+/* The objectives they are judged on; NULL: none. */
+static const struct slo_rules *next_slo;
 
 /* A request arriving at `arrival`, through the sink exactly as the pipeline calls it. */
 static void run_request(struct run *r, uint64_t arrival, const struct shape *sh)
@@ -82,6 +84,7 @@ static void run_request(struct run *r, uint64_t arrival, const struct shape *sh)
 	ga.has_steps = next_steps;
 	ga.preemptions = next_preemptions;
 	ga.preempted_ns = next_preempted;
+	slo_judge(next_slo, q, &m, &m.slo);
 	summary_start(&r->sum, q);
 	summary_done(&r->sum, q, &m);
 	r->s.request(r->s.ctx, q, &m, &ga);
@@ -117,6 +120,39 @@ static void thirds(struct run *r, const struct shape *a, const struct shape *mid
 {
 	for (int i = 0; i < 30; i++)
 		run_request(r, 1000 * SEC + i * SEC, i < 10 ? a : i < 20 ? mid : b);
+}
+
+/* Which objective the misses missed, how many failed, and where the ok ones' time went: the
+ * mean of their shares, the largest named. */
+TEST(test_slo_misses)
+{
+	struct slo_rules rules = { 0 };
+	struct run r;
+	char msg[256];
+	/* TTFT 100 ms (queue 60, prefill 30, other 10), 11 tokens 10 ms apart, the end 10 ms
+	 * after the last: E2E 210 ms. */
+	const struct shape slow = { 60 * MS, 30 * MS, 10 * MS, 10 * MS, 11, 0.5, OUTCOME_OK };
+	const struct shape fast = { 10 * MS, 5 * MS, 0, 10 * MS, 11, 0.5, OUTCOME_OK };
+	const struct shape failed = { 10 * MS, 5 * MS, 0, 10 * MS, 3, 0.5, OUTCOME_STREAM_ERROR };
+
+	slo_parse(&rules, "ttft<=50ms", msg, sizeof(msg));
+	next_slo = &rules;
+	run_open(&r);
+	for (int i = 0; i < 4; i++)
+		run_request(&r, 1000 * SEC + i * SEC, &slow);
+	for (int i = 0; i < 5; i++)
+		run_request(&r, 1010 * SEC + i * SEC, &fast);
+	run_request(&r, 1020 * SEC, &failed);
+	run_print(&r);
+	ASSERT_TRUE(has(r.text, "SLO      5 of 10 requests judged missed an objective: ttft 5\n"),
+		    "misses");
+	ASSERT_TRUE(has(r.text, "1 of the misses failed"), "failures");
+	ASSERT_TRUE(has(r.text, "E2E of the 4 ok misses: queue 29 %, prefill 14 %, rest of TTFT "
+				"5 %, decode 52 %\n"),
+		    "shares");
+	ASSERT_TRUE(has(r.text, "most in decode\n"), "the largest");
+	run_close(&r);
+	next_slo = NULL;
 }
 
 TEST(test_queue_grows)

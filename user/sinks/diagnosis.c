@@ -29,6 +29,44 @@ void diagnosis_set_wall_clock(struct diagnosis *d, int64_t real_offset_ns)
 	d->real_offset_ns = real_offset_ns;
 }
 
+/* A request's verdict; for an ok one that missed, its time's shares by phase. */
+static void diag_slo_add(struct diag_slo *s, const struct request *r,
+			 const struct request_metrics *m, const struct gpu_attribution *ga)
+{
+	double e2e = (double)m->e2e_ns;
+
+	if (m->slo.overall != SLO_MET && m->slo.overall != SLO_MISSED)
+		return;
+	s->judged++;
+	if (m->slo.overall != SLO_MISSED)
+		return;
+	s->missed++;
+	for (int k = 0; k < SLO_METRICS; k++)
+		s->by[k] += m->slo.result[k] == SLO_MISSED;
+	if (r->outcome != OUTCOME_OK) {
+		s->failed++;
+		return;
+	}
+	if (m->e2e_ns <= 0 || m->ttft_ns < 0)
+		return;
+	if (ga && ga->queue_ns >= 0 && ga->prefill_ns >= 0) {
+		double rest = (double)(m->ttft_ns - ga->queue_ns - ga->prefill_ns);
+		double out = ga->has_steps && ga->preempted_ns > 0 ? (double)ga->preempted_ns : 0;
+		double decode = (double)(m->e2e_ns - m->ttft_ns) - out;
+
+		s->split++;
+		s->share[DP_QUEUE] += ga->queue_ns / e2e;
+		s->share[DP_PREFILL] += ga->prefill_ns / e2e;
+		s->share[DP_TTFT_REST] += (rest > 0 ? rest : 0) / e2e;
+		s->share[DP_DECODE] += (decode > 0 ? decode : 0) / e2e;
+		s->share[DP_PREEMPTED] += out / e2e;
+	} else {
+		s->unsplit++;
+		s->share[DP_TTFT] += m->ttft_ns / e2e;
+		s->share[DP_DECODE] += (m->e2e_ns - m->ttft_ns) / e2e;
+	}
+}
+
 static void diag_request(void *ctx, const struct request *r, const struct request_metrics *m,
 			 const struct gpu_attribution *ga)
 {
@@ -39,6 +77,7 @@ static void diag_request(void *ctx, const struct request *r, const struct reques
 	uint32_t *gb;
 
 	d->finished++;
+	diag_slo_add(&d->slo, r, m, ga);
 	/* As the summary: latency percentiles describe requests that worked. */
 	if (r->outcome != OUTCOME_OK || m->ttft_ns < 0)
 		return;
@@ -510,6 +549,48 @@ out:
 	free(v);
 }
 
+/* The objectives' lines: what missed, and where the misses' time went. */
+static void slo_print(const struct diag_slo *s, FILE *f)
+{
+	static const char *const names[DP_MAX] = {
+		[DP_QUEUE] = "queue",	    [DP_PREFILL] = "prefill", [DP_TTFT_REST] = "rest of TTFT",
+		[DP_TTFT] = "TTFT",	    [DP_DECODE] = "decode",   [DP_PREEMPTED] = "out of the batch",
+	};
+	uint64_t n = s->split + s->unsplit;
+	int top = -1;
+
+	if (!s->judged)
+		return;
+	fprintf(f, "    SLO      %llu of %llu requests judged missed an objective",
+		(unsigned long long)s->missed, (unsigned long long)s->judged);
+	for (int k = 0; k < SLO_METRICS; k++)
+		if (s->by[k])
+			fprintf(f, "%s %s %llu", k && s->by[0] ? "," : ":", slo_metric_names[k],
+				(unsigned long long)s->by[k]);
+	fputc('\n', f);
+	if (s->failed)
+		fprintf(f, "             %llu of the misses failed (an HTTP or stream error, or the "
+			   "server closed first)\n",
+			(unsigned long long)s->failed);
+	if (!n)
+		return;
+	fprintf(f, "             E2E of the %llu ok misses:", (unsigned long long)n);
+	for (int p = 0, first = 1; p < DP_MAX; p++) {
+		if (100 * s->share[p] / n < 0.5)
+			continue;
+		fprintf(f, "%s %s %.0f %%", first ? "" : ",", names[p], 100 * s->share[p] / n);
+		first = 0;
+		if (top < 0 || s->share[p] > s->share[top])
+			top = p;
+	}
+	fputc('\n', f);
+	if (top >= 0)
+		fprintf(f, "             most in %s%s\n", names[top],
+			s->unsplit ? (s->split ? " (some without GPU steps: TTFT not split)"
+					       : " (no GPU steps: TTFT not split into queue and prefill)")
+				   : "");
+}
+
 void diagnosis_print(const struct diagnosis *d, FILE *f)
 {
 	struct diag_req *q;
@@ -518,6 +599,7 @@ void diagnosis_print(const struct diagnosis *d, FILE *f)
 	size_t third;
 
 	if (!d->n) {
+		slo_print(&d->slo, f);
 		if (!d->finished)
 			fprintf(f, "--- diagnosis: there were no requests\n");
 		else
@@ -548,6 +630,7 @@ void diagnosis_print(const struct diagnosis *d, FILE *f)
 			(unsigned long long)d->dropped);
 	window_compute(&whole, "whole run", q, d->n, d->gaps, h);
 	window_print(d, &whole, q[0].arrival_ns, f);
+	slo_print(&d->slo, f);
 	batch_verdict(d, h, f);
 	if (d->n < DIAG_MIN_COMPARE) {
 		fprintf(f,

@@ -25,6 +25,11 @@
  *   with batch size" is said only when both groups have DIAG_BATCH_MIN_GAPS gaps or more, the
  *   high group's mean batch is DIAG_BATCH_MIN_RATIO times the low one's or more, and the high
  *   group's ITL P99 is DIAG_STABLE_PCT % above the low group's or more; otherwise nothing.
+ * - Objectives (slo.h), when requests had some: how many of those judged missed, by which
+ *   objective, how many of the misses were failures, and where the requests that finished ok
+ *   and missed spent their time: the mean of each one's shares of its E2E in queue, prefill,
+ *   the rest of its TTFT, decode and time out of the batch where its GPU steps split it, else
+ *   in TTFT and decode. The largest share is named.
  * Never prints request or response text (it keeps none).
  */
 #ifndef TS_DIAGNOSIS_H
@@ -36,6 +41,7 @@
 #include <stdio.h>
 
 #include "pipeline/sink.h"
+#include "pipeline/slo.h"
 
 /* Fewer requests than this are too few for thirds to mean anything (two per third). */
 #define DIAG_MIN_COMPARE 6
@@ -60,6 +66,25 @@ struct diag_req {
 	uint32_t ngaps;
 };
 
+/* The requests with objectives (slo.h): misses by objective, and where the ok ones that missed
+ * spent their time (sums of shares of their E2E). */
+enum diag_phase {
+	DP_QUEUE,
+	DP_PREFILL,
+	DP_TTFT_REST, /* the rest of TTFT after queue and prefill */
+	DP_TTFT,      /* TTFT where no GPU step split it */
+	DP_DECODE,
+	DP_PREEMPTED,
+	DP_MAX,
+};
+
+struct diag_slo {
+	uint64_t judged, missed, failed;
+	uint64_t by[SLO_METRICS];
+	uint64_t split, unsplit; /* ok misses with and without a GPU split of their time */
+	double share[DP_MAX];
+};
+
 struct diagnosis {
 	struct diag_req *reqs;
 	size_t n, cap;
@@ -72,6 +97,7 @@ struct diagnosis {
 	uint64_t dropped;   /* ok requests not kept for lack of memory */
 	bool have_clock;
 	int64_t real_offset_ns; /* CLOCK_REALTIME - CLOCK_MONOTONIC */
+	struct diag_slo slo;
 };
 
 void diagnosis_init(struct diagnosis *d);
