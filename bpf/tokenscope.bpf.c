@@ -160,12 +160,15 @@ static __always_inline int sys_exit_do(struct pt_regs *regs, long ret)
 		return 0;
 	}
 	/* Only for connections already traced: an EOF on an unknown socket says nothing. */
-	if (ret == 0 && syscall_dir(st.sys) == TS_DIR_IN) {
+	if ((ret == 0 || ret == -ECONNRESET) && syscall_dir(st.sys) == TS_DIR_IN) {
+		/* A read that ends the stream: the peer closed (0), or reset it, as a client that
+		 * closes with bytes unread does (ECONNRESET). */
 		struct ts_conn_key key = { .pid = pid_tgid >> 32, .fd = st.fd };
 
 		c = bpf_map_lookup_elem(&conns, &key);
 		if (c)
-			emit_peer_gone(&st, c, pid_tgid, TS_DATA_EOF, bpf_ktime_get_ns());
+			emit_peer_gone(&st, c, pid_tgid, ret ? TS_DATA_RESET : TS_DATA_EOF,
+				       bpf_ktime_get_ns());
 	} else if ((ret == -EPIPE || ret == -ECONNRESET) && syscall_dir(st.sys) == TS_DIR_OUT) {
 		struct ts_conn_key key = { .pid = pid_tgid >> 32, .fd = st.fd };
 

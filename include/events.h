@@ -154,7 +154,8 @@ struct ts_data_event {
 enum ts_data_status {
 	TS_DATA_BYTES = 0, /* bytes moved */
 	TS_DATA_EOF = 1,   /* a read returned 0: the peer closed its side */
-	TS_DATA_RESET = 2, /* a write failed with EPIPE or ECONNRESET: the peer is gone */
+	/* a write failed with EPIPE or ECONNRESET, or a read with ECONNRESET: the peer is gone */
+	TS_DATA_RESET = 2,
 	/* The connection carries TLS (its first bytes were a TLS record): its encrypted bytes are
 	 * not sent; its plaintext comes as TS_SYS_TLS_* records where a TLS library is hooked. */
 	TS_DATA_TLS = 3,

@@ -29,7 +29,7 @@ static struct request *reasoning_request(uint64_t t0)
 	struct request *r = request_new(1, 1, 0, "c");
 
 	r->arrival_ns = t0;
-	request_body_bytes(r, t0 + 10 * MS); /* ": keep-alive" */
+	request_body_bytes(r, 14, t0 + 10 * MS); /* ": keep-alive" */
 	feed(r, "",
 	     "{\"choices\":[{\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}],"
 	     "\"usage\":{\"completion_tokens\":0}}",
@@ -149,7 +149,7 @@ TEST(test_ttft_definitions_summary)
 		struct request *r = request_new(1, 1, 0, "c");
 
 		r->arrival_ns = 1000 * MS;
-		request_body_bytes(r, 1030 * MS);
+		request_body_bytes(r, 16, 1030 * MS);
 		feed(r, "",
 		     "{\"choices\":[{\"delta\":{\"role\":\"assistant\",\"content\":\"x\"}}]}",
 		     1030 * MS);

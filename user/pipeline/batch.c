@@ -194,6 +194,9 @@ void batch_attribute(const struct gpu_timeline *g, const struct request *r,
 	a->batch_mean = 0;
 	a->rides = NULL;
 	a->nrides = 0;
+	a->steps_after_gone = 0;
+	if (a->has_steps && request_abandoned(r) && r->gone_last_write_ns)
+		a->steps_after_gone = gpu_steps_within(g, r->gone_ns, r->gone_last_write_ns);
 	if (!a->has_steps || !b)
 		return;
 	a->steps = b->folded;

@@ -319,6 +319,16 @@ static void conn_peer_gone(struct conn *c, uint64_t ts)
 		h1conn_peer_gone(c->h1, ts);
 }
 
+/* A write of the traced process's, begun at ts, failed: the peer was gone (after the hang-up
+ * was noted: the request the write was for went on writing). */
+static void conn_write_failed(struct conn *c, uint64_t ts)
+{
+	if (c->h2)
+		h2conn_write_failed(c->h2, ts);
+	if (c->h1)
+		h1conn_write_failed(c->h1, ts);
+}
+
 /* n bytes of direction dir were not seen. */
 static void conn_gap(struct conn *c, int dir, uint64_t n, uint64_t ts)
 {
@@ -540,8 +550,11 @@ void conn_on_data(struct conn_table *t, const struct ts_data_event *e)
 		return;
 	c->last_ns = ts;
 	if (e->status != TS_DATA_BYTES) {
-		if (conn_followed(c))
-			conn_peer_gone(c, ts);
+		if (!conn_followed(c))
+			return;
+		conn_peer_gone(c, ts);
+		if (e->status == TS_DATA_RESET && dir == TS_DIR_OUT)
+			conn_write_failed(c, ts);
 		return;
 	}
 	if (c->expect[dir] == 0 && (c->role == ROLE_NEW || c->rejoin[dir]) && e->syscall_pos > 0)

@@ -607,6 +607,21 @@ const struct gpu_step *gpu_prefill_step(const struct gpu_timeline *g, uint64_t a
 	return best;
 }
 
+uint32_t gpu_steps_within(const struct gpu_timeline *g, uint64_t from_ns, uint64_t to_ns)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = g->count; i-- > 0;) {
+		const struct gpu_step *s = &g->ring[(g->head + i) % GPU_HISTORY];
+
+		/* In the order they ended: none older ended after from_ns. */
+		if (s->end_ns < from_ns)
+			break;
+		n += s->start_ns >= from_ns && s->end_ns <= to_ns;
+	}
+	return n;
+}
+
 void gpu_attribution_free(struct gpu_attribution *a)
 {
 	free(a->rides);

@@ -145,6 +145,8 @@ bool gpu_next_ready(struct gpu_timeline *g, uint64_t record_ns, uint64_t now_ns,
 bool gpu_step_closed(const struct gpu_step *s, uint64_t now_ns);
 /* The kept step with this id; NULL when the history no longer holds it. */
 struct gpu_step *gpu_step_by_id(const struct gpu_timeline *g, uint64_t id);
+/* The steps kept that started at or after from_ns and ended by to_ns (every process's). */
+uint32_t gpu_steps_within(const struct gpu_timeline *g, uint64_t from_ns, uint64_t to_ns);
 /* The step that prefilled a request that arrived at arrival_ns and wrote its first token at
  * first_ns: the last prefill or mixed step that started after the one and ended before the
  * other; NULL when none is kept. */

@@ -236,7 +236,7 @@ static void resp_on_body(void *ctx, const uint8_t *p, size_t n, uint64_t ts)
 	if (!r || h->resp_orphan || h->resp_informational)
 		return;
 	if (n)
-		request_body_bytes(r, ts);
+		request_body_bytes(r, n, ts);
 	if (r->streamed) {
 		uint64_t before = h->sse.oversize_frames;
 
@@ -500,6 +500,15 @@ void h1conn_peer_gone(struct h1conn *h, uint64_t ts)
 {
 	for (uint32_t i = 0; i < h->qlen; i++)
 		request_peer_gone(h1_queued(h, i), ts);
+}
+
+void h1conn_write_failed(struct h1conn *h, uint64_t ts)
+{
+	struct request *r = h1_current(h);
+
+	/* The response being written, or the next one's head. */
+	if (r)
+		request_write_failed(r, ts);
 }
 
 void h1conn_close(struct h1conn *h, uint64_t ts)

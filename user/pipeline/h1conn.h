@@ -65,6 +65,8 @@ struct request *h1conn_switched(struct h1conn *h, uint64_t ts, bool hand_over);
 void h1conn_gap(struct h1conn *h, bool req, uint64_t n, uint64_t ts);
 /* The other side hung up (seen at ts): every open request was abandoned. */
 void h1conn_peer_gone(struct h1conn *h, uint64_t ts);
+/* A write on the connection, begun at ts, failed (EPIPE, ECONNRESET): the current exchange's. */
+void h1conn_write_failed(struct h1conn *h, uint64_t ts);
 /* The connection closed at ts: a close-delimited body ends there, the request being read is
  * counted partial, the open requests finish (incomplete). */
 void h1conn_close(struct h1conn *h, uint64_t ts);

@@ -365,7 +365,7 @@ static void resp_on_data(void *ctx, uint32_t id, const uint8_t *buf, size_t len,
 		return;
 	r = s->r;
 	if (len)
-		request_body_bytes(r, ts);
+		request_body_bytes(r, len, ts);
 	if (s->grpc && r->streamed) {
 		if (grpc_feed(&s->gp, buf, len, ts) < 0)
 			r->unknown_frames = true;
@@ -579,6 +579,14 @@ void h2conn_peer_gone(struct h2conn *h, uint64_t ts)
 	for (struct h2s *s = h->streams; s; s = s->next)
 		if (s->started)
 			request_peer_gone(s->r, ts);
+}
+
+void h2conn_write_failed(struct h2conn *h, uint64_t ts)
+{
+	/* Which stream's frames the write held is not known: each open response's. */
+	for (struct h2s *s = h->streams; s; s = s->next)
+		if (s->started && s->resp_head)
+			request_write_failed(s->r, ts);
 }
 
 void h2conn_close(struct h2conn *h, uint64_t ts)

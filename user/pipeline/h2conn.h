@@ -40,6 +40,9 @@ int h2conn_feed(struct h2conn *h, bool req, const uint8_t *buf, size_t len, uint
 void h2conn_gap(struct h2conn *h, bool req, uint64_t len, uint64_t ts);
 /* The other side hung up (seen at ts): every open stream was abandoned. */
 void h2conn_peer_gone(struct h2conn *h, uint64_t ts);
+/* A write on the connection, begun at ts, failed (EPIPE, ECONNRESET): counted for every stream
+ * whose response had begun. */
+void h2conn_write_failed(struct h2conn *h, uint64_t ts);
 /* The connection closed at ts: open streams finish, incomplete. */
 void h2conn_close(struct h2conn *h, uint64_t ts);
 void h2conn_mark_maybe_lost(struct h2conn *h);

@@ -77,10 +77,34 @@ void request_add_message(struct request *r, uint64_t ts)
 		r->first_text_ns = ts;
 }
 
-void request_body_bytes(struct request *r, uint64_t ts)
+/* Something was written for r at ts: after its client left, the server went on to here. */
+static void request_wrote_after_gone(struct request *r, uint64_t ts)
+{
+	if (r->peer_gone && ts >= r->gone_ns && ts > r->gone_last_write_ns)
+		r->gone_last_write_ns = ts;
+}
+
+void request_body_bytes(struct request *r, size_t n, uint64_t ts)
 {
 	if (!r->first_byte_ns)
 		r->first_byte_ns = ts;
+	if (r->peer_gone && ts >= r->gone_ns) {
+		r->gone_bytes += n;
+		request_wrote_after_gone(r, ts);
+	}
+}
+
+void request_write_failed(struct request *r, uint64_t ts)
+{
+	if (!r->peer_gone)
+		return;
+	r->gone_failed_writes++;
+	request_wrote_after_gone(r, ts);
+}
+
+bool request_abandoned(const struct request *r)
+{
+	return r->outcome == OUTCOME_ABORTED && r->peer_gone;
 }
 
 /*
@@ -209,6 +233,12 @@ void request_metrics(const struct request *r, struct request_metrics *m)
 		    m->ttft_text_ns = m->socket_wait_ns = -1;
 	m->tok_per_s = m->e2e_ns > 0 && m->tokens > 0 ? m->tokens / (m->e2e_ns / 1e9) : NAN;
 	request_tokens_per_chunk(r, m);
+	m->client_gone_ns = m->went_on_ns = -1;
+	if (request_abandoned(r) && r->gone_ns >= r->arrival_ns && !r->joined) {
+		m->client_gone_ns = (int64_t)(r->gone_ns - r->arrival_ns);
+		m->went_on_ns = r->gone_last_write_ns ? (int64_t)(r->gone_last_write_ns - r->gone_ns)
+						      : 0;
+	}
 	m->upstream_ttft_ns = m->proxy_ttft_ns = -1;
 	if (!r->client && r->peer.set && r->peer.first_token_ns &&
 	    r->peer.first_token_ns >= r->peer.arrival_ns) {
@@ -238,6 +268,8 @@ void request_add_frame(struct request *r, const struct sse_frame *f, uint64_t ts
 
 	frame_classify(f, &fi);
 	r->frames++;
+	if (r->peer_gone && ts >= r->gone_ns)
+		r->gone_frames++;
 	if (fi.format != FMT_UNKNOWN && r->format == FMT_UNKNOWN)
 		r->format = fi.format;
 	if (fi.invalid)

@@ -113,6 +113,12 @@ struct request {
 	bool peer_gone;	  /* the client hung up before the stream ended */
 	uint64_t gone_ns; /* when that was seen (a response whose last write began before it
 			   * ended in time: TLS plaintext comes at the call's return, after) */
+	/* What the server did after that (docs/output.md, "Abandoned requests"): the response
+	 * body bytes and frames of the writes it began later, its writes that failed (EPIPE,
+	 * ECONNRESET; on HTTP/2 every open stream's), and its last write attempt (0: none). */
+	uint64_t gone_bytes;
+	uint32_t gone_frames, gone_failed_writes;
+	uint64_t gone_last_write_ns;
 	/* The kernel lost records while it was open: if it never ends, some were its own. */
 	bool maybe_lost;
 	/* gRPC: the trailers' grpc-status, -1 when none came (or not gRPC). Each message is a
@@ -143,6 +149,10 @@ struct request_metrics {
 	 * and median and maximum where the frames stated running counts (-1 otherwise). */
 	double tokens_per_chunk_mean;
 	int64_t tokens_per_chunk_p50, tokens_per_chunk_max;
+	/* Left by its client before the end (outcome aborted, peer_gone): when, from its arrival,
+	 * and how long the server went on (to its last write attempt after that; 0 when it made
+	 * none); -1 otherwise. */
+	int64_t client_gone_ns, went_on_ns;
 	/* Its objectives and their verdicts (slo.h): the pipeline's --slo rules and its head's;
 	 * slo.any false when it had none (request_metrics leaves it so). */
 	struct slo_verdict slo;
@@ -183,8 +193,12 @@ void request_release(struct request *r);
 int request_add_token(struct request *r, uint64_t ts);
 /* A gRPC message: one chunk of output, which is answer text as far as the tracer can tell. */
 void request_add_message(struct request *r, uint64_t ts);
-/* Response body bytes came at ts (the first is TTFT's first byte). */
-void request_body_bytes(struct request *r, uint64_t ts);
+/* n response body bytes came in a write that began at ts (the first is TTFT's first byte). */
+void request_body_bytes(struct request *r, size_t n, uint64_t ts);
+/* A write of the response that began at ts failed: the peer is gone (EPIPE, ECONNRESET). */
+void request_write_failed(struct request *r, uint64_t ts);
+/* Whether the client left before the response ended (outcome aborted, its hang-up seen). */
+bool request_abandoned(const struct request *r);
 void request_metrics(const struct request *r, struct request_metrics *m);
 /* A stream frame of r's response, classified: counts, content time, end, errors, usage. */
 void request_add_frame(struct request *r, const struct sse_frame *f, uint64_t ts);

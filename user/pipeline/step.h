@@ -96,6 +96,10 @@ struct gpu_attribution {
 	uint32_t npreempt_times;
 	struct batch_ride *rides;
 	uint32_t nrides;
+	/* Left by its client (request_abandoned): the GPU steps (of every traced engine) that ran
+	 * wholly between the client leaving and the server's last write attempt for it, the work
+	 * that went on for nobody; shown only with has_steps. */
+	uint32_t steps_after_gone;
 };
 
 const char *gpu_kind_name(enum step_kind k);

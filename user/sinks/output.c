@@ -36,6 +36,26 @@ static void json_slo(struct jsonw *w, const struct slo_verdict *v)
 	jsonw_obj_end(w);
 }
 
+/* A request its client left (request_abandoned): when, and what the server did after
+ * (docs/output.md, "Abandoned requests"); only for those. */
+static void json_abandoned(struct jsonw *w, const struct request *r,
+			   const struct request_metrics *m, const struct gpu_attribution *ga)
+{
+	if (!request_abandoned(r))
+		return;
+	jsonw_obj_begin(w, "abandoned");
+	ms_or_null(w, "client_gone_ms", m->client_gone_ns);
+	ms_or_null(w, "went_on_ms", m->went_on_ns);
+	jsonw_u64(w, "frames_after", r->gone_frames);
+	jsonw_u64(w, "bytes_after", r->gone_bytes);
+	jsonw_u64(w, "failed_writes", r->gone_failed_writes);
+	if (ga && ga->has_steps)
+		jsonw_u64(w, "gpu_steps_after", ga->steps_after_gone);
+	else
+		jsonw_null(w, "gpu_steps_after");
+	jsonw_obj_end(w);
+}
+
 static void i64_or_null(struct jsonw *w, const char *key, int64_t v)
 {
 	if (v < 0)
@@ -246,6 +266,7 @@ void output_json(FILE *f, const struct request *r, const struct request_metrics 
 	jsonw_u64(&w, "dropped_frames", r->dropped_frames);
 	json_disagg(&w, &r->info.disagg);
 	json_slo(&w, &m->slo);
+	json_abandoned(&w, r, m, ga);
 	/* A proxy's two sides (proxy.h): a served request's upstream, an upstream's served one. */
 	if (r->peer.set) {
 		jsonw_obj_begin(&w, r->client ? "downstream" : "upstream");

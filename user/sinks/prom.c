@@ -120,6 +120,9 @@ struct prom_series {
 	 * goodput: requests that met every objective, and their output tokens. */
 	uint64_t slo[SLO_METRICS + 1][SLO_RESULTS];
 	uint64_t good_requests, good_tokens;
+	/* Requests their clients left, and the frames and failed writes the server still made for
+	 * them after that. */
+	uint64_t abandoned, abandoned_frames, abandoned_failed;
 };
 
 struct prom_gpu_pid {
@@ -262,6 +265,11 @@ static void prom_request(void *ctx, const struct request *r, const struct reques
 		pm->tokens[TOK_INPUT] += r->prompt_tokens;
 	if (r->cached_tokens > 0)
 		pm->tokens[TOK_CACHED] += r->cached_tokens;
+	if (request_abandoned(r)) {
+		pm->abandoned++;
+		pm->abandoned_frames += r->gone_frames;
+		pm->abandoned_failed += r->gone_failed_writes;
+	}
 	if (m->slo.any) {
 		p->slo_seen = true;
 		for (int k = 0; k < SLO_METRICS; k++)
@@ -589,6 +597,24 @@ static int render_models(const struct prom *p, FILE *f)
 	for (unsigned int i = 0; i < n; i++)
 		fprintf(f, "tokenscope_preemptions_total{%s} %" PRIu64 "\n", labels[i],
 			ms[i]->preemptions);
+
+	put_header(f, "tokenscope_abandoned_requests_total", "counter",
+		   "Finished requests their clients left before the response ended (outcome "
+		   "aborted, the hang-up seen).");
+	for (unsigned int i = 0; i < n; i++)
+		fprintf(f, "tokenscope_abandoned_requests_total{%s} %" PRIu64 "\n", labels[i],
+			ms[i]->abandoned);
+	put_header(f, "tokenscope_abandoned_frames_total", "counter",
+		   "Frames the server still wrote for requests after their clients had left.");
+	for (unsigned int i = 0; i < n; i++)
+		fprintf(f, "tokenscope_abandoned_frames_total{%s} %" PRIu64 "\n", labels[i],
+			ms[i]->abandoned_frames);
+	put_header(f, "tokenscope_abandoned_failed_writes_total", "counter",
+		   "Writes the server still tried for requests after their clients had left, and "
+		   "that failed (EPIPE, ECONNRESET).");
+	for (unsigned int i = 0; i < n; i++)
+		fprintf(f, "tokenscope_abandoned_failed_writes_total{%s} %" PRIu64 "\n", labels[i],
+			ms[i]->abandoned_failed);
 
 	if (p->slo_seen) {
 		put_header(f, "tokenscope_slo_requests_total", "counter",

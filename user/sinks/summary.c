@@ -20,10 +20,14 @@ void summary_reset_interval(struct summary *s)
 	s->inflight = s->inflight_max = inflight;
 }
 
-void summary_gpu(struct summary *s, const struct gpu_attribution *ga)
+void summary_gpu(struct summary *s, const struct request *r, const struct gpu_attribution *ga)
 {
 	if (!ga || !ga->has_steps)
 		return;
+	if (request_abandoned(r)) {
+		s->abandoned_steps_known++;
+		s->abandoned_steps += ga->steps_after_gone;
+	}
 	s->gpu_known++;
 	if (!ga->preemptions)
 		return;
@@ -76,6 +80,16 @@ void summary_done(struct summary *s, const struct request *r, const struct reque
 	if (r->end_ns > s->window_end_ns)
 		s->window_end_ns = r->end_ns;
 	slo_tally_add(&s->slo, r->info.model, &m->slo, m->tokens, r->slo_head.bad);
+	if (request_abandoned(r)) {
+		s->abandoned++;
+		s->abandoned_frames += r->gone_frames;
+		s->abandoned_bytes += r->gone_bytes;
+		s->abandoned_failed += r->gone_failed_writes;
+		if (m->went_on_ns >= 0) {
+			hist_add(&s->went_on, (uint64_t)m->went_on_ns);
+			s->abandoned_went_on += m->went_on_ns > 0;
+		}
+	}
 	if (m->e2e_ns >= 0) {
 		s->busy_ns += m->e2e_ns;
 		hist_add(&s->e2e, m->e2e_ns);
@@ -457,6 +471,45 @@ void summary_print(const struct summary *s, const struct loss_report *loss, cons
 		(unsigned long long)loss->tls_unjoined);
 }
 
+void summary_print_abandoned(const struct summary *s, FILE *f)
+{
+	if (!s->abandoned)
+		return;
+	if (!s->abandoned_went_on && !s->abandoned_frames && !s->abandoned_failed) {
+		fprintf(f, "  abandoned: %llu requests left by their clients; the server wrote "
+			   "nothing more for any of them\n",
+			(unsigned long long)s->abandoned);
+		return;
+	}
+	fprintf(f, "  abandoned: %llu requests left by their clients; the server went on for "
+		   "%.1f ms on average (p99 %.1f ms),\n",
+		(unsigned long long)s->abandoned,
+		s->went_on.count ? (double)s->went_on.sum / (double)s->went_on.count / 1e6 : 0.0,
+		s->went_on.count ? hist_quantile(&s->went_on, 0.99) / 1e6 : 0.0);
+	fprintf(f, "        writing %llu frames nobody read (%llu bytes), %llu more writes failed",
+		(unsigned long long)s->abandoned_frames, (unsigned long long)s->abandoned_bytes,
+		(unsigned long long)s->abandoned_failed);
+	if (s->abandoned_steps_known)
+		fprintf(f, "; %llu GPU steps ran for them", (unsigned long long)s->abandoned_steps);
+	fputc('\n', f);
+}
+
+void summary_json_abandoned(struct jsonw *w, const struct summary *s)
+{
+	jsonw_obj_begin(w, "abandoned");
+	jsonw_u64(w, "requests", s->abandoned);
+	jsonw_u64(w, "went_on", s->abandoned_went_on);
+	summary_json_hist(w, "went_on_ms", &s->went_on, false);
+	jsonw_u64(w, "frames_after", s->abandoned_frames);
+	jsonw_u64(w, "bytes_after", s->abandoned_bytes);
+	jsonw_u64(w, "failed_writes", s->abandoned_failed);
+	if (s->abandoned_steps_known)
+		jsonw_u64(w, "gpu_steps_after", s->abandoned_steps);
+	else
+		jsonw_null(w, "gpu_steps_after");
+	jsonw_obj_end(w);
+}
+
 /* "71.4% (5 of 7)", or "- (0 of 0)" when none was judged on it. */
 static void slo_share(char *out, size_t n, const struct slo_counts *c, int metric)
 {
@@ -757,8 +810,8 @@ static void sums_request(void *ctx, const struct request *r, const struct reques
 
 	summary_done(&s->total, r, m);
 	summary_done(&s->interval, r, m);
-	summary_gpu(&s->total, ga);
-	summary_gpu(&s->interval, ga);
+	summary_gpu(&s->total, r, ga);
+	summary_gpu(&s->interval, r, ga);
 }
 
 static void sums_interval(void *ctx, const struct pipeline_status *st)
@@ -767,6 +820,7 @@ static void sums_interval(void *ctx, const struct pipeline_status *st)
 
 	if (s->out) {
 		summary_print(&s->interval, &st->loss, "interval", s->out);
+		summary_print_abandoned(&s->interval, s->out);
 		summary_print_slo(&s->interval, st->slo, s->out);
 		fflush(s->out);
 	}
@@ -903,6 +957,7 @@ void summaries_print_total(const struct summaries *s, const struct pipeline_stat
 	if (!s->out)
 		return;
 	summary_print(&s->total, &st->loss, "summary", s->out);
+	summary_print_abandoned(&s->total, s->out);
 	summary_print_slo(&s->total, st->slo, s->out);
 	if (!st->all_requests && st->others.total)
 		print_others(s->out, &st->others);
@@ -931,6 +986,7 @@ static void sums_finish(void *ctx, const struct pipeline_status *st)
 	jsonw_begin(&w, s->json_out);
 	jsonw_obj_begin(&w, "summary");
 	summary_json(&w, &s->total, &st->loss, false);
+	summary_json_abandoned(&w, &s->total);
 	summary_json_slo(&w, &s->total, st->slo);
 	/* The requests above are inference; these were not (none with --requests all). */
 	if (!st->all_requests) {

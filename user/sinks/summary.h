@@ -38,6 +38,13 @@ struct summary {
 	 * how many were preempted, how many times in all, and their time out of the batch. */
 	uint64_t gpu_known, preempted, preemptions;
 	struct hist preempted_time;
+	/* Requests their clients left before the end (request_abandoned), and what the servers
+	 * did after: how long they went on writing, the frames and bytes they still wrote, the
+	 * writes that failed, and the GPU steps that ran meanwhile (over those whose steps are
+	 * known). */
+	uint64_t abandoned, abandoned_frames, abandoned_bytes, abandoned_failed;
+	uint64_t abandoned_steps, abandoned_steps_known, abandoned_went_on;
+	struct hist went_on;
 	/* The requests' objectives (slo.h): attainment per objective and model, goodput. */
 	struct slo_tally slo;
 };
@@ -48,8 +55,13 @@ void summary_reset_interval(struct summary *s);
 void summary_start(struct summary *s, const struct request *r);
 void summary_done(struct summary *s, const struct request *r, const struct request_metrics *m);
 struct gpu_attribution;
-/* A finished request's preemptions (gpu_attribution), when its GPU steps are known. */
-void summary_gpu(struct summary *s, const struct gpu_attribution *ga);
+/* A finished request's preemptions (gpu_attribution), when its GPU steps are known, and the
+ * steps that ran after its client left. */
+void summary_gpu(struct summary *s, const struct request *r, const struct gpu_attribution *ga);
+struct jsonw;
+/* The abandoned requests' line (nothing when none), and the same as JSON (key "abandoned"). */
+void summary_print_abandoned(const struct summary *s, FILE *f);
+void summary_json_abandoned(struct jsonw *w, const struct summary *s);
 /* Per-process GPU statistics over the run (the summary's GPU lines). */
 void summary_print_gpu(const struct gpu_report *g, FILE *f);
 /* The cost line (pipeline_status.cost): the syscall programs' BPF time per traced syscall where

@@ -11,8 +11,16 @@ With --hop-cpus, a stream's thread moves to the next CPU before each frame it wr
 writes are made on every CPU in turn, so a tracer that gathers records per CPU must put them
 back in order.
 
-Usage: threaded_app.py PORT [--tls-cert PEM [--tls-late]] [--hop-cpus]; PORT 0 picks a free
-port.
+With --on-disconnect stop|ignore, a stream looks for its client's hang-up before each frame
+(a read that returns nothing, or fails with ECONNRESET). stop: it writes nothing more and
+closes. ignore: it writes every frame left, as an engine that never learns of it, each write
+that fails counted and passed over. Either way it prints, for that stream,
+`abandoned port=P eof_frame=I frames_ok=N bytes_ok=B failed=F`: the client's port, the frame
+the hang-up was seen before, and after it the frames written whole (their SSE bytes, the chunk
+framing left out) and the writes that failed.
+
+Usage: threaded_app.py PORT [--tls-cert PEM [--tls-late]] [--hop-cpus]
+[--on-disconnect stop|ignore]; PORT 0 picks a free port.
 """
 import sys
 
@@ -26,6 +34,7 @@ else:
 import asyncio  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
+import select  # noqa: E402
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer  # noqa: E402
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
@@ -77,6 +86,8 @@ class Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
+            if self.server.on_disconnect:
+                return self.stream_watching(loop, req)
             cpus = sorted(os.sched_getaffinity(0)) if self.server.hop_cpus else []
             for i, frame in enumerate(run_sync(loop, req.frames())):
                 if cpus:
@@ -87,6 +98,46 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True  # the client closed early (an abort)
         finally:
             loop.close()
+
+
+    def client_gone(self):
+        """Whether the client hung up: a read that returns nothing or is reset."""
+        sock = self.connection
+        if not select.select([sock], [], [], 0)[0]:
+            return False
+        try:
+            return sock.recv(4096) == b""
+        except ConnectionResetError:
+            return True
+
+    def stream_watching(self, loop, req):
+        """--on-disconnect: the stream, its client's hang-up looked for before each frame."""
+        gone, eof_frame, ok, nbytes, failed = False, -1, 0, 0, 0
+        frames = run_sync(loop, req.frames())
+        for i, frame in enumerate(frames):
+            if not gone and self.client_gone():
+                gone, eof_frame = True, i
+                if self.server.on_disconnect == "stop":
+                    break
+            try:
+                self.connection.sendall(b"%x\r\n%s\r\n" % (len(frame), frame))
+                if gone:
+                    ok, nbytes = ok + 1, nbytes + len(frame)
+            except (BrokenPipeError, ConnectionResetError):
+                if not gone:
+                    gone, eof_frame = True, i
+                failed += 1
+        if not gone or self.server.on_disconnect == "ignore":
+            try:
+                self.connection.sendall(b"0\r\n\r\n")
+            except (BrokenPipeError, ConnectionResetError):
+                if not gone:
+                    gone, eof_frame = True, -1
+                failed += 1
+        if gone:
+            self.close_connection = True
+            print(f"abandoned port={self.client_address[1]} eof_frame={eof_frame} "
+                  f"frames_ok={ok} bytes_ok={nbytes} failed={failed}", flush=True)
 
 
 def tls_errors():
@@ -109,6 +160,7 @@ class Server(ThreadingHTTPServer):
     tls = None
     tls_late = None  # --tls-late: the certificate, until the first connection loads OpenSSL
     hop_cpus = False
+    on_disconnect = None
 
     def get_request(self):
         sock, addr = super().get_request()
@@ -134,9 +186,13 @@ def main():
                         help="load OpenSSL at the first connection")
         ap.add_argument("--hop-cpus", action="store_true",
                         help="write each frame of a stream on the next CPU")
+        ap.add_argument("--on-disconnect", choices=("stop", "ignore"),
+                        help="look for the client's hang-up before each frame: stop, or "
+                             "write the rest anyway")
     args = common.parse_args(__doc__, more)
     srv = Server(("127.0.0.1", args.port), Handler)
     srv.hop_cpus = args.hop_cpus
+    srv.on_disconnect = args.on_disconnect
     if args.tls_cert and args.tls_late:
         srv.tls_late = args.tls_cert
     elif args.tls_cert:
