@@ -244,7 +244,7 @@ def slo(case):
     return argv
 
 
-def slo_checked(gt, got, lines, errors):
+def slo_checked(gt, got, lines, errors, server_out):
     """Each request's verdicts against the client's figures, then the summary's counts."""
     by_port_c, by_port_t = by_port(gt, got, peer_port, errors)
     for port in sorted(set(by_port_c) & set(by_port_t)):
@@ -255,7 +255,63 @@ def slo_checked(gt, got, lines, errors):
     for m in slo_check.check_summary(gt, summary):
         errors.append(Mismatch(f"slo: {m}"))
     counts = ((summary or {}).get("slo") or {}).get("counts", {}).get("all", {})
-    return ", ".join(f"{k} {v}" for k, v in counts.items())
+    return "slo verdicts: " + ", ".join(f"{k} {v}" for k, v in counts.items())
+
+
+def abandon(mode):
+    """threaded_app --on-disconnect MODE: what the server did after each client left, as its
+    log says, against each request's `abandoned` object and the summary's."""
+    def argv(work):
+        return threaded(work) + ["--on-disconnect", mode]
+    argv.lines_check = abandon_checked
+    return argv
+
+
+ABANDON_LOG = re.compile(r"abandoned port=(\d+) eof_frame=(-?\d+) frames_ok=(\d+) "
+                         r"bytes_ok=(\d+) failed=(\d+)")
+
+
+def abandon_checked(gt, got, lines, errors, server_out):
+    """Every stream the server logged as abandoned is one tokenscope reports abandoned on the
+    same port, with as many frames, bytes and failed writes after the hang-up; no other is."""
+    logged = {}
+    for m in ABANDON_LOG.finditer(open(server_out).read()):
+        port, _, frames, nbytes, failed = map(int, m.groups())
+        logged[port] = (frames, nbytes, failed)
+    seen = {}
+    for t in got:
+        if t.get("abandoned"):
+            seen.setdefault(peer_port(t["conn"]), []).append(t["abandoned"])
+    if not logged:
+        errors.append(Mismatch("the server logged no abandoned stream: the mix must abort some"))
+    for port, want in sorted(logged.items()):
+        got_port = seen.pop(port, [])
+        if len(got_port) != 1:
+            errors.append(Mismatch(f"port {port}: the server abandoned a stream, tokenscope "
+                                   f"reports {len(got_port)} abandoned"))
+            continue
+        a = got_port[0]
+        have = (a.get("frames_after"), a.get("bytes_after"), a.get("failed_writes"))
+        if have != want:
+            errors.append(Mismatch(f"port {port}: after the hang-up tokenscope saw frames, bytes, "
+                                   f"failed writes {have}; the server's log says {want}"))
+        if a.get("client_gone_ms") is None or a.get("went_on_ms") is None:
+            errors.append(Mismatch(f"port {port}: no client_gone_ms or went_on_ms: {a}"))
+        elif (want[0] or want[2]) and not a["went_on_ms"] > 0:
+            errors.append(Mismatch(f"port {port}: the server went on, went_on_ms {a['went_on_ms']}"))
+        elif not (want[0] or want[2]) and a["went_on_ms"] != 0:
+            errors.append(Mismatch(f"port {port}: the server stopped, went_on_ms {a['went_on_ms']}"))
+    for port, extra in sorted(seen.items()):
+        errors.append(Mismatch(f"port {port}: {len(extra)} abandoned reported, none logged"))
+    summary = next((x["summary"] for x in lines if "summary" in x), None) or {}
+    s = summary.get("abandoned") or {}
+    total = tuple(sum(v[i] for v in logged.values()) for i in range(3))
+    if (s.get("requests"), s.get("frames_after"), s.get("bytes_after"),
+            s.get("failed_writes")) != (len(logged), *total):
+        errors.append(Mismatch(f"summary abandoned {s}; the server logged {len(logged)} "
+                               f"streams, frames, bytes, failed writes {total}"))
+    return (f"{len(logged)} abandoned; after the hang-up {total[0]} frames, {total[1]} bytes, "
+            f"{total[2]} failed writes, as the server logged")
 
 
 def grpc_server(work):
@@ -538,6 +594,11 @@ CASES = {
     # requests slowed on purpose: every verdict as the client's own figures give it.
     "slo-fastapi": slo(fastapi("h11", ("fastapi", "uvicorn", "h11"))),
     "slo-node": slo(node),
+    # A server that writes every frame left after its client hangs up, and one that stops at
+    # once (Python's http.server, looking for the hang-up before each frame): what it still
+    # wrote, and what failed, as its own log says.
+    "abandon-ignore": abandon("ignore"),
+    "abandon-stop": abandon("stop"),
 }
 
 
@@ -844,7 +905,7 @@ def run_case(argv_of, work, tol_ns, verbose):
         if getattr(argv_of, "server_check", None):
             argv_of.server_check(log("server.out"), gt, errors)
         if getattr(argv_of, "lines_check", None):
-            errors.note = "slo verdicts: " + argv_of.lines_check(gt, got, lines, errors)
+            errors.note = argv_of.lines_check(gt, got, lines, errors, log("server.out"))
         late = re.search(r"\d+ records? reached the pipeline after later ones[^\n]*",
                          open(log("tokenscope.err")).read())
         if late:
