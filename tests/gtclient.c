@@ -124,6 +124,8 @@ struct opts {
 		char line[256];
 	} every_header[4];
 	unsigned nevery_headers;
+	/* --unique-prompt-every: every M-th request's prompt is its own (the others share one) */
+	unsigned unique_every;
 };
 
 struct dbuf {
@@ -592,15 +594,27 @@ static char *body_build(const struct shared *sh, unsigned id, bool *stream)
 	cJSON_AddStringToObject(j, "model", o->model);
 	cJSON_AddBoolToObject(j, "stream", *stream);
 	cJSON_AddNumberToObject(j, "max_tokens", o->max_tokens);
+	char *own = NULL;
+	const char *prompt = sh->prompt;
+
+	/* Its own prompt, as long as the shared one: a prefix cache has not seen it. */
+	if (o->unique_every && (id + 1) % o->unique_every == 0 && (own = strdup(sh->prompt))) {
+		char tag[24];
+		int n = snprintf(tag, sizeof(tag), "u%u ", id);
+
+		memcpy(own, tag, strlen(own) < (size_t)n ? strlen(own) : (size_t)n);
+		prompt = own;
+	}
 	if (prompt_style) {
-		cJSON_AddStringToObject(j, "prompt", sh->prompt);
+		cJSON_AddStringToObject(j, "prompt", prompt);
 	} else {
 		msgs = cJSON_AddArrayToObject(j, "messages");
 		m = cJSON_CreateObject();
 		cJSON_AddStringToObject(m, "role", "user");
-		cJSON_AddStringToObject(m, "content", sh->prompt);
+		cJSON_AddStringToObject(m, "content", prompt);
 		cJSON_AddItemToArray(msgs, m);
 	}
+	free(own);
 	if (o->usage)
 		cJSON_AddBoolToObject(cJSON_AddObjectToObject(j, "stream_options"), "include_usage",
 				      true);
@@ -1362,6 +1376,8 @@ static void usage(FILE *f)
 	    "  --header-every 'M:NAME: VALUE'  ...on every M-th request only (up to 4)\n"
 	    "  --slow-every M          every M-th request sends x_prefill_ms...\n"
 	    "  --slow-prefill-ms MS    ...of MS instead (a request slowed on purpose)\n"
+	    "  --unique-prompt-every M every M-th request's prompt is its own; the others\n"
+	    "                          share one (a prefix cache's hits)\n"
 	    "\n"
 	    "Examples:\n"
 	    "  gtclient --port 8000 -n 100 -c 4 -k 5 --usage\n"
@@ -1396,6 +1412,7 @@ enum {
 	OPT_HEADER,
 	OPT_HEADER_EVERY,
 	OPT_SLOW_EVERY,
+	OPT_UNIQUE_EVERY,
 	OPT_SLOW_PREFILL,
 };
 
@@ -1444,6 +1461,7 @@ static int opts_parse(struct opts *o, int argc, char **argv)
 		{ "header", required_argument, NULL, OPT_HEADER },
 		{ "header-every", required_argument, NULL, OPT_HEADER_EVERY },
 		{ "slow-every", required_argument, NULL, OPT_SLOW_EVERY },
+		{ "unique-prompt-every", required_argument, NULL, OPT_UNIQUE_EVERY },
 		{ "slow-prefill-ms", required_argument, NULL, OPT_SLOW_PREFILL },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
@@ -1573,6 +1591,9 @@ static int opts_parse(struct opts *o, int argc, char **argv)
 		}
 		case OPT_SLOW_EVERY:
 			ok = parse_uint(optarg, 1, &o->slow_every);
+			break;
+		case OPT_UNIQUE_EVERY:
+			ok = parse_uint(optarg, 1, &o->unique_every);
 			break;
 		case OPT_SLOW_PREFILL:
 			ok = parse_double(optarg, &o->slow_prefill_ms);

@@ -148,6 +148,9 @@ struct opts {
 	unsigned preempt_every, preempt_steps; /* --preempt-every, --preempt-steps */
 	unsigned prefill_chunks, hold_steps;   /* --prefill-chunks, --hold-steps */
 	int engine_fd; /* >= 0: this process is the engine (internal, set by the API process) */
+	/* --prefix-cache MODE: a prompt seen before is read from the cache (its per-byte prefill
+	 * skipped, all its tokens cached); usage says so as MODE asks. PREFIX_NONE: no cache. */
+	enum prefix_mode { PREFIX_NONE, PREFIX_REPORT, PREFIX_HIDE, PREFIX_SGLANG } prefix;
 };
 
 struct req {
@@ -160,7 +163,9 @@ struct req {
 	bool keep_alive;
 	unsigned max_tokens;
 	unsigned prompt_tokens;
-	unsigned sent; /* content frames generated so far */
+	unsigned cached_tokens;	  /* --prefix-cache: the prompt's tokens read from the cache */
+	enum prefix_mode prefix; /* how usage reports them */
+	unsigned sent;		  /* content frames generated so far */
 	unsigned fail_at;
 	uint64_t prefill_ns;
 	uint64_t token_ns;
@@ -904,12 +909,20 @@ static bool emit_content(struct server *s, struct conn *c)
 	return emit_frame(s, c, b->p, b->len);
 }
 
+/* The usage object; its cached tokens as --prefix-cache reports them: always (as vLLM with
+ * --enable-prompt-tokens-details), never (its default), or null for none (SGLang's
+ * --enable-cache-report). */
 static void usage_append(struct buf *b, const struct req *r)
 {
-	buf_appendf(b,
-		    "\"usage\":{\"prompt_tokens\":%u,\"completion_tokens\":%u,\"total_tokens\":%u,"
-		    "\"prompt_tokens_details\":{\"cached_tokens\":0}}",
+	buf_appendf(b, "\"usage\":{\"prompt_tokens\":%u,\"completion_tokens\":%u,\"total_tokens\":%u",
 		    r->prompt_tokens, r->max_tokens, r->prompt_tokens + r->max_tokens);
+	if (r->prefix == PREFIX_HIDE)
+		buf_appendf(b, "}");
+	else if (r->prefix == PREFIX_SGLANG && !r->cached_tokens)
+		buf_appendf(b, ",\"prompt_tokens_details\":null}");
+	else
+		buf_appendf(b, ",\"prompt_tokens_details\":{\"cached_tokens\":%u}}",
+			    r->cached_tokens);
 }
 
 static void response_done(struct server *s, struct conn *c);
@@ -1165,6 +1178,30 @@ static size_t json_text_len(const cJSON *v)
 	return n;
 }
 
+/* --prefix-cache: whether this prompt (the messages or the prompt, as sent) was seen before;
+ * it is remembered now. A table of PREFIX_SLOTS hashes, the oldest overwritten. */
+#define PREFIX_SLOTS 4096
+static bool prefix_cached(struct server *s, const cJSON *body, enum api api)
+{
+	static uint64_t seen[PREFIX_SLOTS];
+	static unsigned next;
+	char *text = cJSON_PrintUnformatted(
+	    cJSON_GetObjectItemCaseSensitive(body, api == API_CHAT ? "messages" : "prompt"));
+	uint64_t h = 1469598103934665603ull;
+
+	(void)s;
+	if (!text)
+		return false;
+	for (const char *p = text; *p; p++)
+		h = (h ^ (unsigned char)*p) * 1099511628211ull;
+	free(text);
+	for (unsigned i = 0; i < PREFIX_SLOTS; i++)
+		if (seen[i] == h)
+			return true;
+	seen[next++ % PREFIX_SLOTS] = h;
+	return false;
+}
+
 /* Fills c->r from the JSON body. Returns a message for a 400 reply, or NULL. */
 static const char *req_parse(struct server *s, struct conn *c, const char *body, size_t len)
 {
@@ -1203,9 +1240,16 @@ static const char *req_parse(struct server *s, struct conn *c, const char *body,
 	}
 	r->prompt_tokens = (unsigned)(prompt_bytes / BYTES_PER_PROMPT_TOKEN);
 	r->prompt_bytes = prompt_bytes;
+	r->prefix = s->o.prefix;
 	v = cJSON_GetObjectItemCaseSensitive(j, "x_prefill_ms");
 	r->prefill_ns = ms_to_ns(cJSON_IsNumber(v) ? v->valuedouble : s->o.prefill_ms);
-	r->prefill_ns += (uint64_t)(s->o.prefill_us_per_byte * (double)prompt_bytes * NS_PER_US);
+	if (s->o.prefix && prefix_cached(s, j, r->api))
+		r->cached_tokens = r->prompt_tokens;
+	else
+		r->prefill_ns +=
+		    (uint64_t)(s->o.prefill_us_per_byte * (double)prompt_bytes * NS_PER_US);
+	if (s->o.prefix)
+		printf("cache port=%u hit=%d\n", c->port, r->cached_tokens > 0), fflush(stdout);
 	v = cJSON_GetObjectItemCaseSensitive(j, "x_token_ms");
 	r->token_ns = ms_to_ns(cJSON_IsNumber(v) ? v->valuedouble : s->o.token_ms);
 	v = cJSON_GetObjectItemCaseSensitive(j, "x_fail");
@@ -1537,7 +1581,7 @@ static void server_accept(struct server *s)
 		}
 		c->fd = fd;
 		c->heap_idx = HEAP_NONE;
-		if (s->o.gpu)
+		if (s->o.gpu || s->o.prefix)
 			c->port = peer_port(fd);
 		c->all_next = s->all;
 		if (s->all)
@@ -2789,6 +2833,10 @@ static void usage(FILE *f)
 	    "  --tokens N               default max_tokens (%d)\n"
 	    "  --prefill-ms MS          delay before the first content frame (0)\n"
 	    "  --prefill-us-per-byte US extra prefill per prompt byte (0)\n"
+	    "  --prefix-cache MODE      a prompt seen before skips its per-byte prefill, all its\n"
+	    "                           tokens cached; usage reports them: report (always),\n"
+	    "                           hide (never), sglang (null for none); prints\n"
+	    "                           'cache port=P hit=0|1' per request\n"
 	    "  --token-ms MS            delay between content frames, 0 = full speed (0)\n"
 	    "  --jitter-ms MS           add uniform 0..MS to each token delay (0)\n"
 	    "  --max-streams N          generate at most N at once, queue the rest (unlimited)\n"
@@ -2848,6 +2896,7 @@ enum {
 	OPT_TOKENS,
 	OPT_PREFILL,
 	OPT_PREFILL_BYTE,
+	OPT_PREFIX_CACHE,
 	OPT_TOKEN,
 	OPT_JITTER,
 	OPT_MAX_STREAMS,
@@ -2881,6 +2930,7 @@ static int opts_parse(struct opts *o, int argc, char **argv)
 		{ "tokens", required_argument, NULL, OPT_TOKENS },
 		{ "prefill-ms", required_argument, NULL, OPT_PREFILL },
 		{ "prefill-us-per-byte", required_argument, NULL, OPT_PREFILL_BYTE },
+		{ "prefix-cache", required_argument, NULL, OPT_PREFIX_CACHE },
 		{ "token-ms", required_argument, NULL, OPT_TOKEN },
 		{ "jitter-ms", required_argument, NULL, OPT_JITTER },
 		{ "max-streams", required_argument, NULL, OPT_MAX_STREAMS },
@@ -2946,6 +2996,13 @@ static int opts_parse(struct opts *o, int argc, char **argv)
 			break;
 		case OPT_PREFILL_BYTE:
 			ok = parse_num(optarg, &o->prefill_us_per_byte);
+			break;
+		case OPT_PREFIX_CACHE:
+			o->prefix = !strcmp(optarg, "report") ? PREFIX_REPORT
+				    : !strcmp(optarg, "hide") ? PREFIX_HIDE
+				    : !strcmp(optarg, "sglang") ? PREFIX_SGLANG
+								 : PREFIX_NONE;
+			ok = o->prefix != PREFIX_NONE;
 			break;
 		case OPT_TOKEN:
 			ok = parse_num(optarg, &o->token_ms);

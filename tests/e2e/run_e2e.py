@@ -258,6 +258,83 @@ def slo_checked(gt, got, lines, errors, server_out):
     return "slo verdicts: " + ", ".join(f"{k} {v}" for k, v in counts.items())
 
 
+# The prefix-cache cases' client: one prompt shared by most requests (the refserver's cache
+# holds it after the first), every 3rd request's its own (a miss); 600 bytes at 100 us per
+# byte: a miss prefills 62 ms, a hit 2 ms.
+CACHE_CLIENT_ARGS = ["-n", "40", "-c", "2", "-k", "4", "--usage", "--max-tokens", "4",
+                     "--token-ms", "2", "--prefill-ms", "2", "--prompt-bytes", "600",
+                     "--unique-prompt-every", "3", "--realtime"]
+
+
+def prefix_cache(mode):
+    """refserver --prefix-cache MODE: its log of hits against each request's cached_tokens, or
+    against tokenscope's guess where the usage does not say."""
+    def argv(work):
+        if not os.access(REFSERVER, os.X_OK):
+            raise CaseFailed(f"{REFSERVER} not built (make)")
+        return [REFSERVER, "--port", "0", "--prefix-cache", mode, "--prefill-us-per-byte",
+                "100"]
+    argv.client_args = CACHE_CLIENT_ARGS
+    argv.lines_check = lambda gt, got, lines, errors, out: cache_checked(mode, got, lines,
+                                                                         errors, out)
+    return argv
+
+
+CACHE_LOG = re.compile(r"cache port=(\d+) hit=([01])")
+
+
+def cache_checked(mode, got, lines, errors, server_out):
+    """Per port, the server's hits in order against tokenscope's requests in arrival order:
+    report: cached_tokens is the prompt's on a hit, 0 on a miss, and no guess; sglang: the
+    same, with null for a miss, which is then guessed; hide: every request guessed, a guess
+    other than unknown right (likely_cached on a hit, cold on a miss), and few unknown."""
+    hits = {}
+    for m in CACHE_LOG.finditer(open(server_out).read()):
+        hits.setdefault(int(m.group(1)), []).append(m.group(2) == "1")
+    _, by_port_t = by_port([], got, peer_port, errors)
+    right = wrong = unknown = 0
+    logged_hits = []  # of the traced requests (the warm-up's ports have none)
+    for port, reqs in sorted(by_port_t.items()):
+        logged = hits.get(port, [])
+        if len(logged) != len(reqs):
+            errors.append(Mismatch(f"port {port}: the server logged {len(logged)} requests, "
+                                   f"tokenscope reports {len(reqs)}"))
+            continue
+        logged_hits += logged
+        for hit, t in zip(logged, reqs):
+            cached, guess = t.get("cached_tokens"), t.get("cache_guess")
+            reported = mode == "report" or (mode == "sglang" and hit)
+            if reported:
+                want = t.get("prompt_tokens") if hit else 0
+                if cached != want or guess is not None:
+                    errors.append(Mismatch(f"port {port}: {'hit' if hit else 'miss'} reported, "
+                                           f"cached_tokens {cached} (want {want}), cache_guess "
+                                           f"{guess}"))
+                continue
+            if cached is not None:
+                errors.append(Mismatch(f"port {port}: not reported, cached_tokens {cached}"))
+            if guess == "unknown":
+                unknown += 1
+            elif guess == ("likely_cached" if hit else "cold"):
+                right += 1
+            else:
+                wrong += 1
+                errors.append(Mismatch(f"port {port}: a {'hit' if hit else 'miss'} guessed "
+                                       f"{guess} (ttft {t.get('ttft_ms')} ms)"))
+    s = ((next((x["summary"] for x in lines if "summary" in x), None) or {})
+         .get("prefix_cache") or {})
+    if mode == "report":
+        want = round(sum(logged_hits) / len(logged_hits), 4) if logged_hits else None
+        if s.get("hit_rate") != want or s.get("reported_requests") != len(logged_hits):
+            errors.append(Mismatch(f"summary prefix_cache {s}: the server hit {want} of "
+                                   f"{len(logged_hits)} prompts (every prompt the same size)"))
+    elif mode == "hide" and (right < len(logged_hits) - 2 * 8 or unknown > 2 * 8):
+        errors.append(Mismatch(f"guesses: {right} right, {wrong} wrong, {unknown} unknown of "
+                               f"{len(logged_hits)}: too few judged"))
+    return (f"{len(logged_hits)} requests, {sum(logged_hits)} hits; guesses {right} right, "
+            f"{wrong} wrong, {unknown} unknown")
+
+
 def abandon(mode):
     """threaded_app --on-disconnect MODE: what the server did after each client left, as its
     log says, against each request's `abandoned` object and the summary's."""
@@ -599,6 +676,12 @@ CASES = {
     # wrote, and what failed, as its own log says.
     "abandon-ignore": abandon("ignore"),
     "abandon-stop": abandon("stop"),
+    # refserver's prefix cache (a prompt seen before skips its per-byte prefill), reporting its
+    # hits as vLLM does with --enable-prompt-tokens-details, as SGLang's cache report does
+    # (null for none), and not at all: tokenscope's guess from prefill time against the log.
+    "cache-report": prefix_cache("report"),
+    "cache-sglang": prefix_cache("sglang"),
+    "cache-hidden": prefix_cache("hide"),
 }
 
 

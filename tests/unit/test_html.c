@@ -181,6 +181,7 @@ TEST(test_page_data)
 	mem = open_memstream(&want, &len);
 	jsonw_begin(&w, mem);
 	summary_json(&w, &p.sum, &loss, true);
+	summary_json_cache(&w, &p.sum);
 	summary_json_abandoned(&w, &p.sum);
 	summary_json_slo(&w, &p.sum, NULL);
 	jsonw_end(&w);

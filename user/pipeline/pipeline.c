@@ -69,6 +69,8 @@ static void pl_request_out(struct pipeline *pl, struct request *r)
 	slo_judge(pl->o.slo, r, &m, &m.slo);
 	gpu_attribute(&pl->gpu, r, &ga);
 	batch_attribute(&pl->gpu, r, &ga);
+	if (!other)
+		m.cache_guess = prefix_guess(&pl->prefix, r, &m, &ga);
 	for (int i = 0; i < pl->nsinks; i++) {
 		const struct sink *sk = &pl->sinks[i];
 

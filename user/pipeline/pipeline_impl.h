@@ -7,6 +7,7 @@
 #define TS_PIPELINE_IMPL_H
 
 #include "pipeline/pipeline.h"
+#include "pipeline/prefix.h"
 
 /* A traced process that has not exited, and where it runs (all "" when unknown). */
 struct pipeline_proc {
@@ -20,6 +21,7 @@ struct pipeline {
 	struct conn_table conns;
 	struct gpu_timeline gpu;
 	struct proxy proxy;	      /* pairs upstream requests with served ones */
+	struct prefix_fits prefix;    /* prefix-cache hits guessed per server (prefix.h) */
 	uint64_t kstats[TS_STAT_MAX]; /* the kernel's counters, refreshed by the loader */
 	uint64_t bad_records;
 	uint64_t lost_seen; /* kernel lost-record count at the last pipeline_kernel_lost() */

@@ -233,6 +233,7 @@ void request_metrics(const struct request *r, struct request_metrics *m)
 		    m->ttft_text_ns = m->socket_wait_ns = -1;
 	m->tok_per_s = m->e2e_ns > 0 && m->tokens > 0 ? m->tokens / (m->e2e_ns / 1e9) : NAN;
 	request_tokens_per_chunk(r, m);
+	m->cache_guess = r->cached_tokens >= 0 ? CACHE_REPORTED : CACHE_UNKNOWN;
 	m->client_gone_ns = m->went_on_ns = -1;
 	if (request_abandoned(r) && r->gone_ns >= r->arrival_ns && !r->joined) {
 		m->client_gone_ns = (int64_t)(r->gone_ns - r->arrival_ns);

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "pipeline/frame.h"
+#include "pipeline/prefix.h"
 #include "pipeline/reqbody.h"
 #include "pipeline/slo.h"
 #include "pipeline/tracectx.h"
@@ -153,6 +154,10 @@ struct request_metrics {
 	 * and how long the server went on (to its last write attempt after that; 0 when it made
 	 * none); -1 otherwise. */
 	int64_t client_gone_ns, went_on_ns;
+	/* Its prefix-cache hit when the server did not report cached_tokens, guessed from its
+	 * prefill time (prefix.h); CACHE_REPORTED when it did. request_metrics sets reported or
+	 * unknown, the pipeline guesses. */
+	enum cache_guess cache_guess;
 	/* Its objectives and their verdicts (slo.h): the pipeline's --slo rules and its head's;
 	 * slo.any false when it had none (request_metrics leaves it so). */
 	struct slo_verdict slo;

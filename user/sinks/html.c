@@ -568,6 +568,7 @@ static void write_data(struct html *h, FILE *f, const struct pipeline_status *st
 	if (h->sum) {
 		jsonw_obj_begin(&w, "summary");
 		summary_json(&w, h->sum, &st->loss, true);
+		summary_json_cache(&w, h->sum);
 		summary_json_abandoned(&w, h->sum);
 		summary_json_slo(&w, h->sum, st->slo);
 		jsonw_obj_end(&w);

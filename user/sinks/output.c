@@ -259,6 +259,9 @@ void output_json(FILE *f, const struct request *r, const struct request_metrics 
 	jsonw_i64(&w, "prompt_bytes", r->prompt_bytes < 0 ? 0 : r->prompt_bytes);
 	i64_or_null(&w, "prompt_tokens", r->prompt_tokens);
 	i64_or_null(&w, "cached_tokens", r->cached_tokens);
+	/* Not reported: a guess from its prefill time (prefix.h), never a count. */
+	jsonw_str(&w, "cache_guess",
+		  m->cache_guess == CACHE_REPORTED ? NULL : cache_guess_name(m->cache_guess));
 	i64_or_null(&w, "reasoning_tokens", r->reasoning_tokens);
 	i64_or_null(&w, "max_tokens", r->info.max_tokens);
 	jsonw_num(&w, "tok_per_s", m->tok_per_s, 2);

@@ -123,6 +123,9 @@ struct prom_series {
 	/* Requests their clients left, and the frames and failed writes the server still made for
 	 * them after that. */
 	uint64_t abandoned, abandoned_frames, abandoned_failed;
+	/* Requests by what is known of their prefix-cache hits (prefix.h), and the prompt tokens
+	 * of those that reported them. */
+	uint64_t cache[CACHE_GUESSES], cache_prompt;
 };
 
 struct prom_gpu_pid {
@@ -265,6 +268,9 @@ static void prom_request(void *ctx, const struct request *r, const struct reques
 		pm->tokens[TOK_INPUT] += r->prompt_tokens;
 	if (r->cached_tokens > 0)
 		pm->tokens[TOK_CACHED] += r->cached_tokens;
+	pm->cache[m->cache_guess]++;
+	if (m->cache_guess == CACHE_REPORTED && r->prompt_tokens > 0)
+		pm->cache_prompt += r->prompt_tokens;
 	if (request_abandoned(r)) {
 		pm->abandoned++;
 		pm->abandoned_frames += r->gone_frames;
@@ -597,6 +603,22 @@ static int render_models(const struct prom *p, FILE *f)
 	for (unsigned int i = 0; i < n; i++)
 		fprintf(f, "tokenscope_preemptions_total{%s} %" PRIu64 "\n", labels[i],
 			ms[i]->preemptions);
+
+	put_header(f, "tokenscope_prefix_cache_requests_total", "counter",
+		   "Finished requests by what is known of their prefix-cache hits: reported "
+		   "(usage's cached_tokens), or guessed from prefill time per prompt token: "
+		   "likely_cached, cold, unknown.");
+	for (unsigned int i = 0; i < n; i++)
+		for (int g = 0; g < CACHE_GUESSES; g++)
+			fprintf(f, "tokenscope_prefix_cache_requests_total{%s,cache=\"%s\"} %" PRIu64
+				   "\n",
+				labels[i], cache_guess_name(g), ms[i]->cache[g]);
+	put_header(f, "tokenscope_prefix_cache_prompt_tokens_total", "counter",
+		   "Prompt tokens of the finished requests that reported cached_tokens: the hit "
+		   "rate is tokenscope_tokens_total{type=\"cached\"} over this.");
+	for (unsigned int i = 0; i < n; i++)
+		fprintf(f, "tokenscope_prefix_cache_prompt_tokens_total{%s} %" PRIu64 "\n",
+			labels[i], ms[i]->cache_prompt);
 
 	put_header(f, "tokenscope_abandoned_requests_total", "counter",
 		   "Finished requests their clients left before the response ended (outcome "

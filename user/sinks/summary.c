@@ -80,6 +80,13 @@ void summary_done(struct summary *s, const struct request *r, const struct reque
 	if (r->end_ns > s->window_end_ns)
 		s->window_end_ns = r->end_ns;
 	slo_tally_add(&s->slo, r->info.model, &m->slo, m->tokens, r->slo_head.bad);
+	if (m->cache_guess == CACHE_REPORTED && r->prompt_tokens >= 0) {
+		s->cache_reported++;
+		s->cache_prompt += (uint64_t)r->prompt_tokens;
+		s->cache_cached += (uint64_t)r->cached_tokens;
+	} else if (m->cache_guess != CACHE_REPORTED) {
+		s->cache_guess[m->cache_guess]++;
+	}
 	if (request_abandoned(r)) {
 		s->abandoned++;
 		s->abandoned_frames += r->gone_frames;
@@ -471,6 +478,47 @@ void summary_print(const struct summary *s, const struct loss_report *loss, cons
 		(unsigned long long)loss->tls_unjoined);
 }
 
+void summary_print_cache(const struct summary *s, FILE *f)
+{
+	uint64_t guessed = s->cache_guess[CACHE_LIKELY] + s->cache_guess[CACHE_COLD];
+
+	if (!s->cache_reported && !guessed)
+		return;
+	fprintf(f, "  prefix cache: ");
+	if (s->cache_reported)
+		fprintf(f, "hit rate %.1f%% (%llu of %llu prompt tokens cached) over the %llu %s",
+			s->cache_prompt ? 100.0 * s->cache_cached / s->cache_prompt : 0.0,
+			(unsigned long long)s->cache_cached, (unsigned long long)s->cache_prompt,
+			(unsigned long long)s->cache_reported,
+			s->cache_reported == 1 ? "request that reports it" : "requests that report it");
+	if (s->cache_reported && guessed)
+		fprintf(f, ";\n        ");
+	if (guessed)
+		fprintf(f, "not reported: %llu likely cached, %llu cold, %llu unknown (from prefill "
+			   "time per prompt token)",
+			(unsigned long long)s->cache_guess[CACHE_LIKELY],
+			(unsigned long long)s->cache_guess[CACHE_COLD],
+			(unsigned long long)s->cache_guess[CACHE_UNKNOWN]);
+	fputc('\n', f);
+}
+
+void summary_json_cache(struct jsonw *w, const struct summary *s)
+{
+	jsonw_obj_begin(w, "prefix_cache");
+	jsonw_u64(w, "reported_requests", s->cache_reported);
+	jsonw_u64(w, "prompt_tokens", s->cache_prompt);
+	jsonw_u64(w, "cached_tokens", s->cache_cached);
+	if (s->cache_prompt)
+		jsonw_num(w, "hit_rate", (double)s->cache_cached / (double)s->cache_prompt, 4);
+	else
+		jsonw_null(w, "hit_rate");
+	jsonw_obj_begin(w, "not_reported");
+	for (int g = CACHE_LIKELY; g < CACHE_GUESSES; g++)
+		jsonw_u64(w, cache_guess_name(g), s->cache_guess[g]);
+	jsonw_obj_end(w);
+	jsonw_obj_end(w);
+}
+
 void summary_print_abandoned(const struct summary *s, FILE *f)
 {
 	if (!s->abandoned)
@@ -820,6 +868,7 @@ static void sums_interval(void *ctx, const struct pipeline_status *st)
 
 	if (s->out) {
 		summary_print(&s->interval, &st->loss, "interval", s->out);
+		summary_print_cache(&s->interval, s->out);
 		summary_print_abandoned(&s->interval, s->out);
 		summary_print_slo(&s->interval, st->slo, s->out);
 		fflush(s->out);
@@ -957,6 +1006,7 @@ void summaries_print_total(const struct summaries *s, const struct pipeline_stat
 	if (!s->out)
 		return;
 	summary_print(&s->total, &st->loss, "summary", s->out);
+	summary_print_cache(&s->total, s->out);
 	summary_print_abandoned(&s->total, s->out);
 	summary_print_slo(&s->total, st->slo, s->out);
 	if (!st->all_requests && st->others.total)
@@ -986,6 +1036,7 @@ static void sums_finish(void *ctx, const struct pipeline_status *st)
 	jsonw_begin(&w, s->json_out);
 	jsonw_obj_begin(&w, "summary");
 	summary_json(&w, &s->total, &st->loss, false);
+	summary_json_cache(&w, &s->total);
 	summary_json_abandoned(&w, &s->total);
 	summary_json_slo(&w, &s->total, st->slo);
 	/* The requests above are inference; these were not (none with --requests all). */

@@ -45,6 +45,10 @@ struct summary {
 	uint64_t abandoned, abandoned_frames, abandoned_bytes, abandoned_failed;
 	uint64_t abandoned_steps, abandoned_steps_known, abandoned_went_on;
 	struct hist went_on;
+	/* Prefix-cache hits: of the requests whose usage said cached_tokens (and prompt_tokens),
+	 * how many, their prompt and cached tokens; the others' guesses (prefix.h). */
+	uint64_t cache_reported, cache_prompt, cache_cached;
+	uint64_t cache_guess[CACHE_GUESSES];
 	/* The requests' objectives (slo.h): attainment per objective and model, goodput. */
 	struct slo_tally slo;
 };
@@ -59,6 +63,10 @@ struct gpu_attribution;
  * steps that ran after its client left. */
 void summary_gpu(struct summary *s, const struct request *r, const struct gpu_attribution *ga);
 struct jsonw;
+/* The prefix cache's line (nothing when no request said or could be guessed), and the same as
+ * JSON (key "prefix_cache"). */
+void summary_print_cache(const struct summary *s, FILE *f);
+void summary_json_cache(struct jsonw *w, const struct summary *s);
 /* The abandoned requests' line (nothing when none), and the same as JSON (key "abandoned"). */
 void summary_print_abandoned(const struct summary *s, FILE *f);
 void summary_json_abandoned(struct jsonw *w, const struct summary *s);
