@@ -122,10 +122,18 @@ struct opts {
 	struct {
 		unsigned every;
 		char line[256];
-	} every_header[4];
+	} every_header[8];
 	unsigned nevery_headers;
 	/* --unique-prompt-every: every M-th request's prompt is its own (the others share one) */
 	unsigned unique_every;
+	/* --body-every 'M:KEY=VALUE': a top-level string member on every M-th request's body */
+	struct {
+		unsigned every;
+		char key[64], value[128];
+	} body_field[4];
+	unsigned nbody_fields;
+	/* --unique-header NAME: NAME: v<id> on every HTTP/1.1 request, a value each (hostile) */
+	const char *unique_header;
 };
 
 struct dbuf {
@@ -628,6 +636,10 @@ static char *body_build(const struct shared *sh, unsigned id, bool *stream)
 		cJSON_AddNumberToObject(j, "x_prefill_ms", o->slow_prefill_ms);
 	else if (o->prefill_ms >= 0)
 		cJSON_AddNumberToObject(j, "x_prefill_ms", o->prefill_ms);
+	for (unsigned i = 0; i < o->nbody_fields; i++)
+		if ((id + 1) % o->body_field[i].every == 0 &&
+		    !cJSON_GetObjectItemCaseSensitive(j, o->body_field[i].key))
+			cJSON_AddStringToObject(j, o->body_field[i].key, o->body_field[i].value);
 	if (o->http_error_every && (id + 1) % o->http_error_every == 0)
 		cJSON_AddStringToObject(j, "x_fail", "http");
 	else if (o->stream_error_every && (id + 1) % o->stream_error_every == 0)
@@ -1130,11 +1142,15 @@ static void request_run(struct shared *sh, struct link *l, struct resp *r, struc
 	for (unsigned i = 0; i < o->nevery_headers; i++)
 		if ((res->id + 1) % o->every_header[i].every == 0)
 			strcat(every, o->every_header[i].line);
+	char unique[160] = "";
+
+	if (o->unique_header)
+		snprintf(unique, sizeof(unique), "%s: v%u\r\n", o->unique_header, res->id);
 	n = asprintf(
 	    &req,
-	    "POST %s HTTP/1.1\r\nHost: %s:%d\r\nUser-Agent: gtclient\r\n%s%s"
+	    "POST %s HTTP/1.1\r\nHost: %s:%d\r\nUser-Agent: gtclient\r\n%s%s%s"
 	    "Content-Type: application/json\r\nAccept: %s\r\nContent-Length: %zu\r\n\r\n%s",
-	    o->path, o->host, o->port, o->headers, every,
+	    o->path, o->host, o->port, o->headers, every, unique,
 	    o->ndjson ? "application/x-ndjson" : "text/event-stream", strlen(body), body);
 	free(body);
 	if (n < 0) {
@@ -1373,11 +1389,14 @@ static void usage(FILE *f)
 	    "                          message is a frame, grpc-status the outcome\n"
 	    "  --header 'NAME: VALUE'  add this header to every HTTP/1.1 request (repeatable):\n"
 	    "                          a gateway's routing headers\n"
-	    "  --header-every 'M:NAME: VALUE'  ...on every M-th request only (up to 4)\n"
+	    "  --header-every 'M:NAME: VALUE'  ...on every M-th request only (up to 8)\n"
 	    "  --slow-every M          every M-th request sends x_prefill_ms...\n"
 	    "  --slow-prefill-ms MS    ...of MS instead (a request slowed on purpose)\n"
 	    "  --unique-prompt-every M every M-th request's prompt is its own; the others\n"
 	    "                          share one (a prefix cache's hits)\n"
+	    "  --body-every 'M:KEY=VALUE'  a string member KEY on every M-th request's body\n"
+	    "                          (up to 4; the first given for a KEY wins)\n"
+	    "  --unique-header NAME    NAME: v<id> on every HTTP/1.1 request (a hostile tenant)\n"
 	    "\n"
 	    "Examples:\n"
 	    "  gtclient --port 8000 -n 100 -c 4 -k 5 --usage\n"
@@ -1413,6 +1432,8 @@ enum {
 	OPT_HEADER_EVERY,
 	OPT_SLOW_EVERY,
 	OPT_UNIQUE_EVERY,
+	OPT_BODY_EVERY,
+	OPT_UNIQUE_HEADER,
 	OPT_SLOW_PREFILL,
 };
 
@@ -1462,6 +1483,8 @@ static int opts_parse(struct opts *o, int argc, char **argv)
 		{ "header-every", required_argument, NULL, OPT_HEADER_EVERY },
 		{ "slow-every", required_argument, NULL, OPT_SLOW_EVERY },
 		{ "unique-prompt-every", required_argument, NULL, OPT_UNIQUE_EVERY },
+		{ "body-every", required_argument, NULL, OPT_BODY_EVERY },
+		{ "unique-header", required_argument, NULL, OPT_UNIQUE_HEADER },
 		{ "slow-prefill-ms", required_argument, NULL, OPT_SLOW_PREFILL },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
@@ -1594,6 +1617,28 @@ static int opts_parse(struct opts *o, int argc, char **argv)
 			break;
 		case OPT_UNIQUE_EVERY:
 			ok = parse_uint(optarg, 1, &o->unique_every);
+			break;
+		case OPT_BODY_EVERY: {
+			char *colon = strchr(optarg, ':'), *eq = colon ? strchr(colon, '=') : NULL;
+			unsigned long m = strtoul(optarg, NULL, 10);
+			unsigned k = o->nbody_fields;
+
+			ok = colon && eq && m && k < sizeof(o->body_field) / sizeof(o->body_field[0]) &&
+			     (size_t)(eq - colon - 1) < sizeof(o->body_field[0].key) &&
+			     strlen(eq + 1) < sizeof(o->body_field[0].value);
+			if (ok) {
+				o->body_field[k].every = (unsigned)m;
+				snprintf(o->body_field[k].key, sizeof(o->body_field[k].key), "%.*s",
+					 (int)(eq - colon - 1), colon + 1);
+				snprintf(o->body_field[k].value, sizeof(o->body_field[k].value), "%s",
+					 eq + 1);
+				o->nbody_fields++;
+			}
+			break;
+		}
+		case OPT_UNIQUE_HEADER:
+			o->unique_header = optarg;
+			ok = !strpbrk(optarg, ": \r\n") && strlen(optarg) < 100;
 			break;
 		case OPT_SLOW_PREFILL:
 			ok = parse_double(optarg, &o->slow_prefill_ms);

@@ -22,7 +22,21 @@ CLIENT_EXTRA = ["--slow-every", str(SLOW_EVERY), "--slow-prefill-ms", str(SLOW_P
 for _every, (_name, _metric, _limit) in HEADERS.items():
     CLIENT_EXTRA += ["--header-every", f"{_every}:{_name}: {_limit:g}"]
 CLIENT_EXTRA += ["--header-every", f"{BAD_HEADER_EVERY}:x-llm-d-slo-ttft-ms: soon"]
-TRACE_EXTRA = ["--slo", SLO_FLAG]
+# Tenants from a header (the first of a repeated one kept) and a user from the body.
+TENANTS = [(2, "acme"), (5, "globex")]
+USER_EVERY, USER = 3, "u3"
+for _every, _tenant in TENANTS:
+    CLIENT_EXTRA += ["--header-every", f"{_every}:X-Tenant-Id: {_tenant}"]
+CLIENT_EXTRA += ["--body-every", f"{USER_EVERY}:user={USER}"]
+TRACE_EXTRA = ["--slo", SLO_FLAG, "--label", "tenant=header:X-Tenant-Id",
+               "--label", "user=body:user"]
+
+
+def labels(client):
+    """The labels a request must carry, by its id."""
+    n = client["id"] + 1
+    tenant = next((t for every, t in TENANTS if n % every == 0), None)
+    return {"tenant": tenant, "user": USER if n % USER_EVERY == 0 else None}
 
 
 def objectives(client):
@@ -88,6 +102,8 @@ def check_pair(c, t):
                        f"({client_figures(c)[k]} ms against {limit:g})")
     if slo.get("result") != overall:
         out.append(f"overall {slo.get('result')}, expected {overall}")
+    if t.get("labels") != labels(c):
+        out.append(f"labels {t.get('labels')}, the client sent {labels(c)}")
     return out
 
 
@@ -121,6 +137,16 @@ def check_summary(gt, summary):
     want = round(counts["all"]["met"] / judged, 4) if judged else None
     if (slo.get("attainment") or {}).get("all") != want:
         out.append(f"summary attainment {slo.get('attainment')}, expected all {want}")
+    by_tenant = {}
+    for c in gt:
+        _, overall = expected(c)
+        k = labels(c)["tenant"] or ""
+        d = by_tenant.setdefault(k, {"met": 0, "missed": 0, "unknown": 0, "aborted": 0})
+        d[overall] += 1
+    got = {x.get("value"): (x.get("counts") or {}).get("all")
+           for x in (slo.get("by_label") or {}).get("tenant", [])}
+    if got != by_tenant:
+        out.append(f"summary by tenant {got}, the client's figures give {by_tenant}")
     if not counts["all"]["met"] or not counts["all"]["missed"]:
         out.append(f"the mix must give both met and missed requests: {counts['all']}")
     return out

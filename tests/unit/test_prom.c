@@ -896,6 +896,66 @@ out:
 	prom_free(p);
 }
 
+/* --label: 10,000 distinct values from one hostile client stay "other" (each seen once); two
+ * real tenants, seen twice, get their own series from their second request; the label sets
+ * stay within the cap, and the in-flight gauge has the label empty. */
+TEST(test_request_label_cap)
+{
+	const struct req_spec q = { "m", OUTCOME_OK, 0, NULL, 0, 1, -1, -1, -1 };
+	struct req_label_set set = { 0 };
+	struct prom *p = prom_new(NULL, NULL);
+	char msg[256], *t = NULL;
+	struct sink s;
+
+	if (!ASSERT_OK_PTR(p, "prom_new"))
+		return;
+	req_labels_parse(&set, "tenant=header:X-Tenant-Id", msg, sizeof(msg));
+	if (!ASSERT_OK(prom_set_labels(p, &set, 3), "labels"))
+		goto out;
+	s = prom_sink(p);
+	for (int i = 0; i < 10000; i++) {
+		char v[32];
+		struct request *r = new_request("m", 1, NULL), *one;
+		struct request_metrics m;
+		struct gpu_attribution none = { -1, -1, -1, -1, -1, "none", -1, -1, NULL,
+						.has_steps = false };
+
+		snprintf(v, sizeof(v), "hostile-%d", i);
+		/* Every 100th, a real tenant's request (two tenants, alternately). */
+		if (i % 100 == 0)
+			snprintf(v, sizeof(v), "%s", i % 200 ? "acme" : "globex");
+		r->labels.spec = &set;
+		r->labels.set[0] = true;
+		snprintf(r->labels.v[0], sizeof(r->labels.v[0]), "%s", v);
+		one = r;
+		s.request_start(s.ctx, one);
+		r->outcome = q.outcome;
+		r->arrival_ns = BASE;
+		r->end_ns = BASE + MS;
+		request_metrics(r, &m);
+		s.request(s.ctx, r, &m, &none);
+		request_free(r);
+	}
+	t = render(p);
+	if (!t)
+		goto out;
+	/* acme and globex: 50 requests each, the first of each under "other" */
+	ASSERT_LINE(t, "tokenscope_requests_total{model=\"m\",role=\"server\",tenant=\"acme\","
+		       "outcome=\"ok\"} 49");
+	ASSERT_LINE(t, "tokenscope_requests_total{model=\"m\",role=\"server\",tenant=\"globex\","
+		       "outcome=\"ok\"} 49");
+	ASSERT_LINE(t, "tokenscope_requests_total{model=\"m\",role=\"server\",tenant=\"other\","
+		       "outcome=\"ok\"} 9902");
+	ASSERT_LINE(t, "tokenscope_label_other_requests_total{label=\"tenant\"} 9902");
+	ASSERT_LINE(t, "tokenscope_streams_in_flight{model=\"m\",role=\"server\",tenant=\"\"} 0");
+	ASSERT_EQ(count_lines_starting(t, "tokenscope_requests_total{") / OUTCOME_MAX, 4,
+		  "label sets: acme, globex, other, and the in-flight gauge's");
+	ASSERT_FALSE(strstr(t, "hostile"), "no hostile value named");
+out:
+	free(t);
+	prom_free(p);
+}
+
 struct published {
 	int n;
 	char *last;

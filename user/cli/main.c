@@ -91,6 +91,8 @@ enum {
 	OPT_NO_POD_LABELS,
 	OPT_SELF_STATS,
 	OPT_SLO,
+	OPT_LABEL,
+	OPT_LABEL_TOP,
 };
 
 static const struct argp_option trace_options[] = {
@@ -143,6 +145,15 @@ static const struct argp_option trace_options[] = {
 	{ "slo", OPT_SLO, "SLO", 0,
 	  "Judge every request on these objectives, e.g. 'ttft<=2s,tpot<=80ms,e2e<=30s' or "
 	  "'model=llama*:ttft<=1s' (repeatable); llm-d's x-llm-d-slo-* headers override them",
+	  0 },
+	{ "label", OPT_LABEL, "NAME=SRC", 0,
+	  "A request label from a header ('tenant=header:X-Tenant-Id') or a body value "
+	  "('user=body:user', a dotted path; never a prompt field): in JSON and OTLP, a "
+	  "Prometheus label, and the SLO lines split by it (repeatable, up to 4)",
+	  0 },
+	{ "label-top", OPT_LABEL_TOP, "K", 0,
+	  "--label: values kept per label in Prometheus, those first seen on 2 requests; the "
+	  "rest are 'other' (default 20)",
 	  0 },
 	{ "otlp", OPT_OTLP, "URL", 0,
 	  "Send OpenTelemetry spans to an OTLP/HTTP collector (http[s]://host:4318/v1/traces), "
@@ -340,6 +351,21 @@ static bool parse_shared(int key, char *arg, struct argp_state *state, const str
 
 		if (slo_parse(&ex->slo, arg, msg, sizeof(msg)))
 			argp_error(state, "%s", msg);
+		return true;
+	}
+	case OPT_LABEL: {
+		char msg[512];
+
+		if (req_labels_parse(&ex->labels, arg, msg, sizeof(msg)))
+			argp_error(state, "%s", msg);
+		return true;
+	}
+	case OPT_LABEL_TOP: {
+		unsigned long k;
+
+		if (parse_ulong(arg, 1000, &k) || !k)
+			argp_error(state, "invalid --label-top '%s' (1..1000)", arg);
+		ex->label_top = (uint32_t)k;
 		return true;
 	}
 	}
@@ -672,6 +698,9 @@ static const struct argp_option report_options[] = {
 	  "With --prometheus: a pid label on the request metrics", 0 },
 	{ "slo", OPT_SLO, "SLO", 0,
 	  "Judge every request on these objectives, e.g. 'ttft<=2s,tpot<=80ms' (see trace)", 0 },
+	{ "label", OPT_LABEL, "NAME=SRC", 0,
+	  "A request label from a header or the body (see trace)", 0 },
+	{ "label-top", OPT_LABEL_TOP, "K", 0, "--label: values kept per label (default 20)", 0 },
 	{ "alert", OPT_ALERT, "RULE", 0, "Evaluate an alert rule over the recording", 0 },
 	{ "alert-exec", OPT_ALERT_EXEC, "CMD", 0, "Run CMD when an alert fires or resolves", 0 },
 	{ "otlp", OPT_OTLP, "URL", 0,

@@ -72,6 +72,8 @@ struct conn_table {
 	struct conn_sink sink;
 	struct conn_stats stats;
 	struct budget budget; /* what the connections' parsers hold, together */
+	/* --label: what the request parsers take from heads and bodies; NULL: none */
+	const struct req_label_set *labels;
 };
 
 /* A stream frame of r's response (request_add_frame), told to the sink when it was content. */

@@ -114,6 +114,8 @@ static void req_on_head(void *ctx, const struct http_head *hd, uint64_t ts)
 	/* Of the head, only these header values are kept. */
 	r->trace = hd->trace;
 	r->slo_head = hd->slo;
+	r->labels = hd->labels;
+	r->labels.spec = h->t->labels;
 	if (h->ends)
 		r->ends = *h->ends;
 	r->prompt_bytes = hd->content_length >= 0 ? hd->content_length : 0;
@@ -158,6 +160,8 @@ static void req_on_end(void *ctx, uint64_t ts)
 	r->request_uncaptured += h->body.dropped;
 	if (h->body.len)
 		reqbody_parse(h->body.p, h->body.len, total, &r->info);
+	if (h->body.len && h->body.len == total)
+		req_labels_body(h->t->labels, &r->labels, h->body.p, h->body.len);
 	/* The prompt was only needed for its structure. */
 	if (h->body.p)
 		memset(h->body.p, 0, h->body.len);
@@ -327,6 +331,7 @@ static void h1_feed_req(struct h1conn *h, const uint8_t *p, size_t n, uint64_t t
 		http_free(&h->req);
 		http_init(&h->req, HTTP_DIR_REQUEST, &req_callbacks, h);
 		http_set_budget(&h->req, &h->t->budget);
+		http_set_labels(&h->req, h->t->labels);
 		h->in_sync = true;
 	}
 	/* A server's request reached its socket before it read it; a client's is its own write. */

@@ -183,7 +183,7 @@ static int64_t h2_decimal(const uint8_t *s, size_t n)
 
 /* Field names arrive lower-cased (HTTP/2 requires it; a block that breaks the rule only loses
  * the field). */
-static void h2_field(struct h2_head *h, const nghttp2_nv *nv)
+static void h2_field(struct h2_head *h, const nghttp2_nv *nv, const struct req_label_set *labels)
 {
 	if (h2_name_is(nv, ":method")) {
 		h2_copy(h->method, sizeof(h->method), nv->value, nv->valuelen);
@@ -205,8 +205,11 @@ static void h2_field(struct h2_head *h, const nghttp2_nv *nv)
 	} else {
 		if (!tracectx_field(&h->trace, (const char *)nv->name, nv->namelen,
 				    (const char *)nv->value, nv->valuelen))
-			slo_head_field(&h->slo, (const char *)nv->name, nv->namelen,
-				       (const char *)nv->value, nv->valuelen);
+			if (!slo_head_field(&h->slo, (const char *)nv->name, nv->namelen,
+					    (const char *)nv->value, nv->valuelen))
+				req_labels_header(labels, &h->labels, (const char *)nv->name,
+						  nv->namelen, (const char *)nv->value,
+						  nv->valuelen);
 	}
 }
 
@@ -223,7 +226,7 @@ static int h2_inflate(struct h2_parser *p, const uint8_t *in, size_t n, bool fin
 		in += used;
 		n -= (size_t)used;
 		if ((flags & NGHTTP2_HD_INFLATE_EMIT) && !p->block_promise)
-			h2_field(&p->head, &nv);
+			h2_field(&p->head, &nv, p->labels);
 		if (flags & NGHTTP2_HD_INFLATE_FINAL) {
 			nghttp2_hd_inflate_end_headers(p->inflater);
 			return 0;

@@ -25,6 +25,7 @@
 #include <nghttp2/nghttp2.h>
 
 #include "pipeline/budget.h"
+#include "pipeline/labels.h"
 #include "pipeline/slo.h"
 #include "pipeline/tracectx.h"
 
@@ -61,6 +62,7 @@ struct h2_head {
 	int grpc_status;	/* grpc-status (trailers), -1 if absent */
 	struct trace_ctx trace; /* traceparent, tracestate, x-request-id */
 	struct slo_head slo;	/* llm-d's objectives (slo.h) */
+	struct req_labels labels; /* the --label header fields' values */
 };
 
 struct h2_callbacks {
@@ -117,6 +119,7 @@ struct h2_parser {
 	uint32_t pending_table_max; /* a bound that came while a block was open */
 	uint64_t last_ts;	    /* ts of the latest feed, for a frame that a gap completes */
 	struct budget *budget;	    /* charged for the inflater's memory; NULL: unlimited */
+	const struct req_label_set *labels; /* the header fields --label takes; NULL: none */
 	/* counters */
 	uint64_t frames, header_blocks;
 	int error; /* why it desynced: a negative errno-style code, 0 while in sync */

@@ -178,6 +178,8 @@ static void req_end(struct h2s *s, uint64_t ts)
 	if (s->body.len)
 		reqbody_parse(s->body.p, s->body.len,
 			      s->body.len + s->body.dropped + r->request_uncaptured, &r->info);
+	if (s->body.len && !s->body.dropped && !r->request_uncaptured)
+		req_labels_body(h->t->labels, &r->labels, s->body.p, s->body.len);
 	if (s->body.p)
 		memset(s->body.p, 0, s->body.len);
 	buf_reset(&s->body, &h->t->budget);
@@ -220,6 +222,8 @@ static void req_on_headers(void *ctx, uint32_t id, const struct h2_head *hd, boo
 		/* Of the header block, only these header values are kept. */
 		r->trace = hd->trace;
 		r->slo_head = hd->slo;
+		r->labels = hd->labels;
+		r->labels.spec = h->t->labels;
 		if (h->ends)
 			r->ends = *h->ends;
 		s->next = h->streams;
@@ -471,6 +475,7 @@ struct h2conn *h2conn_new(struct conn_table *t, uint32_t pid, uint64_t conn_id, 
 		free(h);
 		return NULL;
 	}
+	h->req.labels = t->labels;
 	return h;
 }
 

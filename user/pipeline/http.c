@@ -47,6 +47,11 @@ void http_set_budget(struct http_parser *p, struct budget *b)
 	p->budget = b;
 }
 
+void http_set_labels(struct http_parser *p, const struct req_label_set *labels)
+{
+	p->labels = labels;
+}
+
 void http_init(struct http_parser *p, enum http_dir dir, const struct http_callbacks *cb, void *ctx)
 {
 	memset(p, 0, offsetof(struct http_parser, hb));
@@ -234,8 +239,9 @@ static int http_header(struct http_parser *p, struct http_head_flags *fl, const 
 	} else if (http_eq(name, nlen, "content-type")) {
 		http_media_type(h->content_type, sizeof(h->content_type), val, vlen);
 	} else if (p->dir == HTTP_DIR_REQUEST) {
-		if (!tracectx_field(&h->trace, name, nlen, val, vlen))
-			slo_head_field(&h->slo, name, nlen, val, vlen);
+		if (!tracectx_field(&h->trace, name, nlen, val, vlen) &&
+		    !slo_head_field(&h->slo, name, nlen, val, vlen))
+			req_labels_header(p->labels, &h->labels, name, nlen, val, vlen);
 	}
 	return 0;
 }

@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "pipeline/budget.h"
+#include "pipeline/labels.h"
 #include "pipeline/slo.h"
 #include "pipeline/tracectx.h"
 
@@ -44,6 +45,7 @@ struct http_head {
 	bool upgrade_h2c;	/* an Upgrade header naming h2c (HTTP/2 over cleartext) */
 	struct trace_ctx trace; /* requests: traceparent, tracestate, x-request-id */
 	struct slo_head slo;	/* requests: llm-d's objectives (slo.h) */
+	struct req_labels labels; /* requests: the --label head fields' values */
 };
 
 struct http_callbacks {
@@ -86,6 +88,7 @@ struct http_parser {
 	size_t head_len;
 	size_t upgraded_at; /* HTTP_ST_UPGRADED: bytes of the feed that held the 101's head end */
 	struct budget *budget; /* charged for the head buffer; NULL: unlimited (http_set_budget) */
+	const struct req_label_set *labels; /* requests: the head fields --label takes */
 	/* Allocated when a head starts and freed when it ends: an idle keep-alive connection holds
 	 * none, and a connection mid-body holds no head fields either. */
 	struct http_head_buf *hb;
@@ -114,6 +117,8 @@ void http_free(struct http_parser *p);
 /* Charges the head buffer to b from now on (after http_init, which clears it). A head that
  * finds b spent is -EPROTO: it cannot be followed. */
 void http_set_budget(struct http_parser *p, struct budget *b);
+/* The head fields of requests that --label takes (labels.h); NULL: none. */
+void http_set_labels(struct http_parser *p, const struct req_label_set *labels);
 /* 0, or -EPROTO: not HTTP / desynced (then every later call is -EPROTO too) */
 int http_feed(struct http_parser *p, const uint8_t *buf, size_t len, uint64_t ts);
 /* len bytes lost at the current position */

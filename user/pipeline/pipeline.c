@@ -207,7 +207,10 @@ int pipeline_init(struct pipeline *pl, const struct pipeline_opts *o)
 	proxy_init(&pl->proxy);
 	if (gpu_init(&pl->gpu))
 		return -ENOMEM;
-	return conn_table_init(&pl->conns, &sink);
+	if (conn_table_init(&pl->conns, &sink))
+		return -ENOMEM;
+	pl->conns.labels = o->labels && o->labels->n ? o->labels : NULL;
+	return 0;
 }
 
 void pipeline_free(struct pipeline *pl)

@@ -19,6 +19,7 @@
 #include "pipeline/sink.h"
 
 struct slo_rules;
+struct req_label_set;
 
 struct pipeline_opts {
 	bool verbose; /* report every traced process's fork and exit */
@@ -26,6 +27,9 @@ struct pipeline_opts {
 	/* --slo's objectives (slo.h), judged on every finished request; NULL: none (a request's
 	 * own head may still state some). Must outlive the pipeline. */
 	const struct slo_rules *slo;
+	/* --label: what requests carry from their heads and bodies (labels.h); NULL: none. Must
+	 * outlive the pipeline. */
+	const struct req_label_set *labels;
 };
 
 /*

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "pipeline/frame.h"
+#include "pipeline/labels.h"
 #include "pipeline/prefix.h"
 #include "pipeline/reqbody.h"
 #include "pipeline/slo.h"
@@ -75,6 +76,7 @@ struct request {
 	struct req_info info;	     /* model, stream, max_tokens, join keys from the body */
 	struct trace_ctx trace;	     /* traceparent, tracestate, x-request-id of its head */
 	struct slo_head slo_head;    /* the objectives its head states (llm-d's headers) */
+	struct req_labels labels;    /* its --label values, from its head and body */
 	int64_t prompt_bytes;	     /* request body length */
 	uint64_t request_uncaptured; /* body bytes not captured (model may be unknown) */
 

@@ -102,7 +102,7 @@ void slo_judge(const struct slo_rules *rs, const struct request *r,
  */
 #define SLO_TALLY_MODELS 8
 #define SLO_TALLY_MODEL_MAX 64
-#define SLO_TALLY_OTHER "(other models)"
+#define SLO_TALLY_OTHER "(others)"
 
 struct slo_counts {
 	uint64_t n[SLO_METRICS + 1][SLO_RESULTS]; /* [SLO_METRICS]: overall */

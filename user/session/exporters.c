@@ -96,6 +96,9 @@ int exporters_start(struct exporters *x, const struct export_opts *eo, struct pi
 		x->print_prometheus = eo->prometheus;
 		prom_set_by_process(x->prom, eo->by_process);
 		prom_set_pod_labels(x->prom, !eo->no_pod_labels);
+		x->labels = eo->labels;
+		if (prom_set_labels(x->prom, &x->labels, eo->label_top))
+			return -ENOMEM;
 		if (x->alerts_on)
 			prom_set_extra(x->prom, alert_render_prom, &x->alerts);
 		sink = prom_sink(x->prom);

@@ -34,6 +34,10 @@ struct export_opts {
 	/* --slo: the objectives every request is judged on (the pipeline's, slo.h); the sinks
 	 * see the verdicts in request_metrics. */
 	struct slo_rules slo;
+	/* --label: values requests carry (labels.h); JSON and OTLP show them, Prometheus and
+	 * the summary's SLO lines split by them. label_top: Prometheus values kept per label. */
+	struct req_label_set labels;
+	uint32_t label_top;
 	bool json; /* the summary (and the exporters' counters) go to stderr */
 	bool top;  /* tokenscope top: its frames show the GPU samples */
 	/* report: records are replayed faster than they happened, so the trace exporter waits
@@ -56,6 +60,7 @@ struct nvml_usage;
 struct exporters {
 	struct httpd *httpd;
 	struct prom *prom;
+	struct req_label_set labels; /* --label, as the metrics' labels (a copy: they outlive eo) */
 	struct timeline tl;
 	bool tl_open;
 	const char *tl_path;

@@ -34,6 +34,7 @@ int session_start(struct session *s, const struct session_opts *o, uint64_t orig
 	session_streams(s);
 	po.err = s->err;
 	po.slo = &s->o.ex.slo;
+	po.labels = &s->o.ex.labels;
 	s->pl = pipeline_new(&po);
 	if (!s->pl)
 		return -ENOMEM;

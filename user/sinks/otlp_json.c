@@ -303,6 +303,14 @@ static void put_span(const struct otlp_resource *o, struct jsonw *w, const struc
 	}
 	attr_disagg(w, &s->disagg);
 	attr_slo(w, &s->slo);
+	for (uint32_t i = 0; s->labels.spec && i < s->labels.spec->n; i++) {
+		char key[64];
+
+		if (!s->labels.set[i])
+			continue;
+		snprintf(key, sizeof(key), "tokenscope.label.%s", s->labels.spec->l[i].name);
+		attr_str(w, key, s->labels.v[i]);
+	}
 	if (s->preemptions) {
 		attr_int(w, "tokenscope.preemptions", s->preemptions);
 		attr_int(w, "tokenscope.preempted_ns", s->preempted_ns);

@@ -212,7 +212,9 @@ uint64_t otlp_span_cost(const struct otlp_span *s)
 			      strlen(d->remote_host) + strlen(d->bootstrap_host)) +
 			 (s->forwarded || s->request_id[0] || reqbody_has_disagg(d) ? 12 : 0) *
 			     OTLP_TRAFFIC_KEY_BYTES +
-			 (s->slo.any ? 1 + 3 * SLO_METRICS : 0) * OTLP_TRAFFIC_KEY_BYTES;
+			 (s->slo.any ? 1 + 3 * SLO_METRICS : 0) * OTLP_TRAFFIC_KEY_BYTES +
+			 (s->labels.spec ? s->labels.spec->n : 0) *
+			     (OTLP_TRAFFIC_KEY_BYTES + 2 * REQ_LABEL_VALUE_MAX);
 
 	return OTLP_SPAN_BYTES + extra +
 	       (uint64_t)(s->ntokens + 2 + 2 * s->npreempt) * OTLP_EVENT_BYTES;
@@ -282,6 +284,7 @@ struct otlp_span *otlp_span_new(struct otlp_rng *g, const struct request *r,
 	s->max_tokens = r->info.max_tokens;
 	s->anomaly = anomaly;
 	s->slo = m->slo;
+	s->labels = r->labels;
 	s->ntokens = keep;
 	s->dropped_events = anomaly ? r->ntokens - keep : 0;
 	if (keep)

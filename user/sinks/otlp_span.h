@@ -74,6 +74,7 @@ struct otlp_span {
 	uint32_t pid, seq;
 	enum otlp_kept kept;
 	struct slo_verdict slo; /* its objectives and verdicts (slo.any false: none) */
+	struct req_labels labels; /* its --label values (labels.spec NULL: none asked for) */
 	struct workload wl; /* where its process runs: the span's resource */
 	char conn[112], method[16], path[256], model[128];
 	char error_reason[FRAME_REASON_MAX]; /* a stream error's (request.h) */

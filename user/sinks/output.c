@@ -16,6 +16,17 @@ static void ms_or_null(struct jsonw *w, const char *key, int64_t ns)
 		jsonw_num(w, key, ns / 1e6, 3);
 }
 
+/* --label: {"NAME":"value" or null, ...}; absent when no label was asked for. */
+static void json_labels(struct jsonw *w, const struct req_labels *l)
+{
+	if (!l->spec)
+		return;
+	jsonw_obj_begin(w, "labels");
+	for (uint32_t i = 0; i < l->spec->n; i++)
+		jsonw_str(w, l->spec->l[i].name, l->set[i] ? l->v[i] : NULL);
+	jsonw_obj_end(w);
+}
+
 /* The request's objectives and verdicts (slo.h): {"ttft":{"limit_ms","from","result"},...,
  * "result"}; only when it had an objective. */
 static void json_slo(struct jsonw *w, const struct slo_verdict *v)
@@ -268,6 +279,7 @@ void output_json(FILE *f, const struct request *r, const struct request_metrics 
 	jsonw_u64(&w, "lost_bytes", r->lost_bytes);
 	jsonw_u64(&w, "dropped_frames", r->dropped_frames);
 	json_disagg(&w, &r->info.disagg);
+	json_labels(&w, &r->labels);
 	json_slo(&w, &m->slo);
 	json_abandoned(&w, r, m, ga);
 	/* A proxy's two sides (proxy.h): a served request's upstream, an upstream's served one. */

@@ -111,6 +111,8 @@ struct prom_series {
 	/* its pod's, "" outside a pod or without prom_set_pod_labels */
 	char k8s_namespace[NAMESPACE_MAX], k8s_pod[POD_MAX];
 	bool client; /* requests the process made to an upstream (role="client") */
+	/* --label values, capped (prom_set_labels); "" for none, and in the in-flight gauge */
+	char lv[REQ_LABELS_MAX][REQ_LABEL_VALUE_MAX];
 	struct phist h[PH_MAX];
 	uint64_t requests[OUTCOME_MAX];
 	uint64_t tokens[TOK_MAX];
@@ -166,6 +168,20 @@ struct prom {
 	void (*extra)(void *ctx, FILE *f);
 	void *extra_ctx;
 	bool slo_seen;		    /* a request had an objective: the SLO families are shown */
+	/* --label: the labels, and per label the values with series of their own and the
+	 * values waiting for their second request (oldest replaced) */
+	const struct req_label_set *labels;
+	uint32_t label_top;
+	struct prom_label_values {
+		char (*named)[REQ_LABEL_VALUE_MAX];
+		uint32_t nnamed;
+		struct {
+			char v[REQ_LABEL_VALUE_MAX];
+			uint32_t n;
+		} cand[PROM_LABEL_CANDIDATES];
+		uint32_t next_cand;
+		uint64_t other; /* requests whose value was "other" */
+	} *lvals; /* REQ_LABELS_MAX of them, with labels */
 	bool dirty;		    /* something changed since the last snapshot */
 	uint64_t rendered_ns;	    /* kernel time of the last snapshot */
 	uint64_t prev_tick_ns;	    /* kernel time at the previous tick */
@@ -186,10 +202,56 @@ static void phist_add(struct phist *h, const struct bounds *b, uint64_t ns)
 	h->sum_ns += ns;
 }
 
+/* The value label i shows for v: v once it has a series of its own, else "other"; a value
+ * seen for the PROM_LABEL_PROMOTE-th time gets one while there is room. */
+static const char *label_value(struct prom *p, uint32_t i, const char *v)
+{
+	struct prom_label_values *lv = &p->lvals[i];
+
+	for (uint32_t k = 0; k < lv->nnamed; k++)
+		if (!strcmp(lv->named[k], v))
+			return lv->named[k];
+	for (uint32_t k = 0; k < PROM_LABEL_CANDIDATES; k++) {
+		if (!lv->cand[k].n || strcmp(lv->cand[k].v, v))
+			continue;
+		if (++lv->cand[k].n >= PROM_LABEL_PROMOTE && lv->nnamed < p->label_top) {
+			snprintf(lv->named[lv->nnamed], REQ_LABEL_VALUE_MAX, "%s", v);
+			lv->cand[k].n = 0;
+			return lv->named[lv->nnamed++];
+		}
+		lv->other++;
+		return "other";
+	}
+	if (lv->nnamed < p->label_top) {
+		uint32_t k = lv->next_cand++ % PROM_LABEL_CANDIDATES;
+
+		snprintf(lv->cand[k].v, REQ_LABEL_VALUE_MAX, "%s", v);
+		lv->cand[k].n = 1;
+	}
+	lv->other++;
+	return "other";
+}
+
+/* The label values of r's series: "" at its start (the in-flight gauge) and for a label it
+ * had none of; capped (label_value) at its end. */
+static void series_label_values(struct prom *p, const struct request *r, bool at_start,
+				char out[REQ_LABELS_MAX][REQ_LABEL_VALUE_MAX])
+{
+	/* Whole: series compare them with memcmp. */
+	memset(out, 0, REQ_LABELS_MAX * REQ_LABEL_VALUE_MAX);
+	for (uint32_t i = 0; i < REQ_LABELS_MAX; i++) {
+		if (at_start || !p->labels || i >= p->labels->n || !r->labels.spec ||
+		    !r->labels.set[i] || !r->labels.v[i][0])
+			continue;
+		snprintf(out[i], REQ_LABEL_VALUE_MAX, "%s", label_value(p, i, r->labels.v[i]));
+	}
+}
+
 /* The series of r's label set (its model as of start: without the one its stream named later),
  * the "other" one past the cap. */
 static struct prom_series *series_of(struct prom *p, const struct request *r, bool at_start)
 {
+	char lv[REQ_LABELS_MAX][REQ_LABEL_VALUE_MAX];
 	const char *name =
 	    r->info.model[0] && !(at_start && r->model_from_stream) ? r->info.model : "unknown";
 	uint32_t pid = p->by_process ? r->pid : 0;
@@ -200,11 +262,12 @@ static struct prom_series *series_of(struct prom *p, const struct request *r, bo
 	struct prom_series *m;
 
 	snprintf(container, sizeof(container), "%.*s", WORKLOAD_SHORT_LEN, w->container_id);
+	series_label_values(p, r, at_start, lv);
 	for (unsigned int i = 0; i < p->nseries; i++) {
 		m = &p->series[i];
 		if (m->pid == pid && m->client == r->client && !strcmp(m->name, name) &&
 		    !strcmp(m->container, container) && !strcmp(m->k8s_namespace, ns) &&
-		    !strcmp(m->k8s_pod, pod))
+		    !strcmp(m->k8s_pod, pod) && !memcmp(m->lv, lv, sizeof(lv)))
 			return m;
 	}
 	if (p->nseries == PROM_MAX_LABEL_SETS) {
@@ -218,6 +281,7 @@ static struct prom_series *series_of(struct prom *p, const struct request *r, bo
 	snprintf(m->container, sizeof(m->container), "%s", container);
 	snprintf(m->k8s_namespace, sizeof(m->k8s_namespace), "%s", ns);
 	snprintf(m->k8s_pod, sizeof(m->k8s_pod), "%s", pod);
+	memcpy(m->lv, lv, sizeof(lv));
 	return m;
 }
 
@@ -435,9 +499,28 @@ struct prom *prom_new(prom_publish_fn publish, void *publish_ctx)
 
 void prom_free(struct prom *p)
 {
-	if (p)
+	if (p) {
 		free(p->nvml);
+		for (uint32_t i = 0; p->lvals && i < REQ_LABELS_MAX; i++)
+			free(p->lvals[i].named);
+		free(p->lvals);
+	}
 	free(p);
+}
+
+int prom_set_labels(struct prom *p, const struct req_label_set *labels, uint32_t top)
+{
+	if (!labels || !labels->n)
+		return 0;
+	p->lvals = calloc(REQ_LABELS_MAX, sizeof(*p->lvals));
+	if (!p->lvals)
+		return -ENOMEM;
+	p->label_top = top ? top : PROM_LABEL_TOP_DEFAULT;
+	for (uint32_t i = 0; i < REQ_LABELS_MAX; i++)
+		if (!(p->lvals[i].named = calloc(p->label_top, REQ_LABEL_VALUE_MAX)))
+			return -ENOMEM;
+	p->labels = labels;
+	return 0;
 }
 
 int prom_set_gpu_sample(struct prom *p, const struct nvml_snapshot *s)
@@ -485,7 +568,8 @@ struct sink prom_sink(struct prom *p)
  * every byte of the names 3 bytes (U+FFFD). */
 #define LABELS_MAX                                                                                 \
 	(REQBODY_MODEL_MAX * 3 + 16 + sizeof(",role=\"client\"") + sizeof(",pid=\"4294967295\"") + \
-	 (NAMESPACE_MAX + POD_MAX + CONTAINER_MAX) * 3 + 3 * 16)
+	 (NAMESPACE_MAX + POD_MAX + CONTAINER_MAX) * 3 + 3 * 16 +                                   \
+	 REQ_LABELS_MAX * (REQ_LABEL_NAME_MAX + REQ_LABEL_VALUE_MAX * 3 + 4))
 
 /* Seconds from nanoseconds, exactly: "0.35", "1", "12.000000001". */
 static void put_seconds(FILE *f, uint64_t ns)
@@ -565,6 +649,11 @@ static void series_labels(const struct prom *p, const struct prom_series *m, cha
 		*o++ = ',';
 		o = escape_prom_label(o, "pod", m->k8s_pod);
 	}
+	for (uint32_t i = 0; p->labels && i < p->labels->n; i++) {
+		*o++ = ',';
+		o = escape_prom_label(o, p->labels->l[i].name,
+				      m == &p->series[PROM_MAX_LABEL_SETS] ? "other" : m->lv[i]);
+	}
 	if (m->container[0]) {
 		*o++ = ',';
 		escape_prom_label(o, "container", m->container);
@@ -604,6 +693,14 @@ static int render_models(const struct prom *p, FILE *f)
 		fprintf(f, "tokenscope_preemptions_total{%s} %" PRIu64 "\n", labels[i],
 			ms[i]->preemptions);
 
+	if (p->labels) {
+		put_header(f, "tokenscope_label_other_requests_total", "counter",
+			   "Finished requests whose --label value was shown as \"other\": past the "
+			   "values kept (--label-top), or before a value's second request.");
+		for (uint32_t i = 0; i < p->labels->n; i++)
+			fprintf(f, "tokenscope_label_other_requests_total{label=\"%s\"} %" PRIu64 "\n",
+				p->labels->l[i].name, p->lvals[i].other);
+	}
 	put_header(f, "tokenscope_prefix_cache_requests_total", "counter",
 		   "Finished requests by what is known of their prefix-cache hits: reported "
 		   "(usage's cached_tokens), or guessed from prefill time per prompt token: "

@@ -52,6 +52,18 @@ void prom_set_by_process(struct prom *p, bool on);
  * runs a bounded number of pods, the kubelet's maxPods, 110 unless set); before the first
  * record. */
 void prom_set_pod_labels(struct prom *p, bool on);
+/*
+ * --label: each label a label of the request metrics (labels.h). Its values are capped: a
+ * value gets its own series once it has been seen on PROM_LABEL_PROMOTE requests, while fewer
+ * than top values have one; every other value (and a value's requests before that) is "other".
+ * The in-flight gauge has these labels empty. Before the first record; labels must outlive p.
+ */
+#define PROM_LABEL_TOP_DEFAULT 20
+#define PROM_LABEL_TOP_MAX 1000
+#define PROM_LABEL_PROMOTE 2
+#define PROM_LABEL_CANDIDATES 256
+struct req_label_set;
+int prom_set_labels(struct prom *p, const struct req_label_set *labels, uint32_t top);
 /* The sink to give pipeline_add_sink; ctx is p. */
 struct sink prom_sink(struct prom *p);
 /* Lines appended to every snapshot by another module (the alerts' tokenscope_alert_firing). */

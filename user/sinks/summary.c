@@ -80,6 +80,12 @@ void summary_done(struct summary *s, const struct request *r, const struct reque
 	if (r->end_ns > s->window_end_ns)
 		s->window_end_ns = r->end_ns;
 	slo_tally_add(&s->slo, r->info.model, &m->slo, m->tokens, r->slo_head.bad);
+	if (r->labels.spec) {
+		s->labels = r->labels.spec;
+		for (uint32_t i = 0; i < r->labels.spec->n; i++)
+			slo_tally_add(&s->slo_by_label[i], r->labels.set[i] ? r->labels.v[i] : "",
+				      &m->slo, m->tokens, false);
+	}
 	if (m->cache_guess == CACHE_REPORTED && r->prompt_tokens >= 0) {
 		s->cache_reported++;
 		s->cache_prompt += (uint64_t)r->prompt_tokens;
@@ -580,6 +586,23 @@ static bool slo_metric_used(const struct slo_counts *c, int metric)
 	return false;
 }
 
+/* A line per value of what t is split by (a model, a --label's values). */
+static void slo_print_split(const struct slo_tally *t, const char *by, const char *none,
+			    double window_s, FILE *f)
+{
+	char share[64];
+
+	fprintf(f, "        by %s:\n", by);
+	for (uint32_t i = 0; i < t->nmodels; i++) {
+		const struct slo_counts *mc = &t->model[i].c;
+
+		slo_share(share, sizeof(share), mc, SLO_METRICS);
+		fprintf(f, "          %-24.24s all %s, goodput %.2f requests/s\n",
+			t->model[i].model[0] ? t->model[i].model : none, share,
+			ratio(mc->good_requests, window_s));
+	}
+}
+
 void summary_print_slo(const struct summary *s, const struct slo_rules *rules, FILE *f)
 {
 	const struct slo_counts *c = &s->slo.all;
@@ -630,16 +653,10 @@ void summary_print_slo(const struct summary *s, const struct slo_rules *rules, F
 		}
 		fputc('\n', f);
 	}
-	if (s->slo.nmodels < 2)
-		return;
-	for (uint32_t i = 0; i < s->slo.nmodels; i++) {
-		const struct slo_counts *mc = &s->slo.model[i].c;
-
-		slo_share(share, sizeof(share), mc, SLO_METRICS);
-		fprintf(f, "    %-24.24s all %s, goodput %.2f requests/s\n",
-			s->slo.model[i].model[0] ? s->slo.model[i].model : "(no model)", share,
-			ratio(mc->good_requests, window_s));
-	}
+	if (s->slo.nmodels >= 2)
+		slo_print_split(&s->slo, "model", "(no model)", window_s, f);
+	for (uint32_t i = 0; s->labels && i < s->labels->n; i++)
+		slo_print_split(&s->slo_by_label[i], s->labels->l[i].name, "(none)", window_s, f);
 }
 
 static void slo_counts_json(struct jsonw *w, const struct slo_counts *c, double window_s)
@@ -705,6 +722,21 @@ void summary_json_slo(struct jsonw *w, const struct summary *s, const struct slo
 		jsonw_obj_end(w);
 	}
 	jsonw_arr_end(w);
+	/* Per --label: its values (8, then the rest together) as by_model. */
+	jsonw_obj_begin(w, "by_label");
+	for (uint32_t l = 0; s->labels && l < s->labels->n; l++) {
+		const struct slo_tally *t = &s->slo_by_label[l];
+
+		jsonw_arr_begin(w, s->labels->l[l].name);
+		for (uint32_t i = 0; i < t->nmodels; i++) {
+			jsonw_obj_begin(w, NULL);
+			jsonw_str(w, "value", t->model[i].model);
+			slo_counts_json(w, &t->model[i].c, window_s);
+			jsonw_obj_end(w);
+		}
+		jsonw_arr_end(w);
+	}
+	jsonw_obj_end(w);
 	jsonw_obj_end(w);
 }
 

@@ -49,8 +49,11 @@ struct summary {
 	 * how many, their prompt and cached tokens; the others' guesses (prefix.h). */
 	uint64_t cache_reported, cache_prompt, cache_cached;
 	uint64_t cache_guess[CACHE_GUESSES];
-	/* The requests' objectives (slo.h): attainment per objective and model, goodput. */
+	/* The requests' objectives (slo.h): attainment per objective and model, goodput; and per
+	 * value of each --label (labels: theirs, from the first request that had them). */
 	struct slo_tally slo;
+	const struct req_label_set *labels;
+	struct slo_tally slo_by_label[REQ_LABELS_MAX];
 };
 
 void summary_init(struct summary *s);
