@@ -197,7 +197,10 @@ FUZZ_CHECKER static void fuzz_json_meaning(const char *what, const cJSON *j, con
 	if (cJSON_IsNumber(j) && key) {
 		double v = j->valuedouble, scale = fuzz_ends_with(key, "_s") ? 1000 : 1;
 
-		if (fuzz_is_duration_key(key)) {
+		/* An objective's limit (--slo, llm-d's headers) is a setting, not a measure. */
+		if (!strcmp(key, "limit_ms")) {
+			FUZZ_CHECK(v > 0, "%s: an objective's limit_ms of %g", what, v);
+		} else if (fuzz_is_duration_key(key)) {
 			fuzz_duration_ok(what, key, v * scale, FUZZ_MS_SLACK * scale, c);
 		} else if (parent && fuzz_is_stat_key(key) && fuzz_is_duration_key(parent)) {
 			scale = fuzz_ends_with(parent, "_s") ? 1000 : 1;
@@ -243,6 +246,7 @@ FUZZ_CHECKER static inline void fuzz_json_lines_meaning(const char *what, const 
  * one, itself after a space, '(', '=', ':', ',' or the line's start, makes it negative, unless a
  * '%' follows it (a difference between two figures may be either way). One followed by "ms"
  * (with spaces between or none, then no letter) is a duration, rounded to the digits printed.
+ * One right after "<=" is an objective as it was given (--slo), a setting: skipped.
  */
 FUZZ_CHECKER static inline void fuzz_text_meaning(const char *what, const char *buf, size_t len,
 						  const struct fuzz_clock *c)
@@ -270,6 +274,12 @@ FUZZ_CHECKER static inline void fuzz_text_meaning(const char *what, const char *
 		if (!isdigit((unsigned char)buf[i]) || isalnum((unsigned char)prev) ||
 		    prev == '.' || prev == '_')
 			continue;
+		/* An objective as given ("ttft<=2s"): a setting, not a measure. */
+		if (prev == '=' && i >= 2 && buf[i - 2] == '<') {
+			while (i + 1 < len && (isdigit((unsigned char)buf[i + 1]) || buf[i + 1] == '.'))
+				i++;
+			continue;
+		}
 		v = strtod(buf + i, NULL);
 		while (j < len && (isdigit((unsigned char)buf[j]) || buf[j] == '.')) {
 			if (buf[j] == '.')

@@ -133,6 +133,10 @@ static void fuzz_add_sink(struct fuzz_pipeline *f, struct sink s)
 		abort();
 }
 
+/* FP_HEAVY: objectives and labels, so that every request is judged, labelled and split. */
+static struct slo_rules fuzz_slo;
+static struct req_label_set fuzz_labels;
+
 static void fuzz_pipeline_open(struct fuzz_pipeline *f, unsigned flags)
 {
 	struct pipeline_opts o = { .verbose = flags & FP_VERBOSE };
@@ -150,6 +154,18 @@ static void fuzz_pipeline_open(struct fuzz_pipeline *f, unsigned flags)
 	fuzz_stream_open(&f->json);
 	fuzz_stream_open(&f->frames);
 	o.err = f->text.f;
+	if (flags & FP_HEAVY) {
+		char msg[256];
+
+		memset(&fuzz_slo, 0, sizeof(fuzz_slo));
+		memset(&fuzz_labels, 0, sizeof(fuzz_labels));
+		if (slo_parse(&fuzz_slo, "ttft<=5ms,tpot<=1ms", msg, sizeof(msg)) ||
+		    req_labels_parse(&fuzz_labels, "tenant=header:X-Tenant-Id", msg, sizeof(msg)) ||
+		    req_labels_parse(&fuzz_labels, "user=body:user", msg, sizeof(msg)))
+			abort();
+		o.slo = &fuzz_slo;
+		o.labels = &fuzz_labels;
+	}
 	if (pipeline_init(&f->pl, &o))
 		abort();
 	f->pl.keep_running = flags & FP_KEEP_RUNNING;
@@ -173,8 +189,11 @@ static void fuzz_pipeline_open(struct fuzz_pipeline *f, unsigned flags)
 	if (!f->prom)
 		abort();
 	prom_set_by_process(f->prom, flags & FP_BY_PROCESS);
-	if (flags & FP_HEAVY)
+	if (flags & FP_HEAVY) {
 		prom_set_extra(f->prom, alert_render_prom, &f->alerts);
+		if (prom_set_labels(f->prom, &fuzz_labels, 3))
+			abort();
+	}
 	fuzz_add_sink(f, prom_sink(f->prom));
 	diagnosis_init(&f->diag);
 	fuzz_add_sink(f, diagnosis_sink(&f->diag));

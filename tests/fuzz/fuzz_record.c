@@ -40,7 +40,7 @@ enum {
 };
 
 static const char *const fuzz_alert_rules[] = { "ttft.p50 > 1us", "success < 99%",
-						"rps >= 0 for 2s" };
+						"rps >= 0 for 2s", "slo.attainment < 90%" };
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -152,8 +152,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (flags & RF_SLOW)
 		o.ex.slow_ttft_ns = o.ex.slow_itl_ns = 1;
 	if (flags & RF_ALERTS) {
+		char msg[256];
+
 		for (size_t i = 0; i < sizeof(fuzz_alert_rules) / sizeof(fuzz_alert_rules[0]); i++)
 			o.ex.alerts[o.ex.nalerts++] = fuzz_alert_rules[i];
+		/* Objectives and labels: every request judged, split and labelled (the records'
+		 * heads and bodies may bring llm-d's headers and the labels' fields). */
+		if (slo_parse(&o.ex.slo, "ttft<=5ms,tpot<=1ms,e2e<=50ms", msg, sizeof(msg)) ||
+		    slo_parse(&o.ex.slo, "model=r*:ttft<=1ms", msg, sizeof(msg)) ||
+		    req_labels_parse(&o.ex.labels, "tenant=header:X-Tenant-Id", msg, sizeof(msg)) ||
+		    req_labels_parse(&o.ex.labels, "user=body:user", msg, sizeof(msg)))
+			abort();
 	}
 	o.out = open_memstream(&out, &out_len);
 	o.err = open_memstream(&err, &err_len);

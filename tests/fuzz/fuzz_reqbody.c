@@ -13,6 +13,7 @@
  * scanner's loop must make progress on any bytes: libFuzzer's -timeout catches one that does not).
  */
 #include "fuzz.h"
+#include "pipeline/labels.h"
 #include "pipeline/reqbody.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -53,6 +54,35 @@ static void parse_copy(const uint8_t *body, size_t captured, size_t total, struc
 	free(buf);
 }
 
+/* --label's body values (labels.c) of the whole body: terminated in their bounds, and clean
+ * text; a path through a prompt field can never have been given (req_labels_parse refuses
+ * it). */
+static void check_labels(const uint8_t *body, size_t len)
+{
+	static const char *const specs[] = { "user=body:user", "tenant=body:metadata.tenant",
+					     "deep=body:a.b.c.d", "n=body:n" };
+	struct req_label_set set = { 0 };
+	struct req_labels lv = { 0 };
+	uint8_t *buf = malloc(len ? len : 1);
+	char msg[256];
+
+	if (!buf)
+		abort();
+	memcpy(buf, body, len);
+	for (size_t i = 0; i < sizeof(specs) / sizeof(specs[0]); i++)
+		FUZZ_CHECK(req_labels_parse(&set, specs[i], msg, sizeof(msg)) == 0, "%s", msg);
+	FUZZ_CHECK(req_labels_parse(&set, "p=body:messages.0.content", msg, sizeof(msg)) != 0,
+		   "a prompt path taken");
+	req_labels_body(&set, &lv, buf, len);
+	for (uint32_t i = 0; i < set.n; i++) {
+		FUZZ_CHECK(memchr(lv.v[i], 0, sizeof(lv.v[i])) != NULL, "label %u not terminated", i);
+		FUZZ_CHECK(lv.set[i] || !lv.v[i][0], "label %u has a value but is not set", i);
+		for (const char *p = lv.v[i]; *p; p++)
+			FUZZ_CHECK((unsigned char)*p >= 0x20 && *p != 0x7f, "label %u control byte", i);
+	}
+	free(buf);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct fuzz_in in = fuzz_in(data, size);
@@ -61,6 +91,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	parse_copy(in.p, total, total, &whole);
 	check_info(&whole, "whole body");
+	check_labels(in.p, total);
 	parse_copy(in.p, total - cut, total, &part);
 	check_info(&part, "cut body");
 	/* More captured than the body holds (bytes of a pipelined request behind it). */

@@ -1,38 +1,72 @@
 // SPDX-License-Identifier: MIT
 /*
- * user/pipeline/tracectx.c: header fields of a request fed to tracectx_field, as an HTTP/1.1
- * head or an HTTP/2 header block gives them, then tracectx_finish; each value from a buffer of
- * exactly its bytes, so a read past them is caught.
+ * The head fields a request's head gives the pipeline, as an HTTP/1.1 head or an HTTP/2 header
+ * block does (http.c, h2.c): user/pipeline/tracectx.c's tracectx_field, then tracectx_finish;
+ * slo.c's slo_head_field (llm-d's objectives) and labels.c's req_labels_header (--label's
+ * header fields) on the fields tracectx does not take; each value from a buffer of exactly its
+ * bytes, so a read past them is caught.
  *
  * Input: fields, each
  *   u8  which name: 0 traceparent, 1 tracestate, 2 x-request-id, 3 an upper-case spelling of
- *       the three in turn, anything else a name no one reads
+ *       the three in turn, 7 x-llm-d-slo-ttft-ms, 8 X-LLM-D-SLO-TPOT-MS, 9 x-tenant-id,
+ *       anything else a name no one reads
  *   u16 the value's length (cut to what is left)
  *   ... the value
  *
  * Properties: a valid traceparent has no all-zero id and hexes back to 55 characters that
  * parse again to the same ids; tracestate is NUL-terminated within its bound, empty unless the
  * traceparent is valid, printable ASCII with no ", " at its start or end; x-request-id is
- * NUL-terminated within its bound.
+ * NUL-terminated within its bound; an objective from a head is above 0 and at most
+ * DURATION_MAX_S, and one that came is kept unless bad is said; a label's value is
+ * NUL-terminated within its bound and valid UTF-8 with no control character.
  */
 #include "fuzz.h"
+#include "lib/duration.h"
+#include "lib/utf8.h"
+#include "pipeline/labels.h"
+#include "pipeline/slo.h"
 #include "pipeline/tracectx.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static const char *const names[] = { "traceparent", "tracestate",   "x-request-id", "TraceParent",
-				     "TRACESTATE",  "X-Request-Id", "content-type" };
+/* Whether s is well-formed UTF-8 of printable characters only (what utf8_clean makes). */
+static bool clean_text(const char *s)
+{
+	size_t n = strlen(s);
+
+	for (size_t i = 0; i < n;) {
+		size_t k = utf8_len((const unsigned char *)s + i, n - i);
+
+		if (!k || !utf8_printable((const unsigned char *)s + i, k))
+			return false;
+		i += k;
+	}
+	return true;
+}
+
+static const char *const names[] = { "traceparent",	      "tracestate",
+				     "x-request-id",	      "TraceParent",
+				     "TRACESTATE",	      "X-Request-Id",
+				     "content-type",	      "x-llm-d-slo-ttft-ms",
+				     "X-LLM-D-SLO-TPOT-MS", "x-tenant-id" };
+#define NAMES (sizeof(names) / sizeof(names[0]))
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct fuzz_in in = fuzz_in(data, size);
 	struct trace_ctx c;
+	struct slo_head sh = { 0 };
+	struct req_label_set set = { 0 };
+	struct req_labels lv = { 0 };
+	char msg[256];
+	bool slo_came = false;
 	int nfields = 0;
 
+	req_labels_parse(&set, "tenant=header:X-Tenant-Id", msg, sizeof(msg));
 	tracectx_init(&c);
 	while (in.n && nfields++ < 64) {
 		uint8_t which = fuzz_u8(&in);
-		const char *name = names[which < 6 ? which : 6];
+		const char *name = names[which < NAMES ? which : 6];
 		size_t len = fuzz_u16(&in);
 		char *val;
 
@@ -42,7 +76,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (!val)
 			abort();
 		memcpy(val, in.p, len);
-		tracectx_field(&c, name, strlen(name), val, len);
+		if (!tracectx_field(&c, name, strlen(name), val, len) &&
+		    !slo_head_field(&sh, name, strlen(name), val, len))
+			req_labels_header(&set, &lv, name, strlen(name), val, len);
+		slo_came |= which == 7 || which == 8;
 		free(val);
 		in.p += len;
 		in.n -= len;
@@ -72,6 +109,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			       tracectx_same(&again, &c.tp),
 			   "the ids do not parse back: %s", tp);
 	}
+	for (int k = 0; k < SLO_METRICS; k++)
+		FUZZ_CHECK(sh.limit_ns[k] >= 0 && sh.limit_ns[k] <= (int64_t)(DURATION_MAX_S * 1e9),
+			   "an objective of %lld ns", (long long)sh.limit_ns[k]);
+	FUZZ_CHECK(!slo_came || sh.bad || sh.limit_ns[SLO_TTFT] || sh.limit_ns[SLO_TPOT],
+		   "an objective came, none kept and none said bad");
+	FUZZ_CHECK(memchr(lv.v[0], 0, sizeof(lv.v[0])) != NULL, "label value not terminated");
+	FUZZ_CHECK(clean_text(lv.v[0]), "label value not clean UTF-8: %s", lv.v[0]);
 	FUZZ_CHECK(memchr(c.state, 0, sizeof(c.state)) != NULL, "tracestate not terminated");
 	FUZZ_CHECK(c.tp.valid || !c.state[0], "tracestate kept without a valid traceparent");
 	for (const char *p = c.state; *p; p++)

@@ -618,6 +618,12 @@ def reqbody_seeds():
     put("fuzz_reqbody", "nested", struct.pack("<H", 0) +
         b'{"options":{"num_predict":-1},"parameters":{"max_new_tokens":20},'
         b'"max_completion_tokens":7,"model":"a\\"b\\u00e9","stream":false}')
+    # --label's body values: a user, a nested tenant, a number, and a user that is an object.
+    put("fuzz_reqbody", "labels", struct.pack("<H", 0) +
+        b'{"model":"m","user":"u-1\\u001b","metadata":{"tenant":"acme"},"n":12345678901234567,'
+        b'"a":{"b":{"c":{"d":true}}},"messages":[{"role":"user","content":"hi"}]}')
+    put("fuzz_reqbody", "labels-odd", struct.pack("<H", 0) +
+        b'{"user":{"id":1},"metadata":"acme","n":1.5e300,"a":{"b":[1]}}')
     # Disaggregated serving's join keys, as vLLM's proxy and SGLang's router send them.
     for name, body in (
             ("vllm-prefill", b'{"model":"m","messages":[{"role":"user","content":"hi"}],'
@@ -647,6 +653,10 @@ def tracectx_seeds():
     put("fuzz_tracectx", "two-traceparents", field(0, tp) + field(0, tp) + field(1, b"a=1"))
     put("fuzz_tracectx", "zero-ids",
         field(0, b"00-00000000000000000000000000000000-00f067aa0ba902b7-01") + field(6, b"x"))
+    put("fuzz_tracectx", "llm-d-slo", field(7, b"500") + field(8, b" 12.5 ") + field(7, b"900")
+        + field(9, b"acme") + field(9, b"globex"))
+    put("fuzz_tracectx", "llm-d-slo-bad", field(7, b"soon") + field(8, b"-1") + field(8, b"1e999")
+        + field(9, b"t\x1b[31m\xff"))
     put("fuzz_tracectx", "long-state", field(0, tp) + b"".join(
         field(1, b"k%02d=%s" % (i, b"v" * (10 + 7 * i))) for i in range(40)))
 
