@@ -381,6 +381,8 @@ static void shared_check(struct argp_state *state, const struct export_opts *ex)
 		argp_error(state, "%s chooses the spans --otlp sends: give --otlp", otlp_only);
 	if (ex->alert_exec && !ex->nalerts)
 		argp_error(state, "--alert-exec runs when an --alert rule fires: give --alert");
+	if (ex->label_top && !ex->labels.n)
+		argp_error(state, "--label-top caps the values of --label: give --label");
 }
 
 /* What trace, record, top and run are told: the live tracer's options and its session's. */

@@ -171,7 +171,7 @@ struct prom {
 	/* --label: the labels, and per label the values with series of their own and the
 	 * values waiting for their second request (oldest replaced) */
 	const struct req_label_set *labels;
-	uint32_t label_top;
+	uint32_t label_top, nlvals;
 	struct prom_label_values {
 		char (*named)[REQ_LABEL_VALUE_MAX];
 		uint32_t nnamed;
@@ -181,7 +181,7 @@ struct prom {
 		} cand[PROM_LABEL_CANDIDATES];
 		uint32_t next_cand;
 		uint64_t other; /* requests whose value was "other" */
-	} *lvals; /* REQ_LABELS_MAX of them, with labels */
+	} *lvals; /* one per label, with labels */
 	bool dirty;		    /* something changed since the last snapshot */
 	uint64_t rendered_ns;	    /* kernel time of the last snapshot */
 	uint64_t prev_tick_ns;	    /* kernel time at the previous tick */
@@ -501,7 +501,7 @@ void prom_free(struct prom *p)
 {
 	if (p) {
 		free(p->nvml);
-		for (uint32_t i = 0; p->lvals && i < REQ_LABELS_MAX; i++)
+		for (uint32_t i = 0; p->lvals && i < p->nlvals; i++)
 			free(p->lvals[i].named);
 		free(p->lvals);
 	}
@@ -512,11 +512,12 @@ int prom_set_labels(struct prom *p, const struct req_label_set *labels, uint32_t
 {
 	if (!labels || !labels->n)
 		return 0;
-	p->lvals = calloc(REQ_LABELS_MAX, sizeof(*p->lvals));
+	p->lvals = calloc(labels->n, sizeof(*p->lvals));
 	if (!p->lvals)
 		return -ENOMEM;
+	p->nlvals = labels->n;
 	p->label_top = top ? top : PROM_LABEL_TOP_DEFAULT;
-	for (uint32_t i = 0; i < REQ_LABELS_MAX; i++)
+	for (uint32_t i = 0; i < labels->n; i++)
 		if (!(p->lvals[i].named = calloc(p->label_top, REQ_LABEL_VALUE_MAX)))
 			return -ENOMEM;
 	p->labels = labels;

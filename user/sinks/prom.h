@@ -61,7 +61,9 @@ void prom_set_pod_labels(struct prom *p, bool on);
 #define PROM_LABEL_TOP_DEFAULT 20
 #define PROM_LABEL_TOP_MAX 1000
 #define PROM_LABEL_PROMOTE 2
-#define PROM_LABEL_CANDIDATES 256
+/* Values waiting for their second request, per label (the oldest replaced): a value must come
+ * back before this many other new ones do. */
+#define PROM_LABEL_CANDIDATES 2048
 struct req_label_set;
 int prom_set_labels(struct prom *p, const struct req_label_set *labels, uint32_t top);
 /* The sink to give pipeline_add_sink; ctx is p. */
