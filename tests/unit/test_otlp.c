@@ -29,6 +29,7 @@ struct req_spec {
 	bool client;
 	const struct workload *wl; /* where its process runs; NULL: on the host */
 	const struct slo_rules *slo; /* the objectives it is judged on; NULL: none */
+	const struct req_labels *labels; /* its --label values; NULL: none asked for */
 };
 
 /* The sequence number the next fed request gets: requests are named apart, as on a connection. */
@@ -95,6 +96,8 @@ static void feed(struct sink *sk, const struct req_spec *q, const struct gpu_att
 	r->end_ns = (q->ntokens ? t - q->gap : T0) + 5 * MS;
 	r->prompt_tokens = q->prompt_tokens;
 	r->completion_tokens = q->completion_tokens;
+	if (q->labels)
+		r->labels = *q->labels;
 	request_metrics(r, &m);
 	slo_judge(q->slo, r, &m, &m.slo);
 	sk->request(sk->ctx, r, &m, ga ? ga : &none);
@@ -443,6 +446,14 @@ TEST(test_slo_attributes)
 	size_t n;
 	cJSON *j, *span;
 
+	struct req_label_set set = { 0 };
+	struct req_labels lv = { .spec = &set };
+
+	req_labels_parse(&set, "tenant=header:X-Tenant-Id", msg, sizeof(msg));
+	req_labels_parse(&set, "user=body:user", msg, sizeof(msg));
+	lv.set[0] = true;
+	snprintf(lv.v[0], sizeof(lv.v[0]), "acme");
+	q.labels = &lv;
 	slo_parse(&rules, "ttft<=10ms,tpot<=20ms", msg, sizeof(msg));
 	opts_test(&opts);
 	opts.sample_ratio = 0;
@@ -466,6 +477,8 @@ TEST(test_slo_attributes)
 		ASSERT_NEAR(attr_d(span, "tokenscope.slo.ttft.limit"), 0.01, 1e-12, "limit in s");
 		ASSERT_TRUE(attr(span, "tokenscope.slo.e2e.result") == NULL, "no e2e objective");
 		ASSERT_EQ(count_events(span, "token"), 4, "in full");
+		ASSERT_STREQ(attr_s(span, "tokenscope.label.tenant"), "acme", "a label");
+		ASSERT_TRUE(attr(span, "tokenscope.label.user") == NULL, "none where it had none");
 	}
 	cJSON_Delete(j);
 	otlp_close(&o);
