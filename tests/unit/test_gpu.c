@@ -111,6 +111,23 @@ TEST(test_history_wraps)
 	gpu_free(&g);
 }
 
+/* The steps that ran wholly between a client leaving and the server's last write for it
+ * (gpu_steps_within: abandoned requests' gpu_steps_after), every process's. */
+TEST(test_steps_within)
+{
+	struct gpu_timeline g;
+
+	if (!ASSERT_OK(gpu_init(&g), "init"))
+		return;
+	for (int i = 0; i < 10; i++)
+		add_step(&g, 1 + i % 2, (100 + 10 * i) * MS, (108 + 10 * i) * MS, 3, 1);
+	ASSERT_EQ(gpu_steps_within(&g, 100 * MS, 200 * MS), 10, "all");
+	ASSERT_EQ(gpu_steps_within(&g, 125 * MS, 158 * MS), 3, "130, 140, 150: whole ones only");
+	ASSERT_EQ(gpu_steps_within(&g, 300 * MS, 400 * MS), 0, "after every step");
+	ASSERT_EQ(gpu_steps_within(&g, 150 * MS, 150 * MS), 0, "an instant");
+	gpu_free(&g);
+}
+
 static void add_runs(struct gpu_timeline *g, uint32_t pid, uint64_t flush_ns,
 		     const uint64_t (*spans)[2], uint32_t n)
 {
