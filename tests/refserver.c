@@ -140,6 +140,7 @@ struct opts {
 	uint64_t seed;
 	bool gpu;
 	double engine_delay_ms;
+	double api_delay_ms; /* --api-delay-ms: --gpu, the API process's work before each token */
 	bool engine_on_request; /* --engine-on-request: the engine starts with the first request */
 	const char *cudart;
 	const char *gpu_log;
@@ -1792,6 +1793,14 @@ static void gpu_token(struct server *s, struct conn *c, uint64_t step)
 
 	if (!r->engine_tokens++)
 		r->prefill_step = step;
+	/* A slow API process: its work on the token (detokenising, serialising) before the
+	 * write, the event loop held as a busy Python one is. */
+	if (s->o.api_delay_ms > 0) {
+		uint64_t until = clock_mono_ns() + ms_to_ns(s->o.api_delay_ms);
+
+		while (clock_mono_ns() < until)
+			;
+	}
 	/* the engine produces max_tokens tokens, and one even for max_tokens 0 */
 	if (r->engine_tokens >= r->max_tokens)
 		r->in_engine = false;
@@ -2852,6 +2861,8 @@ static void usage(FILE *f)
 	    "  --gpu                    an engine child process generates in batch steps of\n"
 	    "                           CUDA runtime calls (prefill-ms, token-ms: GPU time)\n"
 	    "  --engine-delay-ms MS     --gpu: start the engine MS after listening (0)\n"
+	    "  --api-delay-ms MS        --gpu: the API process spends MS before writing each\n"
+	    "                           token the engine sends (a slow detokeniser; 0)\n"
 	    "  --engine-on-request      --gpu: start the engine when the first request comes\n"
 	    "  --preempt-every N        --gpu: preempt a running request before every Nth decode\n"
 	    "                           step (it sits out --preempt-steps steps, 3, then is\n"
@@ -2910,6 +2921,7 @@ enum {
 	OPT_SEED,
 	OPT_GPU,
 	OPT_ENGINE_DELAY,
+	OPT_API_DELAY,
 	OPT_ENGINE_ON_REQUEST,
 	OPT_PREEMPT_EVERY,
 	OPT_PREEMPT_STEPS,
@@ -2944,6 +2956,7 @@ static int opts_parse(struct opts *o, int argc, char **argv)
 		{ "seed", required_argument, NULL, OPT_SEED },
 		{ "gpu", no_argument, NULL, OPT_GPU },
 		{ "engine-delay-ms", required_argument, NULL, OPT_ENGINE_DELAY },
+		{ "api-delay-ms", required_argument, NULL, OPT_API_DELAY },
 		{ "engine-on-request", no_argument, NULL, OPT_ENGINE_ON_REQUEST },
 		{ "preempt-every", required_argument, NULL, OPT_PREEMPT_EVERY },
 		{ "preempt-steps", required_argument, NULL, OPT_PREEMPT_STEPS },
@@ -3049,6 +3062,9 @@ static int opts_parse(struct opts *o, int argc, char **argv)
 			break;
 		case OPT_GPU:
 			o->gpu = true;
+			break;
+		case OPT_API_DELAY:
+			ok = parse_num(optarg, &o->api_delay_ms);
 			break;
 		case OPT_ENGINE_DELAY:
 			ok = parse_num(optarg, &o->engine_delay_ms);

@@ -17,6 +17,7 @@ Prints PASS/FAIL/SKIP lines and "N passed, N failed, N skipped".
 import argparse
 import atexit
 import json
+import math
 import os
 import shutil
 import signal
@@ -327,6 +328,52 @@ def compare(truth, ts, client):
     return problems, timing
 
 
+API_DELAY_MS = 3
+
+
+def compare_e2s(truth, ts, client):
+    """compare's checks, then engine to socket per request: the k-th token came from the k-th
+    step the engine's log lists the request in; its time from that step's end to the write the
+    server logged, p50, p99 and max, against tokenscope's engine_to_socket_ms (within 2 ms: the
+    host sees a step end when its wait returns). The API process spends API_DELAY_MS before
+    each write, so every figure is at least that."""
+    problems, timing = compare(truth, ts, client)
+    steps = [t for t in truth if "step" in t]
+    treqs = {(t["port"], t["seq"]): t for t in truth if "request" in t}
+    by_port = {}
+    for t in ts:
+        if "conn" in t:
+            by_port.setdefault(peer_port(t["conn"]), []).append(t)
+    for v in by_port.values():
+        v.sort(key=lambda t: t["arrival_ns"])
+    checked = 0
+    for c in client:
+        tr = treqs.get((c["port"], c["seq"]))
+        lst = by_port.get(c["port"], [])
+        if not tr or c["seq"] >= len(lst):
+            continue
+        t = lst[c["seq"]]
+        mine = [s for s in steps if tr["request"] in s["requests"]]
+        delays = sorted(w - s["end_ns"] for w, s in zip(tr["token_ns"], mine))
+        got = t.get("engine_to_socket_ms")
+        if not delays or not got:
+            problems.append(f"request {c['id']}: engine_to_socket_ms {got}, "
+                            f"{len(delays)} tokens in the log")
+            continue
+        for key, q in (("p50", 0.5), ("p99", 0.99), ("max", 1.0)):
+            want = delays[max(1, math.ceil(q * len(delays))) - 1] / 1e6
+            if abs(got[key] - want) > TOL_NS / 1e6:
+                timing.append(f"request {c['id']}: engine_to_socket {key} {got[key]} ms, the "
+                              f"server's log {want:.3f} ms")
+        if got["p50"] < API_DELAY_MS * 0.9:
+            problems.append(f"request {c['id']}: engine_to_socket p50 {got['p50']} ms under the "
+                            f"API process's own {API_DELAY_MS} ms")
+        checked += 1
+    if not checked:
+        problems.append("no request's engine to socket time checked")
+    return problems, timing
+
+
 def compare_batches(truth, ts, client):
     """The steps' batches and the requests' steps and mean batch against the server's log,
     exactly; then the timing checks of compare(). A step's batch, and a request's figures, are
@@ -432,7 +479,8 @@ def main():
     ap.add_argument("--case", help="run this case only (gpu-batched, gpu-late-engine, "
                     "gpu-engine-on-request, gpu-engine-on-request-run, gpu-preempt, "
                     "gpu-chunked-late-writes, "
-                    "gpu-known-batch, gpu-known-batch-staggered, gpu-static-runtime)")
+                    "gpu-known-batch, gpu-known-batch-staggered, gpu-slow-api, "
+                    "gpu-static-runtime)")
     ap.add_argument("--attempts", type=int, default=ATTEMPTS)
     args = ap.parse_args()
     if os.geteuid() != 0:
@@ -487,6 +535,13 @@ def main():
                                      "4", "--prefill-chunks", "3", "--hold-steps", "2"],
          ["-n", "16", "-c", "4", "--max-tokens", "16", "--usage", "--stagger-ms", "13"],
          False, compare_none_preempted),
+    ]
+    # A slow API process: 3 ms of its own before every token's write (refserver
+    # --api-delay-ms): engine to socket per request against the engine's and server's log.
+    cases += [
+        ("gpu-slow-api", ["--token-ms", "12", "--prefill-ms", "20", "--max-batch", "2",
+                          "--api-delay-ms", str(API_DELAY_MS)],
+         ["-n", "4", "-c", "2", "--max-tokens", "8", "--usage"], False, compare_e2s),
     ]
     passed = failed = skipped = 0
     with tempfile.TemporaryDirectory() as tmp:

@@ -123,6 +123,36 @@ TEST(test_known_batches)
 
 /* Several tokens of one step written apart (speculative decoding, or a frame per write): the
  * request counts once in the step, and rode as many steps as there were. */
+/* Engine to socket: each token's time from its step's end to its write, sorted; none for a
+ * request whose steps are unknown. */
+TEST(test_engine_to_socket)
+{
+	struct gpu_timeline g;
+	struct gpu_attribution a;
+	struct request *r = req(1 * MS);
+	uint64_t t;
+
+	gpu_init(&g);
+	add_step(&g, 7, 2 * MS, 10 * MS, PREFILL);
+	token(&g, r, 10 * MS + 300 * US);
+	for (int i = 0; i < 4; i++) {
+		t = 10 * MS + (i + 1) * 10 * MS;
+		add_step(&g, 7, t - 9 * MS, t, DECODE);
+		/* The API process slower each token: 100, 200, 300, 400 us after the step. */
+		token(&g, r, t + (i + 1) * 100 * US);
+	}
+	figures(&g, r, &a);
+	if (ASSERT_EQ(a.ne2s, 5, "a delay per token") && ASSERT_OK_PTR(a.e2s, "delays")) {
+		ASSERT_EQ(a.e2s[0], 100 * US, "sorted: the first decode token's");
+		ASSERT_EQ(a.e2s[2], 300 * US, "the prefill's first token and the third decode's");
+		ASSERT_EQ(a.e2s[4], 400 * US, "the largest last");
+	}
+	gpu_attribution_free(&a);
+	ASSERT_TRUE(a.e2s == NULL && a.ne2s == 0, "freed");
+	request_free(r);
+	gpu_free(&g);
+}
+
 TEST(test_several_tokens_per_step)
 {
 	struct gpu_timeline g;

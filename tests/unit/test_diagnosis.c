@@ -49,6 +49,8 @@ static uint32_t next_preemptions;
 static int64_t next_preempted;
 /* The objectives they are judged on; NULL: none. */
 static const struct slo_rules *next_slo;
+/* Each token's engine to socket time (0: none known). */
+static uint64_t next_e2s;
 
 /* A request arriving at `arrival`, through the sink exactly as the pipeline calls it. */
 static void run_request(struct run *r, uint64_t arrival, const struct shape *sh)
@@ -85,6 +87,14 @@ static void run_request(struct run *r, uint64_t arrival, const struct shape *sh)
 	ga.preemptions = next_preemptions;
 	ga.preempted_ns = next_preempted;
 	slo_judge(next_slo, q, &m, &m.slo);
+	uint64_t e2s[64];
+
+	if (next_e2s) {
+		for (int i = 0; i < sh->tokens && i < 64; i++)
+			e2s[i] = next_e2s;
+		ga.e2s = e2s;
+		ga.ne2s = sh->tokens < 64 ? (uint32_t)sh->tokens : 64;
+	}
 	summary_start(&r->sum, q);
 	summary_done(&r->sum, q, &m);
 	r->s.request(r->s.ctx, q, &m, &ga);
@@ -153,6 +163,35 @@ TEST(test_slo_misses)
 	ASSERT_TRUE(has(r.text, "most in decode\n"), "the largest");
 	run_close(&r);
 	next_slo = NULL;
+}
+
+/* Engine to socket: named as the API process's when it is half the ITL or more. */
+TEST(test_engine_to_socket)
+{
+	const struct shape s = { 10 * MS, 5 * MS, 0, 10 * MS, 11, 0.5, OUTCOME_OK };
+	struct run r;
+
+	run_open(&r);
+	next_e2s = 6 * MS;
+	for (int i = 0; i < 4; i++)
+		run_request(&r, 1000 * SEC + i * SEC, &s);
+	run_print(&r);
+	ASSERT_TRUE(has(r.text, "E2S p50      6.00 ms from a token's step's end to its write, 60 % "
+				"of the ITL p50 10.00 ms:\n"),
+		    "e2s line");
+	ASSERT_TRUE(has(r.text, "the API process (detokenising, serialising, its event loop) "
+				"holds the tokens"),
+		    "named");
+	run_close(&r);
+	run_open(&r);
+	next_e2s = 1 * MS;
+	for (int i = 0; i < 4; i++)
+		run_request(&r, 1000 * SEC + i * SEC, &s);
+	run_print(&r);
+	ASSERT_TRUE(has(r.text, "10 % of the ITL p50"), "a small share");
+	ASSERT_TRUE(r.text && !strstr(r.text, "the API process"), "not named");
+	run_close(&r);
+	next_e2s = 0;
 }
 
 TEST(test_queue_grows)

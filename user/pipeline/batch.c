@@ -175,6 +175,35 @@ bool batch_settled(const struct gpu_timeline *g, const struct request *r, uint64
 	return !s || gpu_step_closed(s, now_ns);
 }
 
+static int by_u64(const void *x, const void *y)
+{
+	uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
+
+	return (a > b) - (a < b);
+}
+
+/* Each token's time from its step's end to its write, over the rides whose step is known. */
+static void batch_engine_to_socket(const struct request *r, struct gpu_attribution *a)
+{
+	uint32_t n = 0;
+
+	for (uint32_t k = 0; k < a->nrides; k++)
+		if (a->rides[k].known)
+			n += a->rides[k].ntokens;
+	if (!n || !(a->e2s = malloc(n * sizeof(*a->e2s))))
+		return;
+	for (uint32_t k = 0; k < a->nrides; k++) {
+		const struct batch_ride *ride = &a->rides[k];
+
+		for (uint32_t i = ride->token; ride->known && i < ride->token + ride->ntokens &&
+					       i < r->ntokens;
+		     i++)
+			a->e2s[a->ne2s++] =
+			    r->token_ns[i] > ride->end_ns ? r->token_ns[i] - ride->end_ns : 0;
+	}
+	qsort(a->e2s, a->ne2s, sizeof(*a->e2s), by_u64);
+}
+
 void batch_attribute(const struct gpu_timeline *g, const struct request *r,
 		     struct gpu_attribution *a)
 {
@@ -195,6 +224,8 @@ void batch_attribute(const struct gpu_timeline *g, const struct request *r,
 	a->rides = NULL;
 	a->nrides = 0;
 	a->steps_after_gone = 0;
+	a->e2s = NULL;
+	a->ne2s = 0;
 	if (a->has_steps && request_abandoned(r) && r->gone_last_write_ns)
 		a->steps_after_gone = gpu_steps_within(g, r->gone_ns, r->gone_last_write_ns);
 	if (!a->has_steps || !b)
@@ -231,4 +262,5 @@ void batch_attribute(const struct gpu_timeline *g, const struct request *r,
 		a->nrides = b->n;
 	if (a->batch_steps)
 		a->batch_mean = (double)sum / a->batch_steps;
+	batch_engine_to_socket(r, a);
 }

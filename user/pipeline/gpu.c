@@ -627,6 +627,9 @@ void gpu_attribution_free(struct gpu_attribution *a)
 	free(a->rides);
 	a->rides = NULL;
 	a->nrides = 0;
+	free(a->e2s);
+	a->e2s = NULL;
+	a->ne2s = 0;
 }
 
 void gpu_attribute(const struct gpu_timeline *g, const struct request *r, struct gpu_attribution *a)
@@ -648,6 +651,8 @@ void gpu_attribute(const struct gpu_timeline *g, const struct request *r, struct
 	a->npreempt_times = 0;
 	a->rides = NULL;
 	a->nrides = 0;
+	a->e2s = NULL;
+	a->ne2s = 0;
 	if (r->client) {
 		a->how = "none: a request the traced process made as a client";
 		return;

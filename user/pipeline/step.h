@@ -100,6 +100,11 @@ struct gpu_attribution {
 	 * wholly between the client leaving and the server's last write attempt for it, the work
 	 * that went on for nobody; shown only with has_steps. */
 	uint32_t steps_after_gone;
+	/* Engine to socket (docs/gpu.md "Engine to socket"): for each of its tokens whose step is
+	 * known, the time from that step's end to the write that carried the token, sorted (ne2s;
+	 * NULL when none: no steps, or none of its steps still kept), owned by the attribution. */
+	uint64_t *e2s;
+	uint32_t ne2s;
 };
 
 const char *gpu_kind_name(enum step_kind k);

@@ -94,6 +94,8 @@ static void diag_request(void *ctx, const struct request *r, const struct reques
 		d->dropped++;
 		return;
 	}
+	for (uint32_t i = 0; ga && i < ga->ne2s; i++)
+		hist_add(&d->e2s, ga->e2s[i]);
 	q = &d->reqs[d->n++];
 	q->arrival_ns = r->arrival_ns;
 	q->ttft_ns = m->ttft_ns;
@@ -549,6 +551,28 @@ out:
 	free(v);
 }
 
+/* Engine to socket against the ITL, over the whole run; h is scratch. */
+static void e2s_print(const struct diagnosis *d, struct hist *h, FILE *f)
+{
+	double e2s, itl;
+
+	if (!d->e2s.count)
+		return;
+	hist_reset(h);
+	for (size_t i = 0; i < d->ngaps; i++)
+		hist_add(h, d->gaps[i]);
+	e2s = hist_quantile(&d->e2s, 0.50);
+	if (!h->count || (itl = hist_quantile(h, 0.50)) <= 0)
+		return;
+	fprintf(f, "    E2S p50   %7.2f ms from a token's step's end to its write, %.0f %% of the "
+		   "ITL p50 %.2f ms",
+		e2s / 1e6, 100 * e2s / itl, itl / 1e6);
+	if (e2s >= DIAG_E2S_SHARE * itl)
+		fprintf(f, ":\n             the API process (detokenising, serialising, its event "
+			   "loop) holds the tokens");
+	fputc('\n', f);
+}
+
 /* The objectives' lines: what missed, and where the misses' time went. */
 static void slo_print(const struct diag_slo *s, FILE *f)
 {
@@ -630,6 +654,7 @@ void diagnosis_print(const struct diagnosis *d, FILE *f)
 			(unsigned long long)d->dropped);
 	window_compute(&whole, "whole run", q, d->n, d->gaps, h);
 	window_print(d, &whole, q[0].arrival_ns, f);
+	e2s_print(d, h, f);
 	slo_print(&d->slo, f);
 	batch_verdict(d, h, f);
 	if (d->n < DIAG_MIN_COMPARE) {

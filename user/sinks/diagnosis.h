@@ -30,6 +30,9 @@
  *   and missed spent their time: the mean of each one's shares of its E2E in queue, prefill,
  *   the rest of its TTFT, decode and time out of the batch where its GPU steps split it, else
  *   in TTFT and decode. The largest share is named.
+ * - Engine to socket (whole run, when GPU steps are known): every token's time from its step's
+ *   end to its write, p50 against the ITL p50; at DIAG_E2S_SHARE of it or more the API process
+ *   is named as what holds the tokens.
  * Never prints request or response text (it keeps none).
  */
 #ifndef TS_DIAGNOSIS_H
@@ -40,6 +43,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "lib/hist.h"
 #include "pipeline/sink.h"
 #include "pipeline/slo.h"
 
@@ -47,6 +51,8 @@
 #define DIAG_MIN_COMPARE 6
 /* A P99 that moved by less than this, in percent of the first third's, is stable. */
 #define DIAG_STABLE_PCT 10
+/* Engine to socket's p50 as a share of the ITL p50 from which the API process is named. */
+#define DIAG_E2S_SHARE 0.5
 /* A share that moved by less than this, in percentage points, is not named as the cause. */
 #define DIAG_SHARE_MIN_POINTS 5
 /* Gaps each batch group needs for its P99 to rest on more than its single largest gap. */
@@ -98,6 +104,9 @@ struct diagnosis {
 	bool have_clock;
 	int64_t real_offset_ns; /* CLOCK_REALTIME - CLOCK_MONOTONIC */
 	struct diag_slo slo;
+	/* Engine to socket of every token of the ok requests whose steps are known
+	 * (gpu_attribution.e2s). */
+	struct hist e2s;
 };
 
 void diagnosis_init(struct diagnosis *d);

@@ -5,6 +5,7 @@
 
 #include "events.h"
 #include "lib/escape.h"
+#include "lib/hist.h"
 #include "lib/jsonw.h"
 #include "sinks/output.h"
 
@@ -292,6 +293,17 @@ void output_json(FILE *f, const struct request *r, const struct request_metrics 
 		jsonw_obj_end(&w);
 		if (!r->client)
 			ms_or_null(&w, "proxy_ttft_ms", m->proxy_ttft_ns);
+	}
+	/* Engine to socket (docs/gpu.md): its tokens' times from their steps' ends to their
+	 * writes. */
+	if (ga->ne2s) {
+		jsonw_obj_begin(&w, "engine_to_socket_ms");
+		jsonw_num(&w, "p50", ga->e2s[quantile_rank(0.50, ga->ne2s) - 1] / 1e6, 3);
+		jsonw_num(&w, "p99", ga->e2s[quantile_rank(0.99, ga->ne2s) - 1] / 1e6, 3);
+		jsonw_num(&w, "max", ga->e2s[ga->ne2s - 1] / 1e6, 3);
+		jsonw_obj_end(&w);
+	} else {
+		jsonw_null(&w, "engine_to_socket_ms");
 	}
 	ms_or_null(&w, "queue_ms", ga->queue_ns);
 	ms_or_null(&w, "prefill_ms", ga->prefill_ns);

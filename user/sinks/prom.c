@@ -55,6 +55,7 @@ enum ph_id {
 	PH_DECODE,
 	PH_SOCKET_WAIT,
 	PH_PREEMPTED,
+	PH_E2S,
 	PH_MAX
 };
 
@@ -93,6 +94,10 @@ static const struct {
 			   "Time a preempted request spent out of its engine's batch, the "
 			   "recompute included (requests preempted at least once).",
 			   &duration_bounds },
+	[PH_E2S] = { "tokenscope_engine_to_socket_seconds",
+		     "From the end of the GPU step a token came from to the write that carried it "
+		     "(every token of ok requests whose steps are known).",
+		     &ttft_bounds },
 };
 
 enum tok_type { TOK_INPUT, TOK_OUTPUT, TOK_CACHED, TOK_MAX };
@@ -375,6 +380,8 @@ static void prom_request(void *ctx, const struct request *r, const struct reques
 
 		phist_add(&pm->h[PH_ITL], &ttft_bounds, b > a ? b - a : 0);
 	}
+	for (uint32_t i = 0; ga && i < ga->ne2s; i++)
+		phist_add(&pm->h[PH_E2S], &ttft_bounds, ga->e2s[i]);
 }
 
 static struct prom_gpu_pid *gpu_pid_get(struct prom *p, uint32_t pid)

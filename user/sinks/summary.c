@@ -28,6 +28,9 @@ void summary_gpu(struct summary *s, const struct request *r, const struct gpu_at
 		s->abandoned_steps_known++;
 		s->abandoned_steps += ga->steps_after_gone;
 	}
+	/* As the latency histograms: over requests that worked. */
+	for (uint32_t i = 0; r->outcome == OUTCOME_OK && i < ga->ne2s; i++)
+		hist_add(&s->e2s, ga->e2s[i]);
 	s->gpu_known++;
 	if (!ga->preemptions)
 		return;
@@ -419,6 +422,11 @@ void summary_print(const struct summary *s, const struct loss_report *loss, cons
 		    (unsigned long long)s->preempted, (unsigned long long)s->gpu_known,
 		    (unsigned long long)s->preemptions,
 		    (double)s->preempted_time.sum / (double)s->preempted_time.count / 1e6);
+	if (s->e2s.count) {
+		print_hist(f, "E2S", &s->e2s);
+		fprintf(f, "        engine to socket: a token's step's end to the write that "
+			   "carried it\n");
+	}
 	print_hist(f, "TPOT", &s->tpot);
 	print_hist(f, "E2E", &s->e2e);
 	print_ttft_definitions(f, s);
@@ -845,6 +853,8 @@ void summary_json(struct jsonw *w, const struct summary *s, const struct loss_re
 	}
 	if (s->proxy_ttft.count)
 		summary_json_hist(w, "proxy_ttft_ms", &s->proxy_ttft, buckets);
+	if (s->e2s.count)
+		summary_json_hist(w, "engine_to_socket_ms", &s->e2s, buckets);
 	json_ttft_definitions(w, s, false);
 	losses_json(w, "lost", loss, LOSS_J_LOST);
 	losses_json(w, "dropped", loss, LOSS_J_DROPPED);

@@ -38,6 +38,9 @@ struct summary {
 	 * how many were preempted, how many times in all, and their time out of the batch. */
 	uint64_t gpu_known, preempted, preemptions;
 	struct hist preempted_time;
+	/* Engine to socket: every token's time from its step's end to its write (ok requests
+	 * whose steps are known; gpu_attribution.e2s). */
+	struct hist e2s;
 	/* Requests their clients left before the end (request_abandoned), and what the servers
 	 * did after: how long they went on writing, the frames and bytes they still wrote, the
 	 * writes that failed, and the GPU steps that ran meanwhile (over those whose steps are
