@@ -173,9 +173,12 @@ def compare_preemptions(truth, ts, client):
     want = {}
     for p in (t for t in truth if "preemption" in t):
         if p["missed"] >= 2:
-            w = want.setdefault(p["preemption"], [0, 0])
+            w = want.setdefault(p["preemption"], [0, 0, 0])
             w[0] += 1
             w[1] += p["to_ns"] - p["from_ns"]
+            # logged after the recompute, whose own token after_tokens counts: the tokens
+            # recomputed are those before it
+            w[2] += p["after_tokens"] - 1
     by_port = {}
     for t in (t for t in ts if "conn" in t):
         by_port.setdefault(peer_port(t["conn"]), []).append(t)
@@ -188,8 +191,15 @@ def compare_preemptions(truth, ts, client):
         if c["seq"] >= len(lst) or not tr:
             continue
         t = lst[c["seq"]]
-        n, ns = want.get(tr["request"], [0, 0])
+        n, ns, gen = want.get(tr["request"], [0, 0, 0])
         seen += n
+        rec = t.get("recomputed") or {}
+        if n and (rec.get("generated_tokens") != gen or
+                  rec.get("prompt_tokens") != n * (t.get("prompt_tokens") or 0)):
+            problems.append(f"request {c['id']}: recomputed {rec}, the engine's log: {n} "
+                            f"times its prompt of {t.get('prompt_tokens')} and {gen} generated")
+        elif not n and t.get("recomputed") is not None:
+            problems.append(f"request {c['id']}: recomputed {rec} without a preemption")
         if t.get("preemptions") != n:
             problems.append(f"request {c['id']}: preemptions {t.get('preemptions')}, the "
                             f"engine's log {n}")
@@ -199,7 +209,8 @@ def compare_preemptions(truth, ts, client):
     if not seen:
         problems.append("the engine preempted no request for two or more steps: nothing "
                         "was tested")
-    INFO["preempt"] = f"{seen} preemptions, each request's count and time out exact"
+    INFO["preempt"] = (f"{seen} preemptions, each request's count, time out and recomputed "
+                       "tokens exact")
     return problems, timing
 
 

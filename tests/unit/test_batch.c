@@ -498,6 +498,8 @@ TEST(test_preempted_twice_then_finished)
 	figures(&g, r, &a);
 	ASSERT_EQ(a.preemptions, 1, "once so far");
 	ASSERT_EQ(a.preempted_ns, (int64_t)(48 - 21) * (int64_t)MS, "21 ms to 48 ms out");
+	ASSERT_EQ(a.recomputed_generated, 2, "its two tokens before the recompute");
+	ASSERT_EQ(a.recompute_ns, 7 * MS, "the recompute step, 41 to 48 ms");
 	gpu_attribution_free(&a);
 	/* Three missed steps, a recompute in a mixed step, and r's last token. */
 	for (int k = 0; k < 3; k++) {
@@ -511,6 +513,8 @@ TEST(test_preempted_twice_then_finished)
 	ASSERT_EQ(a.preemptions, 2, "twice");
 	ASSERT_EQ(a.preempted_ns, (int64_t)((48 - 21) + (97 - 59)) * (int64_t)MS,
 		  "27 ms and 38 ms out");
+	ASSERT_EQ(a.recomputed_generated, 2 + 4, "then its four tokens");
+	ASSERT_EQ(a.recompute_ns, (7 + 8) * MS, "and the mixed step, 89 to 97 ms");
 	gpu_attribution_free(&a);
 	figures(&g, o, &a);
 	ASSERT_EQ(a.preemptions, 0, "o never left");

@@ -403,8 +403,8 @@ TEST(test_histograms_and_counters)
 	ASSERT_LINE(t, "tokenscope_gpu_steps_device_times_total{times=\"host-calls\"} 3");
 	ASSERT_LINE(t, "tokenscope_gpu_steps_device_times_total{times=\"sampled-out\"} 0");
 	ASSERT_LINE(t, "tokenscope_abandoned_requests_total{model=\"llama\",role=\"server\"} 0");
-	ASSERT_EQ(count_lines_starting(t, "# TYPE "), 28, "families");
-	ASSERT_EQ(count_lines_starting(t, "# HELP "), 28, "help lines");
+	ASSERT_EQ(count_lines_starting(t, "# TYPE "), 30, "families");
+	ASSERT_EQ(count_lines_starting(t, "# HELP "), 30, "help lines");
 	ASSERT_LINE(t, "tokenscope_other_requests_total{kind=\"health\"} 0");
 	ASSERT_LINE(t, "# TYPE tokenscope_time_to_first_token_seconds histogram");
 	ASSERT_LINE(t, "# TYPE tokenscope_requests_total counter");

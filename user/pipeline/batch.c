@@ -111,6 +111,11 @@ static void preempt_check(const struct gpu_timeline *g, struct request *r, const
 	}
 	b->preemptions++;
 	b->preempted_ns += s->end_ns - first->start_ns;
+	/* Recomputed: its prompt and the tokens before this one (this one is the recompute's). */
+	b->pend_generated = r->ntokens - 1;
+	b->pend_recompute_ns = s->end_ns > s->start_ns ? s->end_ns - s->start_ns : 0;
+	b->recomputed_generated += b->pend_generated;
+	b->recompute_ns += b->pend_recompute_ns;
 	b->pend = true;
 	b->pend_missed = missed;
 	b->pend_ns = r->token_ns[r->ntokens - 1];
@@ -135,6 +140,8 @@ static void preempt_settle(struct request *r, uint64_t t_ns)
 	b->pend = false;
 	b->preemptions--;
 	b->preempted_ns -= b->pend_out_ns;
+	b->recomputed_generated -= b->pend_generated;
+	b->recompute_ns -= b->pend_recompute_ns;
 }
 
 void batch_token(struct gpu_timeline *g, struct request *r)
@@ -224,6 +231,8 @@ void batch_attribute(const struct gpu_timeline *g, const struct request *r,
 	a->rides = NULL;
 	a->nrides = 0;
 	a->steps_after_gone = 0;
+	a->recomputed_generated = b && a->has_steps ? b->recomputed_generated : 0;
+	a->recompute_ns = b && a->has_steps ? b->recompute_ns : 0;
 	a->e2s = NULL;
 	a->ne2s = 0;
 	if (a->has_steps && request_abandoned(r) && r->gone_last_write_ns)

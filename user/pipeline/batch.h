@@ -76,6 +76,11 @@ struct batch_state {
 	bool pend;
 	uint32_t pend_missed;
 	uint64_t pend_ns, pend_out_ns;
+	/* The recompute tax: the tokens it had generated when each preemption came (all of them
+	 * recomputed, with its prompt), and the recompute steps' time; the latest's too, to be
+	 * taken back with it. */
+	uint64_t recomputed_generated, recompute_ns;
+	uint64_t pend_generated, pend_recompute_ns;
 	struct batch_credit v[];
 };
 

@@ -645,6 +645,8 @@ void gpu_attribute(const struct gpu_timeline *g, const struct request *r, struct
 	/* batch_attribute's part: not known until it runs */
 	a->has_steps = false;
 	a->steps = a->batch_steps = a->preemptions = 0;
+	a->steps_after_gone = 0;
+	a->recomputed_generated = a->recompute_ns = 0;
 	a->batch_mean = 0;
 	a->preempted_ns = -1;
 	a->preempt_from = a->preempt_to = NULL;

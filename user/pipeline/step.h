@@ -100,6 +100,11 @@ struct gpu_attribution {
 	 * wholly between the client leaving and the server's last write attempt for it, the work
 	 * that went on for nobody; shown only with has_steps. */
 	uint32_t steps_after_gone;
+	/* The recompute tax of its preemptions (docs/gpu.md "The recompute tax"): the tokens it
+	 * had generated at each (recomputed with its prompt, each time), and the recompute steps'
+	 * time; shown with has_steps and preemptions. */
+	uint64_t recomputed_generated;
+	uint64_t recompute_ns;
 	/* Engine to socket (docs/gpu.md "Engine to socket"): for each of its tokens whose step is
 	 * known, the time from that step's end to the write that carried the token, sorted (ne2s;
 	 * NULL when none: no steps, or none of its steps still kept), owned by the attribution. */

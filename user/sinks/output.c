@@ -334,6 +334,20 @@ void output_json(FILE *f, const struct request *r, const struct request_metrics 
 		jsonw_null(&w, "preemptions");
 		jsonw_null(&w, "preempted_ms");
 	}
+	/* The recompute tax of its preemptions (docs/gpu.md): its prompt each time (when usage
+	 * said it), the tokens it had generated, the recompute steps' time. */
+	if (ga->has_steps && ga->preemptions) {
+		jsonw_obj_begin(&w, "recomputed");
+		if (r->prompt_tokens >= 0)
+			jsonw_u64(&w, "prompt_tokens", (uint64_t)r->prompt_tokens * ga->preemptions);
+		else
+			jsonw_null(&w, "prompt_tokens");
+		jsonw_u64(&w, "generated_tokens", ga->recomputed_generated);
+		jsonw_num(&w, "recompute_ms", ga->recompute_ns / 1e6, 3);
+		jsonw_obj_end(&w);
+	} else {
+		jsonw_null(&w, "recomputed");
+	}
 	if (ga->source)
 		jsonw_str(&w, "attribution", ga->source);
 	else

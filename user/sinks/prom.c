@@ -123,6 +123,8 @@ struct prom_series {
 	uint64_t tokens[TOK_MAX];
 	uint32_t inflight;    /* read and not finished */
 	uint64_t preemptions; /* times its requests left the batch and were recomputed */
+	/* their recompute tax: prompt and generated tokens recomputed, the recompute steps */
+	uint64_t recomp_prompt, recomp_generated, recomp_ns;
 	/* Its requests' verdicts (slo.h) per objective ([SLO_METRICS]: all of them), and the
 	 * goodput: requests that met every objective, and their output tokens. */
 	uint64_t slo[SLO_METRICS + 1][SLO_RESULTS];
@@ -365,6 +367,10 @@ static void prom_request(void *ctx, const struct request *r, const struct reques
 		if (attributed[i] >= 0)
 			phist_add(&pm->h[i], ph_desc[i].b, attributed[i]);
 	if (ga && ga->has_steps && ga->preemptions) {
+		if (r->prompt_tokens > 0)
+			pm->recomp_prompt += (uint64_t)r->prompt_tokens * ga->preemptions;
+		pm->recomp_generated += ga->recomputed_generated;
+		pm->recomp_ns += ga->recompute_ns;
 		pm->preemptions += ga->preemptions;
 		phist_add(&pm->h[PH_PREEMPTED], &duration_bounds, (uint64_t)ga->preempted_ns);
 	}
@@ -771,6 +777,23 @@ static int render_models(const struct prom *p, FILE *f)
 		for (unsigned int i = 0; i < n; i++)
 			fprintf(f, "tokenscope_goodput_tokens_total{%s} %" PRIu64 "\n", labels[i],
 				ms[i]->good_tokens);
+	}
+
+	put_header(f, "tokenscope_recomputed_tokens_total", "counter",
+		   "Tokens recomputed after preemptions: each preempted request's prompt (when "
+		   "usage said it) and the tokens it had generated, at every preemption.");
+	for (unsigned int i = 0; i < n; i++) {
+		fprintf(f, "tokenscope_recomputed_tokens_total{%s,type=\"prompt\"} %" PRIu64 "\n",
+			labels[i], ms[i]->recomp_prompt);
+		fprintf(f, "tokenscope_recomputed_tokens_total{%s,type=\"generated\"} %" PRIu64 "\n",
+			labels[i], ms[i]->recomp_generated);
+	}
+	put_header(f, "tokenscope_recompute_seconds_total", "counter",
+		   "Time of the GPU steps that recomputed preempted requests.");
+	for (unsigned int i = 0; i < n; i++) {
+		fprintf(f, "tokenscope_recompute_seconds_total{%s} ", labels[i]);
+		put_seconds(f, ms[i]->recomp_ns);
+		fputc('\n', f);
 	}
 
 	put_header(

@@ -34,6 +34,12 @@ void summary_gpu(struct summary *s, const struct request *r, const struct gpu_at
 	s->gpu_known++;
 	if (!ga->preemptions)
 		return;
+	if (r->prompt_tokens >= 0)
+		s->recomp_prompt += (uint64_t)r->prompt_tokens * ga->preemptions;
+	else
+		s->recomp_prompt_unknown++;
+	s->recomp_generated += ga->recomputed_generated;
+	s->recomp_ns += ga->recompute_ns;
 	s->preempted++;
 	s->preemptions += ga->preemptions;
 	hist_add(&s->preempted_time, (uint64_t)ga->preempted_ns);
@@ -305,6 +311,58 @@ static void gpu_cupti_lines(const struct gpu_proc_report *c, FILE *f)
 		st->overhead_ns[TS_CUPTI_OVERHEAD_INSTRUMENTATION] / 1e6,
 		st->overhead_ns[TS_CUPTI_OVERHEAD_RESOURCE] / 1e6,
 		st->overhead_ns[TS_CUPTI_OVERHEAD_OTHER] / 1e6);
+}
+
+/* The prefill and mixed steps' time of every GPU process of g. */
+static uint64_t prefill_time(const struct gpu_report *g)
+{
+	uint64_t ns = 0;
+
+	for (uint32_t i = 0; g && i < g->nprocs; i++)
+		for (int k = 0; k < STEP_KIND_MAX; k++)
+			if ((k == STEP_PREFILL || k == STEP_MIXED) && g->procs[i].dur[k])
+				ns += g->procs[i].dur[k]->sum;
+	return ns;
+}
+
+void summary_print_recompute(const struct summary *s, const struct gpu_report *g, FILE *f)
+{
+	uint64_t pre = prefill_time(g);
+
+	if (!s->preemptions)
+		return;
+	fprintf(f, "  recompute tax: %llu preemptions recomputed %llu prompt tokens",
+		(unsigned long long)s->preemptions, (unsigned long long)s->recomp_prompt);
+	if (s->recomp_prompt_unknown)
+		fprintf(f, " (and %llu requests' prompts not reported)",
+			(unsigned long long)s->recomp_prompt_unknown);
+	fprintf(f, " and %llu generated;\n        %.1f ms of recompute steps",
+		(unsigned long long)s->recomp_generated, s->recomp_ns / 1e6);
+	if (pre)
+		fprintf(f, ", %.1f %% of the prefill and mixed steps' %.1f ms", 100.0 * s->recomp_ns / pre,
+			pre / 1e6);
+	fputc('\n', f);
+}
+
+void summary_json_recompute(struct jsonw *w, const struct summary *s, const struct gpu_report *g)
+{
+	uint64_t pre = prefill_time(g);
+
+	if (!s->preemptions) {
+		jsonw_null(w, "recompute");
+		return;
+	}
+	jsonw_obj_begin(w, "recompute");
+	jsonw_u64(w, "preemptions", s->preemptions);
+	jsonw_u64(w, "prompt_tokens", s->recomp_prompt);
+	jsonw_u64(w, "prompt_unknown", s->recomp_prompt_unknown);
+	jsonw_u64(w, "generated_tokens", s->recomp_generated);
+	jsonw_num(w, "recompute_ms", s->recomp_ns / 1e6, 3);
+	if (pre)
+		jsonw_num(w, "share_of_prefill", (double)s->recomp_ns / (double)pre, 4);
+	else
+		jsonw_null(w, "share_of_prefill");
+	jsonw_obj_end(w);
 }
 
 void summary_print_gpu(const struct gpu_report *g, FILE *f)
@@ -1058,6 +1116,7 @@ void summaries_print_total(const struct summaries *s, const struct pipeline_stat
 		summary_print_cost(st->cost, s->out);
 	if (st->gpu.nprocs || st->gpu.procs_dropped || st->gpu.batch_early || st->gpu.batch_late)
 		summary_print_gpu(&st->gpu, s->out);
+	summary_print_recompute(&s->total, &st->gpu, s->out);
 	fflush(s->out);
 }
 
@@ -1079,6 +1138,7 @@ static void sums_finish(void *ctx, const struct pipeline_status *st)
 	jsonw_obj_begin(&w, "summary");
 	summary_json(&w, &s->total, &st->loss, false);
 	summary_json_cache(&w, &s->total);
+	summary_json_recompute(&w, &s->total, &st->gpu);
 	summary_json_abandoned(&w, &s->total);
 	summary_json_slo(&w, &s->total, st->slo);
 	/* The requests above are inference; these were not (none with --requests all). */

@@ -38,6 +38,10 @@ struct summary {
 	 * how many were preempted, how many times in all, and their time out of the batch. */
 	uint64_t gpu_known, preempted, preemptions;
 	struct hist preempted_time;
+	/* The recompute tax (docs/gpu.md): prompt tokens recomputed (of the preempted requests
+	 * whose usage said their prompt; recomp_prompt_unknown the others), generated tokens
+	 * recomputed, and the recompute steps' time. */
+	uint64_t recomp_prompt, recomp_prompt_unknown, recomp_generated, recomp_ns;
 	/* Engine to socket: every token's time from its step's end to its write (ok requests
 	 * whose steps are known; gpu_attribution.e2s). */
 	struct hist e2s;
@@ -78,6 +82,11 @@ void summary_print_abandoned(const struct summary *s, FILE *f);
 void summary_json_abandoned(struct jsonw *w, const struct summary *s);
 /* Per-process GPU statistics over the run (the summary's GPU lines). */
 void summary_print_gpu(const struct gpu_report *g, FILE *f);
+/* The recompute tax's line against the prefill and mixed steps' time of g (nothing without
+ * preemptions), and the same as JSON (key "recompute"; null without). */
+void summary_print_recompute(const struct summary *s, const struct gpu_report *g, FILE *f);
+struct jsonw;
+void summary_json_recompute(struct jsonw *w, const struct summary *s, const struct gpu_report *g);
 /* The cost line (pipeline_status.cost): the syscall programs' BPF time per traced syscall where
  * the kernel counted it, tokenscope's own CPU, the ring buffer's peak; and the same as JSON (key
  * "cost", null without a measure), with every program's counters. */
