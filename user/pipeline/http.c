@@ -12,6 +12,7 @@
 #include <strings.h>
 
 #include "pipeline/http.h"
+#include "lib/ows.h"
 
 #define HTTP_VERSION_PREFIX "HTTP/"
 #define HTTP_VERSION_PREFIX_LEN 5
@@ -119,22 +120,6 @@ static bool http_eq(const char *s, size_t len, const char *lit)
 	return strlen(lit) == len && strncasecmp(s, lit, len) == 0;
 }
 
-static bool http_is_ows(char c)
-{
-	return c == ' ' || c == '\t';
-}
-
-/* Trim optional whitespace on both ends of [*s, *s + *len). */
-static void http_trim(const char **s, size_t *len)
-{
-	while (*len && http_is_ows(**s)) {
-		(*s)++;
-		(*len)--;
-	}
-	while (*len && http_is_ows((*s)[*len - 1]))
-		(*len)--;
-}
-
 /* Iterates the comma-separated, trimmed, non-empty elements of a header value: the list
  * syntax of RFC 9110 section 5.6.1 (Connection, Transfer-Encoding, repeated Content-Length). */
 struct http_list_iter {
@@ -151,7 +136,7 @@ static bool http_list_next(struct http_list_iter *it, const char **el, size_t *e
 		it->p = comma ? comma + 1 : it->end;
 		*el = start;
 		*elen = (size_t)(stop - start);
-		http_trim(el, elen);
+		ows_trim(el, elen);
 		if (*elen)
 			return true;
 	}
@@ -186,7 +171,7 @@ void http_media_type(char *dst, size_t cap, const char *val, size_t len)
 	const char *semi = memchr(val, ';', len);
 	size_t n = semi ? (size_t)(semi - val) : len;
 
-	http_trim(&val, &n);
+	ows_trim(&val, &n);
 	if (n >= cap)
 		n = cap - 1;
 	for (size_t i = 0; i < n; i++)
@@ -352,7 +337,7 @@ static int http_parse_head(struct http_parser *p, struct http_head_flags *fl)
 		if (!n)
 			break;
 		/* obs-fold continuation: its value belongs to a header we do not need. */
-		if (http_is_ows(s[0]))
+		if (ows_is(s[0]))
 			continue;
 		colon = memchr(s, ':', n);
 		if (!colon || colon == s)
@@ -360,11 +345,11 @@ static int http_parse_head(struct http_parser *p, struct http_head_flags *fl)
 		name = s;
 		nlen = (size_t)(colon - s);
 		/* No whitespace is allowed between a field name and the colon. */
-		if (http_is_ows(name[nlen - 1]))
+		if (ows_is(name[nlen - 1]))
 			return -EPROTO;
 		val = colon + 1;
 		vlen = n - nlen - 1;
-		http_trim(&val, &vlen);
+		ows_trim(&val, &vlen);
 		err = http_header(p, fl, name, nlen, val, vlen);
 		if (err)
 			return err;
@@ -523,7 +508,7 @@ static long http_feed_chunk_size(struct http_parser *p, const uint8_t *buf, size
 			if (p->remaining > HTTP_CHUNK_SIZE_LIMIT)
 				return -EPROTO;
 			p->size_digits = true;
-		} else if (p->size_digits && (c == ';' || c == '\r' || http_is_ows((char)c))) {
+		} else if (p->size_digits && (c == ';' || c == '\r' || ows_is((char)c))) {
 			p->size_done = true;
 		} else {
 			return -EPROTO;

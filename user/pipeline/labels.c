@@ -6,21 +6,22 @@
 #include <strings.h>
 
 #include "lib/json.h"
+#include "lib/ows.h"
 #include "lib/utf8.h"
 #include "pipeline/labels.h"
 
 /* Labels tokenscope's own metrics carry: a request label may not take their names. */
-static const char *const reserved[] = { "model", "role",   "pid",    "namespace", "pod",
-					"container", "outcome", "le", "slo", "result",
-					"type",	   "cache",  "kind",  "rule",	   "times",
-					"where",   "program", "reported", "gpu", "uuid" };
+static const char *const reserved[] = { "model",     "role",	"pid",	    "namespace", "pod",
+					"container", "outcome", "le",	    "slo",	 "result",
+					"type",	     "cache",	"kind",	    "rule",	 "times",
+					"where",     "program", "reported", "gpu",	 "uuid" };
 
 /* Body keys that hold a prompt, a message or their parts: never a label's path. */
-static const char *const prompt_keys[] = { "messages", "prompt",       "input",	  "inputs",
-					   "content",  "system",       "instructions",
-					   "text",     "tools",	       "tool_choice", "suffix",
-					   "contents", "parts",	       "query",	  "documents",
-					   "images",   "image",	       "audio",	  "response_format" };
+static const char *const prompt_keys[] = { "messages", "prompt",      "input",		"inputs",
+					   "content",  "system",      "instructions",	"text",
+					   "tools",    "tool_choice", "suffix",		"contents",
+					   "parts",    "query",	      "documents",	"images",
+					   "image",    "audio",	      "response_format" };
 
 static int label_fail(char *msg, size_t n, const char *text, const char *why)
 {
@@ -69,7 +70,8 @@ static const char *path_problem(const char *p)
 		part[n] = '\0';
 		for (size_t i = 0; i < sizeof(prompt_keys) / sizeof(prompt_keys[0]); i++)
 			if (!strcasecmp(part, prompt_keys[i]))
-				return "the path names a prompt or message field, which is never taken";
+				return "the path names a prompt or message field, which is never "
+				       "taken";
 		p += n;
 		if (*p == '.' && !*++p)
 			return "an empty part in the path";
@@ -89,7 +91,8 @@ int req_labels_parse(struct req_label_set *s, const char *text, char *msg, size_
 	memcpy(sp.name, text, (size_t)(eq - text));
 	for (size_t i = 0; i < sizeof(reserved) / sizeof(reserved[0]); i++)
 		if (!strcmp(sp.name, reserved[i]))
-			return label_fail(msg, msglen, text, "NAME is one of tokenscope's own labels");
+			return label_fail(msg, msglen, text,
+					  "NAME is one of tokenscope's own labels");
 	colon = strchr(eq + 1, ':');
 	if (!colon)
 		return label_fail(msg, msglen, text, "no source (header: or body:)");
@@ -112,7 +115,8 @@ int req_labels_parse(struct req_label_set *s, const char *text, char *msg, size_
 	snprintf(sp.key, sizeof(sp.key), "%s", key);
 	for (uint32_t i = 0; i < s->n; i++)
 		if (!strcmp(s->l[i].name, sp.name))
-			return label_fail(msg, msglen, text, "a label of that name was given already");
+			return label_fail(msg, msglen, text,
+					  "a label of that name was given already");
 	if (s->n == REQ_LABELS_MAX) {
 		snprintf(msg, msglen, "at most %d --label options", REQ_LABELS_MAX);
 		return -EINVAL;
@@ -130,10 +134,7 @@ void req_labels_header(const struct req_label_set *s, struct req_labels *out, co
 		if (sp->src != REQ_LABEL_HEADER || out->set[i] || strlen(sp->key) != nlen ||
 		    strncasecmp(sp->key, name, nlen))
 			continue;
-		while (vlen && (*val == ' ' || *val == '\t'))
-			val++, vlen--;
-		while (vlen && (val[vlen - 1] == ' ' || val[vlen - 1] == '\t'))
-			vlen--;
+		ows_trim(&val, &vlen);
 		utf8_clean(out->v[i], sizeof(out->v[i]), val, vlen);
 		out->set[i] = true;
 	}

@@ -9,6 +9,7 @@
 #include <strings.h>
 
 #include "lib/duration.h"
+#include "lib/ows.h"
 #include "pipeline/request.h"
 #include "pipeline/slo.h"
 
@@ -21,7 +22,7 @@ const char *const slo_metric_names[SLO_METRICS] = {
 const char *slo_result_name(enum slo_result r)
 {
 	static const char *const names[SLO_RESULTS] = {
-		[SLO_NONE] = "none",	   [SLO_MET] = "met",	       [SLO_MISSED] = "missed",
+		[SLO_NONE] = "none",	   [SLO_MET] = "met",	      [SLO_MISSED] = "missed",
 		[SLO_UNKNOWN] = "unknown", [SLO_ABORTED] = "aborted",
 	};
 
@@ -60,7 +61,8 @@ static int slo_term(const char *term, size_t len, int64_t *limits, const char *t
 	if (metric < 0)
 		return slo_fail(msg, n, text, "unknown metric");
 	if (!duration_parse(op + 2, &s) || s <= 0)
-		return slo_fail(msg, n, text, "a limit is a duration above 0 with a unit (80ms, 2s)");
+		return slo_fail(msg, n, text,
+				"a limit is a duration above 0 with a unit (80ms, 2s)");
 	limits[metric] = (int64_t)(s * 1e9);
 	/* Below a nanosecond, a limit of 0 would read as none. */
 	if (!limits[metric])
@@ -146,9 +148,9 @@ void slo_rule_text(const struct slo_rule *r, char *out, size_t n)
 		if (!r->limit_ns[i])
 			continue;
 		slo_limit_text(r->limit_ns[i], lim, sizeof(lim));
-		at += (size_t)snprintf(out + at, n - at, "%s%s<=%s",
-				       at && out[at - 1] != ':' ? "," : "", slo_metric_names[i],
-				       lim);
+		at +=
+		    (size_t)snprintf(out + at, n - at, "%s%s<=%s",
+				     at && out[at - 1] != ':' ? "," : "", slo_metric_names[i], lim);
 	}
 }
 
@@ -159,10 +161,7 @@ static int64_t slo_head_ms(const char *v, size_t n)
 	char buf[32], *end;
 	double ms;
 
-	while (n && (*v == ' ' || *v == '\t'))
-		v++, n--;
-	while (n && (v[n - 1] == ' ' || v[n - 1] == '\t'))
-		n--;
+	ows_trim(&v, &n);
 	if (!n || n >= sizeof(buf))
 		return -1;
 	for (size_t i = 0; i < n; i++)
@@ -176,8 +175,7 @@ static int64_t slo_head_ms(const char *v, size_t n)
 	return (int64_t)(ms * 1e6) ?: 1;
 }
 
-bool slo_head_field(struct slo_head *h, const char *name, size_t nlen, const char *val,
-		    size_t vlen)
+bool slo_head_field(struct slo_head *h, const char *name, size_t nlen, const char *val, size_t vlen)
 {
 	static const struct {
 		const char *name;
@@ -204,8 +202,7 @@ bool slo_head_field(struct slo_head *h, const char *name, size_t nlen, const cha
 
 /* The request's objectives: the rule without a model, then the first matching model rule per
  * metric, then its head. */
-static void slo_limits(const struct slo_rules *rs, const struct request *r,
-		       struct slo_verdict *v)
+static void slo_limits(const struct slo_rules *rs, const struct request *r, struct slo_verdict *v)
 {
 	bool named[SLO_METRICS] = { false };
 
@@ -240,8 +237,8 @@ static void slo_limits(const struct slo_rules *rs, const struct request *r,
 	}
 }
 
-void slo_judge(const struct slo_rules *rs, const struct request *r,
-	       const struct request_metrics *m, struct slo_verdict *v)
+void slo_judge(const struct slo_rules *rs, const struct request *r, const struct request_metrics *m,
+	       struct slo_verdict *v)
 {
 	const int64_t figure[SLO_METRICS] = { m->ttft_ns, m->tpot_ns, m->e2e_ns };
 	/* The client left before the end: apart. The server closing first is its failure. */

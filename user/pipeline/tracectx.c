@@ -9,6 +9,7 @@
 #include <strings.h>
 
 #include "pipeline/tracectx.h"
+#include "lib/ows.h"
 #include "lib/utf8.h"
 
 /* "00-" + 32 + "-" + 16 + "-" + 2 */
@@ -128,16 +129,6 @@ static bool member_valid(const char *m, size_t n)
 	return eq[vlen] != ' ';
 }
 
-static void trim(const char **s, size_t *n)
-{
-	while (*n && (**s == ' ' || **s == '\t')) {
-		(*s)++;
-		(*n)--;
-	}
-	while (*n && ((*s)[*n - 1] == ' ' || (*s)[*n - 1] == '\t'))
-		(*n)--;
-}
-
 /* The members of one tracestate field, after those of earlier fields (they combine as a list). */
 static void state_add(struct trace_ctx *c, const char *v, size_t n)
 {
@@ -150,7 +141,7 @@ static void state_add(struct trace_ctx *c, const char *v, size_t n)
 		size_t mlen = (size_t)(stop - m), have = strlen(c->state);
 
 		v = comma ? comma + 1 : end;
-		trim(&m, &mlen);
+		ows_trim(&m, &mlen);
 		if (!mlen)
 			continue; /* empty members are allowed, and mean nothing */
 		if (!member_valid(m, mlen)) {
@@ -181,7 +172,7 @@ static bool name_is(const char *name, size_t nlen, const char *lit)
 bool tracectx_field(struct trace_ctx *c, const char *name, size_t nlen, const char *val,
 		    size_t vlen)
 {
-	trim(&val, &vlen);
+	ows_trim(&val, &vlen);
 	if (name_is(name, nlen, "traceparent")) {
 		/* Two fields are one list, which no version's format allows. */
 		if (c->seen_tp || tracectx_parse_traceparent(val, vlen, &c->tp)) {
