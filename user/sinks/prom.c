@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -174,7 +175,7 @@ struct prom {
 	void *publish_ctx;
 	void (*extra)(void *ctx, FILE *f);
 	void *extra_ctx;
-	bool slo_seen;		    /* a request had an objective: the SLO families are shown */
+	bool slo_seen; /* a request had an objective: the SLO families are shown */
 	/* --label: the labels, and per label the values with series of their own and the
 	 * values waiting for their second request (oldest replaced) */
 	const struct req_label_set *labels;
@@ -187,8 +188,8 @@ struct prom {
 			uint32_t n;
 		} cand[PROM_LABEL_CANDIDATES];
 		uint32_t next_cand;
-		uint64_t other; /* requests whose value was "other" */
-	} *lvals; /* one per label, with labels */
+		uint64_t other;	    /* requests whose value was "other" */
+	} * lvals;		    /* one per label, with labels */
 	bool dirty;		    /* something changed since the last snapshot */
 	uint64_t rendered_ns;	    /* kernel time of the last snapshot */
 	uint64_t prev_tick_ns;	    /* kernel time at the previous tick */
@@ -435,7 +436,8 @@ static bool prom_take_features(struct prom *p, const struct pipeline_status *st)
 {
 	uint32_t n = st->nfeatures < RUN_FEATURES_MAX ? st->nfeatures : RUN_FEATURES_MAX;
 
-	if (n == p->nfeatures && (!n || !memcmp(p->features, st->features, n * sizeof(*st->features))))
+	if (n == p->nfeatures &&
+	    (!n || !memcmp(p->features, st->features, n * sizeof(*st->features))))
 		return false;
 	if (n)
 		memcpy(p->features, st->features, n * sizeof(*st->features));
@@ -582,7 +584,7 @@ struct sink prom_sink(struct prom *p)
  * every byte of the names 3 bytes (U+FFFD). */
 #define LABELS_MAX                                                                                 \
 	(REQBODY_MODEL_MAX * 3 + 16 + sizeof(",role=\"client\"") + sizeof(",pid=\"4294967295\"") + \
-	 (NAMESPACE_MAX + POD_MAX + CONTAINER_MAX) * 3 + 3 * 16 +                                   \
+	 (NAMESPACE_MAX + POD_MAX + CONTAINER_MAX) * 3 + 3 * 16 +                                  \
 	 REQ_LABELS_MAX * (REQ_LABEL_NAME_MAX + REQ_LABEL_VALUE_MAX * 3 + 4))
 
 /* Seconds from nanoseconds, exactly: "0.35", "1", "12.000000001". */
@@ -674,6 +676,17 @@ static void series_labels(const struct prom *p, const struct prom_series *m, cha
 	}
 }
 
+/* A counter family with one sample per label set: the uint64_t at offset off of each series. */
+static void put_series_counter(FILE *f, const char *name, const char *help,
+			       const struct prom_series *const *ms, char (*labels)[LABELS_MAX],
+			       unsigned int n, size_t off)
+{
+	put_header(f, name, "counter", help);
+	for (unsigned int i = 0; i < n; i++)
+		fprintf(f, "%s{%s} %" PRIu64 "\n", name, labels[i],
+			*(const uint64_t *)((const char *)ms[i] + off));
+}
+
 static int render_models(const struct prom *p, FILE *f)
 {
 	const struct prom_series *ms[PROM_MAX_LABEL_SETS + 1];
@@ -700,19 +713,19 @@ static int render_models(const struct prom *p, FILE *f)
 			fprintf(f, "tokenscope_tokens_total{%s,type=\"%s\"} %" PRIu64 "\n",
 				labels[i], tok_names[t], ms[i]->tokens[t]);
 
-	put_header(f, "tokenscope_preemptions_total", "counter",
-		   "Times finished requests left their engine's batch after their first token and "
-		   "came back through a recompute (docs/gpu.md \"Preemption\").");
-	for (unsigned int i = 0; i < n; i++)
-		fprintf(f, "tokenscope_preemptions_total{%s} %" PRIu64 "\n", labels[i],
-			ms[i]->preemptions);
+	put_series_counter(
+	    f, "tokenscope_preemptions_total",
+	    "Times finished requests left their engine's batch after their first token and "
+	    "came back through a recompute (docs/gpu.md \"Preemption\").",
+	    ms, labels, n, offsetof(struct prom_series, preemptions));
 
 	if (p->labels) {
 		put_header(f, "tokenscope_label_other_requests_total", "counter",
 			   "Finished requests whose --label value was shown as \"other\": past the "
 			   "values kept (--label-top), or before a value's second request.");
 		for (uint32_t i = 0; i < p->labels->n; i++)
-			fprintf(f, "tokenscope_label_other_requests_total{label=\"%s\"} %" PRIu64 "\n",
+			fprintf(f,
+				"tokenscope_label_other_requests_total{label=\"%s\"} %" PRIu64 "\n",
 				p->labels->l[i].name, p->lvals[i].other);
 	}
 	put_header(f, "tokenscope_prefix_cache_requests_total", "counter",
@@ -721,39 +734,37 @@ static int render_models(const struct prom *p, FILE *f)
 		   "likely_cached, cold, unknown.");
 	for (unsigned int i = 0; i < n; i++)
 		for (int g = 0; g < CACHE_GUESSES; g++)
-			fprintf(f, "tokenscope_prefix_cache_requests_total{%s,cache=\"%s\"} %" PRIu64
-				   "\n",
+			fprintf(f,
+				"tokenscope_prefix_cache_requests_total{%s,cache=\"%s\"} %" PRIu64
+				"\n",
 				labels[i], cache_guess_name(g), ms[i]->cache[g]);
-	put_header(f, "tokenscope_prefix_cache_prompt_tokens_total", "counter",
-		   "Prompt tokens of the finished requests that reported cached_tokens: the hit "
-		   "rate is tokenscope_tokens_total{type=\"cached\"} over this.");
-	for (unsigned int i = 0; i < n; i++)
-		fprintf(f, "tokenscope_prefix_cache_prompt_tokens_total{%s} %" PRIu64 "\n",
-			labels[i], ms[i]->cache_prompt);
+	put_series_counter(
+	    f, "tokenscope_prefix_cache_prompt_tokens_total",
+	    "Prompt tokens of the finished requests that reported cached_tokens: the hit "
+	    "rate is tokenscope_tokens_total{type=\"cached\"} over this.",
+	    ms, labels, n, offsetof(struct prom_series, cache_prompt));
 
-	put_header(f, "tokenscope_abandoned_requests_total", "counter",
-		   "Finished requests their clients left before the response ended (outcome "
-		   "aborted, the hang-up seen).");
-	for (unsigned int i = 0; i < n; i++)
-		fprintf(f, "tokenscope_abandoned_requests_total{%s} %" PRIu64 "\n", labels[i],
-			ms[i]->abandoned);
-	put_header(f, "tokenscope_abandoned_frames_total", "counter",
-		   "Frames the server still wrote for requests after their clients had left.");
-	for (unsigned int i = 0; i < n; i++)
-		fprintf(f, "tokenscope_abandoned_frames_total{%s} %" PRIu64 "\n", labels[i],
-			ms[i]->abandoned_frames);
-	put_header(f, "tokenscope_abandoned_failed_writes_total", "counter",
-		   "Writes the server still tried for requests after their clients had left, and "
-		   "that failed (EPIPE, ECONNRESET).");
-	for (unsigned int i = 0; i < n; i++)
-		fprintf(f, "tokenscope_abandoned_failed_writes_total{%s} %" PRIu64 "\n", labels[i],
-			ms[i]->abandoned_failed);
+	put_series_counter(
+	    f, "tokenscope_abandoned_requests_total",
+	    "Finished requests their clients left before the response ended (outcome "
+	    "aborted, the hang-up seen).",
+	    ms, labels, n, offsetof(struct prom_series, abandoned));
+	put_series_counter(
+	    f, "tokenscope_abandoned_frames_total",
+	    "Frames the server still wrote for requests after their clients had left.", ms, labels,
+	    n, offsetof(struct prom_series, abandoned_frames));
+	put_series_counter(
+	    f, "tokenscope_abandoned_failed_writes_total",
+	    "Writes the server still tried for requests after their clients had left, and "
+	    "that failed (EPIPE, ECONNRESET).",
+	    ms, labels, n, offsetof(struct prom_series, abandoned_failed));
 
 	if (p->slo_seen) {
-		put_header(f, "tokenscope_slo_requests_total", "counter",
-			   "Finished requests with objectives (--slo, llm-d's headers) by objective "
-			   "(ttft, tpot, e2e; all: every objective of the request) and verdict (met, "
-			   "missed, unknown; aborted: the client left first, set apart).");
+		put_header(
+		    f, "tokenscope_slo_requests_total", "counter",
+		    "Finished requests with objectives (--slo, llm-d's headers) by objective "
+		    "(ttft, tpot, e2e; all: every objective of the request) and verdict (met, "
+		    "missed, unknown; aborted: the client left first, set apart).");
 		for (unsigned int i = 0; i < n; i++) {
 			for (int k = 0; k <= SLO_METRICS; k++) {
 				for (int r = SLO_MET; r < SLO_RESULTS; r++) {
@@ -766,17 +777,14 @@ static int render_models(const struct prom *p, FILE *f)
 				}
 			}
 		}
-		put_header(f, "tokenscope_goodput_requests_total", "counter",
-			   "Finished requests that met every objective they had.");
-		for (unsigned int i = 0; i < n; i++)
-			fprintf(f, "tokenscope_goodput_requests_total{%s} %" PRIu64 "\n", labels[i],
-				ms[i]->good_requests);
-		put_header(f, "tokenscope_goodput_tokens_total", "counter",
-			   "Output tokens of the finished requests that met every objective they "
-			   "had.");
-		for (unsigned int i = 0; i < n; i++)
-			fprintf(f, "tokenscope_goodput_tokens_total{%s} %" PRIu64 "\n", labels[i],
-				ms[i]->good_tokens);
+		put_series_counter(f, "tokenscope_goodput_requests_total",
+				   "Finished requests that met every objective they had.", ms,
+				   labels, n, offsetof(struct prom_series, good_requests));
+		put_series_counter(
+		    f, "tokenscope_goodput_tokens_total",
+		    "Output tokens of the finished requests that met every objective they "
+		    "had.",
+		    ms, labels, n, offsetof(struct prom_series, good_tokens));
 	}
 
 	put_header(f, "tokenscope_recomputed_tokens_total", "counter",
@@ -785,7 +793,8 @@ static int render_models(const struct prom *p, FILE *f)
 	for (unsigned int i = 0; i < n; i++) {
 		fprintf(f, "tokenscope_recomputed_tokens_total{%s,type=\"prompt\"} %" PRIu64 "\n",
 			labels[i], ms[i]->recomp_prompt);
-		fprintf(f, "tokenscope_recomputed_tokens_total{%s,type=\"generated\"} %" PRIu64 "\n",
+		fprintf(f,
+			"tokenscope_recomputed_tokens_total{%s,type=\"generated\"} %" PRIu64 "\n",
 			labels[i], ms[i]->recomp_generated);
 	}
 	put_header(f, "tokenscope_recompute_seconds_total", "counter",
@@ -1039,10 +1048,13 @@ static void render_joined(const struct prom *p, FILE *f)
 			snprintf(pid, sizeof(pid), "%u", js->pid);
 		else
 			snprintf(pid, sizeof(pid), "other");
-		fprintf(f, "tokenscope_joined_requests_total{pid=\"%s\",reported=\"yes\"} %" PRIu64 "\n",
+		fprintf(f,
+			"tokenscope_joined_requests_total{pid=\"%s\",reported=\"yes\"} %" PRIu64
+			"\n",
 			pid, js->reported);
-		fprintf(f, "tokenscope_joined_requests_total{pid=\"%s\",reported=\"no\"} %" PRIu64 "\n",
-			pid, js->in_flight - js->reported);
+		fprintf(
+		    f, "tokenscope_joined_requests_total{pid=\"%s\",reported=\"no\"} %" PRIu64 "\n",
+		    pid, js->in_flight - js->reported);
 	}
 }
 
