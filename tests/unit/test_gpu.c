@@ -3,6 +3,7 @@
 #include <stdlib.h>
 
 #include "check.h"
+#include "pipeline/batch.h"
 #include "pipeline/gpu.h"
 
 #define MS 1000000ull
@@ -11,6 +12,7 @@ static void add_step(struct gpu_timeline *g, uint32_t pid, uint64_t start, uint6
 		     uint32_t launches, uint32_t graphs)
 {
 	struct ts_gpu_step_event e = { .hdr = { TS_EV_GPU_STEP, sizeof(e), pid, pid } };
+	struct gpu_step out;
 
 	e.start_ns = start;
 	e.wait_start_ns = end - MS / 10;
@@ -19,17 +21,31 @@ static void add_step(struct gpu_timeline *g, uint32_t pid, uint64_t start, uint6
 	e.graph_launches = graphs;
 	e.waits = 1;
 	gpu_add(g, &e, NULL);
+	/* shown as the pipeline shows them, when their batches are final */
+	while (gpu_next_ready(g, end, end, false, &out))
+		;
 }
 
-static struct request *stream_request(uint64_t arrival, const uint64_t *tokens, int n)
+/* A streamed request, its tokens written after the steps of g so far (each credited to its
+ * step, as the pipeline does). */
+static struct request *stream_request(struct gpu_timeline *g, uint64_t arrival,
+				      const uint64_t *tokens, int n)
 {
 	struct request *r = request_new(1, 1, 0, "c");
 
 	r->arrival_ns = arrival;
-	for (int i = 0; i < n; i++)
+	for (int i = 0; i < n; i++) {
 		request_add_token(r, tokens[i]);
+		batch_token(g, r);
+	}
 	r->end_ns = tokens[n - 1] + MS;
 	return r;
+}
+
+static void attribute(const struct gpu_timeline *g, const struct request *r,
+		      struct gpu_attribution *a)
+{
+	gpu_attribute(g, r, batch_prefill_step(g, r), a);
 }
 
 TEST(test_classify)
@@ -45,7 +61,7 @@ TEST(test_attribution_by_time)
 	struct gpu_timeline g;
 	struct gpu_attribution a;
 	const uint64_t tok[] = { 51 * MS, 61 * MS, 71 * MS, 81 * MS };
-	struct request *r = stream_request(15 * MS, tok, 4);
+	struct request *r;
 
 	gpu_init(&g);
 	/* A decode step of other requests is running when ours arrives at 15 ms. */
@@ -60,7 +76,8 @@ TEST(test_attribution_by_time)
 		add_step(&g, 8, 51 * MS + MS / 2 + i * 10 * MS, 60 * MS + MS / 2 + i * 10 * MS, 2,
 			 1);
 	}
-	gpu_attribute(&g, r, &a);
+	r = stream_request(&g, 15 * MS, tok, 4);
+	attribute(&g, r, &a);
 	ASSERT_EQ(a.queue_ns, 5 * MS, "queue: arrival to the prefill step's start");
 	ASSERT_EQ(a.prefill_ns, 30 * MS, "prefill: that step");
 	ASSERT_EQ(a.decode_ns, 31 * MS, "decode: first token to end");
@@ -76,36 +93,44 @@ TEST(test_unattributable)
 	struct gpu_timeline g;
 	struct gpu_attribution a;
 	const uint64_t tok[] = { 51 * MS, 61 * MS };
-	struct request *r = stream_request(15 * MS, tok, 2);
+	struct request *r;
 
 	gpu_init(&g);
-	gpu_attribute(&g, r, &a);
+	r = stream_request(&g, 15 * MS, tok, 2);
+	attribute(&g, r, &a);
 	ASSERT_EQ(a.queue_ns, -1, "no steps: unknown");
 	ASSERT_TRUE(strstr(a.how, "no GPU steps") != NULL, "says why");
+	request_free(r);
 	/* Only a prefill step that started before the request arrived. */
 	add_step(&g, 7, 10 * MS, 40 * MS, 40, 0);
-	gpu_attribute(&g, r, &a);
+	r = stream_request(&g, 15 * MS, tok, 2);
+	attribute(&g, r, &a);
 	ASSERT_EQ(a.queue_ns, -1, "a step that began before arrival did not prefill it");
 	ASSERT_EQ(a.prefill_ns, -1, "prefill unknown");
-	ASSERT_TRUE(strstr(a.how, "no prefill step") != NULL, "says why");
+	ASSERT_TRUE(strstr(a.how, "no GPU step ran") != NULL, "says why");
+	gpu_attribution_free(&a);
 	request_free(r);
 	gpu_free(&g);
 }
 
 TEST(test_history_wraps)
 {
+	struct gpu_step out;
 	struct gpu_timeline g;
 	struct gpu_attribution a;
 	const uint64_t tok[] = { 1 * MS, 2 * MS };
-	struct request *r = stream_request(0, tok, 2);
+	struct request *r;
 
 	gpu_init(&g);
 	for (uint64_t i = 0; i < GPU_HISTORY + 10; i++)
 		add_step(&g, 7, 10 * MS + i * MS, 10 * MS + i * MS + MS / 2, 2, 1);
+	r = stream_request(&g, 0, tok, 2);
+	while (gpu_next_ready(&g, 0, 0, true, &out))
+		;
 	ASSERT_EQ(g.count, GPU_HISTORY, "bounded");
 	ASSERT_EQ(g.steps, GPU_HISTORY + 10, "all counted");
 	ASSERT_EQ(g.procs[0].steps[STEP_DECODE], GPU_HISTORY + 10, "per-process statistics");
-	gpu_attribute(&g, r, &a);
+	attribute(&g, r, &a);
 	ASSERT_TRUE(strstr(a.how, "no longer kept") != NULL, "forgotten steps are said so");
 	request_free(r);
 	gpu_free(&g);

@@ -5,30 +5,51 @@
 #include "pipeline/batch.h"
 #include "pipeline/request_track.h"
 
+/* The serving process's steps a write can have come from (batch.h): m of them, the latest k
+ * of them by id, oldest first. */
+struct write_steps {
+	uint32_t pid, m, k;
+	uint64_t id[BATCH_WRITE_STEPS];
+};
+
 /*
- * The latest step that launched work, of pid (of any process when 0), that ended in (after,
- * before); NULL when none did. Steps are kept in the order they ended, to within the delay of
- * a record: once one ended GPU_BATCH_SLACK_NS before `after`, no older one can qualify.
+ * The steps that launched work, of pid (when 0: of the process of the latest one), that ended
+ * in (after, before) and started at or after from. Steps are kept in the order they ended, to
+ * within the delay of a record: once one ended GPU_BATCH_SLACK_NS before `after`, no older one
+ * can qualify.
  */
-static struct gpu_step *latest_between(struct gpu_timeline *g, uint32_t pid, uint64_t after,
-				       uint64_t before)
+static void steps_between(const struct gpu_timeline *g, uint32_t pid, uint64_t after,
+			  uint64_t before, uint64_t from, struct write_steps *w)
 {
+	uint64_t newest[BATCH_WRITE_STEPS];
+
+	w->pid = pid;
+	w->m = w->k = 0;
 	for (uint32_t i = g->count; i-- > 0;) {
-		struct gpu_step *s = &g->ring[(g->head + i) % GPU_HISTORY];
+		const struct gpu_step *s = &g->ring[(g->head + i) % GPU_HISTORY];
 
 		if (s->end_ns + GPU_BATCH_SLACK_NS <= after)
 			break;
-		if (s->kind != STEP_OTHER && s->end_ns > after && s->end_ns < before &&
-		    (!pid || s->pid == pid))
-			return s;
+		if (s->shape == STEP_OTHER || s->end_ns <= after || s->end_ns >= before ||
+		    s->start_ns < from)
+			continue;
+		if (!w->pid)
+			w->pid = s->pid;
+		if (s->pid != w->pid)
+			continue;
+		if (w->k < BATCH_WRITE_STEPS)
+			newest[w->k++] = s->id;
+		w->m++;
 	}
-	return NULL;
+	for (uint32_t i = 0; i < w->k; i++)
+		w->id[i] = newest[w->k - 1 - i];
 }
 
-/* Folds the older half of b's credits into its sums: their steps' windows closed long ago. */
+/* Folds the older half of b's credits into its sums: their steps' windows closed long ago.
+ * The current write's credits stay (they may be made again). */
 static void fold(const struct gpu_timeline *g, struct batch_state *b)
 {
-	uint32_t half = b->n / 2;
+	uint32_t half = b->n / 2 < b->w_credit ? b->n / 2 : b->w_credit;
 
 	for (uint32_t k = 0; k < half; k++) {
 		const struct gpu_step *s = gpu_step_by_id(g, b->v[k].step);
@@ -43,29 +64,40 @@ static void fold(const struct gpu_timeline *g, struct batch_state *b)
 	}
 	memmove(b->v, b->v + half, (b->n - half) * sizeof(b->v[0]));
 	b->n -= half;
+	b->w_credit -= half;
 }
 
-/* r rode s from its token `token` on: s counts it once. */
+/* r's batch state, made the first time; NULL without memory. */
+static struct batch_state *state_of(struct request *r)
+{
+	struct batch_state *b = request_track(r)->batch;
+
+	if (!b && (b = calloc(1, sizeof(*b) + 8 * sizeof(b->v[0]))))
+		b->cap = 8;
+	request_track(r)->batch = b;
+	return b;
+}
+
+/* r rode s from its token `token` on: s counts it once (a first token: in its firsts). */
 static void credit(struct gpu_timeline *g, struct request *r, struct gpu_step *s, uint32_t token)
 {
 	struct batch_state *b = request_track(r)->batch;
 
-	if (b && b->n && b->v[b->n - 1].step == s->id)
+	if (b->n && b->v[b->n - 1].step == s->id)
 		return;
-	if (b && b->n == BATCH_KEEP)
+	if (b->n == BATCH_KEEP)
 		fold(g, b);
-	if (!b || b->n == b->cap) {
-		uint32_t cap = b ? b->cap * 2 : 8;
+	if (b->n == BATCH_KEEP)
+		return; /* a write of BATCH_KEEP credits: cannot happen (BATCH_WRITE_STEPS) */
+	if (b->n == b->cap) {
+		uint32_t cap = b->cap * 2 < BATCH_KEEP ? b->cap * 2 : BATCH_KEEP;
+		struct batch_state *nb = realloc(b, sizeof(*b) + cap * sizeof(b->v[0]));
 
-		if (cap > BATCH_KEEP)
-			cap = BATCH_KEEP;
-		b = realloc(b, sizeof(*b) + cap * sizeof(b->v[0]));
 		/* Without memory the token is not credited: the step's batch stays consistent
 		 * with the requests' figures. */
-		if (!b)
+		if (!nb)
 			return;
-		if (!request_track(r)->batch)
-			memset(b, 0, sizeof(*b));
+		b = nb;
 		b->cap = cap;
 		request_track(r)->batch = b;
 	}
@@ -73,103 +105,142 @@ static void credit(struct gpu_timeline *g, struct request *r, struct gpu_step *s
 		b->pid = s->pid;
 	b->v[b->n++] = (struct batch_credit){ s->id, token };
 	s->batch++;
+	if (token)
+		s->nexts++;
+	else
+		s->firsts++;
 	if (!s->pending)
 		g->batch_late++;
 }
 
-/*
- * Token i of r came from s, after token i - 1 at prev_ns: when s is a recompute (a prefill or
- * mixed step, after BATCH_PREEMPT_SKIPPED or more steps of the process r missed), r was
- * preempted from the start of the first of them to the end of s.
- */
-static void preempt_check(const struct gpu_timeline *g, struct request *r, const struct gpu_step *s,
-			  uint64_t prev_ns)
+/* Takes back r's credits from index `from` on (its current write's, to be made again). */
+static void uncredit(struct gpu_timeline *g, struct batch_state *b, uint32_t from)
 {
-	struct batch_state *b = request_track(r)->batch;
-	const struct gpu_step *first = NULL;
-	uint32_t missed = 0;
+	for (uint32_t k = from; k < b->n; k++) {
+		struct gpu_step *s = gpu_step_by_id(g, b->v[k].step);
 
-	if (s->kind != STEP_PREFILL && s->kind != STEP_MIXED)
-		return;
-	for (uint32_t i = g->count; i-- > 0;) {
-		const struct gpu_step *o = &g->ring[(g->head + i) % GPU_HISTORY];
-
-		if (o->end_ns + GPU_BATCH_SLACK_NS <= prev_ns)
-			break;
-		if (o == s || o->pid != s->pid || o->kind == STEP_OTHER || o->end_ns <= prev_ns ||
-		    o->end_ns > s->start_ns)
+		if (!s)
 			continue;
-		missed++;
-		if (!first || o->start_ns < first->start_ns)
-			first = o;
+		s->batch--;
+		if (b->v[k].token)
+			s->nexts--;
+		else
+			s->firsts--;
 	}
-	if (missed < BATCH_PREEMPT_SKIPPED || !b)
-		return;
-	if (b->preemptions < BATCH_PREEMPT_KEEP) {
-		b->preempt_from[b->preemptions] = first->start_ns;
-		b->preempt_to[b->preemptions] = s->end_ns;
-	}
-	b->preemptions++;
-	b->preempted_ns += s->end_ns - first->start_ns;
-	/* Recomputed: its prompt and the tokens before this one (this one is the recompute's). */
-	b->pend_generated = r->ntokens - 1;
-	b->pend_recompute_ns = s->end_ns > s->start_ns ? s->end_ns - s->start_ns : 0;
-	b->recomputed_generated += b->pend_generated;
-	b->recompute_ns += b->pend_recompute_ns;
-	b->pend = true;
-	b->pend_missed = missed;
-	b->pend_ns = r->token_ns[r->ntokens - 1];
-	b->pend_out_ns = s->end_ns - first->start_ns;
+	if (from < b->n)
+		b->n = from;
 }
 
-/* A later frame of r at t_ns: of the write that ended its latest preemption, one more step
- * explained (the preemption taken back when too few are left); of another write, that
- * preemption is final. */
-static void preempt_settle(struct request *r, uint64_t t_ns)
+/* Takes back the latest preemption. */
+static void preempt_undo(struct batch_state *b)
 {
-	struct batch_state *b = request_track(r)->batch;
-
-	if (!b || !b->pend)
-		return;
-	if (t_ns != b->pend_ns) {
-		b->pend = false;
-		return;
-	}
-	if (--b->pend_missed >= BATCH_PREEMPT_SKIPPED)
-		return;
-	b->pend = false;
 	b->preemptions--;
 	b->preempted_ns -= b->pend_out_ns;
 	b->recomputed_generated -= b->pend_generated;
 	b->recompute_ns -= b->pend_recompute_ns;
+	b->pend = b->w_pre = false;
+}
+
+/*
+ * The current write's frames (f of them so far) to the steps before it (w), and whether it
+ * ends a preemption: of the steps before its first frame's, those that gave others a next
+ * token, and those past BATCH_WRITE_STEPS (not looked at), are the ones it missed.
+ */
+static void credit_write(struct gpu_timeline *g, struct request *r, struct batch_state *b,
+			 const struct write_steps *w)
+{
+	uint32_t f = r->ntokens - b->w_token, lead = w->k > f ? w->k - f : 0;
+	uint32_t missed = w->m - w->k;
+	const struct gpu_step *x, *from = NULL;
+	bool placed = b->pid != 0;
+
+	for (uint32_t j = 0; j < f; j++) {
+		uint32_t at = w->k + j >= f ? w->k + j - f : 0;
+		struct gpu_step *s = gpu_step_by_id(g, w->id[at]);
+
+		if (s)
+			credit(g, r, s, b->w_token + j);
+	}
+	b = request_track(r)->batch; /* credit may have moved it */
+	/* A first write (its wait is the queue's), or one of a request not yet placed. The
+	 * recompute is the step of the write's last frame: with several frames, the others are
+	 * more likely tokens held back from before the preemption than tokens after it. */
+	x = gpu_step_by_id(g, w->id[w->k - 1]);
+	if (!b->w_token || !placed || !x)
+		return;
+	for (uint32_t k = 0; k < lead; k++) {
+		const struct gpu_step *o = gpu_step_by_id(g, w->id[k]);
+
+		if (o && o->nexts) {
+			missed++;
+			if (!from)
+				from = o;
+		}
+	}
+	if (missed < BATCH_PREEMPT_SKIPPED || !from)
+		return;
+	if (b->preemptions < BATCH_PREEMPT_KEEP) {
+		b->preempt_from[b->preemptions] = from->start_ns;
+		b->preempt_to[b->preemptions] = x->end_ns;
+	}
+	b->preemptions++;
+	b->pend_out_ns = x->end_ns - from->start_ns;
+	b->preempted_ns += b->pend_out_ns;
+	/* Recomputed: its prompt and the tokens before this write (whose first is the
+	 * recompute's). */
+	b->pend_generated = b->w_token;
+	b->pend_recompute_ns = x->end_ns > x->start_ns ? x->end_ns - x->start_ns : 0;
+	b->recomputed_generated += b->pend_generated;
+	b->recompute_ns += b->pend_recompute_ns;
+	b->pend_missed = missed;
+	b->w_pre = true;
 }
 
 void batch_token(struct gpu_timeline *g, struct request *r)
 {
 	uint32_t i = r->ntokens - 1;
-	const struct batch_state *b;
-	struct gpu_step *s;
+	uint64_t t = r->token_ns[i];
+	struct write_steps w;
+	struct batch_state *b;
 
 	if (r->client || !r->ntokens || !g->count)
 		return;
-	if (!i) {
-		/* Joined mid-response: its first token seen is no prefill's. */
-		if (r->joined)
-			return;
-		s = (struct gpu_step *)gpu_prefill_step(g, r->arrival_ns, r->token_ns[0]);
-		if (s)
-			credit(g, r, s, 0);
+	/* Joined mid-response: its first write's tokens are no prefill's, nor known steps'. */
+	if (r->joined && t == r->token_ns[0])
 		return;
+	if (!(b = state_of(r)))
+		return;
+	if (!b->w_open || t != b->w_ns) {
+		/* A new write. The previous one's preemption may yet be explained by it. */
+		if (b->w_pre)
+			b->pend = true;
+		b->w_open = true;
+		b->w_ns = t;
+		b->w_prev_ns = i ? r->token_ns[i - 1] : r->arrival_ns;
+		b->w_token = i;
+		b->w_credit = b->n;
+		b->w_pre = false;
+	} else if (i - b->w_token >= BATCH_WRITE_STEPS) {
+		return; /* from the same step as the frame before it */
+	} else {
+		/* Another frame of the write: its frames are credited again, all of them. */
+		uncredit(g, b, b->w_credit);
+		if (b->w_pre)
+			preempt_undo(b);
 	}
-	preempt_settle(r, r->token_ns[i]);
-	b = request_track(r)->batch;
-	s = latest_between(g, b ? b->pid : 0, r->token_ns[i - 1], r->token_ns[i]);
-	if (s) {
-		preempt_check(g, r, s, r->token_ns[i - 1]);
-		credit(g, r, s, i);
+	steps_between(g, b->pid, b->w_prev_ns, t, b->w_token || r->joined ? 0 : r->arrival_ns,
+		      &w);
+	if (b->pend && i == b->w_token) {
+		/* Tokens of steps the preemption seemed to miss, written apart: no step came
+		 * between this write and the one before, so this one came from one of them. */
+		if (w.m)
+			b->pend = false;
+		else if (--b->pend_missed < BATCH_PREEMPT_SKIPPED)
+			preempt_undo(b);
 	}
+	if (w.m)
+		credit_write(g, r, b, &w);
 }
-
 bool batch_settled(const struct gpu_timeline *g, const struct request *r, uint64_t now_ns)
 {
 	const struct batch_state *b = request_track_c(r)->batch;
@@ -180,6 +251,13 @@ bool batch_settled(const struct gpu_timeline *g, const struct request *r, uint64
 	/* Its steps close in order: the last one closes after the others. */
 	s = gpu_step_by_id(g, b->v[b->n - 1].step);
 	return !s || gpu_step_closed(s, now_ns);
+}
+
+const struct gpu_step *batch_prefill_step(const struct gpu_timeline *g, const struct request *r)
+{
+	const struct batch_state *b = request_track_c(r)->batch;
+
+	return b && b->n && !b->v[0].token ? gpu_step_by_id(g, b->v[0].step) : NULL;
 }
 
 static int by_u64(const void *x, const void *y)

@@ -4,15 +4,20 @@
  * writes of each request's tokens, the step each token came from; hence each step's batch (the
  * requests it advanced) and each request's decode steps and the mean batch it shared.
  *
- * The rule, token by token, as the writes come (batch_token):
- * - A request is served by one GPU process: the one of the step that prefilled it
- *   (gpu_prefill_step), else of the first step it is credited with below (any process's).
- * - Its first token came from that prefill step.
- * - Each later token came from the latest step of the serving process that launched work (not
- *   `other`) and ended before the token's write, if that step ended after the previous
- *   token's write; if none did, from the same step as the previous token (tokens of one step
- *   written apart, or several per step: speculative decoding). A request counts once per step.
- * - A step's batch is the number of requests credited with it.
+ * The rule, write by write (batch_token): a write of the frames of tokens i..i+F-1, after the
+ * write of token i-1 (or the request's arrival, for its first write):
+ * - A request is served by one GPU process: the one of the latest step that launched work (not
+ *   `other`) and ended between its arrival and its first write (any process's), else of the
+ *   first step it is credited with below.
+ * - The serving process's steps that launched work and ended between the previous write and
+ *   this one (for the first write: that started after the arrival): M of them. Its F frames
+ *   came from the last F of them, one each, the last frame from the latest step (a host that
+ *   fell behind writes the tokens of several steps at once). With fewer steps than frames
+ *   (speculative decoding: several tokens per step), the first frames share the earliest.
+ *   With none, its tokens came from the same step as the previous token (tokens of one step
+ *   written apart). A request counts once per step.
+ * - A step's batch is the number of requests credited with it: `firsts` of them with their
+ *   first token, `nexts` with a next one; its kind follows (gpu.h).
  *
  * When a step's batch is final (gpu_step_closed): the writes that can add to it come after
  * its end and before the end of its process's next step that launched work (later writes go
@@ -25,13 +30,16 @@
  * Memory: a request keeps one credit (16 bytes) per step it rode, at most BATCH_KEEP; past that
  * the older half is folded into sums (their steps' windows closed long before).
  *
- * Preemption (docs/gpu.md "Preemption"): a token after the first whose step is a prefill or mixed
- * step, with at least BATCH_PREEMPT_SKIPPED steps of the serving process that launched work
- * ending between the previous token's write and that step's start, came from a recompute: the
- * request was out of the batch from the start of the first step it missed to the end of the
- * recompute. One step missed is a token written late (two tokens written after two steps), not
- * a preemption; a prefill step between two tokens with no step missed is another request's;
- * frames of several steps written together explain as many of the steps that seemed missed.
+ * Preemption (docs/gpu.md "Preemption"): a write after the first whose first frame's step
+ * comes after BATCH_PREEMPT_SKIPPED or more steps of the serving process that the write's
+ * frames do not account for, and that gave other requests a next token, ends a preemption: the
+ * request was out of the batch from the start of the first of them to the end of the step its
+ * first frame came from (the recompute). One step missed is a token written late, not a
+ * preemption; steps that gave no next token (prefills of others, chunks of a long prompt) were
+ * not the request's to miss; later writes with no step between them explain one missed step
+ * each (tokens of missed steps written apart), and take the preemption back when fewer than
+ * BATCH_PREEMPT_SKIPPED are left. The recompute's own kind does not matter: by its tokens it
+ * is a decode (it gave the request its next token).
  */
 #ifndef TS_BATCH_H
 #define TS_BATCH_H
@@ -51,6 +59,8 @@
 #define BATCH_PREEMPT_SKIPPED 2
 /* Preemptions of a request whose times are kept (for its trace's events). */
 #define BATCH_PREEMPT_KEEP 8
+/* Frames of one write spread over the steps before it; more go to the step of the last. */
+#define BATCH_WRITE_STEPS 64
 
 /* A step a request's token came from: the step's id, and the index of the first of the
  * request's tokens from it. */
@@ -70,12 +80,18 @@ struct batch_state {
 	uint64_t preempted_ns; /* time out of the batch, the recomputes included */
 	/* the first BATCH_PREEMPT_KEEP of them: out from, back at */
 	uint64_t preempt_from[BATCH_PREEMPT_KEEP], preempt_to[BATCH_PREEMPT_KEEP];
-	/* The latest preemption until the write that ended it is whole: later frames of that
-	 * write (pend_ns) came from the steps it seemed to miss, one each; when fewer than
-	 * BATCH_PREEMPT_SKIPPED are left unexplained it was a late write, and is taken back. */
+	/* The write being credited: its time, the previous write's (the arrival for the first),
+	 * its first token, and the credits before it (its own are credits w_credit..n - 1, made
+	 * again as each of its frames comes). w_pre: it ended the latest preemption. */
+	bool w_open;
+	uint64_t w_ns, w_prev_ns;
+	uint32_t w_token, w_credit;
+	bool w_pre;
+	/* The latest preemption while later writes may still explain its missed steps (pend):
+	 * the steps left unexplained and what it added, to be taken back. */
 	bool pend;
 	uint32_t pend_missed;
-	uint64_t pend_ns, pend_out_ns;
+	uint64_t pend_out_ns;
 	/* The recompute tax: the tokens it had generated when each preemption came (all of them
 	 * recomputed, with its prompt), and the recompute steps' time; the latest's too, to be
 	 * taken back with it. */
@@ -84,8 +100,11 @@ struct batch_state {
 	struct batch_credit v[];
 };
 
-/* r's newest token (token_ns[ntokens - 1]) was written: credits it to its step. */
+/* r's newest token (token_ns[ntokens - 1]) was written: credits it, and the other frames of
+ * its write, to their steps. */
 void batch_token(struct gpu_timeline *g, struct request *r);
+/* The step r's first token came from; NULL when not known. */
+const struct gpu_step *batch_prefill_step(const struct gpu_timeline *g, const struct request *r);
 /* Whether every step r's tokens came from is closed by now_ns (or forgotten). */
 bool batch_settled(const struct gpu_timeline *g, const struct request *r, uint64_t now_ns);
 /* r's steps, batch_mean, preemptions and rides into a (after gpu_attribute). */

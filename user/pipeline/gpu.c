@@ -17,6 +17,23 @@ const char *gpu_kind_name(enum step_kind k)
 	return k < STEP_KIND_MAX ? kind_names[k] : "?";
 }
 
+const char *gpu_mode_name(enum step_mode m)
+{
+	static const char *const names[MODE_MAX] = {
+		[MODE_NONE] = "none",
+		[MODE_GRAPH] = "graph",
+		[MODE_PIECEWISE] = "piecewise",
+		[MODE_EAGER] = "eager",
+	};
+
+	return m < MODE_MAX ? names[m] : "?";
+}
+
+const char *gpu_kind_by(const struct gpu_step *s)
+{
+	return s->by_tokens ? "tokens" : "launches";
+}
+
 enum gpu_times gpu_step_times_of(const struct gpu_step *s)
 {
 	return s->dev.device	? GPU_TIMES_CUPTI
@@ -58,6 +75,24 @@ enum step_kind gpu_classify(uint32_t launches, uint32_t graph_launches)
 	if (graph_launches)
 		return launches >= GPU_PREFILL_MIN_LAUNCHES ? STEP_MIXED : STEP_DECODE;
 	return launches ? STEP_PREFILL : STEP_OTHER;
+}
+
+enum step_mode gpu_mode(uint32_t launches, uint32_t graph_launches)
+{
+	if (graph_launches >= 2 || (graph_launches && launches >= GPU_PREFILL_MIN_LAUNCHES))
+		return MODE_PIECEWISE;
+	if (graph_launches)
+		return MODE_GRAPH;
+	return launches ? MODE_EAGER : MODE_NONE;
+}
+
+enum step_kind gpu_kind_of_tokens(uint32_t firsts, uint32_t nexts)
+{
+	if (firsts && nexts)
+		return STEP_MIXED;
+	if (firsts)
+		return STEP_PREFILL;
+	return nexts ? STEP_DECODE : STEP_KIND_MAX;
 }
 
 static const struct gpu_proc *gpu_proc_find(const struct gpu_timeline *g, uint32_t pid)
@@ -153,6 +188,46 @@ static void keep_orphan(struct gpu_timeline *g, struct gpu_proc *p, const struct
 	g->orphans[at].run = *r;
 }
 
+static void coverage_add(struct gpu_coverage *c, uint32_t batch, uint64_t dur_ns)
+{
+	uint32_t b = gpu_batch_bucket(batch);
+
+	if (!c->steps || batch < c->batch_lo)
+		c->batch_lo = batch;
+	if (batch > c->batch_hi)
+		c->batch_hi = batch;
+	c->steps++;
+	c->bucket_steps[b]++;
+	c->bucket_ns[b] += dur_ns;
+}
+
+/* A step as it is shown: its kind from its tokens, when any came (docs/gpu.md "Step kinds"),
+ * and its process's statistics (p NULL: past GPU_MAX_PROCS). */
+static void step_shown(struct gpu_proc *p, struct gpu_step *s)
+{
+	enum step_kind k = gpu_kind_of_tokens(s->firsts, s->nexts);
+
+	s->by_tokens = k != STEP_KIND_MAX;
+	s->kind = s->by_tokens ? k : s->shape;
+	if (!p)
+		return;
+	if (!p->dur[s->kind])
+		p->dur[s->kind] = calloc(1, sizeof(struct hist));
+	if (p->dur[s->kind])
+		hist_add(p->dur[s->kind], s->end_ns - s->start_ns);
+	p->steps[s->kind]++;
+	p->launches += s->launches;
+	p->graph_launches += s->graph_launches;
+	if (s->kind == STEP_DECODE)
+		coverage_add(&p->coverage[s->mode], s->batch, s->end_ns - s->start_ns);
+	if (s->end_ns > s->wait_start_ns)
+		p->wait_ns += s->end_ns - s->wait_start_ns;
+	if (!p->first_ns || s->start_ns < p->first_ns)
+		p->first_ns = s->start_ns;
+	if (s->end_ns > p->last_ns)
+		p->last_ns = s->end_ns;
+}
+
 bool gpu_step_times_ok(const struct ts_gpu_step_event *e)
 {
 	uint64_t start = e->start_ns ? e->start_ns : e->wait_start_ns;
@@ -179,7 +254,10 @@ void gpu_add(struct gpu_timeline *g, const struct ts_gpu_step_event *e, struct g
 	s->memcpys = e->memcpys;
 	s->memcpys_dtoh = e->memcpys_dtoh;
 	s->waits = e->waits;
-	s->kind = gpu_classify(e->launches, e->graph_launches);
+	s->kind = s->shape = gpu_classify(e->launches, e->graph_launches);
+	s->mode = gpu_mode(e->launches, e->graph_launches);
+	s->by_tokens = false;
+	s->firsts = s->nexts = 0;
 	memset(&s->dev, 0, sizeof(s->dev));
 	s->sampled_out = s->settled = false;
 	s->id = ++g->steps;
@@ -188,7 +266,7 @@ void gpu_add(struct gpu_timeline *g, const struct ts_gpu_step_event *e, struct g
 	adopt_orphans(g, s);
 	p = gpu_proc_of(g, s->pid);
 	/* The previous step of the process that launched work: its batch window ends here. */
-	if (p && s->kind != STEP_OTHER) {
+	if (p && s->shape != STEP_OTHER) {
 		struct gpu_step *prev = gpu_step_by_id(g, p->work_id);
 
 		if (prev && prev != s)
@@ -200,23 +278,10 @@ void gpu_add(struct gpu_timeline *g, const struct ts_gpu_step_event *e, struct g
 	s->pending = s != &lone && g->npending < GPU_PENDING_MAX;
 	if (s->pending)
 		g->pending[(g->pending_head + g->npending++) % GPU_PENDING_MAX] = s->id;
+	if (!s->pending)
+		step_shown(p, s);
 	if (out)
 		*out = *s;
-	if (!p)
-		return;
-	if (!p->dur[s->kind])
-		p->dur[s->kind] = calloc(1, sizeof(struct hist));
-	if (p->dur[s->kind])
-		hist_add(p->dur[s->kind], s->end_ns - s->start_ns);
-	p->steps[s->kind]++;
-	p->launches += s->launches;
-	p->graph_launches += s->graph_launches;
-	if (s->end_ns > s->wait_start_ns)
-		p->wait_ns += s->end_ns - s->wait_start_ns;
-	if (!p->first_ns || s->start_ns < p->first_ns)
-		p->first_ns = s->start_ns;
-	if (s->end_ns > p->last_ns)
-		p->last_ns = s->end_ns;
 }
 
 /* Adds [a, b) to the step's disjoint spans; past GPU_STEP_SPANS, the two closest merge and the
@@ -435,7 +500,7 @@ void gpu_add_runs(struct gpu_timeline *g, const struct ts_dev_runs_event *e)
 bool gpu_step_closed(const struct gpu_step *s, uint64_t now_ns)
 {
 	/* A step that launched nothing is never credited: there is nothing to wait for. */
-	if (s->kind == STEP_OTHER || now_ns >= s->end_ns + GPU_BATCH_WAIT_NS)
+	if (s->shape == STEP_OTHER || now_ns >= s->end_ns + GPU_BATCH_WAIT_NS)
 		return true;
 	return s->next_end_ns && now_ns >= s->next_end_ns + GPU_BATCH_SLACK_NS;
 }
@@ -506,6 +571,7 @@ bool gpu_next_ready(struct gpu_timeline *g, uint64_t record_ns, uint64_t now_ns,
 		if (s->dev.device)
 			p->cupti.steps_device++;
 	}
+	step_shown(p, s);
 	*out = *s;
 	return true;
 }
@@ -585,28 +651,6 @@ static uint64_t gpu_time_in_gaps(const struct gpu_timeline *g, const uint64_t *t
 	return sum;
 }
 
-const struct gpu_step *gpu_prefill_step(const struct gpu_timeline *g, uint64_t arrival_ns,
-					uint64_t first_ns)
-{
-	const struct gpu_step *best = NULL;
-
-	for (uint32_t i = g->count; i-- > 0;) {
-		const struct gpu_step *s = &g->ring[(g->head + i) % GPU_HISTORY];
-
-		/* Steps are kept in the order they ended (as step_at): none older started after
-		 * the arrival. */
-		if (s->end_ns + GPU_DEVICE_WAIT_NS < arrival_ns)
-			break;
-		if (s->kind != STEP_PREFILL && s->kind != STEP_MIXED)
-			continue;
-		/* >=: of steps that ended together (tensor-parallel workers), the first kept. */
-		if (s->start_ns >= arrival_ns && s->end_ns <= first_ns &&
-		    (!best || s->end_ns >= best->end_ns))
-			best = s;
-	}
-	return best;
-}
-
 uint32_t gpu_steps_within(const struct gpu_timeline *g, uint64_t from_ns, uint64_t to_ns)
 {
 	uint32_t n = 0;
@@ -632,9 +676,9 @@ void gpu_attribution_free(struct gpu_attribution *a)
 	a->ne2s = 0;
 }
 
-void gpu_attribute(const struct gpu_timeline *g, const struct request *r, struct gpu_attribution *a)
+void gpu_attribute(const struct gpu_timeline *g, const struct request *r,
+		   const struct gpu_step *best, struct gpu_attribution *a)
 {
-	const struct gpu_step *best;
 	uint64_t first_kept;
 
 	bool all_device;
@@ -671,7 +715,8 @@ void gpu_attribute(const struct gpu_timeline *g, const struct request *r, struct
 	if (r->end_ns >= r->first_token_ns && !r->joined)
 		a->decode_ns = r->end_ns - r->first_token_ns;
 	first_kept = g->ring[g->head].start_ns;
-	best = r->joined ? NULL : gpu_prefill_step(g, r->arrival_ns, r->first_token_ns);
+	if (r->joined)
+		best = NULL;
 	if (r->ntokens >= 2) {
 		uint64_t span = r->token_ns[r->ntokens - 1] - r->first_token_ns;
 		uint64_t gpu = gpu_time_in_gaps(g, r->token_ns, r->ntokens, r->token_ns[0],
@@ -695,18 +740,17 @@ void gpu_attribute(const struct gpu_timeline *g, const struct request *r, struct
 		if (best->dev.device)
 			a->prefill_gpu_ns = best->dev.busy_ns;
 		a->how = a->source && !strcmp(a->source, "cupti")
-			     ? "by time: prefill is the last prefill step between arrival and "
-			       "first token; gpu/host split the token gaps by the device "
-			       "intervals (CUPTI) of the steps that overlap them"
-			     : "by time: prefill is the last prefill step between arrival and "
-			       "first token; gpu/host split the token gaps by the steps that "
-			       "overlap them";
+			     ? "by time: prefill is the step its first token came from; gpu/host "
+			       "split the token gaps by the device intervals (CUPTI) of the steps "
+			       "that overlap them"
+			     : "by time: prefill is the step its first token came from; gpu/host "
+			       "split the token gaps by the steps that overlap them";
 	} else if (r->joined) {
 		a->how = "partial: joined mid-response, its arrival and first token were not seen";
 	} else if (g->count == GPU_HISTORY && first_kept > r->arrival_ns) {
 		a->how = "partial: the steps around this request's arrival were no longer kept";
 	} else {
-		a->how = "partial: no prefill step ran between arrival and first token";
+		a->how = "partial: no GPU step ran between arrival and first token";
 	}
 }
 
@@ -723,6 +767,7 @@ void gpu_report(const struct gpu_timeline *g, struct gpu_proc_report *procs, str
 		}
 		r->launches = p->launches;
 		r->graph_launches = p->graph_launches;
+		memcpy(r->coverage, p->coverage, sizeof(r->coverage));
 		r->wait_ns = p->wait_ns;
 		r->first_ns = p->first_ns;
 		r->last_ns = p->last_ns;

@@ -5,10 +5,14 @@
  * attribution of a request's latency to queue, prefill and decode by time. Which steps each
  * request's tokens came from, and so each step's batch, is batch.h's.
  *
- * Classification (docs/gpu.md "GPU steps"): a step that replays a CUDA graph and launches fewer
- * than GPU_PREFILL_MIN_LAUNCHES kernels eagerly is decode (vLLM and SGLang replay one graph per
- * decode step); one that launches kernels and replays no graph is prefill; one that does both
- * in quantity is mixed (chunked prefill batched with decodes); one with copies only is other.
+ * Classification (docs/gpu.md "Step kinds"): a step's kind is what it did for the requests,
+ * from the tokens written after it (batch.h credits them): prefill when only first tokens
+ * followed, decode when only next tokens did, mixed when both did. A step no token followed
+ * (or shown before its tokens) is classified by its launch shape: one that replays a CUDA
+ * graph and launches fewer than GPU_PREFILL_MIN_LAUNCHES kernels eagerly is decode, one that
+ * launches kernels and replays no graph is prefill, one that does both in quantity is mixed,
+ * one with copies only is other. Its mode says how its work was launched: graph, piecewise
+ * (graph pieces between eager kernels) or eager.
  */
 #ifndef TS_GPU_H
 #define TS_GPU_H
@@ -87,6 +91,7 @@ struct gpu_proc {
 	uint64_t launches, graph_launches;
 	uint64_t wait_ns;	    /* time inside host waits */
 	uint64_t first_ns, last_ns; /* first step's start, last step's end */
+	struct gpu_coverage coverage[MODE_MAX]; /* decode steps by mode */
 	uint64_t work_id;	    /* its latest step that launched work (not other), 0: none */
 };
 
@@ -116,7 +121,12 @@ struct gpu_timeline {
 
 int gpu_init(struct gpu_timeline *g);
 void gpu_free(struct gpu_timeline *g);
+/* A step's kind by its launch shape: the rule when no token followed it. */
 enum step_kind gpu_classify(uint32_t launches, uint32_t graph_launches);
+enum step_mode gpu_mode(uint32_t launches, uint32_t graph_launches);
+/* A step's kind by the tokens that followed it: the requests whose first token came from it,
+ * and those whose next token did; STEP_KIND_MAX when none did. */
+enum step_kind gpu_kind_of_tokens(uint32_t firsts, uint32_t nexts);
 /* Adds a step record; the classified step is copied to *out when out is not NULL. A step of a
  * process with device times is held (out->pending): gpu_next_ready gives it back. */
 /* Whether a step record's times can be a step's: it ends no earlier than it started and than
@@ -147,18 +157,14 @@ bool gpu_step_closed(const struct gpu_step *s, uint64_t now_ns);
 struct gpu_step *gpu_step_by_id(const struct gpu_timeline *g, uint64_t id);
 /* The steps kept that started at or after from_ns and ended by to_ns (every process's). */
 uint32_t gpu_steps_within(const struct gpu_timeline *g, uint64_t from_ns, uint64_t to_ns);
-/* The step that prefilled a request that arrived at arrival_ns and wrote its first token at
- * first_ns: the last prefill or mixed step that started after the one and ended before the
- * other; NULL when none is kept. */
-const struct gpu_step *gpu_prefill_step(const struct gpu_timeline *g, uint64_t arrival_ns,
-					uint64_t first_ns);
 /* Whether the device times of every process that has them are complete up to t_ns (the
  * request that ended then can be attributed), or waited long enough by now_ns. */
 bool gpu_device_complete(const struct gpu_timeline *g, uint64_t t_ns, uint64_t now_ns);
-/* The request's queue, prefill, decode and gpu/host split; its steps and batches are
+/* The request's queue, prefill, decode and gpu/host split, its prefill the step its first
+ * token came from (batch_prefill_step; NULL: none known); its steps and batches are
  * batch_attribute's (batch.h), called after this. */
 void gpu_attribute(const struct gpu_timeline *g, const struct request *r,
-		   struct gpu_attribution *a);
+		   const struct gpu_step *prefill, struct gpu_attribution *a);
 /* Frees what gpu_attribute allocated (its rides). */
 void gpu_attribution_free(struct gpu_attribution *a);
 /* The report of every GPU process, into procs (GPU_MAX_PROCS of them). */

@@ -15,6 +15,35 @@
 #include "lib/hist.h"
 
 enum step_kind { STEP_PREFILL, STEP_DECODE, STEP_MIXED, STEP_OTHER, STEP_KIND_MAX };
+/* How a step's work was launched (docs/gpu.md "Modes"): none (copies only), one CUDA graph
+ * with a few eager kernels, graph pieces between eager kernels (two or more graphs, or one
+ * with GPU_PREFILL_MIN_LAUNCHES eager kernels or more), or eager kernels only. */
+enum step_mode { MODE_NONE, MODE_GRAPH, MODE_PIECEWISE, MODE_EAGER, MODE_MAX };
+
+/* Batch sizes in buckets for graph coverage: 1, 2, 3-4, 5-8, ..., 257 and more. */
+#define GPU_BATCH_BUCKETS 10
+/* The bucket of a batch size, and the size range of a bucket (hi 0: no bound). */
+static inline uint32_t gpu_batch_bucket(uint32_t batch)
+{
+	uint32_t b = 0;
+
+	while (b + 1 < GPU_BATCH_BUCKETS && batch > (1u << b))
+		b++;
+	return b;
+}
+static inline void gpu_batch_bucket_range(uint32_t b, uint32_t *lo, uint32_t *hi)
+{
+	*lo = b ? (1u << (b - 1)) + 1 : 1;
+	*hi = b + 1 < GPU_BATCH_BUCKETS ? 1u << b : 0;
+}
+
+/* A process's decode steps of one mode (docs/gpu.md "Graph coverage"): how many, the range of
+ * their batches (requests credited), and their count and time by batch bucket. */
+struct gpu_coverage {
+	uint64_t steps;
+	uint32_t batch_lo, batch_hi;
+	uint64_t bucket_steps[GPU_BATCH_BUCKETS], bucket_ns[GPU_BATCH_BUCKETS];
+};
 
 /* A GPU process's statistics as the sinks are handed them (pipeline_status): values, valid
  * during the call. */
@@ -25,6 +54,7 @@ struct gpu_proc_report {
 	uint64_t launches, graph_launches;
 	uint64_t wait_ns;	    /* time inside host waits */
 	uint64_t first_ns, last_ns; /* first step's start, last step's end */
+	struct gpu_coverage coverage[MODE_MAX]; /* its decode steps by mode */
 	/* Device times (CUPTI), when its library reported (cupti): the library's counters as last
 	 * reported, runs received and their device time, runs shown late or in no step, steps
 	 * with device times and sampled out. */

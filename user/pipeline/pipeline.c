@@ -67,7 +67,7 @@ static void pl_request_out(struct pipeline *pl, struct request *r)
 		count_other(&pl->others, r);
 	request_metrics(r, &m);
 	slo_judge(pl->o.slo, r, &m, &m.slo);
-	gpu_attribute(&pl->gpu, r, &ga);
+	gpu_attribute(&pl->gpu, r, batch_prefill_step(&pl->gpu, r), &ga);
 	batch_attribute(&pl->gpu, r, &ga);
 	if (!other)
 		m.cache_guess = prefix_guess(&pl->prefix, r, &m, &ga);

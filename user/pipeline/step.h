@@ -41,7 +41,14 @@ struct gpu_step {
 	uint32_t pid, tid;
 	uint64_t start_ns, wait_start_ns, end_ns;
 	uint32_t launches, graph_launches, memcpys, memcpys_dtoh, waits;
-	enum step_kind kind;
+	/* kind: what the step did for the requests, from the tokens written after it when any
+	 * were (by_tokens), else its launch shape (shape); mode: how its work was launched
+	 * (docs/gpu.md "Step kinds"). firsts and nexts: the requests whose first token, and
+	 * whose next token, came from it (batch = firsts + nexts). */
+	enum step_kind kind, shape;
+	enum step_mode mode;
+	bool by_tokens;
+	uint32_t firsts, nexts;
 	bool pending;  /* not shown yet: held for its device times or its batch (batch.h) */
 	bool dev_wait; /* held for its device times: its process has the CUPTI library */
 	/* Its eager kernels ran outside the library's sampling windows: its device times are
@@ -113,6 +120,9 @@ struct gpu_attribution {
 };
 
 const char *gpu_kind_name(enum step_kind k);
+const char *gpu_mode_name(enum step_mode m);
+/* "tokens" or "launches": the rule that gave the step its kind. */
+const char *gpu_kind_by(const struct gpu_step *s);
 /* Where a step's figures come from: "cupti" (the device's own times), "sampled-out" (eager
  * kernels outside the library's sampling windows: the host's only), "host-calls" (no device
  * times for its process, or not yet collecting). */

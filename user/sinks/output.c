@@ -539,10 +539,10 @@ void output_text(FILE *f, const struct request *r, const struct request_metrics 
 void output_step_text(FILE *f, const struct gpu_step *s)
 {
 	fprintf(f,
-		"GPU pid %u tid %u step %.6f s dur %.3f ms %-7s launches %u graphs %u memcpy %u "
+		"GPU pid %u tid %u step %.6f s dur %.3f ms %-7s %-9s launches %u graphs %u memcpy %u "
 		"(dtoh %u) wait %.3f ms batch %u\n",
 		s->pid, s->tid, s->start_ns / 1e9, (s->end_ns - s->start_ns) / 1e6,
-		gpu_kind_name(s->kind), s->launches, s->graph_launches, s->memcpys, s->memcpys_dtoh,
+		gpu_kind_name(s->kind), gpu_mode_name(s->mode), s->launches, s->graph_launches, s->memcpys, s->memcpys_dtoh,
 		(s->end_ns - s->wait_start_ns) / 1e6, s->batch);
 	if (s->dev.device)
 		fprintf(f, "    device %.3f ms busy of %.3f ms, launch to start %.3f ms\n",
@@ -564,6 +564,9 @@ void output_step_json(FILE *f, const struct gpu_step *s)
 	jsonw_u64(&w, "pid", s->pid);
 	jsonw_u64(&w, "tid", s->tid);
 	jsonw_str(&w, "kind", gpu_kind_name(s->kind));
+	/* the rule that gave the kind, and how the work was launched (docs/gpu.md) */
+	jsonw_str(&w, "kind_by", gpu_kind_by(s));
+	jsonw_str(&w, "mode", gpu_mode_name(s->mode));
 	jsonw_u64(&w, "start_ns", s->start_ns);
 	jsonw_u64(&w, "wait_start_ns", s->wait_start_ns);
 	jsonw_u64(&w, "end_ns", s->end_ns);
@@ -574,6 +577,7 @@ void output_step_json(FILE *f, const struct gpu_step *s)
 	jsonw_u64(&w, "memcpys_dtoh", s->memcpys_dtoh);
 	jsonw_u64(&w, "waits", s->waits);
 	jsonw_u64(&w, "batch", s->batch); /* requests whose tokens came from it (batch.h) */
+	jsonw_u64(&w, "firsts", s->firsts); /* of them, with their first token */
 	/* Device times where the CUPTI library reported all of the step's work, null otherwise
 	 * (the figures above are the host's; times says why). */
 	jsonw_str(&w, "times", gpu_step_times(s));
