@@ -85,6 +85,10 @@
 #define DEFAULT_MAX_BATCH 8
 /* Roughly the kernels of one eager forward pass of a small model (a few per layer). */
 #define DEFAULT_PREFILL_LAUNCHES 40
+/* --engine-shape eager: kernels per layer (norms, projections, attention, MLP) and around the
+ * layers (embedding, sampling). */
+#define EAGER_PER_LAYER 6
+#define EAGER_EXTRA 4
 #define DEFAULT_CUDART "/usr/local/cuda/lib64/libcudart.so.13"
 /*
  * tests/cudastub.c, for machines without a CUDA toolkit, looked for under .output/ and next to
@@ -146,6 +150,11 @@ struct opts {
 	const char *gpu_log;
 	unsigned max_batch;
 	unsigned prefill_launches;
+	/* --engine-shape: how the engine launches a step's work; --layers: the model's layers
+	 * (piecewise and eager shapes); --graph-max-batch: decode steps of more requests run
+	 * eagerly (graph and piecewise shapes: no graph captured for that size; 0: none) */
+	enum eng_shape { SHAPE_GRAPH, SHAPE_PIECEWISE, SHAPE_EAGER } shape;
+	unsigned layers, graph_max_batch;
 	unsigned preempt_every, preempt_steps; /* --preempt-every, --preempt-steps */
 	unsigned prefill_chunks, hold_steps;   /* --prefill-chunks, --hold-steps */
 	int engine_fd; /* >= 0: this process is the engine (internal, set by the API process) */
@@ -2276,20 +2285,69 @@ static void sleep_until(uint64_t ns)
 
 struct step_counts {
 	unsigned launches, graph_launches, memcpys;
+	/* requests whose first token, and whose next token, the step gave */
+	unsigned firsts, nexts;
 };
 
-static void engine_log_step(struct engine *e, bool prefill, uint64_t start, uint64_t end,
+/* How the step's work goes to the GPU (--engine-shape, --layers, --graph-max-batch): a
+ * prefill of the graph shape is its --prefill-launches eager kernels; a decode one graph;
+ * piecewise a graph piece per layer and one more, an eager attention kernel between two;
+ * eager, and a decode above --graph-max-batch, kernels per layer. Returns the mode logged. */
+static const char *engine_launch(struct engine *e, bool prefill, size_t batch,
+				 struct step_counts *n)
+{
+	const struct opts *o = e->o;
+	struct dim3 one = { 1, 1, 1 };
+	bool eager = o->shape == SHAPE_EAGER ||
+		     (!prefill && o->graph_max_batch && batch > o->graph_max_batch);
+
+	if (eager) {
+		unsigned k = o->layers * EAGER_PER_LAYER + EAGER_EXTRA;
+
+		for (; n->launches < k; n->launches++)
+			e->cu.launch_kernel(NULL, one, one, NULL, 0, NULL);
+		return "eager";
+	}
+	if (o->shape == SHAPE_PIECEWISE) {
+		for (unsigned l = 0; l < o->layers; l++) {
+			e->cu.graph_launch(NULL, NULL);
+			n->graph_launches++;
+			e->cu.launch_kernel(NULL, one, one, NULL, 0, NULL);
+			n->launches++;
+		}
+		e->cu.graph_launch(NULL, NULL);
+		n->graph_launches++;
+		return "piecewise";
+	}
+	if (prefill) {
+		for (; n->launches < o->prefill_launches; n->launches++)
+			e->cu.launch_kernel(NULL, one, one, NULL, 0, NULL);
+		return "eager";
+	}
+	e->cu.graph_launch(NULL, NULL);
+	n->graph_launches++;
+	return "graph";
+}
+
+/* The step's kind by what it gave (tokenscope's rule): prefill with first tokens only, or none
+ * (a chunk of a prompt), decode with next tokens only, mixed with both. */
+static const char *step_kind(const struct step_counts *n)
+{
+	return n->firsts && n->nexts ? "mixed" : n->nexts ? "decode" : "prefill";
+}
+
+static void engine_log_step(struct engine *e, const char *mode, uint64_t start, uint64_t end,
 			    const struct step_counts *n, size_t from)
 {
 	struct buf *b = &e->line;
 
 	buf_reset(b);
 	buf_appendf(b,
-		    "{\"step\":%" PRIu64 ",\"kind\":\"%s\",\"start_ns\":%" PRIu64
+		    "{\"step\":%" PRIu64 ",\"kind\":\"%s\",\"mode\":\"%s\",\"start_ns\":%" PRIu64
 		    ",\"end_ns\":%" PRIu64
 		    ",\"launches\":%u,\"graph_launches\":%u,\"memcpys\":%u,\"requests\":[",
-		    e->step, prefill ? "prefill" : "decode", start, end, n->launches,
-		    n->graph_launches, n->memcpys);
+		    e->step, step_kind(n), mode, start, end, n->launches, n->graph_launches,
+		    n->memcpys);
 	for (size_t i = from; i < e->running.len; i++)
 		buf_appendf(b, "%s%" PRIu64, i > from ? "," : "", e->running.v[i].id);
 	buf_appendf(b, "]}\n");
@@ -2380,10 +2438,10 @@ static void engine_step(struct engine *e, bool prefill)
 {
 	const struct opts *o = e->o;
 	struct ereq_list *run = &e->running;
-	struct dim3 one = { 1, 1, 1 };
 	struct step_counts n = { 0 };
 	uint64_t gpu_ns, bytes = 0, start, end;
 	size_t from = 0, i, k;
+	const char *mode;
 
 	if (prefill) {
 		k = o->max_batch - run->len;
@@ -2411,26 +2469,20 @@ static void engine_step(struct engine *e, bool prefill)
 		struct step_counts cn = { 0 };
 
 		start = clock_mono_ns();
-		for (; cn.launches < o->prefill_launches; cn.launches++)
-			e->cu.launch_kernel(NULL, one, one, NULL, 0, NULL);
+		mode = engine_launch(e, true, run->len - from, &cn);
 		sleep_until(start + gpu_ns / o->prefill_chunks);
 		e->cu.stream_sync(NULL);
 		end = clock_mono_ns();
 		if (e->log_fd >= 0)
-			engine_log_step(e, true, start, end, &cn, from);
+			engine_log_step(e, mode, start, end, &cn, from);
 		e->step++;
 	}
 	if (prefill && o->prefill_chunks > 1)
 		gpu_ns /= o->prefill_chunks;
 	start = clock_mono_ns();
-	if (prefill) {
-		for (; n.launches < o->prefill_launches; n.launches++)
-			e->cu.launch_kernel(NULL, one, one, NULL, 0, NULL);
-		sleep_until(start + gpu_ns);
-	} else {
-		e->cu.graph_launch(NULL, NULL);
-		n.graph_launches++;
-		sleep_until(start + gpu_ns);
+	mode = engine_launch(e, prefill, run->len - from, &n);
+	sleep_until(start + gpu_ns);
+	if (!prefill) {
 		e->cu.memcpy_async(e->host, NULL, run->len * D2H_BYTES_PER_REQ, CUDA_MEMCPY_D2H,
 				   NULL);
 		n.memcpys++;
@@ -2440,6 +2492,10 @@ static void engine_step(struct engine *e, bool prefill)
 	for (i = from; i < run->len; i++) {
 		struct eng_msg m = { .type = ENG_TOKEN, .id = run->v[i].id, .arg = e->step };
 
+		if (run->v[i].tokens)
+			n.nexts++;
+		else
+			n.firsts++;
 		run->v[i].tokens++;
 		buf_append(&e->out, &m, sizeof(m));
 	}
@@ -2450,7 +2506,7 @@ static void engine_step(struct engine *e, bool prefill)
 		e->held = 0;
 	}
 	if (e->log_fd >= 0)
-		engine_log_step(e, prefill, start, end, &n, from);
+		engine_log_step(e, mode, start, end, &n, from);
 	for (i = from; prefill && i < run->len; i++) {
 		if (!run->v[i].recompute)
 			continue;
@@ -2875,6 +2931,14 @@ static void usage(FILE *f)
 	    "  --cudart PATH            --gpu: CUDA runtime to dlopen (%s)\n"
 	    "  --max-batch B            --gpu: requests per step at most (%d)\n"
 	    "  --prefill-launches N     --gpu: cudaLaunchKernel calls per prefill step (%d)\n"
+	    "  --engine-shape S         --gpu: graph (a prefill's eager kernels, one graph per\n"
+	    "                           decode step), piecewise (every step a graph piece per\n"
+	    "                           layer and one more, an eager attention kernel between\n"
+	    "                           two), eager (every step %u eager kernels per layer and %u\n"
+	    "                           more) (graph)\n"
+	    "  --layers N               --gpu: the model's layers, for piecewise and eager (32)\n"
+	    "  --graph-max-batch B      --gpu: decode steps of more than B requests run eagerly\n"
+	    "                           (no graph captured for that size; 0: none) (0)\n"
 	    "  --gpu-log FILE           --gpu: ground truth, steps and requests as JSON lines\n"
 	    "\n"
 	    "Examples:\n"
@@ -2882,7 +2946,7 @@ static void usage(FILE *f)
 	    "  refserver --pattern split --syscall sendto --max-streams 8\n"
 	    "  refserver --gpu --token-ms 10 --prefill-ms 30 --gpu-log gpu.jsonl\n",
 	    DEFAULT_PORT, DEFAULT_TOKENS, DEFAULT_MERGE, DEFAULT_CUDART, DEFAULT_MAX_BATCH,
-	    DEFAULT_PREFILL_LAUNCHES);
+	    DEFAULT_PREFILL_LAUNCHES, EAGER_PER_LAYER, EAGER_EXTRA);
 }
 
 static int name_index(const char *v, const char *const *names, int n)
@@ -2930,6 +2994,9 @@ enum {
 	OPT_CUDART,
 	OPT_MAX_BATCH,
 	OPT_PREFILL_LAUNCHES,
+	OPT_ENGINE_SHAPE,
+	OPT_LAYERS,
+	OPT_GRAPH_MAX_BATCH,
 	OPT_GPU_LOG,
 	OPT_ENGINE_FD,
 };
@@ -2962,6 +3029,9 @@ static int opts_parse(struct opts *o, int argc, char **argv)
 		{ "preempt-steps", required_argument, NULL, OPT_PREEMPT_STEPS },
 		{ "prefill-chunks", required_argument, NULL, OPT_PREFILL_CHUNKS },
 		{ "hold-steps", required_argument, NULL, OPT_HOLD_STEPS },
+		{ "engine-shape", required_argument, NULL, OPT_ENGINE_SHAPE },
+		{ "layers", required_argument, NULL, OPT_LAYERS },
+		{ "graph-max-batch", required_argument, NULL, OPT_GRAPH_MAX_BATCH },
 		{ "cudart", required_argument, NULL, OPT_CUDART },
 		{ "max-batch", required_argument, NULL, OPT_MAX_BATCH },
 		{ "prefill-launches", required_argument, NULL, OPT_PREFILL_LAUNCHES },
@@ -2987,6 +3057,7 @@ static int opts_parse(struct opts *o, int argc, char **argv)
 			    .prefill_launches = DEFAULT_PREFILL_LAUNCHES,
 			    .preempt_steps = 3,
 			    .prefill_chunks = 1,
+			    .layers = 32,
 			    .hold_steps = 1,
 			    .engine_fd = -1 };
 	while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
@@ -3087,6 +3158,25 @@ static int opts_parse(struct opts *o, int argc, char **argv)
 		case OPT_HOLD_STEPS:
 			ok = parse_num(optarg, &d) && d >= 1 && d <= 64;
 			o->hold_steps = (unsigned)d;
+			break;
+		case OPT_ENGINE_SHAPE:
+			ok = true;
+			if (!strcmp(optarg, "graph"))
+				o->shape = SHAPE_GRAPH;
+			else if (!strcmp(optarg, "piecewise"))
+				o->shape = SHAPE_PIECEWISE;
+			else if (!strcmp(optarg, "eager"))
+				o->shape = SHAPE_EAGER;
+			else
+				ok = false;
+			break;
+		case OPT_LAYERS:
+			ok = parse_num(optarg, &d) && d >= 1 && d <= 1024;
+			o->layers = (unsigned)d;
+			break;
+		case OPT_GRAPH_MAX_BATCH:
+			ok = parse_num(optarg, &d) && d >= 0 && d <= MAX_TOKENS_LIMIT;
+			o->graph_max_batch = (unsigned)d;
 			break;
 		case OPT_CUDART:
 			o->cudart = optarg;

@@ -145,7 +145,10 @@ def run_case(name, tmp, cudart, server_args, client_args, late_engine, check=Non
         ts.send_signal(signal.SIGINT)
         if ts.wait(20) != 0:
             raise Fail(f"tokenscope exited {ts.returncode}")
-        problems, timing = (check or compare)(jsonl(log), jsonl(ts_out), jsonl(gt_out))
+        if check is compare_coverage:
+            problems, timing = check(jsonl(log), jsonl(ts_out), jsonl(gt_out), ts_err)
+        else:
+            problems, timing = (check or compare)(jsonl(log), jsonl(ts_out), jsonl(gt_out))
         # An engine started after attach is hooked from its fork or its mapping, never by
         # the once-a-second scan.
         late = [l for l in open(ts_err) if "hooked late" in l]
@@ -291,6 +294,12 @@ def compare(truth, ts, client):
         elif m[0]["kind"] != s["kind"]:
             problems.append(f"server step {s['step']} is {s['kind']}, tokenscope says "
                             f"{m[0]['kind']}")
+        elif m[0]["mode"] != s["mode"]:
+            problems.append(f"server step {s['step']} ran {s['mode']}, tokenscope says "
+                            f"{m[0]['mode']}")
+        elif m[0]["kind_by"] != ("tokens" if s["requests"] else "launches"):
+            problems.append(f"server step {s['step']} ({len(s['requests'])} requests): kind "
+                            f"by {m[0]['kind_by']}")
         elif m[0]["launches"] != s["launches"] or m[0]["graph_launches"] != s["graph_launches"]:
             problems.append(f"server step {s['step']}: launches {s['launches']}/"
                             f"{s['graph_launches']}, tokenscope {m[0]['launches']}/"
@@ -442,6 +451,33 @@ def compare_batches(truth, ts, client):
     return problems, timing
 
 
+def compare_coverage(truth, ts, client, ts_err):
+    """compare_batches, then graph coverage: the summary's decode steps by mode, each mode's
+    share and batch range, against the engine's log (its decode steps in the traced window)."""
+    problems, timing = compare_batches(truth, ts, client)
+    tsteps = [t["gpu_step"] for t in ts if "gpu_step" in t]
+    lo = tsteps[0]["start_ns"] - TOL_NS if tsteps else 0
+    modes = {}
+    for st in (t for t in truth if "step" in t and t["kind"] == "decode" and
+               t["start_ns"] >= lo):
+        m = modes.setdefault(st["mode"], [0, 1 << 30, 0])
+        m[0] += 1
+        m[1] = min(m[1], len(st["requests"]))
+        m[2] = max(m[2], len(st["requests"]))
+    total = sum(m[0] for m in modes.values())
+    want = ", ".join(f"{k} {100.0 * v[0] / total:.1f}% (batch {v[1]}-{v[2]})"
+                     for k, v in sorted(modes.items(), key=lambda kv: MODES.index(kv[0])))
+    line = [l.strip() for l in open(ts_err) if "decode steps by mode:" in l]
+    got = line[-1].split(":", 1)[1].strip() if line else None
+    if got != want:
+        # A batch shown early or a token written late moves a step between batch sizes:
+        # retried, as timing is.
+        timing.append(f"coverage: tokenscope '{got}', the engine's log '{want}'")
+    INFO["coverage"] = f"decode steps by mode: {want}"
+    return problems, timing
+
+
+MODES = ["none", "graph", "piecewise", "eager"]
 INFO = {}
 
 
@@ -491,7 +527,8 @@ def main():
                     "gpu-engine-on-request, gpu-engine-on-request-run, gpu-preempt, "
                     "gpu-chunked-late-writes, "
                     "gpu-known-batch, gpu-known-batch-staggered, gpu-slow-api, "
-                    "gpu-static-runtime)")
+                    "gpu-piecewise-32, gpu-piecewise-80, gpu-eager, gpu-eager-above-batch, "
+                    "gpu-piecewise-preempt, gpu-static-runtime)")
     ap.add_argument("--attempts", type=int, default=ATTEMPTS)
     args = ap.parse_args()
     if os.geteuid() != 0:
@@ -554,6 +591,29 @@ def main():
                           "--api-delay-ms", str(API_DELAY_MS)],
          ["-n", "4", "-c", "2", "--max-tokens", "8", "--usage"], False, compare_e2s),
     ]
+    # The launch shapes of real engines (docs/gpu.md "Step kinds"): vLLM-style piecewise
+    # graphs for a 32- and an 80-layer model, an eager engine, and one that runs decode steps
+    # eagerly above a batch size (no graph captured for it). Kinds come from the tokens, modes
+    # from the launches; batches, queue, prefill and decode exact; no preemption; coverage as
+    # the log has it. A piecewise engine that preempts: each preemption exact.
+    shape = ["--token-ms", "10", "--prefill-ms", "20", "--max-batch", "4"]
+    shape_client = ["-n", "8", "-c", "4", "--max-tokens", "10", "--usage", "--stagger-ms", "30"]
+    cases += [
+        ("gpu-piecewise-32", shape + ["--engine-shape", "piecewise", "--layers", "32"],
+         shape_client, False, compare_coverage),
+        ("gpu-piecewise-80", shape + ["--engine-shape", "piecewise", "--layers", "80"],
+         shape_client, False, compare_coverage),
+        ("gpu-eager", shape + ["--engine-shape", "eager", "--layers", "32"], shape_client, False,
+         compare_coverage),
+        ("gpu-eager-above-batch", ["--token-ms", "10", "--prefill-ms", "20", "--max-batch", "6",
+                                   "--graph-max-batch", "3"],
+         ["-n", "12", "-c", "6", "--max-tokens", "12", "--usage", "--stagger-ms", "30"], False,
+         compare_coverage),
+        ("gpu-piecewise-preempt", ["--token-ms", "8", "--prefill-ms", "15", "--max-batch", "4",
+                                   "--engine-shape", "piecewise", "--preempt-every", "5",
+                                   "--preempt-steps", "3"],
+         ["-n", "8", "-c", "4", "--max-tokens", "24", "--usage"], False, compare_preemptions),
+    ]
     passed = failed = skipped = 0
     with tempfile.TemporaryDirectory() as tmp:
         for name, sargs, cargs, late, check in cases:
@@ -573,8 +633,10 @@ def main():
                     problems, timing = [f"{type(e).__name__}: {e}"], []
                 if not problems and not timing:
                     extra = [f"attempt {attempt}; {'; '.join(notes)}"] if notes else []
-                    if check is compare_batches:
+                    if check in (compare_batches, compare_coverage):
                         extra.append(INFO["batch"])
+                    if check is compare_coverage:
+                        extra.append(INFO["coverage"])
                     if check is compare_preemptions:
                         extra.append(INFO["preempt"])
                     if check is compare_none_preempted:

@@ -365,6 +365,30 @@ void summary_json_recompute(struct jsonw *w, const struct summary *s, const stru
 	jsonw_obj_end(w);
 }
 
+/* Graph coverage (docs/gpu.md "Graph coverage"): a process's decode steps by mode, with the
+ * batch sizes each mode ran at. */
+static void summary_print_coverage(const struct gpu_proc_report *p, FILE *f)
+{
+	uint64_t all = 0;
+	const char *sep = "";
+
+	for (int m = 0; m < MODE_MAX; m++)
+		all += p->coverage[m].steps;
+	if (!all)
+		return;
+	fprintf(f, "    decode steps by mode:");
+	for (int m = 0; m < MODE_MAX; m++) {
+		const struct gpu_coverage *c = &p->coverage[m];
+
+		if (!c->steps)
+			continue;
+		fprintf(f, "%s %s %.1f%% (batch %u-%u)", sep, gpu_mode_name(m),
+			100.0 * c->steps / all, c->batch_lo, c->batch_hi);
+		sep = ",";
+	}
+	fputc('\n', f);
+}
+
 void summary_print_gpu(const struct gpu_report *g, FILE *f)
 {
 	for (uint32_t i = 0; i < g->nprocs; i++) {
@@ -414,6 +438,7 @@ void summary_print_gpu(const struct gpu_report *g, FILE *f)
 				hist_quantile(h, 0.99) / 1e6, h->max / 1e6,
 				(unsigned long long)h->count);
 		}
+		summary_print_coverage(p, f);
 	}
 	if (g->procs_dropped)
 		fprintf(f, "  GPU: steps of %llu more processes are not in these statistics\n",
