@@ -132,7 +132,12 @@ static void feed(const struct sink *s, const struct req_spec *q, const struct gp
 static void step(const struct sink *s, uint32_t pid, enum step_kind kind, uint64_t start_ms,
 		 uint64_t end_ms)
 {
-	struct gpu_step st = { .pid = pid, .tid = pid, .kind = kind };
+	/* decode steps replay a graph for three requests; the others launch eagerly for one */
+	struct gpu_step st = { .pid = pid,
+			       .tid = pid,
+			       .kind = kind,
+			       .mode = kind == STEP_DECODE ? MODE_GRAPH : MODE_EAGER,
+			       .batch = kind == STEP_DECODE ? 3 : 1 };
 
 	st.start_ns = BASE + start_ms * MS;
 	st.end_ns = BASE + end_ms * MS;
@@ -376,6 +381,13 @@ TEST(test_histograms_and_counters)
 	ASSERT_LINE(t, "tokenscope_gpu_steps_total{pid=\"42\",kind=\"decode\"} 1");
 	ASSERT_LINE(t, "tokenscope_gpu_steps_total{pid=\"43\",kind=\"decode\"} 1");
 	ASSERT_LINE(t, "tokenscope_gpu_steps_total{pid=\"43\",kind=\"mixed\"} 0");
+	/* by mode and batch range (graph coverage): only counts above 0 */
+	ASSERT_LINE(t, "tokenscope_gpu_steps_by_mode_total{pid=\"42\",kind=\"decode\","
+		       "mode=\"graph\",batch=\"3-4\"} 1");
+	ASSERT_LINE(t, "tokenscope_gpu_steps_by_mode_total{pid=\"42\",kind=\"prefill\","
+		       "mode=\"eager\",batch=\"1\"} 1");
+	ASSERT_FALSE(strstr(t, "tokenscope_gpu_steps_by_mode_total{pid=\"43\",kind=\"mixed\""),
+		     "no zero counts");
 	ASSERT_LINE(t,
 		    "tokenscope_gpu_step_duration_seconds_bucket{kind=\"decode\",le=\"0.01\"} 1");
 	ASSERT_LINE(t,
@@ -403,8 +415,8 @@ TEST(test_histograms_and_counters)
 	ASSERT_LINE(t, "tokenscope_gpu_steps_device_times_total{times=\"host-calls\"} 3");
 	ASSERT_LINE(t, "tokenscope_gpu_steps_device_times_total{times=\"sampled-out\"} 0");
 	ASSERT_LINE(t, "tokenscope_abandoned_requests_total{model=\"llama\",role=\"server\"} 0");
-	ASSERT_EQ(count_lines_starting(t, "# TYPE "), 30, "families");
-	ASSERT_EQ(count_lines_starting(t, "# HELP "), 30, "help lines");
+	ASSERT_EQ(count_lines_starting(t, "# TYPE "), 31, "families");
+	ASSERT_EQ(count_lines_starting(t, "# HELP "), 31, "help lines");
 	ASSERT_LINE(t, "tokenscope_other_requests_total{kind=\"health\"} 0");
 	ASSERT_LINE(t, "# TYPE tokenscope_time_to_first_token_seconds histogram");
 	ASSERT_LINE(t, "# TYPE tokenscope_requests_total counter");

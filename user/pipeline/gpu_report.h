@@ -20,21 +20,25 @@ enum step_kind { STEP_PREFILL, STEP_DECODE, STEP_MIXED, STEP_OTHER, STEP_KIND_MA
  * with GPU_PREFILL_MIN_LAUNCHES eager kernels or more), or eager kernels only. */
 enum step_mode { MODE_NONE, MODE_GRAPH, MODE_PIECEWISE, MODE_EAGER, MODE_MAX };
 
-/* Batch sizes in buckets for graph coverage: 1, 2, 3-4, 5-8, ..., 257 and more. */
-#define GPU_BATCH_BUCKETS 10
-/* The bucket of a batch size, and the size range of a bucket (hi 0: no bound). */
+/* Batch sizes in buckets for graph coverage: 0 (no token followed), 1, 2, 3-4, 5-8, ...,
+ * 257 and more. */
+#define GPU_BATCH_BUCKETS 11
+/* The bucket of a batch size, and the size range of a bucket (hi 0 past the first: no
+ * bound). */
 static inline uint32_t gpu_batch_bucket(uint32_t batch)
 {
-	uint32_t b = 0;
+	uint32_t b = 1;
 
-	while (b + 1 < GPU_BATCH_BUCKETS && batch > (1u << b))
+	if (!batch)
+		return 0;
+	while (b + 1 < GPU_BATCH_BUCKETS && batch > (1u << (b - 1)))
 		b++;
 	return b;
 }
 static inline void gpu_batch_bucket_range(uint32_t b, uint32_t *lo, uint32_t *hi)
 {
-	*lo = b ? (1u << (b - 1)) + 1 : 1;
-	*hi = b + 1 < GPU_BATCH_BUCKETS ? 1u << b : 0;
+	*lo = b < 2 ? b : (1u << (b - 2)) + 1;
+	*hi = !b ? 0 : b + 1 < GPU_BATCH_BUCKETS ? 1u << (b - 1) : 0;
 }
 
 /* A process's decode steps of one mode (docs/gpu.md "Graph coverage"): how many, the range of

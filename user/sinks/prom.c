@@ -141,6 +141,8 @@ struct prom_series {
 struct prom_gpu_pid {
 	uint32_t pid;
 	uint64_t steps[STEP_KIND_MAX];
+	/* by kind, mode and batch bucket (graph coverage) */
+	uint64_t by_mode[STEP_KIND_MAX][MODE_MAX][GPU_BATCH_BUCKETS];
 };
 
 /* request_other_kind's values, the label kind of tokenscope_other_requests_total. */
@@ -408,13 +410,17 @@ static struct prom_gpu_pid *gpu_pid_get(struct prom *p, uint32_t pid)
 static void prom_gpu_step(void *ctx, const struct gpu_step *s)
 {
 	struct prom *p = ctx;
+	struct prom_gpu_pid *g;
 
 	if (s->kind >= STEP_KIND_MAX)
 		return;
 	p->dirty = true;
 	p->gpu_steps++;
 	p->steps_times[gpu_step_times_of(s)]++;
-	gpu_pid_get(p, s->pid)->steps[s->kind]++;
+	g = gpu_pid_get(p, s->pid);
+	g->steps[s->kind]++;
+	if (s->mode < MODE_MAX)
+		g->by_mode[s->kind][s->mode][gpu_batch_bucket(s->batch)]++;
 	phist_add(&p->step_dur[s->kind], &ttft_bounds,
 		  s->end_ns > s->start_ns ? s->end_ns - s->start_ns : 0);
 }
@@ -843,6 +849,40 @@ static void render_gpu(const struct prom *p, FILE *f)
 			fprintf(f,
 				"tokenscope_gpu_steps_total{pid=\"%s\",kind=\"%s\"} %" PRIu64 "\n",
 				pid, gpu_kind_name(k), g->steps[k]);
+	}
+	put_header(f, "tokenscope_gpu_steps_by_mode_total", "counter",
+		   "GPU steps by process, kind, mode (graph, piecewise, eager: how the work was "
+		   "launched) and batch (the range of requests credited); only counts above 0.");
+	for (unsigned int i = 0; i < n; i++) {
+		const struct prom_gpu_pid *g =
+		    &p->gpu_pids[i < p->ngpu_pids ? i : PROM_MAX_GPU_PIDS];
+		char pid[16];
+
+		if (i < p->ngpu_pids)
+			snprintf(pid, sizeof(pid), "%u", g->pid);
+		else
+			snprintf(pid, sizeof(pid), "other");
+		for (int k = 0; k < STEP_KIND_MAX; k++)
+			for (int m = 0; m < MODE_MAX; m++)
+				for (uint32_t b = 0; b < GPU_BATCH_BUCKETS; b++) {
+					uint32_t lo, hi;
+					char range[24];
+
+					if (!g->by_mode[k][m][b])
+						continue;
+					gpu_batch_bucket_range(b, &lo, &hi);
+					if (lo == hi)
+						snprintf(range, sizeof(range), "%u", lo);
+					else if (!hi)
+						snprintf(range, sizeof(range), "%u+", lo);
+					else
+						snprintf(range, sizeof(range), "%u-%u", lo, hi);
+					fprintf(f,
+						"tokenscope_gpu_steps_by_mode_total{pid=\"%s\",kind="
+						"\"%s\",mode=\"%s\",batch=\"%s\"} %" PRIu64 "\n",
+						pid, gpu_kind_name(k), gpu_mode_name(m), range,
+						g->by_mode[k][m][b]);
+				}
 	}
 	put_header(f, "tokenscope_gpu_steps_device_times_total", "counter",
 		   "GPU steps by where their figures come from: times=\"cupti\" the device's own "
