@@ -14,6 +14,8 @@
 #define PREFILL 40, 0
 #define DECODE 2, 1
 #define MIXED 40, 1
+/* vLLM's piecewise graphs for a 32-layer model: every step alike */
+#define PIECEWISE 32, 33
 #define COPY 0, 0
 
 static uint64_t add_step(struct gpu_timeline *g, uint32_t pid, uint64_t start, uint64_t end,
@@ -667,6 +669,90 @@ TEST(test_preempted_before_first_token)
 	ASSERT_FALSE(a.has_steps, "no GPU steps: preemptions unknown (null)");
 	gpu_attribution_free(&a);
 	request_free(r);
+	gpu_free(&g);
+}
+
+/* Every held step shown (the end of a run), each one's kind kept by id. */
+static void show_all(struct gpu_timeline *g, struct gpu_step *shown, uint32_t n)
+{
+	struct gpu_step out;
+
+	while (gpu_next_ready(g, 0, 0, true, &out))
+		if (out.id < n)
+			shown[out.id] = out;
+}
+
+/*
+ * Step kinds from the tokens written after the steps, on an engine whose every step has the
+ * same launch shape (vLLM's piecewise graphs: a graph piece per layer, an attention kernel
+ * between two), which by that shape alone would all be mixed:
+ * - chunked prefill: two steps no token followed (kind by launches), then the one r's and o's
+ *   first tokens followed (prefill);
+ * - a step only next tokens followed (decode), then one that gave n its first token beside
+ *   their next ones (mixed);
+ * - speculative decoding: three tokens of r in one write after one step (a decode, r once);
+ * - frames of two steps in one write: one each, both decode.
+ */
+TEST(test_kinds_from_tokens)
+{
+	struct gpu_timeline g;
+	struct gpu_attribution a;
+	struct gpu_step shown[16] = { 0 };
+	struct request *r = req(1 * MS), *o = req(1 * MS), *n = req(12 * MS);
+	uint64_t c1, c2, p, d, m, sd, w1, w2;
+
+	gpu_init(&g);
+	c1 = add_step(&g, 7, 2 * MS, 4 * MS, PIECEWISE);
+	c2 = add_step(&g, 7, 5 * MS, 7 * MS, PIECEWISE);
+	p = add_step(&g, 7, 8 * MS, 10 * MS, PIECEWISE);
+	token(&g, r, 10 * MS + 100 * US);
+	token(&g, o, 10 * MS + 200 * US);
+	d = add_step(&g, 7, 11 * MS, 20 * MS, PIECEWISE);
+	token(&g, r, 20 * MS + 100 * US);
+	token(&g, o, 20 * MS + 200 * US);
+	m = add_step(&g, 7, 21 * MS, 30 * MS, PIECEWISE);
+	token(&g, r, 30 * MS + 100 * US);
+	token(&g, o, 30 * MS + 200 * US);
+	token(&g, n, 30 * MS + 300 * US);
+	sd = add_step(&g, 7, 31 * MS, 40 * MS, PIECEWISE);
+	for (int k = 0; k < 3; k++)
+		token(&g, r, 40 * MS + 100 * US);
+	token(&g, o, 40 * MS + 200 * US);
+	w1 = add_step(&g, 7, 41 * MS, 50 * MS, PIECEWISE);
+	token(&g, o, 50 * MS + 200 * US);
+	w2 = add_step(&g, 7, 51 * MS, 60 * MS, PIECEWISE);
+	token(&g, r, 60 * MS + 100 * US);
+	token(&g, r, 60 * MS + 100 * US);
+	token(&g, o, 60 * MS + 200 * US);
+	show_all(&g, shown, 16);
+	ASSERT_FALSE(shown[c1].by_tokens || shown[c2].by_tokens, "chunks: no token followed");
+	ASSERT_EQ(shown[c1].kind, STEP_MIXED, "so their launch shape decides");
+	ASSERT_EQ(shown[c1].mode, MODE_PIECEWISE, "piecewise");
+	ASSERT_TRUE(shown[p].by_tokens, "the last chunk: by tokens");
+	ASSERT_EQ(shown[p].kind, STEP_PREFILL, "first tokens only: prefill");
+	ASSERT_EQ(shown[p].firsts, 2, "r's and o's");
+	ASSERT_EQ(shown[d].kind, STEP_DECODE, "next tokens only: decode");
+	ASSERT_EQ(shown[m].kind, STEP_MIXED, "n's first token and two next ones: mixed");
+	ASSERT_EQ(shown[m].firsts, 1, "n's");
+	ASSERT_EQ(shown[sd].kind, STEP_DECODE, "several tokens of r: still a decode");
+	ASSERT_EQ(shown[sd].batch, 2, "r once");
+	ASSERT_EQ(shown[w1].batch, 2, "the first frame of r's late write came from w1");
+	ASSERT_EQ(shown[w2].batch, 2, "its second from w2");
+	ASSERT_EQ(shown[w1].kind, STEP_DECODE, "decode");
+	figures(&g, r, &a);
+	ASSERT_EQ(a.queue_ns, (int64_t)(8 - 1) * (int64_t)MS,
+		  "queue to the step its first token came from (the chunks before it too)");
+	ASSERT_EQ(a.prefill_ns, (int64_t)2 * (int64_t)MS, "prefill: that step");
+	ASSERT_EQ(a.preemptions, 0, "none");
+	if (ASSERT_EQ(a.nrides, 6, "rides: p, d, m, sd, w1, w2") && a.rides)
+		ASSERT_EQ(a.rides[3].ntokens, 3, "three tokens from sd");
+	gpu_attribution_free(&a);
+	figures(&g, n, &a);
+	ASSERT_EQ(a.queue_ns, (int64_t)(21 - 12) * (int64_t)MS, "n: queued until the mixed step");
+	gpu_attribution_free(&a);
+	request_free(r);
+	request_free(o);
+	request_free(n);
 	gpu_free(&g);
 }
 
