@@ -194,6 +194,77 @@ TEST(test_engine_to_socket)
 	next_e2s = 0;
 }
 
+/* n decode steps of a mode, batch and duration, through the sink as the pipeline shows them. */
+static void decode_steps(struct run *r, int n, enum step_mode mode, uint32_t batch, uint64_t dur)
+{
+	for (int i = 0; i < n; i++) {
+		struct gpu_step s = { .kind = STEP_DECODE, .mode = mode, .batch = batch };
+
+		s.start_ns = 1000 * SEC + i * 100 * MS;
+		s.end_ns = s.start_ns + dur;
+		r->s.gpu_step(r->s.ctx, &s);
+	}
+}
+
+/*
+ * Graph coverage: eager decode steps above the captured batch sizes, set against the graph
+ * steps of the nearest batch range. Slower and frequent: the capture sizes are named. As fast,
+ * or rare: only said. No eager step: nothing. Prefill steps never count.
+ */
+TEST(test_graph_coverage)
+{
+	const struct shape s = { 10 * MS, 5 * MS, 0, 10 * MS, 11, 0.5, OUTCOME_OK };
+	struct run r;
+
+	run_open(&r);
+	decode_steps(&r, 90, MODE_GRAPH, 3, 10 * MS);
+	decode_steps(&r, 10, MODE_EAGER, 5, 25 * MS);
+	decode_steps(&r, 10, MODE_EAGER, 6, 25 * MS);
+	for (int i = 0; i < 4; i++)
+		run_request(&r, 1000 * SEC + i * SEC, &s);
+	run_print(&r);
+	ASSERT_TRUE(has(r.text, "graphs   20 of 110 decode steps (18 %) ran eagerly, at batch 5-6:\n"
+				"             25.00 ms each, graph decode steps of batch 3-4 10.00 ms:\n"
+				"             capture graphs up to batch 6"),
+		    "eager steps slower than graph ones: named");
+	run_close(&r);
+
+	run_open(&r);
+	decode_steps(&r, 90, MODE_GRAPH, 3, 10 * MS);
+	decode_steps(&r, 20, MODE_EAGER, 4, 11 * MS);
+	for (int i = 0; i < 4; i++)
+		run_request(&r, 1000 * SEC + i * SEC, &s);
+	run_print(&r);
+	ASSERT_TRUE(has(r.text, "11.00 ms each, graph decode steps of batch 3-4 10.00 ms\n"),
+		    "as fast: said");
+	ASSERT_TRUE(r.text && !strstr(r.text, "capture graphs"), "not named");
+	run_close(&r);
+
+	run_open(&r);
+	decode_steps(&r, 200, MODE_GRAPH, 3, 10 * MS);
+	decode_steps(&r, 5, MODE_EAGER, 9, 30 * MS);
+	for (int i = 0; i < 4; i++)
+		run_request(&r, 1000 * SEC + i * SEC, &s);
+	run_print(&r);
+	ASSERT_TRUE(has(r.text, "5 of 205 decode steps (2 %) ran eagerly, at batch 9-9"), "rare");
+	ASSERT_TRUE(r.text && !strstr(r.text, "capture graphs"), "rare: not named");
+	run_close(&r);
+
+	run_open(&r);
+	decode_steps(&r, 50, MODE_GRAPH, 3, 10 * MS);
+	{
+		struct gpu_step p = { .kind = STEP_PREFILL, .mode = MODE_EAGER, .batch = 1 };
+
+		p.end_ns = 30 * MS;
+		r.s.gpu_step(r.s.ctx, &p);
+	}
+	for (int i = 0; i < 4; i++)
+		run_request(&r, 1000 * SEC + i * SEC, &s);
+	run_print(&r);
+	ASSERT_TRUE(r.text && !strstr(r.text, "ran eagerly"), "eager prefills are not decode");
+	run_close(&r);
+}
+
 TEST(test_queue_grows)
 {
 	/* TTFT 100 ms: queue 10 %, prefill 80 %; then 400 ms: queue 70 %, prefill 20 %. */

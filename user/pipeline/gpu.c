@@ -188,19 +188,6 @@ static void keep_orphan(struct gpu_timeline *g, struct gpu_proc *p, const struct
 	g->orphans[at].run = *r;
 }
 
-static void coverage_add(struct gpu_coverage *c, uint32_t batch, uint64_t dur_ns)
-{
-	uint32_t b = gpu_batch_bucket(batch);
-
-	if (!c->steps || batch < c->batch_lo)
-		c->batch_lo = batch;
-	if (batch > c->batch_hi)
-		c->batch_hi = batch;
-	c->steps++;
-	c->bucket_steps[b]++;
-	c->bucket_ns[b] += dur_ns;
-}
-
 /* A step as it is shown: its kind from its tokens, when any came (docs/gpu.md "Step kinds"),
  * and its process's statistics (p NULL: past GPU_MAX_PROCS). */
 static void step_shown(struct gpu_proc *p, struct gpu_step *s)
@@ -219,7 +206,7 @@ static void step_shown(struct gpu_proc *p, struct gpu_step *s)
 	p->launches += s->launches;
 	p->graph_launches += s->graph_launches;
 	if (s->kind == STEP_DECODE)
-		coverage_add(&p->coverage[s->mode], s->batch, s->end_ns - s->start_ns);
+		gpu_coverage_add(&p->coverage[s->mode], s->batch, s->end_ns - s->start_ns);
 	if (s->end_ns > s->wait_start_ns)
 		p->wait_ns += s->end_ns - s->wait_start_ns;
 	if (!p->first_ns || s->start_ns < p->first_ns)

@@ -9,6 +9,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <linux/types.h>
 
 #include "cupti_abi.h"
@@ -41,6 +42,17 @@ static inline void gpu_batch_bucket_range(uint32_t b, uint32_t *lo, uint32_t *hi
 	*hi = !b ? 0 : b + 1 < GPU_BATCH_BUCKETS ? 1u << (b - 1) : 0;
 }
 
+/* Batch sizes lo to hi as a label: "2", "3-4", "257+" (hi 0: no bound). */
+static inline void gpu_batch_range_name(uint32_t lo, uint32_t hi, char *buf, size_t len)
+{
+	if (lo == hi)
+		snprintf(buf, len, "%u", lo);
+	else if (!hi)
+		snprintf(buf, len, "%u+", lo);
+	else
+		snprintf(buf, len, "%u-%u", lo, hi);
+}
+
 /* A process's decode steps of one mode (docs/gpu.md "Graph coverage"): how many, the range of
  * their batches (requests credited), and their count and time by batch bucket. */
 struct gpu_coverage {
@@ -48,6 +60,20 @@ struct gpu_coverage {
 	uint32_t batch_lo, batch_hi;
 	uint64_t bucket_steps[GPU_BATCH_BUCKETS], bucket_ns[GPU_BATCH_BUCKETS];
 };
+
+/* A decode step of this batch and duration into c. */
+static inline void gpu_coverage_add(struct gpu_coverage *c, uint32_t batch, uint64_t dur_ns)
+{
+	uint32_t b = gpu_batch_bucket(batch);
+
+	if (!c->steps || batch < c->batch_lo)
+		c->batch_lo = batch;
+	if (batch > c->batch_hi)
+		c->batch_hi = batch;
+	c->steps++;
+	c->bucket_steps[b]++;
+	c->bucket_ns[b] += dur_ns;
+}
 
 /* A GPU process's statistics as the sinks are handed them (pipeline_status): values, valid
  * during the call. */

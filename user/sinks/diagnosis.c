@@ -129,8 +129,9 @@ static void diag_gpu_step(void *ctx, const struct gpu_step *s)
 {
 	struct diagnosis *d = ctx;
 
-	(void)s;
 	d->gpu_steps++;
+	if (s->kind == STEP_DECODE && s->mode < MODE_MAX && s->end_ns >= s->start_ns)
+		gpu_coverage_add(&d->coverage[s->mode], s->batch, s->end_ns - s->start_ns);
 }
 
 struct sink diagnosis_sink(struct diagnosis *d)
@@ -573,6 +574,80 @@ static void e2s_print(const struct diagnosis *d, struct hist *h, FILE *f)
 	fputc('\n', f);
 }
 
+/* The mean duration of the graph and piecewise decode steps of batch bucket b, or of the
+ * nearest bucket that has some (*at: that bucket); 0 when there are none. */
+static double graph_mean_near(const struct diagnosis *d, uint32_t b, uint32_t *at)
+{
+	for (uint32_t k = 0; k < GPU_BATCH_BUCKETS; k++) {
+		for (int side = -1; side <= 1; side += 2) {
+			int64_t x = (int64_t)b + side * (int64_t)k;
+			uint64_t n, ns;
+
+			if (x < 0 || x >= GPU_BATCH_BUCKETS)
+				continue;
+			n = d->coverage[MODE_GRAPH].bucket_steps[x] +
+			    d->coverage[MODE_PIECEWISE].bucket_steps[x];
+			ns = d->coverage[MODE_GRAPH].bucket_ns[x] +
+			     d->coverage[MODE_PIECEWISE].bucket_ns[x];
+			if (n) {
+				*at = (uint32_t)x;
+				return (double)ns / n;
+			}
+		}
+	}
+	return 0;
+}
+
+/* Graph coverage: eager decode steps, at which batches, and how much longer than graph steps
+ * of about their batch. */
+static void coverage_print(const struct diagnosis *d, FILE *f)
+{
+	const struct gpu_coverage *e = &d->coverage[MODE_EAGER];
+	uint64_t all = 0, compared = 0;
+	double eager_ns = 0, graph_ns = 0;
+	uint32_t lo = GPU_BATCH_BUCKETS, hi = 0;
+
+	for (int m = 0; m < MODE_MAX; m++)
+		all += d->coverage[m].steps;
+	if (!e->steps)
+		return;
+	for (uint32_t b = 0; b < GPU_BATCH_BUCKETS; b++) {
+		uint32_t at;
+		double g;
+
+		if (!e->bucket_steps[b] || (g = graph_mean_near(d, b, &at)) <= 0)
+			continue;
+		compared += e->bucket_steps[b];
+		eager_ns += (double)e->bucket_ns[b];
+		graph_ns += g * e->bucket_steps[b];
+		lo = at < lo ? at : lo;
+		hi = at > hi ? at : hi;
+	}
+	fprintf(f, "    graphs   %llu of %llu decode steps (%.0f %%) ran eagerly, at batch %u-%u",
+		(unsigned long long)e->steps, (unsigned long long)all, 100.0 * e->steps / all,
+		e->batch_lo, e->batch_hi);
+	if (!compared) {
+		fprintf(f, "; no graph decode step to set them against\n");
+		return;
+	}
+	{
+		uint32_t a, z, unused;
+		char range[24];
+
+		gpu_batch_bucket_range(lo, &a, &unused);
+		gpu_batch_bucket_range(hi, &unused, &z);
+		gpu_batch_range_name(a, z, range, sizeof(range));
+		fprintf(f, ":\n             %.2f ms each, graph decode steps of batch %s %.2f ms",
+			eager_ns / compared / 1e6, range, graph_ns / compared / 1e6);
+	}
+	if ((double)e->steps / all >= DIAG_EAGER_MIN_SHARE &&
+	    eager_ns >= DIAG_EAGER_SLOWER * graph_ns)
+		fprintf(f, ":\n             capture graphs up to batch %u (vLLM: "
+			   "max_cudagraph_capture_size; SGLang: cuda_graph_max_bs)",
+			e->batch_hi);
+	fputc('\n', f);
+}
+
 /* The objectives' lines: what missed, and where the misses' time went. */
 static void slo_print(const struct diag_slo *s, FILE *f)
 {
@@ -655,6 +730,7 @@ void diagnosis_print(const struct diagnosis *d, FILE *f)
 	window_compute(&whole, "whole run", q, d->n, d->gaps, h);
 	window_print(d, &whole, q[0].arrival_ns, f);
 	e2s_print(d, h, f);
+	coverage_print(d, f);
 	slo_print(&d->slo, f);
 	batch_verdict(d, h, f);
 	if (d->n < DIAG_MIN_COMPARE) {

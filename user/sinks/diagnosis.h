@@ -33,6 +33,12 @@
  * - Engine to socket (whole run, when GPU steps are known): every token's time from its step's
  *   end to its write, p50 against the ITL p50; at DIAG_E2S_SHARE of it or more the API process
  *   is named as what holds the tokens.
+ * - Graph coverage (whole run, docs/gpu.md "Graph coverage"): when decode steps ran eagerly,
+ *   how many of all decode steps and at which batches; each eager step's duration is set
+ *   against the mean of the graph (or piecewise) decode steps of its batch range, or of the
+ *   nearest range that has some. With DIAG_EAGER_MIN_SHARE of the decode steps or more eager,
+ *   and eager steps DIAG_EAGER_SLOWER times as long or more, the graph capture sizes are
+ *   named as what to raise.
  * Never prints request or response text (it keeps none).
  */
 #ifndef TS_DIAGNOSIS_H
@@ -46,6 +52,7 @@
 #include "lib/hist.h"
 #include "pipeline/sink.h"
 #include "pipeline/slo.h"
+#include "pipeline/step.h"
 
 /* Fewer requests than this are too few for thirds to mean anything (two per third). */
 #define DIAG_MIN_COMPARE 6
@@ -59,6 +66,10 @@
 #define DIAG_BATCH_MIN_GAPS 200
 /* How much larger the high group's mean batch must be than the low group's to compare them. */
 #define DIAG_BATCH_MIN_RATIO 1.5
+/* Eager decode steps' share of the decode steps, and how much longer than graph steps of their
+ * batch they must be, for the capture sizes to be named. */
+#define DIAG_EAGER_MIN_SHARE 0.05
+#define DIAG_EAGER_SLOWER 1.2
 
 /* One request that finished ok with a first token. Values < 0 are unknown. */
 struct diag_req {
@@ -107,6 +118,8 @@ struct diagnosis {
 	/* Engine to socket of every token of the ok requests whose steps are known
 	 * (gpu_attribution.e2s). */
 	struct hist e2s;
+	/* Decode steps by mode (graph coverage), every process's. */
+	struct gpu_coverage coverage[MODE_MAX];
 };
 
 void diagnosis_init(struct diagnosis *d);

@@ -871,12 +871,7 @@ static void render_gpu(const struct prom *p, FILE *f)
 					if (!g->by_mode[k][m][b])
 						continue;
 					gpu_batch_bucket_range(b, &lo, &hi);
-					if (lo == hi)
-						snprintf(range, sizeof(range), "%u", lo);
-					else if (!hi)
-						snprintf(range, sizeof(range), "%u+", lo);
-					else
-						snprintf(range, sizeof(range), "%u-%u", lo, hi);
+					gpu_batch_range_name(lo, hi, range, sizeof(range));
 					fprintf(f,
 						"tokenscope_gpu_steps_by_mode_total{pid=\"%s\",kind="
 						"\"%s\",mode=\"%s\",batch=\"%s\"} %" PRIu64 "\n",
