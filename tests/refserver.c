@@ -1666,9 +1666,13 @@ static void gpu_flush(struct server *s)
 /* Never blocks: what the socket does not take waits for EPOLLOUT, in order. */
 static void gpu_send(struct server *s, enum eng_type type, const struct req *r)
 {
-	struct eng_msg m = {
-		.type = type, .max_tokens = r->max_tokens, .id = r->id, .arg = r->prompt_bytes
-	};
+	/* arg: the prompt's bytes, and above them its prefill time in microseconds (x_prefill_ms,
+	 * else --prefill-ms) */
+	uint64_t us = r->prefill_ns / 1000 < UINT32_MAX ? r->prefill_ns / 1000 : UINT32_MAX;
+	struct eng_msg m = { .type = type,
+			     .max_tokens = r->max_tokens,
+			     .id = r->id,
+			     .arg = (us << 32) | (r->prompt_bytes & UINT32_MAX) };
 
 	buf_append(&s->gpu.out, &m, sizeof(m));
 	if (!s->gpu.watch_out)
@@ -2077,6 +2081,7 @@ struct cuda_api {
 struct ereq {
 	uint64_t id;
 	uint64_t prompt_bytes;
+	uint64_t prefill_ns; /* its own prefill time (x_prefill_ms, else --prefill-ms) */
 	unsigned max_tokens;
 	unsigned tokens;
 	/* --preempt-every: out of the batch for out_left more decode steps, from the start of
@@ -2243,7 +2248,8 @@ static int engine_poll(struct engine *e, bool block)
 		buf_consume(&e->in, sizeof(m));
 		if (m.type == ENG_ADD) {
 			struct ereq r = { .id = m.id,
-					  .prompt_bytes = m.arg,
+					  .prompt_bytes = m.arg & UINT32_MAX,
+					  .prefill_ns = (m.arg >> 32) * 1000,
 					  .max_tokens = m.max_tokens };
 
 			ereq_push(&e->waiting, &r);
@@ -2448,13 +2454,17 @@ static void engine_step(struct engine *e, bool prefill)
 		if (k > e->waiting.len)
 			k = e->waiting.len;
 		from = run->len;
+		/* the step lasts the longest of its requests' prefill times (x_prefill_ms: a long
+		 * prompt among short ones), and --prefill-us-per-byte of their prompts */
+		gpu_ns = ms_to_ns(o->prefill_ms);
 		for (i = 0; i < k; i++) {
 			bytes += e->waiting.v[i].prompt_bytes;
+			if (e->waiting.v[i].prefill_ns > gpu_ns)
+				gpu_ns = e->waiting.v[i].prefill_ns;
 			ereq_push(run, &e->waiting.v[i]);
 		}
 		ereq_remove(&e->waiting, 0, k);
-		gpu_ns = ms_to_ns(o->prefill_ms) +
-			 (uint64_t)(o->prefill_us_per_byte * (double)bytes * NS_PER_US);
+		gpu_ns += (uint64_t)(o->prefill_us_per_byte * (double)bytes * NS_PER_US);
 	} else {
 		engine_preempt(e);
 		gpu_ns = ms_to_ns(o->token_ms);

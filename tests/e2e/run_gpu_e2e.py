@@ -451,6 +451,58 @@ def compare_batches(truth, ts, client):
     return problems, timing
 
 
+def compare_stalls(truth, ts, client):
+    """compare's checks, then who stalled whom: every gap between two of a request's token
+    writes (the server's log) at or over its threshold (3 times its median gap, at least 50 ms)
+    must be in tokenscope's stalls, at the same token, with the cause `prefill` and the
+    requests named exactly those whose first token came from a prefill step that ended inside
+    the gap (the engine's log); and no other gap may be."""
+    problems, timing = compare(truth, ts, client)
+    steps = [t for t in truth if "step" in t]
+    treqs = {(t["port"], t["seq"]): t for t in truth if "request" in t}
+    who = {t["request"]: (t["port"], t["seq"]) for t in truth if "request" in t}
+    by_port = {}
+    for t in ts:
+        if "conn" in t:
+            by_port.setdefault(peer_port(t["conn"]), []).append(t)
+    for v in by_port.values():
+        v.sort(key=lambda t: t["arrival_ns"])
+    stalled = named = 0
+    for c in client:
+        tr = treqs.get((c["port"], c["seq"]))
+        lst = by_port.get(c["port"], [])
+        if not tr or c["seq"] >= len(lst):
+            continue
+        t = lst[c["seq"]]
+        tok = tr["token_ns"]
+        gaps = [b - a for a, b in zip(tok, tok[1:])]
+        if not gaps:
+            continue
+        thr = max(3 * sorted(gaps)[(len(gaps) - 1) // 2], 50_000_000)
+        want = []
+        for i, gap in enumerate(gaps, 1):
+            if gap < thr:
+                continue
+            a, b = tok[i - 1], tok[i]
+            by = sorted(who[rid] for s in steps if s["kind"] in ("prefill", "mixed")
+                        and a < s["end_ns"] <= b
+                        for rid in s["requests"] if rid in who and rid != tr["request"])
+            want.append((i, "prefill", by))
+        st = t.get("stalls") or {}
+        got = [(v["token"], v["cause"],
+                sorted((peer_port(x["conn"]), x["seq"]) for x in v.get("by", [])))
+               for v in st.get("list", [])]
+        if got != want or st.get("count") != len(want):
+            problems.append(f"request {c['id']}: stalls {got} (count {st.get('count')}), the "
+                            f"logs say {want}")
+        stalled += bool(want)
+        named += sum(len(w[2]) for w in want)
+    if not stalled:
+        problems.append("no request was stalled: nothing was tested")
+    INFO["stall"] = f"{stalled} requests stalled, {named} stalling requests named exactly"
+    return problems, timing
+
+
 def compare_coverage(truth, ts, client, ts_err):
     """compare_batches, then graph coverage: the summary's decode steps by mode, each mode's
     share and batch range, against the engine's log (its decode steps in the traced window)."""
@@ -528,7 +580,7 @@ def main():
                     "gpu-chunked-late-writes, "
                     "gpu-known-batch, gpu-known-batch-staggered, gpu-slow-api, "
                     "gpu-piecewise-32, gpu-piecewise-80, gpu-eager, gpu-eager-above-batch, "
-                    "gpu-piecewise-preempt, gpu-static-runtime)")
+                    "gpu-piecewise-preempt, gpu-stall, gpu-static-runtime)")
     ap.add_argument("--attempts", type=int, default=ATTEMPTS)
     args = ap.parse_args()
     if os.geteuid() != 0:
@@ -614,6 +666,13 @@ def main():
                                    "--preempt-steps", "3"],
          ["-n", "8", "-c", "4", "--max-tokens", "24", "--usage"], False, compare_preemptions),
     ]
+    # A long prefill among decodes (every 4th request's prompt takes 300 ms, x_prefill_ms):
+    # the decoding requests' gaps over it are stalls, blamed on it by name.
+    cases += [
+        ("gpu-stall", ["--token-ms", "10", "--prefill-ms", "15", "--max-batch", "4"],
+         ["-n", "8", "-c", "3", "--max-tokens", "30", "--usage", "--stagger-ms", "40",
+          "--slow-every", "4", "--slow-prefill-ms", "300"], False, compare_stalls),
+    ]
     passed = failed = skipped = 0
     with tempfile.TemporaryDirectory() as tmp:
         for name, sargs, cargs, late, check in cases:
@@ -637,6 +696,8 @@ def main():
                         extra.append(INFO["batch"])
                     if check is compare_coverage:
                         extra.append(INFO["coverage"])
+                    if check is compare_stalls:
+                        extra.append(INFO["stall"])
                     if check is compare_preemptions:
                         extra.append(INFO["preempt"])
                     if check is compare_none_preempted:

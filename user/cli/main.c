@@ -91,6 +91,7 @@ enum {
 	OPT_NO_POD_LABELS,
 	OPT_SELF_STATS,
 	OPT_SLO,
+	OPT_STALL_MS,
 	OPT_LABEL,
 	OPT_LABEL_TOP,
 };
@@ -145,6 +146,10 @@ static const struct argp_option trace_options[] = {
 	{ "slo", OPT_SLO, "SLO", 0,
 	  "Judge every request on these objectives, e.g. 'ttft<=2s,tpot<=80ms,e2e<=30s' or "
 	  "'model=llama*:ttft<=1s' (repeatable); llm-d's x-llm-d-slo-* headers override them",
+	  0 },
+	{ "stall-ms", OPT_STALL_MS, "MS", 0,
+	  "A gap between two tokens of MS or more is a stall, its cause named (default: 3 "
+	  "times the request's median gap, at least 50)",
 	  0 },
 	{ "label", OPT_LABEL, "NAME=SRC", 0,
 	  "A request label from a header ('tenant=header:X-Tenant-Id') or a body value "
@@ -351,6 +356,14 @@ static bool parse_shared(int key, char *arg, struct argp_state *state, const str
 
 		if (slo_parse(&ex->slo, arg, msg, sizeof(msg)))
 			argp_error(state, "%s", msg);
+		return true;
+	}
+	case OPT_STALL_MS: {
+		double ms;
+
+		if (parse_double(arg, &ms) || ms <= 0 || ms > 3.6e6)
+			argp_error(state, "invalid --stall-ms '%s' (milliseconds, above 0)", arg);
+		ex->stall_ns = (uint64_t)(ms * 1e6);
 		return true;
 	}
 	case OPT_LABEL: {
@@ -700,6 +713,8 @@ static const struct argp_option report_options[] = {
 	  "With --prometheus: a pid label on the request metrics", 0 },
 	{ "slo", OPT_SLO, "SLO", 0,
 	  "Judge every request on these objectives, e.g. 'ttft<=2s,tpot<=80ms' (see trace)", 0 },
+	{ "stall-ms", OPT_STALL_MS, "MS", 0,
+	  "A token gap of MS or more is a stall, its cause named (see trace)", 0 },
 	{ "label", OPT_LABEL, "NAME=SRC", 0,
 	  "A request label from a header or the body (see trace)", 0 },
 	{ "label-top", OPT_LABEL_TOP, "K", 0, "--label: values kept per label (default 20)", 0 },

@@ -661,6 +661,8 @@ void gpu_attribution_free(struct gpu_attribution *a)
 	free(a->e2s);
 	a->e2s = NULL;
 	a->ne2s = 0;
+	free(a->stalls);
+	a->stalls = NULL;
 }
 
 void gpu_attribute(const struct gpu_timeline *g, const struct request *r,
@@ -686,6 +688,7 @@ void gpu_attribute(const struct gpu_timeline *g, const struct request *r,
 	a->nrides = 0;
 	a->e2s = NULL;
 	a->ne2s = 0;
+	a->stalls = NULL;
 	if (r->client) {
 		a->how = "none: a request the traced process made as a client";
 		return;

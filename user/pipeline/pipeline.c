@@ -69,6 +69,8 @@ static void pl_request_out(struct pipeline *pl, struct request *r)
 	slo_judge(pl->o.slo, r, &m, &m.slo);
 	gpu_attribute(&pl->gpu, r, batch_prefill_step(&pl->gpu, r), &ga);
 	batch_attribute(&pl->gpu, r, &ga);
+	stall_request_done(&pl->stalls, r);
+	stall_attribute(&pl->stalls, &pl->gpu, r, &ga);
 	if (!other)
 		m.cache_guess = prefix_guess(&pl->prefix, r, &m, &ga);
 	for (int i = 0; i < pl->nsinks; i++) {
@@ -93,6 +95,7 @@ static void pl_token(void *ctx, struct request *r)
 	struct pipeline *pl = ctx;
 
 	batch_token(&pl->gpu, r);
+	stall_token(&pl->stalls, &pl->gpu, r);
 }
 
 /* The kernel time now, as pipeline_status says it. */
@@ -205,6 +208,7 @@ int pipeline_init(struct pipeline *pl, const struct pipeline_opts *o)
 	memset(pl, 0, sizeof(*pl));
 	pl->o = *o;
 	proxy_init(&pl->proxy);
+	stall_init(&pl->stalls, o->stall_ns);
 	if (gpu_init(&pl->gpu))
 		return -ENOMEM;
 	if (conn_table_init(&pl->conns, &sink))
@@ -221,6 +225,7 @@ void pipeline_free(struct pipeline *pl)
 			request_free(pl->held[pl->held_head].r);
 	conn_table_free(&pl->conns);
 	gpu_free(&pl->gpu);
+	stall_free(&pl->stalls);
 	free(pl->live);
 	free(pl->status_pids);
 	pl->live = NULL;

@@ -30,6 +30,8 @@ struct pipeline_opts {
 	/* --label: what requests carry from their heads and bodies (labels.h); NULL: none. Must
 	 * outlive the pipeline. */
 	const struct req_label_set *labels;
+	/* --stall-ms: a token gap this long or longer is a stall (stall.h); 0: per request */
+	uint64_t stall_ns;
 };
 
 /*

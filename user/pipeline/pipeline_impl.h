@@ -8,6 +8,7 @@
 
 #include "pipeline/pipeline.h"
 #include "pipeline/prefix.h"
+#include "pipeline/stall.h"
 
 /* A traced process that has not exited, and where it runs (all "" when unknown). */
 struct pipeline_proc {
@@ -22,6 +23,7 @@ struct pipeline {
 	struct gpu_timeline gpu;
 	struct proxy proxy;	      /* pairs upstream requests with served ones */
 	struct prefix_fits prefix;    /* prefix-cache hits guessed per server (prefix.h) */
+	struct stall_table stalls;    /* first tokens, to name who stalled a request (stall.h) */
 	uint64_t kstats[TS_STAT_MAX]; /* the kernel's counters, refreshed by the loader */
 	uint64_t bad_records;
 	uint64_t lost_seen; /* kernel lost-record count at the last pipeline_kernel_lost() */

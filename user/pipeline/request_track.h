@@ -2,7 +2,7 @@
 /*
  * What the pipeline keeps with a request besides what was seen of it: its proxy pairing and its
  * place in the proxy's list of open served requests (proxy.c), and the GPU steps its tokens came
- * from (batch.c). request_new allocates a request inside its track; the sinks are handed the
+ * from (batch.c) and its first token's record (stall.c). request_new allocates a request inside its track; the sinks are handed the
  * request alone (request.h), a value that reaches none of this. For pipeline/ only.
  */
 #ifndef TS_REQUEST_TRACK_H
@@ -25,6 +25,8 @@ struct request_track {
 	struct request_link open;
 	/* The GPU steps its tokens came from (batch.h); NULL until the first. */
 	struct batch_state *batch;
+	/* Its first token's record in the stall table (stall.h), as index + 1; 0: none. */
+	uint32_t first_slot;
 };
 
 static inline struct request_track *request_track(struct request *r)

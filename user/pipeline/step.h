@@ -74,6 +74,54 @@ struct batch_ride {
 	uint32_t token, ntokens;
 };
 
+/* Why a gap between two tokens of a request was slow (docs/gpu.md "Who stalled me"). */
+enum stall_cause {
+	STALL_PREFILL,	  /* prefill or mixed steps of other requests */
+	STALL_PREEMPTED,  /* the request out of the batch */
+	STALL_BATCH,	  /* a longer decode step: the batch grew */
+	STALL_HOST,	  /* host time, no GPU step running */
+	STALL_LATE_WRITE, /* the token's step ended long before its write */
+	STALL_UNKNOWN,	  /* no GPU step to tell, and no other request's prefill beside it */
+	STALL_CAUSES
+};
+/* Stalls listed per request, and stalling requests named per stall. */
+#define STALL_KEEP 8
+#define STALL_BY 2
+
+/* A request a stall is blamed on: its connection and place on it, its prompt (tokens: -1 when
+ * its usage had not said by then; bytes: its body's length). */
+struct stall_by {
+	char conn[112];
+	uint32_t seq;
+	int64_t prompt_tokens, prompt_bytes;
+};
+
+/* One slow gap: before token `token`, from from_ns, gap_ns long; its cause, and the time of
+ * that cause inside it. likely: without GPU steps, an overlap with other requests' prefill
+ * windows (arrival to first token), not a step seen. batch_from, batch_to: STALL_BATCH's batch
+ * before and in the longer step. by: the requests of STALL_PREFILL (nby of them, all there
+ * were: nby_all). */
+struct stall {
+	uint32_t token;
+	uint64_t from_ns, gap_ns, cause_ns;
+	enum stall_cause cause;
+	bool likely;
+	uint32_t batch_from, batch_to;
+	uint32_t nby, nby_all;
+	struct stall_by by[STALL_BY];
+};
+
+/* A request's stalls: every gap at or over threshold_ns (`--stall-ms`, else three times its
+ * median gap and at least 50 ms), counted and timed by cause; the first STALL_KEEP listed. */
+struct stall_report {
+	uint64_t threshold_ns;
+	uint32_t n, nkept, likely; /* likely: of the n, those told by overlap */
+	uint64_t count[STALL_CAUSES], ns[STALL_CAUSES];
+	struct stall v[STALL_KEEP];
+};
+
+const char *stall_cause_name(enum stall_cause c);
+
 /* How a request's latency was split. Values < 0 are unknown (printed as null). */
 struct gpu_attribution {
 	int64_t queue_ns, prefill_ns, decode_ns, gpu_ns, host_ns;
@@ -117,6 +165,9 @@ struct gpu_attribution {
 	 * NULL when none: no steps, or none of its steps still kept), owned by the attribution. */
 	uint64_t *e2s;
 	uint32_t ne2s;
+	/* Its slow gaps and their causes (stall.h); NULL with fewer than two tokens, or for a
+	 * client's request. Owned by the attribution. */
+	struct stall_report *stalls;
 };
 
 const char *gpu_kind_name(enum step_kind k);

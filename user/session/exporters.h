@@ -34,6 +34,8 @@ struct export_opts {
 	/* --slo: the objectives every request is judged on (the pipeline's, slo.h); the sinks
 	 * see the verdicts in request_metrics. */
 	struct slo_rules slo;
+	/* --stall-ms: a token gap this long or longer is a stall (stall.h); 0: per request */
+	uint64_t stall_ns;
 	/* --label: values requests carry (labels.h); JSON and OTLP show them, Prometheus and
 	 * the summary's SLO lines split by them. label_top: Prometheus values kept per label. */
 	struct req_label_set labels;

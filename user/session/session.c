@@ -35,6 +35,7 @@ int session_start(struct session *s, const struct session_opts *o, uint64_t orig
 	po.err = s->err;
 	po.slo = &s->o.ex.slo;
 	po.labels = &s->o.ex.labels;
+	po.stall_ns = s->o.ex.stall_ns;
 	s->pl = pipeline_new(&po);
 	if (!s->pl)
 		return -ENOMEM;

@@ -185,6 +185,62 @@ static void put_workload(struct jsonw *w, const struct workload *wl)
 	jsonw_obj_end(w);
 }
 
+/* A request's slow gaps and their causes (docs/gpu.md "Who stalled me"); null without two
+ * tokens. */
+static void put_stalls(struct jsonw *w, const struct stall_report *st)
+{
+	if (!st) {
+		jsonw_null(w, "stalls");
+		return;
+	}
+	jsonw_obj_begin(w, "stalls");
+	jsonw_num(w, "threshold_ms", st->threshold_ns / 1e6, 3);
+	jsonw_u64(w, "count", st->n);
+	jsonw_u64(w, "likely", st->likely);
+	jsonw_obj_begin(w, "by_cause_ms");
+	for (int c = 0; c < STALL_CAUSES; c++)
+		if (st->count[c])
+			jsonw_num(w, stall_cause_name(c), st->ns[c] / 1e6, 3);
+	jsonw_obj_end(w);
+	jsonw_arr_begin(w, "list");
+	for (uint32_t i = 0; i < st->nkept; i++) {
+		const struct stall *v = &st->v[i];
+
+		jsonw_obj_begin(w, NULL);
+		jsonw_u64(w, "token", v->token);
+		jsonw_u64(w, "from_ns", v->from_ns);
+		jsonw_num(w, "gap_ms", v->gap_ns / 1e6, 3);
+		jsonw_str(w, "cause", stall_cause_name(v->cause));
+		jsonw_num(w, "cause_ms", v->cause_ns / 1e6, 3);
+		jsonw_bool(w, "likely", v->likely);
+		if (v->cause == STALL_BATCH) {
+			jsonw_u64(w, "batch_from", v->batch_from);
+			jsonw_u64(w, "batch_to", v->batch_to);
+		}
+		if (v->cause == STALL_PREFILL) {
+			jsonw_arr_begin(w, "by");
+			for (uint32_t k = 0; k < v->nby; k++) {
+				jsonw_obj_begin(w, NULL);
+				jsonw_str(w, "conn", v->by[k].conn);
+				jsonw_u64(w, "seq", v->by[k].seq);
+				if (v->by[k].prompt_tokens >= 0)
+					jsonw_u64(w, "prompt_tokens", (uint64_t)v->by[k].prompt_tokens);
+				else
+					jsonw_null(w, "prompt_tokens");
+				jsonw_u64(w, "prompt_bytes", (uint64_t)(v->by[k].prompt_bytes > 0
+									   ? v->by[k].prompt_bytes
+									   : 0));
+				jsonw_obj_end(w);
+			}
+			jsonw_arr_end(w);
+			jsonw_u64(w, "by_more", v->nby_all - v->nby);
+		}
+		jsonw_obj_end(w);
+	}
+	jsonw_arr_end(w);
+	jsonw_obj_end(w);
+}
+
 void output_json(FILE *f, const struct request *r, const struct request_metrics *m,
 		 const struct gpu_attribution *ga, bool tokens)
 {
@@ -305,6 +361,7 @@ void output_json(FILE *f, const struct request *r, const struct request_metrics 
 	} else {
 		jsonw_null(&w, "engine_to_socket_ms");
 	}
+	put_stalls(&w, ga->stalls);
 	ms_or_null(&w, "queue_ms", ga->queue_ns);
 	ms_or_null(&w, "prefill_ms", ga->prefill_ns);
 	ms_or_null(&w, "decode_ms", ga->decode_ns);

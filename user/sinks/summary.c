@@ -20,8 +20,27 @@ void summary_reset_interval(struct summary *s)
 	s->inflight = s->inflight_max = inflight;
 }
 
+/* The ok requests' stalls, by cause. */
+static void summary_stalls(struct summary *s, const struct request *r,
+			   const struct gpu_attribution *ga)
+{
+	const struct stall_report *st = ga->stalls;
+
+	if (!st || !st->n || r->outcome != OUTCOME_OK)
+		return;
+	s->stalled++;
+	s->stalls += st->n;
+	for (int c = 0; c < STALL_CAUSES; c++) {
+		s->stall_count[c] += st->count[c];
+		s->stall_ns[c] += st->ns[c];
+	}
+	s->stall_likely += st->likely;
+}
+
 void summary_gpu(struct summary *s, const struct request *r, const struct gpu_attribution *ga)
 {
+	if (ga)
+		summary_stalls(s, r, ga);
 	if (!ga || !ga->has_steps)
 		return;
 	if (request_abandoned(r)) {
@@ -342,6 +361,45 @@ void summary_print_recompute(const struct summary *s, const struct gpu_report *g
 		fprintf(f, ", %.1f %% of the prefill and mixed steps' %.1f ms", 100.0 * s->recomp_ns / pre,
 			pre / 1e6);
 	fputc('\n', f);
+}
+
+void summary_print_stalls(const struct summary *s, FILE *f)
+{
+	const char *sep = "";
+
+	if (!s->stalls)
+		return;
+	fprintf(f, "  stalls: %llu gaps in %llu requests:", (unsigned long long)s->stalls,
+		(unsigned long long)s->stalled);
+	for (int c = 0; c < STALL_CAUSES; c++) {
+		if (!s->stall_count[c])
+			continue;
+		fprintf(f, "%s %s %llu (%.1f s)", sep, stall_cause_name(c),
+			(unsigned long long)s->stall_count[c], s->stall_ns[c] / 1e9);
+		sep = ",";
+	}
+	if (s->stall_likely)
+		fprintf(f, "; %llu likely (no GPU steps)", (unsigned long long)s->stall_likely);
+	fputc('\n', f);
+}
+
+void summary_json_stalls(struct jsonw *w, const struct summary *s)
+{
+	jsonw_obj_begin(w, "stalls");
+	jsonw_u64(w, "gaps", s->stalls);
+	jsonw_u64(w, "requests", s->stalled);
+	jsonw_u64(w, "likely", s->stall_likely);
+	jsonw_obj_begin(w, "by_cause");
+	for (int c = 0; c < STALL_CAUSES; c++) {
+		if (!s->stall_count[c])
+			continue;
+		jsonw_obj_begin(w, stall_cause_name(c));
+		jsonw_u64(w, "gaps", s->stall_count[c]);
+		jsonw_num(w, "ms", s->stall_ns[c] / 1e6, 3);
+		jsonw_obj_end(w);
+	}
+	jsonw_obj_end(w);
+	jsonw_obj_end(w);
 }
 
 void summary_json_recompute(struct jsonw *w, const struct summary *s, const struct gpu_report *g)
@@ -1142,6 +1200,7 @@ void summaries_print_total(const struct summaries *s, const struct pipeline_stat
 	if (st->gpu.nprocs || st->gpu.procs_dropped || st->gpu.batch_early || st->gpu.batch_late)
 		summary_print_gpu(&st->gpu, s->out);
 	summary_print_recompute(&s->total, &st->gpu, s->out);
+	summary_print_stalls(&s->total, s->out);
 	fflush(s->out);
 }
 
@@ -1164,6 +1223,7 @@ static void sums_finish(void *ctx, const struct pipeline_status *st)
 	summary_json(&w, &s->total, &st->loss, false);
 	summary_json_cache(&w, &s->total);
 	summary_json_recompute(&w, &s->total, &st->gpu);
+	summary_json_stalls(&w, &s->total);
 	summary_json_abandoned(&w, &s->total);
 	summary_json_slo(&w, &s->total, st->slo);
 	/* The requests above are inference; these were not (none with --requests all). */

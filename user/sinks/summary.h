@@ -14,6 +14,7 @@
 #include "pipeline/request.h"
 #include "pipeline/sink.h"
 #include "pipeline/slo.h"
+#include "pipeline/step.h"
 
 struct summary {
 	uint64_t requests, streamed;
@@ -42,6 +43,10 @@ struct summary {
 	 * whose usage said their prompt; recomp_prompt_unknown the others), generated tokens
 	 * recomputed, and the recompute steps' time. */
 	uint64_t recomp_prompt, recomp_prompt_unknown, recomp_generated, recomp_ns;
+	/* Stalls (docs/gpu.md "Who stalled me") of the ok requests: gaps, the requests that had
+	 * one, and the gaps' count and time by cause (of them, likely: without GPU steps). */
+	uint64_t stalls, stalled, stall_likely;
+	uint64_t stall_count[STALL_CAUSES], stall_ns[STALL_CAUSES];
 	/* Engine to socket: every token's time from its step's end to its write (ok requests
 	 * whose steps are known; gpu_attribution.e2s). */
 	struct hist e2s;
@@ -81,6 +86,9 @@ void summary_json_cache(struct jsonw *w, const struct summary *s);
 void summary_print_abandoned(const struct summary *s, FILE *f);
 void summary_json_abandoned(struct jsonw *w, const struct summary *s);
 /* Per-process GPU statistics over the run (the summary's GPU lines). */
+/* The stalls' line and JSON object (docs/gpu.md "Who stalled me"). */
+void summary_print_stalls(const struct summary *s, FILE *f);
+void summary_json_stalls(struct jsonw *w, const struct summary *s);
 void summary_print_gpu(const struct gpu_report *g, FILE *f);
 /* The recompute tax's line against the prefill and mixed steps' time of g (nothing without
  * preemptions), and the same as JSON (key "recompute"; null without). */
