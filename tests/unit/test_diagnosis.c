@@ -51,6 +51,8 @@ static int64_t next_preempted;
 static const struct slo_rules *next_slo;
 /* Each token's engine to socket time (0: none known). */
 static uint64_t next_e2s;
+/* Their stalls (NULL: none reported). */
+static struct stall_report *next_stalls;
 
 /* A request arriving at `arrival`, through the sink exactly as the pipeline calls it. */
 static void run_request(struct run *r, uint64_t arrival, const struct shape *sh)
@@ -95,6 +97,7 @@ static void run_request(struct run *r, uint64_t arrival, const struct shape *sh)
 		ga.e2s = e2s;
 		ga.ne2s = sh->tokens < 64 ? (uint32_t)sh->tokens : 64;
 	}
+	ga.stalls = next_stalls;
 	summary_start(&r->sum, q);
 	summary_done(&r->sum, q, &m);
 	r->s.request(r->s.ctx, q, &m, &ga);
@@ -262,6 +265,41 @@ TEST(test_graph_coverage)
 		run_request(&r, 1000 * SEC + i * SEC, &s);
 	run_print(&r);
 	ASSERT_TRUE(r.text && !strstr(r.text, "ran eagerly"), "eager prefills are not decode");
+	run_close(&r);
+}
+
+/* Stalls: counted by cause; of the gaps at or over the ITL p99, the most frequent cause named,
+ * with the largest prompt blamed. No stall listed: no line. */
+TEST(test_stalls)
+{
+	const struct shape s = { 10 * MS, 5 * MS, 0, 10 * MS, 11, 0.5, OUTCOME_OK };
+	struct stall_report rep = { .threshold_ns = 50 * MS, .n = 3, .nkept = 3 };
+	struct run r;
+
+	rep.v[0] = (struct stall){ .token = 3, .gap_ns = 400 * MS, .cause = STALL_PREFILL,
+				   .nby = 1, .nby_all = 1 };
+	rep.v[0].by[0].prompt_tokens = 8123;
+	rep.v[1] = (struct stall){ .token = 5, .gap_ns = 380 * MS, .cause = STALL_PREFILL };
+	rep.v[2] = (struct stall){ .token = 7, .gap_ns = 60 * MS, .cause = STALL_HOST };
+	run_open(&r);
+	next_stalls = &rep;
+	run_request(&r, 1000 * SEC, &s);
+	next_stalls = NULL;
+	for (int i = 1; i < 4; i++)
+		run_request(&r, 1000 * SEC + i * SEC, &s);
+	run_print(&r);
+	ASSERT_TRUE(has(r.text, "stalls   3 slow gaps: prefill 2, host 1\n"), "by cause");
+	/* the shapes' gaps are 10 ms: every stall is over the ITL p99 */
+	ASSERT_TRUE(has(r.text, "ITL p99 raised by prefills of other requests: 2 of the 3 gaps "
+				"over 10.00 ms"),
+		    "named");
+	ASSERT_TRUE(has(r.text, "(prompts up to 8123 tokens)"), "the largest prompt");
+	run_close(&r);
+	run_open(&r);
+	for (int i = 0; i < 4; i++)
+		run_request(&r, 1000 * SEC + i * SEC, &s);
+	run_print(&r);
+	ASSERT_TRUE(r.text && !strstr(r.text, "stalls"), "none: no line");
 	run_close(&r);
 }
 

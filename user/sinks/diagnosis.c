@@ -20,6 +20,7 @@ void diagnosis_free(struct diagnosis *d)
 	free(d->reqs);
 	free(d->gaps);
 	free(d->gap_batch);
+	free(d->stalls);
 	memset(d, 0, sizeof(*d));
 }
 
@@ -67,6 +68,32 @@ static void diag_slo_add(struct diag_slo *s, const struct request *r,
 	}
 }
 
+/* A request's listed stalls, each with the largest prompt of those it was blamed on. */
+static void diag_stalls_add(struct diagnosis *d, const struct stall_report *st)
+{
+	struct diag_stall *v;
+
+	if (!st)
+		return;
+	d->stalls_all += st->n;
+	if (!st->nkept ||
+	    !(v = grow(d->stalls, &d->stalls_cap, d->nstalls + st->nkept, sizeof(*v), 64)))
+		return;
+	d->stalls = v;
+	for (uint32_t i = 0; i < st->nkept; i++) {
+		const struct stall *s = &st->v[i];
+		struct diag_stall *o = &d->stalls[d->nstalls++];
+
+		*o = (struct diag_stall){ s->gap_ns, s->cause, s->likely, -1, -1 };
+		for (uint32_t k = 0; k < s->nby; k++) {
+			if (s->by[k].prompt_tokens > o->prompt_tokens)
+				o->prompt_tokens = s->by[k].prompt_tokens;
+			if (s->by[k].prompt_bytes > o->prompt_bytes)
+				o->prompt_bytes = s->by[k].prompt_bytes;
+		}
+	}
+}
+
 static void diag_request(void *ctx, const struct request *r, const struct request_metrics *m,
 			 const struct gpu_attribution *ga)
 {
@@ -96,6 +123,7 @@ static void diag_request(void *ctx, const struct request *r, const struct reques
 	}
 	for (uint32_t i = 0; ga && i < ga->ne2s; i++)
 		hist_add(&d->e2s, ga->e2s[i]);
+	diag_stalls_add(d, ga ? ga->stalls : NULL);
 	q = &d->reqs[d->n++];
 	q->arrival_ns = r->arrival_ns;
 	q->ttft_ns = m->ttft_ns;
@@ -648,6 +676,68 @@ static void coverage_print(const struct diagnosis *d, FILE *f)
 	fputc('\n', f);
 }
 
+/* Stalls: the slow gaps by cause, and the cause of most of those at or over the ITL P99. */
+static void stalls_print(const struct diagnosis *d, struct hist *h, FILE *f)
+{
+	static const char *const raised[STALL_CAUSES] = {
+		[STALL_PREFILL] = "prefills of other requests",
+		[STALL_PREEMPTED] = "preemption (out of the batch)",
+		[STALL_BATCH] = "decode steps that grew with the batch",
+		[STALL_HOST] = "host time with no GPU step running",
+		[STALL_LATE_WRITE] = "late writes (the token's step ended long before)",
+	};
+	uint64_t by[STALL_CAUSES] = { 0 }, tail[STALL_CAUSES] = { 0 }, ntail = 0;
+	int64_t tokens = -1, bytes = -1;
+	const char *sep = "";
+	double p99;
+	int top = 0;
+
+	if (!d->nstalls)
+		return;
+	hist_reset(h);
+	for (size_t i = 0; i < d->ngaps; i++)
+		hist_add(h, d->gaps[i]);
+	p99 = hist_quantile(h, 0.99);
+	for (size_t i = 0; i < d->nstalls; i++) {
+		const struct diag_stall *s = &d->stalls[i];
+
+		by[s->cause]++;
+		if ((double)s->gap_ns < p99)
+			continue;
+		ntail++;
+		tail[s->cause]++;
+	}
+	fprintf(f, "    stalls   %llu slow gaps:", (unsigned long long)d->stalls_all);
+	for (int c = 0; c < STALL_CAUSES; c++) {
+		if (!by[c])
+			continue;
+		fprintf(f, "%s %s %llu", sep, stall_cause_name(c), (unsigned long long)by[c]);
+		sep = ",";
+		if (tail[c] > tail[top])
+			top = c;
+	}
+	if (d->stalls_all > d->nstalls)
+		fprintf(f, " (of the first %zu listed per request)", d->nstalls);
+	fputc('\n', f);
+	if (!ntail || !tail[top] || top == STALL_UNKNOWN)
+		return;
+	for (size_t i = 0; i < d->nstalls; i++) {
+		const struct diag_stall *s = &d->stalls[i];
+
+		if (s->cause != STALL_PREFILL || (double)s->gap_ns < p99)
+			continue;
+		tokens = s->prompt_tokens > tokens ? s->prompt_tokens : tokens;
+		bytes = s->prompt_bytes > bytes ? s->prompt_bytes : bytes;
+	}
+	fprintf(f, "             ITL p99 raised by %s: %llu of the %llu gaps over %.2f ms",
+		raised[top], (unsigned long long)tail[top], (unsigned long long)ntail, p99 / 1e6);
+	if (top == STALL_PREFILL && tokens >= 0)
+		fprintf(f, " (prompts up to %lld tokens)", (long long)tokens);
+	else if (top == STALL_PREFILL && bytes > 0)
+		fprintf(f, " (request bodies up to %lld bytes)", (long long)bytes);
+	fputc('\n', f);
+}
+
 /* The objectives' lines: what missed, and where the misses' time went. */
 static void slo_print(const struct diag_slo *s, FILE *f)
 {
@@ -731,6 +821,7 @@ void diagnosis_print(const struct diagnosis *d, FILE *f)
 	window_print(d, &whole, q[0].arrival_ns, f);
 	e2s_print(d, h, f);
 	coverage_print(d, f);
+	stalls_print(d, h, f);
 	slo_print(&d->slo, f);
 	batch_verdict(d, h, f);
 	if (d->n < DIAG_MIN_COMPARE) {

@@ -39,6 +39,9 @@
  *   nearest range that has some. With DIAG_EAGER_MIN_SHARE of the decode steps or more eager,
  *   and eager steps DIAG_EAGER_SLOWER times as long or more, the graph capture sizes are
  *   named as what to raise.
+ * - Stalls (whole run, docs/gpu.md "Who stalled me"): the slow gaps by cause; of those at or over
+ *   the ITL P99, the most frequent cause is named as what raised it, with how many of them it
+ *   explains and, for prefills, the largest prompt of the requests blamed.
  * Never prints request or response text (it keeps none).
  */
 #ifndef TS_DIAGNOSIS_H
@@ -83,6 +86,15 @@ struct diag_req {
 	uint32_t ngaps;
 };
 
+/* A stall of an ok request (stall.h): its gap, cause, and the largest prompt of the requests it
+ * was blamed on (tokens where their usage said, else bytes; -1: none named). */
+struct diag_stall {
+	uint64_t gap_ns;
+	enum stall_cause cause;
+	bool likely;
+	int64_t prompt_tokens, prompt_bytes;
+};
+
 /* The requests with objectives (slo.h): misses by objective, and where the ok ones that missed
  * spent their time (sums of shares of their E2E). */
 enum diag_phase {
@@ -118,6 +130,10 @@ struct diagnosis {
 	/* Engine to socket of every token of the ok requests whose steps are known
 	 * (gpu_attribution.e2s). */
 	struct hist e2s;
+	/* The listed stalls of the ok requests (stall.h), and all of them counted. */
+	struct diag_stall *stalls;
+	size_t nstalls, stalls_cap;
+	uint64_t stalls_all;
 	/* Decode steps by mode (graph coverage), every process's. */
 	struct gpu_coverage coverage[MODE_MAX];
 };
