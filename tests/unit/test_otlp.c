@@ -509,6 +509,7 @@ TEST(test_preempted_events)
 				      .preempt_from = from,
 				      .preempt_to = to,
 				      .npreempt_times = 2 };
+	struct stall_report st = { .threshold_ns = 50 * MS, .n = 3, .nkept = 1 };
 	struct otlp_opts opts;
 	struct otlp o;
 	struct sink sk;
@@ -516,6 +517,11 @@ TEST(test_preempted_events)
 	cJSON *j, *root, *e;
 	int k = 0;
 
+	/* and a slow gap blamed on another request's prefill (two more not listed) */
+	st.v[0] = (struct stall){ .token = 2, .from_ns = T0 + 840 * MS, .gap_ns = 90 * MS,
+				  .cause_ns = 80 * MS, .cause = STALL_PREFILL, .nby = 1 };
+	snprintf(st.v[0].by[0].conn, sizeof(st.v[0].by[0].conn), "10.0.0.1:8000<-10.0.0.2:5000#3");
+	ga.stalls = &st;
 	opts_test(&opts);
 	if (!ASSERT_OK(otlp_init(&o, &opts), "init"))
 		return;
@@ -523,6 +529,7 @@ TEST(test_preempted_events)
 	feed(&sk, &q, &ga);
 	ga.preemptions = 0;
 	ga.preempted_ns = 0;
+	ga.stalls = NULL;
 	feed(&sk, &q, &ga);
 	j = encode_all(&o, &n);
 	if (!ASSERT_EQ(n, 2, "two traces") || !j)
@@ -532,10 +539,19 @@ TEST(test_preempted_events)
 	ASSERT_EQ(attr_i(root, "tokenscope.preempted_ns"), 35 * MS, "time out of the batch");
 	ASSERT_EQ(count_events(root, "gen_ai.preempted"), 2, "out twice");
 	ASSERT_EQ(count_events(root, "gen_ai.resumed"), 2, "back twice");
+	ASSERT_EQ(attr_i(root, "tokenscope.stalls"), 3, "every stall counted");
+	ASSERT_EQ(count_events(root, "gen_ai.stall"), 1, "the listed one an event");
 	cJSON_ArrayForEach(e, cJSON_GetObjectItem(root, "events"))
 	{
 		const char *nm = str(e, "name");
 
+		if (nm && !strcmp(nm, "gen_ai.stall")) {
+			time_is(e, "timeUnixNano", T0 + 840 * MS);
+			ASSERT_STREQ(attr_s(e, "tokenscope.stall.cause"), "prefill", "its cause");
+			ASSERT_EQ(attr_i(e, "tokenscope.stall.gap_ns"), 90 * MS, "its gap");
+			ASSERT_STREQ(attr_s(e, "tokenscope.stall.by"),
+				     "10.0.0.1:8000<-10.0.0.2:5000#3#0", "who: conn#seq");
+		}
 		if (nm && !strcmp(nm, "gen_ai.preempted"))
 			time_is(e, "timeUnixNano", from[k]);
 		if (nm && !strcmp(nm, "gen_ai.resumed"))
@@ -546,6 +562,7 @@ TEST(test_preempted_events)
 		goto out;
 	root = cJSON_GetArrayItem(spans_of(j), 1);
 	ASSERT_TRUE(!attr(root, "tokenscope.preemptions"), "never preempted: no attribute");
+	ASSERT_TRUE(!attr(root, "tokenscope.stalls"), "no stall: no attribute");
 	ASSERT_EQ(count_events(root, "gen_ai.preempted"), 0, "and no event");
 out:
 	cJSON_Delete(j);

@@ -315,6 +315,8 @@ static void put_span(const struct otlp_resource *o, struct jsonw *w, const struc
 		attr_int(w, "tokenscope.preemptions", s->preemptions);
 		attr_int(w, "tokenscope.preempted_ns", s->preempted_ns);
 	}
+	if (s->stalls)
+		attr_int(w, "tokenscope.stalls", s->stalls);
 	jsonw_arr_end(w);
 
 	jsonw_arr_begin(w, "events");
@@ -325,6 +327,22 @@ static void put_span(const struct otlp_resource *o, struct jsonw *w, const struc
 	for (uint32_t i = 0; i < s->npreempt; i++) {
 		put_event(o, w, "gen_ai.preempted", s->preempt_from[i], -1);
 		put_event(o, w, "gen_ai.resumed", s->preempt_to[i], -1);
+	}
+	/* Its slow gaps and their causes (docs/gpu.md "Who stalled me"). */
+	for (uint32_t i = 0; i < s->nstall; i++) {
+		jsonw_obj_begin(w, NULL);
+		put_time(o, w, "timeUnixNano", s->stall[i].from_ns);
+		jsonw_str(w, "name", "gen_ai.stall");
+		jsonw_arr_begin(w, "attributes");
+		attr_str(w, "tokenscope.stall.cause", stall_cause_name(s->stall[i].cause));
+		attr_int(w, "tokenscope.stall.gap_ns", (int64_t)s->stall[i].gap_ns);
+		attr_int(w, "tokenscope.stall.cause_ns", (int64_t)s->stall[i].cause_ns);
+		if (s->stall[i].likely)
+			attr_bool(w, "tokenscope.stall.likely", true);
+		if (s->stall[i].by[0])
+			attr_str(w, "tokenscope.stall.by", s->stall[i].by);
+		jsonw_arr_end(w);
+		jsonw_obj_end(w);
 	}
 	for (uint32_t i = 0; i < s->ntokens; i++)
 		put_event(o, w, "token", s->token_ns[i], i);

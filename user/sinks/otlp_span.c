@@ -217,7 +217,7 @@ uint64_t otlp_span_cost(const struct otlp_span *s)
 			     (OTLP_TRAFFIC_KEY_BYTES + 2 * REQ_LABEL_VALUE_MAX);
 
 	return OTLP_SPAN_BYTES + extra +
-	       (uint64_t)(s->ntokens + 2 + 2 * s->npreempt) * OTLP_EVENT_BYTES;
+	       (uint64_t)(s->ntokens + 2 + 2 * s->npreempt + 4 * s->nstall) * OTLP_EVENT_BYTES;
 }
 
 struct otlp_span *otlp_span_new(struct otlp_rng *g, const struct request *r,
@@ -305,6 +305,20 @@ struct otlp_span *otlp_span_new(struct otlp_rng *g, const struct request *r,
 			s->preempt_to[i] = ga->preempt_to[i];
 		}
 	}
+	for (uint32_t i = 0; ga && ga->stalls && i < ga->stalls->nkept; i++) {
+		const struct stall *v = &ga->stalls->v[i];
+
+		s->stall[i].from_ns = v->from_ns;
+		s->stall[i].gap_ns = v->gap_ns;
+		s->stall[i].cause_ns = v->cause_ns;
+		s->stall[i].cause = v->cause;
+		s->stall[i].likely = v->likely;
+		if (v->nby)
+			snprintf(s->stall[i].by, sizeof(s->stall[i].by), "%.110s#%u", v->by[0].conn,
+				 v->by[0].seq);
+		s->nstall++;
+	}
+	s->stalls = ga && ga->stalls ? ga->stalls->n : 0;
 	if (ga && ga->decode_ns >= 0 && r->ntokens) {
 		s->child_start[OTLP_CHILD_DECODE] = r->first_token_ns;
 		s->child_end[OTLP_CHILD_DECODE] = r->first_token_ns + ga->decode_ns;

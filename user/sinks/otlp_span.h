@@ -26,6 +26,7 @@
 #include <stdint.h>
 
 #include "pipeline/request.h"
+#include "pipeline/step.h"
 
 #define OTLP_TRACE_ID_LEN 16
 #define OTLP_SPAN_ID_LEN 8
@@ -95,6 +96,15 @@ struct otlp_span {
 	uint32_t preemptions, npreempt;
 	int64_t preempted_ns;
 	uint64_t preempt_from[OTLP_PREEMPT_EVENTS], preempt_to[OTLP_PREEMPT_EVENTS];
+	/* its slow gaps (stall.h): all counted, the first STALL_KEEP as events gen_ai.stall at
+	 * each gap's start, with the cause and the first request blamed ("conn#seq") */
+	uint32_t stalls, nstall;
+	struct {
+		uint64_t from_ns, gap_ns, cause_ns;
+		enum stall_cause cause;
+		bool likely;
+		char by[128];
+	} stall[STALL_KEEP];
 	uint32_t ntokens; /* token_ns[] kept: anomalous requests only */
 	uint64_t token_ns[];
 };
