@@ -476,6 +476,54 @@ out:
 	tf_free(&f);
 }
 
+/* A stall blamed on a prefill step: an arrow from that step to the token after the stall, and
+ * the request's args count its stalls; a stall with no step (host time) has no arrow. */
+TEST(test_stall_flows)
+{
+	struct tfile f;
+	/* Tokens at +38, +148, +158 ms: a 110 ms gap before the second. */
+	struct request *r =
+	    make_request(3, ORIGIN + 5 * MS, ORIGIN + 38 * MS, 10 * MS, 3, ORIGIN + 160 * MS);
+	struct stall_report st = { .threshold_ns = 50 * MS, .n = 2, .nkept = 2 };
+	struct gpu_attribution ga = { .queue_ns = -1,
+				      .prefill_ns = -1,
+				      .decode_ns = -1,
+				      .gpu_ns = -1,
+				      .host_ns = -1,
+				      .how = "by time",
+				      .prefill_gpu_ns = -1,
+				      .decode_gpu_ns = -1,
+				      .stalls = &st };
+	const cJSON *e, *x;
+
+	r->token_ns[1] = ORIGIN + 148 * MS;
+	r->token_ns[2] = ORIGIN + 158 * MS;
+	st.v[0] = (struct stall){ .token = 1, .from_ns = ORIGIN + 38 * MS, .gap_ns = 110 * MS,
+				  .cause = STALL_PREFILL, .step_pid = 4242, .step_tid = 4243,
+				  .step_end_ns = ORIGIN + 140 * MS };
+	st.v[1] = (struct stall){ .token = 2, .cause = STALL_HOST };
+	tf_open(&f);
+	ASSERT_OK(timeline_set_origin(&f.t, ORIGIN), "origin");
+	report(&f, r, &ga);
+	if (!tf_close_parse(&f) || !check_events(f.events))
+		goto out;
+	ASSERT_EQ(count(f.events, "s", "stall"), 1, "one arrow: the host stall has no step");
+	e = find(f.events, "s", "stall", 0);
+	x = find(f.events, "f", "stall", 0);
+	if (ASSERT_OK_PTR(e, "from") && ASSERT_OK_PTR(x, "to")) {
+		ASSERT_EQ(num(e, "pid"), 4242, "the stalling step's process");
+		ASSERT_NEAR(num(e, "ts"), 139999.999, 1e-6, "inside its slice");
+		ASSERT_EQ(num(x, "tid"), TIMELINE_CONN_TID(3), "the stalled request's track");
+		ASSERT_NEAR(num(x, "ts"), 148000, 1e-6, "at the token after the stall");
+		ASSERT_EQ(num(e, "id"), num(x, "id"), "one arrow");
+	}
+	e = find(f.events, "X", "request", 0);
+	if (ASSERT_OK_PTR(e, "the request"))
+		ASSERT_EQ(num(args(e), "stalls"), 2, "its stalls");
+out:
+	tf_free(&f);
+}
+
 static void step_to(const struct sink *sk, uint32_t pid, uint64_t start, uint64_t end,
 		    uint32_t launches, uint32_t graphs)
 {

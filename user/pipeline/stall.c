@@ -188,7 +188,7 @@ static void stall_by_steps(const struct stall_table *t, const struct gpu_timelin
 {
 	uint64_t lo = r->token_ns[st->token - 1], hi = r->token_ns[st->token];
 	uint64_t upto = x->end_ns < lo ? lo : x->end_ns > hi ? hi : x->end_ns;
-	uint64_t part[STALL_CAUSES] = { 0 }, busy = 0, ids[16];
+	uint64_t part[STALL_CAUSES] = { 0 }, busy = 0, ids[16], longest = 0;
 	uint32_t nids = 0;
 
 	for (uint32_t i = g->count; i-- > 0;) {
@@ -205,6 +205,12 @@ static void stall_by_steps(const struct stall_table *t, const struct gpu_timelin
 			part[STALL_PREFILL] += o;
 			if (nids < 16)
 				ids[nids++] = s->id;
+			if (o > longest) {
+				longest = o;
+				st->step_pid = s->pid;
+				st->step_tid = s->tid;
+				st->step_end_ns = s->end_ns;
+			}
 		}
 	}
 	for (uint32_t k = 0; k < a->npreempt_times && a->preempt_from; k++)
@@ -224,6 +230,8 @@ static void stall_by_steps(const struct stall_table *t, const struct gpu_timelin
 	st->cause_ns = part[st->cause];
 	if (st->cause == STALL_PREFILL)
 		blame_prefills(t, g, r, ids, nids, st);
+	else
+		st->step_end_ns = 0;
 }
 
 void stall_attribute(const struct stall_table *t, const struct gpu_timeline *g,

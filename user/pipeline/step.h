@@ -109,6 +109,10 @@ struct stall {
 	uint32_t batch_from, batch_to;
 	uint32_t nby, nby_all;
 	struct stall_by by[STALL_BY];
+	/* STALL_PREFILL from the steps: the longest prefill or mixed step in the gap (the
+	 * timeline's arrow starts there); step_end_ns 0: none */
+	uint32_t step_pid, step_tid;
+	uint64_t step_end_ns;
 };
 
 /* A request's stalls: every gap at or over threshold_ns (`--stall-ms`, else three times its

@@ -312,6 +312,9 @@ static void tl_tokens(struct timeline *t, const struct request *r, uint32_t pid,
  * encloses it) to a token ("f", bound to the next slice on its track: the token's instant). */
 #define FLOW_HEAD(ph) "{\"name\":\"token\",\"cat\":\"batch\",\"ph\":\"" ph "\",\"ts\":"
 #define FLOW_EVENT_MAX (2 + sizeof(FLOW_HEAD("s")) + TIMELINE_US_MAX + 32 + 3 * JSONW_U64_DIGITS)
+/* The arrow from a step that stalled a request to the token after the stall (no longer than
+ * FLOW_HEAD). */
+#define STALL_HEAD(ph) "{\"name\":\"stall\",\"cat\":\"stall\",\"ph\":\"" ph "\",\"ts\":"
 
 /* One flow event into out (FLOW_EVENT_MAX bytes); returns its length. */
 static size_t fmt_flow(char *out, bool first, const char *head, size_t head_len, int64_t ts,
@@ -371,6 +374,31 @@ static void tl_flows(struct timeline *t, const struct request *r, const struct g
 	fwrite(blk, 1, n, t->buf);
 }
 
+/*
+ * An arrow from the prefill step that stalled the request (docs/gpu.md "Who stalled me") to the
+ * token written after the stall, as the batch's arrows are drawn.
+ */
+static void tl_stall_flows(struct timeline *t, const struct request *r,
+			   const struct stall_report *st, uint64_t tid)
+{
+	static const char head_s[] = STALL_HEAD("s"), head_f[] = STALL_HEAD("f");
+	char blk[STALL_KEEP * 2 * (FLOW_EVENT_MAX + 16)];
+	size_t n = 0;
+
+	for (uint32_t i = 0; i < st->nkept; i++) {
+		const struct stall *v = &st->v[i];
+
+		if (!v->step_end_ns || v->token >= r->ntokens)
+			continue;
+		t->flows++;
+		n += fmt_flow(blk + n, !t->events++, head_s, sizeof(head_s) - 1,
+			      rel(t, v->step_end_ns - 1), v->step_pid, v->step_tid, t->flows);
+		n += fmt_flow(blk + n, !t->events++, head_f, sizeof(head_f) - 1,
+			      rel(t, r->token_ns[v->token]), TIMELINE_CONN_PID, tid, t->flows);
+	}
+	fwrite(blk, 1, n, t->buf);
+}
+
 static void tl_request(void *ctx, const struct request *r, const struct request_metrics *m,
 		       const struct gpu_attribution *ga)
 {
@@ -418,6 +446,8 @@ static void tl_request(void *ctx, const struct request *r, const struct request_
 	jsonw_str(&w, "attribution", ga ? ga->how : NULL);
 	if (ga && ga->has_steps && ga->preemptions)
 		jsonw_u64(&w, "preemptions", ga->preemptions);
+	if (ga && ga->stalls && ga->stalls->n)
+		jsonw_u64(&w, "stalls", ga->stalls->n);
 	jsonw_obj_end(&w);
 	jsonw_end(&w);
 
@@ -443,6 +473,8 @@ static void tl_request(void *ctx, const struct request *r, const struct request_
 	}
 	if (ga && ga->rides)
 		tl_flows(t, r, ga, tid);
+	if (ga && ga->stalls)
+		tl_stall_flows(t, r, ga->stalls, tid);
 	tl_tokens(t, r, pid, tid);
 	/* A request is where a reader of a crashed file would want the file to end. */
 	tl_flush(t);
