@@ -101,8 +101,9 @@ sleep 0.3
 stop_tracer
 kill "$RSPID" 2>/dev/null
 wait "$RSPID" 2>/dev/null
-# With an objective some requests meet and some miss: the SLO card and its chart.
-"$TS" report --json --slo 'ttft<=20ms' --html "$TMP/report.html" "$TMP/run.tsr" \
+# With an objective some requests meet and some miss: the SLO card and its chart; token gaps of
+# 5 ms or more are stalls (a prefill of 8 ms between decode steps of 3): the stalls card.
+"$TS" report --json --slo 'ttft<=20ms' --stall-ms 5 --html "$TMP/report.html" "$TMP/run.tsr" \
 	>"$TMP/report.jsonl" 2>"$TMP/report.err"
 rc=$?
 nlines=$(grep -c '^{"pid"' "$TMP/report.jsonl")
@@ -169,6 +170,11 @@ same("slo.goodput", (slo.get("goodput") or {}).get("requests_per_s", "missing"))
 met = (slo.get("counts") or {}).get("all", {})
 if not met.get("met") or not met.get("missed"):
     bad.append("the objective must be met by some requests and missed by others: %s" % met)
+st = summary.get("stalls") or {}
+if not st.get("gaps"):
+    bad.append("no stall with --stall-ms 5: %s" % st)
+for c, v in (st.get("by_cause") or {}).items():
+    same("stalls." + c, v["gaps"])
 td = summary["ttft_definitions"]
 for d in ("first_byte_ms", "first_chunk_ms", "first_content_ms", "first_output_ms"):
     for k in ("count", "p50", "p90", "p99"):

@@ -571,6 +571,7 @@ static void write_data(struct html *h, FILE *f, const struct pipeline_status *st
 		summary_json_cache(&w, h->sum);
 		summary_json_abandoned(&w, h->sum);
 		summary_json_slo(&w, h->sum, st->slo);
+		summary_json_stalls(&w, h->sum);
 		jsonw_obj_end(&w);
 	} else {
 		jsonw_null(&w, "summary");
