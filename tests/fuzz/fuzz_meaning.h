@@ -197,9 +197,10 @@ FUZZ_CHECKER static void fuzz_json_meaning(const char *what, const cJSON *j, con
 	if (cJSON_IsNumber(j) && key) {
 		double v = j->valuedouble, scale = fuzz_ends_with(key, "_s") ? 1000 : 1;
 
-		/* An objective's limit (--slo, llm-d's headers) is a setting, not a measure. */
-		if (!strcmp(key, "limit_ms")) {
-			FUZZ_CHECK(v > 0, "%s: an objective's limit_ms of %g", what, v);
+		/* An objective's limit (--slo, llm-d's headers) and a stall's threshold (--stall-ms,
+		 * or at least 50 ms) are settings, not measures. */
+		if (!strcmp(key, "limit_ms") || !strcmp(key, "threshold_ms")) {
+			FUZZ_CHECK(v > 0, "%s: %s of %g", what, key, v);
 		} else if (fuzz_is_duration_key(key)) {
 			fuzz_duration_ok(what, key, v * scale, FUZZ_MS_SLACK * scale, c);
 		} else if (parent && fuzz_is_stat_key(key) && fuzz_is_duration_key(parent)) {
