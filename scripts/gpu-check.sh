@@ -18,7 +18,9 @@
 #     batching in an engine process over a random-weight ~1 B Llama, bf16) started with the CUPTI
 #     library injected (it costs nothing until a tracer attaches); at 1, 8, 32 and 64 streams
 #     `trace -p` on it, then scripts/gpu_check_cb.py compares requests, tokens, steps and
-#     batches, queue/prefill/decode and preemptions with the client and the engine's own log;
+#     batches, step kinds (by the tokens each step gave), queue/prefill/decode, preemptions and
+#     stalls blamed on prefills with the client and the engine's own log, and prints the
+#     decode steps' modes (graph coverage);
 #  5. cost: the same server, rounds interleaved none / `trace -p --device-times off` / `trace
 #     -p` (default device times), 3 of each under the same load: output tokens/s per round and
 #     the ratios to untraced (median, min). Without --device-times (before it exists) its

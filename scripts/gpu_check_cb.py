@@ -186,6 +186,11 @@ def check_level(out, eng, label):
             print("  " + b)
     res["steps_matched"], res["batches_equal"] = matched, batch_ok
 
+    # ---- step kinds from the tokens, modes and graph coverage (docs/gpu.md) -------------
+    if mine:
+        res.update(check_kinds(eng, esteps, mine, reqs))
+    res.update(check_stalls(eng, seen))
+
     # ---- per request: steps, batch_mean, queue/prefill/decode, preemptions --------------
     agree = collections.Counter()
     known = collections.Counter()
@@ -249,6 +254,106 @@ def check_level(out, eng, label):
             f"{len(seen)}/{len(gt)} seen by tokenscope, tokens exact {res['ts_tokens_exact']}/"
             f"{len(seen)}, {steps_txt}, preemptions engine {pre_engine} (after first token), "
             f"tokenscope equal {agree['preemptions']}/{known['preemptions']}")
+
+
+def engine_kind(eng, s, reqs, first_out):
+    """The kind tokenscope's rule gives step s by the engine's log (its traced requests only):
+    prefill when only first tokens came out of it, decode when only next ones, mixed when both;
+    a step with prompt work and no token is prefill; None when it did nothing for them."""
+    firsts = nexts = work = 0
+    for b in s["batch"]:
+        if b["req"] not in reqs:
+            continue
+        work += bool(b.get("prefill"))
+        if b.get("out"):
+            if first_out.get(b["req"]) == s["step"]:
+                firsts += 1
+            else:
+                nexts += 1
+    if firsts and nexts:
+        return "mixed"
+    if firsts:
+        return "prefill"
+    if nexts:
+        return "decode"
+    return "prefill" if work else None
+
+
+def check_kinds(eng, esteps, mine, reqs):
+    """Each engine step's kind by its tokens against the matched tokenscope step's, and
+    tokenscope's modes and graph coverage of the decode steps (the engine logs no launch
+    shape: printed for a person to read)."""
+    first_out = {}
+    for s in eng.steps:
+        for b in s["batch"]:
+            if b.get("out") and b["req"] not in first_out:
+                first_out[b["req"]] = s["step"]
+    starts = [t["start_ns"] for t in mine]
+    agree = total = by_tokens = 0
+    bad = []
+    for s in esteps:
+        want = engine_kind(eng, s, reqs, first_out)
+        j = bisect.bisect_left(starts, s["start_ns"] - MATCH_NS)
+        t = next((mine[k] for k in range(j, len(mine))
+                  if abs(mine[k]["start_ns"] - s["start_ns"]) <= MATCH_NS
+                  and abs(mine[k]["end_ns"] - s["end_ns"]) <= MATCH_NS), None)
+        if want is None or t is None:
+            continue
+        total += 1
+        by_tokens += t.get("kind_by") == "tokens"
+        if t.get("kind") == want:
+            agree += 1
+        elif len(bad) < 5:
+            bad.append(f"engine step {s['step']}: {want} by its tokens, tokenscope "
+                       f"{t.get('kind')} by {t.get('kind_by')} ({t.get('mode')})")
+    modes = collections.Counter((t.get("kind"), t.get("mode")) for t in mine)
+    cov = collections.defaultdict(list)
+    for t in mine:
+        if t.get("kind") == "decode":
+            cov[t.get("mode")].append(t.get("batch") or 0)
+    ndec = sum(len(v) for v in cov.values())
+    print(f"kinds: tokenscope's equals the engine's (by the tokens each step gave) for "
+          f"{agree}/{total} matched steps; {by_tokens} of them classified by tokens")
+    for b in bad:
+        print("  " + b)
+    print("  steps by kind and mode: " + ", ".join(f"{k}/{m} {n}" for (k, m), n in
+                                                    sorted(modes.items(), key=str)))
+    if ndec:
+        print("  decode steps by mode: " + ", ".join(
+            f"{m} {100.0 * len(v) / ndec:.1f}% (batch {min(v)}-{max(v)})"
+            for m, v in sorted(cov.items(), key=str)))
+    return {"kinds_checked": total, "kinds_equal": agree, "kinds_by_tokens": by_tokens,
+            "decode_modes": {m: len(v) for m, v in cov.items()}}
+
+
+def check_stalls(eng, seen):
+    """Tokenscope's stalls against the engine's log: a stall blamed on a prefill must have
+    an engine step that computed prompt tokens of another request end inside the gap; the
+    requests it names must be among those."""
+    n = confirmed = named = named_ok = 0
+    causes = collections.Counter()
+    port_of = {r: e["arrival"][0].get("port") for r, e in eng.ev.items() if e.get("arrival")}
+    for c, t, r in seen:
+        st = t.get("stalls") or {}
+        toks = t.get("token_ns") or []
+        for v in st.get("list", []):
+            n += 1
+            causes[v["cause"] + (" (likely)" if v.get("likely") else "")] += 1
+            if v["cause"] != "prefill" or v["token"] >= len(toks) or r is None:
+                continue
+            a, b = toks[v["token"] - 1], toks[v["token"]]
+            others = {x["req"] for s in eng.steps if a < s["end_ns"] <= b
+                      for x in s["batch"] if x.get("prefill") and x["req"] != r}
+            confirmed += bool(others)
+            ports = {port_of.get(o) for o in others}
+            for who in v.get("by", []):
+                named += 1
+                named_ok += peer_port(who.get("conn")) in ports
+    print(f"stalls: {n} listed ({', '.join(f'{k} {v}' for k, v in sorted(causes.items())) or 'none'}); "
+          f"of those blamed on a prefill, {confirmed} had another request's prompt computed in "
+          f"the gap (the engine's log), and {named_ok}/{named} requests named were among them")
+    return {"stalls": n, "stalls_prefill_confirmed": confirmed, "stalls_named": named,
+            "stalls_named_ok": named_ok}
 
 
 def throughput(path):

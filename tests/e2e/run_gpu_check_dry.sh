@@ -150,6 +150,15 @@ if kv:
         "cb-kv.c32: the checker counted the engine's preemptions",
         f"checker {chk.get('engine_preemptions')}/{chk.get('engine_preemptions_all')}, "
         f"log {len(after)}/{len(pre)}")
+    # Stalls without GPU steps: only likely prefills (another request waiting for its first
+    # token) or unknown, and the checker read every one listed.
+    listed = [v for r in tsp.values() for v in (r.get("stalls") or {}).get("list", [])]
+    odd = [v for v in listed if not ((v["cause"] == "prefill" and v["likely"]) or
+                                     (v["cause"] == "unknown" and not v["likely"]))]
+    say(listed and not odd and chk.get("stalls") == len(listed),
+        "cb-kv.c32: stalls without GPU steps are likely prefills or unknown, all checked",
+        f"{len(listed)} listed, {len(odd)} with a cause only steps can give; checker "
+        f"{chk.get('stalls')}")
     nulls = [p for p, r in tsp.items() if r.get("preemptions") is not None]
     say(not nulls and chk.get("ts_preemptions_known") == 0,
         "cb-kv.c32: tokenscope's preemptions null without GPU steps, and not compared",
