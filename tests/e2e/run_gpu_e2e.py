@@ -145,7 +145,7 @@ def run_case(name, tmp, cudart, server_args, client_args, late_engine, check=Non
         ts.send_signal(signal.SIGINT)
         if ts.wait(20) != 0:
             raise Fail(f"tokenscope exited {ts.returncode}")
-        if check is compare_coverage:
+        if check in (compare_coverage, compare_shape):
             problems, timing = check(jsonl(log), jsonl(ts_out), jsonl(gt_out), ts_err)
         else:
             problems, timing = (check or compare)(jsonl(log), jsonl(ts_out), jsonl(gt_out))
@@ -352,12 +352,19 @@ API_DELAY_MS = 3
 
 
 def compare_e2s(truth, ts, client):
-    """compare's checks, then engine to socket per request: the k-th token came from the k-th
-    step the engine's log lists the request in; its time from that step's end to the write the
-    server logged, p50, p99 and max, against tokenscope's engine_to_socket_ms (within 2 ms: the
-    host sees a step end when its wait returns). The API process spends API_DELAY_MS before
-    each write, so every figure is at least that."""
+    """compare's checks, then e2s_problems'."""
     problems, timing = compare(truth, ts, client)
+    more, tm = e2s_problems(truth, ts, client)
+    return problems + more, timing + tm
+
+
+def e2s_problems(truth, ts, client):
+    """Engine to socket per request: the k-th token came from the k-th step the engine's log
+    lists the request in; its time from that step's end to the write the server logged, p50,
+    p99 and max, against tokenscope's engine_to_socket_ms (within 2 ms: the host sees a step
+    end when its wait returns). The API process spends API_DELAY_MS before each write, so every
+    figure is at least that."""
+    problems, timing = [], []
     steps = [t for t in truth if "step" in t]
     treqs = {(t["port"], t["seq"]): t for t in truth if "request" in t}
     by_port = {}
@@ -452,12 +459,19 @@ def compare_batches(truth, ts, client):
 
 
 def compare_stalls(truth, ts, client):
-    """compare's checks, then who stalled whom: every gap between two of a request's token
-    writes (the server's log) at or over its threshold (3 times its median gap, at least 50 ms)
-    must be in tokenscope's stalls, at the same token, with the cause `prefill` and the
-    requests named exactly those whose first token came from a prefill step that ended inside
-    the gap (the engine's log); and no other gap may be."""
+    """compare's checks, then stall_problems'."""
     problems, timing = compare(truth, ts, client)
+    more, tm = stall_problems(truth, ts, client)
+    return problems + more, timing + tm
+
+
+def stall_problems(truth, ts, client):
+    """Who stalled whom: every gap between two of a request's token writes (the server's log) at
+    or over its threshold (3 times its median gap, at least 50 ms) must be in tokenscope's
+    stalls, at the same token, with the cause `prefill` and the requests named exactly those
+    whose first token came from a prefill step that ended inside the gap (the engine's log);
+    and no other gap may be."""
+    problems, timing = [], []
     steps = [t for t in truth if "step" in t]
     treqs = {(t["port"], t["seq"]): t for t in truth if "request" in t}
     who = {t["request"]: (t["port"], t["seq"]) for t in truth if "request" in t}
@@ -489,9 +503,14 @@ def compare_stalls(truth, ts, client):
                         for rid in s["requests"] if rid in who and rid != tr["request"])
             want.append((i, "prefill", by))
         st = t.get("stalls") or {}
+        # The requests named: all of them up to STALL_BY, then counted (by_more).
         got = [(v["token"], v["cause"],
                 sorted((peer_port(x["conn"]), x["seq"]) for x in v.get("by", [])))
                for v in st.get("list", [])]
+        more = [v.get("by_more", 0) for v in st.get("list", [])]
+        if len(got) == len(want):
+            got = [(g[0], g[1], w[2] if set(g[2]) <= set(w[2]) and len(g[2]) + m == len(w[2])
+                    else g[2]) for g, w, m in zip(got, want, more)]
         if got != want or st.get("count") != len(want):
             problems.append(f"request {c['id']}: stalls {got} (count {st.get('count')}), the "
                             f"logs say {want}")
@@ -526,6 +545,18 @@ def compare_coverage(truth, ts, client, ts_err):
         # retried, as timing is.
         timing.append(f"coverage: tokenscope '{got}', the engine's log '{want}'")
     INFO["coverage"] = f"decode steps by mode: {want}"
+    return problems, timing
+
+
+def compare_shape(truth, ts, client, ts_err):
+    """An engine of one launch shape: compare_coverage's checks (kinds, modes, batches, queue,
+    prefill, decode, no preemption, coverage), the stalls of a long prefill among decodes
+    (stall_problems) and engine to socket behind a slow API process (e2s_problems)."""
+    problems, timing = compare_coverage(truth, ts, client, ts_err)
+    for part in (stall_problems, e2s_problems):
+        more, tm = part(truth, ts, client)
+        problems += more
+        timing += tm
     return problems, timing
 
 
@@ -648,19 +679,27 @@ def main():
     # eagerly above a batch size (no graph captured for it). Kinds come from the tokens, modes
     # from the launches; batches, queue, prefill and decode exact; no preemption; coverage as
     # the log has it. A piecewise engine that preempts: each preemption exact.
-    shape = ["--token-ms", "10", "--prefill-ms", "20", "--max-batch", "4"]
-    shape_client = ["-n", "8", "-c", "4", "--max-tokens", "10", "--usage", "--stagger-ms", "30"]
+    # Each with a long prefill among the decodes (every 4th request's prompt takes 200 ms) and a
+    # slow API process (API_DELAY_MS before each write).
+    # The API process writes a step's tokens one after another, API_DELAY_MS each: a step
+    # lasts longer than all of them, or its last tokens would be late writes.
+    shape = ["--token-ms", "16", "--prefill-ms", "20", "--max-batch", "4", "--api-delay-ms",
+             str(API_DELAY_MS)]
+    slow = ["--slow-every", "4", "--slow-prefill-ms", "200"]
+    shape_client = ["-n", "8", "-c", "4", "--max-tokens", "16", "--usage", "--stagger-ms",
+                    "30"] + slow
     cases += [
         ("gpu-piecewise-32", shape + ["--engine-shape", "piecewise", "--layers", "32"],
-         shape_client, False, compare_coverage),
+         shape_client, False, compare_shape),
         ("gpu-piecewise-80", shape + ["--engine-shape", "piecewise", "--layers", "80"],
-         shape_client, False, compare_coverage),
+         shape_client, False, compare_shape),
         ("gpu-eager", shape + ["--engine-shape", "eager", "--layers", "32"], shape_client, False,
-         compare_coverage),
-        ("gpu-eager-above-batch", ["--token-ms", "10", "--prefill-ms", "20", "--max-batch", "6",
-                                   "--graph-max-batch", "3"],
-         ["-n", "12", "-c", "6", "--max-tokens", "12", "--usage", "--stagger-ms", "30"], False,
-         compare_coverage),
+         compare_shape),
+        ("gpu-eager-above-batch", ["--token-ms", "25", "--prefill-ms", "20", "--max-batch", "6",
+                                   "--graph-max-batch", "3", "--api-delay-ms",
+                                   str(API_DELAY_MS)],
+         ["-n", "12", "-c", "6", "--max-tokens", "16", "--usage", "--stagger-ms", "30"] + slow,
+         False, compare_shape),
         ("gpu-piecewise-preempt", ["--token-ms", "8", "--prefill-ms", "15", "--max-batch", "4",
                                    "--engine-shape", "piecewise", "--preempt-every", "5",
                                    "--preempt-steps", "3"],
@@ -692,11 +731,11 @@ def main():
                     problems, timing = [f"{type(e).__name__}: {e}"], []
                 if not problems and not timing:
                     extra = [f"attempt {attempt}; {'; '.join(notes)}"] if notes else []
-                    if check in (compare_batches, compare_coverage):
+                    if check in (compare_batches, compare_coverage, compare_shape):
                         extra.append(INFO["batch"])
-                    if check is compare_coverage:
+                    if check in (compare_coverage, compare_shape):
                         extra.append(INFO["coverage"])
-                    if check is compare_stalls:
+                    if check in (compare_stalls, compare_shape):
                         extra.append(INFO["stall"])
                     if check is compare_preemptions:
                         extra.append(INFO["preempt"])

@@ -86,7 +86,7 @@ enum stall_cause {
 };
 /* Stalls listed per request, and stalling requests named per stall. */
 #define STALL_KEEP 8
-#define STALL_BY 2
+#define STALL_BY 4
 
 /* A request a stall is blamed on: its connection and place on it, its prompt (tokens: -1 when
  * its usage had not said by then; bytes: its body's length). */
