@@ -176,14 +176,15 @@ TEST(test_page_data)
 	if (!page_finish(&p, ORIGIN + 2000 * MS))
 		goto out;
 
-	/* The page's summary is summary_json's, with the histograms' buckets, and the SLO
-	 * tally's (none here: null). */
+	/* The page's summary is summary_json's, with the histograms' buckets, the SLO tally's
+	 * (none here: null) and the stalls' (none). */
 	mem = open_memstream(&want, &len);
 	jsonw_begin(&w, mem);
 	summary_json(&w, &p.sum, &loss, true);
 	summary_json_cache(&w, &p.sum);
 	summary_json_abandoned(&w, &p.sum);
 	summary_json_slo(&w, &p.sum, NULL);
+	summary_json_stalls(&w, &p.sum);
 	jsonw_end(&w);
 	fclose(mem);
 	wj = cJSON_Parse(want);
