@@ -528,6 +528,8 @@ static void tl_step(void *ctx, const struct gpu_step *s)
 	ev_begin(t, &w, gpu_kind_name(s->kind), "gpu", "X", rel(t, s->start_ns), s->pid, s->tid);
 	json_us(&w, "dur", span(s->start_ns, s->end_ns));
 	jsonw_obj_begin(&w, "args");
+	jsonw_str(&w, "kind_by", gpu_kind_by(s));
+	jsonw_str(&w, "mode", gpu_mode_name(s->mode));
 	jsonw_u64(&w, "launches", s->launches);
 	jsonw_u64(&w, "graph_launches", s->graph_launches);
 	jsonw_u64(&w, "memcpys", s->memcpys);
