@@ -828,6 +828,18 @@ static int render_models(const struct prom *p, FILE *f)
 	return 0;
 }
 
+/* The i-th GPU process's counts (past the named ones, "other"), its pid label into pid. */
+static const struct prom_gpu_pid *gpu_pid_at(const struct prom *p, unsigned int i, char *pid,
+					     size_t len)
+{
+	if (i < p->ngpu_pids) {
+		snprintf(pid, len, "%u", p->gpu_pids[i].pid);
+		return &p->gpu_pids[i];
+	}
+	snprintf(pid, len, "other");
+	return &p->gpu_pids[PROM_MAX_GPU_PIDS];
+}
+
 static void render_gpu(const struct prom *p, FILE *f)
 {
 	unsigned int n = p->ngpu_pids + (p->gpu_other_used ? 1 : 0);
@@ -837,14 +849,9 @@ static void render_gpu(const struct prom *p, FILE *f)
 	put_header(f, "tokenscope_gpu_steps_total", "counter",
 		   "GPU steps (work between two host waits) by process and kind.");
 	for (unsigned int i = 0; i < n; i++) {
-		const struct prom_gpu_pid *g =
-		    &p->gpu_pids[i < p->ngpu_pids ? i : PROM_MAX_GPU_PIDS];
 		char pid[16];
+		const struct prom_gpu_pid *g = gpu_pid_at(p, i, pid, sizeof(pid));
 
-		if (i < p->ngpu_pids)
-			snprintf(pid, sizeof(pid), "%u", g->pid);
-		else
-			snprintf(pid, sizeof(pid), "other");
 		for (int k = 0; k < STEP_KIND_MAX; k++)
 			fprintf(f,
 				"tokenscope_gpu_steps_total{pid=\"%s\",kind=\"%s\"} %" PRIu64 "\n",
@@ -854,14 +861,9 @@ static void render_gpu(const struct prom *p, FILE *f)
 		   "GPU steps by process, kind, mode (graph, piecewise, eager: how the work was "
 		   "launched) and batch (the range of requests credited); only counts above 0.");
 	for (unsigned int i = 0; i < n; i++) {
-		const struct prom_gpu_pid *g =
-		    &p->gpu_pids[i < p->ngpu_pids ? i : PROM_MAX_GPU_PIDS];
 		char pid[16];
+		const struct prom_gpu_pid *g = gpu_pid_at(p, i, pid, sizeof(pid));
 
-		if (i < p->ngpu_pids)
-			snprintf(pid, sizeof(pid), "%u", g->pid);
-		else
-			snprintf(pid, sizeof(pid), "other");
 		for (int k = 0; k < STEP_KIND_MAX; k++)
 			for (int m = 0; m < MODE_MAX; m++)
 				for (uint32_t b = 0; b < GPU_BATCH_BUCKETS; b++) {
