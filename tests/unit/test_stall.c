@@ -20,8 +20,7 @@ struct world {
 	struct stall_table t;
 };
 
-static void step(struct world *w, uint64_t start, uint64_t end, uint32_t launches,
-		 uint32_t graphs)
+static void step(struct world *w, uint64_t start, uint64_t end, uint32_t launches, uint32_t graphs)
 {
 	struct ts_gpu_step_event e = { .hdr = { TS_EV_GPU_STEP, sizeof(e), 7, 7 } };
 	struct gpu_step out;

@@ -228,8 +228,7 @@ void batch_token(struct gpu_timeline *g, struct request *r)
 		if (b->w_pre)
 			preempt_undo(b);
 	}
-	steps_between(g, b->pid, b->w_prev_ns, t, b->w_token || r->joined ? 0 : r->arrival_ns,
-		      &w);
+	steps_between(g, b->pid, b->w_prev_ns, t, b->w_token || r->joined ? 0 : r->arrival_ns, &w);
 	if (b->pend && i == b->w_token) {
 		/* Tokens of steps the preemption seemed to miss, written apart: no step came
 		 * between this write and the one before, so this one came from one of them. */
@@ -280,9 +279,8 @@ static void batch_engine_to_socket(const struct request *r, struct gpu_attributi
 	for (uint32_t k = 0; k < a->nrides; k++) {
 		const struct batch_ride *ride = &a->rides[k];
 
-		for (uint32_t i = ride->token; ride->known && i < ride->token + ride->ntokens &&
-					       i < r->ntokens;
-		     i++)
+		for (uint32_t i = ride->token;
+		     ride->known && i < ride->token + ride->ntokens && i < r->ntokens; i++)
 			a->e2s[a->ne2s++] =
 			    r->token_ns[i] > ride->end_ns ? r->token_ns[i] - ride->end_ns : 0;
 	}

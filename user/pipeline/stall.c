@@ -7,9 +7,8 @@
 #include "pipeline/stall.h"
 
 static const char *const cause_names[STALL_CAUSES] = {
-	[STALL_PREFILL] = "prefill",	   [STALL_PREEMPTED] = "preempted",
-	[STALL_BATCH] = "batch",	   [STALL_HOST] = "host",
-	[STALL_LATE_WRITE] = "late_write", [STALL_UNKNOWN] = "unknown",
+	[STALL_PREFILL] = "prefill", [STALL_PREEMPTED] = "preempted",	[STALL_BATCH] = "batch",
+	[STALL_HOST] = "host",	     [STALL_LATE_WRITE] = "late_write", [STALL_UNKNOWN] = "unknown",
 };
 
 const char *stall_cause_name(enum stall_cause c)
@@ -197,8 +196,8 @@ static void stall_by_steps(const struct stall_table *t, const struct gpu_timelin
 
 		if (s->end_ns + GPU_DEVICE_WAIT_NS < lo)
 			break;
-		if (s->pid != x->pid || s->shape == STEP_OTHER || !(o = overlap(s->start_ns, s->end_ns,
-										lo, upto)))
+		if (s->pid != x->pid || s->shape == STEP_OTHER ||
+		    !(o = overlap(s->start_ns, s->end_ns, lo, upto)))
 			continue;
 		busy += o;
 		if (s->kind == STEP_PREFILL || s->kind == STEP_MIXED) {
@@ -269,8 +268,8 @@ void stall_attribute(const struct stall_table *t, const struct gpu_timeline *g,
 		if (!gap || gap < rep->threshold_ns)
 			continue;
 		if (a->nrides && a->rides[ride].known && a->rides[ride].token <= i)
-			stall_by_steps(t, g, r, a, &a->rides[ride], ride ? &a->rides[ride - 1] : NULL,
-				       step_typ, e2s_typ, &st);
+			stall_by_steps(t, g, r, a, &a->rides[ride],
+				       ride ? &a->rides[ride - 1] : NULL, step_typ, e2s_typ, &st);
 		else
 			stall_by_overlap(t, r, r->token_ns[i - 1], r->token_ns[i], &st);
 		rep->n++;
