@@ -47,6 +47,7 @@ for t in $TESTS; do
 	case $t in
 	docs)
 		run docs-links /usr/bin/python3 tests/docs/check_links.py
+		run docs-links-self /usr/bin/python3 tests/docs/check_links.py --self-test
 		run pipes /usr/bin/python3 tests/docs/check_pipes.py
 		;;
 	unit)

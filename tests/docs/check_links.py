@@ -2,8 +2,9 @@
 """Every relative link and #anchor in the README and docs/ resolves (make check, group docs).
 
   check_links.py [FILE.md ...]   (default: README.md, docs/*.md and the other READMEs)
+  check_links.py --self-test     the checker against files made to fail it
 
-A link is [text](target) or ![alt](target) outside code; external ones (http:, https:,
+A link is [text](target) or ![alt](target) outside code (its text may be code); external ones (http:, https:,
 mailto:) are not fetched. A path must exist relative to the file that links it; a #anchor
 must be a heading of the target Markdown file (or of the file itself), named as GitHub names
 it: the heading's text without its formatting, lowercased, punctuation dropped except '-' and
@@ -78,35 +79,63 @@ def anchors_of(text):
     return out
 
 
+def masked(text):
+    """text with its code blanked at the same offsets (fenced blocks and inline code spans
+    become 'x's, their newlines kept), so that a link whose text is code (`[`top`](#x)`) is
+    still found and no link inside code is."""
+    return "".join(chunk if not code else "".join(c if c == "\n" else "x" for c in chunk)
+                   for chunk, code in split_code(text))
+
+
 def check(path, cache):
     text = open(path, encoding="utf-8").read()
     bad, n = [], 0
-    offset = 0
-    for chunk, code in split_code(text):
-        if not code:
-            for m in LINK_RE.finditer(chunk):
-                target = m.group(2)
-                line = text.count("\n", 0, offset + m.start()) + 1
-                if not target or re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*:", target):
-                    continue
-                n += 1
-                p, _, frag = target.partition("#")
-                dest = os.path.normpath(os.path.join(os.path.dirname(path), p)) if p else path
-                if not os.path.exists(dest):
-                    bad.append(f"{path}:{line}: {target}: no such file {dest}")
-                    continue
-                if frag and dest.endswith(".md"):
-                    if dest not in cache:
-                        cache[dest] = set(anchors_of(open(dest, encoding="utf-8").read()))
-                    if frag not in cache[dest]:
-                        bad.append(f"{path}:{line}: {target}: no heading #{frag} in {dest}")
-        offset += len(chunk)
+    for m in LINK_RE.finditer(masked(text)):
+        target = m.group(2)
+        line = text.count("\n", 0, m.start()) + 1
+        if not target or re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*:", target):
+            continue
+        n += 1
+        p, _, frag = target.partition("#")
+        dest = os.path.normpath(os.path.join(os.path.dirname(path), p)) if p else path
+        if not os.path.exists(dest):
+            bad.append(f"{path}:{line}: {target}: no such file {dest}")
+            continue
+        if frag and dest.endswith(".md"):
+            if dest not in cache:
+                cache[dest] = set(anchors_of(open(dest, encoding="utf-8").read()))
+            if frag not in cache[dest]:
+                bad.append(f"{path}:{line}: {target}: no heading #{frag} in {dest}")
     return n, bad
+
+
+def self_test():
+    """The checker on files made for it: each broken link found (a same-page anchor, one whose
+    text is code, a missing file), and none inside code or in a good file."""
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        bad = os.path.join(d, "bad.md")
+        good = os.path.join(d, "good.md")
+        with open(bad, "w") as f:
+            f.write("# Title\n\n[a](#nope) [`b`](#title) [`c`](#gone) [d](none.md)\n"
+                    "`[e](#in-code)`\n\n```\n[f](#fenced)\n```\n")
+        with open(good, "w") as f:
+            f.write("# One two\n\n[`x`](#one-two) [y](bad.md#title)\n")
+        n, found = check(bad, {})
+        ok = n == 4 and len(found) == 3 and all(w in "".join(found) for w in
+                                                 ("#nope", "#gone", "none.md"))
+        n2, found2 = check(good, {})
+        ok = ok and n2 == 2 and not found2
+    print(f"{'PASS' if ok else 'FAIL'} links self-test: same-page anchors, links whose text is "
+          f"code, missing files found; none inside code" + ("" if ok else f": {found} {found2}"))
+    return 0 if ok else 1
 
 
 def main():
     root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
     os.chdir(root)
+    if sys.argv[1:] == ["--self-test"]:
+        return self_test()
     files = sys.argv[1:] or (["README.md"] + sorted(glob.glob("docs/*.md")) +
                              sorted(glob.glob("deploy/**/*.md", recursive=True)) +
                              sorted(glob.glob("tests/**/*.md", recursive=True)))
