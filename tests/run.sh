@@ -48,6 +48,8 @@ for t in $TESTS; do
 	docs)
 		run docs-links /usr/bin/python3 tests/docs/check_links.py
 		run docs-links-self /usr/bin/python3 tests/docs/check_links.py --self-test
+		run docs-layout /usr/bin/python3 tests/docs/check_layout.py
+		run docs-layout-self /usr/bin/python3 tests/docs/check_layout.py --self-test
 		run pipes /usr/bin/python3 tests/docs/check_pipes.py
 		;;
 	unit)
