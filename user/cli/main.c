@@ -13,7 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <linux/types.h>
 
+#include "events.h"
 #include "sinks/httpd.h"
 #include "cli/report.h"
 #include "loader/check.h"

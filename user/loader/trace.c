@@ -711,9 +711,7 @@ static bool job_cuda(struct loop *l, double now)
 /* Whether the traced processes have shown an HTTP connection (served, called, HTTP/2, TLS). */
 static bool http_seen(const struct tracer *tr)
 {
-	const struct conn_stats *c = pipeline_conn_stats(tr->pl);
-
-	return c->http_conns || c->client_conns || c->h2_conns || c->h2_midway || c->tls_conns;
+	return pipeline_http_seen(tr->pl);
 }
 
 /* "pid (comm) listens on ports 8000, 8001" into out; false when pid listens on no TCP port. */

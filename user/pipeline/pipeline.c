@@ -714,7 +714,9 @@ uint32_t pipeline_live_pid(const struct pipeline *pl, uint32_t i)
 	return i < pl->nlive ? pl->live[i].pid : 0;
 }
 
-const struct conn_stats *pipeline_conn_stats(const struct pipeline *pl)
+bool pipeline_http_seen(const struct pipeline *pl)
 {
-	return &pl->conns.stats;
+	const struct conn_stats *c = &pl->conns.stats;
+
+	return c->http_conns || c->client_conns || c->h2_conns || c->h2_midway || c->tls_conns;
 }

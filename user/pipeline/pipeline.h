@@ -13,10 +13,10 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "pipeline/conn.h"
-#include "pipeline/proxy.h"
-#include "pipeline/gpu.h"
 #include "pipeline/sink.h"
+#include "pipeline/workload.h"
+
+struct nvml_snapshot;
 
 struct slo_rules;
 struct req_label_set;
@@ -74,8 +74,8 @@ uint64_t pipeline_record_ns(const struct pipeline *pl);
 /* The traced processes alive now: n of them, and the pid of the i-th. */
 uint32_t pipeline_nlive(const struct pipeline *pl);
 uint32_t pipeline_live_pid(const struct pipeline *pl, uint32_t i);
-/* The connection table's counters (what the traced processes were seen doing). */
-const struct conn_stats *pipeline_conn_stats(const struct pipeline *pl);
+/* Whether the traced processes have shown an HTTP connection: served, called, HTTP/2, TLS. */
+bool pipeline_http_seen(const struct pipeline *pl);
 /* Registers a process traced from the start; root: named by the user. */
 int pipeline_add_process(struct pipeline *pl, uint32_t pid, bool root);
 /* The root that pid, a traced process, descends from (a descendant found in /proc when root

@@ -6,8 +6,11 @@
 #ifndef TS_PIPELINE_IMPL_H
 #define TS_PIPELINE_IMPL_H
 
+#include "pipeline/conn.h"
+#include "pipeline/gpu.h"
 #include "pipeline/pipeline.h"
 #include "pipeline/prefix.h"
+#include "pipeline/proxy.h"
 #include "pipeline/stall.h"
 
 /* A traced process that has not exited, and where it runs (all "" when unknown). */
