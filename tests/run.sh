@@ -50,6 +50,8 @@ for t in $TESTS; do
 		run docs-links-self /usr/bin/python3 tests/docs/check_links.py --self-test
 		run docs-layout /usr/bin/python3 tests/docs/check_layout.py
 		run docs-layout-self /usr/bin/python3 tests/docs/check_layout.py --self-test
+		run includes /usr/bin/python3 tests/docs/check_includes.py
+		run includes-self /usr/bin/python3 tests/docs/check_includes.py --self-test
 		run pipes /usr/bin/python3 tests/docs/check_pipes.py
 		;;
 	unit)

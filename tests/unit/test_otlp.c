@@ -13,6 +13,7 @@
 #include "pipeline/gpu.h"
 #include "sinks/otlp.h"
 #include "pipeline/request.h"
+#include "pipeline/tracectx.h"
 
 #define MS 1000000ull
 /* 2023-11-14T22:13:20Z minus a boot time: what the caller would measure. */

@@ -11,6 +11,7 @@
 
 #include "check.h"
 #include "pipeline/request.h"
+#include "pipeline/sse.h"
 #include "sinks/summary.h"
 
 static void feed(struct request *r, const char *event, const char *data, uint64_t ts)

@@ -12,23 +12,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "pipeline/reqbody.h"
+#include "pipeline/frame_format.h"
+#include "pipeline/req_info.h"
 #include "pipeline/sse.h"
-
-enum frame_format {
-	FMT_UNKNOWN,
-	FMT_OPENAI_CHAT,
-	FMT_OPENAI_COMPLETION,
-	FMT_TGI,
-	FMT_OLLAMA,
-	FMT_ANTHROPIC,
-	FMT_GRPC, /* gRPC length-prefixed messages (set by the connection, never classified) */
-	FMT_OPENAI_RESPONSES, /* the Responses API's typed events (POST /v1/responses) */
-};
-
-/* An error's reason as a frame names it: a code such as "server_error" or
- * "incomplete:max_output_tokens", never a message (which may quote the prompt). */
-#define FRAME_REASON_MAX 48
 
 struct frame_info {
 	enum frame_format format;
@@ -56,8 +42,5 @@ struct frame_info {
 };
 
 void frame_classify(const struct sse_frame *f, struct frame_info *out);
-/* "openai-chat", "openai-completion", "openai-responses", "tgi", "ollama", "anthropic", "grpc",
- * "unknown" */
-const char *frame_format_name(enum frame_format f);
 
 #endif

@@ -8,6 +8,7 @@
 #include "pipeline/grpc.h"
 #include "pipeline/h2.h"
 #include "pipeline/h2conn.h"
+#include "pipeline/reqbody.h"
 #include "pipeline/sse.h"
 #include "lib/utf8.h"
 

@@ -7,18 +7,6 @@
 #include "pipeline/request.h"
 #include "pipeline/step.h"
 
-const char *cache_guess_name(enum cache_guess g)
-{
-	static const char *const names[CACHE_GUESSES] = {
-		[CACHE_REPORTED] = "reported",
-		[CACHE_LIKELY] = "likely_cached",
-		[CACHE_COLD] = "cold",
-		[CACHE_UNKNOWN] = "unknown",
-	};
-
-	return (unsigned)g < CACHE_GUESSES ? names[g] : "unknown";
-}
-
 static int by_value(const void *a, const void *b)
 {
 	double x = *(const double *)a, y = *(const double *)b;

@@ -29,16 +29,6 @@
 #define PREFIX_MIN_BYTES 64
 #define PREFIX_SERVERS 16
 
-enum cache_guess {
-	CACHE_REPORTED, /* the server said its cached_tokens: no guess */
-	CACHE_LIKELY,	/* likely read from the cache */
-	CACHE_COLD,	/* as fast as this server's cold requests, no faster */
-	CACHE_UNKNOWN,
-	CACHE_GUESSES,
-};
-
-const char *cache_guess_name(enum cache_guess g); /* "reported", "likely_cached", ... */
-
 struct prefix_window {
 	uint32_t pid;
 	bool bytes; /* sizes in body bytes (no prompt_tokens reported) */

@@ -9,6 +9,7 @@
 #include "lib/grow.h"
 #include "lib/hist.h"
 #include "lib/utf8.h"
+#include "pipeline/frame.h"
 #include "pipeline/request.h"
 
 static const char *const outcome_names[OUTCOME_MAX] = {
@@ -461,4 +462,16 @@ const char *request_other_kind(const struct request *r)
 		return "docs";
 #undef IS
 	return "other";
+}
+
+const char *cache_guess_name(enum cache_guess g)
+{
+	static const char *const names[CACHE_GUESSES] = {
+		[CACHE_REPORTED] = "reported",
+		[CACHE_LIKELY] = "likely_cached",
+		[CACHE_COLD] = "cold",
+		[CACHE_UNKNOWN] = "unknown",
+	};
+
+	return (unsigned)g < CACHE_GUESSES ? names[g] : "unknown";
 }

@@ -11,13 +11,14 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "pipeline/frame.h"
+#include "pipeline/frame_format.h"
 #include "pipeline/labels.h"
-#include "pipeline/prefix.h"
-#include "pipeline/reqbody.h"
+#include "pipeline/req_info.h"
 #include "pipeline/slo.h"
-#include "pipeline/tracectx.h"
+#include "pipeline/trace_ctx.h"
 #include "pipeline/workload.h"
+
+struct sse_frame;
 
 /* Long enough for an IPv6 address's text (INET6_ADDRSTRLEN). */
 #define REQUEST_ADDR_MAX 46
@@ -131,6 +132,17 @@ struct request {
 	/* The other side of a proxied exchange (proxy.h): its times, as far as they were seen. */
 	struct request_peer peer;
 };
+
+/* What is known of a request's prefix-cache hits (prefix.h guesses them). */
+enum cache_guess {
+	CACHE_REPORTED, /* the server said its cached_tokens: no guess */
+	CACHE_LIKELY,	/* likely read from the cache */
+	CACHE_COLD,	/* as fast as this server's cold requests, no faster */
+	CACHE_UNKNOWN,
+	CACHE_GUESSES,
+};
+
+const char *cache_guess_name(enum cache_guess g); /* "reported", "likely_cached", ... */
 
 /* Derived per-request numbers; *_ns < 0 means "not applicable" (printed as null). */
 struct request_metrics {

@@ -6,16 +6,6 @@
 #include "pipeline/request_track.h"
 #include "pipeline/stall.h"
 
-static const char *const cause_names[STALL_CAUSES] = {
-	[STALL_PREFILL] = "prefill", [STALL_PREEMPTED] = "preempted",	[STALL_BATCH] = "batch",
-	[STALL_HOST] = "host",	     [STALL_LATE_WRITE] = "late_write", [STALL_UNKNOWN] = "unknown",
-};
-
-const char *stall_cause_name(enum stall_cause c)
-{
-	return c < STALL_CAUSES ? cause_names[c] : "?";
-}
-
 void stall_init(struct stall_table *t, uint64_t threshold_ns)
 {
 	memset(t, 0, sizeof(*t));

@@ -21,11 +21,6 @@
 #define TS_KEY_MAX 256
 #define TS_VALUE_MAX 256
 
-void tracectx_init(struct trace_ctx *c)
-{
-	memset(c, 0, sizeof(*c));
-}
-
 static int hexval(char ch)
 {
 	if (ch >= '0' && ch <= '9')
@@ -78,19 +73,6 @@ int tracectx_parse_traceparent(const char *s, size_t n, struct trace_parent *out
 	tp.valid = true;
 	*out = tp;
 	return 0;
-}
-
-void tracectx_hex(char *out, const uint8_t *id, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		snprintf(out + 2 * i, 3, "%02x", id[i]);
-	out[2 * n] = '\0';
-}
-
-bool tracectx_same(const struct trace_parent *a, const struct trace_parent *b)
-{
-	return a->valid && b->valid && !memcmp(a->trace_id, b->trace_id, sizeof(a->trace_id)) &&
-	       !memcmp(a->parent_id, b->parent_id, sizeof(a->parent_id));
 }
 
 static bool key_char(char ch)
