@@ -98,50 +98,23 @@ enum {
 	OPT_LABEL_TOP,
 };
 
-static const struct argp_option trace_options[] = {
-	{ "pid", 'p', "PID", 0, "Trace this process and its descendants (repeatable)", 0 },
-	{ "all", OPT_ALL, NULL, 0,
-	  "Find the inference servers on the node (vLLM, SGLang, TGI, llama.cpp, Ollama, and any "
-	  "process seen writing streamed completions), also ones started later",
-	  0 },
-	{ "no-traffic", OPT_NO_TRAFFIC, NULL, 0,
-	  "With --all: find servers by command line only, not by the frames they write", 0 },
-	{ "by-process", OPT_BY_PROCESS, NULL, 0,
-	  "A pid label on the request metrics (--listen); top: a row per model and process", 0 },
-	{ "no-pod-labels", OPT_NO_POD_LABELS, NULL, 0,
-	  "No namespace and pod labels on the request metrics of servers in Kubernetes pods", 0 },
-	{ "container-state", OPT_CONTAINER_STATE, "DIR", 0,
-	  "Also look in DIR for the container runtime's bundles, to name a server's pod "
-	  "(containerd's or CRI-O's run directory; repeatable)",
-	  0 },
+/* The options trace, record, top, run and report share (parse_shared): how requests are
+ * shown, and the exporters that work on a replay too. Listed here once; each command's table
+ * is its own options and these (options_with_shared). */
+static const struct argp_option shared_options[] = {
+	{ NULL, 0, NULL, 0, "Requests, files and exporters:", 1 },
 	{ "json", 'j', NULL, 0, "One JSON object per finished request on stdout", 0 },
 	{ "tokens", OPT_TOKENS, NULL, 0, "With --json: every content frame's time (token_ns)", 0 },
 	{ "gpu-steps", OPT_GPU_STEPS, NULL, 0, "Also a line (or JSON object) per GPU step", 0 },
-	{ "kernels", OPT_KERNELS, NULL, 0,
-	  "Also a line per CUDA launch and copy (a ring-buffer record each: costly)", 0 },
-	{ "device-times", OPT_DEVICE_TIMES, "MODE", 0,
-	  "From the CUPTI library: sampled (default: eager kernels 1 s in 10 s), all (every "
-	  "step: costly), off",
+	{ "verbose", 'v', NULL, 0, "Report process forks and exits (live: and libbpf's messages)",
 	  0 },
-	{ "duration", 'd', "SEC", 0, "Stop after SEC seconds", 0 },
-	{ "capture-bytes", OPT_CAPTURE, "N", 0,
-	  "Bytes copied per syscall (default 65536); more is counted as a gap", 0 },
-	{ "ring-buffer-mb", OPT_RING, "MB", 0,
-	  "Ring buffer size, a power of two (default 2); larger if records are lost", 0 },
-	{ "self-stats", OPT_SELF_STATS, NULL, 0,
-	  "Turn the kernel's BPF run-time counting (kernel.bpf_stats_enabled) on for the run, "
-	  "so that its cost says the BPF time (it adds a few tens of ns per program run)",
-	  0 },
-	{ "verbose", 'v', NULL, 0, "Report process forks and exits, and libbpf messages", 0 },
 	{ "requests", OPT_REQUESTS, "WHICH", 0,
 	  "inference (default): health checks, scrapes, /v1/models... counted apart; all: alike",
 	  0 },
-	{ "listen", OPT_LISTEN, "ADDR:PORT", 0,
-	  "Serve Prometheus metrics at http://ADDR:PORT/metrics (:PORT or PORT: on 127.0.0.1)", 0 },
 	{ "timeline", OPT_TIMELINE, "FILE", 0,
 	  "Write a timeline of requests and GPU steps (Perfetto, chrome://tracing)", 0 },
 	{ "html", OPT_HTML, "FILE", 0,
-	  "Write an HTML report (charts, losses, diagnosis) to FILE when tracing ends", 0 },
+	  "Write an HTML report (charts, losses, diagnosis) to FILE at the end", 0 },
 	{ "alert", OPT_ALERT, "RULE", 0, "Alert rule, e.g. 'ttft.p99 > 5s for 3m' (repeatable)",
 	  0 },
 	{ "alert-exec", OPT_ALERT_EXEC, "CMD", 0, "Run CMD when an alert fires or resolves", 0 },
@@ -164,7 +137,7 @@ static const struct argp_option trace_options[] = {
 	  0 },
 	{ "otlp", OPT_OTLP, "URL", 0,
 	  "Send OpenTelemetry spans to an OTLP/HTTP collector (http[s]://host:4318/v1/traces), "
-	  "or write them to a file (file:PATH)",
+	  "or write them to a file (file:PATH); a replay's at the recording's times",
 	  0 },
 	{ "otlp-ca", OPT_OTLP_CA, "FILE", 0,
 	  "--otlp https: verify the collector with these CA certificates (PEM)", 0 },
@@ -176,6 +149,42 @@ static const struct argp_option trace_options[] = {
 	  "--otlp: share of normal requests exported as summary spans (default 0.01)", 0 },
 	{ "trace-warm-up", OPT_TRACE_WARM_UP, "N", 0,
 	  "--otlp: the first N requests are exported whatever the ratio (default 20)", 0 },
+	{},
+};
+
+static const struct argp_option trace_options[] = {
+	{ "pid", 'p', "PID", 0, "Trace this process and its descendants (repeatable)", 0 },
+	{ "all", OPT_ALL, NULL, 0,
+	  "Find the inference servers on the node (vLLM, SGLang, TGI, llama.cpp, Ollama, and any "
+	  "process seen writing streamed completions), also ones started later",
+	  0 },
+	{ "no-traffic", OPT_NO_TRAFFIC, NULL, 0,
+	  "With --all: find servers by command line only, not by the frames they write", 0 },
+	{ "by-process", OPT_BY_PROCESS, NULL, 0,
+	  "A pid label on the request metrics (--listen); top: a row per model and process", 0 },
+	{ "no-pod-labels", OPT_NO_POD_LABELS, NULL, 0,
+	  "No namespace and pod labels on the request metrics of servers in Kubernetes pods", 0 },
+	{ "container-state", OPT_CONTAINER_STATE, "DIR", 0,
+	  "Also look in DIR for the container runtime's bundles, to name a server's pod "
+	  "(containerd's or CRI-O's run directory; repeatable)",
+	  0 },
+	{ "kernels", OPT_KERNELS, NULL, 0,
+	  "Also a line per CUDA launch and copy (a ring-buffer record each: costly)", 0 },
+	{ "device-times", OPT_DEVICE_TIMES, "MODE", 0,
+	  "From the CUPTI library: sampled (default: eager kernels 1 s in 10 s), all (every "
+	  "step: costly), off",
+	  0 },
+	{ "duration", 'd', "SEC", 0, "Stop after SEC seconds", 0 },
+	{ "capture-bytes", OPT_CAPTURE, "N", 0,
+	  "Bytes copied per syscall (default 65536); more is counted as a gap", 0 },
+	{ "ring-buffer-mb", OPT_RING, "MB", 0,
+	  "Ring buffer size, a power of two (default 2); larger if records are lost", 0 },
+	{ "self-stats", OPT_SELF_STATS, NULL, 0,
+	  "Turn the kernel's BPF run-time counting (kernel.bpf_stats_enabled) on for the run, "
+	  "so that its cost says the BPF time (it adds a few tens of ns per program run)",
+	  0 },
+	{ "listen", OPT_LISTEN, "ADDR:PORT", 0,
+	  "Serve Prometheus metrics at http://ADDR:PORT/metrics (:PORT or PORT: on 127.0.0.1)", 0 },
 	{ "output", 'o', "FILE", 0, "record: the file to write the event stream to", 0 },
 	{},
 };
@@ -213,12 +222,13 @@ static unsigned int option_commands(int key)
 /* Up to here the options of cmd out of trace_options, ended by a zero entry. */
 #define TRACE_OPTIONS_MAX 64
 
-static void options_for(unsigned int cmd, struct argp_option *out)
+/* The entries of tab that cmd uses (all of them when cmd is 0) after out's first n; returns
+ * the new count. */
+static size_t options_append(struct argp_option *out, size_t n, const struct argp_option *tab,
+			     unsigned int cmd)
 {
-	size_t n = 0;
-
-	for (const struct argp_option *o = trace_options; o->name || o->key; o++) {
-		if (!(option_commands(o->key) & cmd) || n + 1 >= TRACE_OPTIONS_MAX)
+	for (const struct argp_option *o = tab; o->name || o->key || o->doc; o++) {
+		if ((cmd && !(option_commands(o->key) & cmd)) || n + 1 >= TRACE_OPTIONS_MAX)
 			continue;
 		out[n] = *o;
 		/* run takes -p and --all only to say why it refuses them: not in its --help. */
@@ -227,6 +237,19 @@ static void options_for(unsigned int cmd, struct argp_option *out)
 		n++;
 	}
 	out[n] = (struct argp_option){};
+	return n;
+}
+
+/* A command's table: its own options, then the shared ones it uses. */
+static void options_with_shared(const struct argp_option *own, unsigned int cmd,
+				struct argp_option *out)
+{
+	options_append(out, options_append(out, 0, own, cmd), shared_options, cmd);
+}
+
+static void options_for(unsigned int cmd, struct argp_option *out)
+{
+	options_with_shared(trace_options, cmd, out);
 }
 
 /*
@@ -704,40 +727,9 @@ static const char report_doc[] =
     "  tokenscope report run.tsr --otlp http://127.0.0.1:4318/v1/traces\n";
 
 static const struct argp_option report_options[] = {
-	{ "json", 'j', NULL, 0, "One JSON object per request on stdout", 0 },
-	{ "tokens", OPT_TOKENS, NULL, 0, "With --json: every content frame's time (token_ns)", 0 },
-	{ "gpu-steps", OPT_GPU_STEPS, NULL, 0, "Also a line (or JSON object) per GPU step", 0 },
-	{ "timeline", OPT_TIMELINE, "FILE", 0, "Write the timeline of the recording to FILE", 0 },
-	{ "html", OPT_HTML, "FILE", 0,
-	  "Write an HTML report of the recording (charts, losses, diagnosis) to FILE", 0 },
 	{ "prometheus", OPT_PROMETHEUS, NULL, 0, "Print the metrics text at the end", 0 },
 	{ "by-process", OPT_BY_PROCESS, NULL, 0,
 	  "With --prometheus: a pid label on the request metrics", 0 },
-	{ "slo", OPT_SLO, "SLO", 0,
-	  "Judge every request on these objectives, e.g. 'ttft<=2s,tpot<=80ms' (see trace)", 0 },
-	{ "stall-ms", OPT_STALL_MS, "MS", 0,
-	  "A token gap of MS or more is a stall, its cause named (see trace)", 0 },
-	{ "label", OPT_LABEL, "NAME=SRC", 0,
-	  "A request label from a header or the body (see trace)", 0 },
-	{ "label-top", OPT_LABEL_TOP, "K", 0, "--label: values kept per label (default 20)", 0 },
-	{ "alert", OPT_ALERT, "RULE", 0, "Evaluate an alert rule over the recording", 0 },
-	{ "alert-exec", OPT_ALERT_EXEC, "CMD", 0, "Run CMD when an alert fires or resolves", 0 },
-	{ "otlp", OPT_OTLP, "URL", 0,
-	  "Send the requests as OpenTelemetry spans, at the recording's times (see trace)", 0 },
-	{ "otlp-ca", OPT_OTLP_CA, "FILE", 0,
-	  "--otlp https: verify the collector with these CA certificates (PEM)", 0 },
-	{ "slow-ttft", OPT_SLOW_TTFT, "DUR", 0,
-	  "--otlp: a request with a slower TTFT is exported in full (e.g. 2s)", 0 },
-	{ "slow-itl", OPT_SLOW_ITL, "DUR", 0,
-	  "--otlp: a request with a slower token gap is exported in full (e.g. 200ms)", 0 },
-	{ "trace-sample", OPT_TRACE_SAMPLE, "RATIO", 0,
-	  "--otlp: share of normal requests exported as summary spans (default 0.01)", 0 },
-	{ "trace-warm-up", OPT_TRACE_WARM_UP, "N", 0,
-	  "--otlp: the first N requests are exported whatever the ratio (default 20)", 0 },
-	{ "verbose", 'v', NULL, 0, "Report process forks and exits", 0 },
-	{ "requests", OPT_REQUESTS, "WHICH", 0,
-	  "inference (default): health checks, scrapes, /v1/models... counted apart; all: alike",
-	  0 },
 	{},
 };
 
@@ -779,12 +771,13 @@ static error_t report_parse(int key, char *arg, struct argp_state *state)
 
 static int cmd_report(int argc, char **argv)
 {
-	static const struct argp argp = { report_options, report_parse, "FILE", report_doc,
-					  NULL,		  NULL,		NULL };
+	struct argp_option options[TRACE_OPTIONS_MAX];
+	const struct argp argp = { options, report_parse, "FILE", report_doc, NULL, NULL, NULL };
 	struct report_opts o = { .ex.trace_sample = OTLP_DEFAULT_RATIO,
 				 .ex.trace_warm_up = OTLP_WARM_UP };
 	int rc;
 
+	options_with_shared(report_options, 0, options);
 	argv[0] = "tokenscope report";
 	if (argp_parse(&argp, argc, argv, 0, NULL, &o))
 		return 2;
