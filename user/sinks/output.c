@@ -224,12 +224,14 @@ static void put_stalls(struct jsonw *w, const struct stall_report *st)
 				jsonw_str(w, "conn", v->by[k].conn);
 				jsonw_u64(w, "seq", v->by[k].seq);
 				if (v->by[k].prompt_tokens >= 0)
-					jsonw_u64(w, "prompt_tokens", (uint64_t)v->by[k].prompt_tokens);
+					jsonw_u64(w, "prompt_tokens",
+						  (uint64_t)v->by[k].prompt_tokens);
 				else
 					jsonw_null(w, "prompt_tokens");
-				jsonw_u64(w, "prompt_bytes", (uint64_t)(v->by[k].prompt_bytes > 0
-									   ? v->by[k].prompt_bytes
-									   : 0));
+				jsonw_u64(w, "prompt_bytes",
+					  (uint64_t)(v->by[k].prompt_bytes > 0
+							 ? v->by[k].prompt_bytes
+							 : 0));
 				jsonw_obj_end(w);
 			}
 			jsonw_arr_end(w);
@@ -239,6 +241,141 @@ static void put_stalls(struct jsonw *w, const struct stall_report *st)
 	}
 	jsonw_arr_end(w);
 	jsonw_obj_end(w);
+}
+
+/* A request line's times: arrival, socket wait, first token, end, TTFT by each definition, E2E,
+ * TPOT, ITL. */
+static void json_times(struct jsonw *w, const struct request *r, const struct request_metrics *m)
+{
+	if (r->joined)
+		jsonw_null(w, "arrival_ns");
+	else
+		jsonw_u64(w, "arrival_ns", r->arrival_ns);
+	if (m->socket_wait_ns >= 0)
+		jsonw_u64(w, "received_ns", r->received_ns);
+	else
+		jsonw_null(w, "received_ns");
+	ms_or_null(w, "socket_wait_ms", m->socket_wait_ns);
+	if (r->ntokens)
+		jsonw_u64(w, "first_token_ns", r->first_token_ns);
+	else
+		jsonw_null(w, "first_token_ns");
+	jsonw_u64(w, "end_ns", r->end_ns);
+	ms_or_null(w, "ttft_ms", m->ttft_ns);
+	/* The same TTFT under each tool's definition (docs/output.md "TTFT definitions"). */
+	ms_or_null(w, "ttft_first_byte_ms", m->ttft_byte_ns);
+	ms_or_null(w, "ttft_first_chunk_ms", m->ttft_chunk_ns);
+	ms_or_null(w, "ttft_first_content_ms", m->ttft_text_ns);
+	ms_or_null(w, "ttft_first_output_ms", m->ttft_ns);
+	ms_or_null(w, "e2e_ms", m->e2e_ns);
+	ms_or_null(w, "tpot_ms", m->tpot_ns);
+	if (m->itl_p50_ns < 0) {
+		jsonw_null(w, "itl_ms");
+	} else {
+		jsonw_obj_begin(w, "itl_ms");
+		ms_or_null(w, "p50", m->itl_p50_ns);
+		ms_or_null(w, "p99", m->itl_p99_ns);
+		ms_or_null(w, "max", m->itl_max_ns);
+		jsonw_obj_end(w);
+	}
+}
+
+/* A request line's counts: tokens and where they came from, frames, the prompt's bytes and tokens,
+ * the cache. */
+static void json_tokens(struct jsonw *w, const struct request *r, const struct request_metrics *m)
+{
+	jsonw_i64(w, "tokens", m->tokens);
+	/* A gRPC message is one chunk of output: without the schema, tokens are not known. */
+	jsonw_str(w, "tokens_from",
+		  m->tokens_from_usage	  ? "usage"
+		  : r->format == FMT_GRPC ? "messages"
+					  : "frames");
+	jsonw_u64(w, "frames", r->ntokens);
+	jsonw_u64(w, "all_frames", r->frames);
+	if (isnan(m->tokens_per_chunk_mean)) {
+		jsonw_null(w, "tokens_per_chunk");
+	} else {
+		jsonw_obj_begin(w, "tokens_per_chunk");
+		jsonw_num(w, "mean", m->tokens_per_chunk_mean, 2);
+		i64_or_null(w, "p50", m->tokens_per_chunk_p50);
+		i64_or_null(w, "max", m->tokens_per_chunk_max);
+		jsonw_obj_end(w);
+	}
+	jsonw_i64(w, "prompt_bytes", r->prompt_bytes < 0 ? 0 : r->prompt_bytes);
+	i64_or_null(w, "prompt_tokens", r->prompt_tokens);
+	i64_or_null(w, "cached_tokens", r->cached_tokens);
+	/* Not reported: a guess from its prefill time (prefix.h), never a count. */
+	jsonw_str(w, "cache_guess",
+		  m->cache_guess == CACHE_REPORTED ? NULL : cache_guess_name(m->cache_guess));
+	i64_or_null(w, "reasoning_tokens", r->reasoning_tokens);
+	i64_or_null(w, "max_tokens", r->info.max_tokens);
+	jsonw_num(w, "tok_per_s", m->tok_per_s, 2);
+}
+
+/* A request line's GPU figures (docs/gpu.md): engine to socket, stalls, queue, prefill and decode,
+ * steps and batches, preemptions and their recompute tax, and how they were attributed. */
+static void json_gpu(struct jsonw *w, const struct request *r, const struct gpu_attribution *ga)
+{
+	/* Engine to socket (docs/gpu.md): its tokens' times from their steps' ends to their
+	 * writes. */
+	if (ga->ne2s) {
+		jsonw_obj_begin(w, "engine_to_socket_ms");
+		jsonw_num(w, "p50", ga->e2s[quantile_rank(0.50, ga->ne2s) - 1] / 1e6, 3);
+		jsonw_num(w, "p99", ga->e2s[quantile_rank(0.99, ga->ne2s) - 1] / 1e6, 3);
+		jsonw_num(w, "max", ga->e2s[ga->ne2s - 1] / 1e6, 3);
+		jsonw_obj_end(w);
+	} else {
+		jsonw_null(w, "engine_to_socket_ms");
+	}
+	put_stalls(w, ga->stalls);
+	ms_or_null(w, "queue_ms", ga->queue_ns);
+	ms_or_null(w, "prefill_ms", ga->prefill_ns);
+	ms_or_null(w, "decode_ms", ga->decode_ns);
+	ms_or_null(w, "gpu_ms", ga->gpu_ns);
+	ms_or_null(w, "host_ms", ga->host_ns);
+	if (ga->source && !strcmp(ga->source, "cupti")) {
+		ms_or_null(w, "prefill_gpu_ms", ga->prefill_gpu_ns);
+		ms_or_null(w, "decode_gpu_ms", ga->decode_gpu_ns);
+	} else {
+		jsonw_null(w, "prefill_gpu_ms");
+		jsonw_null(w, "decode_gpu_ms");
+	}
+	/* The decode steps its tokens came from and the mean batch they had (batch.h). */
+	if (ga->has_steps)
+		jsonw_u64(w, "steps", ga->steps);
+	else
+		jsonw_null(w, "steps");
+	if (ga->batch_steps)
+		jsonw_num(w, "batch_mean", ga->batch_mean, 2);
+	else
+		jsonw_null(w, "batch_mean");
+	/* Out of the batch and recomputed (batch.h): known where its steps are. */
+	if (ga->has_steps) {
+		jsonw_u64(w, "preemptions", ga->preemptions);
+		jsonw_num(w, "preempted_ms", ga->preempted_ns / 1e6, 3);
+	} else {
+		jsonw_null(w, "preemptions");
+		jsonw_null(w, "preempted_ms");
+	}
+	/* The recompute tax of its preemptions (docs/gpu.md): its prompt each time (when usage
+	 * said it), the tokens it had generated, the recompute steps' time. */
+	if (ga->has_steps && ga->preemptions) {
+		jsonw_obj_begin(w, "recomputed");
+		if (r->prompt_tokens >= 0)
+			jsonw_u64(w, "prompt_tokens", (uint64_t)r->prompt_tokens * ga->preemptions);
+		else
+			jsonw_null(w, "prompt_tokens");
+		jsonw_u64(w, "generated_tokens", ga->recomputed_generated);
+		jsonw_num(w, "recompute_ms", ga->recompute_ns / 1e6, 3);
+		jsonw_obj_end(w);
+	} else {
+		jsonw_null(w, "recomputed");
+	}
+	if (ga->source)
+		jsonw_str(w, "attribution", ga->source);
+	else
+		jsonw_null(w, "attribution");
+	jsonw_str(w, "attribution_how", ga->how);
 }
 
 void output_json(FILE *f, const struct request *r, const struct request_metrics *m,
@@ -276,63 +413,8 @@ void output_json(FILE *f, const struct request *r, const struct request_metrics 
 	jsonw_str(&w, "format", request_format(r));
 	if (r->format == FMT_GRPC)
 		i64_or_null(&w, "grpc_status", r->grpc_status);
-	if (r->joined)
-		jsonw_null(&w, "arrival_ns");
-	else
-		jsonw_u64(&w, "arrival_ns", r->arrival_ns);
-	if (m->socket_wait_ns >= 0)
-		jsonw_u64(&w, "received_ns", r->received_ns);
-	else
-		jsonw_null(&w, "received_ns");
-	ms_or_null(&w, "socket_wait_ms", m->socket_wait_ns);
-	if (r->ntokens)
-		jsonw_u64(&w, "first_token_ns", r->first_token_ns);
-	else
-		jsonw_null(&w, "first_token_ns");
-	jsonw_u64(&w, "end_ns", r->end_ns);
-	ms_or_null(&w, "ttft_ms", m->ttft_ns);
-	/* The same TTFT under each tool's definition (docs/output.md "TTFT definitions"). */
-	ms_or_null(&w, "ttft_first_byte_ms", m->ttft_byte_ns);
-	ms_or_null(&w, "ttft_first_chunk_ms", m->ttft_chunk_ns);
-	ms_or_null(&w, "ttft_first_content_ms", m->ttft_text_ns);
-	ms_or_null(&w, "ttft_first_output_ms", m->ttft_ns);
-	ms_or_null(&w, "e2e_ms", m->e2e_ns);
-	ms_or_null(&w, "tpot_ms", m->tpot_ns);
-	if (m->itl_p50_ns < 0) {
-		jsonw_null(&w, "itl_ms");
-	} else {
-		jsonw_obj_begin(&w, "itl_ms");
-		ms_or_null(&w, "p50", m->itl_p50_ns);
-		ms_or_null(&w, "p99", m->itl_p99_ns);
-		ms_or_null(&w, "max", m->itl_max_ns);
-		jsonw_obj_end(&w);
-	}
-	jsonw_i64(&w, "tokens", m->tokens);
-	/* A gRPC message is one chunk of output: without the schema, tokens are not known. */
-	jsonw_str(&w, "tokens_from",
-		  m->tokens_from_usage	  ? "usage"
-		  : r->format == FMT_GRPC ? "messages"
-					  : "frames");
-	jsonw_u64(&w, "frames", r->ntokens);
-	jsonw_u64(&w, "all_frames", r->frames);
-	if (isnan(m->tokens_per_chunk_mean)) {
-		jsonw_null(&w, "tokens_per_chunk");
-	} else {
-		jsonw_obj_begin(&w, "tokens_per_chunk");
-		jsonw_num(&w, "mean", m->tokens_per_chunk_mean, 2);
-		i64_or_null(&w, "p50", m->tokens_per_chunk_p50);
-		i64_or_null(&w, "max", m->tokens_per_chunk_max);
-		jsonw_obj_end(&w);
-	}
-	jsonw_i64(&w, "prompt_bytes", r->prompt_bytes < 0 ? 0 : r->prompt_bytes);
-	i64_or_null(&w, "prompt_tokens", r->prompt_tokens);
-	i64_or_null(&w, "cached_tokens", r->cached_tokens);
-	/* Not reported: a guess from its prefill time (prefix.h), never a count. */
-	jsonw_str(&w, "cache_guess",
-		  m->cache_guess == CACHE_REPORTED ? NULL : cache_guess_name(m->cache_guess));
-	i64_or_null(&w, "reasoning_tokens", r->reasoning_tokens);
-	i64_or_null(&w, "max_tokens", r->info.max_tokens);
-	jsonw_num(&w, "tok_per_s", m->tok_per_s, 2);
+	json_times(&w, r, m);
+	json_tokens(&w, r, m);
 	jsonw_u64(&w, "lost_bytes", r->lost_bytes);
 	jsonw_u64(&w, "dropped_frames", r->dropped_frames);
 	json_disagg(&w, &r->info.disagg);
@@ -350,66 +432,7 @@ void output_json(FILE *f, const struct request *r, const struct request_metrics 
 		if (!r->client)
 			ms_or_null(&w, "proxy_ttft_ms", m->proxy_ttft_ns);
 	}
-	/* Engine to socket (docs/gpu.md): its tokens' times from their steps' ends to their
-	 * writes. */
-	if (ga->ne2s) {
-		jsonw_obj_begin(&w, "engine_to_socket_ms");
-		jsonw_num(&w, "p50", ga->e2s[quantile_rank(0.50, ga->ne2s) - 1] / 1e6, 3);
-		jsonw_num(&w, "p99", ga->e2s[quantile_rank(0.99, ga->ne2s) - 1] / 1e6, 3);
-		jsonw_num(&w, "max", ga->e2s[ga->ne2s - 1] / 1e6, 3);
-		jsonw_obj_end(&w);
-	} else {
-		jsonw_null(&w, "engine_to_socket_ms");
-	}
-	put_stalls(&w, ga->stalls);
-	ms_or_null(&w, "queue_ms", ga->queue_ns);
-	ms_or_null(&w, "prefill_ms", ga->prefill_ns);
-	ms_or_null(&w, "decode_ms", ga->decode_ns);
-	ms_or_null(&w, "gpu_ms", ga->gpu_ns);
-	ms_or_null(&w, "host_ms", ga->host_ns);
-	if (ga->source && !strcmp(ga->source, "cupti")) {
-		ms_or_null(&w, "prefill_gpu_ms", ga->prefill_gpu_ns);
-		ms_or_null(&w, "decode_gpu_ms", ga->decode_gpu_ns);
-	} else {
-		jsonw_null(&w, "prefill_gpu_ms");
-		jsonw_null(&w, "decode_gpu_ms");
-	}
-	/* The decode steps its tokens came from and the mean batch they had (batch.h). */
-	if (ga->has_steps)
-		jsonw_u64(&w, "steps", ga->steps);
-	else
-		jsonw_null(&w, "steps");
-	if (ga->batch_steps)
-		jsonw_num(&w, "batch_mean", ga->batch_mean, 2);
-	else
-		jsonw_null(&w, "batch_mean");
-	/* Out of the batch and recomputed (batch.h): known where its steps are. */
-	if (ga->has_steps) {
-		jsonw_u64(&w, "preemptions", ga->preemptions);
-		jsonw_num(&w, "preempted_ms", ga->preempted_ns / 1e6, 3);
-	} else {
-		jsonw_null(&w, "preemptions");
-		jsonw_null(&w, "preempted_ms");
-	}
-	/* The recompute tax of its preemptions (docs/gpu.md): its prompt each time (when usage
-	 * said it), the tokens it had generated, the recompute steps' time. */
-	if (ga->has_steps && ga->preemptions) {
-		jsonw_obj_begin(&w, "recomputed");
-		if (r->prompt_tokens >= 0)
-			jsonw_u64(&w, "prompt_tokens", (uint64_t)r->prompt_tokens * ga->preemptions);
-		else
-			jsonw_null(&w, "prompt_tokens");
-		jsonw_u64(&w, "generated_tokens", ga->recomputed_generated);
-		jsonw_num(&w, "recompute_ms", ga->recompute_ns / 1e6, 3);
-		jsonw_obj_end(&w);
-	} else {
-		jsonw_null(&w, "recomputed");
-	}
-	if (ga->source)
-		jsonw_str(&w, "attribution", ga->source);
-	else
-		jsonw_null(&w, "attribution");
-	jsonw_str(&w, "attribution_how", ga->how);
+	json_gpu(&w, r, ga);
 	if (tokens) {
 		jsonw_arr_begin(&w, "token_ns");
 		for (uint32_t i = 0; i < r->ntokens; i++)
@@ -595,12 +618,13 @@ void output_text(FILE *f, const struct request *r, const struct request_metrics 
 
 void output_step_text(FILE *f, const struct gpu_step *s)
 {
-	fprintf(f,
-		"GPU pid %u tid %u step %.6f s dur %.3f ms %-7s %-9s launches %u graphs %u memcpy %u "
-		"(dtoh %u) wait %.3f ms batch %u\n",
-		s->pid, s->tid, s->start_ns / 1e9, (s->end_ns - s->start_ns) / 1e6,
-		gpu_kind_name(s->kind), gpu_mode_name(s->mode), s->launches, s->graph_launches, s->memcpys, s->memcpys_dtoh,
-		(s->end_ns - s->wait_start_ns) / 1e6, s->batch);
+	fprintf(
+	    f,
+	    "GPU pid %u tid %u step %.6f s dur %.3f ms %-7s %-9s launches %u graphs %u memcpy %u "
+	    "(dtoh %u) wait %.3f ms batch %u\n",
+	    s->pid, s->tid, s->start_ns / 1e9, (s->end_ns - s->start_ns) / 1e6,
+	    gpu_kind_name(s->kind), gpu_mode_name(s->mode), s->launches, s->graph_launches,
+	    s->memcpys, s->memcpys_dtoh, (s->end_ns - s->wait_start_ns) / 1e6, s->batch);
 	if (s->dev.device)
 		fprintf(f, "    device %.3f ms busy of %.3f ms, launch to start %.3f ms\n",
 			s->dev.busy_ns / 1e6, (s->dev.end_ns - s->dev.start_ns) / 1e6,
@@ -633,7 +657,7 @@ void output_step_json(FILE *f, const struct gpu_step *s)
 	jsonw_u64(&w, "memcpys", s->memcpys);
 	jsonw_u64(&w, "memcpys_dtoh", s->memcpys_dtoh);
 	jsonw_u64(&w, "waits", s->waits);
-	jsonw_u64(&w, "batch", s->batch); /* requests whose tokens came from it (batch.h) */
+	jsonw_u64(&w, "batch", s->batch);   /* requests whose tokens came from it (batch.h) */
 	jsonw_u64(&w, "firsts", s->firsts); /* of them, with their first token */
 	/* Device times where the CUPTI library reported all of the step's work, null otherwise
 	 * (the figures above are the host's; times says why). */
