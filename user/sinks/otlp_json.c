@@ -212,10 +212,89 @@ static void put_event(const struct otlp_resource *o, struct jsonw *w, const char
 	jsonw_obj_end(w);
 }
 
+/* The span's tokenscope.* attributes: where it was seen, why it was kept, its join keys,
+ * objectives, labels, preemptions and stalls. */
+static void attr_tokenscope(struct jsonw *w, const struct otlp_span *s)
+{
+	char why[40];
+
+	attr_str(w, "tokenscope.conn", s->conn);
+	attr_int(w, "tokenscope.pid", s->pid);
+	attr_int(w, "tokenscope.seq", s->seq);
+	attr_str(w, "tokenscope.format", frame_format_name(s->format));
+	if (s->tokens >= 0)
+		attr_str(w, "tokenscope.tokens_from", s->tokens_from_usage ? "usage" : "frames");
+	if (s->itl_max_ns >= 0)
+		attr_seconds(w, "tokenscope.itl.max", s->itl_max_ns);
+	anomaly_text(s->anomaly, why, sizeof(why));
+	if (*why)
+		attr_str(w, "tokenscope.anomaly", why);
+	kept_text(s, why, sizeof(why));
+	attr_str(w, "tokenscope.kept", why);
+	if (s->forwarded) {
+		char hex[2 * OTLP_SPAN_ID_LEN + 1];
+
+		tracectx_hex(hex, s->forwarded_parent, OTLP_SPAN_ID_LEN);
+		attr_str(w, "tokenscope.trace.forwarded_parent", hex);
+	}
+	attr_disagg(w, &s->disagg);
+	attr_slo(w, &s->slo);
+	for (uint32_t i = 0; s->labels.spec && i < s->labels.spec->n; i++) {
+		char key[64];
+
+		if (!s->labels.set[i])
+			continue;
+		snprintf(key, sizeof(key), "tokenscope.label.%s", s->labels.spec->l[i].name);
+		attr_str(w, key, s->labels.v[i]);
+	}
+	if (s->preemptions) {
+		attr_int(w, "tokenscope.preemptions", s->preemptions);
+		attr_int(w, "tokenscope.preempted_ns", s->preempted_ns);
+	}
+	if (s->stalls)
+		attr_int(w, "tokenscope.stalls", s->stalls);
+}
+
+/* The span's events: its first and last token, its times out of the batch, its stalls, and
+ * each token (anomalous requests only). */
+static void put_events(const struct otlp_resource *o, struct jsonw *w, const struct otlp_span *s)
+{
+	jsonw_arr_begin(w, "events");
+	if (s->first_token_ns)
+		put_event(o, w, "first_token", s->first_token_ns, -1);
+	/* Out of the engine's batch and back (docs/gpu.md "Preemption"); a span's events need no
+	 * order. */
+	for (uint32_t i = 0; i < s->npreempt; i++) {
+		put_event(o, w, "gen_ai.preempted", s->preempt_from[i], -1);
+		put_event(o, w, "gen_ai.resumed", s->preempt_to[i], -1);
+	}
+	/* Its slow gaps and their causes (docs/gpu.md "Who stalled me"). */
+	for (uint32_t i = 0; i < s->nstall; i++) {
+		jsonw_obj_begin(w, NULL);
+		put_time(o, w, "timeUnixNano", s->stall[i].from_ns);
+		jsonw_str(w, "name", "gen_ai.stall");
+		jsonw_arr_begin(w, "attributes");
+		attr_str(w, "tokenscope.stall.cause", stall_cause_name(s->stall[i].cause));
+		attr_int(w, "tokenscope.stall.gap_ns", (int64_t)s->stall[i].gap_ns);
+		attr_int(w, "tokenscope.stall.cause_ns", (int64_t)s->stall[i].cause_ns);
+		if (s->stall[i].likely)
+			attr_bool(w, "tokenscope.stall.likely", true);
+		if (s->stall[i].by[0])
+			attr_str(w, "tokenscope.stall.by", s->stall[i].by);
+		jsonw_arr_end(w);
+		jsonw_obj_end(w);
+	}
+	for (uint32_t i = 0; i < s->ntokens; i++)
+		put_event(o, w, "token", s->token_ns[i], i);
+	if (s->last_token_ns)
+		put_event(o, w, "last_token", s->last_token_ns, -1);
+	jsonw_arr_end(w);
+}
+
 static void put_span(const struct otlp_resource *o, struct jsonw *w, const struct otlp_span *s)
 {
 	size_t pathlen = strcspn(s->path, "?");
-	char name[512], why[40];
+	char name[512];
 
 	/* The span name, before attributes reuse the buffer. */
 	if (s->op && s->model[0])
@@ -282,73 +361,10 @@ static void put_span(const struct otlp_resource *o, struct jsonw *w, const struc
 			 : s->outcome == OUTCOME_HTTP_ERROR ? status
 							    : outcome_name(s->outcome));
 	}
-	attr_str(w, "tokenscope.conn", s->conn);
-	attr_int(w, "tokenscope.pid", s->pid);
-	attr_int(w, "tokenscope.seq", s->seq);
-	attr_str(w, "tokenscope.format", frame_format_name(s->format));
-	if (s->tokens >= 0)
-		attr_str(w, "tokenscope.tokens_from", s->tokens_from_usage ? "usage" : "frames");
-	if (s->itl_max_ns >= 0)
-		attr_seconds(w, "tokenscope.itl.max", s->itl_max_ns);
-	anomaly_text(s->anomaly, why, sizeof(why));
-	if (*why)
-		attr_str(w, "tokenscope.anomaly", why);
-	kept_text(s, why, sizeof(why));
-	attr_str(w, "tokenscope.kept", why);
-	if (s->forwarded) {
-		char hex[2 * OTLP_SPAN_ID_LEN + 1];
-
-		tracectx_hex(hex, s->forwarded_parent, OTLP_SPAN_ID_LEN);
-		attr_str(w, "tokenscope.trace.forwarded_parent", hex);
-	}
-	attr_disagg(w, &s->disagg);
-	attr_slo(w, &s->slo);
-	for (uint32_t i = 0; s->labels.spec && i < s->labels.spec->n; i++) {
-		char key[64];
-
-		if (!s->labels.set[i])
-			continue;
-		snprintf(key, sizeof(key), "tokenscope.label.%s", s->labels.spec->l[i].name);
-		attr_str(w, key, s->labels.v[i]);
-	}
-	if (s->preemptions) {
-		attr_int(w, "tokenscope.preemptions", s->preemptions);
-		attr_int(w, "tokenscope.preempted_ns", s->preempted_ns);
-	}
-	if (s->stalls)
-		attr_int(w, "tokenscope.stalls", s->stalls);
+	attr_tokenscope(w, s);
 	jsonw_arr_end(w);
 
-	jsonw_arr_begin(w, "events");
-	if (s->first_token_ns)
-		put_event(o, w, "first_token", s->first_token_ns, -1);
-	/* Out of the engine's batch and back (docs/gpu.md "Preemption"); a span's events need no
-	 * order. */
-	for (uint32_t i = 0; i < s->npreempt; i++) {
-		put_event(o, w, "gen_ai.preempted", s->preempt_from[i], -1);
-		put_event(o, w, "gen_ai.resumed", s->preempt_to[i], -1);
-	}
-	/* Its slow gaps and their causes (docs/gpu.md "Who stalled me"). */
-	for (uint32_t i = 0; i < s->nstall; i++) {
-		jsonw_obj_begin(w, NULL);
-		put_time(o, w, "timeUnixNano", s->stall[i].from_ns);
-		jsonw_str(w, "name", "gen_ai.stall");
-		jsonw_arr_begin(w, "attributes");
-		attr_str(w, "tokenscope.stall.cause", stall_cause_name(s->stall[i].cause));
-		attr_int(w, "tokenscope.stall.gap_ns", (int64_t)s->stall[i].gap_ns);
-		attr_int(w, "tokenscope.stall.cause_ns", (int64_t)s->stall[i].cause_ns);
-		if (s->stall[i].likely)
-			attr_bool(w, "tokenscope.stall.likely", true);
-		if (s->stall[i].by[0])
-			attr_str(w, "tokenscope.stall.by", s->stall[i].by);
-		jsonw_arr_end(w);
-		jsonw_obj_end(w);
-	}
-	for (uint32_t i = 0; i < s->ntokens; i++)
-		put_event(o, w, "token", s->token_ns[i], i);
-	if (s->last_token_ns)
-		put_event(o, w, "last_token", s->last_token_ns, -1);
-	jsonw_arr_end(w);
+	put_events(o, w, s);
 	if (s->dropped_events)
 		jsonw_u64(w, "droppedEventsCount", s->dropped_events);
 
