@@ -693,17 +693,12 @@ static void put_series_counter(FILE *f, const char *name, const char *help,
 			*(const uint64_t *)((const char *)ms[i] + off));
 }
 
-static int render_models(const struct prom *p, FILE *f)
+/* The request families' counters: outcomes, tokens, preemptions, --label's others, prefix-cache
+ * hits, abandoned requests. */
+static void render_request_counters(const struct prom *p, FILE *f,
+				    const struct prom_series *const *ms, char (*labels)[LABELS_MAX],
+				    unsigned int n)
 {
-	const struct prom_series *ms[PROM_MAX_LABEL_SETS + 1];
-	unsigned int n = series_to_render(p, ms);
-	char(*labels)[LABELS_MAX] = malloc((n ? n : 1) * sizeof(*labels));
-
-	if (!labels)
-		return -ENOMEM;
-	for (unsigned int i = 0; i < n; i++)
-		series_labels(p, ms[i], labels[i]);
-
 	put_header(f, "tokenscope_requests_total", "counter",
 		   "Finished requests by outcome (ok, http_error, stream_error, aborted, lost).");
 	for (unsigned int i = 0; i < n; i++)
@@ -764,7 +759,12 @@ static int render_models(const struct prom *p, FILE *f)
 	    "Writes the server still tried for requests after their clients had left, and "
 	    "that failed (EPIPE, ECONNRESET).",
 	    ms, labels, n, offsetof(struct prom_series, abandoned_failed));
+}
 
+/* The objectives' counters and goodput (--slo, llm-d's headers), once a request had one. */
+static void render_slo(const struct prom *p, FILE *f, const struct prom_series *const *ms,
+		       char (*labels)[LABELS_MAX], unsigned int n)
+{
 	if (p->slo_seen) {
 		put_header(
 		    f, "tokenscope_slo_requests_total", "counter",
@@ -792,7 +792,13 @@ static int render_models(const struct prom *p, FILE *f)
 		    "had.",
 		    ms, labels, n, offsetof(struct prom_series, good_tokens));
 	}
+}
 
+/* The recompute tax of preemptions: tokens and time. */
+static void render_recompute(const struct prom *p, FILE *f, const struct prom_series *const *ms,
+			     char (*labels)[LABELS_MAX], unsigned int n)
+{
+	(void)p;
 	put_header(f, "tokenscope_recomputed_tokens_total", "counter",
 		   "Tokens recomputed after preemptions: each preempted request's prompt (when "
 		   "usage said it) and the tokens it had generated, at every preemption.");
@@ -810,7 +816,22 @@ static int render_models(const struct prom *p, FILE *f)
 		put_seconds(f, ms[i]->recomp_ns);
 		fputc('\n', f);
 	}
+}
 
+static int render_models(const struct prom *p, FILE *f)
+{
+	const struct prom_series *ms[PROM_MAX_LABEL_SETS + 1];
+	unsigned int n = series_to_render(p, ms);
+	char(*labels)[LABELS_MAX] = malloc((n ? n : 1) * sizeof(*labels));
+
+	if (!labels)
+		return -ENOMEM;
+	for (unsigned int i = 0; i < n; i++)
+		series_labels(p, ms[i], labels[i]);
+
+	render_request_counters(p, f, ms, labels, n);
+	render_slo(p, f, ms, labels, n);
+	render_recompute(p, f, ms, labels, n);
 	put_header(
 	    f, "tokenscope_streams_in_flight", "gauge",
 	    "Requests read and not yet finished (streamed or not: whether a response streams "
@@ -874,11 +895,12 @@ static void render_gpu(const struct prom *p, FILE *f)
 						continue;
 					gpu_batch_bucket_range(b, &lo, &hi);
 					gpu_batch_range_name(lo, hi, range, sizeof(range));
-					fprintf(f,
-						"tokenscope_gpu_steps_by_mode_total{pid=\"%s\",kind="
-						"\"%s\",mode=\"%s\",batch=\"%s\"} %" PRIu64 "\n",
-						pid, gpu_kind_name(k), gpu_mode_name(m), range,
-						g->by_mode[k][m][b]);
+					fprintf(
+					    f,
+					    "tokenscope_gpu_steps_by_mode_total{pid=\"%s\",kind="
+					    "\"%s\",mode=\"%s\",batch=\"%s\"} %" PRIu64 "\n",
+					    pid, gpu_kind_name(k), gpu_mode_name(m), range,
+					    g->by_mode[k][m][b]);
 				}
 	}
 	put_header(f, "tokenscope_gpu_steps_device_times_total", "counter",
