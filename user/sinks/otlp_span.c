@@ -220,6 +220,36 @@ uint64_t otlp_span_cost(const struct otlp_span *s)
 	       (uint64_t)(s->ntokens + 2 + 2 * s->npreempt + 4 * s->nstall) * OTLP_EVENT_BYTES;
 }
 
+/* What the span's events show of the engine's batch: its times out of the batch
+ * (preemptions) and its stalls, the first of each. */
+static void span_batch_events(struct otlp_span *s, const struct gpu_attribution *ga)
+{
+	if (ga && ga->has_steps && ga->preemptions) {
+		s->preemptions = ga->preemptions;
+		s->preempted_ns = ga->preempted_ns;
+		s->npreempt = ga->npreempt_times < OTLP_PREEMPT_EVENTS ? ga->npreempt_times
+								       : OTLP_PREEMPT_EVENTS;
+		for (uint32_t i = 0; i < s->npreempt && ga->preempt_from; i++) {
+			s->preempt_from[i] = ga->preempt_from[i];
+			s->preempt_to[i] = ga->preempt_to[i];
+		}
+	}
+	for (uint32_t i = 0; ga && ga->stalls && i < ga->stalls->nkept; i++) {
+		const struct stall *v = &ga->stalls->v[i];
+
+		s->stall[i].from_ns = v->from_ns;
+		s->stall[i].gap_ns = v->gap_ns;
+		s->stall[i].cause_ns = v->cause_ns;
+		s->stall[i].cause = v->cause;
+		s->stall[i].likely = v->likely;
+		if (v->nby)
+			snprintf(s->stall[i].by, sizeof(s->stall[i].by), "%.110s#%u", v->by[0].conn,
+				 v->by[0].seq);
+		s->nstall++;
+	}
+	s->stalls = ga && ga->stalls ? ga->stalls->n : 0;
+}
+
 struct otlp_span *otlp_span_new(struct otlp_rng *g, const struct request *r,
 				const struct request_metrics *m, const struct gpu_attribution *ga,
 				const struct otlp_ids *ids, unsigned anomaly,
@@ -295,30 +325,7 @@ struct otlp_span *otlp_span_new(struct otlp_rng *g, const struct request *r,
 		s->child_start[OTLP_CHILD_PREFILL] = s->child_end[OTLP_CHILD_QUEUE];
 		s->child_end[OTLP_CHILD_PREFILL] = s->child_end[OTLP_CHILD_QUEUE] + ga->prefill_ns;
 	}
-	if (ga && ga->has_steps && ga->preemptions) {
-		s->preemptions = ga->preemptions;
-		s->preempted_ns = ga->preempted_ns;
-		s->npreempt = ga->npreempt_times < OTLP_PREEMPT_EVENTS ? ga->npreempt_times
-								       : OTLP_PREEMPT_EVENTS;
-		for (uint32_t i = 0; i < s->npreempt && ga->preempt_from; i++) {
-			s->preempt_from[i] = ga->preempt_from[i];
-			s->preempt_to[i] = ga->preempt_to[i];
-		}
-	}
-	for (uint32_t i = 0; ga && ga->stalls && i < ga->stalls->nkept; i++) {
-		const struct stall *v = &ga->stalls->v[i];
-
-		s->stall[i].from_ns = v->from_ns;
-		s->stall[i].gap_ns = v->gap_ns;
-		s->stall[i].cause_ns = v->cause_ns;
-		s->stall[i].cause = v->cause;
-		s->stall[i].likely = v->likely;
-		if (v->nby)
-			snprintf(s->stall[i].by, sizeof(s->stall[i].by), "%.110s#%u", v->by[0].conn,
-				 v->by[0].seq);
-		s->nstall++;
-	}
-	s->stalls = ga && ga->stalls ? ga->stalls->n : 0;
+	span_batch_events(s, ga);
 	if (ga && ga->decode_ns >= 0 && r->ntokens) {
 		s->child_start[OTLP_CHILD_DECODE] = r->first_token_ns;
 		s->child_end[OTLP_CHILD_DECODE] = r->first_token_ns + ga->decode_ns;
