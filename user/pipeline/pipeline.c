@@ -384,6 +384,42 @@ static int pl_dev_runs_v1(struct pipeline *pl, const uint8_t *rec)
 	return err;
 }
 
+/* A traced process forked: the child is followed, labelled and rooted as its parent. */
+static void pl_proc_fork(struct pipeline *pl, const struct ts_proc_event *e)
+{
+	const struct pipeline_proc *parent;
+	struct workload wl = { 0 };
+	uint32_t root = 0;
+
+	/* Copied out before the child's entry is added: that may move the list. */
+	parent = live_proc(pl, e->ppid);
+	if (parent) {
+		wl = parent->wl;
+		root = parent->root ? parent->root : parent->pid;
+	}
+	if (!pipeline_add_process(pl, e->hdr.pid, false)) {
+		pipeline_label_process(pl, e->hdr.pid, &wl);
+		pipeline_process_root(pl, e->hdr.pid, root);
+	}
+	if (pl->o.verbose)
+		fprintf(pl->o.err, "tokenscope: following process %u (child of %u)\n", e->hdr.pid,
+			e->ppid);
+}
+
+/* A record of device runs (a whole one of this ABI's size) to the GPU timeline. */
+static void pl_dev_runs(struct pipeline *pl, const struct ts_dev_runs_event *e)
+{
+	if (gpu_cupti_abi_known(e->abi) && e->stats.flush_ns > pl->last_ns)
+		pl->last_ns = e->stats.flush_ns;
+	if (!gpu_cupti_abi_known(e->abi) && !pl->gpu.cupti_abi_bad)
+		fprintf(pl->o.err,
+			"tokenscope: pid %u runs a libtokenscope_cupti.so of ABI version %u; this "
+			"tokenscope reads version %u: no device times from it\n",
+			e->hdr.pid, e->abi, TS_CUPTI_ABI);
+	gpu_add_runs(&pl->gpu, e);
+	pl_release(pl, false);
+}
+
 int pipeline_feed(struct pipeline *pl, const void *rec, size_t len)
 {
 	const struct ts_event_hdr *h = rec;
@@ -412,29 +448,11 @@ int pipeline_feed(struct pipeline *pl, const void *rec, size_t len)
 		else
 			conn_on_close(&pl->conns, rec);
 		return 0;
-	case TS_EV_PROC_FORK: {
-		const struct ts_proc_event *e = rec;
-		const struct pipeline_proc *parent;
-		struct workload wl = { 0 };
-		uint32_t root = 0;
-
-		if (len != sizeof(*e))
+	case TS_EV_PROC_FORK:
+		if (len != sizeof(struct ts_proc_event))
 			goto bad;
-		/* Copied out before the child's entry is added: that may move the list. */
-		parent = live_proc(pl, e->ppid);
-		if (parent) {
-			wl = parent->wl;
-			root = parent->root ? parent->root : parent->pid;
-		}
-		if (!pipeline_add_process(pl, e->hdr.pid, false)) {
-			pipeline_label_process(pl, e->hdr.pid, &wl);
-			pipeline_process_root(pl, e->hdr.pid, root);
-		}
-		if (pl->o.verbose)
-			fprintf(pl->o.err, "tokenscope: following process %u (child of %u)\n",
-				e->hdr.pid, e->ppid);
+		pl_proc_fork(pl, rec);
 		return 0;
-	}
 	case TS_EV_PROC_EXIT:
 		if (len != sizeof(struct ts_proc_event))
 			goto bad;
@@ -462,27 +480,16 @@ int pipeline_feed(struct pipeline *pl, const void *rec, size_t len)
 		pl_release(pl, false);
 		return 0;
 	}
-	case TS_EV_DEV_RUNS: {
-		const struct ts_dev_runs_event *e = rec;
-
+	case TS_EV_DEV_RUNS:
 		/* A recording made by a tokenscope of ABI version 1 holds smaller records: made
 		 * whole (and counted as another version's unless they are version 1's). */
 		if (len == TS_DEV_RUNS_V1_BYTES)
 			return pl_dev_runs_v1(pl, rec);
-		if (len != sizeof(*e) || e->n > TS_RUNS_PER_PROBE)
+		if (len != sizeof(struct ts_dev_runs_event) ||
+		    ((const struct ts_dev_runs_event *)rec)->n > TS_RUNS_PER_PROBE)
 			goto bad;
-		if (gpu_cupti_abi_known(e->abi) && e->stats.flush_ns > pl->last_ns)
-			pl->last_ns = e->stats.flush_ns;
-		if (!gpu_cupti_abi_known(e->abi) && !pl->gpu.cupti_abi_bad)
-			fprintf(
-			    pl->o.err,
-			    "tokenscope: pid %u runs a libtokenscope_cupti.so of ABI version %u; "
-			    "this tokenscope reads version %u: no device times from it\n",
-			    e->hdr.pid, e->abi, TS_CUPTI_ABI);
-		gpu_add_runs(&pl->gpu, e);
-		pl_release(pl, false);
+		pl_dev_runs(pl, rec);
 		return 0;
-	}
 	}
 bad:
 	pl->bad_records++;
