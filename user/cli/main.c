@@ -429,6 +429,69 @@ struct tracer_cli {
 	struct session_opts s;
 };
 
+/* A positional argument of trace, record, top or run: run's command (the rest of the line is
+ * its), or the interval and the count. */
+static void trace_positional(struct trace_opts *o, char *arg, struct argp_state *state)
+{
+	static int positional;
+	unsigned long v;
+
+	if (running) {
+		/* The command and its arguments: nothing after it is tokenscope's. */
+		run_argv = &state->argv[state->next - 1];
+		state->next = state->argc;
+		return;
+	}
+	if (live_view)
+		argp_error(state,
+			   "unexpected argument '%s': top redraws every second "
+			   "(an interval [count] is for trace and record)",
+			   arg);
+	if (positional == 0) {
+		if (parse_double(arg, &o->interval_s) || o->interval_s == 0)
+			argp_error(state, "invalid interval '%s' (seconds, > 0)", arg);
+	} else if (positional == 1) {
+		if (parse_ulong(arg, LONG_MAX, &v) || v == 0)
+			argp_error(state, "invalid count '%s'", arg);
+		o->count = v;
+	} else {
+		argp_error(state, "unexpected argument '%s'", arg);
+	}
+	positional++;
+}
+
+/* The end of the command line of trace, record, top or run: what needs another option. */
+static void trace_end(struct trace_opts *o, struct session_opts *so, struct argp_state *state)
+{
+	if (running) {
+		if (!run_argv)
+			argp_error(state, "no command given: tokenscope run [OPTION...] -- "
+					  "CMD [ARG...]");
+		if (o->npids || o->all)
+			argp_error(state, "run traces the command it starts: -p and --all "
+					  "are for trace");
+	} else if (!o->npids && !o->all) {
+		argp_error(state, "no process given: use -p PID or --all");
+	}
+	if (o->no_traffic && !o->all)
+		argp_error(state, "--no-traffic is for --all");
+	shared_check(state, &so->ex);
+	if (so->ex.no_pod_labels && !so->ex.listen)
+		argp_error(state, "--no-pod-labels is for the metrics of --listen");
+	if (so->by_process && !live_view && !so->ex.listen)
+		argp_error(state, "--by-process labels the metrics of --listen (or splits "
+				  "the rows of tokenscope top): give --listen");
+	so->ex.by_process = so->by_process;
+	so->ex.json = so->json;
+	so->verbose = o->verbose;
+	so->gpu_calls = o->gpu_calls;
+	if (recording != !!o->record_path)
+		argp_error(state,
+			   recording ? "record needs -o FILE" : "-o is for tokenscope record");
+	if (so->tokens && !so->json)
+		argp_error(state, "--tokens needs --json");
+}
+
 static error_t trace_parse(int key, char *arg, struct argp_state *state)
 {
 	struct tracer_cli *c = state->input;
@@ -436,7 +499,6 @@ static error_t trace_parse(int key, char *arg, struct argp_state *state)
 	struct session_opts *so = &c->s;
 	const struct shown sh = { &so->json, &so->tokens, &so->gpu_steps, &o->verbose,
 				  &so->all_requests };
-	static int positional;
 	unsigned long v;
 
 	if (parse_shared(key, arg, state, &sh, &so->ex))
@@ -521,57 +583,10 @@ static error_t trace_parse(int key, char *arg, struct argp_state *state)
 		o->container_state[o->ncontainer_state++] = arg;
 		break;
 	case ARGP_KEY_ARG:
-		if (running) {
-			/* The command and its arguments: nothing after it is tokenscope's. */
-			run_argv = &state->argv[state->next - 1];
-			state->next = state->argc;
-			break;
-		}
-		if (live_view)
-			argp_error(state,
-				   "unexpected argument '%s': top redraws every second "
-				   "(an interval [count] is for trace and record)",
-				   arg);
-		if (positional == 0) {
-			if (parse_double(arg, &o->interval_s) || o->interval_s == 0)
-				argp_error(state, "invalid interval '%s' (seconds, > 0)", arg);
-		} else if (positional == 1) {
-			if (parse_ulong(arg, LONG_MAX, &v) || v == 0)
-				argp_error(state, "invalid count '%s'", arg);
-			o->count = v;
-		} else {
-			argp_error(state, "unexpected argument '%s'", arg);
-		}
-		positional++;
+		trace_positional(o, arg, state);
 		break;
 	case ARGP_KEY_END:
-		if (running) {
-			if (!run_argv)
-				argp_error(state, "no command given: tokenscope run [OPTION...] -- "
-						  "CMD [ARG...]");
-			if (o->npids || o->all)
-				argp_error(state, "run traces the command it starts: -p and --all "
-						  "are for trace");
-		} else if (!o->npids && !o->all) {
-			argp_error(state, "no process given: use -p PID or --all");
-		}
-		if (o->no_traffic && !o->all)
-			argp_error(state, "--no-traffic is for --all");
-		shared_check(state, &so->ex);
-		if (so->ex.no_pod_labels && !so->ex.listen)
-			argp_error(state, "--no-pod-labels is for the metrics of --listen");
-		if (so->by_process && !live_view && !so->ex.listen)
-			argp_error(state, "--by-process labels the metrics of --listen (or splits "
-					  "the rows of tokenscope top): give --listen");
-		so->ex.by_process = so->by_process;
-		so->ex.json = so->json;
-		so->verbose = o->verbose;
-		so->gpu_calls = o->gpu_calls;
-		if (recording != !!o->record_path)
-			argp_error(state, recording ? "record needs -o FILE"
-						    : "-o is for tokenscope record");
-		if (so->tokens && !so->json)
-			argp_error(state, "--tokens needs --json");
+		trace_end(o, so, state);
 		break;
 	default:
 		return ARGP_ERR_UNKNOWN;
