@@ -49,7 +49,7 @@ struct tracer {
 	struct kernel *k;
 	/* where the processes being followed now run (their root's workload) */
 	const struct workload *label;
-	uint32_t root; /* and the root they descend from */
+	uint32_t root;		    /* and the root they descend from */
 	struct container_dirs dirs; /* where containers' bundles are looked for */
 	struct pipeline *pl;
 	struct uprobes cuda;
@@ -152,10 +152,11 @@ static void late_note(const struct kernel *k)
 			"%.3f ms): a stream may show a gap there\n",
 			(unsigned long long)late, late == 1 ? "" : "s", (double)max_ns / 1e6);
 	if (busy)
-		fprintf(stderr,
-			"tokenscope: %llu drain%s found a CPU busy inside its batch at every try: its "
-			"records came a drain later\n",
-			(unsigned long long)busy, busy == 1 ? "" : "s");
+		fprintf(
+		    stderr,
+		    "tokenscope: %llu drain%s found a CPU busy inside its batch at every try: its "
+		    "records came a drain later\n",
+		    (unsigned long long)busy, busy == 1 ? "" : "s");
 }
 
 /* What tracing costs now, for the sinks. */
@@ -406,8 +407,7 @@ static int trace_follow(struct tracer *tr, uint32_t pid, bool root)
  * replay then counts it for that server), or 0 for a root. */
 static void record_followed(struct tracer *tr, uint32_t pid, uint32_t root)
 {
-	struct ts_proc_event e = { .hdr = { TS_EV_PROC_FORK, sizeof(e), pid, pid },
-				   .ppid = root };
+	struct ts_proc_event e = { .hdr = { TS_EV_PROC_FORK, sizeof(e), pid, pid }, .ppid = root };
 
 	if (!tr->recording || tr->rec_err)
 		return;
@@ -955,81 +955,30 @@ static bool detach_all(struct tracer *tr, volatile sig_atomic_t *exiting)
 	return true;
 }
 
-int trace_run(const struct trace_opts *o, struct pipeline *pl, const struct trace_hooks *h,
-	      volatile sig_atomic_t *exiting)
+/* record: the recording's file opened, its header written (what was asked of this run). */
+static int trace_record_open(struct tracer *tr, const struct trace_opts *o)
 {
-	struct tracer tr = { .verbose = o->verbose, .pl = pl, .cost = { .stats_fd = -1 } };
-	bool seccomp;
-	struct discover_set seen;
-	struct loop loop;
-	int err, nprocs = 0, ncpus;
+	struct record_meta m;
+	int err;
 
-	/* Before any thread: tracefs may have to be mounted in a namespace of our own. */
-	err = tracefs_init();
-	if (err && o->verbose)
-		fprintf(stderr,
-			"tokenscope: tracefs is not usable (%s): CUDA and TLS probes are attached "
-			"per process, and a child forked after attach is hooked when its fork is "
-			"read, not from its first instruction\n",
-			strerror(-err));
-	err = trace_check(o);
-	if (err)
-		return err;
-	container_dirs_init(&tr.dirs, o->container_state, (size_t)o->ncontainer_state);
-	kernel_log_verbose(o->verbose);
-	tr.caps = self_caps(&seccomp);
-	ncpus = kernel_ncpus();
-	if (ncpus <= 0)
-		return ncpus ? ncpus : -EINVAL;
-	discover_set_init(&seen);
-	pipeline_keep_running(tr.pl, o->all);
-	tr.seen = o->all ? &seen : NULL;
-	pipeline_on_exit(tr.pl, process_gone, &tr);
-	if (o->record_path) {
-		struct record_meta m;
-
-		record_meta_fill(&m, TOKENSCOPE_VERSION);
-		m.capture_bytes = o->capture_bytes;
-		for (int i = 0; i < o->npids && i < (int)(sizeof(m.roots) / sizeof(m.roots[0]));
-		     i++)
-			m.roots[m.nroots++] = o->pids[i];
-		err = record_open(&tr.rec, o->record_path, &m);
-		if (err) {
-			fprintf(stderr, "tokenscope: cannot write %s: %s\n", o->record_path,
-				record_open_why(err));
-			goto out;
-		}
-		tr.recording = true;
-		fprintf(stderr, "tokenscope: recording the event stream to %s\n", o->record_path);
-	}
-	err = trace_load(&tr, o);
-	if (err)
-		goto out;
-
-	/* Attached first, followed second: a fork after a parent is in the map is caught by the
-	 * fork tracepoint, and one before it by the /proc walk. */
-	for (int i = 0; i < o->npids; i++) {
-		struct workload wl;
-
-		err = trace_follow(&tr, o->pids[i], true);
-		if (err) {
-			fprintf(stderr, "tokenscope: cannot follow PID %u: %s\n", o->pids[i],
-				strerror(-err));
-			goto out;
-		}
-		nprocs++;
-		err = follow_tree(&tr, o->pids[i], &wl);
-		if (err > 0)
-			nprocs += err;
-	}
-	if (o->all)
-		nprocs += discover_follow(&tr, &seen);
-	err = kernel_ring_open(tr.k, on_record, &tr);
+	record_meta_fill(&m, TOKENSCOPE_VERSION);
+	m.capture_bytes = o->capture_bytes;
+	for (int i = 0; i < o->npids && i < (int)(sizeof(m.roots) / sizeof(m.roots[0])); i++)
+		m.roots[m.nroots++] = o->pids[i];
+	err = record_open(&tr->rec, o->record_path, &m);
 	if (err) {
-		fprintf(stderr, "tokenscope: cannot map the ring buffer: %s\n", strerror(-err));
-		goto out;
+		fprintf(stderr, "tokenscope: cannot write %s: %s\n", o->record_path,
+			record_open_why(err));
+		return err;
 	}
+	tr->recording = true;
+	fprintf(stderr, "tokenscope: recording the event stream to %s\n", o->record_path);
+	return 0;
+}
 
+/* The line that says what is traced. */
+static void say_attached(const struct trace_opts *o, int nprocs)
+{
 	fprintf(stderr, "tokenscope: attached to %d process%s", nprocs, nprocs == 1 ? "" : "es");
 	for (int i = 0; i < o->npids; i++) {
 		char comm[PROC_COMM_TEXT];
@@ -1044,17 +993,139 @@ int trace_run(const struct trace_opts *o, struct pipeline *pl, const struct trac
 		fprintf(stderr, "%s)", nprocs > o->npids ? " and descendants" : "");
 	fprintf(stderr, "%s; Ctrl-C to stop\n",
 		o->all ? ", watching for inference servers (--all)" : "");
+}
+
+/* At the end: what the hooks missed, or held processes for. */
+static void say_hooks(const struct tracer *tr)
+{
+	if (tr->cuda.late_hooks)
+		fprintf(stderr,
+			"tokenscope: hooked late: %d (process, library) pair%s found by the "
+			"once-a-second scan, not when mapped: first calls possibly missed\n",
+			tr->cuda.late_hooks, tr->cuda.late_hooks == 1 ? "" : "s");
+	if (tr->hold.held)
+		fprintf(
+		    stderr,
+		    "tokenscope: %llu process%s held at a library mapping until hooked, %.3f ms "
+		    "at most (%.3f ms on average): no call into it missed\n",
+		    (unsigned long long)tr->hold.held, tr->hold.held == 1 ? "" : "es",
+		    (double)tr->hold.max_ns / 1e6,
+		    (double)tr->hold.total_ns / 1e6 / (double)tr->hold.held);
+	if (tr->hold.expired)
+		fprintf(stderr,
+			"tokenscope: %llu process%s held at a library mapping went on before "
+			"tokenscope hooked it (its watchdog lets none wait past a second): calls "
+			"in that time not seen\n",
+			(unsigned long long)tr->hold.expired, tr->hold.expired == 1 ? "" : "es");
+	if (tr->cuda.map_hooks)
+		fprintf(
+		    stderr,
+		    "tokenscope: %d (process, library) pair%s hooked from the mapping's record, "
+		    "at most %.3f ms after the mapping: calls in that time not seen\n",
+		    tr->cuda.map_hooks, tr->cuda.map_hooks == 1 ? "" : "s",
+		    (double)tr->cuda.map_window_max_ns / 1e6);
+}
+
+/* The processes named with -p, their descendants, and --all's servers followed; the count,
+ * or an error (said). */
+static int follow_all(struct tracer *tr, const struct trace_opts *o, struct discover_set *seen)
+{
+	int err, nprocs = 0;
+
+	/* Attached first, followed second: a fork after a parent is in the map is caught by the
+	 * fork tracepoint, and one before it by the /proc walk. */
+	for (int i = 0; i < o->npids; i++) {
+		struct workload wl;
+
+		err = trace_follow(tr, o->pids[i], true);
+		if (err) {
+			fprintf(stderr, "tokenscope: cannot follow PID %u: %s\n", o->pids[i],
+				strerror(-err));
+			return err;
+		}
+		nprocs++;
+		err = follow_tree(tr, o->pids[i], &wl);
+		if (err > 0)
+			nprocs += err;
+	}
+	if (o->all)
+		nprocs += discover_follow(tr, seen);
+	return nprocs;
+}
+
+/* The CUDA libraries of the traced processes hooked, or why none is said. */
+static void cuda_setup(struct tracer *tr, const struct trace_opts *o)
+{
+	uprobes_init(&tr->cuda, tr->k, o->verbose);
+	tr->cuda.held_mappings = tr->hold.watchdog && !kernel_exec_map_err(tr->k);
+	tr->cuda.kernels = o->gpu_calls;
+	tr->cuda.device = o->device_times;
+	cuda_scan_all(tr, false);
+	if (!uprobes_hooked_files(&tr->cuda, "CUDA") && !cuda_explain(tr))
+		fprintf(stderr, "tokenscope: no CUDA library in the traced processes; GPU steps "
+				"will be traced if one is loaded later\n");
+}
+
+/* tracefs for the uprobe events every traced process shares; without it (said with -v), the
+ * probes are attached per process. */
+static void tracefs_setup(bool verbose)
+{
+	int err = tracefs_init();
+
+	if (err && verbose)
+		fprintf(stderr,
+			"tokenscope: tracefs is not usable (%s): CUDA and TLS probes are attached "
+			"per process, and a child forked after attach is hooked when its fork is "
+			"read, not from its first instruction\n",
+			strerror(-err));
+}
+
+int trace_run(const struct trace_opts *o, struct pipeline *pl, const struct trace_hooks *h,
+	      volatile sig_atomic_t *exiting)
+{
+	struct tracer tr = { .verbose = o->verbose, .pl = pl, .cost = { .stats_fd = -1 } };
+	bool seccomp;
+	struct discover_set seen;
+	struct loop loop;
+	int err, nprocs = 0, ncpus;
+
+	/* Before any thread: tracefs may have to be mounted in a namespace of our own. */
+	tracefs_setup(o->verbose);
+	err = trace_check(o);
+	if (err)
+		return err;
+	container_dirs_init(&tr.dirs, o->container_state, (size_t)o->ncontainer_state);
+	kernel_log_verbose(o->verbose);
+	tr.caps = self_caps(&seccomp);
+	ncpus = kernel_ncpus();
+	if (ncpus <= 0)
+		return ncpus ? ncpus : -EINVAL;
+	discover_set_init(&seen);
+	pipeline_keep_running(tr.pl, o->all);
+	tr.seen = o->all ? &seen : NULL;
+	pipeline_on_exit(tr.pl, process_gone, &tr);
+	if (o->record_path && (err = trace_record_open(&tr, o)))
+		goto out;
+	err = trace_load(&tr, o);
+	if (err)
+		goto out;
+
+	nprocs = follow_all(&tr, o, &seen);
+	if (nprocs < 0) {
+		err = nprocs;
+		goto out;
+	}
+	err = kernel_ring_open(tr.k, on_record, &tr);
+	if (err) {
+		fprintf(stderr, "tokenscope: cannot map the ring buffer: %s\n", strerror(-err));
+		goto out;
+	}
+
+	say_attached(o, nprocs);
 	/* The owner's start (the live view's screen), after the attach line it must not hide. */
 	if (h->begin && (err = h->begin(h->ctx)))
 		goto out;
-	uprobes_init(&tr.cuda, tr.k, o->verbose);
-	tr.cuda.held_mappings = tr.hold.watchdog && !kernel_exec_map_err(tr.k);
-	tr.cuda.kernels = o->gpu_calls;
-	tr.cuda.device = o->device_times;
-	cuda_scan_all(&tr, false);
-	if (!uprobes_hooked_files(&tr.cuda, "CUDA") && !cuda_explain(&tr))
-		fprintf(stderr, "tokenscope: no CUDA library in the traced processes; GPU steps "
-				"will be traced if one is loaded later\n");
+	cuda_setup(&tr, o);
 
 	/* run: every program is attached and the child followed; it may exec its command. */
 	if (o->attached && (err = o->attached(o->attached_ctx)))
@@ -1062,10 +1133,11 @@ int trace_run(const struct trace_opts *o, struct pipeline *pl, const struct trac
 
 	err = cost_start(&tr.cost, o->self_stats);
 	if (err)
-		fprintf(stderr,
-			"tokenscope: --self-stats: cannot turn the kernel's BPF statistics on (%s): "
-			"BPF time is not measured\n",
-			strerror(-err));
+		fprintf(
+		    stderr,
+		    "tokenscope: --self-stats: cannot turn the kernel's BPF statistics on (%s): "
+		    "BPF time is not measured\n",
+		    strerror(-err));
 	err = 0;
 	sample_cost(&tr);
 	loop = (struct loop){ .tr = &tr, .o = o, .seen = &seen, .h = h, .start = mono_s() };
@@ -1074,32 +1146,7 @@ int trace_run(const struct trace_opts *o, struct pipeline *pl, const struct trac
 	hold_stop(&tr.hold, hook_held, &tr);
 	read_kstats(&tr);
 	late_note(tr.k);
-	if (tr.cuda.late_hooks)
-		fprintf(stderr,
-			"tokenscope: hooked late: %d (process, library) pair%s found by the "
-			"once-a-second scan, not when mapped: first calls possibly missed\n",
-			tr.cuda.late_hooks, tr.cuda.late_hooks == 1 ? "" : "s");
-	if (tr.hold.held)
-		fprintf(
-		    stderr,
-		    "tokenscope: %llu process%s held at a library mapping until hooked, %.3f ms "
-		    "at most (%.3f ms on average): no call into it missed\n",
-		    (unsigned long long)tr.hold.held, tr.hold.held == 1 ? "" : "es",
-		    (double)tr.hold.max_ns / 1e6,
-		    (double)tr.hold.total_ns / 1e6 / (double)tr.hold.held);
-	if (tr.hold.expired)
-		fprintf(stderr,
-			"tokenscope: %llu process%s held at a library mapping went on before "
-			"tokenscope hooked it (its watchdog lets none wait past a second): calls "
-			"in that time not seen\n",
-			(unsigned long long)tr.hold.expired, tr.hold.expired == 1 ? "" : "es");
-	if (tr.cuda.map_hooks)
-		fprintf(
-		    stderr,
-		    "tokenscope: %d (process, library) pair%s hooked from the mapping's record, "
-		    "at most %.3f ms after the mapping: calls in that time not seen\n",
-		    tr.cuda.map_hooks, tr.cuda.map_hooks == 1 ? "" : "s",
-		    (double)tr.cuda.map_window_max_ns / 1e6);
+	say_hooks(&tr);
 	if (tr.recording && !tr.rec_err)
 		record_write_kstats(&tr.rec, pipeline_kstats_now(tr.pl));
 	sample_cost(&tr);
