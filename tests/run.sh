@@ -52,6 +52,8 @@ for t in $TESTS; do
 		run docs-layout-self /usr/bin/python3 tests/docs/check_layout.py --self-test
 		run includes /usr/bin/python3 tests/docs/check_includes.py
 		run includes-self /usr/bin/python3 tests/docs/check_includes.py --self-test
+		run functions /usr/bin/python3 tests/docs/check_functions.py
+		run functions-self /usr/bin/python3 tests/docs/check_functions.py --self-test
 		run pipes /usr/bin/python3 tests/docs/check_pipes.py
 		;;
 	unit)
