@@ -44,8 +44,14 @@ void stall_token(struct stall_table *t, const struct gpu_timeline *g, struct req
 
 		if (request_track(r)->first_slot)
 			return; /* its record was overwritten within its first write: let go */
-		if (!t->v && !(t->v = calloc(STALL_FIRSTS, sizeof(*t->v))))
-			return;
+		/* Written whole at once (each prompt unknown): the memory is resident from the
+		 * first request on, not grown into as requests come. */
+		if (!t->v) {
+			if (!(t->v = malloc(STALL_FIRSTS * sizeof(*t->v))))
+				return;
+			for (uint32_t i = 0; i < STALL_FIRSTS; i++)
+				t->v[i] = (struct stall_first){ .who.prompt_tokens = -1 };
+		}
 		if (t->n == STALL_FIRSTS) {
 			at = t->head;
 			t->head = (t->head + 1) % STALL_FIRSTS;

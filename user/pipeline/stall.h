@@ -25,7 +25,7 @@
 #include "pipeline/request.h"
 
 /* First tokens remembered for naming the requests a stall is blamed on. */
-#define STALL_FIRSTS 4096
+#define STALL_FIRSTS 2048
 /* The default threshold: this many times the request's median gap, at least STALL_MIN_NS. */
 #define STALL_ITL_FACTOR 3
 #define STALL_MIN_NS 50000000ull
