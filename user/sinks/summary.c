@@ -3,6 +3,7 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "lib/escape.h"
 #include "lib/jsonw.h"
 #include "pipeline/step.h"
 #include "sinks/summary.h"
@@ -739,16 +740,18 @@ static bool slo_metric_used(const struct slo_counts *c, int metric)
 static void slo_print_split(const struct slo_tally *t, const char *by, const char *none,
 			    double window_s, FILE *f)
 {
-	char share[64];
+	char share[64], name[ESCAPE_COL_BYTES(24)];
 
 	fprintf(f, "        by %s:\n", by);
 	for (uint32_t i = 0; i < t->nmodels; i++) {
 		const struct slo_counts *mc = &t->model[i].c;
 
 		slo_share(share, sizeof(share), mc, SLO_METRICS);
-		fprintf(f, "          %-24.24s all %s, goodput %.2f requests/s\n",
-			t->model[i].model[0] ? t->model[i].model : none, share,
-			ratio(mc->good_requests, window_s));
+		/* 24 cells, cut at a character (a byte count would cut one in two) */
+		fprintf(f, "          %s all %s, goodput %.2f requests/s\n",
+			escape_text_col(name, sizeof(name),
+					t->model[i].model[0] ? t->model[i].model : none, 24, true),
+			share, ratio(mc->good_requests, window_s));
 	}
 }
 
