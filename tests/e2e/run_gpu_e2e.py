@@ -70,6 +70,18 @@ def listen_port(text):
     return int(text.split("listening on ")[1].split(":")[1].split()[0])
 
 
+def requests_by_port(ts):
+    """tokenscope's request lines of ts by their client's port, each port's in arrival order
+    (the client's seq on that connection)."""
+    by_port = {}
+    for t in ts:
+        if "conn" in t:
+            by_port.setdefault(peer_port(t["conn"]), []).append(t)
+    for v in by_port.values():
+        v.sort(key=lambda t: t["arrival_ns"])
+    return by_port
+
+
 def held_problems(ts_err):
     """An engine that maps its runtime after attach, from a file no traced process mapped
     before, is held at the mapping until hooked (docs/gpu.md): tokenscope says so, and that no
@@ -182,11 +194,7 @@ def compare_preemptions(truth, ts, client):
             # logged after the recompute, whose own token after_tokens counts: the tokens
             # recomputed are those before it
             w[2] += p["after_tokens"] - 1
-    by_port = {}
-    for t in (t for t in ts if "conn" in t):
-        by_port.setdefault(peer_port(t["conn"]), []).append(t)
-    for v in by_port.values():
-        v.sort(key=lambda t: t["arrival_ns"])
+    by_port = requests_by_port(ts)
     seen = 0
     for c in client:
         lst = by_port.get(c["port"], [])
@@ -229,11 +237,7 @@ def compare_none_preempted(truth, ts, client):
         problems.append(f"{len(treq_ts)} requests from tokenscope, {len(client)} from the client")
     if not tsteps or len(tsteps) < len(steps) // 2:
         problems.append(f"{len(tsteps)} tokenscope steps for {len(steps)} of the engine's")
-    by_port = {}
-    for t in treq_ts:
-        by_port.setdefault(peer_port(t["conn"]), []).append(t)
-    for v in by_port.values():
-        v.sort(key=lambda t: t["arrival_ns"])
+    by_port = requests_by_port(ts)
     for c in client:
         lst = by_port.get(c["port"], [])
         if c["seq"] >= len(lst):
@@ -309,11 +313,7 @@ def compare(truth, ts, client):
                         f"traced window")
 
     # Requests: match by client port and order on the connection.
-    by_port = {}
-    for t in treq_ts:
-        by_port.setdefault(peer_port(t["conn"]), []).append(t)
-    for v in by_port.values():
-        v.sort(key=lambda t: t["arrival_ns"])
+    by_port = requests_by_port(ts)
     step_by_id = {s["step"]: s for s in steps}
     for c in client:
         lst = by_port.get(c["port"], [])
@@ -367,12 +367,7 @@ def e2s_problems(truth, ts, client):
     problems, timing = [], []
     steps = [t for t in truth if "step" in t]
     treqs = {(t["port"], t["seq"]): t for t in truth if "request" in t}
-    by_port = {}
-    for t in ts:
-        if "conn" in t:
-            by_port.setdefault(peer_port(t["conn"]), []).append(t)
-    for v in by_port.values():
-        v.sort(key=lambda t: t["arrival_ns"])
+    by_port = requests_by_port(ts)
     checked = 0
     for c in client:
         tr = treqs.get((c["port"], c["seq"]))
@@ -409,7 +404,6 @@ def compare_batches(truth, ts, client):
     problems, timing = compare(truth, ts, client)
     steps = [t for t in truth if "step" in t]
     tsteps = [t["gpu_step"] for t in ts if "gpu_step" in t]
-    treq_ts = [t for t in ts if "conn" in t]
     sizes, matched, work = {}, 0, 0
     for t in tsteps:
         m = [s for s in steps if abs(t["start_ns"] - s["start_ns"]) <= TOL_NS
@@ -433,11 +427,7 @@ def compare_batches(truth, ts, client):
             for rid in s["requests"]:
                 rode.setdefault(rid, []).append(len(s["requests"]))
     treqs = {(t["port"], t["seq"]): t for t in truth if "request" in t}
-    by_port = {}
-    for t in treq_ts:
-        by_port.setdefault(peer_port(t["conn"]), []).append(t)
-    for v in by_port.values():
-        v.sort(key=lambda t: t["arrival_ns"])
+    by_port = requests_by_port(ts)
     rmatched = 0
     for c in client:
         lst, tr = by_port.get(c["port"], []), treqs.get((c["port"], c["seq"]))
@@ -475,12 +465,7 @@ def stall_problems(truth, ts, client):
     steps = [t for t in truth if "step" in t]
     treqs = {(t["port"], t["seq"]): t for t in truth if "request" in t}
     who = {t["request"]: (t["port"], t["seq"]) for t in truth if "request" in t}
-    by_port = {}
-    for t in ts:
-        if "conn" in t:
-            by_port.setdefault(peer_port(t["conn"]), []).append(t)
-    for v in by_port.values():
-        v.sort(key=lambda t: t["arrival_ns"])
+    by_port = requests_by_port(ts)
     stalled = named = 0
     for c in client:
         tr = treqs.get((c["port"], c["seq"]))

@@ -62,9 +62,12 @@ static void stalls(struct world *w, struct request *r, struct gpu_attribution *a
 
 	while (gpu_next_ready(&w->g, 0, 0, true, &out))
 		;
+	struct request_metrics m;
+
+	request_metrics(r, &m);
 	gpu_attribute(&w->g, r, batch_prefill_step(&w->g, r), a);
 	batch_attribute(&w->g, r, a);
-	stall_attribute(&w->t, &w->g, r, a);
+	stall_attribute(&w->t, &w->g, r, &m, a);
 }
 
 /* r and o decode in 10 ms steps; n arrives and its 200 ms prefill runs alone between two of

@@ -65,6 +65,13 @@ void hist_merge(struct hist *dst, const struct hist *src)
 		dst->buckets[i] += src->buckets[i];
 }
 
+int u64_cmp(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
 uint64_t quantile_rank(double q, uint64_t n)
 {
 	uint64_t rank = (uint64_t)(q * n);

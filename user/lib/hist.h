@@ -24,6 +24,8 @@ struct hist {
 /* The nearest rank of quantile q among n samples, from 1: the smallest rank with at least q of
  * them at or below it (at least 1). Every percentile of the project is taken at this rank. */
 uint64_t quantile_rank(double q, uint64_t n);
+/* The ascending order of uint64_t values, for qsort: what the quantile rule reads. */
+int u64_cmp(const void *a, const void *b);
 
 void hist_reset(struct hist *h);
 void hist_add(struct hist *h, uint64_t v);

@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lib/hist.h"
 #include "pipeline/batch.h"
 #include "pipeline/request_track.h"
 
@@ -259,13 +260,6 @@ const struct gpu_step *batch_prefill_step(const struct gpu_timeline *g, const st
 	return b && b->n && !b->v[0].token ? gpu_step_by_id(g, b->v[0].step) : NULL;
 }
 
-static int by_u64(const void *x, const void *y)
-{
-	uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
-
-	return (a > b) - (a < b);
-}
-
 /* Each token's time from its step's end to its write, over the rides whose step is known. */
 static void batch_engine_to_socket(const struct request *r, struct gpu_attribution *a)
 {
@@ -284,7 +278,7 @@ static void batch_engine_to_socket(const struct request *r, struct gpu_attributi
 			a->e2s[a->ne2s++] =
 			    r->token_ns[i] > ride->end_ns ? r->token_ns[i] - ride->end_ns : 0;
 	}
-	qsort(a->e2s, a->ne2s, sizeof(*a->e2s), by_u64);
+	qsort(a->e2s, a->ne2s, sizeof(*a->e2s), u64_cmp);
 }
 
 void batch_attribute(const struct gpu_timeline *g, const struct request *r,

@@ -70,7 +70,7 @@ static void pl_request_out(struct pipeline *pl, struct request *r)
 	gpu_attribute(&pl->gpu, r, batch_prefill_step(&pl->gpu, r), &ga);
 	batch_attribute(&pl->gpu, r, &ga);
 	stall_request_done(&pl->stalls, r);
-	stall_attribute(&pl->stalls, &pl->gpu, r, &ga);
+	stall_attribute(&pl->stalls, &pl->gpu, r, &m, &ga);
 	if (!other)
 		m.cache_guess = prefix_guess(&pl->prefix, r, &m, &ga);
 	for (int i = 0; i < pl->nsinks; i++) {

@@ -136,13 +136,6 @@ static void request_chunk_tokens(struct request *r, const struct frame_info *fi)
 	n[r->nchunk_tokens++] = (uint32_t)(fi->completion_tokens - prev);
 }
 
-static int u64_cmp(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return x < y ? -1 : x > y;
-}
-
 static int u32_cmp(const void *a, const void *b)
 {
 	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
@@ -238,8 +231,8 @@ void request_metrics(const struct request *r, struct request_metrics *m)
 	m->client_gone_ns = m->went_on_ns = -1;
 	if (request_abandoned(r) && r->gone_ns >= r->arrival_ns && !r->joined) {
 		m->client_gone_ns = (int64_t)(r->gone_ns - r->arrival_ns);
-		m->went_on_ns = r->gone_last_write_ns ? (int64_t)(r->gone_last_write_ns - r->gone_ns)
-						      : 0;
+		m->went_on_ns =
+		    r->gone_last_write_ns ? (int64_t)(r->gone_last_write_ns - r->gone_ns) : 0;
 	}
 	m->upstream_ttft_ns = m->proxy_ttft_ns = -1;
 	if (!r->client && r->peer.set && r->peer.first_token_ns &&

@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lib/hist.h"
 #include "pipeline/batch.h"
 #include "pipeline/request_track.h"
 #include "pipeline/stall.h"
@@ -83,19 +84,12 @@ void stall_request_done(struct stall_table *t, const struct request *r)
 		e->who.prompt_tokens = r->prompt_tokens;
 }
 
-static int by_u64(const void *x, const void *y)
-{
-	uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
-
-	return (a > b) - (a < b);
-}
-
 /* The lower median of n values (sorted in place); 0 when none. */
 static uint64_t median(uint64_t *v, uint32_t n)
 {
 	if (!n)
 		return 0;
-	qsort(v, n, sizeof(*v), by_u64);
+	qsort(v, n, sizeof(*v), u64_cmp);
 	return v[(n - 1) / 2];
 }
 
@@ -142,11 +136,9 @@ static void stall_by_overlap(const struct stall_table *t, const struct request *
 		if (o > most)
 			most = o;
 	}
-	st->likely = true;
+	st->likely = most != 0;
 	st->cause = most ? STALL_PREFILL : STALL_UNKNOWN;
 	st->cause_ns = most ? most : b - a;
-	if (!most)
-		st->likely = false;
 }
 
 /* The requests prefilled by the prefill or mixed steps ids[0..n): those whose first token came
@@ -230,28 +222,33 @@ static void stall_by_steps(const struct stall_table *t, const struct gpu_timelin
 }
 
 void stall_attribute(const struct stall_table *t, const struct gpu_timeline *g,
-		     const struct request *r, struct gpu_attribution *a)
+		     const struct request *r, const struct request_metrics *m,
+		     struct gpu_attribution *a)
 {
 	struct stall_report *rep;
 	uint64_t *v, step_typ = 0, e2s_typ = 0;
-	uint32_t n = r->ntokens > 1 ? r->ntokens - 1 : 0, m = 0, ride = 0;
+	uint32_t n = r->ntokens > 1 ? r->ntokens - 1 : 0, nsteps = 0, ride = 0;
 
-	if (r->client || !n || !(v = malloc((n + a->nrides) * sizeof(*v))))
+	if (r->client || !n || !(v = malloc((a->nrides ? a->nrides : 1) * sizeof(*v))))
 		return;
 	if (!(rep = calloc(1, sizeof(*rep)))) {
 		free(v);
 		return;
 	}
-	for (uint32_t i = 0; i < n; i++)
-		v[i] = r->token_ns[i + 1] - r->token_ns[i];
-	rep->threshold_ns = t->threshold_ns ? t->threshold_ns : STALL_ITL_FACTOR * median(v, n);
-	if (!t->threshold_ns && rep->threshold_ns < STALL_MIN_NS)
-		rep->threshold_ns = STALL_MIN_NS;
+	/* Three times its median gap (request_metrics': the same nearest rank), at least
+	 * STALL_MIN_NS. */
+	rep->threshold_ns = t->threshold_ns;
+	if (!rep->threshold_ns) {
+		uint64_t p50 = m->itl_p50_ns > 0 ? (uint64_t)m->itl_p50_ns : 0;
+
+		rep->threshold_ns =
+		    STALL_ITL_FACTOR * p50 > STALL_MIN_NS ? STALL_ITL_FACTOR * p50 : STALL_MIN_NS;
+	}
 	/* The request's usual decode step and engine-to-socket time. */
 	for (uint32_t k = 0; k < a->nrides; k++)
 		if (a->rides[k].known && a->rides[k].token)
-			v[m++] = a->rides[k].end_ns - a->rides[k].start_ns;
-	step_typ = median(v, m);
+			v[nsteps++] = a->rides[k].end_ns - a->rides[k].start_ns;
+	step_typ = median(v, nsteps);
 	if (a->ne2s)
 		e2s_typ = a->e2s[(a->ne2s - 1) / 2];
 	free(v);

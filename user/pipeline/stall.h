@@ -52,8 +52,10 @@ void stall_free(struct stall_table *t);
 void stall_token(struct stall_table *t, const struct gpu_timeline *g, struct request *r);
 /* r ended: its prompt tokens, when its usage said them, go to its record. */
 void stall_request_done(struct stall_table *t, const struct request *r);
-/* r's stalls into a->stalls (after gpu_attribute and batch_attribute). */
+/* r's stalls into a->stalls (after gpu_attribute and batch_attribute); m: its metrics, whose
+ * median gap sets the default threshold. */
 void stall_attribute(const struct stall_table *t, const struct gpu_timeline *g,
-		     const struct request *r, struct gpu_attribution *a);
+		     const struct request *r, const struct request_metrics *m,
+		     struct gpu_attribution *a);
 
 #endif
