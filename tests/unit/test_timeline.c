@@ -300,7 +300,7 @@ TEST(test_overlapping_streams_and_clients)
 
 	tf_open(&f);
 	ASSERT_OK(timeline_set_origin(&f.t, ORIGIN), "origin");
-	a->h2 = b->h2 = c->h2 = true;
+	a->proto = b->proto = c->proto = PROTO_HTTP2;
 	a->stream = 1;
 	b->stream = 3;
 	c->stream = 5;

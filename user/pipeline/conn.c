@@ -62,11 +62,52 @@ struct conn {
 	bool tls, tls_plain;
 	/* Started again (conn_tls): the next record of each direction sets where it stands. */
 	bool rejoin[2];
-	/* The protocol module that follows it, once its role is decided: HTTP/1.1, or HTTP/2 (from
-	 * its preface, or after a 101 to h2c; h1 then stays for what it had left to close). */
-	struct h1conn *h1;
-	struct h2conn *h2;
+	/* The protocol module that follows it, once its role is decided (cur), and the one a 101
+	 * switched it from (prev: HTTP/1.1 after an upgrade to h2c), kept for what it had left to
+	 * close. Bytes go to cur; the connection's events to both. */
+	struct conn_proto {
+		const struct proto_ops *ops;
+		void *m;
+	} cur, prev;
 };
+
+/* The protocols a connection may start in, tried in this order on its first bytes of either
+ * direction at a syscall's start (pos: the bytes' stream offset): the first whose opener takes
+ * them follows the connection. */
+static bool h2_opens(const uint8_t *p, size_t n, uint64_t pos)
+{
+	return pos == 0 && h2_looks_like_preface(p, n);
+}
+
+static bool h1_opens(const uint8_t *p, size_t n, uint64_t pos)
+{
+	(void)pos;
+	return http_looks_like_request(p, n);
+}
+
+static const struct {
+	const struct proto_ops *ops;
+	bool (*opens)(const uint8_t *p, size_t n, uint64_t pos);
+} protocols[] = {
+	{ &h2_proto, h2_opens },
+	{ &h1_proto, h1_opens },
+};
+
+static const struct proto_ops *conn_classify(const uint8_t *p, size_t n, uint64_t pos,
+					     bool at_start)
+{
+	if (!at_start)
+		return NULL;
+	for (size_t i = 0; i < sizeof(protocols) / sizeof(protocols[0]); i++)
+		if (protocols[i].opens(p, n, pos))
+			return protocols[i].ops;
+	return NULL;
+}
+
+/* The calls the connection's events make on both its modules: the current one first. */
+#define CONN_EACH_PROTO(c, pr)                                          \
+	for (struct conn_proto *pr = &(c)->cur; pr <= &(c)->prev; pr++) \
+		if (pr->ops)
 
 /* The direction the requests travel: in to a server, out from a client. */
 static int conn_req_dir(const struct conn *c)
@@ -148,29 +189,45 @@ static void conn_become_client(struct conn *c)
 		memcpy(arrow, "->", 2);
 }
 
-/* The role and the protocol are decided: the connection is followed by HTTP/2's module (its
- * client preface came) or HTTP/1.1's (a request line); client: the traced process sent it. Out
- * of memory, it is ignored. */
-static void conn_follow(struct conn *c, bool client, bool h2)
+/* What the connection's modules know of it. */
+static struct conn_ident conn_ident(const struct conn *c, bool client)
 {
-	if (h2)
-		c->h2 = h2conn_new(c->t, c->pid, c->id, c->label, &c->ends, client, c->tls_plain);
-	else
-		c->h1 = h1conn_new(c->t, c->pid, c->id, c->label, &c->ends, client, c->tls_plain);
-	if (h2 ? !c->h2 : !c->h1) {
+	return (struct conn_ident){ .t = c->t,
+				    .pid = c->pid,
+				    .conn_id = c->id,
+				    .label = c->label,
+				    .ends = &c->ends,
+				    .client = client,
+				    .tls = c->tls_plain };
+}
+
+/* The role and the protocol are decided: the connection is followed by ops' module (its first
+ * bytes were that protocol's); client: the traced process sent them. Out of memory, it is
+ * ignored. */
+static void conn_follow(struct conn *c, bool client, const struct proto_ops *ops)
+{
+	struct conn_ident id = conn_ident(c, client);
+
+	c->cur.m = ops->open(&id);
+	if (!c->cur.m) {
 		conn_ignore(c);
 		return;
 	}
+	c->cur.ops = ops;
 	if (client) {
 		conn_become_client(c);
 		return;
 	}
 	conn_decided(c, true, false);
 	c->role = ROLE_SERVER;
-	if (h2)
-		c->t->stats.h2_conns++;
-	else
-		c->t->stats.http_conns++;
+}
+
+static int conn_proto_feed(struct conn *c, bool req, const uint8_t *p, size_t n, uint64_t ts,
+			   bool at_start, uint64_t rx_ns, size_t *used)
+{
+	if (!c->cur.ops)
+		return 0;
+	return c->cur.ops->feed(c->cur.m, req, p, n, ts, at_start, rx_ns, used);
 }
 
 /*
@@ -181,19 +238,24 @@ static void conn_follow(struct conn *c, bool client, bool h2)
  */
 static void conn_switched(struct conn *c, const uint8_t *p, size_t n, uint64_t ts)
 {
+	struct conn_ident id = conn_ident(c, false);
+	struct h2conn *h2 = NULL;
 	struct request *r;
 
-	if (c->role == ROLE_SERVER && h1conn_h2c_pending(c->h1))
-		c->h2 = h2conn_new(c->t, c->pid, c->id, c->label, &c->ends, false, c->tls_plain);
-	r = h1conn_switched(c->h1, ts, c->h2 != NULL);
-	if (!c->h2) {
+	if (c->cur.ops != &h1_proto)
+		return;
+	if (c->role == ROLE_SERVER && h1conn_h2c_pending(c->cur.m))
+		h2 = h2_proto.open(&id);
+	r = h1conn_switched(c->cur.m, ts, h2 != NULL);
+	if (!h2) {
 		c->role = ROLE_IGNORED;
 		return;
 	}
-	c->t->stats.h2_conns++;
-	h2conn_adopt(c->h2, r);
+	c->prev = c->cur;
+	c->cur = (struct conn_proto){ &h2_proto, h2 };
+	h2conn_adopt(h2, r);
 	if (n)
-		h2conn_feed(c->h2, false, p, n, ts, 0);
+		conn_proto_feed(c, false, p, n, ts, false, 0, NULL);
 }
 
 /* ---- the two directions ---- */
@@ -206,10 +268,10 @@ static void conn_feed_req(struct conn *c, const uint8_t *p, size_t n, uint64_t t
 	uint64_t rx = c->role == ROLE_SERVER ? c->rx_cur : 0;
 
 	if (c->role == ROLE_NEW) {
-		if (pos == 0 && at_start && h2_looks_like_preface(p, n)) {
-			conn_follow(c, false, true);
-		} else if (at_start && http_looks_like_request(p, n)) {
-			conn_follow(c, false, false);
+		const struct proto_ops *ops = conn_classify(p, n, pos, at_start);
+
+		if (ops) {
+			conn_follow(c, false, ops);
 		} else if (pos == 0 && (c->start_seen || !looks_like_http_text(p, n))) {
 			/* The first bytes read are no request, from the connection's first byte (it
 			 * was accepted under tracing), or bytes no HTTP/1.x message holds: another
@@ -224,10 +286,7 @@ static void conn_feed_req(struct conn *c, const uint8_t *p, size_t n, uint64_t t
 			return;
 		rx = c->rx_cur;
 	}
-	if (c->h2)
-		h2conn_feed(c->h2, true, p, n, ts, rx);
-	else if (c->h1)
-		h1conn_feed(c->h1, true, p, n, ts, at_start, rx, NULL);
+	conn_proto_feed(c, true, p, n, ts, at_start, rx, NULL);
 }
 
 /*
@@ -244,37 +303,35 @@ static void conn_join(struct conn *c, const uint8_t *p, size_t n, uint64_t ts, b
 	uint8_t kind;
 	bool chunked;
 
-	if (!c->waiting || !at_start || c->h1 || c->h2)
+	if (!c->waiting || !at_start || c->cur.ops)
 		return;
 	memcpy(peek, p, m);
 	kind = traffic_match(peek, m);
 	if (kind != TS_TRAFFIC_SSE && kind != TS_TRAFFIC_NDJSON)
 		return;
 	chunked = traffic_chunk_line(peek, m) > 0;
-	conn_follow(c, false, false);
+	conn_follow(c, false, &h1_proto);
 	/* The requests' direction, not seen yet, owes nothing from before its first record. */
 	if (!c->expect[TS_DIR_IN])
 		c->rejoin[TS_DIR_IN] = true;
-	if (!c->h1 || !h1conn_join(c->h1, chunked,
-				   kind == TS_TRAFFIC_SSE ? SSE_MODE_SSE : SSE_MODE_NDJSON, ts))
+	if (c->cur.ops != &h1_proto ||
+	    !h1conn_join(c->cur.m, chunked, kind == TS_TRAFFIC_SSE ? SSE_MODE_SSE : SSE_MODE_NDJSON,
+			 ts))
 		return;
 	c->t->stats.joined_reported++;
 	conn_joined_note(c, 0, 1);
-	h1conn_feed(c->h1, false, p, n, ts, at_start, 0, NULL);
+	conn_proto_feed(c, false, p, n, ts, at_start, 0, NULL);
 }
 
 /* Bytes of the responses' direction: out from a server, in to a client. */
 static void conn_feed_resp(struct conn *c, const uint8_t *p, size_t n, uint64_t ts, bool at_start,
 			   uint64_t pos)
 {
+	const struct proto_ops *ops;
 	size_t used;
 
-	if (c->h2) {
-		h2conn_feed(c->h2, false, p, n, ts, 0);
-		return;
-	}
 	if (conn_followed(c)) {
-		if (h1conn_feed(c->h1, false, p, n, ts, at_start, 0, &used) == H1_SWITCHED)
+		if (conn_proto_feed(c, false, p, n, ts, at_start, 0, &used) == PROTO_SWITCHED)
 			conn_switched(c, p + used, n - used, ts);
 		return;
 	}
@@ -290,15 +347,10 @@ static void conn_feed_resp(struct conn *c, const uint8_t *p, size_t n, uint64_t 
 	 * joined in the middle of a response, which is followed from its next request; a protocol
 	 * whose server speaks first is ignored when its first read is not an HTTP request.
 	 */
-	if (pos == 0 && at_start && h2_looks_like_preface(p, n)) {
-		conn_follow(c, true, true);
-		if (c->h2)
-			h2conn_feed(c->h2, true, p, n, ts, 0);
-	} else if (at_start && http_looks_like_request(p, n) &&
-		   (pos == 0 || n >= CONN_SNIFF_BYTES)) {
-		conn_follow(c, true, false);
-		if (c->h1)
-			h1conn_feed(c->h1, true, p, n, ts, at_start, 0, NULL);
+	ops = conn_classify(p, n, pos, at_start);
+	if (ops && (pos == 0 || n >= CONN_SNIFF_BYTES)) {
+		conn_follow(c, true, ops);
+		conn_proto_feed(c, true, p, n, ts, at_start, 0, NULL);
 	} else {
 		conn_wait(c);
 		conn_join(c, p, n, ts, at_start);
@@ -313,20 +365,16 @@ static void conn_feed_resp(struct conn *c, const uint8_t *p, size_t n, uint64_t 
  */
 static void conn_peer_gone(struct conn *c, uint64_t ts)
 {
-	if (c->h2)
-		h2conn_peer_gone(c->h2, ts);
-	if (c->h1)
-		h1conn_peer_gone(c->h1, ts);
+	CONN_EACH_PROTO(c, pr)
+	pr->ops->peer_gone(pr->m, ts);
 }
 
 /* A write of the traced process's, begun at ts, failed: the peer was gone (after the hang-up
  * was noted: the request the write was for went on writing). */
 static void conn_write_failed(struct conn *c, uint64_t ts)
 {
-	if (c->h2)
-		h2conn_write_failed(c->h2, ts);
-	if (c->h1)
-		h1conn_write_failed(c->h1, ts);
+	CONN_EACH_PROTO(c, pr)
+	pr->ops->write_failed(pr->m, ts);
 }
 
 /* n bytes of direction dir were not seen. */
@@ -335,10 +383,8 @@ static void conn_gap(struct conn *c, int dir, uint64_t n, uint64_t ts)
 	if (!n || !conn_followed(c))
 		return;
 	c->t->stats.gap_bytes += n;
-	if (c->h2)
-		h2conn_gap(c->h2, dir == conn_req_dir(c), n, ts);
-	else
-		h1conn_gap(c->h1, dir == conn_req_dir(c), n, ts);
+	if (c->cur.ops)
+		c->cur.ops->gap(c->cur.m, dir == conn_req_dir(c), n, ts);
 }
 
 /* ---- table ---- */
@@ -423,8 +469,8 @@ static struct conn *conn_new(struct conn_table *t, uint64_t id, uint32_t pid, in
 
 static void conn_free(struct conn *c)
 {
-	h1conn_free(c->h1);
-	h2conn_free(c->h2);
+	CONN_EACH_PROTO(c, pr)
+	pr->ops->free(pr->m);
 	free(c);
 }
 
@@ -486,7 +532,7 @@ static void conn_end(struct conn_table *t, struct conn *c, uint64_t ts);
 static bool conn_h2_unannounced(struct conn *c, int dir, const uint8_t *p, size_t n, uint64_t pos)
 {
 	if (dir == TS_DIR_OUT && pos == 0 && h2_looks_like_server_preface(p, n)) {
-		conn_follow(c, false, true);
+		conn_follow(c, false, &h2_proto);
 		return false; /* fed as the server's side */
 	}
 	if (h2_looks_like_preface(p, n) || !h2_looks_like_frame(p, n))
@@ -597,10 +643,10 @@ static void conn_end(struct conn_table *t, struct conn *c, uint64_t ts)
 
 	if (c->tls && !c->tls_plain)
 		t->stats.tls_unread++;
-	if (c->h2)
-		h2conn_close(c->h2, ts);
-	if (conn_followed(c) && c->h1)
-		h1conn_close(c->h1, ts);
+	if (conn_followed(c)) {
+		CONN_EACH_PROTO(c, pr)
+		pr->ops->close(pr->m, ts);
+	}
 	*pp = c->next;
 	t->count--;
 	conn_free(c);
@@ -640,10 +686,8 @@ void conn_mark_open_maybe_lost(struct conn_table *t)
 {
 	for (uint32_t i = 0; i < t->nbuckets; i++) {
 		for (struct conn *c = t->buckets[i]; c; c = c->next) {
-			if (c->h2)
-				h2conn_mark_maybe_lost(c->h2);
-			if (c->h1)
-				h1conn_mark_maybe_lost(c->h1);
+			CONN_EACH_PROTO(c, pr)
+			pr->ops->mark_maybe_lost(pr->m);
 		}
 	}
 }
@@ -654,10 +698,8 @@ uint32_t conn_finish_maybe_lost(struct conn_table *t)
 
 	for (uint32_t i = 0; i < t->nbuckets; i++) {
 		for (struct conn *c = t->buckets[i]; c; c = c->next) {
-			if (c->h2)
-				n += h2conn_finish_maybe_lost(c->h2, c->last_ns);
-			if (c->h1)
-				n += h1conn_finish_maybe_lost(c->h1, c->last_ns);
+			CONN_EACH_PROTO(c, pr)
+			n += pr->ops->finish_maybe_lost(pr->m, c->last_ns);
 		}
 	}
 	return n;

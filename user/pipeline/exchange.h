@@ -76,6 +76,63 @@ struct conn_table {
 	const struct req_label_set *labels;
 };
 
+/* What a protocol module knows of the connection it follows (the same for every module):
+ * label and ends are the connection's and outlive the module; client: the traced process calls
+ * a server on the connection (its requests go out); tls: the bytes are a TLS library's
+ * plaintext. */
+struct conn_ident {
+	struct conn_table *t;
+	uint32_t pid;
+	uint64_t conn_id;
+	const char *label;
+	const struct request_ends *ends;
+	bool client, tls;
+};
+
+/*
+ * The protocol contract: the calls conn.c makes on the module that follows a connection, one
+ * table per protocol (h1conn.h, h2conn.h). A module makes each request (request_new with the
+ * identity's values and its protocol), hands it to the table's sink when it is read and when it
+ * finishes (exchange_start, exchange_done), and its frames through conn_add_frame or
+ * conn_add_message. `m` is what open returned.
+ */
+#define PROTO_SWITCHED 1
+struct proto_ops {
+	const char *name;
+	/* Follows a connection from its first bytes (or from a 101, for a protocol an upgrade
+	 * hands on to); counts it among the table's connections of its kind when it serves.
+	 * NULL when out of memory. */
+	void *(*open)(const struct conn_ident *id);
+	/* Bytes of the requests' direction (req) or the responses'; at_start: they begin a
+	 * syscall's bytes; rx_ns: when a server's read's bytes reached its socket (0: unknown).
+	 * Returns 0; PROTO_SWITCHED: a 101 switched the connection to another protocol, whose
+	 * bytes start at *used of these (a module that cannot switch ignores used); or a negative
+	 * errno: the module follows the connection no further. */
+	int (*feed)(void *m, bool req, const uint8_t *p, size_t n, uint64_t ts, bool at_start,
+		    uint64_t rx_ns, size_t *used);
+	/* n bytes of a direction were not captured. */
+	void (*gap)(void *m, bool req, uint64_t n, uint64_t ts);
+	/* The other side hung up (seen at ts): every open exchange was abandoned. */
+	void (*peer_gone)(void *m, uint64_t ts);
+	/* A write begun at ts failed (EPIPE, ECONNRESET). */
+	void (*write_failed)(void *m, uint64_t ts);
+	/* The connection closed at ts: the open exchanges finish, incomplete. */
+	void (*close)(void *m, uint64_t ts);
+	/* Records were lost: any open exchange may have lost its ending. */
+	void (*mark_maybe_lost)(void *m);
+	/* End of tracing: finishes as lost the open exchanges that may have lost records (the
+	 * connection's latest record was at last_ns); returns how many. */
+	uint32_t (*finish_maybe_lost)(void *m, uint64_t last_ns);
+	/* Frees the open exchanges without reporting them; m may be NULL. */
+	void (*free)(void *m);
+};
+
+/* A request of the connection's, made by its module: its identity's values and its protocol
+ * set; NULL when out of memory. */
+struct request *exchange_request(const struct conn_ident *id, uint32_t seq, enum req_proto proto);
+/* r was read (it arrived): it is in flight when a traced server serves it, and the sink is told. */
+void exchange_start(struct conn_table *t, struct request *r);
+
 /* A stream frame of r's response (request_add_frame), told to the sink when it was content. */
 void conn_add_frame(struct conn_table *t, struct request *r, const struct sse_frame *f,
 		    uint64_t ts);

@@ -15,12 +15,7 @@
 #define H1_RESP_BODY_MAX (256 * 1024)
 
 struct h1conn {
-	struct conn_table *t;
-	uint32_t pid;
-	uint64_t conn_id;
-	const char *label;
-	const struct request_ends *ends; /* the connection's, like label */
-	bool client, tls;
+	struct conn_ident id;
 	bool switched; /* a 101 handed the connection on: nothing more is HTTP/1.1 */
 	/* the request and the response parser are aligned with message boundaries */
 	bool in_sync, out_sync;
@@ -65,8 +60,8 @@ static void h1_unqueue(struct h1conn *h)
 static void h1_pop(struct h1conn *h)
 {
 	/* In flight counts the streams the traced servers serve. */
-	if (!h->client)
-		h->t->inflight--;
+	if (!h->id.client)
+		h->id.t->inflight--;
 	h1_unqueue(h);
 }
 
@@ -79,8 +74,8 @@ static void h1_finish(struct h1conn *h, uint64_t end_ns, bool complete)
 		return;
 	request_close(r, end_ns, complete);
 	h1_pop(h);
-	buf_reset(&h->body, &h->t->budget);
-	h->t->sink.request_done(h->t->sink.ctx, r);
+	buf_reset(&h->body, &h->id.t->budget);
+	h->id.t->sink.request_done(h->id.t->sink.ctx, r);
 }
 
 /* ---- request direction ---- */
@@ -99,8 +94,8 @@ static void req_on_head(void *ctx, const struct http_head *hd, uint64_t ts)
 		}
 	}
 	request_free(h->reading);
-	buf_reset(&h->body, &h->t->budget);
-	r = request_new(h->pid, h->conn_id, h->seq++, h->label);
+	buf_reset(&h->body, &h->id.t->budget);
+	r = exchange_request(&h->id, h->seq++, PROTO_HTTP1);
 	h->reading = r;
 	if (!r)
 		return;
@@ -108,16 +103,12 @@ static void req_on_head(void *ctx, const struct http_head *hd, uint64_t ts)
 	/* The target is whatever the client sent: printable text before any sink sees it. */
 	utf8_clean(r->path, sizeof(r->path), hd->path, strlen(hd->path));
 	r->received_ns = h->rx_first;
-	r->tls = h->tls;
-	r->client = h->client;
 	r->h2c_upgrade = hd->upgrade_h2c;
 	/* Of the head, only these header values are kept. */
 	r->trace = hd->trace;
 	r->slo_head = hd->slo;
 	r->labels = hd->labels;
-	r->labels.spec = h->t->labels;
-	if (h->ends)
-		r->ends = *h->ends;
+	r->labels.spec = h->id.t->labels;
 	r->prompt_bytes = hd->content_length >= 0 ? hd->content_length : 0;
 }
 
@@ -127,7 +118,7 @@ static void req_on_body(void *ctx, const uint8_t *p, size_t n, uint64_t ts)
 
 	(void)ts;
 	if (h->reading)
-		buf_append(&h->body, &h->t->budget, p, n, H1_REQ_BODY_MAX);
+		buf_append(&h->body, &h->id.t->budget, p, n, H1_REQ_BODY_MAX);
 }
 
 static void req_on_body_gap(void *ctx, size_t n)
@@ -161,21 +152,19 @@ static void req_on_end(void *ctx, uint64_t ts)
 	if (h->body.len)
 		reqbody_parse(h->body.p, h->body.len, total, &r->info);
 	if (h->body.len && h->body.len == total)
-		req_labels_body(h->t->labels, &r->labels, h->body.p, h->body.len);
+		req_labels_body(h->id.t->labels, &r->labels, h->body.p, h->body.len);
 	/* The prompt was only needed for its structure. */
 	if (h->body.p)
 		memset(h->body.p, 0, h->body.len);
-	buf_reset(&h->body, &h->t->budget);
+	buf_reset(&h->body, &h->id.t->budget);
 	if (h->qlen == H1_PIPELINE_MAX) {
-		h->t->stats.pipeline_overflow++;
+		h->id.t->stats.pipeline_overflow++;
 		request_free(r);
 		return;
 	}
 	h->queue[(h->qhead + h->qlen) % H1_PIPELINE_MAX] = r;
 	h->qlen++;
-	if (!r->client)
-		h->t->inflight++;
-	h->t->sink.request_start(h->t->sink.ctx, r);
+	exchange_start(h->id.t, r);
 }
 
 static const struct http_callbacks req_callbacks = {
@@ -190,8 +179,8 @@ static const struct http_callbacks req_callbacks = {
 /* Done with the stream parser: what it dropped goes into the table's counts, which outlive it. */
 static void h1_sse_release(struct h1conn *h)
 {
-	h->t->stats.oversize_frames += h->sse.oversize_frames;
-	h->t->stats.damaged_frames += h->sse.damaged_frames;
+	h->id.t->stats.oversize_frames += h->sse.oversize_frames;
+	h->id.t->stats.damaged_frames += h->sse.damaged_frames;
 	h->sse.oversize_frames = h->sse.damaged_frames = 0;
 	sse_free(&h->sse);
 }
@@ -202,7 +191,7 @@ static void sse_on_frame(void *ctx, const struct sse_frame *f, uint64_t ts)
 	struct request *r = h1_current(h);
 
 	if (r && !h->resp_orphan)
-		conn_add_frame(h->t, r, f, ts);
+		conn_add_frame(h->id.t, r, f, ts);
 }
 
 static void resp_on_head(void *ctx, const struct http_head *hd, uint64_t ts)
@@ -215,20 +204,20 @@ static void resp_on_head(void *ctx, const struct http_head *hd, uint64_t ts)
 	h->resp_informational = hd->status < 200;
 	h->resp_orphan = !r || h->resp_active;
 	if (h->resp_orphan) {
-		h->t->stats.orphan_responses++;
+		h->id.t->stats.orphan_responses++;
 		return;
 	}
 	if (h->resp_informational)
 		return;
 	h->resp_active = true;
 	r->status = hd->status;
-	buf_reset(&h->body, &h->t->budget);
+	buf_reset(&h->body, &h->id.t->budget);
 	mode = sse_mode_for(hd->content_type);
 	r->streamed = mode >= 0;
 	if (r->streamed) {
 		h1_sse_release(h);
 		sse_init(&h->sse, mode, sse_on_frame, h);
-		sse_set_budget(&h->sse, &h->t->budget);
+		sse_set_budget(&h->sse, &h->id.t->budget);
 	}
 }
 
@@ -248,7 +237,7 @@ static void resp_on_body(void *ctx, const uint8_t *p, size_t n, uint64_t ts)
 		/* A frame not read may have held tokens: the request's counts are unknown. */
 		r->dropped_frames += h->sse.oversize_frames - before;
 	} else {
-		buf_append(&h->body, &h->t->budget, p, n, H1_RESP_BODY_MAX);
+		buf_append(&h->body, &h->id.t->budget, p, n, H1_RESP_BODY_MAX);
 	}
 }
 
@@ -297,13 +286,13 @@ static const struct http_callbacks resp_callbacks = {
 /* Lost the request framing: the request being read cannot be finished. */
 static void h1_desync_in(struct h1conn *h)
 {
-	h->t->stats.desyncs++;
+	h->id.t->stats.desyncs++;
 	if (h->reading) {
-		h->t->stats.partial_requests++;
+		h->id.t->stats.partial_requests++;
 		request_free(h->reading);
 		h->reading = NULL;
 	}
-	buf_reset(&h->body, &h->t->budget);
+	buf_reset(&h->body, &h->id.t->budget);
 	h->in_sync = false;
 	h->rx_latched = false;
 }
@@ -313,7 +302,7 @@ static void h1_desync_out(struct h1conn *h, uint64_t ts)
 {
 	struct request *r = h1_current(h);
 
-	h->t->stats.desyncs++;
+	h->id.t->stats.desyncs++;
 	h->out_sync = false;
 	if (r && h->resp_active && !h->resp_orphan) {
 		if (!r->lost_bytes)
@@ -330,12 +319,12 @@ static void h1_feed_req(struct h1conn *h, const uint8_t *p, size_t n, uint64_t t
 			return;
 		http_free(&h->req);
 		http_init(&h->req, HTTP_DIR_REQUEST, &req_callbacks, h);
-		http_set_budget(&h->req, &h->t->budget);
-		http_set_labels(&h->req, h->t->labels);
+		http_set_budget(&h->req, &h->id.t->budget);
+		http_set_labels(&h->req, h->id.t->labels);
 		h->in_sync = true;
 	}
 	/* A server's request reached its socket before it read it; a client's is its own write. */
-	if (!h->client && !h->rx_latched) {
+	if (!h->id.client && !h->rx_latched) {
 		h->rx_first = h->rx_cur;
 		h->rx_latched = true;
 	}
@@ -353,7 +342,7 @@ static int h1_feed_resp(struct h1conn *h, const uint8_t *p, size_t n, uint64_t t
 			return 0;
 		http_free(&h->resp);
 		http_init(&h->resp, HTTP_DIR_RESPONSE, &resp_callbacks, h);
-		http_set_budget(&h->resp, &h->t->budget);
+		http_set_budget(&h->resp, &h->id.t->budget);
 		h->out_sync = true;
 	}
 	r = h1_current(h);
@@ -363,32 +352,29 @@ static int h1_feed_resp(struct h1conn *h, const uint8_t *p, size_t n, uint64_t t
 		h1_desync_out(h, ts);
 	} else if (http_upgraded(&h->resp, used)) {
 		h->switched = true;
-		return H1_SWITCHED;
+		return PROTO_SWITCHED;
 	}
 	return 0;
 }
 
 /* ---- the module's calls ---- */
 
-struct h1conn *h1conn_new(struct conn_table *t, uint32_t pid, uint64_t conn_id, const char *label,
-			  const struct request_ends *ends, bool client, bool tls)
+static void *h1conn_open(const struct conn_ident *id)
 {
 	struct h1conn *h = calloc(1, sizeof(*h));
 
 	if (!h)
 		return NULL;
-	h->t = t;
-	h->pid = pid;
-	h->conn_id = conn_id;
-	h->label = label;
-	h->ends = ends;
-	h->client = client;
-	h->tls = tls;
+	h->id = *id;
+	if (!id->client)
+		id->t->stats.http_conns++;
 	return h;
 }
 
-void h1conn_free(struct h1conn *h)
+static void h1conn_free(void *m)
 {
+	struct h1conn *h = m;
+
 	if (!h)
 		return;
 	request_free(h->reading);
@@ -398,7 +384,7 @@ void h1conn_free(struct h1conn *h)
 		h1_pop(h);
 		request_free(r);
 	}
-	buf_reset(&h->body, &h->t->budget);
+	buf_reset(&h->body, &h->id.t->budget);
 	http_free(&h->req);
 	http_free(&h->resp);
 	h1_sse_release(h);
@@ -409,50 +395,48 @@ bool h1conn_join(struct h1conn *h, bool chunked, int mode, uint64_t ts)
 {
 	struct request *r;
 
-	if (h->client || h->qlen || h->reading || h->out_sync)
+	if (h->id.client || h->qlen || h->reading || h->out_sync)
 		return false;
-	r = request_new(h->pid, h->conn_id, h->seq++, h->label);
+	r = exchange_request(&h->id, h->seq++, PROTO_HTTP1);
 	if (!r)
 		return false;
 	r->joined = true;
-	r->tls = h->tls;
-	if (h->ends)
-		r->ends = *h->ends;
 	r->arrival_ns = ts;
 	r->streamed = true;
 	h->queue[h->qhead] = r;
 	h->qlen = 1;
-	h->t->inflight++;
-	h->t->sink.request_start(h->t->sink.ctx, r);
+	exchange_start(h->id.t, r);
 	/* Its head went by before tracing: the response is active from here, in its body. */
 	h->resp_active = true;
 	h1_sse_release(h);
 	sse_init(&h->sse, mode, sse_on_frame, h);
-	sse_set_budget(&h->sse, &h->t->budget);
+	sse_set_budget(&h->sse, &h->id.t->budget);
 	http_free(&h->resp);
 	http_init(&h->resp, HTTP_DIR_RESPONSE, &resp_callbacks, h);
-	http_set_budget(&h->resp, &h->t->budget);
+	http_set_budget(&h->resp, &h->id.t->budget);
 	http_join_body(&h->resp, chunked);
 	h->out_sync = true;
 	h->join_close = !chunked;
 	return true;
 }
 
-int h1conn_feed(struct h1conn *h, bool req, const uint8_t *p, size_t n, uint64_t ts, bool at_start,
-		uint64_t rx_ns, size_t *used)
+static int h1conn_feed(void *m, bool req, const uint8_t *p, size_t n, uint64_t ts, bool at_start,
+		       uint64_t rx_ns, size_t *used)
 {
+	struct h1conn *h = m;
+
 	if (h->switched)
 		return 0;
 	if (!req)
 		return h1_feed_resp(h, p, n, ts, at_start, used);
-	h->rx_cur = h->client ? 0 : rx_ns;
+	h->rx_cur = h->id.client ? 0 : rx_ns;
 	h1_feed_req(h, p, n, ts, at_start);
 	return 0;
 }
 
 bool h1conn_h2c_pending(const struct h1conn *h)
 {
-	return h->qlen == 1 && !h->client && h->queue[h->qhead]->h2c_upgrade;
+	return h->qlen == 1 && !h->id.client && h->queue[h->qhead]->h2c_upgrade;
 }
 
 struct request *h1conn_switched(struct h1conn *h, uint64_t ts, bool hand_over)
@@ -462,7 +446,7 @@ struct request *h1conn_switched(struct h1conn *h, uint64_t ts, bool hand_over)
 	if (hand_over && h1conn_h2c_pending(h)) {
 		/* Out of the HTTP/1.1 queue, still in flight: stream 1 ends it. */
 		h1_unqueue(h);
-		buf_reset(&h->body, &h->t->budget);
+		buf_reset(&h->body, &h->id.t->budget);
 		return r;
 	}
 	if (r) {
@@ -475,8 +459,9 @@ struct request *h1conn_switched(struct h1conn *h, uint64_t ts, bool hand_over)
 	return NULL;
 }
 
-void h1conn_gap(struct h1conn *h, bool req, uint64_t n, uint64_t ts)
+static void h1conn_gap(void *m, bool req, uint64_t n, uint64_t ts)
 {
+	struct h1conn *h = m;
 	struct request *r = h1_current(h);
 	uint64_t before = r ? r->lost_bytes : 0;
 
@@ -501,14 +486,17 @@ void h1conn_gap(struct h1conn *h, bool req, uint64_t n, uint64_t ts)
 	}
 }
 
-void h1conn_peer_gone(struct h1conn *h, uint64_t ts)
+static void h1conn_peer_gone(void *m, uint64_t ts)
 {
+	struct h1conn *h = m;
+
 	for (uint32_t i = 0; i < h->qlen; i++)
 		request_peer_gone(h1_queued(h, i), ts);
 }
 
-void h1conn_write_failed(struct h1conn *h, uint64_t ts)
+static void h1conn_write_failed(void *m, uint64_t ts)
 {
+	struct h1conn *h = m;
 	struct request *r = h1_current(h);
 
 	/* The response being written, or the next one's head. */
@@ -516,12 +504,14 @@ void h1conn_write_failed(struct h1conn *h, uint64_t ts)
 		request_write_failed(r, ts);
 }
 
-void h1conn_close(struct h1conn *h, uint64_t ts)
+static void h1conn_close(void *m, uint64_t ts)
 {
+	struct h1conn *h = m;
+
 	if (h->out_sync)
 		http_close(&h->resp, ts);
 	if (h->reading) {
-		h->t->stats.partial_requests++;
+		h->id.t->stats.partial_requests++;
 		request_free(h->reading);
 		h->reading = NULL;
 	}
@@ -529,14 +519,17 @@ void h1conn_close(struct h1conn *h, uint64_t ts)
 		h1_finish(h, ts, false);
 }
 
-void h1conn_mark_maybe_lost(struct h1conn *h)
+static void h1conn_mark_maybe_lost(void *m)
 {
+	struct h1conn *h = m;
+
 	for (uint32_t i = 0; i < h->qlen; i++)
 		h1_queued(h, i)->maybe_lost = true;
 }
 
-uint32_t h1conn_finish_maybe_lost(struct h1conn *h, uint64_t last_ns)
+static uint32_t h1conn_finish_maybe_lost(void *m, uint64_t last_ns)
 {
+	struct h1conn *h = m;
 	uint32_t n = 0;
 
 	while (h->qlen && h1_current(h)->maybe_lost) {
@@ -547,3 +540,16 @@ uint32_t h1conn_finish_maybe_lost(struct h1conn *h, uint64_t last_ns)
 	}
 	return n;
 }
+
+const struct proto_ops h1_proto = {
+	.name = "http/1.1",
+	.open = h1conn_open,
+	.feed = h1conn_feed,
+	.gap = h1conn_gap,
+	.peer_gone = h1conn_peer_gone,
+	.write_failed = h1conn_write_failed,
+	.close = h1conn_close,
+	.mark_maybe_lost = h1conn_mark_maybe_lost,
+	.finish_maybe_lost = h1conn_finish_maybe_lost,
+	.free = h1conn_free,
+};

@@ -45,12 +45,8 @@ struct h2s {
 };
 
 struct h2conn {
-	struct conn_table *t;
-	uint32_t pid;
-	uint64_t conn_id;
-	const char *label;
-	const struct request_ends *ends; /* the connection's, like label */
-	bool client, tls, dead;
+	struct conn_ident id;
+	bool dead;
 	struct h2_parser req, resp;
 	struct h2s *streams;
 	uint32_t nstreams, seq;
@@ -70,7 +66,7 @@ static struct h2s *h2s_find(struct h2conn *h, uint32_t id)
 
 static void h2s_free(struct h2conn *h, struct h2s *s)
 {
-	struct conn_table *t = h->t;
+	struct conn_table *t = h->id.t;
 
 	if (s->sse_on) {
 		t->stats.oversize_frames += s->sse.oversize_frames;
@@ -106,9 +102,7 @@ static void h2s_start(struct h2s *s, uint64_t arrival)
 	if (r->received_ns > arrival)
 		r->received_ns = 0;
 	s->started = true;
-	if (!r->client)
-		h->t->inflight++;
-	h->t->sink.request_start(h->t->sink.ctx, r);
+	exchange_start(h->id.t, r);
 }
 
 /* The exchange on s is over at ts: it goes to the sink (or, never started and never answered,
@@ -120,7 +114,7 @@ static void h2s_finish(struct h2s *s, uint64_t ts, bool complete)
 
 	h2s_unlink(h, s);
 	if (!s->started && !s->resp_head) {
-		h->t->stats.partial_requests++;
+		h->id.t->stats.partial_requests++;
 		h2s_free(h, s);
 		return;
 	}
@@ -140,17 +134,17 @@ static void h2s_finish(struct h2s *s, uint64_t ts, bool complete)
 	}
 	request_close(r, ts, complete);
 	if (!r->client)
-		h->t->inflight--;
+		h->id.t->inflight--;
 	s->r = NULL;
 	h2s_free(h, s);
-	h->t->sink.request_done(h->t->sink.ctx, r);
+	h->id.t->sink.request_done(h->id.t->sink.ctx, r);
 }
 
 static void sse_on_frame(void *ctx, const struct sse_frame *f, uint64_t ts)
 {
 	struct h2s *s = ctx;
 
-	conn_add_frame(s->h->t, s->r, f, ts);
+	conn_add_frame(s->h->id.t, s->r, f, ts);
 }
 
 static void grpc_on_message(void *ctx, uint32_t len, bool damaged, uint64_t ts)
@@ -160,7 +154,7 @@ static void grpc_on_message(void *ctx, uint32_t len, bool damaged, uint64_t ts)
 	(void)len;
 	(void)damaged; /* its lost bytes are counted already */
 	s->r->frames++;
-	conn_add_message(s->h->t, s->r, ts);
+	conn_add_message(s->h->id.t, s->r, ts);
 }
 
 /* ---- the requests' direction ---- */
@@ -180,10 +174,10 @@ static void req_end(struct h2s *s, uint64_t ts)
 		reqbody_parse(s->body.p, s->body.len,
 			      s->body.len + s->body.dropped + r->request_uncaptured, &r->info);
 	if (s->body.len && !s->body.dropped && !r->request_uncaptured)
-		req_labels_body(h->t->labels, &r->labels, s->body.p, s->body.len);
+		req_labels_body(h->id.t->labels, &r->labels, s->body.p, s->body.len);
 	if (s->body.p)
 		memset(s->body.p, 0, s->body.len);
-	buf_reset(&s->body, &h->t->budget);
+	buf_reset(&s->body, &h->id.t->budget);
 	if (!s->started)
 		h2s_start(s, ts);
 }
@@ -195,15 +189,15 @@ static void req_on_headers(void *ctx, uint32_t id, const struct h2_head *hd, boo
 	struct request *r;
 
 	if (!s) {
-		if (h->nstreams >= H2_STREAMS_MAX || !budget_take(&h->t->budget, sizeof(*s))) {
-			h->t->stats.pipeline_overflow++;
+		if (h->nstreams >= H2_STREAMS_MAX || !budget_take(&h->id.t->budget, sizeof(*s))) {
+			h->id.t->stats.pipeline_overflow++;
 			return;
 		}
 		s = calloc(1, sizeof(*s));
-		r = s ? request_new(h->pid, h->conn_id, h->seq++, h->label) : NULL;
+		r = s ? exchange_request(&h->id, h->seq++, PROTO_HTTP2) : NULL;
 		if (!r) {
 			free(s);
-			budget_give(&h->t->budget, sizeof(*s));
+			budget_give(&h->id.t->budget, sizeof(*s));
 			return;
 		}
 		s->h = h;
@@ -213,20 +207,15 @@ static void req_on_headers(void *ctx, uint32_t id, const struct h2_head *hd, boo
 		s->grpc = strncmp(hd->content_type, "application/grpc", 16) == 0;
 		utf8_clean(r->method, sizeof(r->method), hd->method, strlen(hd->method));
 		utf8_clean(r->path, sizeof(r->path), hd->path, strlen(hd->path));
-		r->received_ns = h->client ? 0 : h->rx_ns;
+		r->received_ns = h->id.client ? 0 : h->rx_ns;
 		h->rx_ns = 0;
-		r->tls = h->tls;
-		r->client = h->client;
-		r->h2 = true;
 		r->stream = id;
 		r->prompt_bytes = hd->content_length >= 0 ? hd->content_length : 0;
 		/* Of the header block, only these header values are kept. */
 		r->trace = hd->trace;
 		r->slo_head = hd->slo;
 		r->labels = hd->labels;
-		r->labels.spec = h->t->labels;
-		if (h->ends)
-			r->ends = *h->ends;
+		r->labels.spec = h->id.t->labels;
 		s->next = h->streams;
 		h->streams = s;
 		h->nstreams++;
@@ -245,7 +234,7 @@ static void req_on_data(void *ctx, uint32_t id, const uint8_t *buf, size_t len, 
 	s->req_bytes += len;
 	/* A gRPC request is protobuf: nothing in it reads as model or max_tokens. */
 	if (!s->grpc)
-		buf_append(&s->body, &s->h->t->budget, buf, len, H2_REQ_BODY_MAX);
+		buf_append(&s->body, &s->h->id.t->budget, buf, len, H2_REQ_BODY_MAX);
 }
 
 static void req_on_data_gap(void *ctx, uint32_t id, size_t len)
@@ -323,7 +312,7 @@ static void resp_on_headers(void *ctx, uint32_t id, const struct h2_head *hd, bo
 
 	if (!s) {
 		if (hd->status)
-			h->t->stats.orphan_responses++;
+			h->id.t->stats.orphan_responses++;
 		return;
 	}
 	r = s->r;
@@ -346,7 +335,7 @@ static void resp_on_headers(void *ctx, uint32_t id, const struct h2_head *hd, bo
 		} else if ((mode = sse_mode_for(hd->content_type)) >= 0) {
 			r->streamed = true;
 			sse_init(&s->sse, mode, sse_on_frame, s);
-			sse_set_budget(&s->sse, &h->t->budget);
+			sse_set_budget(&s->sse, &h->id.t->budget);
 			s->sse_on = true;
 		} else {
 			s->grpc = false;
@@ -381,7 +370,7 @@ static void resp_on_data(void *ctx, uint32_t id, const uint8_t *buf, size_t len,
 		/* A frame not read may have held tokens: the request's counts are unknown. */
 		r->dropped_frames += s->sse.oversize_frames - before;
 	} else {
-		buf_append(&s->body, &s->h->t->budget, buf, len, H2_RESP_BODY_MAX);
+		buf_append(&s->body, &s->h->id.t->budget, buf, len, H2_RESP_BODY_MAX);
 	}
 }
 
@@ -455,28 +444,23 @@ static const struct h2_callbacks resp_cbs = {
 
 /* ---- the connection ---- */
 
-struct h2conn *h2conn_new(struct conn_table *t, uint32_t pid, uint64_t conn_id, const char *label,
-			  const struct request_ends *ends, bool client, bool tls)
+static void *h2conn_open(const struct conn_ident *id)
 {
 	struct h2conn *h = calloc(1, sizeof(*h));
 
 	if (!h)
 		return NULL;
-	h->t = t;
-	h->pid = pid;
-	h->conn_id = conn_id;
-	h->label = label;
-	h->ends = ends;
-	h->client = client;
-	h->tls = tls;
-	if (h2_init(&h->req, true, &req_cbs, h, &t->budget) ||
-	    h2_init(&h->resp, false, &resp_cbs, h, &t->budget)) {
+	h->id = *id;
+	if (h2_init(&h->req, true, &req_cbs, h, &id->t->budget) ||
+	    h2_init(&h->resp, false, &resp_cbs, h, &id->t->budget)) {
 		h2_free(&h->req);
 		h2_free(&h->resp);
 		free(h);
 		return NULL;
 	}
-	h->req.labels = t->labels;
+	h->req.labels = id->t->labels;
+	if (!id->client)
+		id->t->stats.h2_conns++;
 	return h;
 }
 
@@ -484,13 +468,13 @@ void h2conn_adopt(struct h2conn *h, struct request *r)
 {
 	struct h2s *s = calloc(1, sizeof(*s));
 
-	if (!s || !budget_take(&h->t->budget, sizeof(*s))) {
+	if (!s || !budget_take(&h->id.t->budget, sizeof(*s))) {
 		free(s);
 		/* Not kept: it was started, so it ends, unanswered. */
 		request_close(r, r->arrival_ns, false);
 		if (!r->client)
-			h->t->inflight--;
-		h->t->sink.request_done(h->t->sink.ctx, r);
+			h->id.t->inflight--;
+		h->id.t->sink.request_done(h->id.t->sink.ctx, r);
 		return;
 	}
 	s->h = h;
@@ -498,15 +482,17 @@ void h2conn_adopt(struct h2conn *h, struct request *r)
 	s->r = r;
 	s->started = s->req_ended = true;
 	s->head_ns = r->arrival_ns;
-	r->h2 = true;
+	r->proto = PROTO_HTTP2;
 	r->stream = 1;
 	s->next = h->streams;
 	h->streams = s;
 	h->nstreams++;
 }
 
-void h2conn_free(struct h2conn *h)
+static void h2conn_free(void *m)
 {
+	struct h2conn *h = m;
+
 	if (!h)
 		return;
 	while (h->streams) {
@@ -514,7 +500,7 @@ void h2conn_free(struct h2conn *h)
 
 		h2s_unlink(h, s);
 		if (s->started && !s->r->client)
-			h->t->inflight--;
+			h->id.t->inflight--;
 		h2s_free(h, s);
 	}
 	h2_free(&h->req);
@@ -527,7 +513,7 @@ void h2conn_free(struct h2conn *h)
 static void h2conn_dead(struct h2conn *h, uint64_t ts)
 {
 	h->dead = true;
-	h->t->stats.desyncs++;
+	h->id.t->stats.desyncs++;
 	while (h->streams) {
 		struct h2s *s = h->streams;
 
@@ -539,9 +525,16 @@ static void h2conn_dead(struct h2conn *h, uint64_t ts)
 	h2_free(&h->resp);
 }
 
-int h2conn_feed(struct h2conn *h, bool req, const uint8_t *buf, size_t len, uint64_t ts,
-		uint64_t rx_ns)
+/* HTTP/2 frames carry their own boundaries: a syscall's start means nothing to them, and no
+ * 101 switches the connection on. */
+static int h2conn_feed(void *m, bool req, const uint8_t *buf, size_t len, uint64_t ts,
+		       bool at_start, uint64_t rx_ns, size_t *used)
 {
+	struct h2conn *h = m;
+
+	(void)at_start;
+	(void)used;
+
 	if (h->dead)
 		return -EPROTO;
 	/*
@@ -569,8 +562,9 @@ int h2conn_feed(struct h2conn *h, bool req, const uint8_t *buf, size_t len, uint
 	return 0;
 }
 
-void h2conn_gap(struct h2conn *h, bool req, uint64_t len, uint64_t ts)
+static void h2conn_gap(void *m, bool req, uint64_t len, uint64_t ts)
 {
+	struct h2conn *h = m;
 	struct h2_parser *p = req ? &h->req : &h->resp;
 
 	if (h->dead || !len)
@@ -580,36 +574,45 @@ void h2conn_gap(struct h2conn *h, bool req, uint64_t len, uint64_t ts)
 		h2conn_dead(h, ts);
 }
 
-void h2conn_peer_gone(struct h2conn *h, uint64_t ts)
+static void h2conn_peer_gone(void *m, uint64_t ts)
 {
+	struct h2conn *h = m;
+
 	for (struct h2s *s = h->streams; s; s = s->next)
 		if (s->started)
 			request_peer_gone(s->r, ts);
 }
 
-void h2conn_write_failed(struct h2conn *h, uint64_t ts)
+static void h2conn_write_failed(void *m, uint64_t ts)
 {
+	struct h2conn *h = m;
+
 	/* Which stream's frames the write held is not known: each open response's. */
 	for (struct h2s *s = h->streams; s; s = s->next)
 		if (s->started && s->resp_head)
 			request_write_failed(s->r, ts);
 }
 
-void h2conn_close(struct h2conn *h, uint64_t ts)
+static void h2conn_close(void *m, uint64_t ts)
 {
+	struct h2conn *h = m;
+
 	h2conn_finish_reset(h, 0);
 	while (h->streams)
 		h2s_finish(h->streams, ts, false);
 }
 
-void h2conn_mark_maybe_lost(struct h2conn *h)
+static void h2conn_mark_maybe_lost(void *m)
 {
+	struct h2conn *h = m;
+
 	for (struct h2s *s = h->streams; s; s = s->next)
 		s->r->maybe_lost = true;
 }
 
-uint32_t h2conn_finish_maybe_lost(struct h2conn *h, uint64_t last_ns)
+static uint32_t h2conn_finish_maybe_lost(void *m, uint64_t last_ns)
 {
+	struct h2conn *h = m;
 	struct h2s *s;
 	uint32_t n = 0;
 
@@ -628,3 +631,16 @@ uint32_t h2conn_finish_maybe_lost(struct h2conn *h, uint64_t last_ns)
 	}
 	return n;
 }
+
+const struct proto_ops h2_proto = {
+	.name = "h2",
+	.open = h2conn_open,
+	.feed = h2conn_feed,
+	.gap = h2conn_gap,
+	.peer_gone = h2conn_peer_gone,
+	.write_failed = h2conn_write_failed,
+	.close = h2conn_close,
+	.mark_maybe_lost = h2conn_mark_maybe_lost,
+	.finish_maybe_lost = h2conn_finish_maybe_lost,
+	.free = h2conn_free,
+};

@@ -22,31 +22,14 @@
 
 struct h2conn;
 
-/* label and ends are the connection's, read when a request is made (they must outlive the h2conn);
- * client: the traced process sent the preface. NULL when out of memory. */
-struct h2conn *h2conn_new(struct conn_table *t, uint32_t pid, uint64_t conn_id, const char *label,
-			  const struct request_ends *ends, bool client, bool tls);
+/* The module's calls (exchange.h): open makes a struct h2conn; client: the traced process sent
+ * the preface. feed stops following the connection once it cannot be (not HTTP/2, or a gap lost
+ * the framing or the header table): its open streams are finished as lost, and every later call
+ * does nothing. write_failed counts for every stream whose response had begun. */
+extern const struct proto_ops h2_proto;
+
 /* The HTTP/1.1 request whose 101 response switched the connection to HTTP/2 (Upgrade: h2c):
  * it goes on as stream 1, started, its response to come as HTTP/2. */
 void h2conn_adopt(struct h2conn *h, struct request *r);
-/* Frees the open streams without reporting them. */
-void h2conn_free(struct h2conn *h);
-/* Bytes of the requests' direction (req) or the responses'; rx_ns: when the bytes of a
- * server's read reached its socket (0: unknown). -EPROTO once the connection cannot be
- * followed (not HTTP/2, or a gap lost the framing or the header table): its open streams were
- * finished as lost, and every later call does nothing. */
-int h2conn_feed(struct h2conn *h, bool req, const uint8_t *buf, size_t len, uint64_t ts,
-		uint64_t rx_ns);
-void h2conn_gap(struct h2conn *h, bool req, uint64_t len, uint64_t ts);
-/* The other side hung up (seen at ts): every open stream was abandoned. */
-void h2conn_peer_gone(struct h2conn *h, uint64_t ts);
-/* A write on the connection, begun at ts, failed (EPIPE, ECONNRESET): counted for every stream
- * whose response had begun. */
-void h2conn_write_failed(struct h2conn *h, uint64_t ts);
-/* The connection closed at ts: open streams finish, incomplete. */
-void h2conn_close(struct h2conn *h, uint64_t ts);
-void h2conn_mark_maybe_lost(struct h2conn *h);
-/* Finishes as lost the open streams that may have lost records; returns how many. */
-uint32_t h2conn_finish_maybe_lost(struct h2conn *h, uint64_t last_ns);
 
 #endif

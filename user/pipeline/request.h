@@ -53,6 +53,12 @@ enum outcome {
 	OUTCOME_MAX,
 };
 
+/* The protocol a request came in. */
+enum req_proto {
+	PROTO_HTTP1,
+	PROTO_HTTP2,
+};
+
 struct request {
 	uint32_t pid;
 	uint64_t conn_id;
@@ -61,7 +67,7 @@ struct request {
 	struct request_ends ends; /* the connection's ends, as values */
 	struct workload workload; /* where its process runs (pipeline_label_process) */
 	bool tls;		  /* came over TLS: its bytes are the TLS library's plaintext */
-	bool h2;		  /* an HTTP/2 stream (stream is its id); else HTTP/1.1 */
+	enum req_proto proto;	  /* HTTP/1.1, or an HTTP/2 stream (stream is its id) */
 	bool h2c_upgrade; /* an HTTP/1.1 request that asked to go on in HTTP/2 (Upgrade: h2c) */
 	uint32_t stream;
 	/* The traced process made it (a client of an upstream server): its times are the

@@ -395,7 +395,7 @@ void output_json(FILE *f, const struct request *r, const struct request_metrics 
 	put_workload(&w, &r->workload);
 	if (r->tls)
 		jsonw_bool(&w, "tls", true);
-	if (r->h2) {
+	if (r->proto == PROTO_HTTP2) {
 		jsonw_bool(&w, "h2", true);
 		jsonw_u64(&w, "h2_stream", r->stream);
 	}

@@ -437,7 +437,7 @@ static void tl_request(void *ctx, const struct request *r, const struct request_
 	jsonw_str(&w, "outcome", outcome_name(r->outcome));
 	if (r->client)
 		jsonw_str(&w, "role", "client");
-	if (r->h2)
+	if (r->proto == PROTO_HTTP2)
 		jsonw_u64(&w, "h2_stream", r->stream);
 	ms_or_null(&w, "ttft_ms", m->ttft_ns);
 	ms_or_null(&w, "e2e_ms", m->e2e_ns);
