@@ -12,7 +12,7 @@
 #include "check.h"
 #include "pipeline/pipeline_impl.h"
 #include "sinks/output.h"
-#include "pipeline/nvml_sample.h"
+#include "pipeline/device_sample.h"
 #include "record/record.h"
 #include "record/replay.h"
 #include "sinks/summary.h"
@@ -1086,31 +1086,31 @@ TEST(test_replay_truncated_body)
 }
 
 /* A GPU sample with two devices: every field, processes on the first, a name to clean. */
-static void nvml_sample_fill(struct nvml_snapshot *g)
+static void nvml_sample_fill(struct device_sample *g)
 {
 	memset(g, 0, sizeof(*g));
 	g->seq = 7;
 	g->ndevices = 2;
 	g->devices_dropped = 1;
-	g->devices[0] = (struct nvml_device){ .index = 0,
-					      .mono_ns = 123456789,
-					      .util_present = true,
-					      .mem_present = true,
-					      .clock_present = true,
-					      .power_present = true,
-					      .procs_present = true,
-					      .util_pct = 45,
-					      .mem_used = 1ull << 30,
-					      .mem_total = 8ull << 30,
-					      .sm_clock_hz = 1980000000,
-					      .power_mw = 350125,
-					      .nprocs = 2,
-					      .procs_dropped = 3 };
+	g->devices[0] = (struct sampled_device){ .index = 0,
+						 .mono_ns = 123456789,
+						 .util_present = true,
+						 .mem_present = true,
+						 .clock_present = true,
+						 .power_present = true,
+						 .procs_present = true,
+						 .util_pct = 45,
+						 .mem_used = 1ull << 30,
+						 .mem_total = 8ull << 30,
+						 .sm_clock_hz = 1980000000,
+						 .power_mw = 350125,
+						 .nprocs = 2,
+						 .procs_dropped = 3 };
 	snprintf(g->devices[0].name, sizeof(g->devices[0].name), "Stub H200");
 	snprintf(g->devices[0].uuid, sizeof(g->devices[0].uuid), "GPU-0000");
-	g->devices[0].procs[0] = (struct nvml_proc){ 42, true, 1u << 29 };
-	g->devices[0].procs[1] = (struct nvml_proc){ 43, false, 0 };
-	g->devices[1] = (struct nvml_device){ .index = 1, .util_present = true, .util_pct = 7 };
+	g->devices[0].procs[0] = (struct sampled_proc){ 42, true, 1u << 29 };
+	g->devices[0].procs[1] = (struct sampled_proc){ 43, false, 0 };
+	g->devices[1] = (struct sampled_device){ .index = 1, .util_present = true, .util_pct = 7 };
 	snprintf(g->devices[1].name, sizeof(g->devices[1].name), "B\x1b[2J");
 }
 
@@ -1120,7 +1120,7 @@ static void nvml_sample_fill(struct nvml_snapshot *g)
  */
 TEST(test_nvml_record)
 {
-	static struct nvml_snapshot in, out;
+	static struct device_sample in, out;
 	struct record_writer w;
 	struct record_meta m;
 	struct record_reader rd;
@@ -1167,13 +1167,13 @@ TEST(test_nvml_record)
 			memset(copy + len, 0, 8);
 			ASSERT_EQ(record_nvml(copy, len + 8, &out), -EINVAL, "bytes left over");
 			e->hdr.size = (uint32_t)len;
-			e->ndevices = NVML_MAX_DEVICES + 1;
+			e->ndevices = DEV_MAX_DEVICES + 1;
 			ASSERT_EQ(record_nvml(copy, len, &out), -EINVAL, "too many devices");
 			e->ndevices = 2;
 			d->nprocs = 3;
 			ASSERT_EQ(record_nvml(copy, len, &out), -EINVAL,
 				  "more processes than held");
-			d->nprocs = NVML_MAX_PROCS + 1;
+			d->nprocs = DEV_MAX_PROCS + 1;
 			ASSERT_EQ(record_nvml(copy, len, &out), -EINVAL, "too many processes");
 			free(copy);
 		}

@@ -5,7 +5,7 @@
 
 #include "lib/grow.h"
 #include "pipeline/batch.h"
-#include "pipeline/nvml_sample.h"
+#include "pipeline/device_sample.h"
 #include "pipeline/pipeline_impl.h"
 #include "lib/utf8.h"
 
@@ -572,12 +572,12 @@ static bool pl_traced(void *ctx, uint32_t pid)
 	return false;
 }
 
-void pipeline_gpu_sample(struct pipeline *pl, struct nvml_snapshot *s)
+void pipeline_device_sample(struct pipeline *pl, struct device_sample *s)
 {
-	nvml_keep_procs(s, pl_traced, pl);
+	device_sample_keep_procs(s, pl_traced, pl);
 	for (int i = 0; i < pl->nsinks; i++)
-		if (pl->sinks[i].gpu_sample)
-			pl->sinks[i].gpu_sample(pl->sinks[i].ctx, s);
+		if (pl->sinks[i].device_sample)
+			pl->sinks[i].device_sample(pl->sinks[i].ctx, s);
 }
 
 void pipeline_clock(struct pipeline *pl, uint64_t now_ns)

@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "lib/utf8.h"
-#include "pipeline/nvml_sample.h"
+#include "pipeline/device_sample.h"
 #include "pipeline/workload.h"
 #include "record/record.h"
 
@@ -299,19 +299,19 @@ int record_write_kstats(struct record_writer *w, const uint64_t kstats[TS_STAT_M
 	return 0;
 }
 
-int record_write_nvml(struct record_writer *w, const struct nvml_snapshot *s)
+int record_write_nvml(struct record_writer *w, const struct device_sample *s)
 {
 	size_t len = sizeof(struct record_nvml_event);
 	unsigned char *buf, *p;
 	struct record_nvml_event *e;
-	uint32_t nd = s->ndevices < NVML_MAX_DEVICES ? s->ndevices : NVML_MAX_DEVICES;
+	uint32_t nd = s->ndevices < DEV_MAX_DEVICES ? s->ndevices : DEV_MAX_DEVICES;
 	int err;
 
 	for (uint32_t i = 0; i < nd; i++)
-		len += sizeof(struct record_nvml_device) +
-		       (s->devices[i].nprocs < NVML_MAX_PROCS ? s->devices[i].nprocs
-							      : NVML_MAX_PROCS) *
-			   sizeof(struct record_nvml_proc);
+		len +=
+		    sizeof(struct record_nvml_device) +
+		    (s->devices[i].nprocs < DEV_MAX_PROCS ? s->devices[i].nprocs : DEV_MAX_PROCS) *
+			sizeof(struct record_nvml_proc);
 	buf = calloc(1, len);
 	if (!buf)
 		return -ENOMEM;
@@ -323,9 +323,9 @@ int record_write_nvml(struct record_writer *w, const struct nvml_snapshot *s)
 	e->devices_dropped = s->devices_dropped;
 	p = buf + sizeof(*e);
 	for (uint32_t i = 0; i < nd; i++) {
-		const struct nvml_device *d = &s->devices[i];
+		const struct sampled_device *d = &s->devices[i];
 		struct record_nvml_device *rd = (struct record_nvml_device *)p;
-		uint32_t np = d->nprocs < NVML_MAX_PROCS ? d->nprocs : NVML_MAX_PROCS;
+		uint32_t np = d->nprocs < DEV_MAX_PROCS ? d->nprocs : DEV_MAX_PROCS;
 
 		rd->index = d->index;
 		rd->flags = (d->util_present ? RECORD_NVML_UTIL : 0) |
@@ -392,13 +392,13 @@ int record_workload(const void *rec, size_t len, uint32_t *pid, struct workload 
 	return 0;
 }
 
-int record_nvml(const void *rec, size_t len, struct nvml_snapshot *s)
+int record_nvml(const void *rec, size_t len, struct device_sample *s)
 {
 	const struct record_nvml_event *e = rec;
 	const unsigned char *p = rec, *end = p + len;
 
 	if (len < sizeof(*e) || e->hdr.type != RECORD_EV_NVML || e->hdr.size != len ||
-	    e->ndevices > NVML_MAX_DEVICES)
+	    e->ndevices > DEV_MAX_DEVICES)
 		return -EINVAL;
 	memset(s, 0, sizeof(*s));
 	s->seq = e->seq;
@@ -407,13 +407,13 @@ int record_nvml(const void *rec, size_t len, struct nvml_snapshot *s)
 	p += sizeof(*e);
 	for (uint32_t i = 0; i < e->ndevices; i++) {
 		struct record_nvml_device rd;
-		struct nvml_device *d = &s->devices[i];
+		struct sampled_device *d = &s->devices[i];
 
 		if ((size_t)(end - p) < sizeof(rd))
 			return -EINVAL;
 		memcpy(&rd, p, sizeof(rd));
 		p += sizeof(rd);
-		if (rd.nprocs > NVML_MAX_PROCS ||
+		if (rd.nprocs > DEV_MAX_PROCS ||
 		    (size_t)(end - p) < rd.nprocs * sizeof(struct record_nvml_proc))
 			return -EINVAL;
 		d->index = rd.index;
@@ -436,9 +436,9 @@ int record_nvml(const void *rec, size_t len, struct nvml_snapshot *s)
 			struct record_nvml_proc rp;
 
 			memcpy(&rp, p, sizeof(rp));
-			d->procs[j] = (struct nvml_proc){ .pid = rp.pid,
-							  .mem_present = rp.mem_present != 0,
-							  .mem_bytes = rp.mem_bytes };
+			d->procs[j] = (struct sampled_proc){ .pid = rp.pid,
+							     .mem_present = rp.mem_present != 0,
+							     .mem_bytes = rp.mem_bytes };
 		}
 	}
 	return p == end ? 0 : -EINVAL;

@@ -91,10 +91,10 @@ struct record_kstats_event {
 	__u64 stats[]; /* enum ts_stat order */
 };
 
-/* File-only record: a GPU sample (struct nvml_snapshot, every process on each GPU), then
+/* File-only record: a GPU sample (struct device_sample, every process on each GPU), then
  * ndevices devices, each followed by its nprocs processes. */
 #define RECORD_EV_NVML 0x10001
-#define RECORD_NVML_TEXT 296 /* NVML_TEXT_MAX rounded up to 8 */
+#define RECORD_NVML_TEXT 296 /* DEV_TEXT_MAX rounded up to 8 */
 enum record_nvml_flags {
 	RECORD_NVML_UTIL = 1 << 0,
 	RECORD_NVML_MEM = 1 << 1,
@@ -178,11 +178,11 @@ int record_open(struct record_writer *w, const char *path, const struct record_m
  * outside [16, RECORD_MAX_BYTES] or disagrees with hdr.size; other negative errno: I/O error. */
 int record_write(struct record_writer *w, const void *rec, size_t len);
 /* Appends a RECORD_EV_NVML record of the sample s. */
-struct nvml_snapshot;
-int record_write_nvml(struct record_writer *w, const struct nvml_snapshot *s);
+struct device_sample;
+int record_write_nvml(struct record_writer *w, const struct device_sample *s);
 /* The sample of a RECORD_EV_NVML record into *s, its strings made printable (utf8_clean);
  * -EINVAL (s then undefined) when the record is not one or does not hold what it says. */
-int record_nvml(const void *rec, size_t len, struct nvml_snapshot *s);
+int record_nvml(const void *rec, size_t len, struct device_sample *s);
 /* Appends a RECORD_EV_WORKLOAD record: process pid runs in wl (labelled at ts_ns). */
 struct workload;
 int record_write_workload(struct record_writer *w, uint32_t pid, uint64_t ts_ns,
