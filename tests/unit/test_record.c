@@ -1086,7 +1086,7 @@ TEST(test_replay_truncated_body)
 }
 
 /* A GPU sample with two devices: every field, processes on the first, a name to clean. */
-static void nvml_sample_fill(struct device_sample *g)
+static void device_sample_fill(struct device_sample *g)
 {
 	memset(g, 0, sizeof(*g));
 	g->seq = 7;
@@ -1115,10 +1115,10 @@ static void nvml_sample_fill(struct device_sample *g)
 }
 
 /*
- * A GPU sample written as RECORD_EV_NVML and read back is the same sample (its name made
+ * A GPU sample written as RECORD_EV_DEVICE_SAMPLE and read back is the same sample (its name made
  * printable); records that do not hold what they say are refused, never read past.
  */
-TEST(test_nvml_record)
+TEST(test_device_sample_record)
 {
 	static struct device_sample in, out;
 	struct record_writer w;
@@ -1132,14 +1132,14 @@ TEST(test_nvml_record)
 	if (!ASSERT_OK_PTR(path, "temp file"))
 		return;
 	test_meta(&m);
-	nvml_sample_fill(&in);
+	device_sample_fill(&in);
 	ASSERT_OK(record_open(&w, path, &m), "open");
-	ASSERT_OK(record_write_nvml(&w, &in), "write");
+	ASSERT_OK(record_write_device_sample(&w, &in), "write");
 	ASSERT_OK(record_close(&w), "close");
 	if (!ASSERT_OK(record_reader_open(&rd, path), "reader"))
 		return;
 	if (ASSERT_EQ(record_next(&rd, &rec, &len), 1, "one record")) {
-		ASSERT_OK(record_nvml(rec, len, &out), "read back");
+		ASSERT_OK(record_device_sample(rec, len, &out), "read back");
 		ASSERT_EQ(out.seq, 7, "seq");
 		ASSERT_EQ(out.ndevices, 2, "devices");
 		ASSERT_EQ(out.devices_dropped, 1, "dropped");
@@ -1157,24 +1157,27 @@ TEST(test_nvml_record)
 		ASSERT_TRUE(!strchr(out.devices[1].name, 0x1b), "escape made printable");
 		copy = malloc(len + 8);
 		if (copy) {
-			struct record_nvml_event *e = (struct record_nvml_event *)copy;
-			struct record_nvml_device *d =
-			    (struct record_nvml_device *)(copy + sizeof(*e));
+			struct record_sample_event *e = (struct record_sample_event *)copy;
+			struct record_sample_device *d =
+			    (struct record_sample_device *)(copy + sizeof(*e));
 
 			memcpy(copy, rec, len);
-			ASSERT_EQ(record_nvml(copy, len - 1, &out), -EINVAL, "cut short");
+			ASSERT_EQ(record_device_sample(copy, len - 1, &out), -EINVAL, "cut short");
 			e->hdr.size = (uint32_t)len + 8;
 			memset(copy + len, 0, 8);
-			ASSERT_EQ(record_nvml(copy, len + 8, &out), -EINVAL, "bytes left over");
+			ASSERT_EQ(record_device_sample(copy, len + 8, &out), -EINVAL,
+				  "bytes left over");
 			e->hdr.size = (uint32_t)len;
 			e->ndevices = DEV_MAX_DEVICES + 1;
-			ASSERT_EQ(record_nvml(copy, len, &out), -EINVAL, "too many devices");
+			ASSERT_EQ(record_device_sample(copy, len, &out), -EINVAL,
+				  "too many devices");
 			e->ndevices = 2;
 			d->nprocs = 3;
-			ASSERT_EQ(record_nvml(copy, len, &out), -EINVAL,
+			ASSERT_EQ(record_device_sample(copy, len, &out), -EINVAL,
 				  "more processes than held");
 			d->nprocs = DEV_MAX_PROCS + 1;
-			ASSERT_EQ(record_nvml(copy, len, &out), -EINVAL, "too many processes");
+			ASSERT_EQ(record_device_sample(copy, len, &out), -EINVAL,
+				  "too many processes");
 			free(copy);
 		}
 	}

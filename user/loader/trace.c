@@ -827,7 +827,7 @@ static void loop_drain(struct loop *l)
 		/* A GPU sample enters the recording where the sinks get it: a replay gives it to
 		 * them at the same point of the stream. */
 		if (g && tr->recording && !tr->rec_err)
-			record_write_nvml(&tr->rec, g);
+			record_write_device_sample(&tr->rec, g);
 		if (g)
 			pipeline_device_sample(tr->pl, g);
 	}

@@ -299,24 +299,24 @@ int record_write_kstats(struct record_writer *w, const uint64_t kstats[TS_STAT_M
 	return 0;
 }
 
-int record_write_nvml(struct record_writer *w, const struct device_sample *s)
+int record_write_device_sample(struct record_writer *w, const struct device_sample *s)
 {
-	size_t len = sizeof(struct record_nvml_event);
+	size_t len = sizeof(struct record_sample_event);
 	unsigned char *buf, *p;
-	struct record_nvml_event *e;
+	struct record_sample_event *e;
 	uint32_t nd = s->ndevices < DEV_MAX_DEVICES ? s->ndevices : DEV_MAX_DEVICES;
 	int err;
 
 	for (uint32_t i = 0; i < nd; i++)
 		len +=
-		    sizeof(struct record_nvml_device) +
+		    sizeof(struct record_sample_device) +
 		    (s->devices[i].nprocs < DEV_MAX_PROCS ? s->devices[i].nprocs : DEV_MAX_PROCS) *
-			sizeof(struct record_nvml_proc);
+			sizeof(struct record_sample_proc);
 	buf = calloc(1, len);
 	if (!buf)
 		return -ENOMEM;
-	e = (struct record_nvml_event *)buf;
-	e->hdr.type = RECORD_EV_NVML;
+	e = (struct record_sample_event *)buf;
+	e->hdr.type = RECORD_EV_DEVICE_SAMPLE;
 	e->hdr.size = (__u32)len;
 	e->seq = s->seq;
 	e->ndevices = nd;
@@ -324,15 +324,15 @@ int record_write_nvml(struct record_writer *w, const struct device_sample *s)
 	p = buf + sizeof(*e);
 	for (uint32_t i = 0; i < nd; i++) {
 		const struct sampled_device *d = &s->devices[i];
-		struct record_nvml_device *rd = (struct record_nvml_device *)p;
+		struct record_sample_device *rd = (struct record_sample_device *)p;
 		uint32_t np = d->nprocs < DEV_MAX_PROCS ? d->nprocs : DEV_MAX_PROCS;
 
 		rd->index = d->index;
-		rd->flags = (d->util_present ? RECORD_NVML_UTIL : 0) |
-			    (d->mem_present ? RECORD_NVML_MEM : 0) |
-			    (d->clock_present ? RECORD_NVML_CLOCK : 0) |
-			    (d->power_present ? RECORD_NVML_POWER : 0) |
-			    (d->procs_present ? RECORD_NVML_PROCS : 0);
+		rd->flags = (d->util_present ? RECORD_SAMPLE_UTIL : 0) |
+			    (d->mem_present ? RECORD_SAMPLE_MEM : 0) |
+			    (d->clock_present ? RECORD_SAMPLE_CLOCK : 0) |
+			    (d->power_present ? RECORD_SAMPLE_POWER : 0) |
+			    (d->procs_present ? RECORD_SAMPLE_PROCS : 0);
 		rd->util_pct = d->util_pct;
 		rd->power_mw = d->power_mw;
 		rd->mono_ns = d->mono_ns;
@@ -344,11 +344,11 @@ int record_write_nvml(struct record_writer *w, const struct device_sample *s)
 		memcpy(rd->name, d->name, strnlen(d->name, sizeof(d->name)));
 		memcpy(rd->uuid, d->uuid, strnlen(d->uuid, sizeof(d->uuid)));
 		p += sizeof(*rd);
-		for (uint32_t j = 0; j < np; j++, p += sizeof(struct record_nvml_proc))
-			*(struct record_nvml_proc *)p =
-			    (struct record_nvml_proc){ .pid = d->procs[j].pid,
-						       .mem_present = d->procs[j].mem_present,
-						       .mem_bytes = d->procs[j].mem_bytes };
+		for (uint32_t j = 0; j < np; j++, p += sizeof(struct record_sample_proc))
+			*(struct record_sample_proc *)p =
+			    (struct record_sample_proc){ .pid = d->procs[j].pid,
+							 .mem_present = d->procs[j].mem_present,
+							 .mem_bytes = d->procs[j].mem_bytes };
 	}
 	err = record_write(w, buf, len);
 	free(buf);
@@ -392,12 +392,12 @@ int record_workload(const void *rec, size_t len, uint32_t *pid, struct workload 
 	return 0;
 }
 
-int record_nvml(const void *rec, size_t len, struct device_sample *s)
+int record_device_sample(const void *rec, size_t len, struct device_sample *s)
 {
-	const struct record_nvml_event *e = rec;
+	const struct record_sample_event *e = rec;
 	const unsigned char *p = rec, *end = p + len;
 
-	if (len < sizeof(*e) || e->hdr.type != RECORD_EV_NVML || e->hdr.size != len ||
+	if (len < sizeof(*e) || e->hdr.type != RECORD_EV_DEVICE_SAMPLE || e->hdr.size != len ||
 	    e->ndevices > DEV_MAX_DEVICES)
 		return -EINVAL;
 	memset(s, 0, sizeof(*s));
@@ -406,7 +406,7 @@ int record_nvml(const void *rec, size_t len, struct device_sample *s)
 	s->devices_dropped = e->devices_dropped;
 	p += sizeof(*e);
 	for (uint32_t i = 0; i < e->ndevices; i++) {
-		struct record_nvml_device rd;
+		struct record_sample_device rd;
 		struct sampled_device *d = &s->devices[i];
 
 		if ((size_t)(end - p) < sizeof(rd))
@@ -414,14 +414,14 @@ int record_nvml(const void *rec, size_t len, struct device_sample *s)
 		memcpy(&rd, p, sizeof(rd));
 		p += sizeof(rd);
 		if (rd.nprocs > DEV_MAX_PROCS ||
-		    (size_t)(end - p) < rd.nprocs * sizeof(struct record_nvml_proc))
+		    (size_t)(end - p) < rd.nprocs * sizeof(struct record_sample_proc))
 			return -EINVAL;
 		d->index = rd.index;
-		d->util_present = rd.flags & RECORD_NVML_UTIL;
-		d->mem_present = rd.flags & RECORD_NVML_MEM;
-		d->clock_present = rd.flags & RECORD_NVML_CLOCK;
-		d->power_present = rd.flags & RECORD_NVML_POWER;
-		d->procs_present = rd.flags & RECORD_NVML_PROCS;
+		d->util_present = rd.flags & RECORD_SAMPLE_UTIL;
+		d->mem_present = rd.flags & RECORD_SAMPLE_MEM;
+		d->clock_present = rd.flags & RECORD_SAMPLE_CLOCK;
+		d->power_present = rd.flags & RECORD_SAMPLE_POWER;
+		d->procs_present = rd.flags & RECORD_SAMPLE_PROCS;
 		d->util_pct = rd.util_pct;
 		d->power_mw = rd.power_mw;
 		d->mono_ns = rd.mono_ns;
@@ -432,8 +432,8 @@ int record_nvml(const void *rec, size_t len, struct device_sample *s)
 		d->procs_dropped = rd.procs_dropped;
 		utf8_clean(d->name, sizeof(d->name), rd.name, strnlen(rd.name, sizeof(rd.name)));
 		utf8_clean(d->uuid, sizeof(d->uuid), rd.uuid, strnlen(rd.uuid, sizeof(rd.uuid)));
-		for (uint32_t j = 0; j < rd.nprocs; j++, p += sizeof(struct record_nvml_proc)) {
-			struct record_nvml_proc rp;
+		for (uint32_t j = 0; j < rd.nprocs; j++, p += sizeof(struct record_sample_proc)) {
+			struct record_sample_proc rp;
 
 			memcpy(&rp, p, sizeof(rp));
 			d->procs[j] = (struct sampled_proc){ .pid = rp.pid,

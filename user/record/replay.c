@@ -35,10 +35,10 @@ int replay_feed(void *replay, const void *rec, size_t len)
 		if (!err)
 			err = pipeline_label_process(pl, pid, &wl);
 	} else if (len >= sizeof(struct ts_event_hdr) &&
-		   ((const struct ts_event_hdr *)rec)->type == RECORD_EV_NVML) {
+		   ((const struct ts_event_hdr *)rec)->type == RECORD_EV_DEVICE_SAMPLE) {
 		if (!rp->gpu && !(rp->gpu = malloc(sizeof(*rp->gpu))))
 			return -ENOMEM;
-		err = record_nvml(rec, len, rp->gpu);
+		err = record_device_sample(rec, len, rp->gpu);
 		if (!err)
 			pipeline_device_sample(pl, rp->gpu);
 	} else if (ks) {

@@ -4,11 +4,11 @@
  * `report` gives what the live tracer gave.
  *
  * Kernel-counter records (RECORD_EV_KSTATS) update pl->kstats and, when the lost count grew,
- * mark open requests maybe lost; a GPU sample (RECORD_EV_NVML) goes to pipeline_device_sample, as
- * the live loader gave it; every other record goes to pipeline_feed; sinks get a tick
- * whenever kernel time has advanced by REPLAY_TICK_NS (the live loader's drain period) since the
- * last one, the first after the first record. Before the first record the recording's roots
- * (meta) are registered with the pipeline.
+ * mark open requests maybe lost; a GPU sample (RECORD_EV_DEVICE_SAMPLE) goes to
+ * pipeline_device_sample, as the live loader gave it; every other record goes to pipeline_feed;
+ * sinks get a tick whenever kernel time has advanced by REPLAY_TICK_NS (the live loader's drain
+ * period) since the last one, the first after the first record. Before the first record the
+ * recording's roots (meta) are registered with the pipeline.
  */
 #ifndef TS_REPLAY_H
 #define TS_REPLAY_H
