@@ -631,19 +631,19 @@ void pipeline_loss(const struct pipeline *pl, struct loss_report *loss)
 	loss->budget_max_mib = pl->conns.budget.max >> 20;
 	loss->frame_max_kib = SSE_FRAME_MAX / 1024;
 	loss->zero = 0;
-	loss->cupti = pl->gpu.cupti_procs > 0;
-	loss->cupti_dropped = loss->cupti_pool_empty = loss->cupti_unplaced = 0;
+	loss->device_times = pl->gpu.cupti_procs > 0;
+	loss->device_dropped = loss->device_pool_empty = loss->device_unplaced = 0;
 	for (uint32_t i = 0; i < pl->gpu.nprocs; i++) {
 		const struct gpu_cupti *c = &pl->gpu.procs[i].cupti;
 
-		loss->cupti_dropped += c->stats.dropped;
-		loss->cupti_pool_empty += c->stats.pool_empty;
-		loss->cupti_unplaced += c->unplaced;
+		loss->device_dropped += c->stats.dropped;
+		loss->device_pool_empty += c->stats.pool_empty;
+		loss->device_unplaced += c->unplaced;
 	}
 	/* Runs still waiting for a step at the end ran in none. */
-	loss->cupti_unplaced += pl->gpu.norphans;
-	loss->cupti_late = pl->gpu.released_late;
-	loss->cupti_abi_bad = pl->gpu.cupti_abi_bad;
+	loss->device_unplaced += pl->gpu.norphans;
+	loss->device_late = pl->gpu.released_late;
+	loss->device_abi_bad = pl->gpu.cupti_abi_bad;
 }
 
 void pipeline_interval(struct pipeline *pl)

@@ -1204,7 +1204,7 @@ static void render_loss(const struct prom *p, FILE *f)
 	    "the process's memory.");
 	put_losses(f, l, LOSS_P_DROPPED, "tokenscope_dropped_total", "what");
 	/* Device times: only where a CUPTI library reported (as the summary's line). */
-	if (l->cupti || l->cupti_abi_bad) {
+	if (l->device_times || l->device_abi_bad) {
 		put_header(
 		    f, "tokenscope_device_times_lost_total", "counter",
 		    "What device times (the CUPTI library) missed: records CUPTI dropped "

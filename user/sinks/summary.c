@@ -595,7 +595,7 @@ void summary_print(const struct summary *s, const struct loss_report *loss, cons
 			fputc('\n', f);
 		}
 	}
-	if (loss->cupti || loss->cupti_abi_bad)
+	if (loss->device_times || loss->device_abi_bad)
 		loss_line(f, loss, LOSS_T_DEVICE, "lost (device times)");
 	/* Says why a run can show no requests: another protocol on the sockets, HTTP/2 joined
 	 * after its start, or TLS from a library that is not hooked. */
