@@ -14,7 +14,7 @@ import sys
 import tempfile
 
 # What a sink may see of user/pipeline/: the values it is handed and their names.
-VALUES = {"sink.h", "request.h", "step.h", "gpu_report.h", "nvml_sample.h", "self_cost.h",
+VALUES = {"sink.h", "request.h", "step.h", "gpu_report.h", "device_sample.h", "self_cost.h",
           "workload.h", "loss.h", "slo.h", "labels.h", "frame_format.h", "req_info.h",
           "trace_ctx.h"}
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)

@@ -33,9 +33,9 @@ SYS_READ, SYS_WRITE, SYS_ACCEPT = 1, 5, 10
 AF_INET = 2
 # user/record/record.h
 RECORD_EV_KSTATS = 0x10000
-RECORD_EV_NVML = 0x10001
+RECORD_EV_DEVICE_SAMPLE = 0x10001
 RECORD_EV_WORKLOAD = 0x10002
-RECORD_NVML_TEXT = 296
+RECORD_SAMPLE_TEXT = 296
 RECORD_HEADER_BYTES = 400
 STATS = 7
 
@@ -201,14 +201,14 @@ def kstats(lost):
         struct.pack("<%dQ" % STATS, *stats)
 
 
-def nvml(seq, util, procs):
-    """A GPU sample (record.h: record_nvml_event, one record_nvml_device, its processes)."""
+def device_sample(seq, util, procs):
+    """A GPU sample (record.h: record_sample_event, one record_sample_device, its processes)."""
     dev = struct.pack("<IIIIQQQQII", 0, 0x1f, util, 350125, 1_000_200_000, 1 << 30, 8 << 30,
                       1_980_000_000, len(procs), 0)
-    dev += b"Stub H200".ljust(RECORD_NVML_TEXT, b"\0") + b"GPU-0".ljust(RECORD_NVML_TEXT, b"\0")
+    dev += b"Stub H200".ljust(RECORD_SAMPLE_TEXT, b"\0") + b"GPU-0".ljust(RECORD_SAMPLE_TEXT, b"\0")
     dev += b"".join(struct.pack("<IIQ", pid, 1, mem) for pid, mem in procs)
     body = struct.pack("<QII", seq, 1, 0) + dev
-    return hdr(RECORD_EV_NVML, 16 + len(body), 0) + body
+    return hdr(RECORD_EV_DEVICE_SAMPLE, 16 + len(body), 0) + body
 
 
 def workload(pid, cid, uid, ns, pod, container):
@@ -673,8 +673,8 @@ def record_seeds():
     recs.append(proc_event(EV_PROC_EXIT, 101, 0, 2_000_000_000, 9))
     put("fuzz_record", "procs-gpu.tsr", tsr(recs, RF_PROMETHEUS | RF_GPU | RF_VERBOSE | RF_BY_PROCESS))
     recs = connection_records("uvloop_vllm")
-    recs[1:1] = [nvml(1, 45, [(100, 1 << 29), (7, 1 << 20)])]
-    recs.append(nvml(2, 90, [(100, 1 << 30)]))
+    recs[1:1] = [device_sample(1, 45, [(100, 1 << 29), (7, 1 << 20)])]
+    recs.append(device_sample(2, 90, [(100, 1 << 30)]))
     put("fuzz_record", "nvml.tsr", tsr(recs, RF_PROMETHEUS | RF_GPU, version=3))
     recs = connection_records("uvloop_vllm")
     recs[:0] = [workload(100, b"0123456789abcdef" * 4, b"12345678-aaaa-bbbb-cccc-0123456789ab",

@@ -23,7 +23,7 @@ static void report(struct loss_report *l)
 	memset(l, 0, sizeof(*l));
 	for (size_t i = 0; i < loss_ncounters; i++)
 		*(uint64_t *)((char *)l + loss_counters[i].off) = VALUE(i);
-	l->cupti = true;
+	l->device_times = true;
 	l->tls_conns = UINT64_MAX / 2; /* more than the counters: no series below 0 */
 	l->frame_max_kib = 64;
 	l->budget_max_mib = 16;

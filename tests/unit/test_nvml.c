@@ -60,12 +60,12 @@ static uint64_t now_ns(void)
 	return ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static struct nvml_snapshot snap; /* large: not on the stack */
+static struct device_sample snap; /* large: not on the stack */
 
 TEST(test_exact_values)
 {
 	struct nvml *n = open_with(STANDIN, TWO_GPUS);
-	const struct nvml_device *a = &snap.devices[0], *b = &snap.devices[1];
+	const struct sampled_device *a = &snap.devices[0], *b = &snap.devices[1];
 	uint64_t before = now_ns();
 
 	if (!ASSERT_OK_PTR(n, "open the stand-in"))
@@ -140,7 +140,7 @@ TEST(test_old_library)
 TEST(test_memory_reserved)
 {
 	static const char cfg[] = "name=R,uuid=GPU-r,mem=1073741824/8589934592,reserved=629145600";
-	struct nvml_snapshot snap;
+	struct device_sample snap;
 	struct nvml *n = open_with(STANDIN, cfg);
 
 	if (!ASSERT_OK_PTR(n, "open"))
@@ -188,12 +188,12 @@ TEST(test_caps)
 		return;
 	nvml_sample(n, &snap);
 	nvml_stop(n);
-	ASSERT_EQ(snap.ndevices, NVML_MAX_DEVICES, "devices kept");
-	ASSERT_EQ(snap.devices_dropped, 20 - NVML_MAX_DEVICES, "devices counted");
+	ASSERT_EQ(snap.ndevices, DEV_MAX_DEVICES, "devices kept");
+	ASSERT_EQ(snap.devices_dropped, 20 - DEV_MAX_DEVICES, "devices counted");
 	ASSERT_EQ(snap.devices[15].index, 15, "the first 16 kept");
 	ASSERT_EQ(snap.devices[15].util_pct, 15, "with their own values");
-	ASSERT_EQ(snap.devices[0].nprocs, NVML_MAX_PROCS, "processes kept");
-	ASSERT_EQ(snap.devices[0].procs_dropped, 70 - NVML_MAX_PROCS, "processes counted");
+	ASSERT_EQ(snap.devices[0].nprocs, DEV_MAX_PROCS, "processes kept");
+	ASSERT_EQ(snap.devices[0].procs_dropped, 70 - DEV_MAX_PROCS, "processes counted");
 	ASSERT_EQ(snap.devices[0].procs[9].pid, 109, "listed first");
 	ASSERT_EQ(snap.devices[0].procs[10].pid, 2000000, "then the extra ones");
 	ASSERT_EQ(snap.devices[0].procs[63].mem_bytes, 54 * MIB, "the 64th");
@@ -263,7 +263,7 @@ TEST(test_thread)
 {
 	FILE *err = fmemopen(msg, sizeof(msg), "w");
 	struct nvml_opts o = { .library = STANDIN, .period_ms = 20, .err = err };
-	struct nvml_snapshot *s = calloc(1, sizeof(*s));
+	struct device_sample *s = calloc(1, sizeof(*s));
 	uint64_t t0, first = 0, seq1 = 0;
 	struct nvml *n;
 
@@ -305,7 +305,7 @@ out:
 TEST(test_thread_long_period_stop)
 {
 	struct nvml_opts o = { .library = STANDIN, .period_ms = 10000 };
-	struct nvml_snapshot *s = calloc(1, sizeof(*s));
+	struct device_sample *s = calloc(1, sizeof(*s));
 	struct nvml *n;
 	uint64_t t0;
 
@@ -327,7 +327,7 @@ TEST(test_thread_no_driver)
 {
 	FILE *err = fmemopen(msg, sizeof(msg), "w");
 	struct nvml_opts o = { .library = STANDIN, .period_ms = 10, .err = err };
-	struct nvml_snapshot *s = calloc(1, sizeof(*s));
+	struct device_sample *s = calloc(1, sizeof(*s));
 	struct nvml *n;
 
 	memset(msg, 0, sizeof(msg));
@@ -418,7 +418,7 @@ static bool sample_two(void)
 	nvml_sample(n, &snap);
 	nvml_stop(n);
 	snap.seq = 7;
-	nvml_keep_procs(&snap, keep_4242_77, NULL);
+	device_sample_keep_procs(&snap, keep_4242_77, NULL);
 	return true;
 }
 
@@ -435,7 +435,7 @@ TEST(test_keep_procs)
 
 TEST(test_usage_summary)
 {
-	struct nvml_usage *u = calloc(1, sizeof(*u));
+	struct device_usage *u = calloc(1, sizeof(*u));
 	char *text = NULL;
 	size_t len = 0;
 	FILE *f;
@@ -443,18 +443,18 @@ TEST(test_usage_summary)
 	if (!sample_two())
 		goto out;
 	f = open_memstream(&text, &len);
-	nvml_usage_print(u, f);
+	device_usage_print(u, f);
 	fflush(f);
 	ASSERT_EQ(len, 0, "nothing before a sample");
-	nvml_usage_add(u, &snap);
+	device_usage_add(u, &snap);
 	/* A second sample: busier, more memory, less power. */
 	snap.devices[0].util_pct = 90;
 	snap.devices[0].mem_used = 3 * GIB;
 	snap.devices[0].power_mw = 150125;
 	snap.devices[0].sm_clock_hz = 1020000000;
 	snap.devices[0].procs[0].mem_bytes = GIB;
-	nvml_usage_add(u, &snap);
-	nvml_usage_print(u, f);
+	device_usage_add(u, &snap);
+	device_usage_print(u, f);
 	fclose(f);
 	ASSERT_STREQ(
 	    text,

@@ -12,7 +12,7 @@
 #include "check.h"
 #include "pipeline/pipeline_impl.h"
 #include "sinks/output.h"
-#include "pipeline/nvml_sample.h"
+#include "pipeline/device_sample.h"
 #include "record/record.h"
 #include "record/replay.h"
 #include "sinks/summary.h"
@@ -1086,41 +1086,41 @@ TEST(test_replay_truncated_body)
 }
 
 /* A GPU sample with two devices: every field, processes on the first, a name to clean. */
-static void nvml_sample_fill(struct nvml_snapshot *g)
+static void device_sample_fill(struct device_sample *g)
 {
 	memset(g, 0, sizeof(*g));
 	g->seq = 7;
 	g->ndevices = 2;
 	g->devices_dropped = 1;
-	g->devices[0] = (struct nvml_device){ .index = 0,
-					      .mono_ns = 123456789,
-					      .util_present = true,
-					      .mem_present = true,
-					      .clock_present = true,
-					      .power_present = true,
-					      .procs_present = true,
-					      .util_pct = 45,
-					      .mem_used = 1ull << 30,
-					      .mem_total = 8ull << 30,
-					      .sm_clock_hz = 1980000000,
-					      .power_mw = 350125,
-					      .nprocs = 2,
-					      .procs_dropped = 3 };
+	g->devices[0] = (struct sampled_device){ .index = 0,
+						 .mono_ns = 123456789,
+						 .util_present = true,
+						 .mem_present = true,
+						 .clock_present = true,
+						 .power_present = true,
+						 .procs_present = true,
+						 .util_pct = 45,
+						 .mem_used = 1ull << 30,
+						 .mem_total = 8ull << 30,
+						 .sm_clock_hz = 1980000000,
+						 .power_mw = 350125,
+						 .nprocs = 2,
+						 .procs_dropped = 3 };
 	snprintf(g->devices[0].name, sizeof(g->devices[0].name), "Stub H200");
 	snprintf(g->devices[0].uuid, sizeof(g->devices[0].uuid), "GPU-0000");
-	g->devices[0].procs[0] = (struct nvml_proc){ 42, true, 1u << 29 };
-	g->devices[0].procs[1] = (struct nvml_proc){ 43, false, 0 };
-	g->devices[1] = (struct nvml_device){ .index = 1, .util_present = true, .util_pct = 7 };
+	g->devices[0].procs[0] = (struct sampled_proc){ 42, true, 1u << 29 };
+	g->devices[0].procs[1] = (struct sampled_proc){ 43, false, 0 };
+	g->devices[1] = (struct sampled_device){ .index = 1, .util_present = true, .util_pct = 7 };
 	snprintf(g->devices[1].name, sizeof(g->devices[1].name), "B\x1b[2J");
 }
 
 /*
- * A GPU sample written as RECORD_EV_NVML and read back is the same sample (its name made
+ * A GPU sample written as RECORD_EV_DEVICE_SAMPLE and read back is the same sample (its name made
  * printable); records that do not hold what they say are refused, never read past.
  */
-TEST(test_nvml_record)
+TEST(test_device_sample_record)
 {
-	static struct nvml_snapshot in, out;
+	static struct device_sample in, out;
 	struct record_writer w;
 	struct record_meta m;
 	struct record_reader rd;
@@ -1132,14 +1132,14 @@ TEST(test_nvml_record)
 	if (!ASSERT_OK_PTR(path, "temp file"))
 		return;
 	test_meta(&m);
-	nvml_sample_fill(&in);
+	device_sample_fill(&in);
 	ASSERT_OK(record_open(&w, path, &m), "open");
-	ASSERT_OK(record_write_nvml(&w, &in), "write");
+	ASSERT_OK(record_write_device_sample(&w, &in), "write");
 	ASSERT_OK(record_close(&w), "close");
 	if (!ASSERT_OK(record_reader_open(&rd, path), "reader"))
 		return;
 	if (ASSERT_EQ(record_next(&rd, &rec, &len), 1, "one record")) {
-		ASSERT_OK(record_nvml(rec, len, &out), "read back");
+		ASSERT_OK(record_device_sample(rec, len, &out), "read back");
 		ASSERT_EQ(out.seq, 7, "seq");
 		ASSERT_EQ(out.ndevices, 2, "devices");
 		ASSERT_EQ(out.devices_dropped, 1, "dropped");
@@ -1157,24 +1157,27 @@ TEST(test_nvml_record)
 		ASSERT_TRUE(!strchr(out.devices[1].name, 0x1b), "escape made printable");
 		copy = malloc(len + 8);
 		if (copy) {
-			struct record_nvml_event *e = (struct record_nvml_event *)copy;
-			struct record_nvml_device *d =
-			    (struct record_nvml_device *)(copy + sizeof(*e));
+			struct record_sample_event *e = (struct record_sample_event *)copy;
+			struct record_sample_device *d =
+			    (struct record_sample_device *)(copy + sizeof(*e));
 
 			memcpy(copy, rec, len);
-			ASSERT_EQ(record_nvml(copy, len - 1, &out), -EINVAL, "cut short");
+			ASSERT_EQ(record_device_sample(copy, len - 1, &out), -EINVAL, "cut short");
 			e->hdr.size = (uint32_t)len + 8;
 			memset(copy + len, 0, 8);
-			ASSERT_EQ(record_nvml(copy, len + 8, &out), -EINVAL, "bytes left over");
+			ASSERT_EQ(record_device_sample(copy, len + 8, &out), -EINVAL,
+				  "bytes left over");
 			e->hdr.size = (uint32_t)len;
-			e->ndevices = NVML_MAX_DEVICES + 1;
-			ASSERT_EQ(record_nvml(copy, len, &out), -EINVAL, "too many devices");
+			e->ndevices = DEV_MAX_DEVICES + 1;
+			ASSERT_EQ(record_device_sample(copy, len, &out), -EINVAL,
+				  "too many devices");
 			e->ndevices = 2;
 			d->nprocs = 3;
-			ASSERT_EQ(record_nvml(copy, len, &out), -EINVAL,
+			ASSERT_EQ(record_device_sample(copy, len, &out), -EINVAL,
 				  "more processes than held");
-			d->nprocs = NVML_MAX_PROCS + 1;
-			ASSERT_EQ(record_nvml(copy, len, &out), -EINVAL, "too many processes");
+			d->nprocs = DEV_MAX_PROCS + 1;
+			ASSERT_EQ(record_device_sample(copy, len, &out), -EINVAL,
+				  "too many processes");
 			free(copy);
 		}
 	}

@@ -309,7 +309,7 @@ TEST(test_model_cap)
 
 TEST(test_gpu_lines)
 {
-	struct nvml_snapshot *s = calloc(1, sizeof(*s));
+	struct device_sample *s = calloc(1, sizeof(*s));
 	struct top t;
 	char *out = NULL;
 	size_t len = 0;
@@ -324,24 +324,24 @@ TEST(test_gpu_lines)
 
 	s->seq = 1;
 	s->ndevices = 2;
-	s->devices[0] = (struct nvml_device){ .index = 0,
-					      .mono_ns = 1 * S,
-					      .name = "NVIDIA H200",
-					      .util_present = true,
-					      .util_pct = 87,
-					      .mem_present = true,
-					      .mem_used = 3ull << 30,
-					      .mem_total = 140ull << 30,
-					      .clock_present = true,
-					      .sm_clock_hz = 1980000000,
-					      .power_present = true,
-					      .power_mw = 412345,
-					      .nprocs = 5 };
+	s->devices[0] = (struct sampled_device){ .index = 0,
+						 .mono_ns = 1 * S,
+						 .name = "NVIDIA H200",
+						 .util_present = true,
+						 .util_pct = 87,
+						 .mem_present = true,
+						 .mem_used = 3ull << 30,
+						 .mem_total = 140ull << 30,
+						 .clock_present = true,
+						 .sm_clock_hz = 1980000000,
+						 .power_present = true,
+						 .power_mw = 412345,
+						 .nprocs = 5 };
 	for (uint32_t i = 0; i < 5; i++)
-		s->devices[0].procs[i] = (struct nvml_proc){ .pid = 100 + i,
-							     .mem_present = i != 1,
-							     .mem_bytes = 512 << 20 };
-	s->devices[1] = (struct nvml_device){
+		s->devices[0].procs[i] = (struct sampled_proc){ .pid = 100 + i,
+								.mem_present = i != 1,
+								.mem_bytes = 512 << 20 };
+	s->devices[1] = (struct sampled_device){
 		.index = 1, .mono_ns = 1 * S, .util_present = true, .util_pct = 7
 	};
 	ASSERT_OK(top_set_gpu_sample(&t, s), "sample");

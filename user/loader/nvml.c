@@ -26,6 +26,8 @@ typedef struct nvmlDevice_st *nvmlDevice_t;
 #define NVML_ERROR_NOT_SUPPORTED 3
 #define NVML_ERROR_INSUFFICIENT_SIZE 7
 #define NVML_CLOCK_SM 1
+/* Its buffers for a device's name and UUID (_V2_BUFFER_SIZE), the longest a sample keeps. */
+#define NVML_QUERY_STR DEV_NAME_BYTES
 /* usedGpuMemory when the driver cannot tell (NVML_VALUE_NOT_AVAILABLE, -1, as unsigned). */
 #define NVML_MEM_NOT_AVAILABLE ((unsigned long long)-1)
 
@@ -89,7 +91,7 @@ struct nvml {
 	struct nvml_fns f;
 	/* the thread's own */
 	nvmlProcessInfo_t query[NVML_QUERY_PROCS];
-	struct nvml_snapshot work;
+	struct device_sample work;
 	bool thread_on;
 	pthread_t thread;
 	bool lock_on; /* lock is made (nvml_start): the thread may be running */
@@ -97,7 +99,7 @@ struct nvml {
 	pthread_mutex_t lock;
 	pthread_cond_t wake;
 	bool stopping;
-	struct nvml_snapshot latest;
+	struct device_sample latest;
 	/* The message when NVML cannot be used, held until wanted (nvml_opts.quiet) */
 	bool quiet, failed, wanted, said;
 	char why[NVML_WHY_MAX];
@@ -230,7 +232,7 @@ static struct nvml *nvml_new(const struct nvml_opts *o)
 		free(n);
 		return NULL;
 	}
-	n->period_ms = o && o->period_ms ? o->period_ms : NVML_PERIOD_MS;
+	n->period_ms = o && o->period_ms ? o->period_ms : DEV_SAMPLE_PERIOD_MS;
 	n->err = o && o->err ? o->err : stderr;
 	n->quiet = o && o->quiet;
 	return n;
@@ -272,12 +274,12 @@ static void query_text(nvmlDevice_t d, nvmlReturn_t (*fn)(nvmlDevice_t, char *, 
 	if (fn(d, buf, NVML_QUERY_STR) != NVML_SUCCESS)
 		return;
 	buf[NVML_QUERY_STR] = 0;
-	utf8_clean(out, NVML_TEXT_MAX, buf, strlen(buf));
+	utf8_clean(out, DEV_TEXT_MAX, buf, strlen(buf));
 }
 
 /* The compute processes; a pid listed twice (one per MIG instance, or per context) is one
  * process, its memory the sum, absent when either part is. */
-static void query_procs(struct nvml *n, nvmlDevice_t d, struct nvml_device *dev)
+static void query_procs(struct nvml *n, nvmlDevice_t d, struct sampled_device *dev)
 {
 	unsigned int count = NVML_QUERY_PROCS;
 	nvmlReturn_t r;
@@ -298,7 +300,7 @@ static void query_procs(struct nvml *n, nvmlDevice_t d, struct nvml_device *dev)
 	for (unsigned int i = 0; i < count; i++) {
 		const nvmlProcessInfo_t *q = &n->query[i];
 		bool have = q->usedGpuMemory != NVML_MEM_NOT_AVAILABLE;
-		struct nvml_proc *p = NULL;
+		struct sampled_proc *p = NULL;
 
 		for (uint32_t j = 0; j < dev->nprocs; j++)
 			if (dev->procs[j].pid == q->pid)
@@ -308,7 +310,7 @@ static void query_procs(struct nvml *n, nvmlDevice_t d, struct nvml_device *dev)
 			p->mem_bytes = p->mem_present ? p->mem_bytes + q->usedGpuMemory : 0;
 			continue;
 		}
-		if (dev->nprocs == NVML_MAX_PROCS) {
+		if (dev->nprocs == DEV_MAX_PROCS) {
 			dev->procs_dropped++;
 			continue;
 		}
@@ -319,7 +321,7 @@ static void query_procs(struct nvml *n, nvmlDevice_t d, struct nvml_device *dev)
 	}
 }
 
-static void sample_device(struct nvml *n, nvmlDevice_t d, struct nvml_device *dev)
+static void sample_device(struct nvml *n, nvmlDevice_t d, struct sampled_device *dev)
 {
 	nvmlUtilization_t u;
 	nvmlMemory_t m;
@@ -354,7 +356,7 @@ static void sample_device(struct nvml *n, nvmlDevice_t d, struct nvml_device *de
 	query_procs(n, d, dev);
 }
 
-void nvml_sample(struct nvml *n, struct nvml_snapshot *out)
+void nvml_sample(struct nvml *n, struct device_sample *out)
 {
 	unsigned int count = 0;
 
@@ -365,9 +367,9 @@ void nvml_sample(struct nvml *n, struct nvml_snapshot *out)
 		return;
 	for (unsigned int i = 0; i < count; i++) {
 		nvmlDevice_t d;
-		struct nvml_device *dev;
+		struct sampled_device *dev;
 
-		if (out->ndevices == NVML_MAX_DEVICES) {
+		if (out->ndevices == DEV_MAX_DEVICES) {
 			out->devices_dropped = count - i;
 			break;
 		}
@@ -446,7 +448,7 @@ struct nvml *nvml_start(const struct nvml_opts *o)
 	return n;
 }
 
-bool nvml_latest(struct nvml *n, struct nvml_snapshot *out)
+bool nvml_latest(struct nvml *n, struct device_sample *out)
 {
 	bool fresh = false;
 

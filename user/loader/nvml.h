@@ -4,7 +4,7 @@
  *
  * libnvidia-ml.so.1 is opened with dlopen at run time (so LD_LIBRARY_PATH is followed, and
  * tokenscope needs no NVIDIA package to build or run), never by running nvidia-smi. A thread of
- * tokenscope's own samples every device once per period (NVML_PERIOD_MS) into a snapshot kept
+ * tokenscope's own samples every device once per period (DEV_SAMPLE_PERIOD_MS) into a snapshot kept
  * under a mutex; readers copy the latest snapshot out, a plain value. Every value has a
  * "present" flag: a function the library lacks, or a query the device refuses
  * (NVML_ERROR_NOT_SUPPORTED, e.g. power on some boards), leaves that value absent, never zero.
@@ -13,7 +13,7 @@
  * message saying why and that GPU utilisation and memory will not be shown (with quiet, only
  * once nvml_say_why asks), and nothing else: no snapshot is ever published.
  *
- * Everything is bounded: NVML_MAX_DEVICES devices and NVML_MAX_PROCS processes per device are
+ * Everything is bounded: DEV_MAX_DEVICES devices and DEV_MAX_PROCS processes per device are
  * kept, and what did not fit is counted in the snapshot.
  */
 #ifndef TS_NVML_H
@@ -23,14 +23,14 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "pipeline/nvml_sample.h"
+#include "pipeline/device_sample.h"
 
 /* The soname the driver installs; a path works too (tests). */
 #define NVML_LIBRARY "libnvidia-ml.so.1"
 
 struct nvml_opts {
 	const char *library;	/* NULL: NVML_LIBRARY */
-	unsigned int period_ms; /* 0: NVML_PERIOD_MS */
+	unsigned int period_ms; /* 0: DEV_SAMPLE_PERIOD_MS */
 	FILE *err;		/* the one message when NVML cannot be used; NULL: stderr */
 	bool quiet;		/* nvml_start: that message only once nvml_say_why asks */
 };
@@ -43,7 +43,7 @@ struct nvml;
  */
 struct nvml *nvml_open(const struct nvml_opts *o);
 /* Samples every device now into out (seq left 0). Only the thread calls it once one runs. */
-void nvml_sample(struct nvml *n, struct nvml_snapshot *out);
+void nvml_sample(struct nvml *n, struct device_sample *out);
 /*
  * Opens NVML on a new thread that then samples once a period, starting at once; returns at
  * once. NULL only when memory or a thread cannot be had (printed). Opening can take seconds on
@@ -52,7 +52,7 @@ void nvml_sample(struct nvml *n, struct nvml_snapshot *out);
  */
 struct nvml *nvml_start(const struct nvml_opts *o);
 /* Copies the latest sample into out when its seq differs from out->seq: true then. */
-bool nvml_latest(struct nvml *n, struct nvml_snapshot *out);
+bool nvml_latest(struct nvml *n, struct device_sample *out);
 /* With quiet: says why NVML cannot be used, once, now if its thread found that out already, else
  * when it does (a traced process mapped a CUDA library: then the reason matters). */
 void nvml_say_why(struct nvml *n);

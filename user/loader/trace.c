@@ -822,14 +822,14 @@ static void loop_drain(struct loop *l)
 			l->h->cuda(l->h->ctx);
 	}
 	if (l->h->poll) {
-		struct nvml_snapshot *g = l->h->poll(l->h->ctx);
+		struct device_sample *g = l->h->poll(l->h->ctx);
 
 		/* A GPU sample enters the recording where the sinks get it: a replay gives it to
 		 * them at the same point of the stream. */
 		if (g && tr->recording && !tr->rec_err)
-			record_write_nvml(&tr->rec, g);
+			record_write_device_sample(&tr->rec, g);
 		if (g)
-			pipeline_gpu_sample(tr->pl, g);
+			pipeline_device_sample(tr->pl, g);
 	}
 	pipeline_tick(tr->pl);
 	if (tr->recording && !tr->rec_err) {

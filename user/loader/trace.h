@@ -51,10 +51,10 @@ struct trace_opts {
  * GPU sample or NULL (the tracer records it and gives it to the pipeline, as a replay does);
  * key after each drain when set (true: the user asked to quit); finish once the last record
  * was fed. */
-struct nvml_snapshot;
+struct device_sample;
 struct trace_hooks {
 	int (*begin)(void *ctx);
-	struct nvml_snapshot *(*poll)(void *ctx);
+	struct device_sample *(*poll)(void *ctx);
 	bool (*key)(void *ctx);
 	void (*finish)(void *ctx);
 	void *ctx;

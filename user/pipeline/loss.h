@@ -75,19 +75,19 @@
 	  "TLS connections that ended with no plaintext seen (no TLS library hooked)")             \
 	X(tls_unjoined, LOSS_J_LOST, "tls_unjoined", LOSS_T_CONNS, NULL, zero, LOSS_P_OWN, NULL,   \
 	  "TLS calls whose socket was not found (their plaintext lost)")                           \
-	X(cupti_dropped, LOSS_J_LOST, "device_dropped", LOSS_T_DEVICE,                             \
+	X(device_dropped, LOSS_J_LOST, "device_dropped", LOSS_T_DEVICE,                            \
 	  "%llu records dropped by CUPTI", zero, LOSS_P_DEVICE, "cupti_dropped",                   \
 	  "device-time records dropped by CUPTI")                                                  \
-	X(cupti_pool_empty, LOSS_J_LOST, "device_pool_empty", LOSS_T_DEVICE,                       \
+	X(device_pool_empty, LOSS_J_LOST, "device_pool_empty", LOSS_T_DEVICE,                      \
 	  "%llu buffer requests refused (pool in use)", zero, LOSS_P_DEVICE, "buffer_refused",     \
 	  "CUPTI buffer requests refused (pool in use)")                                           \
-	X(cupti_unplaced, LOSS_J_LOST, "device_unplaced", LOSS_T_DEVICE,                           \
+	X(device_unplaced, LOSS_J_LOST, "device_unplaced", LOSS_T_DEVICE,                          \
 	  "%llu runs in no GPU step", zero, LOSS_P_DEVICE, "unplaced_run",                         \
 	  "device runs in no GPU step")                                                            \
-	X(cupti_late, LOSS_J_LOST, "device_late", LOSS_T_DEVICE,                                   \
+	X(device_late, LOSS_J_LOST, "device_late", LOSS_T_DEVICE,                                  \
 	  "%llu steps shown before their device times", zero, LOSS_P_DEVICE, "late_step",          \
 	  "GPU steps shown before their device times")                                             \
-	X(cupti_abi_bad, LOSS_J_LOST, "device_abi_bad", LOSS_T_DEVICE,                             \
+	X(device_abi_bad, LOSS_J_LOST, "device_abi_bad", LOSS_T_DEVICE,                            \
 	  "%llu records of another library version", zero, LOSS_P_DEVICE, "other_version",         \
 	  "device-time records of another library version")
 
@@ -121,8 +121,8 @@ struct loss_report {
 	/* connections that carried TLS; socket writes of TLS records, and the total time from
 	 * the TLS write call to them */
 	uint64_t tls_conns, tls_wire_writes, tls_wire_ns;
-	/* Device times (CUPTI injection library): some process reported them. */
-	bool cupti;
+	/* Device times (a device-time library: CUPTI's today): some process reported them. */
+	bool device_times;
 };
 
 /* A counter of the table, as the outputs read it. */

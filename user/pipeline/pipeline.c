@@ -5,7 +5,7 @@
 
 #include "lib/grow.h"
 #include "pipeline/batch.h"
-#include "pipeline/nvml_sample.h"
+#include "pipeline/device_sample.h"
 #include "pipeline/pipeline_impl.h"
 #include "lib/utf8.h"
 
@@ -572,12 +572,12 @@ static bool pl_traced(void *ctx, uint32_t pid)
 	return false;
 }
 
-void pipeline_gpu_sample(struct pipeline *pl, struct nvml_snapshot *s)
+void pipeline_device_sample(struct pipeline *pl, struct device_sample *s)
 {
-	nvml_keep_procs(s, pl_traced, pl);
+	device_sample_keep_procs(s, pl_traced, pl);
 	for (int i = 0; i < pl->nsinks; i++)
-		if (pl->sinks[i].gpu_sample)
-			pl->sinks[i].gpu_sample(pl->sinks[i].ctx, s);
+		if (pl->sinks[i].device_sample)
+			pl->sinks[i].device_sample(pl->sinks[i].ctx, s);
 }
 
 void pipeline_clock(struct pipeline *pl, uint64_t now_ns)
@@ -631,19 +631,19 @@ void pipeline_loss(const struct pipeline *pl, struct loss_report *loss)
 	loss->budget_max_mib = pl->conns.budget.max >> 20;
 	loss->frame_max_kib = SSE_FRAME_MAX / 1024;
 	loss->zero = 0;
-	loss->cupti = pl->gpu.cupti_procs > 0;
-	loss->cupti_dropped = loss->cupti_pool_empty = loss->cupti_unplaced = 0;
+	loss->device_times = pl->gpu.cupti_procs > 0;
+	loss->device_dropped = loss->device_pool_empty = loss->device_unplaced = 0;
 	for (uint32_t i = 0; i < pl->gpu.nprocs; i++) {
 		const struct gpu_cupti *c = &pl->gpu.procs[i].cupti;
 
-		loss->cupti_dropped += c->stats.dropped;
-		loss->cupti_pool_empty += c->stats.pool_empty;
-		loss->cupti_unplaced += c->unplaced;
+		loss->device_dropped += c->stats.dropped;
+		loss->device_pool_empty += c->stats.pool_empty;
+		loss->device_unplaced += c->unplaced;
 	}
 	/* Runs still waiting for a step at the end ran in none. */
-	loss->cupti_unplaced += pl->gpu.norphans;
-	loss->cupti_late = pl->gpu.released_late;
-	loss->cupti_abi_bad = pl->gpu.cupti_abi_bad;
+	loss->device_unplaced += pl->gpu.norphans;
+	loss->device_late = pl->gpu.released_late;
+	loss->device_abi_bad = pl->gpu.cupti_abi_bad;
 }
 
 void pipeline_interval(struct pipeline *pl)

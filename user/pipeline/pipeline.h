@@ -16,7 +16,7 @@
 #include "pipeline/sink.h"
 #include "pipeline/workload.h"
 
-struct nvml_snapshot;
+struct device_sample;
 
 struct slo_rules;
 struct req_label_set;
@@ -102,9 +102,9 @@ int pipeline_add_sink(struct pipeline *pl, const struct sink *s);
 /* The live tracer's reading of the kernel clock (CLOCK_MONOTONIC, the records' clock), so that
  * the sinks' time moves on while no record comes. */
 void pipeline_clock(struct pipeline *pl, uint64_t now_ns);
-/* A new NVML sample (the loader, before the tick): cut down in place to the processes traced
+/* A new device sample (the loader, before the tick): cut down in place to the processes traced
  * now, then given to every sink. */
-void pipeline_gpu_sample(struct pipeline *pl, struct nvml_snapshot *s);
+void pipeline_device_sample(struct pipeline *pl, struct device_sample *s);
 /* Calls every sink's tick with the kernel time now (the loader, after each drain). */
 void pipeline_tick(struct pipeline *pl);
 /* An interval ended (the loader's --interval): every sink's interval (the summary prints its

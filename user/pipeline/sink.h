@@ -23,7 +23,7 @@ struct request_metrics;
 struct gpu_attribution;
 struct gpu_step;
 struct ts_gpu_call_event;
-struct nvml_snapshot;
+struct device_sample;
 struct slo_rules;
 
 /* The pipeline as of a tick (or the end): copied out for the call, valid during it. */
@@ -111,9 +111,10 @@ struct sink {
 	void (*gpu_step)(void *ctx, const struct gpu_step *s);
 	/* A CUDA launch or copy (--kernels: the kernel sends a record per call). */
 	void (*gpu_call)(void *ctx, const struct ts_gpu_call_event *e);
-	/* A GPU sample (NVML: utilisation, memory, the processes on each device), cut down to the
-	 * traced processes; live only, before the tick of the same drain. */
-	void (*gpu_sample)(void *ctx, const struct nvml_snapshot *s);
+	/* A GPU sample (device_sample.h: utilisation, memory, the processes on each device, from
+	 * the vendor's sampler, NVML today), cut down to the traced processes; live only, before
+	 * the tick of the same drain. */
+	void (*device_sample)(void *ctx, const struct device_sample *s);
 	/* An interval ended (the loader's --interval clock). */
 	void (*interval)(void *ctx, const struct pipeline_status *st);
 	/* After each batch of records. */

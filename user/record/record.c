@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "lib/utf8.h"
-#include "pipeline/nvml_sample.h"
+#include "pipeline/device_sample.h"
 #include "pipeline/workload.h"
 #include "record/record.h"
 
@@ -299,40 +299,40 @@ int record_write_kstats(struct record_writer *w, const uint64_t kstats[TS_STAT_M
 	return 0;
 }
 
-int record_write_nvml(struct record_writer *w, const struct nvml_snapshot *s)
+int record_write_device_sample(struct record_writer *w, const struct device_sample *s)
 {
-	size_t len = sizeof(struct record_nvml_event);
+	size_t len = sizeof(struct record_sample_event);
 	unsigned char *buf, *p;
-	struct record_nvml_event *e;
-	uint32_t nd = s->ndevices < NVML_MAX_DEVICES ? s->ndevices : NVML_MAX_DEVICES;
+	struct record_sample_event *e;
+	uint32_t nd = s->ndevices < DEV_MAX_DEVICES ? s->ndevices : DEV_MAX_DEVICES;
 	int err;
 
 	for (uint32_t i = 0; i < nd; i++)
-		len += sizeof(struct record_nvml_device) +
-		       (s->devices[i].nprocs < NVML_MAX_PROCS ? s->devices[i].nprocs
-							      : NVML_MAX_PROCS) *
-			   sizeof(struct record_nvml_proc);
+		len +=
+		    sizeof(struct record_sample_device) +
+		    (s->devices[i].nprocs < DEV_MAX_PROCS ? s->devices[i].nprocs : DEV_MAX_PROCS) *
+			sizeof(struct record_sample_proc);
 	buf = calloc(1, len);
 	if (!buf)
 		return -ENOMEM;
-	e = (struct record_nvml_event *)buf;
-	e->hdr.type = RECORD_EV_NVML;
+	e = (struct record_sample_event *)buf;
+	e->hdr.type = RECORD_EV_DEVICE_SAMPLE;
 	e->hdr.size = (__u32)len;
 	e->seq = s->seq;
 	e->ndevices = nd;
 	e->devices_dropped = s->devices_dropped;
 	p = buf + sizeof(*e);
 	for (uint32_t i = 0; i < nd; i++) {
-		const struct nvml_device *d = &s->devices[i];
-		struct record_nvml_device *rd = (struct record_nvml_device *)p;
-		uint32_t np = d->nprocs < NVML_MAX_PROCS ? d->nprocs : NVML_MAX_PROCS;
+		const struct sampled_device *d = &s->devices[i];
+		struct record_sample_device *rd = (struct record_sample_device *)p;
+		uint32_t np = d->nprocs < DEV_MAX_PROCS ? d->nprocs : DEV_MAX_PROCS;
 
 		rd->index = d->index;
-		rd->flags = (d->util_present ? RECORD_NVML_UTIL : 0) |
-			    (d->mem_present ? RECORD_NVML_MEM : 0) |
-			    (d->clock_present ? RECORD_NVML_CLOCK : 0) |
-			    (d->power_present ? RECORD_NVML_POWER : 0) |
-			    (d->procs_present ? RECORD_NVML_PROCS : 0);
+		rd->flags = (d->util_present ? RECORD_SAMPLE_UTIL : 0) |
+			    (d->mem_present ? RECORD_SAMPLE_MEM : 0) |
+			    (d->clock_present ? RECORD_SAMPLE_CLOCK : 0) |
+			    (d->power_present ? RECORD_SAMPLE_POWER : 0) |
+			    (d->procs_present ? RECORD_SAMPLE_PROCS : 0);
 		rd->util_pct = d->util_pct;
 		rd->power_mw = d->power_mw;
 		rd->mono_ns = d->mono_ns;
@@ -344,11 +344,11 @@ int record_write_nvml(struct record_writer *w, const struct nvml_snapshot *s)
 		memcpy(rd->name, d->name, strnlen(d->name, sizeof(d->name)));
 		memcpy(rd->uuid, d->uuid, strnlen(d->uuid, sizeof(d->uuid)));
 		p += sizeof(*rd);
-		for (uint32_t j = 0; j < np; j++, p += sizeof(struct record_nvml_proc))
-			*(struct record_nvml_proc *)p =
-			    (struct record_nvml_proc){ .pid = d->procs[j].pid,
-						       .mem_present = d->procs[j].mem_present,
-						       .mem_bytes = d->procs[j].mem_bytes };
+		for (uint32_t j = 0; j < np; j++, p += sizeof(struct record_sample_proc))
+			*(struct record_sample_proc *)p =
+			    (struct record_sample_proc){ .pid = d->procs[j].pid,
+							 .mem_present = d->procs[j].mem_present,
+							 .mem_bytes = d->procs[j].mem_bytes };
 	}
 	err = record_write(w, buf, len);
 	free(buf);
@@ -392,13 +392,13 @@ int record_workload(const void *rec, size_t len, uint32_t *pid, struct workload 
 	return 0;
 }
 
-int record_nvml(const void *rec, size_t len, struct nvml_snapshot *s)
+int record_device_sample(const void *rec, size_t len, struct device_sample *s)
 {
-	const struct record_nvml_event *e = rec;
+	const struct record_sample_event *e = rec;
 	const unsigned char *p = rec, *end = p + len;
 
-	if (len < sizeof(*e) || e->hdr.type != RECORD_EV_NVML || e->hdr.size != len ||
-	    e->ndevices > NVML_MAX_DEVICES)
+	if (len < sizeof(*e) || e->hdr.type != RECORD_EV_DEVICE_SAMPLE || e->hdr.size != len ||
+	    e->ndevices > DEV_MAX_DEVICES)
 		return -EINVAL;
 	memset(s, 0, sizeof(*s));
 	s->seq = e->seq;
@@ -406,22 +406,22 @@ int record_nvml(const void *rec, size_t len, struct nvml_snapshot *s)
 	s->devices_dropped = e->devices_dropped;
 	p += sizeof(*e);
 	for (uint32_t i = 0; i < e->ndevices; i++) {
-		struct record_nvml_device rd;
-		struct nvml_device *d = &s->devices[i];
+		struct record_sample_device rd;
+		struct sampled_device *d = &s->devices[i];
 
 		if ((size_t)(end - p) < sizeof(rd))
 			return -EINVAL;
 		memcpy(&rd, p, sizeof(rd));
 		p += sizeof(rd);
-		if (rd.nprocs > NVML_MAX_PROCS ||
-		    (size_t)(end - p) < rd.nprocs * sizeof(struct record_nvml_proc))
+		if (rd.nprocs > DEV_MAX_PROCS ||
+		    (size_t)(end - p) < rd.nprocs * sizeof(struct record_sample_proc))
 			return -EINVAL;
 		d->index = rd.index;
-		d->util_present = rd.flags & RECORD_NVML_UTIL;
-		d->mem_present = rd.flags & RECORD_NVML_MEM;
-		d->clock_present = rd.flags & RECORD_NVML_CLOCK;
-		d->power_present = rd.flags & RECORD_NVML_POWER;
-		d->procs_present = rd.flags & RECORD_NVML_PROCS;
+		d->util_present = rd.flags & RECORD_SAMPLE_UTIL;
+		d->mem_present = rd.flags & RECORD_SAMPLE_MEM;
+		d->clock_present = rd.flags & RECORD_SAMPLE_CLOCK;
+		d->power_present = rd.flags & RECORD_SAMPLE_POWER;
+		d->procs_present = rd.flags & RECORD_SAMPLE_PROCS;
 		d->util_pct = rd.util_pct;
 		d->power_mw = rd.power_mw;
 		d->mono_ns = rd.mono_ns;
@@ -432,13 +432,13 @@ int record_nvml(const void *rec, size_t len, struct nvml_snapshot *s)
 		d->procs_dropped = rd.procs_dropped;
 		utf8_clean(d->name, sizeof(d->name), rd.name, strnlen(rd.name, sizeof(rd.name)));
 		utf8_clean(d->uuid, sizeof(d->uuid), rd.uuid, strnlen(rd.uuid, sizeof(rd.uuid)));
-		for (uint32_t j = 0; j < rd.nprocs; j++, p += sizeof(struct record_nvml_proc)) {
-			struct record_nvml_proc rp;
+		for (uint32_t j = 0; j < rd.nprocs; j++, p += sizeof(struct record_sample_proc)) {
+			struct record_sample_proc rp;
 
 			memcpy(&rp, p, sizeof(rp));
-			d->procs[j] = (struct nvml_proc){ .pid = rp.pid,
-							  .mem_present = rp.mem_present != 0,
-							  .mem_bytes = rp.mem_bytes };
+			d->procs[j] = (struct sampled_proc){ .pid = rp.pid,
+							     .mem_present = rp.mem_present != 0,
+							     .mem_bytes = rp.mem_bytes };
 		}
 	}
 	return p == end ? 0 : -EINVAL;

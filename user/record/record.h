@@ -5,8 +5,8 @@
  * the event stream, so a replay reports exactly what the live tracer would have).
  *
  * File format, version 4 (version 3 had no RECORD_EV_WORKLOAD records, version 2 no
- * RECORD_EV_NVML records either; version 1 differed too in struct ts_data_event, which lacked
- * queued_ns). Every integer is little endian.
+ * RECORD_EV_DEVICE_SAMPLE records either; version 1 differed too in struct ts_data_event, which
+ * lacked queued_ns). Every integer is little endian.
  *
  *   header (header_bytes long; v1 writes RECORD_HEADER_BYTES = 400)
  *     0  char magic[8]        "TSREC\0\0\0"
@@ -38,8 +38,9 @@
  * (lost records, bytes beyond capture, ...), which live only in a BPF map and not in the ring
  * buffer. The recorder writes one whenever they change, in stream order, so a replay marks the
  * same open requests as maybe lost and shows the same loss figures (nothing is lost silently).
- * RECORD_EV_NVML, a GPU sample (NVML) as the live run read it, at the point of the stream
- * where its sinks got it, so a replay shows the same GPU utilisation and memory. And
+ * RECORD_EV_DEVICE_SAMPLE, a GPU sample (pipeline/device_sample.h, NVML's today) as the live run
+ * read it, at the point of the stream where its sinks got it, so a replay shows the same GPU
+ * utilisation and memory. And
  * RECORD_EV_WORKLOAD, where a followed process runs (its container, its Kubernetes pod) as the
  * live run found it from /proc and the runtime's state, which a replay cannot read.
  *
@@ -91,30 +92,33 @@ struct record_kstats_event {
 	__u64 stats[]; /* enum ts_stat order */
 };
 
-/* File-only record: a GPU sample (struct nvml_snapshot, every process on each GPU), then
- * ndevices devices, each followed by its nprocs processes. */
-#define RECORD_EV_NVML 0x10001
-#define RECORD_NVML_TEXT 296 /* NVML_TEXT_MAX rounded up to 8 */
-enum record_nvml_flags {
-	RECORD_NVML_UTIL = 1 << 0,
-	RECORD_NVML_MEM = 1 << 1,
-	RECORD_NVML_CLOCK = 1 << 2,
-	RECORD_NVML_POWER = 1 << 3,
-	RECORD_NVML_PROCS = 1 << 4,
+/* File-only record: a GPU sample (struct device_sample, every process on each GPU), then
+ * ndevices devices, each followed by its nprocs processes. It is the record once named
+ * RECORD_EV_NVML (struct record_nvml_event and the RECORD_NVML_* flags): the same type number
+ * and the same bytes, so every recording made before the rename reads as it did. */
+#define RECORD_EV_DEVICE_SAMPLE 0x10001
+#define RECORD_SAMPLE_TEXT 296 /* DEV_TEXT_MAX rounded up to 8 */
+enum record_sample_flags {
+	RECORD_SAMPLE_UTIL = 1 << 0,
+	RECORD_SAMPLE_MEM = 1 << 1,
+	RECORD_SAMPLE_CLOCK = 1 << 2,
+	RECORD_SAMPLE_POWER = 1 << 3,
+	RECORD_SAMPLE_PROCS = 1 << 4,
 };
-struct record_nvml_event {
-	struct ts_event_hdr hdr; /* type RECORD_EV_NVML, size: all that follows too; pid 0 */
+struct record_sample_event {
+	struct ts_event_hdr
+	    hdr; /* type RECORD_EV_DEVICE_SAMPLE, size: all that follows too; pid 0 */
 	__u64 seq;
 	__u32 ndevices, devices_dropped;
 };
-struct record_nvml_device {
-	__u32 index, flags; /* RECORD_NVML_*: which fields NVML gave */
+struct record_sample_device {
+	__u32 index, flags; /* RECORD_SAMPLE_*: which fields the sampler gave */
 	__u32 util_pct, power_mw;
 	__u64 mono_ns, mem_used, mem_total, sm_clock_hz;
 	__u32 nprocs, procs_dropped;
-	char name[RECORD_NVML_TEXT], uuid[RECORD_NVML_TEXT]; /* NUL-padded */
+	char name[RECORD_SAMPLE_TEXT], uuid[RECORD_SAMPLE_TEXT]; /* NUL-padded */
 };
-struct record_nvml_proc {
+struct record_sample_proc {
 	__u32 pid, mem_present;
 	__u64 mem_bytes;
 };
@@ -177,12 +181,12 @@ int record_open(struct record_writer *w, const char *path, const struct record_m
 /* Appends one ring-buffer record. -EINVAL (counted in w->rejected, nothing written) when len is
  * outside [16, RECORD_MAX_BYTES] or disagrees with hdr.size; other negative errno: I/O error. */
 int record_write(struct record_writer *w, const void *rec, size_t len);
-/* Appends a RECORD_EV_NVML record of the sample s. */
-struct nvml_snapshot;
-int record_write_nvml(struct record_writer *w, const struct nvml_snapshot *s);
-/* The sample of a RECORD_EV_NVML record into *s, its strings made printable (utf8_clean);
+/* Appends a RECORD_EV_DEVICE_SAMPLE record of the sample s. */
+struct device_sample;
+int record_write_device_sample(struct record_writer *w, const struct device_sample *s);
+/* The sample of a RECORD_EV_DEVICE_SAMPLE record into *s, its strings made printable (utf8_clean);
  * -EINVAL (s then undefined) when the record is not one or does not hold what it says. */
-int record_nvml(const void *rec, size_t len, struct nvml_snapshot *s);
+int record_device_sample(const void *rec, size_t len, struct device_sample *s);
 /* Appends a RECORD_EV_WORKLOAD record: process pid runs in wl (labelled at ts_ns). */
 struct workload;
 int record_write_workload(struct record_writer *w, uint32_t pid, uint64_t ts_ns,

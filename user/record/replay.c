@@ -3,7 +3,7 @@
 #include <errno.h>
 #include <stdlib.h>
 
-#include "pipeline/nvml_sample.h"
+#include "pipeline/device_sample.h"
 #include "record/replay.h"
 
 _Static_assert(RECORD_MAX_ROOTS >= PIPELINE_MAX_ROOTS, "a recording holds every -p");
@@ -35,12 +35,12 @@ int replay_feed(void *replay, const void *rec, size_t len)
 		if (!err)
 			err = pipeline_label_process(pl, pid, &wl);
 	} else if (len >= sizeof(struct ts_event_hdr) &&
-		   ((const struct ts_event_hdr *)rec)->type == RECORD_EV_NVML) {
+		   ((const struct ts_event_hdr *)rec)->type == RECORD_EV_DEVICE_SAMPLE) {
 		if (!rp->gpu && !(rp->gpu = malloc(sizeof(*rp->gpu))))
 			return -ENOMEM;
-		err = record_nvml(rec, len, rp->gpu);
+		err = record_device_sample(rec, len, rp->gpu);
 		if (!err)
-			pipeline_gpu_sample(pl, rp->gpu);
+			pipeline_device_sample(pl, rp->gpu);
 	} else if (ks) {
 		uint32_t n = ks->nstats < TS_STAT_MAX ? ks->nstats : TS_STAT_MAX;
 		uint64_t stats[TS_STAT_MAX];

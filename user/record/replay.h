@@ -4,11 +4,11 @@
  * `report` gives what the live tracer gave.
  *
  * Kernel-counter records (RECORD_EV_KSTATS) update pl->kstats and, when the lost count grew,
- * mark open requests maybe lost; a GPU sample (RECORD_EV_NVML) goes to pipeline_gpu_sample, as
- * the live loader gave it; every other record goes to pipeline_feed; sinks get a tick
- * whenever kernel time has advanced by REPLAY_TICK_NS (the live loader's drain period) since the
- * last one, the first after the first record. Before the first record the recording's roots
- * (meta) are registered with the pipeline.
+ * mark open requests maybe lost; a GPU sample (RECORD_EV_DEVICE_SAMPLE) goes to
+ * pipeline_device_sample, as the live loader gave it; every other record goes to pipeline_feed;
+ * sinks get a tick whenever kernel time has advanced by REPLAY_TICK_NS (the live loader's drain
+ * period) since the last one, the first after the first record. Before the first record the
+ * recording's roots (meta) are registered with the pipeline.
  */
 #ifndef TS_REPLAY_H
 #define TS_REPLAY_H
@@ -28,7 +28,7 @@ struct replay {
 	bool started;			/* roots registered */
 	bool ticked;			/* the first tick is done */
 	uint64_t tick_ns;		/* kernel time of the last tick */
-	struct nvml_snapshot *gpu;	/* the latest GPU sample read, with the first */
+	struct device_sample *gpu;	/* the latest GPU sample read, with the first */
 };
 
 /* meta must stay valid while records are fed (a reader's, or record_replay's meta_out, which is

@@ -15,9 +15,9 @@
 #include "sinks/prom.h"
 
 /* Every GPU sample, for the summary's GPU lines. */
-static void usage_sample(void *ctx, const struct nvml_snapshot *s)
+static void usage_sample(void *ctx, const struct device_sample *s)
 {
-	nvml_usage_add(ctx, s);
+	device_usage_add(ctx, s);
 }
 
 void exporters_cuda_seen(struct exporters *x)
@@ -25,7 +25,7 @@ void exporters_cuda_seen(struct exporters *x)
 	nvml_say_why(x->nvml);
 }
 
-struct nvml_snapshot *exporters_gpu_sample(struct exporters *x)
+struct device_sample *exporters_gpu_sample(struct exporters *x)
 {
 	return x->nvml && nvml_latest(x->nvml, x->gpu) ? x->gpu : NULL;
 }
@@ -69,14 +69,14 @@ static int usage_open(struct exporters *x, const struct export_opts *eo, uint64_
 	x->gpu_usage = calloc(1, sizeof(*x->gpu_usage));
 	if ((want_gpu(eo) && !x->gpu) || !x->gpu_usage)
 		return -ENOMEM;
-	*out = (struct sink){ .name = "nvml", .ctx = x->gpu_usage, .gpu_sample = usage_sample };
+	*out = (struct sink){ .name = "nvml", .ctx = x->gpu_usage, .device_sample = usage_sample };
 	return 0;
 }
 
 static int usage_close(struct exporters *x)
 {
 	if (x->gpu_usage) {
-		nvml_usage_print(x->gpu_usage, x->print_to_stderr ? x->err : x->out);
+		device_usage_print(x->gpu_usage, x->print_to_stderr ? x->err : x->out);
 		fflush(x->out);
 	}
 	free(x->gpu);

@@ -56,8 +56,8 @@ struct prom;
 struct summary;
 struct diagnosis;
 struct nvml;
-struct nvml_snapshot;
-struct nvml_usage;
+struct device_sample;
+struct device_usage;
 
 struct exporters {
 	struct httpd *httpd;
@@ -77,9 +77,9 @@ struct exporters {
 	/* GPU utilisation and memory (NVML): sampled in a live trace whose output carries them,
 	 * --listen, --timeline or top, and then in the summary too. */
 	struct nvml *nvml;
-	struct nvml_snapshot *gpu;    /* the latest sample, cut down to the traced processes */
-	struct nvml_usage *gpu_usage; /* every sample, for the summary */
-	FILE *out, *err;	      /* export_opts' (stdout and stderr by default) */
+	struct device_sample *gpu;	/* the latest sample, cut down to the traced processes */
+	struct device_usage *gpu_usage; /* every sample, for the summary */
+	FILE *out, *err;		/* export_opts' (stdout and stderr by default) */
 };
 
 /* Starts what eo asks for and registers the sinks; origin_ns is the timeline's time zero (a
@@ -88,7 +88,7 @@ int exporters_start(struct exporters *x, const struct export_opts *eo, struct pi
 		    uint64_t origin_ns);
 /* After each drain and before the tick: a new GPU sample, if the sampler has one (valid until
  * the next call), else NULL. */
-struct nvml_snapshot *exporters_gpu_sample(struct exporters *x);
+struct device_sample *exporters_gpu_sample(struct exporters *x);
 /* A traced process has a CUDA library hooked: why there is no GPU sample is said now (once). */
 void exporters_cuda_seen(struct exporters *x);
 /* A replay: the records (of the recording at path) were made on host, recording from when

@@ -109,7 +109,7 @@ int session_begin(void *ctx)
 	return 0;
 }
 
-struct nvml_snapshot *session_poll(void *ctx)
+struct device_sample *session_poll(void *ctx)
 {
 	struct session *s = ctx;
 

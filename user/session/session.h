@@ -75,7 +75,7 @@ void session_set_source(struct session *s, const char *path, const struct record
 int session_begin(void *s);
 /* poll, after each drain of the ring buffer and before the tick: a new GPU sample (NVML), or
  * NULL; */
-struct nvml_snapshot *session_poll(void *s);
+struct device_sample *session_poll(void *s);
 /* key, in the live view after each drain: true when a key asked to quit; */
 bool session_key(void *s);
 /* A traced process has a CUDA library hooked (trace_hooks.cuda). */

@@ -9,7 +9,7 @@
 
 #include "lib/clock.h"
 #include "pipeline/step.h"
-#include "pipeline/nvml_sample.h"
+#include "pipeline/device_sample.h"
 #include "sinks/prom.h"
 #include "pipeline/request.h"
 #include "lib/escape.h"
@@ -195,7 +195,7 @@ struct prom {
 	bool dirty;		    /* something changed since the last snapshot */
 	uint64_t rendered_ns;	    /* kernel time of the last snapshot */
 	uint64_t prev_tick_ns;	    /* kernel time at the previous tick */
-	struct nvml_snapshot *nvml; /* the latest GPU sample; NULL before the first */
+	struct device_sample *nvml; /* the latest GPU sample; NULL before the first */
 	struct run_feature features[RUN_FEATURES_MAX]; /* the kernel's, from the first tick */
 	uint32_t nfeatures;
 	struct self_cost cost; /* what tracing costs (the status's), cost.seq 0: none */
@@ -545,7 +545,7 @@ int prom_set_labels(struct prom *p, const struct req_label_set *labels, uint32_t
 	return 0;
 }
 
-int prom_set_gpu_sample(struct prom *p, const struct nvml_snapshot *s)
+int prom_set_gpu_sample(struct prom *p, const struct device_sample *s)
 {
 	if (!p->nvml && !(p->nvml = malloc(sizeof(*p->nvml))))
 		return -ENOMEM;
@@ -565,7 +565,7 @@ void prom_set_pod_labels(struct prom *p, bool on)
 }
 
 /* Without memory for the copy the metrics keep the previous sample (and say its age). */
-static void prom_gpu_sample(void *ctx, const struct nvml_snapshot *s)
+static void prom_gpu_sample(void *ctx, const struct device_sample *s)
 {
 	prom_set_gpu_sample(ctx, s);
 }
@@ -577,7 +577,7 @@ struct sink prom_sink(struct prom *p)
 		.ctx = p,
 		.request = prom_request,
 		.gpu_step = prom_gpu_step,
-		.gpu_sample = prom_gpu_sample,
+		.device_sample = prom_gpu_sample,
 		.tick = prom_tick,
 		.request_start = prom_request_start,
 		.request_other = prom_request_other,
@@ -945,9 +945,9 @@ static void put_decimal(FILE *f, uint64_t v, unsigned int digits)
 #define STR(x) STR_(x)
 
 /* gpu="N" and, when NVML gave one, uuid="..." (escaped, like every NVML string). */
-#define GPU_LABELS_MAX (2 * NVML_TEXT_MAX + 64)
+#define GPU_LABELS_MAX (2 * DEV_TEXT_MAX + 64)
 
-static void gpu_labels(const struct nvml_device *d, char *out)
+static void gpu_labels(const struct sampled_device *d, char *out)
 {
 	char *o = out + sprintf(out, "gpu=\"%u\"", d->index);
 
@@ -977,7 +977,7 @@ static const struct {
 };
 
 /* Whether d has value v, and it as a decimal with that many digits after the point. */
-static bool gpu_value(const struct nvml_device *d, int v, uint64_t *out, unsigned int *digits)
+static bool gpu_value(const struct sampled_device *d, int v, uint64_t *out, unsigned int *digits)
 {
 	*digits = 0;
 	switch (v) {
@@ -1006,7 +1006,7 @@ static bool gpu_value(const struct nvml_device *d, int v, uint64_t *out, unsigne
  * family no device has a value of is left out. */
 static void render_nvml(const struct prom *p, FILE *f)
 {
-	const struct nvml_snapshot *s = p->nvml;
+	const struct device_sample *s = p->nvml;
 	uint64_t unlisted = 0;
 	char labels[GPU_LABELS_MAX];
 
@@ -1020,7 +1020,7 @@ static void render_nvml(const struct prom *p, FILE *f)
 		put_header(f, "tokenscope_gpu_info", "gauge",
 			   "A GPU NVML sees (value 1), with its name.");
 	for (uint32_t i = 0; i < s->ndevices; i++) {
-		const struct nvml_device *d = &s->devices[i];
+		const struct sampled_device *d = &s->devices[i];
 		char name[GPU_LABELS_MAX];
 
 		gpu_labels(d, labels);
@@ -1035,7 +1035,7 @@ static void render_nvml(const struct prom *p, FILE *f)
 		bool header = false;
 
 		for (uint32_t i = 0; i < s->ndevices; i++) {
-			const struct nvml_device *d = &s->devices[i];
+			const struct sampled_device *d = &s->devices[i];
 			unsigned int digits;
 			uint64_t x;
 
@@ -1051,7 +1051,7 @@ static void render_nvml(const struct prom *p, FILE *f)
 		}
 	}
 	for (uint32_t i = 0, header = 0; i < s->ndevices; i++) {
-		const struct nvml_device *d = &s->devices[i];
+		const struct sampled_device *d = &s->devices[i];
 
 		unlisted += d->procs_dropped;
 		for (uint32_t j = 0; j < d->nprocs; j++) {
@@ -1072,11 +1072,11 @@ static void render_nvml(const struct prom *p, FILE *f)
 	put_header(
 	    f, "tokenscope_gpu_unlisted", "gauge",
 	    "In the latest sample: GPUs beyond the " STR(
-		NVML_MAX_DEVICES) " kept "
-				  "(what=\"devices\"), and compute processes beyond the " STR(
-				      NVML_MAX_PROCS) " "
-						      "kept per GPU, whose memory is not shown "
-						      "(what=\"processes\").");
+		DEV_MAX_DEVICES) " kept "
+				 "(what=\"devices\"), and compute processes beyond the " STR(
+				     DEV_MAX_PROCS) " "
+						    "kept per GPU, whose memory is not shown "
+						    "(what=\"processes\").");
 	fprintf(f, "tokenscope_gpu_unlisted{what=\"devices\"} %u\n", s->devices_dropped);
 	fprintf(f, "tokenscope_gpu_unlisted{what=\"processes\"} %" PRIu64 "\n", unlisted);
 }
@@ -1204,7 +1204,7 @@ static void render_loss(const struct prom *p, FILE *f)
 	    "the process's memory.");
 	put_losses(f, l, LOSS_P_DROPPED, "tokenscope_dropped_total", "what");
 	/* Device times: only where a CUPTI library reported (as the summary's line). */
-	if (l->cupti || l->cupti_abi_bad) {
+	if (l->device_times || l->device_abi_bad) {
 		put_header(
 		    f, "tokenscope_device_times_lost_total", "counter",
 		    "What device times (the CUPTI library) missed: records CUPTI dropped "

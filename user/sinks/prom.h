@@ -70,11 +70,11 @@ int prom_set_labels(struct prom *p, const struct req_label_set *labels, uint32_t
 struct sink prom_sink(struct prom *p);
 /* Lines appended to every snapshot by another module (the alerts' tokenscope_alert_firing). */
 void prom_set_extra(struct prom *p, void (*render)(void *ctx, FILE *f), void *ctx);
-struct nvml_snapshot;
+struct device_sample;
 /* The latest GPU sample (NVML), already cut down to the traced processes, for the
  * tokenscope_gpu_ families (copied). Before the first call there are none of them: no family
  * with made-up values where NVML is not there. -ENOMEM. */
-int prom_set_gpu_sample(struct prom *p, const struct nvml_snapshot *s);
+int prom_set_gpu_sample(struct prom *p, const struct device_sample *s);
 /* The metrics now, in the text exposition format: a malloc'd buffer the caller frees.
  * -ENOMEM on failure. */
 int prom_render(struct prom *p, char **buf, size_t *len);

@@ -359,8 +359,8 @@ void summary_print_recompute(const struct summary *s, const struct gpu_report *g
 	fprintf(f, " and %llu generated;\n        %.1f ms of recompute steps",
 		(unsigned long long)s->recomp_generated, s->recomp_ns / 1e6);
 	if (pre)
-		fprintf(f, ", %.1f %% of the prefill and mixed steps' %.1f ms", 100.0 * s->recomp_ns / pre,
-			pre / 1e6);
+		fprintf(f, ", %.1f %% of the prefill and mixed steps' %.1f ms",
+			100.0 * s->recomp_ns / pre, pre / 1e6);
 	fputc('\n', f);
 }
 
@@ -595,7 +595,7 @@ void summary_print(const struct summary *s, const struct loss_report *loss, cons
 			fputc('\n', f);
 		}
 	}
-	if (loss->cupti || loss->cupti_abi_bad)
+	if (loss->device_times || loss->device_abi_bad)
 		loss_line(f, loss, LOSS_T_DEVICE, "lost (device times)");
 	/* Says why a run can show no requests: another protocol on the sockets, HTTP/2 joined
 	 * after its start, or TLS from a library that is not hooked. */
@@ -646,12 +646,14 @@ void summary_print_cache(const struct summary *s, FILE *f)
 			s->cache_prompt ? 100.0 * s->cache_cached / s->cache_prompt : 0.0,
 			(unsigned long long)s->cache_cached, (unsigned long long)s->cache_prompt,
 			(unsigned long long)s->cache_reported,
-			s->cache_reported == 1 ? "request that reports it" : "requests that report it");
+			s->cache_reported == 1 ? "request that reports it"
+					       : "requests that report it");
 	if (s->cache_reported && guessed)
 		fprintf(f, ";\n        ");
 	if (guessed)
-		fprintf(f, "not reported: %llu likely cached, %llu cold, %llu unknown (from prefill "
-			   "time per prompt token)",
+		fprintf(f,
+			"not reported: %llu likely cached, %llu cold, %llu unknown (from prefill "
+			"time per prompt token)",
 			(unsigned long long)s->cache_guess[CACHE_LIKELY],
 			(unsigned long long)s->cache_guess[CACHE_COLD],
 			(unsigned long long)s->cache_guess[CACHE_UNKNOWN]);
@@ -680,13 +682,15 @@ void summary_print_abandoned(const struct summary *s, FILE *f)
 	if (!s->abandoned)
 		return;
 	if (!s->abandoned_went_on && !s->abandoned_frames && !s->abandoned_failed) {
-		fprintf(f, "  abandoned: %llu requests left by their clients; the server wrote "
-			   "nothing more for any of them\n",
+		fprintf(f,
+			"  abandoned: %llu requests left by their clients; the server wrote "
+			"nothing more for any of them\n",
 			(unsigned long long)s->abandoned);
 		return;
 	}
-	fprintf(f, "  abandoned: %llu requests left by their clients; the server went on for "
-		   "%.1f ms on average (p99 %.1f ms),\n",
+	fprintf(f,
+		"  abandoned: %llu requests left by their clients; the server went on for "
+		"%.1f ms on average (p99 %.1f ms),\n",
 		(unsigned long long)s->abandoned,
 		s->went_on.count ? (double)s->went_on.sum / (double)s->went_on.count / 1e6 : 0.0,
 		s->went_on.count ? hist_quantile(&s->went_on, 0.99) / 1e6 : 0.0);
@@ -764,8 +768,9 @@ void summary_print_slo(const struct summary *s, const struct slo_rules *rules, F
 
 	if (!all[SLO_MET] && !all[SLO_MISSED] && !all[SLO_UNKNOWN] && !all[SLO_ABORTED]) {
 		if (s->slo.head_bad)
-			fprintf(f, "  SLO   %llu requests sent llm-d objectives that are no number "
-				   "of ms (ignored)\n",
+			fprintf(f,
+				"  SLO   %llu requests sent llm-d objectives that are no number "
+				"of ms (ignored)\n",
 				(unsigned long long)s->slo.head_bad);
 		return;
 	}
@@ -777,14 +782,17 @@ void summary_print_slo(const struct summary *s, const struct slo_rules *rules, F
 		slo_share(share, sizeof(share), c, k);
 		fprintf(f, "   %s %s", slo_metric_names[k], share);
 	}
-	fprintf(f, "\n        apart: %llu aborted by their clients, %llu unknown (a figure not there)",
+	fprintf(f,
+		"\n        apart: %llu aborted by their clients, %llu unknown (a figure not there)",
 		(unsigned long long)all[SLO_ABORTED], (unsigned long long)all[SLO_UNKNOWN]);
 	if (c->from_header || s->slo.head_bad)
-		fprintf(f, "\n        llm-d headers: %llu requests set objectives, %llu sent values "
-			   "that are no number of ms",
+		fprintf(f,
+			"\n        llm-d headers: %llu requests set objectives, %llu sent values "
+			"that are no number of ms",
 			(unsigned long long)c->from_header, (unsigned long long)s->slo.head_bad);
-	fprintf(f, "\n        goodput %.2f requests/s, %.1f tokens/s (those that met every "
-		   "objective)\n",
+	fprintf(f,
+		"\n        goodput %.2f requests/s, %.1f tokens/s (those that met every "
+		"objective)\n",
 		ratio(c->good_requests, window_s), ratio(c->good_tokens, window_s));
 	if (rules && rules->n) {
 		size_t col = (size_t)fprintf(f, "        objectives:");

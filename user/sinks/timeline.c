@@ -9,7 +9,7 @@
 
 #include "pipeline/step.h"
 #include "lib/jsonw.h"
-#include "pipeline/nvml_sample.h"
+#include "pipeline/device_sample.h"
 #include "pipeline/request.h"
 #include "sinks/timeline.h"
 
@@ -576,7 +576,7 @@ static void ev_counter(struct timeline *t, const char *name, const char *key, ui
 	jsonw_end(&w);
 }
 
-void timeline_gpu_sample(struct timeline *t, const struct nvml_snapshot *s)
+void timeline_gpu_sample(struct timeline *t, const struct device_sample *s)
 {
 	if (!t->buf || !s->ndevices)
 		return;
@@ -587,7 +587,7 @@ void timeline_gpu_sample(struct timeline *t, const struct nvml_snapshot *s)
 		ev_meta_sort(t, TIMELINE_NVML_PID, SORT_NVML);
 	}
 	for (uint32_t i = 0; i < s->ndevices; i++) {
-		const struct nvml_device *d = &s->devices[i];
+		const struct sampled_device *d = &s->devices[i];
 		char name[48];
 
 		if (d->util_present) {
@@ -625,7 +625,7 @@ int timeline_set_origin(struct timeline *t, uint64_t origin_ns)
 	return 0;
 }
 
-static void tl_gpu_sample(void *ctx, const struct nvml_snapshot *s)
+static void tl_gpu_sample(void *ctx, const struct device_sample *s)
 {
 	timeline_gpu_sample(ctx, s);
 }
@@ -637,7 +637,7 @@ struct sink timeline_sink(struct timeline *t)
 		.ctx = t,
 		.request = tl_request,
 		.gpu_step = tl_step,
-		.gpu_sample = tl_gpu_sample,
+		.device_sample = tl_gpu_sample,
 		.tick = tl_tick,
 		.finish = tl_finish,
 		.clients = true, /* "upstream request" slices on their connections' tracks */

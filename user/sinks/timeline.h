@@ -92,12 +92,12 @@ int timeline_open(struct timeline *t, const char *path);
 int timeline_set_origin(struct timeline *t, uint64_t origin_ns);
 /* The sink to register with pipeline_add_sink; t must outlive the pipeline's use of it. */
 struct sink timeline_sink(struct timeline *t);
-struct nvml_snapshot;
+struct device_sample;
 /* A GPU sample: counter events ("C") for each device's utilisation (percent) and memory used
  * (bytes), at the time NVML was read (CLOCK_MONOTONIC, the events' clock); a value NVML did not
  * give has no event. Written out at the next tick. Live tracing only: a recording has no GPU
  * samples. */
-void timeline_gpu_sample(struct timeline *t, const struct nvml_snapshot *s);
+void timeline_gpu_sample(struct timeline *t, const struct device_sample *s);
 /* Writes the rest and the end of the file and closes it: 0, or the first error (-errno). */
 int timeline_close(struct timeline *t);
 

@@ -150,7 +150,7 @@ static void top_on_finish(void *ctx, const struct pipeline_status *st)
 }
 
 /* Without memory for the copy the next frames have no GPU lines. */
-static void top_on_gpu_sample(void *ctx, const struct nvml_snapshot *s)
+static void top_on_gpu_sample(void *ctx, const struct device_sample *s)
 {
 	top_set_gpu_sample(ctx, s);
 }
@@ -162,7 +162,7 @@ struct sink top_sink(struct top *t)
 		.ctx = t,
 		.request = top_on_request,
 		.gpu_step = top_on_gpu_step,
-		.gpu_sample = top_on_gpu_sample,
+		.device_sample = top_on_gpu_sample,
 		.tick = top_on_tick,
 		.finish = top_on_finish,
 	};
@@ -261,7 +261,7 @@ static void render_steps(struct top *t, struct tframe *fr, uint64_t now_s, doubl
 	     all, dec, pre, mix);
 }
 
-int top_set_gpu_sample(struct top *t, const struct nvml_snapshot *s)
+int top_set_gpu_sample(struct top *t, const struct device_sample *s)
 {
 	if (!t->gpu && !(t->gpu = malloc(sizeof(*t->gpu))))
 		return -ENOMEM;
@@ -272,16 +272,16 @@ int top_set_gpu_sample(struct top *t, const struct nvml_snapshot *s)
 /* A line per GPU of the latest sample; one older than a few sampling periods says its age. */
 static void render_gpus(struct top *t, struct tframe *fr, uint64_t now_ns)
 {
-	const struct nvml_snapshot *s = t->gpu;
+	const struct device_sample *s = t->gpu;
 
 	if (!s)
 		return;
 	for (uint32_t i = 0; i < s->ndevices; i++) {
-		const struct nvml_device *d = &s->devices[i];
+		const struct sampled_device *d = &s->devices[i];
 
 		if (!fr->tty)
 			fprintf(fr->f, "%.3f ", fr->stamp);
-		nvml_device_print(d, fr->f);
+		sampled_device_print(d, fr->f);
 		if (now_ns > d->mono_ns + TOP_GPU_STALE_NS)
 			fprintf(fr->f, " (sampled %.0f s ago)",
 				(double)(now_ns - d->mono_ns) / NS_PER_S);
@@ -291,11 +291,11 @@ static void render_gpus(struct top *t, struct tframe *fr, uint64_t now_ns)
 		if (!fr->tty)
 			fprintf(fr->f, "%.3f ", fr->stamp);
 		fputs("  ", fr->f);
-		nvml_procs_print(d, TOP_GPU_PROCS, fr->f);
+		sampled_procs_print(d, TOP_GPU_PROCS, fr->f);
 		fputc('\n', fr->f);
 	}
 	if (s->devices_dropped)
-		line(fr, "%u more GPUs not shown (over %d)", s->devices_dropped, NVML_MAX_DEVICES);
+		line(fr, "%u more GPUs not shown (over %d)", s->devices_dropped, DEV_MAX_DEVICES);
 }
 
 /* The local time of day of a kernel time, HH:MM:SS; "?" for a time no date fits. */

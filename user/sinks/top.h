@@ -23,7 +23,7 @@
 
 #include "pipeline/step.h"
 #include "lib/hist.h"
-#include "pipeline/nvml_sample.h"
+#include "pipeline/device_sample.h"
 #include "pipeline/sink.h"
 #include "sinks/window.h"
 
@@ -37,7 +37,7 @@
 #define TOP_MODEL_COL_PID 16
 /* GPU lines: traced processes listed per device, and the age from which a sample says it. */
 #define TOP_GPU_PROCS 4
-#define TOP_GPU_STALE_NS (3 * NVML_PERIOD_MS * 1000000ull)
+#define TOP_GPU_STALE_NS (3 * DEV_SAMPLE_PERIOD_MS * 1000000ull)
 /* ANSI: cursor home, then erase the screen. */
 #define TOP_CLEAR "\033[H\033[2J"
 
@@ -61,7 +61,7 @@ struct top {
 	bool framed;
 	uint64_t requests;	   /* every finished request seen */
 	uint64_t models_dropped;   /* requests not shown: every row was in use */
-	struct nvml_snapshot *gpu; /* the latest NVML sample given; NULL before the first */
+	struct device_sample *gpu; /* the latest GPU sample given; NULL before the first */
 	uint32_t in_flight;	   /* as of the latest pipeline status */
 	uint64_t lost_events;
 	int64_t wall_offset_ns; /* CLOCK_REALTIME - CLOCK_MONOTONIC: the header's time of day */
@@ -73,7 +73,7 @@ void top_free(struct top *t);
 struct sink top_sink(struct top *t);
 /* The latest GPU sample (NVML, cut down to the traced processes), shown from the next frame on:
  * a line per device. -ENOMEM when there is no room for it (the frame then has no GPU lines). */
-int top_set_gpu_sample(struct top *t, const struct nvml_snapshot *s);
+int top_set_gpu_sample(struct top *t, const struct device_sample *s);
 /* Draws one frame for the window ending at the second of now_ns. */
 void top_render(struct top *t, uint64_t now_ns, FILE *f);
 

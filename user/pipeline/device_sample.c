@@ -2,12 +2,13 @@
 #include <inttypes.h>
 #include <string.h>
 
-#include "pipeline/nvml_sample.h"
+#include "pipeline/device_sample.h"
 
-void nvml_keep_procs(struct nvml_snapshot *s, bool (*keep)(void *ctx, uint32_t pid), void *ctx)
+void device_sample_keep_procs(struct device_sample *s, bool (*keep)(void *ctx, uint32_t pid),
+			      void *ctx)
 {
 	for (uint32_t i = 0; i < s->ndevices; i++) {
-		struct nvml_device *d = &s->devices[i];
+		struct sampled_device *d = &s->devices[i];
 		uint32_t k = 0;
 
 		for (uint32_t j = 0; j < d->nprocs; j++)
@@ -17,24 +18,24 @@ void nvml_keep_procs(struct nvml_snapshot *s, bool (*keep)(void *ctx, uint32_t p
 	}
 }
 
-static struct nvml_usage_dev *usage_dev(struct nvml_usage *u, const struct nvml_device *d)
+static struct device_usage_dev *usage_dev(struct device_usage *u, const struct sampled_device *d)
 {
-	struct nvml_usage_dev *ud;
+	struct device_usage_dev *ud;
 
 	for (uint32_t i = 0; i < u->ndevices; i++)
 		if (u->devices[i].index == d->index)
 			return &u->devices[i];
-	/* Indexes are below NVML_MAX_DEVICES plus what was dropped; kept devices fit. */
-	if (u->ndevices == NVML_MAX_DEVICES)
+	/* Indexes are below DEV_MAX_DEVICES plus what was dropped; kept devices fit. */
+	if (u->ndevices == DEV_MAX_DEVICES)
 		return NULL;
 	ud = &u->devices[u->ndevices++];
 	ud->index = d->index;
 	return ud;
 }
 
-static void usage_proc(struct nvml_usage *u, uint32_t gpu, const struct nvml_proc *p)
+static void usage_proc(struct device_usage *u, uint32_t gpu, const struct sampled_proc *p)
 {
-	struct nvml_usage_proc *up = NULL;
+	struct device_usage_proc *up = NULL;
 
 	for (uint32_t i = 0; i < u->nprocs && !up; i++)
 		if (u->procs[i].gpu == gpu && u->procs[i].pid == p->pid)
@@ -42,7 +43,7 @@ static void usage_proc(struct nvml_usage *u, uint32_t gpu, const struct nvml_pro
 	if (!up && !p->mem_present)
 		return;
 	if (!up) {
-		if (u->nprocs == NVML_MAX_PROCS) {
+		if (u->nprocs == DEV_MAX_PROCS) {
 			u->procs_dropped++;
 			return;
 		}
@@ -54,14 +55,14 @@ static void usage_proc(struct nvml_usage *u, uint32_t gpu, const struct nvml_pro
 		up->mem_max = p->mem_bytes;
 }
 
-void nvml_usage_add(struct nvml_usage *u, const struct nvml_snapshot *s)
+void device_usage_add(struct device_usage *u, const struct device_sample *s)
 {
 	u->samples++;
 	if (s->devices_dropped > u->devices_dropped)
 		u->devices_dropped = s->devices_dropped;
 	for (uint32_t i = 0; i < s->ndevices; i++) {
-		const struct nvml_device *d = &s->devices[i];
-		struct nvml_usage_dev *ud = usage_dev(u, d);
+		const struct sampled_device *d = &s->devices[i];
+		struct device_usage_dev *ud = usage_dev(u, d);
 
 		if (!ud)
 			continue;
@@ -107,7 +108,7 @@ static void put_bytes(FILE *f, uint64_t b)
 		fprintf(f, "%.1f MiB", b / (double)(1ull << 20));
 }
 
-void nvml_device_print(const struct nvml_device *d, FILE *f)
+void sampled_device_print(const struct sampled_device *d, FILE *f)
 {
 	fprintf(f, "GPU %u %s: util ", d->index, d->name[0] ? d->name : "unnamed");
 	if (d->util_present)
@@ -127,7 +128,7 @@ void nvml_device_print(const struct nvml_device *d, FILE *f)
 		fprintf(f, ", %.1f W", d->power_mw / 1000.0);
 }
 
-void nvml_procs_print(const struct nvml_device *d, unsigned int max_procs, FILE *f)
+void sampled_procs_print(const struct sampled_device *d, unsigned int max_procs, FILE *f)
 {
 	fprintf(f, "GPU %u memory of", d->index);
 	for (uint32_t i = 0; i < d->nprocs && i < max_procs; i++) {
@@ -141,12 +142,12 @@ void nvml_procs_print(const struct nvml_device *d, unsigned int max_procs, FILE 
 		fprintf(f, ", %u more", d->nprocs - max_procs);
 }
 
-void nvml_usage_print(const struct nvml_usage *u, FILE *f)
+void device_usage_print(const struct device_usage *u, FILE *f)
 {
 	if (!u->samples)
 		return;
 	for (uint32_t i = 0; i < u->ndevices; i++) {
-		const struct nvml_usage_dev *d = &u->devices[i];
+		const struct device_usage_dev *d = &u->devices[i];
 
 		fprintf(f, "  gpu %u %s (%s): %" PRIu64 " samples", d->index,
 			d->name[0] ? d->name : "unnamed", d->uuid[0] ? d->uuid : "no uuid",
@@ -187,6 +188,6 @@ void nvml_usage_print(const struct nvml_usage *u, FILE *f)
 			"on a device beyond the %d kept, %" PRIu64
 			" traced processes beyond the %d "
 			"summed\n",
-			u->devices_dropped, NVML_MAX_DEVICES, u->listed_dropped, NVML_MAX_PROCS,
-			u->procs_dropped, NVML_MAX_PROCS);
+			u->devices_dropped, DEV_MAX_DEVICES, u->listed_dropped, DEV_MAX_PROCS,
+			u->procs_dropped, DEV_MAX_PROCS);
 }
