@@ -68,11 +68,12 @@ msg = @printf '  %-8s %s\n' "$(1)" "$(2)";
 endif
 
 # user/ is in folders by the data flow (docs/architecture.md): cli, session, loader, pipeline,
-# record, sinks, lib. Every file but main.c and the loader's skeleton users (trace.c, uprobes.c, run.c,
-# hold.c, kernel.c) is code the tests link too.
-LOADER_SRCS := user/cli/main.c user/loader/trace.c user/loader/uprobes.c user/loader/tracefs.c \
-	user/loader/run.c user/loader/hold.c user/loader/release.c user/loader/features.c \
-	user/loader/check.c user/loader/kernel_legacy.c \
+# record, sinks, lib. Every file but main.c, the loader's skeleton users (trace.c, uprobes.c, run.c,
+# hold.c, kernel.c) and elf.c (libelf, which the unit tests do not link) is code the tests link
+# too.
+LOADER_SRCS := user/cli/main.c user/loader/trace.c user/loader/uprobes.c user/loader/elf.c \
+	user/loader/tracefs.c user/loader/run.c user/loader/hold.c user/loader/release.c \
+	user/loader/features.c user/loader/check.c user/loader/kernel_legacy.c \
 	user/loader/kernel.c user/loader/cost.c
 LIB_SRCS := $(filter-out $(LOADER_SRCS),$(wildcard user/*/*.c))
 LIB_OBJS := $(patsubst user/%.c,$(OUTPUT)/user/%.o,$(LIB_SRCS))
@@ -358,7 +359,8 @@ $(OUTPUT)/tests/test_cupti_runs: tests/unit/test_cupti_runs.c tests/unit/check.h
 	$(call msg,TEST,$@)
 	$(Q)$(CC) $(CUPTI_CFLAGS) $(SAN_FLAGS) -Itests/unit $< $(CUPTI_TESTED) -o $@
 
-BPF_TEST_LOADER := $(OUTPUT)/user/loader/uprobes.o $(OUTPUT)/user/loader/tracefs.o \
+BPF_TEST_LOADER := $(OUTPUT)/user/loader/uprobes.o $(OUTPUT)/user/loader/elf.o \
+	$(OUTPUT)/user/loader/tracefs.o \
 	$(OUTPUT)/user/loader/kernel.o $(OUTPUT)/user/loader/kernel_legacy.o \
 	$(OUTPUT)/user/loader/features.o
 $(OUTPUT)/tests/%: tests/bpf/%.c tests/unit/check.h $(LIB_OBJS) $(BPF_TEST_LOADER) \

@@ -30,7 +30,7 @@ build() {
 		-Itests/unit -fsanitize=address,undefined -fno-sanitize-recover=all
 		-fno-omit-frame-pointer)
 	mkdir -p "$obj"
-	# The Makefile's LOADER_SRCS: main and the users of the BPF skeleton.
+	# The Makefile's LOADER_SRCS: main and the users of the BPF skeleton and of libelf.
 	loader=" $(make -s --no-print-directory print-loader-srcs) "
 	for f in user/*/*.c; do
 		b=$(basename "$f" .c)

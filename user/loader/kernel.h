@@ -9,9 +9,9 @@
  * `events`) into a record callback, and attaches the CUDA uprobes and the CUPTI library's
  * USDT probes for one process at a time.
  *
- * trace.c and uprobes.c decide what to trace and say what went wrong; they see no skeleton and
- * no map. Functions that can fail return 0 or a negative errno (the kernel's or libbpf's, as
- * it was), and print nothing themselves.
+ * trace.c and uprobes.c decide what to trace and say what went wrong (privs.c, where a
+ * permission was missing); they see no skeleton and no map. Functions that can fail return 0
+ * or a negative errno (the kernel's or libbpf's, as it was), and print nothing themselves.
  */
 #ifndef TS_KERNEL_H
 #define TS_KERNEL_H

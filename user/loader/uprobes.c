@@ -1,8 +1,6 @@
 // SPDX-License-Identifier: MIT
 #include <errno.h>
 #include <fcntl.h>
-#include <gelf.h>
-#include <libelf.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,7 +11,7 @@
 #include <linux/types.h>
 
 #include "loader/uprobes.h"
-#include "loader/insn.h"
+#include "loader/elf.h"
 #include "events.h"
 #include "loader/kernel.h"
 #include "loader/proc.h"
@@ -94,17 +92,6 @@ static const struct uprobes_fn go_tls_fns[] = {
 	{ "crypto/tls.(*Conn).Write", TS_TLS_GO_WRITE, KERNEL_GO_TLS_CALL, KERNEL_PROBE_NONE },
 	{ "crypto/tls.(*Conn).Close", TS_TLS_GO_CLOSE, KERNEL_GO_TLS_CALL, KERNEL_PROBE_NONE },
 };
-/* The first Go release whose functions take their arguments in registers: 1.17 on x86-64,
- * 1.18 on arm64. */
-#if defined(__aarch64__)
-#define GO_REGABI_MINOR 18
-#define GO_MACHINE EM_AARCH64
-#define INSN_RETS insn_arm64_rets
-#else
-#define GO_REGABI_MINOR 17
-#define GO_MACHINE EM_X86_64
-#define INSN_RETS insn_x86_rets
-#endif
 
 #define TABLE(fns) fns, sizeof(fns) / sizeof(fns[0])
 
@@ -169,25 +156,6 @@ static void hook_unlink(struct uprobes_hook *h)
 	h->nfds = 0;
 }
 
-/* The RET instructions of the function at off (size bytes) in the file at path: their
- * offsets from off in rets (at most max); how many, or -errno. */
-static int fn_rets(const char *path, uint64_t off, uint64_t size, uint32_t *rets, int max)
-{
-	uint8_t *b;
-	int fd, n;
-
-	if (!size || size > (1u << 20) || !(b = malloc(size)))
-		return -EINVAL;
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	n = fd >= 0 && pread(fd, b, size, (off_t)off) == (ssize_t)size
-		? INSN_RETS(b, size, rets, (size_t)max)
-		: -EIO;
-	if (fd >= 0)
-		close(fd);
-	free(b);
-	return n;
-}
-
 /*
  * Attaches fn for h's process alone: at off in the file, or (off 0: the file's symbols could
  * not be read here) wherever libbpf finds it by name; at its return too where its table says.
@@ -198,7 +166,7 @@ static int hook_rets(struct uprobes *u, struct uprobes_hook *h, const char *path
 		     const struct uprobes_fn *fn, uint64_t off, uint64_t size)
 {
 	uint32_t rets[UPROBES_HOOK_LINKS];
-	int n = fn_rets(path, off, size, rets, UPROBES_HOOK_LINKS), first = h->nlinks, err = 0;
+	int n = elf_fn_rets(path, off, size, rets, UPROBES_HOOK_LINKS), first = h->nlinks, err = 0;
 
 	if (n <= 0 || h->nlinks + n > UPROBES_HOOK_LINKS)
 		return n < 0 ? n : -E2BIG;
@@ -315,8 +283,8 @@ static int file_probes(struct uprobes *u, struct uprobes_file *cf, const char *p
 		err = probe_add(u, cf, path, fn->entry, off + cf->skips[i], fn->cookie);
 		if (!err && fn->ret == KERNEL_GO_TLS_RET) {
 			uint32_t rets[UPROBES_HOOK_LINKS];
-			int n = fn_rets(path, off, cf->sizes[i], rets,
-					UPROBES_HOOK_LINKS - cf->nprobes);
+			int n = elf_fn_rets(path, off, cf->sizes[i], rets,
+					    UPROBES_HOOK_LINKS - cf->nprobes);
 
 			err = n <= 0 ? (n < 0 ? n : -ENOENT) : 0;
 			for (int r = 0; r < n && !err; r++)
@@ -466,19 +434,6 @@ static bool hook_cupti(struct uprobes *u, uint32_t pid, const char *full, const 
 	return true;
 }
 
-/* The file offset of a function at vaddr: in the executable segment that holds it. */
-static uint64_t vaddr_off(Elf *e, size_t phnum, uint64_t vaddr)
-{
-	for (size_t i = 0; i < phnum; i++) {
-		GElf_Phdr ph;
-
-		if (gelf_getphdr(e, (int)i, &ph) && ph.p_type == PT_LOAD && (ph.p_flags & PF_X) &&
-		    vaddr >= ph.p_vaddr && vaddr - ph.p_vaddr < ph.p_memsz)
-			return vaddr - ph.p_vaddr + ph.p_offset;
-	}
-	return 0;
-}
-
 /*
  * On the development VM a TLS write traced through the exported SSL_write_ex's entry and return
  * cost 23 us more, of which the single-step of its first instruction (`sub $8,%rsp`) was about
@@ -487,25 +442,10 @@ static uint64_t vaddr_off(Elf *e, size_t phnum, uint64_t vaddr)
  * write, which SSL_read and SSL_write call too, with a size_t * of their own for the bytes done:
  * the _ex meaning holds, and the plain functions are left alone.
  */
-#if defined(__x86_64__)
-/* The file offset of the function a thin wrapper at off calls, or 0 when it is not one. */
-static uint64_t x86_wrapped(int fd, uint64_t off)
-{
-	uint8_t b[INSN_X86_WRAPPER_BYTES], t[2];
-	uint64_t target;
-
-	if (pread(fd, b, sizeof(b), (off_t)off) != (ssize_t)sizeof(b) ||
-	    !insn_x86_thin_wrapper(b, sizeof(b), off, &target) ||
-	    pread(fd, t, sizeof(t), (off_t)target) != (ssize_t)sizeof(t) ||
-	    !insn_x86_push(t, sizeof(t)))
-		return 0;
-	return target;
-}
-#endif
-
 /* Moves the TLS table's _ex probes to the internal functions they wrap (above), where they are
- * thin wrappers; returns the change in the number of functions to hook. */
-static int tls_unwrap(int fd, struct uprobes_file *cf)
+ * thin wrappers (elf_file_wrapped: on x86-64 alone); returns the change in the number of
+ * functions to hook. */
+static int tls_unwrap(const struct elf_file *f, struct uprobes_file *cf)
 {
 	static const uint32_t pairs[][2] = { { TS_TLS_READ_EX, TS_TLS_READ },
 					     { TS_TLS_WRITE_EX, TS_TLS_WRITE } };
@@ -513,7 +453,6 @@ static int tls_unwrap(int fd, struct uprobes_file *cf)
 
 	if (cf->table->fns != tls_fns)
 		return 0;
-#if defined(__x86_64__)
 	for (size_t i = 0; i < sizeof(pairs) / sizeof(pairs[0]); i++) {
 		size_t ex = cf->table->n, plain = cf->table->n;
 		uint64_t inner;
@@ -524,7 +463,8 @@ static int tls_unwrap(int fd, struct uprobes_file *cf)
 			if (cf->table->fns[k].cookie == pairs[i][1])
 				plain = k;
 		}
-		if (ex == cf->table->n || !cf->offs[ex] || !(inner = x86_wrapped(fd, cf->offs[ex])))
+		if (ex == cf->table->n || !cf->offs[ex] ||
+		    !(inner = elf_file_wrapped(f, cf->offs[ex])))
 			continue;
 		cf->offs[ex] = inner;
 		if (plain < cf->table->n && cf->offs[plain]) {
@@ -532,140 +472,45 @@ static int tls_unwrap(int fd, struct uprobes_file *cf)
 			change--;
 		}
 	}
-#else
-	(void)fd;
-	(void)pairs;
-#endif
 	return change;
 }
 
-/*
- * Whether a Go executable passes arguments in registers: the loader's own architecture (x86-64
- * or arm64), built by Go 1.17 or later (1.18 on arm64). The
- * version is the "go1.N" string of its build information (section .go.buildinfo, which every Go
- * executable since 1.13 has: the string itself from 1.18, a pointer to it before, when the
- * string sits in the data instead). Without it, or older, or another architecture, false: the
- * registers would not hold the arguments, and what they hold must not be read as a buffer.
- */
-static bool go_regabi(Elf *e)
+/* Where the entries of the Go functions are probed: where they cost one trap (elf.h), once
+ * per file. */
+static void go_skips(const struct elf_file *f, struct uprobes_file *cf)
 {
-	GElf_Ehdr eh;
-	Elf_Scn *scn = NULL;
-	size_t shstrndx;
-
-	if (!gelf_getehdr(e, &eh) || eh.e_machine != GO_MACHINE || elf_getshdrstrndx(e, &shstrndx))
-		return false;
-	while ((scn = elf_nextscn(e, scn))) {
-		GElf_Shdr sh;
-		const char *name;
-		Elf_Data *d;
-
-		if (!gelf_getshdr(scn, &sh) || !(name = elf_strptr(e, shstrndx, sh.sh_name)) ||
-		    strcmp(name, ".go.buildinfo") || !(d = elf_getdata(scn, NULL)) || !d->d_buf)
-			continue;
-		for (size_t i = 0; i + 6 <= d->d_size; i++) {
-			const char *p = (const char *)d->d_buf + i;
-			int minor = 0;
-
-			if (memcmp(p, "go1.", 4))
-				continue;
-			for (size_t k = i + 4; k < d->d_size && p[k - i] >= '0' && p[k - i] <= '9';
-			     k++)
-				minor = minor * 10 + (p[k - i] - '0');
-			return minor >= GO_REGABI_MINOR;
-		}
-	}
-	return false;
-}
-
-/* Where the entries of the Go functions are probed: where they cost one trap (insn.h), once
- * per file. On arm64, at their start: the first instruction is single-stepped (no decoder of
- * arm64 prologues here yet). */
-static void go_skips(int fd, struct uprobes_file *cf)
-{
-#if defined(__aarch64__)
-	(void)fd;
-	(void)cf;
-#else
-	for (size_t k = 0; k < cf->table->n; k++) {
-		uint8_t b[64];
-		ssize_t n;
-
-		if (!cf->offs[k])
-			continue;
-		n = pread(fd, b, sizeof(b), (off_t)cf->offs[k]);
-		if (n > 0)
-			cf->skips[k] = insn_x86_cheap_entry(b, (size_t)n);
-	}
-#endif
+	for (size_t k = 0; k < cf->table->n; k++)
+		if (cf->offs[k])
+			cf->skips[k] = elf_file_cheap_entry(f, cf->offs[k]);
 }
 
 /*
- * Where each function of the file's table lies (cf->offs; 0 where it is not defined), in one
- * pass over its symbol tables, as libbpf would find it by name (the first defined function of
- * that name). Asking libbpf to attach each function by name parses the file once per name and
- * per process: for a large executable that links no CUDA (Node's is 100 MB) that stalled the
- * loader, and the draining of the ring buffer, for seconds. Returns how many it found, or
+ * Where each function of the file's table lies (cf->offs; 0 where it is not defined), read
+ * once per file (elf_file_fns), rather than asked of libbpf by name: that parses the file once
+ * per name and per process, and for a large executable that links no CUDA (Node's is 100 MB)
+ * it stalled the loader, and the draining of the ring buffer, for seconds. A Go executable's
+ * functions count only where it passes arguments in registers. Returns how many it found, or
  * -errno when the file cannot be read as ELF.
  */
 static int resolve(const char *path, struct uprobes_file *cf)
 {
-	const char *first = cf->table->fns[0].name;
-	int fd = open(path, O_RDONLY | O_CLOEXEC), found = 0;
-	Elf_Scn *scn = NULL;
-	size_t phnum;
-	Elf *e;
+	const char *names[UPROBES_FNS_MAX];
+	struct elf_file f;
+	int found = elf_file_open(&f, path);
 
-	if (fd < 0)
-		return -errno;
-	if (elf_version(EV_CURRENT) == EV_NONE || !(e = elf_begin(fd, ELF_C_READ_MMAP, NULL))) {
-		close(fd);
-		return -EINVAL;
-	}
-	if (elf_kind(e) != ELF_K_ELF || elf_getphdrnum(e, &phnum)) {
-		elf_end(e);
-		close(fd);
-		return -EINVAL;
-	}
-	while ((scn = elf_nextscn(e, scn))) {
-		GElf_Shdr sh;
-		Elf_Data *d;
-
-		if (!gelf_getshdr(scn, &sh) ||
-		    (sh.sh_type != SHT_SYMTAB && sh.sh_type != SHT_DYNSYM) || !sh.sh_entsize ||
-		    !(d = elf_getdata(scn, NULL)))
-			continue;
-		for (size_t i = 0; i < sh.sh_size / sh.sh_entsize; i++) {
-			GElf_Sym sym;
-			const char *name;
-
-			if (!gelf_getsym(d, (int)i, &sym) ||
-			    GELF_ST_TYPE(sym.st_info) != STT_FUNC || sym.st_shndx == SHN_UNDEF ||
-			    !sym.st_value)
-				continue;
-			name = elf_strptr(e, sh.sh_link, sym.st_name);
-			/* Every name of a table starts with the same two characters. */
-			if (!name || name[0] != first[0] || name[1] != first[1])
-				continue;
-			for (size_t k = 0; k < cf->table->n; k++) {
-				if (cf->offs[k] || strcmp(name, cf->table->fns[k].name))
-					continue;
-				cf->offs[k] = vaddr_off(e, phnum, sym.st_value);
-				cf->sizes[k] = sym.st_size;
-				found += cf->offs[k] != 0;
-				break;
-			}
-		}
-	}
-	found += tls_unwrap(fd, cf);
+	if (found)
+		return found;
+	for (size_t k = 0; k < cf->table->n; k++)
+		names[k] = cf->table->fns[k].name;
+	found = elf_file_fns(&f, names, cf->table->n, cf->offs, cf->sizes);
+	found += tls_unwrap(&f, cf);
 	if (found > 0 && cf->table->fns == go_tls_fns) {
-		if (go_regabi(e))
-			go_skips(fd, cf);
+		if (elf_file_go_regabi(&f))
+			go_skips(&f, cf);
 		else
 			found = 0;
 	}
-	elf_end(e);
-	close(fd);
+	elf_file_close(&f);
 	return found;
 }
 
