@@ -158,7 +158,7 @@ static void add_runs(struct gpu_timeline *g, uint32_t pid, uint64_t flush_ns,
 {
 	struct ts_dev_runs_event e = { .hdr = { TS_EV_DEV_RUNS, sizeof(e), pid, pid } };
 
-	e.abi = TS_CUPTI_ABI;
+	e.abi = TS_DEVTIME_ABI;
 	e.n = n;
 	e.stats.flush_ns = flush_ns;
 	for (uint32_t i = 0; i < n; i++) {
@@ -226,9 +226,9 @@ static void heartbeat_sampled(struct gpu_timeline *g, uint64_t flush, uint64_t o
 {
 	struct ts_dev_runs_event e = { .hdr = { TS_EV_DEV_RUNS, sizeof(e), 7, 7 } };
 
-	e.abi = TS_CUPTI_ABI;
+	e.abi = TS_DEVTIME_ABI;
 	e.stats.flush_ns = flush;
-	e.stats.mode = TS_CUPTI_MODE_SAMPLED;
+	e.stats.mode = TS_DEVTIME_MODE_SAMPLED;
 	e.stats.sample_on_ns = on;
 	e.stats.sample_off_ns = off;
 	e.stats.windows = windows;

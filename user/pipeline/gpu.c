@@ -313,11 +313,11 @@ static struct gpu_step *step_at(struct gpu_timeline *g, uint32_t pid, uint64_t t
 	return NULL;
 }
 
-/* The library's sampling windows as its counters say (include/cupti_abi.h): a new start opens
+/* The library's sampling windows as its counters say (include/devtime_abi.h): a new start opens
  * one; the latest end closes the open one. The library fires a heartbeat after each change,
  * so every window is seen; when one was not (records lost: the count of windows jumped), the
  * open one's end is not known and it covers nothing. */
-static void cupti_windows(struct gpu_cupti *c, const struct ts_cupti_stats *st)
+static void cupti_windows(struct gpu_cupti *c, const struct ts_devtime_stats *st)
 {
 	struct gpu_span *last =
 	    c->nwindows ? &c->windows[(c->whead + c->nwindows - 1) % GPU_CUPTI_WINDOWS] : NULL;
@@ -341,7 +341,7 @@ static void cupti_windows(struct gpu_cupti *c, const struct ts_cupti_stats *st)
 		if (!c->first_on_ns)
 			c->first_on_ns = st->sample_on_ns;
 	}
-	if (st->mode == TS_CUPTI_MODE_SAMPLED && !last->b && st->sample_off_ns >= last->a)
+	if (st->mode == TS_DEVTIME_MODE_SAMPLED && !last->b && st->sample_off_ns >= last->a)
 		last->b = st->sample_off_ns;
 }
 
@@ -389,8 +389,8 @@ void gpu_add_runs(struct gpu_timeline *g, const struct ts_dev_runs_event *e)
 {
 	struct gpu_proc *p;
 
-	if (!gpu_cupti_abi_known(e->abi)) {
-		g->cupti_abi_bad++;
+	if (!gpu_devtime_abi_known(e->abi)) {
+		g->devtime_abi_bad++;
 		return;
 	}
 	p = gpu_proc_of(g, e->hdr.pid);

@@ -12,7 +12,7 @@
 #include <stdio.h>
 #include <linux/types.h>
 
-#include "cupti_abi.h"
+#include "devtime_abi.h"
 #include "lib/hist.h"
 
 enum step_kind { STEP_PREFILL, STEP_DECODE, STEP_MIXED, STEP_OTHER, STEP_KIND_MAX };
@@ -89,7 +89,7 @@ struct gpu_proc_report {
 	 * reported, runs received and their device time, runs shown late or in no step, steps
 	 * with device times and sampled out. */
 	bool cupti;
-	struct ts_cupti_stats cupti_stats;
+	struct ts_devtime_stats cupti_stats;
 	uint64_t runs, busy_ns, late, unplaced, steps_device, steps_sampled_out;
 };
 
