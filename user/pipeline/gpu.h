@@ -61,13 +61,13 @@
 /* A step with no next step (its process went idle) closes this long after its end: the host
  * writes a step's tokens within milliseconds of it; the last requests of a burst wait as long. */
 #define GPU_BATCH_WAIT_NS 250000000ull
-/* A process's CUPTI injection library, as its records said. */
-struct gpu_cupti {
+/* A process's device-time library (CUPTI's today), as its records said. */
+struct gpu_devtime {
 	bool seen;		/* a record arrived: its steps wait for device times */
-	uint64_t flush_ns;	/* the latest heartbeat (see gpu_cupti_complete) */
+	uint64_t flush_ns;	/* the latest heartbeat (see gpu_devtime_complete) */
 	uint64_t run_start_max; /* the latest start of a run received */
 	uint64_t done_ns;	/* at the latest heartbeat: run_start_max, not past the heartbeat's
-				 * flush (gpu_cupti_complete) */
+				 * flush (gpu_devtime_complete) */
 	struct ts_devtime_stats stats; /* the library's counters, as last reported */
 	uint64_t runs, busy_ns;	     /* runs received, and their device time */
 	uint64_t late;		     /* runs whose step was shown before they came */
@@ -85,7 +85,7 @@ struct gpu_cupti {
 
 struct gpu_proc {
 	uint32_t pid;
-	struct gpu_cupti cupti;
+	struct gpu_devtime devtime;
 	uint64_t steps[STEP_KIND_MAX];
 	struct hist *dur[STEP_KIND_MAX]; /* allocated on the process's first step */
 	uint64_t launches, graph_launches;
@@ -103,7 +103,7 @@ struct gpu_timeline {
 	struct gpu_proc procs[GPU_MAX_PROCS];
 	uint32_t nprocs;
 	uint64_t procs_dropped; /* GPU processes beyond GPU_MAX_PROCS (steps still attributed) */
-	uint32_t cupti_procs;	/* processes with device times */
+	uint32_t devtime_procs;	/* processes with device times */
 	/* Ids of the steps held for device times or their batch, oldest first. */
 	uint64_t pending[GPU_PENDING_MAX];
 	uint32_t pending_head, npending;

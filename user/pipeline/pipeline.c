@@ -631,10 +631,10 @@ void pipeline_loss(const struct pipeline *pl, struct loss_report *loss)
 	loss->budget_max_mib = pl->conns.budget.max >> 20;
 	loss->frame_max_kib = SSE_FRAME_MAX / 1024;
 	loss->zero = 0;
-	loss->device_times = pl->gpu.cupti_procs > 0;
+	loss->device_times = pl->gpu.devtime_procs > 0;
 	loss->device_dropped = loss->device_pool_empty = loss->device_unplaced = 0;
 	for (uint32_t i = 0; i < pl->gpu.nprocs; i++) {
-		const struct gpu_cupti *c = &pl->gpu.procs[i].cupti;
+		const struct gpu_devtime *c = &pl->gpu.procs[i].devtime;
 
 		loss->device_dropped += c->stats.dropped;
 		loss->device_pool_empty += c->stats.pool_empty;

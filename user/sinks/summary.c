@@ -297,9 +297,9 @@ static double ratio(double x, double y)
 }
 
 /* The device-time lines of a process's summary: what was collected, and what it cost. */
-static void gpu_cupti_lines(const struct gpu_proc_report *c, FILE *f)
+static void gpu_devtime_lines(const struct gpu_proc_report *c, FILE *f)
 {
-	const struct ts_devtime_stats *st = &c->cupti_stats;
+	const struct ts_devtime_stats *st = &c->devtime_stats;
 	uint64_t oh = 0;
 
 	/* A library of ABI version 1 collected every step and counted none of this. */
@@ -469,8 +469,8 @@ void summary_print_gpu(const struct gpu_report *g, FILE *f)
 		    steps ? (double)p->launches / steps : 0.0,
 		    steps ? (double)p->graph_launches / steps : 0.0,
 		    wall > 0 ? 100.0 * p->wait_ns / 1e9 / wall : 0.0, wall);
-		if (p->cupti) {
-			const struct ts_devtime_stats *st = &p->cupti_stats;
+		if (p->device_times) {
+			const struct ts_devtime_stats *st = &p->devtime_stats;
 
 			fprintf(f,
 				"    device (CUPTI): %llu runs, %.3f s busy (%.1f%% of the wall "
@@ -486,7 +486,7 @@ void summary_print_gpu(const struct gpu_report *g, FILE *f)
 				fprintf(f, " (error <= %.1f us)", st->clock_err_ns / 1e3);
 			fprintf(f, "; %llu operations without a launch time\n",
 				(unsigned long long)st->no_launch);
-			gpu_cupti_lines(p, f);
+			gpu_devtime_lines(p, f);
 		}
 		for (int k = 0; k < STEP_KIND_MAX; k++) {
 			const struct hist *h = p->dur[k];
