@@ -269,12 +269,12 @@ $(OUTPUT)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(wildcard tests/fuzz/*.h) tests/unit
 
 # The injection library's coalescer and record reader, instrumented: none of the pipeline.
 $(OUTPUT)/fuzz/fuzz_cupti: tests/fuzz/fuzz_cupti.c tests/fuzz/fuzz.h $(CUPTI_TESTED) \
-		$(wildcard cupti/*.h) include/cupti_abi.h | $(OUTPUT)/fuzz/obj
+		$(wildcard cupti/*.h) include/devtime_abi.h | $(OUTPUT)/fuzz/obj
 	$(call msg,FUZZ,$@)
 	$(Q)$(CLANG) $(CUPTI_CFLAGS) $(FUZZ_FLAGS) -fsanitize=fuzzer -Itests/fuzz $< $(CUPTI_TESTED) \
 		-o $@
 
-$(OUTPUT)/libtokenscope_cupti.so: $(CUPTI_SRCS) $(wildcard cupti/*.h) include/cupti_abi.h | $(OUTPUT)
+$(OUTPUT)/libtokenscope_cupti.so: $(CUPTI_SRCS) $(wildcard cupti/*.h) include/devtime_abi.h | $(OUTPUT)
 	$(call msg,CC-LIB,$@)
 	$(Q)test -f /usr/include/$(shell $(CC) -print-multiarch)/sys/sdt.h -o -f /usr/include/sys/sdt.h || \
 		{ echo "sys/sdt.h is missing: install systemtap-sdt-dev (scripts/deps.sh)" >&2; exit 1; }
@@ -344,7 +344,7 @@ $(OUTPUT)/tests/test_arch: tests/unit/test_arch.c tests/unit/check.h tests/unit/
 
 # For make bench alone (section 8): the library's record reading, timed per record kind.
 $(OUTPUT)/bench/recordcost: tests/bench/recordcost.c $(CUPTI_TESTED) $(wildcard cupti/*.h) \
-		include/cupti_abi.h | $(OUTPUT)
+		include/devtime_abi.h | $(OUTPUT)
 	$(call msg,CC,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(CUPTI_CFLAGS) -O2 $< $(CUPTI_TESTED) -o $@
@@ -355,7 +355,7 @@ endif
 # The pattern above links user/ objects; this one the injection library's coalescer and
 # record reader.
 $(OUTPUT)/tests/test_cupti_runs: tests/unit/test_cupti_runs.c tests/unit/check.h $(CUPTI_TESTED) \
-		$(wildcard cupti/*.h) include/cupti_abi.h | $(OUTPUT)/tests
+		$(wildcard cupti/*.h) include/devtime_abi.h | $(OUTPUT)/tests
 	$(call msg,TEST,$@)
 	$(Q)$(CC) $(CUPTI_CFLAGS) $(SAN_FLAGS) -Itests/unit $< $(CUPTI_TESTED) -o $@
 

@@ -46,8 +46,8 @@
 #define POOL_BUFFERS 16
 #define POOL_BYTES (128u << 10)
 /* How often the semaphores are read and, while a tracer is attached, CUPTI is flushed. */
-#define POLL_MS TS_CUPTI_FLUSH_MS
-/* The timestamp offset's refresh period (TS_CUPTI_CLOCK_OFFSET only). */
+#define POLL_MS TS_DEVTIME_FLUSH_MS
+/* The timestamp offset's refresh period (TS_DEVTIME_CLOCK_OFFSET only). */
 #define OFFSET_PERIOD_NS 1000000000ull
 
 /* Incremented by the kernel for each tracer attached to the probe. */
@@ -88,11 +88,12 @@ static atomic_ullong pool_empty;
 static bool quiet, failed;
 static uint32_t clock_method;
 static uint64_t clock_err_ns;
-/* What is collected: 0 (nothing) or TS_CUPTI_MODE_*; whether eager kernels are now (the
+/* What is collected: 0 (nothing) or TS_DEVTIME_MODE_*; whether eager kernels are now (the
  * window), and the sampled mode's duty cycle and the next change of the window. */
 static uint32_t mode;
 static bool eager_on;
-static uint32_t sample_on_ms = TS_CUPTI_SAMPLE_ON_MS, sample_period_ms = TS_CUPTI_SAMPLE_PERIOD_MS;
+static uint32_t sample_on_ms = TS_DEVTIME_SAMPLE_ON_MS,
+		sample_period_ms = TS_DEVTIME_SAMPLE_PERIOD_MS;
 static uint64_t window_next_ns;
 static uint64_t sample_on_ns, sample_off_ns, windows;
 
@@ -116,7 +117,7 @@ static uint64_t CUPTIAPI timestamp_cb(void)
 	return mono_ns();
 }
 
-/* TS_CUPTI_CLOCK_OFFSET: CLOCK_MONOTONIC minus CUPTI's clock, from the read of CUPTI's clock
+/* TS_DEVTIME_CLOCK_OFFSET: CLOCK_MONOTONIC minus CUPTI's clock, from the read of CUPTI's clock
  * between two reads of CLOCK_MONOTONIC; the error is at most half the bracket. Called with
  * lock held. */
 static void measure_offset(void)
@@ -143,7 +144,7 @@ static bool semaphore(const unsigned short *s)
 }
 
 /* The counters kept outside runs, into the stats handed over. Called with lock held. */
-static void stats_refresh(struct ts_cupti_stats *s)
+static void stats_refresh(struct ts_devtime_stats *s)
 {
 	s->pool_empty = atomic_load(&pool_empty);
 	s->clock = clock_method;
@@ -159,29 +160,30 @@ static void stats_refresh(struct ts_cupti_stats *s)
 /* Every probe a tracer is attached to, with n runs (0: a heartbeat): tracers of different
  * modes get the same runs, of the richest mode asked for (stats.mode says which); false
  * when no tracer listens any more. Called with lock held. */
-static bool fire(const struct ts_dev_run *r, uint32_t n, struct ts_cupti_stats *s)
+static bool fire(const struct ts_dev_run *r, uint32_t n, struct ts_devtime_stats *s)
 {
 	bool any = false;
 
 	if (semaphore(&tokenscope_kernels_semaphore)) {
-		STAP_PROBE4(tokenscope, kernels, TS_CUPTI_ABI, r, n, s);
+		STAP_PROBE4(tokenscope, kernels, TS_DEVTIME_ABI, r, n, s);
 		any = true;
 	}
 	if (semaphore(&tokenscope_all_semaphore)) {
-		STAP_PROBE4(tokenscope, all, TS_CUPTI_ABI, r, n, s);
+		STAP_PROBE4(tokenscope, all, TS_DEVTIME_ABI, r, n, s);
 		any = true;
 	}
 	if (semaphore(&tokenscope_runs_semaphore)) {
-		STAP_PROBE4(tokenscope, runs, TS_CUPTI_ABI, r, n, s);
+		STAP_PROBE4(tokenscope, runs, TS_DEVTIME_ABI, r, n, s);
 		any = true;
 	}
 	return any;
 }
 
 /* Called by runs with each batch: sent if a tracer listens, counted otherwise. */
-static void emit(void *ctx, const struct ts_dev_run *r, uint32_t n, const struct ts_cupti_stats *st)
+static void emit(void *ctx, const struct ts_dev_run *r, uint32_t n,
+		 const struct ts_devtime_stats *st)
 {
-	struct ts_cupti_stats *s = ctx; /* st, writable */
+	struct ts_devtime_stats *s = ctx; /* st, writable */
 
 	(void)st;
 	stats_refresh(s);
@@ -222,7 +224,7 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *b
 	(void)size;
 	pthread_mutex_lock(&lock);
 	t0 = mono_ns();
-	if (clock_method == TS_CUPTI_CLOCK_OFFSET && t0 - offset_at_ns > OFFSET_PERIOD_NS)
+	if (clock_method == TS_DEVTIME_CLOCK_OFFSET && t0 - offset_at_ns > OFFSET_PERIOD_NS)
 		measure_offset();
 	while (valid && cu.next_record(buffer, valid, &rec) == CUPTI_SUCCESS)
 		records_read(&runs, rec, offset_ns);
@@ -361,7 +363,7 @@ static void all_off(void)
 	cu.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
 }
 
-/* Moves collection to what the attached probes ask for (want: TS_CUPTI_MODE_* or 0) and, in
+/* Moves collection to what the attached probes ask for (want: TS_DEVTIME_MODE_* or 0) and, in
  * the sampled mode, opens or closes the window at its time; false once a CUPTI call failed
  * (then everything is off). The poll thread's next heartbeat carries the change. */
 static bool set_mode(uint32_t want, uint64_t now)
@@ -375,11 +377,11 @@ static bool set_mode(uint32_t want, uint64_t now)
 		overhead_on = cupti_version >= OVERHEAD_MIN_VERSION &&
 			      cu.enable(CUPTI_ACTIVITY_KIND_OVERHEAD) == CUPTI_SUCCESS;
 	}
-	if (want == TS_CUPTI_MODE_SAMPLED) {
+	if (want == TS_DEVTIME_MODE_SAMPLED) {
 		eager = eager_on;
-		if (mode != TS_CUPTI_MODE_SAMPLED || now >= window_next_ns) {
+		if (mode != TS_DEVTIME_MODE_SAMPLED || now >= window_next_ns) {
 			/* A window opens at once when a tracer comes, then every period. */
-			eager = mode != TS_CUPTI_MODE_SAMPLED || !eager_on ||
+			eager = mode != TS_DEVTIME_MODE_SAMPLED || !eager_on ||
 				sample_on_ms == sample_period_ms;
 			window_next_ns = now + (uint64_t)(eager ? sample_on_ms
 								: sample_period_ms - sample_on_ms) *
@@ -392,7 +394,7 @@ static bool set_mode(uint32_t want, uint64_t now)
 		all_off();
 	pthread_mutex_lock(&lock);
 	if (want != mode) {
-		if (want != TS_CUPTI_MODE_SAMPLED) {
+		if (want != TS_DEVTIME_MODE_SAMPLED) {
 			sample_off_ns = 0;
 			if (want && !sample_on_ns)
 				sample_on_ns = mono_ns();
@@ -432,15 +434,15 @@ static void heartbeat(void)
 	pthread_mutex_unlock(&lock);
 }
 
-/* The mode the attached probes ask for: TS_CUPTI_MODE_*, or 0 when no tracer is attached. */
+/* The mode the attached probes ask for: TS_DEVTIME_MODE_*, or 0 when no tracer is attached. */
 static uint32_t wanted(void)
 {
 	if (semaphore(&tokenscope_kernels_semaphore))
-		return TS_CUPTI_MODE_KERNELS;
+		return TS_DEVTIME_MODE_KERNELS;
 	if (semaphore(&tokenscope_all_semaphore))
-		return TS_CUPTI_MODE_ALL;
+		return TS_DEVTIME_MODE_ALL;
 	if (semaphore(&tokenscope_runs_semaphore))
-		return TS_CUPTI_MODE_SAMPLED;
+		return TS_DEVTIME_MODE_SAMPLED;
 	return 0;
 }
 
@@ -454,10 +456,10 @@ static void *poll_thread(void *arg)
 
 		if (!set_mode(want, mono_ns()))
 			break;
-		if (mode && (want == TS_CUPTI_MODE_KERNELS) != runs.single) {
+		if (mode && (want == TS_DEVTIME_MODE_KERNELS) != runs.single) {
 			pthread_mutex_lock(&lock);
 			runs_flush(&runs);
-			runs.single = want == TS_CUPTI_MODE_KERNELS;
+			runs.single = want == TS_DEVTIME_MODE_KERNELS;
 			pthread_mutex_unlock(&lock);
 		}
 		if (mode)
@@ -564,16 +566,16 @@ EXPORT int InitializeInjection(void)
 		}
 	}
 	if (cu.register_timestamp && cu.register_timestamp(timestamp_cb) == CUPTI_SUCCESS) {
-		clock_method = TS_CUPTI_CLOCK_CALLBACK;
+		clock_method = TS_DEVTIME_CLOCK_CALLBACK;
 	} else {
-		clock_method = TS_CUPTI_CLOCK_OFFSET;
+		clock_method = TS_DEVTIME_CLOCK_OFFSET;
 		pthread_mutex_lock(&lock);
 		measure_offset();
 		pthread_mutex_unlock(&lock);
 	}
 	if (!check(cu.register_callbacks(buffer_requested, buffer_completed),
 		   "cuptiActivityRegisterCallbacks") ||
-	    !check(cu.flush_period(TS_CUPTI_FLUSH_MS), "cuptiActivityFlushPeriod"))
+	    !check(cu.flush_period(TS_DEVTIME_FLUSH_MS), "cuptiActivityFlushPeriod"))
 		return 1;
 	if (pthread_create(&th, NULL, poll_thread, NULL)) {
 		say("tokenscope-cupti: %s: no device times\n", "cannot start its thread");

@@ -68,12 +68,12 @@ void records_read(struct runs *r, const CUpti_Activity *rec, int64_t offset_ns)
 		 * for some kinds, is the client's to free. */
 		CUpti_ActivityOverhead3 *o = (CUpti_ActivityOverhead3 *)rec;
 		int k = o->overheadKind == CUPTI_ACTIVITY_OVERHEAD_CUPTI_BUFFER_FLUSH
-			    ? TS_CUPTI_OVERHEAD_FLUSH
+			    ? TS_DEVTIME_OVERHEAD_FLUSH
 			: o->overheadKind == CUPTI_ACTIVITY_OVERHEAD_CUPTI_INSTRUMENTATION
-			    ? TS_CUPTI_OVERHEAD_INSTRUMENTATION
+			    ? TS_DEVTIME_OVERHEAD_INSTRUMENTATION
 			: o->overheadKind == CUPTI_ACTIVITY_OVERHEAD_CUPTI_RESOURCE
-			    ? TS_CUPTI_OVERHEAD_RESOURCE
-			    : TS_CUPTI_OVERHEAD_OTHER;
+			    ? TS_DEVTIME_OVERHEAD_RESOURCE
+			    : TS_DEVTIME_OVERHEAD_OTHER;
 
 		r->stats.overhead_records++;
 		if (o->end > o->start)

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Runs of device work (include/cupti_abi.h) made from CUPTI's activity records: launch times
+ * Runs of device work (include/devtime_abi.h) made from CUPTI's activity records: launch times
  * from the API records, joined to the kernels, graph replays and copies by correlation id, and
  * operations of one stream merged while the device gap between them stays within
  * TS_RUN_GAP_NS. Knows nothing of CUPTI's types (cupti/records.c reads those), so it is tested
@@ -13,7 +13,7 @@
 #include <stdint.h>
 #include <linux/types.h>
 
-#include "cupti_abi.h"
+#include "devtime_abi.h"
 
 /* Launches remembered until their operation's record arrives (a power of two). A launch
  * whose slot is taken by a newer one before its operation arrives is forgotten: the operation
@@ -33,7 +33,7 @@ struct runs_op {
 
 /* Called with each full batch of runs, and with the rest at runs_flush. */
 typedef void (*runs_emit_fn)(void *ctx, const struct ts_dev_run *runs, uint32_t n,
-			     const struct ts_cupti_stats *stats);
+			     const struct ts_devtime_stats *stats);
 
 struct runs {
 	struct {
@@ -46,7 +46,7 @@ struct runs {
 	struct ts_dev_run batch[TS_RUNS_PER_PROBE];
 	uint32_t nbatch;
 	bool single; /* every operation a run of its own (per-kernel records) */
-	struct ts_cupti_stats stats;
+	struct ts_devtime_stats stats;
 	runs_emit_fn emit;
 	void *ctx;
 };

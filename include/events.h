@@ -5,12 +5,12 @@
  * Each record starts with struct ts_event_hdr; `type` selects the rest. All times are
  * bpf_ktime_get_ns() (CLOCK_MONOTONIC) nanoseconds. Sizes are asserted so that both sides and
  * recorded files agree byte for byte. Only fixed-width types (the includer provides them); only
- * cupti_abi.h, the CUPTI library's records, is included.
+ * devtime_abi.h, the device-time library's records, is included.
  */
 #ifndef TS_EVENTS_H
 #define TS_EVENTS_H
 
-#include "cupti_abi.h"
+#include "devtime_abi.h"
 
 /* Bytes of payload one data record can carry; a larger syscall becomes several records. */
 #define TS_CHUNK_BYTES 4096
@@ -45,7 +45,7 @@ enum ts_event_type {
 	TS_EV_PROC_EXIT = 5,  /* a traced process exited */
 	TS_EV_GPU_STEP = 6,   /* a host wait on the GPU returned: the step before it is done */
 	TS_EV_GPU_CALL = 7,   /* one CUDA launch or copy (only with --kernels) */
-	TS_EV_DEV_RUNS = 8,   /* device work from the CUPTI injection library (cupti_abi.h) */
+	TS_EV_DEV_RUNS = 8,   /* device work from a device-time library (devtime_abi.h) */
 	TS_EV_PROC_MAP = 9,   /* a traced process mapped a file executable (for the loader) */
 	TS_EV_BATCH = 10,     /* records of one CPU, in the order it made them (TS_BATCH_BYTES) */
 };
@@ -222,23 +222,24 @@ struct ts_gpu_call_event {
 };
 
 /*
- * One call of the CUPTI injection library's probe (cupti_abi.h): up to TS_RUNS_PER_PROBE runs of
- * device work and the library's counters. The record has its full size whatever n is. abi is the
- * library's TS_CUPTI_ABI; for any other value n is 0 and nothing but abi was copied.
+ * One call of the device-time library's probe (devtime_abi.h, CUPTI's library today): up to
+ * TS_RUNS_PER_PROBE runs of device work and the library's counters. The record has its full size
+ * whatever n is. abi is the library's TS_DEVTIME_ABI; for any other value n is 0 and nothing but
+ * abi was copied.
  */
 struct ts_dev_runs_event {
 	struct ts_event_hdr hdr;
 	__u32 abi;
 	__u32 n;
-	struct ts_cupti_stats stats;
+	struct ts_devtime_stats stats;
 	struct ts_dev_run runs[TS_RUNS_PER_PROBE];
 };
-/* Under TS_CUPTI_ABI 1 the library's counters were the first 96 bytes of today's (the rest
+/* Under TS_DEVTIME_ABI 1 the library's counters were the first 96 bytes of today's (the rest
  * did not exist: read as 0), and a record held only those: its size, as older recordings
  * hold it. A library of version 1 is still read, live and replayed. */
-#define TS_CUPTI_ABI_V1 1
-#define TS_CUPTI_STATS_V1_BYTES 96
-#define TS_DEV_RUNS_V1_BYTES (24 + TS_CUPTI_STATS_V1_BYTES + 80 * TS_RUNS_PER_PROBE)
+#define TS_DEVTIME_ABI_V1 1
+#define TS_DEVTIME_STATS_V1_BYTES 96
+#define TS_DEV_RUNS_V1_BYTES (24 + TS_DEVTIME_STATS_V1_BYTES + 80 * TS_RUNS_PER_PROBE)
 
 /* Counters kept per CPU in the kernel and summed by user space (map `stats`). */
 enum ts_stat {
@@ -278,7 +279,7 @@ _Static_assert(sizeof(struct ts_proc_event) == 48, "ts_proc_event layout");
 _Static_assert(sizeof(struct ts_gpu_step_event) == 64, "ts_gpu_step_event layout");
 _Static_assert(sizeof(struct ts_gpu_call_event) == 32, "ts_gpu_call_event layout");
 _Static_assert(sizeof(struct ts_dev_run) == 80, "ts_dev_run layout");
-_Static_assert(sizeof(struct ts_cupti_stats) == 192, "ts_cupti_stats layout");
+_Static_assert(sizeof(struct ts_devtime_stats) == 192, "ts_devtime_stats layout");
 _Static_assert(sizeof(struct ts_dev_runs_event) == 24 + 192 + 80 * TS_RUNS_PER_PROBE,
 	       "ts_dev_runs_event layout");
 

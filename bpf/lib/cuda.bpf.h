@@ -183,7 +183,7 @@ int BPF_USDT(ts_cupti_runs, int abi, void *runs, int n, void *stats)
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u32 tgid = pid_tgid >> 32;
 	struct ts_dev_runs_event *ev;
-	bool known = abi == TS_CUPTI_ABI || abi == TS_CUPTI_ABI_V1;
+	bool known = abi == TS_DEVTIME_ABI || abi == TS_DEVTIME_ABI_V1;
 
 	if (!is_traced(tgid))
 		return 0;
@@ -201,11 +201,11 @@ int BPF_USDT(ts_cupti_runs, int abi, void *runs, int n, void *stats)
 	/* Every byte of the reserved record is written: a failed read fills its destination
 	 * with zeroes, which is also how the record of an unknown version is cleared (a read
 	 * from address 0). The library's runs array always holds TS_RUNS_PER_PROBE entries. */
-	if (abi == TS_CUPTI_ABI_V1) {
+	if (abi == TS_DEVTIME_ABI_V1) {
 		/* A version 1 library's counters are shorter: the rest reads as 0. */
-		__builtin_memset((char *)&ev->stats + TS_CUPTI_STATS_V1_BYTES, 0,
-				 sizeof(ev->stats) - TS_CUPTI_STATS_V1_BYTES);
-		if (bpf_probe_read_user(&ev->stats, TS_CUPTI_STATS_V1_BYTES, stats))
+		__builtin_memset((char *)&ev->stats + TS_DEVTIME_STATS_V1_BYTES, 0,
+				 sizeof(ev->stats) - TS_DEVTIME_STATS_V1_BYTES);
+		if (bpf_probe_read_user(&ev->stats, TS_DEVTIME_STATS_V1_BYTES, stats))
 			stat_add(TS_STAT_COPY_FAILED, 1);
 	} else if (bpf_probe_read_user(&ev->stats, sizeof(ev->stats), known ? stats : NULL) &&
 		   known) {

@@ -26,7 +26,7 @@
 static unsigned long long emitted;
 
 static void count(void *ctx, const struct ts_dev_run *runs, uint32_t n,
-		  const struct ts_cupti_stats *stats)
+		  const struct ts_devtime_stats *stats)
 {
 	(void)ctx;
 	(void)runs;

@@ -96,7 +96,7 @@ def loop_traced(tmp, name, steps, launches, ts_args=("--device-times", "all"), e
         ts = subprocess.Popen([TS, "trace", "-p", str(loop.pid), "--json", "--gpu-steps",
                                *ts_args], stdout=open(out, "w"), stderr=open(err, "w"))
         wait_for(err, "device times of pid", 15)
-        time.sleep(0.5)  # the library turns collection on within TS_CUPTI_FLUSH_MS
+        time.sleep(0.5)  # the library turns collection on within TS_DEVTIME_FLUSH_MS
         loop.stdin.write("go\n")
         loop.stdin.flush()
         loop.stdout.readline()  # the loop's own figures: it is done

@@ -80,7 +80,7 @@ FUZZ_CHECKER static void check_run(const struct ts_dev_run *d, uint32_t i)
 }
 
 FUZZ_CHECKER static void emit(void *ctx, const struct ts_dev_run *runs, uint32_t n,
-			      const struct ts_cupti_stats *stats)
+			      const struct ts_devtime_stats *stats)
 {
 	struct seen *s = ctx;
 
@@ -110,7 +110,7 @@ FUZZ_CHECKER static void emit(void *ctx, const struct ts_dev_run *runs, uint32_t
 
 FUZZ_CHECKER static void check_end(const struct runs *r, const struct seen *s)
 {
-	const struct ts_cupti_stats *st = &r->stats;
+	const struct ts_devtime_stats *st = &r->stats;
 
 	FUZZ_CHECK(r->nbatch == 0, "%u runs left in the batch after the flush", r->nbatch);
 	for (int i = 0; i < RUNS_OPEN; i++)

@@ -127,10 +127,10 @@ static inline void fuzz_clock_record(struct fuzz_clock *c, const void *rec, size
 	}
 	case TS_EV_DEV_RUNS: {
 		/* A version 1 record is shorter: its counters' first 96 bytes, then its runs. */
-		size_t stats = len == TS_DEV_RUNS_V1_BYTES ? TS_CUPTI_STATS_V1_BYTES
-							   : sizeof(struct ts_cupti_stats);
+		size_t stats = len == TS_DEV_RUNS_V1_BYTES ? TS_DEVTIME_STATS_V1_BYTES
+							   : sizeof(struct ts_devtime_stats);
 		const uint8_t *p = rec;
-		struct ts_cupti_stats st = { 0 };
+		struct ts_devtime_stats st = { 0 };
 		uint32_t n;
 
 		if (len < 24 + stats)

@@ -322,7 +322,7 @@ static void op_runs(struct interp *it, uint8_t variant)
 		r->delay_max_ns = r->delay_ns;
 		r->launched = fuzz_u8(&it->in);
 	}
-	e->abi = variant & 1 ? fuzz_u8(&it->in) : TS_CUPTI_ABI;
+	e->abi = variant & 1 ? fuzz_u8(&it->in) : TS_DEVTIME_ABI;
 	e->n = variant & 2 ? fuzz_u8(&it->in) : n;
 	feed(it, e, sizeof(*e));
 	free(e);

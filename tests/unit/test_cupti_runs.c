@@ -20,11 +20,11 @@ struct got {
 	struct ts_dev_run runs[GOT_MAX];
 	uint32_t n, batches, max_batch, last_batch;
 	bool empty_batch, overflow;
-	struct ts_cupti_stats stats; /* as the last batch saw them */
+	struct ts_devtime_stats stats; /* as the last batch saw them */
 };
 
 static void collect(void *ctx, const struct ts_dev_run *runs, uint32_t n,
-		    const struct ts_cupti_stats *stats)
+		    const struct ts_devtime_stats *stats)
 {
 	struct got *g = ctx;
 
@@ -769,10 +769,11 @@ TEST(test_records_overhead)
 	ASSERT_EQ(r->stats.unknown, 0, "none unknown");
 	ASSERT_EQ(r->stats.ops, 0, "no operation");
 	ASSERT_EQ(g->batches, 0, "no run");
-	ASSERT_EQ(r->stats.overhead_ns[TS_CUPTI_OVERHEAD_FLUSH], 60, "flush");
-	ASSERT_EQ(r->stats.overhead_ns[TS_CUPTI_OVERHEAD_INSTRUMENTATION], 1000, "instrumentation");
-	ASSERT_EQ(r->stats.overhead_ns[TS_CUPTI_OVERHEAD_RESOURCE], 2, "resource");
-	ASSERT_EQ(r->stats.overhead_ns[TS_CUPTI_OVERHEAD_OTHER], 30,
+	ASSERT_EQ(r->stats.overhead_ns[TS_DEVTIME_OVERHEAD_FLUSH], 60, "flush");
+	ASSERT_EQ(r->stats.overhead_ns[TS_DEVTIME_OVERHEAD_INSTRUMENTATION], 1000,
+		  "instrumentation");
+	ASSERT_EQ(r->stats.overhead_ns[TS_DEVTIME_OVERHEAD_RESOURCE], 2, "resource");
+	ASSERT_EQ(r->stats.overhead_ns[TS_DEVTIME_OVERHEAD_OTHER], 30,
 		  "other kinds, time backwards none");
 	runs_free(r, g);
 }

@@ -158,7 +158,7 @@ static void add_runs(struct gpu_timeline *g, uint32_t pid, uint64_t flush_ns,
 {
 	struct ts_dev_runs_event e = { .hdr = { TS_EV_DEV_RUNS, sizeof(e), pid, pid } };
 
-	e.abi = TS_CUPTI_ABI;
+	e.abi = TS_DEVTIME_ABI;
 	e.n = n;
 	e.stats.flush_ns = flush_ns;
 	for (uint32_t i = 0; i < n; i++) {
@@ -213,11 +213,11 @@ TEST(test_device_times_complete)
 		add_step(&g, 7, 400 * MS, 401 * MS, 0, 1);
 		add_runs(&g, 7, 402 * MS, future, 1);
 		add_runs(&g, 7, 402 * MS, NULL, 0);
-		ASSERT_EQ(g.procs[0].cupti.done_ns, 402 * MS, "clamped to the heartbeat");
+		ASSERT_EQ(g.procs[0].devtime.done_ns, 402 * MS, "clamped to the heartbeat");
 		ASSERT_FALSE(gpu_device_complete(&g, 403 * MS, 403 * MS),
 			     "no later step let through");
 	}
-	ASSERT_EQ(g.procs[0].cupti.late, 0, "no run came after its step was shown");
+	ASSERT_EQ(g.procs[0].devtime.late, 0, "no run came after its step was shown");
 	gpu_free(&g);
 }
 
@@ -226,9 +226,9 @@ static void heartbeat_sampled(struct gpu_timeline *g, uint64_t flush, uint64_t o
 {
 	struct ts_dev_runs_event e = { .hdr = { TS_EV_DEV_RUNS, sizeof(e), 7, 7 } };
 
-	e.abi = TS_CUPTI_ABI;
+	e.abi = TS_DEVTIME_ABI;
 	e.stats.flush_ns = flush;
-	e.stats.mode = TS_CUPTI_MODE_SAMPLED;
+	e.stats.mode = TS_DEVTIME_MODE_SAMPLED;
 	e.stats.sample_on_ns = on;
 	e.stats.sample_off_ns = off;
 	e.stats.windows = windows;
@@ -265,11 +265,11 @@ static bool step_sampled(struct gpu_timeline *g, uint64_t start, uint32_t launch
 TEST(test_device_times_sampled)
 {
 	struct gpu_timeline g;
-	const struct gpu_cupti *c;
+	const struct gpu_devtime *c;
 
 	gpu_init(&g);
 	heartbeat_sampled(&g, 5 * MS, 5 * MS, 0, 1); /* a window open since 5 ms */
-	c = &g.procs[0].cupti;
+	c = &g.procs[0].devtime;
 	ASSERT_TRUE(step_sampled(&g, 10 * MS, 40, 12 * MS, 5 * MS, 0, 1), "inside the open one");
 	ASSERT_FALSE(step_sampled(&g, 16 * MS, 40, 30 * MS, 5 * MS, 15 * MS, 1), "after its end");
 	ASSERT_TRUE(step_sampled(&g, 18 * MS, 0, 30 * MS, 5 * MS, 15 * MS, 1), "a graph replay");
@@ -319,8 +319,8 @@ TEST(test_device_times_sampled_late_runs)
 		ASSERT_FALSE(out.sampled_out, "in the window");
 		ASSERT_TRUE(out.dev.device, "its late run kept");
 	}
-	ASSERT_EQ(g.procs[0].cupti.steps_device, 1, "counted when shown");
-	ASSERT_EQ(g.procs[0].cupti.steps_sampled_out, 1, "counted");
+	ASSERT_EQ(g.procs[0].devtime.steps_device, 1, "counted when shown");
+	ASSERT_EQ(g.procs[0].devtime.steps_sampled_out, 1, "counted");
 	gpu_free(&g);
 }
 

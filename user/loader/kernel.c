@@ -1026,8 +1026,8 @@ int kernel_attach_perf_event(struct kernel *k, enum kernel_probe probe, int fd, 
 int kernel_attach_cupti(struct kernel *k, int pid, const char *path, const char *name,
 			struct bpf_link **link)
 {
-	*link = bpf_program__attach_usdt(k->skel->progs.ts_cupti_runs, pid, path, TS_CUPTI_PROVIDER,
-					 name, NULL);
+	*link = bpf_program__attach_usdt(k->skel->progs.ts_cupti_runs, pid, path,
+					 TS_DEVTIME_PROVIDER, name, NULL);
 	return *link ? 0 : -errno;
 }
 

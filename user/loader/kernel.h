@@ -167,8 +167,8 @@ bool kernel_probe_is_ret(enum kernel_probe probe);
  * bound to this process: tracefs.h). */
 int kernel_attach_perf_event(struct kernel *k, enum kernel_probe probe, int fd, uint64_t cookie,
 			     struct bpf_link **link);
-/* Attaches the CUPTI program to the USDT probe TS_CUPTI_PROVIDER:name of the library at path,
- * for pid alone. */
+/* Attaches the device-time program to the USDT probe TS_DEVTIME_PROVIDER:name of the library at
+ * path, for pid alone. */
 int kernel_attach_cupti(struct kernel *k, int pid, const char *path, const char *name,
 			struct bpf_link **link);
 /* Detaches one attachment (NULL: nothing). */

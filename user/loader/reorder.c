@@ -86,7 +86,7 @@ uint64_t reorder_record_time(const void *data, size_t size)
 		const struct ts_dev_runs_event *e = data;
 		size_t end = offsetof(struct ts_dev_runs_event, stats.flush_ns) + sizeof(uint64_t);
 
-		return size >= end && e->abi == TS_CUPTI_ABI ? e->stats.flush_ns : 0;
+		return size >= end && e->abi == TS_DEVTIME_ABI ? e->stats.flush_ns : 0;
 	}
 	default:
 		return 0;

@@ -394,9 +394,9 @@ static int hook_file(struct uprobes *u, struct uprobes_hook *h, const char *path
  * true if attached. */
 static bool hook_cupti(struct uprobes *u, uint32_t pid, const char *full, const char *path)
 {
-	const char *probe = u->kernels			      ? TS_CUPTI_PROBE_KERNELS
-			    : u->device == UPROBES_DEVICE_ALL ? TS_CUPTI_PROBE_ALL
-							      : TS_CUPTI_PROBE;
+	const char *probe = u->kernels			      ? TS_DEVTIME_PROBE_KERNELS
+			    : u->device == UPROBES_DEVICE_ALL ? TS_DEVTIME_PROBE_ALL
+							      : TS_DEVTIME_PROBE;
 	struct uprobes_hook *h;
 	struct bpf_link *l;
 	int err;
@@ -409,14 +409,14 @@ static bool hook_cupti(struct uprobes *u, uint32_t pid, const char *full, const 
 	/* A library of ABI version 1 has no tokenscope:all, and collects every step through
 	 * tokenscope:runs. */
 	if (err == -ENOENT && u->device == UPROBES_DEVICE_ALL && !u->kernels) {
-		probe = TS_CUPTI_PROBE;
+		probe = TS_DEVTIME_PROBE;
 		err = kernel_attach_cupti(u->k, (int)pid, full, probe, &l);
 	}
 	if (err)
 		fprintf(stderr,
 			"tokenscope: cannot attach to the probe %s:%s of pid %u in %s: %s; no "
 			"device times\n",
-			TS_CUPTI_PROVIDER, probe, pid, path, strerror(-err));
+			TS_DEVTIME_PROVIDER, probe, pid, path, strerror(-err));
 	else
 		h->links[h->nlinks++] = l;
 	if (is_denial(err))

@@ -119,7 +119,7 @@ struct uprobes_inherited {
 };
 
 /* What the CUPTI injection library collects (--device-times): which of its probes is attached
- * (include/cupti_abi.h). */
+ * (include/devtime_abi.h). */
 enum uprobes_device {
 	UPROBES_DEVICE_SAMPLED, /* "runs": eager kernels in windows of a duty cycle */
 	UPROBES_DEVICE_ALL,	/* "all": every step */

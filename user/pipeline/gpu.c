@@ -110,7 +110,7 @@ static void adopt_orphans(struct gpu_timeline *g, struct gpu_step *s)
 			struct gpu_proc *p = gpu_proc_of(g, o.pid);
 
 			if (p)
-				p->cupti.unplaced++;
+				p->devtime.unplaced++;
 			continue;
 		}
 		g->orphans[(g->orphan_head + kept++) % GPU_ORPHANS] = o;
@@ -124,14 +124,14 @@ static void keep_orphan(struct gpu_timeline *g, struct gpu_proc *p, const struct
 	uint32_t at;
 
 	if (!g->orphans && !(g->orphans = calloc(GPU_ORPHANS, sizeof(*g->orphans)))) {
-		p->cupti.unplaced++;
+		p->devtime.unplaced++;
 		return;
 	}
 	if (g->norphans == GPU_ORPHANS) {
 		struct gpu_proc *q = gpu_proc_of(g, g->orphans[g->orphan_head].pid);
 
 		if (q)
-			q->cupti.unplaced++;
+			q->devtime.unplaced++;
 		g->orphan_head = (g->orphan_head + 1) % GPU_ORPHANS;
 		g->norphans--;
 	}
@@ -213,7 +213,7 @@ void gpu_add(struct gpu_timeline *g, const struct ts_gpu_step_event *e, struct g
 		p->work_id = s->id;
 	}
 	/* Held for its device times and its batch: only a kept step can be given back. */
-	s->dev_wait = p && p->cupti.seen;
+	s->dev_wait = p && p->devtime.seen;
 	s->pending = s != &lone && g->npending < GPU_PENDING_MAX;
 	if (s->pending)
 		g->pending[(g->pending_head + g->npending++) % GPU_PENDING_MAX] = s->id;
@@ -313,11 +313,11 @@ static struct gpu_step *step_at(struct gpu_timeline *g, uint32_t pid, uint64_t t
 	return NULL;
 }
 
-/* The library's sampling windows as its counters say (include/cupti_abi.h): a new start opens
+/* The library's sampling windows as its counters say (include/devtime_abi.h): a new start opens
  * one; the latest end closes the open one. The library fires a heartbeat after each change,
  * so every window is seen; when one was not (records lost: the count of windows jumped), the
  * open one's end is not known and it covers nothing. */
-static void cupti_windows(struct gpu_cupti *c, const struct ts_cupti_stats *st)
+static void devtime_windows(struct gpu_devtime *c, const struct ts_devtime_stats *st)
 {
 	struct gpu_span *last =
 	    c->nwindows ? &c->windows[(c->whead + c->nwindows - 1) % GPU_CUPTI_WINDOWS] : NULL;
@@ -341,12 +341,12 @@ static void cupti_windows(struct gpu_cupti *c, const struct ts_cupti_stats *st)
 		if (!c->first_on_ns)
 			c->first_on_ns = st->sample_on_ns;
 	}
-	if (st->mode == TS_CUPTI_MODE_SAMPLED && !last->b && st->sample_off_ns >= last->a)
+	if (st->mode == TS_DEVTIME_MODE_SAMPLED && !last->b && st->sample_off_ns >= last->a)
 		last->b = st->sample_off_ns;
 }
 
 /* Whether the library collected every operation of [a, b]: a window covers it. */
-static bool cupti_covers(const struct gpu_cupti *c, uint64_t a, uint64_t b)
+static bool devtime_covers(const struct gpu_devtime *c, uint64_t a, uint64_t b)
 {
 	for (uint32_t i = 0; i < c->nwindows; i++) {
 		const struct gpu_span *w = &c->windows[(c->whead + i) % GPU_CUPTI_WINDOWS];
@@ -360,13 +360,13 @@ static bool cupti_covers(const struct gpu_cupti *c, uint64_t a, uint64_t b)
 /* Once the windows are known past its end: a step that launched eager kernels while
  * collection was on at some time (it ended after the first window began) but not within one
  * window from its start to its end loses the device times it has: a part of them. */
-static void cupti_settle(struct gpu_cupti *c, struct gpu_step *s)
+static void devtime_settle(struct gpu_devtime *c, struct gpu_step *s)
 {
 	if (s->settled || !c->seen || c->flush_ns < s->end_ns)
 		return;
 	s->settled = true;
 	if (s->launches && c->first_on_ns && s->end_ns > c->first_on_ns &&
-	    !cupti_covers(c, s->start_ns, s->end_ns)) {
+	    !devtime_covers(c, s->start_ns, s->end_ns)) {
 		memset(&s->dev, 0, sizeof(s->dev));
 		s->sampled_out = true;
 		c->steps_sampled_out++;
@@ -374,14 +374,14 @@ static void cupti_settle(struct gpu_cupti *c, struct gpu_step *s)
 }
 
 /* Settles the held steps of p whose windows are now known. */
-static void cupti_settle_held(struct gpu_timeline *g, struct gpu_proc *p)
+static void devtime_settle_held(struct gpu_timeline *g, struct gpu_proc *p)
 {
 	for (uint32_t i = 0; i < g->npending; i++) {
 		struct gpu_step *s =
 		    gpu_step_by_id(g, g->pending[(g->pending_head + i) % GPU_PENDING_MAX]);
 
 		if (s && s->pid == p->pid)
-			cupti_settle(&p->cupti, s);
+			devtime_settle(&p->devtime, s);
 	}
 }
 
@@ -389,30 +389,31 @@ void gpu_add_runs(struct gpu_timeline *g, const struct ts_dev_runs_event *e)
 {
 	struct gpu_proc *p;
 
-	if (!gpu_cupti_abi_known(e->abi)) {
-		g->cupti_abi_bad++;
+	if (!gpu_devtime_abi_known(e->abi)) {
+		g->devtime_abi_bad++;
 		return;
 	}
 	p = gpu_proc_of(g, e->hdr.pid);
 	if (!p)
 		return;
-	if (!p->cupti.seen)
-		g->cupti_procs++;
-	p->cupti.seen = true;
-	p->cupti.stats = e->stats;
-	cupti_windows(&p->cupti, &e->stats);
-	if (e->stats.flush_ns > p->cupti.flush_ns)
-		p->cupti.flush_ns = e->stats.flush_ns;
+	if (!p->devtime.seen)
+		g->devtime_procs++;
+	p->devtime.seen = true;
+	p->devtime.stats = e->stats;
+	devtime_windows(&p->devtime, &e->stats);
+	if (e->stats.flush_ns > p->devtime.flush_ns)
+		p->devtime.flush_ns = e->stats.flush_ns;
 	/* A heartbeat (no runs): every buffer CUPTI handed over by its flush has been sent, so
-	 * the runs so far can stand for what came before them (gpu_cupti_complete). None can
+	 * the runs so far can stand for what came before them (gpu_devtime_complete). None can
 	 * have started after the flush: a later start is a damaged record, not let count. */
 	if (!e->n) {
-		uint64_t done = p->cupti.run_start_max < e->stats.flush_ns ? p->cupti.run_start_max
-									   : e->stats.flush_ns;
+		uint64_t done = p->devtime.run_start_max < e->stats.flush_ns
+				    ? p->devtime.run_start_max
+				    : e->stats.flush_ns;
 
-		if (done > p->cupti.done_ns)
-			p->cupti.done_ns = done;
-		cupti_settle_held(g, p);
+		if (done > p->devtime.done_ns)
+			p->devtime.done_ns = done;
+		devtime_settle_held(g, p);
 	}
 	for (uint32_t i = 0; i < e->n && i < TS_RUNS_PER_PROBE; i++) {
 		const struct ts_dev_run *r = &e->runs[i];
@@ -420,17 +421,17 @@ void gpu_add_runs(struct gpu_timeline *g, const struct ts_dev_runs_event *e)
 
 		if (r->end_ns < r->start_ns)
 			continue; /* the library never sends one; a damaged record might */
-		p->cupti.runs++;
-		p->cupti.busy_ns += r->busy_ns;
-		if (r->start_ns > p->cupti.run_start_max)
-			p->cupti.run_start_max = r->start_ns;
+		p->devtime.runs++;
+		p->devtime.busy_ns += r->busy_ns;
+		if (r->start_ns > p->devtime.run_start_max)
+			p->devtime.run_start_max = r->start_ns;
 		s = g->ring ? step_at(g, p->pid, r->start_ns) : NULL;
 		if (!s) {
 			keep_orphan(g, p, r);
 			continue;
 		}
 		if (!s->pending)
-			p->cupti.late++;
+			p->devtime.late++;
 		if (!s->sampled_out)
 			dev_add_run(&s->dev, r);
 	}
@@ -469,7 +470,7 @@ struct gpu_step *gpu_step_by_id(const struct gpu_timeline *g, uint64_t id)
  * contexts (several GPUs) has a buffer per context, which this order does not cover: there a
  * step can be shown before its runs come, and they are counted late.
  */
-static bool gpu_cupti_complete(const struct gpu_cupti *c, uint64_t t, uint64_t now)
+static bool gpu_devtime_complete(const struct gpu_devtime *c, uint64_t t, uint64_t now)
 {
 	return c->done_ns >= t || (c->flush_ns >= t && now >= t + GPU_DEVICE_QUIET_NS);
 }
@@ -492,7 +493,7 @@ bool gpu_next_ready(struct gpu_timeline *g, uint64_t record_ns, uint64_t now_ns,
 	s = gpu_step_by_id(g, g->pending[g->pending_head]);
 	p = (struct gpu_proc *)gpu_proc_find(g, s->pid);
 	now_ns = now_ns > record_ns ? now_ns : record_ns;
-	complete = !s->dev_wait || (p && gpu_cupti_complete(&p->cupti, s->end_ns, now_ns));
+	complete = !s->dev_wait || (p && gpu_devtime_complete(&p->devtime, s->end_ns, now_ns));
 	closed = gpu_step_closed(s, now_ns);
 	if (!all && g->npending < GPU_PENDING_MAX &&
 	    ((!complete && record_ns < s->end_ns + GPU_DEVICE_WAIT_NS) || !closed))
@@ -505,10 +506,10 @@ bool gpu_next_ready(struct gpu_timeline *g, uint64_t record_ns, uint64_t now_ns,
 	g->npending--;
 	s->pending = false;
 	if (p) {
-		cupti_settle(&p->cupti, s);
+		devtime_settle(&p->devtime, s);
 		/* Counted as shown: its runs may come after it settled. */
 		if (s->dev.device)
-			p->cupti.steps_device++;
+			p->devtime.steps_device++;
 	}
 	step_shown(p, s);
 	*out = *s;
@@ -517,10 +518,11 @@ bool gpu_next_ready(struct gpu_timeline *g, uint64_t record_ns, uint64_t now_ns,
 
 bool gpu_device_complete(const struct gpu_timeline *g, uint64_t t_ns, uint64_t now_ns)
 {
-	if (!g->cupti_procs || now_ns >= t_ns + GPU_DEVICE_WAIT_NS)
+	if (!g->devtime_procs || now_ns >= t_ns + GPU_DEVICE_WAIT_NS)
 		return true;
 	for (uint32_t i = 0; i < g->nprocs; i++)
-		if (g->procs[i].cupti.seen && !gpu_cupti_complete(&g->procs[i].cupti, t_ns, now_ns))
+		if (g->procs[i].devtime.seen &&
+		    !gpu_devtime_complete(&g->procs[i].devtime, t_ns, now_ns))
 			return false;
 	return true;
 }
@@ -668,7 +670,7 @@ void gpu_attribute(const struct gpu_timeline *g, const struct request *r,
 		a->host_ns = span - gpu;
 		a->source = all_device ? "cupti" : "host-calls";
 	}
-	if (g->cupti_procs && r->end_ns > r->first_token_ns) {
+	if (g->devtime_procs && r->end_ns > r->first_token_ns) {
 		/* The device time of the steps of the decode (every process's, as above). */
 		uint64_t gpu =
 		    gpu_time_in_gaps(g, NULL, 0, r->first_token_ns, r->end_ns, &all_device);
@@ -713,14 +715,14 @@ void gpu_report(const struct gpu_timeline *g, struct gpu_proc_report *procs, str
 		r->wait_ns = p->wait_ns;
 		r->first_ns = p->first_ns;
 		r->last_ns = p->last_ns;
-		r->cupti = p->cupti.seen;
-		r->cupti_stats = p->cupti.stats;
-		r->runs = p->cupti.runs;
-		r->busy_ns = p->cupti.busy_ns;
-		r->late = p->cupti.late;
-		r->unplaced = p->cupti.unplaced;
-		r->steps_device = p->cupti.steps_device;
-		r->steps_sampled_out = p->cupti.steps_sampled_out;
+		r->device_times = p->devtime.seen;
+		r->devtime_stats = p->devtime.stats;
+		r->runs = p->devtime.runs;
+		r->busy_ns = p->devtime.busy_ns;
+		r->late = p->devtime.late;
+		r->unplaced = p->devtime.unplaced;
+		r->steps_device = p->devtime.steps_device;
+		r->steps_sampled_out = p->devtime.steps_sampled_out;
 	}
 	*out = (struct gpu_report){ .nprocs = g->nprocs < GPU_MAX_PROCS ? g->nprocs : GPU_MAX_PROCS,
 				    .procs = procs,

@@ -61,14 +61,14 @@
 /* A step with no next step (its process went idle) closes this long after its end: the host
  * writes a step's tokens within milliseconds of it; the last requests of a burst wait as long. */
 #define GPU_BATCH_WAIT_NS 250000000ull
-/* A process's CUPTI injection library, as its records said. */
-struct gpu_cupti {
+/* A process's device-time library (CUPTI's today), as its records said. */
+struct gpu_devtime {
 	bool seen;		/* a record arrived: its steps wait for device times */
-	uint64_t flush_ns;	/* the latest heartbeat (see gpu_cupti_complete) */
+	uint64_t flush_ns;	/* the latest heartbeat (see gpu_devtime_complete) */
 	uint64_t run_start_max; /* the latest start of a run received */
 	uint64_t done_ns;	/* at the latest heartbeat: run_start_max, not past the heartbeat's
-				 * flush (gpu_cupti_complete) */
-	struct ts_cupti_stats stats; /* the library's counters, as last reported */
+				 * flush (gpu_devtime_complete) */
+	struct ts_devtime_stats stats; /* the library's counters, as last reported */
 	uint64_t runs, busy_ns;	     /* runs received, and their device time */
 	uint64_t late;		     /* runs whose step was shown before they came */
 	uint64_t unplaced;	     /* runs in no host step of the process */
@@ -85,7 +85,7 @@ struct gpu_cupti {
 
 struct gpu_proc {
 	uint32_t pid;
-	struct gpu_cupti cupti;
+	struct gpu_devtime devtime;
 	uint64_t steps[STEP_KIND_MAX];
 	struct hist *dur[STEP_KIND_MAX]; /* allocated on the process's first step */
 	uint64_t launches, graph_launches;
@@ -103,7 +103,7 @@ struct gpu_timeline {
 	struct gpu_proc procs[GPU_MAX_PROCS];
 	uint32_t nprocs;
 	uint64_t procs_dropped; /* GPU processes beyond GPU_MAX_PROCS (steps still attributed) */
-	uint32_t cupti_procs;	/* processes with device times */
+	uint32_t devtime_procs;	/* processes with device times */
 	/* Ids of the steps held for device times or their batch, oldest first. */
 	uint64_t pending[GPU_PENDING_MAX];
 	uint32_t pending_head, npending;
@@ -113,7 +113,7 @@ struct gpu_timeline {
 		struct ts_dev_run run;
 	} * orphans; /* GPU_ORPHANS, allocated with the first; oldest at orphan_head */
 	uint32_t orphan_head, norphans;
-	uint64_t cupti_abi_bad; /* records of a library of an ABI version this build cannot read */
+	uint64_t devtime_abi_bad; /* records of a library whose ABI version this build cannot read */
 	/* Steps shown before their batch was complete (the held steps reached GPU_PENDING_MAX),
 	 * and tokens that came after their step was shown (its batch line is short of them). */
 	uint64_t batch_early, batch_late;
@@ -138,9 +138,9 @@ bool gpu_step_times_ok(const struct ts_gpu_step_event *e);
 void gpu_add(struct gpu_timeline *g, const struct ts_gpu_step_event *e, struct gpu_step *out);
 /* Whether records of a library of this ABI version are read (this one's, and version 1's, whose
  * counters are shorter: events.h). */
-static inline bool gpu_cupti_abi_known(uint32_t abi)
+static inline bool gpu_devtime_abi_known(uint32_t abi)
 {
-	return abi == TS_CUPTI_ABI || abi == TS_CUPTI_ABI_V1;
+	return abi == TS_DEVTIME_ABI || abi == TS_DEVTIME_ABI_V1;
 }
 /* A record of the CUPTI injection library: its runs go to the steps they ran in. */
 void gpu_add_runs(struct gpu_timeline *g, const struct ts_dev_runs_event *e);

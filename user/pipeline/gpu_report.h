@@ -12,7 +12,7 @@
 #include <stdio.h>
 #include <linux/types.h>
 
-#include "cupti_abi.h"
+#include "devtime_abi.h"
 #include "lib/hist.h"
 
 enum step_kind { STEP_PREFILL, STEP_DECODE, STEP_MIXED, STEP_OTHER, STEP_KIND_MAX };
@@ -85,11 +85,11 @@ struct gpu_proc_report {
 	uint64_t wait_ns;	    /* time inside host waits */
 	uint64_t first_ns, last_ns; /* first step's start, last step's end */
 	struct gpu_coverage coverage[MODE_MAX]; /* its decode steps by mode */
-	/* Device times (CUPTI), when its library reported (cupti): the library's counters as last
-	 * reported, runs received and their device time, runs shown late or in no step, steps
-	 * with device times and sampled out. */
-	bool cupti;
-	struct ts_cupti_stats cupti_stats;
+	/* Device times (CUPTI's library today), when its library reported (device_times): the
+	 * library's counters as last reported, runs received and their device time, runs shown
+	 * late or in no step, steps with device times and sampled out. */
+	bool device_times;
+	struct ts_devtime_stats devtime_stats;
 	uint64_t runs, busy_ns, late, unplaced, steps_device, steps_sampled_out;
 };
 

@@ -366,7 +366,7 @@ static void pl_proc_exit(struct pipeline *pl, const struct ts_proc_event *e)
 }
 
 /* A record of ABI version 1 as an older recording holds it (events.h): its counters are the
- * first TS_CUPTI_STATS_V1_BYTES of today's, the rest 0, and its runs follow them. */
+ * first TS_DEVTIME_STATS_V1_BYTES of today's, the rest 0, and its runs follow them. */
 static int pl_dev_runs_v1(struct pipeline *pl, const uint8_t *rec)
 {
 	struct ts_dev_runs_event *e = calloc(1, sizeof(*e));
@@ -376,8 +376,8 @@ static int pl_dev_runs_v1(struct pipeline *pl, const uint8_t *rec)
 	if (!e)
 		return -ENOMEM;
 	memcpy(e, rec, head);
-	memcpy(&e->stats, rec + head, TS_CUPTI_STATS_V1_BYTES);
-	memcpy(e->runs, rec + head + TS_CUPTI_STATS_V1_BYTES, sizeof(e->runs));
+	memcpy(&e->stats, rec + head, TS_DEVTIME_STATS_V1_BYTES);
+	memcpy(e->runs, rec + head + TS_DEVTIME_STATS_V1_BYTES, sizeof(e->runs));
 	e->hdr.size = sizeof(*e);
 	err = pipeline_feed(pl, e, sizeof(*e));
 	free(e);
@@ -409,13 +409,13 @@ static void pl_proc_fork(struct pipeline *pl, const struct ts_proc_event *e)
 /* A record of device runs (a whole one of this ABI's size) to the GPU timeline. */
 static void pl_dev_runs(struct pipeline *pl, const struct ts_dev_runs_event *e)
 {
-	if (gpu_cupti_abi_known(e->abi) && e->stats.flush_ns > pl->last_ns)
+	if (gpu_devtime_abi_known(e->abi) && e->stats.flush_ns > pl->last_ns)
 		pl->last_ns = e->stats.flush_ns;
-	if (!gpu_cupti_abi_known(e->abi) && !pl->gpu.cupti_abi_bad)
+	if (!gpu_devtime_abi_known(e->abi) && !pl->gpu.devtime_abi_bad)
 		fprintf(pl->o.err,
 			"tokenscope: pid %u runs a libtokenscope_cupti.so of ABI version %u; this "
 			"tokenscope reads version %u: no device times from it\n",
-			e->hdr.pid, e->abi, TS_CUPTI_ABI);
+			e->hdr.pid, e->abi, TS_DEVTIME_ABI);
 	gpu_add_runs(&pl->gpu, e);
 	pl_release(pl, false);
 }
@@ -631,10 +631,10 @@ void pipeline_loss(const struct pipeline *pl, struct loss_report *loss)
 	loss->budget_max_mib = pl->conns.budget.max >> 20;
 	loss->frame_max_kib = SSE_FRAME_MAX / 1024;
 	loss->zero = 0;
-	loss->device_times = pl->gpu.cupti_procs > 0;
+	loss->device_times = pl->gpu.devtime_procs > 0;
 	loss->device_dropped = loss->device_pool_empty = loss->device_unplaced = 0;
 	for (uint32_t i = 0; i < pl->gpu.nprocs; i++) {
-		const struct gpu_cupti *c = &pl->gpu.procs[i].cupti;
+		const struct gpu_devtime *c = &pl->gpu.procs[i].devtime;
 
 		loss->device_dropped += c->stats.dropped;
 		loss->device_pool_empty += c->stats.pool_empty;
@@ -643,7 +643,7 @@ void pipeline_loss(const struct pipeline *pl, struct loss_report *loss)
 	/* Runs still waiting for a step at the end ran in none. */
 	loss->device_unplaced += pl->gpu.norphans;
 	loss->device_late = pl->gpu.released_late;
-	loss->device_abi_bad = pl->gpu.cupti_abi_bad;
+	loss->device_abi_bad = pl->gpu.devtime_abi_bad;
 }
 
 void pipeline_interval(struct pipeline *pl)

@@ -297,15 +297,15 @@ static double ratio(double x, double y)
 }
 
 /* The device-time lines of a process's summary: what was collected, and what it cost. */
-static void gpu_cupti_lines(const struct gpu_proc_report *c, FILE *f)
+static void gpu_devtime_lines(const struct gpu_proc_report *c, FILE *f)
 {
-	const struct ts_cupti_stats *st = &c->cupti_stats;
+	const struct ts_devtime_stats *st = &c->devtime_stats;
 	uint64_t oh = 0;
 
 	/* A library of ABI version 1 collected every step and counted none of this. */
 	if (!st->mode)
 		return;
-	if (st->mode == TS_CUPTI_MODE_SAMPLED)
+	if (st->mode == TS_DEVTIME_MODE_SAMPLED)
 		fprintf(f,
 			"    device times sampled: eager kernels %.1f s of every %.1f s (%llu "
 			"windows); steps: %llu with device times, %llu sampled out\n",
@@ -315,7 +315,7 @@ static void gpu_cupti_lines(const struct gpu_proc_report *c, FILE *f)
 	else
 		fprintf(f, "    device times of every step: %llu steps with device times\n",
 			(unsigned long long)c->steps_device);
-	for (int k = 0; k < TS_CUPTI_OVERHEADS; k++)
+	for (int k = 0; k < TS_DEVTIME_OVERHEADS; k++)
 		oh += st->overhead_ns[k];
 	fprintf(f,
 		"    device times cost: %llu buffers read in %.1f ms (%.1f us per buffer, %.0f ns "
@@ -327,10 +327,10 @@ static void gpu_cupti_lines(const struct gpu_proc_report *c, FILE *f)
 		"    CUPTI overhead: %llu records, %.1f ms (buffer flush %.1f, instrumentation "
 		"%.1f, resource %.1f, other %.1f)\n",
 		(unsigned long long)st->overhead_records, oh / 1e6,
-		st->overhead_ns[TS_CUPTI_OVERHEAD_FLUSH] / 1e6,
-		st->overhead_ns[TS_CUPTI_OVERHEAD_INSTRUMENTATION] / 1e6,
-		st->overhead_ns[TS_CUPTI_OVERHEAD_RESOURCE] / 1e6,
-		st->overhead_ns[TS_CUPTI_OVERHEAD_OTHER] / 1e6);
+		st->overhead_ns[TS_DEVTIME_OVERHEAD_FLUSH] / 1e6,
+		st->overhead_ns[TS_DEVTIME_OVERHEAD_INSTRUMENTATION] / 1e6,
+		st->overhead_ns[TS_DEVTIME_OVERHEAD_RESOURCE] / 1e6,
+		st->overhead_ns[TS_DEVTIME_OVERHEAD_OTHER] / 1e6);
 }
 
 /* The prefill and mixed steps' time of every GPU process of g. */
@@ -469,8 +469,8 @@ void summary_print_gpu(const struct gpu_report *g, FILE *f)
 		    steps ? (double)p->launches / steps : 0.0,
 		    steps ? (double)p->graph_launches / steps : 0.0,
 		    wall > 0 ? 100.0 * p->wait_ns / 1e9 / wall : 0.0, wall);
-		if (p->cupti) {
-			const struct ts_cupti_stats *st = &p->cupti_stats;
+		if (p->device_times) {
+			const struct ts_devtime_stats *st = &p->devtime_stats;
 
 			fprintf(f,
 				"    device (CUPTI): %llu runs, %.3f s busy (%.1f%% of the wall "
@@ -478,14 +478,15 @@ void summary_print_gpu(const struct gpu_report *g, FILE *f)
 				(unsigned long long)p->runs, p->busy_ns / 1e9,
 				wall > 0 ? 100.0 * p->busy_ns / 1e9 / wall : 0.0,
 				(unsigned long long)p->late, (unsigned long long)p->unplaced,
-				st->clock == TS_CUPTI_CLOCK_CALLBACK ? "CLOCK_MONOTONIC from CUPTI"
-				: st->clock == TS_CUPTI_CLOCK_OFFSET ? "offset"
-								     : "unknown");
-			if (st->clock == TS_CUPTI_CLOCK_OFFSET)
+				st->clock == TS_DEVTIME_CLOCK_CALLBACK
+				    ? "CLOCK_MONOTONIC from CUPTI"
+				: st->clock == TS_DEVTIME_CLOCK_OFFSET ? "offset"
+								       : "unknown");
+			if (st->clock == TS_DEVTIME_CLOCK_OFFSET)
 				fprintf(f, " (error <= %.1f us)", st->clock_err_ns / 1e3);
 			fprintf(f, "; %llu operations without a launch time\n",
 				(unsigned long long)st->no_launch);
-			gpu_cupti_lines(p, f);
+			gpu_devtime_lines(p, f);
 		}
 		for (int k = 0; k < STEP_KIND_MAX; k++) {
 			const struct hist *h = p->dur[k];
