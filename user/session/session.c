@@ -16,7 +16,7 @@ static void session_streams(struct session *s)
 	s->summary_out = s->o.top ? NULL : s->o.json ? s->err : s->lines_out;
 	s->diagnosis_out = s->o.json || s->o.ex.prometheus ? s->err : s->out;
 	/* report --prometheus: out carries the metrics text alone. */
-	s->counts_out = s->o.ex.json || s->o.ex.prometheus ? s->err : s->out;
+	s->counts_out = s->o.json || s->o.ex.prometheus ? s->err : s->out;
 }
 
 int session_start(struct session *s, const struct session_opts *o, uint64_t origin_ns)

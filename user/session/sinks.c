@@ -103,7 +103,7 @@ static bool want_gpu(const struct session *s)
 {
 	const struct export_opts *eo = &s->o.ex;
 
-	return !s->o.report && (eo->listen || eo->timeline || eo->top);
+	return !s->o.report && (eo->listen || eo->timeline || s->o.top);
 }
 
 /* A replay gets the samples its recording holds: their summary too. */

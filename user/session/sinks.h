@@ -50,8 +50,6 @@ struct export_opts {
 	 * the summary's SLO lines split by them. label_top: Prometheus values kept per label. */
 	struct req_label_set labels;
 	uint32_t label_top;
-	bool json; /* the summary (and the exporters' counters) go to stderr */
-	bool top;  /* tokenscope top: its frames show the GPU samples */
 };
 
 struct httpd;
