@@ -142,7 +142,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	o.verbose = flags & RF_VERBOSE;
 	o.ex.prometheus = (flags & RF_PROMETHEUS) && !o.json;
 	o.ex.by_process = flags & RF_BY_PROCESS;
-	o.ex.json = o.json;
 	o.ex.timeline = tl_path;
 	o.ex.html = html_path;
 	/* Every request a span, written to a file as the sender would POST it (report

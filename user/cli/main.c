@@ -482,7 +482,6 @@ static void trace_end(struct trace_opts *o, struct session_opts *so, struct argp
 		argp_error(state, "--by-process labels the metrics of --listen (or splits "
 				  "the rows of tokenscope top): give --listen");
 	so->ex.by_process = so->by_process;
-	so->ex.json = so->json;
 	so->verbose = o->verbose;
 	so->gpu_calls = o->gpu_calls;
 	if (recording != !!o->record_path)
@@ -655,7 +654,6 @@ static int run_tracer(int argc, char **argv, const char *name, const char *doc, 
 	if (argp_parse(&argp, argc, argv, 0, NULL, &o))
 		return 2;
 	o.s.top = live_view;
-	o.s.ex.top = live_view;
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
 	/* Output goes to a pipe as often as to a terminal: a line at a time either way. */
@@ -774,7 +772,6 @@ static error_t report_parse(int key, char *arg, struct argp_state *state)
 		if (o->ex.by_process && !o->ex.prometheus)
 			argp_error(state, "--by-process labels the metrics: give --prometheus");
 		shared_check(state, &o->ex);
-		o->ex.json = o->json;
 		if (o->tokens && !o->json)
 			argp_error(state, "--tokens needs --json");
 		break;

@@ -6,7 +6,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 
-#include "session/exporters.h"
+#include "session/sinks.h"
 
 struct report_opts {
 	const char *path;

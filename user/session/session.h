@@ -1,20 +1,22 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * A session: the owner of one run of tokenscope (trace, run, record, top or report). It builds
- * the pipeline, creates every sink and registers them in one canonical order, decides once
- * where each output goes (stdout or stderr), and ends them. Its driver (the live loader,
- * loader/trace.c, or the replay of a recording, record/replay.c) feeds the pipeline through
- * pipeline.h and calls the session at the moments below; it knows no sink.
+ * the pipeline, opens every sink from one table (session/sinks.c) and registers them in its
+ * canonical order, decides once where each output goes (stdout or stderr), and ends them. Its
+ * driver (the live loader, loader/trace.c, or the replay of a recording, record/replay.c) feeds
+ * the pipeline through pipeline.h and calls the session at the moments below; it knows no sink.
  *
- * The canonical order of the sinks (a sink sees each request, step and tick after those before
- * it): the diagnosis (report), the exporters (alerts, Prometheus, timeline, HTML, OTLP:
- * session/exporters.h), the request lines (not in the live view), the summaries, and the live
- * view (top, added when tracing begins).
+ * The canonical order of the sinks, the table's (a sink sees each request, step and tick after
+ * those before it): the diagnosis (report), the exporters (the GPU usage, alerts, Prometheus,
+ * the timeline, the HTML page, OTLP), the request lines (not in the live view), the summaries,
+ * and the live view (top, opened when tracing begins). They close in the same order, the live
+ * view first (sinks.h).
  *
  * Where outputs go, decided in session_start: request lines to out, or to err when out carries
  * the Prometheus text of `report --prometheus`; the summaries with the lines, or to err with
  * --json (the total's JSON line then goes with the lines), or nowhere in the live view; the
- * report's diagnosis to out, or to err with --json or --prometheus; messages to err.
+ * report's diagnosis to out, or to err with --json or --prometheus; the exporters' counters and
+ * the GPUs' figures to out, or to err with --json or --prometheus; messages to err.
  */
 #ifndef TS_SESSION_H
 #define TS_SESSION_H
@@ -22,14 +24,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
-#include <termios.h>
 
-#include "session/exporters.h"
 #include "pipeline/pipeline.h"
-#include "sinks/diagnosis.h"
-#include "sinks/output.h"
-#include "sinks/summary.h"
-#include "sinks/top.h"
+#include "session/sinks.h"
 
 struct record_meta;
 
@@ -48,16 +45,8 @@ struct session {
 	struct session_opts o;
 	struct pipeline *pl;
 	FILE *out, *err;
-	FILE *lines_out, *summary_out, *diagnosis_out;
-	struct exporters ex;
-	bool ex_started;
-	struct lines lines;
-	struct summaries sums;
-	struct diagnosis diag;
-	bool diag_on;
-	struct top top;
-	bool top_on, raw;
-	struct termios saved; /* the terminal's mode before the live view's keys (raw) */
+	FILE *lines_out, *summary_out, *diagnosis_out, *counts_out;
+	struct sinks sinks; /* every row's state (session/sinks.h) */
 };
 
 /* Builds the pipeline and every sink but the live view, in the canonical order; origin_ns is
@@ -84,8 +73,8 @@ void session_cuda(void *s);
  * summaries among them, what the trace exporter still holds sent, and a report's diagnosis. */
 void session_finish(void *s);
 
-/* Stops and frees everything; the exporters' first error (a file that could not be written),
- * else 0. */
+/* Closes every sink (sinks_close) and frees everything; the first error (a file that could not
+ * be written), else 0. */
 int session_stop(struct session *s);
 
 #endif
