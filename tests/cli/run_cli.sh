@@ -281,9 +281,27 @@ o = t["otherData"]
 print("ok" if ts and 0 <= min(ts) and max(ts) < 60e6 and o["origin"] == "start of tracing"
       else "events %s..%s us, origin %s" % (min(ts or [0]), max(ts or [0]), o))
 ' "$TMP/report-tl.json" 2>&1)
+	# The recording is a tap on what the pipeline was fed: version 5, with a drain mark at each
+	# tick (about every 25 ms of the run), their clocks in order, so a report ticks there.
+	marks=$(python3 -c '
+import struct, sys
+b = open(sys.argv[1], "rb").read()
+ver, off = struct.unpack_from("<II", b, 8)
+clocks = []
+while off + 20 <= len(b):
+    n, t = struct.unpack_from("<II", b, off)
+    if t == 0x10003:
+        clocks.append(struct.unpack_from("<Q", b, off + 20)[0])
+    off += 4 + n
+span = (clocks[-1] - clocks[0]) / 1e6 if clocks else 0
+ok = ver == 5 and len(clocks) >= 20 and clocks == sorted(clocks) and len(clocks) >= span / 25 / 2
+print("ok" if ok else "version %d, %d marks over %.0f ms" % (ver, len(clocks), span))
+' "$TMP/run.tsr" 2>&1)
 	if [ $rc -ne 0 ] || ! grep -q -- "--- summary: 6 requests" "$TMP/report.out" ||
 		! grep -q -- "--- diagnosis" "$TMP/report.out"; then
 		ko "record and report" "rc=$rc: $(head -c 600 "$TMP/report.out")"
+	elif [ "$marks" != ok ]; then
+		ko "record: drain marks" "$marks"
 	elif [ "$(stat -c %a "$TMP/run.tsr")" != 600 ]; then
 		ko "record and report" "the recording holds prompts but is mode $(stat -c %a "$TMP/run.tsr")"
 	elif [ $rc_cut -ne 1 ] || ! grep -q "at byte [0-9]*; the report covers the [0-9]* records before it" "$TMP/cut.err" ||
@@ -296,7 +314,7 @@ print("ok" if ts and 0 <= min(ts) and max(ts) < 60e6 and o["origin"] == "start o
 	elif [ "$tl_check" != ok ]; then
 		ko "report --timeline" "$tl_check"
 	else
-		ok "record, report, a cut recording reported up to the cut, garbage refused"
+		ok "record (version 5, a drain mark per tick), report, a cut recording reported up to the cut, garbage refused"
 	fi
 	# The recording carries the pid of every record: report --by-process labels by it.
 	"$TS" report --prometheus --by-process "$TMP/run.tsr" >"$TMP/byproc.prom" 2>/dev/null

@@ -15,6 +15,7 @@
 #include "pipeline/device_sample.h"
 #include "record/record.h"
 #include "record/replay.h"
+#include "record/tap.h"
 #include "sinks/summary.h"
 
 #define MAX_RECS 64
@@ -691,7 +692,7 @@ TEST(test_wrong_magic_and_version)
 	record_close(&w);
 	file = read_whole(path, &n_file);
 	ASSERT_TRUE(!memcmp(file, "TSREC", 5), "magic on disk");
-	ASSERT_EQ(file[8], 4, "version 4, little endian");
+	ASSERT_EQ(file[8], 5, "version 5, little endian");
 	ASSERT_EQ(file[12] | file[13] << 8, RECORD_HEADER_BYTES, "header length, little endian");
 
 	file[0] = 'X';
@@ -700,10 +701,10 @@ TEST(test_wrong_magic_and_version)
 	ASSERT_STREQ(st.reason, "not a tokenscope recording", "reason");
 	file[0] = 'T';
 
-	file[8] = 5;
+	file[8] = 6;
 	write_file(path, file, n_file);
 	ASSERT_EQ(record_replay(path, collect, &got, NULL, &st), -EPROTONOSUPPORT, "future");
-	ASSERT_STREQ(st.reason, "unsupported version 5 (this tokenscope reads versions 1 to 4)",
+	ASSERT_STREQ(st.reason, "unsupported version 6 (this tokenscope reads versions 1 to 5)",
 		     "reason");
 	ASSERT_FALSE(st.header_ok, "header not ok");
 	file[8] = 0;
@@ -983,6 +984,18 @@ static void count_tick(void *ctx, const struct pipeline_status *st)
 	(*(int *)ctx)++;
 }
 
+/* Rewrites a recording's format version (its header's bytes 8 to 11, little endian). */
+static void set_version(const char *path, uint32_t version)
+{
+	unsigned char b[4] = { version, version >> 8, version >> 16, version >> 24 };
+	int fd = open(path, O_WRONLY);
+
+	if (ASSERT_TRUE(fd >= 0, "open to set the version")) {
+		ASSERT_EQ(pwrite(fd, b, sizeof(b), 8), 4, "version written");
+		close(fd);
+	}
+}
+
 TEST(test_replay_through_pipeline)
 {
 	int ticks = 0;
@@ -1016,6 +1029,9 @@ TEST(test_replay_through_pipeline)
 	ASSERT_OK(record_close(&a.w), "close");
 	ASSERT_EQ(strlen(BODY), 27, "content length");
 
+	/* Written as a recording of version 4 was: no drain marks, so the replay ticks by
+	 * kernel time (a version 5 one ticks at its marks: test_tap_ticks_where_live_ticked). */
+	set_version(path, 4);
 	live_open(&b, NULL);
 	pipeline_add_sink(&b.pl, &ticker);
 	replay_init(&feeder, &b.pl, &back);
@@ -1039,6 +1055,99 @@ TEST(test_replay_through_pipeline)
 	 * whenever REPLAY_TICK_NS (25 ms) have passed since the last (43, 90). */
 	ASSERT_EQ(REPLAY_TICK_NS, 25000000ull, "the tick this count is for");
 	ASSERT_EQ(ticks, 3, "sinks ticked by kernel time");
+	live_close(&a);
+	live_close(&b);
+	rm_path(path);
+}
+
+/* What a sink saw at each tick: the clock, the latest record, the lost count, the traced. */
+struct tick_log {
+	int n;
+	uint64_t now[64], rec[64], lost[64];
+	uint32_t traced[64];
+};
+
+static void log_tick(void *ctx, const struct pipeline_status *st)
+{
+	struct tick_log *t = ctx;
+
+	if (t->n < 64) {
+		t->now[t->n] = st->now_ns;
+		t->rec[t->n] = st->record_ns;
+		t->lost[t->n] = st->loss.lost_events;
+		t->traced[t->n] = st->ntraced;
+	}
+	t->n++;
+}
+
+/*
+ * The recording as a tap (record/tap.h): a live pipeline fed records, the kernel's counters,
+ * a process found in /proc with its container, and ticks at clock readings of its own (not on
+ * the 25 ms a recording without marks is ticked by); its replay ticks at the same places, with
+ * the same clock and the same status, and follows the process found.
+ */
+TEST(test_tap_ticks_where_live_ticked)
+{
+	static const uint64_t clocks[] = { 4000000, 9000000, 61000000, 62000000, 140000000 };
+	struct tick_log la = { 0 }, lb = { 0 };
+	struct sink ta = { .name = "ticks", .ctx = &la, .tick = log_tick };
+	struct sink tb = { .name = "ticks", .ctx = &lb, .tick = log_tick };
+	struct workload wl = { .container_id = "c0ffee" };
+	uint64_t ks[TS_STAT_MAX] = { 0 };
+	uint32_t pids[] = { 100 };
+	struct record_tap tap;
+	struct pipeline_tap calls;
+	struct record_reader r;
+	struct replay feeder;
+	struct live a, b;
+	char *path = tmp_path();
+	bool found = false;
+
+	if (!ASSERT_OK_PTR(path, "temp file"))
+		return;
+	live_open(&a, NULL);
+	pipeline_add_sink(&a.pl, &ta);
+	if (!ASSERT_OK(record_tap_open(&tap, path, 4096, pids, 1), "tap open"))
+		return;
+	calls = record_tap_calls(&tap);
+	pipeline_set_tap(&a.pl, &calls);
+	pipeline_add_process(&a.pl, 100, true);
+	a.w.fd = -1; /* live_data's own writes go nowhere: the tap writes */
+	pipeline_add_process(&a.pl, 300, false);
+	pipeline_process_found(&a.pl, 300, 100);
+	pipeline_label_process(&a.pl, 300, &wl);
+	pipeline_process_root(&a.pl, 300, 100);
+	for (size_t i = 0; i < sizeof(clocks) / sizeof(clocks[0]); i++) {
+		live_data(&a, 1, i ? TS_DIR_OUT : TS_DIR_IN, i ? TOKEN : REQ, clocks[i] - 1000000);
+		if (i == 2)
+			ks[TS_STAT_LOST_EVENTS] = 3;
+		pipeline_kstats(&a.pl, ks, TS_STAT_MAX);
+		pipeline_clock(&a.pl, clocks[i]);
+		pipeline_tick(&a.pl);
+	}
+	ASSERT_OK(record_tap_close(&tap), "tap closed");
+
+	live_open(&b, NULL);
+	pipeline_add_sink(&b.pl, &tb);
+	if (!ASSERT_OK(record_reader_open(&r, path), "reader"))
+		return;
+	ASSERT_EQ(r.meta.version, RECORD_VERSION, "written as this version");
+	replay_init(&feeder, &b.pl, &r.meta);
+	ASSERT_OK(replay_run(&feeder, &r), "replayed whole");
+	ASSERT_EQ(lb.n, la.n, "as many ticks as the live run");
+	ASSERT_EQ(la.n, 5, "a tick per clock reading");
+	for (int i = 0; i < la.n && i < lb.n; i++) {
+		ASSERT_EQ(lb.now[i], la.now[i], "the same clock at the tick");
+		ASSERT_EQ(lb.rec[i], la.rec[i], "the same records before the tick");
+		ASSERT_EQ(lb.lost[i], la.lost[i], "the same losses at the tick");
+		ASSERT_EQ(lb.traced[i], la.traced[i], "the same processes traced");
+	}
+	ASSERT_EQ(lb.now[0], clocks[0], "the clock, not the records' time");
+	ASSERT_EQ(lb.lost[2], 3, "the lost count before the tick it came in");
+	for (uint32_t i = 0; i < pipeline_nlive(&b.pl); i++)
+		found |= pipeline_live_pid(&b.pl, i) == 300;
+	ASSERT_TRUE(found, "the process found in /proc followed by the replay");
+	record_reader_close(&r);
 	live_close(&a);
 	live_close(&b);
 	rm_path(path);

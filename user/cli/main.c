@@ -484,7 +484,7 @@ static void trace_end(struct trace_opts *o, struct session_opts *so, struct argp
 	so->ex.by_process = so->by_process;
 	so->verbose = o->verbose;
 	so->gpu_calls = o->gpu_calls;
-	if (recording != !!o->record_path)
+	if (recording != !!so->record.path)
 		argp_error(state,
 			   recording ? "record needs -o FILE" : "-o is for tokenscope record");
 	if (so->tokens && !so->json)
@@ -556,7 +556,7 @@ static error_t trace_parse(int key, char *arg, struct argp_state *state)
 		break;
 	}
 	case 'o':
-		o->record_path = arg;
+		so->record.path = arg;
 		break;
 	case OPT_ALL:
 		o->all = true;
@@ -607,8 +607,7 @@ static struct tracer_cli trace_defaults(void)
 static int traced(struct tracer_cli *c, char *const run_argv[])
 {
 	struct session s;
-	struct trace_hooks h = { session_begin,	 session_poll, c->s.top ? session_key : NULL,
-				 session_finish, &s,	       session_cuda };
+	struct trace_hooks h = { session_begin, c->s.top ? session_key : NULL, session_finish, &s };
 	uint64_t origin;
 	int rc, err;
 
@@ -626,7 +625,13 @@ static int traced(struct tracer_cli *c, char *const run_argv[])
 		if (w)
 			stdout = w;
 	}
+	/* record: the header names the capture size and the processes named with -p. */
+	c->s.record.capture_bytes = c->t.capture_bytes;
+	c->s.record.roots = c->t.pids;
+	c->s.record.nroots = c->t.npids;
 	err = session_start(&s, &c->s, origin);
+	/* The outputs say whether the loader samples the GPUs for them. */
+	c->t.device_samples = !err && session_device_samples(&s);
 	if (err)
 		rc = 1;
 	else if (run_argv)

@@ -9,7 +9,6 @@
 #include <linux/types.h>
 
 #include "lib/clock.h"
-#include "lib/written.h"
 #include "loader/uprobes.h"
 #include "loader/tracefs.h"
 #include "loader/discover.h"
@@ -17,14 +16,14 @@
 #include "loader/release.h"
 #include "loader/kernel.h"
 #include "loader/proc.h"
+#include "loader/nvml.h"
 #include "loader/privs.h"
-#include "record/record.h"
 #include "loader/trace.h"
 #include "loader/container.h"
 #include "loader/cost.h"
+#include "events.h"
 #include "traffic.h"
 #include "lib/utf8.h"
-#include "lib/version.h"
 
 /* How often the traced processes' maps are read again for CUDA libraries loaded since: an
  * engine process maps libcudart seconds after it starts. */
@@ -54,11 +53,11 @@ struct tracer {
 	struct container_dirs dirs; /* where containers' bundles are looked for */
 	struct pipeline *pl;
 	struct uprobes cuda;
+	/* the GPUs' sampler (NVML) and its latest sample, when device_samples asked */
+	struct nvml *nvml;
+	struct device_sample *sample;
 	struct hold hold;	  /* processes stopped at a library mapping until hooked */
 	struct features features; /* what this kernel has (features.h) */
-	struct record_writer rec;
-	bool recording;
-	int rec_err; /* the first write error: recording stops, tracing goes on */
 	bool verbose;
 	struct discover_set *seen; /* --all: servers found so far, dropped when they exit */
 	uint64_t caps;		   /* the effective capabilities, for the messages of a refusal */
@@ -67,16 +66,6 @@ struct tracer {
 	bool quiet_done;	   /* ... once looked at */
 	struct cost_meter cost;	   /* what tracing costs (cost.h) */
 };
-
-/* What a write to the recording returned: an I/O error stops the recording (tracing goes on),
- * said once; a record refused as malformed (-EINVAL) is counted by the writer. */
-static void record_result(struct tracer *tr, int err)
-{
-	if (err && err != -EINVAL) {
-		tr->rec_err = err;
-		fprintf(stderr, "tokenscope: recording stopped: %s\n", strerror(-err));
-	}
-}
 
 /* A process held at a library mapping: its probes, before it goes on (hold.h). */
 static void hook_held(void *ctx, uint32_t pid)
@@ -111,9 +100,6 @@ static int on_record(void *ctx, void *data, size_t size)
 			uprobes_mapped(&tr->cuda, h->pid, pe->ts_ns, is_held, tr);
 		return 0;
 	}
-
-	if (tr->recording && !tr->rec_err)
-		record_result(tr, record_write(&tr->rec, data, size));
 
 	pipeline_feed(tr->pl, data, size);
 	/* A child forked: by the main thread with shared probes, it carries its parent's from
@@ -180,23 +166,6 @@ static void process_gone(void *ctx, uint32_t pid)
 	kernel_forget_conns(tr->k, pid);
 }
 
-/* record_open's refusals, in words (the recording holds captured prompts). */
-static const char *record_open_why(int err)
-{
-	switch (err) {
-	case -ELOOP:
-		return "it is a symbolic link, and a recording is never written through one "
-		       "(give the path it points to)";
-	case -EEXIST:
-		return "the file exists and belongs to another user, who could read the "
-		       "recording (remove it, or give another path)";
-	case -EMLINK:
-		return "the file has other hard links (remove it, or give another path)";
-	default:
-		return strerror(-err);
-	}
-}
-
 /* Says once why GPU steps are not traced when nothing could be hooked for want of a permission
  * (the scan keeps the first refusal; privs.h puts it in words). Returns true once said. */
 static bool cuda_explain(struct tracer *tr)
@@ -232,37 +201,13 @@ static int trace_follow(struct tracer *tr, uint32_t pid, bool root)
 	return err;
 }
 
-/* A process followed that the recording's header does not name (a descendant found in /proc,
- * a server --all found): a fork record for the file alone, so that a replay traces it as this
- * pipeline does. Its parent is given as the root it descends from (a descendant's: the
- * replay then counts it for that server), or 0 for a root. */
-static void record_followed(struct tracer *tr, uint32_t pid, uint32_t root)
-{
-	struct ts_proc_event e = { .hdr = { TS_EV_PROC_FORK, sizeof(e), pid, pid }, .ppid = root };
-
-	if (!tr->recording || tr->rec_err)
-		return;
-	e.ts_ns = mono_ns();
-	record_result(tr, record_write(&tr->rec, &e, sizeof(e)));
-}
-
-/* Where a followed process runs, for the pipeline and, when it runs somewhere, for the
- * recording (a replay cannot read /proc or the runtime's state). */
-static void label_process(struct tracer *tr, uint32_t pid, const struct workload *wl)
-{
-	pipeline_label_process(tr->pl, pid, wl);
-	if (!wl || !wl->container_id[0] || !tr->recording || tr->rec_err)
-		return;
-	record_result(tr, record_write_workload(&tr->rec, pid, mono_ns(), wl));
-}
-
 static void follow_descendant(void *ctx, uint32_t pid)
 {
 	struct tracer *tr = ctx;
 
 	if (!trace_follow(tr, pid, false)) {
-		record_followed(tr, pid, tr->root);
-		label_process(tr, pid, tr->label);
+		pipeline_process_found(tr->pl, pid, tr->root);
+		pipeline_label_process(tr->pl, pid, tr->label);
 		pipeline_process_root(tr->pl, pid, tr->root);
 	}
 }
@@ -274,7 +219,7 @@ static int follow_tree(struct tracer *tr, uint32_t pid, struct workload *wl)
 	int n;
 
 	container_workload("/proc", pid, &tr->dirs, wl);
-	label_process(tr, pid, wl);
+	pipeline_label_process(tr->pl, pid, wl);
 	tr->label = wl;
 	tr->root = pid;
 	n = proc_descendants("/proc", pid, follow_descendant, tr);
@@ -292,7 +237,7 @@ static bool discover_attach(struct tracer *tr, struct discover_set *seen,
 	discover_set_add(seen, d->pid);
 	if (trace_follow(tr, d->pid, true))
 		return false;
-	record_followed(tr, d->pid, 0);
+	pipeline_process_found(tr->pl, d->pid, 0);
 	follow_tree(tr, d->pid, &wl);
 	/* A server found by its traffic is named by its comm. */
 	fprintf(stderr, "tokenscope: found %u (%s, rule '%s') ", d->pid,
@@ -445,10 +390,10 @@ struct loop {
 	struct tracer *tr;
 	const struct trace_opts *o;
 	struct discover_set *seen;
-	const struct trace_hooks *h; /* the owner's calls: poll at each drain, keys */
+	const struct trace_hooks *h; /* the owner's calls: keys */
 	double start;		     /* mono_s() when tracing began */
 	long intervals;		     /* interval summaries printed */
-	bool cuda_told;		     /* h->cuda was called */
+	bool cuda_told;		     /* a CUDA library's hooking was noted */
 };
 
 /*
@@ -633,7 +578,22 @@ static bool job_exited(struct loop *l, double now)
 	return true;
 }
 
-/* Drains the ring buffer into the pipeline (and the recording). */
+/* The GPUs' sampler, for outputs that show their samples: its thread samples while tracing,
+ * each drain takes the latest. Without a driver the thread keeps why and ends; tracing goes on.
+ * 0, or -ENOMEM. */
+static int start_sampler(struct tracer *tr, const struct trace_opts *o)
+{
+	/* Why there are no GPU figures is said once a traced process maps a CUDA library. */
+	struct nvml_opts no = { .quiet = true };
+
+	if (!o->device_samples)
+		return 0;
+	tr->sample = calloc(1, sizeof(*tr->sample));
+	tr->nvml = tr->sample ? nvml_start(&no) : NULL;
+	return tr->nvml ? 0 : -ENOMEM;
+}
+
+/* Drains the ring buffer into the pipeline. */
 static void loop_drain(struct loop *l)
 {
 	struct tracer *tr = l->tr;
@@ -649,25 +609,14 @@ static void loop_drain(struct loop *l)
 		l->cuda_told = true;
 		if (l->o->cuda_note[0])
 			fprintf(stderr, "tokenscope: %s\n", l->o->cuda_note);
-		if (l->h->cuda)
-			l->h->cuda(l->h->ctx);
+		/* Why there are no GPU figures, said now: not on every run of a machine
+		 * without a GPU. */
+		nvml_say_why(tr->nvml);
 	}
-	if (l->h->poll) {
-		struct device_sample *g = l->h->poll(l->h->ctx);
-
-		/* A GPU sample enters the recording where the sinks get it: a replay gives it to
-		 * them at the same point of the stream. */
-		if (g && tr->recording && !tr->rec_err)
-			record_write_device_sample(&tr->rec, g);
-		if (g)
-			pipeline_device_sample(tr->pl, g);
-	}
+	/* A new GPU sample, where the pipeline's time is this drain's. */
+	if (tr->nvml && nvml_latest(tr->nvml, tr->sample))
+		pipeline_device_sample(tr->pl, tr->sample);
 	pipeline_tick(tr->pl);
-	if (tr->recording && !tr->rec_err) {
-		/* Counters too (a report shows the losses), and a file usable if killed. */
-		record_write_kstats(&tr->rec, pipeline_kstats_now(tr->pl));
-		record_flush(&tr->rec);
-	}
 }
 
 /* Polls the ring buffer and runs the jobs until one ends the trace, a signal asks it to, or the
@@ -784,27 +733,6 @@ static bool detach_all(struct tracer *tr, volatile sig_atomic_t *exiting)
 		return false; /* left to the kernel: this process exits, and its descriptors go */
 	*exiting = TRACE_ENDING;
 	return true;
-}
-
-/* record: the recording's file opened, its header written (what was asked of this run). */
-static int trace_record_open(struct tracer *tr, const struct trace_opts *o)
-{
-	struct record_meta m;
-	int err;
-
-	record_meta_fill(&m, TOKENSCOPE_VERSION);
-	m.capture_bytes = o->capture_bytes;
-	for (int i = 0; i < o->npids && i < (int)(sizeof(m.roots) / sizeof(m.roots[0])); i++)
-		m.roots[m.nroots++] = o->pids[i];
-	err = record_open(&tr->rec, o->record_path, &m);
-	if (err) {
-		fprintf(stderr, "tokenscope: cannot write %s: %s\n", o->record_path,
-			record_open_why(err));
-		return err;
-	}
-	tr->recording = true;
-	fprintf(stderr, "tokenscope: recording the event stream to %s\n", o->record_path);
-	return 0;
 }
 
 /* The line that says what is traced. */
@@ -935,8 +863,6 @@ int trace_run(const struct trace_opts *o, struct pipeline *pl, const struct trac
 	pipeline_keep_running(tr.pl, o->all);
 	tr.seen = o->all ? &seen : NULL;
 	pipeline_on_exit(tr.pl, process_gone, &tr);
-	if (o->record_path && (err = trace_record_open(&tr, o)))
-		goto out;
 	err = trace_load(&tr, o);
 	if (err)
 		goto out;
@@ -957,6 +883,9 @@ int trace_run(const struct trace_opts *o, struct pipeline *pl, const struct trac
 	if (h->begin && (err = h->begin(h->ctx)))
 		goto out;
 	cuda_setup(&tr, o);
+	err = start_sampler(&tr, o);
+	if (err)
+		goto out;
 
 	/* run: every program is attached and the child followed; it may exec its command. */
 	if (o->attached && (err = o->attached(o->attached_ctx)))
@@ -978,8 +907,6 @@ int trace_run(const struct trace_opts *o, struct pipeline *pl, const struct trac
 	read_kstats(&tr);
 	late_note(tr.k);
 	say_hooks(&tr);
-	if (tr.recording && !tr.rec_err)
-		record_write_kstats(&tr.rec, pipeline_kstats_now(tr.pl));
 	sample_cost(&tr);
 	/* The owner's finish: the summary's total among them. */
 	if (h->finish)
@@ -991,19 +918,9 @@ int trace_run(const struct trace_opts *o, struct pipeline *pl, const struct trac
 out:
 	/* Nothing stays stopped, whatever ended the trace. */
 	hold_stop(&tr.hold, NULL, NULL);
+	nvml_stop(tr.nvml);
+	free(tr.sample);
 	discover_set_free(&seen);
-	if (tr.recording) {
-		int e = record_close(&tr.rec);
-
-		if (e && !err) {
-			fprintf(stderr, "tokenscope: %s: %s\n", o->record_path, strerror(-e));
-			err = e;
-		}
-		if (!e && !tr.rec_err)
-			say_written(stderr, "the recording", o->record_path);
-		if (!err && tr.rec_err)
-			err = tr.rec_err;
-	}
 	kernel_ring_close(tr.k);
 	cost_stop(&tr.cost);
 	if (detach_all(&tr, exiting)) {

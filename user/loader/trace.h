@@ -28,8 +28,9 @@ struct trace_opts {
 	double interval_s; /* 0: no interval summaries */
 	long count;	   /* stop after this many intervals; 0: no limit */
 	uint32_t capture_bytes;
-	uint32_t ring_mb;	 /* ring buffer size in MiB, a power of two */
-	const char *record_path; /* record: write the raw event stream here */
+	uint32_t ring_mb; /* ring buffer size in MiB, a power of two */
+	/* the GPUs sampled (NVML) after each drain, for outputs that show them */
+	bool device_samples;
 	bool all;	 /* --all: find inference servers on the node, and new ones as they start */
 	bool self_stats; /* --self-stats: kernel.bpf_stats_enabled on for the run */
 	bool no_traffic; /* --all by command line only: no look at untraced processes' writes */
@@ -47,18 +48,13 @@ struct trace_opts {
 };
 
 /* What the tracer's owner does at each moment of a trace (ctx its own): begin once every
- * process is attached (non-zero: tracing stops); poll after each drain, before the tick: a new
- * GPU sample or NULL (the tracer records it and gives it to the pipeline, as a replay does);
- * key after each drain when set (true: the user asked to quit); finish once the last record
- * was fed. */
-struct device_sample;
+ * process is attached (non-zero: tracing stops); key after each drain when set (true: the
+ * user asked to quit); finish once the last record was fed. */
 struct trace_hooks {
 	int (*begin)(void *ctx);
-	struct device_sample *(*poll)(void *ctx);
 	bool (*key)(void *ctx);
 	void (*finish)(void *ctx);
 	void *ctx;
-	void (*cuda)(void *ctx); /* once, when a traced process first has a CUDA library hooked */
 };
 
 /* Whether every process named with -p exists: 0, or -ESRCH after saying which does not (before

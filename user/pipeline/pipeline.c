@@ -326,7 +326,19 @@ bool pipeline_all_exited(const struct pipeline *pl)
 	return !pl->keep_running && pl->nroots && pl->nlive == 0;
 }
 
-int pipeline_label_process(struct pipeline *pl, uint32_t pid, const struct workload *w)
+void pipeline_set_tap(struct pipeline *pl, const struct pipeline_tap *tap)
+{
+	pl->tap = tap ? *tap : (struct pipeline_tap){ 0 };
+}
+
+void pipeline_process_found(struct pipeline *pl, uint32_t pid, uint32_t root)
+{
+	if (pl->tap.found)
+		pl->tap.found(pl->tap.ctx, pid, root);
+}
+
+/* A label from the records (a fork's, its parent's): not one the pipeline is fed. */
+static int label_process(struct pipeline *pl, uint32_t pid, const struct workload *w)
 {
 	struct pipeline_proc *p = live_proc(pl, pid);
 
@@ -337,6 +349,13 @@ int pipeline_label_process(struct pipeline *pl, uint32_t pid, const struct workl
 	else
 		memset(&p->wl, 0, sizeof(p->wl));
 	return 0;
+}
+
+int pipeline_label_process(struct pipeline *pl, uint32_t pid, const struct workload *w)
+{
+	if (pl->tap.workload)
+		pl->tap.workload(pl->tap.ctx, pid, w);
+	return label_process(pl, pid, w);
 }
 
 static void pl_proc_exit(struct pipeline *pl, const struct ts_proc_event *e)
@@ -398,7 +417,7 @@ static void pl_proc_fork(struct pipeline *pl, const struct ts_proc_event *e)
 		root = parent->root ? parent->root : parent->pid;
 	}
 	if (!pipeline_add_process(pl, e->hdr.pid, false)) {
-		pipeline_label_process(pl, e->hdr.pid, &wl);
+		label_process(pl, e->hdr.pid, &wl);
 		pipeline_process_root(pl, e->hdr.pid, root);
 	}
 	if (pl->o.verbose)
@@ -423,6 +442,9 @@ static void pl_dev_runs(struct pipeline *pl, const struct ts_dev_runs_event *e)
 int pipeline_feed(struct pipeline *pl, const void *rec, size_t len)
 {
 	const struct ts_event_hdr *h = rec;
+
+	if (pl->tap.record)
+		pl->tap.record(pl->tap.ctx, rec, len);
 
 	if (len < sizeof(*h) || h->size != len)
 		goto bad;
@@ -574,6 +596,8 @@ static bool pl_traced(void *ctx, uint32_t pid)
 
 void pipeline_device_sample(struct pipeline *pl, struct device_sample *s)
 {
+	if (pl->tap.sample)
+		pl->tap.sample(pl->tap.ctx, s);
 	device_sample_keep_procs(s, pl_traced, pl);
 	for (int i = 0; i < pl->nsinks; i++)
 		if (pl->sinks[i].device_sample)
@@ -590,6 +614,8 @@ void pipeline_tick(struct pipeline *pl)
 {
 	struct pipeline_status st;
 
+	if (pl->tap.drain)
+		pl->tap.drain(pl->tap.ctx, pl->clock_ns);
 	pl_release(pl, false);
 	pipeline_status(pl, &st);
 	for (int i = 0; i < pl->nsinks; i++)
@@ -694,6 +720,8 @@ void pipeline_on_exit(struct pipeline *pl, void (*fn)(void *ctx, uint32_t pid), 
 
 void pipeline_kstats(struct pipeline *pl, const uint64_t *stats, uint32_t n)
 {
+	if (pl->tap.kstats)
+		pl->tap.kstats(pl->tap.ctx, stats, n);
 	for (uint32_t k = 0; k < n && k < TS_STAT_MAX; k++)
 		if (k != TS_STAT_LOST_EVENTS)
 			pl->kstats[k] = stats[k];

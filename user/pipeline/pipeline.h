@@ -49,9 +49,27 @@ struct pipeline_opts {
 
 struct pipeline; /* opaque outside pipeline/ (pipeline_impl.h) */
 
+/*
+ * A tap: what the pipeline is fed, handed on before the pipeline acts on it, in the order it
+ * came (a recording: record/tap.h). A replay turns each call back into the one it came from;
+ * drain is the tick, with the clock the pipeline was given (pipeline_clock), so that a replay
+ * ticks where the live run ticked. Any call may be NULL.
+ */
+struct pipeline_tap {
+	void (*record)(void *ctx, const void *rec, size_t len);		     /* pipeline_feed */
+	void (*kstats)(void *ctx, const uint64_t *stats, uint32_t n);	     /* pipeline_kstats */
+	void (*sample)(void *ctx, const struct device_sample *s);	     /* whole, uncut */
+	void (*workload)(void *ctx, uint32_t pid, const struct workload *w); /* label_process */
+	void (*found)(void *ctx, uint32_t pid, uint32_t root); /* pipeline_process_found */
+	void (*drain)(void *ctx, uint64_t clock_ns);	       /* pipeline_tick */
+	void *ctx;
+};
+
 /* A new pipeline (NULL without memory, said on o->err); pipeline_destroy frees it. */
 struct pipeline *pipeline_new(const struct pipeline_opts *o);
 void pipeline_destroy(struct pipeline *pl);
+/* Hands what the pipeline is fed to tap from now on (NULL: to nothing). */
+void pipeline_set_tap(struct pipeline *pl, const struct pipeline_tap *tap);
 /* --all: the run does not end when every traced process has exited. */
 void pipeline_keep_running(struct pipeline *pl, bool on);
 /* --requests all: every sink gets the requests that are not inference too (sink.others). */
@@ -81,6 +99,10 @@ int pipeline_add_process(struct pipeline *pl, uint32_t pid, bool root);
 /* The root that pid, a traced process, descends from (a descendant found in /proc when root
  * was followed): its server, for what is counted per server (joined_servers). */
 void pipeline_process_root(struct pipeline *pl, uint32_t pid, uint32_t root);
+/* A process the loader follows that no -p named (a descendant found in /proc, a server --all
+ * found), added as above: told to the tap alone, so that a replay follows it too; root is the
+ * server it descends from, 0 for a server. */
+void pipeline_process_found(struct pipeline *pl, uint32_t pid, uint32_t root);
 /* Undoes pipeline_add_process (the kernel side could not follow pid after all). */
 void pipeline_forget_process(struct pipeline *pl, uint32_t pid);
 /* One ring-buffer record. -EINVAL for a malformed one (counted, skipped). */

@@ -27,6 +27,7 @@ struct pipeline {
 	struct proxy proxy;	      /* pairs upstream requests with served ones */
 	struct prefix_fits prefix;    /* prefix-cache hits guessed per server (prefix.h) */
 	struct stall_table stalls;    /* first tokens, to name who stalled a request (stall.h) */
+	struct pipeline_tap tap;      /* what the pipeline is fed, handed on (a recording) */
 	uint64_t kstats[TS_STAT_MAX]; /* the kernel's counters, refreshed by the loader */
 	uint64_t bad_records;
 	uint64_t lost_seen; /* kernel lost-record count at the last pipeline_kernel_lost() */

@@ -464,6 +464,24 @@ int record_close(struct record_writer *w)
 	return err;
 }
 
+int record_write_drain(struct record_writer *w, uint64_t clock_ns)
+{
+	struct record_drain_event e = { .hdr = { RECORD_EV_DRAIN, sizeof(e), 0, 0 },
+					.clock_ns = clock_ns };
+
+	return record_write(w, &e, sizeof(e));
+}
+
+int record_drain(const void *rec, size_t len, uint64_t *clock_ns)
+{
+	const struct record_drain_event *e = rec;
+
+	if (len != sizeof(*e) || e->hdr.type != RECORD_EV_DRAIN || e->hdr.size != len)
+		return -EINVAL;
+	*clock_ns = e->clock_ns;
+	return 0;
+}
+
 const struct record_kstats_event *record_kstats(const void *rec, size_t len)
 {
 	const struct record_kstats_event *e = rec;

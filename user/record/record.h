@@ -4,7 +4,8 @@
  * replayed through the same pipeline by `tokenscope report` (every number is a function of
  * the event stream, so a replay reports exactly what the live tracer would have).
  *
- * File format, version 4 (version 3 had no RECORD_EV_WORKLOAD records, version 2 no
+ * File format, version 5 (version 4 had no RECORD_EV_DRAIN marks, and its replay ticks every
+ * REPLAY_TICK_NS of kernel time; version 3 had no RECORD_EV_WORKLOAD records, version 2 no
  * RECORD_EV_DEVICE_SAMPLE records either; version 1 differed too in struct ts_data_event, which
  * lacked queued_ns). Every integer is little endian.
  *
@@ -42,7 +43,10 @@
  * read it, at the point of the stream where its sinks got it, so a replay shows the same GPU
  * utilisation and memory. And
  * RECORD_EV_WORKLOAD, where a followed process runs (its container, its Kubernetes pod) as the
- * live run found it from /proc and the runtime's state, which a replay cannot read.
+ * live run found it from /proc and the runtime's state, which a replay cannot read. And
+ * RECORD_EV_DRAIN, the live run's tick after a drain of the ring buffer, with the clock it
+ * read then: a replay ticks there, with that clock, and nowhere else. Each is written where
+ * the pipeline was fed it (record/tap.h).
  *
  * Replay stops at the first record that cannot be framed (a zero or insane length, a length
  * that disagrees with hdr.size, a truncated last record): everything before it has been fed,
@@ -62,7 +66,9 @@
 
 #define RECORD_MAGIC "TSREC\0\0\0"
 #define RECORD_MAGIC_BYTES 8
-#define RECORD_VERSION 4
+#define RECORD_VERSION 5
+/* The first version with drain marks (RECORD_EV_DRAIN). */
+#define RECORD_VERSION_DRAINS 5
 /* Version 1 lacked ts_data_event.queued_ns; its data records are read with it 0 (unknown). */
 #define RECORD_VERSION_OLDEST 1
 #define RECORD_HEADER_BYTES 400
@@ -132,6 +138,13 @@ struct record_workload_event {
 	char container_id[72], pod_uid[40], k8s_namespace[64], k8s_pod[256], k8s_container[64];
 };
 
+/* File-only record: the live run ticked here, its pipeline's clock at clock_ns. */
+#define RECORD_EV_DRAIN 0x10003
+struct record_drain_event {
+	struct ts_event_hdr hdr; /* type RECORD_EV_DRAIN, size sizeof, pid 0 */
+	__u64 clock_ns;
+};
+
 /* A header's strings, as the reader gives them: printable UTF-8 (utf8_clean), where a byte may
  * become three (U+FFFD). */
 struct record_meta {
@@ -194,6 +207,10 @@ int record_write_workload(struct record_writer *w, uint32_t pid, uint64_t ts_ns,
 /* The process and workload of a RECORD_EV_WORKLOAD record, its strings made printable;
  * -EINVAL when the record is not one. */
 int record_workload(const void *rec, size_t len, uint32_t *pid, struct workload *wl);
+/* Appends a RECORD_EV_DRAIN mark: a tick, with the clock at clock_ns. */
+int record_write_drain(struct record_writer *w, uint64_t clock_ns);
+/* The clock of a RECORD_EV_DRAIN mark; -EINVAL when the record is not one. */
+int record_drain(const void *rec, size_t len, uint64_t *clock_ns);
 /* Appends a RECORD_EV_KSTATS record when the counters differ from the last written ones. */
 int record_write_kstats(struct record_writer *w, const uint64_t kstats[TS_STAT_MAX]);
 /* Writes buffered records to the file (the loader calls it after each drain, so a killed

@@ -10,7 +10,9 @@ _Static_assert(RECORD_MAX_ROOTS >= PIPELINE_MAX_ROOTS, "a recording holds every 
 
 void replay_init(struct replay *rp, struct pipeline *pl, const struct record_meta *meta)
 {
-	*rp = (struct replay){ .pl = pl, .meta = meta };
+	*rp = (struct replay){ .pl = pl,
+			       .meta = meta,
+			       .drains = meta && meta->version >= RECORD_VERSION_DRAINS };
 }
 
 int replay_feed(void *replay, const void *rec, size_t len)
@@ -18,6 +20,7 @@ int replay_feed(void *replay, const void *rec, size_t len)
 	struct replay *rp = replay;
 	struct pipeline *pl = rp->pl;
 	const struct record_kstats_event *ks = record_kstats(rec, len);
+	uint64_t clock_ns;
 	int err = 0;
 
 	if (!rp->started) {
@@ -25,6 +28,12 @@ int replay_feed(void *replay, const void *rec, size_t len)
 		/* As the live loader does before its first drain. */
 		for (uint32_t i = 0; rp->meta && i < rp->meta->nroots && i < RECORD_MAX_ROOTS; i++)
 			pipeline_add_process(pl, rp->meta->roots[i], true);
+	}
+	if (rp->drains && !record_drain(rec, len, &clock_ns)) {
+		/* The live run's tick, with its clock. */
+		pipeline_clock(pl, clock_ns);
+		pipeline_tick(pl);
+		return 0;
 	}
 	if (len >= sizeof(struct ts_event_hdr) &&
 	    ((const struct ts_event_hdr *)rec)->type == RECORD_EV_WORKLOAD) {
@@ -52,6 +61,8 @@ int replay_feed(void *replay, const void *rec, size_t len)
 	} else {
 		err = pipeline_feed(pl, rec, len);
 	}
+	if (rp->drains)
+		return err;
 	if (!rp->ticked || pipeline_record_ns(pl) >= rp->tick_ns + REPLAY_TICK_NS) {
 		pipeline_tick(pl);
 		rp->ticked = true;
@@ -69,7 +80,10 @@ int replay_run(struct replay *rp, struct record_reader *r)
 	while ((err = record_next(r, &rec, &len)) > 0)
 		if (replay_feed(rp, rec, len) < 0)
 			r->st.rejected++;
-	pipeline_tick(rp->pl);
+	/* The live run ended on its last drain's tick; a recording without drain marks gets a
+	 * last one of its own. */
+	if (!rp->drains)
+		pipeline_tick(rp->pl);
 	replay_free(rp);
 	return err;
 }

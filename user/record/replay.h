@@ -3,6 +3,10 @@
  * Replay: a recording (record.h) driven through a pipeline as the live loader drives it, so that
  * `report` gives what the live tracer gave.
  *
+ * A drain mark (RECORD_EV_DRAIN, recordings of version 5 on) gives the pipeline the clock the
+ * live run read and ticks it, as the live run did there. Older recordings have none: for them,
+ * the ticks below stand in.
+ *
  * Kernel-counter records (RECORD_EV_KSTATS) update pl->kstats and, when the lost count grew,
  * mark open requests maybe lost; a GPU sample (RECORD_EV_DEVICE_SAMPLE) goes to
  * pipeline_device_sample, as the live loader gave it; every other record goes to pipeline_feed;
@@ -26,6 +30,7 @@ struct replay {
 	struct pipeline *pl;
 	const struct record_meta *meta; /* the recording's header: its roots */
 	bool started;			/* roots registered */
+	bool drains;			/* the recording has drain marks: ticks there only */
 	bool ticked;			/* the first tick is done */
 	uint64_t tick_ns;		/* kernel time of the last tick */
 	struct device_sample *gpu;	/* the latest GPU sample read, with the first */

@@ -22,6 +22,7 @@ static void session_streams(struct session *s)
 int session_start(struct session *s, const struct session_opts *o, uint64_t origin_ns)
 {
 	struct pipeline_opts po = { .verbose = o->verbose };
+	int err;
 
 	memset(s, 0, sizeof(*s));
 	s->o = *o;
@@ -36,7 +37,24 @@ int session_start(struct session *s, const struct session_opts *o, uint64_t orig
 		return -ENOMEM;
 	pipeline_all_requests(s->pl, o->all_requests);
 	/* Every row of the table but the live view's, in its order. */
-	return sinks_open(s, false);
+	err = sinks_open(s, false);
+	if (err || !o->record.path)
+		return err;
+	/* Once every sink is up (a failure above writes no file): from here on, what the
+	 * pipeline is fed goes to the file too. */
+	err = record_tap_open(&s->tap, o->record.path, o->record.capture_bytes, o->record.roots,
+			      o->record.nroots);
+	if (!err) {
+		struct pipeline_tap calls = record_tap_calls(&s->tap);
+
+		pipeline_set_tap(s->pl, &calls);
+	}
+	return err;
+}
+
+bool session_device_samples(const struct session *s)
+{
+	return sinks_want_device_samples(s);
 }
 
 struct pipeline *session_pipeline(struct session *s)
@@ -55,20 +73,6 @@ int session_begin(void *ctx)
 {
 	/* The live view's row: last, its frames show what every other sink has had. */
 	return sinks_open(ctx, true);
-}
-
-struct device_sample *session_poll(void *ctx)
-{
-	struct session *s = ctx;
-
-	return sinks_gpu_sample(&s->sinks);
-}
-
-void session_cuda(void *ctx)
-{
-	struct session *s = ctx;
-
-	sinks_cuda_seen(&s->sinks);
 }
 
 bool session_key(void *ctx)
@@ -91,7 +95,10 @@ void session_finish(void *ctx)
 int session_stop(struct session *s)
 {
 	int err = sinks_close(s);
+	int e = record_tap_close(&s->tap);
 
+	if (e && !err)
+		err = e;
 	pipeline_destroy(s->pl);
 	memset(s, 0, sizeof(*s));
 	return err;

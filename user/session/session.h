@@ -26,6 +26,7 @@
 #include <stdio.h>
 
 #include "pipeline/pipeline.h"
+#include "record/tap.h"
 #include "session/sinks.h"
 
 struct record_meta;
@@ -39,6 +40,14 @@ struct session_opts {
 	bool all_requests; /* --requests all: the other requests in every output, as inference */
 	struct export_opts ex;
 	FILE *out, *err; /* NULL: stdout and stderr */
+	/* record: the event stream written to path (record/tap.h), its header naming the
+	 * capture size and the nroots processes named with -p */
+	struct {
+		const char *path;
+		uint32_t capture_bytes;
+		const uint32_t *roots;
+		int nroots;
+	} record;
 };
 
 struct session {
@@ -46,7 +55,8 @@ struct session {
 	struct pipeline *pl;
 	FILE *out, *err;
 	FILE *lines_out, *summary_out, *diagnosis_out, *counts_out;
-	struct sinks sinks; /* every row's state (session/sinks.h) */
+	struct sinks sinks;    /* every row's state (session/sinks.h) */
+	struct record_tap tap; /* record: the recording, a tap on the pipeline */
 };
 
 /* Builds the pipeline and every sink but the live view, in the canonical order; origin_ns is
@@ -55,6 +65,8 @@ struct session {
 int session_start(struct session *s, const struct session_opts *o, uint64_t origin_ns);
 /* What the driver feeds. */
 struct pipeline *session_pipeline(struct session *s);
+/* Whether the live loader is to sample the GPUs for the outputs (sinks_want_device_samples). */
+bool session_device_samples(const struct session *s);
 /* A replay: the recording at path and its header (clocks and host), before the first record. */
 void session_set_source(struct session *s, const char *path, const struct record_meta *m);
 
@@ -62,19 +74,14 @@ void session_set_source(struct session *s, const char *path, const struct record
  * begin, once every process is attached: the live view starts (its sink is the last one, its
  * screen and keys); 0 or a negative errno; */
 int session_begin(void *s);
-/* poll, after each drain of the ring buffer and before the tick: a new GPU sample (NVML), or
- * NULL; */
-struct device_sample *session_poll(void *s);
 /* key, in the live view after each drain: true when a key asked to quit; */
 bool session_key(void *s);
-/* A traced process has a CUDA library hooked (trace_hooks.cuda). */
-void session_cuda(void *s);
 /* finish, once the last record was fed (a replay's end too): every sink's finish, the
  * summaries among them, what the trace exporter still holds sent, and a report's diagnosis. */
 void session_finish(void *s);
 
-/* Closes every sink (sinks_close) and frees everything; the first error (a file that could not
- * be written), else 0. */
+/* Closes every sink (sinks_close) and the recording, and frees everything; the first error (a
+ * file that could not be written), else 0. */
 int session_stop(struct session *s);
 
 #endif

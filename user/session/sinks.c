@@ -9,7 +9,6 @@
 
 #include "lib/clock.h"
 #include "lib/written.h"
-#include "loader/nvml.h"
 #include "record/record.h"
 #include "session/session.h"
 #include "sinks/html.h"
@@ -52,16 +51,6 @@ static void usage_sample(void *ctx, const struct device_sample *s)
 	device_usage_add(ctx, s);
 }
 
-void sinks_cuda_seen(struct sinks *k)
-{
-	nvml_say_why(k->nvml);
-}
-
-struct device_sample *sinks_gpu_sample(struct sinks *k)
-{
-	return k->nvml && nvml_latest(k->nvml, k->gpu) ? k->gpu : NULL;
-}
-
 static bool diagnosis_wanted(const struct session *s)
 {
 	return s->o.report;
@@ -97,9 +86,8 @@ static void diagnosis_release(struct session *s)
 	s->sinks.diag_on = false;
 }
 
-/* A replay has no GPU to read; a plain trace's summary alone does not open NVML, so a run that
- * asked for neither output prints nothing new where there is no driver. */
-static bool want_gpu(const struct session *s)
+/* A replay has no GPU to read (sinks.h). */
+bool sinks_want_device_samples(const struct session *s)
 {
 	const struct export_opts *eo = &s->o.ex;
 
@@ -109,16 +97,15 @@ static bool want_gpu(const struct session *s)
 /* A replay gets the samples its recording holds: their summary too. */
 static bool usage_wanted(const struct session *s)
 {
-	return want_gpu(s) || s->o.report;
+	return sinks_want_device_samples(s) || s->o.report;
 }
 
 static int usage_open(struct session *s, struct sink *out)
 {
 	struct sinks *k = &s->sinks;
 
-	k->gpu = want_gpu(s) ? calloc(1, sizeof(*k->gpu)) : NULL;
 	k->gpu_usage = calloc(1, sizeof(*k->gpu_usage));
-	if ((want_gpu(s) && !k->gpu) || !k->gpu_usage)
+	if (!k->gpu_usage)
 		return -ENOMEM;
 	*out = (struct sink){ .name = "nvml", .ctx = k->gpu_usage, .device_sample = usage_sample };
 	return 0;
@@ -132,8 +119,6 @@ static int usage_close(struct session *s)
 		device_usage_print(k->gpu_usage, s->counts_out);
 		fflush(s->out);
 	}
-	free(k->gpu);
-	k->gpu = NULL;
 	free(k->gpu_usage);
 	k->gpu_usage = NULL;
 	return 0;
@@ -522,17 +507,6 @@ int sinks_open(struct session *s, bool at_begin)
 		if (err)
 			return err;
 	}
-	/* Last, once every row of the start is up: a failure above leaves no thread to stop.
-	 * Without a driver the thread keeps why and ends; tracing goes on. */
-	if (!at_begin && want_gpu(s)) {
-		/* Why there are no GPU figures is said once a traced process maps a CUDA
-		 * library: not on every run of a machine without a GPU. */
-		struct nvml_opts no = { .quiet = true };
-
-		s->sinks.nvml = nvml_start(&no);
-		if (!s->sinks.nvml)
-			return -ENOMEM;
-	}
 	return 0;
 }
 
@@ -574,8 +548,6 @@ int sinks_close(struct session *s)
 
 	/* Every row is closed whatever the others did (a row not opened closes as a no-op). */
 	close_rows(s, true, &err);
-	nvml_stop(s->sinks.nvml);
-	s->sinks.nvml = NULL;
 	close_rows(s, false, &err);
 	for (size_t i = SINK_ROWS; i-- > 0;)
 		if (sink_rows[i].release)

@@ -55,7 +55,6 @@ struct export_opts {
 struct httpd;
 struct html;
 struct prom;
-struct nvml;
 struct device_sample;
 struct device_usage;
 
@@ -65,11 +64,8 @@ struct sinks {
 	/* report's diagnosis */
 	struct diagnosis diag;
 	bool diag_on;
-	/* GPU utilisation and memory (NVML): sampled in a live trace whose output carries them,
-	 * --listen, --timeline or top, and then in the summary too. */
-	struct nvml *nvml;
-	struct device_sample *gpu;    /* the latest sample, cut down to the traced processes */
-	struct device_usage *gpu_usage; /* every sample, for the summary */
+	/* GPU utilisation and memory: every sample the driver gives, for the summary */
+	struct device_usage *gpu_usage;
 	/* the exporters */
 	struct alert_set alerts;
 	bool alerts_on;
@@ -113,10 +109,10 @@ void sinks_finish(struct session *s);
  * diagnosis) freed. Returns the first error; traces not delivered are not one (tracing itself
  * worked). */
 int sinks_close(struct session *s);
-/* After each drain and before the tick: a new GPU sample, if the sampler has one (valid until
- * the next call), else NULL. */
-struct device_sample *sinks_gpu_sample(struct sinks *k);
-/* A traced process has a CUDA library hooked: why there is no GPU sample is said now (once). */
-void sinks_cuda_seen(struct sinks *k);
+/* Whether a live trace's outputs show the GPUs' samples (--listen, --timeline, top): then the
+ * loader samples them, and the summary has them too. A replay gets those its recording holds;
+ * a plain trace's summary alone does not sample, so a run that asked for none of these prints
+ * nothing new where there is no driver. */
+bool sinks_want_device_samples(const struct session *s);
 
 #endif
