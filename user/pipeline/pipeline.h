@@ -85,7 +85,7 @@ void pipeline_self_cost(struct pipeline *pl, const struct self_cost *c);
  * recording holds them: a grown lost-record count marks the open requests (as
  * pipeline_kernel_lost). */
 void pipeline_kstats(struct pipeline *pl, const uint64_t *stats, uint32_t n);
-/* The kernel's counters as last given (TS_STAT_MAX of them), for a recording. */
+/* The kernel's counters as last given (TS_STAT_MAX of them): the loader reads on from them. */
 const uint64_t *pipeline_kstats_now(const struct pipeline *pl);
 /* The latest kernel time in any record so far. */
 uint64_t pipeline_record_ns(const struct pipeline *pl);
