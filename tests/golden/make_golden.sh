@@ -18,6 +18,11 @@
 #              --max-batch 2), attribution by GPU steps
 #   cupti      --gpu with the CUPTI library and the stand-in CUPTI: device times, attribution
 #              cupti
+#   ticks      --gpu as gpu, recorded in format version 5: drain marks, so its report ticks
+#              where the live run ticked (the others are version 4 and keep the 25 ms ticks of
+#              their records' time: a recording of an earlier version must still replay)
+#
+#   tests/golden/make_golden.sh --only NAME  # records NAME anew, keeps the others, then outputs
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 TS=${TOKENSCOPE:-.output/tokenscope}
@@ -55,23 +60,32 @@ record_one() { # name "server args" "client args" [env...]
 	rm -rf "$tmp"
 }
 
+ONLY=
+[ "${1:-}" = --only ] && ONLY=${2:?--only NAME}
+record_if() { # as record_one, for --only NAME that one alone
+	[ -z "$ONLY" ] || [ "$ONLY" = "$1" ] || return 0
+	record_one "$@"
+}
+
 if [ "${1:-}" != --outputs ]; then
 	[ "$(id -u)" = 0 ] || {
 		echo "make_golden.sh: recording needs root (BPF); --outputs remakes the outputs only" >&2
 		exit 1
 	}
 	mkdir -p "$DIR/recordings"
-	rm -f "$DIR"/recordings/*.tsr
-	record_one patterns "--pattern mixed --syscall sendmsg --token-ms 1" \
+	[ -n "$ONLY" ] || rm -f "$DIR"/recordings/*.tsr
+	record_if patterns "--pattern mixed --syscall sendmsg --token-ms 1" \
 		"-n 8 -c 2 -k 2 --usage --max-tokens 6"
-	record_one split "--pattern split --recv recvmsg --token-ms 2" "-n 4 -c 2 --max-tokens 5"
-	record_one errors "--token-ms 1" "-n 12 -c 2 --max-tokens 5 --abort-every 3 --abort-after 2 \
+	record_if split "--pattern split --recv recvmsg --token-ms 2" "-n 4 -c 2 --max-tokens 5"
+	record_if errors "--token-ms 1" "-n 12 -c 2 --max-tokens 5 --abort-every 3 --abort-after 2 \
 --http-error-every 4 --stream-error-every 5 --no-stream-every 6"
-	record_one gpu "--gpu --token-ms 3 --prefill-ms 6 --max-batch 2" \
+	record_if gpu "--gpu --token-ms 3 --prefill-ms 6 --max-batch 2" \
 		"-n 8 -c 4 --usage --max-tokens 6"
-	record_one cupti "--gpu --token-ms 3 --prefill-ms 6 --cudart .output/standin/libcudart.so.13" \
+	record_if cupti "--gpu --token-ms 3 --prefill-ms 6 --cudart .output/standin/libcudart.so.13" \
 		"-n 6 -c 3 --usage --max-tokens 5" CUDA_INJECTION64_PATH="$PWD/.output/libtokenscope_cupti.so" \
 		LD_LIBRARY_PATH="$PWD/.output/standin"
+	record_if ticks "--gpu --token-ms 3 --prefill-ms 6 --max-batch 2" \
+		"-n 8 -c 4 --usage --max-tokens 6"
 fi
 mkdir -p "$DIR/expected"
 rm -f "$DIR"/expected/*
