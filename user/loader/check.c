@@ -24,6 +24,7 @@
 #include "loader/proc.h"
 #include "loader/run.h"
 #include "loader/tracefs.h"
+#include "loader/vendor.h"
 
 /* The width of a line's name and state columns; details are cut to stay within 100 columns. */
 #define CHECK_NAME_COLS 14
@@ -365,9 +366,41 @@ static bool can_load(const char *soname)
 	return h != NULL;
 }
 
+/* A GPU vendor's lines: its libraries, its device-time library, its sampler's. */
+static void check_vendor(struct checks *c, const struct vendor *v)
+{
+	const struct sampler_ops *s = v->sampler;
+	char path[4096], lib[4096];
+	bool cached = false;
+
+	for (size_t i = 0; i < v->nlibs && !cached; i++)
+		cached = v->libs[i].file_prefix &&
+			 ld_cache_find(v->libs[i].file_prefix, path, sizeof(path));
+	if (cached)
+		add(c, v->check_name, CHECK_OK, "GPU steps from %.200s and any copy a server maps",
+		    path);
+	else
+		add(c, v->check_name, CHECK_OK,
+		    "no %s library in the ld.so cache: the copy an engine maps (a wheel's) is "
+		    "hooked when it maps it",
+		    v->name);
+	if (v->devtime.file_name && run_find_devtime_lib(&v->devtime, lib, sizeof(lib)) == 0)
+		add(c, v->devtime.check_name, CHECK_OK,
+		    "device times with `tokenscope run` (%.200s)", lib);
+	else if (v->devtime.file_name)
+		add(c, v->devtime.check_name, CHECK_OFF,
+		    "no %s beside tokenscope (or %s): GPU steps without device times",
+		    v->devtime.file_name, v->devtime.path_env);
+	if (s && !dl_possible())
+		add(c, s->check_name, CHECK_OFF, "%s: no GPU utilisation or memory", DL_STATIC_WHY);
+	else if (s)
+		add(c, s->check_name, can_load(s->library) ? CHECK_OK : CHECK_OFF, "%s",
+		    can_load(s->library) ? s->check_ok : s->check_off);
+}
+
 static void check_libraries(struct checks *c)
 {
-	char path[4096], lib[4096];
+	char path[4096];
 	struct container_dirs dirs;
 	int found = 0;
 
@@ -382,26 +415,8 @@ static void check_libraries(struct checks *c)
 	    !dl_possible() || can_load("libcapstone.so.4")
 		? "Go's crypto/tls plaintext (its RET instructions found with capstone)"
 		: "no libcapstone.so.4 (Debian: libcapstone4): no plaintext of Go TLS servers");
-	if (ld_cache_find("libcudart.so", path, sizeof(path)) ||
-	    ld_cache_find("libcuda.so", path, sizeof(path)))
-		add(c, "cuda", CHECK_OK, "GPU steps from %.200s and any copy a server maps", path);
-	else
-		add(c, "cuda", CHECK_OK,
-		    "no CUDA library in the ld.so cache: the copy an engine maps (a wheel's) is "
-		    "hooked when it maps it");
-	if (run_find_cupti_lib(lib, sizeof(lib)) == 0)
-		add(c, "cupti", CHECK_OK, "device times with `tokenscope run` (%.200s)", lib);
-	else
-		add(c, "cupti", CHECK_OFF,
-		    "no %s beside tokenscope (or %s): GPU steps without device times",
-		    RUN_CUPTI_LIB_NAME, RUN_CUPTI_LIB_ENV);
-	if (!dl_possible())
-		add(c, "nvml", CHECK_OFF, "%s: no GPU utilisation or memory", DL_STATIC_WHY);
-	else
-		add(c, "nvml", can_load("libnvidia-ml.so.1") ? CHECK_OK : CHECK_OFF, "%s",
-		    can_load("libnvidia-ml.so.1")
-			? "GPU utilisation and memory (the driver's libnvidia-ml.so.1)"
-			: "no libnvidia-ml.so.1 (no NVIDIA driver here): no GPU utilisation");
+	for (size_t i = 0; i < vendor_count(); i++)
+		check_vendor(c, vendor_row(i));
 	if (!dl_possible())
 		add(c, "otlp", CHECK_OFF, "%s: --otlp file:PATH only", DL_STATIC_WHY);
 	else

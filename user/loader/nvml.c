@@ -478,3 +478,38 @@ void nvml_stop(struct nvml *n)
 	}
 	nvml_free(n);
 }
+
+/* The sampler's calls (sampler.h): why NVML cannot be used is said once a traced process maps
+ * a CUDA library, not on every run of a machine without a GPU. */
+static void *sampler_start(void)
+{
+	struct nvml_opts no = { .quiet = true };
+
+	return nvml_start(&no);
+}
+
+static bool sampler_latest(void *s, struct device_sample *out)
+{
+	return nvml_latest(s, out);
+}
+
+static void sampler_say_why(void *s)
+{
+	nvml_say_why(s);
+}
+
+static void sampler_stop(void *s)
+{
+	nvml_stop(s);
+}
+
+const struct sampler_ops nvml_sampler = {
+	.start = sampler_start,
+	.latest = sampler_latest,
+	.say_why = sampler_say_why,
+	.stop = sampler_stop,
+	.check_name = "nvml",
+	.library = NVML_LIBRARY,
+	.check_ok = "GPU utilisation and memory (the driver's " NVML_LIBRARY ")",
+	.check_off = "no " NVML_LIBRARY " (no NVIDIA driver here): no GPU utilisation",
+};

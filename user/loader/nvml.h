@@ -23,6 +23,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "loader/sampler.h"
 #include "pipeline/device_sample.h"
 
 /* The soname the driver installs; a path works too (tests). */
@@ -58,5 +59,9 @@ bool nvml_latest(struct nvml *n, struct device_sample *out);
 void nvml_say_why(struct nvml *n);
 /* Stops the thread (at once, not after a period), shuts NVML down and frees n; NULL is fine. */
 void nvml_stop(struct nvml *n);
+
+/* NVML as a GPU vendor's sampler (sampler.h): nvml_start quiet, with the defaults, and the
+ * preflight's line about libnvidia-ml.so.1. */
+extern const struct sampler_ops nvml_sampler;
 
 #endif

@@ -35,11 +35,11 @@ static void on_signal(int sig, siginfo_t *si, void *uc)
 		kill(child, sig);
 }
 
-int run_find_cupti_lib(char *buf, size_t len)
+int run_find_devtime_lib(const struct vendor_devtime *d, char *buf, size_t len)
 {
 	/* Beside the binary (the build tree), then where make install puts it. */
 	static const char *const dirs[] = { "", "/../lib/tokenscope" };
-	const char *env = getenv(RUN_CUPTI_LIB_ENV);
+	const char *env = getenv(d->path_env);
 	char exe[PATH_MAX];
 	ssize_t n;
 	char *slash;
@@ -50,7 +50,7 @@ int run_find_cupti_lib(char *buf, size_t len)
 	}
 	n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
 	if (n <= 0) {
-		snprintf(buf, len, "%s", RUN_CUPTI_LIB_NAME);
+		snprintf(buf, len, "%s", d->file_name);
 		return -ENOENT;
 	}
 	exe[n] = '\0';
@@ -59,7 +59,7 @@ int run_find_cupti_lib(char *buf, size_t len)
 		*slash = '\0';
 	for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
 		if ((size_t)snprintf(buf, len, "%s%s/%s", slash ? exe : ".", dirs[i],
-				     RUN_CUPTI_LIB_NAME) >= len)
+				     d->file_name) >= len)
 			return -ENAMETOOLONG;
 		if (!access(buf, R_OK)) {
 			char *real = realpath(buf, NULL); /* without the "/.." */
@@ -71,7 +71,7 @@ int run_find_cupti_lib(char *buf, size_t len)
 		}
 	}
 	/* Not found: the first place is the one a message names. */
-	snprintf(buf, len, "%s/%s", slash ? exe : ".", RUN_CUPTI_LIB_NAME);
+	snprintf(buf, len, "%s/%s", slash ? exe : ".", d->file_name);
 	return -ENOENT;
 }
 
@@ -157,8 +157,10 @@ static int release_child(void *p)
 	return 0;
 }
 
-/* In the child: waits to be released, then becomes the command. Never returns. */
-static void child_main(char *const argv[], int go_fd, int err_fd, const char *lib)
+/* In the child: waits to be released, then becomes the command, given each device-time library
+ * of inject (a path per GPU vendor, NULL for none) in the variable its vendor's runtime reads.
+ * Never returns. */
+static void child_main(char *const argv[], int go_fd, int err_fd, const char *const inject[])
 {
 	char go;
 	int e;
@@ -166,8 +168,12 @@ static void child_main(char *const argv[], int go_fd, int err_fd, const char *li
 	if (read(go_fd, &go, 1) != 1)
 		_exit(127); /* tokenscope could not attach, and said why */
 	close(go_fd);
-	if (lib && !getenv(RUN_INJECTION_ENV))
-		setenv(RUN_INJECTION_ENV, lib, 1);
+	for (size_t i = 0; i < vendor_count(); i++) {
+		const char *env = vendor_row(i)->devtime.inject_env;
+
+		if (inject[i] && !getenv(env))
+			setenv(env, inject[i], 1);
+	}
 	execvp(argv[0], argv);
 	e = errno;
 	if (write(err_fd, &e, sizeof(e)) != sizeof(e))
@@ -191,28 +197,45 @@ static const char *base_name(const char *path)
 	return s && s[1] ? s + 1 : path;
 }
 
+/* Each GPU vendor's device-time library, into inject (a path in libs, or NULL) unless its
+ * variable is set already; one not found is said in the vendor's note of o, only if the command
+ * maps one of the vendor's libraries: elsewhere it means nothing. */
+static void devtime_libs(struct trace_opts *o, char libs[][PATH_MAX], const char *inject[])
+{
+	for (size_t i = 0; i < vendor_count(); i++) {
+		const struct vendor_devtime *d = &vendor_row(i)->devtime;
+		const char *set;
+
+		inject[i] = NULL;
+		if (!d->file_name)
+			continue;
+		set = getenv(d->inject_env);
+		if (set && *set) {
+			if (o->verbose)
+				fprintf(stderr,
+					"tokenscope: %s is already set (%s): left as it is\n",
+					d->inject_env, set);
+		} else if (run_find_devtime_lib(d, libs[i], PATH_MAX) == 0) {
+			inject[i] = libs[i];
+		} else {
+			snprintf(o->gpu_note[i], sizeof(o->gpu_note[i]),
+				 "no %s at %.300s (set %s to its path): GPU steps without device "
+				 "times",
+				 d->file_name, libs[i], d->path_env);
+		}
+	}
+}
+
 int run_command(struct trace_opts *o, struct pipeline *pl, const struct trace_hooks *h,
 		char *const argv[], volatile sig_atomic_t *exiting)
 {
 	struct sigaction sa = { .sa_sigaction = on_signal, .sa_flags = SA_SIGINFO };
 	struct run_ctx c = { .go_fd = -1, .err_fd = -1, .cmd = argv[0] };
-	char lib[PATH_MAX];
-	const char *inject = NULL;
+	char libs[VENDORS_MAX][PATH_MAX];
+	const char *inject[VENDORS_MAX];
 	int go[2], err[2], status = 0, rc;
-	const char *set = getenv(RUN_INJECTION_ENV);
 
-	if (set && *set) {
-		if (o->verbose)
-			fprintf(stderr, "tokenscope: %s is already set (%s): left as it is\n",
-				RUN_INJECTION_ENV, set);
-	} else if (run_find_cupti_lib(lib, sizeof(lib)) == 0) {
-		inject = lib;
-	} else {
-		/* Said only if the command maps a CUDA library: elsewhere it means nothing. */
-		snprintf(o->cuda_note, sizeof(o->cuda_note),
-			 "no %s at %.300s (set %s to its path): GPU steps without device times",
-			 RUN_CUPTI_LIB_NAME, lib, RUN_CUPTI_LIB_ENV);
-	}
+	devtime_libs(o, libs, inject);
 	/* A command that cannot start is said before anything is attached. */
 	rc = command_findable(argv[0]);
 	if (rc) {

@@ -16,11 +16,11 @@
 #include "loader/release.h"
 #include "loader/kernel.h"
 #include "loader/proc.h"
-#include "loader/nvml.h"
 #include "loader/privs.h"
 #include "loader/trace.h"
 #include "loader/container.h"
 #include "loader/cost.h"
+#include "loader/vendor.h"
 #include "events.h"
 #include "traffic.h"
 #include "lib/utf8.h"
@@ -53,9 +53,10 @@ struct tracer {
 	struct container_dirs dirs; /* where containers' bundles are looked for */
 	struct pipeline *pl;
 	struct uprobes cuda;
-	/* the GPUs' sampler (NVML) and its latest sample, when device_samples asked */
-	struct nvml *nvml;
-	struct device_sample *sample;
+	/* each GPU vendor's sampler (vendor.h: NVML for CUDA), when device_samples asked, and
+	 * its latest sample */
+	void *samplers[VENDORS_MAX];
+	struct device_sample *samples;
 	struct hold hold;	  /* processes stopped at a library mapping until hooked */
 	struct features features; /* what this kernel has (features.h) */
 	bool verbose;
@@ -166,14 +167,24 @@ static void process_gone(void *ctx, uint32_t pid)
 	kernel_forget_conns(tr->k, pid);
 }
 
+/* Whether a library of some GPU vendor was hooked for some process so far. */
+static bool gpu_hooked(const struct tracer *tr)
+{
+	for (size_t i = 0; i < vendor_count(); i++)
+		if (uprobes_hooked_files(&tr->cuda, vendor_row(i)->name))
+			return true;
+	return false;
+}
+
 /* Says once why GPU steps are not traced when nothing could be hooked for want of a permission
  * (the scan keeps the first refusal; privs.h puts it in words). Returns true once said. */
 static bool cuda_explain(struct tracer *tr)
 {
 	const struct uprobes_denial *d = &tr->cuda.denied;
 
+	/* A refusal to read the maps (no kind) is said unless a GPU library was hooked. */
 	if (tr->cuda_explained || d->what == UPROBES_DENIED_NONE ||
-	    uprobes_hooked_files(&tr->cuda, d->kind))
+	    (d->kind ? uprobes_hooked_files(&tr->cuda, d->kind) : gpu_hooked(tr)))
 		return tr->cuda_explained;
 	privs_explain_hook(tr->caps, d);
 	tr->cuda_explained = true;
@@ -393,7 +404,7 @@ struct loop {
 	const struct trace_hooks *h; /* the owner's calls: keys */
 	double start;		     /* mono_s() when tracing began */
 	long intervals;		     /* interval summaries printed */
-	bool cuda_told;		     /* a CUDA library's hooking was noted */
+	uint32_t gpu_told;	     /* a bit per GPU vendor whose library's hooking was noted */
 };
 
 /*
@@ -578,19 +589,51 @@ static bool job_exited(struct loop *l, double now)
 	return true;
 }
 
-/* The GPUs' sampler, for outputs that show their samples: its thread samples while tracing,
- * each drain takes the latest. Without a driver the thread keeps why and ends; tracing goes on.
- * 0, or -ENOMEM. */
-static int start_sampler(struct tracer *tr, const struct trace_opts *o)
+/* Each GPU vendor's sampler, for outputs that show their samples: its thread samples while
+ * tracing, each drain takes the latest. Without a driver the thread keeps why (said once a traced
+ * process maps one of the vendor's libraries) and ends; tracing goes on. 0, or -ENOMEM. */
+static int start_samplers(struct tracer *tr, const struct trace_opts *o)
 {
-	/* Why there are no GPU figures is said once a traced process maps a CUDA library. */
-	struct nvml_opts no = { .quiet = true };
-
 	if (!o->device_samples)
 		return 0;
-	tr->sample = calloc(1, sizeof(*tr->sample));
-	tr->nvml = tr->sample ? nvml_start(&no) : NULL;
-	return tr->nvml ? 0 : -ENOMEM;
+	tr->samples = calloc(vendor_count(), sizeof(*tr->samples));
+	if (!tr->samples)
+		return -ENOMEM;
+	for (size_t i = 0; i < vendor_count(); i++) {
+		const struct sampler_ops *s = vendor_row(i)->sampler;
+
+		if (s && !(tr->samplers[i] = s->start()))
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+/* Stops every sampler started and frees the samples. */
+static void stop_samplers(struct tracer *tr)
+{
+	for (size_t i = 0; i < vendor_count(); i++)
+		if (tr->samplers[i])
+			vendor_row(i)->sampler->stop(tr->samplers[i]);
+	free(tr->samples);
+}
+
+/* After a drain, vendor i's: once a traced process mapped one of its libraries, the note for
+ * it and why its sampler has no GPU figures (said then: not on every run of a machine without
+ * its GPUs); and a new sample, where the pipeline's time is this drain's. */
+static void drain_vendor(struct loop *l, size_t i)
+{
+	struct tracer *tr = l->tr;
+	const struct vendor *v = vendor_row(i);
+
+	if ((tr->cuda.gpu_mapped >> i & 1) && !(l->gpu_told >> i & 1)) {
+		l->gpu_told |= 1u << i;
+		if (l->o->gpu_note[i][0])
+			fprintf(stderr, "tokenscope: %s\n", l->o->gpu_note[i]);
+		if (tr->samplers[i])
+			v->sampler->say_why(tr->samplers[i]);
+	}
+	if (tr->samplers[i] && v->sampler->latest(tr->samplers[i], &tr->samples[i]))
+		pipeline_device_sample(tr->pl, &tr->samples[i]);
 }
 
 /* Drains the ring buffer into the pipeline. */
@@ -605,17 +648,8 @@ static void loop_drain(struct loop *l)
 	hold_release(&tr->hold, hook_held, tr);
 	read_kstats(tr);
 	pipeline_clock(tr->pl, now);
-	if (tr->cuda.cuda_mapped && !l->cuda_told) {
-		l->cuda_told = true;
-		if (l->o->cuda_note[0])
-			fprintf(stderr, "tokenscope: %s\n", l->o->cuda_note);
-		/* Why there are no GPU figures, said now: not on every run of a machine
-		 * without a GPU. */
-		nvml_say_why(tr->nvml);
-	}
-	/* A new GPU sample, where the pipeline's time is this drain's. */
-	if (tr->nvml && nvml_latest(tr->nvml, tr->sample))
-		pipeline_device_sample(tr->pl, tr->sample);
+	for (size_t i = 0; i < vendor_count(); i++)
+		drain_vendor(l, i);
 	pipeline_tick(tr->pl);
 }
 
@@ -812,17 +846,22 @@ static int follow_all(struct tracer *tr, const struct trace_opts *o, struct disc
 	return nprocs;
 }
 
-/* The CUDA libraries of the traced processes hooked, or why none is said. */
+/* The GPU libraries of the traced processes hooked, or why none is said. */
 static void cuda_setup(struct tracer *tr, const struct trace_opts *o)
 {
+	char names[128];
+
 	uprobes_init(&tr->cuda, tr->k, o->verbose);
 	tr->cuda.held_mappings = tr->hold.watchdog && !kernel_exec_map_err(tr->k);
 	tr->cuda.kernels = o->gpu_calls;
 	tr->cuda.device = o->device_times;
 	cuda_scan_all(tr, false);
-	if (!uprobes_hooked_files(&tr->cuda, "CUDA") && !cuda_explain(tr))
-		fprintf(stderr, "tokenscope: no CUDA library in the traced processes; GPU steps "
-				"will be traced if one is loaded later\n");
+	vendor_names(names, sizeof(names));
+	if (!gpu_hooked(tr) && !cuda_explain(tr))
+		fprintf(stderr,
+			"tokenscope: no %s library in the traced processes; GPU steps will be "
+			"traced if one is loaded later\n",
+			names);
 }
 
 /* tracefs for the uprobe events every traced process shares; without it (said with -v), the
@@ -883,7 +922,7 @@ int trace_run(const struct trace_opts *o, struct pipeline *pl, const struct trac
 	if (h->begin && (err = h->begin(h->ctx)))
 		goto out;
 	cuda_setup(&tr, o);
-	err = start_sampler(&tr, o);
+	err = start_samplers(&tr, o);
 	if (err)
 		goto out;
 
@@ -918,8 +957,7 @@ int trace_run(const struct trace_opts *o, struct pipeline *pl, const struct trac
 out:
 	/* Nothing stays stopped, whatever ended the trace. */
 	hold_stop(&tr.hold, NULL, NULL);
-	nvml_stop(tr.nvml);
-	free(tr.sample);
+	stop_samplers(&tr);
 	discover_set_free(&seen);
 	kernel_ring_close(tr.k);
 	cost_stop(&tr.cost);

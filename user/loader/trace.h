@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "loader/uprobes.h"
+#include "loader/vendor.h"
 #include "pipeline/pipeline.h"
 
 /* --container-state directories kept. */
@@ -29,7 +30,8 @@ struct trace_opts {
 	long count;	   /* stop after this many intervals; 0: no limit */
 	uint32_t capture_bytes;
 	uint32_t ring_mb; /* ring buffer size in MiB, a power of two */
-	/* the GPUs sampled (NVML) after each drain, for outputs that show them */
+	/* the GPUs sampled (each vendor's sampler: NVML) after each drain, for outputs that show
+	 * them */
 	bool device_samples;
 	bool all;	 /* --all: find inference servers on the node, and new ones as they start */
 	bool self_stats; /* --self-stats: kernel.bpf_stats_enabled on for the run */
@@ -42,9 +44,9 @@ struct trace_opts {
 	const char *run_name;
 	int (*attached)(void *ctx);
 	void *attached_ctx;
-	/* Said once a traced process maps a CUDA library, "" for nothing (run: no CUPTI
-	 * library to give it) */
-	char cuda_note[512];
+	/* Said once a traced process maps a library of the GPU vendor (an index in vendor.h's
+	 * rows), "" for nothing (run: no device-time library to give it) */
+	char gpu_note[VENDORS_MAX][512];
 };
 
 /* What the tracer's owner does at each moment of a trace (ctx its own): begin once every

@@ -16,67 +16,16 @@
 #include "loader/kernel.h"
 #include "loader/proc.h"
 #include "loader/tracefs.h"
+#include "loader/vendor.h"
 
-/* A function to hook: its name, the cookie its programs read, the program at its entry and the
- * one at its return (KERNEL_PROBE_NONE: none). */
-struct uprobes_fn {
-	const char *name;
-	uint32_t cookie;
-	enum kernel_probe entry, ret;
-};
-
-#define CUDA_CALL(name, kind)                                   \
-	{                                                       \
-		name, kind, KERNEL_CUDA_CALL, KERNEL_PROBE_NONE \
-	}
-#define CUDA_WAIT(name)                                                    \
-	{                                                                  \
-		name, TS_CUDA_SYNC, KERNEL_CUDA_SYNC, KERNEL_CUDA_SYNC_RET \
-	}
 #define TLS_CALL(name, kind)                                \
 	{                                                   \
 		name, kind, KERNEL_TLS_CALL, KERNEL_TLS_RET \
 	}
 
-/* Runtime API (libcudart, or an executable that links it statically). */
-static const struct uprobes_fn runtime_fns[] = {
-	CUDA_CALL("cudaLaunchKernel", TS_CUDA_LAUNCH),
-	CUDA_CALL("cudaLaunchKernel_ptsz", TS_CUDA_LAUNCH),
-	CUDA_CALL("cudaLaunchKernelExC", TS_CUDA_LAUNCH),
-	CUDA_CALL("cudaLaunchKernelExC_ptsz", TS_CUDA_LAUNCH),
-	CUDA_CALL("cudaGraphLaunch", TS_CUDA_GRAPH_LAUNCH),
-	CUDA_CALL("cudaGraphLaunch_ptsz", TS_CUDA_GRAPH_LAUNCH),
-	CUDA_CALL("cudaMemcpy", TS_CUDA_MEMCPY),
-	CUDA_CALL("cudaMemcpy_ptds", TS_CUDA_MEMCPY),
-	CUDA_CALL("cudaMemcpyAsync", TS_CUDA_MEMCPY),
-	CUDA_CALL("cudaMemcpyAsync_ptsz", TS_CUDA_MEMCPY),
-	CUDA_WAIT("cudaStreamSynchronize"),
-	CUDA_WAIT("cudaStreamSynchronize_ptsz"),
-	CUDA_WAIT("cudaDeviceSynchronize"),
-	CUDA_WAIT("cudaEventSynchronize"),
-};
-
-/* Driver API (libcuda): Triton and other JITs launch through it directly. */
-static const struct uprobes_fn driver_fns[] = {
-	CUDA_CALL("cuLaunchKernel", TS_CUDA_LAUNCH),
-	CUDA_CALL("cuLaunchKernel_ptsz", TS_CUDA_LAUNCH),
-	CUDA_CALL("cuLaunchKernelEx", TS_CUDA_LAUNCH),
-	CUDA_CALL("cuLaunchKernelEx_ptsz", TS_CUDA_LAUNCH),
-	CUDA_CALL("cuGraphLaunch", TS_CUDA_GRAPH_LAUNCH),
-	CUDA_CALL("cuGraphLaunch_ptsz", TS_CUDA_GRAPH_LAUNCH),
-	CUDA_CALL("cuMemcpyDtoH_v2", TS_CUDA_MEMCPY_DTOH),
-	CUDA_CALL("cuMemcpyDtoH_v2_ptds", TS_CUDA_MEMCPY_DTOH),
-	CUDA_CALL("cuMemcpyDtoHAsync_v2", TS_CUDA_MEMCPY_DTOH),
-	CUDA_CALL("cuMemcpyDtoHAsync_v2_ptsz", TS_CUDA_MEMCPY_DTOH),
-	CUDA_WAIT("cuStreamSynchronize"),
-	CUDA_WAIT("cuStreamSynchronize_ptsz"),
-	CUDA_WAIT("cuCtxSynchronize"),
-	CUDA_WAIT("cuEventSynchronize"),
-};
-
 /* OpenSSL's (and BoringSSL's) plaintext calls: libssl.so.3 and .so.1.1, or an executable that
  * links the library in (Node's). */
-static const struct uprobes_fn tls_fns[] = {
+static const struct libhooks_fn tls_fns[] = {
 	TLS_CALL("SSL_read", TS_TLS_READ),
 	TLS_CALL("SSL_read_ex", TS_TLS_READ_EX),
 	TLS_CALL("SSL_write", TS_TLS_WRITE),
@@ -87,22 +36,34 @@ static const struct uprobes_fn tls_fns[] = {
 /* Go's crypto/tls in a Go executable (register ABI, x86-64 or arm64): Read's entry and each of
  * its RET instructions in place of its return; Write's and Close's entries alone (gotls.bpf.h
  * says why). */
-static const struct uprobes_fn go_tls_fns[] = {
+static const struct libhooks_fn go_tls_fns[] = {
 	{ "crypto/tls.(*Conn).Read", TS_TLS_GO_READ, KERNEL_GO_TLS_CALL, KERNEL_GO_TLS_RET },
 	{ "crypto/tls.(*Conn).Write", TS_TLS_GO_WRITE, KERNEL_GO_TLS_CALL, KERNEL_PROBE_NONE },
 	{ "crypto/tls.(*Conn).Close", TS_TLS_GO_CLOSE, KERNEL_GO_TLS_CALL, KERNEL_PROBE_NONE },
 };
 
-#define TABLE(fns) fns, sizeof(fns) / sizeof(fns[0])
-
-/* The libraries looked for, by the start of their file name; an executable is looked into for
- * every table that exe_too says may be linked in statically. */
-static const struct uprobes_table tables[] = {
-	{ "CUDA", "GPU steps", "libcudart.so", true, TABLE(runtime_fns) },
-	{ "CUDA", "GPU steps", "libcuda.so", false, TABLE(driver_fns) },
-	{ "TLS", "TLS plaintext", "libssl.so", true, TABLE(tls_fns) },
-	{ "TLS", "TLS plaintext", NULL, true, TABLE(go_tls_fns) },
+/* The TLS libraries looked for, by the start of their file name, or in an executable alone. */
+static const struct libhooks tls_tables[] = {
+	{ "TLS", "TLS plaintext", "libssl.so", true, LIBHOOKS_FNS(tls_fns) },
+	{ "TLS", "TLS plaintext", NULL, true, LIBHOOKS_FNS(go_tls_fns) },
 };
+
+/*
+ * The i-th library looked for: every GPU vendor's (vendor.h), in the registry's order, then the
+ * TLS libraries; NULL past the last. An executable is looked into for every table that exe_too
+ * says may be linked in statically.
+ */
+static const struct libhooks *table_at(size_t i)
+{
+	for (size_t v = 0; v < vendor_count(); v++) {
+		const struct vendor *vr = vendor_row(v);
+
+		if (i < vr->nlibs)
+			return &vr->libs[i];
+		i -= vr->nlibs;
+	}
+	return i < sizeof(tls_tables) / sizeof(tls_tables[0]) ? &tls_tables[i] : NULL;
+}
 
 void uprobes_init(struct uprobes *u, struct kernel *k, bool verbose)
 {
@@ -112,7 +73,7 @@ void uprobes_init(struct uprobes *u, struct kernel *k, bool verbose)
 	u->shared = tracefs_ready();
 }
 
-/* The hook of pid in file (-1: the CUPTI library's probes), or NULL. */
+/* The hook of pid in file (-1 - v: vendor v's device-time library's probes), or NULL. */
 static struct uprobes_hook *hook_find(struct uprobes *u, uint32_t pid, int file)
 {
 	for (int i = 0; i < u->nhooks; i++)
@@ -163,7 +124,7 @@ static void hook_unlink(struct uprobes_hook *h)
 /* Probes each RET instruction of the function at off (size bytes) for h's process, after the
  * entry's link; 0, or -errno with none of them attached. */
 static int hook_rets(struct uprobes *u, struct uprobes_hook *h, const char *path,
-		     const struct uprobes_fn *fn, uint64_t off, uint64_t size)
+		     const struct libhooks_fn *fn, uint64_t off, uint64_t size)
 {
 	uint32_t rets[UPROBES_HOOK_LINKS];
 	int n = elf_fn_rets(path, off, size, rets, UPROBES_HOOK_LINKS), first = h->nlinks, err = 0;
@@ -187,7 +148,7 @@ static int hook_rets(struct uprobes *u, struct uprobes_hook *h, const char *path
 
 /* fn at off (size bytes), its entry probed skip bytes in (uprobes_file.skips). */
 static int hook_fn(struct uprobes *u, struct uprobes_hook *h, const char *path,
-		   const struct uprobes_fn *fn, uint64_t off, uint64_t size, uint32_t skip)
+		   const struct libhooks_fn *fn, uint64_t off, uint64_t size, uint32_t skip)
 {
 	const char *name = off ? NULL : fn->name;
 	struct bpf_link *l, *r = NULL;
@@ -274,7 +235,7 @@ static int file_probes(struct uprobes *u, struct uprobes_file *cf, const char *p
 		return -ENOTSUP;
 	}
 	for (size_t i = 0; i < cf->table->n; i++) {
-		const struct uprobes_fn *fn = &cf->table->fns[i];
+		const struct libhooks_fn *fn = &cf->table->fns[i];
 		uint64_t off = cf->offs[i];
 		int first = cf->nprobes;
 
@@ -331,16 +292,16 @@ static bool is_denial(int err)
 	return err == -EACCES || err == -EPERM;
 }
 
-/* Keeps the first refusal for want of a permission (uprobes.denied); table NULL for the
- * maps, and for the CUPTI library, whose refusal is said with the CUDA ones. */
+/* Keeps the first refusal for want of a permission (uprobes.denied); table NULL for the maps
+ * (a device-time library's is said as its vendor's first library's). */
 static void deny(struct uprobes *u, enum uprobes_denied what, int err, uint32_t pid,
-		 const char *path, const struct uprobes_table *table)
+		 const char *path, const struct libhooks *table)
 {
 	if (u->denied.what != UPROBES_DENIED_NONE)
 		return;
 	u->denied.what = what;
-	u->denied.kind = table ? table->what : "CUDA";
-	u->denied.traces = table ? table->traces : "GPU steps";
+	u->denied.kind = table ? table->what : NULL;
+	u->denied.traces = table ? table->traces : NULL;
 	u->denied.err = -err;
 	u->denied.pid = pid;
 	snprintf(u->denied.path, sizeof(u->denied.path), "%s", path);
@@ -390,10 +351,12 @@ static int hook_file(struct uprobes *u, struct uprobes_hook *h, const char *path
 	return hooked;
 }
 
-/* Attaches the injection library's probe of the mode asked for, for pid (once per process);
- * true if attached. */
-static bool hook_cupti(struct uprobes *u, uint32_t pid, const char *full, const char *path)
+/* Attaches the probe of the mode asked for of vendor v's device-time library, for pid (once
+ * per process); true if attached. */
+static bool hook_devtime(struct uprobes *u, size_t v, uint32_t pid, const char *full,
+			 const char *path)
 {
+	const struct vendor *vr = vendor_row(v);
 	const char *probe = u->kernels			      ? TS_DEVTIME_PROBE_KERNELS
 			    : u->device == UPROBES_DEVICE_ALL ? TS_DEVTIME_PROBE_ALL
 							      : TS_DEVTIME_PROBE;
@@ -403,7 +366,7 @@ static bool hook_cupti(struct uprobes *u, uint32_t pid, const char *full, const 
 
 	if (u->device == UPROBES_DEVICE_OFF && !u->kernels)
 		return false;
-	if (hook_find(u, pid, -1) || !(h = hook_new(u, pid, -1)))
+	if (hook_find(u, pid, -1 - (int)v) || !(h = hook_new(u, pid, -1 - (int)v)))
 		return false;
 	err = kernel_attach_cupti(u->k, (int)pid, full, probe, &l);
 	/* A library of ABI version 1 has no tokenscope:all, and collects every step through
@@ -420,13 +383,14 @@ static bool hook_cupti(struct uprobes *u, uint32_t pid, const char *full, const 
 	else
 		h->links[h->nlinks++] = l;
 	if (is_denial(err))
-		deny(u, UPROBES_DENIED_UPROBE, err, pid, path, NULL);
+		deny(u, UPROBES_DENIED_UPROBE, err, pid, path, &vr->libs[0]);
 	if (err) {
 		hook_unlink(h);
 		return false;
 	}
-	u->cupti_attached++;
-	fprintf(stderr, "tokenscope: device times of pid %u from %s (CUPTI, %s)\n", pid, path,
+	u->devtime_attached++;
+	fprintf(stderr, "tokenscope: device times of pid %u from %s (%s, %s)\n", pid, path,
+		vr->devtime.what,
 		u->kernels			  ? "every operation"
 		: u->device == UPROBES_DEVICE_ALL ? "every step"
 						  : "eager kernels sampled; --device-times all for "
@@ -494,7 +458,7 @@ static void go_skips(const struct elf_file *f, struct uprobes_file *cf)
  */
 static int resolve(const char *path, struct uprobes_file *cf)
 {
-	const char *names[UPROBES_FNS_MAX];
+	const char *names[LIBHOOKS_FNS_MAX];
 	struct elf_file f;
 	int found = elf_file_open(&f, path);
 
@@ -517,7 +481,7 @@ static int resolve(const char *path, struct uprobes_file *cf)
 /* The file as a library of table's kind (seen before, or now: its functions found); NULL when
  * UPROBES_MAX_FILES are known. */
 static struct uprobes_file *file_of(struct uprobes *u, const struct stat *st, const char *full,
-				    const struct uprobes_table *table)
+				    const struct libhooks *table)
 {
 	struct uprobes_file *cf;
 	int found;
@@ -585,11 +549,20 @@ void uprobes_fork(struct uprobes *u, uint32_t parent, uint32_t ptid, uint32_t ch
 	    (struct uprobes_inherited){ child, files };
 }
 
+/* A library of table's kind hooked for a traced process: its vendor's bit, if a GPU's. */
+static void mark_gpu(struct uprobes *u, const struct libhooks *table)
+{
+	int v = vendor_of(table);
+
+	if (v >= 0)
+		u->gpu_mapped |= 1u << v;
+}
+
 /* Hooks the mapped file at path (full: through the process's root) as a library of table's
  * kind for pid, unless done before; guess: an executable that may not link it in. Returns the
  * functions hooked, or -ENOSPC when no more files can be kept. */
 static int scan_file(struct uprobes *u, uint32_t pid, const char *full, const char *path,
-		     const struct uprobes_table *table, bool guess, bool late)
+		     const struct libhooks *table, bool guess, bool late)
 {
 	struct uprobes_file *cf;
 	struct uprobes_hook *h;
@@ -614,7 +587,7 @@ static int scan_file(struct uprobes *u, uint32_t pid, const char *full, const ch
 		/* Given its events before it mapped the file: the kernel hooked it at the mmap. */
 		h->mapped = true;
 		cf->hooked = true;
-		u->cuda_mapped |= !strcmp(table->what, "CUDA");
+		mark_gpu(u, table);
 		fprintf(stderr,
 			"tokenscope: tracing %s calls of pid %u in %s (%d functions, hooked when "
 			"it mapped the file)\n",
@@ -630,7 +603,7 @@ static int scan_file(struct uprobes *u, uint32_t pid, const char *full, const ch
 		return 0;
 	cf->hooked = true;
 	h->mapped = true;
-	u->cuda_mapped |= !strcmp(table->what, "CUDA");
+	mark_gpu(u, table);
 	if (late && inherited(u, pid, (int)(cf - u->files)))
 		late = false; /* it carried its parent's probes of the file from its fork */
 	if (late)
@@ -705,8 +678,8 @@ static void cache_candidates(struct uprobes *u, uint32_t pid)
 		memcpy(&value, buf + e + 8, sizeof(value));
 		if (base + key >= len || base + value >= len || buf[base + value] != '/')
 			continue;
-		for (size_t t = 0; t < sizeof(tables) / sizeof(tables[0]); t++) {
-			const char *pre = tables[t].file_prefix;
+		for (size_t t = 0; table_at(t); t++) {
+			const char *pre = table_at(t)->file_prefix;
 			struct uprobes_file *cf;
 			struct stat lst;
 
@@ -715,7 +688,7 @@ static void cache_candidates(struct uprobes *u, uint32_t pid)
 			    u->nfiles >= UPROBES_MAX_FILES / 2)
 				continue;
 			snprintf(full, sizeof(full), "/proc/%u/root%s", pid, buf + base + value);
-			if (stat(full, &lst) || !(cf = file_of(u, &lst, full, &tables[t])))
+			if (stat(full, &lst) || !(cf = file_of(u, &lst, full, table_at(t))))
 				continue;
 			if (cf->nfns && !cf->nprobes && !file_probes(u, cf, full) && u->verbose)
 				fprintf(
@@ -759,6 +732,19 @@ static void prehook(struct uprobes *u, uint32_t pid)
 	}
 }
 
+/* The vendor whose device-time library the file named base is (an index in vendor.h's rows),
+ * or -1. */
+static int devtime_of(const char *base)
+{
+	for (size_t v = 0; v < vendor_count(); v++) {
+		const char *pre = vendor_row(v)->devtime.file_prefix;
+
+		if (pre && !strncmp(base, pre, strlen(pre)))
+			return (int)v;
+	}
+	return -1;
+}
+
 int uprobes_scan(struct uprobes *u, uint32_t pid, bool late)
 {
 	char maps[64], exe[4096], line[4096 + 128];
@@ -786,6 +772,7 @@ int uprobes_scan(struct uprobes *u, uint32_t pid, bool late)
 		char full[sizeof(m->path) + 32];
 		const char *base;
 		bool is_exe, full_up = false;
+		int dv;
 
 		/* A file deleted since it was mapped (" (deleted)") is not hooked: its path now
 		 * names another file, or none. */
@@ -794,20 +781,20 @@ int uprobes_scan(struct uprobes *u, uint32_t pid, bool late)
 		/* Through the process's own root: the path is the one its mount namespace sees. */
 		snprintf(full, sizeof(full), "/proc/%u/root%s", pid, m->path);
 		base = strrchr(m->path, '/') + 1;
-		if (!strncmp(base, CUDA_CUPTI_LIB, strlen(CUDA_CUPTI_LIB))) {
-			total += hook_cupti(u, pid, full, m->shown);
+		if ((dv = devtime_of(base)) >= 0) {
+			total += hook_devtime(u, (size_t)dv, pid, full, m->shown);
 			continue;
 		}
 		is_exe = !strcmp(m->path, exe);
-		for (size_t t = 0; t < sizeof(tables) / sizeof(tables[0]); t++) {
-			bool named =
-			    tables[t].file_prefix &&
-			    !strncmp(base, tables[t].file_prefix, strlen(tables[t].file_prefix));
+		for (size_t t = 0; table_at(t); t++) {
+			const struct libhooks *table = table_at(t);
+			bool named = table->file_prefix &&
+				     !strncmp(base, table->file_prefix, strlen(table->file_prefix));
 			int n;
 
-			if (!named && !(is_exe && tables[t].exe_too))
+			if (!named && !(is_exe && table->exe_too))
 				continue;
-			n = scan_file(u, pid, full, m->shown, &tables[t], !named, late);
+			n = scan_file(u, pid, full, m->shown, table, !named, late);
 			if (n == -ENOSPC) {
 				full_up = true;
 				break;

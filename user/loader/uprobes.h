@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Finding and hooking the libraries whose calls tokenscope traces with uprobes: the CUDA runtime
- * and driver (every copy of libcudart.so* / libcuda.so* a traced process maps: PyTorch ships its
- * own), the TLS library (libssl.so*), and an executable that links the CUDA runtime or OpenSSL
- * in statically (Node links OpenSSL in), found through /proc/PID/maps and opened through
- * /proc/PID/root so that processes in containers work.
+ * Finding and hooking the libraries whose calls tokenscope traces with uprobes: each GPU
+ * vendor's (vendor.h; CUDA's runtime and driver, every copy of libcudart.so* / libcuda.so* a
+ * traced process maps: PyTorch ships its own), the TLS library (libssl.so*), and an executable
+ * that links a GPU runtime or OpenSSL in statically (Node links OpenSSL in), found through
+ * /proc/PID/maps and opened through /proc/PID/root so that processes in containers work.
  *
  * The uprobes are attached for each traced process alone (a perf event bound to it): the kernel
  * puts its breakpoints in that process's memory only, so another process mapping the same file
@@ -12,9 +12,9 @@
  * call. Where each function lies in a file is read once per file (one pass over its symbols);
  * a process's probes go when it exits (uprobes_forget).
  *
- * A process that loaded tokenscope's CUPTI injection library gets that library's USDT probes
- * attached for it alone too: attaching turns the library's collection on in that process (the
- * probes' semaphores), so processes nobody traces pay nothing.
+ * A process that loaded a vendor's device-time library (CUPTI's injection library for CUDA) gets
+ * that library's USDT probes attached for it alone too: attaching turns the library's collection
+ * on in that process (the probes' semaphores), so processes nobody traces pay nothing.
  */
 #ifndef TS_UPROBES_H
 #define TS_UPROBES_H
@@ -24,45 +24,30 @@
 #include <sys/types.h>
 
 #include "loader/kernel.h"
+#include "loader/libhooks.h"
 
 /* Library files looked at, and (process, file) pairs hooked; beyond them, nothing is hooked
  * (counted, and said once). */
 #define UPROBES_MAX_FILES 64
 #define UPROBES_MAX_HOOKS 256
-/* Functions of the longest table (CUDA runtime or driver), and links of one hook: a probe per
- * function and a return probe per CUDA host wait and per TLS call. */
-#define UPROBES_FNS_MAX 14
-/* An entry and a return per function, or for Go a probe per RET instruction (crypto/tls's
- * Read, Write and handshakeContext have up to a dozen together) */
+/* Links of one hook: an entry per function (LIBHOOKS_FNS_MAX at most) and a return per CUDA
+ * host wait and per TLS call, or for Go a probe per RET instruction (crypto/tls's Read, Write
+ * and handshakeContext have up to a dozen together) */
 #define UPROBES_HOOK_LINKS 48
-#define CUDA_CUPTI_LIB "libtokenscope_cupti"
 
 struct kernel;
 struct bpf_link;
 
-struct uprobes_fn;
-
-/* A kind of library: what it is ("CUDA", "TLS"), what is not traced without it ("GPU steps",
- * "TLS plaintext"), the start of its file names, whether an executable may link it in, and the
- * functions hooked in it. */
-struct uprobes_table {
-	/* file_prefix NULL: looked for in executables alone */
-	const char *what, *traces, *file_prefix;
-	bool exe_too;
-	const struct uprobes_fn *fns;
-	size_t n;
-};
-
 struct uprobes_file {
 	dev_t dev;
 	ino_t ino;
-	const struct uprobes_table *table; /* the library looked for in it */
-	int nfns;			   /* of its functions, defined in it: 0 for none */
+	const struct libhooks *table;	 /* the library looked for in it */
+	int nfns;			 /* of its functions, defined in it: 0 for none */
 	bool by_name;			 /* its symbols could not be read here: libbpf finds each */
 	bool hooked;			 /* hooked for some process at some time */
-	uint64_t offs[UPROBES_FNS_MAX];	 /* file offset of each function, 0 where absent */
-	uint64_t sizes[UPROBES_FNS_MAX]; /* and its size (the symbol's) */
-	uint32_t skips[UPROBES_FNS_MAX]; /* where its entry is probed, from its start (Go) */
+	uint64_t offs[LIBHOOKS_FNS_MAX]; /* file offset of each function, 0 where absent */
+	uint64_t sizes[LIBHOOKS_FNS_MAX]; /* and its size (the symbol's) */
+	uint32_t skips[LIBHOOKS_FNS_MAX]; /* where its entry is probed, from its start (Go) */
 	/* Its probes shared by every process (tracefs.h), made at its first hook: nprobes 0
 	 * before, -1 when they cannot be (a PMU probe per process then). Each probe's
 	 * tracepoint id, and the attachment of its program to a perf event bound to tokenscope
@@ -73,8 +58,8 @@ struct uprobes_file {
 	struct bpf_link *carried[UPROBES_HOOK_LINKS];
 };
 
-/* The probes of one process in one file (file: an index in files; -1 for the CUPTI
- * library's). */
+/* The probes of one process in one file (file: an index in files; -1 - v for the device-time
+ * library of vendor v, an index in vendor.h's rows). */
 struct uprobes_hook {
 	uint32_t pid;
 	int file;
@@ -96,8 +81,8 @@ enum uprobes_denied {
 
 struct uprobes_denial {
 	enum uprobes_denied what;
-	const char *kind;   /* the library's uprobes_table.what; NULL for the maps */
-	const char *traces; /* and its uprobes_table.traces */
+	const char *kind;   /* the library's libhooks.what; NULL for the maps */
+	const char *traces; /* and its libhooks.traces */
 	int err;	    /* the errno */
 	uint32_t pid;
 	char path[4096 + 64]; /* the library, as the process maps it */
@@ -118,8 +103,8 @@ struct uprobes_inherited {
 	uint64_t files;
 };
 
-/* What the CUPTI injection library collects (--device-times): which of its probes is attached
- * (include/devtime_abi.h). */
+/* What a device-time library (CUPTI's injection library) collects (--device-times): which of
+ * its probes is attached (include/devtime_abi.h). */
 enum uprobes_device {
 	UPROBES_DEVICE_SAMPLED, /* "runs": eager kernels in windows of a duty cycle */
 	UPROBES_DEVICE_ALL,	/* "all": every step */
@@ -137,8 +122,8 @@ struct uprobes {
 	bool kernels;		    /* --kernels: the library's per-operation probe */
 	enum uprobes_device device; /* --device-times: which of the library's probes */
 	struct uprobes_denial denied;
-	int cupti_attached; /* processes whose CUPTI library probes were attached */
-	bool shared;	    /* probes shared through tracefs, inherited at fork (tracefs.h) */
+	int devtime_attached; /* processes whose device-time library probes were attached */
+	bool shared;	      /* probes shared through tracefs, inherited at fork (tracefs.h) */
 	/* A process that maps a library is held until hooked (hold.h): the dynamic loader's
 	 * cache is not made ready ahead (its probes would cost every run, used or not). */
 	bool held_mappings;
@@ -153,7 +138,9 @@ struct uprobes {
 	 * were hooked so */
 	uint64_t map_window_max_ns;
 	int map_hooks;
-	bool cuda_mapped; /* a traced process has a CUDA library hooked */
+	/* A bit per GPU vendor (its index in vendor.h's rows): a traced process has one of its
+	 * libraries hooked */
+	uint32_t gpu_mapped;
 };
 
 void uprobes_init(struct uprobes *u, struct kernel *k, bool verbose);
