@@ -1132,6 +1132,9 @@ TEST(test_tap_ticks_where_live_ticked)
 	if (!ASSERT_OK(record_reader_open(&r, path), "reader"))
 		return;
 	ASSERT_EQ(r.meta.version, RECORD_VERSION, "written as this version");
+	ASSERT_EQ(r.meta.nroots, 1, "the header names the one -p process");
+	ASSERT_EQ(r.meta.roots[0], 100, "its pid");
+	ASSERT_EQ(r.meta.capture_bytes, 4096, "the capture size");
 	replay_init(&feeder, &b.pl, &r.meta);
 	ASSERT_OK(replay_run(&feeder, &r), "replayed whole");
 	ASSERT_EQ(lb.n, la.n, "as many ticks as the live run");

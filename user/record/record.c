@@ -74,6 +74,8 @@ static uint64_t clock_ns(clockid_t id)
 
 void record_meta_fill(struct record_meta *m, const char *tool_version)
 {
+	/* Everything else zero: no root, no capture size until the caller says them. */
+	memset(m, 0, sizeof(*m));
 	/* Read back to back: the pair maps kernel times to wall time within a few microseconds. */
 	m->start_mono_ns = clock_ns(CLOCK_MONOTONIC);
 	m->start_real_ns = clock_ns(CLOCK_REALTIME);

@@ -183,7 +183,7 @@ struct record_replay_stats {
 
 /*
  * Fills the clocks (CLOCK_MONOTONIC and CLOCK_REALTIME read back to back), the hostname and the
- * version; the caller sets capture_bytes and roots. These clocks only map kernel times to wall
+ * version, and zeroes the rest; the caller sets capture_bytes and roots. These clocks only map kernel times to wall
  * time in a report; no latency is ever computed from them.
  */
 void record_meta_fill(struct record_meta *m, const char *tool_version);
