@@ -62,13 +62,14 @@ struct conn {
 	bool tls, tls_plain;
 	/* Started again (conn_tls): the next record of each direction sets where it stands. */
 	bool rejoin[2];
-	/* The protocol module that follows it, once its role is decided (cur), and the one a 101
-	 * switched it from (prev: HTTP/1.1 after an upgrade to h2c), kept for what it had left to
-	 * close. Bytes go to cur; the connection's events to both. */
+	/* The protocol modules that follow it, once its role is decided: mods[0] the current one,
+	 * mods[1] the one a 101 switched it from (HTTP/1.1 after an upgrade to h2c), kept for what
+	 * it had left to close; mods[1] is only ever set with mods[0]. Bytes go to mods[0]; the
+	 * connection's events to both. */
 	struct conn_proto {
 		const struct proto_ops *ops;
 		void *m;
-	} cur, prev;
+	} mods[2];
 };
 
 /* The protocols a connection may start in, tried in this order on its first bytes of either
@@ -104,10 +105,9 @@ static const struct proto_ops *conn_classify(const uint8_t *p, size_t n, uint64_
 	return NULL;
 }
 
-/* The calls the connection's events make on both its modules: the current one first. */
-#define CONN_EACH_PROTO(c, pr)                                          \
-	for (struct conn_proto *pr = &(c)->cur; pr <= &(c)->prev; pr++) \
-		if (pr->ops)
+/* The connection's modules in turn, the current one first (none before its role is decided). */
+#define CONN_EACH_PROTO(c, pr) \
+	for (struct conn_proto *pr = (c)->mods; pr < (c)->mods + 2 && pr->ops; pr++)
 
 /* The direction the requests travel: in to a server, out from a client. */
 static int conn_req_dir(const struct conn *c)
@@ -208,12 +208,12 @@ static void conn_follow(struct conn *c, bool client, const struct proto_ops *ops
 {
 	struct conn_ident id = conn_ident(c, client);
 
-	c->cur.m = ops->open(&id);
-	if (!c->cur.m) {
+	c->mods[0].m = ops->open(&id);
+	if (!c->mods[0].m) {
 		conn_ignore(c);
 		return;
 	}
-	c->cur.ops = ops;
+	c->mods[0].ops = ops;
 	if (client) {
 		conn_become_client(c);
 		return;
@@ -225,9 +225,9 @@ static void conn_follow(struct conn *c, bool client, const struct proto_ops *ops
 static int conn_proto_feed(struct conn *c, bool req, const uint8_t *p, size_t n, uint64_t ts,
 			   bool at_start, uint64_t rx_ns, size_t *used)
 {
-	if (!c->cur.ops)
+	if (!c->mods[0].ops)
 		return 0;
-	return c->cur.ops->feed(c->cur.m, req, p, n, ts, at_start, rx_ns, used);
+	return c->mods[0].ops->feed(c->mods[0].m, req, p, n, ts, at_start, rx_ns, used);
 }
 
 /*
@@ -242,17 +242,17 @@ static void conn_switched(struct conn *c, const uint8_t *p, size_t n, uint64_t t
 	struct h2conn *h2 = NULL;
 	struct request *r;
 
-	if (c->cur.ops != &h1_proto)
+	if (c->mods[0].ops != &h1_proto)
 		return;
-	if (c->role == ROLE_SERVER && h1conn_h2c_pending(c->cur.m))
+	if (c->role == ROLE_SERVER && h1conn_h2c_pending(c->mods[0].m))
 		h2 = h2_proto.open(&id);
-	r = h1conn_switched(c->cur.m, ts, h2 != NULL);
+	r = h1conn_switched(c->mods[0].m, ts, h2 != NULL);
 	if (!h2) {
 		c->role = ROLE_IGNORED;
 		return;
 	}
-	c->prev = c->cur;
-	c->cur = (struct conn_proto){ &h2_proto, h2 };
+	c->mods[1] = c->mods[0];
+	c->mods[0] = (struct conn_proto){ &h2_proto, h2 };
 	h2conn_adopt(h2, r);
 	if (n)
 		conn_proto_feed(c, false, p, n, ts, false, 0, NULL);
@@ -303,7 +303,7 @@ static void conn_join(struct conn *c, const uint8_t *p, size_t n, uint64_t ts, b
 	uint8_t kind;
 	bool chunked;
 
-	if (!c->waiting || !at_start || c->cur.ops)
+	if (!c->waiting || !at_start || c->mods[0].ops)
 		return;
 	memcpy(peek, p, m);
 	kind = traffic_match(peek, m);
@@ -314,9 +314,9 @@ static void conn_join(struct conn *c, const uint8_t *p, size_t n, uint64_t ts, b
 	/* The requests' direction, not seen yet, owes nothing from before its first record. */
 	if (!c->expect[TS_DIR_IN])
 		c->rejoin[TS_DIR_IN] = true;
-	if (c->cur.ops != &h1_proto ||
-	    !h1conn_join(c->cur.m, chunked, kind == TS_TRAFFIC_SSE ? SSE_MODE_SSE : SSE_MODE_NDJSON,
-			 ts))
+	if (c->mods[0].ops != &h1_proto ||
+	    !h1conn_join(c->mods[0].m, chunked,
+			 kind == TS_TRAFFIC_SSE ? SSE_MODE_SSE : SSE_MODE_NDJSON, ts))
 		return;
 	c->t->stats.joined_reported++;
 	conn_joined_note(c, 0, 1);
@@ -366,7 +366,7 @@ static void conn_feed_resp(struct conn *c, const uint8_t *p, size_t n, uint64_t 
 static void conn_peer_gone(struct conn *c, uint64_t ts)
 {
 	CONN_EACH_PROTO(c, pr)
-	pr->ops->peer_gone(pr->m, ts);
+		pr->ops->peer_gone(pr->m, ts);
 }
 
 /* A write of the traced process's, begun at ts, failed: the peer was gone (after the hang-up
@@ -374,7 +374,7 @@ static void conn_peer_gone(struct conn *c, uint64_t ts)
 static void conn_write_failed(struct conn *c, uint64_t ts)
 {
 	CONN_EACH_PROTO(c, pr)
-	pr->ops->write_failed(pr->m, ts);
+		pr->ops->write_failed(pr->m, ts);
 }
 
 /* n bytes of direction dir were not seen. */
@@ -383,8 +383,8 @@ static void conn_gap(struct conn *c, int dir, uint64_t n, uint64_t ts)
 	if (!n || !conn_followed(c))
 		return;
 	c->t->stats.gap_bytes += n;
-	if (c->cur.ops)
-		c->cur.ops->gap(c->cur.m, dir == conn_req_dir(c), n, ts);
+	if (c->mods[0].ops)
+		c->mods[0].ops->gap(c->mods[0].m, dir == conn_req_dir(c), n, ts);
 }
 
 /* ---- table ---- */
@@ -470,7 +470,7 @@ static struct conn *conn_new(struct conn_table *t, uint64_t id, uint32_t pid, in
 static void conn_free(struct conn *c)
 {
 	CONN_EACH_PROTO(c, pr)
-	pr->ops->free(pr->m);
+		pr->ops->free(pr->m);
 	free(c);
 }
 
@@ -645,7 +645,7 @@ static void conn_end(struct conn_table *t, struct conn *c, uint64_t ts)
 		t->stats.tls_unread++;
 	if (conn_followed(c)) {
 		CONN_EACH_PROTO(c, pr)
-		pr->ops->close(pr->m, ts);
+			pr->ops->close(pr->m, ts);
 	}
 	*pp = c->next;
 	t->count--;
@@ -687,7 +687,7 @@ void conn_mark_open_maybe_lost(struct conn_table *t)
 	for (uint32_t i = 0; i < t->nbuckets; i++) {
 		for (struct conn *c = t->buckets[i]; c; c = c->next) {
 			CONN_EACH_PROTO(c, pr)
-			pr->ops->mark_maybe_lost(pr->m);
+				pr->ops->mark_maybe_lost(pr->m);
 		}
 	}
 }
@@ -699,7 +699,7 @@ uint32_t conn_finish_maybe_lost(struct conn_table *t)
 	for (uint32_t i = 0; i < t->nbuckets; i++) {
 		for (struct conn *c = t->buckets[i]; c; c = c->next) {
 			CONN_EACH_PROTO(c, pr)
-			n += pr->ops->finish_maybe_lost(pr->m, c->last_ns);
+				n += pr->ops->finish_maybe_lost(pr->m, c->last_ns);
 		}
 	}
 	return n;

@@ -40,3 +40,10 @@ void exchange_start(struct conn_table *t, struct request *r)
 		t->inflight++;
 	t->sink.request_start(t->sink.ctx, r);
 }
+
+void exchange_done(struct conn_table *t, struct request *r)
+{
+	if (!r->client)
+		t->inflight--;
+	t->sink.request_done(t->sink.ctx, r);
+}

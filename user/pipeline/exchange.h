@@ -132,6 +132,8 @@ struct proto_ops {
 struct request *exchange_request(const struct conn_ident *id, uint32_t seq, enum req_proto proto);
 /* r was read (it arrived): it is in flight when a traced server serves it, and the sink is told. */
 void exchange_start(struct conn_table *t, struct request *r);
+/* r finished (request_close): no longer in flight, and the sink owns it from now on. */
+void exchange_done(struct conn_table *t, struct request *r);
 
 /* A stream frame of r's response (request_add_frame), told to the sink when it was content. */
 void conn_add_frame(struct conn_table *t, struct request *r, const struct sse_frame *f,

@@ -57,6 +57,7 @@ static void h1_unqueue(struct h1conn *h)
 	h->resp_active = false;
 }
 
+/* Out of the queue unreported (the connection is freed): no longer in flight either. */
 static void h1_pop(struct h1conn *h)
 {
 	/* In flight counts the streams the traced servers serve. */
@@ -73,9 +74,9 @@ static void h1_finish(struct h1conn *h, uint64_t end_ns, bool complete)
 	if (!r)
 		return;
 	request_close(r, end_ns, complete);
-	h1_pop(h);
+	h1_unqueue(h);
 	buf_reset(&h->body, &h->id.t->budget);
-	h->id.t->sink.request_done(h->id.t->sink.ctx, r);
+	exchange_done(h->id.t, r);
 }
 
 /* ---- request direction ---- */

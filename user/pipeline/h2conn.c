@@ -133,11 +133,9 @@ static void h2s_finish(struct h2s *s, uint64_t ts, bool complete)
 		request_read_body(r, s->body.p, s->body.len);
 	}
 	request_close(r, ts, complete);
-	if (!r->client)
-		h->id.t->inflight--;
 	s->r = NULL;
 	h2s_free(h, s);
-	h->id.t->sink.request_done(h->id.t->sink.ctx, r);
+	exchange_done(h->id.t, r);
 }
 
 static void sse_on_frame(void *ctx, const struct sse_frame *f, uint64_t ts)
@@ -472,9 +470,7 @@ void h2conn_adopt(struct h2conn *h, struct request *r)
 		free(s);
 		/* Not kept: it was started, so it ends, unanswered. */
 		request_close(r, r->arrival_ns, false);
-		if (!r->client)
-			h->id.t->inflight--;
-		h->id.t->sink.request_done(h->id.t->sink.ctx, r);
+		exchange_done(h->id.t, r);
 		return;
 	}
 	s->h = h;
